@@ -1,0 +1,260 @@
+//! The receive half of each GRO layer: read one header, decide whether the
+//! packet can take part in GRO at all, and record what the flow-matching
+//! and merge steps need (Linux's `napi_gro_cb`).
+//!
+//! Layers are dispatched by EtherType and IP protocol with a `match`: the
+//! set is closed (Ethernet, IPv4, IPv6, TCP, UDP→VXLAN), so static dispatch
+//! keeps the per-packet path free of indirect calls, while each layer keeps
+//! its own function, as `dev_add_offload`/`inet_add_offload` do in Linux.
+
+use super::PassReason;
+use crate::meta::{CsumState, OffloadInfo};
+use hvnet_wire::checksum::{self, Sum};
+use hvnet_wire::ethernet::{EtherType, Frame};
+use hvnet_wire::ipv6::next_header;
+use hvnet_wire::layers::{ip_protocol, NetKind};
+use hvnet_wire::{ipv4, ipv6, tcp, udp, vxlan};
+
+/// Most encapsulation levels followed (Linux caps recursion at 15 callbacks;
+/// we follow one VXLAN level, which is all the switch produces).
+pub const MAX_ENCAP_DEPTH: usize = 1;
+
+/// One network header of the packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NetCb {
+    pub kind: NetKind,
+    /// Offset of the IP header in the frame.
+    pub offset: usize,
+    /// IP header length including IPv6 extension headers.
+    pub header_len: usize,
+}
+
+/// The VXLAN outer headers of an encapsulated packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OuterCb {
+    pub net: NetCb,
+    pub udp_offset: usize,
+    /// The outer UDP checksum was non-zero.
+    pub udp_csum: bool,
+    /// Offset of the inner Ethernet header.
+    pub inner_l2: usize,
+}
+
+/// Per-packet scratch state, filled by [`parse`].
+#[derive(Clone, Copy, Debug)]
+pub struct Cb {
+    /// Length of the (innermost) Ethernet header, tags included.
+    pub l2_len: usize,
+    pub outer: Option<OuterCb>,
+    /// The innermost IP header (the one TCP rides on).
+    pub net: NetCb,
+    pub tcp_offset: usize,
+    pub tcp_header_len: usize,
+    /// Offset of the TCP payload = length of all headers.
+    pub payload_offset: usize,
+    /// Bytes of TCP payload (Linux `skb_gro_len`: link padding included).
+    pub payload_len: usize,
+    pub seq: u32,
+    pub flags: u8,
+    /// The packet may not be merged (lengths disagree with the frame, or it
+    /// is already a GSO frame); a held packet of its flow is flushed.
+    pub flush: bool,
+    /// Checksum state after validation.
+    pub csum: CsumState,
+}
+
+/// Runs the receive callbacks from Ethernet down to TCP. `Err` means the
+/// packet is passed up unchanged and held flows are not touched (Linux's
+/// `goto out` paths with no `pp`).
+pub fn parse(frame: &[u8], info: &OffloadInfo, max_header: usize) -> Result<Cb, PassReason> {
+    let mut cb = eth_receive(frame, 0, info, 0)?;
+    if cb.payload_offset > max_header {
+        return Err(PassReason::HeaderTooLong);
+    }
+    if info.gso.is_some() {
+        // Only frames we coalesced ourselves are GSO; a guest's TSO frame is
+        // untrusted (Linux marks it DODGY) and never merged.
+        cb.flush = true;
+    }
+    Ok(cb)
+}
+
+fn eth_receive(frame: &[u8], off: usize, info: &OffloadInfo, depth: usize) -> Result<Cb, PassReason> {
+    let l2 = Frame::new_checked(&frame[off..])
+        .and_then(|f| f.walk_tags())
+        .map_err(|_| PassReason::Malformed)?;
+    let net_off = off + l2.header_len;
+    let mut cb = match l2.ethertype {
+        EtherType::Ipv4 => ipv4_receive(frame, net_off, info, depth)?,
+        EtherType::Ipv6 => ipv6_receive(frame, net_off, info, depth)?,
+        _ => return Err(PassReason::NotIp),
+    };
+    // The innermost Ethernet header is the one recorded; an outer one is
+    // found again from `OuterCb::net.offset`.
+    if cb.outer.is_none() {
+        cb.l2_len = l2.header_len;
+    }
+    Ok(cb)
+}
+
+fn ipv4_receive(frame: &[u8], off: usize, info: &OffloadInfo, depth: usize) -> Result<Cb, PassReason> {
+    let b = &frame[off..];
+    if b.len() < ipv4::HEADER_LEN {
+        return Err(PassReason::Malformed);
+    }
+    let p = ipv4::Packet::new_unchecked(b);
+    // inet_gro_receive: options, fragments and bad header checksums never
+    // take part.
+    if b[0] != 0x45 {
+        return Err(PassReason::IpOptions);
+    }
+    if p.is_fragment() {
+        return Err(PassReason::Fragment);
+    }
+    if !p.verify_checksum() {
+        return Err(PassReason::BadChecksum);
+    }
+    // Total length must equal what is there (padding flushes), and no flag
+    // but DF may be set.
+    let flush = p.total_len() as usize != b.len() || p.flags_frag() & !ipv4::DF != 0;
+    let net = NetCb { kind: NetKind::Ipv4, offset: off, header_len: ipv4::HEADER_LEN };
+    l4_receive(frame, net, p.protocol(), flush, info, depth)
+}
+
+fn ipv6_receive(frame: &[u8], off: usize, info: &OffloadInfo, depth: usize) -> Result<Cb, PassReason> {
+    let b = &frame[off..];
+    if b.len() < ipv6::HEADER_LEN {
+        return Err(PassReason::Malformed);
+    }
+    let p = ipv6::Packet::new_unchecked(b);
+    if p.version() != 6 {
+        return Err(PassReason::Malformed);
+    }
+    let flush = p.payload_len() as usize != b.len() - ipv6::HEADER_LEN;
+    // ipv6_gso_pull_exthdrs: hop-by-hop, routing and destination options are
+    // stepped over (and must match byte for byte within a flow); a fragment
+    // header stops GRO.
+    let mut proto = p.next_header();
+    let mut hlen = ipv6::HEADER_LEN;
+    let mut n = 0;
+    loop {
+        match proto {
+            next_header::HOP_BY_HOP | next_header::ROUTING | next_header::DEST_OPTS => {
+                if b.len() < hlen + 2 || n == ipv6::MAX_EXT_HEADERS {
+                    return Err(PassReason::Malformed);
+                }
+                let len = (b[hlen + 1] as usize + 1) * 8;
+                if b.len() < hlen + len {
+                    return Err(PassReason::Malformed);
+                }
+                proto = b[hlen];
+                hlen += len;
+                n += 1;
+            }
+            next_header::FRAGMENT => return Err(PassReason::Fragment),
+            _ => break,
+        }
+    }
+    let net = NetCb { kind: NetKind::Ipv6, offset: off, header_len: hlen };
+    l4_receive(frame, net, proto, flush, info, depth)
+}
+
+fn l4_receive(
+    frame: &[u8],
+    net: NetCb,
+    proto: u8,
+    flush: bool,
+    info: &OffloadInfo,
+    depth: usize,
+) -> Result<Cb, PassReason> {
+    match proto {
+        ip_protocol::TCP => tcp_receive(frame, net, flush, info),
+        ip_protocol::UDP if depth < MAX_ENCAP_DEPTH => udp_receive(frame, net, flush, info, depth),
+        _ => Err(PassReason::NotTcp),
+    }
+}
+
+fn pseudo(frame: &[u8], net: &NetCb, proto: u8, len: usize) -> Sum {
+    let ip = &frame[net.offset..];
+    match net.kind {
+        NetKind::Ipv4 => ipv4::Packet::new_unchecked(ip).pseudo_header(len as u32),
+        NetKind::Ipv6 => ipv6::Packet::new_unchecked(ip).pseudo_header(proto, len as u32),
+    }
+}
+
+fn tcp_receive(frame: &[u8], net: NetCb, flush: bool, info: &OffloadInfo) -> Result<Cb, PassReason> {
+    let off = net.offset + net.header_len;
+    let seg = &frame[off..];
+    // tcp4_gro_receive: skip validation when the packet is flushed anyway.
+    let csum = match info.csum {
+        CsumState::Unknown if !flush => {
+            if !checksum::verifies(pseudo(frame, &net, ip_protocol::TCP, seg.len()).add(seg)) {
+                return Err(PassReason::BadChecksum);
+            }
+            CsumState::Good
+        }
+        CsumState::Bad => return Err(PassReason::BadChecksum),
+        other => other,
+    };
+    // tcp_gro_pull_header
+    if seg.len() < tcp::HEADER_LEN {
+        return Err(PassReason::Malformed);
+    }
+    let t = tcp::Packet::new_unchecked(seg);
+    let thlen = t.header_len();
+    if thlen < tcp::HEADER_LEN || thlen > seg.len() {
+        return Err(PassReason::Malformed);
+    }
+    Ok(Cb {
+        l2_len: 0,
+        outer: None,
+        net,
+        tcp_offset: off,
+        tcp_header_len: thlen,
+        payload_offset: off + thlen,
+        payload_len: seg.len() - thlen,
+        seq: t.seq(),
+        flags: t.flags(),
+        flush,
+        csum,
+    })
+}
+
+fn udp_receive(
+    frame: &[u8],
+    net: NetCb,
+    flush: bool,
+    info: &OffloadInfo,
+    depth: usize,
+) -> Result<Cb, PassReason> {
+    let off = net.offset + net.header_len;
+    let seg = &frame[off..];
+    if seg.len() < udp::HEADER_LEN + vxlan::HEADER_LEN {
+        return Err(PassReason::NotTcp);
+    }
+    let u = udp::Packet::new_unchecked(seg);
+    if u.dst_port() != vxlan::PORT {
+        return Err(PassReason::NotTcp);
+    }
+    let udp_csum = u.checksum() != 0;
+    if udp_csum && info.csum == CsumState::Unknown && !flush {
+        let ok = checksum::verifies(pseudo(frame, &net, ip_protocol::UDP, seg.len()).add(seg));
+        if !ok {
+            return Err(PassReason::BadChecksum);
+        }
+    }
+    if u.len() as usize != seg.len() {
+        return Err(PassReason::Malformed);
+    }
+    if vxlan::Packet::new_checked(&seg[udp::HEADER_LEN..]).is_err() {
+        return Err(PassReason::Malformed);
+    }
+    let inner_l2 = off + udp::HEADER_LEN + vxlan::HEADER_LEN;
+    // The inner checksum is validated on its own: the outer one covers it
+    // only when present.
+    let inner_info = OffloadInfo { gso: None, csum: info.csum };
+    let mut cb = eth_receive(frame, inner_l2, &inner_info, depth + 1)?;
+    cb.outer = Some(OuterCb { net, udp_offset: off, udp_csum, inner_l2 });
+    cb.flush |= flush;
+    Ok(cb)
+}

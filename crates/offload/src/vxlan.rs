@@ -1,0 +1,257 @@
+//! VXLAN encapsulation and decapsulation (RFC 7348) that keep the inner
+//! frame's offload metadata.
+//!
+//! Encapsulation prepends outer Ethernet/IPv4/UDP/VXLAN headers. A partial
+//! inner checksum stays partial (its start moves by the outer header
+//! length) and a GSO inner frame stays GSO: segmentation, wherever it
+//! happens, fixes outer lengths per segment. The outer UDP source port comes
+//! from the inner flow's hash scaled into a port range, as Linux
+//! `udp_flow_src_port` does, so one overlay tunnel still spreads its flows
+//! over RSS queues. The outer UDP checksum is off by default over IPv4 (as in
+//! Linux's vxlan driver); when on, and the inner checksum is partial, it is
+//! computed without reading the payload (local checksum offload, Linux
+//! `lco_csum`).
+
+use crate::meta::{CsumState, OffloadInfo};
+use crate::rss::Rss;
+use hvnet_wire::checksum::Sum;
+use hvnet_wire::layers::Layers;
+use hvnet_wire::{ipv4, udp, vxlan, EtherType, EthernetFrame, EthernetRepr, MacAddr};
+
+/// Outer header length for IPv4 underlay: Ethernet + IPv4 + UDP + VXLAN.
+pub const OUTER_LEN: usize = 14 + 20 + 8 + 8;
+
+/// The underlay end of a VXLAN tunnel.
+#[derive(Clone, Debug)]
+pub struct Tunnel {
+    /// VXLAN network identifier (24 bits).
+    pub vni: u32,
+    /// Local (source) underlay address.
+    pub local: [u8; 4],
+    /// Remote (destination) underlay address.
+    pub remote: [u8; 4],
+    /// Outer source MAC.
+    pub src_mac: MacAddr,
+    /// Outer destination MAC (the next hop).
+    pub dst_mac: MacAddr,
+    /// Outer UDP destination port.
+    pub dst_port: u16,
+    /// Outer UDP source ports are drawn from `[min, max)`.
+    pub src_port_range: (u16, u16),
+    /// Outer TTL.
+    pub ttl: u8,
+    /// Compute the outer UDP checksum.
+    pub udp_csum: bool,
+}
+
+impl Tunnel {
+    /// A tunnel with Linux's defaults: port 4789, source ports 32768..61000,
+    /// TTL 64, no outer UDP checksum.
+    pub fn new(vni: u32, local: [u8; 4], remote: [u8; 4]) -> Tunnel {
+        Tunnel {
+            vni,
+            local,
+            remote,
+            src_mac: MacAddr([0x02, 0, 0, 0, 0, 1]),
+            dst_mac: MacAddr([0x02, 0, 0, 0, 0, 2]),
+            dst_port: vxlan::PORT,
+            src_port_range: (32768, 61000),
+            ttl: 64,
+            udp_csum: false,
+        }
+    }
+}
+
+/// Why a frame could not be encapsulated or decapsulated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum VxlanError {
+    /// The inner frame is malformed.
+    #[error("inner frame is malformed: {0}")]
+    Malformed(hvnet_wire::Error),
+    /// The frame is not VXLAN (not UDP to the VXLAN port, or no I flag).
+    #[error("not a VXLAN frame")]
+    NotVxlan,
+    /// The encapsulated frame would exceed 65535 bytes of IP packet.
+    #[error("encapsulated frame too large")]
+    TooLarge,
+}
+
+/// The outer UDP source port for an inner frame: its flow hash scaled into
+/// `[min, max)` (Linux `udp_flow_src_port`).
+pub fn source_port(rss: &Rss, inner: &[u8], range: (u16, u16)) -> u16 {
+    let hash = rss.hash_frame(inner).map_or_else(|| fallback_hash(inner), |(h, _)| h);
+    let hash = hash ^ (hash << 16);
+    let (min, max) = range;
+    let span = max.saturating_sub(min) as u64;
+    ((hash as u64 * span) >> 32) as u16 + min
+}
+
+fn fallback_hash(inner: &[u8]) -> u32 {
+    // No IP header: hash the Ethernet header, as Linux does with `use_eth`.
+    let n = inner.len().min(14);
+    inner[..n].iter().fold(0x811c_9dc5u32, |h, &b| (h ^ b as u32).wrapping_mul(0x0100_0193))
+}
+
+/// Builds the outer headers for `inner` into `out` (which must be
+/// [`OUTER_LEN`] bytes) and returns the metadata of the encapsulated frame.
+/// The caller sends `out` followed by `inner` (no copy of the inner frame).
+pub fn encap_header(
+    tunnel: &Tunnel,
+    rss: &Rss,
+    inner: &[u8],
+    info: OffloadInfo,
+    out: &mut [u8; OUTER_LEN],
+) -> Result<OffloadInfo, VxlanError> {
+    Layers::parse(inner).map_err(VxlanError::Malformed)?;
+    let ip_len = OUTER_LEN - 14 + inner.len();
+    if ip_len > 65535 {
+        return Err(VxlanError::TooLarge);
+    }
+    EthernetRepr { dst: tunnel.dst_mac, src: tunnel.src_mac, ethertype: EtherType::Ipv4 }
+        .emit(&mut EthernetFrame::new_unchecked(&mut out[..]));
+    ipv4::Repr {
+        src: tunnel.local,
+        dst: tunnel.remote,
+        protocol: 17,
+        payload_len: ip_len - 20,
+        ttl: tunnel.ttl,
+        tos: 0,
+        ident: 0,
+        dont_frag: true,
+    }
+    .emit(&mut ipv4::Packet::new_unchecked(&mut out[14..]));
+    let sport = source_port(rss, inner, tunnel.src_port_range);
+    let udp_len = ip_len - 20;
+    {
+        let mut u = udp::Packet::new_unchecked(&mut out[34..]);
+        u.set_src_port(sport);
+        u.set_dst_port(tunnel.dst_port);
+        u.set_len(udp_len as u16);
+        u.set_checksum(0);
+    }
+    vxlan::Packet::new_unchecked(&mut out[42..]).emit(tunnel.vni);
+    let csum = match info.csum {
+        CsumState::Partial { start, offset } => CsumState::Partial { start: start + OUTER_LEN as u16, offset },
+        other => other,
+    };
+    if tunnel.udp_csum {
+        let ph = ipv4::Packet::new_unchecked(&out[14..]).pseudo_header(udp_len as u32);
+        let inner_sum = match info.csum {
+            // LCO: once the inner checksum is filled in, the inner packet
+            // from csum_start sums to the complement of the pseudo-header
+            // value now in the field, so the payload need not be read.
+            CsumState::Partial { start, offset } => {
+                let (s, o) = (start as usize, offset as usize);
+                let field = u16::from_be_bytes([inner[s + o], inner[s + o + 1]]);
+                Sum::ZERO.add(&inner[..s]).add_u16(!field)
+            }
+            _ => Sum::ZERO.add(inner),
+        };
+        let c = ph.add(&out[34..]).combine(inner_sum).finish();
+        udp::Packet::new_unchecked(&mut out[34..]).set_checksum(if c == 0 { 0xffff } else { c });
+    }
+    Ok(OffloadInfo { gso: info.gso, csum })
+}
+
+/// Encapsulates into a new buffer (for the pcap tool and tests).
+pub fn encap(tunnel: &Tunnel, rss: &Rss, inner: &[u8], info: OffloadInfo) -> Result<(Vec<u8>, OffloadInfo), VxlanError> {
+    let mut hdr = [0u8; OUTER_LEN];
+    let info = encap_header(tunnel, rss, inner, info, &mut hdr)?;
+    Ok(([&hdr[..], inner].concat(), info))
+}
+
+/// A decapsulated frame: where the inner frame is and its metadata.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decapped {
+    /// Offset of the inner Ethernet frame.
+    pub inner_offset: usize,
+    /// End of the inner frame (the outer IP packet's end).
+    pub inner_end: usize,
+    /// The VNI.
+    pub vni: u32,
+    /// The inner frame's offload metadata.
+    pub info: OffloadInfo,
+}
+
+/// Finds the inner frame of a VXLAN frame and carries its metadata over.
+pub fn decap(frame: &[u8], info: OffloadInfo) -> Result<Decapped, VxlanError> {
+    let l = Layers::parse(frame).map_err(VxlanError::Malformed)?;
+    let inner_offset = l.vxlan_inner_offset(frame).ok_or(VxlanError::NotVxlan)?;
+    let net = l.net.ok_or(VxlanError::NotVxlan)?;
+    let vni = vxlan::Packet::new_unchecked(&frame[inner_offset - vxlan::HEADER_LEN..]).vni();
+    let csum = match info.csum {
+        CsumState::Partial { start, offset } if start as usize >= inner_offset => {
+            CsumState::Partial { start: start - inner_offset as u16, offset }
+        }
+        CsumState::Partial { .. } => CsumState::Unknown,
+        other => other,
+    };
+    Ok(Decapped { inner_offset, inner_end: net.end, vni, info: OffloadInfo { gso: info.gso, csum } })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rss::DEFAULT_KEY;
+    use crate::testutil::TcpSpec;
+
+    fn rss() -> Rss {
+        Rss::new(&DEFAULT_KEY, 1).unwrap()
+    }
+
+    #[test]
+    fn encap_then_decap_round_trips() {
+        let inner = TcpSpec::default().build();
+        let t = Tunnel { udp_csum: true, ..Tunnel::new(0xabcdef, [10, 0, 0, 1], [10, 0, 0, 2]) };
+        let (f, info) = encap(&t, &rss(), &inner, OffloadInfo::NONE).unwrap();
+        let d = decap(&f, info).unwrap();
+        assert_eq!(d.vni, 0xabcdef);
+        assert_eq!(&f[d.inner_offset..d.inner_end], &inner[..]);
+        // etherparse agrees on the outer headers and the UDP checksum.
+        let (ip, rest) = etherparse::Ipv4Header::from_slice(&f[14..]).unwrap();
+        let (uh, data) = etherparse::UdpHeader::from_slice(rest).unwrap();
+        assert_eq!(uh.destination_port, 4789);
+        assert_eq!(uh.checksum, uh.calc_checksum_ipv4(&ip, data).unwrap());
+        assert!((32768..61000).contains(&uh.source_port));
+    }
+
+    #[test]
+    fn partial_inner_checksum_is_kept_and_lco_is_right() {
+        let inner = TcpSpec { payload: vec![7u8; 3000], ..TcpSpec::default() }.build();
+        let l = Layers::parse(&inner).unwrap();
+        let (net, tp) = (l.net.unwrap(), l.transport.unwrap());
+        // Turn the inner frame into what a guest with checksum offload sends.
+        let mut partial = inner.clone();
+        let ph = crate::csum::pseudo_header(&partial, &net, 6, (net.end - tp.offset) as u32).fold();
+        partial[tp.offset + 16..tp.offset + 18].copy_from_slice(&ph.to_be_bytes());
+        let info = OffloadInfo { gso: None, csum: CsumState::Partial { start: tp.offset as u16, offset: 16 } };
+        let t = Tunnel { udp_csum: true, ..Tunnel::new(5, [10, 0, 0, 1], [10, 0, 0, 2]) };
+        let (mut f, out_info) = encap(&t, &rss(), &partial, info).unwrap();
+        assert_eq!(out_info.csum, CsumState::Partial { start: (tp.offset + OUTER_LEN) as u16, offset: 16 });
+        // Completing the inner checksum must make the outer one (computed
+        // before, by LCO) verify.
+        crate::csum::complete_partial(&mut f, (tp.offset + OUTER_LEN) as u16, 16).unwrap();
+        assert_eq!(&f[OUTER_LEN..], &inner[..]);
+        let ol = Layers::parse(&f).unwrap();
+        assert_eq!(crate::csum::validate_l4(&f, &ol).unwrap(), CsumState::Good);
+        let d = decap(&f, out_info).unwrap();
+        assert_eq!(d.info.csum, info.csum);
+    }
+
+    #[test]
+    fn source_port_follows_inner_flow() {
+        let t = Tunnel::new(5, [10, 0, 0, 1], [10, 0, 0, 2]);
+        let a = TcpSpec::default().build();
+        let b = TcpSpec { src_port: 1501, ..TcpSpec::default() }.build();
+        let pa = source_port(&rss(), &a, t.src_port_range);
+        assert_eq!(pa, source_port(&rss(), &a, t.src_port_range));
+        assert_ne!(pa, source_port(&rss(), &b, t.src_port_range));
+    }
+
+    #[test]
+    fn not_vxlan_is_refused() {
+        let f = TcpSpec::default().build();
+        assert_eq!(decap(&f, OffloadInfo::NONE), Err(VxlanError::NotVxlan));
+        assert!(matches!(encap(&Tunnel::new(1, [0; 4], [0; 4]), &rss(), &f[..20], OffloadInfo::NONE), Err(VxlanError::Malformed(_))));
+    }
+}

@@ -650,9 +650,12 @@ fn set_ip_len(header: &mut [u8], net: &NetCb, len: usize) {
 
 /// The end-of-receive check of `tcp_gro_receive` (`out_check_final`): a
 /// segment shorter than `mss` or carrying URG/PSH/RST/SYN/FIN ends its run.
+/// CWR too: on this machine's kernel (6.18) a CWR segment is never held —
+/// it ends its flow's run and goes up alone (pinned by the differential
+/// test against the kernel).
 fn final_flush(cb: &Cb, mss: usize) -> Option<FlushReason> {
     use tcp::flags::*;
-    if cb.flags & (URG | PSH | RST | SYN | FIN) != 0 {
+    if cb.flags & (URG | PSH | RST | SYN | FIN | CWR) != 0 {
         Some(FlushReason::Flags)
     } else if cb.payload_len < mss {
         Some(FlushReason::ShortSegment)
@@ -818,7 +821,9 @@ fn ip_flush<B: AsRef<[u8]>>(head: &[u8], hn: &NetCb, frame: &[u8], n: &NetCb, fl
             }
             let offset = p.ident().wrapping_sub(p2.ident());
             let count = flow.count;
-            let decided_now = count == 1 && p.dont_frag() && offset == 0;
+            // Linux 6.18 decides "fixed" on the second segment whether or
+            // not DF is set (the selftest's "DF=0, Fixed - should coalesce").
+            let decided_now = count == 1 && offset == 0;
             let fixed = flow.fixed_id & (1 << level) != 0 || decided_now;
             (if fixed { offset != 0 } else { offset != count }, decided_now)
         }

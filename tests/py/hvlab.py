@@ -1,0 +1,86 @@
+"""Helpers for hvnet's system tests: network namespaces that always go
+away, the hvnet binary, and reading/writing captures with scapy."""
+
+import contextlib
+import os
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def hvnet_bin() -> str:
+    """The hvnet binary under test (HVNET_BIN, else the release build)."""
+    b = os.environ.get("HVNET_BIN") or str(ROOT / "target" / "release" / "hvnet")
+    if not Path(b).exists():
+        raise RuntimeError(f"{b} not built; run `cargo build --release` first")
+    return b
+
+
+def run(cmd, check=True, **kw):
+    """Runs a command (list or string), capturing output as text."""
+    if isinstance(cmd, str):
+        cmd = ["sh", "-c", cmd]
+    return subprocess.run(cmd, check=check, capture_output=True, text=True, **kw)
+
+
+def hvnet(*args, check=True):
+    return run([hvnet_bin(), *map(str, args)], check=check)
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def unique(prefix: str) -> str:
+    """A namespace or interface name no other test run uses (<= 15 chars)."""
+    return f"{prefix}{uuid.uuid4().hex[:8]}"[:15]
+
+
+class Netns:
+    """A network namespace that is deleted when the context exits, even on
+    failure; processes started with `popen` are ended (by PID) first."""
+
+    def __init__(self, prefix="hvt"):
+        self.name = unique(prefix)
+        self.procs = []
+
+    def __enter__(self):
+        run(["ip", "netns", "add", self.name])
+        self.sh("ip link set lo up")
+        return self
+
+    def __exit__(self, *exc):
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        run(["ip", "netns", "del", self.name], check=False)
+        return False
+
+    def sh(self, cmd, check=True, timeout=120):
+        return run(["ip", "netns", "exec", self.name, "sh", "-c", cmd], check=check, timeout=timeout)
+
+    def popen(self, cmd, **kw):
+        p = subprocess.Popen(["ip", "netns", "exec", self.name, "sh", "-c", f"exec {cmd}"], **kw)
+        self.procs.append(p)
+        return p
+
+
+@contextlib.contextmanager
+def netns_pair(prefix="hvt"):
+    """Two namespaces joined by a veth pair: (a, b, ifname_a, ifname_b)."""
+    with Netns(prefix) as a, Netns(prefix) as b:
+        ia, ib = unique("va"), unique("vb")
+        run(["ip", "link", "add", ia, "netns", a.name, "type", "veth", "peer", "name", ib, "netns", b.name])
+        yield a, b, ia, ib
+
+
+def have(tool: str) -> bool:
+    return shutil.which(tool) is not None

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Seeds the fuzz corpora with real frames: a capture of iperf3 traffic
+between two namespaces on this machine, its GRO output, and VXLAN-wrapped
+copies. Run as root from the repository root after `cargo build --release`:
+
+    python3 fuzz/make_seed_corpus.py
+"""
+
+import hashlib
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "py"))
+
+import capture_lab  # noqa: E402
+import hvlab  # noqa: E402
+from scapy.utils import RawPcapReader  # noqa: E402
+
+CORPUS = Path(__file__).resolve().parent / "corpus"
+
+
+def frames(path):
+    return [bytes(d) for d, _ in RawPcapReader(str(path))]
+
+
+def put(target, data):
+    d = CORPUS / target
+    d.mkdir(parents=True, exist_ok=True)
+    (d / hashlib.sha1(data).hexdigest()[:16]).write_bytes(data)
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        cap = capture_lab.capture_iperf(tmp / "cap.pcap", nbytes="512K")
+        gro = tmp / "gro.pcap"
+        hvlab.hvnet("pcap", "gro", cap, gro)
+        vx = tmp / "vx.pcap"
+        hvlab.hvnet("pcap", "vxlan", "encap", cap, vx, "--vni", 7, "--udp-csum")
+        wire = frames(cap)
+        big = [f for f in frames(gro) if len(f) > 3000]
+        vxf = frames(vx)
+    picks = wire[:6] + wire[len(wire) // 2 : len(wire) // 2 + 4] + wire[-4:]
+    for f in picks + vxf[:4]:
+        put("wire_layers", f)
+        put("rss_vxlan", f)
+    for f in big[:3]:
+        # A TCPv4 GSO frame as a guest sends it: NEEDS_CSUM at the TCP
+        # checksum, gso_size 1448.
+        tcp_off = 14 + (f[14] & 0xF) * 4
+        hdr_len = tcp_off + (f[tcp_off + 12] >> 4) * 4
+        vnet = struct.pack("<BBHHHHH", 1, 1, hdr_len, 1448, tcp_off, 16, 1)
+        put("vnet_hdr", vnet + f)
+        put("gso_segment", bytes([0]) + struct.pack("<H", 1448) + f)
+        put("gso_segment", bytes([0]) + struct.pack("<H", 536) + f)
+    for f in picks[:4]:
+        put("vnet_hdr", bytes(12) + f)
+    # GRO call sequences: a run of consecutive data segments, then flushes.
+    data = [f for f in wire if len(f) > 1000][:12]
+    for n in (2, 6, 12):
+        seq = b"".join(b"\x00" + struct.pack("<H", len(f)) + f for f in data[:n]) + b"\x06\x03"
+        put("gro_table", seq)
+    print("corpus:", {d.name: len(list(d.iterdir())) for d in CORPUS.iterdir()})
+
+
+if __name__ == "__main__":
+    main()

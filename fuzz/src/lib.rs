@@ -1,0 +1,120 @@
+//! The bodies of hvnet's fuzz targets, shared by the cargo-fuzz binaries
+//! (coverage-guided exploration, nightly) and by `tests/replay_corpus.rs`
+//! (every committed corpus input, on stable, in the test command).
+//!
+//! Each body feeds outside bytes to a parser or engine and checks the
+//! invariants that must hold for any input: no panic, and accounting that
+//! adds up.
+
+use hvnet_offload::gro::{GroConfig, GroOutput, GroTable};
+use hvnet_offload::gso::{self, CsumMode};
+use hvnet_offload::rss::{Rss, DEFAULT_KEY};
+use hvnet_offload::{vxlan, CsumState, GsoInfo, OffloadInfo};
+use hvnet_wire::{GsoType, Layers, VirtioNetHdr};
+
+/// Every wire view over arbitrary bytes: the header-stack parser, the
+/// pretty printer, and the views it hands out.
+pub fn wire_layers(data: &[u8]) {
+    if let Ok(l) = Layers::parse(data) {
+        let _ = l.payload_offset();
+        if let Some(inner) = l.vxlan_inner_offset(data) {
+            let _ = Layers::parse(&data[inner..]);
+        }
+        if let (Some(n), Some(t)) = (l.net, l.transport) {
+            assert!(n.offset < t.offset && t.offset + t.header_len <= n.end && n.end <= data.len());
+        }
+    }
+    let _ = hvnet_wire::pretty::Pretty(data).to_string();
+}
+
+/// A virtio-net header followed by a frame, as a TAP hands them over:
+/// parse, validate against the frame, and segment if it says GSO.
+pub fn vnet_hdr(data: &[u8]) {
+    if data.len() < 12 {
+        return;
+    }
+    let Ok(h) = VirtioNetHdr::parse(data, 12) else { return };
+    let frame = &data[12..];
+    if let Ok(info) = gso::validate_vnet(frame, &h) {
+        if let Some(g) = info.gso {
+            let mut n = 0;
+            if let Ok(count) = gso::segment(frame, g, CsumMode::Partial, &mut |_| n += 1) {
+                assert_eq!(count, n);
+            }
+        }
+        let mut out = [0u8; 12];
+        info.to_vnet(h.hdr_len).emit(&mut out, 12);
+    }
+}
+
+/// The stateful GRO table driven by a sequence of API calls decoded from
+/// the input: receive a frame (16-bit little-endian length prefix), flush expired, flush all.
+/// Frames in must equal frames out plus frames merged.
+pub fn gro_table(data: &[u8]) {
+    let mut t: GroTable<Vec<u8>> = GroTable::new(GroConfig { buckets: 2, flows_per_bucket: 2, ..GroConfig::default() });
+    let mut out = 0u64;
+    let mut now = 0u64;
+    let mut rest = data;
+    let mut sink = |o: GroOutput<Vec<u8>>| {
+        if let GroOutput::Coalesced(mut c) = o {
+            c.fill_checksums();
+            let _ = c.to_vec();
+        }
+        out += 1;
+    };
+    while let Some((&op, tail)) = rest.split_first() {
+        rest = tail;
+        match op % 4 {
+            0 | 1 => {
+                if rest.len() < 2 {
+                    break;
+                }
+                let len = (u16::from_le_bytes([rest[0], rest[1]]) as usize).min(rest.len() - 2);
+                let tail = &rest[2..];
+                let (frame, tail) = tail.split_at(len);
+                rest = tail;
+                let csum = if op & 0x10 != 0 { CsumState::Good } else { CsumState::Unknown };
+                t.receive(frame.to_vec(), OffloadInfo { gso: None, csum }, now, &mut sink);
+            }
+            2 => {
+                now += (op >> 2) as u64 * 10_000;
+                t.flush_expired(now, &mut sink);
+            }
+            _ => t.flush_all(&mut sink),
+        }
+    }
+    t.flush_all(&mut sink);
+    let s = t.stats();
+    assert_eq!(s.frames_out, out);
+    assert_eq!(s.frames_in, s.frames_out + s.merged);
+    assert_eq!(t.held(), 0);
+}
+
+/// GSO of an arbitrary frame with a GSO type and size from the input.
+pub fn gso_segment(data: &[u8]) {
+    if data.len() < 3 {
+        return;
+    }
+    let kind = [GsoType::TcpV4, GsoType::TcpV6, GsoType::UdpL4, GsoType::None][data[0] as usize % 4];
+    let size = u16::from_le_bytes([data[1], data[2]]);
+    let frame = &data[3..];
+    for mode in [CsumMode::Full, CsumMode::Partial] {
+        let mut total = 0usize;
+        if gso::segment(frame, GsoInfo { kind, size, ecn: false }, mode, &mut |s| total += s.payload.len()).is_ok() {
+            assert!(total <= frame.len());
+        }
+    }
+}
+
+/// RSS hashing and VXLAN encap/decap of an arbitrary frame.
+pub fn rss_vxlan(data: &[u8]) {
+    let rss = Rss::new(&DEFAULT_KEY, 4).expect("default key");
+    let q = rss.queue_of(data);
+    assert!(q < 4);
+    let _ = vxlan::decap(data, OffloadInfo::NONE);
+    let t = vxlan::Tunnel::new(1, [10, 0, 0, 1], [10, 0, 0, 2]);
+    if let Ok((f, info)) = vxlan::encap(&t, &rss, data, OffloadInfo::NONE) {
+        let d = vxlan::decap(&f, info).expect("what we encapsulate decapsulates");
+        assert_eq!(&f[d.inner_offset..d.inner_end], data);
+    }
+}

@@ -33,7 +33,9 @@ pub fn vnet_hdr(data: &[u8]) {
     if data.len() < 12 {
         return;
     }
-    let Ok(h) = VirtioNetHdr::parse(data, 12) else { return };
+    let Ok(h) = VirtioNetHdr::parse(data, 12) else {
+        return;
+    };
     let frame = &data[12..];
     if let Ok(info) = gso::validate_vnet(frame, &h) {
         if let Some(g) = info.gso {
@@ -51,7 +53,11 @@ pub fn vnet_hdr(data: &[u8]) {
 /// the input: receive a frame (16-bit little-endian length prefix), flush expired, flush all.
 /// Frames in must equal frames out plus frames merged.
 pub fn gro_table(data: &[u8]) {
-    let mut t: GroTable<Vec<u8>> = GroTable::new(GroConfig { buckets: 2, flows_per_bucket: 2, ..GroConfig::default() });
+    let mut t: GroTable<Vec<u8>> = GroTable::new(GroConfig {
+        buckets: 2,
+        flows_per_bucket: 2,
+        ..GroConfig::default()
+    });
     let mut out = 0u64;
     let mut now = 0u64;
     let mut rest = data;
@@ -73,8 +79,17 @@ pub fn gro_table(data: &[u8]) {
                 let tail = &rest[2..];
                 let (frame, tail) = tail.split_at(len);
                 rest = tail;
-                let csum = if op & 0x10 != 0 { CsumState::Good } else { CsumState::Unknown };
-                t.receive(frame.to_vec(), OffloadInfo { gso: None, csum }, now, &mut sink);
+                let csum = if op & 0x10 != 0 {
+                    CsumState::Good
+                } else {
+                    CsumState::Unknown
+                };
+                t.receive(
+                    frame.to_vec(),
+                    OffloadInfo { gso: None, csum },
+                    now,
+                    &mut sink,
+                );
             }
             2 => {
                 now += (op >> 2) as u64 * 10_000;
@@ -95,12 +110,28 @@ pub fn gso_segment(data: &[u8]) {
     if data.len() < 3 {
         return;
     }
-    let kind = [GsoType::TcpV4, GsoType::TcpV6, GsoType::UdpL4, GsoType::None][data[0] as usize % 4];
+    let kind = [
+        GsoType::TcpV4,
+        GsoType::TcpV6,
+        GsoType::UdpL4,
+        GsoType::None,
+    ][data[0] as usize % 4];
     let size = u16::from_le_bytes([data[1], data[2]]);
     let frame = &data[3..];
     for mode in [CsumMode::Full, CsumMode::Partial] {
         let mut total = 0usize;
-        if gso::segment(frame, GsoInfo { kind, size, ecn: false }, mode, &mut |s| total += s.payload.len()).is_ok() {
+        if gso::segment(
+            frame,
+            GsoInfo {
+                kind,
+                size,
+                ecn: false,
+            },
+            mode,
+            &mut |s| total += s.payload.len(),
+        )
+        .is_ok()
+        {
             assert!(total <= frame.len());
         }
     }

@@ -76,17 +76,25 @@ pub struct Capture {
 
 /// Reads a whole capture.
 pub fn read(path: &Path) -> Result<Capture, CaptureError> {
-    let data = std::fs::read(path).map_err(|source| CaptureError::Read { path: path.into(), source })?;
+    let data = std::fs::read(path).map_err(|source| CaptureError::Read {
+        path: path.into(),
+        source,
+    })?;
     let (mut rest, parser) = PcapParser::new(&data).map_err(|e| CaptureError::NotPcap {
         path: path.into(),
         reason: match e {
-            pcap_file::PcapError::IncompleteBuffer => "file shorter than the 24-byte pcap header".into(),
+            pcap_file::PcapError::IncompleteBuffer => {
+                "file shorter than the 24-byte pcap header".into()
+            }
             other => other.to_string(),
         },
     })?;
     let header = parser.header();
     if header.datalink != DataLink::ETHERNET {
-        return Err(CaptureError::NotEthernet { path: path.into(), linktype: header.datalink });
+        return Err(CaptureError::NotEthernet {
+            path: path.into(),
+            linktype: header.datalink,
+        });
     }
     let mut frames = Vec::new();
     let mut damage = None;
@@ -104,7 +112,11 @@ pub fn read(path: &Path) -> Result<Capture, CaptureError> {
             Err(e) => {
                 let what = match e {
                     pcap_file::PcapError::IncompleteBuffer => {
-                        format!("record {} is truncated ({} bytes left)", frames.len(), rest.len())
+                        format!(
+                            "record {} is truncated ({} bytes left)",
+                            frames.len(),
+                            rest.len()
+                        )
                     }
                     other => format!("record {}: {other}", frames.len()),
                 };
@@ -113,7 +125,11 @@ pub fn read(path: &Path) -> Result<Capture, CaptureError> {
             }
         }
     }
-    Ok(Capture { header, frames, damage })
+    Ok(Capture {
+        header,
+        frames,
+        damage,
+    })
 }
 
 /// Writes frames to a new Ethernet capture with a snap length large enough
@@ -126,11 +142,25 @@ pub struct Writer {
 impl Writer {
     /// Creates the output file.
     pub fn create(path: &Path, like: &PcapHeader) -> Result<Writer, CaptureError> {
-        let f = std::fs::File::create(path).map_err(|e| CaptureError::Write { path: path.into(), reason: e.to_string() })?;
-        let header = PcapHeader { snaplen: 262_144, datalink: DataLink::ETHERNET, ..*like };
-        let inner = PcapWriter::with_header(std::io::BufWriter::new(f), header)
-            .map_err(|e| CaptureError::Write { path: path.into(), reason: e.to_string() })?;
-        Ok(Writer { inner, path: path.into() })
+        let f = std::fs::File::create(path).map_err(|e| CaptureError::Write {
+            path: path.into(),
+            reason: e.to_string(),
+        })?;
+        let header = PcapHeader {
+            snaplen: 262_144,
+            datalink: DataLink::ETHERNET,
+            ..*like
+        };
+        let inner = PcapWriter::with_header(std::io::BufWriter::new(f), header).map_err(|e| {
+            CaptureError::Write {
+                path: path.into(),
+                reason: e.to_string(),
+            }
+        })?;
+        Ok(Writer {
+            inner,
+            path: path.into(),
+        })
     }
 
     /// Appends one frame.
@@ -138,13 +168,22 @@ impl Writer {
         self.inner
             .write_packet(&PcapPacket::new(ts, data.len() as u32, data))
             .map(|_| ())
-            .map_err(|e| CaptureError::Write { path: self.path.clone(), reason: e.to_string() })
+            .map_err(|e| CaptureError::Write {
+                path: self.path.clone(),
+                reason: e.to_string(),
+            })
     }
 
     /// Flushes to disk.
     pub fn finish(self) -> Result<(), CaptureError> {
         use std::io::Write;
         let path = self.path.clone();
-        self.inner.into_writer().flush().map_err(|e| CaptureError::Write { path, reason: e.to_string() })
+        self.inner
+            .into_writer()
+            .flush()
+            .map_err(|e| CaptureError::Write {
+                path,
+                reason: e.to_string(),
+            })
     }
 }

@@ -196,7 +196,11 @@ struct GroSummary {
 fn gro(a: GroArgs) -> Result<i32, CaptureError> {
     let cap = read_input(&a.input)?;
     let mut out = capture::Writer::create(&a.output, &cap.header)?;
-    let cfg = GroConfig { buckets: a.buckets, flows_per_bucket: a.flows_per_bucket, ..GroConfig::default() };
+    let cfg = GroConfig {
+        buckets: a.buckets,
+        flows_per_bucket: a.flows_per_bucket,
+        ..GroConfig::default()
+    };
     let mut table: GroTable<Frame> = GroTable::new(cfg);
     let mut err = None;
     let partial = a.partial_csum;
@@ -219,7 +223,11 @@ fn gro(a: GroArgs) -> Result<i32, CaptureError> {
     let frames = cap.frames.clone();
     let mut it = frames.into_iter().peekable();
     while it.peek().is_some() {
-        let chunk: Vec<_> = it.by_ref().take(batch).map(|f| (f, OffloadInfo::NONE)).collect();
+        let chunk: Vec<_> = it
+            .by_ref()
+            .take(batch)
+            .map(|f| (f, OffloadInfo::NONE))
+            .collect();
         table.coalesce_burst(chunk, 0, &mut sink);
     }
     if let Some(e) = err {
@@ -232,25 +240,52 @@ fn gro(a: GroArgs) -> Result<i32, CaptureError> {
         frames_out: s.frames_out,
         coalesced_frames: s.coalesced_out,
         coalesced_segments: s.coalesced_segments,
-        lro_rate: if s.frames_out == 0 { 0.0 } else { s.frames_in as f64 / s.frames_out as f64 },
+        lro_rate: if s.frames_out == 0 {
+            0.0
+        } else {
+            s.frames_in as f64 / s.frames_out as f64
+        },
         held_runs_started: s.held,
-        passed: PassReason::ALL.iter().map(|&r| (r.name(), s.passed(r))).filter(|x| x.1 > 0).collect(),
-        flushes: FlushReason::ALL.iter().map(|&r| (r.name(), s.flushed(r))).filter(|x| x.1 > 0).collect(),
+        passed: PassReason::ALL
+            .iter()
+            .map(|&r| (r.name(), s.passed(r)))
+            .filter(|x| x.1 > 0)
+            .collect(),
+        flushes: FlushReason::ALL
+            .iter()
+            .map(|&r| (r.name(), s.flushed(r)))
+            .filter(|x| x.1 > 0)
+            .collect(),
         damaged_at: cap.damage.as_ref().map(|d| d.0),
     };
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&summary).expect("summary serializes"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&summary).expect("summary serializes")
+        );
     } else {
         eprintln!(
             "gro: {} frames in, {} out ({} coalesced from {} segments), LRO rate {:.2}",
-            summary.frames_in, summary.frames_out, summary.coalesced_frames, summary.coalesced_segments, summary.lro_rate
+            summary.frames_in,
+            summary.frames_out,
+            summary.coalesced_frames,
+            summary.coalesced_segments,
+            summary.lro_rate
         );
         if !summary.flushes.is_empty() {
-            let f: Vec<_> = summary.flushes.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            let f: Vec<_> = summary
+                .flushes
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect();
             eprintln!("gro: run flushes: {}", f.join(", "));
         }
         if !summary.passed.is_empty() {
-            let f: Vec<_> = summary.passed.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            let f: Vec<_> = summary
+                .passed
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect();
             eprintln!("gro: passed unchanged: {}", f.join(", "));
         }
     }
@@ -270,7 +305,11 @@ struct GsoSummary {
 fn gso(a: GsoArgs) -> Result<i32, CaptureError> {
     let cap = read_input(&a.input)?;
     let mut out = capture::Writer::create(&a.output, &cap.header)?;
-    let mut s = GsoSummary { frames_in: cap.frames.len(), damaged_at: cap.damage.as_ref().map(|d| d.0), ..Default::default() };
+    let mut s = GsoSummary {
+        frames_in: cap.frames.len(),
+        damaged_at: cap.damage.as_ref().map(|d| d.0),
+        ..Default::default()
+    };
     for f in &cap.frames {
         match gso_plan(&f.data, a.mtu) {
             Plan::Pass => {
@@ -306,14 +345,23 @@ fn gso(a: GsoArgs) -> Result<i32, CaptureError> {
     }
     out.finish()?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&s).expect("summary serializes"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&s).expect("summary serializes")
+        );
     } else {
-        eprintln!("gso: {} frames in, {} segmented, {} out", s.frames_in, s.segmented, s.frames_out);
+        eprintln!(
+            "gso: {} frames in, {} segmented, {} out",
+            s.frames_in, s.segmented, s.frames_out
+        );
         for (e, n) in &s.errors {
             eprintln!("gso: {n} frames not segmented: {e}");
         }
         if s.oversize_not_tcp > 0 {
-            eprintln!("gso: {} frames over the MTU are not TCP and passed unchanged", s.oversize_not_tcp);
+            eprintln!(
+                "gso: {} frames over the MTU are not TCP and passed unchanged",
+                s.oversize_not_tcp
+            );
         }
     }
     Ok(status(&cap))
@@ -327,8 +375,12 @@ enum Plan {
 
 /// Decides whether a frame needs segmenting for `mtu` and with which MSS.
 fn gso_plan(frame: &[u8], mtu: u16) -> Plan {
-    let Ok(l) = Layers::parse(frame) else { return Plan::Pass };
-    let Some(outer) = l.net else { return Plan::Pass };
+    let Ok(l) = Layers::parse(frame) else {
+        return Plan::Pass;
+    };
+    let Some(outer) = l.net else {
+        return Plan::Pass;
+    };
     if outer.end - outer.offset <= mtu as usize {
         return Plan::Pass;
     }
@@ -341,14 +393,26 @@ fn gso_plan(frame: &[u8], mtu: u16) -> Plan {
         },
         None => (l.net, l.transport, 0),
     };
-    let (Some(net), Some(t)) = (net, t) else { return Plan::OversizeNotTcp };
+    let (Some(net), Some(t)) = (net, t) else {
+        return Plan::OversizeNotTcp;
+    };
     if t.protocol != ip_protocol::TCP {
         return Plan::OversizeNotTcp;
     }
     let headers = base + t.offset + t.header_len - outer.offset;
-    let Some(mss) = (mtu as usize).checked_sub(headers).filter(|&m| m > 0) else { return Plan::OversizeNotTcp };
-    let kind = if net.kind == NetKind::Ipv4 { GsoType::TcpV4 } else { GsoType::TcpV6 };
-    Plan::Segment(GsoInfo { kind, size: mss.min(u16::MAX as usize) as u16, ecn: false })
+    let Some(mss) = (mtu as usize).checked_sub(headers).filter(|&m| m > 0) else {
+        return Plan::OversizeNotTcp;
+    };
+    let kind = if net.kind == NetKind::Ipv4 {
+        GsoType::TcpV4
+    } else {
+        GsoType::TcpV6
+    };
+    Plan::Segment(GsoInfo {
+        kind,
+        size: mss.min(u16::MAX as usize) as u16,
+        ecn: false,
+    })
 }
 
 #[derive(Serialize)]
@@ -388,8 +452,19 @@ fn rss(a: RssArgs) -> Result<i32, CaptureError> {
             Some((h, k)) => (h, rss.reta.queue(h), type_name(k)),
             None => (0, 0, "none"),
         };
-        let line = RssLine { frame: i, hash: format!("0x{hash:08x}"), queue, kind };
-        if writeln!(lock, "{}", serde_json::to_string(&line).expect("line serializes")).is_err() {
+        let line = RssLine {
+            frame: i,
+            hash: format!("0x{hash:08x}"),
+            queue,
+            kind,
+        };
+        if writeln!(
+            lock,
+            "{}",
+            serde_json::to_string(&line).expect("line serializes")
+        )
+        .is_err()
+        {
             return Ok(0); // reader went away (a pipe into head)
         }
     }
@@ -409,18 +484,27 @@ fn type_name(k: HashType) -> &'static str {
 }
 
 fn parse_hex(s: &str) -> Option<Vec<u8>> {
-    let clean: String = s.chars().filter(|c| !matches!(c, ':' | ' ' | '-')).collect();
+    let clean: String = s
+        .chars()
+        .filter(|c| !matches!(c, ':' | ' ' | '-'))
+        .collect();
     let clean = clean.strip_prefix("0x").unwrap_or(&clean);
-    if clean.len() % 2 != 0 {
+    if !clean.len().is_multiple_of(2) {
         return None;
     }
-    (0..clean.len()).step_by(2).map(|i| u8::from_str_radix(&clean[i..i + 2], 16).ok()).collect()
+    (0..clean.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&clean[i..i + 2], 16).ok())
+        .collect()
 }
 
 fn encap(a: EncapArgs) -> Result<i32, CaptureError> {
     let cap = read_input(&a.input)?;
     let mut out = capture::Writer::create(&a.output, &cap.header)?;
-    let tunnel = Tunnel { udp_csum: a.udp_csum, ..Tunnel::new(a.vni, a.local.octets(), a.remote.octets()) };
+    let tunnel = Tunnel {
+        udp_csum: a.udp_csum,
+        ..Tunnel::new(a.vni, a.local.octets(), a.remote.octets())
+    };
     let rss = Rss::new(&DEFAULT_KEY, 1).expect("default key is valid");
     let (mut done, mut failed) = (0, 0);
     for f in &cap.frames {
@@ -437,7 +521,10 @@ fn encap(a: EncapArgs) -> Result<i32, CaptureError> {
         }
     }
     out.finish()?;
-    eprintln!("vxlan encap: {done} frames encapsulated in VNI {}, {failed} passed unchanged", a.vni);
+    eprintln!(
+        "vxlan encap: {done} frames encapsulated in VNI {}, {failed} passed unchanged",
+        a.vni
+    );
     Ok(status(&cap))
 }
 
@@ -458,6 +545,8 @@ fn decap(a: DecapArgs) -> Result<i32, CaptureError> {
         }
     }
     out.finish()?;
-    eprintln!("vxlan decap: {done} frames decapsulated, {other} were not VXLAN and passed unchanged");
+    eprintln!(
+        "vxlan decap: {done} frames decapsulated, {other} were not VXLAN and passed unchanged"
+    );
     Ok(status(&cap))
 }

@@ -27,7 +27,7 @@ pub fn complete_partial(frame: &mut [u8], start: u16, offset: u16) -> Result<(),
     if at + 2 > frame.len() || start > frame.len() {
         return Err(CsumError::OutOfBounds);
     }
-    let c = Sum::ZERO.add(&frame[start..]).finish();
+    let c = Sum::ZERO.add_bytes(&frame[start..]).finish();
     frame[at..at + 2].copy_from_slice(&c.to_be_bytes());
     Ok(())
 }
@@ -36,7 +36,9 @@ pub fn complete_partial(frame: &mut [u8], start: u16, offset: u16) -> Result<(),
 pub fn pseudo_header(frame: &[u8], net: &Net, protocol: u8, l4_len: u32) -> Sum {
     match net.kind {
         NetKind::Ipv4 => ipv4::Packet::new_unchecked(&frame[net.offset..]).pseudo_header(l4_len),
-        NetKind::Ipv6 => ipv6::Packet::new_unchecked(&frame[net.offset..]).pseudo_header(protocol, l4_len),
+        NetKind::Ipv6 => {
+            ipv6::Packet::new_unchecked(&frame[net.offset..]).pseudo_header(protocol, l4_len)
+        }
     }
 }
 
@@ -46,7 +48,11 @@ pub fn validate_l4(frame: &[u8], layers: &Layers) -> Result<CsumState, CsumError
     let (Some(net), Some(t)) = (layers.net, layers.transport) else {
         return Err(CsumError::NoTransport);
     };
-    Ok(if l4_sum_ok(frame, &net, &t) { CsumState::Good } else { CsumState::Bad })
+    Ok(if l4_sum_ok(frame, &net, &t) {
+        CsumState::Good
+    } else {
+        CsumState::Bad
+    })
 }
 
 pub(crate) fn l4_sum_ok(frame: &[u8], net: &Net, t: &Transport) -> bool {
@@ -58,7 +64,7 @@ pub(crate) fn l4_sum_ok(frame: &[u8], net: &Net, t: &Transport) -> bool {
         }
     }
     let ph = pseudo_header(frame, net, t.protocol, seg.len() as u32);
-    checksum::verifies(ph.add(seg))
+    checksum::verifies(ph.add_bytes(seg))
 }
 
 /// Fills in the transport checksum (TCP or UDP) of a parsed frame from
@@ -98,6 +104,9 @@ mod tests {
         assert_eq!(validate_l4(&f, &l).unwrap(), CsumState::Bad);
         complete_partial(&mut f, t.offset as u16, 16).unwrap();
         assert_eq!(tcp::Packet::new_unchecked(&f[t.offset..]).checksum(), good);
-        assert_eq!(complete_partial(&mut f, 60, 2000), Err(CsumError::OutOfBounds));
+        assert_eq!(
+            complete_partial(&mut f, 60, 2000),
+            Err(CsumError::OutOfBounds)
+        );
     }
 }

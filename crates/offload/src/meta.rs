@@ -53,13 +53,19 @@ pub struct OffloadInfo {
 impl OffloadInfo {
     /// Metadata for a frame that needs nothing and whose checksum nobody
     /// checked.
-    pub const NONE: OffloadInfo = OffloadInfo { gso: None, csum: CsumState::Unknown };
+    pub const NONE: OffloadInfo = OffloadInfo {
+        gso: None,
+        csum: CsumState::Unknown,
+    };
 
     /// Reads what a virtio-net header says. Structural validation against
     /// the frame happens at the port boundary, not here.
     pub fn from_vnet(h: &VirtioNetHdr) -> OffloadInfo {
         let csum = if h.needs_csum() {
-            CsumState::Partial { start: h.csum_start, offset: h.csum_offset }
+            CsumState::Partial {
+                start: h.csum_start,
+                offset: h.csum_offset,
+            }
         } else if h.data_valid() {
             CsumState::Good
         } else {
@@ -67,7 +73,11 @@ impl OffloadInfo {
         };
         let gso = match h.gso_type {
             GsoType::None => None,
-            kind => Some(GsoInfo { kind, size: h.gso_size, ecn: h.gso_ecn }),
+            kind => Some(GsoInfo {
+                kind,
+                size: h.gso_size,
+                ecn: h.gso_ecn,
+            }),
         };
         OffloadInfo { gso, csum }
     }
@@ -84,7 +94,16 @@ impl OffloadInfo {
             Some(g) => (g.kind, g.size, g.ecn, hdr_len),
             None => (GsoType::None, 0, false, 0),
         };
-        VirtioNetHdr { flags, gso_type, gso_ecn, hdr_len, gso_size, csum_start, csum_offset, num_buffers: 1 }
+        VirtioNetHdr {
+            flags,
+            gso_type,
+            gso_ecn,
+            hdr_len,
+            gso_size,
+            csum_start,
+            csum_offset,
+            num_buffers: 1,
+        }
     }
 }
 
@@ -105,9 +124,19 @@ mod tests {
             num_buffers: 1,
         };
         let info = OffloadInfo::from_vnet(&h);
-        assert_eq!(info.csum, CsumState::Partial { start: 54, offset: 16 });
+        assert_eq!(
+            info.csum,
+            CsumState::Partial {
+                start: 54,
+                offset: 16
+            }
+        );
         assert_eq!(info.to_vnet(74), h);
-        let plain = OffloadInfo { gso: None, csum: CsumState::Good }.to_vnet(0);
+        let plain = OffloadInfo {
+            gso: None,
+            csum: CsumState::Good,
+        }
+        .to_vnet(0);
         assert_eq!(plain.flags, virtio_net::flags::DATA_VALID);
         assert_eq!(plain.gso_type, GsoType::None);
     }

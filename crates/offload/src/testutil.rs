@@ -85,7 +85,10 @@ impl Default for TcpSpec {
 impl TcpSpec {
     /// IPv6 defaults (fdaa::2 > fdaa::1), as in the kernel GRO selftest.
     pub fn v6() -> TcpSpec {
-        let mut s = TcpSpec { v6: true, ..TcpSpec::default() };
+        let mut s = TcpSpec {
+            v6: true,
+            ..TcpSpec::default()
+        };
         s.src_ip = [0xfd, 0xaa, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
         s.dst_ip = [0xfd, 0xaa, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
         s
@@ -119,7 +122,11 @@ impl TcpSpec {
             ipv6::Repr {
                 src: a,
                 dst: self.dst_ip,
-                next_header: if self.ext.is_empty() { 6 } else { self.first_ext },
+                next_header: if self.ext.is_empty() {
+                    6
+                } else {
+                    self.first_ext
+                },
                 payload_len: self.ext.len() + tcp_len,
                 hop_limit: self.ttl,
                 traffic_class: self.tos,

@@ -79,7 +79,9 @@ pub enum VxlanError {
 /// The outer UDP source port for an inner frame: its flow hash scaled into
 /// `[min, max)` (Linux `udp_flow_src_port`).
 pub fn source_port(rss: &Rss, inner: &[u8], range: (u16, u16)) -> u16 {
-    let hash = rss.hash_frame(inner).map_or_else(|| fallback_hash(inner), |(h, _)| h);
+    let hash = rss
+        .hash_frame(inner)
+        .map_or_else(|| fallback_hash(inner), |(h, _)| h);
     let hash = hash ^ (hash << 16);
     let (min, max) = range;
     let span = max.saturating_sub(min) as u64;
@@ -89,7 +91,9 @@ pub fn source_port(rss: &Rss, inner: &[u8], range: (u16, u16)) -> u16 {
 fn fallback_hash(inner: &[u8]) -> u32 {
     // No IP header: hash the Ethernet header, as Linux does with `use_eth`.
     let n = inner.len().min(14);
-    inner[..n].iter().fold(0x811c_9dc5u32, |h, &b| (h ^ b as u32).wrapping_mul(0x0100_0193))
+    inner[..n].iter().fold(0x811c_9dc5u32, |h, &b| {
+        (h ^ b as u32).wrapping_mul(0x0100_0193)
+    })
 }
 
 /// Builds the outer headers for `inner` into `out` (which must be
@@ -107,8 +111,12 @@ pub fn encap_header(
     if ip_len > 65535 {
         return Err(VxlanError::TooLarge);
     }
-    EthernetRepr { dst: tunnel.dst_mac, src: tunnel.src_mac, ethertype: EtherType::Ipv4 }
-        .emit(&mut EthernetFrame::new_unchecked(&mut out[..]));
+    EthernetRepr {
+        dst: tunnel.dst_mac,
+        src: tunnel.src_mac,
+        ethertype: EtherType::Ipv4,
+    }
+    .emit(&mut EthernetFrame::new_unchecked(&mut out[..]));
     ipv4::Repr {
         src: tunnel.local,
         dst: tunnel.remote,
@@ -131,7 +139,10 @@ pub fn encap_header(
     }
     vxlan::Packet::new_unchecked(&mut out[42..]).emit(tunnel.vni);
     let csum = match info.csum {
-        CsumState::Partial { start, offset } => CsumState::Partial { start: start + OUTER_LEN as u16, offset },
+        CsumState::Partial { start, offset } => CsumState::Partial {
+            start: start + OUTER_LEN as u16,
+            offset,
+        },
         other => other,
     };
     if tunnel.udp_csum {
@@ -143,18 +154,26 @@ pub fn encap_header(
             CsumState::Partial { start, offset } => {
                 let (s, o) = (start as usize, offset as usize);
                 let field = u16::from_be_bytes([inner[s + o], inner[s + o + 1]]);
-                Sum::ZERO.add(&inner[..s]).add_u16(!field)
+                Sum::ZERO.add_bytes(&inner[..s]).add_u16(!field)
             }
-            _ => Sum::ZERO.add(inner),
+            _ => Sum::ZERO.add_bytes(inner),
         };
-        let c = ph.add(&out[34..]).combine(inner_sum).finish();
+        let c = ph.add_bytes(&out[34..]).combine(inner_sum).finish();
         udp::Packet::new_unchecked(&mut out[34..]).set_checksum(if c == 0 { 0xffff } else { c });
     }
-    Ok(OffloadInfo { gso: info.gso, csum })
+    Ok(OffloadInfo {
+        gso: info.gso,
+        csum,
+    })
 }
 
 /// Encapsulates into a new buffer (for the pcap tool and tests).
-pub fn encap(tunnel: &Tunnel, rss: &Rss, inner: &[u8], info: OffloadInfo) -> Result<(Vec<u8>, OffloadInfo), VxlanError> {
+pub fn encap(
+    tunnel: &Tunnel,
+    rss: &Rss,
+    inner: &[u8],
+    info: OffloadInfo,
+) -> Result<(Vec<u8>, OffloadInfo), VxlanError> {
     let mut hdr = [0u8; OUTER_LEN];
     let info = encap_header(tunnel, rss, inner, info, &mut hdr)?;
     Ok(([&hdr[..], inner].concat(), info))
@@ -181,12 +200,23 @@ pub fn decap(frame: &[u8], info: OffloadInfo) -> Result<Decapped, VxlanError> {
     let vni = vxlan::Packet::new_unchecked(&frame[inner_offset - vxlan::HEADER_LEN..]).vni();
     let csum = match info.csum {
         CsumState::Partial { start, offset } if start as usize >= inner_offset => {
-            CsumState::Partial { start: start - inner_offset as u16, offset }
+            CsumState::Partial {
+                start: start - inner_offset as u16,
+                offset,
+            }
         }
         CsumState::Partial { .. } => CsumState::Unknown,
         other => other,
     };
-    Ok(Decapped { inner_offset, inner_end: net.end, vni, info: OffloadInfo { gso: info.gso, csum } })
+    Ok(Decapped {
+        inner_offset,
+        inner_end: net.end,
+        vni,
+        info: OffloadInfo {
+            gso: info.gso,
+            csum,
+        },
+    })
 }
 
 #[cfg(test)]
@@ -202,7 +232,10 @@ mod tests {
     #[test]
     fn encap_then_decap_round_trips() {
         let inner = TcpSpec::default().build();
-        let t = Tunnel { udp_csum: true, ..Tunnel::new(0xabcdef, [10, 0, 0, 1], [10, 0, 0, 2]) };
+        let t = Tunnel {
+            udp_csum: true,
+            ..Tunnel::new(0xabcdef, [10, 0, 0, 1], [10, 0, 0, 2])
+        };
         let (f, info) = encap(&t, &rss(), &inner, OffloadInfo::NONE).unwrap();
         let d = decap(&f, info).unwrap();
         assert_eq!(d.vni, 0xabcdef);
@@ -217,17 +250,36 @@ mod tests {
 
     #[test]
     fn partial_inner_checksum_is_kept_and_lco_is_right() {
-        let inner = TcpSpec { payload: vec![7u8; 3000], ..TcpSpec::default() }.build();
+        let inner = TcpSpec {
+            payload: vec![7u8; 3000],
+            ..TcpSpec::default()
+        }
+        .build();
         let l = Layers::parse(&inner).unwrap();
         let (net, tp) = (l.net.unwrap(), l.transport.unwrap());
         // Turn the inner frame into what a guest with checksum offload sends.
         let mut partial = inner.clone();
         let ph = crate::csum::pseudo_header(&partial, &net, 6, (net.end - tp.offset) as u32).fold();
         partial[tp.offset + 16..tp.offset + 18].copy_from_slice(&ph.to_be_bytes());
-        let info = OffloadInfo { gso: None, csum: CsumState::Partial { start: tp.offset as u16, offset: 16 } };
-        let t = Tunnel { udp_csum: true, ..Tunnel::new(5, [10, 0, 0, 1], [10, 0, 0, 2]) };
+        let info = OffloadInfo {
+            gso: None,
+            csum: CsumState::Partial {
+                start: tp.offset as u16,
+                offset: 16,
+            },
+        };
+        let t = Tunnel {
+            udp_csum: true,
+            ..Tunnel::new(5, [10, 0, 0, 1], [10, 0, 0, 2])
+        };
         let (mut f, out_info) = encap(&t, &rss(), &partial, info).unwrap();
-        assert_eq!(out_info.csum, CsumState::Partial { start: (tp.offset + OUTER_LEN) as u16, offset: 16 });
+        assert_eq!(
+            out_info.csum,
+            CsumState::Partial {
+                start: (tp.offset + OUTER_LEN) as u16,
+                offset: 16
+            }
+        );
         // Completing the inner checksum must make the outer one (computed
         // before, by LCO) verify.
         crate::csum::complete_partial(&mut f, (tp.offset + OUTER_LEN) as u16, 16).unwrap();
@@ -242,7 +294,11 @@ mod tests {
     fn source_port_follows_inner_flow() {
         let t = Tunnel::new(5, [10, 0, 0, 1], [10, 0, 0, 2]);
         let a = TcpSpec::default().build();
-        let b = TcpSpec { src_port: 1501, ..TcpSpec::default() }.build();
+        let b = TcpSpec {
+            src_port: 1501,
+            ..TcpSpec::default()
+        }
+        .build();
         let pa = source_port(&rss(), &a, t.src_port_range);
         assert_eq!(pa, source_port(&rss(), &a, t.src_port_range));
         assert_ne!(pa, source_port(&rss(), &b, t.src_port_range));
@@ -252,6 +308,14 @@ mod tests {
     fn not_vxlan_is_refused() {
         let f = TcpSpec::default().build();
         assert_eq!(decap(&f, OffloadInfo::NONE), Err(VxlanError::NotVxlan));
-        assert!(matches!(encap(&Tunnel::new(1, [0; 4], [0; 4]), &rss(), &f[..20], OffloadInfo::NONE), Err(VxlanError::Malformed(_))));
+        assert!(matches!(
+            encap(
+                &Tunnel::new(1, [0; 4], [0; 4]),
+                &rss(),
+                &f[..20],
+                OffloadInfo::NONE
+            ),
+            Err(VxlanError::Malformed(_))
+        ));
     }
 }

@@ -31,7 +31,7 @@ impl Sum {
     /// Adds `data` as if it started at an even offset of the checksummed
     /// region.
     #[inline]
-    pub fn add(self, data: &[u8]) -> Sum {
+    pub fn add_bytes(self, data: &[u8]) -> Sum {
         self.add_at(data, false)
     }
 
@@ -87,7 +87,7 @@ impl Sum {
 
 /// The checksum of `data` alone, ready to be stored (RFC 1071).
 pub fn checksum(data: &[u8]) -> u16 {
-    Sum::ZERO.add(data).finish()
+    Sum::ZERO.add_bytes(data).finish()
 }
 
 /// True when the ones'-complement sum over `data`, checksum field included,
@@ -99,8 +99,8 @@ pub fn verifies(sum: Sum) -> bool {
 /// The pseudo-header sum for TCP/UDP over IPv4 (RFC 793 §3.1, RFC 768).
 pub fn pseudo_header_v4(src: [u8; 4], dst: [u8; 4], protocol: u8, l4_len: u32) -> Sum {
     Sum::ZERO
-        .add(&src)
-        .add(&dst)
+        .add_bytes(&src)
+        .add_bytes(&dst)
         .add_u16(protocol as u16)
         .add_u32(l4_len)
 }
@@ -108,8 +108,8 @@ pub fn pseudo_header_v4(src: [u8; 4], dst: [u8; 4], protocol: u8, l4_len: u32) -
 /// The pseudo-header sum for upper layers over IPv6 (RFC 8200 §8.1).
 pub fn pseudo_header_v6(src: [u8; 16], dst: [u8; 16], next_header: u8, l4_len: u32) -> Sum {
     Sum::ZERO
-        .add(&src)
-        .add(&dst)
+        .add_bytes(&src)
+        .add_bytes(&dst)
         .add_u32(l4_len)
         .add_u16(next_header as u16)
 }
@@ -198,7 +198,11 @@ mod tests {
     fn reference(data: &[u8]) -> u16 {
         let mut s: u32 = 0;
         for w in data.chunks(2) {
-            let v = if w.len() == 2 { u16::from_be_bytes([w[0], w[1]]) } else { (w[0] as u16) << 8 };
+            let v = if w.len() == 2 {
+                u16::from_be_bytes([w[0], w[1]])
+            } else {
+                (w[0] as u16) << 8
+            };
             s += v as u32;
             s = (s & 0xffff) + (s >> 16);
         }
@@ -209,7 +213,7 @@ mod tests {
     fn rfc1071_example() {
         // RFC 1071 §3: the sum of 00 01 f2 03 f4 f5 f6 f7 is ddf2.
         let data = [0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7];
-        assert_eq!(Sum::ZERO.add(&data).fold(), 0xddf2);
+        assert_eq!(Sum::ZERO.add_bytes(&data).fold(), 0xddf2);
         assert_eq!(checksum(&data), !0xddf2);
     }
 
@@ -222,7 +226,7 @@ mod tests {
         ];
         assert_eq!(checksum(&hdr), 0xb861);
         hdr[10..12].copy_from_slice(&0xb861u16.to_be_bytes());
-        assert!(verifies(Sum::ZERO.add(&hdr)));
+        assert!(verifies(Sum::ZERO.add_bytes(&hdr)));
     }
 
     #[test]
@@ -242,7 +246,7 @@ mod tests {
         let data: Vec<u8> = (0..1001u32).map(|i| (i * 31 + 5) as u8).collect();
         for split in [0, 1, 2, 3, 499, 500, 1000, 1001] {
             let (a, b) = data.split_at(split);
-            let s = Sum::ZERO.add(a).add_at(b, split % 2 == 1);
+            let s = Sum::ZERO.add_bytes(a).add_at(b, split % 2 == 1);
             assert_eq!(s.finish(), reference(&data), "split {split}");
         }
     }

@@ -18,7 +18,11 @@ impl MacAddr {
 impl core::fmt::Display for MacAddr {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let m = self.0;
-        write!(f, "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5])
+        write!(
+            f,
+            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            m[0], m[1], m[2], m[3], m[4], m[5]
+        )
     }
 }
 
@@ -168,7 +172,11 @@ impl<T: AsRef<[u8]>> Frame<T> {
                     off += VLAN_TAG_LEN;
                 }
                 _ => {
-                    return Ok(L2 { ethertype: et, header_len: off + 2, vlans });
+                    return Ok(L2 {
+                        ethertype: et,
+                        header_len: off + 2,
+                        vlans,
+                    });
                 }
             }
         }
@@ -226,7 +234,11 @@ impl Repr {
     /// Reads the untagged header.
     pub fn parse<T: AsRef<[u8]>>(f: &Frame<T>) -> Result<Repr> {
         f.check_len()?;
-        Ok(Repr { dst: f.dst(), src: f.src(), ethertype: f.ethertype() })
+        Ok(Repr {
+            dst: f.dst(),
+            src: f.src(),
+            ethertype: f.ethertype(),
+        })
     }
     /// Header length on the wire.
     pub const fn buffer_len(&self) -> usize {
@@ -270,13 +282,19 @@ mod tests {
             ethertype: EtherType::Ipv6,
         };
         repr.emit(&mut Frame::new_unchecked(&mut buf[..]));
-        assert_eq!(Repr::parse(&Frame::new_checked(&buf[..]).unwrap()).unwrap(), repr);
+        assert_eq!(
+            Repr::parse(&Frame::new_checked(&buf[..]).unwrap()).unwrap(),
+            repr
+        );
         assert_eq!(&buf[12..], &[0x86, 0xdd]);
     }
 
     #[test]
     fn truncated_and_too_deep() {
-        assert_eq!(Frame::new_checked(&FRAME_BYTES[..13]).unwrap_err(), Error::Truncated);
+        assert_eq!(
+            Frame::new_checked(&FRAME_BYTES[..13]).unwrap_err(),
+            Error::Truncated
+        );
         let f = Frame::new_checked(&FRAME_BYTES[..16]).unwrap();
         assert_eq!(f.walk_tags().unwrap_err(), Error::Truncated);
         let mut deep = vec![0u8; 12];
@@ -284,6 +302,12 @@ mod tests {
             deep.extend_from_slice(&[0x81, 0x00, 0x00, 0x01]);
         }
         deep.extend_from_slice(&[0x08, 0x00]);
-        assert_eq!(Frame::new_checked(&deep[..]).unwrap().walk_tags().unwrap_err(), Error::TooDeep);
+        assert_eq!(
+            Frame::new_checked(&deep[..])
+                .unwrap()
+                .walk_tags()
+                .unwrap_err(),
+            Error::TooDeep
+        );
     }
 }

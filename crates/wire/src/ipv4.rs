@@ -144,7 +144,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
     /// True when the header checksum verifies.
     pub fn verify_checksum(&self) -> bool {
-        checksum::verifies(Sum::ZERO.add(&self.b()[..self.header_len()]))
+        checksum::verifies(Sum::ZERO.add_bytes(&self.b()[..self.header_len()]))
     }
     /// The payload as delimited by the total-length field.
     pub fn payload(&self) -> &[u8] {
@@ -315,7 +315,10 @@ mod tests {
         assert_eq!(&buf[..20], &PACKET_BYTES[..]);
         let (h, _) = etherparse::Ipv4Header::from_slice(&buf).unwrap();
         assert_eq!(h.header_checksum, h.calc_header_checksum());
-        assert_eq!(Repr::parse(&Packet::new_checked(&buf[..]).unwrap()).unwrap(), repr);
+        assert_eq!(
+            Repr::parse(&Packet::new_checked(&buf[..]).unwrap()).unwrap(),
+            repr
+        );
     }
 
     #[test]
@@ -337,11 +340,20 @@ mod tests {
     #[test]
     fn bad_inputs() {
         let buf = with_payload();
-        assert_eq!(Packet::new_checked(&buf[..19]).unwrap_err(), Error::Truncated);
-        assert_eq!(Packet::new_checked(&buf[..100]).unwrap_err(), Error::Truncated);
+        assert_eq!(
+            Packet::new_checked(&buf[..19]).unwrap_err(),
+            Error::Truncated
+        );
+        assert_eq!(
+            Packet::new_checked(&buf[..100]).unwrap_err(),
+            Error::Truncated
+        );
         let mut b = buf.clone();
         b[0] = 0x44;
-        assert_eq!(Packet::new_checked(&b[..]).unwrap_err(), Error::BadHeaderLen);
+        assert_eq!(
+            Packet::new_checked(&b[..]).unwrap_err(),
+            Error::BadHeaderLen
+        );
         b[0] = 0x65;
         assert_eq!(Packet::new_checked(&b[..]).unwrap_err(), Error::BadVersion);
         let mut b = buf;

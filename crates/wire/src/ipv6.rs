@@ -142,7 +142,12 @@ impl<T: AsRef<[u8]>> Packet<T> {
                     8
                 }
                 _ => {
-                    return Ok(Extensions { protocol: proto, len: off - HEADER_LEN, fragment, count });
+                    return Ok(Extensions {
+                        protocol: proto,
+                        len: off - HEADER_LEN,
+                        fragment,
+                        count,
+                    });
                 }
             };
             if count == MAX_EXT_HEADERS {
@@ -277,12 +282,37 @@ mod tests {
     fn walks_extension_headers() {
         // hop-by-hop (8) -> routing (16) -> dest opts (8) -> fragment (8) -> TCP
         let mut ext = vec![next_header::ROUTING, 0, 1, 4, 0, 0, 0, 0];
-        ext.extend_from_slice(&[next_header::DEST_OPTS, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        ext.extend_from_slice(&[
+            next_header::DEST_OPTS,
+            1,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+        ]);
         ext.extend_from_slice(&[next_header::FRAGMENT, 0, 1, 4, 0, 0, 0, 0]);
         ext.extend_from_slice(&[6, 0, 0, 1, 0, 0, 0, 7]);
         let buf = packet(next_header::HOP_BY_HOP, &ext, 20);
         let e = Packet::new_checked(&buf[..]).unwrap().extensions().unwrap();
-        assert_eq!(e, Extensions { protocol: 6, len: 40, fragment: true, count: 4 });
+        assert_eq!(
+            e,
+            Extensions {
+                protocol: 6,
+                len: 40,
+                fragment: true,
+                count: 4
+            }
+        );
     }
 
     #[test]
@@ -291,6 +321,9 @@ mod tests {
         let buf = packet(next_header::DEST_OPTS, &ext, 4);
         let p = Packet::new_checked(&buf[..]).unwrap();
         assert_eq!(p.extensions().unwrap_err(), Error::Truncated);
-        assert_eq!(Packet::new_checked(&buf[..30]).unwrap_err(), Error::Truncated);
+        assert_eq!(
+            Packet::new_checked(&buf[..30]).unwrap_err(),
+            Error::Truncated
+        );
     }
 }

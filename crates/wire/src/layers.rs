@@ -103,11 +103,19 @@ impl Layers {
                 match n.protocol {
                     ip_protocol::TCP => {
                         let t = tcp::Packet::new_checked(body)?;
-                        Some(Transport { protocol: n.protocol, offset: t_off, header_len: t.header_len() })
+                        Some(Transport {
+                            protocol: n.protocol,
+                            offset: t_off,
+                            header_len: t.header_len(),
+                        })
                     }
                     ip_protocol::UDP => {
                         udp::Packet::new_checked(body)?;
-                        Some(Transport { protocol: n.protocol, offset: t_off, header_len: udp::HEADER_LEN })
+                        Some(Transport {
+                            protocol: n.protocol,
+                            offset: t_off,
+                            header_len: udp::HEADER_LEN,
+                        })
                     }
                     _ => None,
                 }

@@ -41,8 +41,17 @@ fn write_stack(f: &mut fmt::Formatter<'_>, frame: &[u8], depth: usize) -> fmt::R
             write!(
                 f,
                 " | ipv4 {}.{}.{}.{} > {}.{}.{}.{} len {} id {} ttl {}{}",
-                a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3],
-                p.total_len(), p.ident(), p.ttl(),
+                a[0],
+                a[1],
+                a[2],
+                a[3],
+                b[0],
+                b[1],
+                b[2],
+                b[3],
+                p.total_len(),
+                p.ident(),
+                p.ttl(),
                 if p.dont_frag() { " DF" } else { "" }
             )?;
         }
@@ -50,7 +59,12 @@ fn write_stack(f: &mut fmt::Formatter<'_>, frame: &[u8], depth: usize) -> fmt::R
             let p = ipv6::Packet::new_unchecked(ip);
             let a = std::net::Ipv6Addr::from(p.src());
             let b = std::net::Ipv6Addr::from(p.dst());
-            write!(f, " | ipv6 {a} > {b} plen {} hlim {}", p.payload_len(), p.hop_limit())?;
+            write!(
+                f,
+                " | ipv6 {a} > {b} plen {} hlim {}",
+                p.payload_len(),
+                p.hop_limit()
+            )?;
         }
     }
     if net.fragment {
@@ -74,7 +88,11 @@ fn write_stack(f: &mut fmt::Formatter<'_>, frame: &[u8], depth: usize) -> fmt::R
                 (tcp::flags::ECE, 'E'),
                 (tcp::flags::CWR, 'W'),
             ];
-            let flags: String = names.iter().filter(|(b, _)| fl & b != 0).map(|(_, c)| *c).collect();
+            let flags: String = names
+                .iter()
+                .filter(|(b, _)| fl & b != 0)
+                .map(|(_, c)| *c)
+                .collect();
             write!(
                 f,
                 " | tcp {} > {} [{}] seq {} ack {} len {}",
@@ -88,7 +106,13 @@ fn write_stack(f: &mut fmt::Formatter<'_>, frame: &[u8], depth: usize) -> fmt::R
         }
         _ => {
             let p = udp::Packet::new_unchecked(l4);
-            write!(f, " | udp {} > {} len {}", p.src_port(), p.dst_port(), p.len())?;
+            write!(
+                f,
+                " | udp {} > {} len {}",
+                p.src_port(),
+                p.dst_port(),
+                p.len()
+            )?;
             match layers.vxlan_inner_offset(frame) {
                 Some(inner) if depth < 2 => {
                     let v = vxlan::Packet::new_unchecked(&frame[inner - vxlan::HEADER_LEN..]);

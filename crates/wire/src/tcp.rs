@@ -122,7 +122,9 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
     /// The options, decoded.
     pub fn option_iter(&self) -> OptionIter<'_> {
-        OptionIter { rest: self.options() }
+        OptionIter {
+            rest: self.options(),
+        }
     }
     /// The data after the header.
     pub fn payload(&self) -> &[u8] {
@@ -130,7 +132,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
     /// Verifies the checksum over the whole buffer given the pseudo-header.
     pub fn verify_checksum(&self, pseudo: Sum) -> bool {
-        crate::checksum::verifies(pseudo.add(self.b()))
+        crate::checksum::verifies(pseudo.add_bytes(self.b()))
     }
 }
 
@@ -177,7 +179,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// Computes and stores the checksum over the whole buffer.
     pub fn fill_checksum(&mut self, pseudo: Sum) {
         self.set_checksum(0);
-        let c = pseudo.add(self.b()).finish();
+        let c = pseudo.add_bytes(self.b()).finish();
         self.set_checksum(c);
     }
 }
@@ -324,11 +326,16 @@ mod tests {
         assert!(p.verify_checksum(ph));
         assert_eq!(Repr::parse(&p).unwrap(), repr);
         let o: Vec<_> = p.option_iter().collect::<Result<_>>().unwrap();
-        assert_eq!(o, vec![TcpOption::Nop, TcpOption::Nop, TcpOption::Timestamp(7, 9)]);
+        assert_eq!(
+            o,
+            vec![TcpOption::Nop, TcpOption::Nop, TcpOption::Timestamp(7, 9)]
+        );
         assert_eq!(p.payload(), b"0123456789");
         // etherparse computes the same checksum independently.
         let (h, _) = etherparse::TcpHeader::from_slice(&buf).unwrap();
-        let c = h.calc_checksum_ipv4_raw([10, 0, 0, 1], [10, 0, 0, 2], b"0123456789").unwrap();
+        let c = h
+            .calc_checksum_ipv4_raw([10, 0, 0, 1], [10, 0, 0, 2], b"0123456789")
+            .unwrap();
         assert_eq!(c, Packet::new_checked(&buf[..]).unwrap().checksum());
     }
 
@@ -341,7 +348,10 @@ mod tests {
         let p = Packet::new_checked(&buf[..]).unwrap();
         assert_eq!(p.option_iter().next(), Some(Err(Error::BadHeaderLen)));
         buf[12] = 0x40;
-        assert_eq!(Packet::new_checked(&buf[..]).unwrap_err(), Error::BadHeaderLen);
+        assert_eq!(
+            Packet::new_checked(&buf[..]).unwrap_err(),
+            Error::BadHeaderLen
+        );
         buf[12] = 0x70;
         assert_eq!(Packet::new_checked(&buf[..]).unwrap_err(), Error::Truncated);
     }

@@ -67,7 +67,9 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// Verifies the checksum (a zero field passes: no checksum was sent).
     pub fn verify_checksum(&self, pseudo: Sum) -> bool {
         self.checksum() == 0
-            || crate::checksum::verifies(pseudo.add(&self.buffer.as_ref()[..self.len() as usize]))
+            || crate::checksum::verifies(
+                pseudo.add_bytes(&self.buffer.as_ref()[..self.len() as usize]),
+            )
     }
 }
 
@@ -93,7 +95,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     pub fn fill_checksum(&mut self, pseudo: Sum) {
         self.set_checksum(0);
         let l = self.len() as usize;
-        let c = pseudo.add(&self.buffer.as_ref()[..l]).finish();
+        let c = pseudo.add_bytes(&self.buffer.as_ref()[..l]).finish();
         self.set_checksum(if c == 0 { 0xffff } else { c });
     }
 }
@@ -117,7 +119,9 @@ mod tests {
         assert!(p.verify_checksum(ph));
         assert_eq!(p.payload(), b"hello");
         let (h, _) = etherparse::UdpHeader::from_slice(&buf).unwrap();
-        let c = h.calc_checksum_ipv4_raw([10, 0, 0, 1], [10, 0, 0, 2], b"hello").unwrap();
+        let c = h
+            .calc_checksum_ipv4_raw([10, 0, 0, 1], [10, 0, 0, 2], b"hello")
+            .unwrap();
         assert_eq!(c, p.checksum());
     }
 

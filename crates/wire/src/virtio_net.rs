@@ -148,7 +148,10 @@ mod tests {
         let r = Repr::parse(&HDR_BYTES, LEN_V1).unwrap();
         assert!(r.needs_csum());
         assert_eq!(r.gso_type, GsoType::TcpV4);
-        assert_eq!((r.hdr_len, r.gso_size, r.csum_start, r.csum_offset), (66, 1448, 34, 16));
+        assert_eq!(
+            (r.hdr_len, r.gso_size, r.csum_start, r.csum_offset),
+            (66, 1448, 34, 16)
+        );
         assert_eq!(r.num_buffers, 1);
         let legacy = Repr::parse(&HDR_BYTES, LEN_LEGACY).unwrap();
         assert_eq!(legacy.num_buffers, 1);
@@ -160,7 +163,11 @@ mod tests {
         let mut out = [0u8; 12];
         r.emit(&mut out, LEN_V1);
         assert_eq!(out, HDR_BYTES);
-        let ecn = Repr { gso_type: GsoType::TcpV6, gso_ecn: true, ..r };
+        let ecn = Repr {
+            gso_type: GsoType::TcpV6,
+            gso_ecn: true,
+            ..r
+        };
         ecn.emit(&mut out, LEN_V1);
         assert_eq!(out[1], 0x84);
         assert_eq!(Repr::parse(&out, LEN_V1).unwrap(), ecn);
@@ -171,7 +178,10 @@ mod tests {
         let mut b = HDR_BYTES;
         b[1] = 2;
         assert_eq!(Repr::parse(&b, LEN_V1).unwrap_err(), Error::BadVnetHeader);
-        assert_eq!(Repr::parse(&b[..9], LEN_LEGACY).unwrap_err(), Error::Truncated);
+        assert_eq!(
+            Repr::parse(&b[..9], LEN_LEGACY).unwrap_err(),
+            Error::Truncated
+        );
         assert_eq!(Repr::parse(&b, 11).unwrap_err(), Error::BadVnetHeader);
     }
 }

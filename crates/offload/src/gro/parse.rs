@@ -40,7 +40,9 @@ pub struct OuterCb {
     pub inner_l2: usize,
 }
 
-/// Per-packet scratch state, filled by [`parse`].
+/// Per-packet scratch state, filled in place by [`parse`] (one struct
+/// written through a reference: returning it by value through every layer
+/// cost more than the parsing itself).
 #[derive(Clone, Copy, Debug)]
 pub struct Cb {
     /// Length of the (innermost) Ethernet header, tags included.
@@ -66,8 +68,31 @@ pub struct Cb {
 /// Runs the receive callbacks from Ethernet down to TCP. `Err` means the
 /// packet is passed up unchanged and held flows are not touched (Linux's
 /// `goto out` paths with no `pp`).
+impl Cb {
+    fn empty() -> Cb {
+        Cb {
+            l2_len: 0,
+            outer: None,
+            net: NetCb {
+                kind: NetKind::Ipv4,
+                offset: 0,
+                header_len: 0,
+            },
+            tcp_offset: 0,
+            tcp_header_len: 0,
+            payload_offset: 0,
+            payload_len: 0,
+            seq: 0,
+            flags: 0,
+            flush: false,
+            csum: CsumState::Unknown,
+        }
+    }
+}
+
 pub fn parse(frame: &[u8], info: &OffloadInfo, max_header: usize) -> Result<Cb, PassReason> {
-    let mut cb = eth_receive(frame, 0, info, 0)?;
+    let mut cb = Cb::empty();
+    eth_receive(frame, 0, info, 0, &mut cb)?;
     if cb.payload_offset > max_header {
         return Err(PassReason::HeaderTooLong);
     }
@@ -79,14 +104,20 @@ pub fn parse(frame: &[u8], info: &OffloadInfo, max_header: usize) -> Result<Cb, 
     Ok(cb)
 }
 
-fn eth_receive(frame: &[u8], off: usize, info: &OffloadInfo, depth: usize) -> Result<Cb, PassReason> {
+fn eth_receive(
+    frame: &[u8],
+    off: usize,
+    info: &OffloadInfo,
+    depth: usize,
+    cb: &mut Cb,
+) -> Result<(), PassReason> {
     let l2 = Frame::new_checked(&frame[off..])
         .and_then(|f| f.walk_tags())
         .map_err(|_| PassReason::Malformed)?;
     let net_off = off + l2.header_len;
-    let mut cb = match l2.ethertype {
-        EtherType::Ipv4 => ipv4_receive(frame, net_off, info, depth)?,
-        EtherType::Ipv6 => ipv6_receive(frame, net_off, info, depth)?,
+    match l2.ethertype {
+        EtherType::Ipv4 => ipv4_receive(frame, net_off, info, depth, cb)?,
+        EtherType::Ipv6 => ipv6_receive(frame, net_off, info, depth, cb)?,
         _ => return Err(PassReason::NotIp),
     };
     // The innermost Ethernet header is the one recorded; an outer one is
@@ -94,10 +125,16 @@ fn eth_receive(frame: &[u8], off: usize, info: &OffloadInfo, depth: usize) -> Re
     if cb.outer.is_none() {
         cb.l2_len = l2.header_len;
     }
-    Ok(cb)
+    Ok(())
 }
 
-fn ipv4_receive(frame: &[u8], off: usize, info: &OffloadInfo, depth: usize) -> Result<Cb, PassReason> {
+fn ipv4_receive(
+    frame: &[u8],
+    off: usize,
+    info: &OffloadInfo,
+    depth: usize,
+    cb: &mut Cb,
+) -> Result<(), PassReason> {
     let b = &frame[off..];
     if b.len() < ipv4::HEADER_LEN {
         return Err(PassReason::Malformed);
@@ -111,17 +148,42 @@ fn ipv4_receive(frame: &[u8], off: usize, info: &OffloadInfo, depth: usize) -> R
     if p.is_fragment() {
         return Err(PassReason::Fragment);
     }
-    if !p.verify_checksum() {
+    if !ipv4_header_ok(b) {
         return Err(PassReason::BadChecksum);
     }
     // Total length must equal what is there (padding flushes), and no flag
     // but DF may be set.
     let flush = p.total_len() as usize != b.len() || p.flags_frag() & !ipv4::DF != 0;
-    let net = NetCb { kind: NetKind::Ipv4, offset: off, header_len: ipv4::HEADER_LEN };
-    l4_receive(frame, net, p.protocol(), flush, info, depth)
+    let net = NetCb {
+        kind: NetKind::Ipv4,
+        offset: off,
+        header_len: ipv4::HEADER_LEN,
+    };
+    l4_receive(frame, net, p.protocol(), flush, info, depth, cb)
 }
 
-fn ipv6_receive(frame: &[u8], off: usize, info: &OffloadInfo, depth: usize) -> Result<Cb, PassReason> {
+/// The checksum of an option-less IPv4 header, as five 32-bit words
+/// (`ip_fast_csum(iph, 5)`).
+#[inline]
+fn ipv4_header_ok(b: &[u8]) -> bool {
+    let mut s: u64 = 0;
+    for w in b[..20].chunks_exact(4) {
+        s += u32::from_be_bytes([w[0], w[1], w[2], w[3]]) as u64;
+    }
+    let s = (s >> 32) + (s & 0xffff_ffff);
+    let s = (s >> 16) + (s & 0xffff);
+    let s = (s >> 16) + (s & 0xffff);
+    let s = (s >> 16) + (s & 0xffff);
+    s == 0xffff
+}
+
+fn ipv6_receive(
+    frame: &[u8],
+    off: usize,
+    info: &OffloadInfo,
+    depth: usize,
+    cb: &mut Cb,
+) -> Result<(), PassReason> {
     let b = &frame[off..];
     if b.len() < ipv6::HEADER_LEN {
         return Err(PassReason::Malformed);
@@ -155,8 +217,12 @@ fn ipv6_receive(frame: &[u8], off: usize, info: &OffloadInfo, depth: usize) -> R
             _ => break,
         }
     }
-    let net = NetCb { kind: NetKind::Ipv6, offset: off, header_len: hlen };
-    l4_receive(frame, net, proto, flush, info, depth)
+    let net = NetCb {
+        kind: NetKind::Ipv6,
+        offset: off,
+        header_len: hlen,
+    };
+    l4_receive(frame, net, proto, flush, info, depth, cb)
 }
 
 fn l4_receive(
@@ -166,10 +232,13 @@ fn l4_receive(
     flush: bool,
     info: &OffloadInfo,
     depth: usize,
-) -> Result<Cb, PassReason> {
+    cb: &mut Cb,
+) -> Result<(), PassReason> {
     match proto {
-        ip_protocol::TCP => tcp_receive(frame, net, flush, info),
-        ip_protocol::UDP if depth < MAX_ENCAP_DEPTH => udp_receive(frame, net, flush, info, depth),
+        ip_protocol::TCP => tcp_receive(frame, net, flush, info, cb),
+        ip_protocol::UDP if depth < MAX_ENCAP_DEPTH => {
+            udp_receive(frame, net, flush, info, depth, cb)
+        }
         _ => Err(PassReason::NotTcp),
     }
 }
@@ -182,13 +251,20 @@ fn pseudo(frame: &[u8], net: &NetCb, proto: u8, len: usize) -> Sum {
     }
 }
 
-fn tcp_receive(frame: &[u8], net: NetCb, flush: bool, info: &OffloadInfo) -> Result<Cb, PassReason> {
+fn tcp_receive(
+    frame: &[u8],
+    net: NetCb,
+    flush: bool,
+    info: &OffloadInfo,
+    cb: &mut Cb,
+) -> Result<(), PassReason> {
     let off = net.offset + net.header_len;
     let seg = &frame[off..];
     // tcp4_gro_receive: skip validation when the packet is flushed anyway.
     let csum = match info.csum {
         CsumState::Unknown if !flush => {
-            if !checksum::verifies(pseudo(frame, &net, ip_protocol::TCP, seg.len()).add(seg)) {
+            if !checksum::verifies(pseudo(frame, &net, ip_protocol::TCP, seg.len()).add_bytes(seg))
+            {
                 return Err(PassReason::BadChecksum);
             }
             CsumState::Good
@@ -205,19 +281,16 @@ fn tcp_receive(frame: &[u8], net: NetCb, flush: bool, info: &OffloadInfo) -> Res
     if thlen < tcp::HEADER_LEN || thlen > seg.len() {
         return Err(PassReason::Malformed);
     }
-    Ok(Cb {
-        l2_len: 0,
-        outer: None,
-        net,
-        tcp_offset: off,
-        tcp_header_len: thlen,
-        payload_offset: off + thlen,
-        payload_len: seg.len() - thlen,
-        seq: t.seq(),
-        flags: t.flags(),
-        flush,
-        csum,
-    })
+    cb.net = net;
+    cb.tcp_offset = off;
+    cb.tcp_header_len = thlen;
+    cb.payload_offset = off + thlen;
+    cb.payload_len = seg.len() - thlen;
+    cb.seq = t.seq();
+    cb.flags = t.flags();
+    cb.flush = flush;
+    cb.csum = csum;
+    Ok(())
 }
 
 fn udp_receive(
@@ -226,7 +299,8 @@ fn udp_receive(
     flush: bool,
     info: &OffloadInfo,
     depth: usize,
-) -> Result<Cb, PassReason> {
+    cb: &mut Cb,
+) -> Result<(), PassReason> {
     let off = net.offset + net.header_len;
     let seg = &frame[off..];
     if seg.len() < udp::HEADER_LEN + vxlan::HEADER_LEN {
@@ -238,7 +312,8 @@ fn udp_receive(
     }
     let udp_csum = u.checksum() != 0;
     if udp_csum && info.csum == CsumState::Unknown && !flush {
-        let ok = checksum::verifies(pseudo(frame, &net, ip_protocol::UDP, seg.len()).add(seg));
+        let ok =
+            checksum::verifies(pseudo(frame, &net, ip_protocol::UDP, seg.len()).add_bytes(seg));
         if !ok {
             return Err(PassReason::BadChecksum);
         }
@@ -252,9 +327,17 @@ fn udp_receive(
     let inner_l2 = off + udp::HEADER_LEN + vxlan::HEADER_LEN;
     // The inner checksum is validated on its own: the outer one covers it
     // only when present.
-    let inner_info = OffloadInfo { gso: None, csum: info.csum };
-    let mut cb = eth_receive(frame, inner_l2, &inner_info, depth + 1)?;
-    cb.outer = Some(OuterCb { net, udp_offset: off, udp_csum, inner_l2 });
+    let inner_info = OffloadInfo {
+        gso: None,
+        csum: info.csum,
+    };
+    eth_receive(frame, inner_l2, &inner_info, depth + 1, cb)?;
+    cb.outer = Some(OuterCb {
+        net,
+        udp_offset: off,
+        udp_csum,
+        inner_l2,
+    });
     cb.flush |= flush;
-    Ok(cb)
+    Ok(())
 }

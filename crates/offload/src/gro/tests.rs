@@ -7,13 +7,23 @@ const P: usize = 100;
 /// Runs a burst through a one-bucket table (like the kernel with no rx hash)
 /// and returns, per output frame, its TCP payload length.
 fn run(frames: &[Vec<u8>]) -> Vec<usize> {
-    run_out(frames).iter().map(|o| payload_len(&o.to_vec())).collect()
+    run_out(frames)
+        .iter()
+        .map(|o| payload_len(&o.to_vec()))
+        .collect()
 }
 
 fn run_out(frames: &[Vec<u8>]) -> Vec<GroOutput<Vec<u8>>> {
-    let mut t = GroTable::new(GroConfig { buckets: 1, ..GroConfig::default() });
+    let mut t = GroTable::new(GroConfig {
+        buckets: 1,
+        ..GroConfig::default()
+    });
     let mut outs = Vec::new();
-    t.coalesce_burst(frames.iter().map(|f| (f.clone(), OffloadInfo::NONE)), 0, &mut |o| outs.push(o));
+    t.coalesce_burst(
+        frames.iter().map(|f| (f.clone(), OffloadInfo::NONE)),
+        0,
+        &mut |o| outs.push(o),
+    );
     assert_eq!(t.held(), 0);
     outs
 }
@@ -28,15 +38,29 @@ fn payload_len(f: &[u8]) -> usize {
 }
 
 fn seg(i: u32, len: usize) -> TcpSpec {
-    TcpSpec { seq: 100 + i * P as u32, payload: vec![b'a'; len], ..TcpSpec::default() }
+    TcpSpec {
+        seq: 100 + i * P as u32,
+        payload: vec![b'a'; len],
+        ..TcpSpec::default()
+    }
 }
 
 fn seg6(i: u32, len: usize) -> TcpSpec {
-    TcpSpec { seq: 100 + i * P as u32, payload: vec![b'a'; len], ..TcpSpec::v6() }
+    TcpSpec {
+        seq: 100 + i * P as u32,
+        payload: vec![b'a'; len],
+        ..TcpSpec::v6()
+    }
 }
 
 fn fin() -> Vec<u8> {
-    TcpSpec { seq: 300, flags: ACK | FIN, payload: vec![], ..TcpSpec::default() }.build()
+    TcpSpec {
+        seq: 300,
+        flags: ACK | FIN,
+        payload: vec![],
+        ..TcpSpec::default()
+    }
+    .build()
 }
 
 // ---- The cases of tools/testing/selftests/net/gro.c, with the kernel's
@@ -44,26 +68,45 @@ fn fin() -> Vec<u8> {
 
 #[test]
 fn selftest_data_same_size() {
-    assert_eq!(run(&[seg(0, P).build(), seg(1, P).build(), fin()]), vec![200, 0]);
+    assert_eq!(
+        run(&[seg(0, P).build(), seg(1, P).build(), fin()]),
+        vec![200, 0]
+    );
 }
 
 #[test]
 fn selftest_data_large_then_smaller() {
-    assert_eq!(run(&[seg(0, P).build(), seg(1, P / 2).build(), fin()]), vec![150, 0]);
+    assert_eq!(
+        run(&[seg(0, P).build(), seg(1, P / 2).build(), fin()]),
+        vec![150, 0]
+    );
 }
 
 #[test]
 fn selftest_data_small_then_larger() {
     let a = seg(0, P / 2).build();
-    let b = TcpSpec { seq: 150, ..seg(0, P) }.build();
+    let b = TcpSpec {
+        seq: 150,
+        ..seg(0, P)
+    }
+    .build();
     assert_eq!(run(&[a, b, fin()]), vec![50, 100, 0]);
 }
 
 #[test]
 fn selftest_pure_and_duplicate_acks() {
-    let ack = TcpSpec { payload: vec![], ..TcpSpec::default() };
-    let ack2 = TcpSpec { ack: 101, ..ack.clone() };
-    assert_eq!(run(&[ack.build(), ack.build(), ack2.build(), fin()]), vec![0, 0, 0, 0]);
+    let ack = TcpSpec {
+        payload: vec![],
+        ..TcpSpec::default()
+    };
+    let ack2 = TcpSpec {
+        ack: 101,
+        ..ack.clone()
+    };
+    assert_eq!(
+        run(&[ack.build(), ack.build(), ack2.build(), fin()]),
+        vec![0, 0, 0, 0]
+    );
 }
 
 fn flag_case(flag: u8, with_payload: bool) -> Vec<usize> {
@@ -71,7 +114,13 @@ fn flag_case(flag: u8, with_payload: bool) -> Vec<usize> {
     for i in 0..5u32 {
         if i == 2 {
             let len = if with_payload { P } else { 0 };
-            frames.push(TcpSpec { flags: ACK | flag, ..seg(2, len) }.build());
+            frames.push(
+                TcpSpec {
+                    flags: ACK | flag,
+                    ..seg(2, len)
+                }
+                .build(),
+            );
         } else {
             frames.push(seg(i, P).build());
         }
@@ -99,13 +148,22 @@ fn selftest_changed_checksum_does_not_coalesce() {
     b[c + 1] = b[c + 1].wrapping_sub(1);
     let out = run_out(&[seg(0, P).build(), b]);
     // The bad packet goes up at once, before the held run: no pp in Linux.
-    assert_eq!(out.iter().map(|o| payload_len(&o.to_vec())).collect::<Vec<_>>(), vec![100, 100]);
+    assert_eq!(
+        out.iter()
+            .map(|o| payload_len(&o.to_vec()))
+            .collect::<Vec<_>>(),
+        vec![100, 100]
+    );
     assert_eq!(out[0].info().csum, CsumState::Bad);
 }
 
 #[test]
 fn selftest_wrong_seq_does_not_coalesce() {
-    let b = TcpSpec { seq: 201, ..seg(1, P) }.build();
+    let b = TcpSpec {
+        seq: 201,
+        ..seg(1, P)
+    }
+    .build();
     assert_eq!(run(&[seg(0, P).build(), b, fin()]), vec![100, 100, 0]);
 }
 
@@ -122,27 +180,80 @@ fn ts_opts(order: u8, ts: u32) -> Vec<u8> {
 
 #[test]
 fn selftest_different_timestamps_do_not_coalesce() {
-    let f = |i: u32, ts: u32, order: u8| TcpSpec { options: ts_opts(order, ts), ..seg(i, P) }.build();
-    let out = run(&[f(0, 0, 0), f(1, 0, 0), f(2, 100, 0), f(3, 100, 1), f(4, 100, 2), fin()]);
+    let f = |i: u32, ts: u32, order: u8| {
+        TcpSpec {
+            options: ts_opts(order, ts),
+            ..seg(i, P)
+        }
+        .build()
+    };
+    let out = run(&[
+        f(0, 0, 0),
+        f(1, 0, 0),
+        f(2, 100, 0),
+        f(3, 100, 1),
+        f(4, 100, 2),
+        fin(),
+    ]);
     assert_eq!(out, vec![200, 100, 100, 100, 0]);
 }
 
 #[test]
 fn selftest_different_options_do_not_coalesce() {
-    let a = TcpSpec { options: ts_opts(0, 0), ..seg(0, P) }.build();
-    let b = TcpSpec { options: ts_opts(0, 0), ..seg(1, P) }.build();
-    let c = TcpSpec { options: vec![1, 3, 3, 0], ..seg(2, P) }.build();
+    let a = TcpSpec {
+        options: ts_opts(0, 0),
+        ..seg(0, P)
+    }
+    .build();
+    let b = TcpSpec {
+        options: ts_opts(0, 0),
+        ..seg(1, P)
+    }
+    .build();
+    let c = TcpSpec {
+        options: vec![1, 3, 3, 0],
+        ..seg(2, P)
+    }
+    .build();
     assert_eq!(run(&[a, b, c, fin()]), vec![200, 100, 0]);
 }
 
 #[test]
 fn selftest_ip_ecn_tos_ttl_do_not_coalesce() {
-    for spec in [TcpSpec { tos: 2, ..seg(1, P) }, TcpSpec { tos: 1, ..seg(1, P) }, TcpSpec { ttl: 7, ..seg(1, P) }] {
-        assert_eq!(run(&[seg(0, P).build(), spec.build(), fin()]), vec![100, 100, 0]);
+    for spec in [
+        TcpSpec {
+            tos: 2,
+            ..seg(1, P)
+        },
+        TcpSpec {
+            tos: 1,
+            ..seg(1, P)
+        },
+        TcpSpec {
+            ttl: 7,
+            ..seg(1, P)
+        },
+    ] {
+        assert_eq!(
+            run(&[seg(0, P).build(), spec.build(), fin()]),
+            vec![100, 100, 0]
+        );
     }
-    let tc = TcpSpec { tos: 0xf0, ..seg6(1, P) };
-    let fin6 = TcpSpec { seq: 300, flags: ACK | FIN, payload: vec![], ..TcpSpec::v6() }.build();
-    assert_eq!(run(&[seg6(0, P).build(), tc.build(), fin6]), vec![100, 100, 0]);
+    let tc = TcpSpec {
+        tos: 0xf0,
+        ..seg6(1, P)
+    };
+    let fin6 = TcpSpec {
+        seq: 300,
+        flags: ACK | FIN,
+        payload: vec![],
+        ..TcpSpec::v6()
+    }
+    .build();
+    assert_eq!(
+        run(&[seg6(0, P).build(), tc.build(), fin6]),
+        vec![100, 100, 0]
+    );
 }
 
 #[test]
@@ -154,7 +265,10 @@ fn selftest_ipv4_options_do_not_coalesce() {
     ip.set_total_len(20 + 12 + 20 + P as u16);
     ip.fill_checksum();
     // Linux passes the option packet up at once; held runs stay held.
-    assert_eq!(run(&[seg(0, P).build(), opt, seg(2, P).build()]), vec![100, 100, 100]);
+    assert_eq!(
+        run(&[seg(0, P).build(), opt, seg(2, P).build()]),
+        vec![100, 100, 100]
+    );
 }
 
 #[test]
@@ -169,24 +283,81 @@ fn selftest_ipv4_fragment_does_not_coalesce() {
 
 #[test]
 fn selftest_ip_id_cases() {
-    let mk = |i: u32, id: u16, df: bool| TcpSpec { ident: id, df, ..seg(i, P) }.build();
-    assert_eq!(run(&[mk(0, 8, true), mk(1, 9, true)]), vec![200], "DF=1 incrementing");
-    assert_eq!(run(&[mk(0, 8, true), mk(1, 8, true)]), vec![200], "DF=1 fixed");
-    assert_eq!(run(&[mk(0, 8, false), mk(1, 9, false)]), vec![200], "DF=0 incrementing");
-    assert_eq!(run(&[mk(0, 8, false), mk(1, 8, false)]), vec![200], "DF=0 fixed");
-    assert_eq!(run(&[mk(0, 8, true), mk(1, 9, true), mk(2, 9, true)]), vec![200, 100]);
-    assert_eq!(run(&[mk(0, 8, true), mk(1, 8, true), mk(2, 9, true)]), vec![200, 100]);
+    let mk = |i: u32, id: u16, df: bool| {
+        TcpSpec {
+            ident: id,
+            df,
+            ..seg(i, P)
+        }
+        .build()
+    };
+    assert_eq!(
+        run(&[mk(0, 8, true), mk(1, 9, true)]),
+        vec![200],
+        "DF=1 incrementing"
+    );
+    assert_eq!(
+        run(&[mk(0, 8, true), mk(1, 8, true)]),
+        vec![200],
+        "DF=1 fixed"
+    );
+    assert_eq!(
+        run(&[mk(0, 8, false), mk(1, 9, false)]),
+        vec![200],
+        "DF=0 incrementing"
+    );
+    assert_eq!(
+        run(&[mk(0, 8, false), mk(1, 8, false)]),
+        vec![200],
+        "DF=0 fixed"
+    );
+    assert_eq!(
+        run(&[mk(0, 8, true), mk(1, 9, true), mk(2, 9, true)]),
+        vec![200, 100]
+    );
+    assert_eq!(
+        run(&[mk(0, 8, true), mk(1, 8, true), mk(2, 9, true)]),
+        vec![200, 100]
+    );
 }
 
 #[test]
 fn selftest_ipv6_fragment_and_ext_headers() {
-    let frag = TcpSpec { ext: vec![6, 0, 0, 0, 0, 0, 0, 0], first_ext: 44, ..seg6(2, P) }.build();
+    let frag = TcpSpec {
+        ext: vec![6, 0, 0, 0, 0, 0, 0, 0],
+        first_ext: 44,
+        ..seg6(2, P)
+    }
+    .build();
     // The fragment goes up at once (its length here counts the TCP header,
     // which is not parsed in a fragment); the run then ends at the gap.
-    assert_eq!(run(&[seg6(0, P).build(), seg6(1, P).build(), frag, seg6(3, P).build()]), vec![120, 200, 100]);
-    let hbh = |i: u32, b: u8| TcpSpec { ext: vec![6, 0, b, b, b, b, b, b], first_ext: 0, ..seg6(i, P) }.build();
-    assert_eq!(run(&[hbh(0, 0), hbh(1, 0)]), vec![200], "same ext header coalesces");
-    assert_eq!(run(&[hbh(0, 0), hbh(1, 0x11)]), vec![100, 100], "different ext payload does not");
+    assert_eq!(
+        run(&[
+            seg6(0, P).build(),
+            seg6(1, P).build(),
+            frag,
+            seg6(3, P).build()
+        ]),
+        vec![120, 200, 100]
+    );
+    let hbh = |i: u32, b: u8| {
+        TcpSpec {
+            ext: vec![6, 0, b, b, b, b, b, b],
+            first_ext: 0,
+            ..seg6(i, P)
+        }
+        .build()
+    };
+    assert_eq!(
+        run(&[hbh(0, 0), hbh(1, 0)]),
+        vec![200],
+        "same ext header coalesces"
+    );
+    assert_eq!(
+        run(&[hbh(0, 0), hbh(1, 0x11)]),
+        vec![100, 100],
+        "different ext payload does not"
+    );
 }
 
 #[test]
@@ -197,16 +368,38 @@ fn selftest_large_does_not_exceed_64k() {
         let offset = if v6 { 0 } else { 20 };
         let n = max_payload / mss;
         let remainder = (max_payload + offset) % mss;
-        let base = if v6 { TcpSpec::v6() } else { TcpSpec::default() };
-        let mk = |seq: usize, len: usize| TcpSpec { seq: seq as u32, payload: vec![b'a'; len], ..base.clone() }.build();
+        let base = if v6 {
+            TcpSpec::v6()
+        } else {
+            TcpSpec::default()
+        };
+        let mk = |seq: usize, len: usize| {
+            TcpSpec {
+                seq: seq as u32,
+                payload: vec![b'a'; len],
+                ..base.clone()
+            }
+            .build()
+        };
         let mut frames: Vec<_> = (0..n).map(|i| mk(i * mss, mss)).collect();
         frames.push(mk(n * mss, remainder));
         frames.push(mk((n + 1) * mss, remainder));
-        assert_eq!(run(&frames), vec![max_payload + offset, remainder], "v6 {v6}");
+        assert_eq!(
+            run(&frames),
+            vec![max_payload + offset, remainder],
+            "v6 {v6}"
+        );
         let mut frames: Vec<_> = (0..n).map(|i| mk(i * mss, mss)).collect();
         frames.push(mk(n * mss, remainder + 1));
         frames.push(mk((n + 1) * mss, remainder + 1));
-        assert_eq!(run(&frames), vec![max_payload + offset - remainder, remainder + 1, remainder + 1]);
+        assert_eq!(
+            run(&frames),
+            vec![
+                max_payload + offset - remainder,
+                remainder + 1,
+                remainder + 1
+            ]
+        );
     }
 }
 
@@ -214,21 +407,43 @@ fn selftest_large_does_not_exceed_64k() {
 
 #[test]
 fn cwr_segment_ends_the_run_and_goes_up_alone() {
-    let c = TcpSpec { flags: ACK | CWR, ..seg(1, P) }.build();
-    assert_eq!(run(&[seg(0, P).build(), c.clone(), seg(2, P).build()]), vec![100, 100, 100]);
-    let first = TcpSpec { flags: ACK | CWR, ..seg(0, P) }.build();
-    assert_eq!(run(&[first, seg(1, P).build(), seg(2, P).build()]), vec![100, 200]);
+    let c = TcpSpec {
+        flags: ACK | CWR,
+        ..seg(1, P)
+    }
+    .build();
+    assert_eq!(
+        run(&[seg(0, P).build(), c.clone(), seg(2, P).build()]),
+        vec![100, 100, 100]
+    );
+    let first = TcpSpec {
+        flags: ACK | CWR,
+        ..seg(0, P)
+    }
+    .build();
+    assert_eq!(
+        run(&[first, seg(1, P).build(), seg(2, P).build()]),
+        vec![100, 200]
+    );
 }
 
 #[test]
 fn ece_difference_flushes() {
-    let e = TcpSpec { flags: ACK | ECE, ..seg(1, P) }.build();
+    let e = TcpSpec {
+        flags: ACK | ECE,
+        ..seg(1, P)
+    }
+    .build();
     assert_eq!(run(&[seg(0, P).build(), e]), vec![100, 100]);
 }
 
 #[test]
 fn fin_is_merged_then_flushes() {
-    let f = TcpSpec { flags: ACK | FIN, ..seg(1, P) }.build();
+    let f = TcpSpec {
+        flags: ACK | FIN,
+        ..seg(1, P)
+    }
+    .build();
     let out = run_out(&[seg(0, P).build(), f]);
     assert_eq!(out.len(), 1);
     let v = out[0].to_vec();
@@ -238,26 +453,43 @@ fn fin_is_merged_then_flushes() {
 
 #[test]
 fn ack_number_difference_flushes() {
-    let a = TcpSpec { ack: 5000, ..seg(1, P) }.build();
+    let a = TcpSpec {
+        ack: 5000,
+        ..seg(1, P)
+    }
+    .build();
     assert_eq!(run(&[seg(0, P).build(), a]), vec![100, 100]);
 }
 
 #[test]
 fn different_flows_never_merge() {
-    let other = TcpSpec { src_port: 1501, seq: 200, ..seg(0, P) }.build();
+    let other = TcpSpec {
+        src_port: 1501,
+        seq: 200,
+        ..seg(0, P)
+    }
+    .build();
     let out = run(&[seg(0, P).build(), other, seg(1, P).build()]);
     assert_eq!(out, vec![200, 100]);
 }
 
 #[test]
 fn ipv6_flow_label_makes_a_different_flow() {
-    let other = TcpSpec { flow_label: 7, ..seg6(1, P) }.build();
+    let other = TcpSpec {
+        flow_label: 7,
+        ..seg6(1, P)
+    }
+    .build();
     assert_eq!(run(&[seg6(0, P).build(), other]), vec![100, 100]);
 }
 
 #[test]
 fn hop_limit_difference_flushes_ipv6() {
-    let other = TcpSpec { ttl: 9, ..seg6(1, P) }.build();
+    let other = TcpSpec {
+        ttl: 9,
+        ..seg6(1, P)
+    }
+    .build();
     assert_eq!(run(&[seg6(0, P).build(), other]), vec![100, 100]);
 }
 
@@ -272,29 +504,55 @@ fn padded_frame_flushes_its_flow_and_passes() {
 
 #[test]
 fn vlan_tag_is_part_of_the_flow() {
-    let a = TcpSpec { vlan: Some(100), ..seg(0, P) }.build();
-    let b = TcpSpec { vlan: Some(100), ..seg(1, P) }.build();
-    let c = TcpSpec { vlan: Some(200), ..seg(2, P) }.build();
+    let a = TcpSpec {
+        vlan: Some(100),
+        ..seg(0, P)
+    }
+    .build();
+    let b = TcpSpec {
+        vlan: Some(100),
+        ..seg(1, P)
+    }
+    .build();
+    let c = TcpSpec {
+        vlan: Some(200),
+        ..seg(2, P)
+    }
+    .build();
     assert_eq!(run(&[a, b, c]), vec![200, 100]);
 }
 
 #[test]
 fn eviction_of_oldest_when_bucket_full() {
-    let mut t = GroTable::new(GroConfig { buckets: 1, flows_per_bucket: 2, ..GroConfig::default() });
+    let mut t = GroTable::new(GroConfig {
+        buckets: 1,
+        flows_per_bucket: 2,
+        ..GroConfig::default()
+    });
     let mut outs = Vec::new();
     for port in 0..3u16 {
-        let f = TcpSpec { src_port: 1000 + port, ..seg(0, P) }.build();
+        let f = TcpSpec {
+            src_port: 1000 + port,
+            ..seg(0, P)
+        }
+        .build();
         t.receive(f, OffloadInfo::NONE, 0, &mut |o| outs.push(o));
     }
     assert_eq!(outs.len(), 1);
     assert_eq!(t.stats().flushed(FlushReason::Evicted), 1);
     let first = outs[0].to_vec();
-    assert_eq!(hvnet_wire::TcpPacket::new_unchecked(&first[34..]).src_port(), 1000);
+    assert_eq!(
+        hvnet_wire::TcpPacket::new_unchecked(&first[34..]).src_port(),
+        1000
+    );
 }
 
 #[test]
 fn timeout_flush_uses_passed_in_time() {
-    let mut t = GroTable::new(GroConfig { flush_timeout: 50, ..GroConfig::default() });
+    let mut t = GroTable::new(GroConfig {
+        flush_timeout: 50,
+        ..GroConfig::default()
+    });
     let mut n = 0;
     t.receive(seg(0, P).build(), OffloadInfo::NONE, 10, &mut |_| n += 1);
     t.flush_expired(59, &mut |_| n += 1);
@@ -306,13 +564,36 @@ fn timeout_flush_uses_passed_in_time() {
 
 #[test]
 fn coalesced_frame_has_kernel_style_metadata_and_valid_checksums() {
-    let frames: Vec<_> = (0..4).map(|i| TcpSpec { ident: 8 + i as u16, ..seg(i, P) }.build()).collect();
+    let frames: Vec<_> = (0..4)
+        .map(|i| {
+            TcpSpec {
+                ident: 8 + i as u16,
+                ..seg(i, P)
+            }
+            .build()
+        })
+        .collect();
     let mut out = run_out(&frames);
     assert_eq!(out.len(), 1);
-    let GroOutput::Coalesced(c) = &mut out[0] else { panic!("not coalesced") };
+    let GroOutput::Coalesced(c) = &mut out[0] else {
+        panic!("not coalesced")
+    };
     assert_eq!(c.count, 4);
-    assert_eq!(c.info.gso, Some(GsoInfo { kind: GsoType::TcpV4, size: 100, ecn: false }));
-    assert_eq!(c.info.csum, CsumState::Partial { start: 34, offset: 16 });
+    assert_eq!(
+        c.info.gso,
+        Some(GsoInfo {
+            kind: GsoType::TcpV4,
+            size: 100,
+            ecn: false
+        })
+    );
+    assert_eq!(
+        c.info.csum,
+        CsumState::Partial {
+            start: 34,
+            offset: 16
+        }
+    );
     assert_eq!(c.info.to_vnet(c.header().len() as u16).hdr_len, 54);
     c.fill_checksums();
     let v = c.to_vec();
@@ -327,23 +608,33 @@ fn coalesced_frame_has_kernel_style_metadata_and_valid_checksums() {
 #[test]
 fn vxlan_inner_tcp_coalesces_and_outer_is_rewritten() {
     let mk = |i: u32, outer_id: u16| {
-        let inner = TcpSpec { ident: i as u16, ..seg(i, P) }.build();
+        let inner = TcpSpec {
+            ident: i as u16,
+            ..seg(i, P)
+        }
+        .build();
         vxlan_wrap(&inner, 42, 50000, outer_id, true)
     };
     let frames = vec![mk(0, 1), mk(1, 2), mk(2, 3)];
     let mut out = run_out(&frames);
     assert_eq!(out.len(), 1);
-    let GroOutput::Coalesced(c) = &mut out[0] else { panic!("not coalesced") };
+    let GroOutput::Coalesced(c) = &mut out[0] else {
+        panic!("not coalesced")
+    };
     assert_eq!(c.count, 3);
     c.fill_checksums();
     let v = c.to_vec();
     let outer = etherparse::SlicedPacket::from_ethernet(&v).unwrap();
-    let Some(etherparse::NetSlice::Ipv4(ip)) = outer.net else { panic!() };
+    let Some(etherparse::NetSlice::Ipv4(ip)) = outer.net else {
+        panic!()
+    };
     assert_eq!(ip.header().total_len() as usize, v.len() - 14);
-    let Some(etherparse::TransportSlice::Udp(u)) = outer.transport else { panic!() };
+    let Some(etherparse::TransportSlice::Udp(u)) = outer.transport else {
+        panic!()
+    };
     assert_eq!(u.length() as usize, v.len() - 34);
     let ph = hvnet_wire::Ipv4Packet::new_unchecked(&v[14..]).pseudo_header(u.length() as u32);
-    assert!(hvnet_wire::checksum::verifies(ph.add(&v[34..])));
+    assert!(hvnet_wire::checksum::verifies(ph.add_bytes(&v[34..])));
     // A different VNI is a different flow.
     let other = vxlan_wrap(&seg(1, P).build(), 43, 50000, 2, true);
     assert_eq!(run_out(&[mk(0, 1), other]).len(), 2);
@@ -353,9 +644,21 @@ fn vxlan_inner_tcp_coalesces_and_outer_is_rewritten() {
 fn gso_input_is_never_merged_and_flushes_its_flow() {
     let mut t = GroTable::new(GroConfig::default());
     let mut outs = Vec::new();
-    t.receive(seg(0, P).build(), OffloadInfo::NONE, 0, &mut |o| outs.push(o));
-    let gso = OffloadInfo { gso: Some(GsoInfo { kind: GsoType::TcpV4, size: 50, ecn: false }), csum: CsumState::Good };
-    assert_eq!(t.receive(seg(1, P).build(), gso, 0, &mut |o| outs.push(o)), GroResult::Normal);
+    t.receive(seg(0, P).build(), OffloadInfo::NONE, 0, &mut |o| {
+        outs.push(o)
+    });
+    let gso = OffloadInfo {
+        gso: Some(GsoInfo {
+            kind: GsoType::TcpV4,
+            size: 50,
+            ecn: false,
+        }),
+        csum: CsumState::Good,
+    };
+    assert_eq!(
+        t.receive(seg(1, P).build(), gso, 0, &mut |o| outs.push(o)),
+        GroResult::Normal
+    );
     assert_eq!(outs.len(), 2);
 }
 
@@ -364,11 +667,18 @@ fn counters_account_for_every_frame() {
     let frames = vec![seg(0, P).build(), seg(1, P).build(), fin(), vec![0u8; 10]];
     let mut t = GroTable::new(GroConfig::default());
     let mut n = 0;
-    t.coalesce_burst(frames.into_iter().map(|f| (f, OffloadInfo::NONE)), 0, &mut |_| n += 1);
+    t.coalesce_burst(
+        frames.into_iter().map(|f| (f, OffloadInfo::NONE)),
+        0,
+        &mut |_| n += 1,
+    );
     let s = t.stats();
     assert_eq!(s.frames_in, 4);
     assert_eq!(s.frames_out, n);
     assert_eq!(s.passed(PassReason::Malformed), 1);
-    assert_eq!(s.merged + s.held + s.normal + s.passed.iter().sum::<u64>(), s.frames_in);
+    assert_eq!(
+        s.merged + s.held + s.normal + s.passed.iter().sum::<u64>(),
+        s.frames_in
+    );
     assert_eq!(s.frames_in, s.frames_out + s.merged);
 }

@@ -108,7 +108,11 @@ pub fn validate_vnet(frame: &[u8], h: &VirtioNetHdr) -> Result<OffloadInfo, GsoE
     let (net, t) = gso_layers(frame, &l, g.kind)?;
     match info.csum {
         CsumState::Partial { start, offset } => {
-            let want = if t.protocol == ip_protocol::TCP { tcp::CHECKSUM_OFFSET } else { udp::CHECKSUM_OFFSET };
+            let want = if t.protocol == ip_protocol::TCP {
+                tcp::CHECKSUM_OFFSET
+            } else {
+                udp::CHECKSUM_OFFSET
+            };
             if start as usize != t.offset || offset as usize != want {
                 return Err(GsoError::BadCsumOffsets);
             }
@@ -129,7 +133,17 @@ fn gso_layers(frame: &[u8], l: &Layers, kind: GsoType) -> Result<(Net, Transport
             let (Some(n), Some(t)) = (il.net, il.transport) else {
                 return Err(GsoError::TypeMismatch);
             };
-            (Net { offset: n.offset + inner, end: n.end + inner, ..n }, Transport { offset: t.offset + inner, ..t })
+            (
+                Net {
+                    offset: n.offset + inner,
+                    end: n.end + inner,
+                    ..n
+                },
+                Transport {
+                    offset: t.offset + inner,
+                    ..t
+                },
+            )
         }
         None => {
             let (Some(n), Some(t)) = (l.net, l.transport) else {
@@ -165,7 +179,9 @@ pub fn segment(
     }
     let l = Layers::parse(frame).map_err(GsoError::Malformed)?;
     let (net, t) = gso_layers(frame, &l, gso.kind)?;
-    let outer = l.vxlan_inner_offset(frame).map(|_| (l.net.expect("vxlan has IP"), l.transport.expect("and UDP")));
+    let outer = l
+        .vxlan_inner_offset(frame)
+        .map(|_| (l.net.expect("vxlan has IP"), l.transport.expect("and UDP")));
     let hlen = t.offset + t.header_len;
     if hlen > MAX_HEADER {
         return Err(GsoError::HeaderTooLong);
@@ -203,48 +219,83 @@ pub fn segment(
         } else {
             udp::Packet::new_unchecked(&mut h[t.offset..]).set_len(l4_len as u16);
         }
-        set_ip_len(h, &net, t.offset - net.offset + l4_len, base_ids.0.map(|id| id.wrapping_add(i as u16)));
+        set_ip_len(
+            h,
+            &net,
+            t.offset - net.offset + l4_len,
+            base_ids.0.map(|id| id.wrapping_add(i as u16)),
+        );
         // Transport checksum of the (inner) segment.
         let ph = pseudo(h, &net, t.protocol, l4_len);
-        let csum_at = t.offset + if t.protocol == ip_protocol::TCP { tcp::CHECKSUM_OFFSET } else { udp::CHECKSUM_OFFSET };
+        let csum_at = t.offset
+            + if t.protocol == ip_protocol::TCP {
+                tcp::CHECKSUM_OFFSET
+            } else {
+                udp::CHECKSUM_OFFSET
+            };
         h[csum_at..csum_at + 2].copy_from_slice(&[0, 0]);
         let mut info = match mode {
             CsumMode::Full => {
                 let odd = t.header_len % 2 == 1;
-                let c = ph.add(&h[t.offset..]).add_at(chunk, odd).finish();
-                let c = if c == 0 && t.protocol == ip_protocol::UDP { 0xffff } else { c };
+                let c = ph.add_bytes(&h[t.offset..]).add_at(chunk, odd).finish();
+                let c = if c == 0 && t.protocol == ip_protocol::UDP {
+                    0xffff
+                } else {
+                    c
+                };
                 h[csum_at..csum_at + 2].copy_from_slice(&c.to_be_bytes());
-                OffloadInfo { gso: None, csum: CsumState::Good }
+                OffloadInfo {
+                    gso: None,
+                    csum: CsumState::Good,
+                }
             }
             CsumMode::Partial => {
                 h[csum_at..csum_at + 2].copy_from_slice(&ph.fold().to_be_bytes());
                 OffloadInfo {
                     gso: None,
-                    csum: CsumState::Partial { start: t.offset as u16, offset: (csum_at - t.offset) as u16 },
+                    csum: CsumState::Partial {
+                        start: t.offset as u16,
+                        offset: (csum_at - t.offset) as u16,
+                    },
                 }
             }
         };
         if let Some((on, ot)) = outer {
             let after = |off: usize| hlen - off + chunk.len();
-            set_ip_len(h, &on, after(on.offset), base_ids.1.flatten().map(|id| id.wrapping_add(i as u16)));
+            set_ip_len(
+                h,
+                &on,
+                after(on.offset),
+                base_ids.1.flatten().map(|id| id.wrapping_add(i as u16)),
+            );
             let mut u = udp::Packet::new_unchecked(&mut h[ot.offset..]);
             u.set_len(after(ot.offset) as u16);
             if u.checksum() != 0 {
                 // The inner checksum must be final before the outer one can
                 // cover it.
                 if mode == CsumMode::Partial {
-                    let c = Sum::ZERO.add(&h[t.offset..]).add_at(chunk, t.header_len % 2 == 1).finish();
+                    let c = Sum::ZERO
+                        .add_bytes(&h[t.offset..])
+                        .add_at(chunk, t.header_len % 2 == 1)
+                        .finish();
                     h[csum_at..csum_at + 2].copy_from_slice(&c.to_be_bytes());
                     info.csum = CsumState::Good;
                 }
                 let ph = pseudo(h, &on, ip_protocol::UDP, after(ot.offset));
                 h[ot.offset + 6..ot.offset + 8].copy_from_slice(&[0, 0]);
-                let c = ph.add(&h[ot.offset..]).add_at(chunk, (hlen - ot.offset) % 2 == 1).finish();
+                let c = ph
+                    .add_bytes(&h[ot.offset..])
+                    .add_at(chunk, (hlen - ot.offset) % 2 == 1)
+                    .finish();
                 let c = if c == 0 { 0xffff } else { c };
                 h[ot.offset + 6..ot.offset + 8].copy_from_slice(&c.to_be_bytes());
             }
         }
-        out(SegmentOut { header: &hdr[..hlen], payload: chunk, info });
+        out(SegmentOut {
+            header: &hdr[..hlen],
+            payload: chunk,
+            info,
+        });
     }
     Ok(nseg)
 }
@@ -273,7 +324,9 @@ fn set_ip_len(h: &mut [u8], net: &Net, len_after_ip: usize, id: Option<u16>) {
 fn pseudo(h: &[u8], net: &Net, proto: u8, len: usize) -> Sum {
     match net.kind {
         NetKind::Ipv4 => ipv4::Packet::new_unchecked(&h[net.offset..]).pseudo_header(len as u32),
-        NetKind::Ipv6 => ipv6::Packet::new_unchecked(&h[net.offset..]).pseudo_header(proto, len as u32),
+        NetKind::Ipv6 => {
+            ipv6::Packet::new_unchecked(&h[net.offset..]).pseudo_header(proto, len as u32)
+        }
     }
 }
 

@@ -5,8 +5,19 @@ use hvnet_wire::tcp::flags::*;
 use hvnet_wire::virtio_net::{flags as vflags, Repr as Vnet};
 
 fn big(v6: bool, len: usize, flags: u8) -> Vec<u8> {
-    let base = if v6 { TcpSpec::v6() } else { TcpSpec::default() };
-    TcpSpec { seq: 1000, ident: 500, flags, payload: (0..len).map(|i| (i * 7) as u8).collect(), ..base }.build()
+    let base = if v6 {
+        TcpSpec::v6()
+    } else {
+        TcpSpec::default()
+    };
+    TcpSpec {
+        seq: 1000,
+        ident: 500,
+        flags,
+        payload: (0..len).map(|i| (i * 7) as u8).collect(),
+        ..base
+    }
+    .build()
 }
 
 fn collect(frame: &[u8], gso: GsoInfo, mode: CsumMode) -> Vec<(Vec<u8>, OffloadInfo)> {
@@ -16,7 +27,11 @@ fn collect(frame: &[u8], gso: GsoInfo, mode: CsumMode) -> Vec<(Vec<u8>, OffloadI
 }
 
 fn tcp_gso(kind: GsoType, size: u16) -> GsoInfo {
-    GsoInfo { kind, size, ecn: false }
+    GsoInfo {
+        kind,
+        size,
+        ecn: false,
+    }
 }
 
 #[test]
@@ -52,12 +67,17 @@ fn tcp6_segments_and_partial_mode() {
     for (s, info) in &segs {
         let (ip, _) = etherparse::Ipv6Header::from_slice(&s[14..]).unwrap();
         assert_eq!(ip.payload_length as usize, s.len() - 54);
-        let CsumState::Partial { start, offset } = info.csum else { panic!() };
+        let CsumState::Partial { start, offset } = info.csum else {
+            panic!()
+        };
         assert_eq!((start, offset), (54, 16));
         let mut done = s.clone();
         crate::csum::complete_partial(&mut done, start, offset).unwrap();
         let l = hvnet_wire::Layers::parse(&done).unwrap();
-        assert_eq!(crate::csum::validate_l4(&done, &l).unwrap(), CsumState::Good);
+        assert_eq!(
+            crate::csum::validate_l4(&done, &l).unwrap(),
+            CsumState::Good
+        );
     }
 }
 
@@ -73,7 +93,15 @@ fn udp_l4_segments_are_datagrams() {
     let mut ip = hvnet_wire::Ipv4Packet::new_unchecked(&mut f[14..]);
     ip.set_total_len(20 + 8 + 3000);
     ip.fill_checksum();
-    let segs = collect(&f, GsoInfo { kind: GsoType::UdpL4, size: 1400, ecn: false }, CsumMode::Full);
+    let segs = collect(
+        &f,
+        GsoInfo {
+            kind: GsoType::UdpL4,
+            size: 1400,
+            ecn: false,
+        },
+        CsumMode::Full,
+    );
     assert_eq!(segs.len(), 3);
     let mut stream = Vec::new();
     for (s, _) in &segs {
@@ -114,13 +142,36 @@ fn vxlan_inner_tcp_is_segmented_with_outer_fixed() {
 fn impossible_headers_are_typed_errors() {
     let f = big(false, 3000, ACK);
     let mut sink = |_: SegmentOut<'_>| {};
-    assert_eq!(segment(&f, tcp_gso(GsoType::TcpV4, 0), CsumMode::Full, &mut sink), Err(GsoError::ZeroGsoSize));
-    assert_eq!(segment(&f, tcp_gso(GsoType::TcpV6, 1000), CsumMode::Full, &mut sink), Err(GsoError::TypeMismatch));
     assert_eq!(
-        segment(&f, GsoInfo { kind: GsoType::UdpL4, size: 1000, ecn: false }, CsumMode::Full, &mut sink),
+        segment(&f, tcp_gso(GsoType::TcpV4, 0), CsumMode::Full, &mut sink),
+        Err(GsoError::ZeroGsoSize)
+    );
+    assert_eq!(
+        segment(&f, tcp_gso(GsoType::TcpV6, 1000), CsumMode::Full, &mut sink),
         Err(GsoError::TypeMismatch)
     );
-    assert!(matches!(segment(&f[..40], tcp_gso(GsoType::TcpV4, 1000), CsumMode::Full, &mut sink), Err(GsoError::Malformed(_))));
+    assert_eq!(
+        segment(
+            &f,
+            GsoInfo {
+                kind: GsoType::UdpL4,
+                size: 1000,
+                ecn: false
+            },
+            CsumMode::Full,
+            &mut sink
+        ),
+        Err(GsoError::TypeMismatch)
+    );
+    assert!(matches!(
+        segment(
+            &f[..40],
+            tcp_gso(GsoType::TcpV4, 1000),
+            CsumMode::Full,
+            &mut sink
+        ),
+        Err(GsoError::Malformed(_))
+    ));
     let good = Vnet {
         flags: vflags::NEEDS_CSUM,
         gso_type: GsoType::TcpV4,
@@ -131,11 +182,56 @@ fn impossible_headers_are_typed_errors() {
         ..Vnet::default()
     };
     assert!(validate_vnet(&f, &good).is_ok());
-    assert_eq!(validate_vnet(&f, &Vnet { hdr_len: 4000, ..good }), Err(GsoError::HdrLenOutOfBounds));
-    assert_eq!(validate_vnet(&f, &Vnet { csum_start: 3100, ..good }), Err(GsoError::BadCsumOffsets));
-    assert_eq!(validate_vnet(&f, &Vnet { csum_offset: 6, ..good }), Err(GsoError::BadCsumOffsets));
-    assert_eq!(validate_vnet(&f, &Vnet { gso_size: 0, ..good }), Err(GsoError::ZeroGsoSize));
-    assert_eq!(validate_vnet(&f, &Vnet { gso_type: GsoType::TcpV6, ..good }), Err(GsoError::TypeMismatch));
+    assert_eq!(
+        validate_vnet(
+            &f,
+            &Vnet {
+                hdr_len: 4000,
+                ..good
+            }
+        ),
+        Err(GsoError::HdrLenOutOfBounds)
+    );
+    assert_eq!(
+        validate_vnet(
+            &f,
+            &Vnet {
+                csum_start: 3100,
+                ..good
+            }
+        ),
+        Err(GsoError::BadCsumOffsets)
+    );
+    assert_eq!(
+        validate_vnet(
+            &f,
+            &Vnet {
+                csum_offset: 6,
+                ..good
+            }
+        ),
+        Err(GsoError::BadCsumOffsets)
+    );
+    assert_eq!(
+        validate_vnet(
+            &f,
+            &Vnet {
+                gso_size: 0,
+                ..good
+            }
+        ),
+        Err(GsoError::ZeroGsoSize)
+    );
+    assert_eq!(
+        validate_vnet(
+            &f,
+            &Vnet {
+                gso_type: GsoType::TcpV6,
+                ..good
+            }
+        ),
+        Err(GsoError::TypeMismatch)
+    );
 }
 
 #[test]
@@ -151,7 +247,11 @@ fn round_trip(f: &[u8], kind: GsoType, mss: u16) -> Vec<u8> {
     let segs = collect(f, tcp_gso(kind, mss), CsumMode::Full);
     let mut t = GroTable::new(GroConfig::default());
     let mut outs = Vec::new();
-    t.coalesce_burst(segs.into_iter().map(|(s, _)| (s, OffloadInfo::NONE)), 0, &mut |o| outs.push(o));
+    t.coalesce_burst(
+        segs.into_iter().map(|(s, _)| (s, OffloadInfo::NONE)),
+        0,
+        &mut |o| outs.push(o),
+    );
     assert_eq!(outs.len(), 1, "one run");
     match outs.pop().unwrap() {
         GroOutput::Coalesced(mut c) => {
@@ -181,7 +281,11 @@ fn cwr_frame_comes_back_as_its_first_segment_and_the_rest() {
     let segs = collect(&f, tcp_gso(GsoType::TcpV4, 1448), CsumMode::Full);
     let mut t = GroTable::new(GroConfig::default());
     let mut outs = Vec::new();
-    t.coalesce_burst(segs.into_iter().map(|(s, _)| (s, OffloadInfo::NONE)), 0, &mut |o| outs.push(o));
+    t.coalesce_burst(
+        segs.into_iter().map(|(s, _)| (s, OffloadInfo::NONE)),
+        0,
+        &mut |o| outs.push(o),
+    );
     let lens: Vec<_> = outs.iter().map(|o| o.len() - 54).collect();
     assert_eq!(lens, vec![1448, 9 * 1448]);
 }

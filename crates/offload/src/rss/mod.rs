@@ -58,7 +58,12 @@ pub struct HashTypes {
 
 impl Default for HashTypes {
     fn default() -> Self {
-        HashTypes { tcp_ipv4: true, udp_ipv4: true, tcp_ipv6: true, udp_ipv6: true }
+        HashTypes {
+            tcp_ipv4: true,
+            udp_ipv4: true,
+            tcp_ipv6: true,
+            udp_ipv6: true,
+        }
     }
 }
 
@@ -72,7 +77,9 @@ impl Reta {
         if queues == 0 || size == 0 || !size.is_power_of_two() {
             return Err(RssError::BadTable);
         }
-        Ok(Reta((0..size).map(|i| (i % queues as usize) as u16).collect()))
+        Ok(Reta(
+            (0..size).map(|i| (i % queues as usize) as u16).collect(),
+        ))
     }
     /// A table with explicit entries (power-of-two length).
     pub fn from_entries(entries: Vec<u16>) -> Result<Reta, RssError> {
@@ -210,7 +217,8 @@ impl Rss {
 
     /// The queue for a frame.
     pub fn queue_of(&self, frame: &[u8]) -> u16 {
-        self.hash_frame(frame).map_or(0, |(h, _)| self.reta.queue(h))
+        self.hash_frame(frame)
+            .map_or(0, |(h, _)| self.reta.queue(h))
     }
 }
 

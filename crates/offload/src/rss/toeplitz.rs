@@ -66,7 +66,9 @@ impl Toeplitz {
         for (pos, t) in table.iter_mut().enumerate() {
             let w: [u32; 8] = core::array::from_fn(|bit| window(key, pos * 8 + bit));
             for (v, slot) in t.iter_mut().enumerate() {
-                *slot = (0..8).filter(|bit| v & (0x80 >> bit) != 0).fold(0, |h, bit| h ^ w[bit]);
+                *slot = (0..8)
+                    .filter(|bit| v & (0x80 >> bit) != 0)
+                    .fold(0, |h, bit| h ^ w[bit]);
             }
         }
         Ok(Toeplitz { table })
@@ -75,6 +77,9 @@ impl Toeplitz {
     /// Hashes `input` (at most key length − 4 bytes; the rest is ignored).
     #[inline]
     pub fn hash(&self, input: &[u8]) -> u32 {
-        input.iter().zip(self.table.iter()).fold(0, |h, (&b, t)| h ^ t[b as usize])
+        input
+            .iter()
+            .zip(self.table.iter())
+            .fold(0, |h, (&b, t)| h ^ t[b as usize])
     }
 }

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what hvnet needs on Debian 12, as root: the kernel tools its
+# demo and tests drive (iperf3, tcpdump, tshark, ethtool, iproute2), a Rust
+# toolchain if there is none, and the Python test libraries (scapy, pytest).
+# Safe to run again: it installs only what is missing.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+export PATH="$HOME/.cargo/bin:$PATH"
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: run as root (it uses apt-get)" >&2
+    exit 1
+fi
+
+need=(iperf3 tcpdump tshark ethtool iproute2 python3 ca-certificates curl gcc libc6-dev)
+missing=()
+for p in "${need[@]}"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "install-deps: installing ${missing[*]}"
+    apt-get update -qq
+    # tshark asks whether non-root users may capture; answer no, quietly.
+    echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "install-deps: installing the Rust toolchain with rustup"
+    curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --component clippy,rustfmt
+fi
+
+if ! python3 -c 'import scapy, pytest' >/dev/null 2>&1; then
+    echo "install-deps: installing scapy and pytest"
+    python3 -m pip install --quiet --disable-pip-version-check scapy pytest 2>/dev/null ||
+        python3 -m pip install --quiet --disable-pip-version-check --break-system-packages scapy pytest ||
+        apt-get install -y -qq python3-scapy python3-pytest >/dev/null
+fi

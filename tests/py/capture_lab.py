@@ -82,5 +82,11 @@ def bad_checksums(path: Path):
     return bad
 
 
+def bad_frames(path: Path):
+    """The frames (as bytes) whose checksums do not verify."""
+    frames = rdpcap(str(path))
+    return {bytes(frames[i]) for i in bad_checksums(path)}
+
+
 def frame_sizes(path: Path):
     return [len(p) for p in rdpcap(str(path))]

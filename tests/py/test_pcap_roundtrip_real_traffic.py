@@ -44,22 +44,32 @@ def test_gro_then_gso_preserves_stream(iperf_capture, tmp_path):
     assert max(sizes_gso) <= 1514
     assert len(sizes_gso) == len(sizes_in), "GSO back to MTU gives the original frame count"
 
-    assert capture_lab.bad_checksums(gro) == []
-    assert capture_lab.bad_checksums(gso) == []
+    # hvnet computes every checksum it writes; a frame that arrived with a
+    # bad checksum (the capturing kernel occasionally emits one) is passed on
+    # unchanged, never "fixed".
+    bad_in = capture_lab.bad_frames(iperf_capture)
+    assert capture_lab.bad_frames(gro) <= bad_in
+    assert capture_lab.bad_frames(gso) <= bad_in
 
 
 @pytest.mark.skipif(not hvlab.have("tshark"), reason="tshark not installed")
-def test_tshark_finds_no_bad_checksums(iperf_capture, tmp_path):
+def test_tshark_finds_no_new_bad_checksums(iperf_capture, tmp_path):
     gro = tmp_path / "gro.pcap"
     hvlab.hvnet("pcap", "gro", iperf_capture, gro)
-    r = hvlab.run(
-        [
-            "tshark", "-n", "-r", str(gro),
-            "-o", "ip.check_checksum:TRUE", "-o", "tcp.check_checksum:TRUE",
-            "-T", "fields", "-e", "ip.checksum.status", "-e", "tcp.checksum.status",
-        ]
-    )
-    statuses = [line.split("\t") for line in r.stdout.splitlines() if line]
-    assert statuses, "tshark read no frames"
+
+    def statuses(path):
+        r = hvlab.run(
+            [
+                "tshark", "-n", "-r", str(path),
+                "-o", "ip.check_checksum:TRUE", "-o", "tcp.check_checksum:TRUE",
+                "-T", "fields", "-e", "ip.checksum.status", "-e", "tcp.checksum.status",
+            ]
+        )
+        return [line.split("\t") for line in r.stdout.splitlines() if line]
+
+    out, inp = statuses(gro), statuses(iperf_capture)
+    assert out, "tshark read no frames"
     # 1 = good, 0 = bad, 2 = unverified
-    assert all(s == ["1", "1"] for s in statuses), statuses[:5]
+    assert all(s[0] == "1" for s in out)
+    bad = lambda ss: sum(1 for s in ss if s != ["1", "1"])  # noqa: E731
+    assert bad(out) <= bad(inp), [s for s in out if s != ["1", "1"]][:5]

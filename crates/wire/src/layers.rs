@@ -213,4 +213,17 @@ mod tests {
         assert!(l.net.is_none() && l.transport.is_none());
         assert_eq!(l.payload_offset(), 14);
     }
+
+    proptest::proptest! {
+        #[test]
+        fn prop_parse_never_panics_and_offsets_fit(data in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
+            if let Ok(l) = Layers::parse(&data) {
+                if let (Some(n), Some(t)) = (l.net, l.transport) {
+                    proptest::prop_assert!(t.offset + t.header_len <= n.end && n.end <= data.len());
+                }
+                let _ = l.vxlan_inner_offset(&data);
+            }
+            let _ = crate::pretty::Pretty(&data).to_string();
+        }
+    }
 }

@@ -30,8 +30,15 @@ def capture_iperf(out: Path, nbytes="4M", mtu=1500, offloads_off=True):
         # Paced so that tcpdump keeps up and the capture is complete.
         a.sh(f"iperf3 -c 10.77.0.2 -n {nbytes} -l 64K -b 400M -J > /dev/null", timeout=60)
         server.wait(timeout=10)
-        time.sleep(0.3)
-        dump.terminate()
+        # tcpdump drops what it has not read yet when it is stopped: wait
+        # until the file stops growing first.
+        last, stable = -1, 0
+        while stable < 3:
+            time.sleep(0.2)
+            size = out.stat().st_size if out.exists() else 0
+            stable = stable + 1 if size == last else 0
+            last = size
+        dump.send_signal(hvlab.signal.SIGINT)
         dump.wait(timeout=10)
     return out
 

@@ -4,6 +4,7 @@ away, the hvnet binary, and reading/writing captures with scapy."""
 import contextlib
 import os
 import shutil
+import signal  # noqa: F401  (re-exported for callers)
 import subprocess
 import uuid
 from pathlib import Path

@@ -23,6 +23,19 @@ fn memcpy(c: &mut Criterion) {
             black_box(&dst);
         })
     });
+    // The same copy from and to memory that is not in cache: 64 KiB blocks
+    // walking through 256 MiB, the bandwidth a TAP read or write is held to.
+    let big_src = vec![3u8; 256 << 20];
+    let mut big_dst = vec![0u8; 256 << 20];
+    let blocks = big_src.len() / 65536;
+    let mut i = 0;
+    g.bench_function("64KiB_from_memory", |b| {
+        b.iter(|| {
+            let r = (i % blocks) * 65536..(i % blocks + 1) * 65536;
+            big_dst[r.clone()].copy_from_slice(black_box(&big_src[r]));
+            i += 1;
+        })
+    });
     g.finish();
 }
 

@@ -34,10 +34,42 @@ pub fn complete_partial(frame: &mut [u8], start: u16, offset: u16) -> Result<(),
 
 /// The pseudo-header sum for a transport segment of `l4_len` bytes.
 pub fn pseudo_header(frame: &[u8], net: &Net, protocol: u8, l4_len: u32) -> Sum {
-    match net.kind {
-        NetKind::Ipv4 => ipv4::Packet::new_unchecked(&frame[net.offset..]).pseudo_header(l4_len),
+    pseudo_header_at(frame, net.kind, net.offset, protocol, l4_len as usize)
+}
+
+/// The pseudo-header sum from the IP header at `ip_offset` of `buf` (which
+/// may hold only the headers of a frame being built).
+pub fn pseudo_header_at(
+    buf: &[u8],
+    kind: NetKind,
+    ip_offset: usize,
+    protocol: u8,
+    l4_len: usize,
+) -> Sum {
+    let ip = &buf[ip_offset..];
+    match kind {
+        NetKind::Ipv4 => ipv4::Packet::new_unchecked(ip).pseudo_header(l4_len as u32),
+        NetKind::Ipv6 => ipv6::Packet::new_unchecked(ip).pseudo_header(protocol, l4_len as u32),
+    }
+}
+
+/// Rewrites an IP header's length for a packet of `len` bytes from the
+/// start of the IP header (IPv4: total length, optionally the ID, and the
+/// header checksum; IPv6: payload length). Used wherever a frame is resized:
+/// GRO completion, GSO segments.
+pub fn set_ip_len(buf: &mut [u8], kind: NetKind, ip_offset: usize, len: usize, ident: Option<u16>) {
+    let ip = &mut buf[ip_offset..];
+    match kind {
+        NetKind::Ipv4 => {
+            let mut p = ipv4::Packet::new_unchecked(ip);
+            p.set_total_len(len as u16);
+            if let Some(id) = ident {
+                p.set_ident(id);
+            }
+            p.fill_checksum();
+        }
         NetKind::Ipv6 => {
-            ipv6::Packet::new_unchecked(&frame[net.offset..]).pseudo_header(protocol, l4_len)
+            ipv6::Packet::new_unchecked(ip).set_payload_len((len - ipv6::HEADER_LEN) as u16);
         }
     }
 }

@@ -341,12 +341,7 @@ impl<B: AsRef<[u8]>> Coalesced<B> {
 }
 
 fn net_pseudo(hdr: &[u8], net: &NetCb, proto: u8, len: usize) -> Sum {
-    match net.kind {
-        NetKind::Ipv4 => ipv4::Packet::new_unchecked(&hdr[net.offset..]).pseudo_header(len as u32),
-        NetKind::Ipv6 => {
-            ipv6::Packet::new_unchecked(&hdr[net.offset..]).pseudo_header(proto, len as u32)
-        }
-    }
+    crate::csum::pseudo_header_at(hdr, net.kind, net.offset, proto, len)
 }
 
 /// One frame out of the table.
@@ -740,17 +735,7 @@ fn touch_headers(frame: &[u8]) {
 }
 
 fn set_ip_len(header: &mut [u8], net: &NetCb, len: usize) {
-    match net.kind {
-        NetKind::Ipv4 => {
-            let mut p = ipv4::Packet::new_unchecked(&mut header[net.offset..]);
-            p.set_total_len(len as u16);
-            p.fill_checksum();
-        }
-        NetKind::Ipv6 => {
-            ipv6::Packet::new_unchecked(&mut header[net.offset..])
-                .set_payload_len((len - ipv6::HEADER_LEN) as u16);
-        }
-    }
+    crate::csum::set_ip_len(header, net.kind, net.offset, len, None);
 }
 
 /// The end-of-receive check of `tcp_gro_receive` (`out_check_final`): a

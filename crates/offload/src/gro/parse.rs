@@ -244,11 +244,7 @@ fn l4_receive(
 }
 
 fn pseudo(frame: &[u8], net: &NetCb, proto: u8, len: usize) -> Sum {
-    let ip = &frame[net.offset..];
-    match net.kind {
-        NetKind::Ipv4 => ipv4::Packet::new_unchecked(ip).pseudo_header(len as u32),
-        NetKind::Ipv6 => ipv6::Packet::new_unchecked(ip).pseudo_header(proto, len as u32),
-    }
+    crate::csum::pseudo_header_at(frame, net.kind, net.offset, proto, len)
 }
 
 fn tcp_receive(

@@ -20,7 +20,7 @@ use crate::meta::{CsumState, GsoInfo, OffloadInfo};
 use hvnet_wire::checksum::Sum;
 use hvnet_wire::layers::{ip_protocol, Layers, Net, NetKind, Transport};
 use hvnet_wire::virtio_net::Repr as VirtioNetHdr;
-use hvnet_wire::{ipv4, ipv6, tcp, udp, GsoType};
+use hvnet_wire::{ipv4, tcp, udp, GsoType};
 
 /// Longest header a segment may have (all layers, VXLAN included).
 pub const MAX_HEADER: usize = 256;
@@ -305,29 +305,11 @@ fn ipv4_id(frame: &[u8], net: &Net) -> Option<u16> {
 }
 
 fn set_ip_len(h: &mut [u8], net: &Net, len_after_ip: usize, id: Option<u16>) {
-    match net.kind {
-        NetKind::Ipv4 => {
-            let mut p = ipv4::Packet::new_unchecked(&mut h[net.offset..]);
-            p.set_total_len(len_after_ip as u16);
-            if let Some(id) = id {
-                p.set_ident(id);
-            }
-            p.fill_checksum();
-        }
-        NetKind::Ipv6 => {
-            ipv6::Packet::new_unchecked(&mut h[net.offset..])
-                .set_payload_len((len_after_ip - ipv6::HEADER_LEN) as u16);
-        }
-    }
+    crate::csum::set_ip_len(h, net.kind, net.offset, len_after_ip, id);
 }
 
 fn pseudo(h: &[u8], net: &Net, proto: u8, len: usize) -> Sum {
-    match net.kind {
-        NetKind::Ipv4 => ipv4::Packet::new_unchecked(&h[net.offset..]).pseudo_header(len as u32),
-        NetKind::Ipv6 => {
-            ipv6::Packet::new_unchecked(&h[net.offset..]).pseudo_header(proto, len as u32)
-        }
-    }
+    crate::csum::pseudo_header_at(h, net.kind, net.offset, proto, len)
 }
 
 #[cfg(test)]

@@ -194,7 +194,7 @@ struct GroSummary {
 }
 
 fn gro(a: GroArgs) -> Result<i32, CaptureError> {
-    let cap = read_input(&a.input)?;
+    let mut cap = read_input(&a.input)?;
     let mut out = capture::Writer::create(&a.output, &cap.header)?;
     let cfg = GroConfig {
         buckets: a.buckets,
@@ -220,8 +220,7 @@ fn gro(a: GroArgs) -> Result<i32, CaptureError> {
         }
     };
     let batch = a.batch.unwrap_or(usize::MAX).max(1);
-    let frames = cap.frames.clone();
-    let mut it = frames.into_iter().peekable();
+    let mut it = std::mem::take(&mut cap.frames).into_iter().peekable();
     while it.peek().is_some() {
         let chunk: Vec<_> = it
             .by_ref()

@@ -1,0 +1,232 @@
+//! Thin wrappers over the Linux calls hvnet needs that the standard library
+//! does not offer: opening TAP queues (`TUNSETIFF` with `IFF_VNET_HDR` and
+//! `IFF_MULTI_QUEUE`), setting the virtio-net header size and the offloads
+//! the kernel may hand us (`TUNSETVNETHDRSZ`, `TUNSETOFFLOAD`), and `poll`.
+//!
+//! This is the only hvnet crate allowed `unsafe`. Every block has a
+//! `SAFETY:` note. File descriptors are wrapped in `OwnedFd` as soon as the
+//! kernel returns them, so they are closed exactly once; reads and vectored
+//! writes then go through `std::fs::File` (plain `read(2)` / `writev(2)`).
+//!
+//! The ioctl numbers and flag values are those of `include/uapi/linux/if_tun.h`.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// `TUNSETIFF` = `_IOW('T', 202, int)`.
+const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+/// `TUNSETOFFLOAD` = `_IOW('T', 208, unsigned int)`.
+const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
+/// `TUNSETVNETHDRSZ` = `_IOW('T', 216, int)`.
+const TUNSETVNETHDRSZ: libc::c_ulong = 0x4004_54d8;
+
+const IFF_TAP: libc::c_short = 0x0002;
+const IFF_NO_PI: libc::c_short = 0x1000;
+const IFF_VNET_HDR: libc::c_short = 0x4000;
+const IFF_MULTI_QUEUE: libc::c_short = 0x0100;
+
+/// `TUNSETOFFLOAD` flags: what the kernel may hand us from the guest.
+pub mod offload {
+    /// Partial checksums (`NEEDS_CSUM`).
+    pub const CSUM: u32 = 0x01;
+    /// TCP segmentation offload, IPv4.
+    pub const TSO4: u32 = 0x02;
+    /// TCP segmentation offload, IPv6.
+    pub const TSO6: u32 = 0x04;
+    /// TSO with ECN (CWR) bits.
+    pub const TSO_ECN: u32 = 0x08;
+    /// UDP segmentation offload, IPv4.
+    pub const USO4: u32 = 0x20;
+    /// UDP segmentation offload, IPv6.
+    pub const USO6: u32 = 0x40;
+}
+
+/// Builds the `struct ifreq` for `TUNSETIFF` (name and flags only).
+struct IfReqBuilder {
+    req: libc::ifreq,
+}
+
+impl IfReqBuilder {
+    fn new(name: &str) -> io::Result<IfReqBuilder> {
+        let c = CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface name has a NUL byte"))?;
+        let bytes = c.as_bytes_with_nul();
+        if bytes.len() > libc::IFNAMSIZ {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "interface name longer than 15 bytes"));
+        }
+        // SAFETY: ifreq is a plain C struct (arrays and a union of plain
+        // data); all-zero is a valid value for it.
+        let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+        for (d, s) in req.ifr_name.iter_mut().zip(bytes) {
+            *d = *s as libc::c_char;
+        }
+        Ok(IfReqBuilder { req })
+    }
+
+    fn flags(mut self, flags: libc::c_short) -> Self {
+        self.req.ifr_ifru.ifru_flags = flags;
+        self
+    }
+
+    fn name(&self) -> String {
+        let raw: Vec<u8> = self.req.ifr_name.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+        String::from_utf8_lossy(&raw).into_owned()
+    }
+}
+
+/// One queue of a TAP device, opened with a virtio-net header.
+#[derive(Debug)]
+pub struct TapQueue {
+    file: File,
+    name: String,
+}
+
+impl TapQueue {
+    /// Opens (creating if needed) queue of TAP device `name` with
+    /// `IFF_TAP | IFF_NO_PI | IFF_VNET_HDR | IFF_MULTI_QUEUE`. Open it once
+    /// per queue. Needs CAP_NET_ADMIN.
+    pub fn open(name: &str) -> io::Result<TapQueue> {
+        let path = CString::new("/dev/net/tun").expect("static path");
+        // SAFETY: `path` is a valid NUL-terminated string; open has no other
+        // preconditions. The result is checked before use.
+        let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just returned by open and is owned by nobody else.
+        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        let mut req = IfReqBuilder::new(name)?.flags(IFF_TAP | IFF_NO_PI | IFF_VNET_HDR | IFF_MULTI_QUEUE);
+        // SAFETY: TUNSETIFF reads and writes one `struct ifreq`, which `req`
+        // is, and it lives for the duration of the call.
+        let r = unsafe { libc::ioctl(owned.as_raw_fd(), TUNSETIFF, &mut req.req as *mut libc::ifreq) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(TapQueue { name: req.name(), file: File::from(owned) })
+    }
+
+    /// A TAP queue from an fd someone else opened (for tests that use a
+    /// socketpair instead of a TAP, and for fuzzing).
+    pub fn from_fd(fd: OwnedFd, name: &str) -> TapQueue {
+        TapQueue { file: File::from(fd), name: name.to_string() }
+    }
+
+    /// The interface name the kernel gave the device.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Sets the virtio-net header size (10 or 12).
+    pub fn set_vnet_hdr_size(&self, size: i32) -> io::Result<()> {
+        let v: libc::c_int = size;
+        // SAFETY: TUNSETVNETHDRSZ reads one int through the pointer, which
+        // points at `v` for the duration of the call.
+        let r = unsafe { libc::ioctl(self.file.as_raw_fd(), TUNSETVNETHDRSZ, &v as *const libc::c_int) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Tells the kernel which offloads it may use in frames it hands us
+    /// (TUN_F_* flags); the guest's `ethtool -k` then shows them on.
+    pub fn set_offload(&self, flags: u32) -> io::Result<()> {
+        // SAFETY: TUNSETOFFLOAD takes its argument by value (an unsigned
+        // long); no memory is passed.
+        let r = unsafe { libc::ioctl(self.file.as_raw_fd(), TUNSETOFFLOAD, flags as libc::c_ulong) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Switches O_NONBLOCK on or off.
+    pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        set_nonblocking(self.file.as_raw_fd(), on)
+    }
+
+    /// The file, for `read` and `write_vectored`.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// The raw fd, for `poll`.
+    pub fn raw_fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+}
+
+/// Sets or clears O_NONBLOCK on an fd.
+pub fn set_nonblocking(fd: RawFd, on: bool) -> io::Result<()> {
+    // SAFETY: F_GETFL takes no argument and only reads the fd's flags.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let flags = if on { flags | libc::O_NONBLOCK } else { flags & !libc::O_NONBLOCK };
+    // SAFETY: F_SETFL takes an int of flags by value.
+    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Waits until `fd` is readable or `timeout_ms` passes (-1: forever).
+/// Returns true when readable; POLLHUP/POLLERR also count as readable so
+/// that the caller's read reports the condition.
+pub fn poll_readable(fd: RawFd, timeout_ms: i32) -> io::Result<bool> {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    loop {
+        // SAFETY: one valid pollfd, count 1, lives across the call.
+        let r = unsafe { libc::poll(&mut p, 1, timeout_ms) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        return Ok(r > 0);
+    }
+}
+
+/// A connected pair of datagram sockets, standing in for a TAP queue in
+/// tests that need no root (one datagram = one frame, as on a TAP).
+pub fn frame_socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: socketpair writes two fds into the 2-element array.
+    let r = unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both fds were just returned by socketpair and are unowned.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    #[test]
+    fn socketpair_keeps_frame_boundaries() {
+        let (a, b) = frame_socketpair().unwrap();
+        let qa = TapQueue::from_fd(a, "pair0");
+        let qb = TapQueue::from_fd(b, "pair1");
+        (&*qa.file()).write_all(b"frame one").unwrap();
+        (&*qa.file()).write_all(b"two").unwrap();
+        assert!(poll_readable(qb.raw_fd(), 1000).unwrap());
+        let mut buf = [0u8; 64];
+        assert_eq!((&*qb.file()).read(&mut buf).unwrap(), 9);
+        assert_eq!((&*qb.file()).read(&mut buf).unwrap(), 3);
+        qb.set_nonblocking(true).unwrap();
+        assert_eq!((&*qb.file()).read(&mut buf).unwrap_err().kind(), io::ErrorKind::WouldBlock);
+    }
+
+    #[test]
+    fn long_interface_name_is_refused() {
+        assert!(IfReqBuilder::new("a-name-that-is-too-long").is_err());
+        assert_eq!(IfReqBuilder::new("tap0").unwrap().name(), "tap0");
+    }
+}

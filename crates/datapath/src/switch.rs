@@ -1,0 +1,626 @@
+//! The switch: ports, their queue workers and delivery threads, forwarding,
+//! and the offload stage between them.
+//!
+//! Threads, per port and queue `n` (named as cloud-hypervisor names them):
+//! - `{port}_q{n}` reads what the guest sends on TAP queue `n`, in batches,
+//!   learns source addresses, picks destinations, and runs the offload stage
+//!   for each: software LRO (the GRO engine, one table per destination
+//!   queue, flushed at the end of every batch) for frames bound for a guest
+//!   with LRO on, and ring placement;
+//! - `{port}_rx{n}` is the guest's "vCPU" for receive: it drains receive
+//!   queue `n`'s rings into the TAP, segmenting GSO frames for a guest that
+//!   does not take them whole and completing partial checksums for a guest
+//!   without checksum offload.
+
+use crate::counters::{add, EgressCounters, EgressStats, IngressCounters, IngressStats};
+use crate::fdb::Fdb;
+use crate::ring::{self, Full, RingStatus, Rings};
+use hvnet_offload::gro::{Coalesced, GroConfig, GroOutput, GroTable};
+use hvnet_offload::gso::{self, CsumMode};
+use hvnet_offload::rss::{Rss, DEFAULT_KEY};
+use hvnet_offload::{csum, CsumState, GsoInfo, OffloadInfo};
+use hvnet_port::{Buf, Pool, RecvError, TapPort};
+use hvnet_wire::{EtherType, EthernetFrame, MacAddr, VirtioNetHdr};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Frames read per batch before the GRO tables are flushed (a NAPI budget).
+pub const BATCH: usize = 64;
+
+/// A port's settings, changeable at run time (`hvnet port PORT set …`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PortSettings {
+    /// Software LRO for frames to this guest; also whether it takes GSO
+    /// frames whole. Default on, as in vSphere.
+    pub lro: bool,
+    /// The guest may hand us TSO frames (its `ethtool -k` shows TSO on).
+    pub tso: bool,
+    /// Checksum offload both ways: the guest may send partial checksums and
+    /// takes frames with partial checksums.
+    pub csum: bool,
+    /// MTU, 68..=9000.
+    pub mtu: u16,
+    /// Ring 1 size per receive queue (buffers).
+    pub ring1: usize,
+    /// Ring 2 size per receive queue (buffers).
+    pub ring2: usize,
+    /// Accept frames whose source MAC is not the port's (forged transmits).
+    pub allow_forged_transmits: bool,
+}
+
+impl Default for PortSettings {
+    fn default() -> Self {
+        PortSettings { lro: true, tso: true, csum: true, mtu: 1500, ring1: 256, ring2: 256, allow_forged_transmits: false }
+    }
+}
+
+/// What a frame in a guest receive ring is.
+pub enum RingItem {
+    /// A frame as received (possibly a GSO frame, possibly to be segmented
+    /// on delivery).
+    Frame {
+        /// The buffer.
+        buf: Buf,
+        /// Its metadata.
+        info: OffloadInfo,
+        /// Segment it on delivery (the guest does not take it whole).
+        segment: Option<GsoInfo>,
+    },
+    /// A coalesced frame.
+    Coalesced(Coalesced<Buf>),
+}
+
+/// A guest receive queue: its rings and counters.
+pub struct RxQueue {
+    /// The rings.
+    pub rings: Rings<RingItem>,
+    /// What was delivered or dropped.
+    pub counters: EgressCounters,
+}
+
+/// A port: a VM's NIC on the switch.
+pub struct Port {
+    /// Index in the switch.
+    pub id: usize,
+    /// VM / client name.
+    pub name: String,
+    /// The TAP device.
+    pub tap: TapPort,
+    /// The VM's MAC address.
+    pub mac: MacAddr,
+    /// Access VLAN (0: untagged).
+    pub vlan: u16,
+    settings: RwLock<PortSettings>,
+    /// Guest receive queues, one per TAP queue.
+    pub rxq: Vec<RxQueue>,
+    /// Per TAP queue, what the guest sent.
+    pub ingress: Vec<IngressCounters>,
+    up: AtomicBool,
+}
+
+impl Port {
+    /// The settings now.
+    pub fn settings(&self) -> PortSettings {
+        self.settings.read().expect("settings lock").clone()
+    }
+    /// Link state: false once the guest's TAP is gone.
+    pub fn is_up(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
+    }
+    /// Ingress counters summed over queues.
+    pub fn ingress_stats(&self) -> IngressStats {
+        let mut s = IngressStats::default();
+        for c in &self.ingress {
+            s += c.snapshot();
+        }
+        s
+    }
+    /// Egress counters summed over queues.
+    pub fn egress_stats(&self) -> EgressStats {
+        let mut s = EgressStats::default();
+        for q in &self.rxq {
+            s += q.counters.snapshot();
+        }
+        s
+    }
+    /// Ring status per receive queue.
+    pub fn ring_status(&self) -> Vec<RingStatus> {
+        self.rxq.iter().map(|q| q.rings.status()).collect()
+    }
+    /// Bytes of buffers the rings hold when full.
+    pub fn ring_memory(&self) -> usize {
+        let s = self.settings();
+        self.rxq.len() * (s.ring1 * ring::ring1_buf_size(s.mtu) + s.ring2 * ring::RING2_BUF)
+    }
+}
+
+/// Everything needed to add a port.
+pub struct PortSpec {
+    /// VM name.
+    pub name: String,
+    /// Its opened TAP.
+    pub tap: TapPort,
+    /// Its MAC.
+    pub mac: MacAddr,
+    /// Access VLAN (0: none).
+    pub vlan: u16,
+    /// Settings.
+    pub settings: PortSettings,
+}
+
+/// Switch-wide settings.
+#[derive(Clone, Debug)]
+pub struct SwitchConfig {
+    /// FDB aging time.
+    pub fdb_aging: Duration,
+}
+
+impl Default for SwitchConfig {
+    fn default() -> Self {
+        SwitchConfig { fdb_aging: Duration::from_secs(300) }
+    }
+}
+
+/// The switch.
+pub struct Switch {
+    /// Ports, by index.
+    pub ports: Vec<Arc<Port>>,
+    /// Learned addresses.
+    pub fdb: Fdb,
+    pool: Pool,
+    rss: Rss,
+    stop: AtomicBool,
+    started: Instant,
+}
+
+/// Why a setting change was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SettingError {
+    /// No such port.
+    #[error("no port named {0}")]
+    NoPort(String),
+    /// Out of range.
+    #[error("{0}")]
+    Range(String),
+}
+
+impl Switch {
+    /// Builds a switch over opened ports (not yet running).
+    pub fn new(specs: Vec<PortSpec>, cfg: SwitchConfig) -> Arc<Switch> {
+        let ports = specs
+            .into_iter()
+            .enumerate()
+            .map(|(id, s)| {
+                let nq = s.tap.num_queues();
+                Arc::new(Port {
+                    id,
+                    rxq: (0..nq)
+                        .map(|_| RxQueue { rings: Rings::new(s.settings.ring1, s.settings.ring2), counters: EgressCounters::default() })
+                        .collect(),
+                    ingress: (0..nq).map(|_| IngressCounters::default()).collect(),
+                    name: s.name,
+                    tap: s.tap,
+                    mac: s.mac,
+                    vlan: s.vlan,
+                    settings: RwLock::new(s.settings),
+                    up: AtomicBool::new(true),
+                })
+            })
+            .collect();
+        Arc::new(Switch {
+            ports,
+            fdb: Fdb::new(cfg.fdb_aging),
+            pool: Pool::new(16384),
+            rss: Rss::new(&DEFAULT_KEY, 1).expect("default RSS key"),
+            stop: AtomicBool::new(false),
+            started: Instant::now(),
+        })
+    }
+
+    /// Starts every worker and delivery thread.
+    pub fn start(self: &Arc<Switch>) -> Vec<JoinHandle<()>> {
+        let mut handles = Vec::new();
+        for p in &self.ports {
+            for q in 0..p.tap.num_queues() {
+                let (sw, port) = (Arc::clone(self), Arc::clone(p));
+                handles.push(
+                    std::thread::Builder::new()
+                        .name(format!("{}_q{q}", p.name))
+                        .spawn(move || Worker::new(sw, port, q).run())
+                        .expect("spawn worker"),
+                );
+                let (sw, port) = (Arc::clone(self), Arc::clone(p));
+                handles.push(
+                    std::thread::Builder::new()
+                        .name(format!("{}_rx{q}", p.name))
+                        .spawn(move || deliver_loop(&sw, &port, q))
+                        .expect("spawn delivery"),
+                );
+            }
+        }
+        handles
+    }
+
+    /// Asks every thread to stop (they notice within 100 ms).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// True once [`Switch::stop`] was called.
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Time since the switch was built.
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// A port by name.
+    pub fn port(&self, name: &str) -> Option<&Arc<Port>> {
+        self.ports.iter().find(|p| p.name == name)
+    }
+
+    /// Applies new settings to a port at run time.
+    pub fn set_port(&self, name: &str, new: PortSettings) -> Result<PortSettings, SettingError> {
+        let p = self.port(name).ok_or_else(|| SettingError::NoPort(name.into()))?;
+        validate_settings(&new)?;
+        let old = p.settings();
+        if (old.tso, old.csum) != (new.tso, new.csum) {
+            p.tap
+                .set_offload(hvnet_port::tap_offload_flags(new.csum, new.tso))
+                .map_err(|e| SettingError::Range(format!("cannot change offloads: {e}")))?;
+        }
+        for q in &p.rxq {
+            q.rings.resize(new.ring1, new.ring2);
+        }
+        *p.settings.write().expect("settings lock") = new.clone();
+        Ok(new)
+    }
+}
+
+/// Checks settings ranges (also used for topology files).
+pub fn validate_settings(s: &PortSettings) -> Result<(), SettingError> {
+    if !(68..=9000).contains(&s.mtu) {
+        return Err(SettingError::Range(format!("mtu {} is outside 68..9000", s.mtu)));
+    }
+    for (name, v) in [("ring1", s.ring1), ("ring2", s.ring2)] {
+        if !(32..=ring::MAX_RING).contains(&v) {
+            return Err(SettingError::Range(format!("{name} size {v} is outside 32..{}", ring::MAX_RING)));
+        }
+    }
+    Ok(())
+}
+
+/// One ingress worker: a port's TAP queue, read in batches.
+struct Worker {
+    sw: Arc<Switch>,
+    port: Arc<Port>,
+    q: usize,
+    /// Software LRO tables, one per destination (port, queue).
+    gro: HashMap<(usize, usize), GroTable<Buf>>,
+    /// Destination settings, read once per batch.
+    settings: Vec<PortSettings>,
+}
+
+impl Worker {
+    fn new(sw: Arc<Switch>, port: Arc<Port>, q: usize) -> Worker {
+        Worker { sw, port, q, gro: HashMap::new(), settings: Vec::new() }
+    }
+
+    fn run(mut self) {
+        let fd = self.port.tap.queue(self.q).raw_fd();
+        while !self.sw.stopping() && self.port.is_up() {
+            match hvnet_sys::poll_readable(fd, 100) {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(_) => break,
+            }
+            self.settings = self.sw.ports.iter().map(|p| p.settings()).collect();
+            let now = Instant::now();
+            for _ in 0..BATCH {
+                let mut buf = self.sw.pool.take();
+                match hvnet_port::recv(self.port.tap.queue(self.q), &mut buf) {
+                    Ok(r) => self.forward(buf, r.info, now),
+                    Err(RecvError::WouldBlock) => {
+                        self.sw.pool.give(buf);
+                        break;
+                    }
+                    Err(RecvError::Gone) => {
+                        self.sw.pool.give(buf);
+                        self.port_gone();
+                        break;
+                    }
+                    Err(_) => {
+                        add(&self.port.ingress[self.q].frames, 1);
+                        add(&self.port.ingress[self.q].drop_bad_vnet_header, 1);
+                        self.sw.pool.give(buf);
+                    }
+                }
+            }
+            self.flush_gro();
+        }
+        self.flush_gro();
+    }
+
+    /// The guest disappeared: its port goes down, the switch goes on.
+    fn port_gone(&self) {
+        self.port.up.store(false, Ordering::Relaxed);
+        self.sw.fdb.sweep(Instant::now(), Some(self.port.id));
+    }
+
+    fn forward(&mut self, buf: Buf, info: OffloadInfo, now: Instant) {
+        let c = &self.port.ingress[self.q];
+        add(&c.frames, 1);
+        add(&c.bytes, buf.len() as u64);
+        if info.gso.is_some() {
+            add(&c.gso_frames, 1);
+        }
+        let Ok(eth) = EthernetFrame::new_checked(buf.frame()) else {
+            add(&c.drop_bad_frame, 1);
+            self.sw.pool.give(buf);
+            return;
+        };
+        let (src, dst) = (eth.src(), eth.dst());
+        let me = &self.settings[self.port.id];
+        if matches!(eth.ethertype(), EtherType::Vlan | EtherType::QinQ) || (src != self.port.mac && !me.allow_forged_transmits)
+        {
+            add(&c.drop_policy, 1);
+            self.sw.pool.give(buf);
+            return;
+        }
+        let vlan = self.port.vlan;
+        self.sw.fdb.learn(vlan, src, self.port.id, now);
+        let unicast = (!dst.is_multicast()).then(|| self.sw.fdb.lookup(vlan, dst, now)).flatten();
+        match unicast {
+            Some(p) if p == self.port.id => {
+                add(&c.drop_no_route, 1);
+                self.sw.pool.give(buf);
+            }
+            Some(p) if self.sw.ports[p].is_up() => {
+                add(&c.forwarded, 1);
+                self.egress(p, buf, info);
+            }
+            _ => {
+                let targets: Vec<usize> = self
+                    .sw
+                    .ports
+                    .iter()
+                    .filter(|p| p.id != self.port.id && p.vlan == vlan && p.is_up())
+                    .map(|p| p.id)
+                    .collect();
+                let Some((&last, rest)) = targets.split_last() else {
+                    add(&c.drop_no_route, 1);
+                    self.sw.pool.give(buf);
+                    return;
+                };
+                add(&c.forwarded, 1);
+                add(&c.flooded, 1);
+                for &p in rest {
+                    let mut copy = self.sw.pool.take();
+                    copy.fill(buf.frame());
+                    self.egress(p, copy, info);
+                }
+                self.egress(last, buf, info);
+            }
+        }
+    }
+
+    /// The offload stage for one destination.
+    fn egress(&mut self, dst: usize, buf: Buf, info: OffloadInfo) {
+        let port = Arc::clone(&self.sw.ports[dst]);
+        let s = &self.settings[dst];
+        let q = if port.rxq.len() > 1 { self.sw.rss.hash_frame(buf.frame()).map_or(0, |(h, _)| h as usize) % port.rxq.len() } else { 0 };
+        let c = &port.rxq[q].counters;
+        add(&c.offered, 1);
+        match info.gso {
+            Some(g) => {
+                let segment = (!s.lro).then_some(g);
+                enqueue(&self.sw, &port, q, RingItem::Frame { buf, info, segment }, 1);
+            }
+            None => {
+                let l2 = if buf.frame().len() >= 14 && u16::from_be_bytes([buf.frame()[12], buf.frame()[13]]) == 0x8100 { 18 } else { 14 };
+                if buf.len() > s.mtu as usize + l2 {
+                    add(&c.drop_mtu_exceeded, 1);
+                    self.sw.pool.give(buf);
+                    return;
+                }
+                if s.lro {
+                    let table = self
+                        .gro
+                        .entry((dst, q))
+                        .or_insert_with(|| GroTable::new(GroConfig { buckets: 64, ..GroConfig::default() }));
+                    let sw = &self.sw;
+                    table.receive(buf, info, 0, &mut |o| enqueue_gro(sw, &port, q, o));
+                } else {
+                    enqueue(&self.sw, &port, q, RingItem::Frame { buf, info, segment: None }, 1);
+                }
+            }
+        }
+    }
+
+    fn flush_gro(&mut self) {
+        for (&(dst, q), table) in self.gro.iter_mut() {
+            if table.held() == 0 {
+                continue;
+            }
+            let port = Arc::clone(&self.sw.ports[dst]);
+            let sw = &self.sw;
+            table.flush_all(&mut |o| enqueue_gro(sw, &port, q, o));
+        }
+    }
+}
+
+fn enqueue_gro(sw: &Switch, port: &Port, q: usize, o: GroOutput<Buf>) {
+    match o {
+        GroOutput::Single { frame, info } => enqueue(sw, port, q, RingItem::Frame { buf: frame, info, segment: None }, 1),
+        GroOutput::Coalesced(c) => {
+            let n = c.count as u64;
+            enqueue(sw, port, q, RingItem::Coalesced(c), n)
+        }
+    }
+}
+
+/// Places an item in a receive queue's rings, or drops it, counting
+/// `sources` offered frames either way.
+fn enqueue(sw: &Switch, port: &Port, q: usize, item: RingItem, sources: u64) {
+    let c = &port.rxq[q].counters;
+    if !port.is_up() {
+        add(&c.drop_port_down, sources);
+        release_item(sw, item);
+        return;
+    }
+    let ring1_buf = ring::ring1_buf_size(port.settings.read().expect("settings lock").mtu);
+    let (r1, r2) = match &item {
+        RingItem::Frame { buf, segment: Some(g), .. } => {
+            // Each segment takes a buffer of its own.
+            let segs = (buf.len().saturating_sub(54)).div_ceil(g.size.max(1) as usize).max(1);
+            (segs, 0)
+        }
+        RingItem::Frame { buf, .. } => ring::buffers_for(buf.len(), ring1_buf),
+        RingItem::Coalesced(c) => ring::buffers_for(c.len(), ring1_buf),
+    };
+    if let Err((item, full)) = port.rxq[q].rings.push(item, r1, r2) {
+        match full {
+            Full::Ring1 => add(&c.drop_ring1_full, sources),
+            Full::Ring2 => add(&c.drop_ring2_full, sources),
+        }
+        release_item(sw, item);
+    }
+}
+
+fn release_item(sw: &Switch, item: RingItem) {
+    match item {
+        RingItem::Frame { buf, .. } => sw.pool.give(buf),
+        RingItem::Coalesced(c) => {
+            for s in c.into_segments() {
+                sw.pool.give(s.buf);
+            }
+        }
+    }
+}
+
+/// The delivery thread of one guest receive queue.
+fn deliver_loop(sw: &Switch, port: &Port, q: usize) {
+    let mut batch = Vec::with_capacity(BATCH);
+    let tap = port.tap.queue(q);
+    let rx = &port.rxq[q];
+    let c = &rx.counters;
+    while !sw.stopping() {
+        rx.rings.pop_batch(&mut batch, BATCH, Duration::from_millis(100));
+        if batch.is_empty() {
+            continue;
+        }
+        let s = port.settings();
+        let (mut r1, mut r2) = (0, 0);
+        for (item, b1, b2) in batch.drain(..) {
+            r1 += b1;
+            r2 += b2;
+            if !port.is_up() {
+                let n = match &item {
+                    RingItem::Coalesced(co) => co.count as u64,
+                    _ => 1,
+                };
+                add(&c.drop_port_down, n);
+                release_item(sw, item);
+                continue;
+            }
+            deliver(sw, tap, c, &s, item);
+        }
+        rx.rings.release(r1, r2);
+    }
+    for item in rx.rings.drain() {
+        release_item(sw, item);
+    }
+}
+
+fn deliver(sw: &Switch, tap: &hvnet_sys::TapQueue, c: &EgressCounters, s: &PortSettings, item: RingItem) {
+    match item {
+        RingItem::Frame { mut buf, info, segment } => {
+            if let Some(g) = segment {
+                let mode = if s.csum { CsumMode::Partial } else { CsumMode::Full };
+                let mut out = 0u64;
+                let mut failed = false;
+                let r = gso::segment(buf.frame(), g, mode, &mut |seg| {
+                    let vnet = seg.info.to_vnet(0);
+                    if hvnet_port::send(tap, &vnet, &[seg.header, seg.payload]).is_ok() {
+                        out += 1;
+                        add(&c.delivered_bytes, (seg.header.len() + seg.payload.len()) as u64);
+                    } else {
+                        failed = true;
+                    }
+                });
+                if r.is_err() || failed {
+                    add(&c.drop_write_error, 1);
+                } else {
+                    add(&c.segmented_frames, 1);
+                    add(&c.segments_out, out);
+                    add(&c.delivered_frames, out);
+                    add(&c.delivered_source_frames, 1);
+                }
+                sw.pool.give(buf);
+                return;
+            }
+            let mut info = info;
+            if let CsumState::Partial { start, offset } = info.csum {
+                if !s.csum && info.gso.is_none() && csum::complete_partial(buf.frame_mut(), start, offset).is_ok() {
+                    add(&c.csum_completed, 1);
+                    info.csum = CsumState::Good;
+                }
+            }
+            if info.csum == CsumState::Good {
+                add(&c.data_valid_frames, 1);
+            }
+            let hdr_len = info.gso.map_or(0, |_| header_len(buf.frame()));
+            let vnet = info.to_vnet(hdr_len);
+            match hvnet_port::send(tap, &vnet, &[buf.frame()]) {
+                Ok(()) => {
+                    add(&c.delivered_frames, 1);
+                    add(&c.delivered_bytes, buf.len() as u64);
+                    add(&c.delivered_source_frames, 1);
+                    if info.gso.is_some() {
+                        add(&c.gso_intact_frames, 1);
+                    }
+                }
+                Err(_) => add(&c.drop_write_error, 1),
+            }
+            sw.pool.give(buf);
+        }
+        RingItem::Coalesced(mut co) => {
+            if !s.csum {
+                co.fill_checksums();
+            }
+            let vnet: VirtioNetHdr = co.info.to_vnet(co.header().len() as u16);
+            let n = co.count as u64;
+            let len = co.len() as u64;
+            let mut pieces: Vec<&[u8]> = Vec::with_capacity(co.segments.len() + 1);
+            pieces.push(co.header());
+            pieces.extend(co.segments.iter().map(|s| s.bytes()));
+            match hvnet_port::send(tap, &vnet, &pieces) {
+                Ok(()) => {
+                    add(&c.delivered_frames, 1);
+                    add(&c.delivered_bytes, len);
+                    add(&c.delivered_source_frames, n);
+                    add(&c.lro_frames, 1);
+                    add(&c.lro_bytes, len);
+                    add(&c.lro_segments, n);
+                }
+                Err(_) => add(&c.drop_write_error, n),
+            }
+            drop(pieces);
+            for seg in co.into_segments() {
+                sw.pool.give(seg.buf);
+            }
+        }
+    }
+}
+
+/// Ethernet through L4 header length of a frame (for a GSO header's
+/// `hdr_len`).
+fn header_len(frame: &[u8]) -> u16 {
+    hvnet_wire::Layers::parse(frame).map_or(0, |l| l.payload_offset() as u16)
+}

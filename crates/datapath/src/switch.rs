@@ -32,7 +32,8 @@ use std::time::{Duration, Instant};
 pub const BATCH: usize = 64;
 
 /// A port's settings, changeable at run time (`hvnet port PORT set …`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PortSettings {
     /// Software LRO for frames to this guest; also whether it takes GSO
     /// frames whole. Default on, as in vSphere.

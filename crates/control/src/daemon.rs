@@ -1,0 +1,331 @@
+//! `hvnet up` / `hvnet down` and the switch daemon between them.
+//!
+//! `up` validates the topology, starts `hvnet daemon` in its own process
+//! group, and returns once the daemon says traffic can flow. The daemon
+//! creates each VM (a network namespace whose NIC is the kernel end of a TAP
+//! the daemon holds), records everything it creates in
+//! `/run/hvnet/<topology>/state.json` before creating it, runs the switch and
+//! serves the control socket. `down` stops the daemon and removes exactly
+//! what the state file lists, also after a crash.
+
+use crate::proto::{self, Reply, Request};
+use crate::topology::{self, Topology};
+use crate::views;
+use hvnet_datapath::{PortSettings, PortSpec, Switch, SwitchConfig};
+use hvnet_port::TapPort;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Where topologies keep their state.
+pub const RUN_DIR: &str = "/run/hvnet";
+
+/// What a running topology has created.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct State {
+    /// Topology name.
+    pub name: String,
+    /// The topology file.
+    pub file: PathBuf,
+    /// Daemon PID.
+    pub pid: u32,
+    /// Namespaces created (the VMs).
+    pub namespaces: Vec<String>,
+    /// Set once traffic can flow.
+    pub ready: bool,
+}
+
+/// A failure of up, down or the daemon.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// The topology file is bad.
+    #[error(transparent)]
+    Topology(#[from] topology::TopologyError),
+    /// A command the daemon runs failed.
+    #[error("`{cmd}` failed: {stderr}")]
+    Command {
+        /// The command line.
+        cmd: String,
+        /// What it printed.
+        stderr: String,
+    },
+    /// Opening a TAP failed.
+    #[error(transparent)]
+    Tap(#[from] hvnet_port::TapError),
+    /// File or socket I/O failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Anything else, said plainly.
+    #[error("{0}")]
+    Other(String),
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> DaemonError {
+    let what = what.into();
+    move |source| DaemonError::Io { what, source }
+}
+
+/// The state directory of a topology.
+pub fn state_dir(name: &str) -> PathBuf {
+    Path::new(RUN_DIR).join(name)
+}
+
+/// Reads a topology's state file.
+pub fn read_state(dir: &Path) -> Option<State> {
+    serde_json::from_slice(&std::fs::read(dir.join("state.json")).ok()?).ok()
+}
+
+fn write_state(dir: &Path, s: &State) -> Result<(), DaemonError> {
+    let tmp = dir.join("state.json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(s).expect("state serializes")).map_err(io_err("write state"))?;
+    std::fs::rename(&tmp, dir.join("state.json")).map_err(io_err("write state"))
+}
+
+/// Runs a command, turning a failure into an error that quotes it.
+pub fn run(cmd: &[&str]) -> Result<String, DaemonError> {
+    let out = Command::new(cmd[0]).args(&cmd[1..]).output().map_err(io_err(format!("run {}", cmd[0])))?;
+    if !out.status.success() {
+        return Err(DaemonError::Command { cmd: cmd.join(" "), stderr: String::from_utf8_lossy(&out.stderr).trim().to_string() });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn pid_alive(pid: u32) -> bool {
+    pid != 0 && Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// The names of running (or crashed, not yet downed) topologies.
+pub fn topologies() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(RUN_DIR)
+        .map(|d| d.filter_map(|e| e.ok()).filter(|e| e.path().join("state.json").exists()).filter_map(|e| e.file_name().into_string().ok()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// `hvnet up FILE`: returns the topology once traffic can flow.
+pub fn up(file: &Path, exe: &Path) -> Result<Topology, DaemonError> {
+    let topo = topology::load(file)?;
+    let dir = state_dir(&topo.name);
+    if let Some(s) = read_state(&dir) {
+        return Err(DaemonError::Other(if pid_alive(s.pid) {
+            format!("topology {} is already up (daemon pid {}); `hvnet down {}` first", topo.name, s.pid, topo.name)
+        } else {
+            format!("topology {} has state left from a daemon that died; `hvnet down {}` cleans it up", topo.name, topo.name)
+        }));
+    }
+    for vm in &topo.vms {
+        if Path::new("/run/netns").join(topo.netns(vm)).exists() {
+            return Err(DaemonError::Other(format!("network namespace {} exists already and is not hvnet's", topo.netns(vm))));
+        }
+    }
+    std::fs::create_dir_all(&dir).map_err(io_err(format!("create {}", dir.display())))?;
+    let file = file.canonicalize().map_err(io_err("resolve topology path"))?;
+    write_state(&dir, &State { name: topo.name.clone(), file: file.clone(), ..State::default() })?;
+    let log = std::fs::File::create(dir.join("daemon.log")).map_err(io_err("create daemon.log"))?;
+    use std::os::unix::process::CommandExt;
+    let mut child = Command::new(exe)
+        .arg("daemon")
+        .arg(&file)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(io_err("daemon log"))?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .map_err(io_err("start the daemon"))?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if read_state(&dir).is_some_and(|s| s.ready) {
+            return Ok(topo);
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            let log = std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default();
+            let _ = down(&topo.name);
+            return Err(DaemonError::Other(format!("the daemon exited ({status}) before traffic could flow:\n{}", log.trim())));
+        }
+        if Instant::now() > deadline {
+            let _ = down(&topo.name);
+            return Err(DaemonError::Other("the daemon did not get ready within 30 s".into()));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// What `down` removed.
+#[derive(Debug, Default, Serialize)]
+pub struct DownReport {
+    /// The daemon was running and was stopped.
+    pub stopped_pid: Option<u32>,
+    /// Namespaces deleted.
+    pub namespaces: Vec<String>,
+}
+
+/// `hvnet down NAME`: stops the daemon and removes what the state lists.
+pub fn down(name: &str) -> Result<DownReport, DaemonError> {
+    let dir = state_dir(name);
+    let Some(state) = read_state(&dir) else {
+        return Err(DaemonError::Other(format!("no topology named {name} is up (nothing under {})", dir.display())));
+    };
+    let mut report = DownReport::default();
+    if pid_alive(state.pid) {
+        let _ = proto::call(&dir.join("ctl.sock"), &Request::Shutdown);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while pid_alive(state.pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if pid_alive(state.pid) {
+            let _ = run(&["kill", "-KILL", &state.pid.to_string()]);
+        }
+        report.stopped_pid = Some(state.pid);
+    }
+    for ns in &state.namespaces {
+        if Path::new("/run/netns").join(ns).exists() {
+            run(&["ip", "netns", "del", ns])?;
+            report.namespaces.push(ns.clone());
+        }
+    }
+    std::fs::remove_dir_all(&dir).map_err(io_err(format!("remove {}", dir.display())))?;
+    Ok(report)
+}
+
+/// The TAP device name for VM `i` of a topology (unique on the host while
+/// it lives in the root namespace, before it moves into the VM and is
+/// renamed eth0).
+fn tap_name(topo: &str, i: usize) -> String {
+    let h = topo.bytes().fold(0x811c_9dc5u32, |h, b| (h ^ b as u32).wrapping_mul(0x0100_0193));
+    format!("hv{:06x}t{i}", h & 0xff_ffff)
+}
+
+/// Creates one VM: its namespace, its TAP (moved in as eth0), addresses.
+fn create_vm(topo: &Topology, i: usize, dir: &Path, state: &mut State) -> Result<PortSpec, DaemonError> {
+    let vm = &topo.vms[i];
+    let ns = topo.netns(vm);
+    state.namespaces.push(ns.clone());
+    write_state(dir, state)?;
+    run(&["ip", "netns", "add", &ns])?;
+    run(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
+    let tap = TapPort::open(&tap_name(&topo.name, i), vm.queues, hvnet_port::tap_offload_flags(vm.settings.csum, vm.settings.tso))?;
+    let dev = tap.name().to_string();
+    run(&["ip", "link", "set", &dev, "netns", &ns])?;
+    run(&["ip", "-n", &ns, "link", "set", &dev, "name", "eth0"])?;
+    let mtu = vm.settings.mtu.to_string();
+    run(&["ip", "-n", &ns, "link", "set", "eth0", "address", &vm.mac.to_string(), "mtu", &mtu])?;
+    // A fixed lifetime for addresses (no DAD wait for IPv6).
+    if let Some((a, l)) = vm.ipv4 {
+        run(&["ip", "-n", &ns, "addr", "add", &format!("{a}/{l}"), "dev", "eth0"])?;
+    }
+    if let Some((a, l)) = vm.ipv6 {
+        run(&["ip", "-n", &ns, "addr", "add", &format!("{a}/{l}"), "dev", "eth0", "nodad"])?;
+    }
+    run(&["ip", "-n", &ns, "link", "set", "eth0", "up"])?;
+    Ok(PortSpec { name: vm.name.clone(), tap, mac: vm.mac, vlan: vm.vlan, settings: vm.settings.clone() })
+}
+
+/// `hvnet daemon FILE`: builds the topology and runs the switch until told
+/// to stop. Runs in the background, started by `up`.
+pub fn daemon(file: &Path) -> Result<(), DaemonError> {
+    let topo = topology::load(file)?;
+    let dir = state_dir(&topo.name);
+    std::fs::create_dir_all(&dir).map_err(io_err("create state dir"))?;
+    let mut state = State { name: topo.name.clone(), file: file.into(), pid: std::process::id(), ..State::default() };
+    write_state(&dir, &state)?;
+    let mut specs = Vec::new();
+    for i in 0..topo.vms.len() {
+        specs.push(create_vm(&topo, i, &dir, &mut state)?);
+    }
+    let sw = Switch::new(specs, SwitchConfig { fdb_aging: Duration::from_secs(topo.fdb_aging_secs) });
+    let threads = sw.start();
+    let sock = dir.join("ctl.sock");
+    let _ = std::fs::remove_file(&sock);
+    let listener = UnixListener::bind(&sock).map_err(io_err("bind the control socket"))?;
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600)).map_err(io_err("chmod the control socket"))?;
+    listener.set_nonblocking(true).map_err(io_err("control socket"))?;
+    state.ready = true;
+    write_state(&dir, &state)?;
+    eprintln!("hvnet daemon: topology {} up with {} VMs", topo.name, topo.vms.len());
+    let mut last_sweep = Instant::now();
+    while !sw.stopping() {
+        match listener.accept() {
+            Ok((conn, _)) => {
+                let _ = conn.set_nonblocking(false);
+                serve(&sw, &topo, conn);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => eprintln!("hvnet daemon: accept: {e}"),
+        }
+        if last_sweep.elapsed() >= Duration::from_secs(1) {
+            sw.fdb.sweep(Instant::now(), None);
+            last_sweep = Instant::now();
+        }
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    let _ = std::fs::remove_file(&sock);
+    eprintln!("hvnet daemon: stopped");
+    Ok(())
+}
+
+fn serve(sw: &Arc<Switch>, topo: &Topology, conn: std::os::unix::net::UnixStream) {
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut reader = BufReader::new(&conn);
+    let mut line = String::new();
+    if reader.read_line(&mut line).is_err() {
+        return;
+    }
+    let reply = match serde_json::from_str::<Request>(&line) {
+        Ok(req) => handle(sw, topo, req),
+        Err(e) => Err(format!("bad request: {e}")),
+    };
+    let reply = match reply {
+        Ok(data) => Reply { ok: true, data, error: String::new() },
+        Err(error) => Reply { ok: false, data: Value::Null, error },
+    };
+    let mut out = serde_json::to_string(&reply).expect("reply serializes");
+    out.push('\n');
+    let _ = (&conn).write_all(out.as_bytes());
+}
+
+fn handle(sw: &Arc<Switch>, topo: &Topology, req: Request) -> Result<Value, String> {
+    let port = |name: &str| sw.port(name).cloned().ok_or_else(|| format!("no port named {name:?}"));
+    match req {
+        Request::Ports => Ok(views::ports(sw, &topo.name)),
+        Request::Stats { path } => views::stats(sw, &path),
+        Request::PortShow { name } => Ok(views::port_settings(&*port(&name)?)),
+        Request::PortSet { name, changes } => {
+            let p = port(&name)?;
+            let mut cur = serde_json::to_value(p.settings()).expect("settings serialize");
+            let Value::Object(ch) = changes else { return Err("changes must be an object".into()) };
+            for (k, v) in ch {
+                if cur.get(&k).is_none() {
+                    return Err(format!("unknown setting {k:?}; settings are lro, tso, csum, mtu, ring1, ring2, allow_forged_transmits"));
+                }
+                cur[&k] = v;
+            }
+            let new: PortSettings = serde_json::from_value(cur).map_err(|e| format!("bad value: {e}"))?;
+            if new.mtu != p.settings().mtu {
+                let ns = topo.netns(topo.vms.iter().find(|v| v.name == name).expect("port has a VM"));
+                run(&["ip", "-n", &ns, "link", "set", "eth0", "mtu", &new.mtu.to_string()]).map_err(|e| e.to_string())?;
+            }
+            sw.set_port(&name, new).map_err(|e| e.to_string())?;
+            Ok(views::port_settings(&p))
+        }
+        Request::Fdb => Ok(json!(sw.fdb.rows(Instant::now()))),
+        Request::Shutdown => {
+            sw.stop();
+            Ok(json!("stopping"))
+        }
+    }
+}

@@ -1,0 +1,10 @@
+//! hvnet's control plane: topology files, `up`/`down` and the switch
+//! daemon, the control socket, and the operator views.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod daemon;
+pub mod proto;
+pub mod topology;
+pub mod views;

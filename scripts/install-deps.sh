@@ -12,7 +12,7 @@ if [ "$(id -u)" -ne 0 ]; then
     exit 1
 fi
 
-need=(iperf3 tcpdump tshark ethtool iproute2 python3 ca-certificates curl gcc libc6-dev)
+need=(iperf3 tcpdump tshark ethtool iproute2 iputils-ping python3 ca-certificates curl gcc libc6-dev)
 missing=()
 for p in "${need[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

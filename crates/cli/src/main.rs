@@ -4,14 +4,21 @@
 
 mod capture;
 mod pcap_cmd;
+mod switch_cmd;
 
 use clap::{Parser, Subcommand};
+use std::path::PathBuf;
 
 /// hvnet — a userspace virtual switch with a hypervisor's network offloads
 /// (LRO, TSO, checksum offload, RSS, VXLAN), and the tools to see what each
 /// is worth.
+///
+/// Start VMs (network namespaces behind TAP devices) with `hvnet up
+/// TOPOLOGY.toml`, look at them with `hvnet ports`, `hvnet stats`, `hvnet
+/// port` and `hvnet fdb`, and remove them with `hvnet down`. The live
+/// commands need root.
 #[derive(Debug, Parser)]
-#[command(name = "hvnet", version, about, long_about = None, propagate_version = true)]
+#[command(name = "hvnet", version, about, long_about, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -19,21 +26,73 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
+    /// Create the VMs of a topology file and run the switch; returns when
+    /// traffic can flow.
+    Up {
+        /// The topology (TOML; see examples/topologies/).
+        file: PathBuf,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop the switch and remove everything `up` created (also after a
+    /// crash).
+    Down {
+        /// Topology name (default: the only one that is up).
+        name: Option<String>,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List ports: number, type, switch, MAC, client (as `net-stats -l`).
+    Ports(#[command(flatten)] switch_cmd::Target),
+    /// Show a node of the statistics tree, as vsish does:
+    /// /ports/PORT/{clientStats,txSummary,rxSummary,accounting,rxqueues/N/status}.
+    Stats {
+        /// Tree path (default: the root, which lists its children).
+        #[arg(default_value = "/")]
+        path: String,
+        #[command(flatten)]
+        target: switch_cmd::Target,
+    },
+    /// Show a port's settings (ring sizes, LRO, TSO, checksum offload, MTU),
+    /// or change them at run time with `set`.
+    Port {
+        #[command(flatten)]
+        args: switch_cmd::PortArgs,
+        #[command(flatten)]
+        target: switch_cmd::Target,
+    },
+    /// Show the learned MAC addresses.
+    Fdb(#[command(flatten)] switch_cmd::Target),
     /// Run the offload engines on capture files (pcap in, pcap out).
     #[command(subcommand)]
     Pcap(pcap_cmd::PcapCmd),
+    /// Run the switch of a topology in the foreground (started by `up`).
+    #[command(hide = true)]
+    Daemon {
+        /// The topology file.
+        file: PathBuf,
+    },
 }
 
 fn main() {
     let cli = Cli::parse();
-    let code = match cli.cmd {
+    let result = match cli.cmd {
         Cmd::Pcap(p) => match pcap_cmd::run(p) {
-            Ok(code) => code,
-            Err(e) => {
-                eprintln!("hvnet: {e}");
-                1
-            }
+            Ok(code) => std::process::exit(code),
+            Err(e) => Err(e.to_string()),
         },
+        Cmd::Up { file, json } => switch_cmd::up(file, json),
+        Cmd::Down { name, json } => switch_cmd::down(name, json),
+        Cmd::Ports(t) => switch_cmd::ports(&t),
+        Cmd::Stats { path, target } => switch_cmd::stats(&target, path),
+        Cmd::Port { args, target } => switch_cmd::port(&target, args),
+        Cmd::Fdb(t) => switch_cmd::fdb(&t),
+        Cmd::Daemon { file } => hvnet_control::daemon::daemon(&file).map_err(|e| e.to_string()),
     };
-    std::process::exit(code);
+    if let Err(e) = result {
+        eprintln!("hvnet: {e}");
+        std::process::exit(1);
+    }
 }

@@ -89,15 +89,25 @@ pub fn read_state(dir: &Path) -> Option<State> {
 
 fn write_state(dir: &Path, s: &State) -> Result<(), DaemonError> {
     let tmp = dir.join("state.json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(s).expect("state serializes")).map_err(io_err("write state"))?;
+    std::fs::write(
+        &tmp,
+        serde_json::to_vec_pretty(s).expect("state serializes"),
+    )
+    .map_err(io_err("write state"))?;
     std::fs::rename(&tmp, dir.join("state.json")).map_err(io_err("write state"))
 }
 
 /// Runs a command, turning a failure into an error that quotes it.
 pub fn run(cmd: &[&str]) -> Result<String, DaemonError> {
-    let out = Command::new(cmd[0]).args(&cmd[1..]).output().map_err(io_err(format!("run {}", cmd[0])))?;
+    let out = Command::new(cmd[0])
+        .args(&cmd[1..])
+        .output()
+        .map_err(io_err(format!("run {}", cmd[0])))?;
     if !out.status.success() {
-        return Err(DaemonError::Command { cmd: cmd.join(" "), stderr: String::from_utf8_lossy(&out.stderr).trim().to_string() });
+        return Err(DaemonError::Command {
+            cmd: cmd.join(" "),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -109,7 +119,12 @@ fn pid_alive(pid: u32) -> bool {
 /// The names of running (or crashed, not yet downed) topologies.
 pub fn topologies() -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(RUN_DIR)
-        .map(|d| d.filter_map(|e| e.ok()).filter(|e| e.path().join("state.json").exists()).filter_map(|e| e.file_name().into_string().ok()).collect())
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| e.path().join("state.json").exists())
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect()
+        })
         .unwrap_or_default();
     v.sort();
     v
@@ -121,19 +136,37 @@ pub fn up(file: &Path, exe: &Path) -> Result<Topology, DaemonError> {
     let dir = state_dir(&topo.name);
     if let Some(s) = read_state(&dir) {
         return Err(DaemonError::Other(if pid_alive(s.pid) {
-            format!("topology {} is already up (daemon pid {}); `hvnet down {}` first", topo.name, s.pid, topo.name)
+            format!(
+                "topology {} is already up (daemon pid {}); `hvnet down {}` first",
+                topo.name, s.pid, topo.name
+            )
         } else {
-            format!("topology {} has state left from a daemon that died; `hvnet down {}` cleans it up", topo.name, topo.name)
+            format!(
+                "topology {} has state left from a daemon that died; `hvnet down {}` cleans it up",
+                topo.name, topo.name
+            )
         }));
     }
     for vm in &topo.vms {
         if Path::new("/run/netns").join(topo.netns(vm)).exists() {
-            return Err(DaemonError::Other(format!("network namespace {} exists already and is not hvnet's", topo.netns(vm))));
+            return Err(DaemonError::Other(format!(
+                "network namespace {} exists already and is not hvnet's",
+                topo.netns(vm)
+            )));
         }
     }
     std::fs::create_dir_all(&dir).map_err(io_err(format!("create {}", dir.display())))?;
-    let file = file.canonicalize().map_err(io_err("resolve topology path"))?;
-    write_state(&dir, &State { name: topo.name.clone(), file: file.clone(), ..State::default() })?;
+    let file = file
+        .canonicalize()
+        .map_err(io_err("resolve topology path"))?;
+    write_state(
+        &dir,
+        &State {
+            name: topo.name.clone(),
+            file: file.clone(),
+            ..State::default()
+        },
+    )?;
     let log = std::fs::File::create(dir.join("daemon.log")).map_err(io_err("create daemon.log"))?;
     use std::os::unix::process::CommandExt;
     let mut child = Command::new(exe)
@@ -153,11 +186,16 @@ pub fn up(file: &Path, exe: &Path) -> Result<Topology, DaemonError> {
         if let Ok(Some(status)) = child.try_wait() {
             let log = std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default();
             let _ = down(&topo.name);
-            return Err(DaemonError::Other(format!("the daemon exited ({status}) before traffic could flow:\n{}", log.trim())));
+            return Err(DaemonError::Other(format!(
+                "the daemon exited ({status}) before traffic could flow:\n{}",
+                log.trim()
+            )));
         }
         if Instant::now() > deadline {
             let _ = down(&topo.name);
-            return Err(DaemonError::Other("the daemon did not get ready within 30 s".into()));
+            return Err(DaemonError::Other(
+                "the daemon did not get ready within 30 s".into(),
+            ));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -176,7 +214,10 @@ pub struct DownReport {
 pub fn down(name: &str) -> Result<DownReport, DaemonError> {
     let dir = state_dir(name);
     let Some(state) = read_state(&dir) else {
-        return Err(DaemonError::Other(format!("no topology named {name} is up (nothing under {})", dir.display())));
+        return Err(DaemonError::Other(format!(
+            "no topology named {name} is up (nothing under {})",
+            dir.display()
+        )));
     };
     let mut report = DownReport::default();
     if pid_alive(state.pid) {
@@ -204,33 +245,80 @@ pub fn down(name: &str) -> Result<DownReport, DaemonError> {
 /// it lives in the root namespace, before it moves into the VM and is
 /// renamed eth0).
 fn tap_name(topo: &str, i: usize) -> String {
-    let h = topo.bytes().fold(0x811c_9dc5u32, |h, b| (h ^ b as u32).wrapping_mul(0x0100_0193));
+    let h = topo.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ b as u32).wrapping_mul(0x0100_0193)
+    });
     format!("hv{:06x}t{i}", h & 0xff_ffff)
 }
 
 /// Creates one VM: its namespace, its TAP (moved in as eth0), addresses.
-fn create_vm(topo: &Topology, i: usize, dir: &Path, state: &mut State) -> Result<PortSpec, DaemonError> {
+fn create_vm(
+    topo: &Topology,
+    i: usize,
+    dir: &Path,
+    state: &mut State,
+) -> Result<PortSpec, DaemonError> {
     let vm = &topo.vms[i];
     let ns = topo.netns(vm);
     state.namespaces.push(ns.clone());
     write_state(dir, state)?;
     run(&["ip", "netns", "add", &ns])?;
     run(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
-    let tap = TapPort::open(&tap_name(&topo.name, i), vm.queues, hvnet_port::tap_offload_flags(vm.settings.csum, vm.settings.tso))?;
+    let tap = TapPort::open(
+        &tap_name(&topo.name, i),
+        vm.queues,
+        hvnet_port::tap_offload_flags(vm.settings.csum, vm.settings.tso),
+    )?;
     let dev = tap.name().to_string();
     run(&["ip", "link", "set", &dev, "netns", &ns])?;
     run(&["ip", "-n", &ns, "link", "set", &dev, "name", "eth0"])?;
     let mtu = vm.settings.mtu.to_string();
-    run(&["ip", "-n", &ns, "link", "set", "eth0", "address", &vm.mac.to_string(), "mtu", &mtu])?;
+    run(&[
+        "ip",
+        "-n",
+        &ns,
+        "link",
+        "set",
+        "eth0",
+        "address",
+        &vm.mac.to_string(),
+        "mtu",
+        &mtu,
+    ])?;
     // A fixed lifetime for addresses (no DAD wait for IPv6).
     if let Some((a, l)) = vm.ipv4 {
-        run(&["ip", "-n", &ns, "addr", "add", &format!("{a}/{l}"), "dev", "eth0"])?;
+        run(&[
+            "ip",
+            "-n",
+            &ns,
+            "addr",
+            "add",
+            &format!("{a}/{l}"),
+            "dev",
+            "eth0",
+        ])?;
     }
     if let Some((a, l)) = vm.ipv6 {
-        run(&["ip", "-n", &ns, "addr", "add", &format!("{a}/{l}"), "dev", "eth0", "nodad"])?;
+        run(&[
+            "ip",
+            "-n",
+            &ns,
+            "addr",
+            "add",
+            &format!("{a}/{l}"),
+            "dev",
+            "eth0",
+            "nodad",
+        ])?;
     }
     run(&["ip", "-n", &ns, "link", "set", "eth0", "up"])?;
-    Ok(PortSpec { name: vm.name.clone(), tap, mac: vm.mac, vlan: vm.vlan, settings: vm.settings.clone() })
+    Ok(PortSpec {
+        name: vm.name.clone(),
+        tap,
+        mac: vm.mac,
+        vlan: vm.vlan,
+        settings: vm.settings.clone(),
+    })
 }
 
 /// `hvnet daemon FILE`: builds the topology and runs the switch until told
@@ -239,22 +327,39 @@ pub fn daemon(file: &Path) -> Result<(), DaemonError> {
     let topo = topology::load(file)?;
     let dir = state_dir(&topo.name);
     std::fs::create_dir_all(&dir).map_err(io_err("create state dir"))?;
-    let mut state = State { name: topo.name.clone(), file: file.into(), pid: std::process::id(), ..State::default() };
+    let mut state = State {
+        name: topo.name.clone(),
+        file: file.into(),
+        pid: std::process::id(),
+        ..State::default()
+    };
     write_state(&dir, &state)?;
     let mut specs = Vec::new();
     for i in 0..topo.vms.len() {
         specs.push(create_vm(&topo, i, &dir, &mut state)?);
     }
-    let sw = Switch::new(specs, SwitchConfig { fdb_aging: Duration::from_secs(topo.fdb_aging_secs) });
+    let sw = Switch::new(
+        specs,
+        SwitchConfig {
+            fdb_aging: Duration::from_secs(topo.fdb_aging_secs),
+        },
+    );
     let threads = sw.start();
     let sock = dir.join("ctl.sock");
     let _ = std::fs::remove_file(&sock);
     let listener = UnixListener::bind(&sock).map_err(io_err("bind the control socket"))?;
-    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600)).map_err(io_err("chmod the control socket"))?;
-    listener.set_nonblocking(true).map_err(io_err("control socket"))?;
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600))
+        .map_err(io_err("chmod the control socket"))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(io_err("control socket"))?;
     state.ready = true;
     write_state(&dir, &state)?;
-    eprintln!("hvnet daemon: topology {} up with {} VMs", topo.name, topo.vms.len());
+    eprintln!(
+        "hvnet daemon: topology {} up with {} VMs",
+        topo.name,
+        topo.vms.len()
+    );
     let mut last_sweep = Instant::now();
     while !sw.stopping() {
         match listener.accept() {
@@ -262,7 +367,9 @@ pub fn daemon(file: &Path) -> Result<(), DaemonError> {
                 let _ = conn.set_nonblocking(false);
                 serve(&sw, &topo, conn);
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
             Err(e) => eprintln!("hvnet daemon: accept: {e}"),
         }
         if last_sweep.elapsed() >= Duration::from_secs(1) {
@@ -290,8 +397,16 @@ fn serve(sw: &Arc<Switch>, topo: &Topology, conn: std::os::unix::net::UnixStream
         Err(e) => Err(format!("bad request: {e}")),
     };
     let reply = match reply {
-        Ok(data) => Reply { ok: true, data, error: String::new() },
-        Err(error) => Reply { ok: false, data: Value::Null, error },
+        Ok(data) => Reply {
+            ok: true,
+            data,
+            error: String::new(),
+        },
+        Err(error) => Reply {
+            ok: false,
+            data: Value::Null,
+            error,
+        },
     };
     let mut out = serde_json::to_string(&reply).expect("reply serializes");
     out.push('\n');
@@ -299,7 +414,11 @@ fn serve(sw: &Arc<Switch>, topo: &Topology, conn: std::os::unix::net::UnixStream
 }
 
 fn handle(sw: &Arc<Switch>, topo: &Topology, req: Request) -> Result<Value, String> {
-    let port = |name: &str| sw.port(name).cloned().ok_or_else(|| format!("no port named {name:?}"));
+    let port = |name: &str| {
+        sw.port(name)
+            .cloned()
+            .ok_or_else(|| format!("no port named {name:?}"))
+    };
     match req {
         Request::Ports => Ok(views::ports(sw, &topo.name)),
         Request::Stats { path } => views::stats(sw, &path),
@@ -307,17 +426,35 @@ fn handle(sw: &Arc<Switch>, topo: &Topology, req: Request) -> Result<Value, Stri
         Request::PortSet { name, changes } => {
             let p = port(&name)?;
             let mut cur = serde_json::to_value(p.settings()).expect("settings serialize");
-            let Value::Object(ch) = changes else { return Err("changes must be an object".into()) };
+            let Value::Object(ch) = changes else {
+                return Err("changes must be an object".into());
+            };
             for (k, v) in ch {
                 if cur.get(&k).is_none() {
                     return Err(format!("unknown setting {k:?}; settings are lro, tso, csum, mtu, ring1, ring2, allow_forged_transmits"));
                 }
                 cur[&k] = v;
             }
-            let new: PortSettings = serde_json::from_value(cur).map_err(|e| format!("bad value: {e}"))?;
+            let new: PortSettings =
+                serde_json::from_value(cur).map_err(|e| format!("bad value: {e}"))?;
             if new.mtu != p.settings().mtu {
-                let ns = topo.netns(topo.vms.iter().find(|v| v.name == name).expect("port has a VM"));
-                run(&["ip", "-n", &ns, "link", "set", "eth0", "mtu", &new.mtu.to_string()]).map_err(|e| e.to_string())?;
+                let ns = topo.netns(
+                    topo.vms
+                        .iter()
+                        .find(|v| v.name == name)
+                        .expect("port has a VM"),
+                );
+                run(&[
+                    "ip",
+                    "-n",
+                    &ns,
+                    "link",
+                    "set",
+                    "eth0",
+                    "mtu",
+                    &new.mtu.to_string(),
+                ])
+                .map_err(|e| e.to_string())?;
             }
             sw.set_port(&name, new).map_err(|e| e.to_string())?;
             Ok(views::port_settings(&p))

@@ -131,16 +131,28 @@ impl Topology {
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
-    text[..offset.min(text.len())].bytes().filter(|&b| b == b'\n').count() + 1
+    text[..offset.min(text.len())]
+        .bytes()
+        .filter(|&b| b == b'\n')
+        .count()
+        + 1
 }
 
 fn valid_name(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 24 && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') && !s.starts_with('-')
+    !s.is_empty()
+        && s.len() <= 24
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
 }
 
 /// Reads and validates a topology file.
 pub fn load(path: &Path) -> Result<Topology, TopologyError> {
-    let err = |line: usize, reason: String| TopologyError { path: path.into(), line, reason };
+    let err = |line: usize, reason: String| TopologyError {
+        path: path.into(),
+        line,
+        reason,
+    };
     let text = std::fs::read_to_string(path).map_err(|e| err(0, format!("cannot read: {e}")))?;
     parse(&text).map_err(|(line, reason)| err(line, reason))
 }
@@ -154,7 +166,10 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
     let name_line = line_of(text, f.name.span().start);
     let name = f.name.into_inner();
     if !valid_name(&name) || name.len() > 16 {
-        return Err((name_line, format!("topology name {name:?} must be 1-16 characters of a-z, 0-9 and '-'")));
+        return Err((
+            name_line,
+            format!("topology name {name:?} must be 1-16 characters of a-z, 0-9 and '-'"),
+        ));
     }
     if f.vm.is_empty() {
         return Err((line_of(text, text.len()), "no [[vm]] entries".into()));
@@ -168,16 +183,30 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
         let v = sv.get_ref().clone();
         let bad = |r: String| (line, format!("vm {:?}: {r}", v.name));
         if !valid_name(&v.name) {
-            return Err(bad("name must be 1-24 characters of a-z, 0-9 and '-'".into()));
+            return Err(bad(
+                "name must be 1-24 characters of a-z, 0-9 and '-'".into()
+            ));
         }
         if vms.iter().any(|o| o.name == v.name) {
             return Err(bad("duplicate VM name".into()));
         }
-        let ipv4 = v.ipv4.as_deref().map(parse_cidr4).transpose().map_err(bad)?;
-        let ipv6 = v.ipv6.as_deref().map(parse_cidr6).transpose().map_err(bad)?;
+        let ipv4 = v
+            .ipv4
+            .as_deref()
+            .map(parse_cidr4)
+            .transpose()
+            .map_err(bad)?;
+        let ipv6 = v
+            .ipv6
+            .as_deref()
+            .map(parse_cidr6)
+            .transpose()
+            .map_err(bad)?;
         let mac = match v.mac.as_deref() {
             Some(m) => {
-                let mac: MacAddr = m.parse().map_err(|_| bad(format!("mac {m:?} is not a MAC address")))?;
+                let mac: MacAddr = m
+                    .parse()
+                    .map_err(|_| bad(format!("mac {m:?} is not a MAC address")))?;
                 if mac.is_multicast() {
                     return Err(bad(format!("mac {m} is a group address")));
                 }
@@ -204,22 +233,50 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
             allow_forged_transmits: false,
         };
         validate_settings(&settings).map_err(|e| bad(e.to_string()))?;
-        vms.push(Vm { name: v.name.clone(), ipv4, ipv6, mac, queues: v.queues, vlan: v.vlan, settings });
+        vms.push(Vm {
+            name: v.name.clone(),
+            ipv4,
+            ipv6,
+            mac,
+            queues: v.queues,
+            vlan: v.vlan,
+            settings,
+        });
     }
-    Ok(Topology { name, fdb_aging_secs: f.fdb_aging_secs.max(1), vms })
+    Ok(Topology {
+        name,
+        fdb_aging_secs: f.fdb_aging_secs.max(1),
+        vms,
+    })
 }
 
 fn parse_cidr4(s: &str) -> Result<(Ipv4Addr, u8), String> {
-    let (a, p) = s.split_once('/').ok_or_else(|| format!("ipv4 {s:?} needs a prefix length, as in 10.0.0.1/24"))?;
-    let addr: Ipv4Addr = a.parse().map_err(|_| format!("ipv4 {s:?} is not an IPv4 address"))?;
-    let len: u8 = p.parse().ok().filter(|&l| l <= 32).ok_or_else(|| format!("ipv4 {s:?} has a bad prefix length"))?;
+    let (a, p) = s
+        .split_once('/')
+        .ok_or_else(|| format!("ipv4 {s:?} needs a prefix length, as in 10.0.0.1/24"))?;
+    let addr: Ipv4Addr = a
+        .parse()
+        .map_err(|_| format!("ipv4 {s:?} is not an IPv4 address"))?;
+    let len: u8 = p
+        .parse()
+        .ok()
+        .filter(|&l| l <= 32)
+        .ok_or_else(|| format!("ipv4 {s:?} has a bad prefix length"))?;
     Ok((addr, len))
 }
 
 fn parse_cidr6(s: &str) -> Result<(Ipv6Addr, u8), String> {
-    let (a, p) = s.split_once('/').ok_or_else(|| format!("ipv6 {s:?} needs a prefix length, as in fd00::1/64"))?;
-    let addr: Ipv6Addr = a.parse().map_err(|_| format!("ipv6 {s:?} is not an IPv6 address"))?;
-    let len: u8 = p.parse().ok().filter(|&l| l <= 128).ok_or_else(|| format!("ipv6 {s:?} has a bad prefix length"))?;
+    let (a, p) = s
+        .split_once('/')
+        .ok_or_else(|| format!("ipv6 {s:?} needs a prefix length, as in fd00::1/64"))?;
+    let addr: Ipv6Addr = a
+        .parse()
+        .map_err(|_| format!("ipv6 {s:?} is not an IPv6 address"))?;
+    let len: u8 = p
+        .parse()
+        .ok()
+        .filter(|&l| l <= 128)
+        .ok_or_else(|| format!("ipv6 {s:?} has a bad prefix length"))?;
     Ok((addr, len))
 }
 

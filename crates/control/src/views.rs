@@ -49,7 +49,11 @@ fn rx_summary(p: &Port) -> Value {
     let e = p.egress_stats();
     let mut v = serde_json::to_value(e).expect("counters serialize");
     v["in_flight"] = json!(e.in_flight());
-    v["avg_frame_bytes"] = json!(if e.delivered_frames > 0 { e.delivered_bytes / e.delivered_frames } else { 0 });
+    v["avg_frame_bytes"] = json!(if e.delivered_frames > 0 {
+        e.delivered_bytes / e.delivered_frames
+    } else {
+        0
+    });
     v["ring_memory_bytes"] = json!(p.ring_memory());
     v
 }
@@ -90,26 +94,53 @@ pub fn port_settings(p: &Port) -> Value {
 /// an inner node lists its children.
 pub fn stats(sw: &Switch, path: &str) -> Result<Value, String> {
     let parts: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-    let port = |name: &str| sw.port(name).ok_or_else(|| format!("no port named {name:?}"));
+    let port = |name: &str| {
+        sw.port(name)
+            .ok_or_else(|| format!("no port named {name:?}"))
+    };
     match parts.as_slice() {
         [] => Ok(json!(["ports/"])),
-        ["ports"] => Ok(Value::Array(sw.ports.iter().map(|p| json!(format!("{}/", p.name))).collect())),
+        ["ports"] => Ok(Value::Array(
+            sw.ports
+                .iter()
+                .map(|p| json!(format!("{}/", p.name)))
+                .collect(),
+        )),
         ["ports", p] => {
             port(p)?;
-            Ok(json!(["clientStats", "txSummary", "rxSummary", "accounting", "rxqueues/"]))
+            Ok(json!([
+                "clientStats",
+                "txSummary",
+                "rxSummary",
+                "accounting",
+                "rxqueues/"
+            ]))
         }
         ["ports", p, "clientStats"] => Ok(client_stats(port(p)?)),
-        ["ports", p, "txSummary"] => Ok(serde_json::to_value(port(p)?.ingress_stats()).expect("serialize")),
+        ["ports", p, "txSummary"] => {
+            Ok(serde_json::to_value(port(p)?.ingress_stats()).expect("serialize"))
+        }
         ["ports", p, "rxSummary"] => Ok(rx_summary(port(p)?)),
         ["ports", p, "accounting"] => Ok(accounting(port(p)?)),
-        ["ports", p, "rxqueues"] => Ok(Value::Array((0..port(p)?.rxq.len()).map(|q| json!(format!("{q}/"))).collect())),
+        ["ports", p, "rxqueues"] => Ok(Value::Array(
+            (0..port(p)?.rxq.len())
+                .map(|q| json!(format!("{q}/")))
+                .collect(),
+        )),
         ["ports", p, "rxqueues", q] => {
-            let q: usize = q.parse().map_err(|_| format!("{q:?} is not a queue number"))?;
-            port(p)?.rxq.get(q).ok_or_else(|| format!("no rx queue {q}"))?;
+            let q: usize = q
+                .parse()
+                .map_err(|_| format!("{q:?} is not a queue number"))?;
+            port(p)?
+                .rxq
+                .get(q)
+                .ok_or_else(|| format!("no rx queue {q}"))?;
             Ok(json!(["status"]))
         }
         ["ports", p, "rxqueues", q, "status"] => {
-            let q: usize = q.parse().map_err(|_| format!("{q:?} is not a queue number"))?;
+            let q: usize = q
+                .parse()
+                .map_err(|_| format!("{q:?} is not a queue number"))?;
             rx_queue_status(port(p)?, q).ok_or_else(|| format!("no rx queue {q}"))
         }
         _ => Err(format!("no stats node {path:?}; try `hvnet stats /ports`")),

@@ -117,7 +117,11 @@ impl EgressStats {
     }
     /// All drops.
     pub fn drops(&self) -> u64 {
-        self.drop_ring1_full + self.drop_ring2_full + self.drop_mtu_exceeded + self.drop_write_error + self.drop_port_down
+        self.drop_ring1_full
+            + self.drop_ring2_full
+            + self.drop_mtu_exceeded
+            + self.drop_write_error
+            + self.drop_port_down
     }
 }
 

@@ -37,7 +37,10 @@ pub struct Fdb {
 impl Fdb {
     /// An empty table whose entries expire after `aging`.
     pub fn new(aging: Duration) -> Fdb {
-        Fdb { map: RwLock::new(HashMap::new()), aging }
+        Fdb {
+            map: RwLock::new(HashMap::new()),
+            aging,
+        }
     }
 
     /// Records that `mac` was seen on `port`.
@@ -50,7 +53,10 @@ impl Fdb {
                 return;
             }
         }
-        self.map.write().expect("fdb lock").insert((vlan, mac), Entry { port, seen: now });
+        self.map
+            .write()
+            .expect("fdb lock")
+            .insert((vlan, mac), Entry { port, seen: now });
     }
 
     /// The port `mac` lives on, if learned and not expired.
@@ -65,7 +71,9 @@ impl Fdb {
     pub fn sweep(&self, now: Instant, forget_port: Option<usize>) -> usize {
         let mut map = self.map.write().expect("fdb lock");
         let before = map.len();
-        map.retain(|_, e| now.saturating_duration_since(e.seen) < self.aging && Some(e.port) != forget_port);
+        map.retain(|_, e| {
+            now.saturating_duration_since(e.seen) < self.aging && Some(e.port) != forget_port
+        });
         before - map.len()
     }
 
@@ -100,8 +108,16 @@ mod tests {
         assert_eq!(f.lookup(0, m, t0), Some(1));
         assert_eq!(f.lookup(5, m, t0), None, "VLANs are separate");
         f.learn(0, m, 2, t0 + Duration::from_secs(2));
-        assert_eq!(f.lookup(0, m, t0 + Duration::from_secs(3)), Some(2), "a move is learned");
-        assert_eq!(f.lookup(0, m, t0 + Duration::from_secs(13)), None, "aged out");
+        assert_eq!(
+            f.lookup(0, m, t0 + Duration::from_secs(3)),
+            Some(2),
+            "a move is learned"
+        );
+        assert_eq!(
+            f.lookup(0, m, t0 + Duration::from_secs(13)),
+            None,
+            "aged out"
+        );
         assert_eq!(f.sweep(t0 + Duration::from_secs(13), None), 1);
         f.learn(0, MacAddr::BROADCAST, 1, t0);
         assert!(f.rows(t0).is_empty(), "group addresses are never learned");

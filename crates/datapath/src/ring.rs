@@ -78,7 +78,13 @@ impl<T> Rings<T> {
     /// Rings of the given sizes (in buffers).
     pub fn new(size1: usize, size2: usize) -> Rings<T> {
         Rings {
-            inner: Mutex::new(Inner { items: VecDeque::new(), used1: 0, used2: 0, size1, size2 }),
+            inner: Mutex::new(Inner {
+                items: VecDeque::new(),
+                used1: 0,
+                used2: 0,
+                size1,
+                size2,
+            }),
             ready: Condvar::new(),
         }
     }
@@ -158,7 +164,11 @@ mod tests {
         assert_eq!(buffers_for(60, 1536), (1, 0));
         assert_eq!(buffers_for(1514, 1536), (1, 0));
         assert_eq!(buffers_for(9014, 3072), (1, 2));
-        assert_eq!(buffers_for(65226, 1536), (1, 16), "a 64 KiB LRO frame takes 16 ring-2 pages");
+        assert_eq!(
+            buffers_for(65226, 1536),
+            (1, 16),
+            "a 64 KiB LRO frame takes 16 ring-2 pages"
+        );
     }
 
     #[test]

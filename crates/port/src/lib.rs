@@ -38,7 +38,10 @@ pub struct Buf {
 
 impl Buf {
     fn new() -> Buf {
-        Buf { data: vec![0u8; BUF_SIZE], len: 0 }
+        Buf {
+            data: vec![0u8; BUF_SIZE],
+            len: 0,
+        }
     }
     /// The frame (after the header area).
     pub fn frame(&self) -> &[u8] {
@@ -81,7 +84,9 @@ pub struct Pool {
 impl Pool {
     /// A pool that keeps at most `capacity` idle buffers.
     pub fn new(capacity: usize) -> Pool {
-        Pool { free: Arc::new(ArrayQueue::new(capacity.max(1))) }
+        Pool {
+            free: Arc::new(ArrayQueue::new(capacity.max(1))),
+        }
     }
     /// Takes a buffer.
     pub fn take(&self) -> Buf {
@@ -129,11 +134,13 @@ pub struct Received {
 
 /// Reads one frame from a TAP queue into `buf`.
 pub fn recv(q: &TapQueue, buf: &mut Buf) -> Result<Received, RecvError> {
-    let n = match (&*q.file()).read(&mut buf.data) {
+    let n = match q.file().read(&mut buf.data) {
         Ok(0) => return Err(RecvError::Gone),
         Ok(n) => n,
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Err(RecvError::WouldBlock),
-        Err(e) if matches!(e.raw_os_error(), Some(5) | Some(77) | Some(19)) => return Err(RecvError::Gone), // EIO, EBADFD, ENODEV
+        Err(e) if matches!(e.raw_os_error(), Some(5) | Some(77) | Some(19)) => {
+            return Err(RecvError::Gone)
+        } // EIO, EBADFD, ENODEV
         Err(e) => return Err(RecvError::Read(e)),
     };
     if n < VNET_HDR_LEN {
@@ -141,7 +148,8 @@ pub fn recv(q: &TapQueue, buf: &mut Buf) -> Result<Received, RecvError> {
         return Err(RecvError::BadVnetHeader);
     }
     buf.len = n - VNET_HDR_LEN;
-    let vnet = VirtioNetHdr::parse(&buf.data[..VNET_HDR_LEN], VNET_HDR_LEN).map_err(|_| RecvError::BadVnetHeader)?;
+    let vnet = VirtioNetHdr::parse(&buf.data[..VNET_HDR_LEN], VNET_HDR_LEN)
+        .map_err(|_| RecvError::BadVnetHeader)?;
     let info = gso::validate_vnet(buf.frame(), &vnet).map_err(RecvError::BadOffload)?;
     Ok(Received { info, vnet })
 }
@@ -154,9 +162,12 @@ pub fn send(q: &TapQueue, vnet: &VirtioNetHdr, pieces: &[&[u8]]) -> io::Result<(
     iov.push(IoSlice::new(&hdr));
     iov.extend(pieces.iter().map(|p| IoSlice::new(p)));
     let total: usize = iov.iter().map(|s| s.len()).sum();
-    let n = (&*q.file()).write_vectored(&iov)?;
+    let n = q.file().write_vectored(&iov)?;
     if n != total {
-        return Err(io::Error::new(io::ErrorKind::WriteZero, "short write to TAP"));
+        return Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            "short write to TAP",
+        ));
     }
     Ok(())
 }
@@ -196,10 +207,17 @@ impl TapPort {
     pub fn open(name: &str, queues: usize, offloads: u32) -> Result<TapPort, TapError> {
         let mut qs = Vec::with_capacity(queues);
         for i in 0..queues.max(1) {
-            let q = TapQueue::open(name).map_err(|source| TapError::OpenQueue { name: name.into(), queue: i, source })?;
-            q.set_vnet_hdr_size(VNET_HDR_LEN as i32).map_err(|e| TapError::SetVnetHdrSize(name.into(), e))?;
-            q.set_offload(offloads).map_err(|e| TapError::SetOffloadFlags(name.into(), e))?;
-            q.set_nonblocking(true).map_err(|e| TapError::SetOffloadFlags(name.into(), e))?;
+            let q = TapQueue::open(name).map_err(|source| TapError::OpenQueue {
+                name: name.into(),
+                queue: i,
+                source,
+            })?;
+            q.set_vnet_hdr_size(VNET_HDR_LEN as i32)
+                .map_err(|e| TapError::SetVnetHdrSize(name.into(), e))?;
+            q.set_offload(offloads)
+                .map_err(|e| TapError::SetOffloadFlags(name.into(), e))?;
+            q.set_nonblocking(true)
+                .map_err(|e| TapError::SetOffloadFlags(name.into(), e))?;
             qs.push(q);
         }
         let name = qs[0].name().to_string();
@@ -209,7 +227,8 @@ impl TapPort {
     /// Changes the offloads the kernel may hand us (run time `port set tso`).
     pub fn set_offload(&self, offloads: u32) -> Result<(), TapError> {
         for q in &self.queues {
-            q.set_offload(offloads).map_err(|e| TapError::SetOffloadFlags(self.name.clone(), e))?;
+            q.set_offload(offloads)
+                .map_err(|e| TapError::SetOffloadFlags(self.name.clone(), e))?;
         }
         Ok(())
     }
@@ -262,7 +281,11 @@ mod tests {
         let (a, b) = hvnet_sys::frame_socketpair().unwrap();
         let (qa, qb) = (TapQueue::from_fd(a, "a"), TapQueue::from_fd(b, "b"));
         qb.set_nonblocking(true).unwrap();
-        let f = TcpSpec { payload: vec![9; 3000], ..TcpSpec::default() }.build();
+        let f = TcpSpec {
+            payload: vec![9; 3000],
+            ..TcpSpec::default()
+        }
+        .build();
         let h = VirtioNetHdr {
             flags: virtio_net::flags::NEEDS_CSUM,
             gso_type: GsoType::TcpV4,
@@ -281,7 +304,15 @@ mod tests {
         assert_eq!(r.info.gso.unwrap().size, 1448);
         assert!(matches!(recv(&qb, &mut buf), Err(RecvError::WouldBlock)));
         // A header that lies about the frame is refused at the boundary.
-        send(&qa, &VirtioNetHdr { csum_start: 5000, ..h }, &[&f]).unwrap();
+        send(
+            &qa,
+            &VirtioNetHdr {
+                csum_start: 5000,
+                ..h
+            },
+            &[&f],
+        )
+        .unwrap();
         assert!(matches!(recv(&qb, &mut buf), Err(RecvError::BadOffload(_))));
         send(&qa, &h, &[]).unwrap();
         assert!(matches!(recv(&qb, &mut buf), Err(RecvError::BadOffload(_))));

@@ -50,10 +50,15 @@ struct IfReqBuilder {
 
 impl IfReqBuilder {
     fn new(name: &str) -> io::Result<IfReqBuilder> {
-        let c = CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface name has a NUL byte"))?;
+        let c = CString::new(name).map_err(|_| {
+            io::Error::new(io::ErrorKind::InvalidInput, "interface name has a NUL byte")
+        })?;
         let bytes = c.as_bytes_with_nul();
         if bytes.len() > libc::IFNAMSIZ {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "interface name longer than 15 bytes"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "interface name longer than 15 bytes",
+            ));
         }
         // SAFETY: ifreq is a plain C struct (arrays and a union of plain
         // data); all-zero is a valid value for it.
@@ -70,7 +75,13 @@ impl IfReqBuilder {
     }
 
     fn name(&self) -> String {
-        let raw: Vec<u8> = self.req.ifr_name.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+        let raw: Vec<u8> = self
+            .req
+            .ifr_name
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect();
         String::from_utf8_lossy(&raw).into_owned()
     }
 }
@@ -96,20 +107,33 @@ impl TapQueue {
         }
         // SAFETY: `fd` was just returned by open and is owned by nobody else.
         let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-        let mut req = IfReqBuilder::new(name)?.flags(IFF_TAP | IFF_NO_PI | IFF_VNET_HDR | IFF_MULTI_QUEUE);
+        let mut req =
+            IfReqBuilder::new(name)?.flags(IFF_TAP | IFF_NO_PI | IFF_VNET_HDR | IFF_MULTI_QUEUE);
         // SAFETY: TUNSETIFF reads and writes one `struct ifreq`, which `req`
         // is, and it lives for the duration of the call.
-        let r = unsafe { libc::ioctl(owned.as_raw_fd(), TUNSETIFF, &mut req.req as *mut libc::ifreq) };
+        let r = unsafe {
+            libc::ioctl(
+                owned.as_raw_fd(),
+                TUNSETIFF,
+                &mut req.req as *mut libc::ifreq,
+            )
+        };
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok(TapQueue { name: req.name(), file: File::from(owned) })
+        Ok(TapQueue {
+            name: req.name(),
+            file: File::from(owned),
+        })
     }
 
     /// A TAP queue from an fd someone else opened (for tests that use a
     /// socketpair instead of a TAP, and for fuzzing).
     pub fn from_fd(fd: OwnedFd, name: &str) -> TapQueue {
-        TapQueue { file: File::from(fd), name: name.to_string() }
+        TapQueue {
+            file: File::from(fd),
+            name: name.to_string(),
+        }
     }
 
     /// The interface name the kernel gave the device.
@@ -122,7 +146,13 @@ impl TapQueue {
         let v: libc::c_int = size;
         // SAFETY: TUNSETVNETHDRSZ reads one int through the pointer, which
         // points at `v` for the duration of the call.
-        let r = unsafe { libc::ioctl(self.file.as_raw_fd(), TUNSETVNETHDRSZ, &v as *const libc::c_int) };
+        let r = unsafe {
+            libc::ioctl(
+                self.file.as_raw_fd(),
+                TUNSETVNETHDRSZ,
+                &v as *const libc::c_int,
+            )
+        };
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -134,7 +164,8 @@ impl TapQueue {
     pub fn set_offload(&self, flags: u32) -> io::Result<()> {
         // SAFETY: TUNSETOFFLOAD takes its argument by value (an unsigned
         // long); no memory is passed.
-        let r = unsafe { libc::ioctl(self.file.as_raw_fd(), TUNSETOFFLOAD, flags as libc::c_ulong) };
+        let r =
+            unsafe { libc::ioctl(self.file.as_raw_fd(), TUNSETOFFLOAD, flags as libc::c_ulong) };
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -164,7 +195,11 @@ pub fn set_nonblocking(fd: RawFd, on: bool) -> io::Result<()> {
     if flags < 0 {
         return Err(io::Error::last_os_error());
     }
-    let flags = if on { flags | libc::O_NONBLOCK } else { flags & !libc::O_NONBLOCK };
+    let flags = if on {
+        flags | libc::O_NONBLOCK
+    } else {
+        flags & !libc::O_NONBLOCK
+    };
     // SAFETY: F_SETFL takes an int of flags by value.
     if unsafe { libc::fcntl(fd, libc::F_SETFL, flags) } < 0 {
         return Err(io::Error::last_os_error());
@@ -176,7 +211,11 @@ pub fn set_nonblocking(fd: RawFd, on: bool) -> io::Result<()> {
 /// Returns true when readable; POLLHUP/POLLERR also count as readable so
 /// that the caller's read reports the condition.
 pub fn poll_readable(fd: RawFd, timeout_ms: i32) -> io::Result<bool> {
-    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
     loop {
         // SAFETY: one valid pollfd, count 1, lives across the call.
         let r = unsafe { libc::poll(&mut p, 1, timeout_ms) };
@@ -196,7 +235,14 @@ pub fn poll_readable(fd: RawFd, timeout_ms: i32) -> io::Result<bool> {
 pub fn frame_socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: socketpair writes two fds into the 2-element array.
-    let r = unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) };
+    let r = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -214,14 +260,17 @@ mod tests {
         let (a, b) = frame_socketpair().unwrap();
         let qa = TapQueue::from_fd(a, "pair0");
         let qb = TapQueue::from_fd(b, "pair1");
-        (&*qa.file()).write_all(b"frame one").unwrap();
-        (&*qa.file()).write_all(b"two").unwrap();
+        qa.file().write_all(b"frame one").unwrap();
+        qa.file().write_all(b"two").unwrap();
         assert!(poll_readable(qb.raw_fd(), 1000).unwrap());
         let mut buf = [0u8; 64];
-        assert_eq!((&*qb.file()).read(&mut buf).unwrap(), 9);
-        assert_eq!((&*qb.file()).read(&mut buf).unwrap(), 3);
+        assert_eq!(qb.file().read(&mut buf).unwrap(), 9);
+        assert_eq!(qb.file().read(&mut buf).unwrap(), 3);
         qb.set_nonblocking(true).unwrap();
-        assert_eq!((&*qb.file()).read(&mut buf).unwrap_err().kind(), io::ErrorKind::WouldBlock);
+        assert_eq!(
+            qb.file().read(&mut buf).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
     }
 
     #[test]

@@ -1,0 +1,246 @@
+//! The live switch commands: `up`, `down`, and the operator views over the
+//! control socket (`ports`, `stats`, `port`, `fdb`).
+
+use clap::{Args, Subcommand};
+use hvnet_control::daemon::{self, DaemonError};
+use hvnet_control::proto::{self, Request};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+
+/// Which running topology a view talks to.
+#[derive(Debug, Args)]
+pub struct Target {
+    /// Topology name (default: the only one that is up).
+    #[arg(short = 't', long = "topology", value_name = "NAME", global = true)]
+    pub topology: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// `hvnet port PORT [set KEY=VALUE…]`
+#[derive(Debug, Args)]
+pub struct PortArgs {
+    /// The port (its VM's name).
+    pub port: String,
+    #[command(subcommand)]
+    pub action: Option<PortAction>,
+}
+
+/// What to do to a port.
+#[derive(Debug, Subcommand)]
+pub enum PortAction {
+    /// Change settings at run time: lro=on|off tso=on|off csum=on|off
+    /// mtu=68..9000 ring1=32..4096 ring2=32..4096 allow_forged_transmits=on|off.
+    Set {
+        /// KEY=VALUE pairs.
+        #[arg(required = true, value_name = "KEY=VALUE")]
+        changes: Vec<String>,
+    },
+}
+
+fn pick(t: &Target) -> Result<String, String> {
+    if let Some(n) = &t.topology {
+        return Ok(n.clone());
+    }
+    match daemon::topologies().as_slice() {
+        [] => Err("no topology is up; start one with `hvnet up TOPOLOGY.toml`".into()),
+        [one] => Ok(one.clone()),
+        many => Err(format!(
+            "several topologies are up ({}); choose one with -t NAME",
+            many.join(", ")
+        )),
+    }
+}
+
+fn call(t: &Target, req: Request) -> Result<Value, String> {
+    let name = pick(t)?;
+    let sock = daemon::state_dir(&name).join("ctl.sock");
+    let r = proto::call(&sock, &req).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+            format!("the daemon of topology {name} is not running (`hvnet down {name}` cleans up after it)")
+        }
+        std::io::ErrorKind::PermissionDenied => "the control socket is root's; run as root".to_string(),
+        _ => format!("control socket {}: {e}", sock.display()),
+    })?;
+    if r.ok {
+        Ok(r.data)
+    } else {
+        Err(r.error)
+    }
+}
+
+/// `hvnet up FILE`
+pub fn up(file: PathBuf, json_out: bool) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find my own binary: {e}"))?;
+    let topo = daemon::up(&file, &exe).map_err(|e| match e {
+        DaemonError::Topology(t) => t.to_string(),
+        other => other.to_string(),
+    })?;
+    if json_out {
+        let vms: Vec<Value> = topo
+            .vms
+            .iter()
+            .map(|v| json!({"vm": v.name, "netns": topo.netns(v), "mac": v.mac.to_string()}))
+            .collect();
+        println!("{}", json!({"topology": topo.name, "vms": vms}));
+    } else {
+        println!("topology {} is up: {} VMs", topo.name, topo.vms.len());
+        for v in &topo.vms {
+            let addr = v.ipv4.map(|(a, l)| format!("{a}/{l}")).unwrap_or_default();
+            println!(
+                "  {:<12} netns {:<24} eth0 {} {} mtu {}",
+                v.name,
+                topo.netns(v),
+                v.mac,
+                addr,
+                v.settings.mtu
+            );
+        }
+        println!(
+            "run commands in a VM with: ip netns exec {} …",
+            topo.vms.first().map(|v| topo.netns(v)).unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+/// `hvnet down [NAME]`
+pub fn down(name: Option<String>, json_out: bool) -> Result<(), String> {
+    let name = pick(&Target {
+        topology: name,
+        json: json_out,
+    })?;
+    let r = daemon::down(&name).map_err(|e| e.to_string())?;
+    if json_out {
+        println!("{}", serde_json::to_string(&r).expect("report serializes"));
+    } else {
+        match r.stopped_pid {
+            Some(p) => println!("topology {name}: daemon {p} stopped"),
+            None => println!("topology {name}: daemon was not running"),
+        }
+        if !r.namespaces.is_empty() {
+            println!("removed namespaces: {}", r.namespaces.join(", "));
+        }
+    }
+    Ok(())
+}
+
+/// `hvnet ports`
+pub fn ports(t: &Target) -> Result<(), String> {
+    let v = call(t, Request::Ports)?;
+    if t.json {
+        println!("{v}");
+        return Ok(());
+    }
+    println!(
+        "{:<6} {:<14} {:<10} {:<18} {:<14} {:<6} {:<5} {}",
+        "PORT", "TYPE", "SWITCH", "MAC", "CLIENT", "QUEUES", "VLAN", "LINK"
+    );
+    for p in v.as_array().into_iter().flatten() {
+        println!(
+            "{:<6} {:<14} {:<10} {:<18} {:<14} {:<6} {:<5} {}",
+            s(&p["port"]),
+            s(&p["type"]),
+            s(&p["switch"]),
+            s(&p["mac"]),
+            s(&p["client"]),
+            s(&p["queues"]),
+            s(&p["vlan"]),
+            s(&p["link"])
+        );
+    }
+    Ok(())
+}
+
+fn s(v: &Value) -> String {
+    v.as_str().map_or_else(|| v.to_string(), str::to_string)
+}
+
+/// `hvnet stats [PATH]`
+pub fn stats(t: &Target, path: String) -> Result<(), String> {
+    let v = call(t, Request::Stats { path })?;
+    if t.json {
+        println!("{v}");
+    } else {
+        print_tree(&v, 0);
+    }
+    Ok(())
+}
+
+fn print_tree(v: &Value, indent: usize) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                if x.is_object() {
+                    println!("{:indent$}{k}:", "");
+                    print_tree(x, indent + 2);
+                } else {
+                    println!("{:indent$}{k}: {}", "", s(x));
+                }
+            }
+        }
+        Value::Array(a) => {
+            for x in a {
+                println!("{:indent$}{}", "", s(x));
+            }
+        }
+        other => println!("{:indent$}{}", "", s(other)),
+    }
+}
+
+/// `hvnet port PORT [set …]`
+pub fn port(t: &Target, a: PortArgs) -> Result<(), String> {
+    let v = match a.action {
+        None => call(t, Request::PortShow { name: a.port })?,
+        Some(PortAction::Set { changes }) => {
+            let mut m = serde_json::Map::new();
+            for c in changes {
+                let (k, val) = c
+                    .split_once('=')
+                    .ok_or_else(|| format!("{c:?}: expected KEY=VALUE"))?;
+                let val = match val {
+                    "on" | "true" => json!(true),
+                    "off" | "false" => json!(false),
+                    n => json!(n
+                        .parse::<u64>()
+                        .map_err(|_| format!("{k}: {n:?} is not on, off or a number"))?),
+                };
+                m.insert(k.to_string(), val);
+            }
+            call(
+                t,
+                Request::PortSet {
+                    name: a.port,
+                    changes: Value::Object(m),
+                },
+            )?
+        }
+    };
+    if t.json {
+        println!("{v}");
+    } else {
+        print_tree(&v, 0);
+    }
+    Ok(())
+}
+
+/// `hvnet fdb`
+pub fn fdb(t: &Target) -> Result<(), String> {
+    let v = call(t, Request::Fdb)?;
+    if t.json {
+        println!("{v}");
+        return Ok(());
+    }
+    println!("{:<5} {:<5} {:<18} {}", "PORT", "VLAN", "MAC", "AGE");
+    for r in v.as_array().into_iter().flatten() {
+        println!(
+            "{:<5} {:<5} {:<18} {}",
+            s(&r["port"]),
+            s(&r["vlan"]),
+            s(&r["mac"]),
+            s(&r["age_secs"])
+        );
+    }
+    Ok(())
+}

@@ -134,8 +134,7 @@ pub fn ports(t: &Target) -> Result<(), String> {
         return Ok(());
     }
     println!(
-        "{:<6} {:<14} {:<10} {:<18} {:<14} {:<6} {:<5} {}",
-        "PORT", "TYPE", "SWITCH", "MAC", "CLIENT", "QUEUES", "VLAN", "LINK"
+        "PORT   TYPE           SWITCH     MAC                CLIENT         QUEUES VLAN  LINK"
     );
     for p in v.as_array().into_iter().flatten() {
         println!(
@@ -232,7 +231,7 @@ pub fn fdb(t: &Target) -> Result<(), String> {
         println!("{v}");
         return Ok(());
     }
-    println!("{:<5} {:<5} {:<18} {}", "PORT", "VLAN", "MAC", "AGE");
+    println!("PORT  VLAN  MAC                AGE");
     for r in v.as_array().into_iter().flatten() {
         println!(
             "{:<5} {:<5} {:<18} {}",

@@ -49,7 +49,10 @@ fn rx_summary(p: &Port) -> Value {
     let e = p.egress_stats();
     let mut v = serde_json::to_value(e).expect("counters serialize");
     v["in_flight"] = json!(e.in_flight());
-    v["avg_frame_bytes"] = json!(e.delivered_bytes.checked_div(e.delivered_frames).unwrap_or(0));
+    v["avg_frame_bytes"] = json!(e
+        .delivered_bytes
+        .checked_div(e.delivered_frames)
+        .unwrap_or(0));
     v["ring_memory_bytes"] = json!(p.ring_memory());
     v
 }

@@ -85,3 +85,64 @@ def netns_pair(prefix="hvt"):
 
 def have(tool: str) -> bool:
     return shutil.which(tool) is not None
+
+
+class Topology:
+    """A topology brought up with `hvnet up` and always brought down.
+
+    `vms` is a list of dicts of per-VM settings (name, ipv4, and any of
+    mtu, queues, lro, tso, csum, ring1, ring2, vlan, ipv6)."""
+
+    def __init__(self, tmp: Path, vms, fdb_aging_secs=300, prefix="t"):
+        self.name = unique(prefix)[:12]
+        self.vms = vms
+        lines = [f'name = "{self.name}"', f"fdb_aging_secs = {fdb_aging_secs}"]
+        for vm in vms:
+            lines.append("[[vm]]")
+            for k, v in vm.items():
+                lines.append(f"{k} = {str(v).lower() if isinstance(v, bool) else repr(v) if isinstance(v, int) else chr(34) + v + chr(34)}")
+        self.file = tmp / f"{self.name}.toml"
+        self.file.write_text("\n".join(lines) + "\n")
+        self.procs = []
+
+    def __enter__(self):
+        hvnet("up", self.file)
+        return self
+
+    def __exit__(self, *exc):
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        run([hvnet_bin(), "down", self.name], check=False)
+        for vm in self.vms:
+            run(["ip", "netns", "del", self.ns(vm["name"])], check=False)
+        return False
+
+    def ns(self, vm: str) -> str:
+        return f"{self.name}-{vm}"
+
+    def sh(self, vm, cmd, check=True, timeout=120):
+        return run(["ip", "netns", "exec", self.ns(vm), "sh", "-c", cmd], check=check, timeout=timeout)
+
+    def popen(self, vm, cmd, **kw):
+        p = subprocess.Popen(["ip", "netns", "exec", self.ns(vm), "sh", "-c", f"exec {cmd}"], **kw)
+        self.procs.append(p)
+        return p
+
+    def hv(self, *args, check=True):
+        return hvnet(*args, "-t", self.name, check=check)
+
+    def stats(self, path):
+        import json
+
+        return json.loads(self.hv("stats", path, "--json").stdout)
+
+    def link_counters(self, vm):
+        """rx/tx packets and bytes of the VM's eth0, from the kernel."""
+        base = "/sys/class/net/eth0/statistics/"
+        out = self.sh(vm, f"cat {base}rx_packets {base}rx_bytes {base}tx_packets {base}tx_bytes").stdout.split()
+        return dict(zip(["rx_packets", "rx_bytes", "tx_packets", "tx_bytes"], map(int, out)))

@@ -264,6 +264,20 @@ fn create_vm(
     write_state(dir, state)?;
     run(&["ip", "netns", "add", &ns])?;
     run(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
+    if vm.ipv6.is_none() {
+        // A VM without an IPv6 address stays quiet: no router
+        // solicitations or MLD reports on its NIC.
+        run(&[
+            "ip",
+            "netns",
+            "exec",
+            &ns,
+            "sysctl",
+            "-qw",
+            "net.ipv6.conf.all.disable_ipv6=1",
+            "net.ipv6.conf.default.disable_ipv6=1",
+        ])?;
+    }
     let tap = TapPort::open(
         &tap_name(&topo.name, i),
         vm.queues,

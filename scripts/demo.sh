@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs what hvnet needs, builds it, and runs the demo: real TCP traffic
-# between two network namespaces, captured on the wire, run through hvnet's
-# software LRO and TSO engines. Run as root.
+# Installs what hvnet needs, builds it, and runs the demo: two VMs on the
+# hvnet switch, iperf3 between them with LRO off and on, a table of what the
+# receiving VM got, and everything torn down. Run as root.
+# Options go to scripts/demo.py (--seconds N, --streams N, --offline).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"

@@ -420,7 +420,7 @@ impl Worker {
                 self.egress(p, buf, info);
             }
             _ => {
-                let targets: Vec<usize> = self
+                let targets: smallvec::SmallVec<[usize; 16]> = self
                     .sw
                     .ports
                     .iter()
@@ -700,7 +700,7 @@ fn deliver(
             let vnet: VirtioNetHdr = co.info.to_vnet(co.header().len() as u16);
             let n = co.count as u64;
             let len = co.len() as u64;
-            let mut pieces: Vec<&[u8]> = Vec::with_capacity(co.segments.len() + 1);
+            let mut pieces: smallvec::SmallVec<[&[u8]; 64]> = smallvec::SmallVec::new();
             pieces.push(co.header());
             pieces.extend(co.segments.iter().map(|s| s.bytes()));
             match hvnet_port::send(tap, &vnet, &pieces) {

@@ -158,7 +158,9 @@ pub fn recv(q: &TapQueue, buf: &mut Buf) -> Result<Received, RecvError> {
 pub fn send(q: &TapQueue, vnet: &VirtioNetHdr, pieces: &[&[u8]]) -> io::Result<()> {
     let mut hdr = [0u8; VNET_HDR_LEN];
     vnet.emit(&mut hdr, VNET_HDR_LEN);
-    let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(pieces.len() + 1);
+    // On the stack for up to 64 pieces (a 64 KiB run of 1448-byte segments
+    // has 45): no allocation per frame.
+    let mut iov: smallvec::SmallVec<[IoSlice<'_>; 64]> = smallvec::SmallVec::new();
     iov.push(IoSlice::new(&hdr));
     iov.extend(pieces.iter().map(|p| IoSlice::new(p)));
     let total: usize = iov.iter().map(|s| s.len()).sum();

@@ -146,3 +146,47 @@ class Topology:
         base = "/sys/class/net/eth0/statistics/"
         out = self.sh(vm, f"cat {base}rx_packets {base}rx_bytes {base}tx_packets {base}tx_bytes").stdout.split()
         return dict(zip(["rx_packets", "rx_bytes", "tx_packets", "tx_bytes"], map(int, out)))
+
+
+def daemon_threads(topology: str):
+    """Thread name -> TID of a running topology's daemon."""
+    import json as _json
+
+    state = _json.loads(Path(f"/run/hvnet/{topology}/state.json").read_text())
+    out = {}
+    for task in Path(f"/proc/{state['pid']}/task").iterdir():
+        try:
+            out[(task / "comm").read_text().strip()] = int(task.name)
+        except OSError:
+            pass
+    return out
+
+
+class CpuLimit:
+    """A cgroup-v1 cpu group holding tasks to a share of one core (an
+    emulated CPU limit, not a hypervisor's scheduler). Tasks go back to the
+    root group and the group is removed on exit."""
+
+    ROOT = Path("/sys/fs/cgroup/cpu")
+
+    def __init__(self, percent: int):
+        self.path = self.ROOT / unique("hvcpu")
+        self.percent = percent
+
+    def __enter__(self):
+        self.path.mkdir()
+        (self.path / "cpu.cfs_period_us").write_text("100000")
+        (self.path / "cpu.cfs_quota_us").write_text(str(1000 * self.percent))
+        return self
+
+    def add(self, tid: int):
+        (self.path / "tasks").write_text(str(tid))
+
+    def __exit__(self, *exc):
+        for tid in (self.path / "tasks").read_text().split():
+            try:
+                (self.ROOT / "tasks").write_text(tid)
+            except OSError:
+                pass
+        self.path.rmdir()
+        return False

@@ -330,6 +330,11 @@ struct Worker {
     gro: HashMap<(usize, usize), GroTable<Buf>>,
     /// Destination settings, read once per batch.
     settings: Vec<PortSettings>,
+    /// The source address learned last in this batch (learning it again
+    /// would only take the FDB lock).
+    learned: Option<MacAddr>,
+    /// The last destination looked up in this batch, and its port.
+    route: Option<(MacAddr, Option<usize>)>,
 }
 
 impl Worker {
@@ -340,6 +345,8 @@ impl Worker {
             q,
             gro: HashMap::new(),
             settings: Vec::new(),
+            learned: None,
+            route: None,
         }
     }
 
@@ -351,7 +358,11 @@ impl Worker {
                 Ok(false) => continue,
                 Err(_) => break,
             }
-            self.settings = self.sw.ports.iter().map(|p| p.settings()).collect();
+            self.settings.clear();
+            self.settings
+                .extend(self.sw.ports.iter().map(|p| p.settings()));
+            self.learned = None;
+            self.route = None;
             let now = Instant::now();
             for _ in 0..BATCH {
                 let mut buf = self.sw.pool.take();
@@ -406,10 +417,20 @@ impl Worker {
             return;
         }
         let vlan = self.port.vlan;
-        self.sw.fdb.learn(vlan, src, self.port.id, now);
-        let unicast = (!dst.is_multicast())
-            .then(|| self.sw.fdb.lookup(vlan, dst, now))
-            .flatten();
+        if self.learned != Some(src) {
+            self.sw.fdb.learn(vlan, src, self.port.id, now);
+            self.learned = Some(src);
+        }
+        let unicast = match self.route {
+            Some((mac, port)) if mac == dst => port,
+            _ => {
+                let port = (!dst.is_multicast())
+                    .then(|| self.sw.fdb.lookup(vlan, dst, now))
+                    .flatten();
+                self.route = Some((dst, port));
+                port
+            }
+        };
         match unicast {
             Some(p) if p == self.port.id => {
                 add(&c.drop_no_route, 1);
@@ -446,11 +467,12 @@ impl Worker {
 
     /// The offload stage for one destination.
     fn egress(&mut self, dst: usize, buf: Buf, info: OffloadInfo) {
-        let port = Arc::clone(&self.sw.ports[dst]);
+        let sw = &*self.sw;
+        let port = &*sw.ports[dst];
         let s = &self.settings[dst];
+        let ring1_buf = ring::ring1_buf_size(s.mtu);
         let q = if port.rxq.len() > 1 {
-            self.sw
-                .rss
+            sw.rss
                 .hash_frame(buf.frame())
                 .map_or(0, |(h, _)| h as usize)
                 % port.rxq.len()
@@ -463,11 +485,12 @@ impl Worker {
             Some(g) => {
                 let segment = (!s.lro).then_some(g);
                 enqueue(
-                    &self.sw,
-                    &port,
+                    sw,
+                    port,
                     q,
                     RingItem::Frame { buf, info, segment },
                     1,
+                    ring1_buf,
                 );
             }
             None => {
@@ -480,7 +503,7 @@ impl Worker {
                 };
                 if buf.len() > s.mtu as usize + l2 {
                     add(&c.drop_mtu_exceeded, 1);
-                    self.sw.pool.give(buf);
+                    sw.pool.give(buf);
                     return;
                 }
                 if s.lro {
@@ -490,12 +513,13 @@ impl Worker {
                             ..GroConfig::default()
                         })
                     });
-                    let sw = &self.sw;
-                    table.receive(buf, info, 0, &mut |o| enqueue_gro(sw, &port, q, o));
+                    table.receive(buf, info, 0, &mut |o| {
+                        enqueue_gro(sw, port, q, o, ring1_buf)
+                    });
                 } else {
                     enqueue(
-                        &self.sw,
-                        &port,
+                        sw,
+                        port,
                         q,
                         RingItem::Frame {
                             buf,
@@ -503,6 +527,7 @@ impl Worker {
                             segment: None,
                         },
                         1,
+                        ring1_buf,
                     );
                 }
             }
@@ -514,14 +539,15 @@ impl Worker {
             if table.held() == 0 {
                 continue;
             }
-            let port = Arc::clone(&self.sw.ports[dst]);
-            let sw = &self.sw;
-            table.flush_all(&mut |o| enqueue_gro(sw, &port, q, o));
+            let sw = &*self.sw;
+            let port = &*sw.ports[dst];
+            let ring1_buf = ring::ring1_buf_size(self.settings.get(dst).map_or(1500, |s| s.mtu));
+            table.flush_all(&mut |o| enqueue_gro(sw, port, q, o, ring1_buf));
         }
     }
 }
 
-fn enqueue_gro(sw: &Switch, port: &Port, q: usize, o: GroOutput<Buf>) {
+fn enqueue_gro(sw: &Switch, port: &Port, q: usize, o: GroOutput<Buf>, ring1_buf: usize) {
     match o {
         GroOutput::Single { frame, info } => enqueue(
             sw,
@@ -533,24 +559,25 @@ fn enqueue_gro(sw: &Switch, port: &Port, q: usize, o: GroOutput<Buf>) {
                 segment: None,
             },
             1,
+            ring1_buf,
         ),
         GroOutput::Coalesced(c) => {
             let n = c.count as u64;
-            enqueue(sw, port, q, RingItem::Coalesced(c), n)
+            enqueue(sw, port, q, RingItem::Coalesced(c), n, ring1_buf)
         }
     }
 }
 
 /// Places an item in a receive queue's rings, or drops it, counting
-/// `sources` offered frames either way.
-fn enqueue(sw: &Switch, port: &Port, q: usize, item: RingItem, sources: u64) {
+/// `sources` offered frames either way. `ring1_buf` is the queue's ring-1
+/// buffer size (from its MTU).
+fn enqueue(sw: &Switch, port: &Port, q: usize, item: RingItem, sources: u64, ring1_buf: usize) {
     let c = &port.rxq[q].counters;
     if !port.is_up() {
         add(&c.drop_port_down, sources);
         release_item(sw, item);
         return;
     }
-    let ring1_buf = ring::ring1_buf_size(port.settings.read().expect("settings lock").mtu);
     let (r1, r2) = match &item {
         RingItem::Frame {
             buf,

@@ -61,13 +61,23 @@ class Fabric:
 
 class Hvnet(Fabric):
     name = "hvnet"
+    env = {}
 
     def __init__(self, tmp, mtu):
         vms = [dict(name="a", ipv4=A_IP + "/24", mtu=mtu), dict(name="b", ipv4=B_IP + "/24", mtu=mtu)]
         self.t = hvlab.Topology(Path(tmp), vms, prefix="bh")
 
     def __enter__(self):
-        self.t.__enter__()
+        saved = {k: os.environ.get(k) for k in self.env}
+        os.environ.update(self.env)
+        try:
+            self.t.__enter__()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
         return self
 
     def __exit__(self, *e):
@@ -75,6 +85,13 @@ class Hvnet(Fabric):
 
     def ns(self, vm):
         return self.t.ns(vm)
+
+
+class HvnetUring(Hvnet):
+    """hvnet with io_uring for TAP reads and writes (HVNET_IO_READ/WRITE)."""
+
+    name = "hvnet-uring"
+    env = {"HVNET_IO_READ": "uring", "HVNET_IO_WRITE": "uring"}
 
 
 class Bridge(Fabric):
@@ -186,7 +203,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="1 and 4 streams at 64K only, MTU 1500, 3 s runs")
     ap.add_argument("--seconds", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=1, help="runs per point; the median is kept")
-    ap.add_argument("--fabrics", default="hvnet,bridge,ovs")
+    ap.add_argument("--fabrics", default="hvnet,bridge,ovs",
+                    help="comma-separated, from hvnet, hvnet-uring (io_uring TAP I/O), bridge, ovs")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
     if not hvlab.is_root():
@@ -197,7 +215,7 @@ def main():
     mtus = [1500] if a.quick else [1500, 9000]
     sizes = ["64K"] if a.quick else ["256", "16K", "64K"]
     streams = [1, 4]
-    fabrics = {"hvnet": Hvnet, "bridge": Bridge, "ovs": Ovs}
+    fabrics = {"hvnet": Hvnet, "hvnet-uring": HvnetUring, "bridge": Bridge, "ovs": Ovs}
     chosen = [fabrics[n] for n in a.fabrics.split(",")]
     results = []
     total = len(mtus) * len(chosen) * len(sizes) * len(streams)

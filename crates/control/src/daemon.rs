@@ -356,6 +356,7 @@ pub fn daemon(file: &Path) -> Result<(), DaemonError> {
         specs,
         SwitchConfig {
             fdb_aging: Duration::from_secs(topo.fdb_aging_secs),
+            ..SwitchConfig::default()
         },
     );
     let threads = sw.start();

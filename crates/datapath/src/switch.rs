@@ -20,9 +20,10 @@ use hvnet_offload::gso::{self, CsumMode};
 use hvnet_offload::rss::{Rss, DEFAULT_KEY};
 use hvnet_offload::{csum, CsumState, GsoInfo, OffloadInfo};
 use hvnet_port::{Buf, Pool, RecvError, TapPort};
-use hvnet_wire::{EtherType, EthernetFrame, MacAddr, VirtioNetHdr};
+use hvnet_wire::{EtherType, EthernetFrame, MacAddr};
 use serde::Serialize;
 use std::collections::HashMap;
+use std::io::IoSlice;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
@@ -164,17 +165,45 @@ pub struct PortSpec {
     pub settings: PortSettings,
 }
 
+/// How the queue threads move frames through the TAPs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct IoMode {
+    /// io_uring for reads: several reads armed per queue, completions and
+    /// re-arms in one system call. Otherwise `poll`, then `read(2)` until
+    /// the queue is empty or a batch is full.
+    pub uring_read: bool,
+    /// io_uring for writes: a batch of deliveries in one system call.
+    /// Otherwise one `writev(2)` per delivery.
+    pub uring_write: bool,
+}
+
+impl IoMode {
+    /// From `HVNET_IO_READ` and `HVNET_IO_WRITE` (`uring` or `syscall`).
+    /// The default is what measured best on this machine
+    /// (`docs/perf/live-switch.md`): system calls both ways. Reads until the
+    /// queue is empty give LRO larger batches than io_uring completions do,
+    /// and io_uring TAP writes go through the kernel's worker threads,
+    /// which on two cores costs more than it saves.
+    pub fn from_env() -> IoMode {
+        let get = |k: &str| std::env::var(k).as_deref() == Ok("uring");
+        IoMode { uring_read: get("HVNET_IO_READ"), uring_write: get("HVNET_IO_WRITE") }
+    }
+}
+
 /// Switch-wide settings.
 #[derive(Clone, Debug)]
 pub struct SwitchConfig {
     /// FDB aging time.
     pub fdb_aging: Duration,
+    /// TAP I/O mode.
+    pub io: IoMode,
 }
 
 impl Default for SwitchConfig {
     fn default() -> Self {
         SwitchConfig {
             fdb_aging: Duration::from_secs(300),
+            io: IoMode::from_env(),
         }
     }
 }
@@ -189,6 +218,7 @@ pub struct Switch {
     rss: Rss,
     stop: AtomicBool,
     started: Instant,
+    io: IoMode,
 }
 
 /// Why a setting change was refused.
@@ -235,6 +265,7 @@ impl Switch {
             rss: Rss::new(&DEFAULT_KEY, 1).expect("default RSS key"),
             stop: AtomicBool::new(false),
             started: Instant::now(),
+            io: cfg.io,
         })
     }
 
@@ -350,7 +381,78 @@ impl Worker {
         }
     }
 
-    fn run(mut self) {
+    fn run(self) {
+        if self.sw.io.uring_read {
+            if let Ok(reader) =
+                hvnet_sys::BatchReader::new(self.port.tap.queue(self.q).file(), read_depth())
+            {
+                return self.run_batched(reader);
+            }
+        }
+        self.run_syscalls();
+    }
+
+    /// Per-batch preparation: settings snapshot and fresh caches.
+    fn begin_batch(&mut self) -> Instant {
+        self.settings.clear();
+        self.settings
+            .extend(self.sw.ports.iter().map(|p| p.settings()));
+        self.learned = None;
+        self.route = None;
+        Instant::now()
+    }
+
+    /// One received frame (or read failure) through the switch.
+    fn handle(&mut self, mut buf: Buf, n: std::io::Result<usize>, now: Instant) {
+        match hvnet_port::received(&mut buf, n) {
+            Ok(r) => self.forward(buf, r.info, now),
+            Err(RecvError::WouldBlock) => self.sw.pool.give(buf),
+            Err(RecvError::Gone) => {
+                self.sw.pool.give(buf);
+                self.port_gone();
+            }
+            Err(_) => {
+                add(&self.port.ingress[self.q].frames, 1);
+                add(&self.port.ingress[self.q].drop_bad_vnet_header, 1);
+                self.sw.pool.give(buf);
+            }
+        }
+    }
+
+    /// io_uring: `read_depth()` reads stay armed; each wait returns every frame
+    /// that arrived and re-arms as many reads, in one system call.
+    fn run_batched(mut self, mut reader: hvnet_sys::BatchReader) {
+        for _ in 0..read_depth() {
+            if let Err(v) = reader.arm(self.sw.pool.take().into_storage()) {
+                self.sw.pool.give(Buf::from_storage(v));
+                break;
+            }
+        }
+        let mut done = Vec::with_capacity(BATCH);
+        while !self.sw.stopping() && self.port.is_up() {
+            if reader.wait(Duration::from_millis(100), &mut done).is_err() {
+                break;
+            }
+            if done.is_empty() {
+                continue;
+            }
+            let now = self.begin_batch();
+            for (storage, n) in done.drain(..) {
+                self.handle(Buf::from_storage(storage), n, now);
+                if self.port.is_up() {
+                    if let Err(v) = reader.arm(self.sw.pool.take().into_storage()) {
+                        self.sw.pool.give(Buf::from_storage(v));
+                    }
+                }
+            }
+            self.flush_gro();
+        }
+        self.flush_gro();
+    }
+
+    /// Plain system calls: `poll`, then one `read(2)` per frame until the
+    /// queue is empty or the batch is full.
+    fn run_syscalls(mut self) {
         let fd = self.port.tap.queue(self.q).raw_fd();
         while !self.sw.stopping() && self.port.is_up() {
             match hvnet_sys::poll_readable(fd, 100) {
@@ -358,30 +460,18 @@ impl Worker {
                 Ok(false) => continue,
                 Err(_) => break,
             }
-            self.settings.clear();
-            self.settings
-                .extend(self.sw.ports.iter().map(|p| p.settings()));
-            self.learned = None;
-            self.route = None;
-            let now = Instant::now();
+            let now = self.begin_batch();
             for _ in 0..BATCH {
                 let mut buf = self.sw.pool.take();
-                match hvnet_port::recv(self.port.tap.queue(self.q), &mut buf) {
-                    Ok(r) => self.forward(buf, r.info, now),
-                    Err(RecvError::WouldBlock) => {
-                        self.sw.pool.give(buf);
-                        break;
-                    }
-                    Err(RecvError::Gone) => {
-                        self.sw.pool.give(buf);
-                        self.port_gone();
-                        break;
-                    }
-                    Err(_) => {
-                        add(&self.port.ingress[self.q].frames, 1);
-                        add(&self.port.ingress[self.q].drop_bad_vnet_header, 1);
-                        self.sw.pool.give(buf);
-                    }
+                let n =
+                    std::io::Read::read(&mut self.port.tap.queue(self.q).file(), buf.storage_mut());
+                if matches!(&n, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock) {
+                    self.sw.pool.give(buf);
+                    break;
+                }
+                self.handle(buf, n, now);
+                if !self.port.is_up() {
+                    break;
                 }
             }
             self.flush_gro();
@@ -613,12 +703,24 @@ fn release_item(sw: &Switch, item: RingItem) {
     }
 }
 
+/// Reads kept armed per TAP queue in batched mode (`HVNET_READ_DEPTH`,
+/// default 8): every armed read waits on the queue, so each arriving frame
+/// wakes them all; a few are enough to batch.
+fn read_depth() -> u32 {
+    std::env::var("HVNET_READ_DEPTH").ok().and_then(|v| v.parse().ok()).unwrap_or(8).clamp(1, BATCH as u32)
+}
+
 /// The delivery thread of one guest receive queue.
 fn deliver_loop(sw: &Switch, port: &Port, q: usize) {
     let mut batch = Vec::with_capacity(BATCH);
     let tap = port.tap.queue(q);
     let rx = &port.rxq[q];
-    let c = &rx.counters;
+    let mut writer = if sw.io.uring_write {
+        hvnet_sys::BatchWriter::new(tap.file(), BATCH as u32).ok()
+    } else {
+        None
+    };
+    let mut results = Vec::with_capacity(BATCH);
     while !sw.stopping() {
         rx.rings
             .pop_batch(&mut batch, BATCH, Duration::from_millis(100));
@@ -626,20 +728,25 @@ fn deliver_loop(sw: &Switch, port: &Port, q: usize) {
             continue;
         }
         let s = port.settings();
-        let (mut r1, mut r2) = (0, 0);
-        for (item, b1, b2) in batch.drain(..) {
-            r1 += b1;
-            r2 += b2;
-            if !port.is_up() {
-                let n = match &item {
-                    RingItem::Coalesced(co) => co.count as u64,
-                    _ => 1,
-                };
-                add(&c.drop_port_down, n);
+        let (r1, r2) = batch
+            .iter()
+            .fold((0, 0), |(a, b), (_, x, y)| (a + x, b + y));
+        let items: Vec<RingItem> = batch.drain(..).map(|(item, _, _)| item).collect();
+        if port.is_up() {
+            deliver_batch(
+                sw,
+                tap,
+                writer.as_mut(),
+                &rx.counters,
+                &s,
+                items,
+                &mut results,
+            );
+        } else {
+            for item in items {
+                add(&rx.counters.drop_port_down, sources_of(&item));
                 release_item(sw, item);
-                continue;
             }
-            deliver(sw, tap, c, &s, item);
         }
         rx.rings.release(r1, r2);
     }
@@ -648,105 +755,178 @@ fn deliver_loop(sw: &Switch, port: &Port, q: usize) {
     }
 }
 
-fn deliver(
+fn sources_of(item: &RingItem) -> u64 {
+    match item {
+        RingItem::Coalesced(co) => co.count as u64,
+        RingItem::Frame { .. } => 1,
+    }
+}
+
+/// A frame ready to write: its virtio-net header and what to count.
+struct Ready {
+    item: RingItem,
+    vnet: [u8; hvnet_port::VNET_HDR_LEN],
+    gso_intact: bool,
+}
+
+/// Delivers a batch into the guest: frames to segment go one segment at a
+/// time; every other frame is prepared (checksums completed where the guest
+/// needs it) and written with one vectored write each, all of them in one
+/// system call when a batch writer is given.
+fn deliver_batch(
+    sw: &Switch,
+    tap: &hvnet_sys::TapQueue,
+    writer: Option<&mut hvnet_sys::BatchWriter>,
+    c: &EgressCounters,
+    s: &PortSettings,
+    items: Vec<RingItem>,
+    results: &mut Vec<std::io::Result<usize>>,
+) {
+    let mut ready: Vec<Ready> = Vec::with_capacity(items.len());
+    for item in items {
+        match item {
+            RingItem::Frame {
+                buf,
+                segment: Some(g),
+                ..
+            } => deliver_segmented(sw, tap, c, s, buf, g),
+            RingItem::Frame {
+                mut buf,
+                mut info,
+                segment: None,
+            } => {
+                if let CsumState::Partial { start, offset } = info.csum {
+                    if !s.csum
+                        && info.gso.is_none()
+                        && csum::complete_partial(buf.frame_mut(), start, offset).is_ok()
+                    {
+                        add(&c.csum_completed, 1);
+                        info.csum = CsumState::Good;
+                    }
+                }
+                if info.csum == CsumState::Good {
+                    add(&c.data_valid_frames, 1);
+                }
+                let hdr_len = info.gso.map_or(0, |_| header_len(buf.frame()));
+                let vnet = hvnet_port::vnet_bytes(&info.to_vnet(hdr_len));
+                ready.push(Ready {
+                    gso_intact: info.gso.is_some(),
+                    item: RingItem::Frame {
+                        buf,
+                        info,
+                        segment: None,
+                    },
+                    vnet,
+                });
+            }
+            RingItem::Coalesced(mut co) => {
+                if !s.csum {
+                    co.fill_checksums();
+                }
+                let vnet = hvnet_port::vnet_bytes(&co.info.to_vnet(co.header().len() as u16));
+                ready.push(Ready {
+                    item: RingItem::Coalesced(co),
+                    vnet,
+                    gso_intact: false,
+                });
+            }
+        }
+    }
+    if ready.is_empty() {
+        return;
+    }
+    {
+        let iovs: Vec<smallvec::SmallVec<[IoSlice<'_>; 64]>> = ready
+            .iter()
+            .map(|r| {
+                let mut v = smallvec::SmallVec::new();
+                v.push(IoSlice::new(&r.vnet));
+                match &r.item {
+                    RingItem::Frame { buf, .. } => v.push(IoSlice::new(buf.frame())),
+                    RingItem::Coalesced(co) => {
+                        v.push(IoSlice::new(co.header()));
+                        v.extend(co.segments.iter().map(|seg| IoSlice::new(seg.bytes())));
+                    }
+                }
+                v
+            })
+            .collect();
+        let frames: Vec<&[IoSlice<'_>]> = iovs.iter().map(|v| &v[..]).collect();
+        results.clear();
+        let batched = writer.map(|w| w.write_batch(&frames, results));
+        if !matches!(batched, Some(Ok(()))) {
+            results.clear();
+            results.extend(
+                frames
+                    .iter()
+                    .map(|f| std::io::Write::write_vectored(&mut tap.file(), f)),
+            );
+        }
+    }
+    for (r, res) in ready.into_iter().zip(results.drain(..)) {
+        let n = sources_of(&r.item);
+        match (&r.item, res) {
+            (RingItem::Frame { buf, .. }, Ok(_)) => {
+                add(&c.delivered_frames, 1);
+                add(&c.delivered_bytes, buf.len() as u64);
+                add(&c.delivered_source_frames, 1);
+                if r.gso_intact {
+                    add(&c.gso_intact_frames, 1);
+                }
+            }
+            (RingItem::Coalesced(co), Ok(_)) => {
+                let len = co.len() as u64;
+                add(&c.delivered_frames, 1);
+                add(&c.delivered_bytes, len);
+                add(&c.delivered_source_frames, n);
+                add(&c.lro_frames, 1);
+                add(&c.lro_bytes, len);
+                add(&c.lro_segments, n);
+            }
+            (_, Err(_)) => add(&c.drop_write_error, n),
+        }
+        release_item(sw, r.item);
+    }
+}
+
+/// A GSO frame for a guest that does not take it whole: segmented on the
+/// way in, each segment written as it is made.
+fn deliver_segmented(
     sw: &Switch,
     tap: &hvnet_sys::TapQueue,
     c: &EgressCounters,
     s: &PortSettings,
-    item: RingItem,
+    buf: Buf,
+    g: GsoInfo,
 ) {
-    match item {
-        RingItem::Frame {
-            mut buf,
-            info,
-            segment,
-        } => {
-            if let Some(g) = segment {
-                let mode = if s.csum {
-                    CsumMode::Partial
-                } else {
-                    CsumMode::Full
-                };
-                let mut out = 0u64;
-                let mut failed = false;
-                let r = gso::segment(buf.frame(), g, mode, &mut |seg| {
-                    let vnet = seg.info.to_vnet(0);
-                    if hvnet_port::send(tap, &vnet, &[seg.header, seg.payload]).is_ok() {
-                        out += 1;
-                        add(
-                            &c.delivered_bytes,
-                            (seg.header.len() + seg.payload.len()) as u64,
-                        );
-                    } else {
-                        failed = true;
-                    }
-                });
-                if r.is_err() || failed {
-                    add(&c.drop_write_error, 1);
-                } else {
-                    add(&c.segmented_frames, 1);
-                    add(&c.segments_out, out);
-                    add(&c.delivered_frames, out);
-                    add(&c.delivered_source_frames, 1);
-                }
-                sw.pool.give(buf);
-                return;
-            }
-            let mut info = info;
-            if let CsumState::Partial { start, offset } = info.csum {
-                if !s.csum
-                    && info.gso.is_none()
-                    && csum::complete_partial(buf.frame_mut(), start, offset).is_ok()
-                {
-                    add(&c.csum_completed, 1);
-                    info.csum = CsumState::Good;
-                }
-            }
-            if info.csum == CsumState::Good {
-                add(&c.data_valid_frames, 1);
-            }
-            let hdr_len = info.gso.map_or(0, |_| header_len(buf.frame()));
-            let vnet = info.to_vnet(hdr_len);
-            match hvnet_port::send(tap, &vnet, &[buf.frame()]) {
-                Ok(()) => {
-                    add(&c.delivered_frames, 1);
-                    add(&c.delivered_bytes, buf.len() as u64);
-                    add(&c.delivered_source_frames, 1);
-                    if info.gso.is_some() {
-                        add(&c.gso_intact_frames, 1);
-                    }
-                }
-                Err(_) => add(&c.drop_write_error, 1),
-            }
-            sw.pool.give(buf);
+    let mode = if s.csum {
+        CsumMode::Partial
+    } else {
+        CsumMode::Full
+    };
+    let mut out = 0u64;
+    let mut failed = false;
+    let r = gso::segment(buf.frame(), g, mode, &mut |seg| {
+        let vnet = seg.info.to_vnet(0);
+        if hvnet_port::send(tap, &vnet, &[seg.header, seg.payload]).is_ok() {
+            out += 1;
+            add(
+                &c.delivered_bytes,
+                (seg.header.len() + seg.payload.len()) as u64,
+            );
+        } else {
+            failed = true;
         }
-        RingItem::Coalesced(mut co) => {
-            if !s.csum {
-                co.fill_checksums();
-            }
-            let vnet: VirtioNetHdr = co.info.to_vnet(co.header().len() as u16);
-            let n = co.count as u64;
-            let len = co.len() as u64;
-            let mut pieces: smallvec::SmallVec<[&[u8]; 64]> = smallvec::SmallVec::new();
-            pieces.push(co.header());
-            pieces.extend(co.segments.iter().map(|s| s.bytes()));
-            match hvnet_port::send(tap, &vnet, &pieces) {
-                Ok(()) => {
-                    add(&c.delivered_frames, 1);
-                    add(&c.delivered_bytes, len);
-                    add(&c.delivered_source_frames, n);
-                    add(&c.lro_frames, 1);
-                    add(&c.lro_bytes, len);
-                    add(&c.lro_segments, n);
-                }
-                Err(_) => add(&c.drop_write_error, n),
-            }
-            drop(pieces);
-            for seg in co.into_segments() {
-                sw.pool.give(seg.buf);
-            }
-        }
+    });
+    if r.is_err() || failed {
+        add(&c.drop_write_error, 1);
+    } else {
+        add(&c.segmented_frames, 1);
+        add(&c.segments_out, out);
+        add(&c.delivered_frames, out);
+        add(&c.delivered_source_frames, 1);
     }
+    sw.pool.give(buf);
 }
 
 /// Ethernet through L4 header length of a frame (for a GSO header's

@@ -57,6 +57,20 @@ impl Buf {
         self.data[VNET_HDR_LEN..VNET_HDR_LEN + n].copy_from_slice(&bytes[..n]);
         self.len = n;
     }
+    /// The whole storage (header area and frame), for a batched read to
+    /// fill; see [`Buf::from_storage`].
+    pub fn into_storage(self) -> Vec<u8> {
+        self.data
+    }
+    /// The whole storage, writable, for a plain `read(2)` to fill.
+    pub fn storage_mut(&mut self) -> &mut [u8] {
+        &mut self.data
+    }
+    /// A buffer back from a batched read (storage of [`BUF_SIZE`] bytes).
+    pub fn from_storage(data: Vec<u8>) -> Buf {
+        debug_assert_eq!(data.len(), BUF_SIZE);
+        Buf { data, len: 0 }
+    }
     /// Frame length.
     pub fn len(&self) -> usize {
         self.len
@@ -134,13 +148,21 @@ pub struct Received {
 
 /// Reads one frame from a TAP queue into `buf`.
 pub fn recv(q: &TapQueue, buf: &mut Buf) -> Result<Received, RecvError> {
-    let n = match q.file().read(&mut buf.data) {
+    let n = q.file().read(&mut buf.data);
+    received(buf, n)
+}
+
+/// Checks what a read (plain or batched) put into `buf`; `n` is the read's
+/// result.
+pub fn received(buf: &mut Buf, n: io::Result<usize>) -> Result<Received, RecvError> {
+    let n = match n {
         Ok(0) => return Err(RecvError::Gone),
         Ok(n) => n,
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Err(RecvError::WouldBlock),
+        // EIO, EBADFD, ENODEV: the device went away with its namespace.
         Err(e) if matches!(e.raw_os_error(), Some(5) | Some(77) | Some(19)) => {
             return Err(RecvError::Gone)
-        } // EIO, EBADFD, ENODEV
+        }
         Err(e) => return Err(RecvError::Read(e)),
     };
     if n < VNET_HDR_LEN {
@@ -152,6 +174,13 @@ pub fn recv(q: &TapQueue, buf: &mut Buf) -> Result<Received, RecvError> {
         .map_err(|_| RecvError::BadVnetHeader)?;
     let info = gso::validate_vnet(buf.frame(), &vnet).map_err(RecvError::BadOffload)?;
     Ok(Received { info, vnet })
+}
+
+/// The virtio-net header as bytes, for a batched write.
+pub fn vnet_bytes(vnet: &VirtioNetHdr) -> [u8; VNET_HDR_LEN] {
+    let mut hdr = [0u8; VNET_HDR_LEN];
+    vnet.emit(&mut hdr, VNET_HDR_LEN);
+    hdr
 }
 
 /// Writes a frame (a header and pieces) to a TAP queue in one `writev`.

@@ -15,6 +15,9 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+pub mod uring;
+pub use uring::{BatchReader, BatchWriter};
+
 /// `TUNSETIFF` = `_IOW('T', 202, int)`.
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 /// `TUNSETOFFLOAD` = `_IOW('T', 208, unsigned int)`.

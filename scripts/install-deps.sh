@@ -30,9 +30,21 @@ if ! command -v cargo >/dev/null 2>&1; then
     curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --component clippy,rustfmt
 fi
 
-if ! python3 -c 'import scapy, pytest' >/dev/null 2>&1; then
-    echo "install-deps: installing scapy and pytest"
-    python3 -m pip install --quiet --disable-pip-version-check scapy pytest 2>/dev/null ||
-        python3 -m pip install --quiet --disable-pip-version-check --break-system-packages scapy pytest ||
-        apt-get install -y -qq python3-scapy python3-pytest >/dev/null
+if ! python3 -c 'import scapy, pytest, matplotlib' >/dev/null 2>&1; then
+    echo "install-deps: installing scapy, pytest and matplotlib"
+    python3 -m pip install --quiet --disable-pip-version-check scapy pytest matplotlib 2>/dev/null ||
+        python3 -m pip install --quiet --disable-pip-version-check --break-system-packages scapy pytest matplotlib ||
+        apt-get install -y -qq python3-scapy python3-pytest python3-matplotlib >/dev/null
+fi
+
+# Open vSwitch, the lab's and the bench's reference switch. Its packaged
+# service must not start: the lab runs its own daemons in a private run
+# directory.
+if ! command -v ovs-vswitchd >/dev/null 2>&1; then
+    echo "install-deps: installing openvswitch-switch (service not started)"
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends openvswitch-switch >/dev/null || true
+    rm -f /usr/sbin/policy-rc.d
 fi

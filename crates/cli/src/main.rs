@@ -68,12 +68,38 @@ enum Cmd {
     /// Run the offload engines on capture files (pcap in, pcap out).
     #[command(subcommand)]
     Pcap(pcap_cmd::PcapCmd),
+    /// Reproduce the published studies: `hvnet lab list`, `hvnet lab run
+    /// NAME...|all [--quick] [--out DIR]`, `hvnet lab report [--out DIR]`.
+    #[command(disable_help_flag = true)]
+    Lab {
+        /// Arguments for the lab (see `hvnet lab --help`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Run the switch of a topology in the foreground (started by `up`).
     #[command(hide = true)]
     Daemon {
         /// The topology file.
         file: PathBuf,
     },
+}
+
+/// Runs the lab (Python, in the repository's `lab/` directory) with this
+/// binary as the hvnet under test.
+fn lab(args: Vec<String>) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find my own binary: {e}"))?;
+    let dir = std::env::var_os("HVNET_LAB_DIR")
+        .map(PathBuf::from)
+        .or_else(|| exe.ancestors().map(|a| a.join("lab")).find(|d| d.join("hvnet_lab/__main__.py").exists()))
+        .ok_or("the lab is not next to this binary; run it from a clone of the repository or set HVNET_LAB_DIR")?;
+    let status = std::process::Command::new("python3")
+        .args(["-m", "hvnet_lab"])
+        .args(&args)
+        .env("PYTHONPATH", &dir)
+        .env("HVNET_BIN", &exe)
+        .status()
+        .map_err(|e| format!("cannot run python3: {e}"))?;
+    std::process::exit(status.code().unwrap_or(1));
 }
 
 fn main() {
@@ -90,6 +116,7 @@ fn main() {
         Cmd::Port { args, target } => switch_cmd::port(&target, args),
         Cmd::Fdb(t) => switch_cmd::fdb(&t),
         Cmd::Daemon { file } => hvnet_control::daemon::daemon(&file).map_err(|e| e.to_string()),
+        Cmd::Lab { args } => lab(args),
     };
     if let Err(e) = result {
         eprintln!("hvnet: {e}");

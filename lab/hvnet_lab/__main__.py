@@ -1,0 +1,92 @@
+"""`hvnet lab list | run NAME... [--quick] | report`: reproduce the
+published studies in shared/seeds on this machine, side by side with their
+figures."""
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import hvlab
+
+from . import experiments, report
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def meta(quick):
+    def cmd(*a):
+        try:
+            return subprocess.run(list(a), capture_output=True, text=True, cwd=ROOT).stdout.strip()
+        except OSError:
+            return ""
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
+    return {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "host": platform.node(), "kernel": platform.release(),
+            "cpu_model": cpu, "cpus": os.cpu_count(), "git_revision": cmd("git", "rev-parse", "--short", "HEAD") or "unknown",
+            "iperf3": cmd("iperf3", "--version").split("\n")[0], "quick": quick}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="hvnet lab", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("list", help="list the experiments")
+    r = sub.add_parser("run", help="run experiments (NAME... or all), then write the report")
+    r.add_argument("names", nargs="+")
+    r.add_argument("--quick", action="store_true", help="fewer points and shorter runs (all in about 3 minutes)")
+    r.add_argument("--out", type=Path, default=Path("lab-results"), help="results directory (default ./lab-results)")
+    rep = sub.add_parser("report", help="write the report again from results.json")
+    rep.add_argument("--out", type=Path, default=Path("lab-results"))
+    a = ap.parse_args(argv)
+    if a.cmd == "list":
+        for e in experiments.EXPERIMENTS:
+            print(f"{e['name']:<16} reproduces {e['reproduces']:<24} {e['workload']}")
+        return 0
+    if a.cmd == "report":
+        res = report.load(a.out / "results.json")
+        report.render(res, a.out)
+        print(f"report: {a.out / 'report.md'} and {a.out / 'report.html'}")
+        return 0
+    if not hvlab.is_root():
+        print("hvnet lab: run as root (experiments create network namespaces)", file=sys.stderr)
+        return 1
+    known = {e["name"]: e for e in experiments.EXPERIMENTS}
+    names = list(known) if a.names == ["all"] else a.names
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        print(f"hvnet lab: no experiment named {', '.join(unknown)}; `hvnet lab list` shows them", file=sys.stderr)
+        return 1
+    a.out.mkdir(parents=True, exist_ok=True)
+    results = {"meta": meta(a.quick), "experiments": []}
+    t_all = time.monotonic()
+    for i, n in enumerate(names, 1):
+        e = known[n]
+        print(f"[{i}/{len(names)}] {n}: {e['workload']} ...", flush=True)
+        t0 = time.monotonic()
+        log = []
+        entry = {"name": n, "reproduces": e["reproduces"], "workload": e["workload"], "samples": log}
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                figs, raw = e["run"](Path(tmp), a.quick, log)
+            entry.update(figures=figs, raw=raw)
+            verdicts = ", ".join(f"{f['id']}: {'reproduced' if f['reproduced'] else 'not reproduced'}" for f in figs)
+            print(f"      done in {time.monotonic() - t0:.0f} s — {verdicts}", flush=True)
+        except Exception as ex:  # one experiment failing does not lose the others
+            entry.update(figures=[], error=f"{type(ex).__name__}: {ex}")
+            print(f"      failed: {entry['error']}", file=sys.stderr)
+            traceback.print_exc()
+        results["experiments"].append(entry)
+        (a.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    report.render(results, a.out)
+    print(f"lab: {len(names)} experiments in {time.monotonic() - t_all:.0f} s; results {a.out / 'results.json'}, "
+          f"report {a.out / 'report.md'} and {a.out / 'report.html'}")
+    return 0 if not report.check(results) else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""The fabrics two VMs can be joined by, each a context manager giving
+`sh(vm, cmd)` and `popen(vm, cmd)` in the VMs a and b:
+- Hvnet: `hvnet up`, TAP ports with virtio-net headers;
+- HvnetUring: the same with io_uring TAP I/O;
+- Bridge: veth pairs into a Linux bridge in a namespace of its own;
+- Ovs: Open vSwitch's userspace datapath with userspace TSO, its own
+  ovsdb-server and ovs-vswitchd in a private run directory (stopped by
+  their pidfiles).
+"""
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import hvlab
+
+A_IP, B_IP = "10.98.0.1", "10.98.0.2"
+
+
+def cpu_times():
+    f = open("/proc/stat").readline().split()[1:]
+    v = list(map(int, f))
+    idle = v[3] + v[4]
+    return sum(v), idle
+
+
+def busy_cores(t0, t1):
+    total, idle = t1[0] - t0[0], t1[1] - t0[1]
+    return (total - idle) / max(total, 1) * os.cpu_count()
+
+
+class Fabric:
+    name = "?"
+
+    def ns(self, vm):
+        raise NotImplementedError
+
+    def sh(self, vm, cmd, **kw):
+        return hvlab.run(["ip", "netns", "exec", self.ns(vm), "sh", "-c", cmd], **kw)
+
+    def popen(self, vm, cmd):
+        return subprocess.Popen(["ip", "netns", "exec", self.ns(vm), "sh", "-c", f"exec {cmd}"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+class Hvnet(Fabric):
+    name = "hvnet"
+    env = {}
+
+    def __init__(self, tmp, mtu, **vm_settings):
+        a = dict(vm_settings.get("a", {}))
+        b = dict(vm_settings.get("b", {}))
+        vms = [dict(name="a", ipv4=A_IP + "/24", mtu=mtu, **a), dict(name="b", ipv4=B_IP + "/24", mtu=mtu, **b)]
+        self.t = hvlab.Topology(Path(tmp), vms, prefix="bh")
+
+    def __enter__(self):
+        saved = {k: os.environ.get(k) for k in self.env}
+        os.environ.update(self.env)
+        try:
+            self.t.__enter__()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        return self
+
+    def __exit__(self, *e):
+        return self.t.__exit__(*e)
+
+    def ns(self, vm):
+        return self.t.ns(vm)
+
+
+class HvnetUring(Hvnet):
+    """hvnet with io_uring for TAP reads and writes (HVNET_IO_READ/WRITE)."""
+
+    name = "hvnet-uring"
+    env = {"HVNET_IO_READ": "uring", "HVNET_IO_WRITE": "uring"}
+
+
+class Bridge(Fabric):
+    name = "bridge"
+
+    def __init__(self, tmp, mtu, **_):
+        self.mtu = mtu
+        self.nss = {k: hvlab.Netns("bb") for k in ("a", "b", "sw")}
+
+    def __enter__(self):
+        for n in self.nss.values():
+            n.__enter__()
+        sw = self.nss["sw"]
+        sw.sh("ip link add br0 type bridge && ip link set br0 up")
+        for vm, ip in (("a", A_IP), ("b", B_IP)):
+            hvlab.run(["ip", "link", "add", "eth0", "netns", self.nss[vm].name, "type", "veth",
+                       "peer", "name", f"p{vm}", "netns", sw.name])
+            sw.sh(f"ip link set p{vm} mtu {self.mtu} master br0 up")
+            self.nss[vm].sh(f"ip link set eth0 mtu {self.mtu} up && ip addr add {ip}/24 dev eth0")
+        return self
+
+    def __exit__(self, *e):
+        for n in self.nss.values():
+            n.__exit__(*e)
+
+    def ns(self, vm):
+        return self.nss[vm].name
+
+
+class Ovs(Fabric):
+    """Open vSwitch userspace datapath with userspace TSO, in a private run
+    directory; its daemons are stopped by their pidfiles."""
+
+    name = "ovs"
+
+    def __init__(self, tmp, mtu, **_):
+        self.mtu = mtu
+        self.dir = Path(tempfile.mkdtemp(prefix="hvnet-ovs-"))
+        self.env = dict(os.environ, OVS_RUNDIR=str(self.dir), OVS_LOGDIR=str(self.dir), OVS_DBDIR=str(self.dir))
+        self.db = f"unix:{self.dir}/db.sock"
+        self.nss = {k: hvlab.Netns("bo") for k in ("a", "b")}
+        self.br = hvlab.unique("obr")[:12]
+
+    def ovs(self, *args):
+        return subprocess.run(list(args), check=True, capture_output=True, text=True, env=self.env)
+
+    def vsctl(self, *args):
+        return self.ovs("ovs-vsctl", f"--db={self.db}", "--timeout=10", *args)
+
+    def __enter__(self):
+        for n in self.nss.values():
+            n.__enter__()
+        d = self.dir
+        self.ovs("ovsdb-tool", "create", f"{d}/conf.db", "/usr/share/openvswitch/vswitch.ovsschema")
+        self.ovs("ovsdb-server", f"--remote=punix:{d}/db.sock", f"--pidfile={d}/ovsdb.pid", "--detach",
+                 f"--log-file={d}/ovsdb.log", f"{d}/conf.db")
+        self.vsctl("--no-wait", "init")
+        self.vsctl("--no-wait", "set", "Open_vSwitch", ".", "other_config:userspace-tso-enable=true")
+        self.ovs("ovs-vswitchd", self.db, f"--pidfile={d}/vswitchd.pid", "--detach", f"--log-file={d}/vswitchd.log")
+        self.vsctl("add-br", self.br, "--", "set", "bridge", self.br, "datapath_type=netdev")
+        for vm, ip in (("a", A_IP), ("b", B_IP)):
+            tap = hvlab.unique(f"ot{vm}")[:12]
+            self.vsctl("add-port", self.br, tap, "--", "set", "Interface", tap, "type=tap", f"mtu_request={self.mtu}")
+            for _ in range(50):
+                if hvlab.run(["ip", "link", "show", tap], check=False).returncode == 0:
+                    break
+                time.sleep(0.1)
+            hvlab.run(["ip", "link", "set", tap, "netns", self.nss[vm].name])
+            self.nss[vm].sh(f"ip link set {tap} name eth0 && ip link set eth0 mtu {self.mtu} up && ip addr add {ip}/24 dev eth0")
+        return self
+
+    def __exit__(self, *e):
+        for n in self.nss.values():
+            n.__exit__(*e)
+        for pidfile in ("vswitchd.pid", "ovsdb.pid"):
+            p = self.dir / pidfile
+            if p.exists():
+                try:
+                    os.kill(int(p.read_text().strip()), 15)
+                except (ProcessLookupError, ValueError):
+                    pass
+        time.sleep(0.3)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def ns(self, vm):
+        return self.nss[vm].name
+
+

@@ -1,0 +1,135 @@
+"""The lab report: results.json in, Markdown and a static HTML page with
+plots (PNG and SVG) out. Each figure shows hvnet's values, the references
+measured in the same run, and the published values with their source, and
+says whether the published effect was reproduced."""
+
+import html
+import json
+import math
+from pathlib import Path
+
+
+def _numeric(xs):
+    return all(isinstance(x, (int, float)) for x in xs)
+
+
+def plot(fig, out_dir: Path):
+    """Writes fig-<id>.png and .svg; returns the PNG's name (None when
+    matplotlib is missing)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    f, ax = plt.subplots(figsize=(7, 4))
+    allx = [x for pts in list(fig["series"].values()) + list(fig["published"].values()) for x, _ in pts]
+    cats = None if _numeric(allx) else list(dict.fromkeys(str(x) for x in allx))
+    pos = (lambda x: x) if cats is None else (lambda x: cats.index(str(x)))
+    for label, pts in fig["series"].items():
+        if pts:
+            ax.plot([pos(x) for x, _ in pts], [y for _, y in pts], marker="o", label=label)
+    for label, pts in fig["published"].items():
+        if pts:
+            ax.plot([pos(x) for x, _ in pts], [y for _, y in pts], marker="s", linestyle="--", label=label)
+    if cats is not None:
+        ax.set_xticks(range(len(cats)), cats)
+    ys = [y for pts in list(fig["series"].values()) + list(fig["published"].values()) for _, y in pts if y > 0]
+    if ys and max(ys) / min(ys) > 100:
+        ax.set_yscale("log")
+    ax.set_xlabel(fig["xlabel"])
+    ax.set_ylabel(fig["ylabel"])
+    ax.set_title(fig["title"], fontsize=10)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    f.tight_layout()
+    name = f"fig-{fig['id']}"
+    f.savefig(out_dir / f"{name}.png", dpi=110)
+    f.savefig(out_dir / f"{name}.svg")
+    plt.close(f)
+    return f"{name}.png"
+
+
+def _fmt(v):
+    if isinstance(v, float):
+        return f"{v:,.3g}" if abs(v) < 100 else f"{v:,.0f}"
+    return str(v)
+
+
+def _table(fig):
+    rows = []
+    for label, pts in fig["series"].items():
+        rows.append(f"| {label} (ours) | " + ", ".join(f"{x}: {_fmt(y)}" for x, y in pts) + " |")
+    for label, pts in fig["published"].items():
+        rows.append(f"| {label} | " + ", ".join(f"{x}: {_fmt(y)}" for x, y in pts) + " |")
+    return "| series | values |\n|---|---|\n" + "\n".join(rows)
+
+
+def render(results: dict, out_dir: Path):
+    """Writes report.md and report.html (and the plots) into out_dir."""
+    meta = results["meta"]
+    md = [f"# hvnet lab report", "",
+          f"Run {meta['date']} on {meta['host']} ({meta['cpu_model']}, {meta['cpus']} cores), kernel {meta['kernel']}, "
+          f"hvnet {meta['git_revision']}, iperf3 {meta['iperf3']}{' — quick run' if meta.get('quick') else ''}.", ""]
+    body = []
+    summary = []
+    for exp in results["experiments"]:
+        md += [f"## {exp['name']} — reproduces {exp['reproduces']}", "", exp["workload"], ""]
+        body.append(f"<h2>{html.escape(exp['name'])} — reproduces {html.escape(exp['reproduces'])}</h2><p>{html.escape(exp['workload'])}</p>")
+        if exp.get("error"):
+            md += [f"**Not run:** {exp['error']}", ""]
+            body.append(f"<p><b>Not run:</b> {html.escape(exp['error'])}</p>")
+            summary.append((exp["name"], "—", "not run"))
+            continue
+        for fig in exp["figures"]:
+            png = plot(fig, out_dir)
+            verdict = "reproduced" if fig["reproduced"] else "not reproduced"
+            summary.append((exp["name"], fig["id"], verdict))
+            md += [f"### {fig['title']}", ""]
+            if png:
+                md += [f"![{fig['id']}]({png})", ""]
+            md += [_table(fig), "", f"**Published effect:** {fig['claim']} — **{verdict}**." + (f" Why: {fig['why_not']}." if fig["why_not"] else ""), "",
+                   f"Source: {fig['source']}. {fig['note']}", ""]
+            body.append(f"<h3>{html.escape(fig['title'])}</h3>" + (f"<img src='{png}' alt='{fig['id']}'>" if png else "")
+                        + "<table><tr><th>series</th><th>values</th></tr>"
+                        + "".join(f"<tr><td>{html.escape(l)} (ours)</td><td>{html.escape(', '.join(f'{x}: {_fmt(y)}' for x, y in p))}</td></tr>" for l, p in fig["series"].items())
+                        + "".join(f"<tr><td>{html.escape(l)}</td><td>{html.escape(', '.join(f'{x}: {_fmt(y)}' for x, y in p))}</td></tr>" for l, p in fig["published"].items())
+                        + f"</table><p><b>Published effect:</b> {html.escape(fig['claim'])} — <b>{verdict}</b>."
+                        + (f" Why: {html.escape(fig['why_not'])}." if fig["why_not"] else "")
+                        + f"</p><p class='src'>Source: {html.escape(fig['source'])}. {html.escape(fig['note'])}</p>")
+    md += ["## Summary", "", "| experiment | figure | published effect |", "|---|---|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in summary]
+    (out_dir / "report.md").write_text("\n".join(md) + "\n")
+    page = ("<!doctype html><meta charset='utf-8'><title>hvnet lab report</title>"
+            "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}img{max-width:100%}"
+            "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;font-size:90%}.src{color:#555}</style>"
+            f"<h1>hvnet lab report</h1><p>{html.escape(md[2])}</p>" + "".join(body)
+            + "<h2>Summary</h2><table><tr><th>experiment</th><th>figure</th><th>published effect</th></tr>"
+            + "".join(f"<tr><td>{a}</td><td>{b}</td><td>{c}</td></tr>" for a, b, c in summary) + "</table>")
+    (out_dir / "report.html").write_text(page)
+
+
+def check(results: dict):
+    """The report's contract: every figure present with finite numbers and a
+    cited published value. Returns a list of problems (empty when fine)."""
+    problems = []
+    for exp in results["experiments"]:
+        if exp.get("error"):
+            problems.append(f"{exp['name']}: not run: {exp['error']}")
+            continue
+        if not exp["figures"]:
+            problems.append(f"{exp['name']}: no figures")
+        for fig in exp["figures"]:
+            for label, pts in fig["series"].items():
+                for x, y in pts:
+                    if not (isinstance(y, (int, float)) and math.isfinite(y)):
+                        problems.append(f"{fig['id']}: {label} at {x} is {y!r}")
+            if not fig["source"].startswith("shared/seeds/"):
+                problems.append(f"{fig['id']}: no published source")
+            if not fig["series"]:
+                problems.append(f"{fig['id']}: no series")
+    return problems
+
+
+def load(path: Path) -> dict:
+    return json.loads(path.read_text())

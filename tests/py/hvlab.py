@@ -40,6 +40,18 @@ def unique(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:8]}"[:15]
 
 
+def stop_procs(procs):
+    """Ends processes this test started, by their own handles (PIDs)."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
 class Netns:
     """A network namespace that is deleted when the context exits, even on
     failure; processes started with `popen` are ended (by PID) first."""
@@ -54,14 +66,7 @@ class Netns:
         return self
 
     def __exit__(self, *exc):
-        for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+        stop_procs(self.procs)
         run(["ip", "netns", "del", self.name], check=False)
         return False
 
@@ -110,13 +115,7 @@ class Topology:
         return self
 
     def __exit__(self, *exc):
-        for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+        stop_procs(self.procs)
         run([hvnet_bin(), "down", self.name], check=False)
         for vm in self.vms:
             run(["ip", "netns", "del", self.ns(vm["name"])], check=False)

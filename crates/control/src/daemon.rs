@@ -299,31 +299,16 @@ fn create_vm(
         "mtu",
         &mtu,
     ])?;
-    // A fixed lifetime for addresses (no DAD wait for IPv6).
-    if let Some((a, l)) = vm.ipv4 {
-        run(&[
-            "ip",
-            "-n",
-            &ns,
-            "addr",
-            "add",
-            &format!("{a}/{l}"),
-            "dev",
-            "eth0",
-        ])?;
-    }
-    if let Some((a, l)) = vm.ipv6 {
-        run(&[
-            "ip",
-            "-n",
-            &ns,
-            "addr",
-            "add",
-            &format!("{a}/{l}"),
-            "dev",
-            "eth0",
-            "nodad",
-        ])?;
+    // IPv6 without duplicate address detection, so the address is usable
+    // as soon as `up` returns.
+    let addrs = [
+        vm.ipv4.map(|(a, l)| (format!("{a}/{l}"), None)),
+        vm.ipv6.map(|(a, l)| (format!("{a}/{l}"), Some("nodad"))),
+    ];
+    for (cidr, flag) in addrs.into_iter().flatten() {
+        let mut cmd = vec!["ip", "-n", &ns, "addr", "add", &cidr, "dev", "eth0"];
+        cmd.extend(flag);
+        run(&cmd)?;
     }
     run(&["ip", "-n", &ns, "link", "set", "eth0", "up"])?;
     Ok(PortSpec {

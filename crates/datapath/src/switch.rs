@@ -186,7 +186,10 @@ impl IoMode {
     /// which on two cores costs more than it saves.
     pub fn from_env() -> IoMode {
         let get = |k: &str| std::env::var(k).as_deref() == Ok("uring");
-        IoMode { uring_read: get("HVNET_IO_READ"), uring_write: get("HVNET_IO_WRITE") }
+        IoMode {
+            uring_read: get("HVNET_IO_READ"),
+            uring_write: get("HVNET_IO_WRITE"),
+        }
     }
 }
 
@@ -707,7 +710,11 @@ fn release_item(sw: &Switch, item: RingItem) {
 /// default 8): every armed read waits on the queue, so each arriving frame
 /// wakes them all; a few are enough to batch.
 fn read_depth() -> u32 {
-    std::env::var("HVNET_READ_DEPTH").ok().and_then(|v| v.parse().ok()).unwrap_or(8).clamp(1, BATCH as u32)
+    std::env::var("HVNET_READ_DEPTH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8)
+        .clamp(1, BATCH as u32)
 }
 
 /// The delivery thread of one guest receive queue.

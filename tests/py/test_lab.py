@@ -1,0 +1,75 @@
+"""The lab: its parsers on real output captured from this machine, and one
+--quick experiment end to end with its report checked."""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "lab"))
+
+import hvlab  # noqa: E402
+from hvnet_lab import experiments, measure, report  # noqa: E402
+
+DATA = Path(__file__).with_name("data")
+
+
+def test_iperf3_json_parser():
+    r = measure.iperf3((DATA / "iperf3.json").read_text())
+    assert r["bps"] > 1e8 and r["bytes"] > 0 and r["seconds"] > 0.5
+    assert r["retransmits"] >= 0
+    with pytest.raises(ValueError):
+        measure.iperf3('{"error": "unable to connect to server"}')
+
+
+def test_nstat_parser():
+    n = measure.nstat((DATA / "nstat.txt").read_text())
+    assert n["IpInReceives"] > 0
+    assert "TcpRetransSegs" in n and "TcpOutSegs" in n
+    assert all(isinstance(v, int) for v in n.values())
+
+
+def test_proc_stat_parser_and_busy_cores():
+    total, idle = measure.proc_stat((DATA / "proc_stat.txt").read_text())
+    assert total > idle > 0
+    assert measure.busy_cores((100, 50), (300, 150), 2) == 1.0
+
+
+def test_schedstat_parser():
+    s = measure.schedstat((DATA / "schedstat.txt").read_text())
+    assert s["run_ns"] > 0 and s["wait_ns"] >= 0 and s["timeslices"] > 0
+
+
+def test_perf_stat_parser():
+    p = measure.perf_stat((DATA / "perf_stat.txt").read_text())
+    assert p["cycles"] > 0 and p["instructions"] > 0
+    assert measure.perf_stat("<not supported>,,cycles,0,100.00,,\n")["cycles"] is None
+
+
+def test_linear_fit_of_the_published_table():
+    slope, icpt, r2 = experiments.linear_fit(experiments.PUB_002_CPU)
+    assert 0.2 < slope < 0.25 and r2 > 0.98
+
+
+@pytest.mark.root
+def test_quick_experiment_end_to_end_and_its_report(tmp_path):
+    out = tmp_path / "lab"
+    r = hvlab.run([hvlab.hvnet_bin(), "lab", "run", "lro-rate", "--quick", "--out", str(out)], check=False, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads((out / "results.json").read_text())
+    for k in ("date", "host", "kernel", "cpu_model", "git_revision", "iperf3"):
+        assert res["meta"][k], k
+    exp = res["experiments"][0]
+    assert exp["samples"] and all("command" in s for s in exp["samples"])
+    assert report.check(res) == []
+    for fig in exp["figures"]:
+        assert fig["source"].startswith("shared/seeds/003")
+        assert all(math.isfinite(y) for pts in fig["series"].values() for _, y in pts)
+        assert (out / f"fig-{fig['id']}.png").exists() and (out / f"fig-{fig['id']}.svg").exists()
+    md = (out / "report.md").read_text()
+    html = (out / "report.html").read_text()
+    assert "Published effect" in md and "shared/seeds/003" in md and "<img" in html
+    assert "LRO rate" in md

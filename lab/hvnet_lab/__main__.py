@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,7 +30,9 @@ def meta(quick):
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
     return {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "host": platform.node(), "kernel": platform.release(),
             "cpu_model": cpu, "cpus": os.cpu_count(), "git_revision": cmd("git", "rev-parse", "--short", "HEAD") or "unknown",
-            "iperf3": cmd("iperf3", "--version").split("\n")[0], "quick": quick}
+            "iperf3": cmd("iperf3", "--version").split("\n")[0], "quick": quick,
+            "hvnet": cmd(os.environ.get("HVNET_BIN", "hvnet"), "--version"),
+            "openvswitch": cmd("ovs-vswitchd", "--version").split("\n")[0]}
 
 
 def main(argv=None):
@@ -62,6 +65,10 @@ def main(argv=None):
         print(f"hvnet lab: no experiment named {', '.join(unknown)}; `hvnet lab list` shows them", file=sys.stderr)
         return 1
     a.out.mkdir(parents=True, exist_ok=True)
+    if not shutil.which("ovs-vswitchd") and any(n in ("lro-local", "jumbo") for n in names):
+        # The reference switch: installed here, its packaged service not started.
+        print("lab: installing Open vSwitch for the reference runs ...", flush=True)
+        subprocess.run([str(ROOT / "scripts" / "install-deps.sh")], check=False)
     results = {"meta": meta(a.quick), "experiments": []}
     t_all = time.monotonic()
     for i, n in enumerate(names, 1):

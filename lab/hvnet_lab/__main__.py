@@ -43,6 +43,8 @@ def main(argv=None):
     r.add_argument("names", nargs="+")
     r.add_argument("--quick", action="store_true", help="fewer points and shorter runs (all in about 3 minutes)")
     r.add_argument("--out", type=Path, default=Path("lab-results"), help="results directory (default ./lab-results)")
+    r.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="iperf3 runs per point, keeping the median (default 1; spread between runs on 2 cores is large)")
     rep = sub.add_parser("report", help="write the report again from results.json")
     rep.add_argument("--out", type=Path, default=Path("lab-results"))
     a = ap.parse_args(argv)
@@ -69,7 +71,8 @@ def main(argv=None):
         # The reference switch: installed here, its packaged service not started.
         print("lab: installing Open vSwitch for the reference runs ...", flush=True)
         subprocess.run([str(ROOT / "scripts" / "install-deps.sh")], check=False)
-    results = {"meta": meta(a.quick), "experiments": []}
+    experiments.REPEAT = max(1, a.repeat)
+    results = {"meta": dict(meta(a.quick), repeat=experiments.REPEAT), "experiments": []}
     t_all = time.monotonic()
     for i, n in enumerate(names, 1):
         e = known[n]

@@ -112,8 +112,19 @@ pub fn run(cmd: &[&str]) -> Result<String, DaemonError> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn pid_alive(pid: u32) -> bool {
-    pid != 0 && Path::new(&format!("/proc/{pid}")).exists()
+/// True when `pid` is still the daemon of the topology whose state names
+/// it: alive, and running `hvnet daemon` on that topology's file. A PID the
+/// kernel has since given to another process is never signalled.
+fn daemon_alive(state: &State) -> bool {
+    if state.pid == 0 {
+        return false;
+    }
+    let Ok(cmdline) = std::fs::read(format!("/proc/{}/cmdline", state.pid)) else {
+        return false;
+    };
+    let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+    let file = state.file.as_os_str().as_encoded_bytes();
+    args.contains(&&b"daemon"[..]) && args.contains(&file)
 }
 
 /// The names of running (or crashed, not yet downed) topologies.
@@ -135,7 +146,7 @@ pub fn up(file: &Path, exe: &Path) -> Result<Topology, DaemonError> {
     let topo = topology::load(file)?;
     let dir = state_dir(&topo.name);
     if let Some(s) = read_state(&dir) {
-        return Err(DaemonError::Other(if pid_alive(s.pid) {
+        return Err(DaemonError::Other(if daemon_alive(&s) {
             format!(
                 "topology {} is already up (daemon pid {}); `hvnet down {}` first",
                 topo.name, s.pid, topo.name
@@ -220,13 +231,13 @@ pub fn down(name: &str) -> Result<DownReport, DaemonError> {
         )));
     };
     let mut report = DownReport::default();
-    if pid_alive(state.pid) {
+    if daemon_alive(&state) {
         let _ = proto::call(&dir.join("ctl.sock"), &Request::Shutdown);
         let deadline = Instant::now() + Duration::from_secs(5);
-        while pid_alive(state.pid) && Instant::now() < deadline {
+        while daemon_alive(&state) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
         }
-        if pid_alive(state.pid) {
+        if daemon_alive(&state) {
             let _ = run(&["kill", "-KILL", &state.pid.to_string()]);
         }
         report.stopped_pid = Some(state.pid);

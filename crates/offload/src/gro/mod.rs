@@ -297,12 +297,10 @@ impl<B: AsRef<[u8]>> Coalesced<B> {
         let t = self.layout.tcp_offset;
         self.header[t + 16..t + 18].copy_from_slice(&[0, 0]);
         let tcp_len = self.header_len - t + self.payload_len();
-        let ph = net_pseudo(
-            &self.header,
-            &self.layout.net,
-            hvnet_wire::ip_protocol::TCP,
-            tcp_len,
-        );
+        let ph = self
+            .layout
+            .net
+            .pseudo_header(&self.header, hvnet_wire::ip_protocol::TCP, tcp_len);
         let payload = self.payload_sum(self.header_len - t);
         let c = ph
             .add_bytes(&self.header[t..self.header_len])
@@ -313,7 +311,9 @@ impl<B: AsRef<[u8]>> Coalesced<B> {
             let u = o.udp_offset;
             self.header[u + 6..u + 8].copy_from_slice(&[0, 0]);
             let udp_len = self.len() - u;
-            let ph = net_pseudo(&self.header, &o.net, hvnet_wire::ip_protocol::UDP, udp_len);
+            let ph = o
+                .net
+                .pseudo_header(&self.header, hvnet_wire::ip_protocol::UDP, udp_len);
             let payload = self.payload_sum(self.header_len - u);
             let c = ph
                 .add_bytes(&self.header[u..self.header_len])
@@ -338,10 +338,6 @@ impl<B: AsRef<[u8]>> Coalesced<B> {
     pub fn into_segments(self) -> Vec<Segment<B>> {
         self.segments
     }
-}
-
-fn net_pseudo(hdr: &[u8], net: &NetCb, proto: u8, len: usize) -> Sum {
-    crate::csum::pseudo_header_at(hdr, net.kind, net.offset, proto, len)
 }
 
 /// One frame out of the table.
@@ -672,9 +668,8 @@ impl<B: AsRef<[u8]>> GroTable<B> {
             // Like udp_gro_complete: the outer checksum becomes partial
             // until someone fills it.
             if o.udp_csum {
-                let ph = net_pseudo(
+                let ph = o.net.pseudo_header(
                     &header,
-                    &o.net,
                     hvnet_wire::ip_protocol::UDP,
                     total_after(o.udp_offset),
                 );
@@ -686,12 +681,9 @@ impl<B: AsRef<[u8]>> GroTable<B> {
         let mut th = tcp::Packet::new_unchecked(&mut header[t..]);
         let flags = th.flags() | flow.flags_or;
         th.set_flags(flags);
-        let ph = net_pseudo(
-            &header,
-            &cb.net,
-            hvnet_wire::ip_protocol::TCP,
-            total_after(t),
-        );
+        let ph = cb
+            .net
+            .pseudo_header(&header, hvnet_wire::ip_protocol::TCP, total_after(t));
         tcp::Packet::new_unchecked(&mut header[t..]).set_checksum(ph.fold());
         let kind = match cb.net.kind {
             NetKind::Ipv4 => GsoType::TcpV4,

@@ -29,6 +29,14 @@ pub struct NetCb {
     pub header_len: usize,
 }
 
+impl NetCb {
+    /// The pseudo-header sum for `len` bytes of `proto` after this IP
+    /// header, read from `buf` (a frame or a header being rewritten).
+    pub fn pseudo_header(&self, buf: &[u8], proto: u8, len: usize) -> Sum {
+        crate::csum::pseudo_header_at(buf, self.kind, self.offset, proto, len)
+    }
+}
+
 /// The VXLAN outer headers of an encapsulated packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OuterCb {
@@ -243,10 +251,6 @@ fn l4_receive(
     }
 }
 
-fn pseudo(frame: &[u8], net: &NetCb, proto: u8, len: usize) -> Sum {
-    crate::csum::pseudo_header_at(frame, net.kind, net.offset, proto, len)
-}
-
 fn tcp_receive(
     frame: &[u8],
     net: NetCb,
@@ -259,8 +263,10 @@ fn tcp_receive(
     // tcp4_gro_receive: skip validation when the packet is flushed anyway.
     let csum = match info.csum {
         CsumState::Unknown if !flush => {
-            if !checksum::verifies(pseudo(frame, &net, ip_protocol::TCP, seg.len()).add_bytes(seg))
-            {
+            if !checksum::verifies(
+                net.pseudo_header(frame, ip_protocol::TCP, seg.len())
+                    .add_bytes(seg),
+            ) {
                 return Err(PassReason::BadChecksum);
             }
             CsumState::Good
@@ -308,8 +314,10 @@ fn udp_receive(
     }
     let udp_csum = u.checksum() != 0;
     if udp_csum && info.csum == CsumState::Unknown && !flush {
-        let ok =
-            checksum::verifies(pseudo(frame, &net, ip_protocol::UDP, seg.len()).add_bytes(seg));
+        let ok = checksum::verifies(
+            net.pseudo_header(frame, ip_protocol::UDP, seg.len())
+                .add_bytes(seg),
+        );
         if !ok {
             return Err(PassReason::BadChecksum);
         }

@@ -226,7 +226,7 @@ pub fn segment(
             base_ids.0.map(|id| id.wrapping_add(i as u16)),
         );
         // Transport checksum of the (inner) segment.
-        let ph = pseudo(h, &net, t.protocol, l4_len);
+        let ph = crate::csum::pseudo_header(h, &net, t.protocol, l4_len as u32);
         let csum_at = t.offset
             + if t.protocol == ip_protocol::TCP {
                 tcp::CHECKSUM_OFFSET
@@ -281,7 +281,8 @@ pub fn segment(
                     h[csum_at..csum_at + 2].copy_from_slice(&c.to_be_bytes());
                     info.csum = CsumState::Good;
                 }
-                let ph = pseudo(h, &on, ip_protocol::UDP, after(ot.offset));
+                let ph =
+                    crate::csum::pseudo_header(h, &on, ip_protocol::UDP, after(ot.offset) as u32);
                 h[ot.offset + 6..ot.offset + 8].copy_from_slice(&[0, 0]);
                 let c = ph
                     .add_bytes(&h[ot.offset..])
@@ -306,10 +307,6 @@ fn ipv4_id(frame: &[u8], net: &Net) -> Option<u16> {
 
 fn set_ip_len(h: &mut [u8], net: &Net, len_after_ip: usize, id: Option<u16>) {
     crate::csum::set_ip_len(h, net.kind, net.offset, len_after_ip, id);
-}
-
-fn pseudo(h: &[u8], net: &Net, proto: u8, len: usize) -> Sum {
-    crate::csum::pseudo_header_at(h, net.kind, net.offset, proto, len)
 }
 
 #[cfg(test)]

@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,24 +29,23 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests" / "py"), str(ROOT / "lab")]
 
 import hvlab  # noqa: E402
-from hvnet_lab.fabrics import A_IP, B_IP, Bridge, Hvnet, HvnetUring, Ovs, cpu_times, busy_cores  # noqa: E402,F401
+from hvnet_lab import measure  # noqa: E402
+from hvnet_lab.fabrics import B_IP, Bridge, Hvnet, HvnetUring, Ovs  # noqa: E402
 
 def run_one(f, streams, size, seconds):
     server = f.popen("b", f"iperf3 -s -B {B_IP}")
     time.sleep(0.4)
     try:
         f.sh("a", f"ping -c 1 -W 2 {B_IP} >/dev/null", check=False)
-        t0 = cpu_times()
-        out = f.sh("a", f"iperf3 -c {B_IP} -t {seconds} -P {streams} -l {size} -J", timeout=seconds + 60).stdout
-        t1 = cpu_times()
+        with measure.Cpu() as cpu:
+            out = f.sh("a", f"iperf3 -c {B_IP} -t {seconds} -P {streams} -l {size} -J", timeout=seconds + 60).stdout
     finally:
         server.terminate()
         server.wait()
-    r = json.loads(out)
-    gbps = r["end"]["sum_received"]["bits_per_second"] / 1e9
-    cores = busy_cores(t0, t1)
-    return {"gbps": gbps, "busy_cores": cores, "gbps_per_core": gbps / max(cores, 1e-9),
-            "retransmits": r["end"]["sum_sent"].get("retransmits", 0)}
+    r = measure.iperf3(out)
+    gbps = r["bps"] / 1e9
+    return {"gbps": gbps, "busy_cores": cpu.cores, "gbps_per_core": gbps / max(cpu.cores, 1e-9),
+            "retransmits": r["retransmits"]}
 
 
 def main():

@@ -18,7 +18,7 @@ import time
 import hvlab
 
 from . import measure
-from .fabrics import A_IP, B_IP, Bridge, Hvnet, Ovs
+from .fabrics import B_IP, Bridge, Hvnet, Ovs
 
 NATIVE_NOTE = "Native sender emulated: a VM whose vNIC has TSO off puts MTU-sized frames on the switch, as a physical NIC would."
 VM_NOTE = "VMs are network namespaces behind TAP devices held by hvnet; both VMs and the switch share this machine's 2 cores."
@@ -246,11 +246,15 @@ def linear_fit(points):
     return slope, icpt, 1 - ss_res / ss_tot if ss_tot else 1.0
 
 
-def limit_vm(f, cpu):
-    """Puts VM b's delivery thread and its iperf3 server into `cpu`."""
-    threads = hvlab.daemon_threads(f.t.name)
-    cpu.add(threads["b_rx0"])
-    return threads["b_rx0"]
+def contended_server(f, cpu):
+    """Starts VM b's iperf3 server and puts it and b's delivery thread (its
+    "vCPU") into the CPU group `cpu`. Returns (server, delivery thread id)."""
+    tid = hvlab.daemon_threads(f.t.name)["b_rx0"]
+    cpu.add(tid)
+    server = f.popen("b", f"iperf3 -s -1 -B {B_IP}")
+    time.sleep(0.3)
+    cpu.add(server.pid)
+    return server, tid
 
 
 def cpu_limit(tmp, quick, log):
@@ -265,10 +269,7 @@ def cpu_limit(tmp, quick, log):
                 unlimited = s["gbps"]
                 continue
             with hvlab.CpuLimit(share) as cpu:
-                tid = limit_vm(f, cpu)
-                server = f.popen("b", f"iperf3 -s -1 -B {B_IP}")
-                time.sleep(0.3)
-                cpu.add(server.pid)
+                server, tid = contended_server(f, cpu)
                 w0 = measure.thread_schedstat(state_pid, tid)
                 t0 = time.monotonic()
                 cmd = f"iperf3 -c {B_IP} -t {secs} -P 4 -J"
@@ -320,10 +321,7 @@ def ring_exhaustion(tmp, quick, log):
             for size in rings:
                 f.t.hv("port", "b", "set", f"ring1={size}", f"ring2={size}", f"lro={lro}")
                 with hvlab.CpuLimit(25) as cpu:
-                    limit_vm(f, cpu)
-                    server = f.popen("b", f"iperf3 -s -1 -B {B_IP}")
-                    time.sleep(0.3)
-                    cpu.add(server.pid)
+                    server, _ = contended_server(f, cpu)
                     n0 = measure.nstat(f.sh("a", "nstat -az").stdout)
                     d0 = f.t.stats("/ports/b/rxSummary")
                     cmd = f"iperf3 -c {B_IP} -t {secs} -P 12 -J"

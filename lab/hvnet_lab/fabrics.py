@@ -20,18 +20,6 @@ import hvlab
 A_IP, B_IP = "10.98.0.1", "10.98.0.2"
 
 
-def cpu_times():
-    f = open("/proc/stat").readline().split()[1:]
-    v = list(map(int, f))
-    idle = v[3] + v[4]
-    return sum(v), idle
-
-
-def busy_cores(t0, t1):
-    total, idle = t1[0] - t0[0], t1[1] - t0[1]
-    return (total - idle) / max(total, 1) * os.cpu_count()
-
-
 class Fabric:
     name = "?"
 

@@ -69,7 +69,7 @@ def _table(fig):
 def render(results: dict, out_dir: Path):
     """Writes report.md and report.html (and the plots) into out_dir."""
     meta = results["meta"]
-    md = [f"# hvnet lab report", "",
+    md = ["# hvnet lab report", "",
           f"Run {meta['date']} on {meta['host']} ({meta['cpu_model']}, {meta['cpus']} cores), kernel {meta['kernel']}, "
           f"hvnet {meta['git_revision']}, iperf3 {meta['iperf3']}{' — quick run' if meta.get('quick') else ''}.", ""]
     body = []

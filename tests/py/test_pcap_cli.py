@@ -3,7 +3,6 @@
 import json
 import struct
 
-import pytest
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
 from scapy.utils import rdpcap, wrpcap

@@ -4,7 +4,6 @@ receivers' side and against hvnet's own counters."""
 
 import json
 import os
-import socket
 import time
 from pathlib import Path
 

@@ -152,11 +152,6 @@ impl Layers {
     }
 }
 
-/// The frame is shorter than its headers say, or a header is malformed.
-pub fn is_malformed(frame: &[u8]) -> Option<Error> {
-    Layers::parse(frame).err()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,8 +195,8 @@ mod tests {
     fn truncated_ip_is_an_error() {
         let f = v4_tcp_frame(100, 0);
         assert_eq!(Layers::parse(&f[..100]).unwrap_err(), Error::Truncated);
-        assert_eq!(is_malformed(&f[..30]), Some(Error::Truncated));
-        assert_eq!(is_malformed(&f), None);
+        assert_eq!(Layers::parse(&f[..30]).err(), Some(Error::Truncated));
+        assert_eq!(Layers::parse(&f).err(), None);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! long it is. Every engine (GRO, GSO, RSS, checksum, VXLAN) starts here, so
 //! a frame is parsed once and malformed input is refused in one place.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ethernet::{EtherType, Frame, L2};
 use crate::{ipv4, ipv6, tcp, udp, vxlan};
 
@@ -155,6 +155,7 @@ impl Layers {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
 
     fn v4_tcp_frame(payload: usize, pad: usize) -> Vec<u8> {
         let mut f = vec![0u8; 14];

@@ -21,7 +21,7 @@ mod parse;
 
 use crate::meta::{CsumState, GsoInfo, OffloadInfo};
 use hvnet_wire::checksum::Sum;
-use hvnet_wire::layers::NetKind;
+use hvnet_wire::layers::{Layers, NetKind};
 use hvnet_wire::{ipv4, ipv6, tcp, udp, GsoType};
 use parse::{Cb, NetCb, OuterCb};
 
@@ -496,23 +496,60 @@ impl<B: AsRef<[u8]>> GroTable<B> {
         now: u64,
         out: &mut impl FnMut(GroOutput<B>),
     ) -> GroResult {
-        self.stats.frames_in += 1;
-        let cb = match parse::parse(buf.as_ref(), &info, MAX_HEADER) {
+        match Layers::parse(buf.as_ref()) {
+            Ok(l) => self.receive_parsed(buf, info, &l, now, out),
+            Err(_) => self.pass(buf, info, PassReason::Malformed, out),
+        }
+    }
+
+    /// [`GroTable::receive`] for a frame whose header stack was already
+    /// parsed (the switch parses each frame once, where it enters).
+    pub fn receive_parsed(
+        &mut self,
+        buf: B,
+        info: OffloadInfo,
+        layers: &Layers,
+        now: u64,
+        out: &mut impl FnMut(GroOutput<B>),
+    ) -> GroResult {
+        let cb = match parse::parse(buf.as_ref(), &info, layers, MAX_HEADER) {
             Ok(cb) => cb,
-            Err(r) => {
-                self.stats.pass(r);
-                let info = if r == PassReason::BadChecksum && info.csum == CsumState::Unknown {
-                    OffloadInfo {
-                        csum: CsumState::Bad,
-                        ..info
-                    }
-                } else {
-                    info
-                };
-                self.emit(GroOutput::Single { frame: buf, info }, out);
-                return GroResult::Normal;
-            }
+            Err(r) => return self.pass(buf, info, r, out),
         };
+        self.stats.frames_in += 1;
+        self.receive_cb(buf, info, cb, now, out)
+    }
+
+    /// Passes a packet on unchanged, for `reason`.
+    fn pass(
+        &mut self,
+        buf: B,
+        info: OffloadInfo,
+        r: PassReason,
+        out: &mut impl FnMut(GroOutput<B>),
+    ) -> GroResult {
+        self.stats.frames_in += 1;
+        self.stats.pass(r);
+        let info = if r == PassReason::BadChecksum && info.csum == CsumState::Unknown {
+            OffloadInfo {
+                csum: CsumState::Bad,
+                ..info
+            }
+        } else {
+            info
+        };
+        self.emit(GroOutput::Single { frame: buf, info }, out);
+        GroResult::Normal
+    }
+
+    fn receive_cb(
+        &mut self,
+        buf: B,
+        info: OffloadInfo,
+        cb: Cb,
+        now: u64,
+        out: &mut impl FnMut(GroOutput<B>),
+    ) -> GroResult {
         let info = OffloadInfo {
             csum: cb.csum,
             ..info
@@ -845,8 +882,11 @@ fn mergeable<B: AsRef<[u8]>>(
     let head = flow.head();
     let th2 = tcp::Packet::new_unchecked(&head[flow.cb.tcp_offset..]);
     let th = tcp::Packet::new_unchecked(&frame[cb.tcp_offset..]);
+    // `tcp_flag_word` is the third 32-bit word of the header: data offset,
+    // flags and the window. A window change ends the run, as in Linux.
+    let word = |p: &tcp::Packet<&[u8]>| ((p.flag_word() as u32) << 16) | p.window() as u32;
     let mut diff = (th.flags() & CWR) as u32;
-    diff |= ((th.flag_word() ^ th2.flag_word()) & !((CWR | FIN | PSH) as u16)) as u32;
+    diff |= (word(&th) ^ word(&th2)) & !(((CWR | FIN | PSH) as u32) << 16);
     diff |= th.ack() ^ th2.ack();
     if diff == 0 {
         // Same data offset (it is in the flag word), so the option areas

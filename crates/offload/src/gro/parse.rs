@@ -10,9 +10,7 @@
 use super::PassReason;
 use crate::meta::{CsumState, OffloadInfo};
 use hvnet_wire::checksum::{self, Sum};
-use hvnet_wire::ethernet::{EtherType, Frame};
-use hvnet_wire::ipv6::next_header;
-use hvnet_wire::layers::{ip_protocol, NetKind};
+use hvnet_wire::layers::{ip_protocol, Layers, NetKind};
 use hvnet_wire::{ipv4, ipv6, tcp, udp, vxlan};
 
 /// Most encapsulation levels followed (Linux caps recursion at 15 callbacks;
@@ -73,9 +71,6 @@ pub struct Cb {
     pub csum: CsumState,
 }
 
-/// Runs the receive callbacks from Ethernet down to TCP. `Err` means the
-/// packet is passed up unchanged and held flows are not touched (Linux's
-/// `goto out` paths with no `pp`).
 impl Cb {
     fn empty() -> Cb {
         Cb {
@@ -98,9 +93,22 @@ impl Cb {
     }
 }
 
-pub fn parse(frame: &[u8], info: &OffloadInfo, max_header: usize) -> Result<Cb, PassReason> {
+/// Runs the receive callbacks from the network layer down to TCP. `Err`
+/// means the packet is passed up unchanged and held flows are not touched
+/// (Linux's `goto out` paths with no `pp`).
+///
+/// Fills the GRO scratch state of a frame from its parsed header stack
+/// (`layers`, from the one parser in `hvnet_wire`), adding only the checks
+/// GRO makes beyond parsing (IPv4 options and header checksum, length
+/// fields that disagree with the frame, the transport checksum).
+pub fn parse(
+    frame: &[u8],
+    info: &OffloadInfo,
+    layers: &Layers,
+    max_header: usize,
+) -> Result<Cb, PassReason> {
     let mut cb = Cb::empty();
-    eth_receive(frame, 0, info, 0, &mut cb)?;
+    net_receive(frame, 0, layers, info, 0, &mut cb)?;
     if cb.payload_offset > max_header {
         return Err(PassReason::HeaderTooLong);
     }
@@ -112,62 +120,58 @@ pub fn parse(frame: &[u8], info: &OffloadInfo, max_header: usize) -> Result<Cb, 
     Ok(cb)
 }
 
-fn eth_receive(
+/// The network layer of the stack `l`, whose offsets count from `base`
+/// in `frame` (0, or the inner Ethernet header of a VXLAN packet).
+fn net_receive(
     frame: &[u8],
-    off: usize,
+    base: usize,
+    l: &Layers,
     info: &OffloadInfo,
     depth: usize,
     cb: &mut Cb,
 ) -> Result<(), PassReason> {
-    let l2 = Frame::new_checked(&frame[off..])
-        .and_then(|f| f.walk_tags())
-        .map_err(|_| PassReason::Malformed)?;
-    let net_off = off + l2.header_len;
-    match l2.ethertype {
-        EtherType::Ipv4 => ipv4_receive(frame, net_off, info, depth, cb)?,
-        EtherType::Ipv6 => ipv6_receive(frame, net_off, info, depth, cb)?,
-        _ => return Err(PassReason::NotIp),
+    let Some(n) = l.net else {
+        return Err(PassReason::NotIp);
+    };
+    let net = NetCb {
+        kind: n.kind,
+        offset: base + n.offset,
+        header_len: n.header_len,
+    };
+    let b = &frame[net.offset..];
+    let flush = match n.kind {
+        NetKind::Ipv4 => {
+            let p = ipv4::Packet::new_unchecked(b);
+            // inet_gro_receive: options, fragments and bad header checksums
+            // never take part.
+            if b[0] != 0x45 {
+                return Err(PassReason::IpOptions);
+            }
+            if n.fragment {
+                return Err(PassReason::Fragment);
+            }
+            if !ipv4_header_ok(b) {
+                return Err(PassReason::BadChecksum);
+            }
+            // Total length must equal what is there (padding flushes), and
+            // no flag but DF may be set.
+            p.total_len() as usize != b.len() || p.flags_frag() & !ipv4::DF != 0
+        }
+        NetKind::Ipv6 => {
+            // ipv6_gso_pull_exthdrs: extension headers were stepped over by
+            // the parser (and must match byte for byte within a flow); a
+            // fragment header stops GRO.
+            if n.fragment {
+                return Err(PassReason::Fragment);
+            }
+            let p = ipv6::Packet::new_unchecked(b);
+            p.payload_len() as usize != b.len() - ipv6::HEADER_LEN
+        }
     };
     // The innermost Ethernet header is the one recorded; an outer one is
     // found again from `OuterCb::net.offset`.
-    if cb.outer.is_none() {
-        cb.l2_len = l2.header_len;
-    }
-    Ok(())
-}
-
-fn ipv4_receive(
-    frame: &[u8],
-    off: usize,
-    info: &OffloadInfo,
-    depth: usize,
-    cb: &mut Cb,
-) -> Result<(), PassReason> {
-    let b = &frame[off..];
-    if b.len() < ipv4::HEADER_LEN {
-        return Err(PassReason::Malformed);
-    }
-    let p = ipv4::Packet::new_unchecked(b);
-    // inet_gro_receive: options, fragments and bad header checksums never
-    // take part.
-    if b[0] != 0x45 {
-        return Err(PassReason::IpOptions);
-    }
-    if p.is_fragment() {
-        return Err(PassReason::Fragment);
-    }
-    if !ipv4_header_ok(b) {
-        return Err(PassReason::BadChecksum);
-    }
-    // Total length must equal what is there (padding flushes), and no flag
-    // but DF may be set.
-    let flush = p.total_len() as usize != b.len() || p.flags_frag() & !ipv4::DF != 0;
-    let net = NetCb {
-        kind: NetKind::Ipv4,
-        offset: off,
-        header_len: ipv4::HEADER_LEN,
-    };
-    l4_receive(frame, net, p.protocol(), flush, info, depth, cb)
+    cb.l2_len = l.l2.header_len;
+    l4_receive(frame, net, n.protocol, flush, info, depth, cb)
 }
 
 /// The checksum of an option-less IPv4 header, as five 32-bit words
@@ -183,54 +187,6 @@ fn ipv4_header_ok(b: &[u8]) -> bool {
     let s = (s >> 16) + (s & 0xffff);
     let s = (s >> 16) + (s & 0xffff);
     s == 0xffff
-}
-
-fn ipv6_receive(
-    frame: &[u8],
-    off: usize,
-    info: &OffloadInfo,
-    depth: usize,
-    cb: &mut Cb,
-) -> Result<(), PassReason> {
-    let b = &frame[off..];
-    if b.len() < ipv6::HEADER_LEN {
-        return Err(PassReason::Malformed);
-    }
-    let p = ipv6::Packet::new_unchecked(b);
-    if p.version() != 6 {
-        return Err(PassReason::Malformed);
-    }
-    let flush = p.payload_len() as usize != b.len() - ipv6::HEADER_LEN;
-    // ipv6_gso_pull_exthdrs: hop-by-hop, routing and destination options are
-    // stepped over (and must match byte for byte within a flow); a fragment
-    // header stops GRO.
-    let mut proto = p.next_header();
-    let mut hlen = ipv6::HEADER_LEN;
-    let mut n = 0;
-    loop {
-        match proto {
-            next_header::HOP_BY_HOP | next_header::ROUTING | next_header::DEST_OPTS => {
-                if b.len() < hlen + 2 || n == ipv6::MAX_EXT_HEADERS {
-                    return Err(PassReason::Malformed);
-                }
-                let len = (b[hlen + 1] as usize + 1) * 8;
-                if b.len() < hlen + len {
-                    return Err(PassReason::Malformed);
-                }
-                proto = b[hlen];
-                hlen += len;
-                n += 1;
-            }
-            next_header::FRAGMENT => return Err(PassReason::Fragment),
-            _ => break,
-        }
-    }
-    let net = NetCb {
-        kind: NetKind::Ipv6,
-        offset: off,
-        header_len: hlen,
-    };
-    l4_receive(frame, net, proto, flush, info, depth, cb)
 }
 
 fn l4_receive(
@@ -335,7 +291,8 @@ fn udp_receive(
         gso: None,
         csum: info.csum,
     };
-    eth_receive(frame, inner_l2, &inner_info, depth + 1, cb)?;
+    let inner = Layers::parse(&frame[inner_l2..]).map_err(|_| PassReason::Malformed)?;
+    net_receive(frame, inner_l2, &inner, &inner_info, depth + 1, cb)?;
     cb.outer = Some(OuterCb {
         net,
         udp_offset: off,

@@ -89,6 +89,17 @@ impl SegmentOut<'_> {
 /// offload metadata. This is the port-boundary check: past it, the engines
 /// may trust the offsets.
 pub fn validate_vnet(frame: &[u8], h: &VirtioNetHdr) -> Result<OffloadInfo, GsoError> {
+    let l = Layers::parse(frame).map_err(GsoError::Malformed)?;
+    validate_vnet_parsed(frame, h, &l)
+}
+
+/// [`validate_vnet`] for a frame whose header stack was already parsed
+/// (where it entered the switch).
+pub fn validate_vnet_parsed(
+    frame: &[u8],
+    h: &VirtioNetHdr,
+    l: &Layers,
+) -> Result<OffloadInfo, GsoError> {
     let info = OffloadInfo::from_vnet(h);
     if let CsumState::Partial { start, offset } = info.csum {
         if start as usize + offset as usize + 2 > frame.len() {
@@ -104,8 +115,7 @@ pub fn validate_vnet(frame: &[u8], h: &VirtioNetHdr) -> Result<OffloadInfo, GsoE
     if h.hdr_len as usize > frame.len() {
         return Err(GsoError::HdrLenOutOfBounds);
     }
-    let l = Layers::parse(frame).map_err(GsoError::Malformed)?;
-    let (net, t) = gso_layers(frame, &l, g.kind)?;
+    let (net, t) = gso_layers(frame, l, g.kind)?;
     match info.csum {
         CsumState::Partial { start, offset } => {
             let want = if t.protocol == ip_protocol::TCP {
@@ -174,11 +184,22 @@ pub fn segment(
     mode: CsumMode,
     out: &mut impl FnMut(SegmentOut<'_>),
 ) -> Result<usize, GsoError> {
+    let l = Layers::parse(frame).map_err(GsoError::Malformed)?;
+    segment_parsed(frame, &l, gso, mode, out)
+}
+
+/// [`segment`] for a frame whose header stack was already parsed.
+pub fn segment_parsed(
+    frame: &[u8],
+    l: &Layers,
+    gso: GsoInfo,
+    mode: CsumMode,
+    out: &mut impl FnMut(SegmentOut<'_>),
+) -> Result<usize, GsoError> {
     if gso.size == 0 {
         return Err(GsoError::ZeroGsoSize);
     }
-    let l = Layers::parse(frame).map_err(GsoError::Malformed)?;
-    let (net, t) = gso_layers(frame, &l, gso.kind)?;
+    let (net, t) = gso_layers(frame, l, gso.kind)?;
     let outer = l
         .vxlan_inner_offset(frame)
         .map(|_| (l.net.expect("vxlan has IP"), l.transport.expect("and UDP")));

@@ -195,7 +195,12 @@ impl Rss {
     /// Hashes a frame: `None` for frames with no IP header (they go to
     /// queue 0, as on a NIC).
     pub fn hash_frame(&self, frame: &[u8]) -> Option<(u32, HashType)> {
-        let l = Layers::parse(frame).ok()?;
+        self.hash_layers(frame, &Layers::parse(frame).ok()?)
+    }
+
+    /// [`Rss::hash_frame`] for a frame whose header stack was already
+    /// parsed.
+    pub fn hash_layers(&self, frame: &[u8], l: &Layers) -> Option<(u32, HashType)> {
         if self.inner {
             if let Some(off) = l.vxlan_inner_offset(frame) {
                 let inner = &frame[off..];
@@ -206,7 +211,7 @@ impl Rss {
                 }
             }
         }
-        let i = hash_input(frame, &l, &self.types)?;
+        let i = hash_input(frame, l, &self.types)?;
         Some((self.toeplitz.hash(i.as_bytes()), i.kind))
     }
 

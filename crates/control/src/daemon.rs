@@ -371,7 +371,6 @@ pub fn daemon(file: &Path) -> Result<(), DaemonError> {
         topo.name,
         topo.vms.len()
     );
-    let mut last_sweep = Instant::now();
     while !sw.stopping() {
         match listener.accept() {
             Ok((conn, _)) => {
@@ -382,10 +381,6 @@ pub fn daemon(file: &Path) -> Result<(), DaemonError> {
                 std::thread::sleep(Duration::from_millis(20))
             }
             Err(e) => eprintln!("hvnet daemon: accept: {e}"),
-        }
-        if last_sweep.elapsed() >= Duration::from_secs(1) {
-            sw.fdb.sweep(Instant::now(), None);
-            last_sweep = Instant::now();
         }
     }
     for t in threads {
@@ -442,7 +437,7 @@ fn handle(sw: &Arc<Switch>, topo: &Topology, req: Request) -> Result<Value, Stri
             };
             for (k, v) in ch {
                 if cur.get(&k).is_none() {
-                    return Err(format!("unknown setting {k:?}; settings are lro, tso, csum, mtu, ring1, ring2, allow_forged_transmits"));
+                    return Err(format!("unknown setting {k:?}; settings are lro, tso, csum, mtu, ring1, ring2, allow_forged_transmits, rx_overflow, delivery"));
                 }
                 cur[&k] = v;
             }

@@ -17,13 +17,15 @@
 //! csum = true               # checksum offload both ways
 //! ring1 = 256               # receive ring sizes per queue, 32..4096
 //! ring2 = 256
+//! rx_overflow = "backpressure" # or "drop": what a sender does when a ring is full
+//! delivery = "auto"         # or "thread": who writes into this VM (see PortSettings)
 //! ```
 //!
 //! A bad file is refused with its path, the line and the reason before
 //! anything is created.
 
 use hvnet_datapath::switch::validate_settings;
-use hvnet_datapath::PortSettings;
+use hvnet_datapath::{Delivery, PortSettings, RxOverflow};
 use hvnet_wire::MacAddr;
 use serde::Deserialize;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -78,6 +80,17 @@ struct VmRepr {
     ring1: usize,
     #[serde(default = "d_ring")]
     ring2: usize,
+    #[serde(default = "d_overflow")]
+    rx_overflow: RxOverflow,
+    #[serde(default = "d_delivery")]
+    delivery: Delivery,
+}
+
+fn d_overflow() -> RxOverflow {
+    PortSettings::default().rx_overflow
+}
+fn d_delivery() -> Delivery {
+    PortSettings::default().delivery
 }
 
 fn d_mtu() -> u16 {
@@ -231,6 +244,8 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
             ring1: v.ring1,
             ring2: v.ring2,
             allow_forged_transmits: false,
+            rx_overflow: v.rx_overflow,
+            delivery: v.delivery,
         };
         validate_settings(&settings).map_err(|e| bad(e.to_string()))?;
         vms.push(Vm {

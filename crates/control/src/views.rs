@@ -22,7 +22,7 @@ pub fn ports(sw: &Switch, switch_name: &str) -> Value {
                     "device": p.tap.name(),
                     "queues": p.tap.num_queues(),
                     "vlan": p.vlan,
-                    "link": if p.is_up() { "up" } else { "down" },
+                    "link": p.state().name(),
                 })
             })
             .collect(),
@@ -61,7 +61,7 @@ fn rx_queue_status(p: &Port, q: usize) -> Option<Value> {
     let rx = p.rxq.get(q)?;
     Some(json!({
         "rings": rx.rings.status(),
-        "counters": rx.counters.snapshot(),
+        "counters": rx.counters(),
     }))
 }
 
@@ -84,7 +84,9 @@ pub fn port_settings(p: &Port) -> Value {
     v["queues"] = json!(p.tap.num_queues());
     v["ring_max"] = json!(hvnet_datapath::ring::MAX_RING);
     v["ring_memory_bytes"] = json!(p.ring_memory());
-    v["link"] = json!(if p.is_up() { "up" } else { "down" });
+    v["link"] = json!(p.state().name());
+    v["buffers"] = json!(p.buffers());
+    v["thread_failures"] = json!(p.thread_failures.load(std::sync::atomic::Ordering::Relaxed));
     v
 }
 

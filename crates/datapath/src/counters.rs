@@ -1,6 +1,7 @@
-//! Counters operators read. Each is a relaxed atomic written by the thread
-//! that owns the event (ring-full drops are counted by whichever ingress
-//! worker met the full ring); a snapshot reads them all.
+//! Counters operators read. Every counter set has a single writer (an
+//! ingress worker for its queue, a producer for its lane into a receive
+//! queue, a delivery thread for what it delivered): adding is a relaxed load
+//! and store, no locked instruction; a snapshot sums the sets.
 //!
 //! Accounting, per port:
 //! - as ingress (frames from the guest): `frames = forwarded + drop_*`;
@@ -40,10 +41,10 @@ macro_rules! counters {
     };
 }
 
-/// Adds `n` to a counter.
+/// Adds `n` to a counter. Only the counter set's one writer calls this.
 #[inline]
 pub fn add(c: &AtomicU64, n: u64) {
-    c.fetch_add(n, Relaxed);
+    c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
 }
 
 counters! {
@@ -61,12 +62,20 @@ counters! {
         flooded,
         /// Dropped: virtio-net header malformed or not fitting the frame.
         drop_bad_vnet_header,
-        /// Dropped: Ethernet header malformed.
+        /// Dropped: a header of the frame is malformed.
         drop_bad_frame,
+        /// Dropped: a GSO frame asking for too many segments (tiny gso_size).
+        drop_gso_segments,
         /// Dropped: security policy (forged source MAC, tagged frame on an access port).
         drop_policy,
         /// Dropped: no port to send to.
         drop_no_route,
+        /// Reads put off because the port's buffer cap was reached
+        /// (backpressure on the guest, not a drop).
+        no_buffer_stalls,
+        /// Source addresses not learned: the FDB's per-port or total limit,
+        /// or another port's static address (the frame still goes out).
+        fdb_learn_refused,
     }
 }
 
@@ -101,12 +110,17 @@ counters! {
         drop_ring1_full,
         /// Dropped: not enough ring-2 buffers.
         drop_ring2_full,
-        /// Dropped: larger than this port's MTU and not GSO.
+        /// Dropped: larger than this port's MTU (a GSO frame: its segments
+        /// would be).
         drop_mtu_exceeded,
         /// Dropped: the write into the guest failed.
         drop_write_error,
         /// Dropped: the port was down.
         drop_port_down,
+        /// Times a sender waited for ring space (`rx_overflow = "backpressure"`).
+        backpressure_waits,
+        /// Batches the sender's worker delivered itself (the queue was idle).
+        inline_batches,
     }
 }
 
@@ -128,6 +142,10 @@ impl EgressStats {
 impl IngressStats {
     /// All drops.
     pub fn drops(&self) -> u64 {
-        self.drop_bad_vnet_header + self.drop_bad_frame + self.drop_policy + self.drop_no_route
+        self.drop_bad_vnet_header
+            + self.drop_bad_frame
+            + self.drop_gso_segments
+            + self.drop_policy
+            + self.drop_no_route
     }
 }

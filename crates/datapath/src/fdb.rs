@@ -1,5 +1,12 @@
 //! The forwarding database: which port a MAC address was last seen on, per
 //! VLAN, forgotten after an idle time (802.1D learning with aging).
+//!
+//! Each port's own address is a static entry: no other port can take it
+//! over by sending from it. Learned entries are limited per port and in
+//! total, so a guest sending from random source addresses fills its own
+//! share, not the switch's memory; what is refused is counted by the
+//! caller. Aging runs on the switch's housekeeping thread; workers only
+//! take the read lock, and the write lock only to learn something new.
 
 use hvnet_wire::MacAddr;
 use serde::Serialize;
@@ -7,14 +14,35 @@ use std::collections::HashMap;
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
-/// One learned address.
+/// Limits on learned entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FdbLimits {
+    /// Learned entries per port.
+    pub per_port: usize,
+    /// Learned entries in all.
+    pub total: usize,
+}
+
+impl Default for FdbLimits {
+    /// 1024 per port and 8192 in all, as many L2 switches default to a few
+    /// thousand per port.
+    fn default() -> Self {
+        FdbLimits {
+            per_port: 1024,
+            total: 8192,
+        }
+    }
+}
+
+/// One entry.
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     port: usize,
     seen: Instant,
+    is_static: bool,
 }
 
-/// A learned address as shown to operators.
+/// An entry as shown to operators.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct FdbRow {
     /// VLAN (0: untagged).
@@ -23,71 +51,173 @@ pub struct FdbRow {
     pub mac: String,
     /// Port index.
     pub port: usize,
-    /// Seconds since it was last seen.
+    /// Seconds since it was last seen (0 for a static entry).
     pub age_secs: u64,
+    /// "static" (a port's own address) or "learned".
+    pub kind: &'static str,
 }
 
-/// The table. Lookups take a read lock; a write lock is taken only to learn
-/// a new address, a move, or to refresh an entry at most once a second.
+/// What learning an address did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Learn {
+    /// Already known there (refreshed, or refreshed recently enough).
+    Known,
+    /// New, or moved to this port.
+    Learned,
+    /// Refused: the address is another port's static address, or a limit
+    /// is reached.
+    Refused,
+}
+
+struct Table {
+    map: HashMap<(u16, MacAddr), Entry>,
+    /// Learned entries per port.
+    learned: HashMap<usize, usize>,
+    learned_total: usize,
+}
+
+/// The table.
 pub struct Fdb {
-    map: RwLock<HashMap<(u16, MacAddr), Entry>>,
+    table: RwLock<Table>,
     aging: Duration,
+    limits: FdbLimits,
 }
 
 impl Fdb {
-    /// An empty table whose entries expire after `aging`.
-    pub fn new(aging: Duration) -> Fdb {
+    /// An empty table whose learned entries expire after `aging`.
+    pub fn new(aging: Duration, limits: FdbLimits) -> Fdb {
         Fdb {
-            map: RwLock::new(HashMap::new()),
+            table: RwLock::new(Table {
+                map: HashMap::new(),
+                learned: HashMap::new(),
+                learned_total: 0,
+            }),
             aging,
+            limits,
+        }
+    }
+
+    /// Pins `mac` to `port` (a port's own address).
+    pub fn add_static(&self, vlan: u16, mac: MacAddr, port: usize) {
+        let mut t = self.table.write().expect("fdb lock");
+        if let Some(old) = t.map.insert(
+            (vlan, mac),
+            Entry {
+                port,
+                seen: Instant::now(),
+                is_static: true,
+            },
+        ) {
+            if !old.is_static {
+                t.forget_learned(old.port);
+            }
         }
     }
 
     /// Records that `mac` was seen on `port`.
-    pub fn learn(&self, vlan: u16, mac: MacAddr, port: usize, now: Instant) {
+    pub fn learn(&self, vlan: u16, mac: MacAddr, port: usize, now: Instant) -> Learn {
         if mac.is_multicast() {
-            return;
+            return Learn::Known;
         }
-        if let Some(e) = self.map.read().expect("fdb lock").get(&(vlan, mac)) {
+        if let Some(e) = self.table.read().expect("fdb lock").map.get(&(vlan, mac)) {
+            if e.is_static {
+                return if e.port == port {
+                    Learn::Known
+                } else {
+                    Learn::Refused
+                };
+            }
             if e.port == port && now.saturating_duration_since(e.seen) < Duration::from_secs(1) {
-                return;
+                return Learn::Known;
             }
         }
-        self.map
-            .write()
-            .expect("fdb lock")
-            .insert((vlan, mac), Entry { port, seen: now });
+        let mut t = self.table.write().expect("fdb lock");
+        let old = t.map.get(&(vlan, mac)).copied();
+        match old {
+            Some(e) if e.is_static => return Learn::Refused,
+            Some(e) if e.port == port => {
+                t.map.insert((vlan, mac), Entry { seen: now, ..e });
+                return Learn::Known;
+            }
+            _ => {}
+        }
+        let mine = t.learned.get(&port).copied().unwrap_or(0);
+        // A move frees the old port's share first.
+        let total = t.learned_total - usize::from(old.is_some());
+        if mine >= self.limits.per_port || total >= self.limits.total {
+            return Learn::Refused;
+        }
+        if let Some(e) = old {
+            t.forget_learned(e.port);
+        }
+        t.map.insert(
+            (vlan, mac),
+            Entry {
+                port,
+                seen: now,
+                is_static: false,
+            },
+        );
+        *t.learned.entry(port).or_insert(0) += 1;
+        t.learned_total += 1;
+        Learn::Learned
     }
 
-    /// The port `mac` lives on, if learned and not expired.
+    /// The port `mac` lives on, if known and not expired.
     pub fn lookup(&self, vlan: u16, mac: MacAddr, now: Instant) -> Option<usize> {
-        let map = self.map.read().expect("fdb lock");
-        let e = map.get(&(vlan, mac))?;
-        (now.saturating_duration_since(e.seen) < self.aging).then_some(e.port)
+        let t = self.table.read().expect("fdb lock");
+        let e = t.map.get(&(vlan, mac))?;
+        (e.is_static || now.saturating_duration_since(e.seen) < self.aging).then_some(e.port)
     }
 
-    /// Removes expired entries and every entry of `port` if given; returns
-    /// how many were removed.
+    /// Removes expired learned entries, and every learned entry of `port`
+    /// if given; returns how many were removed.
     pub fn sweep(&self, now: Instant, forget_port: Option<usize>) -> usize {
-        let mut map = self.map.write().expect("fdb lock");
-        let before = map.len();
-        map.retain(|_, e| {
-            now.saturating_duration_since(e.seen) < self.aging && Some(e.port) != forget_port
+        let mut t = self.table.write().expect("fdb lock");
+        let before = t.map.len();
+        let aging = self.aging;
+        let mut gone: Vec<usize> = Vec::new();
+        t.map.retain(|_, e| {
+            let keep = e.is_static
+                || (now.saturating_duration_since(e.seen) < aging && Some(e.port) != forget_port);
+            if !keep {
+                gone.push(e.port);
+            }
+            keep
         });
-        before - map.len()
+        for p in gone {
+            t.forget_learned(p);
+        }
+        before - t.map.len()
+    }
+
+    /// Learned entries now (for the views).
+    pub fn learned(&self) -> usize {
+        self.table.read().expect("fdb lock").learned_total
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> FdbLimits {
+        self.limits
     }
 
     /// The table, for `hvnet fdb`.
     pub fn rows(&self, now: Instant) -> Vec<FdbRow> {
-        let map = self.map.read().expect("fdb lock");
-        let mut rows: Vec<FdbRow> = map
+        let t = self.table.read().expect("fdb lock");
+        let mut rows: Vec<FdbRow> = t
+            .map
             .iter()
-            .filter(|(_, e)| now.saturating_duration_since(e.seen) < self.aging)
+            .filter(|(_, e)| e.is_static || now.saturating_duration_since(e.seen) < self.aging)
             .map(|((vlan, mac), e)| FdbRow {
                 vlan: *vlan,
                 mac: mac.to_string(),
                 port: e.port,
-                age_secs: now.saturating_duration_since(e.seen).as_secs(),
+                age_secs: if e.is_static {
+                    0
+                } else {
+                    now.saturating_duration_since(e.seen).as_secs()
+                },
+                kind: if e.is_static { "static" } else { "learned" },
             })
             .collect();
         rows.sort_by(|a, b| (a.port, &a.mac).cmp(&(b.port, &b.mac)));
@@ -95,31 +225,83 @@ impl Fdb {
     }
 }
 
+impl Table {
+    fn forget_learned(&mut self, port: usize) {
+        if let Some(n) = self.learned.get_mut(&port) {
+            *n = n.saturating_sub(1);
+        }
+        self.learned_total = self.learned_total.saturating_sub(1);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn mac(i: u32) -> MacAddr {
+        let b = i.to_be_bytes();
+        MacAddr([2, 0, b[0], b[1], b[2], b[3]])
+    }
+
     #[test]
     fn learns_moves_and_ages() {
-        let f = Fdb::new(Duration::from_secs(10));
+        let f = Fdb::new(Duration::from_secs(10), FdbLimits::default());
         let t0 = Instant::now();
-        let m = MacAddr([2, 0, 0, 0, 0, 1]);
-        f.learn(0, m, 1, t0);
+        let m = mac(1);
+        assert_eq!(f.learn(0, m, 1, t0), Learn::Learned);
         assert_eq!(f.lookup(0, m, t0), Some(1));
         assert_eq!(f.lookup(5, m, t0), None, "VLANs are separate");
-        f.learn(0, m, 2, t0 + Duration::from_secs(2));
+        assert_eq!(f.learn(0, m, 2, t0 + Duration::from_secs(2)), Learn::Learned);
         assert_eq!(
             f.lookup(0, m, t0 + Duration::from_secs(3)),
             Some(2),
             "a move is learned"
         );
+        assert_eq!(f.learned(), 1);
         assert_eq!(
             f.lookup(0, m, t0 + Duration::from_secs(13)),
             None,
             "aged out"
         );
         assert_eq!(f.sweep(t0 + Duration::from_secs(13), None), 1);
+        assert_eq!(f.learned(), 0);
         f.learn(0, MacAddr::BROADCAST, 1, t0);
         assert!(f.rows(t0).is_empty(), "group addresses are never learned");
+    }
+
+    #[test]
+    fn static_addresses_cannot_be_taken_over_and_never_age() {
+        let f = Fdb::new(Duration::from_secs(10), FdbLimits::default());
+        let t0 = Instant::now();
+        f.add_static(0, mac(7), 3);
+        assert_eq!(f.learn(0, mac(7), 1, t0), Learn::Refused);
+        assert_eq!(f.learn(0, mac(7), 3, t0), Learn::Known);
+        f.sweep(t0 + Duration::from_secs(100), Some(3));
+        assert_eq!(f.lookup(0, mac(7), t0 + Duration::from_secs(100)), Some(3));
+        assert_eq!(f.rows(t0)[0].kind, "static");
+    }
+
+    #[test]
+    fn limits_bound_what_one_port_and_all_ports_learn() {
+        let f = Fdb::new(
+            Duration::from_secs(10),
+            FdbLimits {
+                per_port: 3,
+                total: 5,
+            },
+        );
+        let t0 = Instant::now();
+        let got: Vec<Learn> = (0..5).map(|i| f.learn(0, mac(i), 1, t0)).collect();
+        assert_eq!(got.iter().filter(|&&l| l == Learn::Learned).count(), 3);
+        assert_eq!(got[4], Learn::Refused, "port 1's share is full");
+        assert_eq!(f.learn(0, mac(100), 2, t0), Learn::Learned);
+        assert_eq!(f.learn(0, mac(101), 2, t0), Learn::Learned);
+        assert_eq!(f.learn(0, mac(102), 2, t0), Learn::Refused, "total reached");
+        // Moving an address between ports keeps the totals right.
+        assert_eq!(f.learn(0, mac(100), 3, t0), Learn::Learned);
+        assert_eq!(f.learned(), 5);
+        f.sweep(t0, Some(1));
+        assert_eq!(f.learned(), 2);
+        assert_eq!(f.learn(0, mac(103), 2, t0), Learn::Learned);
     }
 }

@@ -1,14 +1,21 @@
 //! hvnet's datapath: a learning L2 switch between VM ports, with per-queue
-//! workers, VMXNET3-style guest receive rings, and the offload engines on
-//! the path (software LRO into guests, TSO frames passed whole or segmented,
-//! checksum completion only where a guest needs it). Every frame is counted.
+//! workers, VMXNET3-style guest receive rings filled through lock-free
+//! single-producer/single-consumer lanes, and the offload engines on the
+//! path (software LRO into guests, TSO frames passed whole or segmented,
+//! checksum completion only where a guest needs it). Every frame is
+//! counted; memory is bounded per port.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod counters;
+mod deliver;
 pub mod fdb;
+pub mod forward;
 pub mod ring;
 pub mod switch;
+mod worker;
 
-pub use switch::{Port, PortSettings, PortSpec, Switch, SwitchConfig};
+pub use switch::{
+    Delivery, Port, PortSettings, PortSpec, PortState, RxOverflow, Switch, SwitchConfig,
+};

@@ -1,15 +1,27 @@
-//! A guest receive queue's rings, modelled on VMXNET3: ring 1 holds small
-//! buffers (the first buffer of every frame), ring 2 holds large buffers
-//! (4 KiB pages for the rest of jumbo and coalesced frames). A frame needs
-//! one ring-1 buffer plus as many ring-2 buffers as its bytes past the first
-//! buffer fill. When either ring lacks the buffers, the frame is dropped and
-//! counted as "ring 1 full" or "ring 2 full", as VMXNET3 counts them.
+//! A guest receive queue's rings, and the lock-free hand-off that fills
+//! them.
 //!
-//! Buffers return to the rings when the queue's delivery thread (the VM's
-//! "vCPU") has written the frame into the guest.
+//! The model is VMXNET3's: ring 1 holds small buffers (the first buffer of
+//! every frame), ring 2 large ones (4 KiB pages for the rest of jumbo and
+//! coalesced frames). A frame needs one ring-1 buffer plus as many ring-2
+//! buffers as its bytes past the first buffer fill; when either ring lacks
+//! them the frame is refused ("ring 1 full" / "ring 2 full", as VMXNET3
+//! counts them). Buffers return when the queue's delivery thread — the VM's
+//! "vCPU" — has written the frame into the guest.
+//!
+//! The hand-off: every ingress worker that sends to a queue has a
+//! single-producer/single-consumer lane to it ([`Lane`], an `rtrb` ring
+//! created on first use), staged during a batch and published once at its
+//! end with one release store. The consumer sleeps only after announcing it
+//! ([`RxRing::sleeping`]) and checking the lanes again; a producer wakes it
+//! only if it announced sleep. Ring occupancy is two counters the
+//! producers add to once per batch and the consumer subtracts from once per
+//! delivered batch; no lock is taken on the path.
 
-use std::collections::VecDeque;
-use std::sync::{Condvar, Mutex};
+use crate::counters::EgressCounters;
+use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::Thread;
 use std::time::Duration;
 
 /// Size of one ring-2 buffer.
@@ -45,20 +57,6 @@ pub enum Full {
     Ring2,
 }
 
-struct Inner<T> {
-    items: VecDeque<(T, usize, usize)>,
-    used1: usize,
-    used2: usize,
-    size1: usize,
-    size2: usize,
-}
-
-/// The rings of one guest receive queue.
-pub struct Rings<T> {
-    inner: Mutex<Inner<T>>,
-    ready: Condvar,
-}
-
 /// Occupancy, for `rxqueues/N/status`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct RingStatus {
@@ -70,88 +68,293 @@ pub struct RingStatus {
     pub ring1_used: usize,
     /// Ring 2 buffers holding frames not yet delivered.
     pub ring2_used: usize,
-    /// Frames waiting.
-    pub frames_queued: usize,
+    /// Producer lanes into this queue (ingress workers that sent to it).
+    pub lanes: usize,
 }
 
-impl<T> Rings<T> {
+/// An item in a lane, with the ring buffers it holds.
+pub struct Slot<T> {
+    /// The frame.
+    pub item: T,
+    /// Ring-1 buffers it holds.
+    pub r1: u32,
+    /// Ring-2 buffers it holds.
+    pub r2: u32,
+}
+
+/// The shared side of one guest receive queue.
+pub struct RxRing<T> {
+    size1: AtomicUsize,
+    size2: AtomicUsize,
+    used1: AtomicUsize,
+    used2: AtomicUsize,
+    /// The consumer announced that it is about to park.
+    sleeping: AtomicBool,
+    consumer: OnceLock<Thread>,
+    /// Lanes created but not yet taken by the consumer (rare: the first
+    /// frame from a new sender), with a flag so the consumer looks only
+    /// when there are some.
+    new_lanes: Mutex<Vec<rtrb::Consumer<Slot<T>>>>,
+    lanes_added: AtomicBool,
+    /// Every lane's counters (for snapshots), and the consumer's own.
+    counters: Mutex<Vec<Arc<EgressCounters>>>,
+    /// The delivery thread's counters.
+    pub delivery: Arc<EgressCounters>,
+}
+
+impl<T> RxRing<T> {
     /// Rings of the given sizes (in buffers).
-    pub fn new(size1: usize, size2: usize) -> Rings<T> {
-        Rings {
-            inner: Mutex::new(Inner {
-                items: VecDeque::new(),
-                used1: 0,
-                used2: 0,
-                size1,
-                size2,
-            }),
-            ready: Condvar::new(),
+    pub fn new(size1: usize, size2: usize) -> RxRing<T> {
+        let delivery = Arc::new(EgressCounters::default());
+        RxRing {
+            size1: AtomicUsize::new(size1),
+            size2: AtomicUsize::new(size2),
+            used1: AtomicUsize::new(0),
+            used2: AtomicUsize::new(0),
+            sleeping: AtomicBool::new(false),
+            consumer: OnceLock::new(),
+            new_lanes: Mutex::new(Vec::new()),
+            lanes_added: AtomicBool::new(false),
+            counters: Mutex::new(vec![Arc::clone(&delivery)]),
+            delivery,
         }
     }
 
-    /// Places a frame needing `(r1, r2)` buffers, or gives it back with the
-    /// ring that is full.
-    pub fn push(&self, item: T, r1: usize, r2: usize) -> Result<(), (T, Full)> {
-        let mut g = self.inner.lock().expect("ring lock");
-        if g.used1 + r1 > g.size1 {
-            return Err((item, Full::Ring1));
+    /// A new producer lane into this queue.
+    pub fn lane(&self) -> Lane<T> {
+        let (producer, consumer) = rtrb::RingBuffer::new(MAX_RING);
+        let counters = Arc::new(EgressCounters::default());
+        self.counters
+            .lock()
+            .expect("counters lock")
+            .push(Arc::clone(&counters));
+        self.new_lanes.lock().expect("lanes lock").push(consumer);
+        self.lanes_added.store(true, Ordering::Release);
+        Lane {
+            producer,
+            staged: Vec::with_capacity(crate::switch::BATCH),
+            pending1: 0,
+            pending2: 0,
+            counters,
         }
-        if g.used2 + r2 > g.size2 {
-            return Err((item, Full::Ring2));
-        }
-        g.used1 += r1;
-        g.used2 += r2;
-        g.items.push_back((item, r1, r2));
-        drop(g);
-        self.ready.notify_one();
-        Ok(())
-    }
-
-    /// Waits up to `timeout` for frames and moves up to `max` of them into
-    /// `out`, with their buffer counts (to pass to [`Rings::release`] once
-    /// delivered).
-    pub fn pop_batch(&self, out: &mut Vec<(T, usize, usize)>, max: usize, timeout: Duration) {
-        let mut g = self.inner.lock().expect("ring lock");
-        if g.items.is_empty() {
-            g = self.ready.wait_timeout(g, timeout).expect("ring lock").0;
-        }
-        let n = g.items.len().min(max);
-        out.extend(g.items.drain(..n));
-    }
-
-    /// Returns delivered frames' buffers to the rings.
-    pub fn release(&self, r1: usize, r2: usize) {
-        let mut g = self.inner.lock().expect("ring lock");
-        g.used1 -= r1.min(g.used1);
-        g.used2 -= r2.min(g.used2);
     }
 
     /// Resizes at run time; buffers in use stay in use (a ring shrunk below
     /// its use drains before it accepts again).
     pub fn resize(&self, size1: usize, size2: usize) {
-        let mut g = self.inner.lock().expect("ring lock");
-        g.size1 = size1;
-        g.size2 = size2;
+        self.size1.store(size1, Ordering::Relaxed);
+        self.size2.store(size2, Ordering::Relaxed);
     }
 
     /// Current sizes and use.
     pub fn status(&self) -> RingStatus {
-        let g = self.inner.lock().expect("ring lock");
         RingStatus {
-            ring1_size: g.size1,
-            ring2_size: g.size2,
-            ring1_used: g.used1,
-            ring2_used: g.used2,
-            frames_queued: g.items.len(),
+            ring1_size: self.size1.load(Ordering::Relaxed),
+            ring2_size: self.size2.load(Ordering::Relaxed),
+            ring1_used: self.used1.load(Ordering::Relaxed),
+            ring2_used: self.used2.load(Ordering::Relaxed),
+            lanes: self.counters.lock().expect("counters lock").len() - 1,
         }
     }
 
-    /// Takes every waiting frame out (when the port goes down).
-    pub fn drain(&self) -> Vec<T> {
-        let mut g = self.inner.lock().expect("ring lock");
-        g.used1 = 0;
-        g.used2 = 0;
-        g.items.drain(..).map(|(t, _, _)| t).collect()
+    /// Every counter set of this queue (lanes and delivery thread).
+    pub fn counter_sets(&self) -> Vec<Arc<EgressCounters>> {
+        self.counters.lock().expect("counters lock").clone()
+    }
+
+    /// True when no frame holds a ring buffer: nothing published is waiting
+    /// or being delivered (so a producer may deliver itself without
+    /// overtaking anything).
+    pub fn idle(&self) -> bool {
+        self.used1.load(Ordering::Acquire) == 0
+    }
+
+    /// True while the consumer is parked or about to park.
+    pub fn consumer_sleeping(&self) -> bool {
+        self.sleeping.load(Ordering::Relaxed)
+    }
+
+    /// Forgets every buffer in use (a delivery thread starting again: what
+    /// its old lanes held is gone with them).
+    pub fn reset_use(&self) {
+        self.used1.store(0, Ordering::Release);
+        self.used2.store(0, Ordering::Release);
+    }
+
+    /// Returns delivered frames' buffers to the rings.
+    pub fn release(&self, r1: usize, r2: usize) {
+        if r1 > 0 {
+            self.used1.fetch_sub(r1, Ordering::AcqRel);
+        }
+        if r2 > 0 {
+            self.used2.fetch_sub(r2, Ordering::AcqRel);
+        }
+    }
+
+    fn wake(&self) {
+        // Pairs with the fence in `Consumer::wait`: either we see the
+        // consumer's announcement, or it sees what we published.
+        fence(Ordering::SeqCst);
+        if self.sleeping.load(Ordering::Relaxed) {
+            self.sleeping.store(false, Ordering::Relaxed);
+            if let Some(t) = self.consumer.get() {
+                t.unpark();
+            }
+        }
+    }
+}
+
+/// A producer's lane into one receive queue, with what it staged in the
+/// current batch.
+pub struct Lane<T> {
+    producer: rtrb::Producer<Slot<T>>,
+    staged: Vec<Slot<T>>,
+    pending1: usize,
+    pending2: usize,
+    /// What this producer offered and dropped at this queue.
+    pub counters: Arc<EgressCounters>,
+}
+
+impl<T> Lane<T> {
+    /// Stages a frame needing `(r1, r2)` buffers, or gives it back with
+    /// the ring that is full.
+    pub fn stage(&mut self, ring: &RxRing<T>, item: T, r1: usize, r2: usize) -> Result<(), (T, Full)> {
+        if ring.used1.load(Ordering::Relaxed) + self.pending1 + r1 > ring.size1.load(Ordering::Relaxed)
+        {
+            return Err((item, Full::Ring1));
+        }
+        if ring.used2.load(Ordering::Relaxed) + self.pending2 + r2 > ring.size2.load(Ordering::Relaxed)
+        {
+            return Err((item, Full::Ring2));
+        }
+        self.pending1 += r1;
+        self.pending2 += r2;
+        self.staged.push(Slot {
+            item,
+            r1: r1 as u32,
+            r2: r2 as u32,
+        });
+        Ok(())
+    }
+
+    /// True when the queue's consumer is gone (its delivery thread started
+    /// again with fresh lanes).
+    pub fn abandoned(&self) -> bool {
+        self.producer.is_abandoned()
+    }
+
+    /// Frames staged and not yet published.
+    pub fn staged(&self) -> usize {
+        self.staged.len()
+    }
+
+    /// Takes the staged frames back (to deliver them from this thread when
+    /// the queue is idle).
+    pub fn take_staged(&mut self, out: &mut Vec<Slot<T>>) {
+        out.append(&mut self.staged);
+        self.pending1 = 0;
+        self.pending2 = 0;
+    }
+
+    /// Publishes the staged frames: one store makes them visible, then the
+    /// consumer is woken if it sleeps.
+    pub fn publish(&mut self, ring: &RxRing<T>) {
+        if self.staged.is_empty() {
+            return;
+        }
+        ring.used1.fetch_add(self.pending1, Ordering::AcqRel);
+        if self.pending2 > 0 {
+            ring.used2.fetch_add(self.pending2, Ordering::AcqRel);
+        }
+        self.pending1 = 0;
+        self.pending2 = 0;
+        let n = self.staged.len().min(self.producer.slots());
+        if let Ok(chunk) = self.producer.write_chunk_uninit(n) {
+            chunk.fill_from_iter(self.staged.drain(..n));
+        }
+        // The lane holds MAX_RING slots and ring 1 at most MAX_RING
+        // buffers, so everything fits; anything that did not is given back.
+        for s in self.staged.drain(..) {
+            ring.release(s.r1 as usize, s.r2 as usize);
+        }
+        ring.wake();
+    }
+}
+
+/// The consumer side of a receive queue, owned by its delivery thread.
+pub struct Consumer<T> {
+    lanes: Vec<rtrb::Consumer<Slot<T>>>,
+    next: usize,
+}
+
+impl<T> Consumer<T> {
+    /// The consumer of `ring`; registers the calling thread as the one to
+    /// wake.
+    pub fn attach(ring: &RxRing<T>) -> Consumer<T> {
+        let _ = ring.consumer.set(std::thread::current());
+        Consumer {
+            lanes: Vec::new(),
+            next: 0,
+        }
+    }
+
+    fn adopt(&mut self, ring: &RxRing<T>) {
+        if ring.lanes_added.swap(false, Ordering::Acquire) {
+            self.lanes
+                .append(&mut ring.new_lanes.lock().expect("lanes lock"));
+        }
+    }
+
+    fn ready(&self) -> bool {
+        self.lanes.iter().any(|l| !l.is_empty())
+    }
+
+    /// Moves up to `max` published frames into `out`, taking lanes in turn
+    /// so that no sender starves the others.
+    pub fn pop_batch(&mut self, ring: &RxRing<T>, out: &mut Vec<Slot<T>>, max: usize) {
+        self.adopt(ring);
+        let n = self.lanes.len();
+        for i in 0..n {
+            if out.len() >= max {
+                break;
+            }
+            let lane = &mut self.lanes[(self.next + i) % n];
+            let take = lane.slots().min(max - out.len());
+            if take > 0 {
+                if let Ok(chunk) = lane.read_chunk(take) {
+                    out.extend(chunk);
+                }
+            }
+        }
+        if n > 0 {
+            self.next = (self.next + 1) % n;
+        }
+        // A lane whose producer is gone (its worker restarted) and that is
+        // drained is dropped.
+        self.lanes.retain(|l| !(l.is_abandoned() && l.is_empty()));
+    }
+
+    /// Parks until a producer publishes (or `timeout`): announces sleep,
+    /// then looks once more, so a wake-up is never missed.
+    pub fn wait(&mut self, ring: &RxRing<T>, timeout: Duration) {
+        ring.sleeping.store(true, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        self.adopt(ring);
+        if !self.ready() {
+            std::thread::park_timeout(timeout);
+        }
+        ring.sleeping.store(false, Ordering::Relaxed);
+    }
+
+    /// Takes every waiting frame out (when the port goes down or the
+    /// thread stops).
+    pub fn drain(&mut self, ring: &RxRing<T>, out: &mut Vec<Slot<T>>) {
+        self.adopt(ring);
+        for l in &mut self.lanes {
+            while let Ok(s) = l.pop() {
+                out.push(s);
+            }
+        }
     }
 }
 
@@ -173,19 +376,64 @@ mod tests {
 
     #[test]
     fn full_rings_refuse_and_release_frees() {
-        let r: Rings<u32> = Rings::new(2, 16);
-        r.push(1, 1, 0).unwrap();
-        r.push(2, 1, 16).unwrap();
-        assert_eq!(r.push(3, 1, 0).unwrap_err().1, Full::Ring1);
+        let r: RxRing<u32> = RxRing::new(2, 16);
+        let mut lane = r.lane();
+        let mut c = Consumer::attach(&r);
+        lane.stage(&r, 1, 1, 0).unwrap();
+        lane.stage(&r, 2, 1, 16).unwrap();
+        assert_eq!(lane.stage(&r, 3, 1, 0).unwrap_err().1, Full::Ring1);
         let mut out = Vec::new();
-        r.pop_batch(&mut out, 8, Duration::from_millis(1));
-        assert_eq!(out.len(), 2);
+        c.pop_batch(&r, &mut out, 8);
+        assert!(out.is_empty(), "nothing is visible before it is published");
+        lane.publish(&r);
+        assert_eq!(r.status().ring1_used, 2);
+        c.pop_batch(&r, &mut out, 8);
+        assert_eq!(out.iter().map(|s| s.item).collect::<Vec<_>>(), vec![1, 2]);
         r.release(1, 0);
-        assert_eq!(r.push(4, 1, 1).unwrap_err().1, Full::Ring2);
+        assert_eq!(lane.stage(&r, 4, 1, 1).unwrap_err().1, Full::Ring2);
         r.release(1, 16);
-        r.push(4, 1, 1).unwrap();
+        lane.stage(&r, 4, 1, 1).unwrap();
+        lane.publish(&r);
         r.resize(4096, 4096);
         assert_eq!(r.status().ring1_size, 4096);
-        assert_eq!(r.drain(), vec![4]);
+        let mut rest = Vec::new();
+        c.drain(&r, &mut rest);
+        assert_eq!(rest.len(), 1);
+    }
+
+    #[test]
+    fn a_sleeping_consumer_is_woken_by_a_publish() {
+        let r: Arc<RxRing<u64>> = Arc::new(RxRing::new(4096, 4096));
+        let r2 = Arc::clone(&r);
+        let consumer = std::thread::spawn(move || {
+            let mut c = Consumer::attach(&r2);
+            let mut got = Vec::new();
+            let mut out = Vec::new();
+            while got.len() < 10_000 {
+                c.pop_batch(&r2, &mut out, 64);
+                if out.is_empty() {
+                    // A long timeout: a missed wake-up would stall the test.
+                    c.wait(&r2, Duration::from_secs(30));
+                }
+                for s in out.drain(..) {
+                    r2.release(s.r1 as usize, s.r2 as usize);
+                    got.push(s.item);
+                }
+            }
+            got
+        });
+        let mut lane = r.lane();
+        let mut i = 0u64;
+        while i < 10_000 {
+            for _ in 0..7 {
+                if i < 10_000 && lane.stage(&r, i, 1, 0).is_ok() {
+                    i += 1;
+                }
+            }
+            lane.publish(&r);
+            std::thread::yield_now();
+        }
+        let got = consumer.join().unwrap();
+        assert_eq!(got, (0..10_000).collect::<Vec<_>>(), "in order, none lost");
     }
 }

@@ -39,6 +39,10 @@ pub struct GroConfig {
     pub flows_per_bucket: usize,
     /// A run may not reach this many bytes of IP packet. Linux: 65536.
     pub max_size: u32,
+    /// A run may not hold more segments than this (each pins a receive
+    /// buffer). Linux has no such bound beyond `max_size`; the switch sets
+    /// one so that tiny segments cannot pin a buffer per byte.
+    pub max_segments: usize,
     /// Runs older than this (in the caller's time unit) are flushed by
     /// [`GroTable::flush_expired`].
     pub flush_timeout: u64,
@@ -50,6 +54,7 @@ impl Default for GroConfig {
             buckets: 8,
             flows_per_bucket: 8,
             max_size: 65536,
+            max_segments: u16::MAX as usize,
             flush_timeout: 100_000,
         }
     }
@@ -124,7 +129,7 @@ pub enum FlushReason {
     SeqGap,
     /// A same-flow segment was larger than the MSS or carried no payload.
     SizeMismatch,
-    /// Merging would reach the 64 KiB limit.
+    /// Merging would reach the 64 KiB limit (or the segment limit).
     SizeLimit,
     /// A same-flow packet that may not be merged (padding, GSO, length
     /// fields) ended the run.
@@ -564,7 +569,13 @@ impl<B: AsRef<[u8]>> GroTable<B> {
         // Linux `mss` starts at 1 and is the run's MSS only after a merge.
         let mut mss = 1usize;
         if let Some(i) = found {
-            let verdict = mergeable(&self.buckets[bidx][i], frame, &cb, self.cfg.max_size);
+            let verdict = mergeable(
+                &self.buckets[bidx][i],
+                frame,
+                &cb,
+                self.cfg.max_size,
+                self.cfg.max_segments,
+            );
             match verdict {
                 Ok(fixed_id) => {
                     let flow = &mut self.buckets[bidx][i];
@@ -874,6 +885,7 @@ fn mergeable<B: AsRef<[u8]>>(
     frame: &[u8],
     cb: &Cb,
     max_size: u32,
+    max_segments: usize,
 ) -> Result<u8, FlushReason> {
     use tcp::flags::*;
     if cb.flush {
@@ -910,7 +922,7 @@ fn mergeable<B: AsRef<[u8]>>(
     if flow.cb.seq.wrapping_add(flow.gro_len as u32) != cb.seq {
         return Err(FlushReason::SeqGap);
     }
-    if flow.ip_len + cb.payload_len >= max_size as usize {
+    if flow.ip_len + cb.payload_len >= max_size as usize || flow.count as usize >= max_segments {
         return Err(FlushReason::SizeLimit);
     }
     Ok(fixed_id)

@@ -1,0 +1,482 @@
+//! The ingress worker of one TAP queue: read a batch, forward each frame,
+//! run the offload stage per destination, and at the end of the batch
+//! flush the GRO tables and hand each destination queue what was staged
+//! for it — published to its delivery thread, or delivered from here when
+//! the queue is idle (run to completion).
+
+use crate::counters::add;
+use crate::deliver::{self, Scratch};
+use crate::fdb::Learn;
+use crate::forward::{self, Action, Ingress};
+use crate::ring::{self, Full, Lane, Slot};
+use crate::switch::{
+    Delivery, Port, PortSettings, PortState, RingItem, RxOverflow, Switch, BACKPRESSURE_WAIT,
+    BATCH,
+};
+use hvnet_offload::gro::{GroConfig, GroOutput, GroTable};
+use hvnet_port::{Packet, Pool, RecvError, TapReader};
+use hvnet_wire::MacAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Segments a GRO run may hold: 64 KiB of 1448-byte segments is 45; an
+/// in-order stream of tiny segments stops here instead of pinning a buffer
+/// per byte.
+pub const GRO_MAX_SEGMENTS: usize = 64;
+
+/// A GRO table with no held run for this long is freed.
+const GRO_IDLE: Duration = Duration::from_secs(1);
+
+/// Per destination queue: the lane into it and the LRO table for it, both
+/// made on first use.
+#[derive(Default)]
+struct Dest {
+    lane: Option<Lane<RingItem>>,
+    gro: Option<GroTable<Packet>>,
+    gro_used: Option<Instant>,
+    active: bool,
+}
+
+pub(crate) struct Worker {
+    sw: Arc<Switch>,
+    port: Arc<Port>,
+    q: usize,
+    pool: Pool,
+    reader: TapReader,
+    /// Settings of every port, re-read when the switch's generation moves.
+    gen: u64,
+    settings: Vec<PortSettings>,
+    dests: Vec<Vec<Dest>>,
+    active: Vec<(usize, usize)>,
+    /// The source address learned last (learning it again would only take
+    /// the FDB lock).
+    learned: Option<MacAddr>,
+    /// The last destination looked up, and its port.
+    route: Option<(MacAddr, Option<usize>)>,
+    gro_out: Vec<GroOutput<Packet>>,
+    inline: Vec<Slot<RingItem>>,
+    scratch: Scratch,
+    last_sweep: Instant,
+}
+
+impl Worker {
+    pub(crate) fn new(sw: Arc<Switch>, port: Arc<Port>, q: usize) -> Worker {
+        let dests = sw
+            .ports
+            .iter()
+            .map(|p| (0..p.rxq.len()).map(|_| Dest::default()).collect())
+            .collect();
+        Worker {
+            pool: Pool::new(Arc::clone(&port.home)),
+            reader: TapReader::new(),
+            gen: u64::MAX,
+            settings: Vec::new(),
+            dests,
+            active: Vec::with_capacity(16),
+            learned: None,
+            route: None,
+            gro_out: Vec::with_capacity(BATCH),
+            inline: Vec::with_capacity(BATCH),
+            scratch: Scratch::default(),
+            last_sweep: Instant::now(),
+            sw,
+            port,
+            q,
+        }
+    }
+
+    /// Reads until the switch stops or the port goes down: `poll`, then
+    /// `read(2)` until the queue is empty or the batch is full.
+    pub(crate) fn run(mut self) {
+        let fd = self.port.tap.queue(self.q).raw_fd();
+        while !self.sw.stopping() && self.port.is_up() {
+            match hvnet_sys::poll_readable(fd, 100) {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(_) => break,
+            }
+            let now = self.begin_batch();
+            let mut stalled = false;
+            for _ in 0..BATCH {
+                match self.reader.read(self.port.tap.queue(self.q), &mut self.pool) {
+                    Ok(pkt) => self.forward(pkt, now),
+                    Err(RecvError::WouldBlock) => break,
+                    Err(RecvError::NoBuffer) => {
+                        add(&self.port.ingress[self.q].no_buffer_stalls, 1);
+                        stalled = true;
+                        break;
+                    }
+                    Err(RecvError::Gone) => {
+                        self.port_gone();
+                        break;
+                    }
+                    Err(RecvError::Read(_)) => break,
+                    Err(e) => self.count_refused(&e),
+                }
+            }
+            self.end_batch();
+            if stalled {
+                // Every buffer the port may have is in flight: wait for
+                // deliveries to give some back instead of spinning.
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        self.end_batch();
+        self.reader.release(&mut self.pool);
+    }
+
+    fn count_refused(&self, e: &RecvError) {
+        let c = &self.port.ingress[self.q];
+        add(&c.frames, 1);
+        match e {
+            RecvError::BadFrame(_) => add(&c.drop_bad_frame, 1),
+            RecvError::TooManySegments => add(&c.drop_gso_segments, 1),
+            _ => add(&c.drop_bad_vnet_header, 1),
+        }
+    }
+
+    /// Per-batch preparation: settings re-read if they changed, fresh
+    /// caches, idle GRO tables freed now and then.
+    fn begin_batch(&mut self) -> Instant {
+        let gen = self.sw.settings_gen.load(Ordering::Acquire);
+        if gen != self.gen {
+            self.gen = gen;
+            self.settings.clear();
+            self.settings
+                .extend(self.sw.ports.iter().map(|p| p.settings()));
+        }
+        self.learned = None;
+        self.route = None;
+        let now = Instant::now();
+        if now.duration_since(self.last_sweep) >= GRO_IDLE {
+            self.last_sweep = now;
+            for d in self.dests.iter_mut().flatten() {
+                let idle = d.gro_used.is_some_and(|t| now.duration_since(t) >= GRO_IDLE);
+                if idle && d.gro.as_ref().is_some_and(|g| g.held() == 0) {
+                    d.gro = None;
+                    d.gro_used = None;
+                }
+            }
+        }
+        now
+    }
+
+    /// The guest disappeared: its port goes down, the switch goes on.
+    fn port_gone(&self) {
+        if self.port.state() == PortState::Up {
+            self.port.set_state(PortState::Down);
+        }
+        self.sw.fdb.sweep(Instant::now(), Some(self.port.id));
+    }
+
+    fn forward(&mut self, pkt: Packet, now: Instant) {
+        let c = &self.port.ingress[self.q];
+        add(&c.frames, 1);
+        add(&c.bytes, pkt.len() as u64);
+        if pkt.meta.offload.gso.is_some() {
+            add(&c.gso_frames, 1);
+        }
+        let ingress = Ingress {
+            port: self.port.id,
+            mac: self.port.mac,
+            allow_forged_transmits: self.settings[self.port.id].allow_forged_transmits,
+        };
+        if !forward::admit(&ingress, &pkt) {
+            add(&c.drop_policy, 1);
+            return;
+        }
+        let (src, dst) = (pkt.src(), pkt.dst());
+        let vlan = self.port.vlan;
+        if self.learned != Some(src) {
+            if self.sw.fdb.learn(vlan, src, self.port.id, now) == Learn::Refused {
+                add(&c.fdb_learn_refused, 1);
+            }
+            self.learned = Some(src);
+        }
+        let learned = match self.route {
+            Some((mac, port)) if mac == dst => port,
+            _ => {
+                let port = (!dst.is_multicast())
+                    .then(|| self.sw.fdb.lookup(vlan, dst, now))
+                    .flatten();
+                self.route = Some((dst, port));
+                port
+            }
+        };
+        let sw = Arc::clone(&self.sw);
+        match forward::route(&ingress, learned, |p| sw.ports[p].is_up()) {
+            Action::NoRoute => add(&c.drop_no_route, 1),
+            Action::Unicast(p) => {
+                add(&c.forwarded, 1);
+                self.egress(p, pkt);
+            }
+            Action::Flood => {
+                let targets: smallvec::SmallVec<[usize; 16]> = sw
+                    .ports
+                    .iter()
+                    .filter(|p| p.id != self.port.id && p.vlan == vlan && p.is_up())
+                    .map(|p| p.id)
+                    .collect();
+                let Some((&last, rest)) = targets.split_last() else {
+                    add(&c.drop_no_route, 1);
+                    return;
+                };
+                add(&c.forwarded, 1);
+                add(&c.flooded, 1);
+                for &p in rest {
+                    // A copy counts against this port's buffers too; with
+                    // none left, that destination does not get one.
+                    if let Some(mut b) = self.pool.take(pkt.buf.class()) {
+                        b.fill(pkt.frame());
+                        self.egress(p, Packet { buf: b, meta: pkt.meta });
+                    } else {
+                        add(&self.port.ingress[self.q].no_buffer_stalls, 1);
+                    }
+                }
+                self.egress(last, pkt);
+            }
+        }
+    }
+
+    /// The offload stage for one destination: queue choice (RSS over the
+    /// flow, hashed once), MTU, LRO, and staging into the lane.
+    fn egress(&mut self, dst: usize, mut pkt: Packet) {
+        let port = &self.sw.ports[dst];
+        let nq = port.rxq.len();
+        let q = if nq > 1 {
+            let (sw, frame, layers) = (&self.sw, pkt.buf.frame(), &pkt.meta.layers);
+            let h = *pkt
+                .meta
+                .hash
+                .get_or_insert_with(|| sw.rss.hash_layers(frame, layers).map_or(0, |(h, _)| h));
+            h as usize % nq
+        } else {
+            0
+        };
+        let (lro, mtu) = (self.settings[dst].lro, self.settings[dst].mtu as usize);
+        let l2 = pkt.meta.layers.l2.header_len;
+        let c = &self.lane(dst, q).counters;
+        add(&c.offered, 1);
+        match pkt.meta.offload.gso {
+            Some(g) => {
+                // Segments that would not fit the receiver's MTU are refused
+                // here rather than written for its driver to drop.
+                if !lro && g.size as usize + pkt.header_len() > mtu + l2 {
+                    add(&c.drop_mtu_exceeded, 1);
+                    return;
+                }
+                let segment = (!lro).then_some(g);
+                self.stage(dst, q, RingItem::Frame { pkt, segment });
+            }
+            None if pkt.len() > mtu + l2 => {
+                add(&c.drop_mtu_exceeded, 1);
+            }
+            None if lro => {
+                let d = &mut self.dests[dst][q];
+                let table = d.gro.get_or_insert_with(|| {
+                    GroTable::new(GroConfig {
+                        buckets: 64,
+                        max_segments: GRO_MAX_SEGMENTS,
+                        ..GroConfig::default()
+                    })
+                });
+                d.gro_used = Some(Instant::now());
+                let (layers, info) = (pkt.meta.layers, pkt.meta.offload);
+                let out = &mut self.gro_out;
+                table.receive_parsed(pkt, info, &layers, 0, &mut |o| out.push(o));
+                self.mark_active(dst, q);
+                self.stage_gro_output(dst, q);
+            }
+            None => self.stage(dst, q, RingItem::Frame { pkt, segment: None }),
+        }
+    }
+
+    fn stage_gro_output(&mut self, dst: usize, q: usize) {
+        // Outputs are in the order the receiver must see them.
+        let mut outs = std::mem::take(&mut self.gro_out);
+        for o in outs.drain(..) {
+            let item = match o {
+                GroOutput::Single { mut frame, info } => {
+                    frame.meta.offload = info;
+                    RingItem::Frame {
+                        pkt: frame,
+                        segment: None,
+                    }
+                }
+                GroOutput::Coalesced(c) => RingItem::Coalesced(c),
+            };
+            self.stage(dst, q, item);
+        }
+        self.gro_out = outs;
+    }
+
+    fn mark_active(&mut self, dst: usize, q: usize) {
+        let d = &mut self.dests[dst][q];
+        if !d.active {
+            d.active = true;
+            self.active.push((dst, q));
+        }
+    }
+
+    fn lane(&mut self, dst: usize, q: usize) -> &mut Lane<RingItem> {
+        let ring = &self.sw.ports[dst].rxq[q].rings;
+        let d = &mut self.dests[dst][q];
+        if d.lane.as_ref().is_some_and(|l| l.abandoned()) {
+            // Its delivery thread started again with fresh lanes.
+            d.lane = None;
+        }
+        d.lane.get_or_insert_with(|| ring.lane())
+    }
+
+    /// Places an item in the lane to `(dst, q)` for this batch, or waits
+    /// for room (backpressure), or drops it and counts why.
+    fn stage(&mut self, dst: usize, q: usize, item: RingItem) {
+        let sw = Arc::clone(&self.sw);
+        let port = &sw.ports[dst];
+        let ring = &port.rxq[q].rings;
+        let s = &self.settings[dst];
+        let (r1, r2) = ring_buffers(&item, s.mtu);
+        let sources = item.sources();
+        let overflow = s.rx_overflow;
+        self.mark_active(dst, q);
+        let lane = self.lane(dst, q);
+        if !port.is_up() {
+            add(&lane.counters.drop_port_down, sources);
+            return;
+        }
+        let full = match lane.stage(ring, item, r1, r2) {
+            Ok(()) => return,
+            Err((item, full)) => {
+                let status = ring.status();
+                let could_fit = r1 <= status.ring1_size && r2 <= status.ring2_size;
+                if overflow == RxOverflow::Backpressure && could_fit {
+                    match self.wait_for_room(dst, q, item, r1, r2) {
+                        Ok(()) => return,
+                        Err(full) => full,
+                    }
+                } else {
+                    full
+                }
+            }
+        };
+        let c = &self.lane(dst, q).counters;
+        match full {
+            Full::Ring1 => add(&c.drop_ring1_full, sources),
+            Full::Ring2 => add(&c.drop_ring2_full, sources),
+        }
+    }
+
+    /// Publishes everything staged so far (so the receivers have work),
+    /// then waits until `(dst, q)` has room for `item`.
+    fn wait_for_room(
+        &mut self,
+        dst: usize,
+        q: usize,
+        mut item: RingItem,
+        r1: usize,
+        r2: usize,
+    ) -> Result<(), Full> {
+        self.publish_all();
+        let sw = Arc::clone(&self.sw);
+        let port = &sw.ports[dst];
+        let ring = &port.rxq[q].rings;
+        let deadline = Instant::now() + BACKPRESSURE_WAIT;
+        let lane = self.lane(dst, q);
+        add(&lane.counters.backpressure_waits, 1);
+        loop {
+            std::thread::park_timeout(Duration::from_micros(50));
+            match lane.stage(ring, item, r1, r2) {
+                Ok(()) => return Ok(()),
+                Err((back, full)) => {
+                    if Instant::now() >= deadline || sw.stopping() || !port.is_up() {
+                        return Err(full);
+                    }
+                    item = back;
+                }
+            }
+        }
+    }
+
+    /// Publishes every staged lane to its delivery thread.
+    fn publish_all(&mut self) {
+        for &(dst, q) in &self.active {
+            if let Some(l) = self.dests[dst][q].lane.as_mut() {
+                l.publish(&self.sw.ports[dst].rxq[q].rings);
+            }
+        }
+    }
+
+    /// End of a batch: flush the LRO tables, then hand each destination
+    /// queue its frames.
+    fn end_batch(&mut self) {
+        for i in 0..self.active.len() {
+            let (dst, q) = self.active[i];
+            if let Some(t) = self.dests[dst][q].gro.as_mut() {
+                if t.held() > 0 {
+                    let out = &mut self.gro_out;
+                    t.flush_all(&mut |o| out.push(o));
+                    self.stage_gro_output(dst, q);
+                }
+            }
+        }
+        let active = std::mem::take(&mut self.active);
+        for &(dst, q) in &active {
+            self.dests[dst][q].active = false;
+            self.hand_over(dst, q);
+        }
+        self.active = active;
+        self.active.clear();
+    }
+
+    /// Delivers what was staged for `(dst, q)` from this thread when the
+    /// queue is idle and its port allows it (nothing of ours or anyone's is
+    /// waiting there, so nothing is overtaken), else publishes it.
+    fn hand_over(&mut self, dst: usize, q: usize) {
+        let sw = Arc::clone(&self.sw);
+        let port = &sw.ports[dst];
+        let ring = &port.rxq[q].rings;
+        let s = &self.settings[dst];
+        let Some(lane) = self.dests[dst][q].lane.as_mut() else {
+            return;
+        };
+        if lane.staged() == 0 {
+            return;
+        }
+        if s.delivery == Delivery::Auto && ring.idle() && port.is_up() {
+            lane.take_staged(&mut self.inline);
+            add(&lane.counters.inline_batches, 1);
+            deliver::deliver_batch(
+                port.tap.queue(q),
+                None,
+                &lane.counters,
+                s,
+                &mut self.inline,
+                &mut self.scratch,
+            );
+        } else {
+            lane.publish(ring);
+        }
+    }
+}
+
+/// Ring buffers an item takes at a queue of MTU `mtu`: (ring 1, ring 2).
+fn ring_buffers(item: &RingItem, mtu: u16) -> (usize, usize) {
+    let ring1_buf = ring::ring1_buf_size(mtu);
+    match item {
+        RingItem::Frame {
+            pkt,
+            segment: Some(g),
+        } => {
+            // Each segment takes a buffer of its own.
+            let segs = pkt
+                .len()
+                .saturating_sub(pkt.header_len())
+                .div_ceil(g.size.max(1) as usize)
+                .max(1);
+            (segs, 0)
+        }
+        RingItem::Frame { pkt, .. } => ring::buffers_for(pkt.len(), ring1_buf),
+        RingItem::Coalesced(c) => ring::buffers_for(c.len(), ring1_buf),
+    }
+}

@@ -1,0 +1,369 @@
+//! Buffers and per-thread buffer pools with two size classes.
+//!
+//! Every buffer belongs to one port's [`Home`]: a cap on how many buffers of
+//! each class that port may have alive at once (in its reader, in GRO
+//! tables, in other ports' rings, anywhere), and a lock-free return queue.
+//! A [`Buf`] goes home by itself when dropped, wherever that happens, so a
+//! buffer cannot leak and a guest can never make hvnet hold more than its
+//! port's cap, whatever it sends.
+//!
+//! The thread that reads a port takes buffers from a [`Pool`]: a LIFO cache
+//! of its own (the most recently freed, cache-warm buffer first), refilled
+//! in batches from the home queue, and allocating only while under the cap.
+//!
+//! Classes: [`SizeClass::Small`] holds any frame of a standard MTU (no GSO);
+//! [`SizeClass::Large`] holds up to a 64 KiB GSO frame. A frame is read into
+//! a small buffer with a large one behind it (one `readv`); only a frame
+//! that overflows the small one keeps the large buffer, so an in-order
+//! stream of tiny segments pins 2 KiB per segment, not 64 KiB.
+
+use crossbeam_queue::ArrayQueue;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+
+/// Bytes before the frame in every buffer: room for the 12-byte virtio-net
+/// header a TAP read writes there.
+pub const HEADROOM: usize = 12;
+/// Frame bytes a small buffer holds (a 1500-byte MTU frame with two VLAN
+/// tags fits).
+pub const SMALL_FRAME: usize = 2048 - HEADROOM;
+/// Frame bytes a large buffer holds: a 64 KiB GSO frame plus Ethernet.
+pub const LARGE_FRAME: usize = 65535 + 14 + 4;
+
+/// A buffer size class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SizeClass {
+    /// 2 KiB: frames of a standard MTU.
+    Small,
+    /// 64 KiB: GSO and jumbo frames.
+    Large,
+}
+
+impl SizeClass {
+    /// Storage bytes of a buffer of this class (headroom and frame).
+    pub const fn storage(self) -> usize {
+        HEADROOM
+            + match self {
+                SizeClass::Small => SMALL_FRAME,
+                SizeClass::Large => LARGE_FRAME,
+            }
+    }
+}
+
+/// How many buffers of each class a port may have alive at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PoolCaps {
+    /// Small buffers.
+    pub small: usize,
+    /// Large buffers.
+    pub large: usize,
+}
+
+impl PoolCaps {
+    /// Default: 8192 small (16 MiB) and 512 large (32 MiB) per port:
+    /// enough to fill 4096-entry rings at two destinations while frames
+    /// are being read and held for coalescing.
+    pub const DEFAULT: PoolCaps = PoolCaps {
+        small: 8192,
+        large: 512,
+    };
+
+    /// Bytes the cap allows.
+    pub fn bytes(&self) -> usize {
+        self.small * SizeClass::Small.storage() + self.large * SizeClass::Large.storage()
+    }
+}
+
+struct Class {
+    free: ArrayQueue<Box<[u8]>>,
+    alive: AtomicUsize,
+    cap: usize,
+}
+
+impl Class {
+    fn new(cap: usize) -> Class {
+        Class {
+            free: ArrayQueue::new(cap.max(1)),
+            alive: AtomicUsize::new(0),
+            cap,
+        }
+    }
+}
+
+/// A port's buffer account: caps and the queue freed buffers return to.
+pub struct Home {
+    small: Class,
+    large: Class,
+}
+
+/// A snapshot of a port's buffers, for `hvnet port`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PoolStatus {
+    /// Small buffers allocated (in use or idle).
+    pub small_alive: usize,
+    /// Small buffers idle in the return queue.
+    pub small_idle: usize,
+    /// Large buffers allocated.
+    pub large_alive: usize,
+    /// Large buffers idle in the return queue.
+    pub large_idle: usize,
+    /// Bytes allocated.
+    pub bytes: usize,
+    /// Bytes the cap allows.
+    pub cap_bytes: usize,
+}
+
+impl Home {
+    /// A home with the given caps.
+    pub fn new(caps: PoolCaps) -> Arc<Home> {
+        Arc::new(Home {
+            small: Class::new(caps.small),
+            large: Class::new(caps.large),
+        })
+    }
+
+    /// Buffers allocated and idle, and bytes.
+    pub fn status(&self) -> PoolStatus {
+        let (sa, la) = (self.small.alive.load(Relaxed), self.large.alive.load(Relaxed));
+        PoolStatus {
+            small_alive: sa,
+            small_idle: self.small.free.len(),
+            large_alive: la,
+            large_idle: self.large.free.len(),
+            bytes: sa * SizeClass::Small.storage() + la * SizeClass::Large.storage(),
+            cap_bytes: self.caps().bytes(),
+        }
+    }
+
+    /// The caps.
+    pub fn caps(&self) -> PoolCaps {
+        PoolCaps {
+            small: self.small.cap,
+            large: self.large.cap,
+        }
+    }
+
+    fn give_back(&self, data: Box<[u8]>) {
+        let c = match SizeClass::from_storage(data.len()) {
+            SizeClass::Small => &self.small,
+            SizeClass::Large => &self.large,
+        };
+        if c.free.push(data).is_err() {
+            // Cannot happen while alive ≤ cap = queue capacity; if it does,
+            // the memory is freed and the account follows.
+            c.alive.fetch_sub(1, Relaxed);
+        }
+    }
+}
+
+/// A frame buffer: [`HEADROOM`] bytes, then the frame. Returns to its
+/// port's [`Home`] when dropped.
+pub struct Buf {
+    data: Box<[u8]>,
+    len: usize,
+    home: Option<Arc<Home>>,
+}
+
+impl std::fmt::Debug for Buf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Buf")
+            .field("len", &self.len)
+            .field("class", &self.class())
+            .finish()
+    }
+}
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        if let Some(h) = self.home.take() {
+            h.give_back(std::mem::take(&mut self.data));
+        }
+    }
+}
+
+impl Buf {
+    /// A buffer of `class` that belongs to no pool (tests, offline tools).
+    pub fn unpooled(class: SizeClass) -> Buf {
+        Buf {
+            data: vec![0u8; class.storage()].into_boxed_slice(),
+            len: 0,
+            home: None,
+        }
+    }
+    /// Its class.
+    pub fn class(&self) -> SizeClass {
+        SizeClass::from_storage(self.data.len())
+    }
+    /// Most frame bytes it can hold.
+    pub fn capacity(&self) -> usize {
+        self.data.len() - HEADROOM
+    }
+    /// The frame.
+    pub fn frame(&self) -> &[u8] {
+        &self.data[HEADROOM..HEADROOM + self.len]
+    }
+    /// The frame, writable (for completing a checksum in place).
+    pub fn frame_mut(&mut self) -> &mut [u8] {
+        &mut self.data[HEADROOM..HEADROOM + self.len]
+    }
+    /// Replaces the frame with a copy of `bytes` (cut at the capacity).
+    pub fn fill(&mut self, bytes: &[u8]) {
+        let n = bytes.len().min(self.capacity());
+        self.data[HEADROOM..HEADROOM + n].copy_from_slice(&bytes[..n]);
+        self.len = n;
+    }
+    /// The whole storage (headroom and frame area), for a read to fill.
+    pub fn storage_mut(&mut self) -> &mut [u8] {
+        &mut self.data
+    }
+    /// The whole storage, read-only.
+    pub fn storage(&self) -> &[u8] {
+        &self.data
+    }
+    /// Sets the frame length after a read put `n` frame bytes in place.
+    pub fn set_len(&mut self, n: usize) {
+        self.len = n.min(self.capacity());
+    }
+    /// Frame length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// True when no frame is held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl AsRef<[u8]> for Buf {
+    fn as_ref(&self) -> &[u8] {
+        self.frame()
+    }
+}
+
+/// One thread's cache over a port's [`Home`].
+pub struct Pool {
+    home: Arc<Home>,
+    small: Vec<Box<[u8]>>,
+    large: Vec<Box<[u8]>>,
+}
+
+/// Buffers moved from the home queue into a thread's cache at a time.
+const REFILL: usize = 32;
+
+impl Pool {
+    /// A cache over `home`.
+    pub fn new(home: Arc<Home>) -> Pool {
+        Pool {
+            home,
+            small: Vec::with_capacity(REFILL * 2),
+            large: Vec::with_capacity(REFILL * 2),
+        }
+    }
+
+    /// The home this pool draws on.
+    pub fn home(&self) -> &Arc<Home> {
+        &self.home
+    }
+
+    /// A buffer of `class`, or `None` when the port's cap is reached and
+    /// none is free (the caller stops reading: backpressure, not growth).
+    pub fn take(&mut self, class: SizeClass) -> Option<Buf> {
+        let (cache, c) = match class {
+            SizeClass::Small => (&mut self.small, &self.home.small),
+            SizeClass::Large => (&mut self.large, &self.home.large),
+        };
+        if cache.is_empty() {
+            while cache.len() < REFILL {
+                match c.free.pop() {
+                    Some(b) => cache.push(b),
+                    None => break,
+                }
+            }
+        }
+        let data = match cache.pop() {
+            Some(d) => d,
+            None => {
+                if c.alive.fetch_add(1, Relaxed) >= c.cap {
+                    c.alive.fetch_sub(1, Relaxed);
+                    return None;
+                }
+                vec![0u8; class.storage()].into_boxed_slice()
+            }
+        };
+        Some(Buf {
+            data,
+            len: 0,
+            home: Some(Arc::clone(&self.home)),
+        })
+    }
+
+    /// Keeps a buffer in this thread's cache instead of sending it home
+    /// (for buffers the reader took and did not use).
+    pub fn keep(&mut self, mut b: Buf) {
+        if b.home.as_ref().is_some_and(|h| Arc::ptr_eq(h, &self.home)) && !b.data.is_empty() {
+            b.home = None;
+            let data = std::mem::take(&mut b.data);
+            match SizeClass::from_storage(data.len()) {
+                SizeClass::Small => self.small.push(data),
+                SizeClass::Large => self.large.push(data),
+            }
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        for d in self.small.drain(..).chain(self.large.drain(..)) {
+            self.home.give_back(d);
+        }
+    }
+}
+
+impl SizeClass {
+    fn from_storage(n: usize) -> SizeClass {
+        if n == SizeClass::Small.storage() {
+            SizeClass::Small
+        } else {
+            SizeClass::Large
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caps_bound_what_is_alive_and_drop_returns_home() {
+        let home = Home::new(PoolCaps { small: 3, large: 1 });
+        let mut p = Pool::new(Arc::clone(&home));
+        let a = p.take(SizeClass::Small).unwrap();
+        let b = p.take(SizeClass::Small).unwrap();
+        let c = p.take(SizeClass::Small).unwrap();
+        assert!(p.take(SizeClass::Small).is_none(), "cap reached");
+        let l = p.take(SizeClass::Large).unwrap();
+        assert!(p.take(SizeClass::Large).is_none());
+        assert_eq!(l.capacity(), LARGE_FRAME);
+        // Freed on another thread: it goes home and can be taken again.
+        std::thread::spawn(move || drop(b)).join().unwrap();
+        assert_eq!(home.status().small_idle, 1);
+        let d = p.take(SizeClass::Small).unwrap();
+        assert_eq!(home.status().small_alive, 3);
+        drop((a, c, d, l));
+        let s = home.status();
+        assert_eq!((s.small_alive, s.small_idle, s.large_idle), (3, 3, 1));
+        assert_eq!(s.cap_bytes, 3 * 2048 + (LARGE_FRAME + HEADROOM));
+    }
+
+    #[test]
+    fn the_cache_is_lifo() {
+        let home = Home::new(PoolCaps { small: 8, large: 1 });
+        let mut p = Pool::new(home);
+        let mut a = p.take(SizeClass::Small).unwrap();
+        a.fill(b"first");
+        let ptr = a.storage().as_ptr();
+        p.keep(a);
+        let b = p.take(SizeClass::Small).unwrap();
+        assert_eq!(b.storage().as_ptr(), ptr, "the warmest buffer comes back first");
+    }
+}

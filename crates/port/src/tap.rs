@@ -1,0 +1,384 @@
+//! TAP ports: a VM's NIC as a hypervisor's device model holds it — the file
+//! descriptors of a TAP device's queues, each opened with a 12-byte
+//! virtio-net header.
+//!
+//! [`TapReader`] reads one frame with one `readv` into a small buffer with a
+//! large one behind it and keeps whichever the frame needed (see
+//! [`crate::pool`]); [`check`] then validates the virtio-net header against
+//! the frame and parses the frame, once, into a [`Packet`]. Past this
+//! boundary the engines trust the offsets. [`send`] writes a header and a
+//! frame's pieces with one `writev`, so a coalesced frame goes out without
+//! being copied together.
+
+use crate::packet::Packet;
+use crate::pool::{Buf, Pool, SizeClass, HEADROOM};
+use hvnet_offload::gso::{self, GsoError};
+use hvnet_offload::CsumState;
+use hvnet_sys::TapQueue;
+use hvnet_wire::virtio_net::{self, Repr as VirtioNetHdr};
+use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+
+/// Size of the virtio-net header on every hvnet TAP.
+pub const VNET_HDR_LEN: usize = virtio_net::LEN_V1;
+const _: () = assert!(VNET_HDR_LEN == HEADROOM);
+
+/// Most segments a guest's GSO frame may ask for. A 64 KiB frame needs a
+/// `gso_size` of at least 256; Linux's TCP never goes below an MSS of 536
+/// on a path it has not been told is narrower. Without a bound, a
+/// `gso_size` of 16 would turn one frame into 4096 segments, and as many
+/// system calls for a receiver that takes no GSO frames.
+pub const MAX_GSO_SEGMENTS: usize = 256;
+
+/// Why a received frame was refused, or nothing was received.
+#[derive(Debug, thiserror::Error)]
+pub enum RecvError {
+    /// Nothing to read now.
+    #[error("no frame ready")]
+    WouldBlock,
+    /// The port's buffer cap is reached: nothing was read.
+    #[error("no buffer free under the port's cap")]
+    NoBuffer,
+    /// The device is gone (the guest's namespace was deleted).
+    #[error("the TAP device is gone")]
+    Gone,
+    /// Shorter than a virtio-net header, or an undefined header field.
+    #[error("bad virtio-net header")]
+    BadVnetHeader,
+    /// A frame header claims to be there and is malformed.
+    #[error("malformed frame: {0}")]
+    BadFrame(hvnet_wire::Error),
+    /// A virtio-net header that does not fit its frame.
+    #[error("virtio-net header does not fit the frame: {0}")]
+    BadOffload(GsoError),
+    /// A GSO frame that would make more than [`MAX_GSO_SEGMENTS`] segments.
+    #[error("GSO frame asks for more than {MAX_GSO_SEGMENTS} segments")]
+    TooManySegments,
+    /// Any other read error.
+    #[error("read from the TAP failed")]
+    Read(#[source] io::Error),
+}
+
+/// Reads frames from a TAP queue into pool buffers of the right class.
+pub struct TapReader {
+    small: Option<Buf>,
+    large: Option<Buf>,
+}
+
+impl Default for TapReader {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TapReader {
+    /// A reader holding no buffers yet.
+    pub fn new() -> TapReader {
+        TapReader {
+            small: None,
+            large: None,
+        }
+    }
+
+    /// Reads one frame and checks it ([`check`]).
+    pub fn read(&mut self, q: &TapQueue, pool: &mut Pool) -> Result<Packet, RecvError> {
+        if self.small.is_none() {
+            self.small = pool.take(SizeClass::Small);
+        }
+        if self.large.is_none() {
+            self.large = pool.take(SizeClass::Large);
+        }
+        let (Some(s), Some(l)) = (&mut self.small, &mut self.large) else {
+            return Err(RecvError::NoBuffer);
+        };
+        let small_len = SizeClass::Small.storage();
+        let n = {
+            let mut iov = [
+                IoSliceMut::new(s.storage_mut()),
+                IoSliceMut::new(&mut l.storage_mut()[small_len..]),
+            ];
+            q.file().read_vectored(&mut iov)
+        };
+        let n = read_result(n)?;
+        let buf = if n <= small_len {
+            let mut b = self.small.take().expect("checked above");
+            b.set_len(n.saturating_sub(HEADROOM));
+            b
+        } else {
+            // The frame overflowed into the large buffer: move the head
+            // (at most 2 KiB) in front of it.
+            let mut b = self.large.take().expect("checked above");
+            let head = self.small.as_ref().expect("checked above").storage();
+            b.storage_mut()[..small_len].copy_from_slice(head);
+            b.set_len(n - HEADROOM);
+            b
+        };
+        check(buf, n)
+    }
+
+    /// Gives the spare buffers back to `pool`'s cache.
+    pub fn release(&mut self, pool: &mut Pool) {
+        for b in [self.small.take(), self.large.take()].into_iter().flatten() {
+            pool.keep(b);
+        }
+    }
+}
+
+fn read_result(n: io::Result<usize>) -> Result<usize, RecvError> {
+    match n {
+        Ok(0) => Err(RecvError::Gone),
+        Ok(n) => Ok(n),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Err(RecvError::WouldBlock),
+        // EIO, EBADFD, ENODEV: the device went away with its namespace.
+        Err(e) if matches!(e.raw_os_error(), Some(5) | Some(77) | Some(19)) => Err(RecvError::Gone),
+        Err(e) => Err(RecvError::Read(e)),
+    }
+}
+
+/// Checks what a read of `n` bytes (virtio-net header and frame) put into
+/// `buf`, parses the frame once and returns it as a packet. A guest's
+/// `DATA_VALID` is not believed: virtio defines it only from device to
+/// driver.
+pub fn check(buf: Buf, n: usize) -> Result<Packet, RecvError> {
+    if n < VNET_HDR_LEN {
+        return Err(RecvError::BadVnetHeader);
+    }
+    let vnet = VirtioNetHdr::parse(&buf.storage()[..VNET_HDR_LEN], VNET_HDR_LEN)
+        .map_err(|_| RecvError::BadVnetHeader)?;
+    let mut p = Packet::parse(buf, Default::default()).map_err(|(_, e)| RecvError::BadFrame(e))?;
+    let mut info = gso::validate_vnet_parsed(p.frame(), &vnet, &p.meta.layers)
+        .map_err(RecvError::BadOffload)?;
+    if info.csum == CsumState::Good {
+        info.csum = CsumState::Unknown;
+    }
+    if let Some(g) = info.gso {
+        let payload = p.len().saturating_sub(p.header_len());
+        if payload.div_ceil(g.size as usize) > MAX_GSO_SEGMENTS {
+            return Err(RecvError::TooManySegments);
+        }
+    }
+    p.meta.offload = info;
+    Ok(p)
+}
+
+/// The virtio-net header as bytes.
+pub fn vnet_bytes(vnet: &VirtioNetHdr) -> [u8; VNET_HDR_LEN] {
+    let mut hdr = [0u8; VNET_HDR_LEN];
+    vnet.emit(&mut hdr, VNET_HDR_LEN);
+    hdr
+}
+
+/// Writes a frame (a header and pieces) to a TAP queue in one `writev`.
+pub fn send(q: &TapQueue, vnet: &VirtioNetHdr, pieces: &[&[u8]]) -> io::Result<()> {
+    let hdr = vnet_bytes(vnet);
+    // On the stack for up to 64 pieces (a 64 KiB run of 1448-byte segments
+    // has 45): no allocation per frame.
+    let mut iov: smallvec::SmallVec<[IoSlice<'_>; 64]> = smallvec::SmallVec::new();
+    iov.push(IoSlice::new(&hdr));
+    iov.extend(pieces.iter().map(|p| IoSlice::new(p)));
+    write_frame(q, &iov)
+}
+
+/// Writes one frame given as I/O slices (header first) in one `writev`;
+/// a short write is an error.
+pub fn write_frame(q: &TapQueue, iov: &[IoSlice<'_>]) -> io::Result<()> {
+    let total: usize = iov.iter().map(|s| s.len()).sum();
+    let n = q.file().write_vectored(iov)?;
+    if n != total {
+        return Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            "short write to TAP",
+        ));
+    }
+    Ok(())
+}
+
+/// A VM's NIC: the queues of one TAP device.
+#[derive(Debug)]
+pub struct TapPort {
+    name: String,
+    queues: Vec<TapQueue>,
+}
+
+/// Why a TAP port could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum TapError {
+    /// Opening a queue failed.
+    #[error("cannot open TAP {name} queue {queue}")]
+    OpenQueue {
+        /// Device name.
+        name: String,
+        /// Queue index.
+        queue: usize,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// Setting the virtio-net header size failed.
+    #[error("cannot set the virtio-net header size on {0}")]
+    SetVnetHdrSize(String, #[source] io::Error),
+    /// Setting offload flags failed.
+    #[error("cannot set offloads on {0}")]
+    SetOffloadFlags(String, #[source] io::Error),
+}
+
+impl TapPort {
+    /// Opens `queues` queues of TAP `name`, each with a 12-byte virtio-net
+    /// header and the given TUN_F_* offloads, non-blocking.
+    pub fn open(name: &str, queues: usize, offloads: u32) -> Result<TapPort, TapError> {
+        let mut qs = Vec::with_capacity(queues);
+        for i in 0..queues.max(1) {
+            let q = TapQueue::open(name).map_err(|source| TapError::OpenQueue {
+                name: name.into(),
+                queue: i,
+                source,
+            })?;
+            q.set_vnet_hdr_size(VNET_HDR_LEN as i32)
+                .map_err(|e| TapError::SetVnetHdrSize(name.into(), e))?;
+            q.set_offload(offloads)
+                .map_err(|e| TapError::SetOffloadFlags(name.into(), e))?;
+            q.set_nonblocking(true)
+                .map_err(|e| TapError::SetOffloadFlags(name.into(), e))?;
+            qs.push(q);
+        }
+        let name = qs[0].name().to_string();
+        Ok(TapPort { name, queues: qs })
+    }
+
+    /// A port over already opened queues (socketpairs in tests and fuzzing).
+    pub fn from_queues(name: &str, queues: Vec<TapQueue>) -> TapPort {
+        TapPort {
+            name: name.into(),
+            queues,
+        }
+    }
+
+    /// Changes the offloads the kernel may hand us (run time `port set tso`).
+    pub fn set_offload(&self, offloads: u32) -> Result<(), TapError> {
+        for q in &self.queues {
+            q.set_offload(offloads)
+                .map_err(|e| TapError::SetOffloadFlags(self.name.clone(), e))?;
+        }
+        Ok(())
+    }
+
+    /// Device name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Queue `i`.
+    pub fn queue(&self, i: usize) -> &TapQueue {
+        &self.queues[i]
+    }
+
+    /// Number of queues.
+    pub fn num_queues(&self) -> usize {
+        self.queues.len()
+    }
+}
+
+/// TUN_F_* flags for a port's offload settings: what the guest's vNIC
+/// offers in its `ethtool -k` (tx checksumming, TSO).
+pub fn tap_offload_flags(csum: bool, tso: bool) -> u32 {
+    use hvnet_sys::offload::*;
+    match (csum, tso) {
+        // The kernel ignores TSO without CSUM; so do we.
+        (false, _) => 0,
+        (true, false) => CSUM,
+        (true, true) => CSUM | TSO4 | TSO6 | TSO_ECN,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::{Home, PoolCaps};
+    use hvnet_offload::testutil::TcpSpec;
+    use hvnet_wire::GsoType;
+
+    #[test]
+    fn offload_flags_are_exhaustive() {
+        use hvnet_sys::offload::*;
+        assert_eq!(tap_offload_flags(false, false), 0);
+        assert_eq!(tap_offload_flags(false, true), 0);
+        assert_eq!(tap_offload_flags(true, false), CSUM);
+        assert_eq!(tap_offload_flags(true, true), CSUM | TSO4 | TSO6 | TSO_ECN);
+    }
+
+    fn tso_hdr() -> VirtioNetHdr {
+        VirtioNetHdr {
+            flags: virtio_net::flags::NEEDS_CSUM,
+            gso_type: GsoType::TcpV4,
+            hdr_len: 54,
+            gso_size: 1448,
+            csum_start: 34,
+            csum_offset: 16,
+            num_buffers: 1,
+            gso_ecn: false,
+        }
+    }
+
+    #[test]
+    fn send_then_read_over_a_socketpair_in_the_right_class() {
+        let (a, b) = hvnet_sys::frame_socketpair().unwrap();
+        let (qa, qb) = (TapQueue::from_fd(a, "a"), TapQueue::from_fd(b, "b"));
+        qb.set_nonblocking(true).unwrap();
+        let home = Home::new(PoolCaps { small: 4, large: 2 });
+        let mut pool = Pool::new(home.clone());
+        let mut r = TapReader::new();
+        let big = TcpSpec {
+            payload: vec![9; 3000],
+            ..TcpSpec::default()
+        }
+        .build();
+        let h = tso_hdr();
+        send(&qa, &h, &[&big[..100], &big[100..]]).unwrap();
+        let p = r.read(&qb, &mut pool).unwrap();
+        assert_eq!(p.frame(), &big[..]);
+        assert_eq!(p.buf.class(), SizeClass::Large);
+        assert_eq!(p.meta.offload.gso.unwrap().size, 1448);
+        assert_eq!(p.header_len(), 54);
+        let small = TcpSpec {
+            payload: vec![7; 100],
+            ..TcpSpec::default()
+        }
+        .build();
+        let plain = VirtioNetHdr {
+            flags: virtio_net::flags::DATA_VALID,
+            gso_type: GsoType::None,
+            hdr_len: 0,
+            gso_size: 0,
+            csum_start: 0,
+            csum_offset: 0,
+            num_buffers: 1,
+            gso_ecn: false,
+        };
+        send(&qa, &plain, &[&small]).unwrap();
+        let q = r.read(&qb, &mut pool).unwrap();
+        assert_eq!(q.frame(), &small[..]);
+        assert_eq!(q.buf.class(), SizeClass::Small);
+        assert_eq!(
+            q.meta.offload.csum,
+            CsumState::Unknown,
+            "a guest's DATA_VALID is not believed"
+        );
+        assert!(matches!(r.read(&qb, &mut pool), Err(RecvError::WouldBlock)));
+        // A header that lies about the frame is refused at the boundary.
+        send(&qa, &VirtioNetHdr { csum_start: 5000, ..h }, &[&big]).unwrap();
+        assert!(matches!(r.read(&qb, &mut pool), Err(RecvError::BadOffload(_))));
+        send(&qa, &h, &[]).unwrap();
+        assert!(matches!(r.read(&qb, &mut pool), Err(RecvError::BadFrame(_))));
+        // A tiny gso_size is refused, not turned into thousands of segments.
+        send(&qa, &VirtioNetHdr { gso_size: 8, ..h }, &[&big]).unwrap();
+        assert!(matches!(r.read(&qb, &mut pool), Err(RecvError::TooManySegments)));
+        // With both packets held and the cap at 2 large buffers, the reader
+        // has one spare large buffer and then none: it stops reading.
+        let _held = (p, q);
+        send(&qa, &h, &[&big]).unwrap();
+        let p2 = r.read(&qb, &mut pool).unwrap();
+        send(&qa, &h, &[&big]).unwrap();
+        assert!(matches!(r.read(&qb, &mut pool), Err(RecvError::NoBuffer)));
+        drop(p2);
+        assert!(r.read(&qb, &mut pool).is_ok(), "a freed buffer is used again");
+    }
+}

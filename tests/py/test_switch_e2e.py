@@ -157,12 +157,40 @@ def test_broadcast_and_unknown_unicast_flood(tmp_path):
         assert_accounted(t, ["a", "b", "c"])
 
 
-def test_learned_macs_age_out(tmp_path):
+def test_learned_macs_age_out_and_own_macs_are_static(tmp_path):
     with hvlab.Topology(tmp_path, [vm("a", "10.65.0.1"), vm("b", "10.65.0.2")], fdb_aging_secs=2) as t:
         t.sh("a", "ping -c 1 -W 2 10.65.0.2")
-        assert len(json.loads(t.hv("fdb", "--json").stdout)) == 2
+        rows = json.loads(t.hv("fdb", "--json").stdout)
+        assert sorted(r["kind"] for r in rows) == ["static", "static"], rows
+        t.hv("port", "a", "set", "allow_forged_transmits=on")
+        frame = b"\xff" * 6 + bytes.fromhex("02deadbeef02") + b"\x88\xb5" + b"learn".ljust(46, b"\0")
+        raw_send(t, "a", frame, count=1)
+        deadline = time.time() + 5
+        while time.time() < deadline:
+            rows = json.loads(t.hv("fdb", "--json").stdout)
+            if any(r["kind"] == "learned" for r in rows):
+                break
+            time.sleep(0.05)
+        assert [r["mac"] for r in rows if r["kind"] == "learned"] == ["02:de:ad:be:ef:02"]
         time.sleep(3.5)
-        assert json.loads(t.hv("fdb", "--json").stdout) == []
+        rows = json.loads(t.hv("fdb", "--json").stdout)
+        assert sorted(r["kind"] for r in rows) == ["static", "static"], "learned entries age, static ones stay"
+
+
+def test_a_guest_cannot_take_over_another_ports_mac(tmp_path):
+    """With forged transmits allowed, a sends from b's address: the FDB
+    refuses to move b's static entry, and traffic to b still reaches b."""
+    with hvlab.Topology(tmp_path, [vm("a", "10.65.1.1"), vm("b", "10.65.1.2"), vm("c", "10.65.1.3")]) as t:
+        t.hv("port", "a", "set", "allow_forged_transmits=on")
+        b_mac = next(p["mac"] for p in json.loads(t.hv("ports", "--json").stdout) if p["client"] == "b")
+        frame = b"\xff" * 6 + bytes.fromhex(b_mac.replace(":", "")) + b"\x88\xb5" + b"steal".ljust(46, b"\0")
+        raw_send(t, "a", frame, count=3)
+        deadline = time.time() + 5
+        while time.time() < deadline and t.stats("/ports/a/txSummary")["fdb_learn_refused"] == 0:
+            time.sleep(0.05)
+        assert t.stats("/ports/a/txSummary")["fdb_learn_refused"] >= 1
+        t.sh("c", "ping -c 2 -i 0.2 -W 2 10.65.1.2")
+        assert_accounted(t, ["a", "b", "c"])
 
 
 def test_forged_source_mac_is_dropped_by_policy(tmp_path):

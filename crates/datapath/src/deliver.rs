@@ -58,9 +58,9 @@ pub(crate) fn deliver_loop(sw: &Switch, port: &Port, q: usize) {
             gen = now_gen;
             s = port.settings();
         }
-        let (r1, r2) = batch.iter().fold((0, 0), |(a, b), x| {
-            (a + x.r1 as usize, b + x.r2 as usize)
-        });
+        let (r1, r2) = batch
+            .iter()
+            .fold((0, 0), |(a, b), x| (a + x.r1 as usize, b + x.r2 as usize));
         if port.is_up() {
             deliver_batch(tap, writer.as_mut(), c, &s, &mut batch, &mut scratch);
         } else {
@@ -118,7 +118,13 @@ pub(crate) fn deliver_batch(
             let spans = &mut scratch.spans;
             spans.clear();
             for (slot, vnet) in items.iter().zip(vnets.iter()) {
-                if matches!(slot.item, RingItem::Frame { segment: Some(_), .. }) {
+                if matches!(
+                    slot.item,
+                    RingItem::Frame {
+                        segment: Some(_),
+                        ..
+                    }
+                ) {
                     continue;
                 }
                 let start = iov.len();
@@ -140,7 +146,9 @@ pub(crate) fn deliver_batch(
                     Err(io::Error::other("batched write failed"))
                 });
             }
-            let mut written = results.drain(..).collect::<smallvec::SmallVec<[_; BATCH]>>();
+            let mut written = results
+                .drain(..)
+                .collect::<smallvec::SmallVec<[_; BATCH]>>();
             written.reverse();
             for (slot, vnet) in items.drain(..).zip(vnets.iter()) {
                 let res = match &slot.item {
@@ -151,7 +159,9 @@ pub(crate) fn deliver_batch(
                         deliver_segmented(tap, c, s, pkt, *g);
                         continue;
                     }
-                    _ => written.pop().unwrap_or_else(|| Err(io::Error::other("not written"))),
+                    _ => written
+                        .pop()
+                        .unwrap_or_else(|| Err(io::Error::other("not written"))),
                 };
                 let _ = vnet;
                 count(c, &slot.item, res.is_ok());
@@ -237,7 +247,13 @@ fn count(c: &EgressCounters, item: &RingItem, ok: bool) {
 
 /// A GSO frame for a guest that does not take it whole: segmented on the
 /// way in, each segment written as it is made.
-fn deliver_segmented(tap: &TapQueue, c: &EgressCounters, s: &PortSettings, pkt: &Packet, g: GsoInfo) {
+fn deliver_segmented(
+    tap: &TapQueue,
+    c: &EgressCounters,
+    s: &PortSettings,
+    pkt: &Packet,
+    g: GsoInfo,
+) {
     let mode = if s.csum {
         CsumMode::Partial
     } else {

@@ -251,7 +251,10 @@ mod tests {
         assert_eq!(f.learn(0, m, 1, t0), Learn::Learned);
         assert_eq!(f.lookup(0, m, t0), Some(1));
         assert_eq!(f.lookup(5, m, t0), None, "VLANs are separate");
-        assert_eq!(f.learn(0, m, 2, t0 + Duration::from_secs(2)), Learn::Learned);
+        assert_eq!(
+            f.learn(0, m, 2, t0 + Duration::from_secs(2)),
+            Learn::Learned
+        );
         assert_eq!(
             f.lookup(0, m, t0 + Duration::from_secs(3)),
             Some(2),

@@ -218,12 +218,20 @@ pub struct Lane<T> {
 impl<T> Lane<T> {
     /// Stages a frame needing `(r1, r2)` buffers, or gives it back with
     /// the ring that is full.
-    pub fn stage(&mut self, ring: &RxRing<T>, item: T, r1: usize, r2: usize) -> Result<(), (T, Full)> {
-        if ring.used1.load(Ordering::Relaxed) + self.pending1 + r1 > ring.size1.load(Ordering::Relaxed)
+    pub fn stage(
+        &mut self,
+        ring: &RxRing<T>,
+        item: T,
+        r1: usize,
+        r2: usize,
+    ) -> Result<(), (T, Full)> {
+        if ring.used1.load(Ordering::Relaxed) + self.pending1 + r1
+            > ring.size1.load(Ordering::Relaxed)
         {
             return Err((item, Full::Ring1));
         }
-        if ring.used2.load(Ordering::Relaxed) + self.pending2 + r2 > ring.size2.load(Ordering::Relaxed)
+        if ring.used2.load(Ordering::Relaxed) + self.pending2 + r2
+            > ring.size2.load(Ordering::Relaxed)
         {
             return Err((item, Full::Ring2));
         }

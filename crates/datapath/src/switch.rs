@@ -385,13 +385,19 @@ impl Switch {
         for p in &self.ports {
             for q in 0..p.tap.num_queues() {
                 let (sw, port) = (Arc::clone(self), Arc::clone(p));
-                handles.push(supervised(format!("{}_q{q}", p.name), sw, port, move |sw, port| {
-                    crate::worker::Worker::new(sw, port, q).run()
-                }));
+                handles.push(supervised(
+                    format!("{}_q{q}", p.name),
+                    sw,
+                    port,
+                    move |sw, port| crate::worker::Worker::new(sw, port, q).run(),
+                ));
                 let (sw, port) = (Arc::clone(self), Arc::clone(p));
-                handles.push(supervised(format!("{}_rx{q}", p.name), sw, port, move |sw, port| {
-                    crate::deliver::deliver_loop(&sw, &port, q)
-                }));
+                handles.push(supervised(
+                    format!("{}_rx{q}", p.name),
+                    sw,
+                    port,
+                    move |sw, port| crate::deliver::deliver_loop(&sw, &port, q),
+                ));
             }
         }
         let sw = Arc::clone(self);
@@ -470,11 +476,17 @@ fn supervised(
             }
             let n = port.thread_failures.fetch_add(1, Ordering::Relaxed) + 1;
             if n >= MAX_RESTARTS {
-                eprintln!("hvnet: thread {name} failed {n} times; port {} is marked failed", port.name);
+                eprintln!(
+                    "hvnet: thread {name} failed {n} times; port {} is marked failed",
+                    port.name
+                );
                 port.set_state(PortState::Failed);
                 return;
             }
-            eprintln!("hvnet: thread {name} failed (failure {n} of port {}); starting it again", port.name);
+            eprintln!(
+                "hvnet: thread {name} failed (failure {n} of port {}); starting it again",
+                port.name
+            );
             std::thread::sleep(Duration::from_millis(100));
         })
         .expect("spawn port thread")

@@ -10,8 +10,7 @@ use crate::fdb::Learn;
 use crate::forward::{self, Action, Ingress};
 use crate::ring::{self, Full, Lane, Slot};
 use crate::switch::{
-    Delivery, Port, PortSettings, PortState, RingItem, RxOverflow, Switch, BACKPRESSURE_WAIT,
-    BATCH,
+    Delivery, Port, PortSettings, PortState, RingItem, RxOverflow, Switch, BACKPRESSURE_WAIT, BATCH,
 };
 use hvnet_offload::gro::{GroConfig, GroOutput, GroTable};
 use hvnet_port::{Packet, Pool, RecvError, TapReader};
@@ -99,7 +98,10 @@ impl Worker {
             let now = self.begin_batch();
             let mut stalled = false;
             for _ in 0..BATCH {
-                match self.reader.read(self.port.tap.queue(self.q), &mut self.pool) {
+                match self
+                    .reader
+                    .read(self.port.tap.queue(self.q), &mut self.pool)
+                {
                     Ok(pkt) => self.forward(pkt, now),
                     Err(RecvError::WouldBlock) => break,
                     Err(RecvError::NoBuffer) => {
@@ -152,7 +154,9 @@ impl Worker {
         if now.duration_since(self.last_sweep) >= GRO_IDLE {
             self.last_sweep = now;
             for d in self.dests.iter_mut().flatten() {
-                let idle = d.gro_used.is_some_and(|t| now.duration_since(t) >= GRO_IDLE);
+                let idle = d
+                    .gro_used
+                    .is_some_and(|t| now.duration_since(t) >= GRO_IDLE);
                 if idle && d.gro.as_ref().is_some_and(|g| g.held() == 0) {
                     d.gro = None;
                     d.gro_used = None;
@@ -229,7 +233,13 @@ impl Worker {
                     // none left, that destination does not get one.
                     if let Some(mut b) = self.pool.take(pkt.buf.class()) {
                         b.fill(pkt.frame());
-                        self.egress(p, Packet { buf: b, meta: pkt.meta });
+                        self.egress(
+                            p,
+                            Packet {
+                                buf: b,
+                                meta: pkt.meta,
+                            },
+                        );
                     } else {
                         add(&self.port.ingress[self.q].no_buffer_stalls, 1);
                     }

@@ -124,7 +124,10 @@ impl Home {
 
     /// Buffers allocated and idle, and bytes.
     pub fn status(&self) -> PoolStatus {
-        let (sa, la) = (self.small.alive.load(Relaxed), self.large.alive.load(Relaxed));
+        let (sa, la) = (
+            self.small.alive.load(Relaxed),
+            self.large.alive.load(Relaxed),
+        );
         PoolStatus {
             small_alive: sa,
             small_idle: self.small.free.len(),
@@ -364,6 +367,10 @@ mod tests {
         let ptr = a.storage().as_ptr();
         p.keep(a);
         let b = p.take(SizeClass::Small).unwrap();
-        assert_eq!(b.storage().as_ptr(), ptr, "the warmest buffer comes back first");
+        assert_eq!(
+            b.storage().as_ptr(),
+            ptr,
+            "the warmest buffer comes back first"
+        );
     }
 }

@@ -364,13 +364,30 @@ mod tests {
         );
         assert!(matches!(r.read(&qb, &mut pool), Err(RecvError::WouldBlock)));
         // A header that lies about the frame is refused at the boundary.
-        send(&qa, &VirtioNetHdr { csum_start: 5000, ..h }, &[&big]).unwrap();
-        assert!(matches!(r.read(&qb, &mut pool), Err(RecvError::BadOffload(_))));
+        send(
+            &qa,
+            &VirtioNetHdr {
+                csum_start: 5000,
+                ..h
+            },
+            &[&big],
+        )
+        .unwrap();
+        assert!(matches!(
+            r.read(&qb, &mut pool),
+            Err(RecvError::BadOffload(_))
+        ));
         send(&qa, &h, &[]).unwrap();
-        assert!(matches!(r.read(&qb, &mut pool), Err(RecvError::BadFrame(_))));
+        assert!(matches!(
+            r.read(&qb, &mut pool),
+            Err(RecvError::BadFrame(_))
+        ));
         // A tiny gso_size is refused, not turned into thousands of segments.
         send(&qa, &VirtioNetHdr { gso_size: 8, ..h }, &[&big]).unwrap();
-        assert!(matches!(r.read(&qb, &mut pool), Err(RecvError::TooManySegments)));
+        assert!(matches!(
+            r.read(&qb, &mut pool),
+            Err(RecvError::TooManySegments)
+        ));
         // With both packets held and the cap at 2 large buffers, the reader
         // has one spare large buffer and then none: it stops reading.
         let _held = (p, q);
@@ -379,6 +396,9 @@ mod tests {
         send(&qa, &h, &[&big]).unwrap();
         assert!(matches!(r.read(&qb, &mut pool), Err(RecvError::NoBuffer)));
         drop(p2);
-        assert!(r.read(&qb, &mut pool).is_ok(), "a freed buffer is used again");
+        assert!(
+            r.read(&qb, &mut pool).is_ok(),
+            "a freed buffer is used again"
+        );
     }
 }

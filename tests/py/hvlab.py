@@ -6,6 +6,8 @@ import os
 import shutil
 import signal  # noqa: F401  (re-exported for callers)
 import subprocess
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -38,6 +40,46 @@ def is_root() -> bool:
 def unique(prefix: str) -> str:
     """A namespace or interface name no other test run uses (<= 15 chars)."""
     return f"{prefix}{uuid.uuid4().hex[:8]}"[:15]
+
+
+def wait_for_line(stream, text: str, timeout=30.0):
+    """Reads lines from a process's output until one contains `text` (the
+    process says it is ready), then keeps draining the stream in the
+    background so the process never blocks on a full pipe."""
+    found = threading.Event()
+
+    def pump():
+        for raw in iter(stream.readline, b"" if not hasattr(stream, "encoding") else ""):
+            line = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+            if text in line:
+                found.set()
+        found.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    if not found.wait(timeout):
+        raise TimeoutError(f"no line with {text!r} within {timeout} s")
+
+
+def wait_listening(ns_name: str, port: int, timeout=30.0):
+    """Waits until a TCP socket listens on `port` in namespace `ns_name`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = run(["ip", "netns", "exec", ns_name, "ss", "-Hltn", f"sport = :{port}"], check=False).stdout
+        if out.strip():
+            return
+        time.sleep(0.02)
+    raise TimeoutError(f"nothing listens on port {port} in {ns_name} after {timeout} s")
+
+
+def eventually(check, timeout=10.0, every=0.02):
+    """Polls `check()` until it returns something true (returned) or the
+    timeout passes (the last value is returned, for the assertion)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = check()
+        if v or time.monotonic() > deadline:
+            return v
+        time.sleep(every)
 
 
 def stop_procs(procs):

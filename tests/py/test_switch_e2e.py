@@ -36,7 +36,7 @@ def assert_accounted(t, vms):
 
 def transfer(t, src, dst, dst_ip, path, port=5555):
     server = t.popen(dst, f"{os.sys.executable} {XFER} serve {dst_ip} {port}", stdout=hvlab.subprocess.PIPE, text=True)
-    time.sleep(0.3)
+    hvlab.wait_listening(t.ns(dst), port)
     t.sh(src, f"{os.sys.executable} {XFER} send {dst_ip} {port} {path}", timeout=60)
     out, _ = server.communicate(timeout=30)
     digest, n = out.split()
@@ -96,12 +96,12 @@ def test_lro_seen_from_the_receiver(tmp_path):
     none is larger than the MTU."""
     with hvlab.Topology(tmp_path, [vm("a", "10.63.0.1", tso=False), vm("b", "10.63.0.2")]) as t:
         t.popen("b", "iperf3 -s -B 10.63.0.2", stdout=hvlab.subprocess.DEVNULL)
-        time.sleep(0.4)
+        hvlab.wait_listening(t.ns("b"), 5201)
         results = {}
         for lro in (True, False):
             t.hv("port", "b", "set", f"lro={'on' if lro else 'off'}")
-            dump = t.popen("b", "tcpdump -i eth0 -n -s 96 -c 2000 -w /dev/stdout tcp and src host 10.63.0.1", stdout=hvlab.subprocess.PIPE, stderr=hvlab.subprocess.DEVNULL)
-            time.sleep(0.5)
+            dump = t.popen("b", "tcpdump -i eth0 -n -s 96 -c 2000 --immediate-mode -w /dev/stdout tcp and src host 10.63.0.1", stdout=hvlab.subprocess.PIPE, stderr=hvlab.subprocess.PIPE)
+            hvlab.wait_for_line(dump.stderr, "listening on")
             a0, b0 = t.link_counters("a"), t.link_counters("b")
             t.sh("a", "iperf3 -c 10.63.0.2 -t 2 -l 64K > /dev/null")
             a1, b1 = t.link_counters("a"), t.link_counters("b")
@@ -147,8 +147,8 @@ def test_broadcast_and_unknown_unicast_flood(tmp_path):
         unknown = bytes.fromhex("02aabbccddee") + src + b"\x88\xb5" + b"unknown-unicast".ljust(46, b"\0")
         raw_send(t, "a", bcast)
         raw_send(t, "a", unknown)
-        time.sleep(0.5)
-        after = {v: t.stats(f"/ports/{v}/rxSummary")["offered"] for v in "abc"}
+        offered = lambda: {v: t.stats(f"/ports/{v}/rxSummary")["offered"] for v in "abc"}  # noqa: E731
+        after = hvlab.eventually(lambda: (lambda o: o if o["c"] - before["c"] >= 6 else None)(offered())) or offered()
         # IPv6 neighbour discovery may add a few frames; ours are 6 per port.
         assert after["b"] - before["b"] >= 6 and after["c"] - before["c"] >= 6
         assert after["a"] - before["a"] < 6
@@ -197,11 +197,12 @@ def test_forged_source_mac_is_dropped_by_policy(tmp_path):
     with hvlab.Topology(tmp_path, [vm("a", "10.66.0.1"), vm("b", "10.66.0.2")]) as t:
         forged = b"\xff" * 6 + bytes.fromhex("02deadbeef01") + b"\x88\xb5" + b"forged".ljust(46, b"\0")
         raw_send(t, "a", forged, count=4)
-        time.sleep(0.3)
+        hvlab.eventually(lambda: t.stats("/ports/a/txSummary")["drop_policy"] >= 4)
         assert t.stats("/ports/a/txSummary")["drop_policy"] == 4
         t.hv("port", "a", "set", "allow_forged_transmits=on")
+        frames = t.stats("/ports/a/txSummary")["frames"]
         raw_send(t, "a", forged, count=2)
-        time.sleep(0.3)
+        hvlab.eventually(lambda: t.stats("/ports/a/txSummary")["frames"] >= frames + 2)
         assert t.stats("/ports/a/txSummary")["drop_policy"] == 4
         assert_accounted(t, ["a", "b"])
 
@@ -257,7 +258,7 @@ def test_down_after_a_crash_removes_everything(tmp_path):
     with t:
         state = json.loads(Path(f"/run/hvnet/{t.name}/state.json").read_text())
         os.kill(state["pid"], 9)
-        time.sleep(0.3)
+        hvlab.eventually(lambda: not Path(f"/proc/{state['pid']}").exists())
         r = t.hv("ports", check=False)
         assert r.returncode == 1 and "not running" in r.stderr
         hvlab.hvnet("down", t.name)

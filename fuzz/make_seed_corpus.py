@@ -63,6 +63,20 @@ def main():
     for n in (2, 6, 12):
         seq = b"".join(b"\x00" + struct.pack("<H", len(f)) + f for f in data[:n]) + b"\x06\x03"
         put("gro_table", seq)
+    # Switch sequences: guests send runs of real data segments (MACs set to
+    # the ports', op bit 0x10) and GSO frames, with steps and a settings
+    # change between them.
+    vnet_frames = [bytes(12) + f for f in data] + [
+        struct.pack("<BBHHHHH", 1, 1, 54, 1448, 34, 16, 1) + f for f in big[:2]
+    ]
+    for shape, n in ((0x00, 4), (0x1F, 8), (0xA5, 14)):
+        ops = bytes([shape])
+        for i, vf in enumerate(vnet_frames[:n]):
+            ops += bytes([0x10, i % 3]) + struct.pack("<H", len(vf)) + vf
+            if i % 4 == 3:
+                ops += b"\x05"
+        ops += b"\x07\x31" + b"\x05"
+        put("switch_ops", ops)
     print("corpus:", {d.name: len(list(d.iterdir())) for d in CORPUS.iterdir()})
 
 

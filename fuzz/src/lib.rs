@@ -149,3 +149,109 @@ pub fn rss_vxlan(data: &[u8]) {
         assert_eq!(&f[d.inner_offset..d.inner_end], data);
     }
 }
+
+/// The switch itself, single-threaded over socketpair ports: up to four
+/// ports (one or two queues, settings from the input), then a sequence of
+/// operations decoded from the input — a guest sends a virtio-net header
+/// and a frame (source and destination MACs often set to real ports'),
+/// the switch runs a step, or a port's settings change. Small buffer caps,
+/// so that the caps are hit. Invariants: no panic, every frame accounted
+/// (frames in = forwarded + named drops; offered = delivered + drops,
+/// nothing left in flight), buffers within each port's cap.
+pub fn switch_ops(data: &[u8]) {
+    use hvnet_datapath::harness::Harness;
+    use hvnet_datapath::{Delivery, PortSettings, RxOverflow, SwitchConfig};
+    use hvnet_port::PoolCaps;
+    use hvnet_wire::MacAddr;
+
+    let Some((&shape, mut rest)) = data.split_first() else {
+        return;
+    };
+    let nports = 2 + (shape & 3) as usize % 3;
+    let mac = |i: usize| MacAddr([2, 0, 0, 0, 0, 1 + i as u8]);
+    let settings = |bits: u8| PortSettings {
+        lro: bits & 1 != 0,
+        csum: bits & 2 != 0,
+        mtu: [1500, 9000, 576, 68][(bits >> 2) as usize & 3],
+        ring1: [32, 256, 4096][(bits >> 4) as usize % 3],
+        ring2: [32, 256, 4096][(bits >> 5) as usize % 3],
+        rx_overflow: RxOverflow::Drop,
+        delivery: if bits & 0x80 != 0 {
+            Delivery::Thread
+        } else {
+            Delivery::Auto
+        },
+        allow_forged_transmits: bits & 0x40 != 0,
+        ..PortSettings::default()
+    };
+    let ports: Vec<(MacAddr, usize, PortSettings)> = (0..nports)
+        .map(|i| {
+            (
+                mac(i),
+                1 + ((shape >> (2 + i)) & 1) as usize,
+                settings(shape.rotate_left(i as u32)),
+            )
+        })
+        .collect();
+    let cfg = SwitchConfig {
+        pool_caps: PoolCaps {
+            small: 64,
+            large: 8,
+        },
+        ..SwitchConfig::default()
+    };
+    let mut h = Harness::new(&ports, cfg);
+    let mut out = Vec::new();
+    let mut frame = Vec::with_capacity(70_000);
+    while let Some((&op, tail)) = rest.split_first() {
+        rest = tail;
+        match op % 8 {
+            0..=4 => {
+                if rest.len() < 3 {
+                    break;
+                }
+                let port = rest[0] as usize % nports;
+                let len = (u16::from_le_bytes([rest[1], rest[2]]) as usize).min(rest.len() - 3);
+                let (bytes, tail) = rest[3..].split_at(len);
+                rest = tail;
+                frame.clear();
+                frame.extend_from_slice(bytes);
+                // Make most frames look like they come from their port and
+                // go to another, so that they get past policy and the FDB.
+                if op & 0x10 != 0 && frame.len() >= 12 + 12 {
+                    let dst = (port + 1 + (op >> 5) as usize) % nports;
+                    frame[12..18].copy_from_slice(&mac(dst).0);
+                    frame[18..24].copy_from_slice(&mac(port).0);
+                }
+                if op & 0x08 != 0 && frame.len() > 30_000 {
+                    // A large frame, repeated from its head (a GSO frame).
+                    let head = frame[..30_000.min(frame.len())].to_vec();
+                    frame.extend_from_slice(&head);
+                }
+                h.send(port, (op >> 5) as usize, &frame);
+            }
+            5 | 6 => {
+                h.step();
+                out.clear();
+                h.settle(1, &mut out);
+            }
+            _ => {
+                if let Some((&bits, tail)) = rest.split_first() {
+                    rest = tail;
+                    let port = (op >> 3) as usize % nports;
+                    let mut s = settings(bits);
+                    let cur = h.sw.ports[port].settings();
+                    // Offload flags are ioctls a socketpair cannot take.
+                    s.tso = cur.tso;
+                    s.csum = cur.csum;
+                    let _ = h.sw.set_port(&format!("p{port}"), s);
+                }
+            }
+        }
+    }
+    out.clear();
+    h.settle(1000, &mut out);
+    if let Err(e) = h.check_accounting() {
+        panic!("accounting: {e}");
+    }
+}

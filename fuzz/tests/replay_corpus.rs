@@ -42,3 +42,8 @@ fn gso_segment() {
 fn rss_vxlan() {
     replay("rss_vxlan", hvnet_fuzz::rss_vxlan);
 }
+
+#[test]
+fn switch_ops() {
+    replay("switch_ops", hvnet_fuzz::switch_ops);
+}

@@ -12,6 +12,8 @@ pub mod counters;
 mod deliver;
 pub mod fdb;
 pub mod forward;
+#[cfg(any(test, feature = "test-utils"))]
+pub mod harness;
 pub mod ring;
 pub mod switch;
 mod worker;

@@ -27,6 +27,17 @@ pub const GRO_MAX_SEGMENTS: usize = 64;
 /// A GRO table with no held run for this long is freed.
 const GRO_IDLE: Duration = Duration::from_secs(1);
 
+/// What one batch found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Batch {
+    /// Nothing to read.
+    Empty,
+    /// Frames were read (or refused).
+    Frames,
+    /// The port's buffer cap stopped the reading.
+    Stalled,
+}
+
 /// Per destination queue: the lane into it and the LRO table for it, both
 /// made on first use.
 #[derive(Default)]
@@ -85,8 +96,8 @@ impl Worker {
         }
     }
 
-    /// Reads until the switch stops or the port goes down: `poll`, then
-    /// `read(2)` until the queue is empty or the batch is full.
+    /// Reads until the switch stops or the port goes down: `poll`, then a
+    /// batch.
     pub(crate) fn run(mut self) {
         let fd = self.port.tap.queue(self.q).raw_fd();
         while !self.sw.stopping() && self.port.is_up() {
@@ -95,35 +106,52 @@ impl Worker {
                 Ok(false) => continue,
                 Err(_) => break,
             }
-            let now = self.begin_batch();
-            let mut stalled = false;
-            for _ in 0..BATCH {
-                match self
-                    .reader
-                    .read(self.port.tap.queue(self.q), &mut self.pool)
-                {
-                    Ok(pkt) => self.forward(pkt, now),
-                    Err(RecvError::WouldBlock) => break,
-                    Err(RecvError::NoBuffer) => {
-                        add(&self.port.ingress[self.q].no_buffer_stalls, 1);
-                        stalled = true;
-                        break;
-                    }
-                    Err(RecvError::Gone) => {
-                        self.port_gone();
-                        break;
-                    }
-                    Err(RecvError::Read(_)) => break,
-                    Err(e) => self.count_refused(&e),
-                }
-            }
-            self.end_batch();
-            if stalled {
+            if self.poll_batch() == Batch::Stalled {
                 // Every buffer the port may have is in flight: wait for
                 // deliveries to give some back instead of spinning.
                 std::thread::sleep(Duration::from_micros(200));
             }
         }
+        self.finish();
+    }
+
+    /// One batch: `read(2)` until the queue is empty or the batch is full,
+    /// then the end-of-batch flush and hand-over.
+    pub(crate) fn poll_batch(&mut self) -> Batch {
+        let now = self.begin_batch();
+        let mut result = Batch::Empty;
+        for _ in 0..BATCH {
+            match self
+                .reader
+                .read(self.port.tap.queue(self.q), &mut self.pool)
+            {
+                Ok(pkt) => {
+                    result = Batch::Frames;
+                    self.forward(pkt, now);
+                }
+                Err(RecvError::WouldBlock) => break,
+                Err(RecvError::NoBuffer) => {
+                    add(&self.port.ingress[self.q].no_buffer_stalls, 1);
+                    result = Batch::Stalled;
+                    break;
+                }
+                Err(RecvError::Gone) => {
+                    self.port_gone();
+                    break;
+                }
+                Err(RecvError::Read(_)) => break,
+                Err(e) => {
+                    result = Batch::Frames;
+                    self.count_refused(&e);
+                }
+            }
+        }
+        self.end_batch();
+        result
+    }
+
+    /// Flushes what is held and gives the spare buffers back.
+    pub(crate) fn finish(&mut self) {
         self.end_batch();
         self.reader.release(&mut self.pool);
     }

@@ -35,9 +35,9 @@ def run_load(t, seconds=4):
 
 
 def test_small_rings_drop_under_cpu_contention_and_big_rings_do_not(tmp_path):
-    # The VMXNET3 behaviour under study: a full ring drops, and the VM's
-    # delivery thread (its "vCPU") does all the delivery work.
-    vms = [dict(name="a", ipv4="10.71.0.1/24"), dict(name="b", ipv4="10.71.0.2/24", rx_overflow="drop", delivery="thread")]
+    # The VMXNET3 behaviour under study: one queue, a full ring drops, and
+    # the VM's delivery thread (its "vCPU") does all the delivery work.
+    vms = [dict(name="a", ipv4="10.71.0.1/24"), dict(name="b", ipv4="10.71.0.2/24", queues=1, rx_overflow="drop", delivery="thread")]
     with hvlab.Topology(tmp_path, vms) as t, hvlab.CpuLimit(25) as cpu:
         server = t.popen("b", "iperf3 -s -B 10.71.0.2", stdout=hvlab.subprocess.DEVNULL, stderr=hvlab.subprocess.DEVNULL)
         hvlab.wait_listening(t.ns("b"), 5201)

@@ -228,7 +228,7 @@ def test_run_time_ring_and_mtu_changes(tmp_path):
         assert (s["ring1"], s["ring2"]) == (4096, 4096)
         st = t.stats("/ports/b/rxqueues/0/status")
         assert st["rings"]["ring1_size"] == 4096
-        assert s["ring_memory_bytes"] == 4096 * 1536 + 4096 * 4096
+        assert s["ring_memory_bytes"] == s["queues"] * (4096 * 1536 + 4096 * 4096)
         bad = t.hv("port", "b", "set", "ring1=8192", check=False)
         assert bad.returncode == 1 and "ring1 size 8192" in bad.stderr
         t.hv("port", "a", "set", "mtu=9000")

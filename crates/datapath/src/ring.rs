@@ -120,9 +120,12 @@ impl<T> RxRing<T> {
         }
     }
 
-    /// A new producer lane into this queue.
+    /// A new producer lane into this queue, with as many slots as ring 1
+    /// has buffers now (every frame takes at least one): a lane costs
+    /// memory for its slots, so it is not made for the largest ring.
     pub fn lane(&self) -> Lane<T> {
-        let (producer, consumer) = rtrb::RingBuffer::new(MAX_RING);
+        let slots = self.size1.load(Ordering::Relaxed).max(1);
+        let (producer, consumer) = rtrb::RingBuffer::new(slots);
         let counters = Arc::new(EgressCounters::default());
         self.counters
             .lock()
@@ -245,10 +248,13 @@ impl<T> Lane<T> {
         Ok(())
     }
 
-    /// True when the queue's consumer is gone (its delivery thread started
-    /// again with fresh lanes).
-    pub fn abandoned(&self) -> bool {
+    /// True when the lane must be replaced: its consumer is gone (the
+    /// delivery thread started again with fresh lanes), or ring 1 grew past
+    /// the lane's slots. The old lane drains first; the consumer drops it
+    /// once it is empty.
+    pub fn stale(&self, ring: &RxRing<T>) -> bool {
         self.producer.is_abandoned()
+            || self.producer.buffer().capacity() < ring.size1.load(Ordering::Relaxed)
     }
 
     /// Frames staged and not yet published.
@@ -280,8 +286,9 @@ impl<T> Lane<T> {
         if let Ok(chunk) = self.producer.write_chunk_uninit(n) {
             chunk.fill_from_iter(self.staged.drain(..n));
         }
-        // The lane holds MAX_RING slots and ring 1 at most MAX_RING
-        // buffers, so everything fits; anything that did not is given back.
+        // The lane has as many slots as ring 1 had buffers when it was made,
+        // and is replaced when ring 1 grows, so everything fits; anything
+        // that did not is given back.
         for s in self.staged.drain(..) {
             ring.release(s.r1 as usize, s.r2 as usize);
         }
@@ -337,8 +344,8 @@ impl<T> Consumer<T> {
         if n > 0 {
             self.next = (self.next + 1) % n;
         }
-        // A lane whose producer is gone (its worker restarted) and that is
-        // drained is dropped.
+        // A lane whose producer is gone (its worker restarted, or replaced
+        // the lane) and that is drained is dropped.
         self.lanes.retain(|l| !(l.is_abandoned() && l.is_empty()));
     }
 

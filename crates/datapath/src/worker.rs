@@ -360,9 +360,11 @@ impl Worker {
     fn lane(&mut self, dst: usize, q: usize) -> &mut Lane<RingItem> {
         let ring = &self.sw.ports[dst].rxq[q].rings;
         let d = &mut self.dests[dst][q];
-        if d.lane.as_ref().is_some_and(|l| l.abandoned()) {
-            // Its delivery thread started again with fresh lanes.
-            d.lane = None;
+        if d.lane.as_ref().is_some_and(|l| l.stale(ring)) {
+            // Publish what it holds before it is replaced.
+            if let Some(mut old) = d.lane.take() {
+                old.publish(ring);
+            }
         }
         d.lane.get_or_insert_with(|| ring.lane())
     }

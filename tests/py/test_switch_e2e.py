@@ -268,16 +268,15 @@ def test_down_after_a_crash_removes_everything(tmp_path):
 
 @pytest.mark.parametrize("lro", [True, False], ids=["lro1", "lro0"])
 def test_file_arrives_intact_with_io_uring(tmp_path, monkeypatch, lro):
-    """The io_uring TAP path (HVNET_IO_READ/WRITE=uring) moves the same
-    bytes as plain system calls."""
-    monkeypatch.setenv("HVNET_IO_READ", "uring")
+    """The io_uring TAP writer (HVNET_IO_WRITE=uring, used by delivery
+    threads) moves the same bytes as plain system calls."""
     monkeypatch.setenv("HVNET_IO_WRITE", "uring")
     import hashlib
 
     data = tmp_path / "random.bin"
     data.write_bytes(os.urandom(16 << 20))
     want = hashlib.sha256(data.read_bytes()).hexdigest()
-    settings = dict(lro=lro, tso=False)
+    settings = dict(lro=lro, tso=False, delivery="thread")
     with hvlab.Topology(tmp_path, [vm("a", "10.72.0.1", **settings), vm("b", "10.72.0.2", **settings)]) as t:
         assert transfer(t, "a", "b", "10.72.0.2", data) == (want, 16 << 20)
         assert transfer(t, "b", "a", "10.72.0.1", data, port=5556) == (want, 16 << 20)

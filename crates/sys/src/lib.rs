@@ -16,7 +16,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 pub mod uring;
-pub use uring::{BatchReader, BatchWriter};
+pub use uring::BatchWriter;
 
 /// `TUNSETIFF` = `_IOW('T', 202, int)`.
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;

@@ -1,145 +1,22 @@
 //! Batched TAP I/O with io_uring: one system call moves many frames.
 //!
-//! A TAP gives one frame per `read(2)` and takes one per `writev(2)`, so at
-//! wire-sized frames system calls, not copies, are the limit. A
-//! [`BatchReader`] keeps many reads armed on a TAP queue (each completes
-//! with one frame as it arrives) and collects what completed with one
-//! `io_uring_enter` that also re-arms; a [`BatchWriter`] submits a batch of
-//! vectored writes with one `io_uring_enter`.
+//! A TAP takes one frame per `writev(2)`, so at wire-sized frames system
+//! calls, not copies, are the limit. A [`BatchWriter`] submits a batch of
+//! vectored writes with one `io_uring_enter`. (Reads through io_uring were
+//! measured worse than reading until the queue is empty, and were removed
+//! with the two-size-class reads of the datapath rework:
+//! `docs/perf/live-switch.md`.)
 //!
-//! Memory safety rests on one rule, kept by these types: a buffer or iovec
-//! handed to the kernel stays alive and unmoved until its completion has
-//! been reaped. The reader owns its in-flight buffers (a `Vec<u8>`'s heap
-//! block does not move when the `Vec` is moved) and, when dropped, cancels
-//! and reaps every read before freeing them; the writer returns only after
-//! reaping every write it submitted.
+//! Memory safety rests on one rule, kept by this type: an iovec and the
+//! memory it points to, handed to the kernel, stay alive and unmoved until
+//! the write's completion has been reaped. The writer returns only after
+//! reaping every write it submitted, and never frees what the kernel may
+//! still read.
 
 use io_uring::{opcode, squeue, types, IoUring};
 use std::fs::File;
 use std::io::{self, IoSlice};
 use std::os::fd::AsRawFd;
-use std::time::Duration;
-
-/// Reads from one TAP queue through io_uring.
-pub struct BatchReader {
-    ring: IoUring,
-    file: File,
-    slots: Vec<Option<Vec<u8>>>,
-    in_flight: usize,
-}
-
-impl BatchReader {
-    /// A reader over a duplicate of `file`'s descriptor, with up to `depth`
-    /// reads armed. The descriptor is switched to blocking mode: io_uring
-    /// then waits for frames itself instead of failing with EAGAIN.
-    pub fn new(file: &File, depth: u32) -> io::Result<BatchReader> {
-        let file = file.try_clone()?;
-        crate::set_nonblocking(file.as_raw_fd(), false)?;
-        Ok(BatchReader {
-            ring: IoUring::new(depth.next_power_of_two() * 2)?,
-            file,
-            slots: (0..depth).map(|_| None).collect(),
-            in_flight: 0,
-        })
-    }
-
-    /// Reads armed now.
-    pub fn in_flight(&self) -> usize {
-        self.in_flight
-    }
-
-    /// Arms a read into `buf` (its full length). Gives the buffer back when
-    /// every slot is busy.
-    pub fn arm(&mut self, mut buf: Vec<u8>) -> Result<(), Vec<u8>> {
-        let Some(slot) = self.slots.iter().position(Option::is_none) else {
-            return Err(buf);
-        };
-        let len = buf.len().min(u32::MAX as usize) as u32;
-        let entry = opcode::Read::new(types::Fd(self.file.as_raw_fd()), buf.as_mut_ptr(), len)
-            .build()
-            .user_data(slot as u64);
-        // SAFETY: the buffer's heap block is stored in `self.slots[slot]`
-        // right below and is neither freed nor reallocated until this
-        // read's completion is reaped in `wait` or `Drop`.
-        let pushed = unsafe { self.ring.submission().push(&entry) };
-        if pushed.is_err() {
-            return Err(buf);
-        }
-        self.slots[slot] = Some(buf);
-        self.in_flight += 1;
-        Ok(())
-    }
-
-    /// Submits the armed reads and waits up to `timeout` for at least one
-    /// to complete; moves every completed read's buffer and result into
-    /// `out` (the result is the frame length, or the read's error).
-    pub fn wait(
-        &mut self,
-        timeout: Duration,
-        out: &mut Vec<(Vec<u8>, io::Result<usize>)>,
-    ) -> io::Result<()> {
-        let ts = types::Timespec::new()
-            .sec(timeout.as_secs())
-            .nsec(timeout.subsec_nanos());
-        let args = types::SubmitArgs::new().timespec(&ts);
-        match self.ring.submitter().submit_with_args(1, &args) {
-            Ok(_) => {}
-            Err(e)
-                if e.raw_os_error() == Some(libc::ETIME)
-                    || e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-        self.reap(out);
-        Ok(())
-    }
-
-    fn reap(&mut self, out: &mut Vec<(Vec<u8>, io::Result<usize>)>) {
-        for cqe in self.ring.completion() {
-            let slot = cqe.user_data() as usize;
-            let Some(buf) = self.slots.get_mut(slot).and_then(Option::take) else {
-                continue;
-            };
-            self.in_flight -= 1;
-            let r = cqe.result();
-            out.push((
-                buf,
-                if r < 0 {
-                    Err(io::Error::from_raw_os_error(-r))
-                } else {
-                    Ok(r as usize)
-                },
-            ));
-        }
-    }
-}
-
-impl Drop for BatchReader {
-    fn drop(&mut self) {
-        // Cancel every armed read and reap it before the buffers are freed.
-        for slot in 0..self.slots.len() {
-            if self.slots[slot].is_some() {
-                let e = opcode::AsyncCancel::new(slot as u64)
-                    .build()
-                    .user_data(u64::MAX);
-                // SAFETY: a cancel request references no memory.
-                let _ = unsafe { self.ring.submission().push(&e) };
-            }
-        }
-        let mut sink = Vec::new();
-        let mut spins = 0;
-        while self.in_flight > 0 && spins < 1000 {
-            let _ = self.wait(Duration::from_millis(10), &mut sink);
-            spins += 1;
-        }
-        if self.in_flight > 0 {
-            // The kernel still holds buffers: leak them rather than free
-            // memory it may write to.
-            for b in self.slots.iter_mut().filter_map(Option::take) {
-                std::mem::forget(b);
-            }
-        }
-    }
-}
 
 /// Writes batches of frames to one TAP queue through io_uring.
 pub struct BatchWriter {
@@ -235,39 +112,11 @@ impl BatchWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{Read, Write};
+    use std::io::Read;
 
     fn pair() -> (File, File) {
         let (a, b) = crate::frame_socketpair().unwrap();
         (File::from(a), File::from(b))
-    }
-
-    #[test]
-    fn reader_collects_many_frames_per_call() {
-        let (a, b) = pair();
-        let mut r = BatchReader::new(&b, 8).unwrap();
-        for _ in 0..8 {
-            r.arm(vec![0u8; 2048]).unwrap();
-        }
-        assert!(r.arm(vec![0u8; 16]).is_err(), "all slots busy");
-        for i in 0..5u8 {
-            (&a).write_all(&[i; 100]).unwrap();
-        }
-        let mut out = Vec::new();
-        while out.len() < 5 {
-            r.wait(Duration::from_secs(2), &mut out).unwrap();
-        }
-        let mut got: Vec<u8> = out
-            .iter()
-            .map(|(b, n)| {
-                assert_eq!(*n.as_ref().unwrap(), 100);
-                b[0]
-            })
-            .collect();
-        got.sort();
-        assert_eq!(got, vec![0, 1, 2, 3, 4]);
-        assert_eq!(r.in_flight(), 3);
-        drop(r); // cancels and reaps the three still armed
     }
 
     #[test]

@@ -109,6 +109,7 @@ def main():
                     help="another hvnet binary (e.g. a build of an earlier commit), run as fabric hvnet-base beside the others")
     ap.add_argument("--lro-wire", action="store_true",
                     help="also: sender TSO off (wire-sized frames), receiver LRO off vs on, hvnet (and the baseline)")
+    ap.add_argument("--mtus", default="1500,9000", help="comma-separated MTUs (default 1500,9000)")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
     if not hvlab.is_root():
@@ -116,7 +117,7 @@ def main():
     if "ovs" in a.fabrics and not shutil.which("ovs-vswitchd"):
         sys.exit("bench: Open vSwitch is not installed (apt-get install openvswitch-switch), or leave it out with --fabrics hvnet,bridge")
     seconds = 3 if a.quick else a.seconds
-    mtus = [1500] if a.quick else [1500, 9000]
+    mtus = [1500] if a.quick else [int(m) for m in a.mtus.split(",")]
     sizes = ["64K"] if a.quick else ["256", "16K", "64K"]
     streams = [1, 4]
     fabrics = {"hvnet": Hvnet, "hvnet-uring": HvnetUring, "bridge": Bridge, "ovs": Ovs}

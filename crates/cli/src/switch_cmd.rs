@@ -201,9 +201,10 @@ pub fn port(t: &Target, a: PortArgs) -> Result<(), String> {
                 let val = match val {
                     "on" | "true" => json!(true),
                     "off" | "false" => json!(false),
-                    n => json!(n
-                        .parse::<u64>()
-                        .map_err(|_| format!("{k}: {n:?} is not on, off or a number"))?),
+                    // Numbers as numbers; words (rx_overflow=drop,
+                    // delivery=thread) go as they are, and the daemon names
+                    // the allowed values if one is wrong.
+                    n => n.parse::<u64>().map_or_else(|_| json!(n), |x| json!(x)),
                 };
                 m.insert(k.to_string(), val);
             }
@@ -231,13 +232,14 @@ pub fn fdb(t: &Target) -> Result<(), String> {
         println!("{v}");
         return Ok(());
     }
-    println!("PORT  VLAN  MAC                AGE");
+    println!("PORT  VLAN  MAC                KIND     AGE");
     for r in v.as_array().into_iter().flatten() {
         println!(
-            "{:<5} {:<5} {:<18} {}",
+            "{:<5} {:<5} {:<18} {:<8} {}",
             s(&r["port"]),
             s(&r["vlan"]),
             s(&r["mac"]),
+            s(&r["kind"]),
             s(&r["age_secs"])
         );
     }

@@ -48,10 +48,22 @@ struct Dest {
     active: bool,
 }
 
-pub(crate) struct Worker {
+/// What a worker works for: the switch, its port and queue (shared,
+/// read-only; kept apart from the worker's state so that no reference
+/// count is touched per frame).
+pub(crate) struct Ctx {
     sw: Arc<Switch>,
     port: Arc<Port>,
     q: usize,
+}
+
+pub(crate) struct Worker {
+    cx: Ctx,
+    st: State,
+}
+
+/// A worker's own state.
+struct State {
     pool: Pool,
     reader: TapReader,
     /// Settings of every port, re-read when the switch's generation moves.
@@ -77,7 +89,7 @@ impl Worker {
             .iter()
             .map(|p| (0..p.rxq.len()).map(|_| Dest::default()).collect())
             .collect();
-        Worker {
+        let st = State {
             pool: Pool::new(Arc::clone(&port.home)),
             reader: TapReader::new(),
             gen: u64::MAX,
@@ -90,17 +102,18 @@ impl Worker {
             inline: Vec::with_capacity(BATCH),
             scratch: Scratch::default(),
             last_sweep: Instant::now(),
-            sw,
-            port,
-            q,
+        };
+        Worker {
+            cx: Ctx { sw, port, q },
+            st,
         }
     }
 
     /// Reads until the switch stops or the port goes down: `poll`, then a
     /// batch.
     pub(crate) fn run(mut self) {
-        let fd = self.port.tap.queue(self.q).raw_fd();
-        while !self.sw.stopping() && self.port.is_up() {
+        let fd = self.cx.port.tap.queue(self.cx.q).raw_fd();
+        while !self.cx.sw.stopping() && self.cx.port.is_up() {
             match hvnet_sys::poll_readable(fd, 100) {
                 Ok(true) => {}
                 Ok(false) => continue,
@@ -115,49 +128,58 @@ impl Worker {
         self.finish();
     }
 
+    /// One batch (see [`State::poll_batch`]).
+    pub(crate) fn poll_batch(&mut self) -> Batch {
+        self.st.poll_batch(&self.cx)
+    }
+
+    /// Flushes what is held and gives the spare buffers back.
+    pub(crate) fn finish(&mut self) {
+        self.st.finish(&self.cx)
+    }
+}
+
+impl State {
     /// One batch: `read(2)` until the queue is empty or the batch is full,
     /// then the end-of-batch flush and hand-over.
-    pub(crate) fn poll_batch(&mut self) -> Batch {
-        let now = self.begin_batch();
+    pub(crate) fn poll_batch(&mut self, cx: &Ctx) -> Batch {
+        let now = self.begin_batch(cx);
         let mut result = Batch::Empty;
         for _ in 0..BATCH {
-            match self
-                .reader
-                .read(self.port.tap.queue(self.q), &mut self.pool)
-            {
+            match self.reader.read(cx.port.tap.queue(cx.q), &mut self.pool) {
                 Ok(pkt) => {
                     result = Batch::Frames;
-                    self.forward(pkt, now);
+                    self.forward(cx, pkt, now);
                 }
                 Err(RecvError::WouldBlock) => break,
                 Err(RecvError::NoBuffer) => {
-                    add(&self.port.ingress[self.q].no_buffer_stalls, 1);
+                    add(&cx.port.ingress[cx.q].no_buffer_stalls, 1);
                     result = Batch::Stalled;
                     break;
                 }
                 Err(RecvError::Gone) => {
-                    self.port_gone();
+                    self.port_gone(cx);
                     break;
                 }
                 Err(RecvError::Read(_)) => break,
                 Err(e) => {
                     result = Batch::Frames;
-                    self.count_refused(&e);
+                    self.count_refused(cx, &e);
                 }
             }
         }
-        self.end_batch();
+        self.end_batch(cx);
         result
     }
 
     /// Flushes what is held and gives the spare buffers back.
-    pub(crate) fn finish(&mut self) {
-        self.end_batch();
+    pub(crate) fn finish(&mut self, cx: &Ctx) {
+        self.end_batch(cx);
         self.reader.release(&mut self.pool);
     }
 
-    fn count_refused(&self, e: &RecvError) {
-        let c = &self.port.ingress[self.q];
+    fn count_refused(&self, cx: &Ctx, e: &RecvError) {
+        let c = &cx.port.ingress[cx.q];
         add(&c.frames, 1);
         match e {
             RecvError::BadFrame(_) => add(&c.drop_bad_frame, 1),
@@ -168,13 +190,13 @@ impl Worker {
 
     /// Per-batch preparation: settings re-read if they changed, fresh
     /// caches, idle GRO tables freed now and then.
-    fn begin_batch(&mut self) -> Instant {
-        let gen = self.sw.settings_gen.load(Ordering::Acquire);
+    fn begin_batch(&mut self, cx: &Ctx) -> Instant {
+        let gen = cx.sw.settings_gen.load(Ordering::Acquire);
         if gen != self.gen {
             self.gen = gen;
             self.settings.clear();
             self.settings
-                .extend(self.sw.ports.iter().map(|p| p.settings()));
+                .extend(cx.sw.ports.iter().map(|p| p.settings()));
         }
         self.learned = None;
         self.route = None;
@@ -195,33 +217,33 @@ impl Worker {
     }
 
     /// The guest disappeared: its port goes down, the switch goes on.
-    fn port_gone(&self) {
-        if self.port.state() == PortState::Up {
-            self.port.set_state(PortState::Down);
+    fn port_gone(&self, cx: &Ctx) {
+        if cx.port.state() == PortState::Up {
+            cx.port.set_state(PortState::Down);
         }
-        self.sw.fdb.sweep(Instant::now(), Some(self.port.id));
+        cx.sw.fdb.sweep(Instant::now(), Some(cx.port.id));
     }
 
-    fn forward(&mut self, pkt: Packet, now: Instant) {
-        let c = &self.port.ingress[self.q];
+    fn forward(&mut self, cx: &Ctx, pkt: Packet, now: Instant) {
+        let c = &cx.port.ingress[cx.q];
         add(&c.frames, 1);
         add(&c.bytes, pkt.len() as u64);
         if pkt.meta.offload.gso.is_some() {
             add(&c.gso_frames, 1);
         }
         let ingress = Ingress {
-            port: self.port.id,
-            mac: self.port.mac,
-            allow_forged_transmits: self.settings[self.port.id].allow_forged_transmits,
+            port: cx.port.id,
+            mac: cx.port.mac,
+            allow_forged_transmits: self.settings[cx.port.id].allow_forged_transmits,
         };
         if !forward::admit(&ingress, &pkt) {
             add(&c.drop_policy, 1);
             return;
         }
         let (src, dst) = (pkt.src(), pkt.dst());
-        let vlan = self.port.vlan;
+        let vlan = cx.port.vlan;
         if self.learned != Some(src) {
-            if self.sw.fdb.learn(vlan, src, self.port.id, now) == Learn::Refused {
+            if cx.sw.fdb.learn(vlan, src, cx.port.id, now) == Learn::Refused {
                 add(&c.fdb_learn_refused, 1);
             }
             self.learned = Some(src);
@@ -230,24 +252,24 @@ impl Worker {
             Some((mac, port)) if mac == dst => port,
             _ => {
                 let port = (!dst.is_multicast())
-                    .then(|| self.sw.fdb.lookup(vlan, dst, now))
+                    .then(|| cx.sw.fdb.lookup(vlan, dst, now))
                     .flatten();
                 self.route = Some((dst, port));
                 port
             }
         };
-        let sw = Arc::clone(&self.sw);
+        let sw = &cx.sw;
         match forward::route(&ingress, learned, |p| sw.ports[p].is_up()) {
             Action::NoRoute => add(&c.drop_no_route, 1),
             Action::Unicast(p) => {
                 add(&c.forwarded, 1);
-                self.egress(p, pkt);
+                self.egress(cx, p, pkt);
             }
             Action::Flood => {
                 let targets: smallvec::SmallVec<[usize; 16]> = sw
                     .ports
                     .iter()
-                    .filter(|p| p.id != self.port.id && p.vlan == vlan && p.is_up())
+                    .filter(|p| p.id != cx.port.id && p.vlan == vlan && p.is_up())
                     .map(|p| p.id)
                     .collect();
                 let Some((&last, rest)) = targets.split_last() else {
@@ -262,6 +284,7 @@ impl Worker {
                     if let Some(mut b) = self.pool.take(pkt.buf.class()) {
                         b.fill(pkt.frame());
                         self.egress(
+                            cx,
                             p,
                             Packet {
                                 buf: b,
@@ -269,21 +292,21 @@ impl Worker {
                             },
                         );
                     } else {
-                        add(&self.port.ingress[self.q].no_buffer_stalls, 1);
+                        add(&cx.port.ingress[cx.q].no_buffer_stalls, 1);
                     }
                 }
-                self.egress(last, pkt);
+                self.egress(cx, last, pkt);
             }
         }
     }
 
     /// The offload stage for one destination: queue choice (RSS over the
     /// flow, hashed once), MTU, LRO, and staging into the lane.
-    fn egress(&mut self, dst: usize, mut pkt: Packet) {
-        let port = &self.sw.ports[dst];
+    fn egress(&mut self, cx: &Ctx, dst: usize, mut pkt: Packet) {
+        let port = &cx.sw.ports[dst];
         let nq = port.rxq.len();
         let q = if nq > 1 {
-            let (sw, frame, layers) = (&self.sw, pkt.buf.frame(), &pkt.meta.layers);
+            let (sw, frame, layers) = (&cx.sw, pkt.buf.frame(), &pkt.meta.layers);
             let h = *pkt
                 .meta
                 .hash
@@ -294,7 +317,7 @@ impl Worker {
         };
         let (lro, mtu) = (self.settings[dst].lro, self.settings[dst].mtu as usize);
         let l2 = pkt.meta.layers.l2.header_len;
-        let c = &self.lane(dst, q).counters;
+        let c = &self.lane(cx, dst, q).counters;
         add(&c.offered, 1);
         match pkt.meta.offload.gso {
             Some(g) => {
@@ -305,7 +328,7 @@ impl Worker {
                     return;
                 }
                 let segment = (!lro).then_some(g);
-                self.stage(dst, q, RingItem::Frame { pkt, segment });
+                self.stage(cx, dst, q, RingItem::Frame { pkt, segment });
             }
             None if pkt.len() > mtu + l2 => {
                 add(&c.drop_mtu_exceeded, 1);
@@ -324,13 +347,13 @@ impl Worker {
                 let out = &mut self.gro_out;
                 table.receive_parsed(pkt, info, &layers, 0, &mut |o| out.push(o));
                 self.mark_active(dst, q);
-                self.stage_gro_output(dst, q);
+                self.stage_gro_output(cx, dst, q);
             }
-            None => self.stage(dst, q, RingItem::Frame { pkt, segment: None }),
+            None => self.stage(cx, dst, q, RingItem::Frame { pkt, segment: None }),
         }
     }
 
-    fn stage_gro_output(&mut self, dst: usize, q: usize) {
+    fn stage_gro_output(&mut self, cx: &Ctx, dst: usize, q: usize) {
         // Outputs are in the order the receiver must see them.
         let mut outs = std::mem::take(&mut self.gro_out);
         for o in outs.drain(..) {
@@ -344,7 +367,7 @@ impl Worker {
                 }
                 GroOutput::Coalesced(c) => RingItem::Coalesced(c),
             };
-            self.stage(dst, q, item);
+            self.stage(cx, dst, q, item);
         }
         self.gro_out = outs;
     }
@@ -357,8 +380,8 @@ impl Worker {
         }
     }
 
-    fn lane(&mut self, dst: usize, q: usize) -> &mut Lane<RingItem> {
-        let ring = &self.sw.ports[dst].rxq[q].rings;
+    fn lane(&mut self, cx: &Ctx, dst: usize, q: usize) -> &mut Lane<RingItem> {
+        let ring = &cx.sw.ports[dst].rxq[q].rings;
         let d = &mut self.dests[dst][q];
         if d.lane.as_ref().is_some_and(|l| l.stale(ring)) {
             // Publish what it holds before it is replaced.
@@ -371,8 +394,8 @@ impl Worker {
 
     /// Places an item in the lane to `(dst, q)` for this batch, or waits
     /// for room (backpressure), or drops it and counts why.
-    fn stage(&mut self, dst: usize, q: usize, item: RingItem) {
-        let sw = Arc::clone(&self.sw);
+    fn stage(&mut self, cx: &Ctx, dst: usize, q: usize, item: RingItem) {
+        let sw = &cx.sw;
         let port = &sw.ports[dst];
         let ring = &port.rxq[q].rings;
         let s = &self.settings[dst];
@@ -380,7 +403,7 @@ impl Worker {
         let sources = item.sources();
         let overflow = s.rx_overflow;
         self.mark_active(dst, q);
-        let lane = self.lane(dst, q);
+        let lane = self.lane(cx, dst, q);
         if !port.is_up() {
             add(&lane.counters.drop_port_down, sources);
             return;
@@ -391,7 +414,7 @@ impl Worker {
                 let status = ring.status();
                 let could_fit = r1 <= status.ring1_size && r2 <= status.ring2_size;
                 if overflow == RxOverflow::Backpressure && could_fit {
-                    match self.wait_for_room(dst, q, item, r1, r2) {
+                    match self.wait_for_room(cx, dst, q, item, r1, r2) {
                         Ok(()) => return,
                         Err(full) => full,
                     }
@@ -400,7 +423,7 @@ impl Worker {
                 }
             }
         };
-        let c = &self.lane(dst, q).counters;
+        let c = &self.lane(cx, dst, q).counters;
         match full {
             Full::Ring1 => add(&c.drop_ring1_full, sources),
             Full::Ring2 => add(&c.drop_ring2_full, sources),
@@ -411,18 +434,19 @@ impl Worker {
     /// then waits until `(dst, q)` has room for `item`.
     fn wait_for_room(
         &mut self,
+        cx: &Ctx,
         dst: usize,
         q: usize,
         mut item: RingItem,
         r1: usize,
         r2: usize,
     ) -> Result<(), Full> {
-        self.publish_all();
-        let sw = Arc::clone(&self.sw);
+        self.publish_all(cx);
+        let sw = &cx.sw;
         let port = &sw.ports[dst];
         let ring = &port.rxq[q].rings;
         let deadline = Instant::now() + BACKPRESSURE_WAIT;
-        let lane = self.lane(dst, q);
+        let lane = self.lane(cx, dst, q);
         add(&lane.counters.backpressure_waits, 1);
         loop {
             std::thread::park_timeout(Duration::from_micros(50));
@@ -439,31 +463,31 @@ impl Worker {
     }
 
     /// Publishes every staged lane to its delivery thread.
-    fn publish_all(&mut self) {
+    fn publish_all(&mut self, cx: &Ctx) {
         for &(dst, q) in &self.active {
             if let Some(l) = self.dests[dst][q].lane.as_mut() {
-                l.publish(&self.sw.ports[dst].rxq[q].rings);
+                l.publish(&cx.sw.ports[dst].rxq[q].rings);
             }
         }
     }
 
     /// End of a batch: flush the LRO tables, then hand each destination
     /// queue its frames.
-    fn end_batch(&mut self) {
+    fn end_batch(&mut self, cx: &Ctx) {
         for i in 0..self.active.len() {
             let (dst, q) = self.active[i];
             if let Some(t) = self.dests[dst][q].gro.as_mut() {
                 if t.held() > 0 {
                     let out = &mut self.gro_out;
                     t.flush_all(&mut |o| out.push(o));
-                    self.stage_gro_output(dst, q);
+                    self.stage_gro_output(cx, dst, q);
                 }
             }
         }
         let active = std::mem::take(&mut self.active);
         for &(dst, q) in &active {
             self.dests[dst][q].active = false;
-            self.hand_over(dst, q);
+            self.hand_over(cx, dst, q);
         }
         self.active = active;
         self.active.clear();
@@ -472,8 +496,8 @@ impl Worker {
     /// Delivers what was staged for `(dst, q)` from this thread when the
     /// queue is idle and its port allows it (nothing of ours or anyone's is
     /// waiting there, so nothing is overtaken), else publishes it.
-    fn hand_over(&mut self, dst: usize, q: usize) {
-        let sw = Arc::clone(&self.sw);
+    fn hand_over(&mut self, cx: &Ctx, dst: usize, q: usize) {
+        let sw = &cx.sw;
         let port = &sw.ports[dst];
         let ring = &port.rxq[q].rings;
         let s = &self.settings[dst];

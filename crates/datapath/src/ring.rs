@@ -149,6 +149,14 @@ impl<T> RxRing<T> {
         self.size2.store(size2, Ordering::Relaxed);
     }
 
+    /// Current sizes (ring 1, ring 2).
+    pub fn sizes(&self) -> (usize, usize) {
+        (
+            self.size1.load(Ordering::Relaxed),
+            self.size2.load(Ordering::Relaxed),
+        )
+    }
+
     /// Current sizes and use.
     pub fn status(&self) -> RingStatus {
         RingStatus {

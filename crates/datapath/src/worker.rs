@@ -80,6 +80,8 @@ struct State {
     inline: Vec<Slot<RingItem>>,
     scratch: Scratch,
     last_sweep: Instant,
+    /// When the current batch began.
+    now: Instant,
 }
 
 impl Worker {
@@ -102,6 +104,7 @@ impl Worker {
             inline: Vec::with_capacity(BATCH),
             scratch: Scratch::default(),
             last_sweep: Instant::now(),
+            now: Instant::now(),
         };
         Worker {
             cx: Ctx { sw, port, q },
@@ -201,6 +204,7 @@ impl State {
         self.learned = None;
         self.route = None;
         let now = Instant::now();
+        self.now = now;
         if now.duration_since(self.last_sweep) >= GRO_IDLE {
             self.last_sweep = now;
             for d in self.dests.iter_mut().flatten() {
@@ -342,7 +346,7 @@ impl State {
                         ..GroConfig::default()
                     })
                 });
-                d.gro_used = Some(Instant::now());
+                d.gro_used = Some(self.now);
                 let (layers, info) = (pkt.meta.layers, pkt.meta.offload);
                 let out = &mut self.gro_out;
                 table.receive_parsed(pkt, info, &layers, 0, &mut |o| out.push(o));
@@ -411,8 +415,8 @@ impl State {
         let full = match lane.stage(ring, item, r1, r2) {
             Ok(()) => return,
             Err((item, full)) => {
-                let status = ring.status();
-                let could_fit = r1 <= status.ring1_size && r2 <= status.ring2_size;
+                let (size1, size2) = ring.sizes();
+                let could_fit = r1 <= size1 && r2 <= size2;
                 if overflow == RxOverflow::Backpressure && could_fit {
                     match self.wait_for_room(cx, dst, q, item, r1, r2) {
                         Ok(()) => return,

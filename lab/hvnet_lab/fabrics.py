@@ -20,6 +20,18 @@ import hvlab
 A_IP, B_IP = "10.98.0.1", "10.98.0.2"
 
 
+def running(pid):
+    """True while `pid` runs (a zombie waiting to be reaped does not)."""
+    try:
+        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+
+
+def link_exists(dev):
+    return hvlab.run(["ip", "link", "show", dev], check=False).returncode == 0
+
+
 class Fabric:
     name = "?"
 
@@ -119,6 +131,9 @@ class Ovs(Fabric):
         return self.ovs("ovs-vsctl", f"--db={self.db}", "--timeout=10", *args)
 
     def __enter__(self):
+        # The userspace datapath's device: ours to remove only if it was
+        # not there before (another Open vSwitch may own it).
+        self.had_netdev = link_exists("ovs-netdev")
         for n in self.nss.values():
             n.__enter__()
         d = self.dir
@@ -143,14 +158,29 @@ class Ovs(Fabric):
     def __exit__(self, *e):
         for n in self.nss.values():
             n.__exit__(*e)
+        # The bridge first, while ovs-vswitchd still runs to remove its
+        # devices; then the daemons, by their pidfiles; then any device they
+        # left behind (ovs-vswitchd killed mid-way leaves them all).
+        try:
+            self.vsctl("--if-exists", "del-br", self.br)
+        except subprocess.CalledProcessError:
+            pass
+        pids = []
         for pidfile in ("vswitchd.pid", "ovsdb.pid"):
             p = self.dir / pidfile
             if p.exists():
                 try:
-                    os.kill(int(p.read_text().strip()), 15)
+                    pid = int(p.read_text().strip())
+                    os.kill(pid, 15)
+                    pids.append(pid)
                 except (ProcessLookupError, ValueError):
                     pass
-        time.sleep(0.3)
+        deadline = time.monotonic() + 10
+        while any(running(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        for dev in [self.br] + ([] if self.had_netdev else ["ovs-netdev"]):
+            if link_exists(dev):
+                hvlab.run(["ip", "link", "del", dev], check=False)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def ns(self, vm):

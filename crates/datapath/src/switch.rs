@@ -510,3 +510,64 @@ pub fn validate_settings(s: &PortSettings) -> Result<(), SettingError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::harness::Harness;
+
+    /// A switch with one port, the port, and a run counter.
+    fn one_port() -> (Harness, Arc<Port>, Arc<AtomicU64>) {
+        let h = Harness::new(
+            &[(MacAddr([2, 0, 0, 0, 0, 1]), 1, PortSettings::default())],
+            SwitchConfig::default(),
+        );
+        let port = Arc::clone(&h.sw.ports[0]);
+        (h, port, Arc::new(AtomicU64::new(0)))
+    }
+
+    #[test]
+    fn a_thread_that_keeps_failing_is_restarted_then_its_port_marked_failed() {
+        let (h, port, runs) = one_port();
+        let r = Arc::clone(&runs);
+        let t = supervised(
+            "p0_test".into(),
+            Arc::clone(&h.sw),
+            Arc::clone(&port),
+            move |_, _| {
+                r.fetch_add(1, Ordering::Relaxed);
+                panic!("injected failure");
+            },
+        );
+        t.join().unwrap();
+        assert_eq!(
+            runs.load(Ordering::Relaxed),
+            MAX_RESTARTS,
+            "started again after each failure"
+        );
+        assert_eq!(port.thread_failures.load(Ordering::Relaxed), MAX_RESTARTS);
+        assert_eq!(port.state(), PortState::Failed);
+        assert!(!port.is_up());
+    }
+
+    #[test]
+    fn a_thread_that_fails_once_runs_again_and_the_port_stays_up() {
+        let (h, port, runs) = one_port();
+        let r = Arc::clone(&runs);
+        supervised(
+            "p0_test".into(),
+            Arc::clone(&h.sw),
+            Arc::clone(&port),
+            move |_, _| {
+                if r.fetch_add(1, Ordering::Relaxed) == 0 {
+                    panic!("injected failure");
+                }
+            },
+        )
+        .join()
+        .unwrap();
+        assert_eq!(runs.load(Ordering::Relaxed), 2);
+        assert_eq!(port.thread_failures.load(Ordering::Relaxed), 1);
+        assert_eq!(port.state(), PortState::Up);
+    }
+}

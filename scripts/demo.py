@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "py"))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1] / p) for p in ("lab", "tests/py")]
 
 import hvlab  # noqa: E402
 

@@ -30,11 +30,11 @@ if ! command -v cargo >/dev/null 2>&1; then
     curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --component clippy,rustfmt
 fi
 
-if ! python3 -c 'import scapy, pytest, matplotlib' >/dev/null 2>&1; then
-    echo "install-deps: installing scapy, pytest and matplotlib"
-    python3 -m pip install --quiet --disable-pip-version-check scapy pytest matplotlib 2>/dev/null ||
-        python3 -m pip install --quiet --disable-pip-version-check --break-system-packages scapy pytest matplotlib ||
-        apt-get install -y -qq python3-scapy python3-pytest python3-matplotlib >/dev/null
+if ! python3 -c 'import scapy, pytest, matplotlib, tomli_w' >/dev/null 2>&1; then
+    echo "install-deps: installing scapy, pytest, matplotlib and tomli-w"
+    python3 -m pip install --quiet --disable-pip-version-check scapy pytest matplotlib tomli-w 2>/dev/null ||
+        python3 -m pip install --quiet --disable-pip-version-check --break-system-packages scapy pytest matplotlib tomli-w ||
+        apt-get install -y -qq python3-scapy python3-pytest python3-matplotlib python3-tomli-w >/dev/null
 fi
 
 # Open vSwitch, the lab's and the bench's reference switch. Its packaged

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests" / "py"), str(ROOT / "lab")]
+sys.path[:0] = [str(ROOT / "lab")]
 
 import hvlab  # noqa: E402
 from hvnet_lab.fabrics import B_IP  # noqa: E402

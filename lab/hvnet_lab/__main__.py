@@ -41,10 +41,12 @@ def main(argv=None):
     sub.add_parser("list", help="list the experiments")
     r = sub.add_parser("run", help="run experiments (NAME... or all), then write the report")
     r.add_argument("names", nargs="+")
-    r.add_argument("--quick", action="store_true", help="fewer points and shorter runs (all in about 3 minutes)")
+    r.add_argument("--quick", action="store_true",
+                   help="fewer points, shorter runs and one run per point: indicative verdicts only")
     r.add_argument("--out", type=Path, default=Path("lab-results"), help="results directory (default ./lab-results)")
-    r.add_argument("--repeat", type=int, default=1, metavar="N",
-                   help="iperf3 runs per point, keeping the median (default 1; spread between runs on 2 cores is large)")
+    r.add_argument("--repeat", type=int, default=None, metavar="N",
+                   help="runs per point, the configurations compared interleaved; the median is drawn, the min-max "
+                        "spread decides the verdict (default 3, 1 with --quick)")
     rep = sub.add_parser("report", help="write the report again from results.json")
     rep.add_argument("--out", type=Path, default=Path("lab-results"))
     a = ap.parse_args(argv)
@@ -53,7 +55,12 @@ def main(argv=None):
             print(f"{e['name']:<16} reproduces {e['reproduces']:<24} {e['workload']}")
         return 0
     if a.cmd == "report":
-        res = report.load(a.out / "results.json")
+        path = a.out / "results.json"
+        if not path.exists():
+            print(f"hvnet lab report: no results in {a.out} ({path} is missing); make them with "
+                  f"`hvnet lab run all --out {a.out}` (or name the directory a run wrote with --out)", file=sys.stderr)
+            return 1
+        res = report.load(path)
         report.render(res, a.out)
         print(f"report: {a.out / 'report.md'} and {a.out / 'report.html'}")
         return 0
@@ -71,8 +78,8 @@ def main(argv=None):
         # The reference switch: installed here, its packaged service not started.
         print("lab: installing Open vSwitch for the reference runs ...", flush=True)
         subprocess.run([str(ROOT / "scripts" / "install-deps.sh")], check=False)
-    experiments.REPEAT = max(1, a.repeat)
-    results = {"meta": dict(meta(a.quick), repeat=experiments.REPEAT), "experiments": []}
+    reps = max(1, a.repeat if a.repeat is not None else (1 if a.quick else 3))
+    results = {"meta": dict(meta(a.quick), repeat=reps), "experiments": []}
     t_all = time.monotonic()
     for i, n in enumerate(names, 1):
         e = known[n]
@@ -82,9 +89,9 @@ def main(argv=None):
         entry = {"name": n, "reproduces": e["reproduces"], "workload": e["workload"], "samples": log}
         try:
             with tempfile.TemporaryDirectory() as tmp:
-                figs, raw = e["run"](Path(tmp), a.quick, log)
+                figs, raw = e["run"](Path(tmp), a.quick, reps, log)
             entry.update(figures=figs, raw=raw)
-            verdicts = ", ".join(f"{f['id']}: {'reproduced' if f['reproduced'] else 'not reproduced'}" for f in figs)
+            verdicts = ", ".join(f"{f['id']}: {f['verdict']}" for f in figs)
             print(f"      done in {time.monotonic() - t0:.0f} s — {verdicts}", flush=True)
         except Exception as ex:  # one experiment failing does not lose the others
             entry.update(figures=[], error=f"{type(ex).__name__}: {ex}")
@@ -93,7 +100,12 @@ def main(argv=None):
         results["experiments"].append(entry)
         (a.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     report.render(results, a.out)
-    print(f"lab: {len(names)} experiments in {time.monotonic() - t_all:.0f} s; results {a.out / 'results.json'}, "
+    counts = {}
+    for e in results["experiments"]:
+        for f in e.get("figures", []):
+            counts[f["verdict"]] = counts.get(f["verdict"], 0) + 1
+    print("lab: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + f" ({reps} run{'s' if reps > 1 else ''} per point)")
+    print(f"lab: {len(names)} experiment{'s' if len(names) != 1 else ''} in {time.monotonic() - t_all:.0f} s; results {a.out / 'results.json'}, "
           f"report {a.out / 'report.md'} and {a.out / 'report.html'}")
     return 0 if not report.check(results) else 2
 

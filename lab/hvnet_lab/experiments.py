@@ -11,6 +11,7 @@ cgroup-v1 quota on the VM's delivery thread ("vCPU") and its iperf3
 server, not a hypervisor's scheduler.
 """
 
+import contextlib
 import math
 import shutil
 import time
@@ -19,6 +20,7 @@ import hvlab
 
 from . import measure
 from .fabrics import B_IP, Bridge, Hvnet, Ovs
+from .verdict import INCONCLUSIVE, REPRODUCED, both, effect_size, judge, median, ratios, summarize
 
 NATIVE_NOTE = "Native sender emulated: a VM whose vNIC has TSO off puts MTU-sized frames on the switch, as a physical NIC would."
 VM_NOTE = "VMs are network namespaces behind TAP devices held by hvnet; both VMs and the switch share this machine's 2 cores."
@@ -37,22 +39,11 @@ def link(f, vm):
     return dict(zip(["rx_packets", "rx_bytes", "tx_packets", "tx_bytes"], map(int, out)))
 
 
-# Runs per iperf3 point (`hvnet lab run --repeat N`); the median by
-# throughput is kept, every run is logged.
-REPEAT = 1
-
-
 def iperf(f, streams=1, write="128K", seconds=3, window=None, log=None):
-    """iperf3 a -> b, `REPEAT` times; the median run by throughput."""
-    runs = sorted((iperf_once(f, streams, write, seconds, window, log) for _ in range(REPEAT)), key=lambda r: r["gbps"])
-    return runs[len(runs) // 2]
-
-
-def iperf_once(f, streams, write, seconds, window, log):
     """One iperf3 run a -> b with machine CPU, b's NIC counters and a's
     frames sent; the command is recorded in `log`."""
     server = f.popen("b", f"iperf3 -s -1 -B {B_IP}")
-    time.sleep(0.3)
+    hvlab.wait_listening(f.ns("b"), 5201)
     cmd = f"iperf3 -c {B_IP} -t {seconds} -P {streams} -l {write} -J" + (f" -w {window}" if window else "")
     try:
         a0, b0 = link(f, "a"), link(f, "b")
@@ -83,17 +74,25 @@ def iperf_once(f, streams, write, seconds, window, log):
     return s
 
 
-def verdict(ours, published, direction):
-    """Whether our ratios go the published way: direction 'up' means the
-    published change made the metric larger."""
-    ok = all((o > 1) if direction == "up" else (o < 1) for o in ours)
-    return ok
+def interleaved(configs, reps, run):
+    """Runs every configuration `reps` times, interleaved (A, B, C, A, B,
+    C, ...), so that drift in the machine's speed hits all of them alike.
+    Returns {config: [run, ...]} with runs in repetition order."""
+    runs = {c: [] for c in configs}
+    for _ in range(reps):
+        for c in configs:
+            runs[c].append(run(c))
+    return runs
 
 
-def figure(fid, title, xlabel, ylabel, series, published, source, claim, reproduced, note, why=""):
+def figure(fid, title, xlabel, ylabel, series, published, source, claim, judged, note, spreads=None):
+    """A figure: our series (medians), published values, the claim and its
+    verdict `judged` = (verdict, reason), and the spread of each of our
+    series as (x, min, max) for error bars."""
+    v, why = judged
     return {"id": fid, "title": title, "xlabel": xlabel, "ylabel": ylabel, "series": series,
-            "published": published, "source": source, "claim": claim, "reproduced": reproduced,
-            "note": note, "why_not": "" if reproduced else why}
+            "published": published, "source": source, "claim": claim, "verdict": v,
+            "reproduced": v == REPRODUCED, "note": note, "why_not": why, "spread": spreads or {}}
 
 
 def sizes(quick):
@@ -101,45 +100,63 @@ def sizes(quick):
     return [("256", "8K"), ("16K", "64K"), ("64K", "256K")] if not quick else [("256", "8K"), ("64K", "256K")]
 
 
+def series_of(points, key, label_of):
+    """(median series, spread series) of `key` over summarized points."""
+    med = [(label_of(p), p[key]) for p in points]
+    spr = [(label_of(p), *p["spread"][key]) for p in points]
+    return med, spr
+
+
 def lro_figures(prefix, rows, pub, source, note, label_of):
-    """Throughput, CPU efficiency and delivered frames for LRO off/on."""
+    """Throughput, CPU efficiency and delivered frames for LRO off/on;
+    `rows[lro]` are summarized points, one per message size, whose runs
+    pair by repetition."""
     xs = [label_of(r) for r in rows["on"]]
-    ser = lambda key, which: [(x, r[key]) for x, r in zip(xs, rows[which])]  # noqa: E731
-    ratios = lambda key: [on[key] / max(off[key], 1e-9) for on, off in zip(rows["on"], rows["off"])]  # noqa: E731
+    series, spreads = {}, {}
+    for key, name in (("gbps", "gbps"), ("gbps_per_core", "eff"), ("rx_frames_per_s", "fps"), ("rx_avg_frame", "size")):
+        for lro in ("off", "on"):
+            series[(name, lro)], spreads[(name, lro)] = series_of(rows[lro], key, label_of)
+    ratio = lambda key: [(x, ratios(on["runs"], off["runs"], key)) for x, on, off in zip(xs, rows["on"], rows["off"])]  # noqa: E731
     pub_sizes = [s for s in pub["sizes"] if s in xs]
     pick = lambda d: [(s, d[s]) for s in pub_sizes]  # noqa: E731
-    thr = ratios("gbps")
-    eff = ratios("gbps_per_core")
-    fps = ratios("rx_frames_per_s")
-    size = ratios("rx_avg_frame")
-    pub_thr = [pub["thr_on"][s] / pub["thr_off"][s] for s in pub_sizes]
-    pub_eff = [pub["eff_gain"][s] for s in pub_sizes]
-
-    def below(ratios, floor):
-        bad = [f"{x} ({r:.2f})" for x, r in zip(xs, ratios) if r < floor]
-        return "ratio on/off below 1 at " + ", ".join(bad) if bad else ""
+    thr, eff = ratio("gbps"), ratio("gbps_per_core")
+    at_64k = lambda key: [(x, r) for x, r in ratio(key) if x == "64K"]  # noqa: E731
+    pub_thr = {s: pub["thr_on"][s] / pub["thr_off"][s] for s in pub_sizes}
+    pub_eff = {s: pub["eff_gain"][s] for s in pub_sizes}
+    sizes_text = lambda rs, pubd: "; ".join(  # noqa: E731
+        f"{x}: ours {median(r):.2f} ({min(r):.2f}–{max(r):.2f}), published {pubd[x]:.2f}" for x, r in rs if x in pubd)
+    fps64, size64 = at_64k("rx_frames_per_s"), at_64k("rx_avg_frame")
+    pub_fps = pub["pps_on_64k"] / pub["pps_off_64k"]
+    pub_size = pub["size_on_64k"] / pub["size_off_64k"]
+    lbl = {"gbps": "Gbit/s", "eff": "Gbit/s per core", "fps": "frames/s", "size": "bytes"}
+    pick_series = lambda name, unit: {f"hvnet LRO {lro} ({unit})": series[(name, lro)] for lro in ("off", "on")}  # noqa: E731
+    pick_spreads = lambda name, unit: {f"hvnet LRO {lro} ({unit})": spreads[(name, lro)] for lro in ("off", "on")}  # noqa: E731
     return [
         figure(f"{prefix}-throughput", "Throughput, LRO off vs on", "message size", "Gbit/s",
-               {"hvnet LRO off": ser("gbps", "off"), "hvnet LRO on": ser("gbps", "on")},
-               {"published LRO off": pick(pub["thr_off"]), "published LRO on": pick(pub["thr_on"])}, source,
-               "LRO on gives at least the throughput of LRO off at every message size "
-               f"(published ratios {', '.join(f'{x:.2f}' for x in pub_thr)}; ours {', '.join(f'{x:.2f}' for x in thr)})",
-               all(t >= 0.95 for t in thr), note, below(thr, 0.95)),
-        figure(f"{prefix}-cpu-efficiency", "CPU efficiency (Gbit/s per busy core, switch and VMs together)", "message size", "Gbit/s per core",
-               {"hvnet LRO off": ser("gbps_per_core", "off"), "hvnet LRO on": ser("gbps_per_core", "on")},
-               {"published gain (on/off)": [(s, g) for s, g in zip(pub_sizes, pub_eff)]}, source,
-               "LRO improves CPU efficiency at every message size "
-               f"(published gains {', '.join(f'{x:.2f}' for x in pub_eff)}; ours {', '.join(f'{x:.2f}' for x in eff)})",
-               verdict(eff, pub_eff, "up"), note, below(eff, 1.0)),
-        figure(f"{prefix}-frames", "Frames per second and average frame size delivered to the VM", "message size", "frames/s",
-               {"hvnet LRO off frames/s": ser("rx_frames_per_s", "off"), "hvnet LRO on frames/s": ser("rx_frames_per_s", "on"),
-                "hvnet LRO off avg bytes": ser("rx_avg_frame", "off"), "hvnet LRO on avg bytes": ser("rx_avg_frame", "on")},
-               {"published 64KB frames/s": [("64K", pub["pps_off_64k"]), ("64K", pub["pps_on_64k"])],
-                "published 64KB avg bytes": [("64K", pub["size_off_64k"]), ("64K", pub["size_on_64k"])]}, source,
-               "LRO delivers fewer, larger frames at 64 KB messages "
-               f"(published {pub['pps_off_64k']/1e3:.0f}K -> {pub['pps_on_64k']/1e3:.0f}K frames/s, "
-               f"{pub['size_off_64k']/1e3:.1f} -> {pub['size_on_64k']/1e3:.1f} KB; ours x{fps[-1]:.2f} frames/s, x{size[-1]:.2f} size)",
-               fps[-1] < 1 and size[-1] > 1, note, "frames were not coalesced at 64 KB messages"),
+               pick_series("gbps", lbl["gbps"]),
+               {"published LRO off (Gbit/s)": pick(pub["thr_off"]), "published LRO on (Gbit/s)": pick(pub["thr_on"])}, source,
+               "LRO on gives at least the throughput of LRO off at every message size (ratio on/off ≥ 0.95; "
+               + sizes_text(thr, pub_thr) + ")",
+               judge(thr, "up", 0.95), note, pick_spreads("gbps", lbl["gbps"])),
+        figure(f"{prefix}-cpu-efficiency", "CPU efficiency: Gbit/s per busy core (switch and VMs together)", "message size",
+               "Gbit/s per busy core", pick_series("eff", lbl["eff"]), {}, source,
+               "LRO improves CPU efficiency at every message size (gain on/off > 1; " + sizes_text(eff, pub_eff)
+               + "; the published gains are ratios, so only ours are drawn)",
+               judge(eff, "up"), note, pick_spreads("eff", lbl["eff"])),
+        figure(f"{prefix}-frames", "Frames per second delivered to the VM", "message size", "frames/s",
+               pick_series("fps", lbl["fps"]),
+               {"published 64 KB (frames/s)": [("64K", pub["pps_off_64k"]), ("64K", pub["pps_on_64k"])]}, source,
+               "LRO delivers fewer frames at 64 KB messages (on/off < 1; "
+               f"published {pub['pps_off_64k'] / 1e3:.0f}K -> {pub['pps_on_64k'] / 1e3:.0f}K; "
+               + effect_size(median(fps64[0][1]), pub_fps) + ")",
+               judge(fps64, "down"), note, pick_spreads("fps", lbl["fps"])),
+        figure(f"{prefix}-frame-size", "Average frame size delivered to the VM", "message size", "bytes per frame",
+               pick_series("size", lbl["size"]),
+               {"published 64 KB (bytes)": [("64K", pub["size_off_64k"]), ("64K", pub["size_on_64k"])]}, source,
+               "LRO delivers larger frames at 64 KB messages (on/off > 1; "
+               f"published {pub['size_off_64k'] / 1e3:.1f} -> {pub['size_on_64k'] / 1e3:.1f} KB; "
+               + effect_size(median(size64[0][1]), pub_size) + ")",
+               judge(size64, "up"), note, pick_spreads("size", lbl["size"])),
     ]
 
 
@@ -157,75 +174,83 @@ PUB_000_LOCAL = {
 }
 
 
-def lro_native(tmp, quick, log):
+def lro_off_on(f, quick, reps, secs, log):
+    """LRO off and on at the receiving VM, every message size, interleaved:
+    {lro: [summarized point per size]}."""
+    def run(c):
+        lro, (write, win) = c
+        f.t.hv("port", "b", "set", f"lro={lro}")
+        return dict(iperf(f, 1, write, secs, win, log), write=write, lro=lro)
+    configs = [(lro, sw) for sw in sizes(quick) for lro in ("off", "on")]
+    runs = interleaved(configs, reps, run)
+    return {lro: [summarize(runs[(lro, sw)]) for sw in sizes(quick)] for lro in ("off", "on")}
+
+
+def lro_native(tmp, quick, reps, log):
     secs = 2 if quick else 4
-    rows = {"off": [], "on": []}
     with Hvnet(tmp, 1500, a={"tso": False}, b={"ring1": 4096, "ring2": 4096}) as f:
-        for lro in ("off", "on"):
-            f.t.hv("port", "b", "set", f"lro={lro}")
-            for write, win in sizes(quick):
-                s = iperf(f, 1, write, secs, win, log)
-                s.update(write=write, lro=lro)
-                rows[lro].append(s)
+        rows = lro_off_on(f, quick, reps, secs, log)
     figs = lro_figures("lro-native", rows, PUB_000_NATIVE, SEED_000 + ", Figures 1-3", NATIVE_NOTE, lambda r: r["write"])
     return figs, rows
 
 
-def lro_local(tmp, quick, log):
+def lro_local(tmp, quick, reps, log):
     secs = 2 if quick else 4
-    rows = {"off": [], "on": []}
     refs = {}
     with Hvnet(tmp, 1500, b={"ring1": 4096, "ring2": 4096}) as f:
-        for lro in ("off", "on"):
-            f.t.hv("port", "b", "set", f"lro={lro}")
-            for write, win in sizes(quick):
-                s = iperf(f, 1, write, secs, win, log)
-                s.update(write=write, lro=lro)
-                rows[lro].append(s)
+        rows = lro_off_on(f, quick, reps, secs, log)
     for F in (Bridge, Ovs):
         try:
             with F(tmp, 1500) as f:
-                refs[F.name] = [dict(iperf(f, 1, w, secs, win, log), write=w) for w, win in sizes(quick)]
+                runs = interleaved(sizes(quick), reps, lambda sw: dict(iperf(f, 1, sw[0], secs, sw[1], log), write=sw[0]))
+                refs[F.name] = [summarize(runs[sw]) for sw in sizes(quick)]
         except Exception as e:  # a reference that cannot run is reported, not hidden
             refs[F.name] = {"error": str(e)}
     figs = lro_figures("lro-local", rows, PUB_000_LOCAL, SEED_000 + ", Figures 4-6", VM_NOTE + " LRO off: hvnet segments the sender's TSO frames for the receiver.", lambda r: r["write"])
     for name, rs in refs.items():
         if isinstance(rs, list):
-            figs[0]["series"][f"{name} (reference)"] = [(r["write"], r["gbps"]) for r in rs]
-            figs[1]["series"][f"{name} (reference)"] = [(r["write"], r["gbps_per_core"]) for r in rs]
+            for fig, key, unit in ((figs[0], "gbps", "Gbit/s"), (figs[1], "gbps_per_core", "Gbit/s per core")):
+                med, spr = series_of(rs, key, lambda r: r["write"])
+                fig["series"][f"{name}, reference ({unit})"] = med
+                fig["spread"][f"{name}, reference ({unit})"] = spr
         else:
             figs[0]["note"] += f" {name} reference failed: {rs['error']}"
     return figs, {"hvnet": rows, "references": refs}
 
 
-def jumbo(tmp, quick, log):
+def jumbo(tmp, quick, reps, log):
     secs = 2 if quick else 4
-    rows = {}
-    for F in ([Hvnet] if quick else [Hvnet, Bridge, Ovs]):
-        for mtu in (1500, 9000):
-            try:
-                with F(tmp, mtu) as f:
-                    rows[(F.name, mtu)] = iperf(f, 4, "128K", secs, None, log)
-            except Exception as e:
-                rows[(F.name, mtu)] = {"error": str(e)}
-    ok = lambda k: "gbps" in rows.get(k, {})  # noqa: E731
+    fabrics = [Hvnet] if quick else [Hvnet, Bridge, Ovs]
+    rows, errors = {}, {}
+    for F in fabrics:
+        try:
+            # Both MTUs up at once, runs interleaved.
+            with contextlib.ExitStack() as stack:
+                up = {mtu: stack.enter_context(F(tmp, mtu)) for mtu in (1500, 9000)}
+                runs = interleaved((1500, 9000), reps, lambda mtu: iperf(up[mtu], 4, "128K", secs, None, log))
+                for mtu, rs in runs.items():
+                    for r in rs:
+                        r["cores_per_gbps"] = r["busy_cores"] / max(r["gbps"], 1e-9)
+                    rows[(F.name, mtu)] = summarize(rs)
+        except Exception as e:
+            errors[F.name] = str(e)
+    names = [F.name for F in fabrics if F.name not in errors]
     h15, h90 = rows[("hvnet", 1500)], rows[("hvnet", 9000)]
-    ratio = h90["gbps"] / h15["gbps"]
-    cpu_per = lambda r: r["busy_cores"] / max(r["gbps"], 1e-9)  # noqa: E731
-    series = {f"{n} (Gbit/s)": [(str(m), rows[(n, m)]["gbps"]) for m in (1500, 9000) if ok((n, m))] for n in ("hvnet", "bridge", "ovs")}
-    series = {k: v for k, v in series.items() if v}
-    cpu_series = {f"{n} (cores per Gbit/s)": [(str(m), cpu_per(rows[(n, m)])) for m in (1500, 9000) if ok((n, m))] for n in ("hvnet", "bridge", "ovs")}
-    cpu_series = {k: v for k, v in cpu_series.items() if v}
+    thr = ratios(h90["runs"], h15["runs"], "gbps")
+    cpu = ratios(h90["runs"], h15["runs"], "cores_per_gbps")
+    ser = lambda key: {f"{n}": [(str(m), rows[(n, m)][key]) for m in (1500, 9000)] for n in names}  # noqa: E731
+    spr = lambda key: {f"{n}": [(str(m), *rows[(n, m)]["spread"][key]) for m in (1500, 9000)] for n in names}  # noqa: E731
+    note = VM_NOTE + " 4 streams, 128 KiB writes." + "".join(f" {n} reference failed: {e}" for n, e in errors.items())
     figs = [
-        figure("jumbo-throughput", "VM to VM throughput, MTU 1500 vs 9000", "MTU", "Gbit/s", series,
+        figure("jumbo-throughput", "VM to VM throughput, MTU 1500 vs 9000", "MTU", "Gbit/s", ser("gbps"),
                {"published (Hyper-V, same host)": [("1500", 17.0), ("9000", 30.0)]}, SEED_004,
-               f"MTU 9000 raises VM-to-VM throughput (published about 17 -> 30 Gbit/s, x1.76; hvnet x{ratio:.2f})",
-               ratio > 1.0, VM_NOTE + " 4 streams, 128 KiB writes.",
-               "with TSO and LRO the frames crossing hvnet are already 64 KiB, so the MTU changes little"),
-        figure("jumbo-cpu", "CPU per Gbit/s, MTU 1500 vs 9000", "MTU", "busy cores per Gbit/s", cpu_series,
-               {"published host CPU %": [("1500", 7.0), ("9000", 3.0)], "published VM CPU %": [("1500", 15.0), ("9000", 9.0)]}, SEED_004,
-               f"MTU 9000 lowers CPU per Gbit/s (published host 7% -> 3%, VM 15% -> 9%; hvnet x{cpu_per(h90) / cpu_per(h15):.2f})",
-               cpu_per(h90) < cpu_per(h15), VM_NOTE, "no CPU saving measured at MTU 9000 on this path"),
+               "MTU 9000 raises VM-to-VM throughput (ratio 9000/1500 > 1; " + effect_size(median(thr), 30.0 / 17.0) + ")",
+               judge([("hvnet", thr)], "up"), note, spr("gbps")),
+        figure("jumbo-cpu", "CPU per Gbit/s, MTU 1500 vs 9000", "MTU", "busy cores per Gbit/s", ser("cores_per_gbps"),
+               {}, SEED_004,
+               "MTU 9000 lowers CPU per Gbit/s (ratio 9000/1500 < 1; published host 7% -> 3%, VM 15% -> 9% of CPU, "
+               "percentages with no throughput beside them, so not drawn; " + effect_size(median(cpu), 3.0 / 7.0) + " (host))",
+               judge([("hvnet", cpu)], "down"), note, spr("cores_per_gbps")),
     ]
     return figs, {f"{k[0]}-{k[1]}": v for k, v in rows.items()}
 
@@ -256,7 +281,7 @@ VMXNET3_VCPU = {"queues": 1, "rx_overflow": "drop", "delivery": "thread"}
 def contended_server(f, cpu):
     """Starts VM b's iperf3 server and puts it and b's delivery thread (its
     "vCPU") into the CPU group `cpu`. Returns (server, delivery thread id)."""
-    tid = hvlab.daemon_threads(f.t.name)["b_rx0"]
+    tid = f.t.thread("b", "delivery", 0)
     cpu.add(tid)
     server = f.popen("b", f"iperf3 -s -1 -B {B_IP}")
     time.sleep(0.3)
@@ -264,17 +289,17 @@ def contended_server(f, cpu):
     return server, tid
 
 
-def cpu_limit(tmp, quick, log):
-    shares = [25, 50, 100] if quick else [15, 25, 35, 50, 65, 80, 100]
+def cpu_limit(tmp, quick, reps, log):
+    # Four shares even when quick: the fit needs three where the share is
+    # the limit, below the knee.
+    shares = [15, 35, 60, 100] if quick else [15, 25, 35, 50, 65, 80, 100]
     secs = 2 if quick else 4
-    points, rdy = [], []
     with Hvnet(tmp, 1500, b={"ring1": 4096, "ring2": 4096, **VMXNET3_VCPU}) as f:
         state_pid = int(__import__("json").loads(open(f"/run/hvnet/{f.t.name}/state.json").read())["pid"])
-        for share in shares + [None]:
+
+        def run(share):
             if share is None:
-                s = iperf(f, 4, "128K", secs, None, log)
-                unlimited = s["gbps"]
-                continue
+                return {"gbps": iperf(f, 4, "128K", secs, None, log)["gbps"]}
             with hvlab.CpuLimit(share) as cpu:
                 server, tid = contended_server(f, cpu)
                 w0 = measure.thread_schedstat(state_pid, tid)
@@ -284,185 +309,240 @@ def cpu_limit(tmp, quick, log):
                 wall = time.monotonic() - t0
                 w1 = measure.thread_schedstat(state_pid, tid)
                 server.wait(timeout=10)
-                r = measure.iperf3(out)
-                gbps = r["bps"] / 1e9
-                points.append((share, gbps))
-                rdy.append((share, 100 * (w1["wait_ns"] - w0["wait_ns"]) / 1e9 / wall))
-                log.append({"command": f"ip netns exec {f.ns('a')} {cmd}", "cpu_share_pct": share, "gbps": gbps,
-                            "vcpu_runqueue_wait_pct": rdy[-1][1]})
+            r = {"gbps": measure.iperf3(out)["bps"] / 1e9,
+                 "rdy_pct": 100 * (w1["wait_ns"] - w0["wait_ns"]) / 1e9 / wall}
+            log.append({"command": f"ip netns exec {f.ns('a')} {cmd}", "cpu_share_pct": share, **r})
+            return r
+
+        runs = interleaved(shares + [None], reps, run)
     # The study's VM was limited by its CPU share alone. Here, above some
     # share, the two cores shared by sender, switch and receiver limit
-    # first: fit the part where the share is the limit (up to the first
-    # point within 5% of the best throughput).
-    best = max(g for _, g in points)
-    knee = next(i for i, (_, g) in enumerate(points) if g >= 0.95 * best)
-    limited = points[: max(knee + 1, 3)]
-    slope, icpt, r2 = linear_fit(limited)
-    _, _, r2_all = linear_fit(points)
+    # first: fit, in each repetition, the part where the share is the limit
+    # (up to the first point within 5% of that repetition's best).
+    fits = []
+    for i in range(reps):
+        pts = [(sh, runs[sh][i]["gbps"]) for sh in shares]
+        best = max(g for _, g in pts)
+        knee = next(j for j, (_, g) in enumerate(pts) if g >= 0.95 * best)
+        limited = pts[: max(knee + 1, 3)]
+        slope, icpt, r2 = linear_fit(limited)
+        fits.append({"slope": slope, "intercept": icpt, "r2": r2, "up_to": limited[-1][0], "r2_all": linear_fit(pts)[2]})
+    med = {sh: summarize(runs[sh]) for sh in shares}
+    unlimited = summarize(runs[None])["gbps"]
+    points = [(sh, med[sh]["gbps"]) for sh in shares]
+    mid = sorted(fits, key=lambda x: x["r2"])[len(fits) // 2]
     pslope, picpt, pr2 = linear_fit(PUB_002_CPU)
+    rdy_drop = [runs[shares[0]][i]["rdy_pct"] - runs[shares[-1]][i]["rdy_pct"] for i in range(reps)]
+    r2s, slopes = [x["r2"] for x in fits], [x["slope"] for x in fits]
     figs = [
         figure("cpu-limit-throughput", "Throughput vs the receiving VM's CPU share", "CPU share of one core (%)", "Gbit/s",
-               {"hvnet": points, f"hvnet fit up to {limited[-1][0]}% (R² {r2:.3f})": [(x, slope * x + icpt) for x, _ in limited],
+               {"hvnet": points, f"hvnet fit up to {mid['up_to']}% (R² {mid['r2']:.3f})":
+                    [(x, mid["slope"] * x + mid["intercept"]) for x in shares if x <= mid["up_to"]],
                 "hvnet unlimited": [(100, unlimited)]},
                {"published (2.6 GHz host, % of 2600 MHz)": PUB_002_CPU, "published unlimited": [(100, PUB_002_UNLIMITED)]},
                SEED_002 + ", part 1 table",
-               f"throughput grows linearly with the CPU share while the share is the limit (published R² {pr2:.3f}, slope {pslope:.3f} "
-               f"Gbit/s per %; hvnet R² {r2:.3f}, slope {slope:.3f} up to {limited[-1][0]}%, then flat at about {best:.1f} Gbit/s, "
-               f"R² over all points {r2_all:.3f})",
-               r2 > 0.9 and slope > 0, CPU_NOTE, f"R² {r2:.3f} below 0.9 even where the share limits throughput"),
+               f"throughput grows linearly with the CPU share while the share is the limit (R² > 0.9 and slope > 0 in every "
+               f"repetition; published R² {pr2:.3f}, slope {pslope:.3f} Gbit/s per %; hvnet R² {min(r2s):.3f}–{max(r2s):.3f}, "
+               f"slope {min(slopes):.3f}–{max(slopes):.3f}, then flat at about {max(g for _, g in points):.1f} Gbit/s; "
+               + effect_size(median(slopes), pslope) + ")",
+               both(judge([("fit", r2s)], "up", 0.9, "R²"), judge([("fit", slopes)], "up", 0.0, "slope")), CPU_NOTE,
+               {"hvnet": [(sh, *med[sh]["spread"]["gbps"]) for sh in shares]}),
         figure("cpu-limit-rdy", "The VM's run-queue wait (hvnet's %RDY analog)", "CPU share of one core (%)", "% of wall time waiting",
-               {"hvnet vCPU run-queue wait": rdy}, {"published %RDY at 800 MHz (31%)": [(31, 69.0)]}, SEED_002 + ", part 1 esxtop",
-               "the lower the share, the longer the vCPU waits to run (published 69% RDY at an 800 MHz limit)",
-               rdy[0][1] > rdy[-1][1], CPU_NOTE + " Wait is the delivery thread's run-queue time from /proc/PID/task/TID/schedstat.",
-               "run-queue wait did not grow as the share shrank"),
+               {"hvnet vCPU run-queue wait": [(sh, med[sh]["rdy_pct"]) for sh in shares]},
+               {"published %RDY at 800 MHz (31%)": [(31, 69.0)]}, SEED_002 + ", part 1 esxtop",
+               f"the lower the share, the longer the vCPU waits to run (wait at {shares[0]}% minus at {shares[-1]}% > 0; "
+               "published 69% RDY at an 800 MHz limit)",
+               judge([(f"{shares[0]}% vs {shares[-1]}%", rdy_drop)], "up", 0.0, "difference in points"),
+               CPU_NOTE + " Wait is the delivery thread's run-queue time from /proc/PID/task/TID/schedstat.",
+               {"hvnet vCPU run-queue wait": [(sh, *med[sh]["spread"]["rdy_pct"]) for sh in shares]}),
     ]
-    return figs, {"points": points, "rdy": rdy, "unlimited_gbps": unlimited}
+    return figs, {"points": points, "fits": fits, "unlimited_gbps": unlimited,
+                  "runs": {str(k): v for k, v in runs.items()}}
 
 
-def ring_exhaustion(tmp, quick, log):
+def ring_exhaustion(tmp, quick, reps, log):
     rings = [256, 4096] if quick else [256, 512, 4096]
+    lros = ["on"] if quick else ["on", "off"]
     secs = 2 if quick else 4
-    rows = []
     with Hvnet(tmp, 1500, b=VMXNET3_VCPU) as f:
-        for lro in (["on"] if quick else ["on", "off"]):
-            for size in rings:
-                f.t.hv("port", "b", "set", f"ring1={size}", f"ring2={size}", f"lro={lro}")
-                with hvlab.CpuLimit(25) as cpu:
-                    server, _ = contended_server(f, cpu)
-                    n0 = measure.nstat(f.sh("a", "nstat -az").stdout)
-                    d0 = f.t.stats("/ports/b/rxSummary")
-                    cmd = f"iperf3 -c {B_IP} -t {secs} -P 12 -J"
-                    out = f.sh("a", cmd, timeout=secs + 60).stdout
-                    d1 = f.t.stats("/ports/b/rxSummary")
-                    n1 = measure.nstat(f.sh("a", "nstat -az").stdout)
-                    server.wait(timeout=10)
-                big = (d1["lro_frames"] - d0["lro_frames"]) + (d1["gso_intact_frames"] - d0["gso_intact_frames"])
-                row = {"lro": lro, "rings": size, "gbps": measure.iperf3(out)["bps"] / 1e9,
-                       "ring1_full": d1["drop_ring1_full"] - d0["drop_ring1_full"],
-                       "ring2_full": d1["drop_ring2_full"] - d0["drop_ring2_full"],
-                       "retransmits": n1["TcpRetransSegs"] - n0["TcpRetransSegs"],
-                       "ring_memory_bytes": d1["ring_memory_bytes"],
-                       "large_frames_delivered": big,
-                       "frames_delivered": d1["delivered_frames"] - d0["delivered_frames"]}
-                rows.append(row)
-                log.append({"command": f"ip netns exec {f.ns('a')} {cmd}", **row})
+        def run(c):
+            lro, size = c
+            f.t.hv("port", "b", "set", f"ring1={size}", f"ring2={size}", f"lro={lro}")
+            with hvlab.CpuLimit(25) as cpu:
+                server, _ = contended_server(f, cpu)
+                n0 = measure.nstat(f.sh("a", "nstat -az").stdout)
+                d0 = f.t.stats("/ports/b/rxSummary")
+                cmd = f"iperf3 -c {B_IP} -t {secs} -P 12 -J"
+                out = f.sh("a", cmd, timeout=secs + 60).stdout
+                d1 = f.t.stats("/ports/b/rxSummary")
+                n1 = measure.nstat(f.sh("a", "nstat -az").stdout)
+                server.wait(timeout=10)
+            big = (d1["lro_frames"] - d0["lro_frames"]) + (d1["gso_intact_frames"] - d0["gso_intact_frames"])
+            row = {"lro": lro, "rings": size, "gbps": measure.iperf3(out)["bps"] / 1e9,
+                   "ring1_full": d1["drop_ring1_full"] - d0["drop_ring1_full"],
+                   "ring2_full": d1["drop_ring2_full"] - d0["drop_ring2_full"],
+                   "retransmits": n1["TcpRetransSegs"] - n0["TcpRetransSegs"],
+                   "ring_memory_bytes": d1["ring_memory_bytes"],
+                   "large_frames_delivered": big,
+                   "frames_delivered": d1["delivered_frames"] - d0["delivered_frames"]}
+            row["drops"] = row["ring1_full"] + row["ring2_full"]
+            row["large_share"] = big / max(row["frames_delivered"], 1)
+            log.append({"command": f"ip netns exec {f.ns('a')} {cmd}", **row})
+            return row
+
+        runs = interleaved([(lro, size) for lro in lros for size in rings], reps, run)
+    rows = [summarize(runs[(lro, size)]) for lro in lros for size in rings]
+    small, big = runs[("on", rings[0])], runs[("on", rings[-1])]
+    # Per repetition: what the largest ring leaves of the smallest's count
+    # (+1 on both sides, so that a run with none at all stays defined).
+    fewer = lambda key: [(b[key] + 1) / (a[key] + 1) for a, b in zip(small, big)]  # noqa: E731
+    share = [r["large_share"] for r in runs[("on", rings[0])]]
+    ser = lambda key, lro: [(r["rings"], r[key]) for r in rows if r["lro"] == lro]  # noqa: E731
+    spr = lambda key, lro: [(r["rings"], *r["spread"][key]) for r in rows if r["lro"] == lro]  # noqa: E731
     on = [r for r in rows if r["lro"] == "on"]
-    drops = lambda r: r["ring1_full"] + r["ring2_full"]  # noqa: E731
-    ring2_share = sum(r["large_frames_delivered"] for r in on) / max(sum(r["frames_delivered"] for r in on), 1)
     figs = [
         figure("ring-exhaustion-drops", "Ring-full drops under CPU contention, 12 streams", "ring size (entries)", "frames dropped",
-               {f"hvnet LRO {lro} ring 1 full": [(r["rings"], r["ring1_full"]) for r in rows if r["lro"] == lro] for lro in ("on", "off")}
-               | {f"hvnet LRO {lro} ring 2 full": [(r["rings"], r["ring2_full"]) for r in rows if r["lro"] == lro] for lro in ("on", "off")},
+               {f"hvnet LRO {lro} ring {n} full": ser(f"ring{n}_full", lro) for lro in lros for n in (1, 2)},
                {"published ring 1 full (default rings)": [(256, 7086)], "published ring 2 full (default rings)": [(256, 3284)]},
                SEED_002 + ", part 2 (vsish rxSummary)",
-               f"larger rings cut ring-full drops (hvnet LRO on: {drops(on[0])} at {on[0]['rings']} -> {drops(on[-1])} at {on[-1]['rings']}; "
-               f"ring memory per queue {on[0]['ring_memory_bytes'] / 2**20:.1f} -> {on[-1]['ring_memory_bytes'] / 2**20:.1f} MiB)",
-               drops(on[-1]) < drops(on[0]), CPU_NOTE, "drops did not fall with larger rings"),
-        figure("ring-exhaustion-retransmits", "Sender retransmissions and throughput", "ring size (entries)", "segments retransmitted",
-               {f"hvnet LRO {lro} retransmits": [(r["rings"], r["retransmits"]) for r in rows if r["lro"] == lro] for lro in ("on", "off")}
-               | {f"hvnet LRO {lro} Gbit/s": [(r["rings"], r["gbps"]) for r in rows if r["lro"] == lro] for lro in ("on", "off")},
-               {"published retransmitted segments (default rings)": [(256, 86715)], "published Gbit/s (default -> 4096)": [(256, 32.5), (4096, 33.0)]},
+               f"larger rings cut ring-full drops (ratio {rings[-1]}/{rings[0]} < 1; hvnet LRO on: {on[0]['drops']:.0f} at "
+               f"{rings[0]} -> {on[-1]['drops']:.0f} at {rings[-1]}; ring memory per queue "
+               f"{on[0]['ring_memory_bytes'] / 2**20:.1f} -> {on[-1]['ring_memory_bytes'] / 2**20:.1f} MiB)",
+               judge([("LRO on", fewer("drops"))], "down"), CPU_NOTE,
+               {f"hvnet LRO {lro} ring {n} full": spr(f"ring{n}_full", lro) for lro in lros for n in (1, 2)}),
+        figure("ring-exhaustion-retransmits", "Sender retransmissions", "ring size (entries)", "segments retransmitted",
+               {f"hvnet LRO {lro}": ser("retransmits", lro) for lro in lros},
+               {"published retransmitted segments (default rings)": [(256, 86715)]},
                SEED_002 + ", part 2 (netstat -s)",
-               f"fewer retransmissions with larger rings (hvnet LRO on: {on[0]['retransmits']} -> {on[-1]['retransmits']})",
-               on[-1]["retransmits"] < on[0]["retransmits"], CPU_NOTE, "retransmissions did not fall"),
+               f"fewer retransmissions with larger rings (ratio {rings[-1]}/{rings[0]} < 1; hvnet LRO on: "
+               f"{on[0]['retransmits']:.0f} -> {on[-1]['retransmits']:.0f})",
+               judge([("LRO on", fewer("retransmits"))], "down"), CPU_NOTE,
+               {f"hvnet LRO {lro}": spr("retransmits", lro) for lro in lros}),
         figure("ring-exhaustion-why-ring2", "Why ring 2 fills at MTU 1500", "ring size (entries)", "share of delivered frames",
-               {"frames larger than a ring-1 buffer (coalesced or TSO)": [(r["rings"], r["large_frames_delivered"] / max(r["frames_delivered"], 1)) for r in on]},
+               {"frames larger than a ring-1 buffer (coalesced or TSO)": ser("large_share", "on")},
                {}, SEED_002 + ", part 2 (open question)",
-               f"ring 2 fills because {100 * ring2_share:.0f}% of delivered frames are LRO or TSO frames of up to 64 KiB, "
-               "each taking 16 ring-2 pages; the study saw ring 2 full at MTU 1500 without explaining it",
-               ring2_share > 0.5, "Ring-2 use is counted per delivered frame by hvnet (rxSummary lro_frames, gso_intact_frames).",
-               "most frames fitted in ring 1"),
+               f"ring 2 fills because most delivered frames ({100 * median(share):.0f}%) are LRO or TSO frames of up to "
+               "64 KiB, each taking 16 ring-2 pages; the study saw ring 2 full at MTU 1500 without explaining it",
+               judge([(f"{rings[0]} entries", share)], "up", 0.5, "share"),
+               "Ring-2 use is counted per delivered frame by hvnet (rxSummary lro_frames, gso_intact_frames).",
+               {"frames larger than a ring-1 buffer (coalesced or TSO)": spr("large_share", "on")}),
     ]
     return figs, rows
 
 
-def multiqueue(tmp, quick, log):
+def multiqueue(tmp, quick, reps, log):
     secs = 2 if quick else 4
-    res = {}
-    for q in (1, 4):
-        with Hvnet(tmp, 1500, b={"queues": q, "ring1": 4096, "ring2": 4096}) as f:
+    with contextlib.ExitStack() as stack:
+        # Both VMs' queue counts up at once, runs interleaved.
+        up = {q: stack.enter_context(Hvnet(tmp, 1500, b={"queues": q, "ring1": 4096, "ring2": 4096})) for q in (1, 4)}
+
+        def run(q):
+            f = up[q]
+            before = [f.t.stats(f"/ports/b/rxqueues/{i}/status")["counters"]["delivered_frames"] for i in range(q)]
             s = iperf(f, 8, "128K", secs, None, log)
-            per_q = [f.t.stats(f"/ports/b/rxqueues/{i}/status")["counters"]["delivered_frames"] for i in range(q)]
-            res[q] = dict(s, per_queue_frames=per_q)
-    gain = res[4]["gbps"] / res[1]["gbps"]
-    spread = res[4]["per_queue_frames"]
-    used = sum(1 for x in spread if x > 0)
+            after = [f.t.stats(f"/ports/b/rxqueues/{i}/status")["counters"]["delivered_frames"] for i in range(q)]
+            per_q = [x - y for x, y in zip(after, before)]
+            return dict(s, queues_used=sum(1 for x in per_q if x > 0), per_queue_frames=per_q)
+
+        runs = interleaved((1, 4), reps, run)
+    res = {q: summarize(runs[q]) for q in (1, 4)}
+    gain = ratios(runs[4], runs[1], "gbps")
+    used = [r["queues_used"] for r in runs[4]]
+    spread4 = runs[4][len(runs[4]) // 2]["per_queue_frames"]
     figs = [
         figure("multiqueue-throughput", "One VM, 1 receive queue vs 4 with RSS, 8 streams", "receive queues", "Gbit/s",
                {"hvnet": [("1", res[1]["gbps"]), ("4", res[4]["gbps"])]},
                {"published (40GbE, large packets): +40% with RSS": [("1", 15.0), ("4", 21.0)]}, SEED_001 + ", Figure 3",
-               f"RSS over several queues raises one VM's receive throughput (published +40%; hvnet x{gain:.2f})",
-               gain > 1.05, VM_NOTE + " Each queue has its own worker and delivery thread, all on 2 cores.",
-               "with 2 cores, more queues add threads but no CPU to run them"),
-        figure("multiqueue-spread", "Per-queue load with 4 queues", "queue", "frames delivered",
-               {"hvnet": [(str(i), v) for i, v in enumerate(spread)]}, {}, SEED_002 + ", FAQ (one queue per vCPU)",
-               f"RSS spreads the flows over the queues ({used} of 4 queues used)", used >= 2, VM_NOTE, "one queue took all flows"),
+               "RSS over several queues raises one VM's receive throughput (ratio 4/1 > 1; "
+               + effect_size(median(gain), 21.0 / 15.0) + ")",
+               judge([("4 vs 1 queues", gain)], "up"), VM_NOTE + " Each queue has its own worker and delivery thread, all on 2 cores.",
+               {"hvnet": [("1", *res[1]["spread"]["gbps"]), ("4", *res[4]["spread"]["gbps"])]}),
+        figure("multiqueue-spread", "Per-queue load with 4 queues (median run)", "queue", "frames delivered",
+               {"hvnet": [(str(i), v) for i, v in enumerate(spread4)]}, {}, SEED_002 + ", FAQ (one queue per vCPU)",
+               f"RSS spreads the flows over the queues (at least 2 of 4 used in every run; used: {', '.join(map(str, used))})",
+               judge([("queues used", used)], "up", 1.5, "queues"), VM_NOTE),
     ]
     return figs, {str(k): v for k, v in res.items()}
 
 
-def lro_rate(tmp, quick, log):
+def sack_verdict(on_runs, off_runs, diff):
+    """SACK blocks with LRO on minus off; a run pair with none at all on
+    either side says nothing either way."""
+    if not any(r["sack_merged_at_sender"] for r in on_runs + off_runs):
+        return INCONCLUSIVE, "the sender merged no SACK blocks in any run, with LRO on or off: no loss to compare"
+    return judge([("delayed ACKs on", diff)], "down", 0.0, "difference")
+
+
+def lro_rate(tmp, quick, reps, log):
     secs = 2 if quick else 4
-    rows = []
     with Hvnet(tmp, 1500, a={"tso": False}, b={"ring1": 4096, "ring2": 4096}) as f:
-        for lro in ("off", "on"):
-            for quickack in (False, True):
-                f.t.hv("port", "b", "set", f"lro={lro}")
-                f.sh("b", f"ip route change 10.98.0.0/24 dev eth0 {'quickack 1' if quickack else ''} || true")
-                nb0 = measure.nstat(f.sh("b", "nstat -az").stdout)
-                na0 = measure.nstat(f.sh("a", "nstat -az").stdout)
-                # Machine-wide cycles and instructions during the run, where
-                # perf can count them (not on every virtual machine).
-                perf = hvlab.subprocess.Popen(["perf", "stat", "-x,", "-a", "-e", "cycles,instructions", "--", "sleep", str(secs)],
-                                              stdout=hvlab.subprocess.DEVNULL, stderr=hvlab.subprocess.PIPE, text=True) if shutil.which("perf") else None
-                s = iperf(f, 1, "64K", secs, None, log)
-                counts = measure.perf_stat(perf.communicate(timeout=secs + 30)[1]) if perf else {}
-                nb1 = measure.nstat(f.sh("b", "nstat -az").stdout)
-                na1 = measure.nstat(f.sh("a", "nstat -az").stdout)
-                d = lambda n0, n1, k: n1.get(k, 0) - n0.get(k, 0)  # noqa: E731
-                mb = s["gbps"] * 1e9 * secs / 8 / 1e6
-                rows.append({"lro": lro, "quickack": quickack, "gbps": s["gbps"],
-                             "lro_rate": s["tx_frames_sender"] / max(s["rx_frames"], 1),
-                             "acks_per_mb": d(nb0, nb1, "TcpOutSegs") / max(mb, 1e-9),
-                             "delayed_acks_per_mb": d(nb0, nb1, "TcpExtDelayedACKs") / max(mb, 1e-9),
-                             # SACK blocks the sender processed (merged into its
-                             # scoreboard) and SACK recoveries it entered.
-                             "sack_merged_at_sender": d(na0, na1, "TcpExtTCPSackMerged"),
-                             "sack_recoveries_at_sender": d(na0, na1, "TcpExtTCPSackRecovery"),
-                             "cycles_per_byte": (counts.get("cycles") or math.nan) / max(s["gbps"] * 1e9 * secs / 8, 1),
-                             "instructions_per_byte": (counts.get("instructions") or math.nan) / max(s["gbps"] * 1e9 * secs / 8, 1)})
+        def run(c):
+            lro, quickack = c
+            f.t.hv("port", "b", "set", f"lro={lro}")
+            f.sh("b", f"ip route change 10.98.0.0/24 dev eth0 {'quickack 1' if quickack else ''} || true")
+            nb0 = measure.nstat(f.sh("b", "nstat -az").stdout)
+            na0 = measure.nstat(f.sh("a", "nstat -az").stdout)
+            # Machine-wide cycles and instructions during the run, where
+            # perf can count them (not on every virtual machine).
+            perf = hvlab.subprocess.Popen(["perf", "stat", "-x,", "-a", "-e", "cycles,instructions", "--", "sleep", str(secs)],
+                                          stdout=hvlab.subprocess.DEVNULL, stderr=hvlab.subprocess.PIPE, text=True) if shutil.which("perf") else None
+            s = iperf(f, 1, "64K", secs, None, log)
+            counts = measure.perf_stat(perf.communicate(timeout=secs + 30)[1]) if perf else {}
+            nb1 = measure.nstat(f.sh("b", "nstat -az").stdout)
+            na1 = measure.nstat(f.sh("a", "nstat -az").stdout)
+            d = lambda n0, n1, k: n1.get(k, 0) - n0.get(k, 0)  # noqa: E731
+            mb = s["gbps"] * 1e9 * secs / 8 / 1e6
+            return {"lro": lro, "quickack": quickack, "gbps": s["gbps"],
+                    "lro_rate": s["tx_frames_sender"] / max(s["rx_frames"], 1),
+                    "acks_per_mb": d(nb0, nb1, "TcpOutSegs") / max(mb, 1e-9),
+                    "delayed_acks_per_mb": d(nb0, nb1, "TcpExtDelayedACKs") / max(mb, 1e-9),
+                    # SACK blocks the sender processed (merged into its
+                    # scoreboard) and SACK recoveries it entered.
+                    "sack_merged_at_sender": d(na0, na1, "TcpExtTCPSackMerged"),
+                    "sack_recoveries_at_sender": d(na0, na1, "TcpExtTCPSackRecovery"),
+                    "cycles_per_byte": (counts.get("cycles") or math.nan) / max(s["gbps"] * 1e9 * secs / 8, 1),
+                    "instructions_per_byte": (counts.get("instructions") or math.nan) / max(s["gbps"] * 1e9 * secs / 8, 1)}
+
+        configs = [(lro, qa) for lro in ("off", "on") for qa in (False, True)]
+        runs = interleaved(configs, reps, run)
         f.sh("b", "ip route change 10.98.0.0/24 dev eth0 || true")
-    on = [r for r in rows if r["lro"] == "on" and not r["quickack"]][0]
-    off = [r for r in rows if r["lro"] == "off" and not r["quickack"]][0]
+    rows = [summarize(runs[c]) for c in configs]
+    on_runs, off_runs = runs[("on", False)], runs[("off", False)]
+    on, off = summarize(on_runs), summarize(off_runs)
     label = lambda r: f"LRO {r['lro']}{' quickack' if r['quickack'] else ''}"  # noqa: E731
+    ser = lambda key: [(label(r), r[key]) for r in rows]  # noqa: E731
+    spr = lambda key: [(label(r), *r["spread"][key]) for r in rows]  # noqa: E731
+    sack_diff = [a["sack_merged_at_sender"] - b["sack_merged_at_sender"] for a, b in zip(on_runs, off_runs)]
     figs = [
         figure("lro-rate", "LRO rate: frames in per frame delivered", "configuration", "frames in / frames out",
-               {"hvnet": [(label(r), r["lro_rate"]) for r in rows]},
+               {"hvnet": ser("lro_rate")},
                {"published": [("Native", 1.00), ("Non-LRO", 1.00), ("LRO Phys.", 1.98), ("LRO Virt.", 4.91)]}, SEED_003,
-               f"LRO in the virtual interface delivers several frames per frame (published 4.91; hvnet {on['lro_rate']:.2f})",
-               on["lro_rate"] > 1.5 and off["lro_rate"] < 1.2, NATIVE_NOTE, "coalescing did not happen"),
-        figure("lro-rate-acks", "ACKs the receiver sent per MB, with delayed ACKs on and off", "configuration", "ACKs per MB",
-               {"hvnet ACKs/MB": [(label(r), r["acks_per_mb"]) for r in rows], "hvnet delayed ACKs/MB": [(label(r), r["delayed_acks_per_mb"]) for r in rows]},
-               {}, SEED_003 + " (acknowledgment breakdown)",
-               f"LRO reduces the ACKs the receiver sends (hvnet {off['acks_per_mb']:.0f} -> {on['acks_per_mb']:.0f} per MB)",
-               on["acks_per_mb"] < off["acks_per_mb"], NATIVE_NOTE + " quickack = `ip route ... quickack 1` in the receiving VM, the paper's proposed option.",
-               "ACKs did not fall with LRO"),
-        figure("lro-rate-sacks", "SACK activity at the sender", "configuration", "count",
-               {"hvnet SACK blocks merged": [(label(r), r["sack_merged_at_sender"]) for r in rows],
-                "hvnet SACK recoveries": [(label(r), r["sack_recoveries_at_sender"]) for r in rows]},
-               {}, SEED_003 + " (selective acknowledgment rate)",
-               f"the paper saw the SACK rate drop with LRO in the virtual interface (hvnet SACK blocks merged: "
-               f"{off['sack_merged_at_sender']} -> {on['sack_merged_at_sender']})",
-               on["sack_merged_at_sender"] <= off["sack_merged_at_sender"], NATIVE_NOTE, "SACK activity did not fall with LRO"),
+               "LRO in the virtual interface delivers several frames per frame (LRO on > 1.5; "
+               + effect_size(on["lro_rate"], 4.91) + "). hvnet coalesces up to 64 KiB per frame, as Linux GRO does; "
+               "the paper's Xen LRO coalesced less",
+               judge([("LRO on", [r["lro_rate"] for r in on_runs])], "up", 1.5, "LRO rate"), NATIVE_NOTE, {"hvnet": spr("lro_rate")}),
+        figure("lro-rate-acks", "ACKs the receiver sent per MB", "configuration", "ACKs per MB",
+               {"hvnet ACKs/MB": ser("acks_per_mb")}, {}, SEED_003 + " (acknowledgment breakdown)",
+               f"LRO reduces the ACKs the receiver sends (ratio on/off < 1; hvnet {off['acks_per_mb']:.0f} -> "
+               f"{on['acks_per_mb']:.0f} per MB; delayed ACKs: {off['delayed_acks_per_mb']:.1f} -> {on['delayed_acks_per_mb']:.1f} per MB)",
+               judge([("delayed ACKs on", ratios(on_runs, off_runs, "acks_per_mb"))], "down"),
+               NATIVE_NOTE + " quickack = `ip route ... quickack 1` in the receiving VM, the paper's proposed option.",
+               {"hvnet ACKs/MB": spr("acks_per_mb")}),
+        figure("lro-rate-sacks", "SACK blocks merged at the sender", "configuration", "SACK blocks per run",
+               {"hvnet SACK blocks merged": ser("sack_merged_at_sender")}, {}, SEED_003 + " (selective acknowledgment rate)",
+               f"the paper saw the SACK rate drop with LRO in the virtual interface (on minus off < 0; hvnet "
+               f"{off['sack_merged_at_sender']:.0f} -> {on['sack_merged_at_sender']:.0f})",
+               sack_verdict(on_runs, off_runs, sack_diff), NATIVE_NOTE,
+               {"hvnet SACK blocks merged": spr("sack_merged_at_sender")}),
     ]
     if all(math.isfinite(r["cycles_per_byte"]) for r in rows):
-        figs.append(figure("lro-rate-cycles", "CPU cycles and instructions per byte received (whole machine)", "configuration", "per byte",
-                           {"hvnet cycles/byte": [(label(r), r["cycles_per_byte"]) for r in rows],
-                            "hvnet instructions/byte": [(label(r), r["instructions_per_byte"]) for r in rows]},
-                           {}, SEED_003 + " (clock cycles and instruction count)",
-                           f"LRO lowers the cycles spent per byte (hvnet {off['cycles_per_byte']:.2f} -> {on['cycles_per_byte']:.2f})",
-                           on["cycles_per_byte"] < off["cycles_per_byte"], NATIVE_NOTE + " perf stat -a over the run.",
-                           "cycles per byte did not fall with LRO"))
+        figs.append(figure("lro-rate-cycles", "CPU cycles per byte received (whole machine)", "configuration", "cycles per byte",
+                           {"hvnet cycles/byte": ser("cycles_per_byte")}, {}, SEED_003 + " (clock cycles and instruction count)",
+                           f"LRO lowers the cycles spent per byte (ratio on/off < 1; hvnet {off['cycles_per_byte']:.2f} -> "
+                           f"{on['cycles_per_byte']:.2f}; instructions per byte {off['instructions_per_byte']:.2f} -> "
+                           f"{on['instructions_per_byte']:.2f})",
+                           judge([("delayed ACKs on", ratios(on_runs, off_runs, "cycles_per_byte"))], "down"),
+                           NATIVE_NOTE + " perf stat -a over the run.", {"hvnet cycles/byte": spr("cycles_per_byte")}))
     return figs, rows
 
 

@@ -27,9 +27,15 @@ def plot(fig, out_dir: Path):
     allx = [x for pts in list(fig["series"].values()) + list(fig["published"].values()) for x, _ in pts]
     cats = None if _numeric(allx) else list(dict.fromkeys(str(x) for x in allx))
     pos = (lambda x: x) if cats is None else (lambda x: cats.index(str(x)))
+    spread = fig.get("spread", {})
     for label, pts in fig["series"].items():
         if pts:
-            ax.plot([pos(x) for x, _ in pts], [y for _, y in pts], marker="o", label=label)
+            line = ax.plot([pos(x) for x, _ in pts], [y for _, y in pts], marker="o", label=label)[0]
+            bars = spread.get(label) or []
+            if bars and any(lo != hi for _, lo, hi in bars):
+                # The min-max spread of the runs behind each median.
+                ax.errorbar([pos(x) for x, _, _ in bars], [(lo + hi) / 2 for _, lo, hi in bars],
+                            yerr=[(hi - lo) / 2 for _, lo, hi in bars], fmt="none", ecolor=line.get_color(), capsize=3, alpha=0.7)
     for label, pts in fig["published"].items():
         if pts:
             ax.plot([pos(x) for x, _ in pts], [y for _, y in pts], marker="s", linestyle="--", label=label)
@@ -57,10 +63,19 @@ def _fmt(v):
     return str(v)
 
 
+def _values(fig, label, pts):
+    spread = {str(x): (lo, hi) for x, lo, hi in fig.get("spread", {}).get(label) or []}
+
+    def one(x, y):
+        lo, hi = spread.get(str(x), (y, y))
+        return f"{x}: {_fmt(y)}" + (f" ({_fmt(lo)}–{_fmt(hi)})" if lo != hi else "")
+    return ", ".join(one(x, y) for x, y in pts)
+
+
 def _table(fig):
     rows = []
     for label, pts in fig["series"].items():
-        rows.append(f"| {label} (ours) | " + ", ".join(f"{x}: {_fmt(y)}" for x, y in pts) + " |")
+        rows.append(f"| {label} (ours) | " + _values(fig, label, pts) + " |")
     for label, pts in fig["published"].items():
         rows.append(f"| {label} | " + ", ".join(f"{x}: {_fmt(y)}" for x, y in pts) + " |")
     return "| series | values |\n|---|---|\n" + "\n".join(rows)
@@ -69,9 +84,12 @@ def _table(fig):
 def render(results: dict, out_dir: Path):
     """Writes report.md and report.html (and the plots) into out_dir."""
     meta = results["meta"]
+    reps = meta.get("repeat", 1)
     md = ["# hvnet lab report", "",
           f"Run {meta['date']} on {meta['host']} ({meta['cpu_model']}, {meta['cpus']} cores), kernel {meta['kernel']}, "
-          f"hvnet {meta['git_revision']}, iperf3 {meta['iperf3']}{' — quick run' if meta.get('quick') else ''}.", ""]
+          f"hvnet {meta['git_revision']}, iperf3 {meta['iperf3']}, Open vSwitch {meta.get('openvswitch') or 'not installed'}; "
+          f"{reps} run{'s' if reps > 1 else ''} per point, configurations interleaved, medians drawn with their min–max spread"
+          f"{' — quick run: one run per point, verdicts indicative only' if reps == 1 else ''}.", ""]
     body = []
     summary = []
     for exp in results["experiments"]:
@@ -80,32 +98,39 @@ def render(results: dict, out_dir: Path):
         if exp.get("error"):
             md += [f"**Not run:** {exp['error']}", ""]
             body.append(f"<p><b>Not run:</b> {html.escape(exp['error'])}</p>")
-            summary.append((exp["name"], "—", "not run"))
+            summary.append((exp["name"], "—", "not run", "", "", exp["error"]))
             continue
         for fig in exp["figures"]:
             png = plot(fig, out_dir)
-            verdict = "reproduced" if fig["reproduced"] else "not reproduced"
-            summary.append((exp["name"], fig["id"], verdict))
+            verdict = fig.get("verdict") or ("reproduced" if fig["reproduced"] else "not reproduced")
+            summary.append((exp["name"], fig["id"], verdict, fig["source"].split(" (")[0], fig["claim"], fig["why_not"]))
             md += [f"### {fig['title']}", ""]
             if png:
                 md += [f"![{fig['id']}]({png})", ""]
-            md += [_table(fig), "", f"**Published effect:** {fig['claim']} — **{verdict}**." + (f" Why: {fig['why_not']}." if fig["why_not"] else ""), "",
+            md += [_table(fig), "", f"**Published effect:** {fig['claim']} — **{verdict}**." + (f" Measured: {fig['why_not']}." if fig["why_not"] else ""), "",
                    f"Source: {fig['source']}. {fig['note']}", ""]
             body.append(f"<h3>{html.escape(fig['title'])}</h3>" + (f"<img src='{png}' alt='{fig['id']}'>" if png else "")
                         + "<table><tr><th>series</th><th>values</th></tr>"
-                        + "".join(f"<tr><td>{html.escape(l)} (ours)</td><td>{html.escape(', '.join(f'{x}: {_fmt(y)}' for x, y in p))}</td></tr>" for l, p in fig["series"].items())
+                        + "".join(f"<tr><td>{html.escape(l)} (ours)</td><td>{html.escape(_values(fig, l, p))}</td></tr>" for l, p in fig["series"].items())
                         + "".join(f"<tr><td>{html.escape(l)}</td><td>{html.escape(', '.join(f'{x}: {_fmt(y)}' for x, y in p))}</td></tr>" for l, p in fig["published"].items())
                         + f"</table><p><b>Published effect:</b> {html.escape(fig['claim'])} — <b>{verdict}</b>."
-                        + (f" Why: {html.escape(fig['why_not'])}." if fig["why_not"] else "")
+                        + (f" Measured: {html.escape(fig['why_not'])}." if fig["why_not"] else "")
                         + f"</p><p class='src'>Source: {html.escape(fig['source'])}. {html.escape(fig['note'])}</p>")
-    md += ["## Summary", "", "| experiment | figure | published effect |", "|---|---|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in summary]
+    table = ["| experiment | figure | seed | published effect and what hvnet measured | verdict |", "|---|---|---|---|---|"]
+    table += [f"| {a} | {b} | {seed} | {claim} | **{v}**{': ' + why if why else ''} |" for a, b, v, seed, claim, why in summary]
+    counts = {}
+    for row in summary:
+        counts[row[2]] = counts.get(row[2], 0) + 1
+    md[4:4] = ["## At a glance", "", ", ".join(f"{n} {v}" for v, n in counts.items()) + ".", ""] + table + [""]
     (out_dir / "report.md").write_text("\n".join(md) + "\n")
     page = ("<!doctype html><meta charset='utf-8'><title>hvnet lab report</title>"
             "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}img{max-width:100%}"
             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;font-size:90%}.src{color:#555}</style>"
-            f"<h1>hvnet lab report</h1><p>{html.escape(md[2])}</p>" + "".join(body)
-            + "<h2>Summary</h2><table><tr><th>experiment</th><th>figure</th><th>published effect</th></tr>"
-            + "".join(f"<tr><td>{a}</td><td>{b}</td><td>{c}</td></tr>" for a, b, c in summary) + "</table>")
+            f"<h1>hvnet lab report</h1><p>{html.escape(md[2])}</p>"
+            + "<h2>At a glance</h2><table><tr><th>experiment</th><th>figure</th><th>seed</th><th>published effect and what hvnet measured</th><th>verdict</th></tr>"
+            + "".join(f"<tr><td>{html.escape(a)}</td><td>{html.escape(b)}</td><td>{html.escape(seed)}</td><td>{html.escape(claim)}</td>"
+                      f"<td><b>{html.escape(v)}</b>{html.escape(': ' + why if why else '')}</td></tr>" for a, b, v, seed, claim, why in summary)
+            + "</table>" + "".join(body))
     (out_dir / "report.html").write_text(page)
 
 

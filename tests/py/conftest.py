@@ -4,6 +4,8 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
+# The host helpers (namespaces, topologies, readiness) live in the lab.
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "lab"))
 
 import hvlab  # noqa: E402
 

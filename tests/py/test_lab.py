@@ -49,6 +49,27 @@ def test_perf_stat_parser():
     assert measure.perf_stat("<not supported>,,cycles,0,100.00,,\n")["cycles"] is None
 
 
+def test_verdicts_need_the_effect_beyond_the_spread():
+    from hvnet_lab.verdict import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, both, judge, summarize
+    assert judge([("a", [1.2, 1.4]), ("b", [1.05, 1.1])], "up")[0] == REPRODUCED
+    v, why = judge([("a", [1.2, 1.4]), ("b", [0.9, 1.1])], "up")
+    assert v == INCONCLUSIVE and "b" in why and "0.9–1.1" in why
+    v, why = judge([("a", [1.2, 1.4]), ("b", [0.8, 0.9])], "up")
+    assert v == NOT_REPRODUCED and "b" in why
+    assert judge([("x", [0.5, 0.7])], "down")[0] == REPRODUCED
+    assert both((REPRODUCED, ""), (INCONCLUSIVE, "w"))[0] == INCONCLUSIVE
+    assert both((REPRODUCED, ""), (NOT_REPRODUCED, "w"))[0] == NOT_REPRODUCED
+    p = summarize([{"gbps": 3.0, "lro": "on"}, {"gbps": 1.0, "lro": "on"}, {"gbps": 2.0, "lro": "on"}])
+    assert p["gbps"] == 2.0 and p["spread"]["gbps"] == [1.0, 3.0] and p["lro"] == "on" and len(p["runs"]) == 3
+
+
+def test_report_without_results_says_what_to_run(tmp_path):
+    r = hvlab.run([sys.executable, "-m", "hvnet_lab", "report", "--out", str(tmp_path / "none")], check=False,
+                  cwd=str(ROOT / "lab"))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "hvnet lab run all --out" in r.stderr, r.stderr
+
+
 def test_linear_fit_of_the_published_table():
     slope, icpt, r2 = experiments.linear_fit(experiments.PUB_002_CPU)
     assert 0.2 < slope < 0.25 and r2 > 0.98
@@ -65,11 +86,15 @@ def test_quick_experiment_end_to_end_and_its_report(tmp_path):
     exp = res["experiments"][0]
     assert exp["samples"] and all("command" in s for s in exp["samples"])
     assert report.check(res) == []
+    assert res["meta"]["repeat"] == 1, "--quick runs once per point"
     for fig in exp["figures"]:
+        assert fig["verdict"] in ("reproduced", "not reproduced", "inconclusive")
+        assert fig["verdict"] == "reproduced" or fig["why_not"], "a verdict other than reproduced says why"
         assert fig["source"].startswith("shared/seeds/003")
         assert all(math.isfinite(y) for pts in fig["series"].values() for _, y in pts)
         assert (out / f"fig-{fig['id']}.png").exists() and (out / f"fig-{fig['id']}.svg").exists()
     md = (out / "report.md").read_text()
     html = (out / "report.html").read_text()
     assert "Published effect" in md and "shared/seeds/003" in md and "<img" in html
+    assert md.index("## At a glance") < md.index("## lro-rate"), "the verdict table comes first"
     assert "LRO rate" in md

@@ -41,7 +41,7 @@ def test_small_rings_drop_under_cpu_contention_and_big_rings_do_not(tmp_path):
     with hvlab.Topology(tmp_path, vms) as t, hvlab.CpuLimit(25) as cpu:
         server = t.popen("b", "iperf3 -s -B 10.71.0.2", stdout=hvlab.subprocess.DEVNULL, stderr=hvlab.subprocess.DEVNULL)
         hvlab.wait_listening(t.ns("b"), 5201)
-        cpu.add(hvlab.daemon_threads(t.name)["b_rx0"])
+        cpu.add(t.thread("b", "delivery", 0))
         cpu.add(server.pid)
         for tid in hvlab.Path(f"/proc/{server.pid}/task").iterdir():
             cpu.add(int(tid.name))

@@ -283,3 +283,16 @@ def test_file_arrives_intact_with_io_uring(tmp_path, monkeypatch, lro):
         if lro:
             assert t.stats("/ports/b/rxSummary")["lro_frames"] > 0
         assert_accounted(t, ["a", "b"])
+
+
+def test_port_view_names_its_threads(tmp_path):
+    """`hvnet port VM --json` lists the port's threads with their kernel
+    ids, so tools (the lab's CPU groups, top -H) need no thread names."""
+    with hvlab.Topology(tmp_path, [vm("a", "10.74.0.1", queues=2), vm("b", "10.74.0.2", queues=2)]) as t:
+        pid = json.loads(Path(f"/run/hvnet/{t.name}/state.json").read_text())["pid"]
+        threads = json.loads(t.hv("port", "b", "--json").stdout)["threads"]
+        assert sorted((th["role"], th["queue"]) for th in threads) == [
+            ("delivery", 0), ("delivery", 1), ("ingress", 0), ("ingress", 1)]
+        for th in threads:
+            comm = Path(f"/proc/{pid}/task/{th['tid']}/comm").read_text().strip()
+            assert comm == th["name"], th

@@ -87,6 +87,7 @@ pub fn port_settings(p: &Port) -> Value {
     v["link"] = json!(p.state().name());
     v["buffers"] = json!(p.buffers());
     v["thread_failures"] = json!(p.thread_failures.load(std::sync::atomic::Ordering::Relaxed));
+    v["threads"] = json!(p.threads());
     v
 }
 

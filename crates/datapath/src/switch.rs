@@ -28,7 +28,7 @@ use hvnet_port::{Home, Packet, PoolCaps, PoolStatus, TapPort};
 use hvnet_wire::MacAddr;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -200,6 +200,22 @@ pub struct Port {
     state: AtomicU8,
     /// Thread failures (panics) so far.
     pub thread_failures: AtomicU64,
+    threads: Mutex<Vec<ThreadInfo>>,
+}
+
+/// One of a port's threads, for the views (`hvnet port VM --json`): what
+/// `top -H`, a CPU group or schedstat needs to find it.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct ThreadInfo {
+    /// Its name (`{vm}_q{n}`, `{vm}_rx{n}`).
+    pub name: String,
+    /// Kernel thread id.
+    pub tid: i32,
+    /// "ingress" (reads what the guest sends) or "delivery" (the VM's
+    /// "vCPU" for receive).
+    pub role: &'static str,
+    /// Its queue.
+    pub queue: usize,
 }
 
 impl Port {
@@ -246,6 +262,10 @@ impl Port {
     pub fn ring_memory(&self) -> usize {
         let s = self.settings();
         self.rxq.len() * (s.ring1 * ring::ring1_buf_size(s.mtu) + s.ring2 * ring::RING2_BUF)
+    }
+    /// The port's threads now running.
+    pub fn threads(&self) -> Vec<ThreadInfo> {
+        self.threads.lock().expect("threads lock").clone()
     }
     /// The port's buffers: allocated, idle, and the cap.
     pub fn buffers(&self) -> PoolStatus {
@@ -361,6 +381,7 @@ impl Switch {
                     home: Home::new(cfg.pool_caps),
                     state: AtomicU8::new(PortState::Up as u8),
                     thread_failures: AtomicU64::new(0),
+                    threads: Mutex::new(Vec::new()),
                 })
             })
             .collect();
@@ -387,6 +408,7 @@ impl Switch {
                 let (sw, port) = (Arc::clone(self), Arc::clone(p));
                 handles.push(supervised(
                     format!("{}_q{q}", p.name),
+                    ("ingress", q),
                     sw,
                     port,
                     move |sw, port| crate::worker::Worker::new(sw, port, q).run(),
@@ -394,6 +416,7 @@ impl Switch {
                 let (sw, port) = (Arc::clone(self), Arc::clone(p));
                 handles.push(supervised(
                     format!("{}_rx{q}", p.name),
+                    ("delivery", q),
                     sw,
                     port,
                     move |sw, port| crate::deliver::deliver_loop(&sw, &port, q),
@@ -461,35 +484,57 @@ impl Switch {
 /// on the port), until it returns or the port failed too often.
 fn supervised(
     name: String,
+    (role, queue): (&'static str, usize),
     sw: Arc<Switch>,
     port: Arc<Port>,
     body: impl Fn(Arc<Switch>, Arc<Port>) + Send + 'static,
 ) -> JoinHandle<()> {
     std::thread::Builder::new()
         .name(name.clone())
-        .spawn(move || loop {
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                body(Arc::clone(&sw), Arc::clone(&port))
-            }));
-            if r.is_ok() || sw.stopping() {
-                return;
-            }
-            let n = port.thread_failures.fetch_add(1, Ordering::Relaxed) + 1;
-            if n >= MAX_RESTARTS {
-                eprintln!(
-                    "hvnet: thread {name} failed {n} times; port {} is marked failed",
-                    port.name
-                );
-                port.set_state(PortState::Failed);
-                return;
-            }
-            eprintln!(
-                "hvnet: thread {name} failed (failure {n} of port {}); starting it again",
-                port.name
-            );
-            std::thread::sleep(Duration::from_millis(100));
+        .spawn(move || {
+            port.threads.lock().expect("threads lock").push(ThreadInfo {
+                name: name.clone(),
+                tid: hvnet_sys::gettid(),
+                role,
+                queue,
+            });
+            supervise(&name, &sw, &port, &body);
+            port.threads
+                .lock()
+                .expect("threads lock")
+                .retain(|t| t.name != name);
         })
         .expect("spawn port thread")
+}
+
+fn supervise(
+    name: &str,
+    sw: &Arc<Switch>,
+    port: &Arc<Port>,
+    body: &impl Fn(Arc<Switch>, Arc<Port>),
+) {
+    loop {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            body(Arc::clone(sw), Arc::clone(port))
+        }));
+        if r.is_ok() || sw.stopping() {
+            return;
+        }
+        let n = port.thread_failures.fetch_add(1, Ordering::Relaxed) + 1;
+        if n >= MAX_RESTARTS {
+            eprintln!(
+                "hvnet: thread {name} failed {n} times; port {} is marked failed",
+                port.name
+            );
+            port.set_state(PortState::Failed);
+            return;
+        }
+        eprintln!(
+            "hvnet: thread {name} failed (failure {n} of port {}); starting it again",
+            port.name
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Checks settings ranges (also used for topology files).
@@ -532,6 +577,7 @@ mod tests {
         let r = Arc::clone(&runs);
         let t = supervised(
             "p0_test".into(),
+            ("ingress", 0),
             Arc::clone(&h.sw),
             Arc::clone(&port),
             move |_, _| {
@@ -556,6 +602,7 @@ mod tests {
         let r = Arc::clone(&runs);
         supervised(
             "p0_test".into(),
+            ("ingress", 0),
             Arc::clone(&h.sw),
             Arc::clone(&port),
             move |_, _| {

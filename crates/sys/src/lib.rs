@@ -233,6 +233,13 @@ pub fn poll_readable(fd: RawFd, timeout_ms: i32) -> io::Result<bool> {
     }
 }
 
+/// The calling thread's kernel thread id (what `/proc/PID/task/` lists and
+/// what cgroups and `top -H` take).
+pub fn gettid() -> i32 {
+    // SAFETY: gettid takes no arguments, touches no memory and cannot fail.
+    unsafe { libc::gettid() }
+}
+
 /// A connected pair of datagram sockets, standing in for a TAP queue in
 /// tests that need no root (one datagram = one frame, as on a TAP).
 pub fn frame_socketpair() -> io::Result<(OwnedFd, OwnedFd)> {

@@ -1,5 +1,6 @@
-"""Helpers for hvnet's system tests: network namespaces that always go
-away, the hvnet binary, and reading/writing captures with scapy."""
+"""The lab's host helpers, which the system tests import too: network
+namespaces and topologies that always go away, the hvnet binary, CPU
+groups, and waiting for readiness instead of sleeping."""
 
 import contextlib
 import os
@@ -9,9 +10,11 @@ import subprocess
 import threading
 import time
 import uuid
+
+import tomli_w
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def hvnet_bin() -> str:
@@ -143,13 +146,9 @@ class Topology:
     def __init__(self, tmp: Path, vms, fdb_aging_secs=300, prefix="t"):
         self.name = unique(prefix)[:12]
         self.vms = vms
-        lines = [f'name = "{self.name}"', f"fdb_aging_secs = {fdb_aging_secs}"]
-        for vm in vms:
-            lines.append("[[vm]]")
-            for k, v in vm.items():
-                lines.append(f"{k} = {str(v).lower() if isinstance(v, bool) else repr(v) if isinstance(v, int) else chr(34) + v + chr(34)}")
+        doc = {"name": self.name, "fdb_aging_secs": fdb_aging_secs, "vm": [dict(vm) for vm in vms]}
         self.file = tmp / f"{self.name}.toml"
-        self.file.write_text("\n".join(lines) + "\n")
+        self.file.write_text(tomli_w.dumps(doc))
         self.procs = []
 
     def __enter__(self):
@@ -174,6 +173,17 @@ class Topology:
         self.procs.append(p)
         return p
 
+    def thread(self, vm, role="delivery", queue=0):
+        """The kernel thread id of a VM's port thread, from hvnet's own view
+        (`hvnet port VM --json`): role "delivery" is the VM's "vCPU" for
+        receive, "ingress" the worker reading what it sends."""
+        import json as _json
+
+        for t in _json.loads(self.hv("port", vm, "--json").stdout)["threads"]:
+            if t["role"] == role and t["queue"] == queue:
+                return t["tid"]
+        raise LookupError(f"no {role} thread for queue {queue} of {vm}")
+
     def hv(self, *args, check=True):
         return hvnet(*args, "-t", self.name, check=check)
 
@@ -187,20 +197,6 @@ class Topology:
         base = "/sys/class/net/eth0/statistics/"
         out = self.sh(vm, f"cat {base}rx_packets {base}rx_bytes {base}tx_packets {base}tx_bytes").stdout.split()
         return dict(zip(["rx_packets", "rx_bytes", "tx_packets", "tx_bytes"], map(int, out)))
-
-
-def daemon_threads(topology: str):
-    """Thread name -> TID of a running topology's daemon."""
-    import json as _json
-
-    state = _json.loads(Path(f"/run/hvnet/{topology}/state.json").read_text())
-    out = {}
-    for task in Path(f"/proc/{state['pid']}/task").iterdir():
-        try:
-            out[(task / "comm").read_text().strip()] = int(task.name)
-        except OSError:
-            pass
-    return out
 
 
 class CpuLimit:

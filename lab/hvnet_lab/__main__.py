@@ -47,12 +47,22 @@ def main(argv=None):
     r.add_argument("--repeat", type=int, default=None, metavar="N",
                    help="runs per point, the configurations compared interleaved; the median is drawn, the min-max "
                         "spread decides the verdict (default 3, 1 with --quick)")
+    cmp = sub.add_parser("compare", help="what changed, figure by figure, between two runs' results.json")
+    cmp.add_argument("before", type=Path)
+    cmp.add_argument("after", type=Path)
     rep = sub.add_parser("report", help="write the report again from results.json")
     rep.add_argument("--out", type=Path, default=Path("lab-results"))
     a = ap.parse_args(argv)
     if a.cmd == "list":
         for e in experiments.EXPERIMENTS:
             print(f"{e['name']:<16} reproduces {e['reproduces']:<24} {e['workload']}")
+        return 0
+    if a.cmd == "compare":
+        for path in (a.before, a.after):
+            if not path.exists():
+                print(f"hvnet lab compare: {path} does not exist (give two results.json files a run wrote)", file=sys.stderr)
+                return 1
+        print(report.compare(report.load(a.before), report.load(a.after)))
         return 0
     if a.cmd == "report":
         path = a.out / "results.json"

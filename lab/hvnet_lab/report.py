@@ -158,3 +158,32 @@ def check(results: dict):
 
 def load(path: Path) -> dict:
     return json.loads(path.read_text())
+
+
+def _figures(results):
+    out = {}
+    for exp in results["experiments"]:
+        for fig in exp.get("figures", []):
+            out[fig["id"]] = fig
+    return out
+
+
+def compare(before: dict, after: dict) -> str:
+    """Figure by figure: the verdict then and now, and what was measured
+    (the claim, with our numbers and their spreads) where it changed."""
+    a, b = _figures(before), _figures(after)
+    head = (f"before: {before['meta']['date']}, hvnet {before['meta']['git_revision']}, "
+            f"{before['meta'].get('repeat', 1)} run(s) per point\n"
+            f"after:  {after['meta']['date']}, hvnet {after['meta']['git_revision']}, "
+            f"{after['meta'].get('repeat', 1)} run(s) per point\n")
+    lines = [head, f"{'figure':<32} {'before':<16} {'after':<16}"]
+    details = []
+    for fid in list(dict.fromkeys(list(a) + list(b))):
+        va = a[fid].get("verdict", "reproduced" if a[fid]["reproduced"] else "not reproduced") if fid in a else "absent"
+        vb = b[fid].get("verdict", "reproduced" if b[fid]["reproduced"] else "not reproduced") if fid in b else "absent"
+        mark = "" if va == vb else "  <- changed"
+        lines.append(f"{fid:<32} {va:<16} {vb:<16}{mark}")
+        if fid in a and fid in b and (va != vb or a[fid]["claim"] != b[fid]["claim"]):
+            details.append(f"{fid}:\n  before: {a[fid]['claim']}" + (f" [{a[fid]['why_not']}]" if a[fid]["why_not"] else "")
+                           + f"\n  after:  {b[fid]['claim']}" + (f" [{b[fid]['why_not']}]" if b[fid]["why_not"] else ""))
+    return "\n".join(lines + ([""] + details if details else []))

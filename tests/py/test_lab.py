@@ -63,6 +63,18 @@ def test_verdicts_need_the_effect_beyond_the_spread():
     assert p["gbps"] == 2.0 and p["spread"]["gbps"] == [1.0, 3.0] and p["lro"] == "on" and len(p["runs"]) == 3
 
 
+def test_compare_says_what_changed():
+    def res(rev, verdict, claim):
+        fig = {"id": "f1", "verdict": verdict, "reproduced": verdict == "reproduced", "claim": claim, "why_not": ""}
+        return {"meta": {"date": "d", "git_revision": rev, "repeat": 3}, "experiments": [{"figures": [fig]}]}
+    out = report.compare(res("aaa", "inconclusive", "x 1.0"), res("bbb", "reproduced", "x 1.5"))
+    assert "aaa" in out and "bbb" in out
+    assert "f1" in out and "inconclusive" in out and "<- changed" in out
+    assert "before: x 1.0" in out and "after:  x 1.5" in out
+    same = report.compare(res("a", "reproduced", "x"), res("b", "reproduced", "x"))
+    assert "<- changed" not in same
+
+
 def test_report_without_results_says_what_to_run(tmp_path):
     r = hvlab.run([sys.executable, "-m", "hvnet_lab", "report", "--out", str(tmp_path / "none")], check=False,
                   cwd=str(ROOT / "lab"))

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what hvnet needs on Debian 12, as root: the kernel tools its
-# demo and tests drive (iperf3, tcpdump, tshark, ethtool, iproute2), a Rust
+# demo and tests drive (iperf3, tcpdump, tshark, ethtool, iproute2,
+# headless Chromium for the lab report's check), a Rust
 # toolchain if there is none, and the Python test libraries (scapy, pytest).
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
@@ -12,7 +13,8 @@ if [ "$(id -u)" -ne 0 ]; then
     exit 1
 fi
 
-need=(iperf3 tcpdump tshark ethtool iproute2 iputils-ping python3 ca-certificates curl gcc libc6-dev)
+# chromium: the tests open the lab's HTML report in a real (headless) browser.
+need=(iperf3 tcpdump tshark ethtool iproute2 iputils-ping python3 ca-certificates curl gcc libc6-dev chromium)
 missing=()
 for p in "${need[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

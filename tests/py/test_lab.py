@@ -87,10 +87,16 @@ def test_linear_fit_of_the_published_table():
     assert 0.2 < slope < 0.25 and r2 > 0.98
 
 
-@pytest.mark.root
-def test_quick_experiment_end_to_end_and_its_report(tmp_path):
-    out = tmp_path / "lab"
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("lab") / "lab"
     r = hvlab.run([hvlab.hvnet_bin(), "lab", "run", "lro-rate", "--quick", "--out", str(out)], check=False, timeout=600)
+    return out, r
+
+
+@pytest.mark.root
+def test_quick_experiment_end_to_end_and_its_report(quick_run):
+    out, r = quick_run
     assert r.returncode == 0, r.stdout + r.stderr
     res = json.loads((out / "results.json").read_text())
     for k in ("date", "host", "kernel", "cpu_model", "git_revision", "iperf3"):
@@ -110,3 +116,53 @@ def test_quick_experiment_end_to_end_and_its_report(tmp_path):
     assert "Published effect" in md and "shared/seeds/003" in md and "<img" in html
     assert md.index("## At a glance") < md.index("## lro-rate"), "the verdict table comes first"
     assert "LRO rate" in md
+
+
+CHROMIUM = next((b for b in ("chromium", "chromium-browser") if hvlab.have(b)), None)
+
+
+@pytest.mark.root
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/install-deps.sh installs it)")
+def test_report_loads_in_a_real_browser(quick_run, tmp_path):
+    """Headless Chromium opens report.html: the page loads, every image
+    loads, and the console shows no error."""
+    out, r = quick_run
+    assert r.returncode == 0, r.stdout + r.stderr
+    probe = out / "probe.html"
+    probe.write_text(
+        "<!doctype html><title>waiting</title><iframe id=r src='report.html' width=1200 height=800></iframe><script>"
+        "document.getElementById('r').onload = () => {"
+        " const d = document.getElementById('r').contentDocument;"
+        " const imgs = Array.from(d.images);"
+        " const bad = imgs.filter(i => !(i.complete && i.naturalWidth > 0)).length;"
+        " document.title = 'loaded ' + d.title + ' images ' + imgs.length + ' broken ' + bad; };"
+        "</script>")
+    p = hvlab.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files",
+                   "--enable-logging=stderr", "--v=0", "--virtual-time-budget=10000", "--dump-dom", probe.as_uri()],
+                  check=False, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    m = __import__("re").search(r"<title>loaded (.*) images (\d+) broken (\d+)</title>", p.stdout)
+    assert m, p.stdout[:2000]
+    assert m.group(1) == "hvnet lab report"
+    assert int(m.group(2)) >= 3 and int(m.group(3)) == 0, m.group(0)
+    console = [line for line in p.stderr.splitlines() if "CONSOLE" in line or "Failed to load resource" in line]
+    assert not [c for c in console if "rror" in c or "Failed to load" in c], console
+
+
+@pytest.mark.root
+def test_a_lab_run_with_open_vswitch_leaves_nothing_behind(tmp_path):
+    """lro-local brings up hvnet, a Linux bridge and Open vSwitch's
+    userspace datapath; afterwards the root namespace has the same devices
+    and the same namespaces as before."""
+    if not hvlab.have("ovs-vswitchd"):
+        pytest.skip("Open vSwitch is not installed (scripts/install-deps.sh installs it)")
+    links = lambda: sorted(line.split()[0] for line in hvlab.run(["ip", "-br", "link"]).stdout.splitlines())  # noqa: E731
+    netns = lambda: sorted(hvlab.run(["ip", "netns", "list"]).stdout.split())  # noqa: E731
+    before = (links(), netns())
+    r = hvlab.run([hvlab.hvnet_bin(), "lab", "run", "lro-local", "--quick", "--out", str(tmp_path / "lab")],
+                  check=False, timeout=600)
+    assert r.returncode in (0, 2), r.stdout + r.stderr
+    res = json.loads((tmp_path / "lab" / "results.json").read_text())
+    refs = res["experiments"][0]["raw"]["references"]
+    assert isinstance(refs["ovs"], list), f"the OVS reference ran: {refs['ovs']}"
+    assert (links(), netns()) == before

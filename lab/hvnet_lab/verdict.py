@@ -15,6 +15,8 @@ With one run per point (`--quick`) the spread is a single value: the
 verdict is indicative only, and says so.
 """
 
+import math
+
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
 
 
@@ -47,17 +49,28 @@ def summarize(runs):
     return out
 
 
-def judge(points, direction, threshold=1.0, what="ratio"):
+def judge(points, direction, threshold=1.0, what="ratio", published=None):
     """`points`: [(label, samples)], the effect's samples at each point the
     study claims it (ratios on/off, or differences). `direction`: "up"
     (the effect makes the value larger than `threshold`) or "down".
-    Returns (verdict, reason)."""
+    `published`: the published effect as a ratio, where there is one: a
+    point whose every sample lies within a quarter of it (on a log scale)
+    of no change shows no effect of that kind, whichever way it leans —
+    not reproduced, rather than a verdict that flips with the noise around
+    zero. Returns (verdict, reason)."""
     def past(x):
         return x > threshold if direction == "up" else x < threshold
 
     def against(x):
         return x < threshold if direction == "up" else x > threshold
 
+    if published and published > 0 and published != 1 and threshold == 1.0:
+        band = abs(math.log(published)) / 4
+        flat = [(l, s) for l, s in points if s and all(x > 0 and abs(math.log(x)) < band for x in s)]
+        if flat:
+            return NOT_REPRODUCED, "no effect of the published size at " + ", ".join(
+                f"{l} ({what} {_range(s)}, within {math.exp(-band):.2f}–{math.exp(band):.2f} of no change; "
+                f"published {published:.2f})" for l, s in flat)
     wrong = [(l, s) for l, s in points if s and all(against(x) for x in s)]
     if wrong:
         return NOT_REPRODUCED, "opposite beyond the spread at " + ", ".join(

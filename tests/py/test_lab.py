@@ -57,6 +57,11 @@ def test_verdicts_need_the_effect_beyond_the_spread():
     v, why = judge([("a", [1.2, 1.4]), ("b", [0.8, 0.9])], "up")
     assert v == NOT_REPRODUCED and "b" in why
     assert judge([("x", [0.5, 0.7])], "down")[0] == REPRODUCED
+    # An effect of about nothing beside a large published one is "not
+    # reproduced" whichever way the noise leans, not a flip.
+    v, why = judge([("x", [0.98, 1.11])], "down", published=3 / 7)
+    assert v == NOT_REPRODUCED and "no effect of the published size" in why
+    assert judge([("x", [0.6, 0.7])], "down", published=3 / 7)[0] == REPRODUCED
     assert both((REPRODUCED, ""), (INCONCLUSIVE, "w"))[0] == INCONCLUSIVE
     assert both((REPRODUCED, ""), (NOT_REPRODUCED, "w"))[0] == NOT_REPRODUCED
     p = summarize([{"gbps": 3.0, "lro": "on"}, {"gbps": 1.0, "lro": "on"}, {"gbps": 2.0, "lro": "on"}])

@@ -224,10 +224,20 @@ def jumbo(tmp, quick, reps, log):
     rows, errors = {}, {}
     for F in fabrics:
         try:
-            # Both MTUs up at once, runs interleaved.
             with contextlib.ExitStack() as stack:
-                up = {mtu: stack.enter_context(F(tmp, mtu)) for mtu in (1500, 9000)}
-                runs = interleaved((1500, 9000), reps, lambda mtu: iperf(up[mtu], 4, "128K", secs, None, log))
+                if F is Hvnet:
+                    # Both MTUs up at once, runs interleaved: the verdict
+                    # is hvnet's.
+                    up = {mtu: stack.enter_context(F(tmp, mtu)) for mtu in (1500, 9000)}
+                    runs = interleaved((1500, 9000), reps, lambda mtu: iperf(up[mtu], 4, "128K", secs, None, log))
+                else:
+                    # A reference, drawn only: one MTU after the other (two
+                    # Open vSwitch instances cannot share the userspace
+                    # datapath's device).
+                    runs = {}
+                    for mtu in (1500, 9000):
+                        with F(tmp, mtu) as f:
+                            runs[mtu] = [iperf(f, 4, "128K", secs, None, log) for _ in range(reps)]
                 for mtu, rs in runs.items():
                     for r in rs:
                         r["cores_per_gbps"] = r["busy_cores"] / max(r["gbps"], 1e-9)

@@ -131,6 +131,15 @@ class Ovs(Fabric):
         return self.ovs("ovs-vsctl", f"--db={self.db}", "--timeout=10", *args)
 
     def __enter__(self):
+        try:
+            return self._up()
+        except BaseException:
+            # A half-built switch is taken down too: its daemons and
+            # devices must not outlive a failed start.
+            self.__exit__(None, None, None)
+            raise
+
+    def _up(self):
         # The userspace datapath's device: ours to remove only if it was
         # not there before (another Open vSwitch may own it).
         self.had_netdev = link_exists("ovs-netdev")

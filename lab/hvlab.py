@@ -85,6 +85,14 @@ def eventually(check, timeout=10.0, every=0.02):
         time.sleep(every)
 
 
+def rss_bytes(pid) -> int:
+    """Resident memory of process `pid` (VmRSS), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise LookupError(f"no VmRSS for {pid}")
+
+
 def stop_procs(procs):
     """Ends processes this test started, by their own handles (PIDs)."""
     for p in procs:

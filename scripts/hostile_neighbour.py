@@ -26,13 +26,6 @@ from hvnet_lab import measure  # noqa: E402
 HOSTILE = ROOT / "tests" / "py" / "hostile.py"
 
 
-def rss_mib(pid):
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
@@ -55,7 +48,7 @@ def main():
                                           f"10.73.0.1 10.73.0.2 10000000"),
                              t.popen("a", f"{py} {HOSTILE} random-macs {ports['b']['mac']} 10000000")]
                 out = t.sh("c", f"iperf3 -c 10.73.0.2 -t {a.seconds} -J", timeout=a.seconds + 60).stdout
-                rss = rss_mib(pid)
+                rss = hvlab.rss_bytes(pid) / 2**20
                 hvlab.stop_procs(flood)
                 gbps = measure.iperf3(out)["bps"] / 1e9
                 rows[mode].append((gbps, rss))

@@ -18,13 +18,6 @@ pytestmark = pytest.mark.root
 HOSTILE = Path(__file__).with_name("hostile.py")
 
 
-def rss_bytes(pid):
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
-
-
 def test_hostile_guest_cannot_grow_the_daemon_or_stop_the_others(tmp_path):
     vms = [vm("a", "10.72.0.1", queues=1), vm("b", "10.72.0.2", queues=1), vm("c", "10.72.0.3", queues=1)]
     with hvlab.Topology(tmp_path, vms) as t:
@@ -51,7 +44,7 @@ def test_hostile_guest_cannot_grow_the_daemon_or_stop_the_others(tmp_path):
         # The whole daemon: three ports' buffer caps, their lanes, and the
         # program itself (documented in docs/design/switch.md).
         bound = 3 * a["buffers"]["cap_bytes"] + (64 << 20)
-        assert rss_bytes(pid) < bound, (rss_bytes(pid), bound)
+        assert hvlab.rss_bytes(pid) < bound, (hvlab.rss_bytes(pid), bound)
         rx = t.stats("/ports/b/rxSummary")
         assert rx["lro_frames"] > 0, "the tiny segments were coalesced, 64 at most per frame"
         assert_accounted(t, ["a", "b", "c"])

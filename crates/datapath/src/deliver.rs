@@ -133,10 +133,7 @@ pub(crate) fn deliver_batch(
             }
             let mut frames: Vec<&[IoSlice<'_>]> = recycle(std::mem::take(&mut scratch.frames));
             frames.extend(spans.iter().map(|&(a, b)| &iov[a..b]));
-            let mut batch_results = Vec::new();
-            std::mem::swap(&mut batch_results, results);
-            let ok = w.write_batch(&frames, &mut batch_results).is_ok();
-            std::mem::swap(&mut batch_results, results);
+            let ok = w.write_batch(&frames, results).is_ok();
             scratch.frames = recycle(frames);
             scratch.iov = recycle(iov);
             if !ok {
@@ -146,25 +143,19 @@ pub(crate) fn deliver_batch(
                     Err(io::Error::other("batched write failed"))
                 });
             }
-            let mut written = results
-                .drain(..)
-                .collect::<smallvec::SmallVec<[_; BATCH]>>();
-            written.reverse();
-            for (slot, vnet) in items.drain(..).zip(vnets.iter()) {
-                let res = match &slot.item {
-                    RingItem::Frame {
-                        pkt,
-                        segment: Some(g),
-                    } => {
-                        deliver_segmented(tap, c, s, pkt, *g);
-                        continue;
-                    }
-                    _ => written
-                        .pop()
-                        .unwrap_or_else(|| Err(io::Error::other("not written"))),
-                };
-                let _ = vnet;
-                count(c, &slot.item, res.is_ok());
+            // Results come in the order the frames were written.
+            let mut written = results.drain(..);
+            for slot in items.drain(..) {
+                if let RingItem::Frame {
+                    pkt,
+                    segment: Some(g),
+                } = &slot.item
+                {
+                    deliver_segmented(tap, c, s, pkt, *g);
+                    continue;
+                }
+                let ok = matches!(written.next(), Some(Ok(_)));
+                count(c, &slot.item, ok);
             }
         }
         None => {

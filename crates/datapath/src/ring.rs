@@ -180,11 +180,6 @@ impl<T> RxRing<T> {
         self.used1.load(Ordering::Acquire) == 0
     }
 
-    /// True while the consumer is parked or about to park.
-    pub fn consumer_sleeping(&self) -> bool {
-        self.sleeping.load(Ordering::Relaxed)
-    }
-
     /// Forgets every buffer in use (a delivery thread starting again: what
     /// its old lanes held is gone with them).
     pub fn reset_use(&self) {

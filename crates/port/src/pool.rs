@@ -185,14 +185,6 @@ impl Drop for Buf {
 }
 
 impl Buf {
-    /// A buffer of `class` that belongs to no pool (tests, offline tools).
-    pub fn unpooled(class: SizeClass) -> Buf {
-        Buf {
-            data: vec![0u8; class.storage()].into_boxed_slice(),
-            len: 0,
-            home: None,
-        }
-    }
     /// Its class.
     pub fn class(&self) -> SizeClass {
         SizeClass::from_storage(self.data.len())

@@ -115,7 +115,11 @@ class Netns:
 
     def __enter__(self):
         run(["ip", "netns", "add", self.name])
-        self.sh("ip link set lo up")
+        try:
+            self.sh("ip link set lo up")
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
         return self
 
     def __exit__(self, *exc):
@@ -160,7 +164,12 @@ class Topology:
         self.procs = []
 
     def __enter__(self):
-        hvnet("up", self.file)
+        try:
+            hvnet("up", self.file)
+        except BaseException:
+            # Interrupted or failed half-way: what was made is removed too.
+            self.__exit__(None, None, None)
+            raise
         return self
 
     def __exit__(self, *exc):

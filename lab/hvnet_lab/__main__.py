@@ -103,6 +103,15 @@ def main(argv=None):
             entry.update(figures=figs, raw=raw)
             verdicts = ", ".join(f"{f['id']}: {f['verdict']}" for f in figs)
             print(f"      done in {time.monotonic() - t0:.0f} s — {verdicts}", flush=True)
+        except KeyboardInterrupt:
+            # The experiment's context managers have removed what it made
+            # by the time the interrupt reaches here.
+            entry.update(figures=[], error="interrupted")
+            results["experiments"].append(entry)
+            (a.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+            print(f"lab: interrupted during {n}; every namespace, device, CPU group and daemon it made was removed; "
+                  f"results so far in {a.out / 'results.json'}", file=sys.stderr)
+            return 130
         except Exception as ex:  # one experiment failing does not lose the others
             entry.update(figures=[], error=f"{type(ex).__name__}: {ex}")
             print(f"      failed: {entry['error']}", file=sys.stderr)

@@ -91,6 +91,13 @@ class Bridge(Fabric):
         self.nss = {k: hvlab.Netns("bb") for k in ("a", "b", "sw")}
 
     def __enter__(self):
+        try:
+            return self._up()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+
+    def _up(self):
         for n in self.nss.values():
             n.__enter__()
         sw = self.nss["sw"]

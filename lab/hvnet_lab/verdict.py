@@ -69,16 +69,16 @@ def judge(points, direction, threshold=1.0, what="ratio", published=None):
         flat = [(l, s) for l, s in points if s and all(x > 0 and abs(math.log(x)) < band for x in s)]
         if flat:
             return NOT_REPRODUCED, "no effect of the published size at " + ", ".join(
-                f"{l} ({what} {_range(s)}, within {math.exp(-band):.2f}–{math.exp(band):.2f} of no change; "
+                f"{l} ({what} {value_range(s)}, within {math.exp(-band):.2f}–{math.exp(band):.2f} of no change; "
                 f"published {published:.2f})" for l, s in flat)
     wrong = [(l, s) for l, s in points if s and all(against(x) for x in s)]
     if wrong:
         return NOT_REPRODUCED, "opposite beyond the spread at " + ", ".join(
-            f"{l} ({what} {_range(s)})" for l, s in wrong)
+            f"{l} ({what} {value_range(s)})" for l, s in wrong)
     unsure = [(l, s) for l, s in points if not s or not all(past(x) for x in s)]
     if unsure:
         return INCONCLUSIVE, "the spread covers both sides at " + ", ".join(
-            f"{l} ({what} {_range(s)}, threshold {threshold:g})" for l, s in unsure)
+            f"{l} ({what} {value_range(s)}, threshold {threshold:g})" for l, s in unsure)
     return REPRODUCED, ""
 
 
@@ -99,7 +99,7 @@ def ratios(a_runs, b_runs, key):
     return [a[key] / b[key] if b[key] else float("inf") for a, b in zip(a_runs, b_runs)]
 
 
-def _range(s):
+def value_range(s):
     lo, hi = min(s), max(s)
     return f"{lo:.3g}" if lo == hi else f"{lo:.3g}–{hi:.3g}"
 

@@ -68,6 +68,24 @@ def test_verdicts_need_the_effect_beyond_the_spread():
     assert p["gbps"] == 2.0 and p["spread"]["gbps"] == [1.0, 3.0] and p["lro"] == "on" and len(p["runs"]) == 3
 
 
+def test_sack_rate_is_judged_only_where_losses_give_one():
+    """SACKs come only with losses: a side with (almost) none has no rate,
+    and the verdict says so instead of flipping with one lost segment (as
+    the two runs of 2026-11-23 did: 0-302 then 141-1090 blocks with LRO
+    on, none with LRO off)."""
+    from hvnet_lab.experiments import sack_verdict
+    from hvnet_lab.verdict import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
+
+    def runs(*blocks, acks=1000):
+        return [{"sack_merged_at_sender": b, "sack_rate": b / acks} for b in blocks]
+
+    for on in (runs(0, 302, 40), runs(141, 1090, 500)):
+        v, why = sack_verdict(on, runs(0, 0, 0))
+        assert v == INCONCLUSIVE and "LRO off 0 SACK blocks per run" in why, why
+    assert sack_verdict(runs(50, 60, 70), runs(200, 300, 250))[0] == REPRODUCED
+    assert sack_verdict(runs(500, 600, 700), runs(200, 300, 250))[0] == NOT_REPRODUCED
+
+
 def test_compare_says_what_changed():
     def res(rev, verdict, claim):
         fig = {"id": "f1", "verdict": verdict, "reproduced": verdict == "reproduced", "claim": claim, "why_not": ""}
@@ -170,4 +188,35 @@ def test_a_lab_run_with_open_vswitch_leaves_nothing_behind(tmp_path):
     res = json.loads((tmp_path / "lab" / "results.json").read_text())
     refs = res["experiments"][0]["raw"]["references"]
     assert isinstance(refs["ovs"], list), f"the OVS reference ran: {refs['ovs']}"
+    assert (links(), netns()) == before
+
+
+@pytest.mark.root
+def test_ctrl_c_during_a_lab_run_leaves_nothing_behind(tmp_path):
+    """Ctrl-C (SIGINT to the terminal's whole process group) while a run
+    has its VMs up: the run removes everything it made, says so and ends
+    with status 130."""
+    import os
+    import signal
+    import subprocess
+
+    links = lambda: sorted(line.split()[0] for line in hvlab.run(["ip", "-br", "link"]).stdout.splitlines())  # noqa: E731
+    netns = lambda: sorted(line.split()[0] for line in hvlab.run(["ip", "netns", "list"]).stdout.splitlines())  # noqa: E731
+    before = (links(), netns())
+    p = subprocess.Popen([hvlab.hvnet_bin(), "lab", "run", "lro-rate", "--quick", "--out", str(tmp_path / "lab")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        # Interrupt once the experiment's VMs exist and traffic is running.
+        assert hvlab.eventually(lambda: len(netns()) >= len(before[1]) + 2 or p.poll() is not None, timeout=120)
+        assert p.poll() is None, "the run ended before it could be interrupted"
+        assert hvlab.eventually(lambda: hvlab.run(["pgrep", "-g", str(p.pid), "-f", "iperf3 .*-c"], check=False).returncode == 0,
+                              timeout=60)
+        os.killpg(p.pid, signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert p.returncode == 130, out + err
+    assert "interrupted during lro-rate" in err and "Traceback" not in err, err
     assert (links(), netns()) == before

@@ -7,6 +7,7 @@ mod pcap_cmd;
 mod switch_cmd;
 
 use clap::{Parser, Subcommand};
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 
 /// hvnet — a userspace virtual switch with a hypervisor's network offloads
@@ -92,14 +93,15 @@ fn lab(args: Vec<String>) -> Result<(), String> {
         .map(PathBuf::from)
         .or_else(|| exe.ancestors().map(|a| a.join("lab")).find(|d| d.join("hvnet_lab/__main__.py").exists()))
         .ok_or("the lab is not next to this binary; run it from a clone of the repository or set HVNET_LAB_DIR")?;
-    let status = std::process::Command::new("python3")
+    // The lab replaces this process, so that Ctrl-C and signals reach it
+    // alone and it decides, after cleaning up, how the command ends.
+    let e = std::process::Command::new("python3")
         .args(["-m", "hvnet_lab"])
         .args(&args)
         .env("PYTHONPATH", &dir)
         .env("HVNET_BIN", &exe)
-        .status()
-        .map_err(|e| format!("cannot run python3: {e}"))?;
-    std::process::exit(status.code().unwrap_or(1));
+        .exec();
+    Err(format!("cannot run python3: {e}"))
 }
 
 fn main() {

@@ -153,12 +153,20 @@ class Topology:
     """A topology brought up with `hvnet up` and always brought down.
 
     `vms` is a list of dicts of per-VM settings (name, ipv4, and any of
-    mtu, queues, lro, tso, csum, ring1, ring2, vlan, ipv6)."""
+    mtu, queues, lro, tso, csum, ring1, ring2, vlan, ipv6); `uplinks` and
+    `hosts` the same for `[[uplink]]` and `[[host]]` entries (an uplink's
+    device name is made unique here when it is given as "")."""
 
-    def __init__(self, tmp: Path, vms, fdb_aging_secs=300, prefix="t"):
+    def __init__(self, tmp: Path, vms, fdb_aging_secs=300, prefix="t", uplinks=(), hosts=()):
         self.name = unique(prefix)[:12]
         self.vms = vms
+        self.uplinks = [dict(u, device=u.get("device") or unique("hvu")) for u in uplinks]
+        self.hosts = [dict(h) for h in hosts]
         doc = {"name": self.name, "fdb_aging_secs": fdb_aging_secs, "vm": [dict(vm) for vm in vms]}
+        if self.uplinks:
+            doc["uplink"] = self.uplinks
+        if self.hosts:
+            doc["host"] = self.hosts
         self.file = tmp / f"{self.name}.toml"
         self.file.write_text(tomli_w.dumps(doc))
         self.procs = []
@@ -175,11 +183,16 @@ class Topology:
     def __exit__(self, *exc):
         stop_procs(self.procs)
         run([hvnet_bin(), "down", self.name], check=False)
-        for vm in self.vms:
+        for vm in self.vms + self.hosts:
             run(["ip", "netns", "del", self.ns(vm["name"])], check=False)
         return False
 
+    def device(self, uplink: str) -> str:
+        """The interface of uplink `uplink`."""
+        return next(u["device"] for u in self.uplinks if u["name"] == uplink)
+
     def ns(self, vm: str) -> str:
+        """The namespace of a VM or an external host."""
         return f"{self.name}-{vm}"
 
     def sh(self, vm, cmd, check=True, timeout=120):

@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -74,6 +75,13 @@ def main(argv=None):
         report.render(res, a.out)
         print(f"report: {a.out / 'report.md'} and {a.out / 'report.html'}")
         return 0
+    # Ctrl-C, `kill` and a closed terminal all end a run the same way: the
+    # experiment's context managers remove what it made (a run started in
+    # the background inherits SIGINT ignored; it is wanted here).
+    def interrupted(signum, _frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, interrupted)
     if not hvlab.is_root():
         print("hvnet lab: run as root (experiments create network namespaces)", file=sys.stderr)
         return 1

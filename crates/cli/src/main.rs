@@ -39,11 +39,11 @@ enum Cmd {
     /// Stop the switch and remove everything `up` created (also after a
     /// crash).
     Down {
-        /// Topology name (default: the only one that is up).
+        /// Topology name (default: the only one that is up; `-t NAME` says
+        /// the same).
         name: Option<String>,
-        /// Print the result as JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        target: switch_cmd::Target,
     },
     /// List ports: number, type, switch, MAC, client (as `net-stats -l`).
     Ports(#[command(flatten)] switch_cmd::Target),
@@ -112,7 +112,7 @@ fn main() {
             Err(e) => Err(e.to_string()),
         },
         Cmd::Up { file, json } => switch_cmd::up(file, json),
-        Cmd::Down { name, json } => switch_cmd::down(name, json),
+        Cmd::Down { name, target } => switch_cmd::down(name, &target),
         Cmd::Ports(t) => switch_cmd::ports(&t),
         Cmd::Stats { path, target } => switch_cmd::stats(&target, path),
         Cmd::Port { args, target } => switch_cmd::port(&target, args),

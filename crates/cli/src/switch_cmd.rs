@@ -83,7 +83,20 @@ pub fn up(file: PathBuf, json_out: bool) -> Result<(), String> {
             .iter()
             .map(|v| json!({"vm": v.name, "netns": topo.netns(v), "mac": v.mac.to_string()}))
             .collect();
-        println!("{}", json!({"topology": topo.name, "vms": vms}));
+        let uplinks: Vec<Value> = topo
+            .uplinks
+            .iter()
+            .map(|u| json!({"uplink": u.name, "device": u.device, "queues": u.queues}))
+            .collect();
+        let hosts: Vec<Value> = topo
+            .hosts
+            .iter()
+            .map(|h| json!({"host": h.name, "netns": topo.netns_of(&h.name), "uplink": topo.uplinks[h.uplink].name, "mac": h.mac.to_string()}))
+            .collect();
+        println!(
+            "{}",
+            json!({"topology": topo.name, "vms": vms, "uplinks": uplinks, "hosts": hosts})
+        );
     } else {
         println!("topology {} is up: {} VMs", topo.name, topo.vms.len());
         for v in &topo.vms {
@@ -97,6 +110,23 @@ pub fn up(file: PathBuf, json_out: bool) -> Result<(), String> {
                 v.settings.mtu
             );
         }
+        for u in &topo.uplinks {
+            println!(
+                "  uplink {:<5} on {} ({} queues, mtu {})",
+                u.name, u.device, u.queues, u.settings.mtu
+            );
+        }
+        for h in &topo.hosts {
+            let addr = h.ipv4.map(|(a, l)| format!("{a}/{l}")).unwrap_or_default();
+            println!(
+                "  host {:<7} netns {:<24} eth0 {} {} (on the wire of {})",
+                h.name,
+                topo.netns_of(&h.name),
+                h.mac,
+                addr,
+                topo.uplinks[h.uplink].name
+            );
+        }
         println!(
             "run commands in a VM with: ip netns exec {} …",
             topo.vms.first().map(|v| topo.netns(v)).unwrap_or_default()
@@ -105,10 +135,11 @@ pub fn up(file: PathBuf, json_out: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// `hvnet down [NAME]`
-pub fn down(name: Option<String>, json_out: bool) -> Result<(), String> {
+/// `hvnet down [NAME]` (or `-t NAME`, as every other command takes it)
+pub fn down(name: Option<String>, t: &Target) -> Result<(), String> {
+    let json_out = t.json;
     let name = pick(&Target {
-        topology: name,
+        topology: name.or_else(|| t.topology.clone()),
         json: json_out,
     })?;
     let r = daemon::down(&name).map_err(|e| e.to_string())?;
@@ -134,11 +165,11 @@ pub fn ports(t: &Target) -> Result<(), String> {
         return Ok(());
     }
     println!(
-        "PORT   TYPE           SWITCH     MAC                CLIENT         QUEUES VLAN  LINK"
+        "PORT   TYPE              SWITCH     MAC                CLIENT         QUEUES VLAN  LINK"
     );
     for p in v.as_array().into_iter().flatten() {
         println!(
-            "{:<6} {:<14} {:<10} {:<18} {:<14} {:<6} {:<5} {}",
+            "{:<6} {:<17} {:<10} {:<18} {:<14} {:<6} {:<5} {}",
             s(&p["port"]),
             s(&p["type"]),
             s(&p["switch"]),

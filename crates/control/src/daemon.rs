@@ -10,9 +10,10 @@
 
 use crate::proto::{self, Reply, Request};
 use crate::topology::{self, Topology};
+use crate::topology::{Host, Uplink, UplinkLro};
 use crate::views;
 use hvnet_datapath::{PortSettings, PortSpec, Switch, SwitchConfig};
-use hvnet_port::TapPort;
+use hvnet_port::{Device, TapPort, UplinkPort};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
@@ -35,8 +36,13 @@ pub struct State {
     pub file: PathBuf,
     /// Daemon PID.
     pub pid: u32,
-    /// Namespaces created (the VMs).
+    /// Namespaces created (the VMs and external hosts).
     pub namespaces: Vec<String>,
+    /// Devices created in the daemon's namespace (the switch ends of
+    /// external hosts' veth pairs; they go with their namespace, and are
+    /// deleted by name if one is left).
+    #[serde(default)]
+    pub devices: Vec<String>,
     /// Set once traffic can flow.
     pub ready: bool,
 }
@@ -58,6 +64,15 @@ pub enum DaemonError {
     /// Opening a TAP failed.
     #[error(transparent)]
     Tap(#[from] hvnet_port::TapError),
+    /// Opening an uplink's sockets failed.
+    #[error("uplink {name}: {source}")]
+    Uplink {
+        /// The uplink.
+        name: String,
+        /// Why.
+        #[source]
+        source: hvnet_sys::PacketError,
+    },
     /// File or socket I/O failed.
     #[error("{what}: {source}")]
     Io {
@@ -158,11 +173,31 @@ pub fn up(file: &Path, exe: &Path) -> Result<Topology, DaemonError> {
             )
         }));
     }
-    for vm in &topo.vms {
-        if Path::new("/run/netns").join(topo.netns(vm)).exists() {
+    for ns in topo.namespaces() {
+        if Path::new("/run/netns").join(&ns).exists() {
             return Err(DaemonError::Other(format!(
-                "network namespace {} exists already and is not hvnet's",
-                topo.netns(vm)
+                "network namespace {ns} exists already and is not hvnet's"
+            )));
+        }
+    }
+    for h in &topo.hosts {
+        let dev = &topo.uplinks[h.uplink].device;
+        if hvnet_sys::packet::ifindex(dev).is_some() {
+            return Err(DaemonError::Other(format!(
+                "host {}: device {dev} exists already; an external host is joined to its uplink by a new veth pair of that name",
+                h.name
+            )));
+        }
+    }
+    for u in &topo.uplinks {
+        let hosted = topo
+            .hosts
+            .iter()
+            .any(|h| topo.uplinks[h.uplink].name == u.name);
+        if !hosted && hvnet_sys::packet::ifindex(&u.device).is_none() {
+            return Err(DaemonError::Other(format!(
+                "uplink {}: no network interface named {} (declare a [[host]] on it to make one)",
+                u.name, u.device
             )));
         }
     }
@@ -248,6 +283,11 @@ pub fn down(name: &str) -> Result<DownReport, DaemonError> {
             report.namespaces.push(ns.clone());
         }
     }
+    for dev in &state.devices {
+        if hvnet_sys::packet::ifindex(dev).is_some() {
+            run(&["ip", "link", "del", dev])?;
+        }
+    }
     std::fs::remove_dir_all(&dir).map_err(io_err(format!("remove {}", dir.display())))?;
     Ok(report)
 }
@@ -273,22 +313,7 @@ fn create_vm(
     let ns = topo.netns(vm);
     state.namespaces.push(ns.clone());
     write_state(dir, state)?;
-    run(&["ip", "netns", "add", &ns])?;
-    run(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
-    if vm.ipv6.is_none() {
-        // A VM without an IPv6 address stays quiet: no router
-        // solicitations or MLD reports on its NIC.
-        run(&[
-            "ip",
-            "netns",
-            "exec",
-            &ns,
-            "sysctl",
-            "-qw",
-            "net.ipv6.conf.all.disable_ipv6=1",
-            "net.ipv6.conf.default.disable_ipv6=1",
-        ])?;
-    }
+    add_netns(&ns, vm.ipv6.is_some())?;
     let tap = TapPort::open(
         &tap_name(&topo.name, i),
         vm.queues,
@@ -310,24 +335,136 @@ fn create_vm(
         "mtu",
         &mtu,
     ])?;
-    // IPv6 without duplicate address detection, so the address is usable
-    // as soon as `up` returns.
-    let addrs = [
-        vm.ipv4.map(|(a, l)| (format!("{a}/{l}"), None)),
-        vm.ipv6.map(|(a, l)| (format!("{a}/{l}"), Some("nodad"))),
-    ];
-    for (cidr, flag) in addrs.into_iter().flatten() {
-        let mut cmd = vec!["ip", "-n", &ns, "addr", "add", &cidr, "dev", "eth0"];
-        cmd.extend(flag);
-        run(&cmd)?;
-    }
+    add_addresses(&ns, vm.ipv4, vm.ipv6)?;
     run(&["ip", "-n", &ns, "link", "set", "eth0", "up"])?;
     Ok(PortSpec {
         name: vm.name.clone(),
-        tap,
+        dev: Device::Tap(tap),
         mac: vm.mac,
         vlan: vm.vlan,
         settings: vm.settings.clone(),
+    })
+}
+
+/// Creates namespace `ns` with its loopback up. One without IPv6
+/// addresses stays quiet: no router solicitations or MLD reports on its
+/// NIC.
+fn add_netns(ns: &str, ipv6: bool) -> Result<(), DaemonError> {
+    run(&["ip", "netns", "add", ns])?;
+    run(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
+    if !ipv6 {
+        run(&[
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            "sysctl",
+            "-qw",
+            "net.ipv6.conf.all.disable_ipv6=1",
+            "net.ipv6.conf.default.disable_ipv6=1",
+        ])?;
+    }
+    Ok(())
+}
+
+/// Gives `eth0` in `ns` its addresses; IPv6 without duplicate address
+/// detection, so the address is usable as soon as `up` returns.
+fn add_addresses(
+    ns: &str,
+    ipv4: Option<(std::net::Ipv4Addr, u8)>,
+    ipv6: Option<(std::net::Ipv6Addr, u8)>,
+) -> Result<(), DaemonError> {
+    let addrs = [
+        ipv4.map(|(a, l)| (format!("{a}/{l}"), None)),
+        ipv6.map(|(a, l)| (format!("{a}/{l}"), Some("nodad"))),
+    ];
+    for (cidr, flag) in addrs.into_iter().flatten() {
+        let mut cmd = vec!["ip", "-n", ns, "addr", "add", &cidr, "dev", "eth0"];
+        cmd.extend(flag);
+        run(&cmd)?;
+    }
+    Ok(())
+}
+
+/// Creates an external host: its namespace, and a veth pair whose host end
+/// is its `eth0` and whose other end, named as its uplink's device, stays
+/// here for the uplink. Its NIC sends wire-sized frames unless it has TSO.
+fn create_host(
+    topo: &Topology,
+    h: &Host,
+    dir: &Path,
+    state: &mut State,
+) -> Result<(), DaemonError> {
+    let ns = topo.netns_of(&h.name);
+    let u = &topo.uplinks[h.uplink];
+    state.namespaces.push(ns.clone());
+    state.devices.push(u.device.clone());
+    write_state(dir, state)?;
+    add_netns(&ns, h.ipv6.is_some())?;
+    let mtu = u.settings.mtu.to_string();
+    run(&[
+        "ip", "link", "add", &u.device, "mtu", &mtu, "type", "veth", "peer", "name", "eth0",
+        "netns", &ns,
+    ])?;
+    run(&[
+        "ip",
+        "-n",
+        &ns,
+        "link",
+        "set",
+        "eth0",
+        "address",
+        &h.mac.to_string(),
+        "mtu",
+        &mtu,
+    ])?;
+    if !h.tso {
+        run(&[
+            "ip", "netns", "exec", &ns, "ethtool", "-K", "eth0", "tso", "off",
+        ])?;
+    }
+    add_addresses(&ns, h.ipv4, h.ipv6)?;
+    run(&["ip", "-n", &ns, "link", "set", "eth0", "up"])?;
+    // The switch's end carries no addresses and sends nothing of its own.
+    run(&[
+        "sysctl",
+        "-qw",
+        &format!("net.ipv6.conf.{}.disable_ipv6=1", u.device),
+    ])?;
+    Ok(())
+}
+
+/// Takes over an uplink's device: up, its GRO as the uplink's `lro`
+/// says, an MTU at least the uplink's; then opens its receive queues.
+fn open_uplink(u: &Uplink) -> Result<PortSpec, DaemonError> {
+    let dev = &u.device;
+    let mtu: u16 = std::fs::read_to_string(format!("/sys/class/net/{dev}/mtu"))
+        .ok()
+        .and_then(|m| m.trim().parse().ok())
+        .unwrap_or(0);
+    if mtu < u.settings.mtu {
+        return Err(DaemonError::Other(format!(
+            "uplink {}: device {dev} has MTU {mtu}, below the uplink's {}",
+            u.name, u.settings.mtu
+        )));
+    }
+    let gro = if u.lro == UplinkLro::Hardware {
+        "on"
+    } else {
+        "off"
+    };
+    run(&["ethtool", "-K", dev, "gro", gro])?;
+    run(&["ip", "link", "set", dev, "up"])?;
+    let port = UplinkPort::open(dev, u.queues).map_err(|source| DaemonError::Uplink {
+        name: u.name.clone(),
+        source,
+    })?;
+    Ok(PortSpec {
+        name: u.name.clone(),
+        dev: Device::Uplink(port),
+        mac: hvnet_wire::MacAddr([0; 6]),
+        vlan: u.vlan,
+        settings: u.settings.clone(),
     })
 }
 
@@ -348,6 +485,12 @@ pub fn daemon(file: &Path) -> Result<(), DaemonError> {
     for i in 0..topo.vms.len() {
         specs.push(create_vm(&topo, i, &dir, &mut state)?);
     }
+    for h in &topo.hosts {
+        create_host(&topo, h, &dir, &mut state)?;
+    }
+    for u in &topo.uplinks {
+        specs.push(open_uplink(u)?);
+    }
     let sw = Switch::new(
         specs,
         SwitchConfig {
@@ -367,9 +510,10 @@ pub fn daemon(file: &Path) -> Result<(), DaemonError> {
     state.ready = true;
     write_state(&dir, &state)?;
     eprintln!(
-        "hvnet daemon: topology {} up with {} VMs",
+        "hvnet daemon: topology {} up with {} VMs, {} uplinks",
         topo.name,
-        topo.vms.len()
+        topo.vms.len(),
+        topo.uplinks.len()
     );
     while !sw.stopping() {
         match listener.accept() {
@@ -443,13 +587,11 @@ fn handle(sw: &Arc<Switch>, topo: &Topology, req: Request) -> Result<Value, Stri
             }
             let new: PortSettings =
                 serde_json::from_value(cur).map_err(|e| format!("bad value: {e}"))?;
-            if new.mtu != p.settings().mtu {
-                let ns = topo.netns(
-                    topo.vms
-                        .iter()
-                        .find(|v| v.name == name)
-                        .expect("port has a VM"),
-                );
+            // Checked before anything changes: a refused value leaves the
+            // guest's MTU as it was.
+            sw.check_settings(&name, &new).map_err(|e| e.to_string())?;
+            if new.mtu != p.settings().mtu && !p.is_uplink() {
+                let ns = topo.netns_of(&name);
                 run(&[
                     "ip",
                     "-n",

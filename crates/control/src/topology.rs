@@ -20,6 +20,23 @@
 //! ring2 = 256
 //! rx_overflow = "backpressure" # or "drop": what a sender does when a ring is full
 //! delivery = "auto"         # or "thread": who writes into this VM (see PortSettings)
+//!
+//! [[uplink]]                # the physical side: an existing interface
+//! name = "up0"              # the port's name (as a VM's)
+//! device = "eth1"           # the interface, in the daemon's namespace
+//! queues = 2                # receive queues, each an AF_PACKET socket with its own thread
+//! lro = "hardware"          # "hardware": the device's GRO coalesces; "off"
+//! tso = "hardware"          # "hardware": GSO frames go to the device whole; "software": hvnet segments
+//! mtu = 1500                # the wire's MTU (the device's must be at least this)
+//! vlan = 0                  # access VLAN, as on a VM's port
+//!
+//! [[host]]                  # an external host on an uplink's wire (tests, demos, the lab)
+//! name = "ext"              # its namespace is TOPOLOGY-NAME
+//! uplink = "up0"            # joined to that uplink by a fresh veth pair named as its device
+//! ipv4 = "198.18.0.100/24"
+//! ipv6 = "fd18::100/64"     # optional
+//! mac = "02:00:00:00:01:00" # optional
+//! tso = false               # false (default): wire-sized frames, as a physical NIC sends
 //! ```
 //!
 //! A bad file is refused with its path, the line and the reason before
@@ -52,6 +69,48 @@ struct FileRepr {
     fdb_aging_secs: u64,
     #[serde(default)]
     vm: Vec<toml::Spanned<VmRepr>>,
+    #[serde(default)]
+    uplink: Vec<toml::Spanned<UplinkRepr>>,
+    #[serde(default)]
+    host: Vec<toml::Spanned<HostRepr>>,
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct UplinkRepr {
+    name: String,
+    device: toml::Spanned<String>,
+    #[serde(default = "default_queues")]
+    queues: usize,
+    #[serde(default = "d_hardware")]
+    lro: toml::Spanned<String>,
+    #[serde(default = "d_hardware")]
+    tso: toml::Spanned<String>,
+    #[serde(default = "d_mtu")]
+    mtu: u16,
+    #[serde(default)]
+    vlan: u16,
+    #[serde(default = "d_ring")]
+    ring1: usize,
+    #[serde(default = "d_ring")]
+    ring2: usize,
+}
+
+/// A field's default; errors about it point at its table's line.
+fn d_hardware() -> toml::Spanned<String> {
+    toml::Spanned::new(0..0, "hardware".into())
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct HostRepr {
+    name: String,
+    uplink: String,
+    ipv4: Option<String>,
+    ipv6: Option<String>,
+    mac: Option<String>,
+    #[serde(default)]
+    tso: bool,
 }
 
 fn default_aging() -> u64 {
@@ -131,6 +190,51 @@ pub struct Vm {
     pub settings: PortSettings,
 }
 
+/// Who coalesces what arrives from the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UplinkLro {
+    /// The device's own GRO (a NIC's hardware LRO; on a veth, its GRO):
+    /// frames reach the switch coalesced, with their GSO metadata.
+    Hardware,
+    /// Nobody at the uplink: frames reach the switch as they crossed the
+    /// wire (a VM's own LRO may still coalesce them on delivery).
+    Off,
+}
+
+/// An uplink of a validated topology.
+#[derive(Clone, Debug)]
+pub struct Uplink {
+    /// The port's name.
+    pub name: String,
+    /// The interface.
+    pub device: String,
+    /// Receive queues.
+    pub queues: usize,
+    /// Who coalesces at the uplink.
+    pub lro: UplinkLro,
+    /// Access VLAN.
+    pub vlan: u16,
+    /// The port's settings (`tso`: GSO frames go to the device whole).
+    pub settings: PortSettings,
+}
+
+/// An external host: a namespace on an uplink's wire.
+#[derive(Clone, Debug)]
+pub struct Host {
+    /// Its name.
+    pub name: String,
+    /// Index of its uplink in [`Topology::uplinks`].
+    pub uplink: usize,
+    /// IPv4 address and prefix length.
+    pub ipv4: Option<(Ipv4Addr, u8)>,
+    /// IPv6 address and prefix length.
+    pub ipv6: Option<(Ipv6Addr, u8)>,
+    /// Its NIC's MAC.
+    pub mac: MacAddr,
+    /// Its NIC sends TSO frames (false: wire-sized frames).
+    pub tso: bool,
+}
+
 /// A validated topology.
 #[derive(Clone, Debug)]
 pub struct Topology {
@@ -140,12 +244,29 @@ pub struct Topology {
     pub fdb_aging_secs: u64,
     /// The VMs.
     pub vms: Vec<Vm>,
+    /// The uplinks.
+    pub uplinks: Vec<Uplink>,
+    /// External hosts on the uplinks' wires.
+    pub hosts: Vec<Host>,
 }
 
 impl Topology {
     /// The network namespace that is VM `vm`.
     pub fn netns(&self, vm: &Vm) -> String {
-        format!("{}-{}", self.name, vm.name)
+        self.netns_of(&vm.name)
+    }
+    /// The network namespace of a VM or an external host named `name`.
+    pub fn netns_of(&self, name: &str) -> String {
+        format!("{}-{}", self.name, name)
+    }
+    /// Every namespace the topology creates (VMs, then external hosts).
+    pub fn namespaces(&self) -> Vec<String> {
+        self.vms
+            .iter()
+            .map(|v| &v.name)
+            .chain(self.hosts.iter().map(|h| &h.name))
+            .map(|n| self.netns_of(n))
+            .collect()
     }
 }
 
@@ -264,11 +385,178 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
             settings,
         });
     }
+    let uplinks = parse_uplinks(text, &f.uplink, &vms)?;
+    let hosts = parse_hosts(text, &f.host, &vms, &uplinks)?;
     Ok(Topology {
         name,
         fdb_aging_secs: f.fdb_aging_secs.max(1),
         vms,
+        uplinks,
+        hosts,
     })
+}
+
+/// Interface names the kernel takes: 1-15 bytes, no '/', ':' or space.
+fn valid_ifname(s: &str) -> bool {
+    (1..=15).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+}
+
+fn parse_uplinks(
+    text: &str,
+    reprs: &[toml::Spanned<UplinkRepr>],
+    vms: &[Vm],
+) -> Result<Vec<Uplink>, (usize, String)> {
+    let mut out: Vec<Uplink> = Vec::new();
+    for su in reprs {
+        let line = line_of(text, su.span().start);
+        let u = su.get_ref();
+        let bad = |r: String| (line, format!("uplink {:?}: {r}", u.name));
+        // A field's own line where it was written, else the table's.
+        let bad_at = |field: &toml::Spanned<String>, r: String| {
+            let at = field.span();
+            let l = if at.is_empty() {
+                line
+            } else {
+                line_of(text, at.start)
+            };
+            (l, format!("uplink {:?}: {r}", u.name))
+        };
+        if !valid_name(&u.name) {
+            return Err(bad(
+                "name must be 1-24 characters of a-z, 0-9 and '-'".into()
+            ));
+        }
+        if vms.iter().any(|v| v.name == u.name) || out.iter().any(|o| o.name == u.name) {
+            return Err(bad("a VM or another uplink has this name".into()));
+        }
+        let device = u.device.get_ref();
+        if !valid_ifname(device) {
+            return Err(bad_at(&u.device, format!(
+                "device {device:?} is not an interface name (1-15 characters of a-z, A-Z, 0-9, '-', '_', '.')"
+            )));
+        }
+        if out.iter().any(|o| &o.device == device) {
+            return Err(bad_at(
+                &u.device,
+                format!("device {device} has another uplink"),
+            ));
+        }
+        let lro = match u.lro.get_ref().as_str() {
+            "hardware" => UplinkLro::Hardware,
+            "off" => UplinkLro::Off,
+            "software" => {
+                return Err(bad_at(&u.lro,
+                    "lro = \"software\" (hvnet's GRO at the uplink) is not built yet; use \"hardware\" or \"off\"".into(),
+                ))
+            }
+            o => return Err(bad_at(&u.lro, format!("lro {o:?} is not one of \"hardware\", \"off\""))),
+        };
+        let tso = match u.tso.get_ref().as_str() {
+            "hardware" => true,
+            "software" => false,
+            o => {
+                return Err(bad_at(
+                    &u.tso,
+                    format!("tso {o:?} is not one of \"hardware\", \"software\""),
+                ))
+            }
+        };
+        if !(1..=16).contains(&u.queues) {
+            return Err(bad(format!("queues {} is outside 1..16", u.queues)));
+        }
+        if u.vlan > 4094 {
+            return Err(bad(format!("vlan {} is outside 0..4094", u.vlan)));
+        }
+        let settings = PortSettings {
+            lro: false,
+            tso,
+            csum: true,
+            mtu: u.mtu,
+            ring1: u.ring1,
+            ring2: u.ring2,
+            // The wire carries every host's addresses.
+            allow_forged_transmits: true,
+            ..PortSettings::default()
+        };
+        validate_settings(&settings).map_err(|e| bad(e.to_string()))?;
+        out.push(Uplink {
+            name: u.name.clone(),
+            device: device.clone(),
+            queues: u.queues,
+            lro,
+            vlan: u.vlan,
+            settings,
+        });
+    }
+    Ok(out)
+}
+
+fn parse_hosts(
+    text: &str,
+    reprs: &[toml::Spanned<HostRepr>],
+    vms: &[Vm],
+    uplinks: &[Uplink],
+) -> Result<Vec<Host>, (usize, String)> {
+    let mut out: Vec<Host> = Vec::new();
+    for (i, sh) in reprs.iter().enumerate() {
+        let line = line_of(text, sh.span().start);
+        let h = sh.get_ref();
+        let bad = |r: String| (line, format!("host {:?}: {r}", h.name));
+        if !valid_name(&h.name) {
+            return Err(bad(
+                "name must be 1-24 characters of a-z, 0-9 and '-'".into()
+            ));
+        }
+        if vms.iter().any(|v| v.name == h.name) || out.iter().any(|o| o.name == h.name) {
+            return Err(bad(
+                "a VM or another host has this name (each is a namespace)".into(),
+            ));
+        }
+        let uplink = uplinks
+            .iter()
+            .position(|u| u.name == h.uplink)
+            .ok_or_else(|| bad(format!("no [[uplink]] named {:?}", h.uplink)))?;
+        if out.iter().any(|o| o.uplink == uplink) {
+            return Err(bad(format!(
+                "uplink {} has a host already (one veth pair per uplink)",
+                h.uplink
+            )));
+        }
+        let ipv4 = h
+            .ipv4
+            .as_deref()
+            .map(parse_cidr4)
+            .transpose()
+            .map_err(bad)?;
+        let ipv6 = h
+            .ipv6
+            .as_deref()
+            .map(parse_cidr6)
+            .transpose()
+            .map_err(bad)?;
+        let mac = match h.mac.as_deref() {
+            Some(m) => m
+                .parse::<MacAddr>()
+                .ok()
+                .filter(|m| !m.is_multicast())
+                .ok_or_else(|| bad(format!("mac {m:?} is not a unicast MAC address")))?,
+            None => MacAddr([0x02, 0x68, 0x76, 0x01, 0, (i & 0xff) as u8 + 1]),
+        };
+        if vms.iter().any(|v| v.mac == mac) {
+            return Err(bad(format!("mac {mac} is a VM's")));
+        }
+        out.push(Host {
+            name: h.name.clone(),
+            uplink,
+            ipv4,
+            ipv6,
+            mac,
+            tso: h.tso,
+        });
+    }
+    Ok(out)
 }
 
 fn parse_cidr4(s: &str) -> Result<(Ipv4Addr, u8), String> {
@@ -330,6 +618,59 @@ lro = false
         assert!(!t.vms[1].settings.lro);
         assert_eq!(t.netns(&t.vms[1]), "t1-vm2");
         assert_ne!(t.vms[0].mac, t.vms[1].mac);
+    }
+
+    const UPLINK: &str = r#"
+[[uplink]]
+name = "up0"
+device = "hvx0"
+queues = 2
+lro = "off"
+tso = "software"
+
+[[host]]
+name = "ext"
+uplink = "up0"
+ipv4 = "10.1.0.100/24"
+"#;
+
+    #[test]
+    fn uplinks_and_hosts() {
+        let t = parse(&format!("{GOOD}{UPLINK}")).unwrap();
+        let u = &t.uplinks[0];
+        assert_eq!(
+            (u.name.as_str(), u.device.as_str(), u.queues),
+            ("up0", "hvx0", 2)
+        );
+        assert_eq!(u.lro, UplinkLro::Off);
+        assert!(!u.settings.tso && !u.settings.lro && u.settings.allow_forged_transmits);
+        assert_eq!(t.hosts[0].uplink, 0);
+        assert!(!t.hosts[0].tso, "a host sends wire-sized frames by default");
+        assert_eq!(t.namespaces(), ["t1-vm1", "t1-vm2", "t1-ext"]);
+        let err = |from: &str, to: &str| {
+            parse(&format!("{GOOD}{}", UPLINK.replace(from, to))).unwrap_err()
+        };
+        let (line, reason) = err("lro = \"off\"", "lro = \"maybe\"");
+        assert_eq!(line, 20, "the lro line: {reason}");
+        assert!(reason.contains("\"hardware\", \"off\""), "{reason}");
+        assert!(err("tso = \"software\"", "tso = \"on\"")
+            .1
+            .contains("\"hardware\", \"software\""));
+        assert!(err("lro = \"off\"", "lro = \"software\"")
+            .1
+            .contains("not built yet"));
+        assert!(err("device = \"hvx0\"", "device = \"../x\"")
+            .1
+            .contains("not an interface name"));
+        assert!(err("uplink = \"up0\"", "uplink = \"up9\"")
+            .1
+            .contains("no [[uplink]] named"));
+        assert!(err("name = \"ext\"", "name = \"vm1\"")
+            .1
+            .contains("a VM or another host"));
+        assert!(err("name = \"up0\"", "name = \"vm2\"")
+            .1
+            .contains("a VM or another uplink"));
     }
 
     #[test]

@@ -15,12 +15,12 @@ pub fn ports(sw: &Switch, switch_name: &str) -> Value {
                 json!({
                     "port": p.id,
                     "name": p.name,
-                    "type": "tap+vnet_hdr",
+                    "type": p.dev.type_name(),
                     "switch": switch_name,
-                    "mac": p.mac.to_string(),
-                    "client": p.name,
-                    "device": p.tap.name(),
-                    "queues": p.tap.num_queues(),
+                    "mac": if p.is_uplink() { "-".to_string() } else { p.mac.to_string() },
+                    "client": if p.is_uplink() { p.dev.name() } else { &p.name },
+                    "device": p.dev.name(),
+                    "queues": p.dev.num_queues(),
                     "vlan": p.vlan,
                     "link": p.state().name(),
                 })
@@ -81,7 +81,7 @@ pub fn accounting(p: &Port) -> Value {
 pub fn port_settings(p: &Port) -> Value {
     let s = p.settings();
     let mut v = serde_json::to_value(&s).expect("settings serialize");
-    v["queues"] = json!(p.tap.num_queues());
+    v["queues"] = json!(p.dev.num_queues());
     v["ring_max"] = json!(hvnet_datapath::ring::MAX_RING);
     v["ring_memory_bytes"] = json!(p.ring_memory());
     v["link"] = json!(p.state().name());
@@ -92,59 +92,75 @@ pub fn port_settings(p: &Port) -> Value {
 }
 
 /// `hvnet stats PATH`: a node of the tree
-/// `/ports/<port>/{clientStats,txSummary,rxSummary,accounting,rxqueues/<n>/status}`;
-/// an inner node lists its children.
+/// `/ports/<port>/{clientStats,txSummary,rxSummary,accounting,rxqueues/<n>/status}`
+/// (every port, as seen from its device: a VM's rx queues are what the
+/// switch delivers to it) and
+/// `/uplinks/<uplink>/{clientStats,txSummary,rxSummary,accounting,rxqueues/<n>/status,txqueues/<n>/status}`
+/// (an uplink's rx queues are what it receives from the wire, its tx
+/// queues what the switch sends out); an inner node lists its children.
 pub fn stats(sw: &Switch, path: &str) -> Result<Value, String> {
     let parts: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     let port = |name: &str| {
         sw.port(name)
             .ok_or_else(|| format!("no port named {name:?}"))
     };
+    let uplink = |name: &str| {
+        sw.port(name)
+            .filter(|p| p.is_uplink())
+            .ok_or_else(|| format!("no uplink named {name:?}"))
+    };
+    let queue = |q: &str, n: usize| {
+        q.parse::<usize>()
+            .ok()
+            .filter(|&q| q < n)
+            .ok_or_else(|| format!("no queue {q:?} (queues 0..{n})"))
+    };
+    let list = |names: Vec<String>| Value::Array(names.into_iter().map(Value::String).collect());
+    let queues = |n: usize| list((0..n).map(|q| format!("{q}/")).collect());
+    let summary = ["clientStats", "txSummary", "rxSummary", "accounting"];
     match parts.as_slice() {
-        [] => Ok(json!(["ports/"])),
-        ["ports"] => Ok(Value::Array(
+        [] => Ok(json!(["ports/", "uplinks/"])),
+        ["ports"] => Ok(list(
+            sw.ports.iter().map(|p| format!("{}/", p.name)).collect(),
+        )),
+        ["uplinks"] => Ok(list(
             sw.ports
                 .iter()
-                .map(|p| json!(format!("{}/", p.name)))
+                .filter(|p| p.is_uplink())
+                .map(|p| format!("{}/", p.name))
                 .collect(),
         )),
         ["ports", p] => {
             port(p)?;
-            Ok(json!([
-                "clientStats",
-                "txSummary",
-                "rxSummary",
-                "accounting",
-                "rxqueues/"
-            ]))
+            Ok(json!([&summary[..], &["rxqueues/"]].concat()))
         }
-        ["ports", p, "clientStats"] => Ok(client_stats(port(p)?)),
-        ["ports", p, "txSummary"] => {
+        ["uplinks", p] => {
+            uplink(p)?;
+            Ok(json!([&summary[..], &["rxqueues/", "txqueues/"]].concat()))
+        }
+        ["ports" | "uplinks", p, "clientStats"] => Ok(client_stats(port(p)?)),
+        ["ports" | "uplinks", p, "txSummary"] => {
             Ok(serde_json::to_value(port(p)?.ingress_stats()).expect("serialize"))
         }
-        ["ports", p, "rxSummary"] => Ok(rx_summary(port(p)?)),
-        ["ports", p, "accounting"] => Ok(accounting(port(p)?)),
-        ["ports", p, "rxqueues"] => Ok(Value::Array(
-            (0..port(p)?.rxq.len())
-                .map(|q| json!(format!("{q}/")))
-                .collect(),
-        )),
-        ["ports", p, "rxqueues", q] => {
-            let q: usize = q
-                .parse()
-                .map_err(|_| format!("{q:?} is not a queue number"))?;
-            port(p)?
-                .rxq
-                .get(q)
-                .ok_or_else(|| format!("no rx queue {q}"))?;
+        ["ports" | "uplinks", p, "rxSummary"] => Ok(rx_summary(port(p)?)),
+        ["ports" | "uplinks", p, "accounting"] => Ok(accounting(port(p)?)),
+        ["ports", p, "rxqueues"] | ["uplinks", p, "txqueues"] => Ok(queues(port(p)?.rxq.len())),
+        ["uplinks", p, "rxqueues"] => Ok(queues(uplink(p)?.ingress.len())),
+        ["ports", p, "rxqueues", q] | ["uplinks", p, "rxqueues" | "txqueues", q] => {
+            queue(q, port(p)?.rxq.len())?;
             Ok(json!(["status"]))
         }
-        ["ports", p, "rxqueues", q, "status"] => {
-            let q: usize = q
-                .parse()
-                .map_err(|_| format!("{q:?} is not a queue number"))?;
-            rx_queue_status(port(p)?, q).ok_or_else(|| format!("no rx queue {q}"))
+        ["ports", p, "rxqueues", q, "status"] | ["uplinks", p, "txqueues", q, "status"] => {
+            let p = port(p)?;
+            rx_queue_status(p, queue(q, p.rxq.len())?).ok_or_else(|| format!("no queue {q}"))
         }
-        _ => Err(format!("no stats node {path:?}; try `hvnet stats /ports`")),
+        ["uplinks", p, "rxqueues", q, "status"] => {
+            let p = uplink(p)?;
+            let q = queue(q, p.ingress.len())?;
+            Ok(json!({ "counters": p.ingress[q].snapshot() }))
+        }
+        _ => Err(format!(
+            "no stats node {path:?}; try `hvnet stats /ports` or `hvnet stats /uplinks`"
+        )),
     }
 }

@@ -15,7 +15,7 @@ use crate::switch::{Port, PortSettings, RingItem, Switch, BATCH};
 use hvnet_offload::gso::{self, CsumMode};
 use hvnet_offload::{csum, CsumState, GsoInfo};
 use hvnet_port::{Packet, VNET_HDR_LEN};
-use hvnet_sys::{BatchWriter, TapQueue};
+use hvnet_sys::{BatchWriter, FrameQueue};
 use std::io::{self, IoSlice};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -36,7 +36,7 @@ pub(crate) fn deliver_loop(sw: &Switch, port: &Port, q: usize) {
     let ring = &port.rxq[q].rings;
     ring.reset_use();
     let mut consumer = Consumer::attach(ring);
-    let tap = port.tap.queue(q);
+    let tap = port.dev.queue(q);
     let mut writer = if sw.io.uring_write {
         BatchWriter::new(tap.file(), BATCH as u32).ok()
     } else {
@@ -86,7 +86,7 @@ fn recycle<T, U>(mut v: Vec<T>) -> Vec<U> {
 /// Delivers `items` into the guest through `tap`, counting into `c`, and
 /// empties `items`.
 pub(crate) fn deliver_batch(
-    tap: &TapQueue,
+    tap: &FrameQueue,
     writer: Option<&mut BatchWriter>,
     c: &EgressCounters,
     s: &PortSettings,
@@ -239,7 +239,7 @@ fn count(c: &EgressCounters, item: &RingItem, ok: bool) {
 /// A GSO frame for a guest that does not take it whole: segmented on the
 /// way in, each segment written as it is made.
 fn deliver_segmented(
-    tap: &TapQueue,
+    tap: &FrameQueue,
     c: &EgressCounters,
     s: &PortSettings,
     pkt: &Packet,

@@ -8,8 +8,8 @@ use crate::deliver::{self, Scratch};
 use crate::ring::{Consumer, Slot};
 use crate::switch::{PortSettings, PortSpec, RingItem, Switch, SwitchConfig, BATCH};
 use crate::worker::{Batch, Worker};
-use hvnet_port::TapPort;
-use hvnet_sys::TapQueue;
+use hvnet_port::{Device, TapPort};
+use hvnet_sys::FrameQueue;
 use hvnet_wire::MacAddr;
 use std::io::{Read, Write};
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use std::sync::Arc;
 /// A port's guest end.
 pub struct Guest {
     /// One socket per queue.
-    pub queues: Vec<TapQueue>,
+    pub queues: Vec<FrameQueue>,
 }
 
 /// The switch and its stepped threads.
@@ -42,7 +42,10 @@ impl Harness {
             let mut guest = Vec::new();
             for _ in 0..(*nq).max(1) {
                 let (a, b) = hvnet_sys::frame_socketpair().expect("socketpair");
-                let (qa, qb) = (TapQueue::from_fd(a, "sw"), TapQueue::from_fd(b, "guest"));
+                let (qa, qb) = (
+                    FrameQueue::from_fd(a, "sw"),
+                    FrameQueue::from_fd(b, "guest"),
+                );
                 qa.set_nonblocking(true).expect("nonblocking");
                 qb.set_nonblocking(true).expect("nonblocking");
                 sw_side.push(qa);
@@ -50,7 +53,7 @@ impl Harness {
             }
             specs.push(PortSpec {
                 name: format!("p{i}"),
-                tap: TapPort::from_queues(&format!("p{i}"), sw_side),
+                dev: Device::Tap(TapPort::from_queues(&format!("p{i}"), sw_side)),
                 mac: *mac,
                 vlan: 0,
                 settings: settings.clone(),
@@ -104,7 +107,7 @@ impl Harness {
                 .fold((0, 0), |(a, b), x| (a + x.r1 as usize, b + x.r2 as usize));
             let s = port.settings();
             deliver::deliver_batch(
-                port.tap.queue(*q),
+                port.dev.queue(*q),
                 None,
                 &ring.delivery,
                 &s,

@@ -24,7 +24,7 @@ use crate::ring::{self, RingStatus, RxRing};
 use hvnet_offload::gro::Coalesced;
 use hvnet_offload::rss::{Rss, DEFAULT_KEY};
 use hvnet_offload::GsoInfo;
-use hvnet_port::{Home, Packet, PoolCaps, PoolStatus, TapPort};
+use hvnet_port::{Device, Home, Packet, PoolCaps, PoolStatus};
 use hvnet_wire::MacAddr;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -177,15 +177,15 @@ impl PortState {
     }
 }
 
-/// A port: a VM's NIC on the switch.
+/// A port: a VM's NIC on the switch, or an uplink.
 pub struct Port {
     /// Index in the switch.
     pub id: usize,
-    /// VM / client name.
+    /// VM / client name, or the uplink's name.
     pub name: String,
-    /// The TAP device.
-    pub tap: TapPort,
-    /// The VM's MAC address.
+    /// Its device: the VM's TAP, or the uplink's interface.
+    pub dev: Device,
+    /// The VM's MAC address (an uplink has none of its own: all zeros).
     pub mac: MacAddr,
     /// Access VLAN (0: untagged).
     pub vlan: u16,
@@ -223,6 +223,10 @@ impl Port {
     pub fn settings(&self) -> PortSettings {
         self.settings.read().expect("settings lock").clone()
     }
+    /// True for an uplink (the physical side), false for a VM's port.
+    pub fn is_uplink(&self) -> bool {
+        self.dev.uplink().is_some()
+    }
     /// Link state: false once the guest's TAP is gone or the port failed.
     pub fn is_up(&self) -> bool {
         self.state() == PortState::Up
@@ -237,6 +241,17 @@ impl Port {
     }
     pub(crate) fn set_state(&self, s: PortState) {
         self.state.store(s as u8, Ordering::Relaxed);
+    }
+    /// Moves the port from `from` to `to` if it is in `from` (several
+    /// queue threads may notice one change; the change is logged once).
+    pub(crate) fn set_state_if(&self, from: PortState, to: PortState) {
+        if self
+            .state
+            .compare_exchange(from as u8, to as u8, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            eprintln!("hvnet: port {}: link {}", self.name, to.name());
+        }
     }
     /// Ingress counters summed over queues.
     pub fn ingress_stats(&self) -> IngressStats {
@@ -275,11 +290,11 @@ impl Port {
 
 /// Everything needed to add a port.
 pub struct PortSpec {
-    /// VM name.
+    /// VM or uplink name.
     pub name: String,
-    /// Its opened TAP.
-    pub tap: TapPort,
-    /// Its MAC.
+    /// Its opened device.
+    pub dev: Device,
+    /// Its MAC (all zeros for an uplink).
     pub mac: MacAddr,
     /// Access VLAN (0: none).
     pub vlan: u16,
@@ -364,7 +379,7 @@ impl Switch {
             .into_iter()
             .enumerate()
             .map(|(id, s)| {
-                let nq = s.tap.num_queues();
+                let nq = s.dev.num_queues();
                 Arc::new(Port {
                     id,
                     rxq: (0..nq)
@@ -374,7 +389,7 @@ impl Switch {
                         .collect(),
                     ingress: (0..nq).map(|_| IngressCounters::default()).collect(),
                     name: s.name,
-                    tap: s.tap,
+                    dev: s.dev,
                     mac: s.mac,
                     vlan: s.vlan,
                     settings: RwLock::new(s.settings),
@@ -386,7 +401,7 @@ impl Switch {
             })
             .collect();
         let fdb = Fdb::new(cfg.fdb_aging, cfg.fdb_limits);
-        for p in &ports {
+        for p in ports.iter().filter(|p| !p.is_uplink()) {
             fdb.add_static(p.vlan, p.mac, p.id);
         }
         Arc::new(Switch {
@@ -404,7 +419,7 @@ impl Switch {
     pub fn start(self: &Arc<Switch>) -> Vec<JoinHandle<()>> {
         let mut handles = Vec::new();
         for p in &self.ports {
-            for q in 0..p.tap.num_queues() {
+            for q in 0..p.dev.num_queues() {
                 let (sw, port) = (Arc::clone(self), Arc::clone(p));
                 handles.push(supervised(
                     format!("{}_q{q}", p.name),
@@ -458,18 +473,32 @@ impl Switch {
         self.ports.iter().find(|p| p.name == name)
     }
 
-    /// Applies new settings to a port at run time. Everything is checked
-    /// before anything changes.
-    pub fn set_port(&self, name: &str, new: PortSettings) -> Result<PortSettings, SettingError> {
+    /// Checks new settings for a port without applying them.
+    pub fn check_settings(&self, name: &str, new: &PortSettings) -> Result<(), SettingError> {
         let p = self
             .port(name)
             .ok_or_else(|| SettingError::NoPort(name.into()))?;
-        validate_settings(&new)?;
+        validate_settings(new)?;
+        let fixed = |s: &PortSettings| (s.tso, s.csum, s.lro, s.mtu, s.allow_forged_transmits);
+        if p.is_uplink() && fixed(&p.settings()) != fixed(new) {
+            return Err(SettingError::Range(
+                "an uplink's lro, tso, csum, mtu and allow_forged_transmits are set in its topology; ring1, ring2, rx_overflow and delivery may change".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Applies new settings to a port at run time. Everything is checked
+    /// before anything changes.
+    pub fn set_port(&self, name: &str, new: PortSettings) -> Result<PortSettings, SettingError> {
+        self.check_settings(name, &new)?;
+        let p = self.port(name).expect("checked above");
         let old = p.settings();
         if (old.tso, old.csum) != (new.tso, new.csum) {
-            p.tap
-                .set_offload(hvnet_port::tap_offload_flags(new.csum, new.tso))
-                .map_err(|e| SettingError::Range(format!("cannot change offloads: {e}")))?;
+            if let Device::Tap(tap) = &p.dev {
+                tap.set_offload(hvnet_port::tap_offload_flags(new.csum, new.tso))
+                    .map_err(|e| SettingError::Range(format!("cannot change offloads: {e}")))?;
+            }
         }
         for q in &p.rxq {
             q.rings.resize(new.ring1, new.ring2);

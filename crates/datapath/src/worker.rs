@@ -13,7 +13,7 @@ use crate::switch::{
     Delivery, Port, PortSettings, PortState, RingItem, RxOverflow, Switch, BACKPRESSURE_WAIT, BATCH,
 };
 use hvnet_offload::gro::{GroConfig, GroOutput, GroTable};
-use hvnet_port::{Packet, Pool, RecvError, TapReader};
+use hvnet_port::{LinkState, Packet, Pool, RecvError, TapReader};
 use hvnet_wire::MacAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -112,14 +112,25 @@ impl Worker {
         }
     }
 
-    /// Reads until the switch stops or the port goes down: `poll`, then a
-    /// batch.
+    /// Reads until the switch stops or the port goes down for good: `poll`,
+    /// then a batch. A VM's port that goes down stays down (its guest is
+    /// gone); an uplink waits for its device to come back.
     pub(crate) fn run(mut self) {
-        let fd = self.cx.port.tap.queue(self.cx.q).raw_fd();
-        while !self.cx.sw.stopping() && self.cx.port.is_up() {
+        let port = Arc::clone(&self.cx.port);
+        let fd = port.dev.queue(self.cx.q).raw_fd();
+        while !self.cx.sw.stopping() {
+            if !port.is_up() {
+                if !self.wait_for_link() {
+                    break;
+                }
+                continue;
+            }
             match hvnet_sys::poll_readable(fd, 100) {
                 Ok(true) => {}
-                Ok(false) => continue,
+                Ok(false) => {
+                    self.check_link();
+                    continue;
+                }
                 Err(_) => break,
             }
             if self.poll_batch() == Batch::Stalled {
@@ -129,6 +140,40 @@ impl Worker {
             }
         }
         self.finish();
+    }
+
+    /// An idle uplink notices a device that went down or lost its carrier
+    /// (its sockets report only an administrative down).
+    fn check_link(&self) {
+        if let Some(u) = self.cx.port.dev.uplink() {
+            if u.link_state() != LinkState::Up {
+                self.st.port_gone(&self.cx);
+            }
+        }
+    }
+
+    /// While the port is down: true once an uplink's device is up again
+    /// (the port is up again too), false when the port will not come back
+    /// (a VM's guest is gone, the uplink's device deleted, the port failed).
+    fn wait_for_link(&self) -> bool {
+        let port = &self.cx.port;
+        let Some(u) = port.dev.uplink() else {
+            return false;
+        };
+        if port.state() == PortState::Failed {
+            return false;
+        }
+        match u.link_state() {
+            LinkState::Up => {
+                port.set_state_if(PortState::Down, PortState::Up);
+                true
+            }
+            LinkState::Down => {
+                std::thread::sleep(Duration::from_millis(100));
+                true
+            }
+            LinkState::Gone => false,
+        }
     }
 
     /// One batch (see [`State::poll_batch`]).
@@ -149,7 +194,7 @@ impl State {
         let now = self.begin_batch(cx);
         let mut result = Batch::Empty;
         for _ in 0..BATCH {
-            match self.reader.read(cx.port.tap.queue(cx.q), &mut self.pool) {
+            match self.reader.read(cx.port.dev.queue(cx.q), &mut self.pool) {
                 Ok(pkt) => {
                     result = Batch::Frames;
                     self.forward(cx, pkt, now);
@@ -160,7 +205,7 @@ impl State {
                     result = Batch::Stalled;
                     break;
                 }
-                Err(RecvError::Gone) => {
+                Err(RecvError::Gone | RecvError::LinkDown) => {
                     self.port_gone(cx);
                     break;
                 }
@@ -220,11 +265,10 @@ impl State {
         now
     }
 
-    /// The guest disappeared: its port goes down, the switch goes on.
+    /// The guest disappeared, or the uplink's link went down: the port
+    /// goes down, the switch goes on.
     fn port_gone(&self, cx: &Ctx) {
-        if cx.port.state() == PortState::Up {
-            cx.port.set_state(PortState::Down);
-        }
+        cx.port.set_state_if(PortState::Up, PortState::Down);
         cx.sw.fdb.sweep(Instant::now(), Some(cx.port.id));
     }
 
@@ -319,19 +363,30 @@ impl State {
         } else {
             0
         };
-        let (lro, mtu) = (self.settings[dst].lro, self.settings[dst].mtu as usize);
+        let s = &self.settings[dst];
+        // A guest with LRO takes GSO frames whole and gets MTU-sized ones
+        // coalesced; an uplink with TSO "hardware" hands GSO frames to its
+        // device whole, and nothing is coalesced toward the wire.
+        let uplink = port.is_uplink();
+        let (whole, lro) = if uplink {
+            (s.tso, false)
+        } else {
+            (s.lro, s.lro)
+        };
+        let mtu = s.mtu as usize;
         let l2 = pkt.meta.layers.l2.header_len;
         let c = &self.lane(cx, dst, q).counters;
         add(&c.offered, 1);
         match pkt.meta.offload.gso {
             Some(g) => {
-                // Segments that would not fit the receiver's MTU are refused
-                // here rather than written for its driver to drop.
-                if !lro && g.size as usize + pkt.header_len() > mtu + l2 {
+                // Segments that would not fit the receiver's MTU (or the
+                // wire's, whoever segments) are refused here rather than
+                // written for a driver to drop.
+                if (!whole || uplink) && g.size as usize + pkt.header_len() > mtu + l2 {
                     add(&c.drop_mtu_exceeded, 1);
                     return;
                 }
-                let segment = (!lro).then_some(g);
+                let segment = (!whole).then_some(g);
                 self.stage(cx, dst, q, RingItem::Frame { pkt, segment });
             }
             None if pkt.len() > mtu + l2 => {
@@ -515,7 +570,7 @@ impl State {
             lane.take_staged(&mut self.inline);
             add(&lane.counters.inline_batches, 1);
             deliver::deliver_batch(
-                port.tap.queue(q),
+                port.dev.queue(q),
                 None,
                 &lane.counters,
                 s,

@@ -7,17 +7,24 @@
 //! - [`packet`]: a buffer and its metadata, parsed once where the frame
 //!   enters;
 //! - [`tap`]: TAP ports (a VM's NIC as a hypervisor's device model holds
-//!   it), read and written with virtio-net headers checked at the boundary.
+//!   it), read and written with virtio-net headers checked at the boundary;
+//! - [`uplink`]: uplink ports, AF_PACKET sockets on an existing interface
+//!   with the same header, one per receive queue;
+//! - [`device`]: either of them, as the datapath sees a port's device.
 
 #![forbid(unsafe_code)]
 
+pub mod device;
 pub mod packet;
 pub mod pool;
 pub mod tap;
+pub mod uplink;
 
+pub use device::Device;
 pub use packet::{Meta, Packet};
 pub use pool::{Buf, Home, Pool, PoolCaps, PoolStatus, SizeClass};
 pub use tap::{
     check, send, tap_offload_flags, vnet_bytes, write_frame, RecvError, TapError, TapPort,
     TapReader, MAX_GSO_SEGMENTS, VNET_HDR_LEN,
 };
+pub use uplink::{LinkState, UplinkPort};

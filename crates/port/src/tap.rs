@@ -14,7 +14,7 @@ use crate::packet::Packet;
 use crate::pool::{Buf, Pool, SizeClass, HEADROOM};
 use hvnet_offload::gso::{self, GsoError};
 use hvnet_offload::CsumState;
-use hvnet_sys::TapQueue;
+use hvnet_sys::FrameQueue;
 use hvnet_wire::virtio_net::{self, Repr as VirtioNetHdr};
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 
@@ -39,8 +39,12 @@ pub enum RecvError {
     #[error("no buffer free under the port's cap")]
     NoBuffer,
     /// The device is gone (the guest's namespace was deleted).
-    #[error("the TAP device is gone")]
+    #[error("the device is gone")]
     Gone,
+    /// The link went down (`ENETDOWN`: an uplink's device was set down or
+    /// deleted).
+    #[error("the link is down")]
+    LinkDown,
     /// Shorter than a virtio-net header, or an undefined header field.
     #[error("bad virtio-net header")]
     BadVnetHeader,
@@ -80,7 +84,7 @@ impl TapReader {
     }
 
     /// Reads one frame and checks it ([`check`]).
-    pub fn read(&mut self, q: &TapQueue, pool: &mut Pool) -> Result<Packet, RecvError> {
+    pub fn read(&mut self, q: &FrameQueue, pool: &mut Pool) -> Result<Packet, RecvError> {
         if self.small.is_none() {
             self.small = pool.take(SizeClass::Small);
         }
@@ -130,9 +134,13 @@ fn read_result(n: io::Result<usize>) -> Result<usize, RecvError> {
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Err(RecvError::WouldBlock),
         // EIO, EBADFD, ENODEV: the device went away with its namespace.
         Err(e) if matches!(e.raw_os_error(), Some(5) | Some(77) | Some(19)) => Err(RecvError::Gone),
+        Err(e) if e.raw_os_error() == Some(ENETDOWN) => Err(RecvError::LinkDown),
         Err(e) => Err(RecvError::Read(e)),
     }
 }
+
+/// `ENETDOWN` on Linux.
+const ENETDOWN: i32 = 100;
 
 /// Checks what a read of `n` bytes (virtio-net header and frame) put into
 /// `buf`, parses the frame once and returns it as a packet. A guest's
@@ -168,7 +176,7 @@ pub fn vnet_bytes(vnet: &VirtioNetHdr) -> [u8; VNET_HDR_LEN] {
 }
 
 /// Writes a frame (a header and pieces) to a TAP queue in one `writev`.
-pub fn send(q: &TapQueue, vnet: &VirtioNetHdr, pieces: &[&[u8]]) -> io::Result<()> {
+pub fn send(q: &FrameQueue, vnet: &VirtioNetHdr, pieces: &[&[u8]]) -> io::Result<()> {
     let hdr = vnet_bytes(vnet);
     // On the stack for up to 64 pieces (a 64 KiB run of 1448-byte segments
     // has 45): no allocation per frame.
@@ -180,7 +188,7 @@ pub fn send(q: &TapQueue, vnet: &VirtioNetHdr, pieces: &[&[u8]]) -> io::Result<(
 
 /// Writes one frame given as I/O slices (header first) in one `writev`;
 /// a short write is an error.
-pub fn write_frame(q: &TapQueue, iov: &[IoSlice<'_>]) -> io::Result<()> {
+pub fn write_frame(q: &FrameQueue, iov: &[IoSlice<'_>]) -> io::Result<()> {
     let total: usize = iov.iter().map(|s| s.len()).sum();
     let n = q.file().write_vectored(iov)?;
     if n != total {
@@ -196,7 +204,7 @@ pub fn write_frame(q: &TapQueue, iov: &[IoSlice<'_>]) -> io::Result<()> {
 #[derive(Debug)]
 pub struct TapPort {
     name: String,
-    queues: Vec<TapQueue>,
+    queues: Vec<FrameQueue>,
 }
 
 /// Why a TAP port could not be opened.
@@ -227,7 +235,7 @@ impl TapPort {
     pub fn open(name: &str, queues: usize, offloads: u32) -> Result<TapPort, TapError> {
         let mut qs = Vec::with_capacity(queues);
         for i in 0..queues.max(1) {
-            let q = TapQueue::open(name).map_err(|source| TapError::OpenQueue {
+            let q = FrameQueue::open_tap(name).map_err(|source| TapError::OpenQueue {
                 name: name.into(),
                 queue: i,
                 source,
@@ -245,7 +253,7 @@ impl TapPort {
     }
 
     /// A port over already opened queues (socketpairs in tests and fuzzing).
-    pub fn from_queues(name: &str, queues: Vec<TapQueue>) -> TapPort {
+    pub fn from_queues(name: &str, queues: Vec<FrameQueue>) -> TapPort {
         TapPort {
             name: name.into(),
             queues,
@@ -267,7 +275,7 @@ impl TapPort {
     }
 
     /// Queue `i`.
-    pub fn queue(&self, i: usize) -> &TapQueue {
+    pub fn queue(&self, i: usize) -> &FrameQueue {
         &self.queues[i]
     }
 
@@ -321,7 +329,7 @@ mod tests {
     #[test]
     fn send_then_read_over_a_socketpair_in_the_right_class() {
         let (a, b) = hvnet_sys::frame_socketpair().unwrap();
-        let (qa, qb) = (TapQueue::from_fd(a, "a"), TapQueue::from_fd(b, "b"));
+        let (qa, qb) = (FrameQueue::from_fd(a, "a"), FrameQueue::from_fd(b, "b"));
         qb.set_nonblocking(true).unwrap();
         let home = Home::new(PoolCaps { small: 4, large: 2 });
         let mut pool = Pool::new(home.clone());

@@ -15,7 +15,9 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+pub mod packet;
 pub mod uring;
+pub use packet::{open_uplink, PacketError};
 pub use uring::BatchWriter;
 
 /// `TUNSETIFF` = `_IOW('T', 202, int)`.
@@ -89,18 +91,20 @@ impl IfReqBuilder {
     }
 }
 
-/// One queue of a TAP device, opened with a virtio-net header.
+/// A file descriptor that carries one frame, behind a 12-byte virtio-net
+/// header, per `read(2)` and per `writev(2)`: a queue of a TAP device, or
+/// an uplink's AF_PACKET socket ([`packet`]).
 #[derive(Debug)]
-pub struct TapQueue {
+pub struct FrameQueue {
     file: File,
     name: String,
 }
 
-impl TapQueue {
+impl FrameQueue {
     /// Opens (creating if needed) queue of TAP device `name` with
     /// `IFF_TAP | IFF_NO_PI | IFF_VNET_HDR | IFF_MULTI_QUEUE`. Open it once
     /// per queue. Needs CAP_NET_ADMIN.
-    pub fn open(name: &str) -> io::Result<TapQueue> {
+    pub fn open_tap(name: &str) -> io::Result<FrameQueue> {
         let path = CString::new("/dev/net/tun").expect("static path");
         // SAFETY: `path` is a valid NUL-terminated string; open has no other
         // preconditions. The result is checked before use.
@@ -124,7 +128,7 @@ impl TapQueue {
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok(TapQueue {
+        Ok(FrameQueue {
             name: req.name(),
             file: File::from(owned),
         })
@@ -132,8 +136,8 @@ impl TapQueue {
 
     /// A TAP queue from an fd someone else opened (for tests that use a
     /// socketpair instead of a TAP, and for fuzzing).
-    pub fn from_fd(fd: OwnedFd, name: &str) -> TapQueue {
-        TapQueue {
+    pub fn from_fd(fd: OwnedFd, name: &str) -> FrameQueue {
+        FrameQueue {
             file: File::from(fd),
             name: name.to_string(),
         }
@@ -268,8 +272,8 @@ mod tests {
     #[test]
     fn socketpair_keeps_frame_boundaries() {
         let (a, b) = frame_socketpair().unwrap();
-        let qa = TapQueue::from_fd(a, "pair0");
-        let qb = TapQueue::from_fd(b, "pair1");
+        let qa = FrameQueue::from_fd(a, "pair0");
+        let qb = FrameQueue::from_fd(b, "pair1");
         qa.file().write_all(b"frame one").unwrap();
         qa.file().write_all(b"two").unwrap();
         assert!(poll_readable(qb.raw_fd(), 1000).unwrap());

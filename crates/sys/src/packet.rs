@@ -1,0 +1,188 @@
+//! AF_PACKET sockets for uplinks: a socket bound to an existing interface
+//! that reads and writes whole Ethernet frames with the same 12-byte
+//! virtio-net header as a TAP queue (`PACKET_VNET_HDR` with
+//! `PACKET_VNET_HDR_SZ`, Linux 6.2 and later). Frames the device already
+//! coalesced (its GRO, the NIC's "hardware LRO") arrive whole with their
+//! GSO metadata, and GSO frames written go to the device whole (its TSO,
+//! or the kernel's GSO just before the driver), as Open vSwitch's
+//! `netdev-linux` does with its AF_PACKET path.
+//!
+//! Several sockets of one interface form a fanout group
+//! (`PACKET_FANOUT_HASH`): the kernel spreads received flows over them by
+//! the flow hash, so each receive queue is read by its own thread and no
+//! thread has to classify for the others.
+//!
+//! Constants are those of `include/uapi/linux/if_packet.h`.
+
+use crate::FrameQueue;
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+const SOL_PACKET: libc::c_int = 263;
+const PACKET_ADD_MEMBERSHIP: libc::c_int = 1;
+const PACKET_VNET_HDR: libc::c_int = 15;
+const PACKET_FANOUT: libc::c_int = 18;
+const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+const PACKET_VNET_HDR_SZ: libc::c_int = 24;
+const PACKET_MR_PROMISC: libc::c_ushort = 1;
+const PACKET_FANOUT_HASH: u32 = 0;
+const PACKET_FANOUT_FLAG_UNIQUEID: u32 = 0x2000;
+const ETH_P_ALL: u16 = 0x0003;
+
+/// Socket buffer size each way: a receive burst of 64 KiB coalesced
+/// frames must not overflow the default (about 200 KiB, three such frames).
+const SOCKET_BUFFER: libc::c_int = 8 << 20;
+
+/// Why an uplink socket could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum PacketError {
+    /// No interface of that name in this namespace.
+    #[error("no network interface named {0:?}")]
+    NoDevice(String),
+    /// The kernel cannot give a 12-byte virtio-net header on packet sockets.
+    #[error("this kernel cannot put a 12-byte virtio-net header on AF_PACKET sockets (PACKET_VNET_HDR_SZ needs Linux 6.2 or later)")]
+    NoVnetHdrSize(#[source] io::Error),
+    /// A system call failed.
+    #[error("{call} on the packet socket for {device}")]
+    Sys {
+        /// The call or option.
+        call: &'static str,
+        /// The interface.
+        device: String,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// The interface index of `device`, if it exists in this namespace.
+pub fn ifindex(device: &str) -> Option<u32> {
+    let c = CString::new(device).ok()?;
+    // SAFETY: `c` is a valid NUL-terminated string for the call's duration.
+    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    (i != 0).then_some(i)
+}
+
+fn setsockopt<T>(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
+    // SAFETY: `value` points at a live `T` of `size_of::<T>()` bytes, which
+    // is the option's type for every caller in this module.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn getsockopt_u32(fd: &OwnedFd, level: libc::c_int, name: libc::c_int) -> io::Result<u32> {
+    let mut v: u32 = 0;
+    let mut len = std::mem::size_of::<u32>() as libc::socklen_t;
+    // SAFETY: `v` and `len` are live and sized for a 4-byte option.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&mut v as *mut u32).cast(),
+            &mut len,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(v)
+}
+
+/// The receive queues of one uplink: `queues` packet sockets bound to
+/// `device`, in one fanout group when there are several, non-blocking.
+/// The first socket puts the device in promiscuous mode for as long as it
+/// is open (the switch receives for its VMs' addresses); none of them sees
+/// the frames the switch itself sends (`PACKET_IGNORE_OUTGOING`).
+pub fn open_uplink(device: &str, queues: usize) -> Result<Vec<FrameQueue>, PacketError> {
+    let index = ifindex(device).ok_or_else(|| PacketError::NoDevice(device.into()))?;
+    let sys = |call: &'static str| {
+        let device = device.to_string();
+        move |source| PacketError::Sys {
+            call,
+            device,
+            source,
+        }
+    };
+    let mut out = Vec::with_capacity(queues.max(1));
+    let mut group: Option<u32> = None;
+    for i in 0..queues.max(1) {
+        // Protocol 0: nothing is received until bind names ETH_P_ALL, after
+        // the header options are set.
+        // SAFETY: socket takes plain integers; the result is checked.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+                0,
+            )
+        };
+        if fd < 0 {
+            return Err(sys("socket(AF_PACKET)")(io::Error::last_os_error()));
+        }
+        // SAFETY: `fd` was just returned by socket and is owned by nobody.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        setsockopt(&fd, SOL_PACKET, PACKET_VNET_HDR, &1i32).map_err(sys("PACKET_VNET_HDR"))?;
+        setsockopt(&fd, SOL_PACKET, PACKET_VNET_HDR_SZ, &12i32)
+            .map_err(PacketError::NoVnetHdrSize)?;
+        setsockopt(&fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &1i32)
+            .map_err(sys("PACKET_IGNORE_OUTGOING"))?;
+        setsockopt(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &SOCKET_BUFFER)
+            .map_err(sys("SO_RCVBUFFORCE"))?;
+        setsockopt(&fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, &SOCKET_BUFFER)
+            .map_err(sys("SO_SNDBUFFORCE"))?;
+        // SAFETY: sockaddr_ll is plain data; all-zero is a valid value.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as libc::c_ushort;
+        sll.sll_protocol = ETH_P_ALL.to_be();
+        sll.sll_ifindex = index as libc::c_int;
+        // SAFETY: `sll` is a live sockaddr_ll and the length says so.
+        let r = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&sll as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        if r < 0 {
+            return Err(sys("bind")(io::Error::last_os_error()));
+        }
+        if i == 0 {
+            // SAFETY: packet_mreq is plain data; all-zero is a valid value.
+            let mut mr: libc::packet_mreq = unsafe { std::mem::zeroed() };
+            mr.mr_ifindex = index as libc::c_int;
+            mr.mr_type = PACKET_MR_PROMISC;
+            setsockopt(&fd, SOL_PACKET, PACKET_ADD_MEMBERSHIP, &mr)
+                .map_err(sys("PACKET_MR_PROMISC"))?;
+        }
+        if queues > 1 {
+            // The first socket makes a group with an id no one else has;
+            // the others join it by that id.
+            // The option is (mode and flags) << 16 | group id.
+            let arg: u32 = match group {
+                None => (PACKET_FANOUT_HASH | PACKET_FANOUT_FLAG_UNIQUEID) << 16,
+                Some(id) => (PACKET_FANOUT_HASH << 16) | id,
+            };
+            setsockopt(&fd, SOL_PACKET, PACKET_FANOUT, &arg).map_err(sys("PACKET_FANOUT"))?;
+            if group.is_none() {
+                let id = getsockopt_u32(&fd, SOL_PACKET, PACKET_FANOUT)
+                    .map_err(sys("getsockopt(PACKET_FANOUT)"))?;
+                group = Some(id & 0xffff);
+            }
+        }
+        out.push(FrameQueue::from_fd(fd, device));
+    }
+    Ok(out)
+}

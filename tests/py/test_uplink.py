@@ -1,0 +1,171 @@
+"""Uplinks end to end: an external host (a namespace whose eth0 is the far
+end of a veth pair; its kernel's TCP stack on the wire) and VMs behind
+hvnet, joined by an uplink on the near end (AF_PACKET with virtio-net
+headers). Checked from the receivers' side, against the kernel's own
+counters, and against hvnet's accounting."""
+
+import hashlib
+import json
+import os
+import socket
+import struct
+
+import pytest
+
+import hvlab
+from test_switch_e2e import assert_accounted, transfer
+
+pytestmark = pytest.mark.root
+
+EXT_IP, VM_IP, VM2_IP = "198.18.7.100", "198.18.7.1", "198.18.7.2"
+
+
+def topology(tmp_path, lro="hardware", tso="hardware", queues=2, vm_lro=True, host_tso=False, second_vm=False):
+    vms = [dict(name="a", ipv4=VM_IP + "/24", ipv6="fd18:7::1/64", lro=vm_lro)]
+    if second_vm:
+        vms.append(dict(name="b", ipv4=VM2_IP + "/24"))
+    return hvlab.Topology(
+        tmp_path, vms, prefix="up",
+        uplinks=[dict(name="up0", device="", queues=queues, lro=lro, tso=tso)],
+        hosts=[dict(name="ext", uplink="up0", ipv4=EXT_IP + "/24", ipv6="fd18:7::100/64", tso=host_tso)])
+
+
+def ports(t):
+    return {p["name"]: p for p in json.loads(t.hv("ports", "--json").stdout)}
+
+
+def test_ping_both_ways_ipv4_and_ipv6_and_the_views(tmp_path):
+    with topology(tmp_path) as t:
+        t.sh("ext", f"ping -c 3 -i 0.2 -W 2 {VM_IP}")
+        t.sh("a", "ping -6 -c 3 -i 0.2 -W 2 fd18:7::100")
+        p = ports(t)
+        assert p["up0"]["type"] == "uplink+af_packet" and p["up0"]["link"] == "up"
+        assert p["up0"]["client"] == t.device("up0") and p["up0"]["queues"] == 2
+        assert t.stats("/uplinks") == ["up0/"]
+        assert "txqueues/" in t.stats("/uplinks/up0")
+        rxq = [t.stats(f"/uplinks/up0/rxqueues/{q}/status")["counters"]["frames"] for q in range(2)]
+        assert sum(rxq) >= 3, rxq
+        fdb = json.loads(t.hv("fdb", "--json").stdout)
+        ext_mac = t.sh("ext", "cat /sys/class/net/eth0/address").stdout.strip()
+        assert any(r["mac"] == ext_mac and r["port"] == p["up0"]["port"] for r in fdb), fdb
+        # An uplink's offloads are its topology's; its rings may change.
+        r = t.hv("port", "up0", "set", "lro=on", check=False)
+        assert r.returncode != 0 and "set in its topology" in r.stderr, r.stderr
+        t.hv("port", "up0", "set", "ring1=512")
+        assert_accounted(t, ["a", "up0"])
+
+
+CASES = [
+    # uplink lro, uplink tso, VM lro, host tso
+    ("hardware", "hardware", True, False),
+    ("off", "hardware", True, False),
+    ("hardware", "software", False, False),
+    ("off", "software", False, True),
+]
+
+
+@pytest.mark.parametrize("lro,tso,vm_lro,host_tso", CASES,
+                         ids=[f"lro-{c[0]}-tso-{c[1]}-vmlro{int(c[2])}-hosttso{int(c[3])}" for c in CASES])
+def test_file_arrives_intact_both_ways(tmp_path, lro, tso, vm_lro, host_tso):
+    data = tmp_path / "random.bin"
+    data.write_bytes(os.urandom(24 << 20))
+    want = (hashlib.sha256(data.read_bytes()).hexdigest(), 24 << 20)
+    with topology(tmp_path, lro=lro, tso=tso, vm_lro=vm_lro, host_tso=host_tso) as t:
+        before = t.stats("/uplinks/up0/txSummary")
+        assert transfer(t, "ext", "a", VM_IP, data) == want
+        assert transfer(t, "a", "ext", EXT_IP, data, port=5556) == want
+        up_in = t.stats("/uplinks/up0/txSummary")
+        up_out = t.stats("/uplinks/up0/rxSummary")
+        # What the wire delivered: coalesced by the device's GRO only with
+        # lro = "hardware" (a host with TSO sends GSO frames itself).
+        coalesced = up_in["gso_frames"] - before["gso_frames"]
+        if lro == "hardware" or host_tso:
+            assert coalesced > 0, up_in
+        else:
+            assert coalesced == 0, up_in
+        # What went out: GSO frames whole with tso = "hardware", segmented
+        # by hvnet with "software".
+        if tso == "hardware":
+            assert up_out["gso_intact_frames"] > 0 and up_out["segmented_frames"] == 0, up_out
+        else:
+            assert up_out["gso_intact_frames"] == 0 and up_out["segmented_frames"] > 0, up_out
+        # The host's kernel saw no frame above the wire's MTU from hvnet
+        # unless it was a GSO frame (the veth carries those whole).
+        assert_accounted(t, ["a", "up0"])
+
+
+def test_link_down_and_up_takes_the_uplink_down_and_back_not_the_switch(tmp_path):
+    with topology(tmp_path, second_vm=True) as t:
+        dev = t.device("up0")
+        t.sh("ext", f"ping -c 1 -W 2 {VM_IP}")
+        hvlab.run(["ip", "link", "set", dev, "down"])
+        assert hvlab.eventually(lambda: ports(t)["up0"]["link"] == "down"), ports(t)
+        # The VMs keep talking while the wire is down.
+        t.sh("a", f"ping -c 3 -i 0.2 -W 2 {VM2_IP}")
+        assert ports(t)["a"]["link"] == "up"
+        hvlab.run(["ip", "link", "set", dev, "up"])
+        assert hvlab.eventually(lambda: ports(t)["up0"]["link"] == "up", timeout=15), ports(t)
+        assert hvlab.eventually(lambda: t.sh("ext", f"ping -c 1 -W 1 {VM_IP}", check=False).returncode == 0,
+                                timeout=15)
+        # The far end going down takes the carrier: the uplink goes down too.
+        t.sh("ext", "ip link set eth0 down")
+        assert hvlab.eventually(lambda: ports(t)["up0"]["link"] == "down"), ports(t)
+        t.sh("ext", "ip link set eth0 up")
+        assert hvlab.eventually(lambda: ports(t)["up0"]["link"] == "up", timeout=15), ports(t)
+        assert hvlab.eventually(lambda: t.sh("ext", f"ping -c 1 -W 1 {VM_IP}", check=False).returncode == 0,
+                                timeout=15)
+        assert_accounted(t, ["a", "b", "up0"])
+
+
+def test_a_deleted_device_takes_its_uplink_down_and_the_switch_goes_on(tmp_path):
+    with topology(tmp_path, second_vm=True) as t:
+        t.sh("ext", f"ping -c 1 -W 2 {VM_IP}")
+        hvlab.run(["ip", "link", "del", t.device("up0")])
+        assert hvlab.eventually(lambda: ports(t)["up0"]["link"] == "down"), ports(t)
+        t.sh("a", f"ping -c 3 -i 0.2 -W 2 {VM2_IP}")
+        # Frames for the wire are counted as dropped at a down port.
+        t.sh("a", f"ping -c 2 -i 0.2 -W 1 {EXT_IP}", check=False)
+        assert_accounted(t, ["a", "b", "up0"])
+
+
+def wire_frame(dst, src, ethertype, payload):
+    return dst + src + struct.pack("!H", ethertype) + payload
+
+
+def test_bad_frames_from_the_wire_are_counted_and_the_rest_forwarded(tmp_path):
+    with topology(tmp_path, lro="off") as t:
+        vm_mac = bytes.fromhex(t.sh("a", "cat /sys/class/net/eth0/address").stdout.strip().replace(":", ""))
+        ext_mac = bytes.fromhex(t.sh("ext", "cat /sys/class/net/eth0/address").stdout.strip().replace(":", ""))
+        bad = [
+            # An IPv4 header that claims 60 bytes in a 30-byte frame.
+            wire_frame(vm_mac, ext_mac, 0x0800, bytes([0x4F]) + bytes(15)),
+            # IPv6 with a payload length past the frame's end.
+            wire_frame(vm_mac, ext_mac, 0x86DD, bytes([0x60, 0, 0, 0, 0x05, 0xdc, 6, 64]) + bytes(32)),
+            # TCP whose data offset points past the frame.
+            wire_frame(vm_mac, ext_mac, 0x0800,
+                       bytes([0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0]) + socket.inet_aton(EXT_IP)
+                       + socket.inet_aton(VM_IP) + bytes(12) + bytes([0xF0]) + bytes(7)),
+        ]
+        send = (f"{os.sys.executable} -c \"import socket,sys; s=socket.socket(socket.AF_PACKET, socket.SOCK_RAW); "
+                f"s.bind(('eth0', 0)); [s.send(bytes.fromhex(h)) for h in sys.argv[1:]]\" "
+                + " ".join(f.hex() for f in bad * 10))
+        t.sh("ext", send)
+        assert hvlab.eventually(lambda: t.stats("/uplinks/up0/txSummary")["drop_bad_frame"] >= 30), \
+            t.stats("/uplinks/up0/txSummary")
+        t.sh("ext", f"ping -c 3 -i 0.2 -W 2 {VM_IP}")
+        assert_accounted(t, ["a", "up0"])
+
+
+def test_bad_uplinks_are_refused_before_anything_is_created(tmp_path):
+    links = lambda: sorted(line.split()[0] for line in hvlab.run(["ip", "-br", "link"]).stdout.splitlines())  # noqa: E731
+    before = links()
+    t = hvlab.Topology(tmp_path, [dict(name="a", ipv4=VM_IP + "/24")], prefix="up",
+                       uplinks=[dict(name="up0", device="hvnosuch0")])
+    r = hvlab.run([hvlab.hvnet_bin(), "up", t.file], check=False)
+    assert r.returncode != 0 and "no network interface named hvnosuch0" in r.stderr, r.stderr
+    t = hvlab.Topology(tmp_path, [dict(name="a", ipv4=VM_IP + "/24")], prefix="up",
+                       uplinks=[dict(name="up0", device="hvnosuch0", lro="sometimes")])
+    r = hvlab.run([hvlab.hvnet_bin(), "up", t.file], check=False)
+    assert r.returncode != 0 and '"hardware", "off"' in r.stderr and f"{t.file}:" in r.stderr, r.stderr
+    assert links() == before
+    assert not (hvlab.Path("/run/netns") / t.ns("a")).exists()

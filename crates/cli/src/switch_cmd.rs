@@ -127,6 +127,9 @@ pub fn up(file: PathBuf, json_out: bool) -> Result<(), String> {
                 topo.uplinks[h.uplink].name
             );
         }
+        for w in topo.warnings() {
+            println!("warning: {w}");
+        }
         println!(
             "run commands in a VM with: ip netns exec {} …",
             topo.vms.first().map(|v| topo.netns(v)).unwrap_or_default()

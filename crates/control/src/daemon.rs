@@ -12,6 +12,7 @@ use crate::proto::{self, Reply, Request};
 use crate::topology::{self, Topology};
 use crate::topology::{Host, Uplink, UplinkLro};
 use crate::views;
+use hvnet_datapath::tunnel::VtepConfig;
 use hvnet_datapath::{PortSettings, PortSpec, Switch, SwitchConfig};
 use hvnet_port::{Device, TapPort, UplinkPort};
 use serde::{Deserialize, Serialize};
@@ -342,6 +343,7 @@ fn create_vm(
         dev: Device::Tap(tap),
         mac: vm.mac,
         vlan: vm.vlan,
+        tunnel: None,
         settings: vm.settings.clone(),
     })
 }
@@ -459,11 +461,33 @@ fn open_uplink(u: &Uplink) -> Result<PortSpec, DaemonError> {
         name: u.name.clone(),
         source,
     })?;
+    let tunnel = match &u.vxlan {
+        None => None,
+        Some(v) => {
+            // The endpoint speaks with the device's own address.
+            let mac = std::fs::read_to_string(format!("/sys/class/net/{dev}/address"))
+                .ok()
+                .and_then(|m| m.trim().parse().ok())
+                .ok_or_else(|| {
+                    DaemonError::Other(format!("uplink {}: cannot read {dev}'s MAC", u.name))
+                })?;
+            Some(VtepConfig {
+                vni: v.vni,
+                local: v.local.0,
+                prefix: v.local.1,
+                mac,
+                remotes: v.remotes.clone(),
+                port: v.port,
+                udp_csum: v.udp_csum,
+            })
+        }
+    };
     Ok(PortSpec {
         name: u.name.clone(),
         dev: Device::Uplink(port),
         mac: hvnet_wire::MacAddr([0; 6]),
         vlan: u.vlan,
+        tunnel,
         settings: u.settings.clone(),
     })
 }
@@ -481,6 +505,9 @@ pub fn daemon(file: &Path) -> Result<(), DaemonError> {
         ..State::default()
     };
     write_state(&dir, &state)?;
+    for w in topo.warnings() {
+        eprintln!("hvnet daemon: warning: {w}");
+    }
     let mut specs = Vec::new();
     for i in 0..topo.vms.len() {
         specs.push(create_vm(&topo, i, &dir, &mut state)?);

@@ -94,6 +94,24 @@ struct UplinkRepr {
     ring1: usize,
     #[serde(default = "d_ring")]
     ring2: usize,
+    vxlan: Option<toml::Spanned<VxlanRepr>>,
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct VxlanRepr {
+    vni: u32,
+    local: String,
+    #[serde(default)]
+    remotes: Vec<String>,
+    #[serde(default = "d_vxlan_port")]
+    port: u16,
+    #[serde(default)]
+    udp_csum: bool,
+}
+
+fn d_vxlan_port() -> u16 {
+    hvnet_wire::vxlan::PORT
 }
 
 /// A field's default; errors about it point at its table's line.
@@ -216,6 +234,23 @@ pub struct Uplink {
     pub vlan: u16,
     /// The port's settings (`tso`: GSO frames go to the device whole).
     pub settings: PortSettings,
+    /// When the uplink is a VXLAN tunnel endpoint: its settings.
+    pub vxlan: Option<Vxlan>,
+}
+
+/// An uplink's VXLAN tunnel endpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Vxlan {
+    /// VNI, 1..16777215.
+    pub vni: u32,
+    /// The endpoint's underlay address and prefix length.
+    pub local: (Ipv4Addr, u8),
+    /// Static remote endpoints (the flood list).
+    pub remotes: Vec<Ipv4Addr>,
+    /// UDP port.
+    pub port: u16,
+    /// Outer UDP checksum.
+    pub udp_csum: bool,
 }
 
 /// An external host: a namespace on an uplink's wire.
@@ -258,6 +293,24 @@ impl Topology {
     /// The network namespace of a VM or an external host named `name`.
     pub fn netns_of(&self, name: &str) -> String {
         format!("{}-{}", self.name, name)
+    }
+    /// What works but will not do what a user may expect: a tunnel
+    /// endpoint whose underlay MTU leaves less than a VM's MTU for the
+    /// inner frame (VXLAN adds 50 bytes).
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        for u in self.uplinks.iter().filter(|u| u.vxlan.is_some()) {
+            let room = (u.settings.mtu as usize).saturating_sub(VXLAN_OVERHEAD);
+            for vm in self.vms.iter().filter(|v| v.vlan == u.vlan) {
+                if vm.settings.mtu as usize > room {
+                    w.push(format!(
+                        "uplink {}: VXLAN adds 50 bytes; its MTU {} leaves {room} for VM {}'s MTU {}: larger frames are dropped (drop_mtu_exceeded). Give the uplink mtu = {} (and its device that MTU), or the VM mtu = {room}",
+                        u.name, u.settings.mtu, vm.name, vm.settings.mtu, vm.settings.mtu as usize + VXLAN_OVERHEAD
+                    ));
+                }
+            }
+        }
+        w
     }
     /// Every namespace the topology creates (VMs, then external hosts).
     pub fn namespaces(&self) -> Vec<String> {
@@ -396,6 +449,10 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
     })
 }
 
+/// What VXLAN takes from the underlay's MTU: outer IPv4, UDP and VXLAN
+/// headers and the inner Ethernet header.
+const VXLAN_OVERHEAD: usize = 20 + 8 + 8 + 14;
+
 /// Interface names the kernel takes: 1-15 bytes, no '/', ':' or space.
 fn valid_ifname(s: &str) -> bool {
     (1..=15).contains(&s.len())
@@ -481,7 +538,44 @@ fn parse_uplinks(
             ..PortSettings::default()
         };
         validate_settings(&settings).map_err(|e| bad(e.to_string()))?;
+        let vxlan = match &u.vxlan {
+            None => None,
+            Some(sv) => {
+                let vline = line_of(text, sv.span().start);
+                let vbad = |r: String| (vline, format!("uplink {:?}: vxlan: {r}", u.name));
+                let v = sv.get_ref();
+                if !(1..(1 << 24)).contains(&v.vni) {
+                    return Err(vbad(format!("vni {} is outside 1..16777215", v.vni)));
+                }
+                if v.port != hvnet_wire::vxlan::PORT {
+                    return Err(vbad(format!(
+                        "port {} is not supported yet; VXLAN runs on 4789",
+                        v.port
+                    )));
+                }
+                let local = parse_cidr4(&v.local).map_err(|e| vbad(format!("local: {e}")))?;
+                let remotes = v
+                    .remotes
+                    .iter()
+                    .map(|r| {
+                        r.parse::<Ipv4Addr>()
+                            .map_err(|_| vbad(format!("remote {r:?} is not an IPv4 address")))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                if remotes.contains(&local.0) {
+                    return Err(vbad("a remote is the local address".into()));
+                }
+                Some(Vxlan {
+                    vni: v.vni,
+                    local,
+                    remotes,
+                    port: v.port,
+                    udp_csum: v.udp_csum,
+                })
+            }
+        };
         out.push(Uplink {
+            vxlan,
             name: u.name.clone(),
             device: device.clone(),
             queues: u.queues,

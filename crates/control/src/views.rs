@@ -71,7 +71,7 @@ pub fn accounting(p: &Port) -> Value {
     let e = p.egress_stats();
     json!({
         "ingress": { "frames_in": i.frames, "forwarded": i.forwarded, "drops": i.drops(),
-                     "balanced": i.frames == i.forwarded + i.drops() },
+                     "tunnel_control": i.tunnel_control, "balanced": i.balanced() },
         "egress": { "offered": e.offered, "delivered_source_frames": e.delivered_source_frames,
                     "drops": e.drops(), "in_flight": e.in_flight() },
     })
@@ -135,8 +135,15 @@ pub fn stats(sw: &Switch, path: &str) -> Result<Value, String> {
             Ok(json!([&summary[..], &["rxqueues/"]].concat()))
         }
         ["uplinks", p] => {
-            uplink(p)?;
-            Ok(json!([&summary[..], &["rxqueues/", "txqueues/"]].concat()))
+            let tunnel: &[&str] = if uplink(p)?.tunnel.is_some() { &["vxlan"] } else { &[] };
+            Ok(json!([&summary[..], &["rxqueues/", "txqueues/"], tunnel].concat()))
+        }
+        ["uplinks", p, "vxlan"] => {
+            let v = uplink(p)?
+                .tunnel
+                .as_ref()
+                .ok_or_else(|| format!("uplink {p} is not a VXLAN tunnel endpoint"))?;
+            Ok(serde_json::to_value(v.view(std::time::Instant::now())).expect("serialize"))
         }
         ["ports" | "uplinks", p, "clientStats"] => Ok(client_stats(port(p)?)),
         ["ports" | "uplinks", p, "txSummary"] => {

@@ -4,7 +4,8 @@
 //! and store, no locked instruction; a snapshot sums the sets.
 //!
 //! Accounting, per port:
-//! - as ingress (frames from the guest): `frames = forwarded + drop_*`;
+//! - as ingress (frames from the guest or the wire): `frames = forwarded +
+//!   drop_* + tunnel_control`;
 //! - as egress (frames to the guest): `offered = delivered_source_frames +
 //!   drop_* + in_flight`, where a coalesced frame delivers as many source
 //!   frames as it merged and `in_flight` is what sits in GRO runs and rings.
@@ -76,6 +77,18 @@ counters! {
         /// Source addresses not learned: the FDB's per-port or total limit,
         /// or another port's static address (the frame still goes out).
         fdb_learn_refused,
+        /// Frames a tunnel endpoint consumed (ARP for its address).
+        tunnel_control,
+        /// VXLAN frames decapsulated (their inner frames then forwarded or
+        /// dropped as any frame).
+        decapsulated,
+        /// Dropped at a tunnel endpoint: neither VXLAN to it nor ARP for it.
+        drop_not_tunnel,
+        /// Dropped: VXLAN without the I flag, truncated, or with an inner
+        /// frame whose headers lie.
+        drop_bad_vxlan,
+        /// Dropped: VXLAN for another VNI.
+        drop_vni,
     }
 }
 
@@ -117,6 +130,9 @@ counters! {
         drop_write_error,
         /// Dropped: the port was down.
         drop_port_down,
+        /// Dropped: no remote tunnel endpoint for the frame is resolved yet
+        /// (ARP pending).
+        drop_tunnel_unresolved,
         /// Times a sender waited for ring space (`rx_overflow = "backpressure"`).
         backpressure_waits,
         /// Batches the sender's worker delivered itself (the queue was idle).
@@ -136,6 +152,7 @@ impl EgressStats {
             + self.drop_mtu_exceeded
             + self.drop_write_error
             + self.drop_port_down
+            + self.drop_tunnel_unresolved
     }
 }
 
@@ -147,5 +164,13 @@ impl IngressStats {
             + self.drop_gso_segments
             + self.drop_policy
             + self.drop_no_route
+            + self.drop_not_tunnel
+            + self.drop_bad_vxlan
+            + self.drop_vni
+    }
+    /// True when every frame read is forwarded, dropped or consumed by a
+    /// tunnel endpoint.
+    pub fn balanced(&self) -> bool {
+        self.frames == self.forwarded + self.drops() + self.tunnel_control
     }
 }

@@ -12,6 +12,7 @@
 use crate::counters::{add, EgressCounters};
 use crate::ring::{Consumer, Slot};
 use crate::switch::{Port, PortSettings, RingItem, Switch, BATCH};
+use crate::tunnel::Vtep;
 use hvnet_offload::gso::{self, CsumMode};
 use hvnet_offload::{csum, CsumState, GsoInfo};
 use hvnet_port::{Packet, VNET_HDR_LEN};
@@ -29,6 +30,8 @@ pub(crate) struct Scratch {
     iov: Vec<IoSlice<'static>>,
     spans: Vec<(usize, usize)>,
     frames: Vec<&'static [IoSlice<'static>]>,
+    /// A tunnelled GSO frame made contiguous for the segmenter.
+    tunnelled: Vec<u8>,
 }
 
 /// The delivery thread of one guest receive queue.
@@ -62,7 +65,15 @@ pub(crate) fn deliver_loop(sw: &Switch, port: &Port, q: usize) {
             .iter()
             .fold((0, 0), |(a, b), x| (a + x.r1 as usize, b + x.r2 as usize));
         if port.is_up() {
-            deliver_batch(tap, writer.as_mut(), c, &s, &mut batch, &mut scratch);
+            deliver_batch(
+                tap,
+                port.tunnel.as_ref(),
+                writer.as_mut(),
+                c,
+                &s,
+                &mut batch,
+                &mut scratch,
+            );
         } else {
             for x in batch.drain(..) {
                 add(&c.drop_port_down, x.item.sources());
@@ -87,12 +98,19 @@ fn recycle<T, U>(mut v: Vec<T>) -> Vec<U> {
 /// empties `items`.
 pub(crate) fn deliver_batch(
     tap: &FrameQueue,
+    tunnel: Option<&Vtep>,
     writer: Option<&mut BatchWriter>,
     c: &EgressCounters,
     s: &PortSettings,
     items: &mut Vec<Slot<RingItem>>,
     scratch: &mut Scratch,
 ) {
+    if let Some(vtep) = tunnel {
+        for slot in items.drain(..) {
+            vtep.deliver(tap, c, &slot.item, &mut scratch.tunnelled);
+        }
+        return;
+    }
     let vnets = &mut scratch.vnets;
     vnets.clear();
     for slot in items.iter_mut() {

@@ -56,6 +56,7 @@ impl Harness {
                 dev: Device::Tap(TapPort::from_queues(&format!("p{i}"), sw_side)),
                 mac: *mac,
                 vlan: 0,
+                tunnel: None,
                 settings: settings.clone(),
             });
             guests.push(Guest { queues: guest });
@@ -108,6 +109,7 @@ impl Harness {
             let s = port.settings();
             deliver::deliver_batch(
                 port.dev.queue(*q),
+                port.tunnel.as_ref(),
                 None,
                 &ring.delivery,
                 &s,
@@ -159,7 +161,7 @@ impl Harness {
     pub fn check_accounting(&self) -> Result<(), String> {
         for p in &self.sw.ports {
             let i = p.ingress_stats();
-            if i.frames != i.forwarded + i.drops() {
+            if !i.balanced() {
                 return Err(format!("{}: ingress {i:?}", p.name));
             }
             let e = p.egress_stats();

@@ -16,6 +16,7 @@ pub mod forward;
 pub mod harness;
 pub mod ring;
 pub mod switch;
+pub mod tunnel;
 mod worker;
 
 pub use switch::{

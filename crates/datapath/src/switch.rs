@@ -189,6 +189,8 @@ pub struct Port {
     pub mac: MacAddr,
     /// Access VLAN (0: untagged).
     pub vlan: u16,
+    /// The VXLAN tunnel endpoint an uplink is, if it is one.
+    pub tunnel: Option<crate::tunnel::Vtep>,
     settings: RwLock<PortSettings>,
     /// Guest receive queues, one per TAP queue.
     pub rxq: Vec<RxQueue>,
@@ -298,6 +300,8 @@ pub struct PortSpec {
     pub mac: MacAddr,
     /// Access VLAN (0: none).
     pub vlan: u16,
+    /// For an uplink that is a VXLAN tunnel endpoint: its settings.
+    pub tunnel: Option<crate::tunnel::VtepConfig>,
     /// Settings.
     pub settings: PortSettings,
 }
@@ -392,6 +396,7 @@ impl Switch {
                     dev: s.dev,
                     mac: s.mac,
                     vlan: s.vlan,
+                    tunnel: s.tunnel.map(crate::tunnel::Vtep::new),
                     settings: RwLock::new(s.settings),
                     home: Home::new(cfg.pool_caps),
                     state: AtomicU8::new(PortState::Up as u8),

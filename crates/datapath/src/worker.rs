@@ -13,6 +13,8 @@ use crate::switch::{
     Delivery, Port, PortSettings, PortState, RingItem, RxOverflow, Switch, BACKPRESSURE_WAIT, BATCH,
 };
 use hvnet_offload::gro::{GroConfig, GroOutput, GroTable};
+use crate::tunnel::{Received, TunnelDrop, Vtep};
+use hvnet_offload::vxlan::OUTER_LEN;
 use hvnet_port::{LinkState, Packet, Pool, RecvError, TapReader};
 use hvnet_wire::MacAddr;
 use std::sync::atomic::Ordering;
@@ -125,6 +127,9 @@ impl Worker {
                 }
                 continue;
             }
+            if let (Some(vtep), 0) = (&port.tunnel, self.cx.q) {
+                vtep.solicit(port.dev.queue(0), Instant::now());
+            }
             match hvnet_sys::poll_readable(fd, 100) {
                 Ok(true) => {}
                 Ok(false) => {
@@ -197,7 +202,10 @@ impl State {
             match self.reader.read(cx.port.dev.queue(cx.q), &mut self.pool) {
                 Ok(pkt) => {
                     result = Batch::Frames;
-                    self.forward(cx, pkt, now);
+                    match &cx.port.tunnel {
+                        Some(vtep) => self.receive_tunnel(cx, vtep, pkt, now),
+                        None => self.forward(cx, pkt, now),
+                    }
                 }
                 Err(RecvError::WouldBlock) => break,
                 Err(RecvError::NoBuffer) => {
@@ -272,13 +280,48 @@ impl State {
         cx.sw.fdb.sweep(Instant::now(), Some(cx.port.id));
     }
 
+    /// Counts a frame in and forwards it.
     fn forward(&mut self, cx: &Ctx, pkt: Packet, now: Instant) {
+        self.count_in(cx, &pkt);
+        self.switch_frame(cx, pkt, now);
+    }
+
+    fn count_in(&self, cx: &Ctx, pkt: &Packet) {
         let c = &cx.port.ingress[cx.q];
         add(&c.frames, 1);
         add(&c.bytes, pkt.len() as u64);
         if pkt.meta.offload.gso.is_some() {
             add(&c.gso_frames, 1);
         }
+    }
+
+    /// A frame from a tunnel endpoint's underlay: its inner frame is
+    /// forwarded, ARP for the endpoint answered, the rest dropped.
+    fn receive_tunnel(&mut self, cx: &Ctx, vtep: &Vtep, pkt: Packet, now: Instant) {
+        self.count_in(cx, &pkt);
+        let c = &cx.port.ingress[cx.q];
+        match vtep.receive(pkt, now) {
+            Received::Inner(inner) => {
+                add(&c.decapsulated, 1);
+                self.switch_frame(cx, inner, now);
+            }
+            Received::Arp(reply) => {
+                add(&c.tunnel_control, 1);
+                if let Some(r) = reply {
+                    // A reply that cannot be written now is asked for again.
+                    let _ = vtep.send_reply(cx.port.dev.queue(cx.q), &r);
+                }
+            }
+            Received::Drop(TunnelDrop::NotTunnel) => add(&c.drop_not_tunnel, 1),
+            Received::Drop(TunnelDrop::BadVxlan) => add(&c.drop_bad_vxlan, 1),
+            Received::Drop(TunnelDrop::Vni) => add(&c.drop_vni, 1),
+        }
+    }
+
+    /// The switching decision for a counted frame: policy, learning,
+    /// lookup, and the offload stage for each destination.
+    fn switch_frame(&mut self, cx: &Ctx, pkt: Packet, now: Instant) {
+        let c = &cx.port.ingress[cx.q];
         let ingress = Ingress {
             port: cx.port.id,
             mac: cx.port.mac,
@@ -373,8 +416,10 @@ impl State {
         } else {
             (s.lro, s.lro)
         };
-        let mtu = s.mtu as usize;
-        let l2 = pkt.meta.layers.l2.header_len;
+        // Longest frame the receiver takes: its MTU and this frame's link
+        // header; less the outer headers a tunnel endpoint adds on the wire.
+        let overhead = if port.tunnel.is_some() { OUTER_LEN } else { 0 };
+        let limit = (s.mtu as usize + pkt.meta.layers.l2.header_len).saturating_sub(overhead);
         let c = &self.lane(cx, dst, q).counters;
         add(&c.offered, 1);
         match pkt.meta.offload.gso {
@@ -382,14 +427,14 @@ impl State {
                 // Segments that would not fit the receiver's MTU (or the
                 // wire's, whoever segments) are refused here rather than
                 // written for a driver to drop.
-                if (!whole || uplink) && g.size as usize + pkt.header_len() > mtu + l2 {
+                if (!whole || uplink) && g.size as usize + pkt.header_len() > limit {
                     add(&c.drop_mtu_exceeded, 1);
                     return;
                 }
                 let segment = (!whole).then_some(g);
                 self.stage(cx, dst, q, RingItem::Frame { pkt, segment });
             }
-            None if pkt.len() > mtu + l2 => {
+            None if pkt.len() > limit => {
                 add(&c.drop_mtu_exceeded, 1);
             }
             None if lro => {
@@ -571,6 +616,7 @@ impl State {
             add(&lane.counters.inline_batches, 1);
             deliver::deliver_batch(
                 port.dev.queue(q),
+                port.tunnel.as_ref(),
                 None,
                 &lane.counters,
                 s,

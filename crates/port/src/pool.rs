@@ -207,6 +207,16 @@ impl Buf {
         self.data[HEADROOM..HEADROOM + n].copy_from_slice(&bytes[..n]);
         self.len = n;
     }
+    /// Keeps only `frame()[range]`, moved to the front (what a tunnel
+    /// endpoint does with an inner frame: one move of its bytes, no new
+    /// buffer). A range past the frame is cut to it.
+    pub fn keep_range(&mut self, range: std::ops::Range<usize>) {
+        let end = range.end.min(self.len);
+        let start = range.start.min(end);
+        self.data
+            .copy_within(HEADROOM + start..HEADROOM + end, HEADROOM);
+        self.len = end - start;
+    }
     /// The whole storage (headroom and frame area), for a read to fill.
     pub fn storage_mut(&mut self) -> &mut [u8] {
         &mut self.data

@@ -1,5 +1,5 @@
 //! Zero-copy views and builders for the headers a virtual switch sees:
-//! Ethernet with 802.1Q tags, IPv4 with options, IPv6 with extension
+//! Ethernet with 802.1Q tags, ARP, IPv4 with options, IPv6 with extension
 //! headers, TCP with options, UDP, VXLAN, and the virtio-net header.
 //!
 //! # Why these are written here
@@ -36,6 +36,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod arp;
 pub mod checksum;
 pub mod error;
 pub mod ethernet;

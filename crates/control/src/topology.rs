@@ -405,7 +405,7 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
                 }
                 mac
             }
-            None => MacAddr([0x02, 0x68, 0x76, 0, (i >> 8) as u8, (i & 0xff) as u8 + 1]),
+            None => auto_mac(&name, 0, i),
         };
         if vms.iter().any(|o| o.mac == mac) {
             return Err(bad(format!("mac {mac} is used twice")));
@@ -439,7 +439,7 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
         });
     }
     let uplinks = parse_uplinks(text, &f.uplink, &vms)?;
-    let hosts = parse_hosts(text, &f.host, &vms, &uplinks)?;
+    let hosts = parse_hosts(&name, text, &f.host, &vms, &uplinks)?;
     Ok(Topology {
         name,
         fdb_aging_secs: f.fdb_aging_secs.max(1),
@@ -447,6 +447,18 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
         uplinks,
         hosts,
     })
+}
+
+/// A locally administered MAC for the `i`th VM (`kind` 0) or host
+/// (`kind` 1) of a topology: unique within it, and different from another
+/// topology's, since two hvnet hosts joined by a tunnel have VMs of the
+/// same index (from a hash of the topology's name).
+fn auto_mac(topology: &str, kind: u8, i: usize) -> MacAddr {
+    let h = topology.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ b as u32).wrapping_mul(0x0100_0193)
+    });
+    let [_, a, b, c] = h.to_be_bytes();
+    MacAddr([0x02, a, b, c, kind, (i & 0xff) as u8 + 1])
 }
 
 /// What VXLAN takes from the underlay's MTU: outer IPv4, UDP and VXLAN
@@ -588,6 +600,7 @@ fn parse_uplinks(
 }
 
 fn parse_hosts(
+    topology: &str,
     text: &str,
     reprs: &[toml::Spanned<HostRepr>],
     vms: &[Vm],
@@ -636,7 +649,7 @@ fn parse_hosts(
                 .ok()
                 .filter(|m| !m.is_multicast())
                 .ok_or_else(|| bad(format!("mac {m:?} is not a unicast MAC address")))?,
-            None => MacAddr([0x02, 0x68, 0x76, 0x01, 0, (i & 0xff) as u8 + 1]),
+            None => auto_mac(topology, 1, i),
         };
         if vms.iter().any(|v| v.mac == mac) {
             return Err(bad(format!("mac {mac} is a VM's")));
@@ -712,6 +725,11 @@ lro = false
         assert!(!t.vms[1].settings.lro);
         assert_eq!(t.netns(&t.vms[1]), "t1-vm2");
         assert_ne!(t.vms[0].mac, t.vms[1].mac);
+        let other = parse(&GOOD.replace("name = \"t1\"", "name = \"t2\"")).unwrap();
+        assert_ne!(
+            t.vms[0].mac, other.vms[0].mac,
+            "another topology's VMs get other MACs"
+        );
     }
 
     const UPLINK: &str = r#"

@@ -135,8 +135,14 @@ pub fn stats(sw: &Switch, path: &str) -> Result<Value, String> {
             Ok(json!([&summary[..], &["rxqueues/"]].concat()))
         }
         ["uplinks", p] => {
-            let tunnel: &[&str] = if uplink(p)?.tunnel.is_some() { &["vxlan"] } else { &[] };
-            Ok(json!([&summary[..], &["rxqueues/", "txqueues/"], tunnel].concat()))
+            let tunnel: &[&str] = if uplink(p)?.tunnel.is_some() {
+                &["vxlan"]
+            } else {
+                &[]
+            };
+            Ok(json!(
+                [&summary[..], &["rxqueues/", "txqueues/"], tunnel].concat()
+            ))
         }
         ["uplinks", p, "vxlan"] => {
             let v = uplink(p)?

@@ -322,11 +322,21 @@ impl Vtep {
 
     /// The remote endpoints an inner frame to `dst` goes to, with their
     /// MACs where resolved.
-    fn remotes_for(&self, dst: MacAddr, out: &mut smallvec::SmallVec<[(Ipv4Addr, Option<MacAddr>); 8]>) {
+    fn remotes_for(
+        &self,
+        dst: MacAddr,
+        out: &mut smallvec::SmallVec<[(Ipv4Addr, Option<MacAddr>); 8]>,
+    ) {
         out.clear();
         let n = self.neighbours.read().expect("lock");
         let learned = (!dst.is_multicast())
-            .then(|| self.remote_macs.read().expect("lock").get(&dst).map(|&(r, _)| r))
+            .then(|| {
+                self.remote_macs
+                    .read()
+                    .expect("lock")
+                    .get(&dst)
+                    .map(|&(r, _)| r)
+            })
             .flatten();
         match learned {
             Some(r) => out.push((r, n.get(&r).copied())),
@@ -336,7 +346,13 @@ impl Vtep {
 
     /// Encapsulates one item the switch sends out and writes it to `q`
     /// once per remote it goes to, counting into `c`.
-    pub(crate) fn deliver(&self, q: &FrameQueue, c: &EgressCounters, item: &RingItem, scratch: &mut Vec<u8>) {
+    pub(crate) fn deliver(
+        &self,
+        q: &FrameQueue,
+        c: &EgressCounters,
+        item: &RingItem,
+        scratch: &mut Vec<u8>,
+    ) {
         let RingItem::Frame { pkt, .. } = item else {
             // Nothing is coalesced toward an uplink.
             add(&c.drop_write_error, item.sources());
@@ -401,7 +417,10 @@ impl Vtep {
             let vnet = hvnet_port::vnet_bytes(&seg.info.to_vnet(0));
             if send_raw_vnet(q, &vnet, &[seg.header, seg.payload]).is_ok() {
                 out += 1;
-                add(&c.delivered_bytes, (seg.header.len() + seg.payload.len()) as u64);
+                add(
+                    &c.delivered_bytes,
+                    (seg.header.len() + seg.payload.len()) as u64,
+                );
             } else {
                 failed = true;
             }

@@ -12,8 +12,8 @@ use crate::ring::{self, Full, Lane, Slot};
 use crate::switch::{
     Delivery, Port, PortSettings, PortState, RingItem, RxOverflow, Switch, BACKPRESSURE_WAIT, BATCH,
 };
-use hvnet_offload::gro::{GroConfig, GroOutput, GroTable};
 use crate::tunnel::{Received, TunnelDrop, Vtep};
+use hvnet_offload::gro::{GroConfig, GroOutput, GroTable};
 use hvnet_offload::vxlan::OUTER_LEN;
 use hvnet_port::{LinkState, Packet, Pool, RecvError, TapReader};
 use hvnet_wire::MacAddr;

@@ -80,7 +80,11 @@ impl<T: AsRef<[u8]>> Packet<T> {
         if b.len() < LEN {
             return Err(Error::Truncated);
         }
-        if b[field::HTYPE] != [0, 1] || b[field::PTYPE] != [8, 0] || b[field::HLEN] != 6 || b[field::PLEN] != 4 {
+        if b[field::HTYPE] != [0, 1]
+            || b[field::PTYPE] != [8, 0]
+            || b[field::HLEN] != 6
+            || b[field::PLEN] != 4
+        {
             return Err(Error::BadHeaderLen);
         }
         Ok(p)
@@ -158,7 +162,10 @@ mod tests {
         let r = Repr::parse(&Packet::new_checked(&REQUEST[..]).unwrap()).unwrap();
         assert_eq!(r.op, Operation::Request);
         assert_eq!(r.sender_mac, MacAddr([0x7a, 0x5e, 0x1c, 0x9b, 0x3f, 0x10]));
-        assert_eq!((r.sender_ip, r.target_ip), ([198, 18, 1, 2], [198, 18, 1, 1]));
+        assert_eq!(
+            (r.sender_ip, r.target_ip),
+            ([198, 18, 1, 2], [198, 18, 1, 1])
+        );
     }
 
     #[test]
@@ -171,7 +178,10 @@ mod tests {
 
     #[test]
     fn refuses_what_is_not_ethernet_ipv4_arp() {
-        assert_eq!(Packet::new_checked(&REQUEST[..27]).unwrap_err(), Error::Truncated);
+        assert_eq!(
+            Packet::new_checked(&REQUEST[..27]).unwrap_err(),
+            Error::Truncated
+        );
         let mut ipv6 = REQUEST;
         ipv6[2] = 0x86;
         assert!(Packet::new_checked(&ipv6[..]).is_err());

@@ -1,0 +1,176 @@
+"""VXLAN tunnel endpoints end to end, against the real thing: a VM behind
+hvnet and a host using Linux's own `vxlan` device; two hvnet hosts (two
+daemons, two topologies) over one underlay; and lies from the wire."""
+
+import hashlib
+import json
+import os
+import socket
+import struct
+
+import pytest
+
+import hvlab
+from test_switch_e2e import assert_accounted, transfer
+
+pytestmark = pytest.mark.root
+
+VNI = 42
+LOCAL, REMOTE = "198.18.9.1", "198.18.9.2"
+VM_IP, EXT_IP = "10.79.0.1", "10.79.0.100"
+
+
+def vxlan_topology(tmp_path, udp_csum=False, vm=None, mtu=1550):
+    return hvlab.Topology(
+        tmp_path, [dict(name="a", ipv4=VM_IP + "/24", **(vm or {}))], prefix="vx",
+        uplinks=[dict(name="up0", device="", mtu=mtu,
+                      vxlan=dict(vni=VNI, local=LOCAL + "/24", remotes=[REMOTE], port=4789, udp_csum=udp_csum))],
+        hosts=[dict(name="ext", uplink="up0", ipv4=REMOTE + "/24")])
+
+
+def linux_vxlan(t, udp_csum=False):
+    """The external host's own VXLAN device, on the same VNI."""
+    csum = "udpcsum" if udp_csum else "noudpcsum"
+    t.sh("ext", f"ip link add vx{VNI} type vxlan id {VNI} local {REMOTE} remote {LOCAL} dstport 4789 dev eth0 {csum}"
+                f" && ip addr add {EXT_IP}/24 dev vx{VNI} && ip link set vx{VNI} up")
+
+
+def random_file(tmp_path):
+    data = tmp_path / "random.bin"
+    data.write_bytes(os.urandom(24 << 20))
+    return data, (hashlib.sha256(data.read_bytes()).hexdigest(), 24 << 20)
+
+
+@pytest.mark.parametrize("tso,udp_csum", [(True, False), (False, False), (True, True)],
+                         ids=["tso-on", "tso-off", "tso-on-udpcsum"])
+def test_tcp_with_linux_vxlan_both_ways(tmp_path, tso, udp_csum):
+    data, want = random_file(tmp_path)
+    with vxlan_topology(tmp_path, udp_csum, vm=dict(tso=tso)) as t:
+        linux_vxlan(t, udp_csum)
+        t.sh("a", f"ping -c 2 -i 0.2 -W 2 {EXT_IP}")
+        assert transfer(t, "a", "ext", EXT_IP, data) == want
+        assert transfer(t, "ext", "a", VM_IP, data, port=5556) == want
+        v = t.stats("/uplinks/up0/vxlan")
+        assert v["vni"] == VNI and v["remotes"][0]["mac"], v
+        ext_mac = t.sh("ext", f"cat /sys/class/net/vx{VNI}/address").stdout.strip()
+        assert any(m["mac"] == ext_mac and m["remote"] == REMOTE for m in v["remote_macs"]), v
+        up_in = t.stats("/uplinks/up0/txSummary")
+        assert up_in["decapsulated"] > 1000 and up_in["drop_bad_vxlan"] == 0, up_in
+        out = t.stats("/uplinks/up0/rxSummary")
+        # The VM's TSO frames cross the tunnel whole to the endpoint, which
+        # segments them (the underlay socket takes no tunnelled GSO frame).
+        assert (out["segmented_frames"] > 0) == tso, out
+        # The inner frames were coalesced for the VM (its LRO).
+        assert t.stats("/ports/a/rxSummary")["lro_frames"] > 0
+        assert_accounted(t, ["a", "up0"])
+
+
+def test_outer_headers_as_linux_builds_them(tmp_path):
+    """What hvnet puts on the underlay, read by tshark: VXLAN to 4789 with
+    the I flag and the VNI, outer source ports spread by the inner flow."""
+    with vxlan_topology(tmp_path) as t:
+        linux_vxlan(t)
+        cap = t.popen("ext", "tcpdump -i eth0 -U -w - --immediate-mode udp dst port 4789",
+                      stdout=hvlab.subprocess.PIPE, stderr=hvlab.subprocess.PIPE)
+        hvlab.wait_for_line(cap.stderr, "listening on")
+        for port in (7001, 7002, 7003, 7004):
+            t.sh("a", f"{os.sys.executable} -c \"import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+                      f"[s.sendto(b'x'*100, ('{EXT_IP}', {port})) for _ in range(3)]\"")
+        assert hvlab.eventually(lambda: t.stats("/uplinks/up0/rxSummary")["delivered_frames"] >= 12)
+        cap.terminate()
+        pcap, _ = cap.communicate(timeout=10)
+        path = tmp_path / "underlay.pcap"
+        path.write_bytes(pcap)
+        rows = hvlab.run(["tshark", "-r", str(path), "-d", "udp.port==4789,vxlan", "-T", "fields",
+                          "-e", "udp.srcport", "-e", "vxlan.flags", "-e", "vxlan.vni", "-e", "udp.dstport",
+                          "-e", "udp.port", "-Y", "vxlan && udp"]).stdout.split("\n")
+        rows = [r.split("\t") for r in rows if r.strip()]
+        assert len(rows) >= 12, rows
+        assert all(r[2] == str(VNI) and int(r[1], 16) & 0x0800 for r in rows), rows
+        assert len({r[0] for r in rows}) >= 2, "the outer source port follows the inner flow"
+
+
+def test_two_hvnet_hosts_over_one_underlay(tmp_path):
+    """Two daemons, two topologies, one underlay (a veth pair between their
+    uplinks' devices): VM to VM across the tunnel, both ways."""
+    data, want = random_file(tmp_path)
+    da, db = hvlab.unique("hvua"), hvlab.unique("hvub")
+    hvlab.run(["ip", "link", "add", da, "mtu", "1550", "type", "veth", "peer", "name", db, "mtu", "1550"])
+    try:
+        def side(name, dev, local, remote, ip):
+            return hvlab.Topology(
+                tmp_path, [dict(name=name, ipv4=ip + "/24")], prefix="vx",
+                uplinks=[dict(name="up0", device=dev, mtu=1550,
+                              vxlan=dict(vni=VNI, local=local + "/24", remotes=[remote]))])
+        with side("a", da, LOCAL, REMOTE, "10.79.1.1") as ta, side("b", db, REMOTE, LOCAL, "10.79.1.2") as tb:
+            ta.sh("a", "ping -c 3 -i 0.2 -W 2 10.79.1.2")
+            server = tb.popen("b", f"{os.sys.executable} {hvlab.Path(__file__).with_name('xfer.py')} serve 10.79.1.2 5555",
+                              stdout=hvlab.subprocess.PIPE, text=True)
+            hvlab.wait_listening(tb.ns("b"), 5555)
+            ta.sh("a", f"{os.sys.executable} {hvlab.Path(__file__).with_name('xfer.py')} send 10.79.1.2 5555 {data}",
+                  timeout=60)
+            out, _ = server.communicate(timeout=30)
+            digest, n = out.split()
+            assert (digest, int(n)) == want
+            for t, peer in ((ta, REMOTE), (tb, LOCAL)):
+                v = t.stats("/uplinks/up0/vxlan")
+                assert [r["ip"] for r in v["remotes"] if r["mac"]] == [peer], v
+                assert_accounted(t, ["up0"])
+    finally:
+        hvlab.run(["ip", "link", "del", da], check=False)
+
+
+def vxlan_frame(dst_mac, src_mac, inner, vni=VNI, flags=0x08, dport=4789, dst_ip=LOCAL, vx_len=8):
+    vx = struct.pack("!B3xI", flags, vni << 8)[:vx_len]
+    udp_len = 8 + len(vx) + len(inner)
+    udp = struct.pack("!HHHH", 40000, dport, udp_len, 0)
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + udp_len, 0, 0x4000, 64, 17, 0,
+                     socket.inet_aton(REMOTE), socket.inet_aton(dst_ip))
+    s = sum(struct.unpack("!10H", ip))
+    s = (s & 0xffff) + (s >> 16)
+    ip = ip[:10] + struct.pack("!H", ~((s & 0xffff) + (s >> 16)) & 0xffff) + ip[12:]
+    return dst_mac + src_mac + b"\x08\x00" + ip + udp + vx + inner
+
+
+def test_vxlan_lies_from_the_wire_are_counted_and_the_tunnel_goes_on(tmp_path):
+    with vxlan_topology(tmp_path) as t:
+        linux_vxlan(t)
+        t.sh("a", f"ping -c 1 -W 2 {EXT_IP}")
+        mac = lambda ns, dev: bytes.fromhex(t.sh(ns, f"cat /sys/class/net/{dev}/address").stdout.strip().replace(":", ""))  # noqa: E731
+        up_mac = bytes.fromhex(t.stats("/uplinks/up0/vxlan")["mac"].replace(":", ""))
+        ext_mac, vm_mac = mac("ext", "eth0"), mac("a", "eth0")
+        good_inner = vm_mac + b"\x02\x00\x00\x00\x00\x77" + b"\x08\x00" + struct.pack(
+            "!BBHHHBBH4s4s", 0x45, 0, 28, 0, 0, 64, 17, 0, socket.inet_aton(EXT_IP), socket.inet_aton(VM_IP)) + bytes(8)
+        lying_inner = vm_mac + b"\x02\x00\x00\x00\x00\x77" + b"\x08\x00" + bytes([0x4F]) + bytes(20)
+        cases = {
+            "drop_bad_vxlan": [vxlan_frame(up_mac, ext_mac, good_inner, flags=0x00),   # no I flag
+                               vxlan_frame(up_mac, ext_mac, b"", vx_len=4),          # truncated header
+                               vxlan_frame(up_mac, ext_mac, lying_inner)],            # inner IPv4 header lies
+            "drop_vni": [vxlan_frame(up_mac, ext_mac, good_inner, vni=43)],
+            "drop_not_tunnel": [vxlan_frame(up_mac, ext_mac, good_inner, dport=4790),  # another UDP port
+                                vxlan_frame(up_mac, ext_mac, good_inner, dst_ip="198.18.9.9")],
+        }
+        before = t.stats("/uplinks/up0/txSummary")
+        frames = [f for fs in cases.values() for f in fs]
+        t.sh("ext", f"{os.sys.executable} -c \"import socket,sys; s=socket.socket(socket.AF_PACKET, socket.SOCK_RAW); "
+                    f"s.bind(('eth0', 0)); [s.send(bytes.fromhex(h)) for h in sys.argv[1:]]\" "
+                    + " ".join(f.hex() for f in frames * 5))
+
+        def counted():
+            now = t.stats("/uplinks/up0/txSummary")
+            return all(now[k] - before[k] >= 5 * len(fs) for k, fs in cases.items()) and now
+
+        assert hvlab.eventually(counted), (before, t.stats("/uplinks/up0/txSummary"))
+        t.sh("a", f"ping -c 3 -i 0.2 -W 2 {EXT_IP}")
+        assert_accounted(t, ["a", "up0"])
+
+
+def test_an_underlay_mtu_without_room_for_vxlan_is_said(tmp_path):
+    t = vxlan_topology(tmp_path, mtu=1500)
+    with t:
+        r = t.hv("ports")
+        up = hvlab.run([hvlab.hvnet_bin(), "stats", "-t", t.name, "/uplinks/up0/vxlan", "--json"])
+        assert json.loads(up.stdout)["vni"] == VNI
+        log = (hvlab.Path("/run/hvnet") / t.name / "daemon.log").read_text()
+        assert "VXLAN adds 50 bytes" in log and "mtu = 1550" in log, log
+        assert r.returncode == 0

@@ -255,3 +255,47 @@ pub fn switch_ops(data: &[u8]) {
         panic!("accounting: {e}");
     }
 }
+
+/// A VXLAN tunnel endpoint's receive path, as an uplink hands it frames: a
+/// virtio-net header and a frame from the wire, checked at the port, then
+/// classified (VXLAN to us decapsulated in place, ARP for us answered,
+/// the rest dropped). Invariants: no panic; an inner frame is within the
+/// outer one and parses; an ARP reply is addressed to the asker.
+pub fn vtep_receive(data: &[u8]) {
+    use hvnet_datapath::tunnel::{Received, Vtep, VtepConfig};
+    use hvnet_port::{check, Home, Pool, PoolCaps, SizeClass};
+    use hvnet_wire::MacAddr;
+    use std::net::Ipv4Addr;
+
+    let home = Home::new(PoolCaps { small: 1, large: 1 });
+    let mut pool = Pool::new(home);
+    let mut buf = pool.take(SizeClass::Large).expect("one buffer");
+    let n = data.len().min(buf.storage().len());
+    buf.storage_mut()[..n].copy_from_slice(&data[..n]);
+    buf.set_len(n.saturating_sub(12));
+    let Ok(pkt) = check(buf, n) else {
+        return;
+    };
+    let outer_len = pkt.len();
+    let vtep = Vtep::new(VtepConfig {
+        vni: 42,
+        local: Ipv4Addr::new(198, 18, 9, 1),
+        prefix: 24,
+        mac: MacAddr([2, 0, 0, 0, 9, 1]),
+        remotes: vec![Ipv4Addr::new(198, 18, 9, 2)],
+        port: 4789,
+        udp_csum: false,
+    });
+    match vtep.receive(pkt, std::time::Instant::now()) {
+        Received::Inner(inner) => {
+            assert!(inner.len() + 50 <= outer_len);
+            assert!(Layers::parse(inner.frame()).is_ok());
+        }
+        Received::Arp(Some(reply)) => {
+            assert_eq!(&reply[6..12], &[2, 0, 0, 0, 9, 1]);
+            assert_eq!(&reply[12..14], &[8, 6]);
+        }
+        Received::Arp(None) | Received::Drop(_) => {}
+    }
+    let _ = vtep.view(std::time::Instant::now());
+}

@@ -47,3 +47,8 @@ fn rss_vxlan() {
 fn switch_ops() {
     replay("switch_ops", hvnet_fuzz::switch_ops);
 }
+
+#[test]
+fn vtep_receive() {
+    replay("vtep_receive", hvnet_fuzz::vtep_receive);
+}

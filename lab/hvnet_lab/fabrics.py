@@ -203,3 +203,107 @@ class Ovs(Fabric):
         return self.nss[vm].name
 
 
+
+
+# The physical side. In these fabrics "a" is an external host on a wire
+# (a namespace behind a veth pair whose near end is the switch's uplink;
+# its NIC has TSO off, so wire-sized frames cross, and the near end's GRO
+# is the NIC's "hardware LRO") and "b" is a VM behind the switch.
+
+UNDERLAY_A, UNDERLAY_SW, VNI = "198.18.1.2", "198.18.1.1", 42
+
+
+def linux_vxlan(sh, local, remote, ip, dev="eth0"):
+    """Linux's own VXLAN device in a namespace (`sh` runs a command there)."""
+    sh(f"ip link add vx{VNI} type vxlan id {VNI} local {local} remote {remote} dstport 4789 dev {dev} noudpcsum"
+       f" && ip link set vx{VNI} up" + (f" && ip addr add {ip}/24 dev vx{VNI}" if ip else ""))
+
+
+class HvnetUplink(Hvnet):
+    """hvnet with an uplink: VM b behind it, external host a on the wire."""
+
+    name = "hvnet-uplink"
+
+    def __init__(self, tmp, mtu, **_):
+        self.t = hvlab.Topology(
+            Path(tmp), [dict(name="b", ipv4=B_IP + "/24", mtu=mtu)], prefix="bu",
+            uplinks=[dict(name="up0", device="", mtu=mtu, lro="hardware", tso="hardware")],
+            hosts=[dict(name="a", uplink="up0", ipv4=A_IP + "/24")])
+
+
+class HvnetVxlan(Hvnet):
+    """hvnet's VXLAN tunnel endpoint on its uplink; host a runs Linux's
+    vxlan device over the wire (underlay MTU 1550, overlay 1500)."""
+
+    name = "hvnet-vxlan"
+
+    def __init__(self, tmp, mtu, **_):
+        self.t = hvlab.Topology(
+            Path(tmp), [dict(name="b", ipv4=B_IP + "/24", mtu=mtu)], prefix="bv",
+            uplinks=[dict(name="up0", device="", mtu=mtu + 50, lro="hardware", tso="hardware",
+                          vxlan=dict(vni=VNI, local=UNDERLAY_SW + "/24", remotes=[UNDERLAY_A]))],
+            hosts=[dict(name="a", uplink="up0", ipv4=UNDERLAY_A + "/24")])
+
+    def __enter__(self):
+        super().__enter__()
+        try:
+            linux_vxlan(lambda c: self.sh("a", c), UNDERLAY_A, UNDERLAY_SW, A_IP)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+
+class BridgeUplink(Bridge):
+    """The Linux bridge with the same wire as its uplink: host a's NIC sends
+    wire-sized frames, the bridge's end of the wire runs GRO."""
+
+    name = "bridge-uplink"
+
+    def _up(self):
+        super()._up()
+        self.nss["a"].sh("ethtool -K eth0 tso off >/dev/null")
+        self.nss["sw"].sh("ethtool -K pa gro on >/dev/null")
+        return self
+
+
+class LinuxVxlan(Fabric):
+    """Linux's own path: a bridge joining VM b's veth and a kernel vxlan
+    device over the wire to host a, which runs one too."""
+
+    name = "linux-vxlan"
+
+    def __init__(self, tmp, mtu, **_):
+        self.mtu = mtu
+        self.nss = {k: hvlab.Netns("bl") for k in ("a", "b", "sw")}
+
+    def __enter__(self):
+        try:
+            return self._up()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+
+    def _up(self):
+        for n in self.nss.values():
+            n.__enter__()
+        a, b, sw = self.nss["a"], self.nss["b"], self.nss["sw"]
+        under = self.mtu + 50
+        hvlab.run(["ip", "link", "add", "eth0", "netns", a.name, "type", "veth", "peer", "name", "pa", "netns", sw.name])
+        a.sh(f"ip link set eth0 mtu {under} up && ip addr add {UNDERLAY_A}/24 dev eth0 && ethtool -K eth0 tso off >/dev/null")
+        sw.sh(f"ip link set pa mtu {under} up && ip addr add {UNDERLAY_SW}/24 dev pa && ethtool -K pa gro on >/dev/null")
+        linux_vxlan(a.sh, UNDERLAY_A, UNDERLAY_SW, A_IP)
+        sw.sh("ip link add br0 type bridge && ip link set br0 up")
+        linux_vxlan(sw.sh, UNDERLAY_SW, UNDERLAY_A, None, dev="pa")
+        sw.sh(f"ip link set vx{VNI} master br0")
+        hvlab.run(["ip", "link", "add", "eth0", "netns", b.name, "type", "veth", "peer", "name", "pb", "netns", sw.name])
+        sw.sh(f"ip link set pb mtu {self.mtu} master br0 up")
+        b.sh(f"ip link set eth0 mtu {self.mtu} up && ip addr add {B_IP}/24 dev eth0")
+        return self
+
+    def __exit__(self, *e):
+        for n in self.nss.values():
+            n.__exit__(*e)
+
+    def ns(self, vm):
+        return self.nss[vm].name

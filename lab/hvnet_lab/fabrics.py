@@ -291,7 +291,11 @@ class LinuxVxlan(Fabric):
         under = self.mtu + 50
         hvlab.run(["ip", "link", "add", "eth0", "netns", a.name, "type", "veth", "peer", "name", "pa", "netns", sw.name])
         a.sh(f"ip link set eth0 mtu {under} up && ip addr add {UNDERLAY_A}/24 dev eth0 && ethtool -K eth0 tso off >/dev/null")
-        sw.sh(f"ip link set pa mtu {under} up && ip addr add {UNDERLAY_SW}/24 dev pa && ethtool -K pa gro on >/dev/null")
+        # The switch's end of the wire is a NIC without VXLAN segmentation
+        # offload, as hvnet's uplink is (an AF_PACKET socket takes no
+        # tunnelled GSO frame): both send wire-sized frames to the host.
+        sw.sh(f"ip link set pa mtu {under} up && ip addr add {UNDERLAY_SW}/24 dev pa && ethtool -K pa gro on tso off "
+              "tx-udp_tnl-segmentation off tx-udp_tnl-csum-segmentation off >/dev/null")
         linux_vxlan(a.sh, UNDERLAY_A, UNDERLAY_SW, A_IP)
         sw.sh("ip link add br0 type bridge && ip link set br0 up")
         linux_vxlan(sw.sh, UNDERLAY_SW, UNDERLAY_A, None, dev="pa")

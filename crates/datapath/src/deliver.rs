@@ -12,7 +12,7 @@
 use crate::counters::{add, EgressCounters};
 use crate::ring::{Consumer, Slot};
 use crate::switch::{Port, PortSettings, RingItem, Switch, BATCH};
-use crate::tunnel::Vtep;
+use crate::tunnel::{TunnelScratch, Vtep};
 use hvnet_offload::gso::{self, CsumMode};
 use hvnet_offload::{csum, CsumState, GsoInfo};
 use hvnet_port::{Packet, VNET_HDR_LEN};
@@ -30,8 +30,8 @@ pub(crate) struct Scratch {
     iov: Vec<IoSlice<'static>>,
     spans: Vec<(usize, usize)>,
     frames: Vec<&'static [IoSlice<'static>]>,
-    /// A tunnelled GSO frame made contiguous for the segmenter.
-    tunnelled: Vec<u8>,
+    /// Tunnelled GSO frames and their segments.
+    tunnelled: TunnelScratch,
 }
 
 /// The delivery thread of one guest receive queue.

@@ -17,7 +17,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 pub mod packet;
 pub mod uring;
-pub use packet::{open_uplink, PacketError};
+pub use packet::{open_uplink, send_frames, PacketError, SEND_BATCH};
 pub use uring::BatchWriter;
 
 /// `TUNSETIFF` = `_IOW('T', 202, int)`.

@@ -267,22 +267,11 @@ class BridgeUplink(Bridge):
         return self
 
 
-class LinuxVxlan(Fabric):
+class LinuxVxlan(Bridge):
     """Linux's own path: a bridge joining VM b's veth and a kernel vxlan
     device over the wire to host a, which runs one too."""
 
     name = "linux-vxlan"
-
-    def __init__(self, tmp, mtu, **_):
-        self.mtu = mtu
-        self.nss = {k: hvlab.Netns("bl") for k in ("a", "b", "sw")}
-
-    def __enter__(self):
-        try:
-            return self._up()
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
 
     def _up(self):
         for n in self.nss.values():
@@ -304,10 +293,3 @@ class LinuxVxlan(Fabric):
         sw.sh(f"ip link set pb mtu {self.mtu} master br0 up")
         b.sh(f"ip link set eth0 mtu {self.mtu} up && ip addr add {B_IP}/24 dev eth0")
         return self
-
-    def __exit__(self, *e):
-        for n in self.nss.values():
-            n.__exit__(*e)
-
-    def ns(self, vm):
-        return self.nss[vm].name

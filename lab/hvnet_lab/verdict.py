@@ -19,6 +19,10 @@ import math
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
 
+# Ratios within 5% of no change are no effect on this machine whatever
+# was published: its run-to-run spread is about that wide.
+NOISE = math.log(1.05)
+
 
 def median(xs):
     xs = sorted(xs)
@@ -53,32 +57,40 @@ def judge(points, direction, threshold=1.0, what="ratio", published=None):
     """`points`: [(label, samples)], the effect's samples at each point the
     study claims it (ratios on/off, or differences). `direction`: "up"
     (the effect makes the value larger than `threshold`) or "down".
-    `published`: the published effect as a ratio, where there is one: a
-    point whose every sample lies within a quarter of it (on a log scale)
-    of no change shows no effect of that kind, whichever way it leans —
-    not reproduced, rather than a verdict that flips with the noise around
-    zero. Returns (verdict, reason)."""
+    `published`: the published effect as a ratio where there is one —
+    one number for every point, or {label: ratio} per point. A point whose
+    median lies within a quarter of it (on a log scale) of no change shows
+    no effect of that kind, whichever way its runs lean: not reproduced
+    (the band is never narrower than NOISE).
+    Judged on the median, so that an effect of about nothing gets the same
+    verdict run after run instead of flipping with the noise around a
+    threshold. Returns (verdict, reason)."""
     def past(x):
         return x > threshold if direction == "up" else x < threshold
 
     def against(x):
         return x < threshold if direction == "up" else x > threshold
 
-    if published and published > 0 and published != 1 and threshold == 1.0:
-        band = abs(math.log(published)) / 4
-        flat = [(l, s) for l, s in points if s and all(x > 0 and abs(math.log(x)) < band for x in s)]
-        if flat:
-            return NOT_REPRODUCED, "no effect of the published size at " + ", ".join(
-                f"{l} ({what} {value_range(s)}, within {math.exp(-band):.2f}–{math.exp(band):.2f} of no change; "
-                f"published {published:.2f})" for l, s in flat)
-    wrong = [(l, s) for l, s in points if s and all(against(x) for x in s)]
+    pub = published if isinstance(published, dict) else {label: published for label, _ in points}
+
+    def band(label):
+        p = pub.get(label)
+        return max(abs(math.log(p)) / 4, NOISE) if p and p > 0 and p != 1 else None
+
+    flat = [(label, s, band(label)) for label, s in points
+            if s and band(label) and all(x > 0 for x in s) and abs(math.log(median(s))) < band(label)]
+    if flat:
+        return NOT_REPRODUCED, "no effect of the published size at " + ", ".join(
+            f"{label} ({what} {value_range(s)}, median {median(s):.3g}, within {math.exp(-b):.2f}–{math.exp(b):.2f} "
+            f"of no change; published {pub[label]:.2f})" for label, s, b in flat)
+    wrong = [(label, s) for label, s in points if s and all(against(x) for x in s)]
     if wrong:
         return NOT_REPRODUCED, "opposite beyond the spread at " + ", ".join(
-            f"{l} ({what} {value_range(s)})" for l, s in wrong)
-    unsure = [(l, s) for l, s in points if not s or not all(past(x) for x in s)]
+            f"{label} ({what} {value_range(s)})" for label, s in wrong)
+    unsure = [(label, s) for label, s in points if not s or not all(past(x) for x in s)]
     if unsure:
         return INCONCLUSIVE, "the spread covers both sides at " + ", ".join(
-            f"{l} ({what} {value_range(s)}, threshold {threshold:g})" for l, s in unsure)
+            f"{label} ({what} {value_range(s)}, threshold {threshold:g})" for label, s in unsure)
     return REPRODUCED, ""
 
 

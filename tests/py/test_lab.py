@@ -62,6 +62,19 @@ def test_verdicts_need_the_effect_beyond_the_spread():
     v, why = judge([("x", [0.98, 1.11])], "down", published=3 / 7)
     assert v == NOT_REPRODUCED and "no effect of the published size" in why
     assert judge([("x", [0.6, 0.7])], "down", published=3 / 7)[0] == REPRODUCED
+    # Judged on the median: runs that lean either way around no change get
+    # the same verdict (the 2026-11-23 pairs of runs flipped here).
+    for runs in ([0.958, 1.05, 1.16], [0.93, 0.99, 1.04], [1.0, 1.02, 1.13]):
+        assert judge([("x", runs)], "up", published=1.76)[0] == NOT_REPRODUCED, runs
+    # A published effect per point: no effect where a gain was published,
+    # a clear one elsewhere.
+    pts = [("256", [0.87, 1.0, 1.06]), ("16K", [1.7, 1.9, 2.0])]
+    v, why = judge(pts, "up", 0.95, published={"256": 1.5})
+    assert v == NOT_REPRODUCED and "256" in why and "16K" not in why, why
+    assert judge([("16K", [1.7, 1.9, 2.0])], "up", 0.95, published={"256": 1.5})[0] == REPRODUCED
+    # Never narrower than the machine's noise: 1.03 is no effect even
+    # beside a published 1.05.
+    assert judge([("x", [1.01, 1.03, 1.04])], "up", published=1.05)[0] == NOT_REPRODUCED
     assert both((REPRODUCED, ""), (INCONCLUSIVE, "w"))[0] == INCONCLUSIVE
     assert both((REPRODUCED, ""), (NOT_REPRODUCED, "w"))[0] == NOT_REPRODUCED
     p = summarize([{"gbps": 3.0, "lro": "on"}, {"gbps": 1.0, "lro": "on"}, {"gbps": 2.0, "lro": "on"}])

@@ -174,3 +174,21 @@ def test_an_underlay_mtu_without_room_for_vxlan_is_said(tmp_path):
         log = (hvlab.Path("/run/hvnet") / t.name / "daemon.log").read_text()
         assert "VXLAN adds 50 bytes" in log and "mtu = 1550" in log, log
         assert r.returncode == 0
+
+
+def test_netqueue_at_a_tunnel_endpoint_filters_on_the_inner_destination(tmp_path):
+    t = hvlab.Topology(
+        tmp_path, [dict(name="a", ipv4=VM_IP + "/24")], prefix="vx",
+        uplinks=[dict(name="up0", device="", mtu=1550, queues=2, netqueue=True,
+                      vxlan=dict(vni=VNI, local=LOCAL + "/24", remotes=[REMOTE]))],
+        hosts=[dict(name="ext", uplink="up0", ipv4=REMOTE + "/24")])
+    with t:
+        linux_vxlan(t)
+        f = t.stats("/uplinks/up0/filters")
+        assert f["tunnel"] and [e["queue"] for e in f["filters"]] == [1], f
+        t.sh("ext", f"ping -c 1 -W 2 {VM_IP}")
+        q0 = [t.stats(f"/uplinks/up0/rxqueues/{q}/status")["counters"]["decapsulated"] for q in range(2)]
+        t.sh("ext", f"ping -c 20 -i 0.05 -W 2 {VM_IP}")
+        q1 = [t.stats(f"/uplinks/up0/rxqueues/{q}/status")["counters"]["decapsulated"] for q in range(2)]
+        assert q1[1] - q0[1] >= 20 and q1[0] == q0[0], (q0, q1)
+        assert_accounted(t, ["a", "up0"])

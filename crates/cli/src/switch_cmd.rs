@@ -4,6 +4,7 @@
 use clap::{Args, Subcommand};
 use hvnet_control::daemon::{self, DaemonError};
 use hvnet_control::proto::{self, Request};
+use hvnet_control::topology;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 
@@ -41,6 +42,17 @@ pub enum PortAction {
 
 fn pick(t: &Target) -> Result<String, String> {
     if let Some(n) = &t.topology {
+        if !topology::valid_topology_name(n) {
+            return Err(format!(
+                "{n:?} is not a topology name (1-16 characters of a-z, 0-9 and '-')"
+            ));
+        }
+        if !daemon::topologies().contains(n) {
+            return Err(format!(
+                "no topology named {n} is up (up: {})",
+                list_or_none(&daemon::topologies())
+            ));
+        }
         return Ok(n.clone());
     }
     match daemon::topologies().as_slice() {
@@ -50,6 +62,14 @@ fn pick(t: &Target) -> Result<String, String> {
             "several topologies are up ({}); choose one with -t NAME",
             many.join(", ")
         )),
+    }
+}
+
+fn list_or_none(v: &[String]) -> String {
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
     }
 }
 
@@ -138,13 +158,39 @@ pub fn up(file: PathBuf, json_out: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// `hvnet down [NAME]` (or `-t NAME`, as every other command takes it)
+/// `hvnet down [NAME]` (or `-t NAME`, as every other command takes it).
+/// Idempotent, as cleanup scripts want: with nothing up, or NAME not up,
+/// it says so and succeeds.
 pub fn down(name: Option<String>, t: &Target) -> Result<(), String> {
     let json_out = t.json;
-    let name = pick(&Target {
-        topology: name.or_else(|| t.topology.clone()),
-        json: json_out,
-    })?;
+    let wanted = name.or_else(|| t.topology.clone());
+    if let Some(n) = &wanted {
+        if !topology::valid_topology_name(n) {
+            return Err(format!(
+                "{n:?} is not a topology name (1-16 characters of a-z, 0-9 and '-')"
+            ));
+        }
+    }
+    let up = daemon::topologies();
+    let name = match (wanted, up.as_slice()) {
+        (Some(n), _) if up.contains(&n) => n,
+        (None, [one]) => one.clone(),
+        (None, []) | (Some(_), _) => {
+            let what = if json_out {
+                "{}"
+            } else {
+                "nothing to take down: no such topology is up"
+            };
+            println!("{what}");
+            return Ok(());
+        }
+        (None, many) => {
+            return Err(format!(
+                "several topologies are up ({}); choose one with -t NAME",
+                many.join(", ")
+            ))
+        }
+    };
     let r = daemon::down(&name).map_err(|e| e.to_string())?;
     if json_out {
         println!("{}", serde_json::to_string(&r).expect("report serializes"));

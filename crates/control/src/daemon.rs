@@ -14,6 +14,7 @@ use crate::topology::{Host, Uplink, UplinkLro};
 use crate::views;
 use hvnet_datapath::tunnel::VtepConfig;
 use hvnet_datapath::{PortSettings, PortSpec, Switch, SwitchConfig};
+use hvnet_port::netqueue::{Filter, Filters};
 use hvnet_port::{Device, TapPort, UplinkPort};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -157,8 +158,21 @@ pub fn topologies() -> Vec<String> {
     v
 }
 
+/// `up` and `down` create and remove namespaces and devices: say so first,
+/// rather than fail half-way with "Permission denied".
+fn require_root() -> Result<(), DaemonError> {
+    if hvnet_sys::is_root() {
+        Ok(())
+    } else {
+        Err(DaemonError::Other(
+            "run as root: this creates and removes network namespaces and devices".into(),
+        ))
+    }
+}
+
 /// `hvnet up FILE`: returns the topology once traffic can flow.
 pub fn up(file: &Path, exe: &Path) -> Result<Topology, DaemonError> {
+    require_root()?;
     let topo = topology::load(file)?;
     let dir = state_dir(&topo.name);
     if let Some(s) = read_state(&dir) {
@@ -259,6 +273,12 @@ pub struct DownReport {
 
 /// `hvnet down NAME`: stops the daemon and removes what the state lists.
 pub fn down(name: &str) -> Result<DownReport, DaemonError> {
+    if !topology::valid_topology_name(name) {
+        return Err(DaemonError::Other(format!(
+            "{name:?} is not a topology name (1-16 characters of a-z, 0-9 and '-')"
+        )));
+    }
+    require_root()?;
     let dir = state_dir(name);
     let Some(state) = read_state(&dir) else {
         return Err(DaemonError::Other(format!(
@@ -323,19 +343,7 @@ fn create_vm(
     let dev = tap.name().to_string();
     run(&["ip", "link", "set", &dev, "netns", &ns])?;
     run(&["ip", "-n", &ns, "link", "set", &dev, "name", "eth0"])?;
-    let mtu = vm.settings.mtu.to_string();
-    run(&[
-        "ip",
-        "-n",
-        &ns,
-        "link",
-        "set",
-        "eth0",
-        "address",
-        &vm.mac.to_string(),
-        "mtu",
-        &mtu,
-    ])?;
+    set_eth0(&ns, vm.mac, vm.settings.mtu)?;
     add_addresses(&ns, vm.ipv4, vm.ipv6)?;
     run(&["ip", "-n", &ns, "link", "set", "eth0", "up"])?;
     Ok(PortSpec {
@@ -366,6 +374,15 @@ fn add_netns(ns: &str, ipv6: bool) -> Result<(), DaemonError> {
             "net.ipv6.conf.default.disable_ipv6=1",
         ])?;
     }
+    Ok(())
+}
+
+/// Gives `eth0` in `ns` its MAC and MTU.
+fn set_eth0(ns: &str, mac: hvnet_wire::MacAddr, mtu: u16) -> Result<(), DaemonError> {
+    let (mac, mtu) = (mac.to_string(), mtu.to_string());
+    run(&[
+        "ip", "-n", ns, "link", "set", "eth0", "address", &mac, "mtu", &mtu,
+    ])?;
     Ok(())
 }
 
@@ -408,18 +425,7 @@ fn create_host(
         "ip", "link", "add", &u.device, "mtu", &mtu, "type", "veth", "peer", "name", "eth0",
         "netns", &ns,
     ])?;
-    run(&[
-        "ip",
-        "-n",
-        &ns,
-        "link",
-        "set",
-        "eth0",
-        "address",
-        &h.mac.to_string(),
-        "mtu",
-        &mtu,
-    ])?;
+    set_eth0(&ns, h.mac, u.settings.mtu)?;
     if !h.tso {
         run(&[
             "ip", "netns", "exec", &ns, "ethtool", "-K", "eth0", "tso", "off",
@@ -436,9 +442,33 @@ fn create_host(
     Ok(())
 }
 
+/// NetQueue's filters for an uplink: each VM of its VLAN to a queue of its
+/// own (round robin over queues 1.., when there are more VMs than
+/// queues), everything else to queue 0.
+fn netqueue_filters(topo: &Topology, u: &Uplink) -> Option<Filters> {
+    if !u.netqueue {
+        return None;
+    }
+    let spare = (u.queues - 1).max(1);
+    let entries = topo
+        .vms
+        .iter()
+        .filter(|v| v.vlan == u.vlan)
+        .enumerate()
+        .map(|(i, v)| Filter {
+            mac: v.mac,
+            queue: 1 + (i % spare) as u32,
+        })
+        .collect();
+    Some(Filters {
+        tunnel: u.vxlan.is_some(),
+        entries,
+    })
+}
+
 /// Takes over an uplink's device: up, its GRO as the uplink's `lro`
 /// says, an MTU at least the uplink's; then opens its receive queues.
-fn open_uplink(u: &Uplink) -> Result<PortSpec, DaemonError> {
+fn open_uplink(topo: &Topology, u: &Uplink) -> Result<PortSpec, DaemonError> {
     let dev = &u.device;
     let mtu: u16 = std::fs::read_to_string(format!("/sys/class/net/{dev}/mtu"))
         .ok()
@@ -457,9 +487,11 @@ fn open_uplink(u: &Uplink) -> Result<PortSpec, DaemonError> {
     };
     run(&["ethtool", "-K", dev, "gro", gro])?;
     run(&["ip", "link", "set", dev, "up"])?;
-    let port = UplinkPort::open(dev, u.queues).map_err(|source| DaemonError::Uplink {
-        name: u.name.clone(),
-        source,
+    let port = UplinkPort::open(dev, u.queues, netqueue_filters(topo, u)).map_err(|source| {
+        DaemonError::Uplink {
+            name: u.name.clone(),
+            source,
+        }
     })?;
     let tunnel = match &u.vxlan {
         None => None,
@@ -516,7 +548,7 @@ pub fn daemon(file: &Path) -> Result<(), DaemonError> {
         create_host(&topo, h, &dir, &mut state)?;
     }
     for u in &topo.uplinks {
-        specs.push(open_uplink(u)?);
+        specs.push(open_uplink(&topo, u)?);
     }
     let sw = Switch::new(
         specs,

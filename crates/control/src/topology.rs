@@ -29,6 +29,7 @@
 //! tso = "hardware"          # "hardware": GSO frames go to the device whole; "software": hvnet segments
 //! mtu = 1500                # the wire's MTU (the device's must be at least this)
 //! vlan = 0                  # access VLAN, as on a VM's port
+//! netqueue = false          # true: each VM's MAC filtered to a queue of its own, the rest to queue 0
 //!
 //! [[host]]                  # an external host on an uplink's wire (tests, demos, the lab)
 //! name = "ext"              # its namespace is TOPOLOGY-NAME
@@ -94,6 +95,8 @@ struct UplinkRepr {
     ring1: usize,
     #[serde(default = "d_ring")]
     ring2: usize,
+    #[serde(default)]
+    netqueue: bool,
     vxlan: Option<toml::Spanned<VxlanRepr>>,
 }
 
@@ -236,6 +239,9 @@ pub struct Uplink {
     pub settings: PortSettings,
     /// When the uplink is a VXLAN tunnel endpoint: its settings.
     pub vxlan: Option<Vxlan>,
+    /// Spread received frames by NetQueue's filters (each VM's MAC to a
+    /// queue of its own, the rest to queue 0) instead of by flow hash.
+    pub netqueue: bool,
 }
 
 /// An uplink's VXLAN tunnel endpoint.
@@ -331,6 +337,13 @@ fn line_of(text: &str, offset: usize) -> usize {
         + 1
 }
 
+/// A topology's name: 1-16 characters of a-z, 0-9 and '-', not starting
+/// with '-' (it names a directory under /run/hvnet and prefixes
+/// namespaces, so no path components).
+pub fn valid_topology_name(s: &str) -> bool {
+    valid_name(s) && s.len() <= 16
+}
+
 fn valid_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 24
@@ -358,7 +371,7 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
     })?;
     let name_line = line_of(text, f.name.span().start);
     let name = f.name.into_inner();
-    if !valid_name(&name) || name.len() > 16 {
+    if !valid_topology_name(&name) {
         return Err((
             name_line,
             format!("topology name {name:?} must be 1-16 characters of a-z, 0-9 and '-'"),
@@ -586,7 +599,13 @@ fn parse_uplinks(
                 })
             }
         };
+        if u.netqueue && u.queues < 2 {
+            return Err(bad(
+                "netqueue needs queues = 2 or more (queue 0 is the default queue)".into(),
+            ));
+        }
         out.push(Uplink {
+            netqueue: u.netqueue,
             vxlan,
             name: u.name.clone(),
             device: device.clone(),

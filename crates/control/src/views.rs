@@ -140,9 +140,24 @@ pub fn stats(sw: &Switch, path: &str) -> Result<Value, String> {
             } else {
                 &[]
             };
-            Ok(json!(
-                [&summary[..], &["rxqueues/", "txqueues/"], tunnel].concat()
-            ))
+            Ok(json!([
+                &summary[..],
+                &["rxqueues/", "txqueues/", "filters"],
+                tunnel
+            ]
+            .concat()))
+        }
+        ["uplinks", p, "filters"] => {
+            let u = uplink(p)?.dev.uplink().expect("an uplink");
+            Ok(match u.filters() {
+                Some(f) => json!({
+                    "spread": "netqueue",
+                    "default_queue": 0,
+                    "tunnel": f.tunnel,
+                    "filters": f.entries,
+                }),
+                None => json!({"spread": "flow hash", "filters": []}),
+            })
         }
         ["uplinks", p, "vxlan"] => {
             let v = uplink(p)?

@@ -10,11 +10,13 @@
 //!   it), read and written with virtio-net headers checked at the boundary;
 //! - [`uplink`]: uplink ports, AF_PACKET sockets on an existing interface
 //!   with the same header, one per receive queue;
-//! - [`device`]: either of them, as the datapath sees a port's device.
+//! - [`device`]: either of them, as the datapath sees a port's device;
+//! - [`netqueue`]: an uplink's receive filters, as the kernel runs them.
 
 #![forbid(unsafe_code)]
 
 pub mod device;
+pub mod netqueue;
 pub mod packet;
 pub mod pool;
 pub mod tap;

@@ -11,7 +11,9 @@
 //! sockets see `ENETDOWN` and then nothing), up again when the device comes
 //! back, and gone for good when the device is deleted.
 
-use hvnet_sys::{FrameQueue, PacketError};
+use crate::netqueue::{self, Filters};
+use hvnet_sys::{Fanout, FrameQueue, PacketError};
+use std::sync::Mutex;
 
 /// An uplink: the packet sockets of one interface.
 #[derive(Debug)]
@@ -19,6 +21,9 @@ pub struct UplinkPort {
     device: String,
     ifindex: u32,
     queues: Vec<FrameQueue>,
+    /// NetQueue's filters, when the queues are spread by them (else by the
+    /// kernel's flow hash).
+    filters: Option<Mutex<Filters>>,
 }
 
 /// Where an uplink's device is.
@@ -33,16 +38,75 @@ pub enum LinkState {
 }
 
 impl UplinkPort {
-    /// Opens `queues` receive queues on `device`.
-    pub fn open(device: &str, queues: usize) -> Result<UplinkPort, PacketError> {
-        let queues = hvnet_sys::open_uplink(device, queues)?;
+    /// Opens `queues` receive queues on `device`, spread by the kernel's
+    /// flow hash, or by NetQueue's `filters` when given (and there are
+    /// several queues).
+    pub fn open(
+        device: &str,
+        queues: usize,
+        filters: Option<Filters>,
+    ) -> Result<UplinkPort, PacketError> {
+        let filters = filters.filter(|_| queues > 1);
+        let fanout = if filters.is_some() {
+            Fanout::Program
+        } else {
+            Fanout::Hash
+        };
+        let queues = hvnet_sys::open_uplink(device, queues, fanout)?;
         let ifindex =
             hvnet_sys::packet::ifindex(device).ok_or(PacketError::NoDevice(device.into()))?;
-        Ok(UplinkPort {
+        let port = UplinkPort {
             device: device.into(),
             ifindex,
             queues,
+            filters: None,
+        };
+        match filters {
+            None => Ok(port),
+            Some(f) => {
+                port.install(&f)?;
+                Ok(UplinkPort {
+                    filters: Some(Mutex::new(f)),
+                    ..port
+                })
+            }
+        }
+    }
+
+    fn install(&self, f: &Filters) -> Result<(), PacketError> {
+        hvnet_sys::set_fanout_program(&self.queues[0], &netqueue::program(f)).map_err(|source| {
+            PacketError::Sys {
+                call: "PACKET_FANOUT_DATA",
+                device: self.device.clone(),
+                source,
+            }
         })
+    }
+
+    /// NetQueue's filters now, if the queues are spread by filters.
+    pub fn filters(&self) -> Option<Filters> {
+        self.filters
+            .as_ref()
+            .map(|f| f.lock().expect("filters lock").clone())
+    }
+
+    /// Replaces the filters (at run time: the kernel switches programs
+    /// atomically). Refused when the queues are spread by hash.
+    pub fn set_filters(&self, f: Filters) -> Result<(), PacketError> {
+        let Some(cur) = &self.filters else {
+            return Err(PacketError::Sys {
+                call: "set_filters",
+                device: self.device.clone(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::Unsupported,
+                    "this uplink spreads its queues by flow hash, not by filters",
+                ),
+            });
+        };
+        let mut cur = cur.lock().expect("filters lock");
+        self.install(&f)?;
+        *cur = f;
+        Ok(())
     }
 
     /// The interface.

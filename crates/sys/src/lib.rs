@@ -17,7 +17,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 pub mod packet;
 pub mod uring;
-pub use packet::{open_uplink, send_frames, PacketError, SEND_BATCH};
+pub use packet::{
+    open_uplink, send_frames, set_fanout_program, BpfInsn, Fanout, PacketError, SEND_BATCH,
+};
 pub use uring::BatchWriter;
 
 /// `TUNSETIFF` = `_IOW('T', 202, int)`.
@@ -235,6 +237,12 @@ pub fn poll_readable(fd: RawFd, timeout_ms: i32) -> io::Result<bool> {
         }
         return Ok(r > 0);
     }
+}
+
+/// True when running as root (effective user id 0).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid takes no arguments, touches no memory and cannot fail.
+    unsafe { libc::geteuid() == 0 }
 }
 
 /// The calling thread's kernel thread id (what `/proc/PID/task/` lists and

@@ -26,7 +26,9 @@ const PACKET_FANOUT: libc::c_int = 18;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 const PACKET_VNET_HDR_SZ: libc::c_int = 24;
 const PACKET_MR_PROMISC: libc::c_ushort = 1;
+const PACKET_FANOUT_DATA: libc::c_int = 22;
 const PACKET_FANOUT_HASH: u32 = 0;
+const PACKET_FANOUT_CBPF: u32 = 6;
 const PACKET_FANOUT_FLAG_UNIQUEID: u32 = 0x2000;
 const ETH_P_ALL: u16 = 0x0003;
 
@@ -101,12 +103,60 @@ fn getsockopt_u32(fd: &OwnedFd, level: libc::c_int, name: libc::c_int) -> io::Re
     Ok(v)
 }
 
+/// How an uplink's fanout group spreads received frames over its queues.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fanout {
+    /// By the kernel's flow hash of each frame (RSS-like: a flow stays on
+    /// one queue).
+    Hash,
+    /// By a classic BPF program whose return value is the queue
+    /// ([`set_fanout_program`]): NetQueue's filters.
+    Program,
+}
+
+/// One classic BPF instruction (`struct sock_filter`).
+pub type BpfInsn = libc::sock_filter;
+
+/// Installs `prog` as the fanout program of the group `q` belongs to (one
+/// member suffices; every member's frames then go where it says). The
+/// kernel checks the program before it takes it.
+pub fn set_fanout_program(q: &FrameQueue, prog: &[BpfInsn]) -> io::Result<()> {
+    let fprog = libc::sock_fprog {
+        len: prog.len() as libc::c_ushort,
+        filter: prog.as_ptr() as *mut BpfInsn,
+    };
+    let fd = q.raw_fd();
+    // SAFETY: `fprog` points at `prog`, which lives for the call; the kernel
+    // copies the program and does not write through the pointer.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            SOL_PACKET,
+            PACKET_FANOUT_DATA,
+            (&fprog as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// The receive queues of one uplink: `queues` packet sockets bound to
 /// `device`, in one fanout group when there are several, non-blocking.
 /// The first socket puts the device in promiscuous mode for as long as it
 /// is open (the switch receives for its VMs' addresses); none of them sees
 /// the frames the switch itself sends (`PACKET_IGNORE_OUTGOING`).
-pub fn open_uplink(device: &str, queues: usize) -> Result<Vec<FrameQueue>, PacketError> {
+pub fn open_uplink(
+    device: &str,
+    queues: usize,
+    fanout: Fanout,
+) -> Result<Vec<FrameQueue>, PacketError> {
+    let mode = match fanout {
+        Fanout::Hash => PACKET_FANOUT_HASH,
+        Fanout::Program => PACKET_FANOUT_CBPF,
+    };
     let index = ifindex(device).ok_or_else(|| PacketError::NoDevice(device.into()))?;
     let sys = |call: &'static str| {
         let device = device.to_string();
@@ -172,8 +222,8 @@ pub fn open_uplink(device: &str, queues: usize) -> Result<Vec<FrameQueue>, Packe
             // the others join it by that id.
             // The option is (mode and flags) << 16 | group id.
             let arg: u32 = match group {
-                None => (PACKET_FANOUT_HASH | PACKET_FANOUT_FLAG_UNIQUEID) << 16,
-                Some(id) => (PACKET_FANOUT_HASH << 16) | id,
+                None => (mode | PACKET_FANOUT_FLAG_UNIQUEID) << 16,
+                Some(id) => (mode << 16) | id,
             };
             setsockopt(&fd, SOL_PACKET, PACKET_FANOUT, &arg).map_err(sys("PACKET_FANOUT"))?;
             if group.is_none() {

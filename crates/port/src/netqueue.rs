@@ -1,0 +1,198 @@
+//! NetQueue's receive filters at an uplink, as classic BPF: frames for a
+//! filtered MAC address (for a VXLAN endpoint, the inner destination)
+//! go to that filter's queue, everything else to queue 0, the default
+//! queue. The program is the fanout program of the uplink's AF_PACKET
+//! sockets (`PACKET_FANOUT_CBPF`), so the kernel classifies each frame
+//! as it arrives, on whichever CPU received it, and hands it to that
+//! queue's socket: no reader thread does the NIC's work for the others.
+//!
+//! Loads are relative to the Ethernet header (`SKF_LL_OFF`): the kernel
+//! runs fanout programs with the frame's data at its network header.
+
+use hvnet_sys::BpfInsn;
+use hvnet_wire::MacAddr;
+use serde::Serialize;
+
+/// `SKF_LL_OFF`: loads from here on are relative to the link-layer header.
+const LL: u32 = (-0x20_0000i32) as u32;
+const LD_W_ABS: u16 = 0x20;
+const LD_H_ABS: u16 = 0x28;
+const LD_B_ABS: u16 = 0x30;
+const JEQ_K: u16 = 0x15;
+const RET_K: u16 = 0x06;
+/// Where a VXLAN frame's inner Ethernet header starts: outer Ethernet,
+/// IPv4 without options, UDP, VXLAN.
+const INNER: u32 = 14 + 20 + 8 + 8;
+/// The most filters one program holds (5 instructions each, well under
+/// the kernel's 4096).
+pub const MAX_FILTERS: usize = 512;
+
+/// One filter: frames to `mac` go to `queue`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Filter {
+    /// Destination MAC (inner, for a tunnel endpoint).
+    #[serde(serialize_with = "as_text")]
+    pub mac: MacAddr,
+    /// The receive queue.
+    pub queue: u32,
+}
+
+fn as_text<S: serde::Serializer>(m: &MacAddr, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(m)
+}
+
+/// An uplink's filter table.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Filters {
+    /// Match the inner destination of VXLAN frames (the uplink is a tunnel
+    /// endpoint) instead of the frame's own.
+    pub tunnel: bool,
+    /// The filters, first match wins.
+    pub entries: Vec<Filter>,
+}
+
+fn insn(code: u16, jt: u8, jf: u8, k: u32) -> BpfInsn {
+    BpfInsn { code, jt, jf, k }
+}
+
+/// The fanout program for a filter table (at most [`MAX_FILTERS`]
+/// entries are used).
+pub fn program(f: &Filters) -> Vec<BpfInsn> {
+    let entries = &f.entries[..f.entries.len().min(MAX_FILTERS)];
+    let mut p = Vec::with_capacity(12 + 5 * entries.len());
+    let base = if f.tunnel {
+        // VXLAN over IPv4 without options, UDP to 4789; anything else goes
+        // to the default queue. Each check jumps to the final `ret 0`.
+        let checks: [(u16, u32, u32); 4] = [
+            (LD_H_ABS, 12, 0x0800),
+            (LD_B_ABS, 14, 0x45),
+            (LD_B_ABS, 23, 17),
+            (LD_H_ABS, 36, u32::from(hvnet_wire::vxlan::PORT)),
+        ];
+        let total = 2 * checks.len() + 5 * entries.len();
+        for (i, (load, off, want)) in checks.into_iter().enumerate() {
+            p.push(insn(load, 0, 0, LL.wrapping_add(off)));
+            // From the jeq (index 2i+1), the final ret is at `total`.
+            let to_default = total - (2 * i + 2);
+            p.push(insn(JEQ_K, 0, to_default as u8, want));
+        }
+        INNER
+    } else {
+        0
+    };
+    for e in entries {
+        let m = e.mac.0;
+        let hi = u32::from(u16::from_be_bytes([m[0], m[1]]));
+        let lo = u32::from_be_bytes([m[2], m[3], m[4], m[5]]);
+        p.push(insn(LD_H_ABS, 0, 0, LL.wrapping_add(base)));
+        p.push(insn(JEQ_K, 0, 3, hi));
+        p.push(insn(LD_W_ABS, 0, 0, LL.wrapping_add(base + 2)));
+        p.push(insn(JEQ_K, 0, 1, lo));
+        p.push(insn(RET_K, 0, 0, e.queue));
+    }
+    p.push(insn(RET_K, 0, 0, 0));
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs the subset of classic BPF the programs use over a frame, as
+    /// the kernel would with loads relative to the link-layer header.
+    fn run(p: &[BpfInsn], frame: &[u8]) -> u32 {
+        let (mut pc, mut a) = (0usize, 0u32);
+        loop {
+            let i = p[pc];
+            let off = i.k.wrapping_sub(LL) as usize;
+            match i.code {
+                LD_H_ABS | LD_W_ABS | LD_B_ABS => {
+                    let n = match i.code {
+                        LD_H_ABS => 2,
+                        LD_W_ABS => 4,
+                        _ => 1,
+                    };
+                    let Some(b) = frame.get(off..off + n) else {
+                        return 0; // the kernel ends the program: 0
+                    };
+                    a = b.iter().fold(0, |x, &y| x << 8 | u32::from(y));
+                }
+                JEQ_K => {
+                    pc += if a == i.k { i.jt } else { i.jf } as usize;
+                }
+                RET_K => return i.k,
+                c => panic!("unexpected opcode {c:#x}"),
+            }
+            pc += 1;
+        }
+    }
+
+    fn filters(tunnel: bool) -> Filters {
+        Filters {
+            tunnel,
+            entries: vec![
+                Filter {
+                    mac: MacAddr([2, 0, 0, 0, 0, 1]),
+                    queue: 1,
+                },
+                Filter {
+                    mac: MacAddr([2, 0, 0, 0, 0, 2]),
+                    queue: 2,
+                },
+            ],
+        }
+    }
+
+    fn frame_to(mac: [u8; 6]) -> Vec<u8> {
+        let mut f = mac.to_vec();
+        f.extend([2, 0, 0, 0, 0, 9, 0x08, 0x00]);
+        f.extend([0u8; 46]);
+        f
+    }
+
+    #[test]
+    fn frames_go_to_their_filter_or_the_default_queue() {
+        let p = program(&filters(false));
+        assert_eq!(run(&p, &frame_to([2, 0, 0, 0, 0, 1])), 1);
+        assert_eq!(run(&p, &frame_to([2, 0, 0, 0, 0, 2])), 2);
+        assert_eq!(run(&p, &frame_to([2, 0, 0, 0, 0, 3])), 0);
+        assert_eq!(run(&p, &frame_to([0xff; 6])), 0);
+        assert_eq!(
+            run(&p, &frame_to([2, 0, 0, 9, 0, 1])),
+            0,
+            "the last four bytes count"
+        );
+    }
+
+    #[test]
+    fn a_tunnel_endpoint_filters_on_the_inner_destination() {
+        let p = program(&filters(true));
+        let vxlan = |inner: [u8; 6], dport: u16, ihl: u8| {
+            let mut f = vec![0u8; 14];
+            f[12..14].copy_from_slice(&[0x08, 0x00]);
+            let mut ip = vec![0u8; 20];
+            ip[0] = ihl;
+            ip[9] = 17;
+            f.extend(ip);
+            f.extend([0x9c, 0x40]);
+            f.extend(dport.to_be_bytes());
+            f.extend([0, 0, 0, 0, 0x08, 0, 0, 0, 0, 0, 42, 0]);
+            f.extend(frame_to(inner));
+            f
+        };
+        assert_eq!(run(&p, &vxlan([2, 0, 0, 0, 0, 2], 4789, 0x45)), 2);
+        assert_eq!(run(&p, &vxlan([2, 0, 0, 0, 0, 1], 4789, 0x45)), 1);
+        assert_eq!(run(&p, &vxlan([2, 0, 0, 0, 0, 7], 4789, 0x45)), 0);
+        assert_eq!(
+            run(&p, &vxlan([2, 0, 0, 0, 0, 2], 4790, 0x45)),
+            0,
+            "not VXLAN"
+        );
+        assert_eq!(
+            run(&p, &vxlan([2, 0, 0, 0, 0, 2], 4789, 0x46)),
+            0,
+            "IP options"
+        );
+        assert_eq!(run(&p, &frame_to([2, 0, 0, 0, 0, 2])), 0, "not tunnelled");
+    }
+}

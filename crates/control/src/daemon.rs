@@ -480,19 +480,25 @@ fn open_uplink(topo: &Topology, u: &Uplink) -> Result<PortSpec, DaemonError> {
             u.name, u.settings.mtu
         )));
     }
-    let gro = if u.lro == UplinkLro::Hardware {
-        "on"
-    } else {
-        "off"
-    };
+    // A tunnel endpoint's device has nothing of the tunnel's to coalesce
+    // (no kernel VXLAN socket on its port): its GRO stays off, and its
+    // frames are read in batches into small buffers — what it takes is
+    // wire-sized VXLAN (the kernel cannot hand a packet socket a tunnelled
+    // GSO frame). A plain uplink may be handed GSO frames even with GRO
+    // off (a peer that sends them whole, as a veth with TSO does), so it
+    // reads each frame into a buffer that holds 64 KiB.
+    let coalesces = u.lro == UplinkLro::Hardware && u.vxlan.is_none();
+    let gro = if coalesces { "on" } else { "off" };
+    let batched = u.vxlan.is_some() && usize::from(u.settings.mtu) + 18 <= hvnet_port::SMALL_FRAME;
     run(&["ethtool", "-K", dev, "gro", gro])?;
     run(&["ip", "link", "set", dev, "up"])?;
-    let port = UplinkPort::open(dev, u.queues, netqueue_filters(topo, u)).map_err(|source| {
-        DaemonError::Uplink {
-            name: u.name.clone(),
-            source,
-        }
-    })?;
+    let port =
+        UplinkPort::open(dev, u.queues, netqueue_filters(topo, u), batched).map_err(|source| {
+            DaemonError::Uplink {
+                name: u.name.clone(),
+                source,
+            }
+        })?;
     let tunnel = match &u.vxlan {
         None => None,
         Some(v) => {

@@ -15,7 +15,7 @@ use crate::switch::{
 use crate::tunnel::{Received, TunnelDrop, Vtep};
 use hvnet_offload::gro::{GroConfig, GroOutput, GroTable};
 use hvnet_offload::vxlan::OUTER_LEN;
-use hvnet_port::{LinkState, Packet, Pool, RecvError, TapReader};
+use hvnet_port::{BatchReader, LinkState, Packet, Pool, RecvError, TapReader};
 use hvnet_wire::MacAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -68,6 +68,8 @@ pub(crate) struct Worker {
 struct State {
     pool: Pool,
     reader: TapReader,
+    /// For an uplink whose frames all fit small buffers: `recvmmsg`.
+    batch_reader: Option<BatchReader>,
     /// Settings of every port, re-read when the switch's generation moves.
     gen: u64,
     settings: Vec<PortSettings>,
@@ -96,6 +98,11 @@ impl Worker {
         let st = State {
             pool: Pool::new(Arc::clone(&port.home)),
             reader: TapReader::new(),
+            batch_reader: port
+                .dev
+                .uplink()
+                .is_some_and(|u| u.reads_in_batches())
+                .then(BatchReader::new),
             gen: u64::MAX,
             settings: Vec::new(),
             dests,
@@ -199,7 +206,12 @@ impl State {
         let now = self.begin_batch(cx);
         let mut result = Batch::Empty;
         for _ in 0..BATCH {
-            match self.reader.read(cx.port.dev.queue(cx.q), &mut self.pool) {
+            let q = cx.port.dev.queue(cx.q);
+            let read = match &mut self.batch_reader {
+                Some(b) => b.read(q, &mut self.pool),
+                None => self.reader.read(q, &mut self.pool),
+            };
+            match read {
                 Ok(pkt) => {
                     result = Batch::Frames;
                     match &cx.port.tunnel {
@@ -232,6 +244,9 @@ impl State {
     pub(crate) fn finish(&mut self, cx: &Ctx) {
         self.end_batch(cx);
         self.reader.release(&mut self.pool);
+        if let Some(b) = &mut self.batch_reader {
+            b.release(&mut self.pool);
+        }
     }
 
     fn count_refused(&self, cx: &Ctx, e: &RecvError) {

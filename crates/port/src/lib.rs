@@ -25,8 +25,9 @@ pub mod uplink;
 pub use device::Device;
 pub use packet::{Meta, Packet};
 pub use pool::{Buf, Home, Pool, PoolCaps, PoolStatus, SizeClass};
+pub use pool::{HEADROOM, SMALL_FRAME};
 pub use tap::{
     check, send, tap_offload_flags, vnet_bytes, write_frame, RecvError, TapError, TapPort,
     TapReader, MAX_GSO_SEGMENTS, VNET_HDR_LEN,
 };
-pub use uplink::{LinkState, UplinkPort};
+pub use uplink::{BatchReader, LinkState, UplinkPort};

@@ -127,7 +127,7 @@ impl TapReader {
     }
 }
 
-fn read_result(n: io::Result<usize>) -> Result<usize, RecvError> {
+pub(crate) fn read_result(n: io::Result<usize>) -> Result<usize, RecvError> {
     match n {
         Ok(0) => Err(RecvError::Gone),
         Ok(n) => Ok(n),

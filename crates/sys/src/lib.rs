@@ -18,7 +18,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 pub mod packet;
 pub mod uring;
 pub use packet::{
-    open_uplink, send_frames, set_fanout_program, BpfInsn, Fanout, PacketError, SEND_BATCH,
+    open_uplink, recv_frames, send_frames, set_fanout_program, BpfInsn, Fanout, PacketError,
+    SEND_BATCH,
 };
 pub use uring::BatchWriter;
 

@@ -278,3 +278,55 @@ pub fn send_frames(q: &FrameQueue, frames: &[&[std::io::IoSlice<'_>]]) -> io::Re
     }
     Ok(sent)
 }
+
+/// Reads up to `bufs.len()` frames (at most [`SEND_BATCH`]) with one
+/// `recvmmsg(2)`, without waiting: frame `i` lands in `bufs[i]`, its
+/// length in `lens[i]` and whether the kernel cut it to fit in
+/// `truncated[i]`. Returns how many frames were read (0: none ready).
+pub fn recv_frames(
+    q: &FrameQueue,
+    bufs: &mut [std::io::IoSliceMut<'_>],
+    lens: &mut [usize],
+    truncated: &mut [bool],
+) -> io::Result<usize> {
+    let n = bufs
+        .len()
+        .min(SEND_BATCH)
+        .min(lens.len())
+        .min(truncated.len());
+    if n == 0 {
+        return Ok(0);
+    }
+    // SAFETY: mmsghdr is plain data; all-zero is a valid value.
+    let mut hdrs: [libc::mmsghdr; SEND_BATCH] = unsafe { std::mem::zeroed() };
+    for (h, b) in hdrs.iter_mut().zip(bufs.iter_mut()).take(n) {
+        // IoSliceMut is ABI-compatible with iovec on Unix (std documents it).
+        h.msg_hdr.msg_iov = (b as *mut std::io::IoSliceMut<'_>).cast::<libc::iovec>();
+        h.msg_hdr.msg_iovlen = 1;
+    }
+    // SAFETY: the first `n` headers each point at one live iovec over a
+    // buffer borrowed mutably from `bufs` for the whole call; the kernel
+    // writes at most each iovec's length into it, and `msg_len`/`msg_flags`.
+    let r = unsafe {
+        libc::recvmmsg(
+            q.raw_fd(),
+            hdrs.as_mut_ptr(),
+            n as libc::c_uint,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::WouldBlock {
+            Ok(0)
+        } else {
+            Err(e)
+        };
+    }
+    for (i, h) in hdrs.iter().take(r as usize).enumerate() {
+        lens[i] = h.msg_len as usize;
+        truncated[i] = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+    }
+    Ok(r as usize)
+}

@@ -44,9 +44,19 @@ fi
 # directory.
 if ! command -v ovs-vswitchd >/dev/null 2>&1; then
     echo "install-deps: installing openvswitch-switch (service not started)"
+    # A policy-rc.d already there (a container's) is kept and put back.
+    saved=""
+    if [ -e /usr/sbin/policy-rc.d ]; then
+        saved="$(mktemp)"
+        cp -p /usr/sbin/policy-rc.d "$saved"
+    fi
     printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
     chmod +x /usr/sbin/policy-rc.d
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends openvswitch-switch >/dev/null || true
-    rm -f /usr/sbin/policy-rc.d
+    if [ -n "$saved" ]; then
+        mv "$saved" /usr/sbin/policy-rc.d
+    else
+        rm -f /usr/sbin/policy-rc.d
+    fi
 fi

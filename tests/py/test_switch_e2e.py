@@ -141,7 +141,8 @@ def raw_send(t, vmname, frame: bytes, count=3):
 def test_broadcast_and_unknown_unicast_flood(tmp_path):
     vms = [vm("a", "10.64.0.1"), vm("b", "10.64.0.2"), vm("c", "10.64.0.3")]
     with hvlab.Topology(tmp_path, vms) as t:
-        src = bytes.fromhex("026876000001")  # a's MAC (VM index 0)
+        a_mac = next(p["mac"] for p in json.loads(t.hv("ports", "--json").stdout) if p["client"] == "a")
+        src = bytes.fromhex(a_mac.replace(":", ""))
         before = {v: t.stats(f"/ports/{v}/rxSummary")["offered"] for v in "abc"}
         bcast = b"\xff" * 6 + src + b"\x88\xb5" + b"hvnet-flood-test".ljust(46, b"\0")
         unknown = bytes.fromhex("02aabbccddee") + src + b"\x88\xb5" + b"unknown-unicast".ljust(46, b"\0")

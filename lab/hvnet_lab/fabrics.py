@@ -35,6 +35,18 @@ def link_exists(dev):
 class Fabric:
     name = "?"
 
+    def __enter__(self):
+        try:
+            return self._up()
+        except BaseException:
+            # A half-built fabric is taken down too (also on Ctrl-C): its
+            # namespaces, devices and daemons must not outlive a failed start.
+            self.__exit__(None, None, None)
+            raise
+
+    def _up(self):
+        raise NotImplementedError
+
     def ns(self, vm):
         raise NotImplementedError
 
@@ -90,13 +102,6 @@ class Bridge(Fabric):
         self.mtu = mtu
         self.nss = {k: hvlab.Netns("bb") for k in ("a", "b", "sw")}
 
-    def __enter__(self):
-        try:
-            return self._up()
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
-
     def _up(self):
         for n in self.nss.values():
             n.__enter__()
@@ -136,15 +141,6 @@ class Ovs(Fabric):
 
     def vsctl(self, *args):
         return self.ovs("ovs-vsctl", f"--db={self.db}", "--timeout=10", *args)
-
-    def __enter__(self):
-        try:
-            return self._up()
-        except BaseException:
-            # A half-built switch is taken down too: its daemons and
-            # devices must not outlive a failed start.
-            self.__exit__(None, None, None)
-            raise
 
     def _up(self):
         # The userspace datapath's device: ours to remove only if it was

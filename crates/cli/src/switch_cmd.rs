@@ -42,11 +42,7 @@ pub enum PortAction {
 
 fn pick(t: &Target) -> Result<String, String> {
     if let Some(n) = &t.topology {
-        if !topology::valid_topology_name(n) {
-            return Err(format!(
-                "{n:?} is not a topology name (1-16 characters of a-z, 0-9 and '-')"
-            ));
-        }
+        topology::check_topology_name(n)?;
         if !daemon::topologies().contains(n) {
             return Err(format!(
                 "no topology named {n} is up (up: {})",
@@ -165,11 +161,7 @@ pub fn down(name: Option<String>, t: &Target) -> Result<(), String> {
     let json_out = t.json;
     let wanted = name.or_else(|| t.topology.clone());
     if let Some(n) = &wanted {
-        if !topology::valid_topology_name(n) {
-            return Err(format!(
-                "{n:?} is not a topology name (1-16 characters of a-z, 0-9 and '-')"
-            ));
-        }
+        topology::check_topology_name(n)?;
     }
     let up = daemon::topologies();
     let name = match (wanted, up.as_slice()) {

@@ -273,11 +273,7 @@ pub struct DownReport {
 
 /// `hvnet down NAME`: stops the daemon and removes what the state lists.
 pub fn down(name: &str) -> Result<DownReport, DaemonError> {
-    if !topology::valid_topology_name(name) {
-        return Err(DaemonError::Other(format!(
-            "{name:?} is not a topology name (1-16 characters of a-z, 0-9 and '-')"
-        )));
-    }
+    topology::check_topology_name(name).map_err(DaemonError::Other)?;
     require_root()?;
     let dir = state_dir(name);
     let Some(state) = read_state(&dir) else {

@@ -344,6 +344,17 @@ pub fn valid_topology_name(s: &str) -> bool {
     valid_name(s) && s.len() <= 16
 }
 
+/// [`valid_topology_name`], with the reason a name is refused.
+pub fn check_topology_name(s: &str) -> Result<(), String> {
+    if valid_topology_name(s) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{s:?} is not a topology name (1-16 characters of a-z, 0-9 and '-')"
+        ))
+    }
+}
+
 fn valid_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 24

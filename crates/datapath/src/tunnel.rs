@@ -29,13 +29,13 @@ use hvnet_offload::rss::{Rss, DEFAULT_KEY};
 use hvnet_offload::vxlan::{encap_header, Tunnel, VxlanError, OUTER_LEN};
 use hvnet_port::Packet;
 use hvnet_sys::FrameQueue;
-use hvnet_wire::{arp, ip_protocol, EtherType, Layers, MacAddr, UdpPacket};
+use hvnet_wire::{arp, ip_protocol, EtherType, Layers, MacAddr, UdpPacket, VirtioNetHdr};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::io::IoSlice;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Mutex, RwLock};
+use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 /// Inner MAC addresses remembered behind remote endpoints, at most (a
@@ -78,7 +78,6 @@ pub struct Vtep {
     rss: Rss,
     neighbours: RwLock<HashMap<Ipv4Addr, MacAddr>>,
     remote_macs: RwLock<HashMap<MacAddr, (Ipv4Addr, Instant)>>,
-    last_solicit: Mutex<Option<Instant>>,
     arp_requests_sent: AtomicU64,
     arp_replies_sent: AtomicU64,
     remote_macs_refused: AtomicU64,
@@ -175,7 +174,6 @@ impl Vtep {
             rss: Rss::new(&DEFAULT_KEY, 1).expect("default RSS key"),
             neighbours: RwLock::new(HashMap::new()),
             remote_macs: RwLock::new(HashMap::new()),
-            last_solicit: Mutex::new(None),
             arp_requests_sent: AtomicU64::new(0),
             arp_replies_sent: AtomicU64::new(0),
             remote_macs_refused: AtomicU64::new(0),
@@ -293,17 +291,10 @@ impl Vtep {
         t.insert(mac, (remote, now));
     }
 
-    /// Sends an ARP request for each configured remote still unresolved,
-    /// at most every [`SOLICIT_EVERY`]; a write that fails is tried at the
-    /// next turn.
-    pub fn solicit(&self, q: &FrameQueue, now: Instant) {
-        {
-            let mut last = self.last_solicit.lock().expect("lock");
-            if last.is_some_and(|t| now.duration_since(t) < SOLICIT_EVERY) {
-                return;
-            }
-            *last = Some(now);
-        }
+    /// Sends an ARP request for each configured remote still unresolved;
+    /// the caller (the uplink's first queue thread) calls it every
+    /// [`SOLICIT_EVERY`], so a write that fails is tried at the next turn.
+    pub fn solicit(&self, q: &FrameQueue) {
         let unresolved: Vec<Ipv4Addr> = {
             let n = self.neighbours.read().expect("lock");
             self.cfg
@@ -321,7 +312,7 @@ impl Vtep {
                 target_mac: MacAddr([0; 6]),
                 target_ip: ip.octets(),
             });
-            if send_raw(q, &[&f]).is_ok() {
+            if hvnet_port::send(q, &VirtioNetHdr::default(), &[&f]).is_ok() {
                 self.arp_requests_sent.fetch_add(1, Relaxed);
             }
         }
@@ -329,7 +320,7 @@ impl Vtep {
 
     /// Sends an ARP reply the worker got from [`Vtep::receive`].
     pub fn send_reply(&self, q: &FrameQueue, reply: &[u8; 42]) -> std::io::Result<()> {
-        send_raw(q, &[reply])
+        hvnet_port::send(q, &VirtioNetHdr::default(), &[reply])
     }
 
     /// The remote endpoints an inner frame to `dst` goes to, with their
@@ -413,8 +404,7 @@ impl Vtep {
         let info = encap_header(tunnel, &self.rss, pkt.frame(), pkt.meta.offload, &mut hdr)
             .map_err(|_| ())?;
         let Some(g) = info.gso else {
-            let vnet = hvnet_port::vnet_bytes(&info.to_vnet(0));
-            send_raw_vnet(q, &vnet, &[&hdr, pkt.frame()]).map_err(|_| ())?;
+            hvnet_port::send(q, &info.to_vnet(0), &[&hdr, pkt.frame()]).map_err(|_| ())?;
             add(&c.delivered_bytes, (OUTER_LEN + pkt.len()) as u64);
             return Ok(1);
         };
@@ -514,16 +504,4 @@ impl Vtep {
             remote_macs_refused: self.remote_macs_refused.load(Relaxed),
         }
     }
-}
-
-/// A frame with no offload (a zero virtio-net header) in one `writev`.
-fn send_raw(q: &FrameQueue, pieces: &[&[u8]]) -> std::io::Result<()> {
-    send_raw_vnet(q, &[0u8; hvnet_port::VNET_HDR_LEN], pieces)
-}
-
-fn send_raw_vnet(q: &FrameQueue, vnet: &[u8], pieces: &[&[u8]]) -> std::io::Result<()> {
-    let mut iov: smallvec::SmallVec<[IoSlice<'_>; 4]> = smallvec::SmallVec::new();
-    iov.push(IoSlice::new(vnet));
-    iov.extend(pieces.iter().map(|p| IoSlice::new(p)));
-    hvnet_port::write_frame(q, &iov)
 }

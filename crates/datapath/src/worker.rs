@@ -12,7 +12,7 @@ use crate::ring::{self, Full, Lane, Slot};
 use crate::switch::{
     Delivery, Port, PortSettings, PortState, RingItem, RxOverflow, Switch, BACKPRESSURE_WAIT, BATCH,
 };
-use crate::tunnel::{Received, TunnelDrop, Vtep};
+use crate::tunnel::{Received, TunnelDrop, Vtep, SOLICIT_EVERY};
 use hvnet_offload::gro::{GroConfig, GroOutput, GroTable};
 use hvnet_offload::vxlan::OUTER_LEN;
 use hvnet_port::{BatchReader, LinkState, Packet, Pool, RecvError, TapReader};
@@ -127,6 +127,9 @@ impl Worker {
     pub(crate) fn run(mut self) {
         let port = Arc::clone(&self.cx.port);
         let fd = port.dev.queue(self.cx.q).raw_fd();
+        // A tunnel endpoint's first queue thread resolves its peers.
+        let solicits = port.tunnel.as_ref().filter(|_| self.cx.q == 0);
+        let mut next_solicit = Instant::now();
         while !self.cx.sw.stopping() {
             if !port.is_up() {
                 if !self.wait_for_link() {
@@ -134,8 +137,12 @@ impl Worker {
                 }
                 continue;
             }
-            if let (Some(vtep), 0) = (&port.tunnel, self.cx.q) {
-                vtep.solicit(port.dev.queue(0), Instant::now());
+            if let Some(vtep) = solicits {
+                let now = Instant::now();
+                if now >= next_solicit {
+                    vtep.solicit(port.dev.queue(0));
+                    next_solicit = now + SOLICIT_EVERY;
+                }
             }
             match hvnet_sys::poll_readable(fd, 100) {
                 Ok(true) => {}

@@ -66,6 +66,37 @@ enum Cmd {
     },
     /// Show the learned MAC addresses.
     Fdb(#[command(flatten)] switch_cmd::Target),
+    /// Run a command inside a VM of any kind and pass its output and exit
+    /// status through: `hvnet exec VM -- ip -br addr`.
+    Exec {
+        /// The VM.
+        vm: String,
+        /// Hand this process's standard input to the command (a real
+        /// guest's command otherwise reads nothing).
+        #[arg(short = 'i', long = "stdin")]
+        stdin: bool,
+        /// The command and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+        #[command(flatten)]
+        target: switch_cmd::Target,
+    },
+    /// Start a real guest again (killed first if it runs); it reconnects to
+    /// its port.
+    Restart {
+        /// The VM (kind = "uml").
+        vm: String,
+        #[command(flatten)]
+        target: switch_cmd::Target,
+    },
+    /// End a real guest's process as a crash would: its port goes down,
+    /// the switch goes on (`hvnet restart VM` brings it back).
+    Kill {
+        /// The VM (kind = "uml").
+        vm: String,
+        #[command(flatten)]
+        target: switch_cmd::Target,
+    },
     /// Run the offload engines on capture files (pcap in, pcap out).
     #[command(subcommand)]
     Pcap(pcap_cmd::PcapCmd),
@@ -117,6 +148,17 @@ fn main() {
         Cmd::Stats { path, target } => switch_cmd::stats(&target, path),
         Cmd::Port { args, target } => switch_cmd::port(&target, args),
         Cmd::Fdb(t) => switch_cmd::fdb(&t),
+        Cmd::Exec {
+            vm,
+            stdin,
+            command,
+            target,
+        } => match switch_cmd::exec(&target, &vm, stdin, &command) {
+            Ok(code) => std::process::exit(code),
+            Err(e) => Err(e),
+        },
+        Cmd::Restart { vm, target } => switch_cmd::guest_ctl(&target, vm, true),
+        Cmd::Kill { vm, target } => switch_cmd::guest_ctl(&target, vm, false),
         Cmd::Daemon { file } => hvnet_control::daemon::daemon(&file).map_err(|e| e.to_string()),
         Cmd::Lab { args } => lab(args),
     };

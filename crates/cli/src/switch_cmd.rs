@@ -317,3 +317,66 @@ pub fn fdb(t: &Target) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// `hvnet exec VM -- COMMAND…`: runs a command in a VM of any kind, its
+/// output and exit status passed through. A namespace VM's command runs
+/// with this process's standard streams (`ip netns exec`); a guest's
+/// command gets this process's standard input only with `-i`, and its
+/// output when it ends.
+pub fn exec(t: &Target, vm: &str, stdin: bool, argv: &[String]) -> Result<i32, String> {
+    let name = pick(t)?;
+    let dir = daemon::state_dir(&name);
+    let state = daemon::read_state(&dir).ok_or_else(|| format!("topology {name} has no state"))?;
+    let topo = topology::load(&state.file).map_err(|e| e.to_string())?;
+    let v = topo.vms.iter().find(|v| v.name == vm).ok_or_else(|| {
+        let names: Vec<String> = topo.vms.iter().map(|v| v.name.clone()).collect();
+        format!("no VM named {vm:?} in topology {name} (VMs: {})", names.join(", "))
+    })?;
+    match v.kind {
+        topology::VmKind::Netns => {
+            use std::os::unix::process::CommandExt;
+            let e = std::process::Command::new("ip")
+                .args(["netns", "exec", &topo.netns(v)])
+                .args(argv)
+                .exec();
+            Err(format!("cannot run ip netns exec: {e}"))
+        }
+        topology::VmKind::Uml => {
+            let input = if stdin {
+                let mut b = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)
+                    .map_err(|e| format!("reading standard input: {e}"))?;
+                Some(b)
+            } else {
+                None
+            };
+            let out = hvnet_control::guest::exec(&dir, vm, argv, input.as_deref())
+                .map_err(|e| e.to_string())?;
+            use std::io::Write;
+            let _ = std::io::stdout().write_all(&out.stdout);
+            let _ = std::io::stderr().write_all(&out.stderr);
+            Ok(out.status)
+        }
+        topology::VmKind::VhostUser => Err(format!(
+            "vm {vm} is a vhost-user socket for a guest hvnet did not start; run commands in it as its hypervisor allows"
+        )),
+    }
+}
+
+/// `hvnet restart VM` / `hvnet kill VM`.
+pub fn guest_ctl(t: &Target, vm: String, start: bool) -> Result<(), String> {
+    let req = if start {
+        Request::Restart { vm }
+    } else {
+        Request::Kill { vm }
+    };
+    let v = call(t, req)?;
+    if t.json {
+        println!("{v}");
+    } else if v["running"].as_bool() == Some(true) {
+        println!("vm {}: guest running (pid {})", s(&v["vm"]), v["pid"]);
+    } else {
+        println!("vm {}: guest stopped", s(&v["vm"]));
+    }
+    Ok(())
+}

@@ -15,7 +15,10 @@ use crate::views;
 use hvnet_datapath::tunnel::VtepConfig;
 use hvnet_datapath::{PortSettings, PortSpec, Switch, SwitchConfig};
 use hvnet_port::netqueue::{Filter, Filters};
-use hvnet_port::{Device, TapPort, UplinkPort};
+use crate::guest::{self, Guest};
+use crate::topology::VmKind;
+use hvnet_port::{Device, TapPort, UplinkPort, VhostUserPort};
+use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
@@ -45,6 +48,10 @@ pub struct State {
     /// deleted by name if one is left).
     #[serde(default)]
     pub devices: Vec<String>,
+    /// Process groups of the real guests started (each guest leads its
+    /// own), for a `down` after the daemon died.
+    #[serde(default)]
+    pub guests: Vec<u32>,
     /// Set once traffic can flow.
     pub ready: bool,
 }
@@ -89,7 +96,7 @@ pub enum DaemonError {
     Other(String),
 }
 
-fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> DaemonError {
+pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> DaemonError {
     let what = what.into();
     move |source| DaemonError::Io { what, source }
 }
@@ -294,6 +301,12 @@ pub fn down(name: &str) -> Result<DownReport, DaemonError> {
         }
         report.stopped_pid = Some(state.pid);
     }
+    // Guests of a daemon that died: their process groups, by id.
+    for &pgid in &state.guests {
+        if Path::new(&format!("/proc/{pgid}")).exists() {
+            guest::kill_group(pgid);
+        }
+    }
     for ns in &state.namespaces {
         if Path::new("/run/netns").join(ns).exists() {
             run(&["ip", "netns", "del", ns])?;
@@ -319,7 +332,9 @@ fn tap_name(topo: &str, i: usize) -> String {
     format!("hv{:06x}t{i}", h & 0xff_ffff)
 }
 
-/// Creates one VM: its namespace, its TAP (moved in as eth0), addresses.
+/// Creates one VM: a namespace VM's namespace, TAP (moved in as eth0) and
+/// addresses; a real guest's vhost-user socket (the guest is started once
+/// the switch runs).
 fn create_vm(
     topo: &Topology,
     i: usize,
@@ -327,6 +342,21 @@ fn create_vm(
     state: &mut State,
 ) -> Result<PortSpec, DaemonError> {
     let vm = &topo.vms[i];
+    if vm.kind.is_vhost_user() {
+        let sock = guest::socket_path(dir, &vm.name);
+        std::fs::create_dir_all(guest::guest_dir(dir, &vm.name))
+            .map_err(io_err("create the guest's directory"))?;
+        let port = VhostUserPort::listen(&vm.name, &sock, vm.queues, vm.mac.0, vm.settings.mtu)
+            .map_err(|e| DaemonError::Other(format!("vm {}: {e}", vm.name)))?;
+        return Ok(PortSpec {
+            name: vm.name.clone(),
+            dev: Device::VhostUser(port),
+            mac: vm.mac,
+            vlan: vm.vlan,
+            tunnel: None,
+            settings: vm.settings.clone(),
+        });
+    }
     let ns = topo.netns(vm);
     state.namespaces.push(ns.clone());
     write_state(dir, state)?;
@@ -560,6 +590,13 @@ pub fn daemon(file: &Path) -> Result<(), DaemonError> {
         },
     );
     let threads = sw.start();
+    let guests = match start_guests(&topo, &dir, &mut state) {
+        Ok(g) => Mutex::new(g),
+        Err(e) => {
+            sw.stop();
+            return Err(e);
+        }
+    };
     let sock = dir.join("ctl.sock");
     let _ = std::fs::remove_file(&sock);
     let listener = UnixListener::bind(&sock).map_err(io_err("bind the control socket"))?;
@@ -580,13 +617,16 @@ pub fn daemon(file: &Path) -> Result<(), DaemonError> {
         match listener.accept() {
             Ok((conn, _)) => {
                 let _ = conn.set_nonblocking(false);
-                serve(&sw, &topo, conn);
+                serve(&sw, &topo, &guests, conn);
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(20))
             }
             Err(e) => eprintln!("hvnet daemon: accept: {e}"),
         }
+    }
+    for g in guests.lock().expect("guests lock").iter_mut() {
+        g.kill();
     }
     for t in threads {
         let _ = t.join();
@@ -596,7 +636,82 @@ pub fn daemon(file: &Path) -> Result<(), DaemonError> {
     Ok(())
 }
 
-fn serve(sw: &Arc<Switch>, topo: &Topology, conn: std::os::unix::net::UnixStream) {
+/// Starts the topology's User-Mode Linux guests and waits until each has
+/// its `eth0` configured (they boot in parallel).
+fn start_guests(
+    topo: &Topology,
+    dir: &Path,
+    state: &mut State,
+) -> Result<Vec<Guest>, DaemonError> {
+    let mut guests = Vec::new();
+    for vm in topo.vms.iter().filter(|v| v.kind == VmKind::Uml) {
+        let g = guest::start_uml(topo, vm, dir);
+        let g = match g {
+            Ok(g) => g,
+            Err(e) => {
+                guests.iter_mut().for_each(Guest::kill);
+                return Err(e);
+            }
+        };
+        state.guests.push(g.pid());
+        write_state(dir, state)?;
+        guests.push(g);
+    }
+    for i in 0..guests.len() {
+        if let Err(e) = guest::wait_ready(&mut guests[i], dir) {
+            guests.iter_mut().for_each(Guest::kill);
+            return Err(e);
+        }
+    }
+    Ok(guests)
+}
+
+/// `hvnet restart VM` and `hvnet kill VM`.
+fn restart_guest(
+    topo: &Topology,
+    guests: &Mutex<Vec<Guest>>,
+    vm: &str,
+    start: bool,
+) -> Result<Value, String> {
+    let spec = topo
+        .vms
+        .iter()
+        .find(|v| v.name == vm)
+        .ok_or_else(|| format!("no VM named {vm:?}"))?;
+    if spec.kind != VmKind::Uml {
+        return Err(format!(
+            "vm {vm} is a {} VM; only uml guests are started by hvnet",
+            spec.kind.name()
+        ));
+    }
+    let dir = state_dir(&topo.name);
+    let mut all = guests.lock().expect("guests lock");
+    if let Some(i) = all.iter().position(|g| g.vm == vm) {
+        let mut g = all.remove(i);
+        g.kill();
+        let _ = std::fs::remove_file(guest::exchange_dir(&dir, vm).join("ready"));
+    }
+    if !start {
+        return Ok(json!({"vm": vm, "running": false}));
+    }
+    let mut g = guest::start_uml(topo, spec, &dir).map_err(|e| e.to_string())?;
+    let pid = g.pid();
+    let r = guest::wait_ready(&mut g, &dir);
+    all.push(g);
+    if let Some(mut s) = read_state(&dir) {
+        s.guests = all.iter().map(Guest::pid).collect();
+        let _ = write_state(&dir, &s);
+    }
+    r.map_err(|e| e.to_string())?;
+    Ok(json!({"vm": vm, "running": true, "pid": pid}))
+}
+
+fn serve(
+    sw: &Arc<Switch>,
+    topo: &Topology,
+    guests: &Mutex<Vec<Guest>>,
+    conn: std::os::unix::net::UnixStream,
+) {
     let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
     let mut reader = BufReader::new(&conn);
     let mut line = String::new();
@@ -604,6 +719,8 @@ fn serve(sw: &Arc<Switch>, topo: &Topology, conn: std::os::unix::net::UnixStream
         return;
     }
     let reply = match serde_json::from_str::<Request>(&line) {
+        Ok(Request::Restart { vm }) => restart_guest(topo, guests, &vm, true),
+        Ok(Request::Kill { vm }) => restart_guest(topo, guests, &vm, false),
         Ok(req) => handle(sw, topo, req),
         Err(e) => Err(format!("bad request: {e}")),
     };
@@ -651,6 +768,9 @@ fn handle(sw: &Arc<Switch>, topo: &Topology, req: Request) -> Result<Value, Stri
             // Checked before anything changes: a refused value leaves the
             // guest's MTU as it was.
             sw.check_settings(&name, &new).map_err(|e| e.to_string())?;
+            if new.mtu != p.settings().mtu && p.dev.vhost_user().is_some() {
+                return Err("a real guest sets its own MTU (ip link set eth0 mtu … inside it); its port's mtu is what the switch takes".into());
+            }
             if new.mtu != p.settings().mtu && !p.is_uplink() {
                 let ns = topo.netns_of(&name);
                 run(&[
@@ -673,5 +793,6 @@ fn handle(sw: &Arc<Switch>, topo: &Topology, req: Request) -> Result<Value, Stri
             sw.stop();
             Ok(json!("stopping"))
         }
+        Request::Restart { .. } | Request::Kill { .. } => Err("served by the daemon".into()),
     }
 }

@@ -5,6 +5,7 @@
 #![warn(missing_docs)]
 
 pub mod daemon;
+pub mod guest;
 pub mod proto;
 pub mod topology;
 pub mod views;

@@ -36,6 +36,18 @@ pub enum Request {
     Fdb,
     /// `hvnet down`
     Shutdown,
+    /// `hvnet restart VM`: a real guest killed (if it runs) and started
+    /// again; it reconnects to its port.
+    Restart {
+        /// The VM.
+        vm: String,
+    },
+    /// `hvnet kill VM`: a real guest's process ended, as a crash would
+    /// end it (its port goes down; the switch goes on).
+    Kill {
+        /// The VM.
+        vm: String,
+    },
 }
 
 /// A reply.

@@ -46,7 +46,7 @@
 use hvnet_datapath::switch::validate_settings;
 use hvnet_datapath::{Delivery, PortSettings, RxOverflow};
 use hvnet_wire::MacAddr;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
@@ -142,13 +142,16 @@ fn default_aging() -> u64 {
 #[serde(deny_unknown_fields)]
 struct VmRepr {
     name: String,
+    #[serde(default)]
+    kind: VmKind,
+    #[serde(default = "d_memory")]
+    memory: u32,
     ipv4: Option<String>,
     ipv6: Option<String>,
     mac: Option<String>,
     #[serde(default = "d_mtu")]
     mtu: u16,
-    #[serde(default = "default_queues")]
-    queues: usize,
+    queues: Option<usize>,
     #[serde(default)]
     vlan: u16,
     #[serde(default = "d_true")]
@@ -177,6 +180,39 @@ fn d_delivery() -> Delivery {
 fn d_mtu() -> u16 {
     1500
 }
+fn d_memory() -> u32 {
+    256
+}
+
+/// What a VM is.
+#[derive(Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VmKind {
+    /// A network namespace behind a TAP device (shares the host's kernel).
+    #[default]
+    Netns,
+    /// A User-Mode Linux guest (its own kernel and virtio-net driver)
+    /// attached over vhost-user, started by hvnet.
+    Uml,
+    /// A vhost-user socket for a guest started by someone else (QEMU,
+    /// cloud-hypervisor, DPDK's virtio_user).
+    VhostUser,
+}
+
+impl VmKind {
+    /// As the topology file spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            VmKind::Netns => "netns",
+            VmKind::Uml => "uml",
+            VmKind::VhostUser => "vhost-user",
+        }
+    }
+    /// Attached over vhost-user.
+    pub fn is_vhost_user(self) -> bool {
+        self != VmKind::Netns
+    }
+}
 /// One queue per core, up to 4: several flows from one VM then use every
 /// core (measured in `docs/perf/live-switch.md`: 4 streams, 2 cores, +16 %
 /// with 2 queues; 1 stream unchanged).
@@ -197,6 +233,10 @@ fn d_ring() -> usize {
 pub struct Vm {
     /// Its name.
     pub name: String,
+    /// What it is.
+    pub kind: VmKind,
+    /// Guest memory in MiB (real guests).
+    pub memory_mib: u32,
     /// IPv4 address and prefix length.
     pub ipv4: Option<(Ipv4Addr, u8)>,
     /// IPv6 address and prefix length.
@@ -318,10 +358,12 @@ impl Topology {
         }
         w
     }
-    /// Every namespace the topology creates (VMs, then external hosts).
+    /// Every namespace the topology creates (namespace VMs, then
+    /// external hosts).
     pub fn namespaces(&self) -> Vec<String> {
         self.vms
             .iter()
+            .filter(|v| v.kind == VmKind::Netns)
             .map(|v| &v.name)
             .chain(self.hosts.iter().map(|h| &h.name))
             .map(|n| self.netns_of(n))
@@ -434,8 +476,21 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
         if vms.iter().any(|o| o.mac == mac) {
             return Err(bad(format!("mac {mac} is used twice")));
         }
-        if !(1..=16).contains(&v.queues) {
-            return Err(bad(format!("queues {} is outside 1..16", v.queues)));
+        let queues = match (v.kind, v.queues) {
+            (VmKind::Netns, q) => q.unwrap_or_else(default_queues),
+            (_, None | Some(1)) => 1,
+            (k, Some(q)) => {
+                return Err(bad(format!(
+                    "queues {q}: a {} VM has 1 queue pair (multiqueue over vhost-user is not built yet)",
+                    k.name()
+                )))
+            }
+        };
+        if !(1..=16).contains(&queues) {
+            return Err(bad(format!("queues {queues} is outside 1..16")));
+        }
+        if v.kind.is_vhost_user() && !(64..=4096).contains(&v.memory) {
+            return Err(bad(format!("memory {} MiB is outside 64..4096", v.memory)));
         }
         if v.vlan > 4094 {
             return Err(bad(format!("vlan {} is outside 0..4094", v.vlan)));
@@ -454,10 +509,12 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
         validate_settings(&settings).map_err(|e| bad(e.to_string()))?;
         vms.push(Vm {
             name: v.name.clone(),
+            kind: v.kind,
+            memory_mib: v.memory,
             ipv4,
             ipv6,
             mac,
-            queues: v.queues,
+            queues,
             vlan: v.vlan,
             settings,
         });

@@ -89,6 +89,10 @@ counters! {
         drop_bad_vxlan,
         /// Dropped: VXLAN for another VNI.
         drop_vni,
+        /// Dropped: a vhost-user guest's transmit descriptor chain outside
+        /// its memory, device-writable, longer than any frame or changed
+        /// while read.
+        drop_bad_descriptor,
     }
 }
 
@@ -130,6 +134,9 @@ counters! {
         drop_write_error,
         /// Dropped: the port was down.
         drop_port_down,
+        /// Dropped: a vhost-user guest's receive virtqueue had no free
+        /// buffer (the guest is not keeping up: its ring is full).
+        drop_virtqueue_full,
         /// Dropped: no remote tunnel endpoint for the frame is resolved yet
         /// (ARP pending).
         drop_tunnel_unresolved,
@@ -152,6 +159,7 @@ impl EgressStats {
             + self.drop_mtu_exceeded
             + self.drop_write_error
             + self.drop_port_down
+            + self.drop_virtqueue_full
             + self.drop_tunnel_unresolved
     }
 }
@@ -167,6 +175,7 @@ impl IngressStats {
             + self.drop_not_tunnel
             + self.drop_bad_vxlan
             + self.drop_vni
+            + self.drop_bad_descriptor
     }
     /// True when every frame read is forwarded, dropped or consumed by a
     /// tunnel endpoint.

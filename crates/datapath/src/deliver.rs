@@ -15,7 +15,7 @@ use crate::switch::{Port, PortSettings, RingItem, Switch, BATCH};
 use crate::tunnel::{TunnelScratch, Vtep};
 use hvnet_offload::gso::{self, CsumMode};
 use hvnet_offload::{csum, CsumState, GsoInfo};
-use hvnet_port::{Packet, VNET_HDR_LEN};
+use hvnet_port::{Device, Packet, VhostUserPort, VirtqError, VNET_HDR_LEN};
 use hvnet_sys::{BatchWriter, FrameQueue};
 use std::io::{self, IoSlice};
 use std::sync::atomic::Ordering;
@@ -34,16 +34,69 @@ pub(crate) struct Scratch {
     tunnelled: TunnelScratch,
 }
 
+/// Where a receive queue's frames are written: a TAP or uplink queue's
+/// descriptor, or a vhost-user guest's receive virtqueue.
+#[derive(Clone, Copy)]
+pub(crate) enum Out<'a> {
+    Fd(&'a FrameQueue),
+    Virtq(&'a VhostUserPort, usize),
+}
+
+/// Why a frame was not written.
+enum WriteFail {
+    /// The guest's receive virtqueue had no free buffer.
+    RingFull,
+    Error,
+}
+
+impl<'a> Out<'a> {
+    /// Queue `q` of `dev`.
+    pub(crate) fn of(dev: &'a Device, q: usize) -> Out<'a> {
+        match dev {
+            Device::VhostUser(v) => Out::Virtq(v, q),
+            Device::Tap(t) => Out::Fd(t.queue(q)),
+            Device::Uplink(u) => Out::Fd(u.queue(q)),
+        }
+    }
+
+    /// Writes one frame given as I/O slices, virtio-net header first.
+    fn write(self, iov: &[IoSlice<'_>]) -> Result<(), WriteFail> {
+        match self {
+            Out::Fd(fq) => hvnet_port::write_frame(fq, iov).map_err(|_| WriteFail::Error),
+            Out::Virtq(v, q) => v.write(q, iov).map_err(|e| match e {
+                VirtqError::RingFull => WriteFail::RingFull,
+                _ => WriteFail::Error,
+            }),
+        }
+    }
+
+    /// Writes a header and a frame's pieces.
+    fn send(self, vnet: &hvnet_wire::virtio_net::Repr, pieces: &[&[u8]]) -> Result<(), WriteFail> {
+        let hdr = hvnet_port::vnet_bytes(vnet);
+        let mut iov: smallvec::SmallVec<[IoSlice<'_>; 64]> = smallvec::SmallVec::new();
+        iov.push(IoSlice::new(&hdr));
+        iov.extend(pieces.iter().map(|p| IoSlice::new(p)));
+        self.write(&iov)
+    }
+
+    /// After a batch: a vhost-user guest is told what it received (when
+    /// its event index asks for it).
+    fn done(self) {
+        if let Out::Virtq(v, q) = self {
+            v.signal(q, true);
+        }
+    }
+}
+
 /// The delivery thread of one guest receive queue.
 pub(crate) fn deliver_loop(sw: &Switch, port: &Port, q: usize) {
     let ring = &port.rxq[q].rings;
     ring.reset_use();
     let mut consumer = Consumer::attach(ring);
-    let tap = port.dev.queue(q);
-    let mut writer = if sw.io.uring_write {
-        BatchWriter::new(tap.file(), BATCH as u32).ok()
-    } else {
-        None
+    let out = Out::of(&port.dev, q);
+    let mut writer = match out {
+        Out::Fd(fq) if sw.io.uring_write => BatchWriter::new(fq.file(), BATCH as u32).ok(),
+        _ => None,
     };
     let c = &*ring.delivery;
     let mut batch: Vec<Slot<RingItem>> = Vec::with_capacity(BATCH);
@@ -59,14 +112,14 @@ pub(crate) fn deliver_loop(sw: &Switch, port: &Port, q: usize) {
         let now_gen = sw.settings_gen.load(Ordering::Acquire);
         if now_gen != gen {
             gen = now_gen;
-            s = port.settings();
+            s = port.effective_settings();
         }
         let (r1, r2) = batch
             .iter()
             .fold((0, 0), |(a, b), x| (a + x.r1 as usize, b + x.r2 as usize));
         if port.is_up() {
             deliver_batch(
-                tap,
+                out,
                 port.tunnel.as_ref(),
                 writer.as_mut(),
                 c,
@@ -94,10 +147,10 @@ fn recycle<T, U>(mut v: Vec<T>) -> Vec<U> {
     v.into_iter().map(|_| unreachable!()).collect()
 }
 
-/// Delivers `items` into the guest through `tap`, counting into `c`, and
+/// Delivers `items` into the guest through `out`, counting into `c`, and
 /// empties `items`.
 pub(crate) fn deliver_batch(
-    tap: &FrameQueue,
+    out: Out<'_>,
     tunnel: Option<&Vtep>,
     writer: Option<&mut BatchWriter>,
     c: &EgressCounters,
@@ -105,9 +158,9 @@ pub(crate) fn deliver_batch(
     items: &mut Vec<Slot<RingItem>>,
     scratch: &mut Scratch,
 ) {
-    if let Some(vtep) = tunnel {
+    if let (Some(vtep), Out::Fd(fq)) = (tunnel, out) {
         for slot in items.drain(..) {
-            vtep.deliver(tap, c, &slot.item, &mut scratch.tunnelled);
+            vtep.deliver(fq, c, &slot.item, &mut scratch.tunnelled);
         }
         return;
     }
@@ -169,11 +222,14 @@ pub(crate) fn deliver_batch(
                     segment: Some(g),
                 } = &slot.item
                 {
-                    deliver_segmented(tap, c, s, pkt, *g);
+                    deliver_segmented(out, c, s, pkt, *g);
                     continue;
                 }
-                let ok = matches!(written.next(), Some(Ok(_)));
-                count(c, &slot.item, ok);
+                let r = match written.next() {
+                    Some(Ok(_)) => Ok(()),
+                    _ => Err(WriteFail::Error),
+                };
+                count(c, &slot.item, r);
             }
         }
         None => {
@@ -183,16 +239,17 @@ pub(crate) fn deliver_batch(
                     segment: Some(g),
                 } = &slot.item
                 {
-                    deliver_segmented(tap, c, s, pkt, *g);
+                    deliver_segmented(out, c, s, pkt, *g);
                     continue;
                 }
                 let mut iov: smallvec::SmallVec<[IoSlice<'_>; 96]> = smallvec::SmallVec::new();
                 push_iov(&mut iov, &slot.item, vnet);
-                let ok = hvnet_port::write_frame(tap, &iov).is_ok();
-                count(c, &slot.item, ok);
+                let r = out.write(&iov);
+                count(c, &slot.item, r);
             }
         }
     }
+    out.done();
 }
 
 /// The virtio-net header for a frame, after completing its checksum if
@@ -227,11 +284,12 @@ fn push_iov<'a>(iov: &mut impl Extend<IoSlice<'a>>, item: &'a RingItem, vnet: &'
     }
 }
 
-fn count(c: &EgressCounters, item: &RingItem, ok: bool) {
+fn count(c: &EgressCounters, item: &RingItem, r: Result<(), WriteFail>) {
     let n = item.sources();
-    if !ok {
-        add(&c.drop_write_error, n);
-        return;
+    match r {
+        Ok(()) => {}
+        Err(WriteFail::RingFull) => return add(&c.drop_virtqueue_full, n),
+        Err(WriteFail::Error) => return add(&c.drop_write_error, n),
     }
     match item {
         RingItem::Frame { pkt, .. } => {
@@ -257,7 +315,7 @@ fn count(c: &EgressCounters, item: &RingItem, ok: bool) {
 /// A GSO frame for a guest that does not take it whole: segmented on the
 /// way in, each segment written as it is made.
 fn deliver_segmented(
-    tap: &FrameQueue,
+    out: Out<'_>,
     c: &EgressCounters,
     s: &PortSettings,
     pkt: &Packet,
@@ -268,26 +326,29 @@ fn deliver_segmented(
     } else {
         CsumMode::Full
     };
-    let mut out = 0u64;
-    let mut failed = false;
+    let mut written = 0u64;
+    let mut failed = None;
     let r = gso::segment_parsed(pkt.frame(), &pkt.meta.layers, g, mode, &mut |seg| {
         let vnet = seg.info.to_vnet(0);
-        if hvnet_port::send(tap, &vnet, &[seg.header, seg.payload]).is_ok() {
-            out += 1;
-            add(
-                &c.delivered_bytes,
-                (seg.header.len() + seg.payload.len()) as u64,
-            );
-        } else {
-            failed = true;
+        match out.send(&vnet, &[seg.header, seg.payload]) {
+            Ok(()) => {
+                written += 1;
+                add(
+                    &c.delivered_bytes,
+                    (seg.header.len() + seg.payload.len()) as u64,
+                );
+            }
+            Err(e) => failed = Some(e),
         }
     });
-    if r.is_err() || failed {
-        add(&c.drop_write_error, 1);
-    } else {
-        add(&c.segmented_frames, 1);
-        add(&c.segments_out, out);
-        add(&c.delivered_frames, out);
-        add(&c.delivered_source_frames, 1);
+    match (r, failed) {
+        (_, Some(WriteFail::RingFull)) => add(&c.drop_virtqueue_full, 1),
+        (Err(_), _) | (_, Some(WriteFail::Error)) => add(&c.drop_write_error, 1),
+        (Ok(_), None) => {
+            add(&c.segmented_frames, 1);
+            add(&c.segments_out, written);
+            add(&c.delivered_frames, written);
+            add(&c.delivered_source_frames, 1);
+        }
     }
 }

@@ -108,7 +108,7 @@ impl Harness {
                 .fold((0, 0), |(a, b), x| (a + x.r1 as usize, b + x.r2 as usize));
             let s = port.settings();
             deliver::deliver_batch(
-                port.dev.queue(*q),
+                deliver::Out::of(&port.dev, *q),
                 port.tunnel.as_ref(),
                 None,
                 &ring.delivery,

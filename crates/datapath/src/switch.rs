@@ -225,6 +225,18 @@ impl Port {
     pub fn settings(&self) -> PortSettings {
         self.settings.read().expect("settings lock").clone()
     }
+    /// The settings as the datapath applies them: for a vhost-user guest,
+    /// LRO (GSO frames whole) and checksum offload only where its driver
+    /// accepted them.
+    pub fn effective_settings(&self) -> PortSettings {
+        let mut s = self.settings();
+        if let Some(v) = self.dev.vhost_user() {
+            let g = v.guest_offloads();
+            s.lro &= g.tso;
+            s.csum &= g.csum;
+        }
+        s
+    }
     /// True for an uplink (the physical side), false for a VM's port.
     pub fn is_uplink(&self) -> bool {
         self.dev.uplink().is_some()
@@ -362,7 +374,7 @@ pub struct Switch {
     pub(crate) io: IoMode,
     /// Bumped on every settings change, so workers re-read settings only
     /// when they changed.
-    pub(crate) settings_gen: AtomicU64,
+    pub(crate) settings_gen: Arc<AtomicU64>,
 }
 
 /// Why a setting change was refused.
@@ -405,6 +417,12 @@ impl Switch {
                 })
             })
             .collect();
+        let settings_gen = Arc::new(AtomicU64::new(0));
+        for p in &ports {
+            if let Some(v) = p.dev.vhost_user() {
+                v.notify_changes(Arc::clone(&settings_gen));
+            }
+        }
         let fdb = Fdb::new(cfg.fdb_aging, cfg.fdb_limits);
         for p in ports.iter().filter(|p| !p.is_uplink()) {
             fdb.add_static(p.vlan, p.mac, p.id);
@@ -416,7 +434,7 @@ impl Switch {
             stop: AtomicBool::new(false),
             started: Instant::now(),
             io: cfg.io,
-            settings_gen: AtomicU64::new(0),
+            settings_gen,
         })
     }
 

@@ -15,7 +15,7 @@ use crate::switch::{
 use crate::tunnel::{Received, TunnelDrop, Vtep, SOLICIT_EVERY};
 use hvnet_offload::gro::{GroConfig, GroOutput, GroTable};
 use hvnet_offload::vxlan::OUTER_LEN;
-use hvnet_port::{BatchReader, LinkState, Packet, Pool, RecvError, TapReader};
+use hvnet_port::{BatchReader, Device, LinkState, Packet, Pool, RecvError, TapReader};
 use hvnet_wire::MacAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -126,7 +126,9 @@ impl Worker {
     /// gone); an uplink waits for its device to come back.
     pub(crate) fn run(mut self) {
         let port = Arc::clone(&self.cx.port);
-        let fd = port.dev.queue(self.cx.q).raw_fd();
+        let q = self.cx.q;
+        let fd = port.dev.wait_fd(q);
+        let vhost = port.dev.vhost_user();
         // A tunnel endpoint's first queue thread resolves its peers.
         let solicits = port.tunnel.as_ref().filter(|_| self.cx.q == 0);
         let mut next_solicit = Instant::now();
@@ -137,10 +139,10 @@ impl Worker {
                 }
                 continue;
             }
-            if let Some(vtep) = solicits {
+            if let (Some(vtep), Some(fq)) = (solicits, port.dev.frames(0)) {
                 let now = Instant::now();
                 if now >= next_solicit {
-                    vtep.solicit(port.dev.queue(0));
+                    vtep.solicit(fq);
                     next_solicit = now + SOLICIT_EVERY;
                 }
             }
@@ -152,6 +154,11 @@ impl Worker {
                 }
                 Err(_) => break,
             }
+            if let Some(v) = vhost {
+                v.consume_kicks(q);
+                self.drain_virtqueue(v);
+                continue;
+            }
             if self.poll_batch() == Batch::Stalled {
                 // Every buffer the port may have is in flight: wait for
                 // deliveries to give some back instead of spinning.
@@ -161,13 +168,36 @@ impl Worker {
         self.finish();
     }
 
+    /// A guest's transmit virtqueue, read with its kicks off until it is
+    /// empty; kicks back on before the thread sleeps (and read on if the
+    /// guest added frames meanwhile).
+    fn drain_virtqueue(&mut self, v: &hvnet_port::VhostUserPort) {
+        let q = self.cx.q;
+        v.disable_tx_kicks(q);
+        loop {
+            match self.poll_batch() {
+                Batch::Frames => continue,
+                Batch::Stalled => std::thread::sleep(Duration::from_micros(200)),
+                Batch::Empty => {
+                    if !v.enable_tx_kicks(q) || self.cx.sw.stopping() {
+                        return;
+                    }
+                    v.disable_tx_kicks(q);
+                }
+            }
+        }
+    }
+
     /// An idle uplink notices a device that went down or lost its carrier
     /// (its sockets report only an administrative down).
     fn check_link(&self) {
-        if let Some(u) = self.cx.port.dev.uplink() {
-            if u.link_state() != LinkState::Up {
-                self.st.port_gone(&self.cx);
-            }
+        let down = match &self.cx.port.dev {
+            Device::Uplink(u) => u.link_state() != LinkState::Up,
+            Device::VhostUser(v) => !v.is_connected(),
+            Device::Tap(_) => false,
+        };
+        if down {
+            self.st.port_gone(&self.cx);
         }
     }
 
@@ -176,12 +206,23 @@ impl Worker {
     /// (a VM's guest is gone, the uplink's device deleted, the port failed).
     fn wait_for_link(&self) -> bool {
         let port = &self.cx.port;
-        let Some(u) = port.dev.uplink() else {
-            return false;
-        };
         if port.state() == PortState::Failed {
             return false;
         }
+        if let Some(v) = port.dev.vhost_user() {
+            // A guest that went away may come back (its hypervisor
+            // restarted and reconnected).
+            if v.is_connected() {
+                port.set_state_if(PortState::Down, PortState::Up);
+            } else {
+                let _ = hvnet_sys::poll_readable(v.tx_kick_fd(self.cx.q), 100);
+                v.consume_kicks(self.cx.q);
+            }
+            return true;
+        }
+        let Some(u) = port.dev.uplink() else {
+            return false;
+        };
         match u.link_state() {
             LinkState::Up => {
                 port.set_state_if(PortState::Down, PortState::Up);
@@ -213,10 +254,15 @@ impl State {
         let now = self.begin_batch(cx);
         let mut result = Batch::Empty;
         for _ in 0..BATCH {
-            let q = cx.port.dev.queue(cx.q);
-            let read = match &mut self.batch_reader {
-                Some(b) => b.read(q, &mut self.pool),
-                None => self.reader.read(q, &mut self.pool),
+            let read = match (&cx.port.dev, &mut self.batch_reader) {
+                (Device::VhostUser(v), _) => v.read(cx.q, &mut self.pool),
+                (dev, reader) => {
+                    let q = dev.frames(cx.q).expect("TAP and uplink ports have queues");
+                    match reader {
+                        Some(b) => b.read(q, &mut self.pool),
+                        None => self.reader.read(q, &mut self.pool),
+                    }
+                }
             };
             match read {
                 Ok(pkt) => {
@@ -244,6 +290,9 @@ impl State {
             }
         }
         self.end_batch(cx);
+        if let (Device::VhostUser(v), Batch::Frames) = (&cx.port.dev, result) {
+            v.signal(cx.q, false);
+        }
         result
     }
 
@@ -262,6 +311,7 @@ impl State {
         match e {
             RecvError::BadFrame(_) => add(&c.drop_bad_frame, 1),
             RecvError::TooManySegments => add(&c.drop_gso_segments, 1),
+            RecvError::BadDescriptor => add(&c.drop_bad_descriptor, 1),
             _ => add(&c.drop_bad_vnet_header, 1),
         }
     }
@@ -274,7 +324,7 @@ impl State {
             self.gen = gen;
             self.settings.clear();
             self.settings
-                .extend(cx.sw.ports.iter().map(|p| p.settings()));
+                .extend(cx.sw.ports.iter().map(|p| p.effective_settings()));
         }
         self.learned = None;
         self.route = None;
@@ -331,7 +381,9 @@ impl State {
                 add(&c.tunnel_control, 1);
                 if let Some(r) = reply {
                     // A reply that cannot be written now is asked for again.
-                    let _ = vtep.send_reply(cx.port.dev.queue(cx.q), &r);
+                    if let Some(fq) = cx.port.dev.frames(cx.q) {
+                        let _ = vtep.send_reply(fq, &r);
+                    }
                 }
             }
             Received::Drop(TunnelDrop::NotTunnel) => add(&c.drop_not_tunnel, 1),
@@ -637,7 +689,7 @@ impl State {
             lane.take_staged(&mut self.inline);
             add(&lane.counters.inline_batches, 1);
             deliver::deliver_batch(
-                port.dev.queue(q),
+                deliver::Out::of(&port.dev, q),
                 port.tunnel.as_ref(),
                 None,
                 &lane.counters,

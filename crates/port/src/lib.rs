@@ -10,7 +10,9 @@
 //!   it), read and written with virtio-net headers checked at the boundary;
 //! - [`uplink`]: uplink ports, AF_PACKET sockets on an existing interface
 //!   with the same header, one per receive queue;
-//! - [`device`]: either of them, as the datapath sees a port's device;
+//! - [`vhost_user`]: vhost-user ports, a real guest's virtio-net device
+//!   served over its shared memory and virtqueues;
+//! - [`device`]: any of them, as the datapath sees a port's device;
 //! - [`netqueue`]: an uplink's receive filters, as the kernel runs them.
 
 #![forbid(unsafe_code)]
@@ -21,6 +23,7 @@ pub mod packet;
 pub mod pool;
 pub mod tap;
 pub mod uplink;
+pub mod vhost_user;
 
 pub use device::Device;
 pub use packet::{Meta, Packet};
@@ -31,3 +34,4 @@ pub use tap::{
     TapReader, MAX_GSO_SEGMENTS, VNET_HDR_LEN,
 };
 pub use uplink::{BatchReader, LinkState, UplinkPort};
+pub use vhost_user::{GuestOffloads, VhostUserPort, VirtqError};

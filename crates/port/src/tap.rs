@@ -57,6 +57,11 @@ pub enum RecvError {
     /// A GSO frame that would make more than [`MAX_GSO_SEGMENTS`] segments.
     #[error("GSO frame asks for more than {MAX_GSO_SEGMENTS} segments")]
     TooManySegments,
+    /// A guest's transmit descriptor chain that cannot be read: outside
+    /// its memory, device-writable, longer than any frame, or changed
+    /// while read (vhost-user ports).
+    #[error("bad transmit descriptor chain")]
+    BadDescriptor,
     /// Any other read error.
     #[error("read from the TAP failed")]
     Read(#[source] io::Error),

@@ -16,6 +16,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 pub mod packet;
+pub mod scm;
 pub mod uring;
 pub use packet::{
     open_uplink, recv_frames, send_frames, set_fanout_program, BpfInsn, Fanout, PacketError,

@@ -1,0 +1,823 @@
+//! vhost-user ports: a real guest's virtio-net device, served from hvnet.
+//!
+//! The guest's hypervisor (QEMU, User-Mode Linux's `virtio_uml`,
+//! cloud-hypervisor, DPDK's `virtio_user`) connects to the port's socket
+//! and shares the guest's memory and virtqueues. hvnet copies what the
+//! guest's transmit virtqueue holds into its own buffers (the one copy on
+//! the way in) and writes frames straight into the buffers the guest
+//! posted on its receive virtqueue (the one copy on the way out): that
+//! receive virtqueue is the vNIC ring, and a frame that finds it empty is
+//! dropped and counted, as a physical NIC's ring would.
+//!
+//! The protocol (messages, memory table, vring set-up, kick and call
+//! eventfds) is rust-vmm's `vhost-user-backend`; descriptor chains are
+//! walked with `virtio-queue` over `vm-memory`, which bound every access to
+//! the guest's memory. What is hvnet's: the features a hypervisor's switch
+//! offers, and moving frames between descriptor chains and hvnet's
+//! buffers with the virtio-net header checked at the boundary, as for TAP
+//! ports ([`crate::tap::check`]).
+//!
+//! One adaptation sits between the front end and the crate: User-Mode
+//! Linux's `virtio_uml` sends `SET_MEM_TABLE` with room for two regions
+//! whatever it uses, and the crate refuses a message longer than its
+//! regions; [`relay`] passes each message through (descriptors attached)
+//! and trims that one to its regions. QEMU's and DPDK's messages pass
+//! unchanged.
+//!
+//! Threads: the crate runs one event thread per queue pair; it only turns
+//! the guest's kicks into wake-ups of the datapath's threads (the ingress
+//! worker of that pair, which reads the transmit virtqueue; room on the
+//! receive virtqueue). A new connection gets a fresh protocol handler (the
+//! crate's handler serves one front end): a guest that restarts
+//! reconnects to the same socket.
+
+use crate::packet::Packet;
+use crate::pool::{Pool, SizeClass, HEADROOM};
+use crate::tap::{check, RecvError, VNET_HDR_LEN};
+use std::io::{self, IoSlice};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
+use vhost_user_backend::{VhostUserBackend, VhostUserDaemon, VringRwLock, VringT};
+use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
+use virtio_bindings::virtio_net::*;
+use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
+use virtio_queue::{DescriptorChain, QueueT};
+use vm_memory::{Address, 
+    Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryLoadGuard,
+    GuestMemoryMmap,
+};
+use vmm_sys_util::epoll::EventSet;
+use vmm_sys_util::event::{new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier};
+
+type Memory = GuestMemoryAtomic<GuestMemoryMmap>;
+type Chain = DescriptorChain<GuestMemoryLoadGuard<GuestMemoryMmap>>;
+
+/// Largest virtqueue a guest may set up (the virtio-net maximum QEMU
+/// allows for `rx_queue_size`).
+pub const MAX_QUEUE_SIZE: u16 = 4096;
+
+/// Longest frame a guest may hand over: a 64 KiB GSO frame, its link
+/// header and the virtio-net header (the large buffer class).
+const MAX_TX_CHAIN: usize = SizeClass::Large.storage();
+
+/// Offsets in `struct virtio_net_hdr_v1`.
+const NUM_BUFFERS_OFFSET: u64 = 10;
+
+/// The device features offered: what a hypervisor's switch offers a guest
+/// (checksum and TSO both ways, ECN with TSO, mergeable receive buffers,
+/// MTU, link status, event index).
+pub fn offered_features() -> u64 {
+    [
+        VIRTIO_NET_F_CSUM,
+        VIRTIO_NET_F_GUEST_CSUM,
+        VIRTIO_NET_F_MTU,
+        VIRTIO_NET_F_MAC,
+        VIRTIO_NET_F_GUEST_TSO4,
+        VIRTIO_NET_F_GUEST_TSO6,
+        VIRTIO_NET_F_GUEST_ECN,
+        VIRTIO_NET_F_HOST_TSO4,
+        VIRTIO_NET_F_HOST_TSO6,
+        VIRTIO_NET_F_HOST_ECN,
+        VIRTIO_NET_F_MRG_RXBUF,
+        VIRTIO_NET_F_STATUS,
+        VIRTIO_RING_F_EVENT_IDX,
+        VIRTIO_RING_F_INDIRECT_DESC,
+        VIRTIO_F_VERSION_1,
+    ]
+    .iter()
+    .fold(0u64, |f, &b| f | (1u64 << b))
+        | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
+}
+
+/// What the guest's driver accepted, as the switch needs it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct GuestOffloads {
+    /// Takes frames with partial checksums (`GUEST_CSUM`).
+    pub csum: bool,
+    /// Takes TCP GSO frames whole (`GUEST_TSO4` and `GUEST_TSO6`).
+    pub tso: bool,
+    /// Its receive buffers may be chained into one frame (`MRG_RXBUF`).
+    pub mergeable: bool,
+}
+
+impl GuestOffloads {
+    fn from_features(f: u64) -> GuestOffloads {
+        let has = |b: u32| f & (1u64 << b) != 0;
+        GuestOffloads {
+            csum: has(VIRTIO_NET_F_GUEST_CSUM),
+            tso: has(VIRTIO_NET_F_GUEST_TSO4) && has(VIRTIO_NET_F_GUEST_TSO6),
+            mergeable: has(VIRTIO_NET_F_MRG_RXBUF),
+        }
+    }
+}
+
+/// Why a virtqueue write did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum VirtqError {
+    /// The guest posted no (or too few) receive buffers: its ring is full.
+    #[error("the guest's receive virtqueue has no free buffers")]
+    RingFull,
+    /// No guest is connected, or its queue is not set up.
+    #[error("no guest is connected")]
+    NotReady,
+    /// A descriptor the guest posted is unusable (outside its memory,
+    /// read-only, or the chain is malformed).
+    #[error("bad receive descriptor")]
+    BadDescriptor,
+}
+
+/// Everything the protocol handler and the datapath share.
+struct Shared {
+    name: String,
+    pairs: usize,
+    mac: [u8; 6],
+    mtu: u16,
+    /// The guest's memory, once the front end sent its table.
+    mem: RwLock<Option<Memory>>,
+    /// The current connection's vrings by virtqueue index (receive queue
+    /// `2i`, transmit queue `2i + 1`), known from their first event.
+    vrings: RwLock<Vec<Option<VringRwLock>>>,
+    acked: AtomicU64,
+    connected: AtomicBool,
+    /// Bumped when what the guest accepts changes (the switch re-reads
+    /// its settings).
+    changes: Mutex<Option<Arc<AtomicU64>>>,
+    /// Per queue pair: the guest kicked its transmit queue.
+    tx_kick: Vec<(EventConsumer, EventNotifier)>,
+    /// Per queue pair: the guest posted receive buffers.
+    rx_kick: Vec<(EventConsumer, EventNotifier)>,
+    /// Connections so far.
+    connections: AtomicU64,
+}
+
+impl Shared {
+    fn changed(&self) {
+        if let Some(c) = self.changes.lock().expect("changes lock").as_ref() {
+            c.fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
+/// The crate's back-end trait, over the shared state. One per connection.
+#[derive(Clone)]
+struct Backend {
+    sh: Arc<Shared>,
+    /// Exit eventfds of this connection's event threads.
+    exits: Arc<Mutex<Vec<EventNotifier>>>,
+    /// The back end's request channel the front end gave.
+    channel: Arc<Mutex<Option<vhost::vhost_user::Backend>>>,
+}
+
+impl VhostUserBackend for Backend {
+    type Bitmap = ();
+    type Vring = VringRwLock;
+
+    fn num_queues(&self) -> usize {
+        2 * self.sh.pairs
+    }
+
+    fn max_queue_size(&self) -> usize {
+        MAX_QUEUE_SIZE as usize
+    }
+
+    fn features(&self) -> u64 {
+        offered_features()
+    }
+
+    fn acked_features(&self, features: u64) {
+        self.sh.acked.store(features, Ordering::Release);
+        self.sh.changed();
+    }
+
+    fn protocol_features(&self) -> VhostUserProtocolFeatures {
+        // BACKEND_REQ: User-Mode Linux allocates the interrupt of its
+        // virtqueues' call descriptors only when it sets up the back end's
+        // request channel (without it, its driver fails to probe).
+        VhostUserProtocolFeatures::MQ
+            | VhostUserProtocolFeatures::BACKEND_REQ
+            | VhostUserProtocolFeatures::REPLY_ACK
+            | VhostUserProtocolFeatures::CONFIG
+    }
+
+    fn reset_device(&self) {
+        self.sh.acked.store(0, Ordering::Release);
+        self.sh.changed();
+    }
+
+    fn set_event_idx(&self, _enabled: bool) {}
+
+    fn set_backend_req_fd(&self, channel: vhost::vhost_user::Backend) {
+        // Kept open for the connection's life: User-Mode Linux takes the
+        // channel's end of file for a broken connection and removes its
+        // NIC.
+        *self.channel.lock().expect("channel lock") = Some(channel);
+    }
+
+    fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
+        let cfg = config_space(&self.sh);
+        let start = (offset as usize).min(cfg.len());
+        let end = (start + size as usize).min(cfg.len());
+        let mut out = cfg[start..end].to_vec();
+        out.resize(size as usize, 0);
+        out
+    }
+
+    fn update_memory(&self, mem: Memory) -> io::Result<()> {
+        *self.sh.mem.write().expect("mem lock") = Some(mem);
+        Ok(())
+    }
+
+    fn queues_per_thread(&self) -> Vec<u64> {
+        (0..self.sh.pairs).map(|i| 0b11u64 << (2 * i)).collect()
+    }
+
+    fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
+        let (c, n) = new_event_consumer_and_notifier(EventFlag::NONBLOCK).ok()?;
+        let keep = n.try_clone().ok()?;
+        self.exits.lock().expect("exits lock").push(keep);
+        Some((c, n))
+    }
+
+    fn handle_event(
+        &self,
+        device_event: u16,
+        _evset: EventSet,
+        vrings: &[VringRwLock],
+        thread_id: usize,
+    ) -> io::Result<()> {
+        let pair = thread_id;
+        if pair >= self.sh.pairs {
+            return Ok(());
+        }
+        {
+            let mut all = self.sh.vrings.write().expect("vrings lock");
+            for (i, v) in vrings.iter().enumerate().take(2) {
+                let slot = &mut all[2 * pair + i];
+                if slot.is_none() {
+                    *slot = Some(v.clone());
+                }
+            }
+        }
+        match device_event {
+            0 => self.sh.rx_kick[pair].1.notify()?,
+            1 => self.sh.tx_kick[pair].1.notify()?,
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// `struct virtio_net_config`: MAC, status (link up), queue pairs, MTU.
+fn config_space(sh: &Shared) -> [u8; 12] {
+    let mut c = [0u8; 12];
+    c[..6].copy_from_slice(&sh.mac);
+    c[6..8].copy_from_slice(&(VIRTIO_NET_S_LINK_UP as u16).to_le_bytes());
+    c[8..10].copy_from_slice(&(sh.pairs as u16).to_le_bytes());
+    c[10..12].copy_from_slice(&sh.mtu.to_le_bytes());
+    c
+}
+
+/// A vhost-user port: its socket (hvnet is the server) and the guest's
+/// virtqueues once a front end is connected.
+pub struct VhostUserPort {
+    socket: PathBuf,
+    sh: Arc<Shared>,
+}
+
+impl std::fmt::Debug for VhostUserPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VhostUserPort")
+            .field("name", &self.sh.name)
+            .field("socket", &self.socket)
+            .finish()
+    }
+}
+
+/// Why a port could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum VhostUserError {
+    /// The socket could not be made.
+    #[error("cannot listen on {0}: {1}")]
+    Listen(PathBuf, String),
+    /// An eventfd could not be made.
+    #[error("cannot make an eventfd: {0}")]
+    Event(#[from] io::Error),
+}
+
+impl VhostUserPort {
+    /// Listens on `socket` for a guest's front end and serves it (and each
+    /// one after it) on a thread of its own. `pairs` queue pairs; `mac`
+    /// and `mtu` are what the device's configuration space tells the
+    /// guest.
+    pub fn listen(
+        name: &str,
+        socket: &Path,
+        pairs: usize,
+        mac: [u8; 6],
+        mtu: u16,
+    ) -> Result<VhostUserPort, VhostUserError> {
+        let kicks = || -> io::Result<Vec<(EventConsumer, EventNotifier)>> {
+            (0..pairs)
+                .map(|_| new_event_consumer_and_notifier(EventFlag::NONBLOCK | EventFlag::CLOEXEC))
+                .collect()
+        };
+        let sh = Arc::new(Shared {
+            name: name.to_string(),
+            pairs,
+            mac,
+            mtu,
+            mem: RwLock::new(None),
+            vrings: RwLock::new(vec![None; 2 * pairs]),
+            acked: AtomicU64::new(0),
+            connected: AtomicBool::new(false),
+            changes: Mutex::new(None),
+            tx_kick: kicks()?,
+            rx_kick: kicks()?,
+            connections: AtomicU64::new(0),
+        });
+        // Bind now, so that a guest started right after this returns finds
+        // the socket; the serving thread accepts on it.
+        let listen_err = |e: io::Error| VhostUserError::Listen(socket.to_path_buf(), e.to_string());
+        let _ = std::fs::remove_file(socket);
+        let listener = UnixListener::bind(socket).map_err(listen_err)?;
+        // The crate's side of the relay: an abstract socket, private to
+        // this process in practice (its name is not on any file system).
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let inner = SocketAddr::from_abstract_name(format!(
+            "hvnet-vhost-{}-{name}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ))
+        .map_err(listen_err)?;
+        let inner_listener = UnixListener::bind_addr(&inner).map_err(listen_err)?;
+        let listener = Relay {
+            public: listener,
+            inner: vhost::vhost_user::Listener::from(inner_listener),
+            inner_addr: inner,
+        };
+        let sh2 = Arc::clone(&sh);
+        std::thread::Builder::new()
+            .name(format!("{name}_vhost"))
+            .spawn(move || serve(sh2, listener))
+            .map_err(VhostUserError::Event)?;
+        Ok(VhostUserPort {
+            socket: socket.to_path_buf(),
+            sh,
+        })
+    }
+
+    /// The socket a front end connects to.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Queue pairs.
+    pub fn num_queues(&self) -> usize {
+        self.sh.pairs
+    }
+
+    /// True while a front end is connected.
+    pub fn is_connected(&self) -> bool {
+        self.sh.connected.load(Ordering::Acquire)
+    }
+
+    /// Front ends that connected so far.
+    pub fn connections(&self) -> u64 {
+        self.sh.connections.load(Ordering::Relaxed)
+    }
+
+    /// What the guest's driver accepted.
+    pub fn guest_offloads(&self) -> GuestOffloads {
+        GuestOffloads::from_features(self.sh.acked.load(Ordering::Acquire))
+    }
+
+    /// The feature bits the guest acknowledged.
+    pub fn acked_features(&self) -> u64 {
+        self.sh.acked.load(Ordering::Acquire)
+    }
+
+    /// `counter` is bumped whenever what the guest accepts changes.
+    pub fn notify_changes(&self, counter: Arc<AtomicU64>) {
+        *self.sh.changes.lock().expect("changes lock") = Some(counter);
+    }
+
+    /// The eventfd that becomes readable when the guest kicks transmit
+    /// queue `q` (the ingress worker polls it).
+    pub fn tx_kick_fd(&self, q: usize) -> RawFd {
+        self.sh.tx_kick[q].0.as_raw_fd()
+    }
+
+    /// The eventfd that becomes readable when the guest posts receive
+    /// buffers on queue `q`.
+    pub fn rx_kick_fd(&self, q: usize) -> RawFd {
+        self.sh.rx_kick[q].0.as_raw_fd()
+    }
+
+    /// Clears the kick eventfds of queue `q` after a wake-up.
+    pub fn consume_kicks(&self, q: usize) {
+        let _ = self.sh.tx_kick[q].0.consume();
+        let _ = self.sh.rx_kick[q].0.consume();
+    }
+
+    /// Virtqueue sizes of pair `q` as the guest set them up: (receive,
+    /// transmit); 0 for a queue not set up.
+    pub fn queue_sizes(&self, q: usize) -> (u16, u16) {
+        let all = self.sh.vrings.read().expect("vrings lock");
+        let size = |i: usize| {
+            all[i]
+                .as_ref()
+                .map_or(0, |v| v.get_ref().get_queue().size())
+        };
+        (size(2 * q), size(2 * q + 1))
+    }
+
+    fn vring(&self, index: usize) -> Option<(VringRwLock, Memory)> {
+        if !self.is_connected() {
+            return None;
+        }
+        let v = self.sh.vrings.read().expect("vrings lock")[index].clone()?;
+        let mem = self.sh.mem.read().expect("mem lock").clone()?;
+        Some((v, mem))
+    }
+
+    /// Reads one frame from transmit queue `q` into a buffer of `pool` and
+    /// checks it as a TAP read is checked. The descriptor is returned to
+    /// the guest at once (the frame was copied).
+    pub fn read(&self, q: usize, pool: &mut Pool) -> Result<Packet, RecvError> {
+        let Some((vring, mem)) = self.vring(2 * q + 1) else {
+            return Err(RecvError::WouldBlock);
+        };
+        let mut st = vring.get_mut();
+        if !st.get_queue().ready() || !st.is_enabled() {
+            return Err(RecvError::WouldBlock);
+        }
+        let guard = mem.memory();
+        let Some(chain) = st.get_queue_mut().pop_descriptor_chain(guard.clone()) else {
+            return Err(RecvError::WouldBlock);
+        };
+        let head = chain.head_index();
+        let r = copy_chain(chain, &guard, pool);
+        // Used with length 0: the device wrote nothing into it.
+        let _ = st.add_used(head, 0);
+        let (buf, n) = r?;
+        check(buf, n)
+    }
+
+    /// Makes the guest's transmit queue `q` kick again when it has more
+    /// (before the worker sleeps); true if frames arrived meanwhile.
+    pub fn enable_tx_kicks(&self, q: usize) -> bool {
+        let Some((vring, _)) = self.vring(2 * q + 1) else {
+            return false;
+        };
+        vring.enable_notification().unwrap_or(false)
+    }
+
+    /// No kicks while the worker is reading anyway.
+    pub fn disable_tx_kicks(&self, q: usize) {
+        if let Some((vring, _)) = self.vring(2 * q + 1) {
+            let _ = vring.disable_notification();
+        }
+    }
+
+    /// Tells the guest what was used on queue pair `q` (its transmit or
+    /// receive side), if it wants to know now (event index).
+    pub fn signal(&self, q: usize, receive: bool) {
+        let idx = if receive { 2 * q } else { 2 * q + 1 };
+        if let Some((vring, _)) = self.vring(idx) {
+            if vring.needs_notification().unwrap_or(true) {
+                let _ = vring.signal_used_queue();
+            }
+        }
+    }
+
+    /// Writes one frame (virtio-net header first) into the guest's receive
+    /// queue `q`: into one descriptor chain, or as many as it needs when
+    /// the guest takes mergeable buffers. Nothing is written when the
+    /// guest has too few buffers.
+    pub fn write(&self, q: usize, iov: &[IoSlice<'_>]) -> Result<(), VirtqError> {
+        let (vring, mem) = self.vring(2 * q).ok_or(VirtqError::NotReady)?;
+        let mergeable = self.guest_offloads().mergeable;
+        let mut st = vring.get_mut();
+        if !st.get_queue().ready() || !st.is_enabled() {
+            return Err(VirtqError::NotReady);
+        }
+        let guard = mem.memory();
+        let total: usize = iov.iter().map(|s| s.len()).sum();
+        let mut src = Source::new(iov);
+        // (head, bytes written) per chain used; a 64 KiB frame in 1.5 KiB
+        // buffers takes 44.
+        let mut used: smallvec::SmallVec<[(u16, u32); 64]> = smallvec::SmallVec::new();
+        let mut first_addr = None;
+        let mut failed = None;
+        while src.written < total {
+            let Some(chain) = st.get_queue_mut().pop_descriptor_chain(guard.clone()) else {
+                failed = Some(VirtqError::RingFull);
+                break;
+            };
+            let head = chain.head_index();
+            match fill_chain(chain, &guard, &mut src, &mut first_addr) {
+                Ok(n) => used.push((head, n as u32)),
+                Err(e) => {
+                    // The chain is given back unused.
+                    used.push((head, 0));
+                    failed = Some(e);
+                    break;
+                }
+            }
+            if !mergeable && src.written < total {
+                failed = Some(VirtqError::BadDescriptor);
+                break;
+            }
+        }
+        if let Some(e) = failed {
+            match e {
+                // The guest sees none of this frame: the chains taken go
+                // back to the available side, to be used by a later frame.
+                VirtqError::RingFull => {
+                    let queue = st.get_queue_mut();
+                    let back = queue.next_avail().wrapping_sub(used.len() as u16);
+                    queue.set_next_avail(back);
+                }
+                // A chain that cannot be used as it is goes back used and
+                // empty, with those taken before it (the guest's driver
+                // counts a too-short buffer as a receive error).
+                _ => {
+                    for &(h, _) in &used {
+                        let _ = st.add_used(h, 0);
+                    }
+                }
+            }
+            return Err(e);
+        }
+        if mergeable {
+            if let Some(addr) = first_addr {
+                let n = (used.len() as u16).to_le_bytes();
+                let _ = guard.write_slice(&n, addr.unchecked_add(NUM_BUFFERS_OFFSET));
+            }
+        }
+        for &(head, n) in &used {
+            let _ = st.add_used(head, n);
+        }
+        Ok(())
+    }
+}
+
+/// The bytes of a frame given as I/O slices, consumed in order.
+struct Source<'a> {
+    iov: &'a [IoSlice<'a>],
+    /// Index of the slice and offset in it.
+    at: (usize, usize),
+    written: usize,
+}
+
+impl<'a> Source<'a> {
+    fn new(iov: &'a [IoSlice<'a>]) -> Source<'a> {
+        Source {
+            iov,
+            at: (0, 0),
+            written: 0,
+        }
+    }
+
+    /// Up to `max` next bytes.
+    fn next(&mut self, max: usize) -> Option<&'a [u8]> {
+        while self.at.0 < self.iov.len() {
+            let s: &'a [u8] = &self.iov[self.at.0];
+            if self.at.1 < s.len() {
+                let n = (s.len() - self.at.1).min(max);
+                let out = &s[self.at.1..self.at.1 + n];
+                self.at.1 += n;
+                self.written += n;
+                return Some(out);
+            }
+            self.at = (self.at.0 + 1, 0);
+        }
+        None
+    }
+
+    fn done(&self) -> bool {
+        self.at.0 >= self.iov.len()
+            || (self.at.0 + 1 == self.iov.len() && self.at.1 >= self.iov[self.at.0].len())
+    }
+}
+
+/// Copies what remains of `src` into a receive chain's writable buffers;
+/// the bytes written.
+fn fill_chain(
+    chain: Chain,
+    mem: &GuestMemoryMmap,
+    src: &mut Source<'_>,
+    first: &mut Option<GuestAddress>,
+) -> Result<usize, VirtqError> {
+    let mut n = 0;
+    for desc in chain {
+        if !desc.is_write_only() {
+            return Err(VirtqError::BadDescriptor);
+        }
+        if first.is_none() {
+            if (desc.len() as usize) < VNET_HDR_LEN {
+                return Err(VirtqError::BadDescriptor);
+            }
+            *first = Some(desc.addr());
+        }
+        let mut off = 0usize;
+        while off < desc.len() as usize {
+            let Some(bytes) = src.next(desc.len() as usize - off) else {
+                return Ok(n);
+            };
+            mem.write_slice(bytes, desc.addr().unchecked_add(off as u64))
+                .map_err(|_| VirtqError::BadDescriptor)?;
+            off += bytes.len();
+            n += bytes.len();
+        }
+        if src.done() {
+            break;
+        }
+    }
+    Ok(n)
+}
+
+/// Copies a transmit chain (virtio-net header and frame) into a pool
+/// buffer: the buffer and the bytes copied.
+fn copy_chain(
+    chain: Chain,
+    mem: &GuestMemoryMmap,
+    pool: &mut Pool,
+) -> Result<(crate::pool::Buf, usize), RecvError> {
+    let mut total = 0usize;
+    for desc in chain.clone() {
+        if desc.is_write_only() {
+            return Err(RecvError::BadDescriptor);
+        }
+        total = total.saturating_add(desc.len() as usize);
+    }
+    if total > MAX_TX_CHAIN {
+        return Err(RecvError::BadDescriptor);
+    }
+    let class = if total <= SizeClass::Small.storage() {
+        SizeClass::Small
+    } else {
+        SizeClass::Large
+    };
+    let mut buf = pool.take(class).ok_or(RecvError::NoBuffer)?;
+    let mut at = 0usize;
+    for desc in chain {
+        let len = desc.len() as usize;
+        // The chain is read once more: a guest that changed it meanwhile
+        // gets no more than was measured.
+        if at + len > total {
+            return Err(RecvError::BadDescriptor);
+        }
+        mem.read_slice(&mut buf.storage_mut()[at..at + len], desc.addr())
+            .map_err(|_| RecvError::BadDescriptor)?;
+        at += len;
+    }
+    buf.set_len(at.saturating_sub(HEADROOM));
+    Ok((buf, at))
+}
+
+/// The port's public socket, and the crate's side of the relay.
+struct Relay {
+    public: UnixListener,
+    inner: vhost::vhost_user::Listener,
+    inner_addr: SocketAddr,
+}
+
+/// `VHOST_USER_SET_MEM_TABLE`.
+const SET_MEM_TABLE: u32 = 5;
+/// Bytes of a message header: request, flags, size.
+const MSG_HEADER: usize = 12;
+/// Bytes of `struct VhostUserMemory` before its regions, and of a region.
+const MEM_TABLE_HEAD: usize = 8;
+const MEM_REGION: usize = 32;
+/// Longest message payload relayed (the protocol's own limit is 4 KiB of
+/// config space plus headers).
+const MAX_PAYLOAD: usize = 0x1000 + 64;
+
+/// Reads exactly `buf.len()` bytes; descriptors attached to them are
+/// returned.
+fn recv_exact(sock: &UnixStream, buf: &mut [u8]) -> io::Result<Vec<std::os::fd::OwnedFd>> {
+    let mut fds = Vec::new();
+    let mut at = 0;
+    while at < buf.len() {
+        let (n, f) = hvnet_sys::scm::recv_with_fds(sock, &mut buf[at..])?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        fds.extend(f);
+        at += n;
+    }
+    Ok(fds)
+}
+
+/// Passes the front end's messages to the crate, each with its
+/// descriptors; trims a `SET_MEM_TABLE` longer than its regions.
+fn relay(front: &UnixStream, back: &UnixStream) -> io::Result<()> {
+    let mut msg = vec![0u8; MSG_HEADER + MAX_PAYLOAD];
+    loop {
+        let mut fds = recv_exact(front, &mut msg[..MSG_HEADER])?;
+        let request = u32::from_le_bytes(msg[0..4].try_into().expect("4 bytes"));
+        let mut size = u32::from_le_bytes(msg[8..12].try_into().expect("4 bytes")) as usize;
+        if size > MAX_PAYLOAD {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "message too long"));
+        }
+        fds.extend(recv_exact(front, &mut msg[MSG_HEADER..MSG_HEADER + size])?);
+        if request == SET_MEM_TABLE && size >= MEM_TABLE_HEAD {
+            let p = &msg[MSG_HEADER..];
+            let regions = u32::from_le_bytes(p[0..4].try_into().expect("4 bytes")) as usize;
+            let want = MEM_TABLE_HEAD + regions.min(8) * MEM_REGION;
+            if size > want {
+                size = want;
+                msg[8..12].copy_from_slice(&(size as u32).to_le_bytes());
+            }
+        }
+        hvnet_sys::scm::send_with_fds(back, &msg[..MSG_HEADER + size], &fds)?;
+    }
+}
+
+/// Accepts front ends one after another, each served by a fresh handler
+/// through the relay.
+fn serve(sh: Arc<Shared>, mut relay_ends: Relay) {
+    loop {
+        let front = match relay_ends.public.accept() {
+            Ok((s, _)) => s,
+            Err(e) => {
+                eprintln!("hvnet: port {}: vhost-user accept: {e}", sh.name);
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                continue;
+            }
+        };
+        let back = match UnixStream::connect_addr(&relay_ends.inner_addr) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("hvnet: port {}: vhost-user relay: {e}", sh.name);
+                continue;
+            }
+        };
+        let backend = Backend {
+            sh: Arc::clone(&sh),
+            exits: Arc::new(Mutex::new(Vec::new())),
+            channel: Arc::new(Mutex::new(None)),
+        };
+        let exits = Arc::clone(&backend.exits);
+        let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
+        let mut daemon = match VhostUserDaemon::new(sh.name.clone(), backend, mem) {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("hvnet: port {}: vhost-user: {e}", sh.name);
+                return;
+            }
+        };
+        if let Err(e) = daemon.start(&mut relay_ends.inner) {
+            eprintln!("hvnet: port {}: vhost-user: {e}", sh.name);
+            continue;
+        }
+        // Front end to crate through the relay; the crate's replies go
+        // back as they are.
+        let (f2, b2) = match (front.try_clone(), back.try_clone()) {
+            (Ok(f), Ok(b)) => (f, b),
+            _ => continue,
+        };
+        let name = sh.name.clone();
+        std::thread::spawn(move || {
+            if let Err(e) = relay(&front, &back) {
+                if e.kind() != io::ErrorKind::UnexpectedEof {
+                    eprintln!("hvnet: port {name}: vhost-user relay: {e}");
+                }
+            }
+            let _ = back.shutdown(std::net::Shutdown::Both);
+            let _ = front.shutdown(std::net::Shutdown::Both);
+        });
+        std::thread::spawn(move || {
+            let _ = io::copy(&mut &b2, &mut &f2);
+            let _ = f2.shutdown(std::net::Shutdown::Both);
+        });
+        sh.connections.fetch_add(1, Ordering::Relaxed);
+        sh.connected.store(true, Ordering::Release);
+        eprintln!("hvnet: port {}: guest connected", sh.name);
+        let r = daemon.wait();
+        sh.connected.store(false, Ordering::Release);
+        for v in sh.vrings.write().expect("vrings lock").iter_mut() {
+            *v = None;
+        }
+        *sh.mem.write().expect("mem lock") = None;
+        sh.acked.store(0, Ordering::Release);
+        sh.changed();
+        for e in exits.lock().expect("exits lock").iter() {
+            let _ = e.notify();
+        }
+        // Wake the datapath so it notices.
+        for (_, n) in sh.tx_kick.iter().chain(sh.rx_kick.iter()) {
+            let _ = n.notify();
+        }
+        match r {
+            Ok(()) => eprintln!("hvnet: port {}: guest disconnected", sh.name),
+            Err(e) => eprintln!("hvnet: port {}: guest disconnected: {e}", sh.name),
+        }
+    }
+}

@@ -184,7 +184,8 @@ class Topology:
         stop_procs(self.procs)
         run([hvnet_bin(), "down", self.name], check=False)
         for vm in self.vms + self.hosts:
-            run(["ip", "netns", "del", self.ns(vm["name"])], check=False)
+            if vm.get("kind", "netns") == "netns":
+                run(["ip", "netns", "del", self.ns(vm["name"])], check=False)
         return False
 
     def device(self, uplink: str) -> str:
@@ -195,13 +196,30 @@ class Topology:
         """The namespace of a VM or an external host."""
         return f"{self.name}-{vm}"
 
+    def kind(self, vm) -> str:
+        """A VM's kind ("netns" for external hosts and by default)."""
+        return next((v.get("kind", "netns") for v in self.vms if v["name"] == vm), "netns")
+
+    def argv(self, vm, cmd):
+        """The command line that runs shell command `cmd` in a VM of any
+        kind (a real guest through `hvnet exec`) or an external host."""
+        if self.kind(vm) == "netns":
+            return ["ip", "netns", "exec", self.ns(vm), "sh", "-c", cmd]
+        return [hvnet_bin(), "exec", "-t", self.name, vm, "--", "sh", "-c", cmd]
+
     def sh(self, vm, cmd, check=True, timeout=120):
-        return run(["ip", "netns", "exec", self.ns(vm), "sh", "-c", cmd], check=check, timeout=timeout)
+        return run(self.argv(vm, cmd), check=check, timeout=timeout)
 
     def popen(self, vm, cmd, **kw):
-        p = subprocess.Popen(["ip", "netns", "exec", self.ns(vm), "sh", "-c", f"exec {cmd}"], **kw)
+        p = subprocess.Popen(self.argv(vm, f"exec {cmd}"), **kw)
         self.procs.append(p)
         return p
+
+    def wait_listening(self, vm, port: int, timeout=60.0):
+        """Waits until something in `vm` listens on TCP `port`."""
+        if self.kind(vm) == "netns":
+            return wait_listening(self.ns(vm), port, timeout)
+        eventually(lambda: f":{port} " in self.sh(vm, "ss -Hltn").stdout, timeout=timeout, every=0.1)
 
     def thread(self, vm, role="delivery", queue=0):
         """The kernel thread id of a VM's port thread, from hvnet's own view

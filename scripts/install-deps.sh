@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what hvnet needs on Debian 12, as root: the kernel tools its
 # demo and tests drive (iperf3, tcpdump, tshark, ethtool, iproute2,
-# headless Chromium for the lab report's check), a Rust
+# headless Chromium for the lab report's check, User-Mode Linux for real
+# guests), a Rust
 # toolchain if there is none, and the Python test libraries (scapy, pytest).
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
@@ -14,7 +15,9 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # chromium: the tests open the lab's HTML report in a real (headless) browser.
-need=(iperf3 tcpdump tshark ethtool iproute2 iputils-ping python3 ca-certificates curl gcc libc6-dev chromium)
+# user-mode-linux: real guests (kind = "uml"), their own kernel and
+# virtio-net driver on a vhost-user port.
+need=(iperf3 tcpdump tshark ethtool iproute2 iputils-ping python3 ca-certificates curl gcc libc6-dev chromium user-mode-linux)
 missing=()
 for p in "${need[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -110,7 +110,7 @@ mount -t hostfs -o {x} hostfs /run/hvnet
 hostname {name}
 stty -echo 2>/dev/null
 M=/usr/lib/uml/modules/$(uname -r)/kernel
-for m in net/ipv6/ipv6 net/core/failover drivers/net/net_failover drivers/net/virtio_net; do
+for m in lib/crc-ccitt net/ipv6/ipv6 net/core/failover drivers/net/net_failover drivers/net/virtio_net; do
     insmod $M/$m.ko || echo "hvnet init: insmod $m failed"
 done
 n=0

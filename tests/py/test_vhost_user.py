@@ -1,0 +1,128 @@
+"""Real guests on vhost-user ports: User-Mode Linux kernels (their own TCP
+stack and virtio-net driver, this machine's `linux.uml`) started by
+`hvnet up`, beside a namespace VM on the same switch. Commands run inside
+them through `hvnet exec`."""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+
+import hvlab
+from test_switch_e2e import XFER, assert_accounted
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(not os.path.exists("/usr/bin/linux.uml"), reason="needs user-mode-linux (scripts/install-deps.sh)"),
+]
+
+A, B, C = "198.18.9.1", "198.18.9.2", "198.18.9.3"
+
+
+def topology(tmp_path, **a_settings):
+    vms = [
+        dict(name="a", kind="uml", ipv4=A + "/24", ipv6="fd18:9::1/64", **a_settings),
+        dict(name="b", kind="uml", ipv4=B + "/24", ipv6="fd18:9::2/64"),
+        dict(name="c", ipv4=C + "/24", queues=1),
+    ]
+    return hvlab.Topology(tmp_path, vms, prefix="vu")
+
+
+def ports(t):
+    return {p["name"]: p for p in json.loads(t.hv("ports", "--json").stdout)}
+
+
+@pytest.fixture
+def shared_dir():
+    """A directory the guests see: their root is the host's file system,
+    read-only, with their own /tmp and /run."""
+    d = tempfile.mkdtemp(prefix="hvnet-vu-", dir="/var/tmp")
+    shutil.copy(XFER, d)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def transfer(t, src, dst, dst_ip, path, port=5555):
+    xfer = os.path.join(os.path.dirname(path), "xfer.py")
+    server = t.popen(dst, f"python3 {xfer} serve {dst_ip} {port}", stdout=subprocess.PIPE, text=True)
+    t.wait_listening(dst, port)
+    t.sh(src, f"python3 {xfer} send {dst_ip} {port} {path}", timeout=120)
+    out, _ = server.communicate(timeout=60)
+    digest, n = out.split()
+    return digest, int(n)
+
+
+def test_guests_ping_each_other_and_a_namespace_vm(tmp_path):
+    with topology(tmp_path) as t:
+        t.sh("a", f"ping -c 3 -i 0.2 -W 2 {B}")
+        t.sh("a", f"ping -c 3 -i 0.2 -W 2 {C}")
+        t.sh("c", f"ping -c 3 -i 0.2 -W 2 {B}")
+        t.sh("b", "ping -6 -c 3 -i 0.2 -W 2 fd18:9::1")
+        p = ports(t)
+        assert p["a"]["type"] == "vhost-user" and p["a"]["link"] == "up", p["a"]
+        assert p["c"]["type"] == "tap+vnet_hdr"
+        # The guest's own kernel and driver: its eth0 is virtio_net, with
+        # the MAC and MTU the topology gave.
+        drv = t.sh("a", "readlink /sys/class/net/eth0/device/driver").stdout
+        assert drv.strip().endswith("virtio_net"), drv
+        assert t.sh("a", "cat /sys/class/net/eth0/address").stdout.strip() == p["a"]["mac"]
+        assert_accounted(t, ["a", "b", "c"])
+
+
+def test_exec_passes_output_status_and_input_through(tmp_path):
+    with topology(tmp_path) as t:
+        r = t.hv("exec", "a", "--", "sh", "-c", "echo out; echo err >&2; exit 7", check=False)
+        assert (r.returncode, r.stdout, r.stderr) == (7, "out\n", "err\n"), r
+        data = os.urandom(1 << 20)
+        r = subprocess.run([hvlab.hvnet_bin(), "exec", "-t", t.name, "-i", "a", "--", "sha256sum"],
+                           input=data, capture_output=True, check=True)
+        assert r.stdout.split()[0].decode() == hashlib.sha256(data).hexdigest()
+        # Namespace VMs too, with the same command.
+        r = t.hv("exec", "c", "--", "sh", "-c", "exit 3", check=False)
+        assert r.returncode == 3
+        r = t.hv("exec", "nosuch", "--", "true", check=False)
+        assert r.returncode != 0 and "no VM named" in r.stderr
+
+
+@pytest.mark.parametrize("offloads", ["on", "off"])
+def test_file_arrives_intact_both_ways(tmp_path, shared_dir, offloads):
+    data = os.path.join(shared_dir, "random.bin")
+    blob = os.urandom(24 << 20)
+    with open(data, "wb") as f:
+        f.write(blob)
+    want = (hashlib.sha256(blob).hexdigest(), 24 << 20)
+    with topology(tmp_path) as t:
+        if offloads == "off":
+            # The guests' own drivers stop offering TSO and checksum
+            # offload: every frame is wire-sized and fully checksummed.
+            for vm in ("a", "b"):
+                t.sh(vm, "ethtool -K eth0 tso off gso off tx off")
+        # The guests see the host's files (read-only): the file is sent
+        # from where the test wrote it.
+        assert transfer(t, "a", "b", B, data) == want
+        assert transfer(t, "b", "a", A, data, port=5556) == want
+        assert transfer(t, "a", "c", C, data, port=5557) == want
+        assert transfer(t, "c", "a", A, data, port=5558) == want
+        rx = t.stats("/ports/b/rxSummary")
+        if offloads == "on":
+            assert rx["gso_intact_frames"] > 0, rx
+        else:
+            assert rx["gso_intact_frames"] == 0, rx
+        assert_accounted(t, ["a", "b", "c"])
+
+
+def test_a_killed_guest_takes_down_its_port_and_comes_back(tmp_path):
+    with topology(tmp_path) as t:
+        t.sh("a", f"ping -c 1 -W 2 {B}")
+        t.hv("kill", "a")
+        assert hvlab.eventually(lambda: ports(t)["a"]["link"] == "down", timeout=10)
+        # The others go on.
+        t.sh("c", f"ping -c 3 -i 0.2 -W 2 {B}")
+        t.hv("restart", "a")
+        assert ports(t)["a"]["link"] == "up" or hvlab.eventually(lambda: ports(t)["a"]["link"] == "up", timeout=10)
+        t.sh("a", f"ping -c 3 -i 0.2 -W 2 {B}")
+        t.sh("a", f"ping -c 3 -i 0.2 -W 2 {C}")

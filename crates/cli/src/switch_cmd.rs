@@ -97,7 +97,18 @@ pub fn up(file: PathBuf, json_out: bool) -> Result<(), String> {
         let vms: Vec<Value> = topo
             .vms
             .iter()
-            .map(|v| json!({"vm": v.name, "netns": topo.netns(v), "mac": v.mac.to_string()}))
+            .map(|v| {
+                let mut o = json!({"vm": v.name, "kind": v.kind, "mac": v.mac.to_string()});
+                if v.kind == topology::VmKind::Netns {
+                    o["netns"] = json!(topo.netns(v));
+                } else {
+                    o["socket"] = json!(hvnet_control::guest::socket_path(
+                        &daemon::state_dir(&topo.name),
+                        &v.name
+                    ));
+                }
+                o
+            })
             .collect();
         let uplinks: Vec<Value> = topo
             .uplinks
@@ -117,13 +128,13 @@ pub fn up(file: PathBuf, json_out: bool) -> Result<(), String> {
         println!("topology {} is up: {} VMs", topo.name, topo.vms.len());
         for v in &topo.vms {
             let addr = v.ipv4.map(|(a, l)| format!("{a}/{l}")).unwrap_or_default();
+            let place = match v.kind {
+                topology::VmKind::Netns => format!("netns {}", topo.netns(v)),
+                k => format!("{} guest", k.name()),
+            };
             println!(
-                "  {:<12} netns {:<24} eth0 {} {} mtu {}",
-                v.name,
-                topo.netns(v),
-                v.mac,
-                addr,
-                v.settings.mtu
+                "  {:<12} {:<30} eth0 {} {} mtu {}",
+                v.name, place, v.mac, addr, v.settings.mtu
             );
         }
         for u in &topo.uplinks {
@@ -147,8 +158,11 @@ pub fn up(file: PathBuf, json_out: bool) -> Result<(), String> {
             println!("warning: {w}");
         }
         println!(
-            "run commands in a VM with: ip netns exec {} …",
-            topo.vms.first().map(|v| topo.netns(v)).unwrap_or_default()
+            "run commands in a VM with: hvnet exec {} -- …",
+            topo.vms
+                .first()
+                .map(|v| v.name.as_str())
+                .unwrap_or_default()
         );
     }
     Ok(())
@@ -330,7 +344,10 @@ pub fn exec(t: &Target, vm: &str, stdin: bool, argv: &[String]) -> Result<i32, S
     let topo = topology::load(&state.file).map_err(|e| e.to_string())?;
     let v = topo.vms.iter().find(|v| v.name == vm).ok_or_else(|| {
         let names: Vec<String> = topo.vms.iter().map(|v| v.name.clone()).collect();
-        format!("no VM named {vm:?} in topology {name} (VMs: {})", names.join(", "))
+        format!(
+            "no VM named {vm:?} in topology {name} (VMs: {})",
+            names.join(", ")
+        )
     })?;
     match v.kind {
         topology::VmKind::Netns => {

@@ -8,17 +8,16 @@
 //! serves the control socket. `down` stops the daemon and removes exactly
 //! what the state file lists, also after a crash.
 
+use crate::guest::{self, Guest};
 use crate::proto::{self, Reply, Request};
+use crate::topology::VmKind;
 use crate::topology::{self, Topology};
 use crate::topology::{Host, Uplink, UplinkLro};
 use crate::views;
 use hvnet_datapath::tunnel::VtepConfig;
 use hvnet_datapath::{PortSettings, PortSpec, Switch, SwitchConfig};
 use hvnet_port::netqueue::{Filter, Filters};
-use crate::guest::{self, Guest};
-use crate::topology::VmKind;
 use hvnet_port::{Device, TapPort, UplinkPort, VhostUserPort};
-use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
@@ -27,6 +26,7 @@ use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Where topologies keep their state.
@@ -638,11 +638,7 @@ pub fn daemon(file: &Path) -> Result<(), DaemonError> {
 
 /// Starts the topology's User-Mode Linux guests and waits until each has
 /// its `eth0` configured (they boot in parallel).
-fn start_guests(
-    topo: &Topology,
-    dir: &Path,
-    state: &mut State,
-) -> Result<Vec<Guest>, DaemonError> {
+fn start_guests(topo: &Topology, dir: &Path, state: &mut State) -> Result<Vec<Guest>, DaemonError> {
     let mut guests = Vec::new();
     for vm in topo.vms.iter().filter(|v| v.kind == VmKind::Uml) {
         let g = guest::start_uml(topo, vm, dir);

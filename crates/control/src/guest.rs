@@ -270,8 +270,11 @@ pub fn exec(
             .map_or(0, |d| d.as_nanos())
     );
     let cmd: Vec<String> = argv.iter().map(|a| shell_quote(a)).collect();
-    std::fs::write(x.join(format!("{id}.cmd")), format!("exec {}\n", cmd.join(" ")))
-        .map_err(io_err("write the command file"))?;
+    std::fs::write(
+        x.join(format!("{id}.cmd")),
+        format!("exec {}\n", cmd.join(" ")),
+    )
+    .map_err(io_err("write the command file"))?;
     if let Some(input) = stdin {
         std::fs::write(x.join(format!("{id}.in")), input).map_err(io_err("write stdin"))?;
     }
@@ -292,7 +295,10 @@ pub fn exec(
         std::thread::sleep(Duration::from_millis(10));
     }
     let read = |ext: &str| std::fs::read(x.join(format!("{id}.{ext}"))).unwrap_or_default();
-    let status = String::from_utf8_lossy(&read("rc")).trim().parse().unwrap_or(255);
+    let status = String::from_utf8_lossy(&read("rc"))
+        .trim()
+        .parse()
+        .unwrap_or(255);
     let out = ExecOutput {
         status,
         stdout: read("out"),

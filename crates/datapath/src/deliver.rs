@@ -314,13 +314,7 @@ fn count(c: &EgressCounters, item: &RingItem, r: Result<(), WriteFail>) {
 
 /// A GSO frame for a guest that does not take it whole: segmented on the
 /// way in, each segment written as it is made.
-fn deliver_segmented(
-    out: Out<'_>,
-    c: &EgressCounters,
-    s: &PortSettings,
-    pkt: &Packet,
-    g: GsoInfo,
-) {
+fn deliver_segmented(out: Out<'_>, c: &EgressCounters, s: &PortSettings, pkt: &Packet, g: GsoInfo) {
     let mode = if s.csum {
         CsumMode::Partial
     } else {

@@ -47,12 +47,14 @@ use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_net::*;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 use virtio_queue::{DescriptorChain, QueueT};
-use vm_memory::{Address, 
-    Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryLoadGuard,
+use vm_memory::{
+    Address, Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryLoadGuard,
     GuestMemoryMmap,
 };
 use vmm_sys_util::epoll::EventSet;
-use vmm_sys_util::event::{new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier};
+use vmm_sys_util::event::{
+    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
+};
 
 type Memory = GuestMemoryAtomic<GuestMemoryMmap>;
 type Chain = DescriptorChain<GuestMemoryLoadGuard<GuestMemoryMmap>>;
@@ -724,7 +726,10 @@ fn relay(front: &UnixStream, back: &UnixStream) -> io::Result<()> {
         let request = u32::from_le_bytes(msg[0..4].try_into().expect("4 bytes"));
         let mut size = u32::from_le_bytes(msg[8..12].try_into().expect("4 bytes")) as usize;
         if size > MAX_PAYLOAD {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "message too long"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "message too long",
+            ));
         }
         fds.extend(recv_exact(front, &mut msg[MSG_HEADER..MSG_HEADER + size])?);
         if request == SET_MEM_TABLE && size >= MEM_TABLE_HEAD {

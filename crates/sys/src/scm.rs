@@ -92,11 +92,7 @@ pub fn send_with_fds(sock: &UnixStream, data: &[u8], fds: &[OwnedFd]) -> io::Res
                 (*c).cmsg_level = libc::SOL_SOCKET;
                 (*c).cmsg_type = libc::SCM_RIGHTS;
                 (*c).cmsg_len = libc::CMSG_LEN(bytes as u32) as usize;
-                std::ptr::copy_nonoverlapping(
-                    raw.as_ptr().cast::<u8>(),
-                    libc::CMSG_DATA(c),
-                    bytes,
-                );
+                std::ptr::copy_nonoverlapping(raw.as_ptr().cast::<u8>(), libc::CMSG_DATA(c), bytes);
             }
         }
         // SAFETY: `msg` points at `iov` (over `data`) and `control`, both

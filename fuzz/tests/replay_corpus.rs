@@ -52,3 +52,8 @@ fn switch_ops() {
 fn vtep_receive() {
     replay("vtep_receive", hvnet_fuzz::vtep_receive);
 }
+
+#[test]
+fn virtqueue() {
+    replay("virtqueue", hvnet_fuzz::virtqueue);
+}

@@ -12,6 +12,7 @@
 //!   with the same header, one per receive queue;
 //! - [`vhost_user`]: vhost-user ports, a real guest's virtio-net device
 //!   served over its shared memory and virtqueues;
+//! - [`virtq`]: frames in and out of a guest's virtqueues;
 //! - [`device`]: any of them, as the datapath sees a port's device;
 //! - [`netqueue`]: an uplink's receive filters, as the kernel runs them.
 
@@ -24,6 +25,7 @@ pub mod pool;
 pub mod tap;
 pub mod uplink;
 pub mod vhost_user;
+pub mod virtq;
 
 pub use device::Device;
 pub use packet::{Meta, Packet};
@@ -34,4 +36,5 @@ pub use tap::{
     TapReader, MAX_GSO_SEGMENTS, VNET_HDR_LEN,
 };
 pub use uplink::{BatchReader, LinkState, UplinkPort};
-pub use vhost_user::{GuestOffloads, VhostUserPort, VirtqError};
+pub use vhost_user::{GuestOffloads, VhostUserPort};
+pub use virtq::VirtqError;

@@ -32,8 +32,9 @@
 //! reconnects to the same socket.
 
 use crate::packet::Packet;
-use crate::pool::{Pool, SizeClass, HEADROOM};
-use crate::tap::{check, RecvError, VNET_HDR_LEN};
+use crate::pool::Pool;
+use crate::tap::RecvError;
+use crate::virtq::{self, VirtqError};
 use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::linux::net::SocketAddrExt;
@@ -46,29 +47,18 @@ use vhost_user_backend::{VhostUserBackend, VhostUserDaemon, VringRwLock, VringT}
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_net::*;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
-use virtio_queue::{DescriptorChain, QueueT};
-use vm_memory::{
-    Address, Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryLoadGuard,
-    GuestMemoryMmap,
-};
+use virtio_queue::QueueT;
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{
     new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
 };
 
 type Memory = GuestMemoryAtomic<GuestMemoryMmap>;
-type Chain = DescriptorChain<GuestMemoryLoadGuard<GuestMemoryMmap>>;
 
 /// Largest virtqueue a guest may set up (the virtio-net maximum QEMU
 /// allows for `rx_queue_size`).
 pub const MAX_QUEUE_SIZE: u16 = 4096;
-
-/// Longest frame a guest may hand over: a 64 KiB GSO frame, its link
-/// header and the virtio-net header (the large buffer class).
-const MAX_TX_CHAIN: usize = SizeClass::Large.storage();
-
-/// Offsets in `struct virtio_net_hdr_v1`.
-const NUM_BUFFERS_OFFSET: u64 = 10;
 
 /// The device features offered: what a hypervisor's switch offers a guest
 /// (checksum and TSO both ways, ECN with TSO, mergeable receive buffers,
@@ -116,21 +106,6 @@ impl GuestOffloads {
             mergeable: has(VIRTIO_NET_F_MRG_RXBUF),
         }
     }
-}
-
-/// Why a virtqueue write did not happen.
-#[derive(Debug, thiserror::Error)]
-pub enum VirtqError {
-    /// The guest posted no (or too few) receive buffers: its ring is full.
-    #[error("the guest's receive virtqueue has no free buffers")]
-    RingFull,
-    /// No guest is connected, or its queue is not set up.
-    #[error("no guest is connected")]
-    NotReady,
-    /// A descriptor the guest posted is unusable (outside its memory,
-    /// read-only, or the chain is malformed).
-    #[error("bad receive descriptor")]
-    BadDescriptor,
 }
 
 /// Everything the protocol handler and the datapath share.
@@ -459,15 +434,7 @@ impl VhostUserPort {
             return Err(RecvError::WouldBlock);
         }
         let guard = mem.memory();
-        let Some(chain) = st.get_queue_mut().pop_descriptor_chain(guard.clone()) else {
-            return Err(RecvError::WouldBlock);
-        };
-        let head = chain.head_index();
-        let r = copy_chain(chain, &guard, pool);
-        // Used with length 0: the device wrote nothing into it.
-        let _ = st.add_used(head, 0);
-        let (buf, n) = r?;
-        check(buf, n)
+        virtq::read_frame(st.get_queue_mut(), &guard, pool)
     }
 
     /// Makes the guest's transmit queue `q` kick again when it has more
@@ -509,178 +476,8 @@ impl VhostUserPort {
             return Err(VirtqError::NotReady);
         }
         let guard = mem.memory();
-        let total: usize = iov.iter().map(|s| s.len()).sum();
-        let mut src = Source::new(iov);
-        // (head, bytes written) per chain used; a 64 KiB frame in 1.5 KiB
-        // buffers takes 44.
-        let mut used: smallvec::SmallVec<[(u16, u32); 64]> = smallvec::SmallVec::new();
-        let mut first_addr = None;
-        let mut failed = None;
-        while src.written < total {
-            let Some(chain) = st.get_queue_mut().pop_descriptor_chain(guard.clone()) else {
-                failed = Some(VirtqError::RingFull);
-                break;
-            };
-            let head = chain.head_index();
-            match fill_chain(chain, &guard, &mut src, &mut first_addr) {
-                Ok(n) => used.push((head, n as u32)),
-                Err(e) => {
-                    // The chain is given back unused.
-                    used.push((head, 0));
-                    failed = Some(e);
-                    break;
-                }
-            }
-            if !mergeable && src.written < total {
-                failed = Some(VirtqError::BadDescriptor);
-                break;
-            }
-        }
-        if let Some(e) = failed {
-            match e {
-                // The guest sees none of this frame: the chains taken go
-                // back to the available side, to be used by a later frame.
-                VirtqError::RingFull => {
-                    let queue = st.get_queue_mut();
-                    let back = queue.next_avail().wrapping_sub(used.len() as u16);
-                    queue.set_next_avail(back);
-                }
-                // A chain that cannot be used as it is goes back used and
-                // empty, with those taken before it (the guest's driver
-                // counts a too-short buffer as a receive error).
-                _ => {
-                    for &(h, _) in &used {
-                        let _ = st.add_used(h, 0);
-                    }
-                }
-            }
-            return Err(e);
-        }
-        if mergeable {
-            if let Some(addr) = first_addr {
-                let n = (used.len() as u16).to_le_bytes();
-                let _ = guard.write_slice(&n, addr.unchecked_add(NUM_BUFFERS_OFFSET));
-            }
-        }
-        for &(head, n) in &used {
-            let _ = st.add_used(head, n);
-        }
-        Ok(())
+        virtq::write_frame(st.get_queue_mut(), &guard, iov, mergeable)
     }
-}
-
-/// The bytes of a frame given as I/O slices, consumed in order.
-struct Source<'a> {
-    iov: &'a [IoSlice<'a>],
-    /// Index of the slice and offset in it.
-    at: (usize, usize),
-    written: usize,
-}
-
-impl<'a> Source<'a> {
-    fn new(iov: &'a [IoSlice<'a>]) -> Source<'a> {
-        Source {
-            iov,
-            at: (0, 0),
-            written: 0,
-        }
-    }
-
-    /// Up to `max` next bytes.
-    fn next(&mut self, max: usize) -> Option<&'a [u8]> {
-        while self.at.0 < self.iov.len() {
-            let s: &'a [u8] = &self.iov[self.at.0];
-            if self.at.1 < s.len() {
-                let n = (s.len() - self.at.1).min(max);
-                let out = &s[self.at.1..self.at.1 + n];
-                self.at.1 += n;
-                self.written += n;
-                return Some(out);
-            }
-            self.at = (self.at.0 + 1, 0);
-        }
-        None
-    }
-
-    fn done(&self) -> bool {
-        self.at.0 >= self.iov.len()
-            || (self.at.0 + 1 == self.iov.len() && self.at.1 >= self.iov[self.at.0].len())
-    }
-}
-
-/// Copies what remains of `src` into a receive chain's writable buffers;
-/// the bytes written.
-fn fill_chain(
-    chain: Chain,
-    mem: &GuestMemoryMmap,
-    src: &mut Source<'_>,
-    first: &mut Option<GuestAddress>,
-) -> Result<usize, VirtqError> {
-    let mut n = 0;
-    for desc in chain {
-        if !desc.is_write_only() {
-            return Err(VirtqError::BadDescriptor);
-        }
-        if first.is_none() {
-            if (desc.len() as usize) < VNET_HDR_LEN {
-                return Err(VirtqError::BadDescriptor);
-            }
-            *first = Some(desc.addr());
-        }
-        let mut off = 0usize;
-        while off < desc.len() as usize {
-            let Some(bytes) = src.next(desc.len() as usize - off) else {
-                return Ok(n);
-            };
-            mem.write_slice(bytes, desc.addr().unchecked_add(off as u64))
-                .map_err(|_| VirtqError::BadDescriptor)?;
-            off += bytes.len();
-            n += bytes.len();
-        }
-        if src.done() {
-            break;
-        }
-    }
-    Ok(n)
-}
-
-/// Copies a transmit chain (virtio-net header and frame) into a pool
-/// buffer: the buffer and the bytes copied.
-fn copy_chain(
-    chain: Chain,
-    mem: &GuestMemoryMmap,
-    pool: &mut Pool,
-) -> Result<(crate::pool::Buf, usize), RecvError> {
-    let mut total = 0usize;
-    for desc in chain.clone() {
-        if desc.is_write_only() {
-            return Err(RecvError::BadDescriptor);
-        }
-        total = total.saturating_add(desc.len() as usize);
-    }
-    if total > MAX_TX_CHAIN {
-        return Err(RecvError::BadDescriptor);
-    }
-    let class = if total <= SizeClass::Small.storage() {
-        SizeClass::Small
-    } else {
-        SizeClass::Large
-    };
-    let mut buf = pool.take(class).ok_or(RecvError::NoBuffer)?;
-    let mut at = 0usize;
-    for desc in chain {
-        let len = desc.len() as usize;
-        // The chain is read once more: a guest that changed it meanwhile
-        // gets no more than was measured.
-        if at + len > total {
-            return Err(RecvError::BadDescriptor);
-        }
-        mem.read_slice(&mut buf.storage_mut()[at..at + len], desc.addr())
-            .map_err(|_| RecvError::BadDescriptor)?;
-        at += len;
-    }
-    buf.set_len(at.saturating_sub(HEADROOM));
-    Ok((buf, at))
 }
 
 /// The port's public socket, and the crate's side of the relay.

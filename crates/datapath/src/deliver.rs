@@ -11,7 +11,7 @@
 
 use crate::counters::{add, EgressCounters};
 use crate::ring::{Consumer, Slot};
-use crate::switch::{Port, PortSettings, RingItem, Switch, BATCH};
+use crate::switch::{Port, PortSettings, RingItem, RxOverflow, Switch, BACKPRESSURE_WAIT, BATCH};
 use crate::tunnel::{TunnelScratch, Vtep};
 use hvnet_offload::gso::{self, CsumMode};
 use hvnet_offload::{csum, CsumState, GsoInfo};
@@ -59,24 +59,44 @@ impl<'a> Out<'a> {
         }
     }
 
-    /// Writes one frame given as I/O slices, virtio-net header first.
-    fn write(self, iov: &[IoSlice<'_>]) -> Result<(), WriteFail> {
+    /// Writes one frame given as I/O slices, virtio-net header first. A
+    /// guest's full receive virtqueue is waited on (up to
+    /// [`BACKPRESSURE_WAIT`]) when its port holds frames rather than drop
+    /// them (`rx_overflow = "backpressure"`).
+    fn write(self, iov: &[IoSlice<'_>], hold: bool) -> Result<(), WriteFail> {
         match self {
             Out::Fd(fq) => hvnet_port::write_frame(fq, iov).map_err(|_| WriteFail::Error),
-            Out::Virtq(v, q) => v.write(q, iov).map_err(|e| match e {
-                VirtqError::RingFull => WriteFail::RingFull,
-                _ => WriteFail::Error,
-            }),
+            Out::Virtq(v, q) => {
+                let deadline = std::time::Instant::now() + BACKPRESSURE_WAIT;
+                loop {
+                    match v.write(q, iov) {
+                        Ok(()) => return Ok(()),
+                        Err(VirtqError::RingFull) => {
+                            let left =
+                                deadline.saturating_duration_since(std::time::Instant::now());
+                            if !hold || left.is_zero() || !v.wait_for_room(q, left) {
+                                return Err(WriteFail::RingFull);
+                            }
+                        }
+                        Err(_) => return Err(WriteFail::Error),
+                    }
+                }
+            }
         }
     }
 
     /// Writes a header and a frame's pieces.
-    fn send(self, vnet: &hvnet_wire::virtio_net::Repr, pieces: &[&[u8]]) -> Result<(), WriteFail> {
+    fn send(
+        self,
+        vnet: &hvnet_wire::virtio_net::Repr,
+        pieces: &[&[u8]],
+        hold: bool,
+    ) -> Result<(), WriteFail> {
         let hdr = hvnet_port::vnet_bytes(vnet);
         let mut iov: smallvec::SmallVec<[IoSlice<'_>; 64]> = smallvec::SmallVec::new();
         iov.push(IoSlice::new(&hdr));
         iov.extend(pieces.iter().map(|p| IoSlice::new(p)));
-        self.write(&iov)
+        self.write(&iov, hold)
     }
 
     /// After a batch: a vhost-user guest is told what it received (when
@@ -244,7 +264,7 @@ pub(crate) fn deliver_batch(
                 }
                 let mut iov: smallvec::SmallVec<[IoSlice<'_>; 96]> = smallvec::SmallVec::new();
                 push_iov(&mut iov, &slot.item, vnet);
-                let r = out.write(&iov);
+                let r = out.write(&iov, s.rx_overflow == RxOverflow::Backpressure);
                 count(c, &slot.item, r);
             }
         }
@@ -324,7 +344,11 @@ fn deliver_segmented(out: Out<'_>, c: &EgressCounters, s: &PortSettings, pkt: &P
     let mut failed = None;
     let r = gso::segment_parsed(pkt.frame(), &pkt.meta.layers, g, mode, &mut |seg| {
         let vnet = seg.info.to_vnet(0);
-        match out.send(&vnet, &[seg.header, seg.payload]) {
+        match out.send(
+            &vnet,
+            &[seg.header, seg.payload],
+            s.rx_overflow == RxOverflow::Backpressure,
+        ) {
             Ok(()) => {
                 written += 1;
                 add(

@@ -505,6 +505,11 @@ impl State {
                     add(&c.drop_mtu_exceeded, 1);
                     return;
                 }
+                // Segments of its flow held for coalescing go first: a
+                // GSO frame must not overtake them.
+                if lro {
+                    self.flush_gro(cx, dst, q);
+                }
                 let segment = (!whole).then_some(g);
                 self.stage(cx, dst, q, RingItem::Frame { pkt, segment });
             }
@@ -649,18 +654,23 @@ impl State {
         }
     }
 
+    /// Stages what the LRO table of `(dst, q)` holds.
+    fn flush_gro(&mut self, cx: &Ctx, dst: usize, q: usize) {
+        if let Some(t) = self.dests[dst][q].gro.as_mut() {
+            if t.held() > 0 {
+                let out = &mut self.gro_out;
+                t.flush_all(&mut |o| out.push(o));
+                self.stage_gro_output(cx, dst, q);
+            }
+        }
+    }
+
     /// End of a batch: flush the LRO tables, then hand each destination
     /// queue its frames.
     fn end_batch(&mut self, cx: &Ctx) {
         for i in 0..self.active.len() {
             let (dst, q) = self.active[i];
-            if let Some(t) = self.dests[dst][q].gro.as_mut() {
-                if t.held() > 0 {
-                    let out = &mut self.gro_out;
-                    t.flush_all(&mut |o| out.push(o));
-                    self.stage_gro_output(cx, dst, q);
-                }
-            }
+            self.flush_gro(cx, dst, q);
         }
         let active = std::mem::take(&mut self.active);
         for &(dst, q) in &active {

@@ -453,6 +453,27 @@ impl VhostUserPort {
         }
     }
 
+    /// Waits up to `timeout` for the guest to post receive buffers on
+    /// queue `q` (its receive virtqueue was full); true if it may have.
+    /// The guest is asked to kick when it adds buffers.
+    pub fn wait_for_room(&self, q: usize, timeout: std::time::Duration) -> bool {
+        let Some((vring, _)) = self.vring(2 * q) else {
+            return false;
+        };
+        // Tell the guest what it has received so far (it frees buffers
+        // only once it knows), then ask for a kick on new buffers.
+        if vring.needs_notification().unwrap_or(true) {
+            let _ = vring.signal_used_queue();
+        }
+        if vring.enable_notification().unwrap_or(false) {
+            return true;
+        }
+        let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
+        let ready = hvnet_sys::poll_readable(self.rx_kick_fd(q), ms).unwrap_or(false);
+        let _ = self.sh.rx_kick[q].0.consume();
+        ready
+    }
+
     /// Tells the guest what was used on queue pair `q` (its transmit or
     /// receive side), if it wants to know now (event index).
     pub fn signal(&self, q: usize, receive: bool) {

@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""Two real guests, VM to VM, through hvnet and through the references,
+same guests, same run.
+
+The guests are User-Mode Linux kernels (`linux.uml`, their own TCP stack)
+with 256 MiB each:
+- hvnet: vhost-user ports on hvnet (`kind = "uml"`), virtio-net in the
+  guests;
+- bridge: each guest on a TAP device (UML's vector driver,
+  `vec0:transport=tap,gro=1`: virtio-net headers and GSO on the TAP, its
+  fastest setting here), the two TAPs joined by a Linux bridge.
+(DPDK testpmd's vhost back end is not a fabric yet: with User-Mode Linux
+guests it forwarded nothing here, see docs/perf/vhost-user.md.)
+One iperf3 stream, guest a to guest b, for `--seconds`; each repetition
+boots fresh guests for every fabric in turn (interleaved), and the median
+of `--repeat` runs is reported with Gbit/s per busy core (machine-wide
+/proc/stat during the transfer).
+
+Run as root: `scripts/bench_vhost.py [--repeat 3] [--seconds 5] [--out F]`.
+Not a test: nothing here asserts a speed.
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "lab")]
+
+import hvlab  # noqa: E402
+from hvnet_lab import measure  # noqa: E402
+
+UML = "/usr/bin/linux.uml"
+A_IP, B_IP = "198.18.20.1", "198.18.20.2"
+
+# The bench's own guests (bridge): an init that configures the
+# NIC and runs one role, with files in a directory shared with the host.
+INIT = r"""#!/bin/sh
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export HOME=/tmp
+mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t tmpfs tmp /tmp; mount -t tmpfs run /run
+mkdir -p /run/x; mount -t hostfs -o {shared} hostfs /run/x
+M=/usr/lib/uml/modules/$(uname -r)/kernel
+for m in lib/crc-ccitt net/ipv6/ipv6 net/core/failover drivers/net/net_failover drivers/net/virtio_net; do
+    insmod $M/$m.ko 2>/dev/null
+done
+n=0
+while [ ! -e /sys/class/net/{ifname} ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n+1)); done
+ip link set lo up
+ip link set {ifname} up
+ip addr add {ip}/24 dev {ifname}
+if [ {role} = server ]; then
+    iperf3 -s -1 > /run/x/server.log 2>&1
+else
+    until ping -c 1 -W 1 {peer} > /dev/null 2>&1; do :; done
+    n=0
+    while [ $n -lt 100 ]; do
+        date +%s.%N > /run/x/start
+        iperf3 -c {peer} -t {seconds} -J > /run/x/result.tmp 2>&1 && break
+        sleep 0.1; n=$((n+1))
+    done
+    mv /run/x/result.tmp /run/x/result.json
+fi
+poweroff -f > /dev/null 2>&1
+"""
+
+
+class UmlGuest:
+    """A bench guest: `nic` is the UML device argument."""
+
+    def __init__(self, work: Path, name: str, nic: str, ifname: str, ip: str, peer: str, role: str, seconds: int):
+        self.dir = work / name
+        self.dir.mkdir(parents=True)
+        init = self.dir / "init"
+        init.write_text(INIT.format(shared=self.dir, ifname=ifname, ip=ip, peer=peer, role=role, seconds=seconds))
+        init.chmod(0o755)
+        self.log = open(self.dir / "console.log", "w")
+        self.proc = subprocess.Popen(
+            ["setarch", "x86_64", "-R", UML, f"umid=hvb-{name}-{os.getpid()}", f"uml_dir={self.dir}",
+             "root=/dev/root", "rootfstype=hostfs", "rootflags=/", "ro", "quiet", "con=null", "con0=fd:0,fd:1",
+             f"init={init}", "mem=256M", nic],
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def stop(self):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self.log.close()
+
+
+def run_guests(work: Path, nics, seconds: int) -> dict:
+    """Boots a server and a client guest, measures the client's transfer."""
+    b = UmlGuest(work, "b", nics[1][0], nics[1][1], B_IP, A_IP, "server", seconds)
+    a = UmlGuest(work, "a", nics[0][0], nics[0][1], A_IP, B_IP, "client", seconds)
+    try:
+        start, result = a.dir / "start", a.dir / "result.json"
+        deadline = time.monotonic() + 90
+        while not start.exists():
+            if time.monotonic() > deadline or a.proc.poll() is not None:
+                raise RuntimeError(f"guest a did not start its transfer; see {a.dir}/console.log")
+            time.sleep(0.02)
+        with measure.Cpu() as cpu:
+            while not result.exists():
+                if time.monotonic() > deadline + seconds or a.proc.poll() is not None and not result.exists():
+                    raise RuntimeError(f"guest a's transfer did not end; see {a.dir}")
+                time.sleep(0.02)
+        return summary(result.read_text(), cpu)
+    finally:
+        a.stop()
+        b.stop()
+
+
+def summary(out: str, cpu) -> dict:
+    r = measure.iperf3(out)
+    gbps = r["bps"] / 1e9
+    return {"gbps": gbps, "busy_cores": cpu.cores, "gbps_per_core": gbps / max(cpu.cores, 1e-9),
+            "retransmits": r.get("retransmits", 0)}
+
+
+def bridge_run(work: Path, seconds: int) -> dict:
+    tag = f"{os.getpid() % 100000}"
+    br, taps = f"hvbbr{tag}", [f"hvbt{tag}a", f"hvbt{tag}b"]
+    try:
+        hvlab.run(["ip", "link", "add", br, "type", "bridge"])
+        hvlab.run(["ip", "link", "set", br, "up"])
+        for t in taps:
+            hvlab.run(["ip", "tuntap", "add", t, "mode", "tap"])
+            hvlab.run(["ip", "link", "set", t, "master", br, "up"])
+        opts = os.environ.get("HVNET_BENCH_VEC_OPTS", ",gro=1")
+        nics = [(f"vec0:transport=tap,ifname={t}{opts}", "vec0") for t in taps]
+        return run_guests(work, nics, seconds)
+    finally:
+        for d in taps + [br]:
+            hvlab.run(["ip", "link", "del", d], check=False)
+
+
+def hvnet_run(work: Path, seconds: int) -> dict:
+    vms = [dict(name="a", kind="uml", ipv4=A_IP + "/24"), dict(name="b", kind="uml", ipv4=B_IP + "/24")]
+    with hvlab.Topology(work, vms, prefix="hvb") as t:
+        t.sh("b", "iperf3 -s -D -1")
+        t.wait_listening("b", 5201)
+        with measure.Cpu() as cpu:
+            out = t.sh("a", f"iperf3 -c {B_IP} -t {seconds} -J", timeout=seconds + 60).stdout
+        return summary(out, cpu)
+
+
+FABRICS = {"hvnet": hvnet_run, "bridge": bridge_run}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--seconds", type=int, default=5)
+    ap.add_argument("--fabrics", default=",".join(FABRICS), help="comma-separated: " + ", ".join(FABRICS))
+    ap.add_argument("--out", help="write the runs and medians as JSON here")
+    a = ap.parse_args()
+    names = a.fabrics.split(",")
+    for n in names:
+        if n not in FABRICS:
+            ap.error(f"unknown fabric {n!r}; fabrics are {', '.join(FABRICS)}")
+    runs = {n: [] for n in names}
+    for r in range(a.repeat):
+        for n in names:
+            work = Path(tempfile.mkdtemp(prefix=f"hvnet-bench-{n}-", dir="/var/tmp"))
+            try:
+                res = FABRICS[n](work, a.seconds)
+            finally:
+                if not os.environ.get("HVNET_BENCH_KEEP"):
+                    shutil.rmtree(work, ignore_errors=True)
+            runs[n].append(res)
+            print(f"run {r + 1}/{a.repeat} {n:8} {res['gbps']:6.2f} Gbit/s  {res['busy_cores']:.2f} busy cores  "
+                  f"{res['gbps_per_core']:.2f} Gbit/s per core  {res['retransmits']} retransmits", flush=True)
+    med = {n: {k: statistics.median(x[k] for x in runs[n]) for k in ("gbps", "busy_cores", "gbps_per_core")}
+           for n in names}
+    print("\nmedians (Gbit/s; Gbit/s per busy core):")
+    for n in names:
+        print(f"  {n:8} {med[n]['gbps']:6.2f}  {med[n]['gbps_per_core']:6.2f}")
+    if "hvnet" in med:
+        for ref in [n for n in names if n != "hvnet"]:
+            print(f"  hvnet / {ref}: {med['hvnet']['gbps'] / med[ref]['gbps']:.2f}  "
+                  f"per core {med['hvnet']['gbps_per_core'] / med[ref]['gbps_per_core']:.2f}")
+    if a.out:
+        Path(a.out).write_text(json.dumps({"runs": runs, "medians": med, "seconds": a.seconds}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -70,6 +70,15 @@ def test_guests_ping_each_other_and_a_namespace_vm(tmp_path):
         drv = t.sh("a", "readlink /sys/class/net/eth0/device/driver").stdout
         assert drv.strip().endswith("virtio_net"), drv
         assert t.sh("a", "cat /sys/class/net/eth0/address").stdout.strip() == p["a"]["mac"]
+        # The views: what the driver accepted, its virtqueues, the guest's
+        # processes (its CPU, for top and a CPU limit).
+        show = json.loads(t.hv("port", "a", "--json").stdout)
+        vu = show["vhost_user"]
+        assert vu["connected"] and vu["guest_offloads"] == {"csum": True, "tso": True, "mergeable": True}, vu
+        assert vu["virtqueues"][0]["rx"] > 0 and vu["virtqueues"][0]["tx"] > 0, vu
+        pids = [x["pid"] for x in show["guest"]["processes"]]
+        assert show["guest"]["pid"] in pids and all(os.path.exists(f"/proc/{x}") for x in pids)
+        assert t.stats("/ports/b/rxqueues/0/status")["virtqueue_size"] == vu["virtqueues"][0]["rx"]
         assert_accounted(t, ["a", "b", "c"])
 
 

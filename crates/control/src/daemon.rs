@@ -715,6 +715,16 @@ fn serve(
         return;
     }
     let reply = match serde_json::from_str::<Request>(&line) {
+        Ok(Request::PortShow { name }) => {
+            handle(sw, topo, Request::PortShow { name: name.clone() }).map(|mut v| {
+                // A real guest hvnet started: its processes.
+                let all = guests.lock().expect("guests lock");
+                if let Some(g) = all.iter().find(|g| g.vm == name) {
+                    v["guest"] = json!({"pid": g.pid(), "processes": guest::processes(g.pid())});
+                }
+                v
+            })
+        }
         Ok(Request::Restart { vm }) => restart_guest(topo, guests, &vm, true),
         Ok(Request::Kill { vm }) => restart_guest(topo, guests, &vm, false),
         Ok(req) => handle(sw, topo, req),

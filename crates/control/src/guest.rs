@@ -309,3 +309,32 @@ pub fn exec(
     }
     Ok(out)
 }
+
+/// The processes of a guest (its process group): a UML kernel runs in its
+/// main process and its user space in helper processes it traces; all of
+/// them are the guest's CPU (for `top`, a CPU limit and its wait time).
+pub fn processes(pgid: u32) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // Fields after the command (which may hold spaces): state, ppid,
+        // pgrp.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        if f.get(2).and_then(|g| g.parse::<u32>().ok()) == Some(pgid) {
+            let role = if pid == pgid { "kernel" } else { "user" };
+            out.push(serde_json::json!({"pid": pid, "role": role}));
+        }
+    }
+    out
+}

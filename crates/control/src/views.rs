@@ -59,10 +59,34 @@ fn rx_summary(p: &Port) -> Value {
 
 fn rx_queue_status(p: &Port, q: usize) -> Option<Value> {
     let rx = p.rxq.get(q)?;
-    Some(json!({
+    let mut v = json!({
         "rings": rx.rings.status(),
         "counters": rx.counters(),
-    }))
+    });
+    // A real guest's receive virtqueue is the last ring a frame meets.
+    if let Some(vu) = p.dev.vhost_user() {
+        v["virtqueue_size"] = json!(vu.queue_sizes(q).0);
+    }
+    Some(v)
+}
+
+/// A vhost-user port's connection: what the guest's driver accepted and
+/// its virtqueues.
+fn vhost_user_view(vu: &hvnet_port::VhostUserPort) -> Value {
+    let queues: Vec<Value> = (0..vu.num_queues())
+        .map(|q| {
+            let (rx, tx) = vu.queue_sizes(q);
+            json!({"rx": rx, "tx": tx})
+        })
+        .collect();
+    json!({
+        "socket": vu.socket(),
+        "connected": vu.is_connected(),
+        "connections": vu.connections(),
+        "acked_features": format!("{:#x}", vu.acked_features()),
+        "guest_offloads": vu.guest_offloads(),
+        "virtqueues": queues,
+    })
 }
 
 /// Every frame accounted for: the identities of `counters.rs`.
@@ -88,6 +112,13 @@ pub fn port_settings(p: &Port) -> Value {
     v["buffers"] = json!(p.buffers());
     v["thread_failures"] = json!(p.thread_failures.load(std::sync::atomic::Ordering::Relaxed));
     v["threads"] = json!(p.threads());
+    if let Some(vu) = p.dev.vhost_user() {
+        v["vhost_user"] = vhost_user_view(vu);
+        // What the datapath applies: LRO and checksum offload only where
+        // the guest's driver accepted them.
+        let e = p.effective_settings();
+        v["effective"] = json!({"lro": e.lro, "csum": e.csum});
+    }
     v
 }
 

@@ -130,6 +130,9 @@ struct Shared {
     rx_kick: Vec<(EventConsumer, EventNotifier)>,
     /// Connections so far.
     connections: AtomicU64,
+    /// Per queue pair: the receive queue's used index when the guest was
+    /// last signalled.
+    rx_signalled: Vec<std::sync::atomic::AtomicU16>,
 }
 
 impl Shared {
@@ -316,6 +319,7 @@ impl VhostUserPort {
             tx_kick: kicks()?,
             rx_kick: kicks()?,
             connections: AtomicU64::new(0),
+            rx_signalled: (0..pairs).map(|_| Default::default()).collect(),
         });
         // Bind now, so that a guest started right after this returns finds
         // the socket; the serving thread accepts on it.
@@ -462,9 +466,7 @@ impl VhostUserPort {
         };
         // Tell the guest what it has received so far (it frees buffers
         // only once it knows), then ask for a kick on new buffers.
-        if vring.needs_notification().unwrap_or(true) {
-            let _ = vring.signal_used_queue();
-        }
+        self.signal_receive(q);
         if vring.enable_notification().unwrap_or(false) {
             return true;
         }
@@ -477,12 +479,35 @@ impl VhostUserPort {
     /// Tells the guest what was used on queue pair `q` (its transmit or
     /// receive side), if it wants to know now (event index).
     pub fn signal(&self, q: usize, receive: bool) {
-        let idx = if receive { 2 * q } else { 2 * q + 1 };
-        if let Some((vring, _)) = self.vring(idx) {
+        if receive {
+            self.signal_receive(q);
+            return;
+        }
+        if let Some((vring, _)) = self.vring(2 * q + 1) {
             if vring.needs_notification().unwrap_or(true) {
                 let _ = vring.signal_used_queue();
             }
         }
+    }
+
+    /// The receive side publishes a frame's chains in one step (see
+    /// [`virtq::write_frame`]), outside the crate's count of what was
+    /// added: whether the guest wants a signal is decided from the used
+    /// index at the last signal.
+    fn signal_receive(&self, q: usize) {
+        let Some((vring, mem)) = self.vring(2 * q) else {
+            return;
+        };
+        let st = vring.get_ref();
+        let queue = st.get_queue();
+        let old = self.sh.rx_signalled[q].load(Ordering::Relaxed);
+        if queue.next_used() == old {
+            return;
+        }
+        if virtq::wants_signal(queue, &mem.memory(), old) {
+            let _ = st.signal_used_queue();
+        }
+        self.sh.rx_signalled[q].store(queue.next_used(), Ordering::Relaxed);
     }
 
     /// Writes one frame (virtio-net header first) into the guest's receive
@@ -629,6 +654,9 @@ fn serve(sh: Arc<Shared>, mut relay_ends: Relay) {
             *v = None;
         }
         *sh.mem.write().expect("mem lock") = None;
+        for r in &sh.rx_signalled {
+            r.store(0, Ordering::Relaxed);
+        }
         sh.acked.store(0, Ordering::Release);
         sh.changed();
         for e in exits.lock().expect("exits lock").iter() {

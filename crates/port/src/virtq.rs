@@ -12,6 +12,7 @@ use crate::packet::Packet;
 use crate::pool::{Buf, Pool, SizeClass, HEADROOM};
 use crate::tap::{check, RecvError, VNET_HDR_LEN};
 use std::io::IoSlice;
+use std::sync::atomic::Ordering;
 use virtio_queue::{DescriptorChain, Queue, QueueT};
 use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryMmap};
 
@@ -23,6 +24,10 @@ const MAX_TX_CHAIN: usize = SizeClass::Large.storage();
 
 /// Offset of `num_buffers` in `struct virtio_net_hdr_v1`.
 const NUM_BUFFERS_OFFSET: u64 = 10;
+
+/// The used ring: flags and index, then 8-byte elements (id, len).
+const USED_RING_HEADER: u64 = 4;
+const USED_ELEMENT: u64 = 8;
 
 /// Why a virtqueue write did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -122,10 +127,61 @@ pub fn write_frame(
             let _ = mem.write_slice(&n, addr.unchecked_add(NUM_BUFFERS_OFFSET));
         }
     }
-    for &(head, n) in &used {
-        let _ = queue.add_used(mem, head, n);
-    }
+    publish_used(queue, mem, &used);
     Ok(())
+}
+
+/// Returns a frame's chains to the guest as used in one step: their
+/// elements first, then the used index once. The guest's driver reads
+/// `num_buffers` from the first buffer and takes that many used entries
+/// at once; `add_used` per chain moves the index per chain, and a driver
+/// polling on another CPU then finds buffers "missing" and drops the frame.
+fn publish_used(queue: &mut Queue, mem: &GuestMemoryMmap, used: &[(u16, u32)]) {
+    let size = queue.size();
+    let ring = GuestAddress(queue.used_ring());
+    let mut idx = queue.next_used();
+    for &(head, len) in used {
+        // The queue refuses heads past its table; so does this.
+        if head >= size || size == 0 {
+            continue;
+        }
+        let mut elem = [0u8; 8];
+        elem[..4].copy_from_slice(&u32::from(head).to_le_bytes());
+        elem[4..].copy_from_slice(&len.to_le_bytes());
+        let at = ring.unchecked_add(USED_RING_HEADER + USED_ELEMENT * u64::from(idx % size));
+        if mem.write_slice(&elem, at).is_err() {
+            return;
+        }
+        idx = idx.wrapping_add(1);
+    }
+    if mem
+        .store(idx.to_le(), ring.unchecked_add(2), Ordering::Release)
+        .is_ok()
+    {
+        queue.set_next_used(idx);
+    }
+}
+
+/// Whether the guest wants to be told of used buffers now: with the event
+/// index, when the used index passed its `used_event` since `old` (the
+/// index when it was last told); without it, unless it set
+/// `VRING_AVAIL_F_NO_INTERRUPT`.
+pub fn wants_signal(queue: &Queue, mem: &GuestMemoryMmap, old: u16) -> bool {
+    let new = queue.next_used();
+    let avail = GuestAddress(queue.avail_ring());
+    if queue.event_idx_enabled() {
+        let at = avail.unchecked_add(4 + 2 * u64::from(queue.size()));
+        let Ok(event) = mem.load::<u16>(at, Ordering::Acquire) else {
+            return true;
+        };
+        let event = u16::from_le(event);
+        new.wrapping_sub(event).wrapping_sub(1) < new.wrapping_sub(old)
+    } else {
+        let flags = mem
+            .load::<u16>(avail, Ordering::Acquire)
+            .map_or(0, u16::from_le);
+        flags & 1 == 0
+    }
 }
 
 /// The bytes of a frame given as I/O slices, consumed in order.
@@ -372,6 +428,15 @@ mod tests {
         )
         .unwrap();
         assert_eq!(q.next_used(), 3);
+        // The three chains are published with the used index moved once,
+        // in order, with what each holds.
+        let used = GuestAddress(q.used_ring());
+        let idx: u16 = mem.read_obj(used.unchecked_add(2)).unwrap();
+        assert_eq!(u16::from_le(idx), 3);
+        for (i, want) in [(0u32, 1024u32), (1, 1024), (2, 2512 - 2048)] {
+            let e: [u32; 2] = mem.read_obj(used.unchecked_add(4 + 8 * i as u64)).unwrap();
+            assert_eq!((u32::from_le(e[0]), u32::from_le(e[1])), (i, want));
+        }
         let mut n = [0u8; 2];
         mem.read_slice(&mut n, GuestAddress(BUF + NUM_BUFFERS_OFFSET))
             .unwrap();

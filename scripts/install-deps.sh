@@ -2,7 +2,7 @@
 # Installs what hvnet needs on Debian 12, as root: the kernel tools its
 # demo and tests drive (iperf3, tcpdump, tshark, ethtool, iproute2,
 # headless Chromium for the lab report's check, User-Mode Linux for real
-# guests), a Rust
+# guests, DPDK's testpmd), a Rust
 # toolchain if there is none, and the Python test libraries (scapy, pytest).
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
@@ -16,8 +16,9 @@ fi
 
 # chromium: the tests open the lab's HTML report in a real (headless) browser.
 # user-mode-linux: real guests (kind = "uml"), their own kernel and
-# virtio-net driver on a vhost-user port.
-need=(iperf3 tcpdump tshark ethtool iproute2 iputils-ping python3 ca-certificates curl gcc libc6-dev chromium user-mode-linux)
+# virtio-net driver on a vhost-user port. dpdk-dev: testpmd, a second
+# virtio front end (net_virtio_user) and the reference vhost back end.
+need=(iperf3 tcpdump tshark ethtool iproute2 iputils-ping python3 ca-certificates curl gcc libc6-dev chromium user-mode-linux dpdk-dev)
 missing=()
 for p in "${need[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -135,3 +135,67 @@ def test_a_killed_guest_takes_down_its_port_and_comes_back(tmp_path):
         assert ports(t)["a"]["link"] == "up" or hvlab.eventually(lambda: ports(t)["a"]["link"] == "up", timeout=10)
         t.sh("a", f"ping -c 3 -i 0.2 -W 2 {B}")
         t.sh("a", f"ping -c 3 -i 0.2 -W 2 {C}")
+
+
+class Pmd:
+    """DPDK testpmd with a `net_virtio_user` front end on a vhost-user
+    socket: a second, independent virtio driver (a poll-mode one)."""
+
+    def __init__(self, name, sock, mac, mode, extra=()):
+        self.log = tempfile.NamedTemporaryFile("w+", prefix=f"testpmd-{name}-", suffix=".log")
+        self.proc = subprocess.Popen(
+            ["dpdk-testpmd", "--no-huge", "-m", "512", "--no-pci", f"--file-prefix=hvt{os.getpid()}{name}",
+             "-l", "0,1", f"--vdev=net_virtio_user0,path={sock},mac={mac}", "--",
+             f"--forward-mode={mode}", "--auto-start", "--total-num-mbufs=16384", *extra],
+            stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def stop(self) -> str:
+        """Ends testpmd (it prints its port statistics) and returns its log."""
+        import signal
+
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGINT)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.log.seek(0)
+        return self.log.read()
+
+
+def pmd_count(log: str, what: str) -> int:
+    """The last `RX-packets:` / `TX-packets:` of testpmd's port statistics."""
+    import re
+
+    return int(re.findall(rf"{what}-packets:\s+(\d+)", log)[-1])
+
+
+@pytest.mark.skipif(not shutil.which("dpdk-testpmd"), reason="needs dpdk-testpmd (scripts/install-deps.sh)")
+def test_testpmd_virtio_user_front_ends_exchange_frames(tmp_path):
+    mac_a, mac_b = "02:00:00:00:18:0a", "02:00:00:00:18:0b"
+    vms = [dict(name="a", kind="vhost-user", mac=mac_a), dict(name="b", kind="vhost-user", mac=mac_b)]
+    with hvlab.Topology(tmp_path, vms, prefix="vp") as t:
+        sock = lambda vm: f"/run/hvnet/{t.name}/{vm}.sock"  # noqa: E731
+        rx = Pmd("b", sock("b"), mac_b, "rxonly")
+        tx = None
+        try:
+            assert hvlab.eventually(lambda: ports(t)["b"]["link"] == "up", timeout=30)
+            tx = Pmd("a", sock("a"), mac_a, "txonly", ["--eth-peer=0," + mac_b])
+            assert hvlab.eventually(lambda: t.stats("/ports/b/rxSummary")["delivered_frames"] > 10000, timeout=30)
+        finally:
+            tx_log = tx.stop() if tx else ""
+            hvlab.eventually(lambda: t.stats("/ports/b/accounting")["egress"]["in_flight"] == 0, timeout=5)
+            rx_log = rx.stop()
+        sent, got = pmd_count(tx_log, "TX"), pmd_count(rx_log, "RX")
+        a_in = t.stats("/ports/a/accounting")["ingress"]
+        b_out = t.stats("/ports/b/rxSummary")
+        # Everything testpmd a sent was read by hvnet; everything hvnet
+        # delivered into b's virtqueue testpmd b received.
+        assert a_in["frames_in"] == sent and a_in["balanced"], (sent, a_in)
+        assert b_out["delivered_frames"] == got > 10000, (got, b_out)
+        assert b_out["delivered_frames"] + b_out["drop_virtqueue_full"] == a_in["forwarded"], b_out
+        # testpmd is gone: its port is down, the switch is up.
+        show = json.loads(t.hv("port", "a", "--json").stdout)["vhost_user"]
+        assert not show["connected"] and show["connections"] == 1, show
+        assert hvlab.eventually(lambda: ports(t)["a"]["link"] == "down", timeout=5)

@@ -155,39 +155,128 @@ def hvnet_run(work: Path, seconds: int) -> dict:
 
 FABRICS = {"hvnet": hvnet_run, "bridge": bridge_run}
 
+# Frame rate: DPDK testpmd front ends (`net_virtio_user`, a poll-mode
+# virtio driver) at both ends, 64-byte frames from `txonly` to `rxonly`,
+# through hvnet or through testpmd's own vhost back end (`net_vhost`, io
+# forwarding).
+MAC_A, MAC_B = "02:00:00:00:20:0a", "02:00:00:00:20:0b"
+
+
+def pmd(work: Path, name: str, vdevs, fwd_args, fwd_core=1) -> subprocess.Popen:
+    """testpmd, its forwarding thread polling `fwd_core`: the two front
+    ends share core 1, the switch under test has core 0 (the reference's
+    forwarder polls it; hvnet's threads are not pinned and find it free)."""
+    # Line-buffered: its statistics are read while it runs.
+    return subprocess.Popen(
+        ["stdbuf", "-oL", "dpdk-testpmd", "--no-huge", "-m", "512", "--no-pci", f"--file-prefix=hvb{os.getpid()}{name}",
+         "-l", "0,1", f"--main-lcore={1 - fwd_core}", *vdevs, "--", "--auto-start", "--total-num-mbufs=16384", "--stats-period=1", *fwd_args],
+        stdin=subprocess.PIPE, stdout=open(work / f"{name}.log", "w"), stderr=subprocess.STDOUT,
+        start_new_session=True)
+
+
+def pmd_stop(p: subprocess.Popen):
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(p.pid, signal.SIGINT)
+    try:
+        p.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+
+def rx_pps(log: Path) -> list:
+    """testpmd's own once-a-second receive rates, in order."""
+    import re
+
+    return [int(x) for x in re.findall(r"Rx-pps:\s+(\d+)", log.read_text())]
+
+
+def frames_between(work: Path, sock_a: Path, sock_b: Path, seconds: int, ready) -> dict:
+    """txonly into `sock_a`, rxonly on `sock_b`: the receiver's frames/s
+    (median of testpmd's per-second rates over the measured span)."""
+    rx = pmd(work, "rx", [f"--vdev=net_virtio_user0,path={sock_b},mac={MAC_B},queue_size=1024"], ["--forward-mode=rxonly"])
+    tx = None
+    try:
+        hvlab.eventually(ready, timeout=30)
+        tx = pmd(work, "tx", [f"--vdev=net_virtio_user0,path={sock_a},mac={MAC_A},queue_size=1024"],
+                 ["--forward-mode=txonly", f"--eth-peer=0,{MAC_B}"])
+        time.sleep(3)  # past start-up
+        skip = len(rx_pps(work / "rx.log"))
+        with measure.Cpu() as cpu:
+            time.sleep(seconds)
+        rates = rx_pps(work / "rx.log")[skip:]
+    finally:
+        if tx:
+            pmd_stop(tx)
+        pmd_stop(rx)
+    fps = statistics.median(rates) if rates else 0.0
+    return {"fps": fps, "busy_cores": cpu.cores, "fps_per_core": fps / max(cpu.cores, 1e-9)}
+
+
+def hvnet_frames(work: Path, seconds: int) -> dict:
+    vms = [dict(name="a", kind="vhost-user", mac=MAC_A), dict(name="b", kind="vhost-user", mac=MAC_B)]
+    with hvlab.Topology(work, vms, prefix="hvf") as t:
+        d = Path(f"/run/hvnet/{t.name}")
+
+        def ready():
+            return any(p["name"] == "b" and p["link"] == "up" for p in json.loads(t.hv("ports", "--json").stdout))
+
+        return frames_between(work, d / "a.sock", d / "b.sock", seconds, ready)
+
+
+def testpmd_frames(work: Path, seconds: int) -> dict:
+    socks = [work / "vhost0.sock", work / "vhost1.sock"]
+    fwd = pmd(work, "fwd", [f"--vdev=net_vhost0,iface={socks[0]}", f"--vdev=net_vhost1,iface={socks[1]}"],
+              ["--forward-mode=io", "--nb-cores=1"], fwd_core=0)
+    try:
+        hvlab.eventually(lambda: all(s.exists() for s in socks), timeout=30)
+        return frames_between(work, socks[0], socks[1], seconds, lambda: True)
+    finally:
+        pmd_stop(fwd)
+
+
+FRAME_FABRICS = {"hvnet": hvnet_frames, "testpmd": testpmd_frames}
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=5)
     ap.add_argument("--fabrics", default=",".join(FABRICS), help="comma-separated: " + ", ".join(FABRICS))
+    ap.add_argument("--frames", action="store_true",
+                    help="frame rate instead: testpmd txonly -> hvnet or testpmd io forwarding -> testpmd rxonly, 64-byte frames")
     ap.add_argument("--out", help="write the runs and medians as JSON here")
     a = ap.parse_args()
-    names = a.fabrics.split(",")
+    table = FRAME_FABRICS if a.frames else FABRICS
+    names = a.fabrics.split(",") if a.fabrics != ",".join(FABRICS) or not a.frames else list(FRAME_FABRICS)
     for n in names:
-        if n not in FABRICS:
-            ap.error(f"unknown fabric {n!r}; fabrics are {', '.join(FABRICS)}")
+        if n not in table:
+            ap.error(f"unknown fabric {n!r}; fabrics are {', '.join(table)}")
+    if a.frames and not shutil.which("dpdk-testpmd"):
+        ap.error("--frames needs dpdk-testpmd (scripts/install-deps.sh installs dpdk-dev)")
+    keys = ("fps", "busy_cores", "fps_per_core") if a.frames else ("gbps", "busy_cores", "gbps_per_core")
     runs = {n: [] for n in names}
     for r in range(a.repeat):
         for n in names:
             work = Path(tempfile.mkdtemp(prefix=f"hvnet-bench-{n}-", dir="/var/tmp"))
             try:
-                res = FABRICS[n](work, a.seconds)
+                res = table[n](work, a.seconds)
             finally:
                 if not os.environ.get("HVNET_BENCH_KEEP"):
                     shutil.rmtree(work, ignore_errors=True)
             runs[n].append(res)
-            print(f"run {r + 1}/{a.repeat} {n:8} {res['gbps']:6.2f} Gbit/s  {res['busy_cores']:.2f} busy cores  "
-                  f"{res['gbps_per_core']:.2f} Gbit/s per core  {res['retransmits']} retransmits", flush=True)
-    med = {n: {k: statistics.median(x[k] for x in runs[n]) for k in ("gbps", "busy_cores", "gbps_per_core")}
-           for n in names}
-    print("\nmedians (Gbit/s; Gbit/s per busy core):")
+            unit = "frames/s" if a.frames else "Gbit/s"
+            extra = "" if a.frames else f"  {res['retransmits']} retransmits"
+            print(f"run {r + 1}/{a.repeat} {n:8} {res[keys[0]]:12.2f} {unit}  {res['busy_cores']:.2f} busy cores  "
+                  f"{res[keys[2]]:12.2f} per core{extra}", flush=True)
+    med = {n: {k: statistics.median(x[k] for x in runs[n]) for k in keys} for n in names}
+    print(f"\nmedians ({keys[0]}; per busy core):")
     for n in names:
-        print(f"  {n:8} {med[n]['gbps']:6.2f}  {med[n]['gbps_per_core']:6.2f}")
+        print(f"  {n:8} {med[n][keys[0]]:12.2f}  {med[n][keys[2]]:12.2f}")
     if "hvnet" in med:
         for ref in [n for n in names if n != "hvnet"]:
-            print(f"  hvnet / {ref}: {med['hvnet']['gbps'] / med[ref]['gbps']:.2f}  "
-                  f"per core {med['hvnet']['gbps_per_core'] / med[ref]['gbps_per_core']:.2f}")
+            print(f"  hvnet / {ref}: {med['hvnet'][keys[0]] / med[ref][keys[0]]:.2f}  "
+                  f"per core {med['hvnet'][keys[2]] / med[ref][keys[2]]:.2f}")
     if a.out:
         Path(a.out).write_text(json.dumps({"runs": runs, "medians": med, "seconds": a.seconds}, indent=1))
 

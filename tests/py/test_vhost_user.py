@@ -199,3 +199,33 @@ def test_testpmd_virtio_user_front_ends_exchange_frames(tmp_path):
         show = json.loads(t.hv("port", "a", "--json").stdout)["vhost_user"]
         assert not show["connected"] and show["connections"] == 1, show
         assert hvlab.eventually(lambda: ports(t)["a"]["link"] == "down", timeout=5)
+
+
+@pytest.mark.skipif(not shutil.which("dpdk-testpmd"), reason="needs dpdk-testpmd (scripts/install-deps.sh)")
+def test_a_front_end_that_never_reads_fills_its_ring_and_nobody_else_suffers(tmp_path):
+    # b's front end only sends (testpmd txonly never polls its receive
+    # queue): its receive virtqueue fills, frames for it are dropped and
+    # counted (rx_overflow = "drop"), and a namespace VM beside it keeps
+    # its traffic.
+    mac_a, mac_b = "02:00:00:00:19:0a", "02:00:00:00:19:0b"
+    vms = [dict(name="a", kind="vhost-user", mac=mac_a),
+           dict(name="b", kind="vhost-user", mac=mac_b, rx_overflow="drop"),
+           dict(name="c", ipv4="198.18.19.3/24", queues=1),
+           dict(name="d", ipv4="198.18.19.4/24", queues=1)]
+    with hvlab.Topology(tmp_path, vms, prefix="vq") as t:
+        sock = lambda vm: f"/run/hvnet/{t.name}/{vm}.sock"  # noqa: E731
+        deaf = Pmd("b", sock("b"), mac_b, "txonly", ["--eth-peer=0,02:00:00:00:19:ff", "--txpkts=64"])
+        talker = None
+        try:
+            assert hvlab.eventually(lambda: ports(t)["b"]["link"] == "up", timeout=30)
+            talker = Pmd("a", sock("a"), mac_a, "txonly", ["--eth-peer=0," + mac_b])
+            assert hvlab.eventually(lambda: t.stats("/ports/b/rxSummary")["drop_virtqueue_full"] > 1000, timeout=30)
+            t.sh("c", "ping -c 5 -i 0.2 -W 2 198.18.19.4")
+        finally:
+            if talker:
+                talker.stop()
+            deaf.stop()
+        rx = t.stats("/ports/b/rxSummary")
+        # The ring held what the guest posted and no more.
+        assert rx["delivered_frames"] <= 4096, rx
+        assert_accounted(t, ["a", "b", "c", "d"])

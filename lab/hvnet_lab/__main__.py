@@ -48,6 +48,9 @@ def main(argv=None):
     r.add_argument("--repeat", type=int, default=None, metavar="N",
                    help="runs per point, the configurations compared interleaved; the median is drawn, the min-max "
                         "spread decides the verdict (default 3, 1 with --quick)")
+    r.add_argument("--vms", choices=("netns", "uml"), default="netns",
+                   help="what hvnet's VMs are: network namespaces (default) or real guests (User-Mode Linux on "
+                        "vhost-user ports; lro-local and jumbo)")
     cmp = sub.add_parser("compare", help="what changed, figure by figure, between two runs' results.json")
     cmp.add_argument("before", type=Path)
     cmp.add_argument("after", type=Path)
@@ -91,13 +94,27 @@ def main(argv=None):
     if unknown:
         print(f"hvnet lab: no experiment named {', '.join(unknown)}; `hvnet lab list` shows them", file=sys.stderr)
         return 1
+    if a.vms != "netns":
+        only_netns = [n for n in names if a.vms not in known[n].get("vms", ("netns",))]
+        if a.names == ["all"]:
+            names = [n for n in names if n not in only_netns]
+        elif only_netns:
+            runs = ", ".join(n for n in known if a.vms in known[n].get("vms", ("netns",)))
+            print(f"hvnet lab: {', '.join(only_netns)} runs only with namespace VMs; with --vms {a.vms}: {runs}",
+                  file=sys.stderr)
+            return 1
+        if not shutil.which("linux.uml"):
+            print("hvnet lab: --vms uml needs User-Mode Linux (scripts/install-deps.sh installs it)", file=sys.stderr)
+            return 1
+    from . import fabrics
+    fabrics.VM_KIND = a.vms
     a.out.mkdir(parents=True, exist_ok=True)
     if not shutil.which("ovs-vswitchd") and any(n in ("lro-local", "jumbo") for n in names):
         # The reference switch: installed here, its packaged service not started.
         print("lab: installing Open vSwitch for the reference runs ...", flush=True)
         subprocess.run([str(ROOT / "scripts" / "install-deps.sh")], check=False)
     reps = max(1, a.repeat if a.repeat is not None else (1 if a.quick else 3))
-    results = {"meta": dict(meta(a.quick), repeat=reps), "experiments": []}
+    results = {"meta": dict(meta(a.quick), repeat=reps, vms=a.vms), "experiments": []}
     t_all = time.monotonic()
     for i, n in enumerate(names, 1):
         e = known[n]

@@ -18,12 +18,21 @@ import time
 
 import hvlab
 
-from . import measure
+from . import fabrics, measure
 from .fabrics import B_IP, Bridge, Hvnet, Ovs
 from .verdict import INCONCLUSIVE, REPRODUCED, value_range, both, effect_size, judge, median, ratios, summarize
 
 NATIVE_NOTE = "Native sender emulated: a VM whose vNIC has TSO off puts MTU-sized frames on the switch, as a physical NIC would."
-VM_NOTE = "VMs are network namespaces behind TAP devices held by hvnet; both VMs and the switch share this machine's 2 cores."
+VM_NOTES = {
+    "netns": "VMs are network namespaces behind TAP devices held by hvnet; both VMs and the switch share this machine's 2 cores.",
+    "uml": "VMs are real guests: User-Mode Linux kernels (one vCPU, 256 MiB) with their own TCP stack and virtio-net driver "
+           "on hvnet's vhost-user ports; every guest system call is trapped by UML, so small writes are far slower than in "
+           "a KVM guest; the guests and the switch share this machine's 2 cores; no references (not the same guests).",
+}
+
+
+def vm_note():
+    return VM_NOTES[fabrics.VM_KIND]
 CPU_NOTE = "CPU limit emulated with a cgroup-v1 CPU quota on the receiving VM's delivery thread and iperf3 server, not a hypervisor scheduler."
 
 SEED_000 = "shared/seeds/000 (VMware VROOM! blog, LRO for VMXNET3, vSphere 6, 2015)"
@@ -43,7 +52,7 @@ def iperf(f, streams=1, write="128K", seconds=3, window=None, log=None):
     """One iperf3 run a -> b with machine CPU, b's NIC counters and a's
     frames sent; the command is recorded in `log`."""
     server = f.popen("b", f"iperf3 -s -1 -B {B_IP}")
-    hvlab.wait_listening(f.ns("b"), 5201)
+    f.wait_listening("b", 5201)
     cmd = f"iperf3 -c {B_IP} -t {seconds} -P {streams} -l {write} -J" + (f" -w {window}" if window else "")
     try:
         a0, b0 = link(f, "a"), link(f, "b")
@@ -70,7 +79,7 @@ def iperf(f, streams=1, write="128K", seconds=3, window=None, log=None):
         "rx_frames": frames,
     }
     if log is not None:
-        log.append({"command": f"ip netns exec {f.ns('a')} {cmd}", **s})
+        log.append({"command": f.command("a", cmd), **s})
     return s
 
 
@@ -201,14 +210,16 @@ def lro_local(tmp, quick, reps, log):
     refs = {}
     with Hvnet(tmp, 1500, b={"ring1": 4096, "ring2": 4096}) as f:
         rows = lro_off_on(f, quick, reps, secs, log)
-    for F in (Bridge, Ovs):
+    # With real guests the references (namespace VMs) are not the same
+    # guests: hvnet's own comparison only.
+    for F in (Bridge, Ovs) if fabrics.VM_KIND == "netns" else ():
         try:
             with F(tmp, 1500) as f:
                 runs = interleaved(sizes(quick), reps, lambda sw: dict(iperf(f, 1, sw[0], secs, sw[1], log), write=sw[0]))
                 refs[F.name] = [summarize(runs[sw]) for sw in sizes(quick)]
         except Exception as e:  # a reference that cannot run is reported, not hidden
             refs[F.name] = {"error": str(e)}
-    figs = lro_figures("lro-local", rows, PUB_000_LOCAL, SEED_000 + ", Figures 4-6", VM_NOTE + " LRO off: hvnet segments the sender's TSO frames for the receiver.", lambda r: r["write"])
+    figs = lro_figures("lro-local", rows, PUB_000_LOCAL, SEED_000 + ", Figures 4-6", vm_note() + " LRO off: hvnet segments the sender's TSO frames for the receiver.", lambda r: r["write"])
     for name, rs in refs.items():
         if isinstance(rs, list):
             for fig, key, unit in ((figs[0], "gbps", "Gbit/s"), (figs[1], "gbps_per_core", "Gbit/s per core")):
@@ -222,9 +233,9 @@ def lro_local(tmp, quick, reps, log):
 
 def jumbo(tmp, quick, reps, log):
     secs = 2 if quick else 4
-    fabrics = [Hvnet] if quick else [Hvnet, Bridge, Ovs]
+    fabs = [Hvnet] if quick or fabrics.VM_KIND != "netns" else [Hvnet, Bridge, Ovs]
     rows, errors = {}, {}
-    for F in fabrics:
+    for F in fabs:
         try:
             with contextlib.ExitStack() as stack:
                 if F is Hvnet:
@@ -246,13 +257,13 @@ def jumbo(tmp, quick, reps, log):
                     rows[(F.name, mtu)] = summarize(rs)
         except Exception as e:
             errors[F.name] = str(e)
-    names = [F.name for F in fabrics if F.name not in errors]
+    names = [F.name for F in fabs if F.name not in errors]
     h15, h90 = rows[("hvnet", 1500)], rows[("hvnet", 9000)]
     thr = ratios(h90["runs"], h15["runs"], "gbps")
     cpu = ratios(h90["runs"], h15["runs"], "cores_per_gbps")
     ser = lambda key: {f"{n}": [(str(m), rows[(n, m)][key]) for m in (1500, 9000)] for n in names}  # noqa: E731
     spr = lambda key: {f"{n}": [(str(m), *rows[(n, m)]["spread"][key]) for m in (1500, 9000)] for n in names}  # noqa: E731
-    note = VM_NOTE + " 4 streams, 128 KiB writes." + "".join(f" {n} reference failed: {e}" for n, e in errors.items())
+    note = vm_note() + " 4 streams, 128 KiB writes." + "".join(f" {n} reference failed: {e}" for n, e in errors.items())
     figs = [
         figure("jumbo-throughput", "VM to VM throughput, MTU 1500 vs 9000", "MTU", "Gbit/s", ser("gbps"),
                {"published (Hyper-V, same host)": [("1500", 17.0), ("9000", 30.0)]}, SEED_004,
@@ -323,7 +334,7 @@ def cpu_limit(tmp, quick, reps, log):
                 server.wait(timeout=10)
             r = {"gbps": measure.iperf3(out)["bps"] / 1e9,
                  "rdy_pct": 100 * (w1["wait_ns"] - w0["wait_ns"]) / 1e9 / wall}
-            log.append({"command": f"ip netns exec {f.ns('a')} {cmd}", "cpu_share_pct": share, **r})
+            log.append({"command": f.command("a", cmd), "cpu_share_pct": share, **r})
             return r
 
         runs = interleaved(shares + [None], reps, run)
@@ -404,7 +415,7 @@ def ring_exhaustion(tmp, quick, reps, log):
                    "frames_delivered": d1["delivered_frames"] - d0["delivered_frames"]}
             row["drops"] = row["ring1_full"] + row["ring2_full"]
             row["large_share"] = big / max(row["frames_delivered"], 1)
-            log.append({"command": f"ip netns exec {f.ns('a')} {cmd}", **row})
+            log.append({"command": f.command("a", cmd), **row})
             return row
 
         runs = interleaved([(lro, size) for lro in lros for size in rings], reps, run)
@@ -472,12 +483,12 @@ def multiqueue(tmp, quick, reps, log):
                {"published (40GbE, large packets): +40% with RSS": [("1", 15.0), ("4", 21.0)]}, SEED_001 + ", Figure 3",
                "RSS over several queues raises one VM's receive throughput (ratio 4/1 > 1; "
                + effect_size(median(gain), 21.0 / 15.0) + ")",
-               judge([("4 vs 1 queues", gain)], "up", published=21.0 / 15.0), VM_NOTE + " Each queue has its own worker and delivery thread, all on 2 cores.",
+               judge([("4 vs 1 queues", gain)], "up", published=21.0 / 15.0), vm_note() + " Each queue has its own worker and delivery thread, all on 2 cores.",
                {"hvnet": [("1", *res[1]["spread"]["gbps"]), ("4", *res[4]["spread"]["gbps"])]}),
         figure("multiqueue-spread", "Per-queue load with 4 queues (median run)", "queue", "frames delivered",
                {"hvnet": [(str(i), v) for i, v in enumerate(spread4)]}, {}, SEED_002 + ", FAQ (one queue per vCPU)",
                f"RSS spreads the flows over the queues (at least 2 of 4 used in every run; used: {', '.join(map(str, used))})",
-               judge([("queues used", used)], "up", 1.5, "queues"), VM_NOTE),
+               judge([("queues used", used)], "up", 1.5, "queues"), vm_note()),
     ]
     return figs, {str(k): v for k, v in res.items()}
 
@@ -581,7 +592,7 @@ def lro_rate(tmp, quick, reps, log):
 EXPERIMENTS = [
     {"name": "lro-native", "reproduces": "000, Figures 1-3", "run": lro_native,
      "workload": "native sender (TSO off at its port, MTU 1500) to a VM; LRO off vs on; 256 B / 16 KiB / 64 KiB writes, 8/64/256 KiB socket buffers"},
-    {"name": "lro-local", "reproduces": "000, Figures 4-6", "run": lro_local,
+    {"name": "lro-local", "reproduces": "000, Figures 4-6", "run": lro_local, "vms": ("netns", "uml"),
      "workload": "VM to VM; receiver LRO on vs off (hvnet segments); bridge and OVS as references"},
     {"name": "lro-rate", "reproduces": "003", "run": lro_rate,
      "workload": "as lro-native with 64 KiB writes; delayed ACKs on and off (quickack) in the receiving VM"},
@@ -589,7 +600,7 @@ EXPERIMENTS = [
      "workload": "4 streams into a VM whose vCPU and iperf3 server are held to 15-100% of a core, and unlimited"},
     {"name": "ring-exhaustion", "reproduces": "002, part 2", "run": ring_exhaustion,
      "workload": "12 streams into a VM held to 25% of a core; rings 256/512/4096; LRO on and off"},
-    {"name": "jumbo", "reproduces": "004", "run": jumbo,
+    {"name": "jumbo", "reproduces": "004", "run": jumbo, "vms": ("netns", "uml"),
      "workload": "VM to VM at MTU 1500 vs 9000, 4 streams; bridge and OVS as references"},
     {"name": "multiqueue", "reproduces": "001, Figure 3; 002 FAQ", "run": multiqueue,
      "workload": "one VM with 1 vs 4 receive queues, 8 streams, RSS spreading flows"},

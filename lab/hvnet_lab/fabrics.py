@@ -19,6 +19,10 @@ import hvlab
 
 A_IP, B_IP = "10.98.0.1", "10.98.0.2"
 
+# What hvnet's VMs are: "netns" (namespaces behind TAPs) or "uml" (real
+# guests, User-Mode Linux on vhost-user ports); `hvnet lab run --vms`.
+VM_KIND = "netns"
+
 
 def running(pid):
     """True while `pid` runs (a zombie waiting to be reaped does not)."""
@@ -57,6 +61,13 @@ class Fabric:
         return subprocess.Popen(["ip", "netns", "exec", self.ns(vm), "sh", "-c", f"exec {cmd}"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
+    def wait_listening(self, vm, port):
+        hvlab.wait_listening(self.ns(vm), port)
+
+    def command(self, vm, cmd):
+        """How `cmd` is run in `vm`, as the report records it."""
+        return f"ip netns exec {self.ns(vm)} {cmd}"
+
 
 class Hvnet(Fabric):
     name = "hvnet"
@@ -66,6 +77,10 @@ class Hvnet(Fabric):
         a = dict(vm_settings.get("a", {}))
         b = dict(vm_settings.get("b", {}))
         vms = [dict(name="a", ipv4=A_IP + "/24", mtu=mtu, **a), dict(name="b", ipv4=B_IP + "/24", mtu=mtu, **b)]
+        if VM_KIND != "netns":
+            for vm in vms:
+                vm["kind"] = VM_KIND
+                vm.pop("queues", None)
         self.t = hvlab.Topology(Path(tmp), vms, prefix="bh")
 
     def __enter__(self):
@@ -86,6 +101,21 @@ class Hvnet(Fabric):
 
     def ns(self, vm):
         return self.t.ns(vm)
+
+    # Commands run in VMs of any kind (a real guest's through `hvnet exec`).
+    def sh(self, vm, cmd, **kw):
+        return self.t.sh(vm, cmd, **kw)
+
+    def popen(self, vm, cmd):
+        return self.t.popen(vm, cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def wait_listening(self, vm, port):
+        self.t.wait_listening(vm, port)
+
+    def command(self, vm, cmd):
+        if self.t.kind(vm) == "netns":
+            return super().command(vm, cmd)
+        return f"hvnet exec -t {self.t.name} {vm} -- {cmd}"
 
 
 class HvnetUring(Hvnet):

@@ -237,3 +237,23 @@ def test_an_interrupted_lab_run_leaves_nothing_behind(tmp_path, how):
     assert p.returncode == 130, out + err
     assert "interrupted during lro-rate" in err and "Traceback" not in err, err
     assert (links(), netns()) == before
+
+
+@pytest.mark.root
+@pytest.mark.skipif(not Path("/usr/bin/linux.uml").exists(), reason="needs user-mode-linux")
+def test_a_quick_experiment_with_real_guests(tmp_path):
+    out = tmp_path / "lab"
+    r = hvlab.run([hvlab.hvnet_bin(), "lab", "run", "lro-local", "--quick", "--vms", "uml", "--out", str(out)],
+                  check=False, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads((out / "results.json").read_text())
+    assert res["meta"]["vms"] == "uml"
+    (e,) = res["experiments"]
+    assert {f["id"] for f in e["figures"]} >= {"lro-local-throughput", "lro-local-frames"}
+    assert all(x["gbps"] > 0 for x in e["raw"]["hvnet"]["on"]), e["raw"]
+    assert "User-Mode Linux" in e["figures"][0]["note"]
+    # The guests went through hvnet exec: no namespace of theirs existed.
+    assert all(s["command"].startswith("hvnet exec") for s in e["samples"]), e["samples"][0]
+    # Experiments that need namespace VMs say so.
+    r = hvlab.run([hvlab.hvnet_bin(), "lab", "run", "multiqueue", "--vms", "uml", "--out", str(out)], check=False)
+    assert r.returncode == 1 and "runs only with namespace VMs" in r.stderr, r.stderr

@@ -229,3 +229,29 @@ def test_a_front_end_that_never_reads_fills_its_ring_and_nobody_else_suffers(tmp
         # The ring held what the guest posted and no more.
         assert rx["delivered_frames"] <= 4096, rx
         assert_accounted(t, ["a", "b", "c", "d"])
+
+
+def test_the_guest_sets_its_queue_pairs_and_offloads_on_its_control_queue(tmp_path):
+    vms = [dict(name="a", kind="uml", queues=2, ipv4=A + "/24"), dict(name="b", kind="uml", queues=2, ipv4=B + "/24")]
+    with hvlab.Topology(tmp_path, vms, prefix="vc") as t:
+        # The guest's driver uses one pair per vCPU (UML has one) until
+        # told otherwise; `ethtool -L` asks hvnet for both.
+        t.sh("b", "ethtool -L eth0 combined 2")
+        assert "Combined:\t2" in t.sh("b", "ethtool -l eth0").stdout.split("Current")[1]
+        t.sh("b", "iperf3 -s -D")
+        t.wait_listening("b", 5201)
+        t.sh("a", f"iperf3 -c {B} -t 2 -P 8 -J > /dev/null")
+        per_queue = [t.stats(f"/ports/b/rxqueues/{q}/status")["counters"]["delivered_frames"] for q in (0, 1)]
+        assert all(n > 0 for n in per_queue), per_queue
+        # LRO into the guest follows its driver: off with rx-gro-hw off
+        # (hvnet segments for it), on again after.
+        before = t.stats("/ports/b/rxSummary")
+        t.sh("b", "ethtool -K eth0 rx-gro-hw off")
+        assert json.loads(t.hv("port", "b", "--json").stdout)["effective"]["lro"] is False
+        t.sh("a", f"iperf3 -c {B} -t 2 -J > /dev/null")
+        after = t.stats("/ports/b/rxSummary")
+        assert after["segmented_frames"] > before["segmented_frames"], (before, after)
+        assert after["gso_intact_frames"] == before["gso_intact_frames"], (before, after)
+        t.sh("b", "ethtool -K eth0 rx-gro-hw on")
+        assert json.loads(t.hv("port", "b", "--json").stdout)["effective"]["lro"] is True
+        assert_accounted(t, ["a", "b"])

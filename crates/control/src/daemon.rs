@@ -246,7 +246,13 @@ pub fn up(file: &Path, exe: &Path) -> Result<Topology, DaemonError> {
         .process_group(0)
         .spawn()
         .map_err(io_err("start the daemon"))?;
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // Real guests boot before the daemon says it is ready.
+    let boot = if topo.vms.iter().any(|v| v.kind == VmKind::Uml) {
+        guest::BOOT_TIMEOUT
+    } else {
+        Duration::ZERO
+    };
+    let deadline = Instant::now() + Duration::from_secs(30) + boot;
     loop {
         if read_state(&dir).is_some_and(|s| s.ready) {
             return Ok(topo);
@@ -261,9 +267,10 @@ pub fn up(file: &Path, exe: &Path) -> Result<Topology, DaemonError> {
         }
         if Instant::now() > deadline {
             let _ = down(&topo.name);
-            return Err(DaemonError::Other(
-                "the daemon did not get ready within 30 s".into(),
-            ));
+            return Err(DaemonError::Other(format!(
+                "the daemon did not get ready within {} s",
+                (30 + boot.as_secs())
+            )));
         }
         std::thread::sleep(Duration::from_millis(50));
     }

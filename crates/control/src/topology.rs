@@ -476,15 +476,11 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
         if vms.iter().any(|o| o.mac == mac) {
             return Err(bad(format!("mac {mac} is used twice")));
         }
+        // A real guest's queue pairs are what its driver is offered (it
+        // sets how many it uses); one unless asked.
         let queues = match (v.kind, v.queues) {
             (VmKind::Netns, q) => q.unwrap_or_else(default_queues),
-            (_, None | Some(1)) => 1,
-            (k, Some(q)) => {
-                return Err(bad(format!(
-                    "queues {q}: a {} VM has 1 queue pair (multiqueue over vhost-user is not built yet)",
-                    k.name()
-                )))
-            }
+            (_, q) => q.unwrap_or(1),
         };
         if !(1..=16).contains(&queues) {
             return Err(bad(format!("queues {queues} is outside 1..16")));

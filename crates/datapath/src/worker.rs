@@ -469,7 +469,7 @@ impl State {
     /// flow, hashed once), MTU, LRO, and staging into the lane.
     fn egress(&mut self, cx: &Ctx, dst: usize, mut pkt: Packet) {
         let port = &cx.sw.ports[dst];
-        let nq = port.rxq.len();
+        let nq = port.dev.active_queues().min(port.rxq.len());
         let q = if nq > 1 {
             let (sw, frame, layers) = (&cx.sw, pkt.buf.frame(), &pkt.meta.layers);
             let h = *pkt

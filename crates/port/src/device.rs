@@ -50,6 +50,15 @@ impl Device {
         }
     }
 
+    /// Queues frames may be spread over now: all of them, except for a
+    /// guest that uses fewer queue pairs than it has.
+    pub fn active_queues(&self) -> usize {
+        match self {
+            Device::VhostUser(v) => v.active_queues(),
+            _ => self.num_queues(),
+        }
+    }
+
     /// The interface's name (the TAP as the host named it; the uplink's
     /// device; a vhost-user port's socket).
     pub fn name(&self) -> &str {

@@ -13,11 +13,13 @@
 //! - [`vhost_user`]: vhost-user ports, a real guest's virtio-net device
 //!   served over its shared memory and virtqueues;
 //! - [`virtq`]: frames in and out of a guest's virtqueues;
+//! - [`ctrlq`]: a guest's control virtqueue (queue pairs, offloads);
 //! - [`device`]: any of them, as the datapath sees a port's device;
 //! - [`netqueue`]: an uplink's receive filters, as the kernel runs them.
 
 #![forbid(unsafe_code)]
 
+pub mod ctrlq;
 pub mod device;
 pub mod netqueue;
 pub mod packet;

@@ -31,6 +31,7 @@
 //! crate's handler serves one front end): a guest that restarts
 //! reconnects to the same socket.
 
+use crate::ctrlq::{self, Command};
 use crate::packet::Packet;
 use crate::pool::Pool;
 use crate::tap::RecvError;
@@ -62,7 +63,8 @@ pub const MAX_QUEUE_SIZE: u16 = 4096;
 
 /// The device features offered: what a hypervisor's switch offers a guest
 /// (checksum and TSO both ways, ECN with TSO, mergeable receive buffers,
-/// MTU, link status, event index).
+/// MTU, link status, several queue pairs, a control queue for what the
+/// guest may change, event index).
 pub fn offered_features() -> u64 {
     [
         VIRTIO_NET_F_CSUM,
@@ -77,6 +79,10 @@ pub fn offered_features() -> u64 {
         VIRTIO_NET_F_HOST_ECN,
         VIRTIO_NET_F_MRG_RXBUF,
         VIRTIO_NET_F_STATUS,
+        VIRTIO_NET_F_CTRL_VQ,
+        VIRTIO_NET_F_CTRL_RX,
+        VIRTIO_NET_F_CTRL_GUEST_OFFLOADS,
+        VIRTIO_NET_F_MQ,
         VIRTIO_RING_F_EVENT_IDX,
         VIRTIO_RING_F_INDIRECT_DESC,
         VIRTIO_F_VERSION_1,
@@ -98,12 +104,14 @@ pub struct GuestOffloads {
 }
 
 impl GuestOffloads {
-    fn from_features(f: u64) -> GuestOffloads {
-        let has = |b: u32| f & (1u64 << b) != 0;
+    /// From the acknowledged features, and the offloads the guest set
+    /// since through its control queue (the same bits).
+    fn from_features(acked: u64, offloads: u64) -> GuestOffloads {
+        let has = |b: u32| offloads & acked & (1u64 << b) != 0;
         GuestOffloads {
             csum: has(VIRTIO_NET_F_GUEST_CSUM),
             tso: has(VIRTIO_NET_F_GUEST_TSO4) && has(VIRTIO_NET_F_GUEST_TSO6),
-            mergeable: has(VIRTIO_NET_F_MRG_RXBUF),
+            mergeable: acked & (1u64 << VIRTIO_NET_F_MRG_RXBUF) != 0,
         }
     }
 }
@@ -120,6 +128,11 @@ struct Shared {
     /// `2i`, transmit queue `2i + 1`), known from their first event.
     vrings: RwLock<Vec<Option<VringRwLock>>>,
     acked: AtomicU64,
+    /// The offloads the guest takes: its acknowledged features until it
+    /// sets others on its control queue.
+    offloads: AtomicU64,
+    /// Queue pairs the guest uses (1 until it sets more).
+    active_pairs: std::sync::atomic::AtomicUsize,
     connected: AtomicBool,
     /// Bumped when what the guest accepts changes (the switch re-reads
     /// its settings).
@@ -158,7 +171,8 @@ impl VhostUserBackend for Backend {
     type Vring = VringRwLock;
 
     fn num_queues(&self) -> usize {
-        2 * self.sh.pairs
+        // Receive and transmit per pair, then the control queue.
+        2 * self.sh.pairs + 1
     }
 
     fn max_queue_size(&self) -> usize {
@@ -171,6 +185,8 @@ impl VhostUserBackend for Backend {
 
     fn acked_features(&self, features: u64) {
         self.sh.acked.store(features, Ordering::Release);
+        self.sh.offloads.store(features, Ordering::Release);
+        self.sh.active_pairs.store(1, Ordering::Release);
         self.sh.changed();
     }
 
@@ -213,7 +229,12 @@ impl VhostUserBackend for Backend {
     }
 
     fn queues_per_thread(&self) -> Vec<u64> {
-        (0..self.sh.pairs).map(|i| 0b11u64 << (2 * i)).collect()
+        // One event thread per pair; the first also serves the control
+        // queue (rare commands).
+        let ctrl = 1u64 << (2 * self.sh.pairs);
+        (0..self.sh.pairs)
+            .map(|i| (0b11u64 << (2 * i)) | if i == 0 { ctrl } else { 0 })
+            .collect()
     }
 
     fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
@@ -246,9 +267,45 @@ impl VhostUserBackend for Backend {
         match device_event {
             0 => self.sh.rx_kick[pair].1.notify()?,
             1 => self.sh.tx_kick[pair].1.notify()?,
+            2 if pair == 0 => {
+                if let Some(ctrl) = vrings.get(2) {
+                    self.serve_control(ctrl);
+                }
+            }
             _ => {}
         }
         Ok(())
+    }
+}
+
+impl Backend {
+    /// Answers the guest's control commands and applies them.
+    fn serve_control(&self, ctrl: &VringRwLock) {
+        let Some(mem) = self.sh.mem.read().expect("mem lock").clone() else {
+            return;
+        };
+        let sh = &self.sh;
+        let mut st = ctrl.get_mut();
+        let guard = mem.memory();
+        let served = ctrlq::serve(st.get_queue_mut(), &guard, &mut |c| match c {
+            Command::Accepted => true,
+            Command::QueuePairs(n) if (1..=sh.pairs).contains(&usize::from(n)) => {
+                sh.active_pairs.store(usize::from(n), Ordering::Release);
+                eprintln!("hvnet: port {}: guest uses {n} queue pairs", sh.name);
+                sh.changed();
+                true
+            }
+            Command::GuestOffloads(bits) => {
+                sh.offloads.store(bits, Ordering::Release);
+                eprintln!("hvnet: port {}: guest offloads set to {bits:#x}", sh.name);
+                sh.changed();
+                true
+            }
+            Command::QueuePairs(_) | Command::Refused => false,
+        });
+        if served > 0 && st.needs_notification().unwrap_or(true) {
+            let _ = st.signal_used_queue();
+        }
     }
 }
 
@@ -314,6 +371,8 @@ impl VhostUserPort {
             mem: RwLock::new(None),
             vrings: RwLock::new(vec![None; 2 * pairs]),
             acked: AtomicU64::new(0),
+            offloads: AtomicU64::new(0),
+            active_pairs: std::sync::atomic::AtomicUsize::new(1),
             connected: AtomicBool::new(false),
             changes: Mutex::new(None),
             tx_kick: kicks()?,
@@ -372,9 +431,22 @@ impl VhostUserPort {
         self.sh.connections.load(Ordering::Relaxed)
     }
 
-    /// What the guest's driver accepted.
+    /// What the guest's driver accepted (and set since on its control
+    /// queue).
     pub fn guest_offloads(&self) -> GuestOffloads {
-        GuestOffloads::from_features(self.sh.acked.load(Ordering::Acquire))
+        GuestOffloads::from_features(
+            self.sh.acked.load(Ordering::Acquire),
+            self.sh.offloads.load(Ordering::Acquire),
+        )
+    }
+
+    /// Queue pairs the guest uses now (frames to it are spread over
+    /// these).
+    pub fn active_queues(&self) -> usize {
+        self.sh
+            .active_pairs
+            .load(Ordering::Acquire)
+            .clamp(1, self.sh.pairs)
     }
 
     /// The feature bits the guest acknowledged.

@@ -18,7 +18,9 @@ fi
 # user-mode-linux: real guests (kind = "uml"), their own kernel and
 # virtio-net driver on a vhost-user port. dpdk-dev: testpmd, a second
 # virtio front end (net_virtio_user) and the reference vhost back end.
-need=(iperf3 tcpdump tshark ethtool iproute2 iputils-ping python3 ca-certificates curl gcc libc6-dev chromium user-mode-linux dpdk-dev)
+# qemu-system-x86 and busybox-static: QEMU guests (TCG here, KVM on a
+# real host) with Debian's cloud kernel, fetched below.
+need=(iperf3 tcpdump tshark ethtool iproute2 iputils-ping python3 ca-certificates curl gcc libc6-dev chromium user-mode-linux dpdk-dev qemu-system-x86 busybox-static)
 missing=()
 for p in "${need[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -29,6 +31,16 @@ if [ "${#missing[@]}" -gt 0 ]; then
     # tshark asks whether non-root users may capture; answer no, quietly.
     echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The QEMU guests' kernel: Debian's cloud kernel package, unpacked (not
+# installed: it is the guests' kernel, not this machine's).
+qemu_kernel=/var/cache/hvnet/qemu-guest
+if ! ls "$qemu_kernel"/root/boot/vmlinuz-* >/dev/null 2>&1; then
+    pkg="$(apt-cache depends linux-image-cloud-amd64 | sed -n 's/.*Depends: \(linux-image-.*-cloud-amd64\)$/\1/p' | head -1)"
+    echo "install-deps: fetching $pkg for QEMU guests"
+    mkdir -p "$qemu_kernel"
+    (cd "$qemu_kernel" && apt-get download -qq "$pkg" 2>/dev/null && dpkg-deb -x "$pkg"_*.deb root && rm -f "$pkg"_*.deb)
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

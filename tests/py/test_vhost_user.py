@@ -255,3 +255,21 @@ def test_the_guest_sets_its_queue_pairs_and_offloads_on_its_control_queue(tmp_pa
         t.sh("b", "ethtool -K eth0 rx-gro-hw on")
         assert json.loads(t.hv("port", "b", "--json").stdout)["effective"]["lro"] is True
         assert_accounted(t, ["a", "b"])
+
+
+@pytest.mark.skipif(not shutil.which("qemu-system-x86_64"), reason="needs qemu-system-x86 (scripts/install-deps.sh)")
+def test_a_qemu_guest_attaches_as_a_hypervisor_would(tmp_path):
+    # QEMU's own vhost-user front end (a third, independent one) and the
+    # guest's virtio-net driver in Debian's cloud kernel; TCG here.
+    import qemu_guest
+
+    mac = "02:00:00:00:23:01"
+    vms = [dict(name="q", kind="vhost-user", mac=mac), dict(name="c", ipv4="198.18.23.3/24", queues=1)]
+    with hvlab.Topology(tmp_path, vms, prefix="vk") as t:
+        rc, out = qemu_guest.run(f"/run/hvnet/{t.name}/q.sock", mac, "198.18.23.1/24",
+                                 "ping -c 3 -W 5 198.18.23.3 && ping -c 2 -s 3000 -W 5 198.18.23.3")
+        assert rc == 0, out
+        assert "3 packets received" in out and "2 packets received" in out, out
+        show = json.loads(t.hv("port", "q", "--json").stdout)["vhost_user"]
+        assert show["connections"] == 1
+        assert_accounted(t, ["q", "c"])

@@ -341,9 +341,9 @@ pub enum VhostUserError {
     /// The socket could not be made.
     #[error("cannot listen on {0}: {1}")]
     Listen(PathBuf, String),
-    /// An eventfd could not be made.
-    #[error("cannot make an eventfd: {0}")]
-    Event(#[from] io::Error),
+    /// An eventfd or the serving thread could not be made.
+    #[error("vhost-user port: {0}")]
+    Io(#[from] io::Error),
 }
 
 impl VhostUserPort {
@@ -385,6 +385,9 @@ impl VhostUserPort {
         let listen_err = |e: io::Error| VhostUserError::Listen(socket.to_path_buf(), e.to_string());
         let _ = std::fs::remove_file(socket);
         let listener = UnixListener::bind(socket).map_err(listen_err)?;
+        // Whoever connects shares memory with the switch: root's only.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600)).map_err(listen_err)?;
         // The crate's side of the relay: an abstract socket, private to
         // this process in practice (its name is not on any file system).
         static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -404,7 +407,7 @@ impl VhostUserPort {
         std::thread::Builder::new()
             .name(format!("{name}_vhost"))
             .spawn(move || serve(sh2, listener))
-            .map_err(VhostUserError::Event)?;
+            .map_err(VhostUserError::Io)?;
         Ok(VhostUserPort {
             socket: socket.to_path_buf(),
             sh,
@@ -605,8 +608,13 @@ struct Relay {
     inner_addr: SocketAddr,
 }
 
-/// `VHOST_USER_SET_MEM_TABLE`.
+/// Requests and header flags of the protocol, as the relay needs them.
+const SET_FEATURES: u32 = 2;
 const SET_MEM_TABLE: u32 = 5;
+const SET_VRING_ENABLE: u32 = 18;
+const VERSION_1: u32 = 0x1;
+const FLAG_REPLY: u32 = 0x4;
+const FLAG_NEED_REPLY: u32 = 0x8;
 /// Bytes of a message header: request, flags, size.
 const MSG_HEADER: usize = 12;
 /// Bytes of `struct VhostUserMemory` before its regions, and of a region.
@@ -633,12 +641,19 @@ fn recv_exact(sock: &UnixStream, buf: &mut [u8]) -> io::Result<Vec<std::os::fd::
 }
 
 /// Passes the front end's messages to the crate, each with its
-/// descriptors; trims a `SET_MEM_TABLE` longer than its regions.
+/// descriptors; trims a `SET_MEM_TABLE` longer than its regions, and holds
+/// a `SET_VRING_ENABLE` sent before the features are set (QEMU sends them
+/// at start-up; the crate refuses them until `PROTOCOL_FEATURES` is acked
+/// and would drop the connection) until they are, answering its reply
+/// request itself.
 fn relay(front: &UnixStream, back: &UnixStream) -> io::Result<()> {
     let mut msg = vec![0u8; MSG_HEADER + MAX_PAYLOAD];
+    let mut features_set = false;
+    let mut held: Vec<Vec<u8>> = Vec::new();
     loop {
         let mut fds = recv_exact(front, &mut msg[..MSG_HEADER])?;
         let request = u32::from_le_bytes(msg[0..4].try_into().expect("4 bytes"));
+        let flags = u32::from_le_bytes(msg[4..8].try_into().expect("4 bytes"));
         let mut size = u32::from_le_bytes(msg[8..12].try_into().expect("4 bytes")) as usize;
         if size > MAX_PAYLOAD {
             return Err(io::Error::new(
@@ -647,16 +662,40 @@ fn relay(front: &UnixStream, back: &UnixStream) -> io::Result<()> {
             ));
         }
         fds.extend(recv_exact(front, &mut msg[MSG_HEADER..MSG_HEADER + size])?);
-        if request == SET_MEM_TABLE && size >= MEM_TABLE_HEAD {
-            let p = &msg[MSG_HEADER..];
-            let regions = u32::from_le_bytes(p[0..4].try_into().expect("4 bytes")) as usize;
-            let want = MEM_TABLE_HEAD + regions.min(8) * MEM_REGION;
-            if size > want {
-                size = want;
-                msg[8..12].copy_from_slice(&(size as u32).to_le_bytes());
+        match request {
+            SET_MEM_TABLE if size >= MEM_TABLE_HEAD => {
+                let p = &msg[MSG_HEADER..];
+                let regions = u32::from_le_bytes(p[0..4].try_into().expect("4 bytes")) as usize;
+                let want = MEM_TABLE_HEAD + regions.min(8) * MEM_REGION;
+                if size > want {
+                    size = want;
+                    msg[8..12].copy_from_slice(&(size as u32).to_le_bytes());
+                }
             }
+            SET_VRING_ENABLE if !features_set => {
+                // Held without its reply request (answered here: the front
+                // end waits for it, and nothing else is outstanding).
+                let mut m = msg[..MSG_HEADER + size].to_vec();
+                m[4..8].copy_from_slice(&(flags & !FLAG_NEED_REPLY).to_le_bytes());
+                held.push(m);
+                if flags & FLAG_NEED_REPLY != 0 {
+                    let mut reply = [0u8; MSG_HEADER + 8];
+                    reply[0..4].copy_from_slice(&request.to_le_bytes());
+                    reply[4..8].copy_from_slice(&(VERSION_1 | FLAG_REPLY).to_le_bytes());
+                    reply[8..12].copy_from_slice(&8u32.to_le_bytes());
+                    hvnet_sys::scm::send_with_fds(front, &reply, &[])?;
+                }
+                continue;
+            }
+            _ => {}
         }
         hvnet_sys::scm::send_with_fds(back, &msg[..MSG_HEADER + size], &fds)?;
+        if request == SET_FEATURES && !features_set {
+            features_set = true;
+            for m in held.drain(..) {
+                hvnet_sys::scm::send_with_fds(back, &m, &[])?;
+            }
+        }
     }
 }
 

@@ -387,7 +387,8 @@ impl VhostUserPort {
         let listener = UnixListener::bind(socket).map_err(listen_err)?;
         // Whoever connects shares memory with the switch: root's only.
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600)).map_err(listen_err)?;
+        std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))
+            .map_err(listen_err)?;
         // The crate's side of the relay: an abstract socket, private to
         // this process in practice (its name is not on any file system).
         static NEXT: AtomicU64 = AtomicU64::new(0);

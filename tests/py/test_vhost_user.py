@@ -190,9 +190,11 @@ def test_testpmd_virtio_user_front_ends_exchange_frames(tmp_path):
         sent, got = pmd_count(tx_log, "TX"), pmd_count(rx_log, "RX")
         a_in = t.stats("/ports/a/accounting")["ingress"]
         b_out = t.stats("/ports/b/rxSummary")
-        # Everything testpmd a sent was read by hvnet; everything hvnet
+        # What testpmd a sent was read by hvnet, but for what was still on
+        # its transmit ring when it left (testpmd counts a frame when it
+        # puts it there; at most the ring's 256); everything hvnet
         # delivered into b's virtqueue testpmd b received.
-        assert a_in["frames_in"] == sent and a_in["balanced"], (sent, a_in)
+        assert 0 <= sent - a_in["frames_in"] <= 256 and a_in["balanced"], (sent, a_in)
         assert b_out["delivered_frames"] == got > 10000, (got, b_out)
         assert b_out["delivered_frames"] + b_out["drop_virtqueue_full"] == a_in["forwarded"], b_out
         # testpmd is gone: its port is down, the switch is up.
@@ -261,7 +263,7 @@ def test_the_guest_sets_its_queue_pairs_and_offloads_on_its_control_queue(tmp_pa
 def test_a_qemu_guest_attaches_as_a_hypervisor_would(tmp_path):
     # QEMU's own vhost-user front end (a third, independent one) and the
     # guest's virtio-net driver in Debian's cloud kernel; TCG here.
-    import qemu_guest
+    import qemu_guest  # lab/qemu_guest.py
 
     mac = "02:00:00:00:23:01"
     vms = [dict(name="q", kind="vhost-user", mac=mac), dict(name="c", ipv4="198.18.23.3/24", queues=1)]

@@ -1,7 +1,8 @@
-"""A QEMU guest for the tests: Debian's cloud kernel (its virtio-net
-driver) and a busybox initramfs whose init configures eth0, runs one shell
-command, prints its output and status on the serial console between
-markers, and powers off. QEMU's own vhost-user front end attaches the NIC
+"""A QEMU guest for the tests and benches: Debian's cloud kernel (its
+virtio-net driver) and a busybox initramfs whose init configures eth0, runs
+one shell command, prints its output and status on the serial console
+between markers, and powers off. Host binaries the command needs (iperf3)
+are copied in with their libraries. QEMU's own vhost-user front end attaches the NIC
 to a socket. TCG here (no nested KVM); `-accel kvm` on a real host.
 
 The kernel package is fetched with `apt-get download` into a cache
@@ -20,7 +21,7 @@ MODULES = ["virtio_ring", "virtio", "virtio_pci_modern_dev", "virtio_pci_legacy_
            "failover", "net_failover", "virtio_net"]
 
 INIT = """#!/bin/sh
-export PATH=/bin
+export PATH=/bin:/usr/bin
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
 for m in {modules}; do insmod /lib/$m.ko; done
 n=0; while [ ! -e /sys/class/net/eth0 ] && [ $n -lt 200 ]; do sleep 0.1; n=$((n+1)); done
@@ -50,7 +51,17 @@ def kernel() -> Path:
     return CACHE / "root"
 
 
-def initramfs(work: Path, mac: str, ip: str, cmd: str) -> Path:
+def copy_binary(tree: Path, path: str):
+    """`path` and the shared libraries it loads, at the same places."""
+    out = subprocess.run(["ldd", path], capture_output=True, text=True).stdout
+    libs = re.findall(r"(/\S+\.so[.\d]*)", out)
+    for f in [path, *libs]:
+        dst = tree / f.lstrip("/")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(f, dst)
+
+
+def initramfs(work: Path, mac: str, ip: str, cmd: str, binaries=()) -> Path:
     root = kernel()
     rel = next((root / "lib/modules").iterdir())
     tree = work / "initramfs"
@@ -67,6 +78,8 @@ def initramfs(work: Path, mac: str, ip: str, cmd: str) -> Path:
         if src.suffix == ".xz":
             data = subprocess.run(["xz", "-dc", str(src)], capture_output=True, check=True).stdout
         (tree / "lib" / f"{m}.ko").write_bytes(data)
+    for b in binaries:
+        copy_binary(tree, b)
     init = tree / "init"
     init.write_text(INIT.format(modules=" ".join(MODULES), mac=mac, ip=ip, cmd=cmd.replace("'", "'\\''")))
     init.chmod(0o755)
@@ -78,25 +91,33 @@ def initramfs(work: Path, mac: str, ip: str, cmd: str) -> Path:
     return out
 
 
+def argv(sock: str, mac: str, initrd: Path, mem_mb=256, rx_queue_size=256) -> list:
+    vmlinuz = next((kernel() / "boot").glob("vmlinuz-*"))
+    accel = "kvm" if os.environ.get("HVNET_QEMU_KVM") else "tcg"
+    return ["qemu-system-x86_64", "-accel", accel, "-cpu", "max", "-m", str(mem_mb), "-nographic", "-nodefaults",
+            "-serial", "stdio", "-no-reboot", "-kernel", str(vmlinuz), "-initrd", str(initrd),
+            "-append", "console=ttyS0 quiet panic=-1",
+            "-object", f"memory-backend-memfd,id=mem,size={mem_mb}M,share=on", "-numa", "node,memdev=mem",
+            "-chardev", f"socket,id=c0,path={sock}", "-netdev", "vhost-user,id=n0,chardev=c0",
+            # vectors=0: QEMU 7.2 under TCG crashes starting a vhost-user
+            # device with MSI-X (REFERENCE.md).
+            "-device", f"virtio-net-pci,netdev=n0,mac={mac},romfile=,vectors=0,mrg_rxbuf=on,"
+                       f"rx_queue_size={rx_queue_size}"]
+
+
+def output(text: str) -> tuple:
+    """(exit status, output) of the guest's command, from its console."""
+    m = re.search(r"HVNET-BEGIN\r?\n(.*)HVNET-END (\d+)", text, re.S)
+    if not m:
+        raise RuntimeError(f"the QEMU guest did not run its command:\n{text[-3000:]}")
+    return int(m.group(2)), m.group(1)
+
+
 def run(sock: str, mac: str, ip: str, cmd: str, timeout=180, mem_mb=256) -> tuple:
     """Boots a guest on vhost-user socket `sock`, runs `cmd` in it; returns
     (exit status, output)."""
     with tempfile.TemporaryDirectory(prefix="hvnet-qemu-") as tmp:
-        work = Path(tmp)
-        initrd = initramfs(work, mac, ip, cmd)
-        vmlinuz = next((kernel() / "boot").glob("vmlinuz-*"))
-        accel = "kvm" if os.environ.get("HVNET_QEMU_KVM") else "tcg"
-        argv = ["qemu-system-x86_64", "-accel", accel, "-cpu", "max", "-m", str(mem_mb), "-nographic", "-nodefaults",
-                "-serial", "stdio", "-no-reboot", "-kernel", str(vmlinuz), "-initrd", str(initrd),
-                "-append", "console=ttyS0 quiet panic=-1",
-                "-object", f"memory-backend-memfd,id=mem,size={mem_mb}M,share=on", "-numa", "node,memdev=mem",
-                "-chardev", f"socket,id=c0,path={sock}", "-netdev", "vhost-user,id=n0,chardev=c0",
-                # vectors=0: QEMU 7.2 under TCG crashes starting a vhost-user
-                # device with MSI-X (REFERENCE.md).
-                "-device", f"virtio-net-pci,netdev=n0,mac={mac},romfile=,vectors=0,mrg_rxbuf=on"]
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-        out = p.stdout
-        m = re.search(r"HVNET-BEGIN\r?\n(.*)HVNET-END (\d+)", out, re.S)
-        if not m:
-            raise RuntimeError(f"the QEMU guest did not run its command (exit {p.returncode}):\n{out[-3000:]}\n{p.stderr[-2000:]}")
-        return int(m.group(2)), m.group(1)
+        initrd = initramfs(Path(tmp), mac, ip, cmd)
+        p = subprocess.run(argv(sock, mac, initrd, mem_mb), capture_output=True, text=True, timeout=timeout,
+                           stdin=subprocess.DEVNULL)
+        return output(p.stdout + p.stderr)

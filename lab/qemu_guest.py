@@ -67,7 +67,7 @@ def initramfs(work: Path, mac: str, ip: str, cmd: str, binaries=()) -> Path:
     tree = work / "initramfs"
     (tree / "bin").mkdir(parents=True)
     (tree / "lib").mkdir()
-    for d in ("proc", "sys", "dev"):
+    for d in ("proc", "sys", "dev", "tmp"):
         (tree / d).mkdir()
     shutil.copy("/usr/bin/busybox", tree / "bin/busybox")
     for applet in ("sh", "mount", "insmod", "ip", "ping", "sleep", "poweroff", "echo", "cat", "seq", "wc", "head"):

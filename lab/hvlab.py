@@ -267,6 +267,10 @@ class CpuLimit:
     def add(self, tid: int):
         (self.path / "tasks").write_text(str(tid))
 
+    def add_process(self, pid: int):
+        """All of a process's threads (and what it forks from now on)."""
+        (self.path / "cgroup.procs").write_text(str(pid))
+
     def __exit__(self, *exc):
         for tid in (self.path / "tasks").read_text().split():
             try:

@@ -12,6 +12,7 @@ server, not a hypervisor's scheduler.
 """
 
 import contextlib
+import json
 import math
 import shutil
 import time
@@ -33,7 +34,16 @@ VM_NOTES = {
 
 def vm_note():
     return VM_NOTES[fabrics.VM_KIND]
-CPU_NOTE = "CPU limit emulated with a cgroup-v1 CPU quota on the receiving VM's delivery thread and iperf3 server, not a hypervisor scheduler."
+CPU_NOTES = {
+    "netns": "CPU limit emulated with a cgroup-v1 CPU quota on the receiving VM's delivery thread and iperf3 server, "
+             "not a hypervisor scheduler.",
+    "uml": "CPU limit: a cgroup-v1 CPU quota on the receiving guest's processes (its kernel, which is its one vCPU, "
+           "and its user space), as a hypervisor limits a VM's vCPU; its run-queue wait is the kernel process's.",
+}
+
+
+def cpu_note():
+    return CPU_NOTES[fabrics.VM_KIND]
 
 SEED_000 = "shared/seeds/000 (VMware VROOM! blog, LRO for VMXNET3, vSphere 6, 2015)"
 SEED_001 = "shared/seeds/001 (VMware white paper, NIC technologies in vSphere)"
@@ -302,14 +312,27 @@ VMXNET3_VCPU = {"queues": 1, "rx_overflow": "drop", "delivery": "thread"}
 
 
 def contended_server(f, cpu):
-    """Starts VM b's iperf3 server and puts it and b's delivery thread (its
-    "vCPU") into the CPU group `cpu`. Returns (server, delivery thread id)."""
+    """Starts VM b's iperf3 server and puts b's "vCPU" into the CPU group
+    `cpu`: a namespace VM's delivery thread and the server; a real guest's
+    processes (its kernel, and its user space, which the server joins).
+    Returns (server, (pid, tid) whose run-queue wait is the VM's %RDY)."""
+    if fabrics.VM_KIND != "netns":
+        guest = json.loads(f.t.hv("port", "b", "--json").stdout)["guest"]
+        for p in guest["processes"]:
+            cpu.add_process(p["pid"])
+        server = f.popen("b", f"iperf3 -s -1 -B {B_IP}")
+        f.wait_listening("b", 5201)
+        return server, (guest["pid"], guest["pid"])
     tid = f.t.thread("b", "delivery", 0)
     cpu.add(tid)
     server = f.popen("b", f"iperf3 -s -1 -B {B_IP}")
     time.sleep(0.3)
     cpu.add(server.pid)
-    return server, tid
+    return server, (hvnet_pid(f), tid)
+
+
+def hvnet_pid(f):
+    return int(json.loads(open(f"/run/hvnet/{f.t.name}/state.json").read())["pid"])
 
 
 def cpu_limit(tmp, quick, reps, log):
@@ -318,20 +341,18 @@ def cpu_limit(tmp, quick, reps, log):
     shares = [15, 35, 60, 100] if quick else [15, 25, 35, 50, 65, 80, 100]
     secs = 2 if quick else 4
     with Hvnet(tmp, 1500, b={"ring1": 4096, "ring2": 4096, **VMXNET3_VCPU}) as f:
-        state_pid = int(__import__("json").loads(open(f"/run/hvnet/{f.t.name}/state.json").read())["pid"])
-
         def run(share):
             if share is None:
                 return {"gbps": iperf(f, 4, "128K", secs, None, log)["gbps"]}
             with hvlab.CpuLimit(share) as cpu:
-                server, tid = contended_server(f, cpu)
-                w0 = measure.thread_schedstat(state_pid, tid)
+                server, (pid, tid) = contended_server(f, cpu)
+                w0 = measure.thread_schedstat(pid, tid)
                 t0 = time.monotonic()
                 cmd = f"iperf3 -c {B_IP} -t {secs} -P 4 -J"
                 out = f.sh("a", cmd, timeout=secs + 60).stdout
                 wall = time.monotonic() - t0
-                w1 = measure.thread_schedstat(state_pid, tid)
-                server.wait(timeout=10)
+                w1 = measure.thread_schedstat(pid, tid)
+                server.wait(timeout=30)
             r = {"gbps": measure.iperf3(out)["bps"] / 1e9,
                  "rdy_pct": 100 * (w1["wait_ns"] - w0["wait_ns"]) / 1e9 / wall}
             log.append({"command": f.command("a", cmd), "cpu_share_pct": share, **r})
@@ -373,7 +394,7 @@ def cpu_limit(tmp, quick, reps, log):
                # One repetition disturbed by the machine spoils its own fit;
                # the median repetition's fit is the one judged.
                both(judge([("fit (median repetition)", [median(r2s)])], "up", 0.9, "R²"),
-                    judge([("fit", slopes)], "up", 0.0, "slope")), CPU_NOTE,
+                    judge([("fit", slopes)], "up", 0.0, "slope")), cpu_note(),
                {"hvnet": [(sh, *med[sh]["spread"]["gbps"]) for sh in shares]}),
         figure("cpu-limit-rdy", "The VM's run-queue wait (hvnet's %RDY analog)", "CPU share of one core (%)", "% of wall time waiting",
                {"hvnet vCPU run-queue wait": [(sh, med[sh]["rdy_pct"]) for sh in shares]},
@@ -381,7 +402,7 @@ def cpu_limit(tmp, quick, reps, log):
                f"the lower the share, the longer the vCPU waits to run (wait at {shares[0]}% minus at {shares[-1]}% > 0; "
                "published 69% RDY at an 800 MHz limit)",
                judge([(f"{shares[0]}% vs {shares[-1]}%", rdy_drop)], "up", 0.0, "difference in points"),
-               CPU_NOTE + " Wait is the delivery thread's run-queue time from /proc/PID/task/TID/schedstat.",
+               cpu_note() + " Wait: run-queue time from /proc/PID/task/TID/schedstat.",
                {"hvnet vCPU run-queue wait": [(sh, *med[sh]["spread"]["rdy_pct"]) for sh in shares]}),
     ]
     return figs, {"points": points, "fits": fits, "unlimited_gbps": unlimited,
@@ -436,7 +457,7 @@ def ring_exhaustion(tmp, quick, reps, log):
                f"larger rings cut ring-full drops (ratio {rings[-1]}/{rings[0]} < 1; hvnet LRO on: {on[0]['drops']:.0f} at "
                f"{rings[0]} -> {on[-1]['drops']:.0f} at {rings[-1]}; ring memory per queue "
                f"{on[0]['ring_memory_bytes'] / 2**20:.1f} -> {on[-1]['ring_memory_bytes'] / 2**20:.1f} MiB)",
-               judge([("LRO on", fewer("drops"))], "down"), CPU_NOTE,
+               judge([("LRO on", fewer("drops"))], "down"), cpu_note(),
                {f"hvnet LRO {lro} ring {n} full": spr(f"ring{n}_full", lro) for lro in lros for n in (1, 2)}),
         figure("ring-exhaustion-retransmits", "Sender retransmissions", "ring size (entries)", "segments retransmitted",
                {f"hvnet LRO {lro}": ser("retransmits", lro) for lro in lros},
@@ -444,7 +465,7 @@ def ring_exhaustion(tmp, quick, reps, log):
                SEED_002 + ", part 2 (netstat -s)",
                f"fewer retransmissions with larger rings (ratio {rings[-1]}/{rings[0]} < 1; hvnet LRO on: "
                f"{on[0]['retransmits']:.0f} -> {on[-1]['retransmits']:.0f})",
-               judge([("LRO on", fewer("retransmits"))], "down"), CPU_NOTE,
+               judge([("LRO on", fewer("retransmits"))], "down"), cpu_note(),
                {f"hvnet LRO {lro}": spr("retransmits", lro) for lro in lros}),
         figure("ring-exhaustion-why-ring2", "Why ring 2 fills at MTU 1500", "ring size (entries)", "share of delivered frames",
                {"frames larger than a ring-1 buffer (coalesced or TSO)": ser("large_share", "on")},
@@ -596,7 +617,7 @@ EXPERIMENTS = [
      "workload": "VM to VM; receiver LRO on vs off (hvnet segments); bridge and OVS as references"},
     {"name": "lro-rate", "reproduces": "003", "run": lro_rate,
      "workload": "as lro-native with 64 KiB writes; delayed ACKs on and off (quickack) in the receiving VM"},
-    {"name": "cpu-limit", "reproduces": "002, part 1", "run": cpu_limit,
+    {"name": "cpu-limit", "reproduces": "002, part 1", "run": cpu_limit, "vms": ("netns", "uml"),
      "workload": "4 streams into a VM whose vCPU and iperf3 server are held to 15-100% of a core, and unlimited"},
     {"name": "ring-exhaustion", "reproduces": "002, part 2", "run": ring_exhaustion,
      "workload": "12 streams into a VM held to 25% of a core; rings 256/512/4096; LRO on and off"},

@@ -143,11 +143,16 @@ class Pmd:
 
     def __init__(self, name, sock, mac, mode, extra=()):
         self.log = tempfile.NamedTemporaryFile("w+", prefix=f"testpmd-{name}-", suffix=".log")
+        # Line-buffered, so that its statistics can be read while it runs.
         self.proc = subprocess.Popen(
-            ["dpdk-testpmd", "--no-huge", "-m", "512", "--no-pci", f"--file-prefix=hvt{os.getpid()}{name}",
+            ["stdbuf", "-oL", "dpdk-testpmd", "--no-huge", "-m", "512", "--no-pci", f"--file-prefix=hvt{os.getpid()}{name}",
              "-l", "0,1", f"--vdev=net_virtio_user0,path={sock},mac={mac}", "--",
              f"--forward-mode={mode}", "--auto-start", "--total-num-mbufs=16384", *extra],
             stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def text(self) -> str:
+        self.log.seek(0)
+        return self.log.read()
 
     def stop(self) -> str:
         """Ends testpmd (it prints its port statistics) and returns its log."""
@@ -177,7 +182,7 @@ def test_testpmd_virtio_user_front_ends_exchange_frames(tmp_path):
     vms = [dict(name="a", kind="vhost-user", mac=mac_a), dict(name="b", kind="vhost-user", mac=mac_b)]
     with hvlab.Topology(tmp_path, vms, prefix="vp") as t:
         sock = lambda vm: f"/run/hvnet/{t.name}/{vm}.sock"  # noqa: E731
-        rx = Pmd("b", sock("b"), mac_b, "rxonly")
+        rx = Pmd("b", sock("b"), mac_b, "rxonly", ["--stats-period=1"])
         tx = None
         try:
             assert hvlab.eventually(lambda: ports(t)["b"]["link"] == "up", timeout=30)
@@ -186,6 +191,11 @@ def test_testpmd_virtio_user_front_ends_exchange_frames(tmp_path):
         finally:
             tx_log = tx.stop() if tx else ""
             hvlab.eventually(lambda: t.stats("/ports/b/accounting")["egress"]["in_flight"] == 0, timeout=5)
+            # testpmd b has taken from its ring all hvnet put there (its
+            # once-a-second statistics say so) before it is stopped.
+            delivered = t.stats("/ports/b/rxSummary")["delivered_frames"]
+            hvlab.eventually(lambda: "RX-packets" in rx.text() and pmd_count(rx.text(), "RX") >= delivered,
+                             timeout=30, every=0.2)
             rx_log = rx.stop()
         sent, got = pmd_count(tx_log, "TX"), pmd_count(rx_log, "RX")
         a_in = t.stats("/ports/a/accounting")["ingress"]
@@ -195,7 +205,7 @@ def test_testpmd_virtio_user_front_ends_exchange_frames(tmp_path):
         # puts it there; at most the ring's 256); everything hvnet
         # delivered into b's virtqueue testpmd b received.
         assert 0 <= sent - a_in["frames_in"] <= 256 and a_in["balanced"], (sent, a_in)
-        assert b_out["delivered_frames"] == got > 10000, (got, b_out)
+        assert b_out["delivered_frames"] == got > 10000, (got, b_out, rx_log[-1500:])
         assert b_out["delivered_frames"] + b_out["drop_virtqueue_full"] == a_in["forwarded"], b_out
         # testpmd is gone: its port is down, the switch is up.
         show = json.loads(t.hv("port", "a", "--json").stdout)["vhost_user"]

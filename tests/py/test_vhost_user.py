@@ -135,6 +135,20 @@ def test_a_killed_guest_takes_down_its_port_and_comes_back(tmp_path):
         assert ports(t)["a"]["link"] == "up" or hvlab.eventually(lambda: ports(t)["a"]["link"] == "up", timeout=10)
         t.sh("a", f"ping -c 3 -i 0.2 -W 2 {B}")
         t.sh("a", f"ping -c 3 -i 0.2 -W 2 {C}")
+        # A guest that dies from outside (its process killed, as a crash
+        # would end it): port down, exec says so, restart brings it back.
+        pid = json.loads(t.hv("port", "a", "--json").stdout)["guest"]["pid"]
+        os.kill(pid, 9)
+        assert hvlab.eventually(lambda: ports(t)["a"]["link"] == "down", timeout=10)
+
+        def exec_refused():
+            r = t.hv("exec", "a", "--", "true", check=False)
+            return r if r.returncode != 0 else None
+
+        r = hvlab.eventually(exec_refused, timeout=10)
+        assert r and "not running" in r.stderr, r
+        t.hv("restart", "a")
+        t.sh("a", f"ping -c 2 -i 0.2 -W 2 {B}")
 
 
 class Pmd:

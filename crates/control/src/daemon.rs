@@ -620,6 +620,7 @@ pub fn daemon(file: &Path) -> Result<(), DaemonError> {
         topo.vms.len(),
         topo.uplinks.len()
     );
+    let mut last_check = Instant::now();
     while !sw.stopping() {
         match listener.accept() {
             Ok((conn, _)) => {
@@ -630,6 +631,10 @@ pub fn daemon(file: &Path) -> Result<(), DaemonError> {
                 std::thread::sleep(Duration::from_millis(20))
             }
             Err(e) => eprintln!("hvnet daemon: accept: {e}"),
+        }
+        if last_check.elapsed() >= Duration::from_millis(200) {
+            last_check = Instant::now();
+            reap_guests(&dir, &guests);
         }
     }
     for g in guests.lock().expect("guests lock").iter_mut() {
@@ -667,6 +672,27 @@ fn start_guests(topo: &Topology, dir: &Path, state: &mut State) -> Result<Vec<Gu
         }
     }
     Ok(guests)
+}
+
+/// A guest whose process ended on its own (crashed, or killed from
+/// outside): said once, its exec channel closed (a waiting `hvnet exec`
+/// returns), its port already down (its front end disconnected).
+fn reap_guests(dir: &Path, guests: &Mutex<Vec<Guest>>) {
+    let mut all = guests.lock().expect("guests lock");
+    let mut i = 0;
+    while i < all.len() {
+        if all[i].alive() {
+            i += 1;
+            continue;
+        }
+        let mut g = all.remove(i);
+        g.kill();
+        let _ = std::fs::remove_file(guest::exchange_dir(dir, &g.vm).join("ready"));
+        eprintln!(
+            "hvnet daemon: vm {}: its guest exited (`hvnet restart {}` starts it again)",
+            g.vm, g.vm
+        );
+    }
 }
 
 /// `hvnet restart VM` and `hvnet kill VM`.

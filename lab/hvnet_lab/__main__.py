@@ -50,7 +50,7 @@ def main(argv=None):
                         "spread decides the verdict (default 3, 1 with --quick)")
     r.add_argument("--vms", choices=("netns", "uml"), default="netns",
                    help="what hvnet's VMs are: network namespaces (default) or real guests (User-Mode Linux on "
-                        "vhost-user ports; lro-local, jumbo and cpu-limit)")
+                        "vhost-user ports; lro-local, jumbo, cpu-limit and multiqueue)")
     cmp = sub.add_parser("compare", help="what changed, figure by figure, between two runs' results.json")
     cmp.add_argument("before", type=Path)
     cmp.add_argument("after", type=Path)

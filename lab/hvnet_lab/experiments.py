@@ -623,7 +623,7 @@ EXPERIMENTS = [
      "workload": "12 streams into a VM held to 25% of a core; rings 256/512/4096; LRO on and off"},
     {"name": "jumbo", "reproduces": "004", "run": jumbo, "vms": ("netns", "uml"),
      "workload": "VM to VM at MTU 1500 vs 9000, 4 streams; bridge and OVS as references"},
-    {"name": "multiqueue", "reproduces": "001, Figure 3; 002 FAQ", "run": multiqueue,
+    {"name": "multiqueue", "reproduces": "001, Figure 3; 002 FAQ", "run": multiqueue, "vms": ("netns", "uml"),
      "workload": "one VM with 1 vs 4 receive queues, 8 streams, RSS spreading flows"},
 ]
 

@@ -80,7 +80,6 @@ class Hvnet(Fabric):
         if VM_KIND != "netns":
             for vm in vms:
                 vm["kind"] = VM_KIND
-                vm.pop("queues", None)
         self.t = hvlab.Topology(Path(tmp), vms, prefix="bh")
 
     def __enter__(self):
@@ -94,6 +93,11 @@ class Hvnet(Fabric):
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+        # A real guest's driver uses one queue pair per vCPU until told to
+        # use the others (as on a hypervisor: ethtool -L in the guest).
+        for vm in self.t.vms:
+            if vm.get("kind", "netns") != "netns" and vm.get("queues", 1) > 1:
+                self.t.sh(vm["name"], f"ethtool -L eth0 combined {vm['queues']}")
         return self
 
     def __exit__(self, *e):

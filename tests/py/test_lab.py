@@ -255,5 +255,5 @@ def test_a_quick_experiment_with_real_guests(tmp_path):
     # The guests went through hvnet exec: no namespace of theirs existed.
     assert all(s["command"].startswith("hvnet exec") for s in e["samples"]), e["samples"][0]
     # Experiments that need namespace VMs say so.
-    r = hvlab.run([hvlab.hvnet_bin(), "lab", "run", "multiqueue", "--vms", "uml", "--out", str(out)], check=False)
+    r = hvlab.run([hvlab.hvnet_bin(), "lab", "run", "ring-exhaustion", "--vms", "uml", "--out", str(out)], check=False)
     assert r.returncode == 1 and "runs only with namespace VMs" in r.stderr, r.stderr

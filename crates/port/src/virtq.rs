@@ -50,7 +50,10 @@ pub enum VirtqError {
 
 /// Takes the next transmit chain, copies it into a buffer of `pool` and
 /// checks it as a TAP read is checked; the chain goes back to the guest
-/// used (length 0: the device wrote nothing), whatever it held.
+/// used (length 0: the device wrote nothing), whatever it held. With no
+/// buffer free under the port's cap the chain stays available, unread (a
+/// TAP read that finds no buffer does not read either): the frame is
+/// taken later, not lost.
 pub fn read_frame(
     queue: &mut Queue,
     mem: &GuestMemoryMmap,
@@ -61,6 +64,10 @@ pub fn read_frame(
     };
     let head = chain.head_index();
     let r = copy_chain(chain, mem, pool);
+    if let Err(RecvError::NoBuffer) = r {
+        queue.set_next_avail(queue.next_avail().wrapping_sub(1));
+        return Err(RecvError::NoBuffer);
+    }
     let _ = queue.add_used(mem, head, 0);
     let (buf, n) = r?;
     check(buf, n)
@@ -356,6 +363,26 @@ mod tests {
             read_frame(&mut q, &mem, &mut p),
             Err(RecvError::WouldBlock)
         ));
+    }
+
+    #[test]
+    fn a_frame_with_no_buffer_free_stays_on_the_ring() {
+        let mem = memory();
+        let vq = MockSplitQueue::new(&mem, 16);
+        let bytes = frame();
+        mem.write_slice(&bytes, GuestAddress(BUF)).unwrap();
+        vq.add_desc_chains(&[d(BUF, bytes.len() as u32, 0, 0)], 0)
+            .unwrap();
+        let mut q: Queue = vq.create_queue().unwrap();
+        let mut none = Pool::new(Home::new(PoolCaps { small: 0, large: 0 }));
+        assert!(matches!(
+            read_frame(&mut q, &mem, &mut none),
+            Err(RecvError::NoBuffer)
+        ));
+        assert_eq!((q.next_avail(), q.next_used()), (0, 0));
+        let pkt = read_frame(&mut q, &mem, &mut pool()).unwrap();
+        assert_eq!(pkt.frame(), &bytes[VNET_HDR_LEN..]);
+        assert_eq!(q.next_used(), 1);
     }
 
     #[test]

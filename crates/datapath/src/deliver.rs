@@ -67,17 +67,20 @@ impl<'a> Out<'a> {
         match self {
             Out::Fd(fq) => hvnet_port::write_frame(fq, iov).map_err(|_| WriteFail::Error),
             Out::Virtq(v, q) => {
-                let deadline = std::time::Instant::now() + BACKPRESSURE_WAIT;
+                // The clock is read only once the ring was found full.
+                let mut deadline = None;
                 loop {
                     match v.write(q, iov) {
                         Ok(()) => return Ok(()),
-                        Err(VirtqError::RingFull) => {
-                            let left =
-                                deadline.saturating_duration_since(std::time::Instant::now());
-                            if !hold || left.is_zero() || !v.wait_for_room(q, left) {
+                        Err(VirtqError::RingFull) if hold => {
+                            let now = std::time::Instant::now();
+                            let end = *deadline.get_or_insert(now + BACKPRESSURE_WAIT);
+                            let left = end.saturating_duration_since(now);
+                            if left.is_zero() || !v.wait_for_room(q, left) {
                                 return Err(WriteFail::RingFull);
                             }
                         }
+                        Err(VirtqError::RingFull) => return Err(WriteFail::RingFull),
                         Err(_) => return Err(WriteFail::Error),
                     }
                 }

@@ -17,12 +17,12 @@
 //! buffers with the virtio-net header checked at the boundary, as for TAP
 //! ports ([`crate::tap::check`]).
 //!
-//! One adaptation sits between the front end and the crate: User-Mode
-//! Linux's `virtio_uml` sends `SET_MEM_TABLE` with room for two regions
-//! whatever it uses, and the crate refuses a message longer than its
-//! regions; [`relay`] passes each message through (descriptors attached)
-//! and trims that one to its regions. QEMU's and DPDK's messages pass
-//! unchanged.
+//! A relay sits between the front end and the crate ([`relay`]): it
+//! passes each message through (descriptors attached) and adapts two the
+//! crate would refuse and drop the connection over — User-Mode Linux's
+//! `SET_MEM_TABLE` with room for two regions whatever it uses (trimmed),
+//! and QEMU's `SET_VRING_ENABLE` sent before the features are set (held
+//! until they are). DPDK's messages pass unchanged.
 //!
 //! Threads: the crate runs one event thread per queue pair; it only turns
 //! the guest's kicks into wake-ups of the datapath's threads (the ingress
@@ -255,7 +255,11 @@ impl VhostUserBackend for Backend {
         if pair >= self.sh.pairs {
             return Ok(());
         }
-        {
+        // The pair's vrings are known from its first event on; later
+        // events (a kick per frame or so) take only the read lock.
+        let known =
+            |all: &Vec<Option<VringRwLock>>| all[2 * pair].is_some() && all[2 * pair + 1].is_some();
+        if !known(&self.sh.vrings.read().expect("vrings lock")) {
             let mut all = self.sh.vrings.write().expect("vrings lock");
             for (i, v) in vrings.iter().enumerate().take(2) {
                 let slot = &mut all[2 * pair + i];

@@ -678,21 +678,17 @@ fn start_guests(topo: &Topology, dir: &Path, state: &mut State) -> Result<Vec<Gu
 /// outside): said once, its exec channel closed (a waiting `hvnet exec`
 /// returns), its port already down (its front end disconnected).
 fn reap_guests(dir: &Path, guests: &Mutex<Vec<Guest>>) {
-    let mut all = guests.lock().expect("guests lock");
-    let mut i = 0;
-    while i < all.len() {
-        if all[i].alive() {
-            i += 1;
-            continue;
+    guests.lock().expect("guests lock").retain_mut(|g| {
+        if g.alive() {
+            return true;
         }
-        let mut g = all.remove(i);
-        g.kill();
-        let _ = std::fs::remove_file(guest::exchange_dir(dir, &g.vm).join("ready"));
+        g.stop(dir);
         eprintln!(
             "hvnet daemon: vm {}: its guest exited (`hvnet restart {}` starts it again)",
             g.vm, g.vm
         );
-    }
+        false
+    });
 }
 
 /// `hvnet restart VM` and `hvnet kill VM`.
@@ -716,9 +712,7 @@ fn restart_guest(
     let dir = state_dir(&topo.name);
     let mut all = guests.lock().expect("guests lock");
     if let Some(i) = all.iter().position(|g| g.vm == vm) {
-        let mut g = all.remove(i);
-        g.kill();
-        let _ = std::fs::remove_file(guest::exchange_dir(&dir, vm).join("ready"));
+        all.remove(i).stop(&dir);
     }
     if !start {
         return Ok(json!({"vm": vm, "running": false}));

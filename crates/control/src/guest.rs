@@ -39,6 +39,12 @@ pub fn exchange_dir(state_dir: &Path, vm: &str) -> PathBuf {
     guest_dir(state_dir, vm).join("x")
 }
 
+/// The marker the guest's init leaves once `eth0` is configured; `exec`
+/// reads it as "the guest runs", so it goes when the guest does.
+fn ready_marker(state_dir: &Path, vm: &str) -> PathBuf {
+    exchange_dir(state_dir, vm).join("ready")
+}
+
 /// The vhost-user socket of VM `vm`.
 pub fn socket_path(state_dir: &Path, vm: &str) -> PathBuf {
     state_dir.join(format!("{vm}.sock"))
@@ -71,6 +77,13 @@ impl Guest {
     pub fn kill(&mut self) {
         kill_group(self.child.id());
         let _ = self.child.wait();
+    }
+
+    /// Ends the guest and closes its exec channel (a waiting `hvnet exec`
+    /// returns, a new one is refused).
+    pub fn stop(&mut self, state_dir: &Path) {
+        self.kill();
+        let _ = std::fs::remove_file(ready_marker(state_dir, &self.vm));
     }
 }
 
@@ -210,7 +223,7 @@ pub fn start_uml(topo: &Topology, vm: &Vm, state_dir: &Path) -> Result<Guest, Da
 
 /// Waits until the guest's init has configured `eth0`.
 pub fn wait_ready(g: &mut Guest, state_dir: &Path) -> Result<(), DaemonError> {
-    let ready = exchange_dir(state_dir, &g.vm).join("ready");
+    let ready = ready_marker(state_dir, &g.vm);
     let deadline = Instant::now() + BOOT_TIMEOUT;
     while !ready.exists() {
         if !g.alive() {
@@ -257,7 +270,8 @@ pub fn exec(
     stdin: Option<&[u8]>,
 ) -> Result<ExecOutput, DaemonError> {
     let x = exchange_dir(state_dir, vm);
-    if !x.join("ready").exists() {
+    let ready = ready_marker(state_dir, vm);
+    if !ready.exists() {
         return Err(DaemonError::Other(format!(
             "vm {vm}: its guest is not running (or not booted yet)"
         )));
@@ -289,7 +303,7 @@ pub fn exec(
     // The guest answers with a file; wait for it (the command may run
     // long: no deadline, as with ssh).
     while !rc.exists() {
-        if !x.join("ready").exists() {
+        if !ready.exists() {
             return Err(DaemonError::Other(format!("vm {vm}: the guest went away")));
         }
         std::thread::sleep(Duration::from_millis(10));

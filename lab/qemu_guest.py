@@ -5,8 +5,8 @@ between markers, and powers off. Host binaries the command needs (iperf3)
 are copied in with their libraries. QEMU's own vhost-user front end attaches the NIC
 to a socket. TCG here (no nested KVM); `-accel kvm` on a real host.
 
-The kernel package is fetched with `apt-get download` into a cache
-directory (scripts/install-deps.sh does it ahead of time)."""
+The kernel is Debian's cloud kernel package, unpacked into a cache
+directory by scripts/install-deps.sh."""
 
 import glob
 import os
@@ -36,18 +36,10 @@ poweroff -f
 
 
 def kernel() -> Path:
-    """The cloud kernel's directory (vmlinuz and modules), fetched once."""
-    found = sorted(glob.glob(str(CACHE / "root/boot/vmlinuz-*")))
-    if found:
-        return CACHE / "root"
-    CACHE.mkdir(parents=True, exist_ok=True)
-    dep = subprocess.run(["apt-cache", "depends", "linux-image-cloud-amd64"], capture_output=True, text=True,
-                         check=True).stdout
-    pkg = re.search(r"Depends: (linux-image-\S+-cloud-amd64)", dep).group(1)
-    subprocess.run(["apt-get", "download", pkg], cwd=CACHE, check=True, capture_output=True)
-    deb = next(CACHE.glob(f"{pkg}_*.deb"))
-    subprocess.run(["dpkg-deb", "-x", str(deb), str(CACHE / "root")], check=True)
-    deb.unlink()
+    """The cloud kernel's directory (vmlinuz and modules), as
+    scripts/install-deps.sh unpacks it."""
+    if not glob.glob(str(CACHE / "root/boot/vmlinuz-*")):
+        raise RuntimeError(f"no guest kernel under {CACHE}; scripts/install-deps.sh fetches and unpacks it")
     return CACHE / "root"
 
 

@@ -108,11 +108,17 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Run the switch of a topology in the foreground (started by `up`).
-    #[command(hide = true)]
+    /// Run the switch of a topology in the foreground: what `up` starts in
+    /// the background, and what a service manager runs (see
+    /// `hvnet@.service`). Creates the topology, or re-attaches to the VMs
+    /// a stopped daemon left; SIGTERM or SIGINT stop it and leave the VMs
+    /// with their NICs. Logs to stderr; `HVNET_LOG` filters (e.g. `debug`).
     Daemon {
         /// The topology file.
         file: PathBuf,
+        /// The caller holds the topology's lock (`up` does).
+        #[arg(long, hide = true)]
+        locked: bool,
     },
 }
 
@@ -133,6 +139,20 @@ fn lab(args: Vec<String>) -> Result<(), String> {
         .env("HVNET_BIN", &exe)
         .exec();
     Err(format!("cannot run python3: {e}"))
+}
+
+/// The daemon's log: to stderr (the state directory's `daemon.log` when
+/// `up` started it, the journal under systemd), `info` and above unless
+/// `HVNET_LOG` says otherwise (`warn`, `debug`, `hvnet_control=debug`, …).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HVNET_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_target(false)
+        .init();
 }
 
 fn main() {
@@ -159,7 +179,10 @@ fn main() {
         },
         Cmd::Restart { vm, target } => switch_cmd::guest_ctl(&target, vm, true),
         Cmd::Kill { vm, target } => switch_cmd::guest_ctl(&target, vm, false),
-        Cmd::Daemon { file } => hvnet_control::daemon::daemon(&file).map_err(|e| e.to_string()),
+        Cmd::Daemon { file, locked } => {
+            init_logging();
+            hvnet_control::daemon::daemon(&file, locked).map_err(|e| e.to_string())
+        }
         Cmd::Lab { args } => lab(args),
     };
     if let Err(e) = result {

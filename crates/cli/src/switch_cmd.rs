@@ -74,7 +74,7 @@ fn call(t: &Target, req: Request) -> Result<Value, String> {
     let sock = daemon::state_dir(&name).join("ctl.sock");
     let r = proto::call(&sock, &req).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
-            format!("the daemon of topology {name} is not running (`hvnet down {name}` cleans up after it)")
+            format!("the daemon of topology {name} is not running (its VMs are kept: `hvnet up FILE` re-attaches to them, `hvnet down {name}` removes them)")
         }
         std::io::ErrorKind::PermissionDenied => "the control socket is root's; run as root".to_string(),
         _ => format!("control socket {}: {e}", sock.display()),
@@ -89,10 +89,12 @@ fn call(t: &Target, req: Request) -> Result<Value, String> {
 /// `hvnet up FILE`
 pub fn up(file: PathBuf, json_out: bool) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find my own binary: {e}"))?;
-    let topo = daemon::up(&file, &exe).map_err(|e| match e {
+    let report = daemon::up(&file, &exe).map_err(|e| match e {
         DaemonError::Topology(t) => t.to_string(),
         other => other.to_string(),
     })?;
+    let reattached = report.bringup == daemon::Bringup::Reattach;
+    let topo = report.topo;
     if json_out {
         let vms: Vec<Value> = topo
             .vms
@@ -122,10 +124,18 @@ pub fn up(file: PathBuf, json_out: bool) -> Result<(), String> {
             .collect();
         println!(
             "{}",
-            json!({"topology": topo.name, "vms": vms, "uplinks": uplinks, "hosts": hosts})
+            json!({"topology": topo.name, "reattached": reattached, "vms": vms, "uplinks": uplinks, "hosts": hosts})
         );
     } else {
-        println!("topology {} is up: {} VMs", topo.name, topo.vms.len());
+        if reattached {
+            println!(
+                "topology {} is up again: re-attached to its {} VMs (their NICs and addresses were kept; counters start from zero)",
+                topo.name,
+                topo.vms.len()
+            );
+        } else {
+            println!("topology {} is up: {} VMs", topo.name, topo.vms.len());
+        }
         for v in &topo.vms {
             let addr = v.ipv4.map(|(a, l)| format!("{a}/{l}")).unwrap_or_default();
             let place = match v.kind {
@@ -207,6 +217,9 @@ pub fn down(name: Option<String>, t: &Target) -> Result<(), String> {
         }
         if !r.namespaces.is_empty() {
             println!("removed namespaces: {}", r.namespaces.join(", "));
+        }
+        for l in &r.left {
+            println!("left untouched: {l}");
         }
     }
     Ok(())
@@ -340,7 +353,7 @@ pub fn fdb(t: &Target) -> Result<(), String> {
 pub fn exec(t: &Target, vm: &str, stdin: bool, argv: &[String]) -> Result<i32, String> {
     let name = pick(t)?;
     let dir = daemon::state_dir(&name);
-    let state = daemon::read_state(&dir).ok_or_else(|| format!("topology {name} has no state"))?;
+    let state = hvnet_control::state::read_state(&dir).ok_or_else(|| format!("topology {name} has no state"))?;
     let topo = topology::load(&state.file).map_err(|e| e.to_string())?;
     let v = topo.vms.iter().find(|v| v.name == vm).ok_or_else(|| {
         let names: Vec<String> = topo.vms.iter().map(|v| v.name.clone()).collect();

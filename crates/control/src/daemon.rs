@@ -2,59 +2,34 @@
 //!
 //! `up` validates the topology, starts `hvnet daemon` in its own process
 //! group, and returns once the daemon says traffic can flow. The daemon
-//! creates each VM (a network namespace whose NIC is the kernel end of a TAP
-//! the daemon holds), records everything it creates in
+//! creates each VM (a network namespace whose NIC is a persistent TAP the
+//! daemon holds), records everything it creates in
 //! `/run/hvnet/<topology>/state.json` before creating it, runs the switch and
-//! serves the control socket. `down` stops the daemon and removes exactly
-//! what the state file lists, also after a crash.
+//! serves the control socket. A daemon that stops (a signal) or dies leaves
+//! the VMs with their NICs; the next `up` of the same file re-attaches to
+//! them. `down` stops the daemon and removes exactly what the state file
+//! lists and what carries the topology's marker, also after a crash.
 
+use crate::ctl_server::{self, Ctl};
 use crate::guest::{self, Guest};
-use crate::proto::{self, Reply, Request};
+use crate::proto::{self, Request};
+use crate::provision;
+use crate::state::{
+    self, create_state_dir, device_marker, lock_topology, netns_marker, netns_path, read_state,
+    write_state, State,
+};
+pub use crate::state::{state_dir, topologies, RUN_DIR};
 use crate::topology::VmKind;
 use crate::topology::{self, Topology};
-use crate::topology::{Host, Uplink, UplinkLro};
-use crate::views;
-use hvnet_datapath::tunnel::VtepConfig;
-use hvnet_datapath::{PortSettings, PortSpec, Switch, SwitchConfig};
-use hvnet_port::netqueue::{Filter, Filters};
-use hvnet_port::{Device, TapPort, UplinkPort, VhostUserPort};
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::PermissionsExt;
+use crate::watch::Watch;
+use hvnet_datapath::{Switch, SwitchConfig};
+use serde::Serialize;
 use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// Where topologies keep their state.
-pub const RUN_DIR: &str = "/run/hvnet";
-
-/// What a running topology has created.
-#[derive(Debug, Default, Serialize, Deserialize)]
-pub struct State {
-    /// Topology name.
-    pub name: String,
-    /// The topology file.
-    pub file: PathBuf,
-    /// Daemon PID.
-    pub pid: u32,
-    /// Namespaces created (the VMs and external hosts).
-    pub namespaces: Vec<String>,
-    /// Devices created in the daemon's namespace (the switch ends of
-    /// external hosts' veth pairs; they go with their namespace, and are
-    /// deleted by name if one is left).
-    #[serde(default)]
-    pub devices: Vec<String>,
-    /// Process groups of the real guests started (each guest leads its
-    /// own), for a `down` after the daemon died.
-    #[serde(default)]
-    pub guests: Vec<u32>,
-    /// Set once traffic can flow.
-    pub ready: bool,
-}
 
 /// A failure of up, down or the daemon.
 #[derive(Debug, thiserror::Error)]
@@ -101,26 +76,6 @@ pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> 
     move |source| DaemonError::Io { what, source }
 }
 
-/// The state directory of a topology.
-pub fn state_dir(name: &str) -> PathBuf {
-    Path::new(RUN_DIR).join(name)
-}
-
-/// Reads a topology's state file.
-pub fn read_state(dir: &Path) -> Option<State> {
-    serde_json::from_slice(&std::fs::read(dir.join("state.json")).ok()?).ok()
-}
-
-fn write_state(dir: &Path, s: &State) -> Result<(), DaemonError> {
-    let tmp = dir.join("state.json.tmp");
-    std::fs::write(
-        &tmp,
-        serde_json::to_vec_pretty(s).expect("state serializes"),
-    )
-    .map_err(io_err("write state"))?;
-    std::fs::rename(&tmp, dir.join("state.json")).map_err(io_err("write state"))
-}
-
 /// Runs a command, turning a failure into an error that quotes it.
 pub fn run(cmd: &[&str]) -> Result<String, DaemonError> {
     let out = Command::new(cmd[0])
@@ -151,20 +106,6 @@ fn daemon_alive(state: &State) -> bool {
     args.contains(&&b"daemon"[..]) && args.contains(&file)
 }
 
-/// The names of running (or crashed, not yet downed) topologies.
-pub fn topologies() -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(RUN_DIR)
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .filter(|e| e.path().join("state.json").exists())
-                .filter_map(|e| e.file_name().into_string().ok())
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
-}
-
 /// `up` and `down` create and remove namespaces and devices: say so first,
 /// rather than fail half-way with "Permission denied".
 fn require_root() -> Result<(), DaemonError> {
@@ -177,28 +118,43 @@ fn require_root() -> Result<(), DaemonError> {
     }
 }
 
-/// `hvnet up FILE`: returns the topology once traffic can flow.
-pub fn up(file: &Path, exe: &Path) -> Result<Topology, DaemonError> {
-    require_root()?;
-    let topo = topology::load(file)?;
+/// How a daemon finds its topology on the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bringup {
+    /// Nothing of it exists yet: create everything.
+    Fresh,
+    /// A daemon of this topology stopped or died and left its VMs (their
+    /// namespaces and persistent TAPs): re-attach to them.
+    Reattach,
+}
+
+/// Decides, under the topology's lock, whether `topo` can come up and how:
+/// refuses a topology that is up, one whose file changed since its VMs
+/// were made, and names that clash with what exists and is not its own.
+pub fn prepare(topo: &Topology, text: &str) -> Result<Bringup, DaemonError> {
     let dir = state_dir(&topo.name);
     if let Some(s) = read_state(&dir) {
-        return Err(DaemonError::Other(if daemon_alive(&s) {
-            format!(
+        if daemon_alive(&s) {
+            return Err(DaemonError::Other(format!(
                 "topology {} is already up (daemon pid {}); `hvnet down {}` first",
                 topo.name, s.pid, topo.name
-            )
-        } else {
-            format!(
-                "topology {} has state left from a daemon that died; `hvnet down {}` cleans it up",
-                topo.name, topo.name
-            )
-        }));
+            )));
+        }
+        if s.instance.is_empty() || s.topology_text != text {
+            return Err(DaemonError::Other(format!(
+                "topology {} has VMs left from a daemon that stopped, made from {}; `hvnet down {}` removes them first",
+                topo.name,
+                if s.instance.is_empty() { "a bring-up that did not finish" } else { "a different version of its file" },
+                topo.name
+            )));
+        }
+        return Ok(Bringup::Reattach);
     }
     for ns in topo.namespaces() {
-        if Path::new("/run/netns").join(&ns).exists() {
+        if netns_path(&ns).exists() {
             return Err(DaemonError::Other(format!(
-                "network namespace {ns} exists already and is not hvnet's"
+                "network namespace {ns} exists already and is not hvnet's (topology {} names it for one of its VMs or hosts)",
+                topo.name
             )));
         }
     }
@@ -223,22 +179,39 @@ pub fn up(file: &Path, exe: &Path) -> Result<Topology, DaemonError> {
             )));
         }
     }
-    std::fs::create_dir_all(&dir).map_err(io_err(format!("create {}", dir.display())))?;
+    Ok(Bringup::Fresh)
+}
+
+/// What `up` did.
+pub struct UpReport {
+    /// The topology.
+    pub topo: Topology,
+    /// Whether its VMs were created or re-attached to.
+    pub bringup: Bringup,
+}
+
+/// `hvnet up FILE`: returns once traffic can flow. Starts `hvnet daemon`
+/// in its own process group, its log in the state directory.
+pub fn up(file: &Path, exe: &Path) -> Result<UpReport, DaemonError> {
+    require_root()?;
+    let text = read_topology_text(file)?;
+    let topo = topology::load(file)?;
+    let _lock = lock_topology(&topo.name)?;
+    let bringup = prepare(&topo, &text)?;
+    let dir = state_dir(&topo.name);
+    create_state_dir(&dir)?;
     let file = file
         .canonicalize()
         .map_err(io_err("resolve topology path"))?;
-    write_state(
-        &dir,
-        &State {
-            name: topo.name.clone(),
-            file: file.clone(),
-            ..State::default()
-        },
-    )?;
-    let log = std::fs::File::create(dir.join("daemon.log")).map_err(io_err("create daemon.log"))?;
+    let log = std::fs::File::options()
+        .create(true)
+        .append(true)
+        .open(dir.join("daemon.log"))
+        .map_err(io_err("open daemon.log"))?;
     use std::os::unix::process::CommandExt;
     let mut child = Command::new(exe)
         .arg("daemon")
+        .arg("--locked")
         .arg(&file)
         .stdin(Stdio::null())
         .stdout(log.try_clone().map_err(io_err("daemon log"))?)
@@ -254,19 +227,23 @@ pub fn up(file: &Path, exe: &Path) -> Result<Topology, DaemonError> {
     };
     let deadline = Instant::now() + Duration::from_secs(30) + boot;
     loop {
-        if read_state(&dir).is_some_and(|s| s.ready) {
-            return Ok(topo);
+        if read_state(&dir).is_some_and(|s| s.ready && s.pid == child.id()) {
+            return Ok(UpReport { topo, bringup });
         }
         if let Ok(Some(status)) = child.try_wait() {
             let log = std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default();
-            let _ = down(&topo.name);
+            if bringup == Bringup::Fresh {
+                let _ = down_locked(&topo.name);
+            }
             return Err(DaemonError::Other(format!(
                 "the daemon exited ({status}) before traffic could flow:\n{}",
                 log.trim()
             )));
         }
         if Instant::now() > deadline {
-            let _ = down(&topo.name);
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = down_locked(&topo.name);
             return Err(DaemonError::Other(format!(
                 "the daemon did not get ready within {} s",
                 (30 + boot.as_secs())
@@ -276,19 +253,39 @@ pub fn up(file: &Path, exe: &Path) -> Result<Topology, DaemonError> {
     }
 }
 
-/// What `down` removed.
+fn read_topology_text(file: &Path) -> Result<String, DaemonError> {
+    std::fs::read_to_string(file).map_err(|e| {
+        DaemonError::Topology(topology::TopologyError {
+            path: file.into(),
+            line: 0,
+            reason: format!("cannot read: {e}"),
+        })
+    })
+}
+
+/// What `down` removed, and what it left because it was not this
+/// topology's.
 #[derive(Debug, Default, Serialize)]
 pub struct DownReport {
     /// The daemon was running and was stopped.
     pub stopped_pid: Option<u32>,
     /// Namespaces deleted.
     pub namespaces: Vec<String>,
+    /// Namespaces and devices the state names but that carry another
+    /// owner's marker (or none): left untouched.
+    pub left: Vec<String>,
 }
 
-/// `hvnet down NAME`: stops the daemon and removes what the state lists.
+/// `hvnet down NAME`: stops the daemon and removes what the state lists,
+/// each thing only if it carries this topology's ownership marker.
 pub fn down(name: &str) -> Result<DownReport, DaemonError> {
     topology::check_topology_name(name).map_err(DaemonError::Other)?;
     require_root()?;
+    let _lock = lock_topology(name)?;
+    down_locked(name)
+}
+
+fn down_locked(name: &str) -> Result<DownReport, DaemonError> {
     let dir = state_dir(name);
     let Some(state) = read_state(&dir) else {
         return Err(DaemonError::Other(format!(
@@ -314,280 +311,174 @@ pub fn down(name: &str) -> Result<DownReport, DaemonError> {
             guest::kill_group(pgid);
         }
     }
+    let marker = state.marker();
     for ns in &state.namespaces {
-        if Path::new("/run/netns").join(ns).exists() {
-            run(&["ip", "netns", "del", ns])?;
-            report.namespaces.push(ns.clone());
+        if !netns_path(ns).exists() {
+            continue;
+        }
+        match netns_marker(ns) {
+            Some(m) if m == marker => {
+                run(&["ip", "netns", "del", ns])?;
+                report.namespaces.push(ns.clone());
+            }
+            m => report.left.push(format!(
+                "network namespace {ns} (not this topology's: marker {:?})",
+                m.unwrap_or_default()
+            )),
         }
     }
     for dev in &state.devices {
-        if hvnet_sys::packet::ifindex(dev).is_some() {
-            run(&["ip", "link", "del", dev])?;
+        if hvnet_sys::packet::ifindex(dev).is_none() {
+            continue;
+        }
+        match device_marker(dev) {
+            Some(m) if m == marker => {
+                run(&["ip", "link", "del", dev])?;
+            }
+            m => report.left.push(format!(
+                "device {dev} (not this topology's: marker {:?})",
+                m.unwrap_or_default()
+            )),
         }
     }
     std::fs::remove_dir_all(&dir).map_err(io_err(format!("remove {}", dir.display())))?;
     Ok(report)
 }
 
-/// The TAP device name for VM `i` of a topology (unique on the host while
-/// it lives in the root namespace, before it moves into the VM and is
-/// renamed eth0).
-fn tap_name(topo: &str, i: usize) -> String {
-    let h = topo.bytes().fold(0x811c_9dc5u32, |h, b| {
-        (h ^ b as u32).wrapping_mul(0x0100_0193)
-    });
-    format!("hv{:06x}t{i}", h & 0xff_ffff)
-}
-
-/// Creates one VM: a namespace VM's namespace, TAP (moved in as eth0) and
-/// addresses; a real guest's vhost-user socket (the guest is started once
-/// the switch runs).
-fn create_vm(
-    topo: &Topology,
-    i: usize,
-    dir: &Path,
-    state: &mut State,
-) -> Result<PortSpec, DaemonError> {
-    let vm = &topo.vms[i];
-    if vm.kind.is_vhost_user() {
-        let sock = guest::socket_path(dir, &vm.name);
-        std::fs::create_dir_all(guest::guest_dir(dir, &vm.name))
-            .map_err(io_err("create the guest's directory"))?;
-        let port = VhostUserPort::listen(&vm.name, &sock, vm.queues, vm.mac.0, vm.settings.mtu)
-            .map_err(|e| DaemonError::Other(format!("vm {}: {e}", vm.name)))?;
-        return Ok(PortSpec {
-            name: vm.name.clone(),
-            dev: Device::VhostUser(port),
-            mac: vm.mac,
-            vlan: vm.vlan,
-            tunnel: None,
-            settings: vm.settings.clone(),
-        });
-    }
-    let ns = topo.netns(vm);
-    state.namespaces.push(ns.clone());
-    write_state(dir, state)?;
-    add_netns(&ns, vm.ipv6.is_some())?;
-    let tap = TapPort::open(
-        &tap_name(&topo.name, i),
-        vm.queues,
-        hvnet_port::tap_offload_flags(vm.settings.csum, vm.settings.tso),
-    )?;
-    let dev = tap.name().to_string();
-    run(&["ip", "link", "set", &dev, "netns", &ns])?;
-    run(&["ip", "-n", &ns, "link", "set", &dev, "name", "eth0"])?;
-    set_eth0(&ns, vm.mac, vm.settings.mtu)?;
-    add_addresses(&ns, vm.ipv4, vm.ipv6)?;
-    run(&["ip", "-n", &ns, "link", "set", "eth0", "up"])?;
-    Ok(PortSpec {
-        name: vm.name.clone(),
-        dev: Device::Tap(tap),
-        mac: vm.mac,
-        vlan: vm.vlan,
-        tunnel: None,
-        settings: vm.settings.clone(),
-    })
-}
-
-/// Creates namespace `ns` with its loopback up. One without IPv6
-/// addresses stays quiet: no router solicitations or MLD reports on its
-/// NIC.
-fn add_netns(ns: &str, ipv6: bool) -> Result<(), DaemonError> {
-    run(&["ip", "netns", "add", ns])?;
-    run(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
-    if !ipv6 {
-        run(&[
-            "ip",
-            "netns",
-            "exec",
-            ns,
-            "sysctl",
-            "-qw",
-            "net.ipv6.conf.all.disable_ipv6=1",
-            "net.ipv6.conf.default.disable_ipv6=1",
-        ])?;
-    }
-    Ok(())
-}
-
-/// Gives `eth0` in `ns` its MAC and MTU.
-fn set_eth0(ns: &str, mac: hvnet_wire::MacAddr, mtu: u16) -> Result<(), DaemonError> {
-    let (mac, mtu) = (mac.to_string(), mtu.to_string());
-    run(&[
-        "ip", "-n", ns, "link", "set", "eth0", "address", &mac, "mtu", &mtu,
-    ])?;
-    Ok(())
-}
-
-/// Gives `eth0` in `ns` its addresses; IPv6 without duplicate address
-/// detection, so the address is usable as soon as `up` returns.
-fn add_addresses(
-    ns: &str,
-    ipv4: Option<(std::net::Ipv4Addr, u8)>,
-    ipv6: Option<(std::net::Ipv6Addr, u8)>,
-) -> Result<(), DaemonError> {
-    let addrs = [
-        ipv4.map(|(a, l)| (format!("{a}/{l}"), None)),
-        ipv6.map(|(a, l)| (format!("{a}/{l}"), Some("nodad"))),
-    ];
-    for (cidr, flag) in addrs.into_iter().flatten() {
-        let mut cmd = vec!["ip", "-n", ns, "addr", "add", &cidr, "dev", "eth0"];
-        cmd.extend(flag);
-        run(&cmd)?;
-    }
-    Ok(())
-}
-
-/// Creates an external host: its namespace, and a veth pair whose host end
-/// is its `eth0` and whose other end, named as its uplink's device, stays
-/// here for the uplink. Its NIC sends wire-sized frames unless it has TSO.
-fn create_host(
-    topo: &Topology,
-    h: &Host,
-    dir: &Path,
-    state: &mut State,
-) -> Result<(), DaemonError> {
-    let ns = topo.netns_of(&h.name);
-    let u = &topo.uplinks[h.uplink];
-    state.namespaces.push(ns.clone());
-    state.devices.push(u.device.clone());
-    write_state(dir, state)?;
-    add_netns(&ns, h.ipv6.is_some())?;
-    let mtu = u.settings.mtu.to_string();
-    run(&[
-        "ip", "link", "add", &u.device, "mtu", &mtu, "type", "veth", "peer", "name", "eth0",
-        "netns", &ns,
-    ])?;
-    set_eth0(&ns, h.mac, u.settings.mtu)?;
-    if !h.tso {
-        run(&[
-            "ip", "netns", "exec", &ns, "ethtool", "-K", "eth0", "tso", "off",
-        ])?;
-    }
-    add_addresses(&ns, h.ipv4, h.ipv6)?;
-    run(&["ip", "-n", &ns, "link", "set", "eth0", "up"])?;
-    // The switch's end carries no addresses and sends nothing of its own.
-    run(&[
-        "sysctl",
-        "-qw",
-        &format!("net.ipv6.conf.{}.disable_ipv6=1", u.device),
-    ])?;
-    Ok(())
-}
-
-/// NetQueue's filters for an uplink: each VM of its VLAN to a queue of its
-/// own (round robin over queues 1.., when there are more VMs than
-/// queues), everything else to queue 0.
-fn netqueue_filters(topo: &Topology, u: &Uplink) -> Option<Filters> {
-    if !u.netqueue {
-        return None;
-    }
-    let spare = (u.queues - 1).max(1);
-    let entries = topo
-        .vms
-        .iter()
-        .filter(|v| v.vlan == u.vlan)
-        .enumerate()
-        .map(|(i, v)| Filter {
-            mac: v.mac,
-            queue: 1 + (i % spare) as u32,
-        })
-        .collect();
-    Some(Filters {
-        tunnel: u.vxlan.is_some(),
-        entries,
-    })
-}
-
-/// Takes over an uplink's device: up, its GRO as the uplink's `lro`
-/// says, an MTU at least the uplink's; then opens its receive queues.
-fn open_uplink(topo: &Topology, u: &Uplink) -> Result<PortSpec, DaemonError> {
-    let dev = &u.device;
-    let mtu: u16 = std::fs::read_to_string(format!("/sys/class/net/{dev}/mtu"))
-        .ok()
-        .and_then(|m| m.trim().parse().ok())
-        .unwrap_or(0);
-    if mtu < u.settings.mtu {
-        return Err(DaemonError::Other(format!(
-            "uplink {}: device {dev} has MTU {mtu}, below the uplink's {}",
-            u.name, u.settings.mtu
-        )));
-    }
-    // A tunnel endpoint's device has nothing of the tunnel's to coalesce
-    // (no kernel VXLAN socket on its port): its GRO stays off, and its
-    // frames are read in batches into small buffers — what it takes is
-    // wire-sized VXLAN (the kernel cannot hand a packet socket a tunnelled
-    // GSO frame). A plain uplink may be handed GSO frames even with GRO
-    // off (a peer that sends them whole, as a veth with TSO does), so it
-    // reads each frame into a buffer that holds 64 KiB.
-    let coalesces = u.lro == UplinkLro::Hardware && u.vxlan.is_none();
-    let gro = if coalesces { "on" } else { "off" };
-    let batched = u.vxlan.is_some() && usize::from(u.settings.mtu) + 18 <= hvnet_port::SMALL_FRAME;
-    run(&["ethtool", "-K", dev, "gro", gro])?;
-    run(&["ip", "link", "set", dev, "up"])?;
-    let port =
-        UplinkPort::open(dev, u.queues, netqueue_filters(topo, u), batched).map_err(|source| {
-            DaemonError::Uplink {
-                name: u.name.clone(),
-                source,
-            }
-        })?;
-    let tunnel = match &u.vxlan {
-        None => None,
-        Some(v) => {
-            // The endpoint speaks with the device's own address.
-            let mac = std::fs::read_to_string(format!("/sys/class/net/{dev}/address"))
-                .ok()
-                .and_then(|m| m.trim().parse().ok())
-                .ok_or_else(|| {
-                    DaemonError::Other(format!("uplink {}: cannot read {dev}'s MAC", u.name))
-                })?;
-            Some(VtepConfig {
-                vni: v.vni,
-                local: v.local.0,
-                prefix: v.local.1,
-                mac,
-                remotes: v.remotes.clone(),
-                port: v.port,
-                udp_csum: v.udp_csum,
-            })
+/// `hvnet daemon FILE`: brings the topology up (or re-attaches to its VMs)
+/// and runs the switch until `hvnet down`, SIGTERM or SIGINT. Started by
+/// `up` (which holds the topology's lock for it: `locked`), or run in the
+/// foreground by a service manager. On a signal it stops cleanly: ports
+/// drained, socket removed, the state marked stopped, exit 0 — the VMs keep
+/// their NICs and addresses for the next daemon to re-attach to.
+pub fn daemon(file: &Path, locked: bool) -> Result<(), DaemonError> {
+    require_root()?;
+    hvnet_sys::set_umask(0o077);
+    let text = read_topology_text(file)?;
+    let topo = Arc::new(topology::load(file)?);
+    let lock = if locked { None } else { Some(lock_topology(&topo.name)?) };
+    let bringup = prepare(&topo, &text)?;
+    let dir = state_dir(&topo.name);
+    create_state_dir(&dir)?;
+    let mut state = match bringup {
+        Bringup::Fresh => State {
+            name: topo.name.clone(),
+            instance: state::new_instance(),
+            topology_text: text,
+            ..State::default()
+        },
+        Bringup::Reattach => {
+            let mut s = read_state(&dir).expect("prepare read it");
+            s.restarts += 1;
+            s
         }
     };
-    Ok(PortSpec {
-        name: u.name.clone(),
-        dev: Device::Uplink(port),
-        mac: hvnet_wire::MacAddr([0; 6]),
-        vlan: u.vlan,
-        tunnel,
-        settings: u.settings.clone(),
-    })
+    state.file = file.canonicalize().map_err(io_err("resolve topology path"))?;
+    state.pid = std::process::id();
+    state.ready = false;
+    let stale_guests = std::mem::take(&mut state.guests);
+    write_state(&dir, &state)?;
+    for pgid in stale_guests {
+        if Path::new(&format!("/proc/{pgid}")).exists() {
+            guest::kill_group(pgid);
+        }
+    }
+    let built = build(&topo, &dir, &mut state, bringup);
+    let (sw, threads, guests) = match built {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::error!(error = %e, "bring-up failed");
+            if bringup == Bringup::Fresh && !locked {
+                let _ = down_locked(&topo.name);
+            } else {
+                state.pid = 0;
+                let _ = write_state(&dir, &state);
+            }
+            return Err(e);
+        }
+    };
+    let sock = dir.join("ctl.sock");
+    let _ = std::fs::remove_file(&sock);
+    let listener = UnixListener::bind(&sock).map_err(io_err("bind the control socket"))?;
+    let guests = Arc::new(Mutex::new(guests));
+    let cx = Arc::new(Ctl {
+        sw: sw.clone(),
+        topo: topo.clone(),
+        guests: guests.clone(),
+    });
+    let ctl = ctl_server::spawn(listener, cx).map_err(io_err("serve the control socket"))?;
+    let term = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, term.clone()).map_err(io_err("handle signals"))?;
+    }
+    state.ready = true;
+    write_state(&dir, &state)?;
+    drop(lock);
+    match bringup {
+        Bringup::Fresh => tracing::info!(
+            topology = %topo.name, vms = topo.vms.len(), uplinks = topo.uplinks.len(),
+            "topology up"
+        ),
+        Bringup::Reattach => tracing::info!(
+            topology = %topo.name, vms = topo.vms.len(), uplinks = topo.uplinks.len(),
+            restarts = state.restarts,
+            "re-attached to the topology's VMs; their counters start again from zero"
+        ),
+    }
+    let mut watch = Watch::new(&sw);
+    while !sw.stopping() {
+        if term.load(Ordering::Relaxed) {
+            tracing::info!("signal received: stopping (the VMs keep their NICs; `hvnet up` re-attaches, `hvnet down` removes them)");
+            sw.stop();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        reap_guests(&dir, &guests);
+        watch.check(&sw, &threads);
+    }
+    for g in guests.lock().expect("guests lock").iter_mut() {
+        g.kill();
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    let _ = ctl.join();
+    let _ = std::fs::remove_file(&sock);
+    // What `down` and the next daemon need stays; the daemon's own part
+    // of the state goes.
+    if let Some(mut s) = read_state(&dir) {
+        s.pid = 0;
+        s.ready = false;
+        s.guests.clear();
+        let _ = write_state(&dir, &s);
+    }
+    tracing::info!("stopped");
+    Ok(())
 }
 
-/// `hvnet daemon FILE`: builds the topology and runs the switch until told
-/// to stop. Runs in the background, started by `up`.
-pub fn daemon(file: &Path) -> Result<(), DaemonError> {
-    let topo = topology::load(file)?;
-    let dir = state_dir(&topo.name);
-    std::fs::create_dir_all(&dir).map_err(io_err("create state dir"))?;
-    let mut state = State {
-        name: topo.name.clone(),
-        file: file.into(),
-        pid: std::process::id(),
-        ..State::default()
-    };
-    write_state(&dir, &state)?;
+type Built = (Arc<Switch>, Vec<std::thread::JoinHandle<()>>, Vec<Guest>);
+
+/// Creates (or re-attaches to) the topology's VMs, hosts and uplinks,
+/// starts the switch, then the real guests.
+fn build(
+    topo: &Topology,
+    dir: &Path,
+    state: &mut State,
+    bringup: Bringup,
+) -> Result<Built, DaemonError> {
+    let reattach = bringup == Bringup::Reattach;
     for w in topo.warnings() {
-        eprintln!("hvnet daemon: warning: {w}");
+        tracing::warn!("{w}");
     }
     let mut specs = Vec::new();
     for i in 0..topo.vms.len() {
-        specs.push(create_vm(&topo, i, &dir, &mut state)?);
+        specs.push(provision::create_vm(topo, i, dir, state, reattach)?);
     }
     for h in &topo.hosts {
-        create_host(&topo, h, &dir, &mut state)?;
+        provision::create_host(topo, h, dir, state, reattach)?;
     }
     for u in &topo.uplinks {
-        specs.push(open_uplink(&topo, u)?);
+        specs.push(provision::open_uplink(topo, u)?);
     }
     let sw = Switch::new(
         specs,
@@ -597,55 +488,16 @@ pub fn daemon(file: &Path) -> Result<(), DaemonError> {
         },
     );
     let threads = sw.start();
-    let guests = match start_guests(&topo, &dir, &mut state) {
-        Ok(g) => Mutex::new(g),
+    match start_guests(topo, dir, state) {
+        Ok(g) => Ok((sw, threads, g)),
         Err(e) => {
             sw.stop();
-            return Err(e);
-        }
-    };
-    let sock = dir.join("ctl.sock");
-    let _ = std::fs::remove_file(&sock);
-    let listener = UnixListener::bind(&sock).map_err(io_err("bind the control socket"))?;
-    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600))
-        .map_err(io_err("chmod the control socket"))?;
-    listener
-        .set_nonblocking(true)
-        .map_err(io_err("control socket"))?;
-    state.ready = true;
-    write_state(&dir, &state)?;
-    eprintln!(
-        "hvnet daemon: topology {} up with {} VMs, {} uplinks",
-        topo.name,
-        topo.vms.len(),
-        topo.uplinks.len()
-    );
-    let mut last_check = Instant::now();
-    while !sw.stopping() {
-        match listener.accept() {
-            Ok((conn, _)) => {
-                let _ = conn.set_nonblocking(false);
-                serve(&sw, &topo, &guests, conn);
+            for t in threads {
+                let _ = t.join();
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(20))
-            }
-            Err(e) => eprintln!("hvnet daemon: accept: {e}"),
-        }
-        if last_check.elapsed() >= Duration::from_millis(200) {
-            last_check = Instant::now();
-            reap_guests(&dir, &guests);
+            Err(e)
         }
     }
-    for g in guests.lock().expect("guests lock").iter_mut() {
-        g.kill();
-    }
-    for t in threads {
-        let _ = t.join();
-    }
-    let _ = std::fs::remove_file(&sock);
-    eprintln!("hvnet daemon: stopped");
-    Ok(())
 }
 
 /// Starts the topology's User-Mode Linux guests and waits until each has
@@ -683,149 +535,12 @@ fn reap_guests(dir: &Path, guests: &Mutex<Vec<Guest>>) {
             return true;
         }
         g.stop(dir);
-        eprintln!(
-            "hvnet daemon: vm {}: its guest exited (`hvnet restart {}` starts it again)",
-            g.vm, g.vm
+        tracing::warn!(
+            vm = %g.vm,
+            "its guest exited (`hvnet restart {}` starts it again)",
+            g.vm
         );
         false
     });
 }
 
-/// `hvnet restart VM` and `hvnet kill VM`.
-fn restart_guest(
-    topo: &Topology,
-    guests: &Mutex<Vec<Guest>>,
-    vm: &str,
-    start: bool,
-) -> Result<Value, String> {
-    let spec = topo
-        .vms
-        .iter()
-        .find(|v| v.name == vm)
-        .ok_or_else(|| format!("no VM named {vm:?}"))?;
-    if spec.kind != VmKind::Uml {
-        return Err(format!(
-            "vm {vm} is a {} VM; only uml guests are started by hvnet",
-            spec.kind.name()
-        ));
-    }
-    let dir = state_dir(&topo.name);
-    let mut all = guests.lock().expect("guests lock");
-    if let Some(i) = all.iter().position(|g| g.vm == vm) {
-        all.remove(i).stop(&dir);
-    }
-    if !start {
-        return Ok(json!({"vm": vm, "running": false}));
-    }
-    let mut g = guest::start_uml(topo, spec, &dir).map_err(|e| e.to_string())?;
-    let pid = g.pid();
-    let r = guest::wait_ready(&mut g, &dir);
-    all.push(g);
-    if let Some(mut s) = read_state(&dir) {
-        s.guests = all.iter().map(Guest::pid).collect();
-        let _ = write_state(&dir, &s);
-    }
-    r.map_err(|e| e.to_string())?;
-    Ok(json!({"vm": vm, "running": true, "pid": pid}))
-}
-
-fn serve(
-    sw: &Arc<Switch>,
-    topo: &Topology,
-    guests: &Mutex<Vec<Guest>>,
-    conn: std::os::unix::net::UnixStream,
-) {
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
-    let mut reader = BufReader::new(&conn);
-    let mut line = String::new();
-    if reader.read_line(&mut line).is_err() {
-        return;
-    }
-    let reply = match serde_json::from_str::<Request>(&line) {
-        Ok(Request::PortShow { name }) => {
-            handle(sw, topo, Request::PortShow { name: name.clone() }).map(|mut v| {
-                // A real guest hvnet started: its processes.
-                let all = guests.lock().expect("guests lock");
-                if let Some(g) = all.iter().find(|g| g.vm == name) {
-                    v["guest"] = json!({"pid": g.pid(), "processes": guest::processes(g.pid())});
-                }
-                v
-            })
-        }
-        Ok(Request::Restart { vm }) => restart_guest(topo, guests, &vm, true),
-        Ok(Request::Kill { vm }) => restart_guest(topo, guests, &vm, false),
-        Ok(req) => handle(sw, topo, req),
-        Err(e) => Err(format!("bad request: {e}")),
-    };
-    let reply = match reply {
-        Ok(data) => Reply {
-            ok: true,
-            data,
-            error: String::new(),
-        },
-        Err(error) => Reply {
-            ok: false,
-            data: Value::Null,
-            error,
-        },
-    };
-    let mut out = serde_json::to_string(&reply).expect("reply serializes");
-    out.push('\n');
-    let _ = (&conn).write_all(out.as_bytes());
-}
-
-fn handle(sw: &Arc<Switch>, topo: &Topology, req: Request) -> Result<Value, String> {
-    let port = |name: &str| {
-        sw.port(name)
-            .cloned()
-            .ok_or_else(|| format!("no port named {name:?}"))
-    };
-    match req {
-        Request::Ports => Ok(views::ports(sw, &topo.name)),
-        Request::Stats { path } => views::stats(sw, &path),
-        Request::PortShow { name } => Ok(views::port_settings(&*port(&name)?)),
-        Request::PortSet { name, changes } => {
-            let p = port(&name)?;
-            let mut cur = serde_json::to_value(p.settings()).expect("settings serialize");
-            let Value::Object(ch) = changes else {
-                return Err("changes must be an object".into());
-            };
-            for (k, v) in ch {
-                if cur.get(&k).is_none() {
-                    return Err(format!("unknown setting {k:?}; settings are lro, tso, csum, mtu, ring1, ring2, allow_forged_transmits, rx_overflow, delivery"));
-                }
-                cur[&k] = v;
-            }
-            let new: PortSettings =
-                serde_json::from_value(cur).map_err(|e| format!("bad value: {e}"))?;
-            // Checked before anything changes: a refused value leaves the
-            // guest's MTU as it was.
-            sw.check_settings(&name, &new).map_err(|e| e.to_string())?;
-            if new.mtu != p.settings().mtu && p.dev.vhost_user().is_some() {
-                return Err("a real guest sets its own MTU (ip link set eth0 mtu … inside it); its port's mtu is what the switch takes".into());
-            }
-            if new.mtu != p.settings().mtu && !p.is_uplink() {
-                let ns = topo.netns_of(&name);
-                run(&[
-                    "ip",
-                    "-n",
-                    &ns,
-                    "link",
-                    "set",
-                    "eth0",
-                    "mtu",
-                    &new.mtu.to_string(),
-                ])
-                .map_err(|e| e.to_string())?;
-            }
-            sw.set_port(&name, new).map_err(|e| e.to_string())?;
-            Ok(views::port_settings(&p))
-        }
-        Request::Fdb => Ok(json!(sw.fdb.rows(Instant::now()))),
-        Request::Shutdown => {
-            sw.stop();
-            Ok(json!("stopping"))
-        }
-        Request::Restart { .. } | Request::Kill { .. } => Err("served by the daemon".into()),
-    }
-}

@@ -4,8 +4,12 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod ctl_server;
 pub mod daemon;
 pub mod guest;
 pub mod proto;
+mod provision;
+pub mod state;
 pub mod topology;
 pub mod views;
+pub mod watch;

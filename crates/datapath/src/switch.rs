@@ -264,7 +264,7 @@ impl Port {
             .compare_exchange(from as u8, to as u8, Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
         {
-            eprintln!("hvnet: port {}: link {}", self.name, to.name());
+            tracing::info!(port = %self.name, link = to.name(), "link state");
         }
     }
     /// Ingress counters summed over queues.
@@ -574,17 +574,11 @@ fn supervise(
         }
         let n = port.thread_failures.fetch_add(1, Ordering::Relaxed) + 1;
         if n >= MAX_RESTARTS {
-            eprintln!(
-                "hvnet: thread {name} failed {n} times; port {} is marked failed",
-                port.name
-            );
+            tracing::error!(port = %port.name, thread = %name, failures = n, "thread failed again; the port is marked failed");
             port.set_state(PortState::Failed);
             return;
         }
-        eprintln!(
-            "hvnet: thread {name} failed (failure {n} of port {}); starting it again",
-            port.name
-        );
+        tracing::error!(port = %port.name, thread = %name, failures = n, "thread failed; starting it again");
         std::thread::sleep(Duration::from_millis(100));
     }
 }

@@ -229,17 +229,24 @@ pub enum TapError {
     /// Setting the virtio-net header size failed.
     #[error("cannot set the virtio-net header size on {0}")]
     SetVnetHdrSize(String, #[source] io::Error),
+    /// Making the device persistent failed.
+    #[error("cannot make TAP {0} persistent")]
+    SetPersist(String, #[source] io::Error),
     /// Setting offload flags failed.
     #[error("cannot set offloads on {0}")]
     SetOffloadFlags(String, #[source] io::Error),
 }
 
 impl TapPort {
-    /// Opens `queues` queues of TAP `name`, each with a 12-byte virtio-net
-    /// header and the given TUN_F_* offloads, non-blocking.
+    /// Opens `queues` queues of TAP `name` (created if it does not exist;
+    /// `hvtap%d` lets the kernel choose a free name), each with a 12-byte
+    /// virtio-net header and the given TUN_F_* offloads, non-blocking.
     pub fn open(name: &str, queues: usize, offloads: u32) -> Result<TapPort, TapError> {
         let mut qs = Vec::with_capacity(queues);
         for i in 0..queues.max(1) {
+            // A name with `%d` lets the kernel pick a free one for the
+            // first queue; the others join the device it made.
+            let name = qs.first().map_or(name, |q: &FrameQueue| q.name());
             let q = FrameQueue::open_tap(name).map_err(|source| TapError::OpenQueue {
                 name: name.into(),
                 queue: i,
@@ -255,6 +262,42 @@ impl TapPort {
         }
         let name = qs[0].name().to_string();
         Ok(TapPort { name, queues: qs })
+    }
+
+    /// Opens `queues` queues of the existing TAP `name` inside the network
+    /// namespace `netns` (a `/run/netns/NAME` path): how a restarted switch
+    /// re-attaches to a VM's persistent NIC, which kept its MAC and
+    /// addresses meanwhile. The namespace is entered by a short-lived
+    /// thread; the descriptors work from any namespace (and hold it alive
+    /// while open).
+    pub fn open_in(
+        netns: &std::path::Path,
+        name: &str,
+        queues: usize,
+        offloads: u32,
+    ) -> Result<TapPort, TapError> {
+        let enter = |e: io::Error| TapError::OpenQueue {
+            name: format!("{name} in {}", netns.display()),
+            queue: 0,
+            source: e,
+        };
+        let ns = std::fs::File::open(netns).map_err(enter)?;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                hvnet_sys::enter_netns(&ns).map_err(enter)?;
+                TapPort::open(name, queues, offloads)
+            })
+            .join()
+            .expect("the TAP opener does not panic")
+        })
+    }
+
+    /// Makes the device outlive this process's descriptors (a restarted
+    /// switch re-attaches with [`TapPort::open_in`]).
+    pub fn set_persist(&self, on: bool) -> Result<(), TapError> {
+        self.queues[0]
+            .set_persist(on)
+            .map_err(|e| TapError::SetPersist(self.name.clone(), e))
     }
 
     /// A port over already opened queues (socketpairs in tests and fuzzing).

@@ -295,13 +295,13 @@ impl Backend {
             Command::Accepted => true,
             Command::QueuePairs(n) if (1..=sh.pairs).contains(&usize::from(n)) => {
                 sh.active_pairs.store(usize::from(n), Ordering::Release);
-                eprintln!("hvnet: port {}: guest uses {n} queue pairs", sh.name);
+                tracing::info!(port = %sh.name, pairs = n, "guest set its queue pairs");
                 sh.changed();
                 true
             }
             Command::GuestOffloads(bits) => {
                 sh.offloads.store(bits, Ordering::Release);
-                eprintln!("hvnet: port {}: guest offloads set to {bits:#x}", sh.name);
+                tracing::info!(port = %sh.name, offloads = %format!("{bits:#x}"), "guest set its offloads");
                 sh.changed();
                 true
             }
@@ -711,7 +711,7 @@ fn serve(sh: Arc<Shared>, mut relay_ends: Relay) {
         let front = match relay_ends.public.accept() {
             Ok((s, _)) => s,
             Err(e) => {
-                eprintln!("hvnet: port {}: vhost-user accept: {e}", sh.name);
+                tracing::warn!(port = %sh.name, error = %e, "vhost-user accept failed");
                 std::thread::sleep(std::time::Duration::from_millis(100));
                 continue;
             }
@@ -719,7 +719,7 @@ fn serve(sh: Arc<Shared>, mut relay_ends: Relay) {
         let back = match UnixStream::connect_addr(&relay_ends.inner_addr) {
             Ok(s) => s,
             Err(e) => {
-                eprintln!("hvnet: port {}: vhost-user relay: {e}", sh.name);
+                tracing::warn!(port = %sh.name, error = %e, "vhost-user relay failed");
                 continue;
             }
         };
@@ -733,12 +733,12 @@ fn serve(sh: Arc<Shared>, mut relay_ends: Relay) {
         let mut daemon = match VhostUserDaemon::new(sh.name.clone(), backend, mem) {
             Ok(d) => d,
             Err(e) => {
-                eprintln!("hvnet: port {}: vhost-user: {e}", sh.name);
+                tracing::warn!(port = %sh.name, error = %e, "vhost-user connection failed");
                 return;
             }
         };
         if let Err(e) = daemon.start(&mut relay_ends.inner) {
-            eprintln!("hvnet: port {}: vhost-user: {e}", sh.name);
+            tracing::warn!(port = %sh.name, error = %e, "vhost-user connection failed");
             continue;
         }
         // Front end to crate through the relay; the crate's replies go
@@ -751,7 +751,7 @@ fn serve(sh: Arc<Shared>, mut relay_ends: Relay) {
         std::thread::spawn(move || {
             if let Err(e) = relay(&front, &back) {
                 if e.kind() != io::ErrorKind::UnexpectedEof {
-                    eprintln!("hvnet: port {name}: vhost-user relay: {e}");
+                    tracing::warn!(port = %name, error = %e, "vhost-user relay failed");
                 }
             }
             let _ = back.shutdown(std::net::Shutdown::Both);
@@ -763,7 +763,7 @@ fn serve(sh: Arc<Shared>, mut relay_ends: Relay) {
         });
         sh.connections.fetch_add(1, Ordering::Relaxed);
         sh.connected.store(true, Ordering::Release);
-        eprintln!("hvnet: port {}: guest connected", sh.name);
+        tracing::info!(port = %sh.name, "guest connected");
         let r = daemon.wait();
         sh.connected.store(false, Ordering::Release);
         for v in sh.vrings.write().expect("vrings lock").iter_mut() {
@@ -783,8 +783,8 @@ fn serve(sh: Arc<Shared>, mut relay_ends: Relay) {
             let _ = n.notify();
         }
         match r {
-            Ok(()) => eprintln!("hvnet: port {}: guest disconnected", sh.name),
-            Err(e) => eprintln!("hvnet: port {}: guest disconnected: {e}", sh.name),
+            Ok(()) => tracing::info!(port = %sh.name, "guest disconnected"),
+            Err(e) => tracing::info!(port = %sh.name, error = %e, "guest disconnected"),
         }
     }
 }

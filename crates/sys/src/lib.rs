@@ -26,6 +26,8 @@ pub use uring::BatchWriter;
 
 /// `TUNSETIFF` = `_IOW('T', 202, int)`.
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+/// `TUNSETPERSIST` = `_IOW('T', 203, int)`.
+const TUNSETPERSIST: libc::c_ulong = 0x4004_54cb;
 /// `TUNSETOFFLOAD` = `_IOW('T', 208, unsigned int)`.
 const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
 /// `TUNSETVNETHDRSZ` = `_IOW('T', 216, int)`.
@@ -183,6 +185,25 @@ impl FrameQueue {
         Ok(())
     }
 
+    /// Makes the TAP device outlive its queues' file descriptors (or not):
+    /// a persistent device keeps its name, MAC, addresses and namespace
+    /// while no process holds it, so a restarted switch re-attaches to it.
+    pub fn set_persist(&self, on: bool) -> io::Result<()> {
+        // SAFETY: TUNSETPERSIST takes its argument by value; no memory is
+        // passed.
+        let r = unsafe {
+            libc::ioctl(
+                self.file.as_raw_fd(),
+                TUNSETPERSIST,
+                libc::c_ulong::from(on),
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// Switches O_NONBLOCK on or off.
     pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
         set_nonblocking(self.file.as_raw_fd(), on)
@@ -239,6 +260,27 @@ pub fn poll_readable(fd: RawFd, timeout_ms: i32) -> io::Result<bool> {
         }
         return Ok(r > 0);
     }
+}
+
+/// Moves the calling thread (only it) into the network namespace whose
+/// handle is `ns` (a `/run/netns/NAME` file): devices it then creates or
+/// opens, such as a TAP, are that namespace's.
+pub fn enter_netns(ns: &File) -> io::Result<()> {
+    // SAFETY: setns takes an fd by value, which `ns` keeps open across the
+    // call; CLONE_NEWNET limits it to the network namespace.
+    let r = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Sets the process's file mode creation mask, so that files and sockets
+/// are created with their final permissions (no window before a chmod).
+pub fn set_umask(mask: u32) {
+    // SAFETY: umask takes a mode by value, touches no memory and cannot
+    // fail.
+    unsafe { libc::umask(mask as libc::mode_t) };
 }
 
 /// True when running as root (effective user id 0).

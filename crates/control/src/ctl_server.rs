@@ -1,0 +1,228 @@
+//! The control socket's server: its own accept thread, one thread per
+//! client (at most [`MAX_CLIENTS`] at once), requests of at most
+//! [`MAX_REQUEST`] bytes, and timeouts both ways, so that a client that
+//! floods it or stops reading holds only its own thread and every other
+//! client keeps getting answers.
+
+use crate::daemon::{run, state_dir};
+use crate::guest::{self, Guest};
+use crate::proto::{Reply, Request};
+use crate::state::{read_state, write_state};
+use crate::topology::{Topology, VmKind};
+use crate::views;
+use hvnet_datapath::{PortSettings, Switch};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Largest request line accepted.
+pub const MAX_REQUEST: usize = 64 * 1024;
+/// Clients served at once; one more is told the daemon is busy.
+pub const MAX_CLIENTS: usize = 32;
+/// How long a client may take to send its request or read its reply.
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What requests are served from.
+pub(crate) struct Ctl {
+    pub sw: Arc<Switch>,
+    pub topo: Arc<Topology>,
+    pub guests: Arc<Mutex<Vec<Guest>>>,
+}
+
+/// Serves `listener` until the switch stops.
+pub(crate) fn spawn(listener: UnixListener, cx: Arc<Ctl>) -> std::io::Result<std::thread::JoinHandle<()>> {
+    listener.set_nonblocking(true)?;
+    let active = Arc::new(AtomicUsize::new(0));
+    std::thread::Builder::new()
+        .name("ctl-accept".into())
+        .spawn(move || {
+            while !cx.sw.stopping() {
+                if !hvnet_sys::poll_readable(listener.as_raw_fd(), 200).unwrap_or(false) {
+                    continue;
+                }
+                let conn = match listener.accept() {
+                    Ok((conn, _)) => conn,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "control socket: accept failed");
+                        std::thread::sleep(Duration::from_millis(50));
+                        continue;
+                    }
+                };
+                let _ = conn.set_nonblocking(false);
+                if active.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
+                    active.fetch_sub(1, Ordering::AcqRel);
+                    let _ = conn.set_write_timeout(Some(IO_TIMEOUT));
+                    answer(&conn, Err(format!("busy: {MAX_CLIENTS} clients are being served; try again")));
+                    continue;
+                }
+                let (cx, active) = (cx.clone(), active.clone());
+                let spawned = std::thread::Builder::new()
+                    .name("ctl-client".into())
+                    .spawn(move || {
+                        serve(&cx, conn);
+                        active.fetch_sub(1, Ordering::AcqRel);
+                    });
+                if let Err(e) = spawned {
+                    tracing::warn!(error = %e, "control socket: cannot start a client thread");
+                }
+            }
+        })
+}
+
+/// `hvnet restart VM` and `hvnet kill VM`.
+fn restart_guest(
+    topo: &Topology,
+    guests: &Mutex<Vec<Guest>>,
+    vm: &str,
+    start: bool,
+) -> Result<Value, String> {
+    let spec = topo
+        .vms
+        .iter()
+        .find(|v| v.name == vm)
+        .ok_or_else(|| format!("no VM named {vm:?}"))?;
+    if spec.kind != VmKind::Uml {
+        return Err(format!(
+            "vm {vm} is a {} VM; only uml guests are started by hvnet",
+            spec.kind.name()
+        ));
+    }
+    let dir = state_dir(&topo.name);
+    let mut all = guests.lock().expect("guests lock");
+    if let Some(i) = all.iter().position(|g| g.vm == vm) {
+        all.remove(i).stop(&dir);
+    }
+    if !start {
+        return Ok(json!({"vm": vm, "running": false}));
+    }
+    let mut g = guest::start_uml(topo, spec, &dir).map_err(|e| e.to_string())?;
+    let pid = g.pid();
+    let r = guest::wait_ready(&mut g, &dir);
+    all.push(g);
+    if let Some(mut s) = read_state(&dir) {
+        s.guests = all.iter().map(Guest::pid).collect();
+        let _ = write_state(&dir, &s);
+    }
+    r.map_err(|e| e.to_string())?;
+    Ok(json!({"vm": vm, "running": true, "pid": pid}))
+}
+
+/// One client's request, read with a size limit and timeouts both ways,
+/// answered on the connection's own thread.
+fn serve(cx: &Ctl, conn: UnixStream) {
+    let _ = conn.set_read_timeout(Some(IO_TIMEOUT));
+    let _ = conn.set_write_timeout(Some(IO_TIMEOUT));
+    let mut reader = BufReader::new((&conn).take(MAX_REQUEST as u64 + 1));
+    let mut line = String::new();
+    match reader.read_line(&mut line) {
+        Ok(_) if line.len() > MAX_REQUEST => {
+            return answer(
+                &conn,
+                Err(format!(
+                    "request larger than {MAX_REQUEST} bytes: refused"
+                )),
+            )
+        }
+        Ok(_) => {}
+        Err(_) => return,
+    }
+    let (sw, topo, guests) = (&cx.sw, &*cx.topo, &*cx.guests);
+    let reply = match serde_json::from_str::<Request>(&line) {
+        Ok(Request::PortShow { name }) => {
+            handle(sw, topo, Request::PortShow { name: name.clone() }).map(|mut v| {
+                // A real guest hvnet started: its processes.
+                let all = guests.lock().expect("guests lock");
+                if let Some(g) = all.iter().find(|g| g.vm == name) {
+                    v["guest"] = json!({"pid": g.pid(), "processes": guest::processes(g.pid())});
+                }
+                v
+            })
+        }
+        Ok(Request::Restart { vm }) => restart_guest(topo, guests, &vm, true),
+        Ok(Request::Kill { vm }) => restart_guest(topo, guests, &vm, false),
+        Ok(req) => handle(sw, topo, req),
+        Err(e) => Err(format!("bad request: {e}")),
+    };
+    answer(&conn, reply);
+}
+
+fn answer(conn: &UnixStream, reply: Result<Value, String>) {
+    let reply = match reply {
+        Ok(data) => Reply {
+            ok: true,
+            data,
+            error: String::new(),
+        },
+        Err(error) => Reply {
+            ok: false,
+            data: Value::Null,
+            error,
+        },
+    };
+    let mut out = serde_json::to_string(&reply).expect("reply serializes");
+    out.push('\n');
+    let _ = (&*conn).write_all(out.as_bytes());
+}
+
+fn handle(sw: &Arc<Switch>, topo: &Topology, req: Request) -> Result<Value, String> {
+    let port = |name: &str| {
+        sw.port(name)
+            .cloned()
+            .ok_or_else(|| format!("no port named {name:?}"))
+    };
+    match req {
+        Request::Ports => Ok(views::ports(sw, &topo.name)),
+        Request::Stats { path } => views::stats(sw, &path),
+        Request::PortShow { name } => Ok(views::port_settings(&*port(&name)?)),
+        Request::PortSet { name, changes } => {
+            let p = port(&name)?;
+            let mut cur = serde_json::to_value(p.settings()).expect("settings serialize");
+            let Value::Object(ch) = changes else {
+                return Err("changes must be an object".into());
+            };
+            for (k, v) in ch {
+                if cur.get(&k).is_none() {
+                    return Err(format!("unknown setting {k:?}; settings are lro, tso, csum, mtu, ring1, ring2, allow_forged_transmits, rx_overflow, delivery"));
+                }
+                cur[&k] = v;
+            }
+            let new: PortSettings =
+                serde_json::from_value(cur).map_err(|e| format!("bad value: {e}"))?;
+            // Checked before anything changes: a refused value leaves the
+            // guest's MTU as it was.
+            sw.check_settings(&name, &new).map_err(|e| e.to_string())?;
+            if new.mtu != p.settings().mtu && p.dev.vhost_user().is_some() {
+                return Err("a real guest sets its own MTU (ip link set eth0 mtu … inside it); its port's mtu is what the switch takes".into());
+            }
+            if new.mtu != p.settings().mtu && !p.is_uplink() {
+                let ns = topo.netns_of(&name);
+                run(&[
+                    "ip",
+                    "-n",
+                    &ns,
+                    "link",
+                    "set",
+                    "eth0",
+                    "mtu",
+                    &new.mtu.to_string(),
+                ])
+                .map_err(|e| e.to_string())?;
+            }
+            let old = p.settings();
+            sw.set_port(&name, new).map_err(|e| e.to_string())?;
+            tracing::info!(port = %name, from = %json!(old), to = %json!(p.settings()), "settings changed");
+            Ok(views::port_settings(&p))
+        }
+        Request::Fdb => Ok(json!(sw.fdb.rows(Instant::now()))),
+        Request::Shutdown => {
+            sw.stop();
+            Ok(json!("stopping"))
+        }
+        Request::Restart { .. } | Request::Kill { .. } => Err("served by the daemon".into()),
+    }
+}

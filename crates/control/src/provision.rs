@@ -1,0 +1,262 @@
+//! What a topology creates on the host: namespace VMs (a namespace whose
+//! `eth0` is a persistent TAP the switch holds, so that it outlives a
+//! daemon that stops), external hosts (a
+//! namespace and a veth pair), vhost-user sockets, and uplinks taken over.
+//! Everything created carries hvnet's ownership marker (the alias of the
+//! namespace's loopback, or of the device) so that `down` deletes only
+//! what this topology made, and a restarted daemon re-attaches only to it.
+
+use crate::daemon::{io_err, run, DaemonError};
+use crate::guest;
+use crate::state::{check_owned_device, check_owned_netns, netns_path, write_state, State};
+use crate::topology::{Host, Topology, Uplink, UplinkLro};
+use hvnet_datapath::tunnel::VtepConfig;
+use hvnet_datapath::PortSpec;
+use hvnet_port::netqueue::{Filter, Filters};
+use hvnet_port::{Device, TapPort, UplinkPort, VhostUserPort};
+use std::path::Path;
+
+/// Creates one VM (or, after a daemon restart, re-attaches to it): a
+/// namespace VM's namespace, its TAP created inside it as `eth0`, and its
+/// addresses; a real guest's vhost-user socket (the guest is started once
+/// the switch runs).
+pub(crate) fn create_vm(
+    topo: &Topology,
+    i: usize,
+    dir: &Path,
+    state: &mut State,
+    reattach: bool,
+) -> Result<PortSpec, DaemonError> {
+    let vm = &topo.vms[i];
+    if vm.kind.is_vhost_user() {
+        let sock = guest::socket_path(dir, &vm.name);
+        std::fs::create_dir_all(guest::guest_dir(dir, &vm.name))
+            .map_err(io_err("create the guest's directory"))?;
+        let port = VhostUserPort::listen(&vm.name, &sock, vm.queues, vm.mac.0, vm.settings.mtu)
+            .map_err(|e| DaemonError::Other(format!("vm {}: {e}", vm.name)))?;
+        return Ok(PortSpec {
+            name: vm.name.clone(),
+            dev: Device::VhostUser(port),
+            mac: vm.mac,
+            vlan: vm.vlan,
+            tunnel: None,
+            settings: vm.settings.clone(),
+        });
+    }
+    let ns = topo.netns(vm);
+    let offloads = hvnet_port::tap_offload_flags(vm.settings.csum, vm.settings.tso);
+    let tap = if reattach {
+        // The VM's NIC kept its MAC, MTU and addresses while no switch
+        // held it: only its queues are opened again, from inside its
+        // namespace (where its name is `eth0`).
+        check_owned_netns(&ns, &state.marker())?;
+        TapPort::open_in(&netns_path(&ns), "eth0", vm.queues, offloads)?
+    } else {
+        state.namespaces.push(ns.clone());
+        write_state(dir, state)?;
+        add_netns(&ns, vm.ipv6.is_some(), &state.marker())?;
+        // Created here under a name the kernel picks free (no name of ours
+        // to collide with another's), then moved into the VM as `eth0`:
+        // its queues' descriptors belong to this namespace, so deleting
+        // the VM's namespace deletes its NIC and the port goes down.
+        let tap = TapPort::open("hvtap%d", vm.queues, offloads)?;
+        tap.set_persist(true)?;
+        let dev = tap.name().to_string();
+        run(&["ip", "link", "set", &dev, "netns", &ns])?;
+        run(&["ip", "-n", &ns, "link", "set", &dev, "name", "eth0"])?;
+        set_eth0(&ns, vm.mac, vm.settings.mtu)?;
+        add_addresses(&ns, vm.ipv4, vm.ipv6)?;
+        run(&["ip", "-n", &ns, "link", "set", "eth0", "up"])?;
+        tap
+    };
+    Ok(PortSpec {
+        name: vm.name.clone(),
+        dev: Device::Tap(tap),
+        mac: vm.mac,
+        vlan: vm.vlan,
+        tunnel: None,
+        settings: vm.settings.clone(),
+    })
+}
+
+/// Creates namespace `ns` with its loopback up and hvnet's ownership
+/// marker as the loopback's alias (what `down` checks before deleting). One without IPv6
+/// addresses stays quiet: no router solicitations or MLD reports on its
+/// NIC.
+fn add_netns(ns: &str, ipv6: bool, marker: &str) -> Result<(), DaemonError> {
+    run(&["ip", "netns", "add", ns])?;
+    run(&["ip", "-n", ns, "link", "set", "lo", "up", "alias", marker])?;
+    if !ipv6 {
+        run(&[
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            "sysctl",
+            "-qw",
+            "net.ipv6.conf.all.disable_ipv6=1",
+            "net.ipv6.conf.default.disable_ipv6=1",
+        ])?;
+    }
+    Ok(())
+}
+
+/// Gives `eth0` in `ns` its MAC and MTU.
+fn set_eth0(ns: &str, mac: hvnet_wire::MacAddr, mtu: u16) -> Result<(), DaemonError> {
+    let (mac, mtu) = (mac.to_string(), mtu.to_string());
+    run(&[
+        "ip", "-n", ns, "link", "set", "eth0", "address", &mac, "mtu", &mtu,
+    ])?;
+    Ok(())
+}
+
+/// Gives `eth0` in `ns` its addresses; IPv6 without duplicate address
+/// detection, so the address is usable as soon as `up` returns.
+fn add_addresses(
+    ns: &str,
+    ipv4: Option<(std::net::Ipv4Addr, u8)>,
+    ipv6: Option<(std::net::Ipv6Addr, u8)>,
+) -> Result<(), DaemonError> {
+    let addrs = [
+        ipv4.map(|(a, l)| (format!("{a}/{l}"), None)),
+        ipv6.map(|(a, l)| (format!("{a}/{l}"), Some("nodad"))),
+    ];
+    for (cidr, flag) in addrs.into_iter().flatten() {
+        let mut cmd = vec!["ip", "-n", ns, "addr", "add", &cidr, "dev", "eth0"];
+        cmd.extend(flag);
+        run(&cmd)?;
+    }
+    Ok(())
+}
+
+/// Creates an external host: its namespace, and a veth pair whose host end
+/// is its `eth0` and whose other end, named as its uplink's device, stays
+/// here for the uplink. Its NIC sends wire-sized frames unless it has TSO.
+pub(crate) fn create_host(
+    topo: &Topology,
+    h: &Host,
+    dir: &Path,
+    state: &mut State,
+    reattach: bool,
+) -> Result<(), DaemonError> {
+    let ns = topo.netns_of(&h.name);
+    let u = &topo.uplinks[h.uplink];
+    if reattach {
+        check_owned_netns(&ns, &state.marker())?;
+        return check_owned_device(&u.device, &state.marker());
+    }
+    state.namespaces.push(ns.clone());
+    state.devices.push(u.device.clone());
+    write_state(dir, state)?;
+    add_netns(&ns, h.ipv6.is_some(), &state.marker())?;
+    let mtu = u.settings.mtu.to_string();
+    run(&[
+        "ip", "link", "add", &u.device, "mtu", &mtu, "type", "veth", "peer", "name", "eth0",
+        "netns", &ns,
+    ])?;
+    run(&["ip", "link", "set", &u.device, "alias", &state.marker()])?;
+    set_eth0(&ns, h.mac, u.settings.mtu)?;
+    if !h.tso {
+        run(&[
+            "ip", "netns", "exec", &ns, "ethtool", "-K", "eth0", "tso", "off",
+        ])?;
+    }
+    add_addresses(&ns, h.ipv4, h.ipv6)?;
+    run(&["ip", "-n", &ns, "link", "set", "eth0", "up"])?;
+    // The switch's end carries no addresses and sends nothing of its own.
+    run(&[
+        "sysctl",
+        "-qw",
+        &format!("net.ipv6.conf.{}.disable_ipv6=1", u.device),
+    ])?;
+    Ok(())
+}
+
+/// NetQueue's filters for an uplink: each VM of its VLAN to a queue of its
+/// own (round robin over queues 1.., when there are more VMs than
+/// queues), everything else to queue 0.
+pub(crate) fn netqueue_filters(topo: &Topology, u: &Uplink) -> Option<Filters> {
+    if !u.netqueue {
+        return None;
+    }
+    let spare = (u.queues - 1).max(1);
+    let entries = topo
+        .vms
+        .iter()
+        .filter(|v| v.vlan == u.vlan)
+        .enumerate()
+        .map(|(i, v)| Filter {
+            mac: v.mac,
+            queue: 1 + (i % spare) as u32,
+        })
+        .collect();
+    Some(Filters {
+        tunnel: u.vxlan.is_some(),
+        entries,
+    })
+}
+
+/// Takes over an uplink's device: up, its GRO as the uplink's `lro`
+/// says, an MTU at least the uplink's; then opens its receive queues.
+pub(crate) fn open_uplink(topo: &Topology, u: &Uplink) -> Result<PortSpec, DaemonError> {
+    let dev = &u.device;
+    let mtu: u16 = std::fs::read_to_string(format!("/sys/class/net/{dev}/mtu"))
+        .ok()
+        .and_then(|m| m.trim().parse().ok())
+        .unwrap_or(0);
+    if mtu < u.settings.mtu {
+        return Err(DaemonError::Other(format!(
+            "uplink {}: device {dev} has MTU {mtu}, below the uplink's {}",
+            u.name, u.settings.mtu
+        )));
+    }
+    // A tunnel endpoint's device has nothing of the tunnel's to coalesce
+    // (no kernel VXLAN socket on its port): its GRO stays off, and its
+    // frames are read in batches into small buffers — what it takes is
+    // wire-sized VXLAN (the kernel cannot hand a packet socket a tunnelled
+    // GSO frame). A plain uplink may be handed GSO frames even with GRO
+    // off (a peer that sends them whole, as a veth with TSO does), so it
+    // reads each frame into a buffer that holds 64 KiB.
+    let coalesces = u.lro == UplinkLro::Hardware && u.vxlan.is_none();
+    let gro = if coalesces { "on" } else { "off" };
+    let batched = u.vxlan.is_some() && usize::from(u.settings.mtu) + 18 <= hvnet_port::SMALL_FRAME;
+    run(&["ethtool", "-K", dev, "gro", gro])?;
+    run(&["ip", "link", "set", dev, "up"])?;
+    let port =
+        UplinkPort::open(dev, u.queues, netqueue_filters(topo, u), batched).map_err(|source| {
+            DaemonError::Uplink {
+                name: u.name.clone(),
+                source,
+            }
+        })?;
+    let tunnel = match &u.vxlan {
+        None => None,
+        Some(v) => {
+            // The endpoint speaks with the device's own address.
+            let mac = std::fs::read_to_string(format!("/sys/class/net/{dev}/address"))
+                .ok()
+                .and_then(|m| m.trim().parse().ok())
+                .ok_or_else(|| {
+                    DaemonError::Other(format!("uplink {}: cannot read {dev}'s MAC", u.name))
+                })?;
+            Some(VtepConfig {
+                vni: v.vni,
+                local: v.local.0,
+                prefix: v.local.1,
+                mac,
+                remotes: v.remotes.clone(),
+                port: v.port,
+                udp_csum: v.udp_csum,
+            })
+        }
+    };
+    Ok(PortSpec {
+        name: u.name.clone(),
+        dev: Device::Uplink(port),
+        mac: hvnet_wire::MacAddr([0; 6]),
+        vlan: u.vlan,
+        tunnel,
+        settings: u.settings.clone(),
+    })
+}
+

@@ -1,0 +1,192 @@
+//! A topology's state on the host: `/run/hvnet/<topology>/state.json` (what
+//! it created, written before each thing is created), the lock that
+//! serializes `up` and `down` of one topology, and the ownership markers
+//! checked before anything is deleted or re-attached to.
+
+use crate::daemon::{io_err, DaemonError};
+use serde::{Deserialize, Serialize};
+use std::fs::File;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Where topologies keep their state.
+pub const RUN_DIR: &str = "/run/hvnet";
+
+/// What a running topology has created.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct State {
+    /// Topology name.
+    pub name: String,
+    /// The topology file.
+    pub file: PathBuf,
+    /// Daemon PID.
+    pub pid: u32,
+    /// Namespaces created (the VMs and external hosts).
+    pub namespaces: Vec<String>,
+    /// Devices created in the daemon's namespace (the switch ends of
+    /// external hosts' veth pairs; they go with their namespace, and are
+    /// deleted by name if one is left).
+    #[serde(default)]
+    pub devices: Vec<String>,
+    /// Process groups of the real guests started (each guest leads its
+    /// own), for a `down` after the daemon died.
+    #[serde(default)]
+    pub guests: Vec<u32>,
+    /// Set once traffic can flow; cleared when the daemon stops.
+    pub ready: bool,
+    /// This bring-up's identity, in the ownership marker of everything it
+    /// creates (kept across daemon restarts).
+    #[serde(default)]
+    pub instance: String,
+    /// The topology text that was brought up: a restarted daemon
+    /// re-attaches only to the same topology.
+    #[serde(default)]
+    pub topology_text: String,
+    /// How many times a daemon re-attached to this topology (its counters
+    /// start from zero each time).
+    #[serde(default)]
+    pub restarts: u32,
+}
+
+impl State {
+    /// The ownership marker: the alias given to each namespace's loopback
+    /// and each device this topology creates.
+    pub fn marker(&self) -> String {
+        format!("hvnet topology={} instance={}", self.name, self.instance)
+    }
+}
+
+/// A fresh instance identity: time and PID, unique on the host.
+pub fn new_instance() -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    format!("{:x}-{:x}", t.as_nanos(), std::process::id())
+}
+
+/// The state directory of a topology.
+pub fn state_dir(name: &str) -> PathBuf {
+    Path::new(RUN_DIR).join(name)
+}
+
+/// Reads a topology's state file.
+pub fn read_state(dir: &Path) -> Option<State> {
+    serde_json::from_slice(&std::fs::read(dir.join("state.json")).ok()?).ok()
+}
+
+pub(crate) fn write_state(dir: &Path, s: &State) -> Result<(), DaemonError> {
+    let tmp = dir.join("state.json.tmp");
+    std::fs::write(
+        &tmp,
+        serde_json::to_vec_pretty(s).expect("state serializes"),
+    )
+    .map_err(io_err("write state"))?;
+    std::fs::rename(&tmp, dir.join("state.json")).map_err(io_err("write state"))
+}
+
+/// The names of running (or crashed, not yet downed) topologies.
+pub fn topologies() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(RUN_DIR)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| e.path().join("state.json").exists())
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+
+/// Creates a topology's state directory, readable by root only from the
+/// start (it holds the control socket).
+pub(crate) fn create_state_dir(dir: &Path) -> Result<(), DaemonError> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(io_err(format!("create {}", dir.display())))
+}
+
+/// Held while a topology is being brought up or down: a second `up` or
+/// `down` of the same topology is refused instead of racing the first.
+/// Released when dropped (an `flock`, so also when the process dies).
+pub struct TopologyLock {
+    _file: File,
+}
+
+/// Takes the lock of topology `name`, or says who is holding it.
+pub fn lock_topology(name: &str) -> Result<TopologyLock, DaemonError> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(RUN_DIR)
+        .map_err(io_err(format!("create {RUN_DIR}")))?;
+    let path = Path::new(RUN_DIR).join(format!(".{name}.lock"));
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io_err(format!("open {}", path.display())))?;
+    match file.try_lock() {
+        Ok(()) => Ok(TopologyLock { _file: file }),
+        Err(std::fs::TryLockError::WouldBlock) => Err(DaemonError::Other(format!(
+            "topology {name} is being brought up or down by another hvnet command; wait for it to finish"
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => Err(io_err(format!("lock {}", path.display()))(e)),
+    }
+}
+
+/// The handle of a named network namespace.
+pub fn netns_path(ns: &str) -> PathBuf {
+    Path::new("/run/netns").join(ns)
+}
+
+/// The ownership marker on namespace `ns` (its loopback's alias), if it
+/// exists and carries one.
+pub fn netns_marker(ns: &str) -> Option<String> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "cat", "/sys/class/net/lo/ifalias"])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// The ownership marker on device `dev` in this namespace (its alias).
+pub fn device_marker(dev: &str) -> Option<String> {
+    std::fs::read_to_string(format!("/sys/class/net/{dev}/ifalias"))
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// Refuses a namespace that is not this topology's (absent, or someone
+/// else's of the same name).
+pub(crate) fn check_owned_netns(ns: &str, marker: &str) -> Result<(), DaemonError> {
+    match netns_marker(ns) {
+        Some(m) if m == marker => Ok(()),
+        Some(m) => Err(DaemonError::Other(format!(
+            "network namespace {ns} is not this topology's (its marker is {m:?}, expected {marker:?})"
+        ))),
+        None => Err(DaemonError::Other(format!(
+            "network namespace {ns} is gone; `hvnet down` and `hvnet up` the topology again"
+        ))),
+    }
+}
+
+/// Refuses a device that is not this topology's.
+pub(crate) fn check_owned_device(dev: &str, marker: &str) -> Result<(), DaemonError> {
+    match device_marker(dev) {
+        Some(m) if m == marker => Ok(()),
+        Some(m) => Err(DaemonError::Other(format!(
+            "device {dev} is not this topology's (its marker is {m:?}, expected {marker:?})"
+        ))),
+        None => Err(DaemonError::Other(format!(
+            "device {dev} is gone; `hvnet down` and `hvnet up` the topology again"
+        ))),
+    }
+}

@@ -1,0 +1,168 @@
+"""hvnet run as a service: signals stop the daemon cleanly, a restarted
+daemon re-attaches to its VMs without them losing their NICs, the control
+plane deletes only what it created, `up`/`down` of one topology do not
+race, and the control socket keeps answering while a client floods or
+stalls it."""
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+import hvlab
+
+pytestmark = pytest.mark.root
+
+
+def vm(name, ip, **kw):
+    return dict(name=name, ipv4=f"{ip}/24", **kw)
+
+
+def state(t):
+    return json.loads(Path(f"/run/hvnet/{t.name}/state.json").read_text())
+
+
+def daemon_pid(t):
+    return state(t)["pid"]
+
+
+def test_sigterm_stops_the_daemon_and_up_reattaches_without_the_vms_losing_their_nics(tmp_path):
+    with hvlab.Topology(tmp_path, [vm("a", "198.18.71.1"), vm("b", "198.18.71.2")]) as t:
+        t.sh("a", "ping -c 1 -W 2 198.18.71.2")
+        mac_before = t.sh("a", "cat /sys/class/net/eth0/address").stdout
+        # A ping that runs across the restart: 0.1 s apart, 15 s at most.
+        ping = t.popen("a", "ping -i 0.1 -w 15 198.18.71.2", stdout=subprocess.PIPE, text=True)
+        hvlab.eventually(lambda: t.stats("/ports/a/txSummary")["frames"] >= 3)
+        pid = daemon_pid(t)
+        os.kill(pid, signal.SIGTERM)
+        hvlab.eventually(lambda: not Path(f"/proc/{pid}").exists(), timeout=10)
+        s = state(t)
+        assert s["pid"] == 0 and not s["ready"], s
+        assert not Path(f"/run/hvnet/{t.name}/ctl.sock").exists()
+        log = Path(f"/run/hvnet/{t.name}/daemon.log").read_text()
+        assert "signal received: stopping" in log and "stopped" in log, log
+        # The VMs keep their NICs and addresses while no daemon runs.
+        addr = t.sh("a", "ip -br addr show eth0").stdout
+        assert "198.18.71.1/24" in addr, addr
+        r = t.hv("ports", check=False)
+        assert r.returncode == 1 and "re-attaches" in r.stderr, r.stderr
+        up = hvlab.hvnet("up", t.file)
+        assert "re-attached" in up.stdout, up.stdout
+        assert t.sh("a", "cat /sys/class/net/eth0/address").stdout == mac_before
+        t.sh("a", "ping -c 2 -i 0.2 -W 2 198.18.71.2")
+        # Counters start from zero with the new daemon, and it says so.
+        assert "counters start again from zero" in Path(f"/run/hvnet/{t.name}/daemon.log").read_text()
+        out, _ = ping.communicate(timeout=30)
+        seqs = [int(w.split("=")[1]) for line in out.splitlines() for w in line.split() if w.startswith("icmp_seq=")]
+        assert seqs and max(seqs) > 30, out  # answered after the restart too
+        assert state(t)["restarts"] == 1
+
+
+def test_daemon_in_the_foreground_exits_0_on_sigterm_and_sigint(tmp_path):
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        t = hvlab.Topology(tmp_path, [vm("a", "198.18.72.1"), vm("b", "198.18.72.2")])
+        try:
+            # As a service manager runs it: `hvnet daemon FILE`, logging to stderr.
+            d = subprocess.Popen([hvlab.hvnet_bin(), "daemon", str(t.file)], stderr=subprocess.PIPE, text=True)
+            hvlab.eventually(lambda: Path(f"/run/hvnet/{t.name}/state.json").exists() and state(t)["ready"], timeout=30)
+            t.sh("a", "ping -c 1 -W 2 198.18.72.2")
+            d.send_signal(sig)
+            _, err = d.communicate(timeout=20)
+            assert d.returncode == 0, err
+            assert "topology up" in err and "stopped" in err, err
+        finally:
+            t.__exit__(None, None, None)
+        assert t.ns("a") not in hvlab.run(["ip", "netns", "list"]).stdout
+
+
+def test_down_leaves_a_namespace_it_did_not_create(tmp_path):
+    t = hvlab.Topology(tmp_path, [vm("a", "198.18.73.1"), vm("b", "198.18.73.2")])
+    foreign = None
+    try:
+        with t:
+            pid = daemon_pid(t)
+            os.kill(pid, signal.SIGKILL)
+            hvlab.eventually(lambda: not Path(f"/proc/{pid}").exists())
+            # Someone else's namespace now has the name of VM b's.
+            hvlab.run(["ip", "netns", "del", t.ns("b")])
+            hvlab.eventually(lambda: t.ns("b") not in hvlab.run(["ip", "netns", "list"]).stdout)
+            hvlab.run(["ip", "netns", "add", t.ns("b")])
+            foreign = t.ns("b")
+            r = hvlab.hvnet("down", t.name)
+            assert f"left untouched: network namespace {foreign}" in r.stdout, r.stdout
+            netns = hvlab.run(["ip", "netns", "list"]).stdout
+            assert foreign in netns and t.ns("a") not in netns
+    finally:
+        if foreign:
+            hvlab.run(["ip", "netns", "del", foreign], check=False)
+
+
+def test_up_refuses_a_name_clash_and_touches_nothing(tmp_path):
+    t = hvlab.Topology(tmp_path, [vm("a", "198.18.74.1")])
+    hvlab.run(["ip", "netns", "add", t.ns("a")])
+    try:
+        r = hvlab.hvnet("up", t.file, check=False)
+        assert r.returncode == 1 and "exists already and is not hvnet's" in r.stderr, r.stderr
+        assert t.ns("a") in hvlab.run(["ip", "netns", "list"]).stdout
+        assert not Path(f"/run/hvnet/{t.name}").exists()
+    finally:
+        hvlab.run(["ip", "netns", "del", t.ns("a")], check=False)
+
+
+def test_two_concurrent_ups_of_one_topology(tmp_path):
+    t = hvlab.Topology(tmp_path, [vm("a", "198.18.75.1"), vm("b", "198.18.75.2")])
+    try:
+        ups = [subprocess.Popen([hvlab.hvnet_bin(), "up", str(t.file)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        results = [(p.wait(timeout=60), p.stderr.read()) for p in ups]
+        codes = sorted(c for c, _ in results)
+        assert codes == [0, 1], results
+        err = next(e for c, e in results if c == 1)
+        assert "being brought up or down" in err or "already up" in err, err
+        t.sh("a", "ping -c 1 -W 2 198.18.75.2")
+        assert len(state(t)["namespaces"]) == 2
+    finally:
+        t.__exit__(None, None, None)
+
+
+def test_the_control_socket_answers_while_clients_flood_and_stall_it(tmp_path):
+    with hvlab.Topology(tmp_path, [vm("a", "198.18.76.1"), vm("b", "198.18.76.2")]) as t:
+        sock_path = f"/run/hvnet/{t.name}/ctl.sock"
+        # Root's only, from its creation: the directory and the socket.
+        assert stat.S_IMODE(os.stat(f"/run/hvnet/{t.name}").st_mode) == 0o700
+        assert stat.S_IMODE(os.stat(sock_path).st_mode) & 0o077 == 0
+        stalled = []
+        for _ in range(4):  # connect and say nothing
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(sock_path)
+            stalled.append(s)
+        flood = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        flood.connect(sock_path)
+        answer = []
+
+        def send_flood():
+            try:
+                flood.sendall(b"x" * (4 << 20))  # 4 MiB, no newline
+            except OSError:
+                pass
+            try:
+                answer.append(flood.recv(4096))
+            except OSError:
+                pass
+
+        th = threading.Thread(target=send_flood)
+        th.start()
+        for _ in range(5):
+            ports = json.loads(t.hv("ports", "--json").stdout)
+            assert [p["client"] for p in ports] == ["a", "b"]
+        th.join(timeout=30)
+        assert answer and b"request larger than" in answer[0], answer
+        for s in stalled + [flood]:
+            s.close()
+        t.sh("a", "ping -c 1 -W 2 198.18.76.2")

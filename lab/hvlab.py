@@ -157,8 +157,9 @@ class Topology:
     `hosts` the same for `[[uplink]]` and `[[host]]` entries (an uplink's
     device name is made unique here when it is given as "")."""
 
-    def __init__(self, tmp: Path, vms, fdb_aging_secs=300, prefix="t", uplinks=(), hosts=()):
+    def __init__(self, tmp: Path, vms, fdb_aging_secs=300, prefix="t", uplinks=(), hosts=(), up_args=()):
         self.name = unique(prefix)[:12]
+        self.up_args = list(up_args)
         self.vms = vms
         self.uplinks = [dict(u, device=u.get("device") or unique("hvu")) for u in uplinks]
         self.hosts = [dict(h) for h in hosts]
@@ -173,7 +174,7 @@ class Topology:
 
     def __enter__(self):
         try:
-            hvnet("up", self.file)
+            hvnet("up", *self.up_args, self.file)
         except BaseException:
             # Interrupted or failed half-way: what was made is removed too.
             self.__exit__(None, None, None)

@@ -5,6 +5,7 @@
 mod capture;
 mod pcap_cmd;
 mod switch_cmd;
+mod top;
 
 use clap::{Parser, Subcommand};
 use std::os::unix::process::CommandExt;
@@ -35,6 +36,11 @@ enum Cmd {
         /// Print the result as JSON.
         #[arg(long)]
         json: bool,
+        /// Serve Prometheus metrics at http://ADDR/metrics (`--metrics` or
+        /// `--metrics=ADDR`; default
+        /// 127.0.0.1:9100; loopback unless another address is given).
+        #[arg(long, value_name = "ADDR", num_args = 0..=1, require_equals = true, default_missing_value = hvnet_control::metrics::DEFAULT_ADDR)]
+        metrics: Option<std::net::SocketAddr>,
     },
     /// Stop the switch and remove everything `up` created (also after a
     /// crash).
@@ -108,6 +114,11 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Live per-port view, as esxtop's: Mbit/s and frames/s each way, drops
+    /// by reason, ring fill, LRO/TSO, and each VM's %USED, %RUN and %RDY.
+    /// Keys re-sort (n t r d u y; q quits); `-b` prints CSV (or `--json`
+    /// lines) every `-d` seconds for `-n` samples.
+    Top(top::TopArgs),
     /// Run the switch of a topology in the foreground: what `up` starts in
     /// the background, and what a service manager runs (see
     /// `hvnet@.service`). Creates the topology, or re-attaches to the VMs
@@ -119,6 +130,11 @@ enum Cmd {
         /// The caller holds the topology's lock (`up` does).
         #[arg(long, hide = true)]
         locked: bool,
+        /// Serve Prometheus metrics at http://ADDR/metrics (`--metrics` or
+        /// `--metrics=ADDR`; default
+        /// 127.0.0.1:9100; loopback unless another address is given).
+        #[arg(long, value_name = "ADDR", num_args = 0..=1, require_equals = true, default_missing_value = hvnet_control::metrics::DEFAULT_ADDR)]
+        metrics: Option<std::net::SocketAddr>,
     },
 }
 
@@ -162,12 +178,17 @@ fn main() {
             Ok(code) => std::process::exit(code),
             Err(e) => Err(e.to_string()),
         },
-        Cmd::Up { file, json } => switch_cmd::up(file, json),
+        Cmd::Up {
+            file,
+            json,
+            metrics,
+        } => switch_cmd::up(file, json, metrics),
         Cmd::Down { name, target } => switch_cmd::down(name, &target),
         Cmd::Ports(t) => switch_cmd::ports(&t),
         Cmd::Stats { path, target } => switch_cmd::stats(&target, path),
         Cmd::Port { args, target } => switch_cmd::port(&target, args),
         Cmd::Fdb(t) => switch_cmd::fdb(&t),
+        Cmd::Top(a) => top::top(a),
         Cmd::Exec {
             vm,
             stdin,
@@ -179,9 +200,13 @@ fn main() {
         },
         Cmd::Restart { vm, target } => switch_cmd::guest_ctl(&target, vm, true),
         Cmd::Kill { vm, target } => switch_cmd::guest_ctl(&target, vm, false),
-        Cmd::Daemon { file, locked } => {
+        Cmd::Daemon {
+            file,
+            locked,
+            metrics,
+        } => {
             init_logging();
-            hvnet_control::daemon::daemon(&file, locked).map_err(|e| e.to_string())
+            hvnet_control::daemon::daemon(&file, locked, metrics).map_err(|e| e.to_string())
         }
         Cmd::Lab { args } => lab(args),
     };

@@ -40,7 +40,7 @@ pub enum PortAction {
     },
 }
 
-fn pick(t: &Target) -> Result<String, String> {
+pub(crate) fn pick(t: &Target) -> Result<String, String> {
     if let Some(n) = &t.topology {
         topology::check_topology_name(n)?;
         if !daemon::topologies().contains(n) {
@@ -69,7 +69,7 @@ fn list_or_none(v: &[String]) -> String {
     }
 }
 
-fn call(t: &Target, req: Request) -> Result<Value, String> {
+pub(crate) fn call(t: &Target, req: Request) -> Result<Value, String> {
     let name = pick(t)?;
     let sock = daemon::state_dir(&name).join("ctl.sock");
     let r = proto::call(&sock, &req).map_err(|e| match e.kind() {
@@ -87,9 +87,13 @@ fn call(t: &Target, req: Request) -> Result<Value, String> {
 }
 
 /// `hvnet up FILE`
-pub fn up(file: PathBuf, json_out: bool) -> Result<(), String> {
+pub fn up(
+    file: PathBuf,
+    json_out: bool,
+    metrics: Option<std::net::SocketAddr>,
+) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find my own binary: {e}"))?;
-    let report = daemon::up(&file, &exe).map_err(|e| match e {
+    let report = daemon::up(&file, &exe, metrics).map_err(|e| match e {
         DaemonError::Topology(t) => t.to_string(),
         other => other.to_string(),
     })?;

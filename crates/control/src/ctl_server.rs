@@ -143,6 +143,20 @@ fn serve(cx: &Ctl, conn: UnixStream) {
                 v
             })
         }
+        Ok(Request::Counters) => Ok({
+            let mut v = views::counters(sw);
+            // A real guest's processes are its vCPUs, for `hvnet top`.
+            let all = guests.lock().expect("guests lock");
+            for p in v.as_array_mut().into_iter().flatten() {
+                if let Some(g) = all.iter().find(|g| p["name"] == g.vm.as_str()) {
+                    p["guest_pids"] = json!(guest::processes(g.pid())
+                        .iter()
+                        .map(|x| x["pid"].clone())
+                        .collect::<Vec<_>>());
+                }
+            }
+            v
+        }),
         Ok(Request::Restart { vm }) => restart_guest(topo, guests, &vm, true),
         Ok(Request::Kill { vm }) => restart_guest(topo, guests, &vm, false),
         Ok(req) => handle(sw, topo, req),
@@ -223,6 +237,7 @@ fn handle(sw: &Arc<Switch>, topo: &Topology, req: Request) -> Result<Value, Stri
             sw.stop();
             Ok(json!("stopping"))
         }
+        Request::Counters => Ok(views::counters(sw)),
         Request::Restart { .. } | Request::Kill { .. } => Err("served by the daemon".into()),
     }
 }

@@ -24,6 +24,7 @@ use crate::topology::{self, Topology};
 use crate::watch::Watch;
 use hvnet_datapath::{Switch, SwitchConfig};
 use serde::Serialize;
+use std::net::SocketAddr;
 use std::os::unix::net::UnixListener;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -192,7 +193,11 @@ pub struct UpReport {
 
 /// `hvnet up FILE`: returns once traffic can flow. Starts `hvnet daemon`
 /// in its own process group, its log in the state directory.
-pub fn up(file: &Path, exe: &Path) -> Result<UpReport, DaemonError> {
+pub fn up(
+    file: &Path,
+    exe: &Path,
+    metrics: Option<SocketAddr>,
+) -> Result<UpReport, DaemonError> {
     require_root()?;
     let text = read_topology_text(file)?;
     let topo = topology::load(file)?;
@@ -209,9 +214,12 @@ pub fn up(file: &Path, exe: &Path) -> Result<UpReport, DaemonError> {
         .open(dir.join("daemon.log"))
         .map_err(io_err("open daemon.log"))?;
     use std::os::unix::process::CommandExt;
-    let mut child = Command::new(exe)
-        .arg("daemon")
-        .arg("--locked")
+    let mut cmd = Command::new(exe);
+    cmd.arg("daemon").arg("--locked");
+    if let Some(a) = metrics {
+        cmd.arg(format!("--metrics={a}"));
+    }
+    let mut child = cmd
         .arg(&file)
         .stdin(Stdio::null())
         .stdout(log.try_clone().map_err(io_err("daemon log"))?)
@@ -234,6 +242,8 @@ pub fn up(file: &Path, exe: &Path) -> Result<UpReport, DaemonError> {
             let log = std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default();
             if bringup == Bringup::Fresh {
                 let _ = down_locked(&topo.name);
+                // Refused before it made anything: only its log was here.
+                let _ = std::fs::remove_dir_all(&dir);
             }
             return Err(DaemonError::Other(format!(
                 "the daemon exited ({status}) before traffic could flow:\n{}",
@@ -351,13 +361,21 @@ fn down_locked(name: &str) -> Result<DownReport, DaemonError> {
 /// foreground by a service manager. On a signal it stops cleanly: ports
 /// drained, socket removed, the state marked stopped, exit 0 — the VMs keep
 /// their NICs and addresses for the next daemon to re-attach to.
-pub fn daemon(file: &Path, locked: bool) -> Result<(), DaemonError> {
+pub fn daemon(
+    file: &Path,
+    locked: bool,
+    metrics: Option<SocketAddr>,
+) -> Result<(), DaemonError> {
     require_root()?;
     hvnet_sys::set_umask(0o077);
     let text = read_topology_text(file)?;
     let topo = Arc::new(topology::load(file)?);
     let lock = if locked { None } else { Some(lock_topology(&topo.name)?) };
     let bringup = prepare(&topo, &text)?;
+    let endpoint = metrics
+        .map(crate::metrics::bind)
+        .transpose()
+        .map_err(DaemonError::Other)?;
     let dir = state_dir(&topo.name);
     create_state_dir(&dir)?;
     let mut state = match bringup {
@@ -407,6 +425,10 @@ pub fn daemon(file: &Path, locked: bool) -> Result<(), DaemonError> {
         guests: guests.clone(),
     });
     let ctl = ctl_server::spawn(listener, cx).map_err(io_err("serve the control socket"))?;
+    let scrapes = endpoint
+        .map(|ep| crate::metrics::serve(ep, sw.clone()))
+        .transpose()
+        .map_err(DaemonError::Other)?;
     let term = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, term.clone()).map_err(io_err("handle signals"))?;
@@ -443,6 +465,9 @@ pub fn daemon(file: &Path, locked: bool) -> Result<(), DaemonError> {
         let _ = t.join();
     }
     let _ = ctl.join();
+    if let Some(m) = scrapes {
+        let _ = m.join();
+    }
     let _ = std::fs::remove_file(&sock);
     // What `down` and the next daemon need stays; the daemon's own part
     // of the state goes.

@@ -7,6 +7,7 @@
 pub mod ctl_server;
 pub mod daemon;
 pub mod guest;
+pub mod metrics;
 pub mod proto;
 mod provision;
 pub mod state;

@@ -34,6 +34,9 @@ pub enum Request {
     },
     /// `hvnet fdb`
     Fdb,
+    /// `hvnet top`: every port's counters and ring fill in one snapshot,
+    /// with the processes of the real guests hvnet started.
+    Counters,
     /// `hvnet down`
     Shutdown,
     /// `hvnet restart VM`: a real guest killed (if it runs) and started

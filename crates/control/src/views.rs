@@ -29,6 +29,33 @@ pub fn ports(sw: &Switch, switch_name: &str) -> Value {
     )
 }
 
+/// `hvnet top`'s snapshot: each port's counters both ways and the fill of
+/// its receive rings, read at one moment.
+pub fn counters(sw: &Switch) -> Value {
+    Value::Array(
+        sw.ports
+            .iter()
+            .map(|p| {
+                let rings: Vec<Value> = p
+                    .rxq
+                    .iter()
+                    .map(|q| json!(q.rings.status()))
+                    .collect();
+                json!({
+                    "name": p.name,
+                    "kind": if p.is_uplink() { "uplink" } else { "vm" },
+                    "type": p.dev.type_name(),
+                    "link": p.state().name(),
+                    "queues": p.dev.num_queues(),
+                    "from_port": p.ingress_stats(),
+                    "to_port": p.egress_stats(),
+                    "rings": rings,
+                })
+            })
+            .collect(),
+    )
+}
+
 fn client_stats(p: &Port) -> Value {
     let i = p.ingress_stats();
     let e = p.egress_stats();

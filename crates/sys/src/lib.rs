@@ -283,6 +283,17 @@ pub fn set_umask(mask: u32) {
     unsafe { libc::umask(mask as libc::mode_t) };
 }
 
+/// Clock ticks per second, the unit of `/proc/PID/stat`'s CPU times.
+pub fn clock_ticks() -> u64 {
+    // SAFETY: sysconf takes a constant by value and touches no memory.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as u64
+    } else {
+        100
+    }
+}
+
 /// True when running as root (effective user id 0).
 pub fn is_root() -> bool {
     // SAFETY: geteuid takes no arguments, touches no memory and cannot fail.

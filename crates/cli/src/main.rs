@@ -7,7 +7,7 @@ mod pcap_cmd;
 mod switch_cmd;
 mod top;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 
@@ -114,14 +114,31 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Live per-port view, as esxtop's: Mbit/s and frames/s each way, drops
-    /// by reason, ring fill, LRO/TSO, and each VM's %USED, %RUN and %RDY.
-    /// Keys re-sort (n t r d u y; q quits); `-b` prints CSV (or `--json`
-    /// lines) every `-d` seconds for `-n` samples.
+    /// A live view of the ports and the VMs' CPU, as esxtop's.
+    ///
+    /// Per port: Mbit/s and frames/s each way, drops by reason, receive
+    /// ring fill, LRO/TSO activity, and the VM's threads' %USED, %RUN and
+    /// %RDY. Keys re-sort (n name, t/r Mbit/s sent/received, d drops, u
+    /// %USED, y %RDY; q quits). `-b` prints CSV (or `--json` lines) every
+    /// `-d` seconds for `-n` samples, for scripts.
     Top(top::TopArgs),
-    /// Run the switch of a topology in the foreground: what `up` starts in
-    /// the background, and what a service manager runs (see
-    /// `hvnet@.service`). Creates the topology, or re-attaches to the VMs
+    /// Print shell completions for hvnet (bash, zsh, fish, elvish,
+    /// powershell): `hvnet completions bash >
+    /// /usr/share/bash-completion/completions/hvnet`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write the manual pages (hvnet.1 and one per command, hvnet-up.1 …)
+    /// into DIR, generated from this command line's own definition.
+    Man {
+        /// Where to write them (e.g. /usr/local/share/man/man1).
+        dir: PathBuf,
+    },
+    /// Run the switch of a topology in the foreground (as a service).
+    ///
+    /// What `up` starts in the background, and what a service manager
+    /// runs (see packaging/systemd/hvnet@.service). Creates the topology, or re-attaches to the VMs
     /// a stopped daemon left; SIGTERM or SIGINT stop it and leave the VMs
     /// with their NICs. Logs to stderr; `HVNET_LOG` filters (e.g. `debug`).
     Daemon {
@@ -136,6 +153,31 @@ enum Cmd {
         #[arg(long, value_name = "ADDR", num_args = 0..=1, require_equals = true, default_missing_value = hvnet_control::metrics::DEFAULT_ADDR)]
         metrics: Option<std::net::SocketAddr>,
     },
+}
+
+/// Writes `hvnet.1` and `hvnet-COMMAND.1` for each visible command.
+fn man_pages(dir: &std::path::Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let cmd = Cli::command();
+    let write = |name: &str, c: clap::Command| -> Result<(), String> {
+        let path = dir.join(format!("{name}.1"));
+        let mut out = Vec::new();
+        clap_mangen::Man::new(c)
+            .title(name.to_uppercase())
+            .render(&mut out)
+            .map_err(|e| e.to_string())?;
+        std::fs::write(&path, out).map_err(|e| format!("{}: {e}", path.display()))
+    };
+    write("hvnet", cmd.clone())?;
+    let mut n = 1;
+    for sub in cmd.get_subcommands().filter(|c| !c.is_hide_set()) {
+        let name = format!("hvnet-{}", sub.get_name());
+        let usage = format!("hvnet {}", sub.get_name());
+        write(&name, sub.clone().bin_name(usage.clone()).display_name(name.clone()))?;
+        n += 1;
+    }
+    println!("{n} manual pages written to {}", dir.display());
+    Ok(())
 }
 
 /// Runs the lab (Python, in the repository's `lab/` directory) with this
@@ -209,6 +251,11 @@ fn main() {
             hvnet_control::daemon::daemon(&file, locked, metrics).map_err(|e| e.to_string())
         }
         Cmd::Lab { args } => lab(args),
+        Cmd::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "hvnet", &mut std::io::stdout());
+            Ok(())
+        }
+        Cmd::Man { dir } => man_pages(&dir),
     };
     if let Err(e) = result {
         eprintln!("hvnet: {e}");

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs hvnet for use outside the repository: the binary (cargo install),
+# its manual pages and bash completion, and the systemd unit template.
+#
+#   scripts/install.sh [PREFIX]     # default PREFIX /usr/local; run as root
+#                                   # (or put sudo in front, if you have it)
+#
+# The unit goes to $SYSTEMD_UNIT_DIR (default /etc/systemd/system) when that
+# directory exists; topology files for it go to /etc/hvnet/NAME.toml.
+#
+# Needs what scripts/install-deps.sh installs (Rust, the build tools).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+prefix="${1:-/usr/local}"
+[ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
+if [ "$(id -u)" != 0 ] && [ ! -w "$prefix" ]; then
+    echo "install.sh: $prefix is not writable; run as root (or with sudo)" >&2
+    exit 1
+fi
+# The repository's build directory, so that a built tree installs at once.
+CARGO_TARGET_DIR="$PWD/target" cargo install --quiet --locked --force --path crates/cli --root "$prefix"
+"$prefix/bin/hvnet" man "$prefix/share/man/man1" >/dev/null
+mkdir -p "$prefix/share/bash-completion/completions"
+"$prefix/bin/hvnet" completions bash >"$prefix/share/bash-completion/completions/hvnet"
+unit_dir="${SYSTEMD_UNIT_DIR:-/etc/systemd/system}"
+if [ -d "$unit_dir" ]; then
+    sed "s|/usr/local/bin/hvnet|$prefix/bin/hvnet|" packaging/systemd/hvnet@.service >"$unit_dir/hvnet@.service"
+fi
+echo "installed $prefix/bin/hvnet, its manual pages (man hvnet), bash completion and hvnet@.service"
+echo "run a topology as a service: cp TOPOLOGY.toml /etc/hvnet/NAME.toml && systemctl enable --now hvnet@NAME"

@@ -43,3 +43,41 @@ def test_a_user_who_is_not_root_is_told_so(tmp_path):
     r = hvlab.run(as_nobody + ["up", str(topo)], check=False)
     assert r.returncode == 1 and "run as root" in r.stderr, r.stderr
     assert not Path("/run/netns/hvnotroot-a").exists()
+
+
+def test_one_vocabulary_for_ports_and_switches(tmp_path):
+    vms = [dict(name="a", ipv4="198.18.77.1/24", lro="off"), dict(name="b", ipv4="198.18.77.2/24", tso="on")]
+    t = hvlab.Topology(tmp_path, vms)
+    with t:
+        up_out = hvlab.run(["cat", str(t.file)]).stdout
+        assert 'lro = "off"' in up_out  # the topology file takes the CLI's words
+        import json
+        a = json.loads(t.hv("port", "a", "--json").stdout)
+        assert a["lro"] is False
+        # Ports by number wherever they are taken by name.
+        assert json.loads(t.hv("port", "1", "--json").stdout) == json.loads(t.hv("port", "b", "--json").stdout)
+        assert t.stats("/ports/0/accounting") == t.stats("/ports/a/accounting")
+        fdb = t.hv("fdb").stdout
+        assert "NAME" in fdb and "AGE(s)" in fdb and " a " in fdb, fdb
+        assert {r["port_name"] for r in json.loads(t.hv("fdb", "--json").stdout)} == {"a", "b"}
+        for change, said in [("lro=yes", "lro=yes: lro takes on or off"),
+                             ("lro=5", "lro=5: lro takes on or off"),
+                             ("ring1=on", "ring1=on: ring1 takes a number (32..4096)"),
+                             ("mtu=99999", "mtu=99999: mtu takes a number (68..9000)"),
+                             ("delivery=fast", "expected `auto` or `thread`")]:
+            r = t.hv("port", "a", "set", change, check=False)
+            assert r.returncode == 1 and said in r.stderr, (change, r.stderr)
+        # One bad value among good ones changes nothing.
+        before = t.hv("port", "a", "--json").stdout
+        r = t.hv("port", "a", "set", "ring1=512", "mtu=99999", check=False)
+        assert r.returncode == 1 and t.hv("port", "a", "--json").stdout == before
+
+
+def test_two_vms_with_one_address_are_warned_about(tmp_path):
+    vms = [dict(name="a", ipv4="198.18.78.1/24"), dict(name="b", ipv4="198.18.78.1/24")]
+    t = hvlab.Topology(tmp_path, vms)
+    try:
+        r = hvlab.hvnet("up", t.file)
+        assert "VMs a and b have the same address 198.18.78.1" in r.stdout, r.stdout
+    finally:
+        t.__exit__(None, None, None)

@@ -98,6 +98,11 @@ def test_metrics_endpoint_matches_hvnet_stats(tmp_path):
             assert m[("hvnet_rxqueue_delivered_frames_total", labels)] == q["counters"]["delivered_frames"]
         assert checked > 60
         assert m[("hvnet_rx_summary_drops_total", (("kind", "vm"), ("port", "b"), ("reason", "mtu_exceeded")))] >= 2
+        # Every series the Grafana dashboard in the repository draws exists.
+        dash = (Path(__file__).resolve().parents[2] / "packaging/grafana/hvnet-dashboard.json").read_text()
+        names = {n for n, _ in m}
+        queried = set(re.findall(r"hvnet_\w+", dash)) - {"hvnet_ports"}
+        assert queried and queried <= names, queried - names
         # Only /metrics is served.
         with pytest.raises(urllib.error.HTTPError):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10)

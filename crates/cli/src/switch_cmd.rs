@@ -335,11 +335,12 @@ pub fn fdb(t: &Target) -> Result<(), String> {
         println!("{v}");
         return Ok(());
     }
-    println!("PORT  VLAN  MAC                KIND     AGE");
+    println!("PORT  NAME         VLAN  MAC                KIND     AGE(s)");
     for r in v.as_array().into_iter().flatten() {
         println!(
-            "{:<5} {:<5} {:<18} {:<8} {}",
+            "{:<5} {:<12} {:<5} {:<18} {:<8} {}",
             s(&r["port"]),
+            s(&r["port_name"]),
             s(&r["vlan"]),
             s(&r["mac"]),
             s(&r["kind"]),

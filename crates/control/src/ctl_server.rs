@@ -132,7 +132,7 @@ fn serve(cx: &Ctl, conn: UnixStream) {
         Err(_) => return,
     }
     let (sw, topo, guests) = (&cx.sw, &*cx.topo, &*cx.guests);
-    let reply = match serde_json::from_str::<Request>(&line) {
+    let reply = match serde_json::from_str::<Request>(&line).map(|r| by_name(sw, r)) {
         Ok(Request::PortShow { name }) => {
             handle(sw, topo, Request::PortShow { name: name.clone() }).map(|mut v| {
                 // A real guest hvnet started: its processes.
@@ -183,6 +183,46 @@ fn answer(conn: &UnixStream, reply: Result<Value, String>) {
     let _ = (&*conn).write_all(out.as_bytes());
 }
 
+/// Ports are addressable by name or by number (`hvnet ports`' PORT
+/// column) everywhere: a number that is not also a port's name becomes
+/// that port's name.
+fn by_name(sw: &Switch, req: Request) -> Request {
+    let name_of = |n: String| match n.parse::<usize>() {
+        Ok(i) if sw.port(&n).is_none() && i < sw.ports.len() => sw.ports[i].name.clone(),
+        _ => n,
+    };
+    match req {
+        Request::PortShow { name } => Request::PortShow { name: name_of(name) },
+        Request::PortSet { name, changes } => Request::PortSet {
+            name: name_of(name),
+            changes,
+        },
+        Request::Stats { path } => {
+            let mut parts: Vec<String> = path.split('/').map(str::to_string).collect();
+            if let Some(p) = parts.iter().position(|s| !s.is_empty()) {
+                if let Some(port) = parts.get_mut(p + 1) {
+                    *port = name_of(std::mem::take(port));
+                }
+            }
+            Request::Stats {
+                path: parts.join("/"),
+            }
+        }
+        other => other,
+    }
+}
+
+/// The values a setting takes, for errors.
+fn range_of(k: &str) -> &'static str {
+    match k {
+        "mtu" => "68..9000",
+        "ring1" | "ring2" => "32..4096",
+        "rx_overflow" => "drop or backpressure",
+        "delivery" => "auto or thread",
+        _ => "see `hvnet port PORT`",
+    }
+}
+
 fn handle(sw: &Arc<Switch>, topo: &Topology, req: Request) -> Result<Value, String> {
     let port = |name: &str| {
         sw.port(name)
@@ -200,8 +240,27 @@ fn handle(sw: &Arc<Switch>, topo: &Topology, req: Request) -> Result<Value, Stri
                 return Err("changes must be an object".into());
             };
             for (k, v) in ch {
-                if cur.get(&k).is_none() {
+                let Some(now) = cur.get(&k) else {
                     return Err(format!("unknown setting {k:?}; settings are lro, tso, csum, mtu, ring1, ring2, allow_forged_transmits, rx_overflow, delivery"));
+                };
+                // Each value's kind checked here, named in the CLI's words.
+                let shown = match &v {
+                    Value::Bool(b) => if *b { "on" } else { "off" }.to_string(),
+                    Value::String(w) => w.clone(),
+                    other => other.to_string(),
+                };
+                if k == "mtu" && v.as_u64().is_some_and(|m| m > 9000) {
+                    return Err(format!("mtu={shown}: mtu takes a number ({})", range_of(&k)));
+                }
+                match (now, &v) {
+                    (Value::Bool(_), Value::Bool(_))
+                    | (Value::Number(_), Value::Number(_))
+                    | (Value::String(_), Value::String(_)) => {}
+                    (Value::Bool(_), _) => return Err(format!("{k}={shown}: {k} takes on or off")),
+                    (Value::Number(_), _) => {
+                        return Err(format!("{k}={shown}: {k} takes a number ({})", range_of(&k)))
+                    }
+                    _ => return Err(format!("{k}={shown}: {k} takes a word ({})", range_of(&k))),
                 }
                 cur[&k] = v;
             }
@@ -232,7 +291,18 @@ fn handle(sw: &Arc<Switch>, topo: &Topology, req: Request) -> Result<Value, Stri
             tracing::info!(port = %name, from = %json!(old), to = %json!(p.settings()), "settings changed");
             Ok(views::port_settings(&p))
         }
-        Request::Fdb => Ok(json!(sw.fdb.rows(Instant::now()))),
+        Request::Fdb => Ok(Value::Array(
+            sw.fdb
+                .rows(Instant::now())
+                .into_iter()
+                .map(|r| {
+                    let mut v = json!(r);
+                    // The port by name too, as every other view names it.
+                    v["port_name"] = json!(sw.ports.get(r.port).map(|p| p.name.as_str()));
+                    v
+                })
+                .collect(),
+        )),
         Request::Shutdown => {
             sw.stop();
             Ok(json!("stopping"))

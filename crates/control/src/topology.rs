@@ -154,11 +154,11 @@ struct VmRepr {
     queues: Option<usize>,
     #[serde(default)]
     vlan: u16,
-    #[serde(default = "d_true")]
+    #[serde(default = "d_true", deserialize_with = "hvnet_datapath::on_off")]
     lro: bool,
-    #[serde(default = "d_true")]
+    #[serde(default = "d_true", deserialize_with = "hvnet_datapath::on_off")]
     tso: bool,
-    #[serde(default = "d_true")]
+    #[serde(default = "d_true", deserialize_with = "hvnet_datapath::on_off")]
     csum: bool,
     #[serde(default = "d_ring")]
     ring1: usize,
@@ -345,6 +345,24 @@ impl Topology {
     /// inner frame (VXLAN adds 50 bytes).
     pub fn warnings(&self) -> Vec<String> {
         let mut w = Vec::new();
+        // Two VMs given one address: both come up, and each answers ARP
+        // for it.
+        let addrs: Vec<(String, String)> = self
+            .vms
+            .iter()
+            .flat_map(|v| {
+                let v4 = v.ipv4.map(|(a, _)| (a.to_string(), v.name.clone()));
+                let v6 = v.ipv6.map(|(a, _)| (a.to_string(), v.name.clone()));
+                v4.into_iter().chain(v6)
+            })
+            .collect();
+        for (i, (a, first)) in addrs.iter().enumerate() {
+            if let Some((_, second)) = addrs[i + 1..].iter().find(|(b, _)| b == a) {
+                w.push(format!(
+                    "VMs {first} and {second} have the same address {a}: each answers for it"
+                ));
+            }
+        }
         for u in self.uplinks.iter().filter(|u| u.vxlan.is_some()) {
             let room = (u.settings.mtu as usize).saturating_sub(VXLAN_OVERHEAD);
             for vm in self.vms.iter().filter(|v| v.vlan == u.vlan) {

@@ -20,5 +20,5 @@ pub mod tunnel;
 mod worker;
 
 pub use switch::{
-    Delivery, Port, PortSettings, PortSpec, PortState, RxOverflow, Switch, SwitchConfig,
+    on_off, Delivery, Port, PortSettings, PortSpec, PortState, RxOverflow, Switch, SwitchConfig,
 };

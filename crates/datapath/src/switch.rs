@@ -71,17 +71,40 @@ pub enum Delivery {
     Thread,
 }
 
+/// A switch, on or off: `true`/`false`, or the words the CLI takes,
+/// `"on"`/`"off"` — one vocabulary in topology files and `port set`.
+pub fn on_off<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OnOff {
+        Bool(bool),
+        Word(String),
+    }
+    match OnOff::deserialize(d) {
+        Ok(OnOff::Bool(b)) => Ok(b),
+        Ok(OnOff::Word(w)) if w == "on" => Ok(true),
+        Ok(OnOff::Word(w)) if w == "off" => Ok(false),
+        Ok(OnOff::Word(w)) => Err(serde::de::Error::custom(format!(
+            "{w:?} is not on or off"
+        ))),
+        Err(_) => Err(serde::de::Error::custom("expected on or off")),
+    }
+}
+
 /// A port's settings, changeable at run time (`hvnet port PORT set …`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PortSettings {
     /// Software LRO for frames to this guest; also whether it takes GSO
     /// frames whole. Default on, as in vSphere.
+    #[serde(deserialize_with = "on_off")]
     pub lro: bool,
     /// The guest may hand us TSO frames (its `ethtool -k` shows TSO on).
+    #[serde(deserialize_with = "on_off")]
     pub tso: bool,
     /// Checksum offload both ways: the guest may send partial checksums and
     /// takes frames with partial checksums.
+    #[serde(deserialize_with = "on_off")]
     pub csum: bool,
     /// MTU, 68..=9000.
     pub mtu: u16,
@@ -90,6 +113,7 @@ pub struct PortSettings {
     /// Ring 2 size per receive queue (buffers).
     pub ring2: usize,
     /// Accept frames whose source MAC is not the port's (forged transmits).
+    #[serde(deserialize_with = "on_off")]
     pub allow_forged_transmits: bool,
     /// What a sender does when this port's ring is full.
     pub rx_overflow: RxOverflow,

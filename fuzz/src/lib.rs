@@ -388,3 +388,27 @@ pub fn virtqueue(data: &[u8]) {
     let st = home.status();
     assert_eq!(st.small_alive - st.small_idle, 0, "a buffer was kept");
 }
+
+/// A control-socket request line as a client may send it: parsed by the
+/// daemon's own parser and, when it is a `port set`, merged into a port's
+/// settings by the daemon's own merge. Either a clear error or settings
+/// whose every field came from the request or the port.
+pub fn ctl_request(data: &[u8]) {
+    let Ok(line) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(hvnet_control::proto::Request::PortSet { changes, .. }) =
+        hvnet_control::ctl_server::parse_request(line)
+    {
+        let cur = hvnet_datapath::PortSettings::default();
+        if let Ok(new) = hvnet_control::ctl_server::merge_settings(&cur, changes.clone()) {
+            // Untouched fields keep the port's value.
+            if changes.get("mtu").is_none() {
+                assert_eq!(new.mtu, cur.mtu);
+            }
+            if changes.get("ring1").is_none() {
+                assert_eq!(new.ring1, cur.ring1);
+            }
+        }
+    }
+}

@@ -57,3 +57,8 @@ fn vtep_receive() {
 fn virtqueue() {
     replay("virtqueue", hvnet_fuzz::virtqueue);
 }
+
+#[test]
+fn ctl_request() {
+    replay("ctl_request", hvnet_fuzz::ctl_request);
+}

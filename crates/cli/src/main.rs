@@ -173,7 +173,12 @@ fn man_pages(dir: &std::path::Path) -> Result<(), String> {
     for sub in cmd.get_subcommands().filter(|c| !c.is_hide_set()) {
         let name = format!("hvnet-{}", sub.get_name());
         let usage = format!("hvnet {}", sub.get_name());
-        write(&name, sub.clone().bin_name(usage.clone()).display_name(name.clone()))?;
+        write(
+            &name,
+            sub.clone()
+                .bin_name(usage.clone())
+                .display_name(name.clone()),
+        )?;
         n += 1;
     }
     println!("{n} manual pages written to {}", dir.display());

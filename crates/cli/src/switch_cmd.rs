@@ -358,7 +358,8 @@ pub fn fdb(t: &Target) -> Result<(), String> {
 pub fn exec(t: &Target, vm: &str, stdin: bool, argv: &[String]) -> Result<i32, String> {
     let name = pick(t)?;
     let dir = daemon::state_dir(&name);
-    let state = hvnet_control::state::read_state(&dir).ok_or_else(|| format!("topology {name} has no state"))?;
+    let state = hvnet_control::state::read_state(&dir)
+        .ok_or_else(|| format!("topology {name} has no state"))?;
     let topo = topology::load(&state.file).map_err(|e| e.to_string())?;
     let v = topo.vms.iter().find(|v| v.name == vm).ok_or_else(|| {
         let names: Vec<String> = topo.vms.iter().map(|v| v.name.clone()).collect();

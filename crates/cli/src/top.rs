@@ -27,7 +27,12 @@ use std::time::{Duration, Instant, SystemTime};
 #[derive(Debug, Args)]
 pub struct TopArgs {
     /// Seconds between samples.
-    #[arg(short = 'd', long = "delay", default_value_t = 2.0, value_name = "SECONDS")]
+    #[arg(
+        short = 'd',
+        long = "delay",
+        default_value_t = 2.0,
+        value_name = "SECONDS"
+    )]
     delay: f64,
     /// Stop after this many samples (default: run until q or Ctrl-C).
     #[arg(short = 'n', long = "iterations", value_name = "COUNT")]
@@ -145,7 +150,10 @@ fn thread_times(pids: &[u32]) -> ThreadTimes {
             };
             let base = format!("/proc/{pid}/task/{tid}");
             let sched = std::fs::read_to_string(format!("{base}/schedstat")).unwrap_or_default();
-            let f: Vec<u64> = sched.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+            let f: Vec<u64> = sched
+                .split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect();
             let stat = std::fs::read_to_string(format!("{base}/stat")).unwrap_or_default();
             // utime and stime: the 12th and 13th fields after the command.
             let ticks = stat
@@ -175,8 +183,13 @@ fn sample(t: &Target, topology: &str) -> Result<Sample, String> {
     for p in &ports {
         let name = p["name"].as_str().unwrap_or_default();
         let pids: Vec<u32> = match p.get("guest_pids").and_then(Value::as_array) {
-            Some(g) => g.iter().filter_map(|x| x.as_u64().map(|x| x as u32)).collect(),
-            None if p["kind"] == "vm" && p["type"].as_str().is_some_and(|t| t.starts_with("tap")) => {
+            Some(g) => g
+                .iter()
+                .filter_map(|x| x.as_u64().map(|x| x as u32))
+                .collect(),
+            None if p["kind"] == "vm"
+                && p["type"].as_str().is_some_and(|t| t.starts_with("tap")) =>
+            {
                 netns_pids(&format!("{topology}-{name}"))
             }
             None => continue,
@@ -242,7 +255,12 @@ fn rows(a: &Sample, b: &Sample) -> Vec<Row> {
                         }
                     }
                     let pct_ns = |ns: u64| ns as f64 / 1e9 / secs * 100.0;
-                    Some((y.len(), used as f64 / ticks / secs * 100.0, pct_ns(run), pct_ns(wait)))
+                    Some((
+                        y.len(),
+                        used as f64 / ticks / secs * 100.0,
+                        pct_ns(run),
+                        pct_ns(wait),
+                    ))
                 }
                 _ => None,
             };
@@ -276,9 +294,15 @@ fn sort(rows: &mut [Row], key: SortKey) {
         SortKey::Name => rows.sort_by(|a, b| a.port.cmp(&b.port)),
         SortKey::Tx => rows.sort_by(|a, b| desc(a.tx_mbps, b.tx_mbps)),
         SortKey::Rx => rows.sort_by(|a, b| desc(a.rx_mbps, b.rx_mbps)),
-        SortKey::Drops => rows.sort_by(|a, b| desc(a.drop_tx_ps + a.drop_rx_ps, b.drop_tx_ps + b.drop_rx_ps)),
-        SortKey::Used => rows.sort_by(|a, b| desc(a.used_pct.unwrap_or(-1.0), b.used_pct.unwrap_or(-1.0))),
-        SortKey::Rdy => rows.sort_by(|a, b| desc(a.rdy_pct.unwrap_or(-1.0), b.rdy_pct.unwrap_or(-1.0))),
+        SortKey::Drops => {
+            rows.sort_by(|a, b| desc(a.drop_tx_ps + a.drop_rx_ps, b.drop_tx_ps + b.drop_rx_ps))
+        }
+        SortKey::Used => {
+            rows.sort_by(|a, b| desc(a.used_pct.unwrap_or(-1.0), b.used_pct.unwrap_or(-1.0)))
+        }
+        SortKey::Rdy => {
+            rows.sort_by(|a, b| desc(a.rdy_pct.unwrap_or(-1.0), b.rdy_pct.unwrap_or(-1.0)))
+        }
     }
 }
 
@@ -289,7 +313,10 @@ fn opt(x: Option<f64>) -> String {
 }
 
 fn reasons(d: &BTreeMap<String, u64>) -> String {
-    d.iter().map(|(r, n)| format!("{r}:{n}")).collect::<Vec<_>>().join(";")
+    d.iter()
+        .map(|(r, n)| format!("{r}:{n}"))
+        .collect::<Vec<_>>()
+        .join(";")
 }
 
 fn csv(time: f64, rows: &[Row]) -> String {
@@ -334,11 +361,20 @@ impl RawTty {
     fn enter() -> RawTty {
         let tty = || std::fs::File::open("/dev/tty").ok();
         let saved = tty().and_then(|t| {
-            let out = std::process::Command::new("stty").arg("-g").stdin(t).output().ok()?;
-            out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+            let out = std::process::Command::new("stty")
+                .arg("-g")
+                .stdin(t)
+                .output()
+                .ok()?;
+            out.status
+                .success()
+                .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
         });
         if let Some(t) = tty() {
-            let _ = std::process::Command::new("stty").args(["-icanon", "-echo", "min", "1"]).stdin(t).status();
+            let _ = std::process::Command::new("stty")
+                .args(["-icanon", "-echo", "min", "1"])
+                .stdin(t)
+                .status();
         }
         RawTty(saved)
     }
@@ -358,7 +394,8 @@ pub fn top(a: TopArgs) -> Result<(), String> {
         return Err(format!("-d {}: the delay is at least 0.1 seconds", a.delay));
     }
     let topology = pick(&a.target)?;
-    let interactive = !a.batch && std::io::stdout().is_terminal() && a.format.is_none() && !a.target.json;
+    let interactive =
+        !a.batch && std::io::stdout().is_terminal() && a.format.is_none() && !a.target.json;
     let format = match (a.format, a.target.json) {
         (Some(f), _) => f,
         (None, true) => Format::Json,
@@ -395,7 +432,9 @@ pub fn top(a: TopArgs) -> Result<(), String> {
         // Wait out the interval in small steps: a key or a signal is
         // answered at once.
         while Instant::now() < wake && !stop.load(Ordering::Relaxed) {
-            match keys.recv_timeout(Duration::from_millis(50).min(wake.saturating_duration_since(Instant::now()))) {
+            match keys.recv_timeout(
+                Duration::from_millis(50).min(wake.saturating_duration_since(Instant::now())),
+            ) {
                 Ok(b'q') => stop.store(true, Ordering::Relaxed),
                 Ok(k) => {
                     key = match k {
@@ -428,11 +467,17 @@ pub fn top(a: TopArgs) -> Result<(), String> {
                 "{}\n",
                 json!({"time": time, "interval_s": secs, "topology": topology, "ports": r})
             ),
-            Format::Table if interactive => format!("\x1b[H\x1b[2J{}", table(&topology, secs, &r, key)),
+            Format::Table if interactive => {
+                format!("\x1b[H\x1b[2J{}", table(&topology, secs, &r, key))
+            }
             Format::Table => format!("{}\n", table(&topology, secs, &r, key)),
         };
         // A reader that went away (`| head`) ends the view quietly.
-        if stdout.write_all(text.as_bytes()).and_then(|_| stdout.flush()).is_err() {
+        if stdout
+            .write_all(text.as_bytes())
+            .and_then(|_| stdout.flush())
+            .is_err()
+        {
             break;
         }
         prev = now;

@@ -34,7 +34,10 @@ pub(crate) struct Ctl {
 }
 
 /// Serves `listener` until the switch stops.
-pub(crate) fn spawn(listener: UnixListener, cx: Arc<Ctl>) -> std::io::Result<std::thread::JoinHandle<()>> {
+pub(crate) fn spawn(
+    listener: UnixListener,
+    cx: Arc<Ctl>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
     listener.set_nonblocking(true)?;
     let active = Arc::new(AtomicUsize::new(0));
     std::thread::Builder::new()
@@ -57,16 +60,22 @@ pub(crate) fn spawn(listener: UnixListener, cx: Arc<Ctl>) -> std::io::Result<std
                 if active.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
                     active.fetch_sub(1, Ordering::AcqRel);
                     let _ = conn.set_write_timeout(Some(IO_TIMEOUT));
-                    answer(&conn, Err(format!("busy: {MAX_CLIENTS} clients are being served; try again")));
+                    answer(
+                        &conn,
+                        Err(format!(
+                            "busy: {MAX_CLIENTS} clients are being served; try again"
+                        )),
+                    );
                     continue;
                 }
                 let (cx, active) = (cx.clone(), active.clone());
-                let spawned = std::thread::Builder::new()
-                    .name("ctl-client".into())
-                    .spawn(move || {
-                        serve(&cx, conn);
-                        active.fetch_sub(1, Ordering::AcqRel);
-                    });
+                let spawned =
+                    std::thread::Builder::new()
+                        .name("ctl-client".into())
+                        .spawn(move || {
+                            serve(&cx, conn);
+                            active.fetch_sub(1, Ordering::AcqRel);
+                        });
                 if let Err(e) = spawned {
                     tracing::warn!(error = %e, "control socket: cannot start a client thread");
                 }
@@ -123,16 +132,14 @@ fn serve(cx: &Ctl, conn: UnixStream) {
         Ok(_) if line.len() > MAX_REQUEST => {
             return answer(
                 &conn,
-                Err(format!(
-                    "request larger than {MAX_REQUEST} bytes: refused"
-                )),
+                Err(format!("request larger than {MAX_REQUEST} bytes: refused")),
             )
         }
         Ok(_) => {}
         Err(_) => return,
     }
     let (sw, topo, guests) = (&cx.sw, &*cx.topo, &*cx.guests);
-    let reply = match serde_json::from_str::<Request>(&line).map(|r| by_name(sw, r)) {
+    let reply = match parse_request(&line).map(|r| by_name(sw, r)) {
         Ok(Request::PortShow { name }) => {
             handle(sw, topo, Request::PortShow { name: name.clone() }).map(|mut v| {
                 // A real guest hvnet started: its processes.
@@ -160,7 +167,7 @@ fn serve(cx: &Ctl, conn: UnixStream) {
         Ok(Request::Restart { vm }) => restart_guest(topo, guests, &vm, true),
         Ok(Request::Kill { vm }) => restart_guest(topo, guests, &vm, false),
         Ok(req) => handle(sw, topo, req),
-        Err(e) => Err(format!("bad request: {e}")),
+        Err(e) => Err(e),
     };
     answer(&conn, reply);
 }
@@ -192,7 +199,9 @@ fn by_name(sw: &Switch, req: Request) -> Request {
         _ => n,
     };
     match req {
-        Request::PortShow { name } => Request::PortShow { name: name_of(name) },
+        Request::PortShow { name } => Request::PortShow {
+            name: name_of(name),
+        },
         Request::PortSet { name, changes } => Request::PortSet {
             name: name_of(name),
             changes,
@@ -210,6 +219,55 @@ fn by_name(sw: &Switch, req: Request) -> Request {
         }
         other => other,
     }
+}
+
+/// A port's settings with `changes` (a `port set` request's, JSON) applied:
+/// every key known, every value of its setting's kind, or an error that
+/// names the field and what it takes. Nothing is applied here; the caller
+/// checks ranges against the switch before changing anything.
+pub fn merge_settings(cur: &PortSettings, changes: Value) -> Result<PortSettings, String> {
+    let mut cur = serde_json::to_value(cur).expect("settings serialize");
+    let Value::Object(ch) = changes else {
+        return Err("changes must be an object".into());
+    };
+    for (k, v) in ch {
+        let Some(now) = cur.get(&k) else {
+            return Err(format!("unknown setting {k:?}; settings are lro, tso, csum, mtu, ring1, ring2, allow_forged_transmits, rx_overflow, delivery"));
+        };
+        // Each value's kind checked here, named in the CLI's words.
+        let shown = match &v {
+            Value::Bool(b) => if *b { "on" } else { "off" }.to_string(),
+            Value::String(w) => w.clone(),
+            other => other.to_string(),
+        };
+        if k == "mtu" && v.as_u64().is_some_and(|m| m > 9000) {
+            return Err(format!(
+                "mtu={shown}: mtu takes a number ({})",
+                range_of(&k)
+            ));
+        }
+        match (now, &v) {
+            (Value::Bool(_), Value::Bool(_))
+            | (Value::Number(_), Value::Number(_))
+            | (Value::String(_), Value::String(_)) => {}
+            (Value::Bool(_), _) => return Err(format!("{k}={shown}: {k} takes on or off")),
+            (Value::Number(_), _) => {
+                return Err(format!(
+                    "{k}={shown}: {k} takes a number ({})",
+                    range_of(&k)
+                ))
+            }
+            _ => return Err(format!("{k}={shown}: {k} takes a word ({})", range_of(&k))),
+        }
+        cur[&k] = v;
+    }
+    serde_json::from_value(cur).map_err(|e| format!("bad value: {e}"))
+}
+
+/// Parses one request line (what a client sent, at most [`MAX_REQUEST`]
+/// bytes).
+pub fn parse_request(line: &str) -> Result<Request, String> {
+    serde_json::from_str(line).map_err(|e| format!("bad request: {e}"))
 }
 
 /// The values a setting takes, for errors.
@@ -235,37 +293,7 @@ fn handle(sw: &Arc<Switch>, topo: &Topology, req: Request) -> Result<Value, Stri
         Request::PortShow { name } => Ok(views::port_settings(&*port(&name)?)),
         Request::PortSet { name, changes } => {
             let p = port(&name)?;
-            let mut cur = serde_json::to_value(p.settings()).expect("settings serialize");
-            let Value::Object(ch) = changes else {
-                return Err("changes must be an object".into());
-            };
-            for (k, v) in ch {
-                let Some(now) = cur.get(&k) else {
-                    return Err(format!("unknown setting {k:?}; settings are lro, tso, csum, mtu, ring1, ring2, allow_forged_transmits, rx_overflow, delivery"));
-                };
-                // Each value's kind checked here, named in the CLI's words.
-                let shown = match &v {
-                    Value::Bool(b) => if *b { "on" } else { "off" }.to_string(),
-                    Value::String(w) => w.clone(),
-                    other => other.to_string(),
-                };
-                if k == "mtu" && v.as_u64().is_some_and(|m| m > 9000) {
-                    return Err(format!("mtu={shown}: mtu takes a number ({})", range_of(&k)));
-                }
-                match (now, &v) {
-                    (Value::Bool(_), Value::Bool(_))
-                    | (Value::Number(_), Value::Number(_))
-                    | (Value::String(_), Value::String(_)) => {}
-                    (Value::Bool(_), _) => return Err(format!("{k}={shown}: {k} takes on or off")),
-                    (Value::Number(_), _) => {
-                        return Err(format!("{k}={shown}: {k} takes a number ({})", range_of(&k)))
-                    }
-                    _ => return Err(format!("{k}={shown}: {k} takes a word ({})", range_of(&k))),
-                }
-                cur[&k] = v;
-            }
-            let new: PortSettings =
-                serde_json::from_value(cur).map_err(|e| format!("bad value: {e}"))?;
+            let new = merge_settings(&p.settings(), changes)?;
             // Checked before anything changes: a refused value leaves the
             // guest's MTU as it was.
             sw.check_settings(&name, &new).map_err(|e| e.to_string())?;

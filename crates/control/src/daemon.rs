@@ -193,11 +193,7 @@ pub struct UpReport {
 
 /// `hvnet up FILE`: returns once traffic can flow. Starts `hvnet daemon`
 /// in its own process group, its log in the state directory.
-pub fn up(
-    file: &Path,
-    exe: &Path,
-    metrics: Option<SocketAddr>,
-) -> Result<UpReport, DaemonError> {
+pub fn up(file: &Path, exe: &Path, metrics: Option<SocketAddr>) -> Result<UpReport, DaemonError> {
     require_root()?;
     let text = read_topology_text(file)?;
     let topo = topology::load(file)?;
@@ -361,16 +357,16 @@ fn down_locked(name: &str) -> Result<DownReport, DaemonError> {
 /// foreground by a service manager. On a signal it stops cleanly: ports
 /// drained, socket removed, the state marked stopped, exit 0 — the VMs keep
 /// their NICs and addresses for the next daemon to re-attach to.
-pub fn daemon(
-    file: &Path,
-    locked: bool,
-    metrics: Option<SocketAddr>,
-) -> Result<(), DaemonError> {
+pub fn daemon(file: &Path, locked: bool, metrics: Option<SocketAddr>) -> Result<(), DaemonError> {
     require_root()?;
     hvnet_sys::set_umask(0o077);
     let text = read_topology_text(file)?;
     let topo = Arc::new(topology::load(file)?);
-    let lock = if locked { None } else { Some(lock_topology(&topo.name)?) };
+    let lock = if locked {
+        None
+    } else {
+        Some(lock_topology(&topo.name)?)
+    };
     let bringup = prepare(&topo, &text)?;
     let endpoint = metrics
         .map(crate::metrics::bind)
@@ -391,7 +387,9 @@ pub fn daemon(
             s
         }
     };
-    state.file = file.canonicalize().map_err(io_err("resolve topology path"))?;
+    state.file = file
+        .canonicalize()
+        .map_err(io_err("resolve topology path"))?;
     state.pid = std::process::id();
     state.ready = false;
     let stale_guests = std::mem::take(&mut state.guests);
@@ -568,4 +566,3 @@ fn reap_guests(dir: &Path, guests: &Mutex<Vec<Guest>>) {
         false
     });
 }
-

@@ -41,9 +41,16 @@ struct Family {
 /// Keys that are levels, not running totals (`key` is the flattened
 /// path, e.g. `egress_in_flight`).
 fn is_gauge(key: &str) -> bool {
-    ["in_flight", "balanced", "lanes", "_memory_bytes", "_size", "_used"]
-        .iter()
-        .any(|s| key.ends_with(s))
+    [
+        "in_flight",
+        "balanced",
+        "lanes",
+        "_memory_bytes",
+        "_size",
+        "_used",
+    ]
+    .iter()
+    .any(|s| key.ends_with(s))
         || key.starts_with("avg_")
         || key.contains("_avg_")
 }
@@ -126,7 +133,10 @@ fn collect(sw: &Switch) -> BTreeMap<String, Family> {
         } else {
             ("ports", "vm")
         };
-        let labels: Labels = vec![("port".into(), p.name.clone()), ("kind".into(), kind.into())];
+        let labels: Labels = vec![
+            ("port".into(), p.name.clone()),
+            ("kind".into(), kind.into()),
+        ];
         for node in ["clientStats", "txSummary", "rxSummary", "accounting"] {
             let path = format!("/{dir}/{{port}}/{node}");
             if let Ok(v) = views::stats(sw, &format!("/{dir}/{}/{node}", p.name)) {
@@ -257,12 +267,21 @@ mod tests {
         let mut f = BTreeMap::new();
         let v = serde_json::json!({"frames": 3, "drop_policy": 2, "drop_bad_frame": 1,
                                    "rings": {"ring1_used": 5}, "balanced": true, "name": "x"});
-        flatten(&mut f, "tx_summary", "/p", "", &v, &vec![("port".into(), "a".into())]);
+        flatten(
+            &mut f,
+            "tx_summary",
+            "/p",
+            "",
+            &v,
+            &vec![("port".into(), "a".into())],
+        );
         assert_eq!(f["hvnet_tx_summary_frames"].samples[0].1, 3.0);
         assert!(!f["hvnet_tx_summary_frames"].gauge);
         let drops = &f["hvnet_tx_summary_drops"].samples;
         assert_eq!(drops.len(), 2);
-        assert!(drops.iter().any(|(l, x)| l.contains(&("reason".into(), "policy".into())) && *x == 2.0));
+        assert!(drops
+            .iter()
+            .any(|(l, x)| l.contains(&("reason".into(), "policy".into())) && *x == 2.0));
         assert!(f["hvnet_tx_summary_rings_ring1_used"].gauge);
         assert_eq!(f["hvnet_tx_summary_balanced"].samples[0].1, 1.0);
         assert!(is_gauge("egress_in_flight") && is_gauge("avg_frame_bytes") && !is_gauge("frames"));

@@ -259,4 +259,3 @@ pub(crate) fn open_uplink(topo: &Topology, u: &Uplink) -> Result<PortSpec, Daemo
         settings: u.settings.clone(),
     })
 }
-

@@ -99,7 +99,6 @@ pub fn topologies() -> Vec<String> {
     v
 }
 
-
 /// Creates a topology's state directory, readable by root only from the
 /// start (it holds the control socket).
 pub(crate) fn create_state_dir(dir: &Path) -> Result<(), DaemonError> {

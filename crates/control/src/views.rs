@@ -36,11 +36,7 @@ pub fn counters(sw: &Switch) -> Value {
         sw.ports
             .iter()
             .map(|p| {
-                let rings: Vec<Value> = p
-                    .rxq
-                    .iter()
-                    .map(|q| json!(q.rings.status()))
-                    .collect();
+                let rings: Vec<Value> = p.rxq.iter().map(|q| json!(q.rings.status())).collect();
                 json!({
                     "name": p.name,
                     "kind": if p.is_uplink() { "uplink" } else { "vm" },

@@ -33,7 +33,9 @@ impl Watch {
                 ("to the port", serde_json::to_value(p.egress_stats())),
             ];
             for (way, c) in counters {
-                let Ok(serde_json::Value::Object(c)) = c else { continue };
+                let Ok(serde_json::Value::Object(c)) = c else {
+                    continue;
+                };
                 for (reason, n) in c.iter().filter(|(k, _)| k.starts_with("drop_")) {
                     if n.as_u64().unwrap_or(0) > 0
                         && self.dropped.insert((p.name.clone(), reason.clone()))

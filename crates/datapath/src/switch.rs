@@ -84,9 +84,7 @@ pub fn on_off<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> 
         Ok(OnOff::Bool(b)) => Ok(b),
         Ok(OnOff::Word(w)) if w == "on" => Ok(true),
         Ok(OnOff::Word(w)) if w == "off" => Ok(false),
-        Ok(OnOff::Word(w)) => Err(serde::de::Error::custom(format!(
-            "{w:?} is not on or off"
-        ))),
+        Ok(OnOff::Word(w)) => Err(serde::de::Error::custom(format!("{w:?} is not on or off"))),
         Err(_) => Err(serde::de::Error::custom("expected on or off")),
     }
 }

@@ -166,3 +166,36 @@ def test_the_control_socket_answers_while_clients_flood_and_stall_it(tmp_path):
         for s in stalled + [flood]:
             s.close()
         t.sh("a", "ping -c 1 -W 2 198.18.76.2")
+
+
+def test_drop_privileges_leaves_no_thread_with_root_or_a_capability(tmp_path):
+    with hvlab.Topology(tmp_path, [vm("a", "198.18.79.1"), vm("b", "198.18.79.2")],
+                        up_args=["--drop-privileges"]) as t:
+        t.sh("a", "ping -c 2 -i 0.2 -W 2 198.18.79.2")
+        pid = daemon_pid(t)
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        assert len(tasks) > 3
+        for task in tasks:
+            status = dict(line.split(":\t", 1) for line in (task / "status").read_text().splitlines() if ":\t" in line)
+            assert status["Uid"].split() == ["65534"] * 4, (task, status["Uid"])
+            for cap in ("CapEff", "CapPrm", "CapInh", "CapAmb"):
+                assert int(status[cap], 16) == 0, (task, cap, status[cap])
+        # The switch still does its work, and says what it cannot do now.
+        t.hv("port", "b", "set", "ring1=512", "lro=off")
+        r = t.hv("port", "b", "set", "mtu=1400", check=False)
+        assert r.returncode == 1 and "--drop-privileges" in r.stderr, r.stderr
+        t.sh("a", "ping -c 2 -i 0.2 -W 2 198.18.79.2")
+        # Stopped, it is re-attached to by a daemon that keeps root.
+        os.kill(pid, signal.SIGTERM)
+        hvlab.eventually(lambda: not Path(f"/proc/{pid}").exists(), timeout=10)
+        assert "re-attached" in hvlab.hvnet("up", t.file).stdout
+        t.sh("a", "ping -c 1 -W 2 198.18.79.2")
+
+
+def test_drop_privileges_refuses_guests_hvnet_must_manage_as_root(tmp_path):
+    f = tmp_path / "uml.toml"
+    name = hvlab.unique("tu")[:12]
+    f.write_text(f'name = "{name}"\n[[vm]]\nname = "a"\nkind = "uml"\nipv4 = "198.18.79.9/24"\n')
+    r = hvlab.hvnet("up", "--drop-privileges", f, check=False)
+    assert r.returncode == 1 and "uml guest" in r.stderr, r.stderr
+    assert not Path(f"/run/hvnet/{name}").exists()

@@ -41,6 +41,11 @@ enum Cmd {
         /// 127.0.0.1:9100; loopback unless another address is given).
         #[arg(long, value_name = "ADDR", num_args = 0..=1, require_equals = true, default_missing_value = hvnet_control::metrics::DEFAULT_ADDR)]
         metrics: Option<std::net::SocketAddr>,
+        /// Once every port is open, give up root: run as nobody, without
+        /// capabilities (a namespace VM's MTU then no longer changes at run
+        /// time; uml guests are refused). See docs/security.md.
+        #[arg(long)]
+        drop_privileges: bool,
     },
     /// Stop the switch and remove everything `up` created (also after a
     /// crash).
@@ -152,6 +157,11 @@ enum Cmd {
         /// 127.0.0.1:9100; loopback unless another address is given).
         #[arg(long, value_name = "ADDR", num_args = 0..=1, require_equals = true, default_missing_value = hvnet_control::metrics::DEFAULT_ADDR)]
         metrics: Option<std::net::SocketAddr>,
+        /// Once every port is open, give up root: run as nobody, without
+        /// capabilities (a namespace VM's MTU then no longer changes at run
+        /// time; uml guests are refused). See docs/security.md.
+        #[arg(long)]
+        drop_privileges: bool,
     },
 }
 
@@ -220,6 +230,10 @@ fn init_logging() {
 
 fn main() {
     let cli = Cli::parse();
+    // Not in the daemon: a client that goes away must not end the switch.
+    if !matches!(cli.cmd, Cmd::Daemon { .. }) {
+        hvnet_sys::default_sigpipe();
+    }
     let result = match cli.cmd {
         Cmd::Pcap(p) => match pcap_cmd::run(p) {
             Ok(code) => std::process::exit(code),
@@ -229,7 +243,8 @@ fn main() {
             file,
             json,
             metrics,
-        } => switch_cmd::up(file, json, metrics),
+            drop_privileges,
+        } => switch_cmd::up(file, json, metrics, drop_privileges),
         Cmd::Down { name, target } => switch_cmd::down(name, &target),
         Cmd::Ports(t) => switch_cmd::ports(&t),
         Cmd::Stats { path, target } => switch_cmd::stats(&target, path),
@@ -251,9 +266,11 @@ fn main() {
             file,
             locked,
             metrics,
+            drop_privileges,
         } => {
             init_logging();
-            hvnet_control::daemon::daemon(&file, locked, metrics).map_err(|e| e.to_string())
+            hvnet_control::daemon::daemon(&file, locked, metrics, drop_privileges)
+                .map_err(|e| e.to_string())
         }
         Cmd::Lab { args } => lab(args),
         Cmd::Completions { shell } => {

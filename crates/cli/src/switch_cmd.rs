@@ -91,9 +91,10 @@ pub fn up(
     file: PathBuf,
     json_out: bool,
     metrics: Option<std::net::SocketAddr>,
+    drop_privileges: bool,
 ) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find my own binary: {e}"))?;
-    let report = daemon::up(&file, &exe, metrics).map_err(|e| match e {
+    let report = daemon::up(&file, &exe, metrics, drop_privileges).map_err(|e| match e {
         DaemonError::Topology(t) => t.to_string(),
         other => other.to_string(),
     })?;

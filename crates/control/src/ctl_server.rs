@@ -31,6 +31,8 @@ pub(crate) struct Ctl {
     pub sw: Arc<Switch>,
     pub topo: Arc<Topology>,
     pub guests: Arc<Mutex<Vec<Guest>>>,
+    /// The daemon gave up root after bring-up (`--drop-privileges`).
+    pub unprivileged: bool,
 }
 
 /// Serves `listener` until the switch stops.
@@ -141,7 +143,13 @@ fn serve(cx: &Ctl, conn: UnixStream) {
     let (sw, topo, guests) = (&cx.sw, &*cx.topo, &*cx.guests);
     let reply = match parse_request(&line).map(|r| by_name(sw, r)) {
         Ok(Request::PortShow { name }) => {
-            handle(sw, topo, Request::PortShow { name: name.clone() }).map(|mut v| {
+            handle(
+                sw,
+                topo,
+                Request::PortShow { name: name.clone() },
+                cx.unprivileged,
+            )
+            .map(|mut v| {
                 // A real guest hvnet started: its processes.
                 let all = guests.lock().expect("guests lock");
                 if let Some(g) = all.iter().find(|g| g.vm == name) {
@@ -166,7 +174,7 @@ fn serve(cx: &Ctl, conn: UnixStream) {
         }),
         Ok(Request::Restart { vm }) => restart_guest(topo, guests, &vm, true),
         Ok(Request::Kill { vm }) => restart_guest(topo, guests, &vm, false),
-        Ok(req) => handle(sw, topo, req),
+        Ok(req) => handle(sw, topo, req, cx.unprivileged),
         Err(e) => Err(e),
     };
     answer(&conn, reply);
@@ -281,7 +289,12 @@ fn range_of(k: &str) -> &'static str {
     }
 }
 
-fn handle(sw: &Arc<Switch>, topo: &Topology, req: Request) -> Result<Value, String> {
+fn handle(
+    sw: &Arc<Switch>,
+    topo: &Topology,
+    req: Request,
+    unprivileged: bool,
+) -> Result<Value, String> {
     let port = |name: &str| {
         sw.port(name)
             .cloned()
@@ -299,6 +312,9 @@ fn handle(sw: &Arc<Switch>, topo: &Topology, req: Request) -> Result<Value, Stri
             sw.check_settings(&name, &new).map_err(|e| e.to_string())?;
             if new.mtu != p.settings().mtu && p.dev.vhost_user().is_some() {
                 return Err("a real guest sets its own MTU (ip link set eth0 mtu … inside it); its port's mtu is what the switch takes".into());
+            }
+            if new.mtu != p.settings().mtu && !p.is_uplink() && unprivileged {
+                return Err(format!("the daemon gave up root after bring-up (--drop-privileges): {name}'s MTU is set in its topology file, not at run time"));
             }
             if new.mtu != p.settings().mtu && !p.is_uplink() {
                 let ns = topo.netns_of(&name);

@@ -193,7 +193,12 @@ pub struct UpReport {
 
 /// `hvnet up FILE`: returns once traffic can flow. Starts `hvnet daemon`
 /// in its own process group, its log in the state directory.
-pub fn up(file: &Path, exe: &Path, metrics: Option<SocketAddr>) -> Result<UpReport, DaemonError> {
+pub fn up(
+    file: &Path,
+    exe: &Path,
+    metrics: Option<SocketAddr>,
+    drop_privileges: bool,
+) -> Result<UpReport, DaemonError> {
     require_root()?;
     let text = read_topology_text(file)?;
     let topo = topology::load(file)?;
@@ -214,6 +219,9 @@ pub fn up(file: &Path, exe: &Path, metrics: Option<SocketAddr>) -> Result<UpRepo
     cmd.arg("daemon").arg("--locked");
     if let Some(a) = metrics {
         cmd.arg(format!("--metrics={a}"));
+    }
+    if drop_privileges {
+        cmd.arg("--drop-privileges");
     }
     let mut child = cmd
         .arg(&file)
@@ -357,11 +365,24 @@ fn down_locked(name: &str) -> Result<DownReport, DaemonError> {
 /// foreground by a service manager. On a signal it stops cleanly: ports
 /// drained, socket removed, the state marked stopped, exit 0 — the VMs keep
 /// their NICs and addresses for the next daemon to re-attach to.
-pub fn daemon(file: &Path, locked: bool, metrics: Option<SocketAddr>) -> Result<(), DaemonError> {
+pub fn daemon(
+    file: &Path,
+    locked: bool,
+    metrics: Option<SocketAddr>,
+    drop_privileges: bool,
+) -> Result<(), DaemonError> {
     require_root()?;
     hvnet_sys::set_umask(0o077);
     let text = read_topology_text(file)?;
     let topo = Arc::new(topology::load(file)?);
+    if drop_privileges {
+        if let Some(vm) = topo.vms.iter().find(|v| v.kind == VmKind::Uml) {
+            return Err(DaemonError::Other(format!(
+                "--drop-privileges: VM {} is a uml guest, which hvnet starts, restarts and stops as root; use kind = \"vhost-user\" for a guest started elsewhere",
+                vm.name
+            )));
+        }
+    }
     let lock = if locked {
         None
     } else {
@@ -421,6 +442,7 @@ pub fn daemon(file: &Path, locked: bool, metrics: Option<SocketAddr>) -> Result<
         sw: sw.clone(),
         topo: topo.clone(),
         guests: guests.clone(),
+        unprivileged: drop_privileges,
     });
     let ctl = ctl_server::spawn(listener, cx).map_err(io_err("serve the control socket"))?;
     let scrapes = endpoint
@@ -434,6 +456,16 @@ pub fn daemon(file: &Path, locked: bool, metrics: Option<SocketAddr>) -> Result<
     state.ready = true;
     write_state(&dir, &state)?;
     drop(lock);
+    if drop_privileges {
+        // Every port is open: nothing the switch does from here needs root.
+        // What it still writes (the state, at a stop) is best effort; a
+        // daemon that is gone is seen as stopped by its PID.
+        hvnet_sys::drop_to(NOBODY, NOBODY).map_err(io_err("drop privileges"))?;
+        tracing::info!(
+            uid = NOBODY,
+            "privileges dropped: running as nobody, without capabilities"
+        );
+    }
     match bringup {
         Bringup::Fresh => tracing::info!(
             topology = %topo.name, vms = topo.vms.len(), uplinks = topo.uplinks.len(),
@@ -478,6 +510,9 @@ pub fn daemon(file: &Path, locked: bool, metrics: Option<SocketAddr>) -> Result<
     tracing::info!("stopped");
     Ok(())
 }
+
+/// The user and group a daemon runs as after `--drop-privileges`.
+const NOBODY: u32 = 65534;
 
 type Built = (Arc<Switch>, Vec<std::thread::JoinHandle<()>>, Vec<Guest>);
 

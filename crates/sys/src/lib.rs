@@ -283,6 +283,37 @@ pub fn set_umask(mask: u32) {
     unsafe { libc::umask(mask as libc::mode_t) };
 }
 
+/// Gives up root for good: supplementary groups cleared, then the group and
+/// user ids set to `gid` and `uid` (real, effective and saved). Leaving uid
+/// 0 clears every capability. glibc applies these calls to every thread of
+/// the process, so threads already running lose them too.
+pub fn drop_to(uid: u32, gid: u32) -> io::Result<()> {
+    // SAFETY: a size of 0 with a null list is setgroups' documented way to
+    // clear the supplementary groups; no memory is read.
+    if unsafe { libc::setgroups(0, std::ptr::null()) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: setresgid and setresuid take ids by value and touch no
+    // memory.
+    if unsafe { libc::setresgid(gid, gid, gid) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    if unsafe { libc::setresuid(uid, uid, uid) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Restores the default action of SIGPIPE (Rust ignores it), so that a
+/// command whose reader went away (`hvnet ports | head -1`) ends quietly,
+/// as other command-line tools do, instead of failing to print.
+pub fn default_sigpipe() {
+    // SAFETY: installing SIG_DFL for SIGPIPE passes no handler code and
+    // touches no memory.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
 /// Clock ticks per second, the unit of `/proc/PID/stat`'s CPU times.
 pub fn clock_ticks() -> u64 {
     // SAFETY: sysconf takes a constant by value and touches no memory.

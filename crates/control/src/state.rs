@@ -166,26 +166,27 @@ pub fn device_marker(dev: &str) -> Option<String> {
 /// Refuses a namespace that is not this topology's (absent, or someone
 /// else's of the same name).
 pub(crate) fn check_owned_netns(ns: &str, marker: &str) -> Result<(), DaemonError> {
-    match netns_marker(ns) {
-        Some(m) if m == marker => Ok(()),
-        Some(m) => Err(DaemonError::Other(format!(
-            "network namespace {ns} is not this topology's (its marker is {m:?}, expected {marker:?})"
-        ))),
-        None => Err(DaemonError::Other(format!(
-            "network namespace {ns} is gone; `hvnet down` and `hvnet up` the topology again"
-        ))),
-    }
+    check_owned("network namespace", ns, netns_marker(ns), marker)
 }
 
 /// Refuses a device that is not this topology's.
 pub(crate) fn check_owned_device(dev: &str, marker: &str) -> Result<(), DaemonError> {
-    match device_marker(dev) {
+    check_owned("device", dev, device_marker(dev), marker)
+}
+
+fn check_owned(
+    what: &str,
+    name: &str,
+    found: Option<String>,
+    marker: &str,
+) -> Result<(), DaemonError> {
+    match found {
         Some(m) if m == marker => Ok(()),
         Some(m) => Err(DaemonError::Other(format!(
-            "device {dev} is not this topology's (its marker is {m:?}, expected {marker:?})"
+            "{what} {name} is not this topology's (its marker is {m:?}, expected {marker:?})"
         ))),
         None => Err(DaemonError::Other(format!(
-            "device {dev} is gone; `hvnet down` and `hvnet up` the topology again"
+            "{what} {name} is gone; `hvnet down` and `hvnet up` the topology again"
         ))),
     }
 }

@@ -173,6 +173,8 @@ def test_drop_privileges_leaves_no_thread_with_root_or_a_capability(tmp_path):
                         up_args=["--drop-privileges"]) as t:
         t.sh("a", "ping -c 2 -i 0.2 -W 2 198.18.79.2")
         pid = daemon_pid(t)
+        # The daemon says it is ready, then gives up root.
+        hvlab.eventually(lambda: "privileges dropped" in Path(f"/run/hvnet/{t.name}/daemon.log").read_text())
         tasks = list(Path(f"/proc/{pid}/task").iterdir())
         assert len(tasks) > 3
         for task in tasks:

@@ -17,7 +17,9 @@ use std::path::PathBuf;
 ///
 /// Start VMs (network namespaces behind TAP devices) with `hvnet up
 /// TOPOLOGY.toml`, look at them with `hvnet ports`, `hvnet stats`, `hvnet
-/// port` and `hvnet fdb`, and remove them with `hvnet down`. The live
+/// port` and `hvnet fdb`, watch them live with `hvnet top`, and remove them
+/// with `hvnet down`. Run a topology as a service with `hvnet daemon FILE`
+/// (`hvnet@.service`); `--metrics` serves Prometheus metrics. The live
 /// commands need root.
 #[derive(Debug, Parser)]
 #[command(name = "hvnet", version, about, long_about, propagate_version = true)]

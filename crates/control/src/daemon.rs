@@ -320,11 +320,7 @@ fn down_locked(name: &str) -> Result<DownReport, DaemonError> {
         report.stopped_pid = Some(state.pid);
     }
     // Guests of a daemon that died: their process groups, by id.
-    for &pgid in &state.guests {
-        if Path::new(&format!("/proc/{pgid}")).exists() {
-            guest::kill_group(pgid);
-        }
-    }
+    guest::kill_groups_left(&state.guests);
     let marker = state.marker();
     for ns in &state.namespaces {
         if !netns_path(ns).exists() {
@@ -415,11 +411,7 @@ pub fn daemon(
     state.ready = false;
     let stale_guests = std::mem::take(&mut state.guests);
     write_state(&dir, &state)?;
-    for pgid in stale_guests {
-        if Path::new(&format!("/proc/{pgid}")).exists() {
-            guest::kill_group(pgid);
-        }
-    }
+    guest::kill_groups_left(&stale_guests);
     let built = build(&topo, &dir, &mut state, bringup);
     let (sw, threads, guests) = match built {
         Ok(b) => b,

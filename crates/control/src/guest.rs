@@ -95,6 +95,16 @@ pub fn kill_group(pgid: u32) {
         .status();
 }
 
+/// Kills the process groups of guests a daemon left behind (it died or
+/// stopped), those that still exist.
+pub fn kill_groups_left(pgids: &[u32]) {
+    for &pgid in pgids {
+        if Path::new(&format!("/proc/{pgid}")).exists() {
+            kill_group(pgid);
+        }
+    }
+}
+
 /// The guest's init script.
 fn init_script(vm: &Vm, x: &Path) -> String {
     let mut addrs = String::new();

@@ -4,9 +4,10 @@
 //! floods it or stops reading holds only its own thread and every other
 //! client keeps getting answers.
 
-use crate::daemon::{run, state_dir};
+use crate::daemon::state_dir;
 use crate::guest::{self, Guest};
 use crate::proto::{Reply, Request};
+use crate::rtnl::{LinkChange, Rtnl};
 use crate::state::{read_state, write_state};
 use crate::topology::{Topology, VmKind};
 use crate::views;
@@ -318,17 +319,13 @@ fn handle(
             }
             if new.mtu != p.settings().mtu && !p.is_uplink() {
                 let ns = topo.netns_of(&name);
-                run(&[
-                    "ip",
-                    "-n",
-                    &ns,
-                    "link",
-                    "set",
-                    "eth0",
-                    "mtu",
-                    &new.mtu.to_string(),
-                ])
-                .map_err(|e| e.to_string())?;
+                let change = LinkChange {
+                    mtu: Some(new.mtu),
+                    ..Default::default()
+                };
+                Rtnl::in_netns(&ns)
+                    .and_then(|mut rtnl| rtnl.set_link("eth0", &change))
+                    .map_err(|e| e.to_string())?;
             }
             let old = p.settings();
             sw.set_port(&name, new).map_err(|e| e.to_string())?;

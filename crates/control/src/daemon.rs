@@ -46,6 +46,9 @@ pub enum DaemonError {
         /// What it printed.
         stderr: String,
     },
+    /// A netlink request (links, addresses) failed.
+    #[error(transparent)]
+    Netlink(#[from] crate::rtnl::NetlinkError),
     /// Opening a TAP failed.
     #[error(transparent)]
     Tap(#[from] hvnet_port::TapError),
@@ -328,7 +331,8 @@ fn down_locked(name: &str) -> Result<DownReport, DaemonError> {
         }
         match netns_marker(ns) {
             Some(m) if m == marker => {
-                run(&["ip", "netns", "del", ns])?;
+                hvnet_sys::netns::delete(ns)
+                    .map_err(io_err(format!("delete network namespace {ns}")))?;
                 report.namespaces.push(ns.clone());
             }
             m => report.left.push(format!(
@@ -343,7 +347,7 @@ fn down_locked(name: &str) -> Result<DownReport, DaemonError> {
         }
         match device_marker(dev) {
             Some(m) if m == marker => {
-                run(&["ip", "link", "del", dev])?;
+                crate::rtnl::Rtnl::new()?.del_link(dev)?;
             }
             m => report.left.push(format!(
                 "device {dev} (not this topology's: marker {:?})",

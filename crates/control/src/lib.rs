@@ -10,6 +10,7 @@ pub mod guest;
 pub mod metrics;
 pub mod proto;
 mod provision;
+pub mod rtnl;
 pub mod state;
 pub mod topology;
 pub mod views;

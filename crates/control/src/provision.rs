@@ -8,6 +8,7 @@
 
 use crate::daemon::{io_err, run, DaemonError};
 use crate::guest;
+use crate::rtnl::{self, LinkChange, Rtnl};
 use crate::state::{check_owned_device, check_owned_netns, netns_path, write_state, State};
 use crate::topology::{Host, Topology, Uplink, UplinkLro};
 use hvnet_datapath::tunnel::VtepConfig;
@@ -61,12 +62,26 @@ pub(crate) fn create_vm(
         // the VM's namespace deletes its NIC and the port goes down.
         let tap = TapPort::open("hvtap%d", vm.queues, offloads)?;
         tap.set_persist(true)?;
-        let dev = tap.name().to_string();
-        run(&["ip", "link", "set", &dev, "netns", &ns])?;
-        run(&["ip", "-n", &ns, "link", "set", &dev, "name", "eth0"])?;
-        set_eth0(&ns, vm.mac, vm.settings.mtu)?;
-        add_addresses(&ns, vm.ipv4, vm.ipv6)?;
-        run(&["ip", "-n", &ns, "link", "set", "eth0", "up"])?;
+        let handle = hvnet_sys::netns::open(&ns).map_err(io_err(format!("open namespace {ns}")))?;
+        Rtnl::new()?.set_link(
+            tap.name(),
+            &LinkChange {
+                netns: Some(&handle),
+                ..Default::default()
+            },
+        )?;
+        let mut rtnl = Rtnl::in_netns(&ns)?;
+        rtnl.set_link(
+            tap.name(),
+            &LinkChange {
+                rename: Some("eth0"),
+                mac: Some(vm.mac.0),
+                mtu: Some(vm.settings.mtu),
+                ..Default::default()
+            },
+        )?;
+        add_addresses(&mut rtnl, vm.ipv4, vm.ipv6)?;
+        rtnl.set_link("eth0", &up())?;
         tap
     };
     Ok(PortSpec {
@@ -84,47 +99,49 @@ pub(crate) fn create_vm(
 /// addresses stays quiet: no router solicitations or MLD reports on its
 /// NIC.
 fn add_netns(ns: &str, ipv6: bool, marker: &str) -> Result<(), DaemonError> {
-    run(&["ip", "netns", "add", ns])?;
-    run(&["ip", "-n", ns, "link", "set", "lo", "up", "alias", marker])?;
+    hvnet_sys::netns::create(ns).map_err(io_err(format!("create network namespace {ns}")))?;
+    let change = LinkChange {
+        up: Some(true),
+        alias: Some(marker),
+        ..Default::default()
+    };
+    Rtnl::in_netns(ns)?.set_link("lo", &change)?;
     if !ipv6 {
-        run(&[
-            "ip",
-            "netns",
-            "exec",
-            ns,
-            "sysctl",
-            "-qw",
-            "net.ipv6.conf.all.disable_ipv6=1",
-            "net.ipv6.conf.default.disable_ipv6=1",
-        ])?;
+        let handle = hvnet_sys::netns::open(ns).map_err(io_err(format!("open namespace {ns}")))?;
+        let set = || -> std::io::Result<()> {
+            for scope in ["all", "default"] {
+                std::fs::write(format!("/proc/sys/net/ipv6/conf/{scope}/disable_ipv6"), "1")?;
+            }
+            Ok(())
+        };
+        rtnl::run_in_netns(&handle, set)
+            .and_then(|r| r)
+            .map_err(io_err(format!("turn IPv6 off in {ns}")))?;
     }
     Ok(())
 }
 
-/// Gives `eth0` in `ns` its MAC and MTU.
-fn set_eth0(ns: &str, mac: hvnet_wire::MacAddr, mtu: u16) -> Result<(), DaemonError> {
-    let (mac, mtu) = (mac.to_string(), mtu.to_string());
-    run(&[
-        "ip", "-n", ns, "link", "set", "eth0", "address", &mac, "mtu", &mtu,
-    ])?;
-    Ok(())
+/// Administratively up.
+fn up() -> LinkChange<'static> {
+    LinkChange {
+        up: Some(true),
+        ..Default::default()
+    }
 }
 
-/// Gives `eth0` in `ns` its addresses; IPv6 without duplicate address
-/// detection, so the address is usable as soon as `up` returns.
+/// Gives `eth0` (of the namespace of `rtnl`) its addresses; IPv6 without
+/// duplicate address detection, so the address is usable as soon as `up`
+/// returns.
 fn add_addresses(
-    ns: &str,
+    rtnl: &mut Rtnl,
     ipv4: Option<(std::net::Ipv4Addr, u8)>,
     ipv6: Option<(std::net::Ipv6Addr, u8)>,
 ) -> Result<(), DaemonError> {
-    let addrs = [
-        ipv4.map(|(a, l)| (format!("{a}/{l}"), None)),
-        ipv6.map(|(a, l)| (format!("{a}/{l}"), Some("nodad"))),
-    ];
-    for (cidr, flag) in addrs.into_iter().flatten() {
-        let mut cmd = vec!["ip", "-n", ns, "addr", "add", &cidr, "dev", "eth0"];
-        cmd.extend(flag);
-        run(&cmd)?;
+    if let Some((a, l)) = ipv4 {
+        rtnl.add_address("eth0", a.into(), l, false)?;
+    }
+    if let Some((a, l)) = ipv6 {
+        rtnl.add_address("eth0", a.into(), l, true)?;
     }
     Ok(())
 }
@@ -149,26 +166,32 @@ pub(crate) fn create_host(
     state.devices.push(u.device.clone());
     write_state(dir, state)?;
     add_netns(&ns, h.ipv6.is_some(), &state.marker())?;
-    let mtu = u.settings.mtu.to_string();
-    run(&[
-        "ip", "link", "add", &u.device, "mtu", &mtu, "type", "veth", "peer", "name", "eth0",
-        "netns", &ns,
-    ])?;
-    run(&["ip", "link", "set", &u.device, "alias", &state.marker()])?;
-    set_eth0(&ns, h.mac, u.settings.mtu)?;
+    let handle = hvnet_sys::netns::open(&ns).map_err(io_err(format!("open namespace {ns}")))?;
+    let mut root = Rtnl::new()?;
+    root.add_veth(&u.device, u.settings.mtu, "eth0", &handle)?;
+    let marked = LinkChange {
+        alias: Some(&state.marker()),
+        ..Default::default()
+    };
+    root.set_link(&u.device, &marked)?;
+    let mut rtnl = Rtnl::in_netns(&ns)?;
+    let nic = LinkChange {
+        mac: Some(h.mac.0),
+        mtu: Some(u.settings.mtu),
+        ..Default::default()
+    };
+    rtnl.set_link("eth0", &nic)?;
     if !h.tso {
+        // Offloads are ethtool's (its ioctl), not rtnetlink's.
         run(&[
             "ip", "netns", "exec", &ns, "ethtool", "-K", "eth0", "tso", "off",
         ])?;
     }
-    add_addresses(&ns, h.ipv4, h.ipv6)?;
-    run(&["ip", "-n", &ns, "link", "set", "eth0", "up"])?;
+    add_addresses(&mut rtnl, h.ipv4, h.ipv6)?;
+    rtnl.set_link("eth0", &up())?;
     // The switch's end carries no addresses and sends nothing of its own.
-    run(&[
-        "sysctl",
-        "-qw",
-        &format!("net.ipv6.conf.{}.disable_ipv6=1", u.device),
-    ])?;
+    let key = format!("/proc/sys/net/ipv6/conf/{}/disable_ipv6", u.device);
+    std::fs::write(&key, "1").map_err(io_err(format!("write {key}")))?;
     Ok(())
 }
 
@@ -221,7 +244,7 @@ pub(crate) fn open_uplink(topo: &Topology, u: &Uplink) -> Result<PortSpec, Daemo
     let gro = if coalesces { "on" } else { "off" };
     let batched = u.vxlan.is_some() && usize::from(u.settings.mtu) + 18 <= hvnet_port::SMALL_FRAME;
     run(&["ethtool", "-K", dev, "gro", gro])?;
-    run(&["ip", "link", "set", dev, "up"])?;
+    Rtnl::new()?.set_link(dev, &up())?;
     let port =
         UplinkPort::open(dev, u.queues, netqueue_filters(topo, u), batched).map_err(|source| {
             DaemonError::Uplink {

@@ -8,7 +8,6 @@ use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// Where topologies keep their state.
 pub const RUN_DIR: &str = "/run/hvnet";
@@ -147,13 +146,7 @@ pub fn netns_path(ns: &str) -> PathBuf {
 /// The ownership marker on namespace `ns` (its loopback's alias), if it
 /// exists and carries one.
 pub fn netns_marker(ns: &str) -> Option<String> {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns, "cat", "/sys/class/net/lo/ifalias"])
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    crate::rtnl::Rtnl::in_netns(ns).ok()?.alias("lo").ok()?
 }
 
 /// The ownership marker on device `dev` in this namespace (its alias).

@@ -77,11 +77,11 @@ def lro_wire(a, seconds):
                     for name, f in up:
                         f.t.hv("port", "b", "set", f"lro={lro}")
                         print(f"[lro-wire] run {rep + 1} {name} lro {lro} ...", flush=True)
-                        i0 = f.t.stats("/ports/a/txSummary")["frames"]
-                        d0 = f.t.stats("/ports/b/rxSummary")["delivered_frames"]
+                        i0 = f.t.stats("/ports/a/tx_summary")["frames"]
+                        d0 = f.t.stats("/ports/b/rx_summary")["delivered_frames"]
                         r = run_one(f, 1, "64K", seconds)
-                        r["in_fps"] = (f.t.stats("/ports/a/txSummary")["frames"] - i0) / seconds
-                        r["delivered_fps"] = (f.t.stats("/ports/b/rxSummary")["delivered_frames"] - d0) / seconds
+                        r["in_fps"] = (f.t.stats("/ports/a/tx_summary")["frames"] - i0) / seconds
+                        r["delivered_fps"] = (f.t.stats("/ports/b/rx_summary")["delivered_frames"] - d0) / seconds
                         runs.setdefault((name, lro), []).append(r)
             for (name, lro), rs in runs.items():
                 rs = sorted(rs, key=lambda r: r["gbps"])

@@ -64,9 +64,9 @@ def one_run(work: Path, size: int, seconds: int, cpu: int, lro: bool) -> dict:
             with hvlab.CpuLimit(cpu) as group:
                 for tid in vcpu_threads(guest.pid):
                     group.add(tid)
-                before = t.stats("/ports/q/rxSummary")
+                before = t.stats("/ports/q/rx_summary")
                 r = t.sh("s", f"iperf3 -c {GUEST_IP} -t {seconds} -J", timeout=seconds + 120)
-                after = t.stats("/ports/q/rxSummary")
+                after = t.stats("/ports/q/rx_summary")
             res = measure.iperf3(r.stdout)
         finally:
             guest.kill()

@@ -28,10 +28,10 @@ def measure(t, seconds, streams):
     """One iperf3 run from a to b: Gbit/s, receiver frames/s, avg frame,
     ring-full drops, times the sender waited for ring space."""
     b0 = t.link_counters("b")
-    d0 = t.stats("/ports/b/rxSummary")
+    d0 = t.stats("/ports/b/rx_summary")
     out = t.sh("a", f"iperf3 -c 10.99.0.2 -t {seconds} -P {streams} -l 64K -J", timeout=seconds + 30).stdout
     b1 = t.link_counters("b")
-    d1 = t.stats("/ports/b/rxSummary")
+    d1 = t.stats("/ports/b/rx_summary")
     gbps = json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e9
     frames = b1["rx_packets"] - b0["rx_packets"]
     nbytes = b1["rx_bytes"] - b0["rx_bytes"]

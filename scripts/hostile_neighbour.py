@@ -53,7 +53,7 @@ def main():
                 gbps = measure.iperf3(out)["bps"] / 1e9
                 rows[mode].append((gbps, rss))
                 print(f"[{rep + 1}/{a.repeat}] {mode:<8} c->b {gbps:6.2f} Gbit/s, daemon RSS {rss:6.1f} MiB", flush=True)
-        tx = t.stats("/ports/a/txSummary")
+        tx = t.stats("/ports/a/tx_summary")
     med = {m: sorted(g for g, _ in r)[len(r) // 2] for m, r in rows.items()}
     print(f"\nmedian c->b: idle neighbour {med['idle']:.2f} Gbit/s, hostile neighbour {med['hostile']:.2f} Gbit/s "
           f"({med['hostile'] / med['idle']:.2f}x); largest daemon RSS {max(r for v in rows.values() for _, r in v):.1f} MiB; "

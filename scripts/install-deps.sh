@@ -2,8 +2,8 @@
 # Installs what hvnet needs on Debian 12, as root: the kernel tools its
 # demo and tests drive (iperf3, tcpdump, tshark, ethtool, iproute2,
 # headless Chromium for the lab report's check, User-Mode Linux for real
-# guests, DPDK's testpmd), a Rust
-# toolchain if there is none, and the Python test libraries (scapy, pytest).
+# guests, DPDK's testpmd), Debian's Rust toolchain if there is no recent
+# enough one, and the Python test libraries (scapy, pytest).
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
@@ -43,9 +43,27 @@ if ! ls "$qemu_kernel"/root/boot/vmlinuz-* >/dev/null 2>&1; then
     (cd "$qemu_kernel" && apt-get download -qq "$pkg" 2>/dev/null && dpkg-deb -x "$pkg"_*.deb root && rm -f "$pkg"_*.deb)
 fi
 
-if ! command -v cargo >/dev/null 2>&1; then
-    echo "install-deps: installing the Rust toolchain with rustup"
-    curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --component clippy,rustfmt
+# Rust: the toolchain already here (rustup's, say) if it is recent enough;
+# otherwise Debian's own current one, `rustc-web` and `cargo-web` (with
+# clippy and rustfmt), which Debian 12 keeps up to date through its
+# security archive for the browsers' builds. Nothing is piped from the
+# internet into a shell.
+rust_min="$(sed -n 's/^rust-version = "\(.*\)"/\1/p' "$(dirname "$0")/../Cargo.toml")"
+rust_ok() {
+    command -v cargo >/dev/null 2>&1 && command -v rustc >/dev/null 2>&1 || return 1
+    have="$(rustc --version | awk '{print $2}')"
+    [ "$(printf '%s\n%s\n' "$rust_min" "$have" | sort -V | head -1)" = "$rust_min" ]
+}
+if ! rust_ok; then
+    echo "install-deps: installing Debian's Rust toolchain (rustc-web, cargo-web, clippy, rustfmt)"
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends rustc-web cargo-web rust-web-clippy rustfmt-web >/dev/null
+    hash -r
+    if ! rust_ok; then
+        echo "install-deps: hvnet needs Rust $rust_min or newer; found $(rustc --version 2>/dev/null || echo none)." >&2
+        echo "install-deps: enable Debian's security archive (bookworm-security) for a current rustc-web, or install Rust with rustup." >&2
+        exit 1
+    fi
 fi
 
 if ! python3 -c 'import scapy, pytest, matplotlib, tomli_w' >/dev/null 2>&1; then

@@ -39,10 +39,10 @@ def one(f, seconds):
     hvlab.wait_listening(f.ns("b"), 5201)
     client = f.popen("a", f"iperf3 -c {B_IP} -t {seconds + 2} -l 64K")
     time.sleep(1)
-    i0 = f.t.stats("/ports/a/txSummary")["frames"] + f.t.stats("/ports/b/txSummary")["frames"]
+    i0 = f.t.stats("/ports/a/tx_summary")["frames"] + f.t.stats("/ports/b/tx_summary")["frames"]
     p = subprocess.run(["perf", "stat", "-x,", "-e", EVENTS, "-p", str(pid), "--", "sleep", str(seconds)],
                        capture_output=True, text=True)
-    i1 = f.t.stats("/ports/a/txSummary")["frames"] + f.t.stats("/ports/b/txSummary")["frames"]
+    i1 = f.t.stats("/ports/a/tx_summary")["frames"] + f.t.stats("/ports/b/tx_summary")["frames"]
     client.wait(timeout=seconds + 30)
     server.wait(timeout=10)
     counts = {}

@@ -401,13 +401,23 @@ pub fn ctl_request(data: &[u8]) {
         hvnet_control::ctl_server::parse_request(line)
     {
         let cur = hvnet_datapath::PortSettings::default();
-        if let Ok(new) = hvnet_control::ctl_server::merge_settings(&cur, changes.clone()) {
-            // Untouched fields keep the port's value.
-            if changes.get("mtu").is_none() {
-                assert_eq!(new.mtu, cur.mtu);
+        match hvnet_control::ctl_server::merge_settings(&cur, changes.clone()) {
+            Ok(new) => {
+                // Untouched fields keep the port's value.
+                if changes.get("mtu").is_none() {
+                    assert_eq!(new.mtu, cur.mtu);
+                }
+                if changes.get("ring1").is_none() {
+                    assert_eq!(new.ring1, cur.ring1);
+                }
             }
-            if changes.get("ring1").is_none() {
-                assert_eq!(new.ring1, cur.ring1);
+            Err(e) => {
+                // A refusal reaches the client typed, as it was.
+                let reply = hvnet_control::proto::Reply::new(Err(e.clone()));
+                let line = serde_json::to_string(&reply).expect("reply serializes");
+                let back: hvnet_control::proto::Reply =
+                    serde_json::from_str(&line).expect("reply parses");
+                assert_eq!(back.detail, Some(e));
             }
         }
     }

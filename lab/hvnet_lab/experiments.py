@@ -420,10 +420,10 @@ def ring_exhaustion(tmp, quick, reps, log):
             with hvlab.CpuLimit(25) as cpu:
                 server, _ = contended_server(f, cpu)
                 n0 = measure.nstat(f.sh("a", "nstat -az").stdout)
-                d0 = f.t.stats("/ports/b/rxSummary")
+                d0 = f.t.stats("/ports/b/rx_summary")
                 cmd = f"iperf3 -c {B_IP} -t {secs} -P 12 -J"
                 out = f.sh("a", cmd, timeout=secs + 60).stdout
-                d1 = f.t.stats("/ports/b/rxSummary")
+                d1 = f.t.stats("/ports/b/rx_summary")
                 n1 = measure.nstat(f.sh("a", "nstat -az").stdout)
                 server.wait(timeout=10)
             big = (d1["lro_frames"] - d0["lro_frames"]) + (d1["gso_intact_frames"] - d0["gso_intact_frames"])
@@ -473,7 +473,7 @@ def ring_exhaustion(tmp, quick, reps, log):
                f"ring 2 fills because most delivered frames ({100 * median(share):.0f}%) are LRO or TSO frames of up to "
                "64 KiB, each taking 16 ring-2 pages; the study saw ring 2 full at MTU 1500 without explaining it",
                judge([(f"{rings[0]} entries", share)], "up", 0.5, "share"),
-               "Ring-2 use is counted per delivered frame by hvnet (rxSummary lro_frames, gso_intact_frames).",
+               "Ring-2 use is counted per delivered frame by hvnet (rx_summary lro_frames, gso_intact_frames).",
                {"frames larger than a ring-1 buffer (coalesced or TSO)": spr("large_share", "on")}),
     ]
     return figs, rows

@@ -64,9 +64,47 @@ def test_one_vocabulary_for_ports_and_switches(tmp_path):
                              ("lro=5", "lro=5: lro takes on or off"),
                              ("ring1=on", "ring1=on: ring1 takes a number (32..4096)"),
                              ("mtu=99999", "mtu=99999: mtu takes a number (68..9000)"),
-                             ("delivery=fast", "expected `auto` or `thread`")]:
+                             ("delivery=fast", "delivery=fast: delivery takes a word (auto or thread)")]:
             r = t.hv("port", "a", "set", change, check=False)
             assert r.returncode == 1 and said in r.stderr, (change, r.stderr)
+        # The same refusals typed, for scripts (--json): kind, field, value, what it takes.
+        r = t.hv("port", "a", "set", "ring2=8", "--json", check=False)
+        assert r.returncode == 1
+        assert json.loads(r.stdout) == {"error": {"kind": "bad_value", "setting": "ring2", "value": "8",
+                                                  "allowed": "a number (32..4096)"}}, r.stdout
+        r = t.hv("port", "a", "set", "colour=blue", "--json", check=False)
+        e = json.loads(r.stdout)["error"]
+        assert e["kind"] == "unknown_setting" and "ring1" in e["allowed"] and "buffers" not in e["allowed"], e
+        r = t.hv("stats", "/ports/c/rx_summary", "--json", check=False)
+        assert json.loads(r.stdout)["error"] == {"kind": "not_found", "what": "port", "name": "c",
+                                                 "choices": ["a", "b"]}, r.stdout
+        assert "there are: a, b" in r.stderr, r.stderr
+        # One key style: every key of every stats node is snake case; vsish's
+        # node names find the same nodes.
+        def walk(path):
+            node = t.stats(path)
+            if isinstance(node, list):
+                for child in node:
+                    yield from walk(path.rstrip("/") + "/" + child.rstrip("/"))
+            else:
+                yield path, node
+        import re
+        def keys(v):
+            if isinstance(v, dict):
+                for k, x in v.items():
+                    yield k
+                    yield from keys(x)
+            elif isinstance(v, list):
+                for x in v:
+                    yield from keys(x)
+        seen = 0
+        for path, node in walk("/"):
+            for k in keys(node):
+                assert re.fullmatch(r"[a-z0-9_]+", k), (path, k)
+                seen += 1
+        assert seen > 100, seen
+        for vsish, ours in (("clientStats", "client_stats"), ("txSummary", "tx_summary")):
+            assert set(t.stats(f"/ports/a/{vsish}")) == set(t.stats(f"/ports/a/{ours}"))
         # One bad value among good ones changes nothing.
         before = t.hv("port", "a", "--json").stdout
         r = t.hv("port", "a", "set", "ring1=512", "mtu=99999", check=False)

@@ -32,7 +32,7 @@ def test_hostile_guest_cannot_grow_the_daemon_or_stop_the_others(tmp_path):
         sent = int(t.sh("a", f"{py} {HOSTILE} tiny-gso {a_mac} {b_mac} 10.72.0.1 10.72.0.2 200", timeout=300).stdout)
         # The others still reach each other.
         t.sh("c", "ping -c 3 -i 0.2 -W 2 10.72.0.2")
-        tx = hvlab.eventually(lambda: (lambda s: s if s["drop_gso_segments"] >= sent else None)(t.stats("/ports/a/txSummary")))
+        tx = hvlab.eventually(lambda: (lambda s: s if s["drop_gso_segments"] >= sent else None)(t.stats("/ports/a/tx_summary")))
         assert tx and tx["drop_gso_segments"] >= sent > 0, (tx, sent)
         assert tx["fdb_learn_refused"] > 0, tx
         learned = [r for r in json.loads(t.hv("fdb", "--json").stdout) if r["kind"] == "learned"]
@@ -45,6 +45,6 @@ def test_hostile_guest_cannot_grow_the_daemon_or_stop_the_others(tmp_path):
         # program itself (documented in docs/design/switch.md).
         bound = 3 * a["buffers"]["cap_bytes"] + (64 << 20)
         assert hvlab.rss_bytes(pid) < bound, (hvlab.rss_bytes(pid), bound)
-        rx = t.stats("/ports/b/rxSummary")
+        rx = t.stats("/ports/b/rx_summary")
         assert rx["lro_frames"] > 0, "the tiny segments were coalesced, 64 at most per frame"
         assert_accounted(t, ["a", "b", "c"])

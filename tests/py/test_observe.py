@@ -32,7 +32,7 @@ def test_top_batch_shows_the_traffic_and_the_vms_cpu(tmp_path):
         t.popen("b", "iperf3 -s -1")
         t.wait_listening("b", 5201)
         client = t.popen("a", "iperf3 -c 198.18.81.2 -t 30")
-        hvlab.eventually(lambda: t.stats("/ports/a/txSummary")["bytes"] > 1 << 20, timeout=30)
+        hvlab.eventually(lambda: t.stats("/ports/a/tx_summary")["bytes"] > 1 << 20, timeout=30)
         out = t.hv("top", "-b", "-d", "1", "-n", "2").stdout
         client.kill()
         rows = list(csv.DictReader(io.StringIO(out)))
@@ -73,15 +73,15 @@ def test_metrics_endpoint_matches_hvnet_stats(tmp_path):
         # An oversized frame makes a drop with a reason to look for.
         t.hv("port", "b", "set", "mtu=1280")
         t.sh("a", "ping -c 2 -i 0.1 -W 1 -M do -s 1400 198.18.82.2", check=False)
-        hvlab.eventually(lambda: t.stats("/ports/b/rxSummary")["drop_mtu_exceeded"] >= 2)
+        hvlab.eventually(lambda: t.stats("/ports/b/rx_summary")["drop_mtu_exceeded"] >= 2)
         text, m = scrape(port)
         assert "# TYPE hvnet_tx_summary_frames counter" in text
         assert "# TYPE hvnet_rx_summary_in_flight gauge" in text
         checked = 0
         for p in ("a", "b"):
             base = (("kind", "vm"), ("port", p))
-            for node, family in (("txSummary", "tx_summary"), ("rxSummary", "rx_summary")):
-                stats = t.stats(f"/ports/{p}/{node}")
+            for family in ("tx_summary", "rx_summary"):
+                stats = t.stats(f"/ports/{p}/{family}")
                 for key, value in stats.items():
                     if key.startswith("drop_"):
                         name, labels = f"hvnet_{family}_drops_total", tuple(sorted(base + (("reason", key[5:]),)))

@@ -21,9 +21,9 @@ def nstat_retrans(t, vm):
 
 def run_load(t, seconds=4):
     r0 = nstat_retrans(t, "a")
-    d0 = t.stats("/ports/b/rxSummary")
+    d0 = t.stats("/ports/b/rx_summary")
     out = t.sh("a", f"iperf3 -c 10.71.0.2 -t {seconds} -P 12 -J", timeout=seconds + 60).stdout
-    d1 = t.stats("/ports/b/rxSummary")
+    d1 = t.stats("/ports/b/rx_summary")
     drops = sum(d1[k] - d0[k] for k in ("drop_ring1_full", "drop_ring2_full"))
     return {
         "gbps": json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e9,

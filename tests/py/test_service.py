@@ -38,7 +38,7 @@ def test_sigterm_stops_the_daemon_and_up_reattaches_without_the_vms_losing_their
         mac_before = t.sh("a", "cat /sys/class/net/eth0/address").stdout
         # A ping that runs across the restart: 0.1 s apart, 15 s at most.
         ping = t.popen("a", "ping -i 0.1 -w 15 198.18.71.2", stdout=subprocess.PIPE, text=True)
-        hvlab.eventually(lambda: t.stats("/ports/a/txSummary")["frames"] >= 3)
+        hvlab.eventually(lambda: t.stats("/ports/a/tx_summary")["frames"] >= 3)
         pid = daemon_pid(t)
         os.kill(pid, signal.SIGTERM)
         hvlab.eventually(lambda: not Path(f"/proc/{pid}").exists(), timeout=10)

@@ -79,7 +79,7 @@ def test_file_arrives_intact_both_ways(tmp_path, lro, tso, mtu, queues):
     with hvlab.Topology(tmp_path, [vm("a", "10.62.0.1", **settings), vm("b", "10.62.0.2", **settings)]) as t:
         assert transfer(t, "a", "b", "10.62.0.2", data) == (want, 24 << 20)
         assert transfer(t, "b", "a", "10.62.0.1", data, port=5556) == (want, 24 << 20)
-        rx = t.stats("/ports/b/rxSummary")
+        rx = t.stats("/ports/b/rx_summary")
         if lro and not tso:
             assert rx["lro_frames"] > 0, rx
         if not lro:
@@ -143,17 +143,17 @@ def test_broadcast_and_unknown_unicast_flood(tmp_path):
     with hvlab.Topology(tmp_path, vms) as t:
         a_mac = next(p["mac"] for p in json.loads(t.hv("ports", "--json").stdout) if p["client"] == "a")
         src = bytes.fromhex(a_mac.replace(":", ""))
-        before = {v: t.stats(f"/ports/{v}/rxSummary")["offered"] for v in "abc"}
+        before = {v: t.stats(f"/ports/{v}/rx_summary")["offered"] for v in "abc"}
         bcast = b"\xff" * 6 + src + b"\x88\xb5" + b"hvnet-flood-test".ljust(46, b"\0")
         unknown = bytes.fromhex("02aabbccddee") + src + b"\x88\xb5" + b"unknown-unicast".ljust(46, b"\0")
         raw_send(t, "a", bcast)
         raw_send(t, "a", unknown)
-        offered = lambda: {v: t.stats(f"/ports/{v}/rxSummary")["offered"] for v in "abc"}  # noqa: E731
+        offered = lambda: {v: t.stats(f"/ports/{v}/rx_summary")["offered"] for v in "abc"}  # noqa: E731
         after = hvlab.eventually(lambda: (lambda o: o if o["c"] - before["c"] >= 6 else None)(offered())) or offered()
         # IPv6 neighbour discovery may add a few frames; ours are 6 per port.
         assert after["b"] - before["b"] >= 6 and after["c"] - before["c"] >= 6
         assert after["a"] - before["a"] < 6
-        tx = t.stats("/ports/a/txSummary")
+        tx = t.stats("/ports/a/tx_summary")
         assert tx["flooded"] >= 6
         assert_accounted(t, ["a", "b", "c"])
 
@@ -187,9 +187,9 @@ def test_a_guest_cannot_take_over_another_ports_mac(tmp_path):
         frame = b"\xff" * 6 + bytes.fromhex(b_mac.replace(":", "")) + b"\x88\xb5" + b"steal".ljust(46, b"\0")
         raw_send(t, "a", frame, count=3)
         deadline = time.time() + 5
-        while time.time() < deadline and t.stats("/ports/a/txSummary")["fdb_learn_refused"] == 0:
+        while time.time() < deadline and t.stats("/ports/a/tx_summary")["fdb_learn_refused"] == 0:
             time.sleep(0.05)
-        assert t.stats("/ports/a/txSummary")["fdb_learn_refused"] >= 1
+        assert t.stats("/ports/a/tx_summary")["fdb_learn_refused"] >= 1
         t.sh("c", "ping -c 2 -i 0.2 -W 2 10.65.1.2")
         assert_accounted(t, ["a", "b", "c"])
 
@@ -198,13 +198,13 @@ def test_forged_source_mac_is_dropped_by_policy(tmp_path):
     with hvlab.Topology(tmp_path, [vm("a", "10.66.0.1"), vm("b", "10.66.0.2")]) as t:
         forged = b"\xff" * 6 + bytes.fromhex("02deadbeef01") + b"\x88\xb5" + b"forged".ljust(46, b"\0")
         raw_send(t, "a", forged, count=4)
-        hvlab.eventually(lambda: t.stats("/ports/a/txSummary")["drop_policy"] >= 4)
-        assert t.stats("/ports/a/txSummary")["drop_policy"] == 4
+        hvlab.eventually(lambda: t.stats("/ports/a/tx_summary")["drop_policy"] >= 4)
+        assert t.stats("/ports/a/tx_summary")["drop_policy"] == 4
         t.hv("port", "a", "set", "allow_forged_transmits=on")
-        frames = t.stats("/ports/a/txSummary")["frames"]
+        frames = t.stats("/ports/a/tx_summary")["frames"]
         raw_send(t, "a", forged, count=2)
-        hvlab.eventually(lambda: t.stats("/ports/a/txSummary")["frames"] >= frames + 2)
-        assert t.stats("/ports/a/txSummary")["drop_policy"] == 4
+        hvlab.eventually(lambda: t.stats("/ports/a/tx_summary")["frames"] >= frames + 2)
+        assert t.stats("/ports/a/tx_summary")["drop_policy"] == 4
         assert_accounted(t, ["a", "b"])
 
 
@@ -241,7 +241,7 @@ def test_oversized_frame_is_dropped_not_truncated(tmp_path):
     with hvlab.Topology(tmp_path, [vm("a", "10.69.0.1", mtu=9000, tso=False), vm("b", "10.69.0.2", mtu=1500)]) as t:
         t.sh("a", "ping -c 1 -W 2 10.69.0.2")
         t.sh("a", "ping -c 2 -i 0.2 -W 1 -M do -s 4000 10.69.0.2", check=False)
-        assert t.stats("/ports/b/rxSummary")["drop_mtu_exceeded"] >= 2
+        assert t.stats("/ports/b/rx_summary")["drop_mtu_exceeded"] >= 2
 
 
 def test_bad_topology_is_refused_with_line_before_anything_is_created(tmp_path):
@@ -282,7 +282,7 @@ def test_file_arrives_intact_with_io_uring(tmp_path, monkeypatch, lro):
         assert transfer(t, "a", "b", "10.72.0.2", data) == (want, 16 << 20)
         assert transfer(t, "b", "a", "10.72.0.1", data, port=5556) == (want, 16 << 20)
         if lro:
-            assert t.stats("/ports/b/rxSummary")["lro_frames"] > 0
+            assert t.stats("/ports/b/rx_summary")["lro_frames"] > 0
         assert_accounted(t, ["a", "b"])
 
 

@@ -71,11 +71,11 @@ def test_file_arrives_intact_both_ways(tmp_path, lro, tso, vm_lro, host_tso):
     data.write_bytes(os.urandom(24 << 20))
     want = (hashlib.sha256(data.read_bytes()).hexdigest(), 24 << 20)
     with topology(tmp_path, lro=lro, tso=tso, vm_lro=vm_lro, host_tso=host_tso) as t:
-        before = t.stats("/uplinks/up0/txSummary")
+        before = t.stats("/uplinks/up0/tx_summary")
         assert transfer(t, "ext", "a", VM_IP, data) == want
         assert transfer(t, "a", "ext", EXT_IP, data, port=5556) == want
-        up_in = t.stats("/uplinks/up0/txSummary")
-        up_out = t.stats("/uplinks/up0/rxSummary")
+        up_in = t.stats("/uplinks/up0/tx_summary")
+        up_out = t.stats("/uplinks/up0/rx_summary")
         # What the wire delivered: coalesced by the device's GRO only with
         # lro = "hardware" (a host with TSO sends GSO frames itself).
         coalesced = up_in["gso_frames"] - before["gso_frames"]
@@ -150,8 +150,8 @@ def test_bad_frames_from_the_wire_are_counted_and_the_rest_forwarded(tmp_path):
                 f"s.bind(('eth0', 0)); [s.send(bytes.fromhex(h)) for h in sys.argv[1:]]\" "
                 + " ".join(f.hex() for f in bad * 10))
         t.sh("ext", send)
-        assert hvlab.eventually(lambda: t.stats("/uplinks/up0/txSummary")["drop_bad_frame"] >= 30), \
-            t.stats("/uplinks/up0/txSummary")
+        assert hvlab.eventually(lambda: t.stats("/uplinks/up0/tx_summary")["drop_bad_frame"] >= 30), \
+            t.stats("/uplinks/up0/tx_summary")
         t.sh("ext", f"ping -c 3 -i 0.2 -W 2 {VM_IP}")
         assert_accounted(t, ["a", "up0"])
 

@@ -116,7 +116,7 @@ def test_file_arrives_intact_both_ways(tmp_path, shared_dir, offloads):
         assert transfer(t, "b", "a", A, data, port=5556) == want
         assert transfer(t, "a", "c", C, data, port=5557) == want
         assert transfer(t, "c", "a", A, data, port=5558) == want
-        rx = t.stats("/ports/b/rxSummary")
+        rx = t.stats("/ports/b/rx_summary")
         if offloads == "on":
             assert rx["gso_intact_frames"] > 0, rx
         else:
@@ -201,19 +201,19 @@ def test_testpmd_virtio_user_front_ends_exchange_frames(tmp_path):
         try:
             assert hvlab.eventually(lambda: ports(t)["b"]["link"] == "up", timeout=30)
             tx = Pmd("a", sock("a"), mac_a, "txonly", ["--eth-peer=0," + mac_b])
-            assert hvlab.eventually(lambda: t.stats("/ports/b/rxSummary")["delivered_frames"] > 10000, timeout=30)
+            assert hvlab.eventually(lambda: t.stats("/ports/b/rx_summary")["delivered_frames"] > 10000, timeout=30)
         finally:
             tx_log = tx.stop() if tx else ""
             hvlab.eventually(lambda: t.stats("/ports/b/accounting")["egress"]["in_flight"] == 0, timeout=5)
             # testpmd b has taken from its ring all hvnet put there (its
             # once-a-second statistics say so) before it is stopped.
-            delivered = t.stats("/ports/b/rxSummary")["delivered_frames"]
+            delivered = t.stats("/ports/b/rx_summary")["delivered_frames"]
             hvlab.eventually(lambda: "RX-packets" in rx.text() and pmd_count(rx.text(), "RX") >= delivered,
                              timeout=30, every=0.2)
             rx_log = rx.stop()
         sent, got = pmd_count(tx_log, "TX"), pmd_count(rx_log, "RX")
         a_in = t.stats("/ports/a/accounting")["ingress"]
-        b_out = t.stats("/ports/b/rxSummary")
+        b_out = t.stats("/ports/b/rx_summary")
         # What testpmd a sent was read by hvnet, but for what was still on
         # its transmit ring when it left (testpmd counts a frame when it
         # puts it there; at most the ring's 256); everything hvnet
@@ -245,13 +245,13 @@ def test_a_front_end_that_never_reads_fills_its_ring_and_nobody_else_suffers(tmp
         try:
             assert hvlab.eventually(lambda: ports(t)["b"]["link"] == "up", timeout=30)
             talker = Pmd("a", sock("a"), mac_a, "txonly", ["--eth-peer=0," + mac_b])
-            assert hvlab.eventually(lambda: t.stats("/ports/b/rxSummary")["drop_virtqueue_full"] > 1000, timeout=30)
+            assert hvlab.eventually(lambda: t.stats("/ports/b/rx_summary")["drop_virtqueue_full"] > 1000, timeout=30)
             t.sh("c", "ping -c 5 -i 0.2 -W 2 198.18.19.4")
         finally:
             if talker:
                 talker.stop()
             deaf.stop()
-        rx = t.stats("/ports/b/rxSummary")
+        rx = t.stats("/ports/b/rx_summary")
         # The ring held what the guest posted and no more.
         assert rx["delivered_frames"] <= 4096, rx
         assert_accounted(t, ["a", "b", "c", "d"])
@@ -271,11 +271,11 @@ def test_the_guest_sets_its_queue_pairs_and_offloads_on_its_control_queue(tmp_pa
         assert all(n > 0 for n in per_queue), per_queue
         # LRO into the guest follows its driver: off with rx-gro-hw off
         # (hvnet segments for it), on again after.
-        before = t.stats("/ports/b/rxSummary")
+        before = t.stats("/ports/b/rx_summary")
         t.sh("b", "ethtool -K eth0 rx-gro-hw off")
         assert json.loads(t.hv("port", "b", "--json").stdout)["effective"]["lro"] is False
         t.sh("a", f"iperf3 -c {B} -t 2 -J > /dev/null")
-        after = t.stats("/ports/b/rxSummary")
+        after = t.stats("/ports/b/rx_summary")
         assert after["segmented_frames"] > before["segmented_frames"], (before, after)
         assert after["gso_intact_frames"] == before["gso_intact_frames"], (before, after)
         t.sh("b", "ethtool -K eth0 rx-gro-hw on")

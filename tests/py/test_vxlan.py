@@ -54,14 +54,14 @@ def test_tcp_with_linux_vxlan_both_ways(tmp_path, tso, udp_csum):
         assert v["vni"] == VNI and v["remotes"][0]["mac"], v
         ext_mac = t.sh("ext", f"cat /sys/class/net/vx{VNI}/address").stdout.strip()
         assert any(m["mac"] == ext_mac and m["remote"] == REMOTE for m in v["remote_macs"]), v
-        up_in = t.stats("/uplinks/up0/txSummary")
+        up_in = t.stats("/uplinks/up0/tx_summary")
         assert up_in["decapsulated"] > 1000 and up_in["drop_bad_vxlan"] == 0, up_in
-        out = t.stats("/uplinks/up0/rxSummary")
+        out = t.stats("/uplinks/up0/rx_summary")
         # The VM's TSO frames cross the tunnel whole to the endpoint, which
         # segments them (the underlay socket takes no tunnelled GSO frame).
         assert (out["segmented_frames"] > 0) == tso, out
         # The inner frames were coalesced for the VM (its LRO).
-        assert t.stats("/ports/a/rxSummary")["lro_frames"] > 0
+        assert t.stats("/ports/a/rx_summary")["lro_frames"] > 0
         assert_accounted(t, ["a", "up0"])
 
 
@@ -76,7 +76,7 @@ def test_outer_headers_as_linux_builds_them(tmp_path):
         for port in (7001, 7002, 7003, 7004):
             t.sh("a", f"{os.sys.executable} -c \"import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
                       f"[s.sendto(b'x'*100, ('{EXT_IP}', {port})) for _ in range(3)]\"")
-        assert hvlab.eventually(lambda: t.stats("/uplinks/up0/rxSummary")["delivered_frames"] >= 12)
+        assert hvlab.eventually(lambda: t.stats("/uplinks/up0/rx_summary")["delivered_frames"] >= 12)
         cap.terminate()
         pcap, _ = cap.communicate(timeout=10)
         path = tmp_path / "underlay.pcap"
@@ -150,17 +150,17 @@ def test_vxlan_lies_from_the_wire_are_counted_and_the_tunnel_goes_on(tmp_path):
             "drop_not_tunnel": [vxlan_frame(up_mac, ext_mac, good_inner, dport=4790),  # another UDP port
                                 vxlan_frame(up_mac, ext_mac, good_inner, dst_ip="198.18.9.9")],
         }
-        before = t.stats("/uplinks/up0/txSummary")
+        before = t.stats("/uplinks/up0/tx_summary")
         frames = [f for fs in cases.values() for f in fs]
         t.sh("ext", f"{os.sys.executable} -c \"import socket,sys; s=socket.socket(socket.AF_PACKET, socket.SOCK_RAW); "
                     f"s.bind(('eth0', 0)); [s.send(bytes.fromhex(h)) for h in sys.argv[1:]]\" "
                     + " ".join(f.hex() for f in frames * 5))
 
         def counted():
-            now = t.stats("/uplinks/up0/txSummary")
+            now = t.stats("/uplinks/up0/tx_summary")
             return all(now[k] - before[k] >= 5 * len(fs) for k, fs in cases.items()) and now
 
-        assert hvlab.eventually(counted), (before, t.stats("/uplinks/up0/txSummary"))
+        assert hvlab.eventually(counted), (before, t.stats("/uplinks/up0/tx_summary"))
         t.sh("a", f"ping -c 3 -i 0.2 -W 2 {EXT_IP}")
         assert_accounted(t, ["a", "up0"])
 

@@ -61,7 +61,7 @@ enum Cmd {
     /// List ports: number, type, switch, MAC, client (as `net-stats -l`).
     Ports(#[command(flatten)] switch_cmd::Target),
     /// Show a node of the statistics tree, as vsish does:
-    /// /ports/PORT/{clientStats,txSummary,rxSummary,accounting,rxqueues/N/status}.
+    /// /ports/PORT/{client_stats,tx_summary,rx_summary,accounting,rxqueues/N/status}.
     Stats {
         /// Tree path (default: the root, which lists its children).
         #[arg(default_value = "/")]

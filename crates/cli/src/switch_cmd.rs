@@ -80,10 +80,14 @@ pub(crate) fn call(t: &Target, req: Request) -> Result<Value, String> {
         _ => format!("control socket {}: {e}", sock.display()),
     })?;
     if r.ok {
-        Ok(r.data)
-    } else {
-        Err(r.error)
+        return Ok(r.data);
     }
+    // With --json, the refusal typed too (on stdout, where the answer
+    // would have been), for scripts; the words go to stderr as always.
+    if let (true, Some(detail)) = (t.json, &r.detail) {
+        println!("{}", serde_json::json!({ "error": detail }));
+    }
+    Err(r.error)
 }
 
 /// `hvnet up FILE`

@@ -6,11 +6,12 @@
 
 use crate::daemon::state_dir;
 use crate::guest::{self, Guest};
-use crate::proto::{Reply, Request};
+use crate::proto::{CtlError, Reply, Request};
 use crate::rtnl::{LinkChange, Rtnl};
 use crate::state::{read_state, write_state};
 use crate::topology::{Topology, VmKind};
 use crate::views;
+use hvnet_datapath::switch::SettingError;
 use hvnet_datapath::{PortSettings, Switch};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -65,9 +66,9 @@ pub(crate) fn spawn(
                     let _ = conn.set_write_timeout(Some(IO_TIMEOUT));
                     answer(
                         &conn,
-                        Err(format!(
+                        Err(CtlError::refused(format!(
                             "busy: {MAX_CLIENTS} clients are being served; try again"
-                        )),
+                        ))),
                     );
                     continue;
                 }
@@ -92,17 +93,16 @@ fn restart_guest(
     guests: &Mutex<Vec<Guest>>,
     vm: &str,
     start: bool,
-) -> Result<Value, String> {
-    let spec = topo
-        .vms
-        .iter()
-        .find(|v| v.name == vm)
-        .ok_or_else(|| format!("no VM named {vm:?}"))?;
+) -> Result<Value, CtlError> {
+    let spec = topo.vms.iter().find(|v| v.name == vm).ok_or_else(|| {
+        let names = topo.vms.iter().map(|v| v.name.clone()).collect();
+        CtlError::not_found("VM", vm, names)
+    })?;
     if spec.kind != VmKind::Uml {
-        return Err(format!(
+        return Err(CtlError::refused(format!(
             "vm {vm} is a {} VM; only uml guests are started by hvnet",
             spec.kind.name()
-        ));
+        )));
     }
     let dir = state_dir(&topo.name);
     let mut all = guests.lock().expect("guests lock");
@@ -112,7 +112,7 @@ fn restart_guest(
     if !start {
         return Ok(json!({"vm": vm, "running": false}));
     }
-    let mut g = guest::start_uml(topo, spec, &dir).map_err(|e| e.to_string())?;
+    let mut g = guest::start_uml(topo, spec, &dir).map_err(CtlError::failed)?;
     let pid = g.pid();
     let r = guest::wait_ready(&mut g, &dir);
     all.push(g);
@@ -120,7 +120,7 @@ fn restart_guest(
         s.guests = all.iter().map(Guest::pid).collect();
         let _ = write_state(&dir, &s);
     }
-    r.map_err(|e| e.to_string())?;
+    r.map_err(CtlError::failed)?;
     Ok(json!({"vm": vm, "running": true, "pid": pid}))
 }
 
@@ -133,10 +133,7 @@ fn serve(cx: &Ctl, conn: UnixStream) {
     let mut line = String::new();
     match reader.read_line(&mut line) {
         Ok(_) if line.len() > MAX_REQUEST => {
-            return answer(
-                &conn,
-                Err(format!("request larger than {MAX_REQUEST} bytes: refused")),
-            )
+            return answer(&conn, Err(CtlError::TooLarge { limit: MAX_REQUEST }))
         }
         Ok(_) => {}
         Err(_) => return,
@@ -181,19 +178,8 @@ fn serve(cx: &Ctl, conn: UnixStream) {
     answer(&conn, reply);
 }
 
-fn answer(conn: &UnixStream, reply: Result<Value, String>) {
-    let reply = match reply {
-        Ok(data) => Reply {
-            ok: true,
-            data,
-            error: String::new(),
-        },
-        Err(error) => Reply {
-            ok: false,
-            data: Value::Null,
-            error,
-        },
-    };
+fn answer(conn: &UnixStream, reply: Result<Value, CtlError>) {
+    let reply = Reply::new(reply);
     let mut out = serde_json::to_string(&reply).expect("reply serializes");
     out.push('\n');
     let _ = (&*conn).write_all(out.as_bytes());
@@ -234,14 +220,20 @@ fn by_name(sw: &Switch, req: Request) -> Request {
 /// every key known, every value of its setting's kind, or an error that
 /// names the field and what it takes. Nothing is applied here; the caller
 /// checks ranges against the switch before changing anything.
-pub fn merge_settings(cur: &PortSettings, changes: Value) -> Result<PortSettings, String> {
+pub fn merge_settings(cur: &PortSettings, changes: Value) -> Result<PortSettings, CtlError> {
     let mut cur = serde_json::to_value(cur).expect("settings serialize");
     let Value::Object(ch) = changes else {
-        return Err("changes must be an object".into());
+        return Err(CtlError::BadRequest {
+            reason: "changes must be an object".into(),
+        });
     };
     for (k, v) in ch {
         let Some(now) = cur.get(&k) else {
-            return Err(format!("unknown setting {k:?}; settings are lro, tso, csum, mtu, ring1, ring2, allow_forged_transmits, rx_overflow, delivery"));
+            let allowed = cur.as_object().map(|o| o.keys().cloned().collect());
+            return Err(CtlError::UnknownSetting {
+                setting: k,
+                allowed: allowed.unwrap_or_default(),
+            });
         };
         // Each value's kind checked here, named in the CLI's words.
         let shown = match &v {
@@ -249,34 +241,43 @@ pub fn merge_settings(cur: &PortSettings, changes: Value) -> Result<PortSettings
             Value::String(w) => w.clone(),
             other => other.to_string(),
         };
+        let bad = |allowed: String| CtlError::BadValue {
+            setting: k.clone(),
+            value: shown.clone(),
+            allowed,
+        };
         if k == "mtu" && v.as_u64().is_some_and(|m| m > 9000) {
-            return Err(format!(
-                "mtu={shown}: mtu takes a number ({})",
-                range_of(&k)
-            ));
+            return Err(bad(format!("a number ({})", range_of(&k))));
         }
         match (now, &v) {
-            (Value::Bool(_), Value::Bool(_))
-            | (Value::Number(_), Value::Number(_))
-            | (Value::String(_), Value::String(_)) => {}
-            (Value::Bool(_), _) => return Err(format!("{k}={shown}: {k} takes on or off")),
-            (Value::Number(_), _) => {
-                return Err(format!(
-                    "{k}={shown}: {k} takes a number ({})",
-                    range_of(&k)
-                ))
-            }
-            _ => return Err(format!("{k}={shown}: {k} takes a word ({})", range_of(&k))),
+            (Value::Bool(_), Value::Bool(_)) | (Value::Number(_), Value::Number(_)) => {}
+            (Value::String(_), Value::String(w)) if words_of(&k).contains(&w.as_str()) => {}
+            (Value::Bool(_), _) => return Err(bad("on or off".into())),
+            (Value::Number(_), _) => return Err(bad(format!("a number ({})", range_of(&k)))),
+            _ => return Err(bad(format!("a word ({})", range_of(&k)))),
         }
         cur[&k] = v;
     }
-    serde_json::from_value(cur).map_err(|e| format!("bad value: {e}"))
+    serde_json::from_value(cur).map_err(|e| CtlError::BadRequest {
+        reason: format!("bad value: {e}"),
+    })
 }
 
 /// Parses one request line (what a client sent, at most [`MAX_REQUEST`]
 /// bytes).
-pub fn parse_request(line: &str) -> Result<Request, String> {
-    serde_json::from_str(line).map_err(|e| format!("bad request: {e}"))
+pub fn parse_request(line: &str) -> Result<Request, CtlError> {
+    serde_json::from_str(line).map_err(|e| CtlError::BadRequest {
+        reason: e.to_string(),
+    })
+}
+
+/// The words a setting that takes a word accepts.
+fn words_of(k: &str) -> &'static [&'static str] {
+    match k {
+        "rx_overflow" => &["drop", "backpressure"],
+        "delivery" => &["auto", "thread"],
+        _ => &[],
+    }
 }
 
 /// The values a setting takes, for errors.
@@ -290,16 +291,35 @@ fn range_of(k: &str) -> &'static str {
     }
 }
 
+/// The switch's refusal of a setting, typed.
+fn setting_error(e: SettingError) -> CtlError {
+    match e {
+        SettingError::NoPort(name) => CtlError::not_found("port", &name, Vec::new()),
+        SettingError::Range {
+            setting,
+            value,
+            min,
+            max,
+        } => CtlError::BadValue {
+            setting: setting.into(),
+            value: value.to_string(),
+            allowed: format!("a number ({min}..{max})"),
+        },
+        SettingError::Fixed(reason) => CtlError::Refused { reason },
+        SettingError::Device(reason) => CtlError::Failed { reason },
+    }
+}
+
 fn handle(
     sw: &Arc<Switch>,
     topo: &Topology,
     req: Request,
     unprivileged: bool,
-) -> Result<Value, String> {
+) -> Result<Value, CtlError> {
     let port = |name: &str| {
         sw.port(name)
             .cloned()
-            .ok_or_else(|| format!("no port named {name:?}"))
+            .ok_or_else(|| CtlError::not_found("port", name, views::port_names(sw, false)))
     };
     match req {
         Request::Ports => Ok(views::ports(sw, &topo.name)),
@@ -310,12 +330,12 @@ fn handle(
             let new = merge_settings(&p.settings(), changes)?;
             // Checked before anything changes: a refused value leaves the
             // guest's MTU as it was.
-            sw.check_settings(&name, &new).map_err(|e| e.to_string())?;
+            sw.check_settings(&name, &new).map_err(setting_error)?;
             if new.mtu != p.settings().mtu && p.dev.vhost_user().is_some() {
-                return Err("a real guest sets its own MTU (ip link set eth0 mtu … inside it); its port's mtu is what the switch takes".into());
+                return Err(CtlError::refused("a real guest sets its own MTU (ip link set eth0 mtu … inside it); its port's mtu is what the switch takes"));
             }
             if new.mtu != p.settings().mtu && !p.is_uplink() && unprivileged {
-                return Err(format!("the daemon gave up root after bring-up (--drop-privileges): {name}'s MTU is set in its topology file, not at run time"));
+                return Err(CtlError::refused(format!("the daemon gave up root after bring-up (--drop-privileges): {name}'s MTU is set in its topology file, not at run time")));
             }
             if new.mtu != p.settings().mtu && !p.is_uplink() {
                 let ns = topo.netns_of(&name);
@@ -325,10 +345,10 @@ fn handle(
                 };
                 Rtnl::in_netns(&ns)
                     .and_then(|mut rtnl| rtnl.set_link("eth0", &change))
-                    .map_err(|e| e.to_string())?;
+                    .map_err(CtlError::failed)?;
             }
             let old = p.settings();
-            sw.set_port(&name, new).map_err(|e| e.to_string())?;
+            sw.set_port(&name, new).map_err(setting_error)?;
             tracing::info!(port = %name, from = %json!(old), to = %json!(p.settings()), "settings changed");
             Ok(views::port_settings(&p))
         }
@@ -349,6 +369,8 @@ fn handle(
             Ok(json!("stopping"))
         }
         Request::Counters => Ok(views::counters(sw)),
-        Request::Restart { .. } | Request::Kill { .. } => Err("served by the daemon".into()),
+        Request::Restart { .. } | Request::Kill { .. } => {
+            Err(CtlError::refused("served by the daemon"))
+        }
     }
 }

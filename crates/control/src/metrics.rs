@@ -3,7 +3,7 @@
 //! encoded by the Prometheus project's own Rust client
 //! (`prometheus-client`) and served over HTTP by `tiny_http`.
 //!
-//! Names follow the tree: `/ports/P/txSummary` key `frames` is
+//! Names follow the tree: `/ports/P/tx_summary` key `frames` is
 //! `hvnet_tx_summary_frames_total{port="P",kind="vm"}`, an uplink's the same
 //! with `kind="uplink"`; every `drop_REASON` key of a node becomes one
 //! family with a `reason` label (`hvnet_tx_summary_drops_total{reason=…}`);
@@ -137,7 +137,7 @@ fn collect(sw: &Switch) -> BTreeMap<String, Family> {
             ("port".into(), p.name.clone()),
             ("kind".into(), kind.into()),
         ];
-        for node in ["clientStats", "txSummary", "rxSummary", "accounting"] {
+        for node in ["client_stats", "tx_summary", "rx_summary", "accounting"] {
             let path = format!("/{dir}/{{port}}/{node}");
             if let Ok(v) = views::stats(sw, &format!("/{dir}/{}/{node}", p.name)) {
                 flatten(&mut families, &snake(node), &path, "", &v, &labels);

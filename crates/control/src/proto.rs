@@ -61,9 +61,127 @@ pub struct Reply {
     /// The data, when ok.
     #[serde(default)]
     pub data: Value,
-    /// What went wrong, when not.
+    /// What went wrong, when not, in words.
     #[serde(default)]
     pub error: String,
+    /// What went wrong, typed: for scripts, which act on its `kind` and
+    /// the values it names rather than on the words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<CtlError>,
+}
+
+impl Reply {
+    /// The answer to a request: its data, or why it was refused.
+    pub fn new(result: Result<Value, CtlError>) -> Reply {
+        match result {
+            Ok(data) => Reply {
+                ok: true,
+                data,
+                error: String::new(),
+                detail: None,
+            },
+            Err(e) => Reply {
+                ok: false,
+                data: Value::Null,
+                error: e.to_string(),
+                detail: Some(e),
+            },
+        }
+    }
+}
+
+/// Why the daemon refused a request. Serialized with a `kind` tag
+/// (`{"kind": "bad_value", "setting": "mtu", "value": "99999", "allowed":
+/// "a number (68..9000)"}`); displayed as the CLI says it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum CtlError {
+    /// The request is not one the daemon knows, or not JSON.
+    #[error("bad request: {reason}")]
+    BadRequest {
+        /// What the parser said.
+        reason: String,
+    },
+    /// The request line is longer than the daemon reads.
+    #[error("request larger than {limit} bytes: refused")]
+    TooLarge {
+        /// The limit, in bytes.
+        limit: usize,
+    },
+    /// No port, uplink, VM, queue or stats node of that name.
+    #[error("no {what} named {name:?}{}", choices_text(.choices))]
+    NotFound {
+        /// `port`, `uplink`, `vm`, `queue` or `stats node`.
+        what: String,
+        /// The name asked for.
+        name: String,
+        /// The names there are (empty where they are too many to list).
+        choices: Vec<String>,
+    },
+    /// A setting `port set` does not know.
+    #[error("unknown setting {setting:?}; settings are {}", .allowed.join(", "))]
+    UnknownSetting {
+        /// The key given.
+        setting: String,
+        /// The settings there are.
+        allowed: Vec<String>,
+    },
+    /// A value the setting does not take.
+    #[error("{setting}={value}: {setting} takes {allowed}")]
+    BadValue {
+        /// The setting.
+        setting: String,
+        /// The value given, in the CLI's words.
+        value: String,
+        /// What it takes: `on or off`, `a number (68..9000)`, `a word
+        /// (auto or thread)`.
+        allowed: String,
+    },
+    /// A valid request this port, guest or daemon does not allow.
+    #[error("{reason}")]
+    Refused {
+        /// Why.
+        reason: String,
+    },
+    /// The request was allowed but the system failed to carry it out.
+    #[error("{reason}")]
+    Failed {
+        /// What failed.
+        reason: String,
+    },
+}
+
+fn choices_text(choices: &[String]) -> String {
+    if choices.is_empty() {
+        String::new()
+    } else {
+        format!(" (there are: {})", choices.join(", "))
+    }
+}
+
+impl CtlError {
+    /// A refusal, in words.
+    pub fn refused(reason: impl Into<String>) -> CtlError {
+        CtlError::Refused {
+            reason: reason.into(),
+        }
+    }
+
+    /// A failure of the system, in words.
+    pub fn failed(reason: impl ToString) -> CtlError {
+        CtlError::Failed {
+            reason: reason.to_string(),
+        }
+    }
+
+    /// Nothing called `name` among `choices`.
+    pub fn not_found(what: &str, name: &str, choices: Vec<String>) -> CtlError {
+        CtlError::NotFound {
+            what: what.into(),
+            name: name.into(),
+            choices,
+        }
+    }
 }
 
 /// Sends one request and reads the reply.

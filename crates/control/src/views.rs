@@ -3,6 +3,7 @@
 //! `ethtool -g/-k`-style port settings, and the FDB. Each is plain JSON;
 //! the CLI prints it as a table or, with `--json`, as is.
 
+use crate::proto::CtlError;
 use hvnet_datapath::{Port, Switch};
 use serde_json::{json, Value};
 
@@ -56,15 +57,15 @@ fn client_stats(p: &Port) -> Value {
     let i = p.ingress_stats();
     let e = p.egress_stats();
     json!({
-        "pktsTxOK": i.forwarded,
-        "bytesTxOK": i.bytes,
-        "droppedTx": i.drops(),
-        "pktsTxGSO": i.gso_frames,
-        "pktsRxOK": e.delivered_frames,
-        "bytesRxOK": e.delivered_bytes,
-        "droppedRx": e.drops(),
-        "pktsRxLRO": e.lro_frames,
-        "bytesRxLRO": e.lro_bytes,
+        "pkts_tx_ok": i.forwarded,
+        "bytes_tx_ok": i.bytes,
+        "dropped_tx": i.drops(),
+        "pkts_tx_gso": i.gso_frames,
+        "pkts_rx_ok": e.delivered_frames,
+        "bytes_rx_ok": e.delivered_bytes,
+        "dropped_rx": e.drops(),
+        "pkts_rx_lro": e.lro_frames,
+        "bytes_rx_lro": e.lro_bytes,
     })
 }
 
@@ -145,33 +146,57 @@ pub fn port_settings(p: &Port) -> Value {
     v
 }
 
+/// The names of the switch's ports (or only its uplinks), for errors.
+pub fn port_names(sw: &Switch, uplinks_only: bool) -> Vec<String> {
+    sw.ports
+        .iter()
+        .filter(|p| !uplinks_only || p.is_uplink())
+        .map(|p| p.name.clone())
+        .collect()
+}
+
+/// vsish's node names (`clientStats`, `txSummary`, `rxSummary`), taken as
+/// hvnet's, so that a path typed from vSphere habit finds its node.
+fn vsish_alias(part: &str) -> &str {
+    match part {
+        "clientStats" => "client_stats",
+        "txSummary" => "tx_summary",
+        "rxSummary" => "rx_summary",
+        other => other,
+    }
+}
+
 /// `hvnet stats PATH`: a node of the tree
-/// `/ports/<port>/{clientStats,txSummary,rxSummary,accounting,rxqueues/<n>/status}`
+/// `/ports/<port>/{client_stats,tx_summary,rx_summary,accounting,rxqueues/<n>/status}`
 /// (every port, as seen from its device: a VM's rx queues are what the
 /// switch delivers to it) and
-/// `/uplinks/<uplink>/{clientStats,txSummary,rxSummary,accounting,rxqueues/<n>/status,txqueues/<n>/status}`
+/// `/uplinks/<uplink>/{client_stats,tx_summary,rx_summary,accounting,rxqueues/<n>/status,txqueues/<n>/status}`
 /// (an uplink's rx queues are what it receives from the wire, its tx
 /// queues what the switch sends out); an inner node lists its children.
-pub fn stats(sw: &Switch, path: &str) -> Result<Value, String> {
-    let parts: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+pub fn stats(sw: &Switch, path: &str) -> Result<Value, CtlError> {
+    let parts: Vec<&str> = path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(vsish_alias)
+        .collect();
     let port = |name: &str| {
         sw.port(name)
-            .ok_or_else(|| format!("no port named {name:?}"))
+            .ok_or_else(|| CtlError::not_found("port", name, port_names(sw, false)))
     };
     let uplink = |name: &str| {
         sw.port(name)
             .filter(|p| p.is_uplink())
-            .ok_or_else(|| format!("no uplink named {name:?}"))
+            .ok_or_else(|| CtlError::not_found("uplink", name, port_names(sw, true)))
     };
     let queue = |q: &str, n: usize| {
         q.parse::<usize>()
             .ok()
             .filter(|&q| q < n)
-            .ok_or_else(|| format!("no queue {q:?} (queues 0..{n})"))
+            .ok_or_else(|| CtlError::not_found("queue", q, (0..n).map(|q| q.to_string()).collect()))
     };
     let list = |names: Vec<String>| Value::Array(names.into_iter().map(Value::String).collect());
     let queues = |n: usize| list((0..n).map(|q| format!("{q}/")).collect());
-    let summary = ["clientStats", "txSummary", "rxSummary", "accounting"];
+    let summary = ["client_stats", "tx_summary", "rx_summary", "accounting"];
     match parts.as_slice() {
         [] => Ok(json!(["ports/", "uplinks/"])),
         ["ports"] => Ok(list(
@@ -214,17 +239,16 @@ pub fn stats(sw: &Switch, path: &str) -> Result<Value, String> {
             })
         }
         ["uplinks", p, "vxlan"] => {
-            let v = uplink(p)?
-                .tunnel
-                .as_ref()
-                .ok_or_else(|| format!("uplink {p} is not a VXLAN tunnel endpoint"))?;
+            let v = uplink(p)?.tunnel.as_ref().ok_or_else(|| {
+                CtlError::refused(format!("uplink {p} is not a VXLAN tunnel endpoint"))
+            })?;
             Ok(serde_json::to_value(v.view(std::time::Instant::now())).expect("serialize"))
         }
-        ["ports" | "uplinks", p, "clientStats"] => Ok(client_stats(port(p)?)),
-        ["ports" | "uplinks", p, "txSummary"] => {
+        ["ports" | "uplinks", p, "client_stats"] => Ok(client_stats(port(p)?)),
+        ["ports" | "uplinks", p, "tx_summary"] => {
             Ok(serde_json::to_value(port(p)?.ingress_stats()).expect("serialize"))
         }
-        ["ports" | "uplinks", p, "rxSummary"] => Ok(rx_summary(port(p)?)),
+        ["ports" | "uplinks", p, "rx_summary"] => Ok(rx_summary(port(p)?)),
         ["ports" | "uplinks", p, "accounting"] => Ok(accounting(port(p)?)),
         ["ports", p, "rxqueues"] | ["uplinks", p, "txqueues"] => Ok(queues(port(p)?.rxq.len())),
         ["uplinks", p, "rxqueues"] => Ok(queues(uplink(p)?.ingress.len())),
@@ -234,15 +258,18 @@ pub fn stats(sw: &Switch, path: &str) -> Result<Value, String> {
         }
         ["ports", p, "rxqueues", q, "status"] | ["uplinks", p, "txqueues", q, "status"] => {
             let p = port(p)?;
-            rx_queue_status(p, queue(q, p.rxq.len())?).ok_or_else(|| format!("no queue {q}"))
+            rx_queue_status(p, queue(q, p.rxq.len())?)
+                .ok_or_else(|| CtlError::not_found("queue", q, Vec::new()))
         }
         ["uplinks", p, "rxqueues", q, "status"] => {
             let p = uplink(p)?;
             let q = queue(q, p.ingress.len())?;
             Ok(json!({ "counters": p.ingress[q].snapshot() }))
         }
-        _ => Err(format!(
-            "no stats node {path:?}; try `hvnet stats /ports` or `hvnet stats /uplinks`"
-        )),
+        _ => Err(CtlError::NotFound {
+            what: "stats node".into(),
+            name: path.into(),
+            choices: vec!["/ports".into(), "/uplinks".into()],
+        }),
     }
 }

@@ -10,7 +10,7 @@
 //!   drop_* + in_flight`, where a coalesced frame delivers as many source
 //!   frames as it merged and `in_flight` is what sits in GRO runs and rings.
 //!
-//! A sample of `hvnet stats .../rxSummary --json`:
+//! A sample of `hvnet stats .../rx_summary --json`:
 //! `{"offered": 6290, "delivered_frames": 801, "delivered_source_frames": 6290,
 //!   "lro_frames": 144, "lro_segments": 5645, "drop_ring1_full": 0, ...}`
 

@@ -405,9 +405,24 @@ pub enum SettingError {
     /// No such port.
     #[error("no port named {0}")]
     NoPort(String),
-    /// Out of range.
+    /// A value outside what the setting takes.
+    #[error("{setting} {value} is outside {min}..{max}")]
+    Range {
+        /// The setting.
+        setting: &'static str,
+        /// The value refused.
+        value: u64,
+        /// Its smallest value.
+        min: u64,
+        /// Its largest value.
+        max: u64,
+    },
+    /// A setting this port does not let change.
     #[error("{0}")]
-    Range(String),
+    Fixed(String),
+    /// The device refused the change.
+    #[error("{0}")]
+    Device(String),
 }
 
 impl Switch {
@@ -526,7 +541,7 @@ impl Switch {
         validate_settings(new)?;
         let fixed = |s: &PortSettings| (s.tso, s.csum, s.lro, s.mtu, s.allow_forged_transmits);
         if p.is_uplink() && fixed(&p.settings()) != fixed(new) {
-            return Err(SettingError::Range(
+            return Err(SettingError::Fixed(
                 "an uplink's lro, tso, csum, mtu and allow_forged_transmits are set in its topology; ring1, ring2, rx_overflow and delivery may change".into(),
             ));
         }
@@ -542,7 +557,7 @@ impl Switch {
         if (old.tso, old.csum) != (new.tso, new.csum) {
             if let Device::Tap(tap) = &p.dev {
                 tap.set_offload(hvnet_port::tap_offload_flags(new.csum, new.tso))
-                    .map_err(|e| SettingError::Range(format!("cannot change offloads: {e}")))?;
+                    .map_err(|e| SettingError::Device(format!("cannot change offloads: {e}")))?;
             }
         }
         for q in &p.rxq {
@@ -607,18 +622,19 @@ fn supervise(
 
 /// Checks settings ranges (also used for topology files).
 pub fn validate_settings(s: &PortSettings) -> Result<(), SettingError> {
-    if !(68..=9000).contains(&s.mtu) {
-        return Err(SettingError::Range(format!(
-            "mtu {} is outside 68..9000",
-            s.mtu
-        )));
-    }
-    for (name, v) in [("ring1", s.ring1), ("ring2", s.ring2)] {
-        if !(32..=ring::MAX_RING).contains(&v) {
-            return Err(SettingError::Range(format!(
-                "{name} size {v} is outside 32..{}",
-                ring::MAX_RING
-            )));
+    let ring = |setting, v: usize| (setting, v as u64, 32, ring::MAX_RING as u64);
+    for (setting, value, min, max) in [
+        ("mtu", u64::from(s.mtu), 68, 9000),
+        ring("ring1", s.ring1),
+        ring("ring2", s.ring2),
+    ] {
+        if !(min..=max).contains(&value) {
+            return Err(SettingError::Range {
+                setting,
+                value,
+                min,
+                max,
+            });
         }
     }
     Ok(())

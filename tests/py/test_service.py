@@ -62,6 +62,16 @@ def test_sigterm_stops_the_daemon_and_up_reattaches_without_the_vms_losing_their
         seqs = [int(w.split("=")[1]) for line in out.splitlines() for w in line.split() if w.startswith("icmp_seq=")]
         assert seqs and max(seqs) > 30, out  # answered after the restart too
         assert state(t)["restarts"] == 1
+        # A re-attached VM that disappears (its namespace deleted) takes its
+        # port down, as a fresh one does; the switch goes on for the others.
+        hvlab.run(["ip", "netns", "del", t.ns("b")])
+
+        def link(name):
+            ports = json.loads(t.hv("ports", "--json").stdout)
+            return next(p["link"] for p in ports if p["name"] == name)
+        hvlab.eventually(lambda: link("b") != "up", timeout=10)
+        assert link("a") == "up"
+        hvlab.eventually(lambda: "the VM's namespace was deleted" in Path(f"/run/hvnet/{t.name}/daemon.log").read_text())
 
 
 def test_daemon_in_the_foreground_exits_0_on_sigterm_and_sigint(tmp_path):

@@ -177,11 +177,14 @@ def test_an_underlay_mtu_without_room_for_vxlan_is_said(tmp_path):
 
 
 def test_netqueue_at_a_tunnel_endpoint_filters_on_the_inner_destination(tmp_path):
+    from test_observe import free_port, scrape
+    metrics = free_port()
     t = hvlab.Topology(
         tmp_path, [dict(name="a", ipv4=VM_IP + "/24")], prefix="vx",
         uplinks=[dict(name="up0", device="", mtu=1550, queues=2, netqueue=True,
                       vxlan=dict(vni=VNI, local=LOCAL + "/24", remotes=[REMOTE]))],
-        hosts=[dict(name="ext", uplink="up0", ipv4=REMOTE + "/24")])
+        hosts=[dict(name="ext", uplink="up0", ipv4=REMOTE + "/24")],
+        up_args=[f"--metrics=127.0.0.1:{metrics}"])
     with t:
         linux_vxlan(t)
         f = t.stats("/uplinks/up0/filters")
@@ -192,3 +195,11 @@ def test_netqueue_at_a_tunnel_endpoint_filters_on_the_inner_destination(tmp_path
         q1 = [t.stats(f"/uplinks/up0/rxqueues/{q}/status")["counters"]["decapsulated"] for q in range(2)]
         assert q1[1] - q0[1] >= 20 and q1[0] == q0[0], (q0, q1)
         assert_accounted(t, ["a", "up0"])
+        # The endpoint and its filters in the metrics, as `hvnet stats` has them.
+        _, m = scrape(metrics)
+        up = (("kind", "uplink"), ("port", "up0"))
+        assert m[("hvnet_netqueue_filters_known", tuple(sorted(up + (("queue", "1"),))))] == 1
+        v = t.stats("/uplinks/up0/vxlan")
+        assert m[("hvnet_vxlan_remotes_known", up)] == len(v["remotes"]) >= 1
+        assert m[("hvnet_vxlan_remote_macs_known", up)] == len(v["remote_macs"]) >= 1
+        assert m[("hvnet_vxlan_remote_macs_refused_total", up)] == v["remote_macs_refused"] == 0

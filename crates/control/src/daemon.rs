@@ -21,7 +21,7 @@ use crate::state::{
 pub use crate::state::{state_dir, topologies, RUN_DIR};
 use crate::topology::VmKind;
 use crate::topology::{self, Topology};
-use crate::watch::Watch;
+use crate::watch::{NetnsWatch, Watch};
 use hvnet_datapath::{Switch, SwitchConfig};
 use serde::Serialize;
 use std::net::SocketAddr;
@@ -474,6 +474,12 @@ pub fn daemon(
         ),
     }
     let mut watch = Watch::new(&sw);
+    let mut netns_watch = NetnsWatch::new(
+        topo.vms
+            .iter()
+            .filter(|v| v.kind == VmKind::Netns)
+            .map(|v| (v.name.clone(), topo.netns(v))),
+    );
     while !sw.stopping() {
         if term.load(Ordering::Relaxed) {
             tracing::info!("signal received: stopping (the VMs keep their NICs; `hvnet up` re-attaches, `hvnet down` removes them)");
@@ -483,6 +489,7 @@ pub fn daemon(
         std::thread::sleep(Duration::from_millis(100));
         reap_guests(&dir, &guests);
         watch.check(&sw, &threads);
+        netns_watch.check();
     }
     for g in guests.lock().expect("guests lock").iter_mut() {
         g.kill();

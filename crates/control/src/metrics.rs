@@ -48,6 +48,7 @@ fn is_gauge(key: &str) -> bool {
         "_memory_bytes",
         "_size",
         "_used",
+        "_known",
     ]
     .iter()
     .any(|s| key.ends_with(s))
@@ -164,8 +165,60 @@ fn collect(sw: &Switch) -> BTreeMap<String, Family> {
                 flatten(&mut families, node, &path, "", &v, &l);
             }
         }
+        if p.is_uplink() {
+            uplink_extras(sw, &p.name, &labels, &mut families);
+        }
     }
     families
+}
+
+/// An uplink's VXLAN endpoint (its counters, and how many remotes and
+/// inner MACs it knows) and its NetQueue filters (how many per queue).
+fn uplink_extras(
+    sw: &Switch,
+    name: &str,
+    labels: &Labels,
+    families: &mut BTreeMap<String, Family>,
+) {
+    if let Ok(v) = views::stats(sw, &format!("/uplinks/{name}/vxlan")) {
+        let count = |k: &str| v[k].as_array().map_or(0, Vec::len);
+        let summary = serde_json::json!({
+            "arp_requests_sent": v["arp_requests_sent"],
+            "arp_replies_sent": v["arp_replies_sent"],
+            "remote_macs_refused": v["remote_macs_refused"],
+            "remotes_known": count("remotes"),
+            "remote_macs_known": count("remote_macs"),
+        });
+        flatten(
+            families,
+            "vxlan",
+            "/uplinks/{port}/vxlan",
+            "",
+            &summary,
+            labels,
+        );
+    }
+    if let Ok(v) = views::stats(sw, &format!("/uplinks/{name}/filters")) {
+        let mut per_queue: BTreeMap<u64, u64> = BTreeMap::new();
+        for f in v["filters"].as_array().into_iter().flatten() {
+            *per_queue
+                .entry(f["queue"].as_u64().unwrap_or(0))
+                .or_default() += 1;
+        }
+        for (q, n) in per_queue {
+            let mut l = labels.clone();
+            l.push(("queue".into(), q.to_string()));
+            let summary = serde_json::json!({ "filters_known": n });
+            flatten(
+                families,
+                "netqueue",
+                "/uplinks/{port}/filters",
+                "",
+                &summary,
+                &l,
+            );
+        }
+    }
 }
 
 /// The switch, as a collector the registry asks at each scrape.

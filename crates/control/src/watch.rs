@@ -56,3 +56,50 @@ impl Watch {
         }
     }
 }
+
+/// Namespace VMs whose namespace may be deleted under the daemon (`ip
+/// netns del`, the user's or a test's): the VM is gone, so its NIC must go
+/// and its port down. A NIC whose queues were opened inside the namespace
+/// (re-attached after a restart) holds the namespace alive, so deleting
+/// its name alone would leave the port up: the daemon deletes the NIC
+/// itself, through the handle it kept, and the port sees its device gone.
+pub struct NetnsWatch {
+    vms: Vec<(String, String, std::fs::File)>,
+}
+
+impl NetnsWatch {
+    /// Keeps a handle on each VM's namespace (`(vm, namespace)` pairs).
+    pub fn new(vms: impl IntoIterator<Item = (String, String)>) -> NetnsWatch {
+        NetnsWatch {
+            vms: vms
+                .into_iter()
+                .filter_map(|(vm, ns)| Some((vm, ns.clone(), hvnet_sys::netns::open(&ns).ok()?)))
+                .collect(),
+        }
+    }
+
+    /// Removes the NIC of each VM whose namespace's name no longer names
+    /// the namespace the daemon holds.
+    pub fn check(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        let same = |ns: &str, handle: &std::fs::File| {
+            let now = std::fs::metadata(crate::state::netns_path(ns));
+            let held = handle.metadata();
+            matches!((now, held), (Ok(a), Ok(b)) if (a.dev(), a.ino()) == (b.dev(), b.ino()))
+        };
+        self.vms.retain(|(vm, ns, handle)| {
+            if same(ns, handle) {
+                return true;
+            }
+            let removed = crate::rtnl::run_in_netns(handle, || {
+                crate::rtnl::Rtnl::new().and_then(|mut r| r.del_link("eth0"))
+            });
+            match removed {
+                Ok(Ok(())) => tracing::warn!(vm = %vm, netns = %ns, "the VM's namespace was deleted: its NIC removed, its port goes down"),
+                Ok(Err(e)) => tracing::info!(vm = %vm, netns = %ns, error = %e, "the VM's namespace was deleted"),
+                Err(e) => tracing::warn!(vm = %vm, netns = %ns, error = %e, "the VM's namespace was deleted; cannot enter it to remove its NIC"),
+            }
+            false
+        });
+    }
+}

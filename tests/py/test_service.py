@@ -137,6 +137,16 @@ def test_two_concurrent_ups_of_one_topology(tmp_path):
         assert "being brought up or down" in err or "already up" in err, err
         t.sh("a", "ping -c 1 -W 2 198.18.75.2")
         assert len(state(t)["namespaces"]) == 2
+        lock = Path(f"/run/hvnet/.{t.name}.lock")
+        assert lock.exists()
+        # Two concurrent downs: one removes, the other is refused or finds
+        # nothing; the lock file goes with the topology.
+        downs = [subprocess.Popen([hvlab.hvnet_bin(), "down", t.name], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        results = [(p.wait(timeout=60), p.stdout.read() + p.stderr.read()) for p in downs]
+        assert 0 in [c for c, _ in results], results
+        hvlab.hvnet("down", t.name)
+        assert not lock.exists() and not Path(f"/run/hvnet/{t.name}").exists()
     finally:
         t.__exit__(None, None, None)
 

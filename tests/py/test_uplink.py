@@ -169,6 +169,7 @@ def test_bad_uplinks_are_refused_before_anything_is_created(tmp_path):
     assert r.returncode != 0 and '"hardware", "off"' in r.stderr and f"{t.file}:" in r.stderr, r.stderr
     assert links() == before
     assert not (hvlab.Path("/run/netns") / t.ns("a")).exists()
+    assert not hvlab.Path(f"/run/hvnet/.{t.name}.lock").exists()  # nothing left behind, not even a lock
 
 
 def test_netqueue_filters_each_vms_frames_to_its_own_queue(tmp_path):

@@ -205,8 +205,25 @@ pub fn up(
     require_root()?;
     let text = read_topology_text(file)?;
     let topo = topology::load(file)?;
-    let _lock = lock_topology(&topo.name)?;
-    let bringup = prepare(&topo, &text)?;
+    let name = topo.name.clone();
+    let lock = lock_topology(&name)?;
+    let report = up_locked(topo, &text, file, exe, metrics, drop_privileges);
+    // Refused before anything was made, or undone: no lock file is left.
+    if report.is_err() && !state_dir(&name).exists() {
+        lock.remove();
+    }
+    report
+}
+
+fn up_locked(
+    topo: Topology,
+    text: &str,
+    file: &Path,
+    exe: &Path,
+    metrics: Option<SocketAddr>,
+    drop_privileges: bool,
+) -> Result<UpReport, DaemonError> {
+    let bringup = prepare(&topo, text)?;
     let dir = state_dir(&topo.name);
     create_state_dir(&dir)?;
     let file = file
@@ -298,8 +315,13 @@ pub struct DownReport {
 pub fn down(name: &str) -> Result<DownReport, DaemonError> {
     topology::check_topology_name(name).map_err(DaemonError::Other)?;
     require_root()?;
-    let _lock = lock_topology(name)?;
-    down_locked(name)
+    let lock = lock_topology(name)?;
+    let report = down_locked(name);
+    // Gone, or never there: its lock file goes too.
+    if report.is_ok() || read_state(&state_dir(name)).is_none() {
+        lock.remove();
+    }
+    report
 }
 
 fn down_locked(name: &str) -> Result<DownReport, DaemonError> {

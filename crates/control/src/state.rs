@@ -112,29 +112,56 @@ pub(crate) fn create_state_dir(dir: &Path) -> Result<(), DaemonError> {
 /// `down` of the same topology is refused instead of racing the first.
 /// Released when dropped (an `flock`, so also when the process dies).
 pub struct TopologyLock {
-    _file: File,
+    file: File,
+    path: PathBuf,
+}
+
+impl TopologyLock {
+    /// Removes the lock file (a `down` that removed the topology), while
+    /// still holding it: whoever opened it before sees, once it has the
+    /// lock, that its file is no longer the one at the path and tries again
+    /// on a fresh one. So no lock file outlives its topology.
+    pub fn remove(self) {
+        let _ = std::fs::remove_file(&self.path);
+        drop(self.file);
+    }
 }
 
 /// Takes the lock of topology `name`, or says who is holding it.
 pub fn lock_topology(name: &str) -> Result<TopologyLock, DaemonError> {
+    use std::os::unix::fs::MetadataExt;
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(RUN_DIR)
         .map_err(io_err(format!("create {RUN_DIR}")))?;
     let path = Path::new(RUN_DIR).join(format!(".{name}.lock"));
-    let file = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(io_err(format!("open {}", path.display())))?;
-    match file.try_lock() {
-        Ok(()) => Ok(TopologyLock { _file: file }),
-        Err(std::fs::TryLockError::WouldBlock) => Err(DaemonError::Other(format!(
-            "topology {name} is being brought up or down by another hvnet command; wait for it to finish"
-        ))),
-        Err(std::fs::TryLockError::Error(e)) => Err(io_err(format!("lock {}", path.display()))(e)),
+    loop {
+        let file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io_err(format!("open {}", path.display())))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(DaemonError::Other(format!(
+                    "topology {name} is being brought up or down by another hvnet command; wait for it to finish"
+                )))
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(io_err(format!("lock {}", path.display()))(e))
+            }
+        }
+        // Locked; but a `down` may have removed this file meanwhile.
+        let held = file.metadata().map(|m| (m.dev(), m.ino()));
+        let now = std::fs::metadata(&path).map(|m| (m.dev(), m.ino()));
+        if let (Ok(a), Ok(b)) = (held, now) {
+            if a == b {
+                return Ok(TopologyLock { file, path });
+            }
+        }
     }
 }
 

@@ -203,3 +203,37 @@ def test_netqueue_at_a_tunnel_endpoint_filters_on_the_inner_destination(tmp_path
         assert m[("hvnet_vxlan_remotes_known", up)] == len(v["remotes"]) >= 1
         assert m[("hvnet_vxlan_remote_macs_known", up)] == len(v["remote_macs"]) >= 1
         assert m[("hvnet_vxlan_remote_macs_refused_total", up)] == v["remote_macs_refused"] == 0
+
+
+def test_rss_at_a_tunnel_endpoint_spreads_by_the_inner_flow(tmp_path):
+    """Many overlay flows between the same two hosts share one outer
+    address pair: RSS at the endpoint hashes the inner flow (Toeplitz,
+    computed here independently) and spreads them."""
+    from test_uplink import toeplitz
+    queues = 4
+    t = hvlab.Topology(
+        tmp_path, [dict(name="a", ipv4=VM_IP + "/24")], prefix="vx",
+        uplinks=[dict(name="up0", device="", mtu=1550, queues=queues, rss=True,
+                      vxlan=dict(vni=VNI, local=LOCAL + "/24", remotes=[REMOTE]))],
+        hosts=[dict(name="ext", uplink="up0", ipv4=REMOTE + "/24")])
+    with t:
+        linux_vxlan(t)
+        assert t.stats("/uplinks/up0/filters")["inner"]
+        t.sh("ext", f"ping -c 1 -W 2 {VM_IP}")
+
+        def per_queue():
+            return [t.stats(f"/uplinks/up0/rxqueues/{q}/status")["counters"]["decapsulated"] for q in range(queues)]
+
+        seen = set()
+        for sport in range(41000, 41010):
+            inner = socket.inet_aton(EXT_IP) + socket.inet_aton(VM_IP) + struct.pack("!HH", sport, 9)
+            want = (toeplitz(inner) & 127) % queues
+            before = per_queue()
+            t.sh("ext", f"python3 -c \"import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+                        f"s.bind(('{EXT_IP}', {sport})); [s.sendto(b'x' * 64, ('{VM_IP}', 9)) for _ in range(20)]\"")
+            hvlab.eventually(lambda: sum(per_queue()) - sum(before) >= 20)
+            after = per_queue()
+            assert [q for q in range(queues) if after[q] - before[q] >= 20] == [want], (sport, want, before, after)
+            seen.add(want)
+        assert len(seen) >= 3, seen
+        assert_accounted(t, ["a", "up0"])

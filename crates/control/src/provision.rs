@@ -14,7 +14,7 @@ use crate::topology::{Host, Topology, Uplink, UplinkLro};
 use hvnet_datapath::tunnel::VtepConfig;
 use hvnet_datapath::PortSpec;
 use hvnet_port::netqueue::{Filter, Filters};
-use hvnet_port::{Device, TapPort, UplinkPort, VhostUserPort};
+use hvnet_port::{Device, Spread, TapPort, UplinkPort, VhostUserPort};
 use std::path::Path;
 
 /// Creates one VM (or, after a daemon restart, re-attaches to it): a
@@ -219,6 +219,17 @@ pub(crate) fn netqueue_filters(topo: &Topology, u: &Uplink) -> Option<Filters> {
     })
 }
 
+/// How the uplink's receive queues share what arrives.
+fn spread(topo: &Topology, u: &Uplink) -> Spread {
+    match netqueue_filters(topo, u) {
+        Some(f) => Spread::NetQueue(f),
+        None if u.rss => Spread::Rss {
+            tunnel: u.vxlan.is_some(),
+        },
+        None => Spread::FlowHash,
+    }
+}
+
 /// Takes over an uplink's device: up, its GRO as the uplink's `lro`
 /// says, an MTU at least the uplink's; then opens its receive queues.
 pub(crate) fn open_uplink(topo: &Topology, u: &Uplink) -> Result<PortSpec, DaemonError> {
@@ -245,13 +256,12 @@ pub(crate) fn open_uplink(topo: &Topology, u: &Uplink) -> Result<PortSpec, Daemo
     let batched = u.vxlan.is_some() && usize::from(u.settings.mtu) + 18 <= hvnet_port::SMALL_FRAME;
     run(&["ethtool", "-K", dev, "gro", gro])?;
     Rtnl::new()?.set_link(dev, &up())?;
-    let port =
-        UplinkPort::open(dev, u.queues, netqueue_filters(topo, u), batched).map_err(|source| {
-            DaemonError::Uplink {
-                name: u.name.clone(),
-                source,
-            }
-        })?;
+    let port = UplinkPort::open(dev, u.queues, spread(topo, u), batched).map_err(|source| {
+        DaemonError::Uplink {
+            name: u.name.clone(),
+            source,
+        }
+    })?;
     let tunnel = match &u.vxlan {
         None => None,
         Some(v) => {

@@ -30,6 +30,8 @@
 //! mtu = 1500                # the wire's MTU (the device's must be at least this)
 //! vlan = 0                  # access VLAN, as on a VM's port
 //! netqueue = false          # true: each VM's MAC filtered to a queue of its own, the rest to queue 0
+//! rss = false               # true: queues spread by the Toeplitz hash of each flow (the inner one at a
+//!                           #   VXLAN endpoint), as a NIC's RSS; default: the kernel's flow hash
 //!
 //! [[host]]                  # an external host on an uplink's wire (tests, demos, the lab)
 //! name = "ext"              # its namespace is TOPOLOGY-NAME
@@ -95,8 +97,10 @@ struct UplinkRepr {
     ring1: usize,
     #[serde(default = "d_ring")]
     ring2: usize,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "hvnet_datapath::on_off")]
     netqueue: bool,
+    #[serde(default, deserialize_with = "hvnet_datapath::on_off")]
+    rss: bool,
     vxlan: Option<toml::Spanned<VxlanRepr>>,
 }
 
@@ -282,6 +286,9 @@ pub struct Uplink {
     /// Spread received frames by NetQueue's filters (each VM's MAC to a
     /// queue of its own, the rest to queue 0) instead of by flow hash.
     pub netqueue: bool,
+    /// Spread received frames by RSS (the Toeplitz hash of the flow)
+    /// instead of by the kernel's flow hash.
+    pub rss: bool,
 }
 
 /// An uplink's VXLAN tunnel endpoint.
@@ -686,8 +693,15 @@ fn parse_uplinks(
                 "netqueue needs queues = 2 or more (queue 0 is the default queue)".into(),
             ));
         }
+        if u.netqueue && u.rss {
+            return Err(bad(
+                "netqueue and rss both spread the queues; choose one (netqueue = true or rss = true)"
+                    .into(),
+            ));
+        }
         out.push(Uplink {
             netqueue: u.netqueue,
+            rss: u.rss,
             vxlan,
             name: u.name.clone(),
             device: device.clone(),

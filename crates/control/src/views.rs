@@ -235,6 +235,14 @@ pub fn stats(sw: &Switch, path: &str) -> Result<Value, CtlError> {
                     "tunnel": f.tunnel,
                     "filters": f.entries,
                 }),
+                None if u.spreads_by_rss() => json!({
+                    "spread": "rss",
+                    "hash": "toeplitz",
+                    "key": "microsoft default",
+                    "indirection_entries": 128,
+                    "inner": uplink(p)?.tunnel.is_some(),
+                    "filters": [],
+                }),
                 None => json!({"spread": "flow hash", "filters": []}),
             })
         }

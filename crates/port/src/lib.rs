@@ -15,7 +15,8 @@
 //! - [`virtq`]: frames in and out of a guest's virtqueues;
 //! - [`ctrlq`]: a guest's control virtqueue (queue pairs, offloads);
 //! - [`device`]: any of them, as the datapath sees a port's device;
-//! - [`netqueue`]: an uplink's receive filters, as the kernel runs them.
+//! - [`netqueue`]: an uplink's receive filters, as the kernel runs them;
+//! - [`rss_fanout`]: RSS (Toeplitz) at an uplink, as the kernel runs it.
 
 #![forbid(unsafe_code)]
 
@@ -24,6 +25,7 @@ pub mod device;
 pub mod netqueue;
 pub mod packet;
 pub mod pool;
+pub mod rss_fanout;
 pub mod tap;
 pub mod uplink;
 pub mod vhost_user;
@@ -37,6 +39,6 @@ pub use tap::{
     check, send, tap_offload_flags, vnet_bytes, write_frame, RecvError, TapError, TapPort,
     TapReader, MAX_GSO_SEGMENTS, VNET_HDR_LEN,
 };
-pub use uplink::{BatchReader, LinkState, UplinkPort};
+pub use uplink::{BatchReader, LinkState, Spread, UplinkPort};
 pub use vhost_user::{GuestOffloads, VhostUserPort};
 pub use virtq::VirtqError;

@@ -14,7 +14,7 @@ use hvnet_wire::MacAddr;
 use serde::Serialize;
 
 /// `SKF_LL_OFF`: loads from here on are relative to the link-layer header.
-const LL: u32 = (-0x20_0000i32) as u32;
+pub(crate) const LL: u32 = (-0x20_0000i32) as u32;
 const LD_W_ABS: u16 = 0x20;
 const LD_H_ABS: u16 = 0x28;
 const LD_B_ABS: u16 = 0x30;
@@ -22,7 +22,15 @@ const JEQ_K: u16 = 0x15;
 const RET_K: u16 = 0x06;
 /// Where a VXLAN frame's inner Ethernet header starts: outer Ethernet,
 /// IPv4 without options, UDP, VXLAN.
-const INNER: u32 = 14 + 20 + 8 + 8;
+pub(crate) const INNER: u32 = 14 + 20 + 8 + 8;
+/// What makes a frame VXLAN for us: IPv4 without options, UDP, to the
+/// VXLAN port (load, offset, value).
+pub(crate) const VXLAN_CHECKS: [(u16, u32, u32); 4] = [
+    (LD_H_ABS, 12, 0x0800),
+    (LD_B_ABS, 14, 0x45),
+    (LD_B_ABS, 23, 17),
+    (LD_H_ABS, 36, hvnet_wire::vxlan::PORT as u32),
+];
 /// The most filters one program holds (5 instructions each, well under
 /// the kernel's 4096).
 pub const MAX_FILTERS: usize = 512;
@@ -51,7 +59,7 @@ pub struct Filters {
     pub entries: Vec<Filter>,
 }
 
-fn insn(code: u16, jt: u8, jf: u8, k: u32) -> BpfInsn {
+pub(crate) fn insn(code: u16, jt: u8, jf: u8, k: u32) -> BpfInsn {
     BpfInsn { code, jt, jf, k }
 }
 
@@ -63,12 +71,7 @@ pub fn program(f: &Filters) -> Vec<BpfInsn> {
     let base = if f.tunnel {
         // VXLAN over IPv4 without options, UDP to 4789; anything else goes
         // to the default queue. Each check jumps to the final `ret 0`.
-        let checks: [(u16, u32, u32); 4] = [
-            (LD_H_ABS, 12, 0x0800),
-            (LD_B_ABS, 14, 0x45),
-            (LD_B_ABS, 23, 17),
-            (LD_H_ABS, 36, u32::from(hvnet_wire::vxlan::PORT)),
-        ];
+        let checks = VXLAN_CHECKS;
         let total = 2 * checks.len() + 5 * entries.len();
         for (i, (load, off, want)) in checks.into_iter().enumerate() {
             p.push(insn(load, 0, 0, LL.wrapping_add(off)));

@@ -14,10 +14,26 @@
 use crate::netqueue::{self, Filters};
 use crate::packet::Packet;
 use crate::pool::{Buf, Pool, SizeClass, HEADROOM};
+use crate::rss_fanout;
 use crate::tap::{check, read_result, RecvError};
 use hvnet_sys::{Fanout, FrameQueue, PacketError};
 use std::io::IoSliceMut;
 use std::sync::Mutex;
+
+/// How an uplink's receive queues share what arrives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Spread {
+    /// By the kernel's flow hash (a flow stays on one queue).
+    FlowHash,
+    /// By NetQueue's filters (a VM's MAC to its queue, the rest to 0).
+    NetQueue(Filters),
+    /// By RSS: the Toeplitz hash of the flow (the inner flow at a tunnel
+    /// endpoint) through a 128-entry indirection table, as a NIC does.
+    Rss {
+        /// The uplink is a VXLAN tunnel endpoint.
+        tunnel: bool,
+    },
+}
 
 /// An uplink: the packet sockets of one interface.
 #[derive(Debug)]
@@ -26,8 +42,11 @@ pub struct UplinkPort {
     ifindex: u32,
     queues: Vec<FrameQueue>,
     /// NetQueue's filters, when the queues are spread by them (else by the
-    /// kernel's flow hash).
+    /// kernel's flow hash, or by RSS).
     filters: Option<Mutex<Filters>>,
+    /// Spread by RSS (Toeplitz): `Some(tunnel)`, the inner flow's when a
+    /// tunnel endpoint.
+    rss: Option<bool>,
     /// Every frame fits a small buffer: read in batches ([`BatchReader`]).
     batched: bool,
 }
@@ -44,19 +63,23 @@ pub enum LinkState {
 }
 
 impl UplinkPort {
-    /// Opens `queues` receive queues on `device`, spread by the kernel's
-    /// flow hash, or by NetQueue's `filters` when given (and there are
-    /// several queues). `batched`: every frame the device delivers fits a
-    /// small buffer (its GRO is off and its MTU standard), so the queues
-    /// are read with `recvmmsg`.
+    /// Opens `queues` receive queues on `device`, spread as `spread` says
+    /// (when there are several queues). `batched`: every frame the device
+    /// delivers fits a small buffer (its GRO is off and its MTU standard),
+    /// so the queues are read with `recvmmsg`.
     pub fn open(
         device: &str,
         queues: usize,
-        filters: Option<Filters>,
+        spread: Spread,
         batched: bool,
     ) -> Result<UplinkPort, PacketError> {
-        let filters = filters.filter(|_| queues > 1);
-        let fanout = if filters.is_some() {
+        let (filters, rss) = match spread {
+            _ if queues < 2 => (None, None),
+            Spread::FlowHash => (None, None),
+            Spread::NetQueue(f) => (Some(f), None),
+            Spread::Rss { tunnel } => (None, Some(tunnel)),
+        };
+        let fanout = if filters.is_some() || rss.is_some() {
             Fanout::Program
         } else {
             Fanout::Hash
@@ -69,8 +92,14 @@ impl UplinkPort {
             ifindex,
             queues,
             filters: None,
+            rss,
             batched,
         };
+        if let Some(tunnel) = rss {
+            let n = port.queues.len() as u32;
+            let prog = rss_fanout::program(&hvnet_offload::rss::DEFAULT_KEY, n, tunnel);
+            port.load(&prog)?;
+        }
         match filters {
             None => Ok(port),
             Some(f) => {
@@ -84,13 +113,21 @@ impl UplinkPort {
     }
 
     fn install(&self, f: &Filters) -> Result<(), PacketError> {
-        hvnet_sys::set_fanout_program(&self.queues[0], &netqueue::program(f)).map_err(|source| {
-            PacketError::Sys {
-                call: "PACKET_FANOUT_DATA",
-                device: self.device.clone(),
-                source,
-            }
+        self.load(&netqueue::program(f))
+    }
+
+    fn load(&self, prog: &[hvnet_sys::BpfInsn]) -> Result<(), PacketError> {
+        hvnet_sys::set_fanout_program(&self.queues[0], prog).map_err(|source| PacketError::Sys {
+            call: "PACKET_FANOUT_DATA",
+            device: self.device.clone(),
+            source,
         })
+    }
+
+    /// True when the queues are spread by RSS (the Toeplitz hash, with
+    /// Microsoft's default key and a 128-entry table).
+    pub fn spreads_by_rss(&self) -> bool {
+        self.rss.is_some()
     }
 
     /// True when the queues are read in batches ([`BatchReader`]).

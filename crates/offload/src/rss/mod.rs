@@ -9,7 +9,7 @@
 
 mod toeplitz;
 
-pub use toeplitz::{toeplitz, Toeplitz, DEFAULT_KEY};
+pub use toeplitz::{toeplitz, window, Toeplitz, DEFAULT_KEY};
 
 use hvnet_wire::layers::{ip_protocol, Layers, NetKind};
 use hvnet_wire::{ipv4, ipv6, tcp, udp};

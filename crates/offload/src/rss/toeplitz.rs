@@ -20,8 +20,9 @@ fn max_input(key_len: usize) -> usize {
     key_len - 4
 }
 
-fn window(key: &[u8], bit: usize) -> u32 {
-    // The 32 key bits starting at `bit` (key bits beyond the end are 0).
+/// The 32 key bits starting at bit `bit` of `key` (bits beyond its end
+/// are 0): what an input bit at that position XORs into the hash.
+pub fn window(key: &[u8], bit: usize) -> u32 {
     let byte = bit / 8;
     let mut w: u64 = 0;
     for i in 0..5 {

@@ -61,6 +61,8 @@ CASES = [
     ("off", "hardware", True, False),
     ("hardware", "software", False, False),
     ("off", "software", False, True),
+    ("software", "hardware", True, False),
+    ("software", "software", False, False),
 ]
 
 
@@ -83,6 +85,14 @@ def test_file_arrives_intact_both_ways(tmp_path, lro, tso, vm_lro, host_tso):
             assert coalesced > 0, up_in
         else:
             assert coalesced == 0, up_in
+        # With lro = "software", hvnet coalesced what the wire brought
+        # before switching: several wire frames per forwarded frame.
+        merged = up_in["lro_segments"] - before["lro_segments"]
+        if lro == "software":
+            assert up_in["lro_frames"] > 0 and merged > 2 * up_in["lro_frames"], up_in
+            assert t.stats("/uplinks/up0/accounting")["ingress"]["lro_merged"] > 0
+        else:
+            assert up_in["lro_frames"] == 0, up_in
         # What went out: GSO frames whole with tso = "hardware", segmented
         # by hvnet with "software".
         if tso == "hardware":
@@ -166,7 +176,7 @@ def test_bad_uplinks_are_refused_before_anything_is_created(tmp_path):
     t = hvlab.Topology(tmp_path, [dict(name="a", ipv4=VM_IP + "/24")], prefix="up",
                        uplinks=[dict(name="up0", device="hvnosuch0", lro="sometimes")])
     r = hvlab.run([hvlab.hvnet_bin(), "up", t.file], check=False)
-    assert r.returncode != 0 and '"hardware", "off"' in r.stderr and f"{t.file}:" in r.stderr, r.stderr
+    assert r.returncode != 0 and '"hardware", "software", "off"' in r.stderr and f"{t.file}:" in r.stderr, r.stderr
     assert links() == before
     assert not (hvlab.Path("/run/netns") / t.ns("a")).exists()
     assert not hvlab.Path(f"/run/hvnet/.{t.name}.lock").exists()  # nothing left behind, not even a lock

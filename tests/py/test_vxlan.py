@@ -20,10 +20,10 @@ LOCAL, REMOTE = "198.18.9.1", "198.18.9.2"
 VM_IP, EXT_IP = "10.79.0.1", "10.79.0.100"
 
 
-def vxlan_topology(tmp_path, udp_csum=False, vm=None, mtu=1550):
+def vxlan_topology(tmp_path, udp_csum=False, vm=None, mtu=1550, lro="hardware"):
     return hvlab.Topology(
         tmp_path, [dict(name="a", ipv4=VM_IP + "/24", **(vm or {}))], prefix="vx",
-        uplinks=[dict(name="up0", device="", mtu=mtu,
+        uplinks=[dict(name="up0", device="", mtu=mtu, lro=lro,
                       vxlan=dict(vni=VNI, local=LOCAL + "/24", remotes=[REMOTE], port=4789, udp_csum=udp_csum))],
         hosts=[dict(name="ext", uplink="up0", ipv4=REMOTE + "/24")])
 
@@ -62,6 +62,21 @@ def test_tcp_with_linux_vxlan_both_ways(tmp_path, tso, udp_csum):
         assert (out["segmented_frames"] > 0) == tso, out
         # The inner frames were coalesced for the VM (its LRO).
         assert t.stats("/ports/a/rx_summary")["lro_frames"] > 0
+        assert_accounted(t, ["a", "up0"])
+
+
+def test_software_lro_at_a_tunnel_endpoint_coalesces_the_inner_frames(tmp_path):
+    """lro = "software": the endpoint coalesces the decapsulated inner
+    frames before switching; a VM without LRO gets them segmented again,
+    byte-exact."""
+    data, want = random_file(tmp_path)
+    with vxlan_topology(tmp_path, vm=dict(lro=False), lro="software") as t:
+        linux_vxlan(t)
+        t.sh("a", f"ping -c 2 -i 0.2 -W 2 {EXT_IP}")
+        assert transfer(t, "ext", "a", VM_IP, data) == want
+        up_in = t.stats("/uplinks/up0/tx_summary")
+        assert up_in["lro_frames"] > 0 and up_in["lro_segments"] > 2 * up_in["lro_frames"], up_in
+        assert t.stats("/ports/a/rx_summary")["segmented_frames"] > 0
         assert_accounted(t, ["a", "up0"])
 
 

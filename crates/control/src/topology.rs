@@ -25,7 +25,8 @@
 //! name = "up0"              # the port's name (as a VM's)
 //! device = "eth1"           # the interface, in the daemon's namespace
 //! queues = 2                # receive queues, each an AF_PACKET socket with its own thread
-//! lro = "hardware"          # "hardware": the device's GRO coalesces; "off"
+//! lro = "hardware"          # "hardware": the device's GRO coalesces; "software": hvnet's GRO, before
+//!                           #   switching; "off"
 //! tso = "hardware"          # "hardware": GSO frames go to the device whole; "software": hvnet segments
 //! mtu = 1500                # the wire's MTU (the device's must be at least this)
 //! vlan = 0                  # access VLAN, as on a VM's port
@@ -261,6 +262,10 @@ pub enum UplinkLro {
     /// The device's own GRO (a NIC's hardware LRO; on a veth, its GRO):
     /// frames reach the switch coalesced, with their GSO metadata.
     Hardware,
+    /// hvnet's GRO at the uplink (a hypervisor's software LRO): the
+    /// device's GRO off, what each receive queue reads in a batch
+    /// coalesced before it is switched.
+    Software,
     /// Nobody at the uplink: frames reach the switch as they crossed the
     /// wire (a VM's own LRO may still coalesce them on delivery).
     Off,
@@ -617,12 +622,13 @@ fn parse_uplinks(
         let lro = match u.lro.get_ref().as_str() {
             "hardware" => UplinkLro::Hardware,
             "off" => UplinkLro::Off,
-            "software" => {
-                return Err(bad_at(&u.lro,
-                    "lro = \"software\" (hvnet's GRO at the uplink) is not built yet; use \"hardware\" or \"off\"".into(),
+            "software" => UplinkLro::Software,
+            o => {
+                return Err(bad_at(
+                    &u.lro,
+                    format!("lro {o:?} is not one of \"hardware\", \"software\", \"off\""),
                 ))
             }
-            o => return Err(bad_at(&u.lro, format!("lro {o:?} is not one of \"hardware\", \"off\""))),
         };
         let tso = match u.tso.get_ref().as_str() {
             "hardware" => true,
@@ -641,7 +647,8 @@ fn parse_uplinks(
             return Err(bad(format!("vlan {} is outside 0..4094", u.vlan)));
         }
         let settings = PortSettings {
-            lro: false,
+            // At an uplink, `lro` is software LRO at its ingress.
+            lro: lro == UplinkLro::Software,
             tso,
             csum: true,
             mtu: u.mtu,
@@ -879,13 +886,23 @@ ipv4 = "10.1.0.100/24"
         };
         let (line, reason) = err("lro = \"off\"", "lro = \"maybe\"");
         assert_eq!(line, 20, "the lro line: {reason}");
-        assert!(reason.contains("\"hardware\", \"off\""), "{reason}");
+        assert!(
+            reason.contains("\"hardware\", \"software\", \"off\""),
+            "{reason}"
+        );
         assert!(err("tso = \"software\"", "tso = \"on\"")
             .1
             .contains("\"hardware\", \"software\""));
-        assert!(err("lro = \"off\"", "lro = \"software\"")
-            .1
-            .contains("not built yet"));
+        let sw = parse(&format!(
+            "{GOOD}{}",
+            UPLINK.replace("lro = \"off\"", "lro = \"software\"")
+        ))
+        .unwrap();
+        assert_eq!(sw.uplinks[0].lro, UplinkLro::Software);
+        assert!(
+            sw.uplinks[0].settings.lro,
+            "software LRO at the uplink's ingress"
+        );
         assert!(err("device = \"hvx0\"", "device = \"../x\"")
             .1
             .contains("not an interface name"));
@@ -915,7 +932,10 @@ ipv4 = "10.1.0.100/24"
         let cidr = GOOD.replace("10.1.0.1/24", "10.1.0.1");
         assert_eq!(parse(&cidr).unwrap_err().0, 5);
         let ring = GOOD.replace("queues = 4", "queues = 4\nring1 = 8192");
-        assert!(parse(&ring).unwrap_err().1.contains("ring1 size 8192"));
+        assert!(parse(&ring)
+            .unwrap_err()
+            .1
+            .contains("ring1 8192 is outside 32..4096"));
         assert!(parse("name = \"x\"").unwrap_err().1.contains("no [[vm]]"));
         assert!(parse("name = 3").is_err());
     }

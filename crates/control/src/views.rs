@@ -119,9 +119,13 @@ pub fn accounting(p: &Port) -> Value {
     let e = p.egress_stats();
     json!({
         "ingress": { "frames_in": i.frames, "forwarded": i.forwarded, "drops": i.drops(),
-                     "tunnel_control": i.tunnel_control, "balanced": i.balanced() },
+                     "tunnel_control": i.tunnel_control, "lro_merged": i.lro_merged(),
+                     "balanced": i.balanced() },
+        // In flight is what the identity leaves: never negative (nothing
+        // delivered or dropped that was not offered), 0 once idle.
         "egress": { "offered": e.offered, "delivered_source_frames": e.delivered_source_frames,
-                    "drops": e.drops(), "in_flight": e.in_flight() },
+                    "drops": e.drops(), "in_flight": e.in_flight(),
+                    "balanced": e.in_flight() >= 0 },
     })
 }
 

@@ -5,7 +5,8 @@
 //!
 //! Accounting, per port:
 //! - as ingress (frames from the guest or the wire): `frames = forwarded +
-//!   drop_* + tunnel_control`;
+//!   drop_* + tunnel_control + (lro_segments - lro_frames)`, the last the
+//!   frames an uplink's software LRO merged into others;
 //! - as egress (frames to the guest): `offered = delivered_source_frames +
 //!   drop_* + in_flight`, where a coalesced frame delivers as many source
 //!   frames as it merged and `in_flight` is what sits in GRO runs and rings.
@@ -93,6 +94,11 @@ counters! {
         /// its memory, device-writable, longer than any frame or changed
         /// while read.
         drop_bad_descriptor,
+        /// Coalesced frames an uplink's software LRO forwarded.
+        lro_frames,
+        /// Frames from the wire inside them (each of the others merged
+        /// into one of these).
+        lro_segments,
     }
 }
 
@@ -177,9 +183,14 @@ impl IngressStats {
             + self.drop_vni
             + self.drop_bad_descriptor
     }
-    /// True when every frame read is forwarded, dropped or consumed by a
-    /// tunnel endpoint.
+    /// Frames merged into another by software LRO at an uplink (forwarded
+    /// inside it).
+    pub fn lro_merged(&self) -> u64 {
+        self.lro_segments.saturating_sub(self.lro_frames)
+    }
+    /// True when every frame read is forwarded (alone, or merged into a
+    /// coalesced frame), dropped or consumed by a tunnel endpoint.
     pub fn balanced(&self) -> bool {
-        self.frames == self.forwarded + self.drops() + self.tunnel_control
+        self.frames == self.forwarded + self.drops() + self.tunnel_control + self.lro_merged()
     }
 }

@@ -94,7 +94,9 @@ pub fn on_off<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> 
 #[serde(deny_unknown_fields)]
 pub struct PortSettings {
     /// Software LRO for frames to this guest; also whether it takes GSO
-    /// frames whole. Default on, as in vSphere.
+    /// frames whole. Default on, as in vSphere. At an uplink: software LRO
+    /// of what arrives from the wire, before switching (`lro =
+    /// "software"`).
     #[serde(deserialize_with = "on_off")]
     pub lro: bool,
     /// The guest may hand us TSO frames (its `ethtool -k` shows TSO on).

@@ -8,6 +8,7 @@ use crate::counters::add;
 use crate::deliver::{self, Scratch};
 use crate::fdb::Learn;
 use crate::forward::{self, Action, Ingress};
+use crate::ingress_lro::IngressLro;
 use crate::ring::{self, Full, Lane, Slot};
 use crate::switch::{
     Delivery, Port, PortSettings, PortState, RingItem, RxOverflow, Switch, BACKPRESSURE_WAIT, BATCH,
@@ -86,6 +87,10 @@ struct State {
     last_sweep: Instant,
     /// When the current batch began.
     now: Instant,
+    /// An uplink's software LRO (`lro = "software"`), made on first use,
+    /// and the frames it made ready to switch.
+    ingress_lro: Option<IngressLro>,
+    lro_ready: Vec<Packet>,
 }
 
 impl Worker {
@@ -114,6 +119,8 @@ impl Worker {
             scratch: Scratch::default(),
             last_sweep: Instant::now(),
             now: Instant::now(),
+            ingress_lro: None,
+            lro_ready: Vec::new(),
         };
         Worker {
             cx: Ctx { sw, port, q },
@@ -269,7 +276,10 @@ impl State {
                     result = Batch::Frames;
                     match &cx.port.tunnel {
                         Some(vtep) => self.receive_tunnel(cx, vtep, pkt, now),
-                        None => self.forward(cx, pkt, now),
+                        None => {
+                            self.count_in(cx, &pkt);
+                            self.coalesce_or_switch(cx, pkt, now);
+                        }
                     }
                 }
                 Err(RecvError::WouldBlock) => break,
@@ -352,10 +362,37 @@ impl State {
         cx.sw.fdb.sweep(Instant::now(), Some(cx.port.id));
     }
 
-    /// Counts a frame in and forwards it.
-    fn forward(&mut self, cx: &Ctx, pkt: Packet, now: Instant) {
-        self.count_in(cx, &pkt);
-        self.switch_frame(cx, pkt, now);
+    /// A counted frame: coalesced first when the port is an uplink with
+    /// software LRO, else switched at once.
+    fn coalesce_or_switch(&mut self, cx: &Ctx, pkt: Packet, now: Instant) {
+        if !(cx.port.is_uplink() && self.settings[cx.port.id].lro) {
+            return self.switch_frame(cx, pkt, now);
+        }
+        let mut lro = self.ingress_lro.take().unwrap_or_else(IngressLro::new);
+        let mut ready = std::mem::take(&mut self.lro_ready);
+        let c = &cx.port.ingress[cx.q];
+        lro.receive(pkt, &mut self.pool, c, &mut |p| ready.push(p));
+        self.ingress_lro = Some(lro);
+        for p in ready.drain(..) {
+            self.switch_frame(cx, p, now);
+        }
+        self.lro_ready = ready;
+    }
+
+    /// End of a batch at an uplink with software LRO: what its table holds
+    /// is switched now.
+    fn flush_ingress_lro(&mut self, cx: &Ctx) {
+        let Some(mut lro) = self.ingress_lro.take() else {
+            return;
+        };
+        let mut ready = std::mem::take(&mut self.lro_ready);
+        let c = &cx.port.ingress[cx.q];
+        lro.flush(&mut self.pool, c, &mut |p| ready.push(p));
+        self.ingress_lro = Some(lro);
+        for p in ready.drain(..) {
+            self.switch_frame(cx, p, self.now);
+        }
+        self.lro_ready = ready;
     }
 
     fn count_in(&self, cx: &Ctx, pkt: &Packet) {
@@ -375,7 +412,7 @@ impl State {
         match vtep.receive(pkt, now) {
             Received::Inner(inner) => {
                 add(&c.decapsulated, 1);
-                self.switch_frame(cx, inner, now);
+                self.coalesce_or_switch(cx, inner, now);
             }
             Received::Arp(reply) => {
                 add(&c.tunnel_control, 1);
@@ -668,6 +705,7 @@ impl State {
     /// End of a batch: flush the LRO tables, then hand each destination
     /// queue its frames.
     fn end_batch(&mut self, cx: &Ctx) {
+        self.flush_ingress_lro(cx);
         for i in 0..self.active.len() {
             let (dst, q) = self.active[i];
             self.flush_gro(cx, dst, q);

@@ -1,0 +1,115 @@
+//! Software LRO at an uplink (`lro = "software"`): hvnet's GRO over what
+//! one receive queue read in a batch, before switching, so that the
+//! switch forwards one coalesced frame where the wire brought many — what
+//! a hypervisor's software LRO does when the NIC cannot. A coalesced frame
+//! is copied into one large buffer and forwarded as a GSO frame (a VM with
+//! LRO takes it whole, one without gets it segmented, as a VM's TSO frame);
+//! the rest pass as they came, in order.
+
+use crate::counters::{add, IngressCounters};
+use crate::worker::GRO_MAX_SEGMENTS;
+use hvnet_offload::gro::{Coalesced, GroConfig, GroOutput, GroTable};
+use hvnet_port::{Packet, Pool, SizeClass};
+
+/// One receive queue's ingress GRO table and its outputs.
+pub(crate) struct IngressLro {
+    table: GroTable<Packet>,
+    out: Vec<GroOutput<Packet>>,
+}
+
+impl IngressLro {
+    pub(crate) fn new() -> IngressLro {
+        IngressLro {
+            table: GroTable::new(GroConfig {
+                buckets: 64,
+                max_segments: GRO_MAX_SEGMENTS,
+                ..GroConfig::default()
+            }),
+            out: Vec::with_capacity(crate::switch::BATCH),
+        }
+    }
+
+    /// Offers one frame read from the wire; what is ready to forward is
+    /// handed to `forward` in order.
+    pub(crate) fn receive(
+        &mut self,
+        pkt: Packet,
+        pool: &mut Pool,
+        c: &IngressCounters,
+        forward: &mut impl FnMut(Packet),
+    ) {
+        let (layers, info) = (pkt.meta.layers, pkt.meta.offload);
+        let out = &mut self.out;
+        self.table
+            .receive_parsed(pkt, info, &layers, 0, &mut |o| out.push(o));
+        self.drain(pool, c, forward);
+    }
+
+    /// End of the batch: everything held goes out.
+    pub(crate) fn flush(
+        &mut self,
+        pool: &mut Pool,
+        c: &IngressCounters,
+        forward: &mut impl FnMut(Packet),
+    ) {
+        if self.table.held() > 0 {
+            let out = &mut self.out;
+            self.table.flush_all(&mut |o| out.push(o));
+            self.drain(pool, c, forward);
+        }
+    }
+
+    fn drain(&mut self, pool: &mut Pool, c: &IngressCounters, forward: &mut impl FnMut(Packet)) {
+        for o in self.out.drain(..) {
+            match o {
+                GroOutput::Single { mut frame, info } => {
+                    frame.meta.offload = info;
+                    forward(frame);
+                }
+                GroOutput::Coalesced(co) => match flatten(&co, pool) {
+                    Some(p) => {
+                        add(&c.lro_frames, 1);
+                        add(&c.lro_segments, u64::from(co.count));
+                        for s in co.into_segments() {
+                            pool.keep(s.buf.buf);
+                        }
+                        forward(p);
+                    }
+                    // No large buffer left under the port's cap (or, never
+                    // seen, a header that does not parse): the segments
+                    // go on as they came, each still whole.
+                    None => {
+                        add(&c.no_buffer_stalls, 1);
+                        for s in co.into_segments() {
+                            forward(s.buf);
+                        }
+                    }
+                },
+            }
+        }
+    }
+}
+
+/// The coalesced frame in one buffer, parsed once, with its GSO metadata.
+fn flatten(co: &Coalesced<Packet>, pool: &mut Pool) -> Option<Packet> {
+    let mut buf = pool.take(SizeClass::Large)?;
+    let len = co.len();
+    if len > buf.capacity() {
+        pool.keep(buf);
+        return None;
+    }
+    let header = co.header();
+    let storage = buf.storage_mut();
+    let head = hvnet_port::HEADROOM;
+    storage[head..head + header.len()].copy_from_slice(header);
+    let mut at = head + header.len();
+    for s in &co.segments {
+        let b = s.bytes();
+        storage[at..at + b.len()].copy_from_slice(b);
+        at += b.len();
+    }
+    buf.set_len(len);
+    Packet::parse(buf, co.info)
+        .map_err(|(b, _)| pool.keep(b))
+        .ok()
+}

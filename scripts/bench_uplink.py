@@ -32,10 +32,14 @@ sys.path[:0] = [str(ROOT / "lab")]
 
 import hvlab  # noqa: E402
 from hvnet_lab import measure  # noqa: E402
-from hvnet_lab.fabrics import A_IP, B_IP, BridgeUplink, HvnetUplink, HvnetVxlan, LinuxVxlan  # noqa: E402
+from hvnet_lab.fabrics import (  # noqa: E402
+    A_IP, B_IP, BridgeUplink, HvnetUplink, HvnetUplinkNoLro, HvnetUplinkSoftwareLro, HvnetVxlan, LinuxVxlan)
 
 FABRICS = {F.name: F for F in (HvnetUplink, BridgeUplink, HvnetVxlan, LinuxVxlan)}
-PAIRS = [("hvnet-uplink", "bridge-uplink"), ("hvnet-vxlan", "linux-vxlan")]
+# Not in the default set: the uplink's LRO variants (`--fabrics` names them).
+MORE = {F.name: F for F in (HvnetUplinkSoftwareLro, HvnetUplinkNoLro)}
+PAIRS = [("hvnet-uplink", "bridge-uplink"), ("hvnet-vxlan", "linux-vxlan"),
+         ("hvnet-uplink-swlro", "hvnet-uplink"), ("hvnet-uplink-nolro", "hvnet-uplink")]
 
 
 def run_one(f, direction, streams, seconds):
@@ -62,13 +66,19 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=3, help="runs per point, interleaved; the median is kept")
-    ap.add_argument("--fabrics", default=",".join(FABRICS), help="comma-separated, from " + ", ".join(FABRICS))
+    ap.add_argument("--fabrics", default=",".join(FABRICS),
+                    help="comma-separated, from " + ", ".join({**FABRICS, **MORE}))
+    ap.add_argument("--directions", default="host->vm,vm->host", help="comma-separated: host->vm, vm->host")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
     if not hvlab.is_root():
         sys.exit("bench_uplink: run as root")
-    chosen = [FABRICS[n] for n in a.fabrics.split(",")]
-    points = [(d, s) for d in ("host->vm", "vm->host") for s in (1, 4)]
+    known = {**FABRICS, **MORE}
+    bad = [n for n in a.fabrics.split(",") if n not in known]
+    if bad:
+        sys.exit(f"bench_uplink: unknown fabric {bad[0]!r}; choose from {', '.join(known)}")
+    chosen = [known[n] for n in a.fabrics.split(",")]
+    points = [(d, s) for d in a.directions.split(",") for s in (1, 4)]
     total = len(points) * len(chosen) * a.repeat
     runs, done = {}, 0
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:

@@ -261,6 +261,29 @@ class HvnetUplink(Hvnet):
             hosts=[dict(name="a", uplink="up0", ipv4=A_IP + "/24")])
 
 
+class HvnetUplinkSoftwareLro(HvnetUplink):
+    """As hvnet-uplink, with the near end's GRO off and hvnet's own GRO at
+    the uplink (`lro = "software"`): a hypervisor's software LRO."""
+
+    name = "hvnet-uplink-swlro"
+    lro = "software"
+
+    def __init__(self, tmp, mtu, **_):
+        self.t = hvlab.Topology(
+            Path(tmp), [dict(name="b", ipv4=B_IP + "/24", mtu=mtu)], prefix="bs",
+            uplinks=[dict(name="up0", device="", mtu=mtu, lro=self.lro, tso="hardware")],
+            hosts=[dict(name="a", uplink="up0", ipv4=A_IP + "/24")])
+
+
+class HvnetUplinkNoLro(HvnetUplinkSoftwareLro):
+    """As hvnet-uplink with no LRO at the uplink (`lro = "off"`): the wire's
+    frames are switched one by one, then coalesced for the VM by its own
+    LRO on delivery."""
+
+    name = "hvnet-uplink-nolro"
+    lro = "off"
+
+
 class HvnetVxlan(Hvnet):
     """hvnet's VXLAN tunnel endpoint on its uplink; host a runs Linux's
     vxlan device over the wire (underlay MTU 1550, overlay 1500)."""

@@ -259,12 +259,12 @@ impl Rtnl {
             ]),
         ];
         let op = format!("create veth pair {name}/{peer}");
-        self.request(
-            &op,
-            RouteNetlinkMessage::NewLink(msg),
-            NLM_F_CREATE | NLM_F_EXCL,
-        )
-        .map(drop)
+        self.create(&op, RouteNetlinkMessage::NewLink(msg))
+    }
+
+    /// A request that creates something, refused if it exists already.
+    fn create(&mut self, op: &str, msg: RouteNetlinkMessage) -> Result<(), NetlinkError> {
+        self.request(op, msg, NLM_F_CREATE | NLM_F_EXCL).map(drop)
     }
 
     /// Deletes device `name`.
@@ -304,12 +304,7 @@ impl Rtnl {
                 .push(AddressAttribute::Flags(AddressFlags::Nodad));
         }
         let op = format!("add address {addr}/{prefix} to {dev}");
-        self.request(
-            &op,
-            RouteNetlinkMessage::NewAddress(msg),
-            NLM_F_CREATE | NLM_F_EXCL,
-        )
-        .map(drop)
+        self.create(&op, RouteNetlinkMessage::NewAddress(msg))
     }
 }
 

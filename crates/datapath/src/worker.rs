@@ -365,32 +365,31 @@ impl State {
     /// A counted frame: coalesced first when the port is an uplink with
     /// software LRO, else switched at once.
     fn coalesce_or_switch(&mut self, cx: &Ctx, pkt: Packet, now: Instant) {
-        if !(cx.port.is_uplink() && self.settings[cx.port.id].lro) {
-            return self.switch_frame(cx, pkt, now);
+        if cx.port.is_uplink() && self.settings[cx.port.id].lro {
+            self.ingress_lro(cx, Some(pkt), now);
+        } else {
+            self.switch_frame(cx, pkt, now);
         }
-        let mut lro = self.ingress_lro.take().unwrap_or_else(IngressLro::new);
+    }
+
+    /// Offers `pkt` to the uplink's software LRO (or, with `None` at the
+    /// end of a batch, flushes it) and switches what it made ready.
+    fn ingress_lro(&mut self, cx: &Ctx, pkt: Option<Packet>, now: Instant) {
+        let mut lro = match (self.ingress_lro.take(), &pkt) {
+            (Some(l), _) => l,
+            (None, Some(_)) => IngressLro::new(),
+            (None, None) => return,
+        };
         let mut ready = std::mem::take(&mut self.lro_ready);
-        let c = &cx.port.ingress[cx.q];
-        lro.receive(pkt, &mut self.pool, c, &mut |p| ready.push(p));
+        let (c, pool) = (&cx.port.ingress[cx.q], &mut self.pool);
+        let mut out = |p| ready.push(p);
+        match pkt {
+            Some(p) => lro.receive(p, pool, c, &mut out),
+            None => lro.flush(pool, c, &mut out),
+        }
         self.ingress_lro = Some(lro);
         for p in ready.drain(..) {
             self.switch_frame(cx, p, now);
-        }
-        self.lro_ready = ready;
-    }
-
-    /// End of a batch at an uplink with software LRO: what its table holds
-    /// is switched now.
-    fn flush_ingress_lro(&mut self, cx: &Ctx) {
-        let Some(mut lro) = self.ingress_lro.take() else {
-            return;
-        };
-        let mut ready = std::mem::take(&mut self.lro_ready);
-        let c = &cx.port.ingress[cx.q];
-        lro.flush(&mut self.pool, c, &mut |p| ready.push(p));
-        self.ingress_lro = Some(lro);
-        for p in ready.drain(..) {
-            self.switch_frame(cx, p, self.now);
         }
         self.lro_ready = ready;
     }
@@ -705,7 +704,7 @@ impl State {
     /// End of a batch: flush the LRO tables, then hand each destination
     /// queue its frames.
     fn end_batch(&mut self, cx: &Ctx) {
-        self.flush_ingress_lro(cx);
+        self.ingress_lro(cx, None, self.now);
         for i in 0..self.active.len() {
             let (dst, q) = self.active[i];
             self.flush_gro(cx, dst, q);

@@ -277,3 +277,47 @@ def test_rss_at_the_uplink_puts_each_flow_on_its_toeplitz_queue(tmp_path):
         bad.write_text(t.file.read_text().replace("rss = true", "rss = true, netqueue = true"))
         r = hvlab.run([hvlab.hvnet_bin(), "up", bad], check=False)
         assert r.returncode != 0 and "choose one" in r.stderr, r.stderr
+
+
+def test_dynamic_netqueue_spreads_busy_filters_and_packs_them_again(tmp_path):
+    """Dynamic NetQueue: the filters start packed on one queue; under load
+    (a low threshold here, 5 % of a core) the balancer gives one of them a
+    queue of its own; once quiet, it packs them again. Its decisions and the
+    queues' loads are in `hvnet stats /uplinks/U/filters`, the kernel
+    follows the table (frames land where the filters say)."""
+    t = hvlab.Topology(
+        tmp_path, [dict(name="a", ipv4=VM_IP + "/24"), dict(name="b", ipv4=VM2_IP + "/24")], prefix="up",
+        uplinks=[dict(name="up0", device="", queues=3, lro="off", netqueue="dynamic", netqueue_threshold=5)],
+        hosts=[dict(name="ext", uplink="up0", ipv4=EXT_IP + "/24")])
+    with t:
+        def filters():
+            return t.stats("/uplinks/up0/filters")
+
+        f = filters()
+        assert f["spread"] == "netqueue" and f["balancer"]["mode"] == "dynamic", f
+        assert [e["queue"] for e in f["filters"]] == [1, 1] and f["balancer"]["queues_used"] == 1, f
+        for vm, port in (("a", 5301), ("b", 5302)):
+            t.popen(vm, f"iperf3 -s -1 -p {port}")
+            t.wait_listening(vm, port)
+        clients = [t.popen("ext", f"iperf3 -c {ip} -p {port} -t 20")
+                   for ip, port in ((VM_IP, 5301), (VM2_IP, 5302))]
+        spread = hvlab.eventually(lambda: filters()["balancer"]["queues_used"] == 2, timeout=18)
+        f = filters()
+        assert spread, f
+        assert any(d["action"] == "spread" for d in f["balancer"]["decisions"]), f
+        queue_of = {e["mac"]: e["queue"] for e in f["filters"]}
+        assert sorted(queue_of.values()) == [1, 2], f
+        # The kernel follows the new table: b's frames arrive on b's queue.
+        mac_b = ports(t)["b"]["mac"]
+        q = queue_of[mac_b]
+        before = t.stats(f"/uplinks/up0/rxqueues/{q}/status")["counters"]["frames"]
+        t.sh("ext", f"ping -c 5 -i 0.05 -W 2 {VM2_IP}")
+        assert t.stats(f"/uplinks/up0/rxqueues/{q}/status")["counters"]["frames"] - before >= 5
+        for c in clients:
+            c.kill()
+            c.wait()
+        packed = hvlab.eventually(lambda: filters()["balancer"]["queues_used"] == 1, timeout=20)
+        f = filters()
+        assert packed and f["balancer"]["decisions"][-1]["action"] == "pack", f
+        assert "netqueue balancer" in hvlab.Path(f"/run/hvnet/{t.name}/daemon.log").read_text()
+        assert_accounted(t, ["a", "b", "up0"])

@@ -35,6 +35,8 @@ pub(crate) struct Ctl {
     pub guests: Arc<Mutex<Vec<Guest>>>,
     /// The daemon gave up root after bring-up (`--drop-privileges`).
     pub unprivileged: bool,
+    /// Dynamic NetQueue's balancers, by uplink.
+    pub balancers: Vec<(String, crate::balancer::Shared)>,
 }
 
 /// Serves `listener` until the switch stops.
@@ -166,6 +168,16 @@ fn serve(cx: &Ctl, conn: UnixStream) {
                         .iter()
                         .map(|x| x["pid"].clone())
                         .collect::<Vec<_>>());
+                }
+            }
+            v
+        }),
+        Ok(Request::Stats { path }) => views::stats(sw, &path).map(|mut v| {
+            // An uplink's filters: its balancer too, when it has one.
+            let parts: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+            if let ["uplinks", u, "filters"] = parts.as_slice() {
+                if let Some((_, b)) = cx.balancers.iter().find(|(n, _)| n == u) {
+                    v["balancer"] = b.lock().expect("balancer lock").view();
                 }
             }
             v

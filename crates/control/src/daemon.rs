@@ -19,8 +19,8 @@ use crate::state::{
     write_state, State,
 };
 pub use crate::state::{state_dir, topologies, RUN_DIR};
-use crate::topology::VmKind;
 use crate::topology::{self, Topology};
+use crate::topology::{NetQueueMode, VmKind};
 use crate::watch::{NetnsWatch, Watch};
 use hvnet_datapath::{Switch, SwitchConfig};
 use serde::Serialize;
@@ -456,11 +456,31 @@ pub fn daemon(
     let _ = std::fs::remove_file(&sock);
     let listener = UnixListener::bind(&sock).map_err(io_err("bind the control socket"))?;
     let guests = Arc::new(Mutex::new(guests));
+    // Dynamic NetQueue: a balancer per uplink that asks for one.
+    let mut balancers = Vec::new();
+    let mut threads = threads;
+    for u in topo
+        .uplinks
+        .iter()
+        .filter(|u| u.netqueue == NetQueueMode::Dynamic && u.queues > 1)
+    {
+        let vms = topo
+            .vms
+            .iter()
+            .filter(|v| v.vlan == u.vlan)
+            .map(|v| (v.name.clone(), v.mac))
+            .collect();
+        let (t, b) = crate::balancer::spawn(sw.clone(), u.name.clone(), vms, u.netqueue_threshold)
+            .map_err(io_err("start the netqueue balancer"))?;
+        threads.push(t);
+        balancers.push((u.name.clone(), b));
+    }
     let cx = Arc::new(Ctl {
         sw: sw.clone(),
         topo: topo.clone(),
         guests: guests.clone(),
         unprivileged: drop_privileges,
+        balancers,
     });
     let ctl = ctl_server::spawn(listener, cx).map_err(io_err("serve the control socket"))?;
     let scrapes = endpoint

@@ -10,7 +10,7 @@ use crate::daemon::{io_err, run, DaemonError};
 use crate::guest;
 use crate::rtnl::{self, LinkChange, Rtnl};
 use crate::state::{check_owned_device, check_owned_netns, netns_path, write_state, State};
-use crate::topology::{Host, Topology, Uplink, UplinkLro};
+use crate::topology::{Host, NetQueueMode, Topology, Uplink, UplinkLro};
 use hvnet_datapath::tunnel::VtepConfig;
 use hvnet_datapath::PortSpec;
 use hvnet_port::netqueue::{Filter, Filters};
@@ -199,7 +199,7 @@ pub(crate) fn create_host(
 /// own (round robin over queues 1.., when there are more VMs than
 /// queues), everything else to queue 0.
 pub(crate) fn netqueue_filters(topo: &Topology, u: &Uplink) -> Option<Filters> {
-    if !u.netqueue {
+    if u.netqueue == NetQueueMode::Off {
         return None;
     }
     let spare = (u.queues - 1).max(1);
@@ -210,7 +210,12 @@ pub(crate) fn netqueue_filters(topo: &Topology, u: &Uplink) -> Option<Filters> {
         .enumerate()
         .map(|(i, v)| Filter {
             mac: v.mac,
-            queue: 1 + (i % spare) as u32,
+            // Dynamic NetQueue starts packed, on queue 1 (its balancer
+            // spreads them as load demands).
+            queue: match u.netqueue {
+                NetQueueMode::Dynamic => 1,
+                _ => 1 + (i % spare) as u32,
+            },
         })
         .collect();
     Some(Filters {

@@ -30,7 +30,9 @@
 //! tso = "hardware"          # "hardware": GSO frames go to the device whole; "software": hvnet segments
 //! mtu = 1500                # the wire's MTU (the device's must be at least this)
 //! vlan = 0                  # access VLAN, as on a VM's port
-//! netqueue = false          # true: each VM's MAC filtered to a queue of its own, the rest to queue 0
+//! netqueue = false          # true ("static"): each VM's MAC filtered to a queue of its own, the rest
+//!                           #   to queue 0; "dynamic": filters packed, spread by load (Dynamic NetQueue)
+//! netqueue_threshold = 60   # dynamic: % of a core a queue's thread may use before filters are spread
 //! rss = false               # true: queues spread by the Toeplitz hash of each flow (the inner one at a
 //!                           #   VXLAN endpoint), as a NIC's RSS; default: the kernel's flow hash
 //!
@@ -98,8 +100,10 @@ struct UplinkRepr {
     ring1: usize,
     #[serde(default = "d_ring")]
     ring2: usize,
-    #[serde(default, deserialize_with = "hvnet_datapath::on_off")]
-    netqueue: bool,
+    #[serde(default, deserialize_with = "netqueue_mode")]
+    netqueue: NetQueueMode,
+    #[serde(default = "d_netqueue_threshold")]
+    netqueue_threshold: u32,
     #[serde(default, deserialize_with = "hvnet_datapath::on_off")]
     rss: bool,
     vxlan: Option<toml::Spanned<VxlanRepr>>,
@@ -256,6 +260,48 @@ pub struct Vm {
     pub settings: PortSettings,
 }
 
+/// How an uplink's NetQueue places VM filters on its queues.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum NetQueueMode {
+    /// No NetQueue: the queues are spread by hash.
+    #[default]
+    Off,
+    /// Each VM's filter on a queue of its own, for good.
+    Static,
+    /// Filters packed on few queues and spread as load demands
+    /// ([`crate::balancer`]).
+    Dynamic,
+}
+
+fn d_netqueue_threshold() -> u32 {
+    60
+}
+
+/// `netqueue = true | false | "on" | "off" | "static" | "dynamic"`.
+fn netqueue_mode<'de, D: serde::Deserializer<'de>>(d: D) -> Result<NetQueueMode, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Repr {
+        Bool(bool),
+        Word(String),
+    }
+    match Repr::deserialize(d) {
+        Ok(Repr::Bool(true)) => Ok(NetQueueMode::Static),
+        Ok(Repr::Bool(false)) => Ok(NetQueueMode::Off),
+        Ok(Repr::Word(w)) => match w.as_str() {
+            "on" | "static" => Ok(NetQueueMode::Static),
+            "off" => Ok(NetQueueMode::Off),
+            "dynamic" => Ok(NetQueueMode::Dynamic),
+            _ => Err(serde::de::Error::custom(format!(
+                "{w:?} is not one of on, off, \"static\", \"dynamic\""
+            ))),
+        },
+        Err(_) => Err(serde::de::Error::custom(
+            "expected on, off, \"static\" or \"dynamic\"",
+        )),
+    }
+}
+
 /// Who coalesces what arrives from the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UplinkLro {
@@ -289,8 +335,12 @@ pub struct Uplink {
     /// When the uplink is a VXLAN tunnel endpoint: its settings.
     pub vxlan: Option<Vxlan>,
     /// Spread received frames by NetQueue's filters (each VM's MAC to a
-    /// queue of its own, the rest to queue 0) instead of by flow hash.
-    pub netqueue: bool,
+    /// queue, the rest to queue 0) instead of by flow hash: each VM its
+    /// own queue (static), or as a load balancer decides (dynamic).
+    pub netqueue: NetQueueMode,
+    /// Dynamic NetQueue: the share of a core (percent) a queue's thread
+    /// may use before its filters are spread.
+    pub netqueue_threshold: u32,
     /// Spread received frames by RSS (the Toeplitz hash of the flow)
     /// instead of by the kernel's flow hash.
     pub rss: bool,
@@ -695,12 +745,18 @@ fn parse_uplinks(
                 })
             }
         };
-        if u.netqueue && u.queues < 2 {
+        if u.netqueue != NetQueueMode::Off && u.queues < 2 {
             return Err(bad(
                 "netqueue needs queues = 2 or more (queue 0 is the default queue)".into(),
             ));
         }
-        if u.netqueue && u.rss {
+        if !(1..=100).contains(&u.netqueue_threshold) {
+            return Err(bad(format!(
+                "netqueue_threshold {} is outside 1..100 (percent of a core)",
+                u.netqueue_threshold
+            )));
+        }
+        if u.netqueue != NetQueueMode::Off && u.rss {
             return Err(bad(
                 "netqueue and rss both spread the queues; choose one (netqueue = true or rss = true)"
                     .into(),
@@ -708,6 +764,7 @@ fn parse_uplinks(
         }
         out.push(Uplink {
             netqueue: u.netqueue,
+            netqueue_threshold: u.netqueue_threshold,
             rss: u.rss,
             vxlan,
             name: u.name.clone(),

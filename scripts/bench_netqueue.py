@@ -48,10 +48,16 @@ def topology(tmp, mode):
 
 
 def daemon_seconds(t):
-    """CPU seconds the topology's daemon has used (all its threads)."""
+    """CPU seconds the topology's daemon has used, all its threads (their
+    schedstat run time, in ns: finer than the clock-tick counters)."""
     pid = json.loads(Path(f"/run/hvnet/{t.name}/state.json").read_text())["pid"]
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += measure.schedstat((task / "schedstat").read_text())["run_ns"]
+        except (OSError, ValueError):
+            pass
+    return total / 1e9
 
 
 def queues_used(t):
@@ -59,37 +65,44 @@ def queues_used(t):
     return len({e["queue"] for e in f["filters"]})
 
 
-def streams(t, rate, seconds, json_out):
-    servers = [t.popen(f"v{i}", f"iperf3 -s -1 -p {5301 + i}") for i in range(VMS)]
+def servers(t):
+    procs = [t.popen(f"v{i}", f"iperf3 -s -1 -p {5301 + i}") for i in range(VMS)]
     for i in range(VMS):
         t.wait_listening(f"v{i}", 5301 + i)
+    return procs
+
+
+def clients(t, rate, seconds):
     limit = f"-b {rate}" if rate else ""
-    clients = [t.popen("ext", f"iperf3 -c {vm_ip(i)} -p {5301 + i} -t {seconds} {limit} {'-J' if json_out else ''}",
-                       stdout=hvlab.subprocess.PIPE, text=True) for i in range(VMS)]
-    return servers, clients
+    return [t.popen("ext", f"iperf3 -c {vm_ip(i)} -p {5301 + i} -t {seconds} {limit} -J",
+                    stdout=hvlab.subprocess.PIPE, text=True) for i in range(VMS)]
 
 
-def finish(servers, clients):
-    outs = [c.communicate(timeout=120)[0] for c in clients]
-    for s in servers:
+def finish(procs):
+    outs = []
+    for p in procs:
         try:
-            s.wait(timeout=10)
+            outs.append(p.communicate(timeout=120)[0])
         except Exception:
-            s.kill()
-            s.wait()
+            p.kill()
+            outs.append(p.communicate()[0])
     return outs
 
 
 def run_one(t, rate, warmup, seconds):
     # Warm-up at the same load: the balancer settles (spreads under load,
     # stays packed when quiet).
-    finish(*streams(t, rate, warmup, False))
-    d0 = daemon_seconds(t)
+    s = servers(t)
+    finish(clients(t, rate, warmup))
+    finish(s)
+    s = servers(t)
+    d0, t0 = daemon_seconds(t), time.monotonic()
     with measure.Cpu() as cpu:
-        outs = finish(*streams(t, rate, seconds, True))
-    d1 = daemon_seconds(t)
+        outs = finish(clients(t, rate, seconds))
+    d1, t1 = daemon_seconds(t), time.monotonic()
+    finish(s)
     gbps = sum(measure.iperf3(o)["bps"] for o in outs) / 1e9
-    return {"gbps": gbps, "busy_cores": cpu.cores, "hvnet_cores": (d1 - d0) / seconds, "queues_used": queues_used(t)}
+    return {"gbps": gbps, "busy_cores": cpu.cores, "hvnet_cores": (d1 - d0) / (t1 - t0), "queues_used": queues_used(t)}
 
 
 def main():

@@ -9,7 +9,9 @@ TSO off so that wire-sized frames cross; the near end's GRO on, the NIC's
 - hvnet-vxlan: hvnet's VXLAN tunnel endpoint on the uplink, the host
   running Linux's vxlan device;
 - linux-vxlan: a Linux bridge with a kernel vxlan device over the wire
-  (Linux's own path for the same two endpoints).
+  (Linux's own path for the same two endpoints);
+- ovs-vxlan: Open vSwitch's userspace datapath as the endpoint (native
+  tunnelling), the host running Linux's vxlan device.
 iperf3, 64 KiB writes, 1 and 4 streams, host to VM and VM to host; the
 fabrics are all up at once and their runs interleaved, N times each; the
 median is reported with Gbit/s per busy core (machine-wide /proc/stat).
@@ -33,12 +35,13 @@ sys.path[:0] = [str(ROOT / "lab")]
 import hvlab  # noqa: E402
 from hvnet_lab import measure  # noqa: E402
 from hvnet_lab.fabrics import (  # noqa: E402
-    A_IP, B_IP, BridgeUplink, HvnetUplink, HvnetUplinkNoLro, HvnetUplinkSoftwareLro, HvnetVxlan, LinuxVxlan)
+    A_IP, B_IP, BridgeUplink, HvnetUplink, HvnetUplinkNoLro, HvnetUplinkSoftwareLro, HvnetVxlan, LinuxVxlan,
+    OvsVxlan)
 
-FABRICS = {F.name: F for F in (HvnetUplink, BridgeUplink, HvnetVxlan, LinuxVxlan)}
+FABRICS = {F.name: F for F in (HvnetUplink, BridgeUplink, HvnetVxlan, LinuxVxlan, OvsVxlan)}
 # Not in the default set: the uplink's LRO variants (`--fabrics` names them).
 MORE = {F.name: F for F in (HvnetUplinkSoftwareLro, HvnetUplinkNoLro)}
-PAIRS = [("hvnet-uplink", "bridge-uplink"), ("hvnet-vxlan", "linux-vxlan"),
+PAIRS = [("hvnet-uplink", "bridge-uplink"), ("hvnet-vxlan", "linux-vxlan"), ("hvnet-vxlan", "ovs-vxlan"),
          ("hvnet-uplink-swlro", "hvnet-uplink"), ("hvnet-uplink-nolro", "hvnet-uplink")]
 
 

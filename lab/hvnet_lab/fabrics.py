@@ -320,6 +320,119 @@ class BridgeUplink(Bridge):
         return self
 
 
+class OvsDaemons:
+    """ovsdb-server and ovs-vswitchd run inside network namespace `ns`, in
+    a private run directory; stopped by their pidfiles. Open vSwitch's
+    devices (its bridges' internal ports, `ovs-netdev`) are that
+    namespace's and go with it."""
+
+    def __init__(self, ns):
+        self.ns = ns
+        self.dir = Path(tempfile.mkdtemp(prefix="hvnet-ovs-"))
+        self.env = dict(os.environ, OVS_RUNDIR=str(self.dir), OVS_LOGDIR=str(self.dir), OVS_DBDIR=str(self.dir))
+        self.db = f"unix:{self.dir}/db.sock"
+
+    def run(self, *args):
+        return subprocess.run(["ip", "netns", "exec", self.ns, *args], check=True, capture_output=True,
+                              text=True, env=self.env)
+
+    def sh(self, cmd):
+        return self.run("sh", "-c", cmd)
+
+    def vsctl(self, *args):
+        return self.run("ovs-vsctl", f"--db={self.db}", "--timeout=10", *args)
+
+    def start(self):
+        d = self.dir
+        self.run("ovsdb-tool", "create", f"{d}/conf.db", "/usr/share/openvswitch/vswitch.ovsschema")
+        self.run("ovsdb-server", f"--remote=punix:{d}/db.sock", f"--pidfile={d}/ovsdb.pid", "--detach",
+                 f"--log-file={d}/ovsdb.log", f"{d}/conf.db")
+        self.vsctl("--no-wait", "init")
+        self.run("ovs-vswitchd", self.db, f"--pidfile={d}/vswitchd.pid", "--detach", f"--log-file={d}/vswitchd.log")
+
+    def vxlan_endpoint(self, wire, local, remote, overlay_ip, mtu, vni=VNI):
+        """Open vSwitch's VXLAN endpoint (userspace native tunnelling): a
+        physical bridge over `wire` holding the underlay address `local`,
+        an integration bridge with a VXLAN port to `remote` (VNI `vni`),
+        and `overlay_ip` on the integration bridge's own port unless None."""
+        self.sh(f"ip addr flush dev {wire} && ip link set {wire} up")
+        self.vsctl("add-br", "br-phy", "--", "set", "bridge", "br-phy", "datapath_type=netdev")
+        self.vsctl("add-port", "br-phy", wire)
+        self.sh(f"ip addr add {local}/24 dev br-phy && ip link set br-phy mtu {mtu + 50} up")
+        self.vsctl("add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=netdev")
+        self.vsctl("add-port", "br-int", "vx0", "--", "set", "interface", "vx0", "type=vxlan",
+                   f"options:remote_ip={remote}", f"options:key={vni}", "options:dst_port=4789")
+        if overlay_ip:
+            self.sh(f"ip addr add {overlay_ip}/24 dev br-int && ip link set br-int mtu {mtu} up")
+            # Its userspace datapath segments nothing and completes no
+            # checksum (userspace TSO off): the stack must send it whole,
+            # checksummed frames.
+            self.sh("ethtool -K br-int tx off tso off gso off >/dev/null")
+
+    def stop(self):
+        pids = []
+        for name in ("vswitchd.pid", "ovsdb.pid"):
+            try:
+                pid = int((self.dir / name).read_text().strip())
+                os.kill(pid, 15)
+                pids.append(pid)
+            except (OSError, ValueError, ProcessLookupError):
+                pass
+        deadline = time.monotonic() + 10
+        while any(running(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class OvsVxlan(Fabric):
+    """Open vSwitch's userspace datapath as the VXLAN endpoint: its daemons
+    in the switch's namespace, a physical bridge over the wire, VM b on a
+    tap port of the integration bridge; host a runs Linux's vxlan device.
+    Host a's NIC completes checksums itself (tx checksumming off): a veth
+    would hand Open vSwitch's AF_PACKET port partial checksums it takes as
+    they are."""
+
+    name = "ovs-vxlan"
+
+    def __init__(self, tmp, mtu, **_):
+        self.mtu = mtu
+        self.nss = {k: hvlab.Netns("ov") for k in ("a", "b", "sw")}
+        self.daemons = None
+
+    def _up(self):
+        for n in self.nss.values():
+            n.__enter__()
+        a, b, sw = self.nss["a"], self.nss["b"], self.nss["sw"]
+        under = self.mtu + 50
+        hvlab.run(["ip", "link", "add", "eth0", "netns", a.name, "type", "veth", "peer", "name", "pa", "netns", sw.name])
+        a.sh(f"ip link set eth0 mtu {under} up && ip addr add {UNDERLAY_A}/24 dev eth0 "
+             "&& ethtool -K eth0 tso off tx off >/dev/null")
+        linux_vxlan(a.sh, UNDERLAY_A, UNDERLAY_SW, A_IP)
+        sw.sh(f"ip link set pa mtu {under} up && ethtool -K pa gro on >/dev/null")
+        self.daemons = OvsDaemons(sw.name)
+        self.daemons.start()
+        self.daemons.vxlan_endpoint("pa", UNDERLAY_SW, UNDERLAY_A, None, self.mtu)
+        tap = "otb"
+        self.daemons.vsctl("add-port", "br-int", tap, "--", "set", "Interface", tap, "type=tap",
+                           f"mtu_request={self.mtu}")
+        for _ in range(50):
+            if sw.sh(f"ip link show {tap}", check=False).returncode == 0:
+                break
+            time.sleep(0.1)
+        sw.sh(f"ip link set {tap} netns {b.name}")
+        b.sh(f"ip link set {tap} name eth0 && ip link set eth0 mtu {self.mtu} up && ip addr add {B_IP}/24 dev eth0")
+        return self
+
+    def __exit__(self, *e):
+        if self.daemons:
+            self.daemons.stop()
+        for n in self.nss.values():
+            n.__exit__(*e)
+
+    def ns(self, vm):
+        return self.nss[vm].name
+
+
 class LinuxVxlan(Bridge):
     """Linux's own path: a bridge joining VM b's veth and a kernel vxlan
     device over the wire to host a, which runs one too."""

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import hvlab
+from hvnet_lab.fabrics import OvsDaemons
 from test_switch_e2e import assert_accounted, transfer
 
 pytestmark = pytest.mark.root
@@ -265,7 +266,7 @@ def test_tcp_with_open_vswitch_vxlan(tmp_path):
         pytest.skip("Open vSwitch is not installed")
     data, want = random_file(tmp_path)
     with vxlan_topology(tmp_path) as t:
-        ovs = OvsInNamespace(t, "ext")
+        ovs = OvsDaemons(t.ns("ext"))
         try:
             # A NIC completes checksums on the wire; a veth would hand the
             # tunnelled frames' partial inner checksums on to Open vSwitch,
@@ -273,18 +274,7 @@ def test_tcp_with_open_vswitch_vxlan(tmp_path):
             # completes them (tx checksumming off: the kernel's fallback).
             hvlab.run(["ethtool", "-K", t.device("up0"), "tx", "off"])
             ovs.start()
-            ovs.sh("ip addr flush dev eth0 && ip link set eth0 up")
-            ovs.vsctl("add-br", "br-phy", "--", "set", "bridge", "br-phy", "datapath_type=netdev")
-            ovs.vsctl("add-port", "br-phy", "eth0")
-            ovs.sh(f"ip addr add {REMOTE}/24 dev br-phy && ip link set br-phy mtu 1550 up")
-            ovs.vsctl("add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=netdev")
-            ovs.vsctl("add-port", "br-int", "vx0", "--", "set", "interface", "vx0", "type=vxlan",
-                      f"options:remote_ip={LOCAL}", f"options:key={VNI}", "options:dst_port=4789")
-            ovs.sh(f"ip addr add {EXT_IP}/24 dev br-int && ip link set br-int mtu 1500 up")
-            # Its userspace datapath segments nothing and completes no
-            # checksum (userspace TSO off): the host stack sends it whole
-            # frames with their checksums, as to a NIC without offloads.
-            ovs.sh("ethtool -K br-int tx off tso off gso off >/dev/null")
+            ovs.vxlan_endpoint("eth0", REMOTE, LOCAL, EXT_IP, 1500, vni=VNI)
             hvlab.eventually(lambda: t.sh("ext", f"ping -c 1 -W 1 {VM_IP}", check=False).returncode == 0,
                              timeout=20)
             t.sh("a", f"ping -c 2 -i 0.2 -W 2 {EXT_IP}")
@@ -298,48 +288,3 @@ def test_tcp_with_open_vswitch_vxlan(tmp_path):
         finally:
             ovs.stop()
 
-
-class OvsInNamespace:
-    """ovsdb-server and ovs-vswitchd run inside one of a topology's
-    namespaces, in a private run directory; stopped by their pidfiles."""
-
-    def __init__(self, t, host):
-        import tempfile
-        self.t, self.host = t, host
-        self.dir = Path(tempfile.mkdtemp(prefix="hvnet-ovs-"))
-        self.env = dict(os.environ, OVS_RUNDIR=str(self.dir), OVS_LOGDIR=str(self.dir), OVS_DBDIR=str(self.dir))
-        self.db = f"unix:{self.dir}/db.sock"
-
-    def run(self, *args):
-        return hvlab.subprocess.run(["ip", "netns", "exec", self.t.ns(self.host), *args], check=True,
-                                    capture_output=True, text=True, env=self.env)
-
-    def sh(self, cmd):
-        return self.run("sh", "-c", cmd)
-
-    def vsctl(self, *args):
-        return self.run("ovs-vsctl", f"--db={self.db}", "--timeout=10", *args)
-
-    def start(self):
-        d = self.dir
-        self.run("ovsdb-tool", "create", f"{d}/conf.db", "/usr/share/openvswitch/vswitch.ovsschema")
-        self.run("ovsdb-server", f"--remote=punix:{d}/db.sock", f"--pidfile={d}/ovsdb.pid", "--detach",
-                 f"--log-file={d}/ovsdb.log", f"{d}/conf.db")
-        self.vsctl("--no-wait", "init")
-        self.run("ovs-vswitchd", self.db, f"--pidfile={d}/vswitchd.pid", "--detach", f"--log-file={d}/vswitchd.log")
-
-    def stop(self):
-        import shutil
-        import signal
-        for name in ("vswitchd.pid", "ovsdb.pid"):
-            p = self.dir / name
-            try:
-                pid = int(p.read_text().strip())
-            except (OSError, ValueError):
-                continue
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                continue
-            hvlab.eventually(lambda: not Path(f"/proc/{pid}").exists(), timeout=10)
-        shutil.rmtree(self.dir, ignore_errors=True)

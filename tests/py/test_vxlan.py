@@ -22,18 +22,19 @@ LOCAL, REMOTE = "198.18.9.1", "198.18.9.2"
 VM_IP, EXT_IP = "10.79.0.1", "10.79.0.100"
 
 
-def vxlan_topology(tmp_path, udp_csum=False, vm=None, mtu=1550, lro="hardware"):
+def vxlan_topology(tmp_path, udp_csum=False, vm=None, mtu=1550, lro="hardware", port=4789, **uplink):
     return hvlab.Topology(
         tmp_path, [dict(name="a", ipv4=VM_IP + "/24", **(vm or {}))], prefix="vx",
         uplinks=[dict(name="up0", device="", mtu=mtu, lro=lro,
-                      vxlan=dict(vni=VNI, local=LOCAL + "/24", remotes=[REMOTE], port=4789, udp_csum=udp_csum))],
+                      vxlan=dict(vni=VNI, local=LOCAL + "/24", remotes=[REMOTE], port=port, udp_csum=udp_csum),
+                      **uplink)],
         hosts=[dict(name="ext", uplink="up0", ipv4=REMOTE + "/24")])
 
 
-def linux_vxlan(t, udp_csum=False):
+def linux_vxlan(t, udp_csum=False, port=4789):
     """The external host's own VXLAN device, on the same VNI."""
     csum = "udpcsum" if udp_csum else "noudpcsum"
-    t.sh("ext", f"ip link add vx{VNI} type vxlan id {VNI} local {REMOTE} remote {LOCAL} dstport 4789 dev eth0 {csum}"
+    t.sh("ext", f"ip link add vx{VNI} type vxlan id {VNI} local {REMOTE} remote {LOCAL} dstport {port} dev eth0 {csum}"
                 f" && ip addr add {EXT_IP}/24 dev vx{VNI} && ip link set vx{VNI} up")
 
 

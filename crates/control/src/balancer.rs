@@ -52,7 +52,7 @@ pub struct Balancer {
     pub threshold: f64,
     /// Receive queues, the default queue 0 included.
     queues: u32,
-    tunnel: bool,
+    tunnel: Option<u16>,
     assign: BTreeMap<MacAddr, u32>,
     moves: u64,
     decisions: VecDeque<Decision>,
@@ -62,7 +62,7 @@ pub struct Balancer {
 
 impl Balancer {
     /// Every filter on queue 1: packed, as the balancer starts.
-    pub fn new(macs: &[MacAddr], queues: u32, tunnel: bool, threshold: f64) -> Balancer {
+    pub fn new(macs: &[MacAddr], queues: u32, tunnel: Option<u16>, threshold: f64) -> Balancer {
         Balancer {
             threshold,
             queues,
@@ -274,7 +274,7 @@ pub fn spawn(
     let port = sw.port(&uplink).cloned().expect("the uplink is a port");
     let (queues, tunnel) = {
         let u = port.dev.uplink().expect("an uplink");
-        (u.num_queues() as u32, u.filters().is_some_and(|f| f.tunnel))
+        (u.num_queues() as u32, u.filters().and_then(|f| f.tunnel))
     };
     let macs: Vec<MacAddr> = vms.iter().map(|(_, m)| *m).collect();
     let shared = Arc::new(Mutex::new(Balancer::new(
@@ -360,7 +360,7 @@ mod tests {
 
     #[test]
     fn starts_packed_and_spreads_a_busy_queue() {
-        let mut b = Balancer::new(&[mac(1), mac(2)], 3, false, 0.6);
+        let mut b = Balancer::new(&[mac(1), mac(2)], 3, None, 0.6);
         assert!(b.filters().entries.iter().all(|f| f.queue == 1));
         // Queue 1 at 90 % of a core, the two VMs equally.
         let d = b
@@ -373,7 +373,7 @@ mod tests {
 
     #[test]
     fn the_band_between_half_and_the_threshold_moves_nothing() {
-        let mut b = Balancer::new(&[mac(1), mac(2)], 3, false, 0.6);
+        let mut b = Balancer::new(&[mac(1), mac(2)], 3, None, 0.6);
         b.step(1, &[0.0, 0.9, 0.0], &frames(&[(1, 1000), (2, 1000)]));
         // Two queues at 20 % each: 40 %, above half the threshold.
         assert_eq!(
@@ -389,7 +389,7 @@ mod tests {
 
     #[test]
     fn quiet_queues_are_packed_again() {
-        let mut b = Balancer::new(&[mac(1), mac(2), mac(3)], 4, false, 0.6);
+        let mut b = Balancer::new(&[mac(1), mac(2), mac(3)], 4, None, 0.6);
         b.step(
             1,
             &[0.0, 0.9, 0.0, 0.0],
@@ -413,11 +413,11 @@ mod tests {
 
     #[test]
     fn no_spread_that_only_moves_the_hot_spot() {
-        let mut b = Balancer::new(&[mac(1), mac(2)], 2, false, 0.6);
+        let mut b = Balancer::new(&[mac(1), mac(2)], 2, None, 0.6);
         // Only queue 1 besides the default: nowhere to go.
         assert_eq!(b.step(1, &[0.0, 0.95], &frames(&[(1, 5), (2, 5)])), None);
         // Queue 2 as busy as queue 1: a move would not lower the busiest.
-        let mut c = Balancer::new(&[mac(1), mac(2), mac(3)], 3, false, 0.6);
+        let mut c = Balancer::new(&[mac(1), mac(2), mac(3)], 3, None, 0.6);
         c.step(1, &[0.0, 0.9, 0.0], &frames(&[(1, 10), (2, 10), (3, 10)]));
         let on_2 = [1, 2, 3]
             .iter()
@@ -429,13 +429,13 @@ mod tests {
             None
         );
         // A single filter on a busy queue stays: moving it helps nobody.
-        let mut one = Balancer::new(&[mac(1)], 3, false, 0.6);
+        let mut one = Balancer::new(&[mac(1)], 3, None, 0.6);
         assert_eq!(one.step(1, &[0.0, 0.95, 0.0], &frames(&[(1, 5)])), None);
     }
 
     #[test]
     fn the_move_evens_the_queues_without_overshooting() {
-        let mut b = Balancer::new(&[mac(1), mac(2), mac(3)], 3, false, 0.6);
+        let mut b = Balancer::new(&[mac(1), mac(2), mac(3)], 3, None, 0.6);
         // 1 carries most of queue 1's load: moving it would only move the
         // hot spot, so a lighter one goes.
         let d = b

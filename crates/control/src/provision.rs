@@ -219,7 +219,7 @@ pub(crate) fn netqueue_filters(topo: &Topology, u: &Uplink) -> Option<Filters> {
         })
         .collect();
     Some(Filters {
-        tunnel: u.vxlan.is_some(),
+        tunnel: u.vxlan.as_ref().map(|v| v.port),
         entries,
     })
 }
@@ -229,7 +229,7 @@ fn spread(topo: &Topology, u: &Uplink) -> Spread {
     match netqueue_filters(topo, u) {
         Some(f) => Spread::NetQueue(f),
         None if u.rss => Spread::Rss {
-            tunnel: u.vxlan.is_some(),
+            tunnel: u.vxlan.as_ref().map(|v| v.port),
         },
         None => Spread::FlowHash,
     }

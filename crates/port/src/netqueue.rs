@@ -24,13 +24,15 @@ const RET_K: u16 = 0x06;
 /// IPv4 without options, UDP, VXLAN.
 pub(crate) const INNER: u32 = 14 + 20 + 8 + 8;
 /// What makes a frame VXLAN for us: IPv4 without options, UDP, to the
-/// VXLAN port (load, offset, value).
-pub(crate) const VXLAN_CHECKS: [(u16, u32, u32); 4] = [
-    (LD_H_ABS, 12, 0x0800),
-    (LD_B_ABS, 14, 0x45),
-    (LD_B_ABS, 23, 17),
-    (LD_H_ABS, 36, hvnet_wire::vxlan::PORT as u32),
-];
+/// endpoint's UDP port `port` (load, offset, value).
+pub(crate) fn vxlan_checks(port: u16) -> [(u16, u32, u32); 4] {
+    [
+        (LD_H_ABS, 12, 0x0800),
+        (LD_B_ABS, 14, 0x45),
+        (LD_B_ABS, 23, 17),
+        (LD_H_ABS, 36, u32::from(port)),
+    ]
+}
 /// The most filters one program holds (5 instructions each, well under
 /// the kernel's 4096).
 pub const MAX_FILTERS: usize = 512;
@@ -52,9 +54,9 @@ fn as_text<S: serde::Serializer>(m: &MacAddr, s: S) -> Result<S::Ok, S::Error> {
 /// An uplink's filter table.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Filters {
-    /// Match the inner destination of VXLAN frames (the uplink is a tunnel
-    /// endpoint) instead of the frame's own.
-    pub tunnel: bool,
+    /// Match the inner destination of VXLAN frames to this UDP port (the
+    /// uplink is a tunnel endpoint) instead of the frame's own.
+    pub tunnel: Option<u16>,
     /// The filters, first match wins.
     pub entries: Vec<Filter>,
 }
@@ -68,10 +70,10 @@ pub(crate) fn insn(code: u16, jt: u8, jf: u8, k: u32) -> BpfInsn {
 pub fn program(f: &Filters) -> Vec<BpfInsn> {
     let entries = &f.entries[..f.entries.len().min(MAX_FILTERS)];
     let mut p = Vec::with_capacity(12 + 5 * entries.len());
-    let base = if f.tunnel {
+    let base = if let Some(port) = f.tunnel {
         // VXLAN over IPv4 without options, UDP to 4789; anything else goes
         // to the default queue. Each check jumps to the final `ret 0`.
-        let checks = VXLAN_CHECKS;
+        let checks = vxlan_checks(port);
         let total = 2 * checks.len() + 5 * entries.len();
         for (i, (load, off, want)) in checks.into_iter().enumerate() {
             p.push(insn(load, 0, 0, LL.wrapping_add(off)));
@@ -132,7 +134,7 @@ mod tests {
 
     fn filters(tunnel: bool) -> Filters {
         Filters {
-            tunnel,
+            tunnel: tunnel.then_some(4789),
             entries: vec![
                 Filter {
                     mac: MacAddr([2, 0, 0, 0, 0, 1]),

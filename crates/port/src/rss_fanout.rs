@@ -101,12 +101,12 @@ fn hash_abs(ops: &mut Vec<Op>, key: &[u8], at: u32, from: usize, to: usize) {
 }
 
 /// The fanout program: queue `(hash & 127) % queues` of each frame.
-/// `tunnel`: the uplink is a VXLAN endpoint; the inner flow is hashed and
-/// anything that is not VXLAN goes to queue 0.
-pub fn program(key: &[u8; 40], queues: u32, tunnel: bool) -> Vec<BpfInsn> {
+/// `tunnel`: the uplink is a VXLAN endpoint on that UDP port; the inner
+/// flow is hashed and anything that is not VXLAN to it goes to queue 0.
+pub fn program(key: &[u8; 40], queues: u32, tunnel: Option<u16>) -> Vec<BpfInsn> {
     let mut ops = Vec::new();
-    let base = if tunnel {
-        for (load, off, want) in netqueue::VXLAN_CHECKS {
+    let base = if let Some(port) = tunnel {
+        for (load, off, want) in netqueue::vxlan_checks(port) {
             ops.push(i(load, LL.wrapping_add(off)));
             ops.push(Op::Unless(JEQ_K, want, Label::Default));
         }
@@ -351,7 +351,7 @@ mod tests {
         for queues in [1u16, 2, 3, 4, 8] {
             let mut rss = Rss::new(&DEFAULT_KEY, queues).unwrap();
             rss.inner = false;
-            let p = program(&DEFAULT_KEY, u32::from(queues), false);
+            let p = program(&DEFAULT_KEY, u32::from(queues), None);
             for seed in 0..64 {
                 for f in frames(seed) {
                     assert_eq!(
@@ -366,7 +366,7 @@ mod tests {
 
     #[test]
     fn the_programs_fit_the_kernels_limit() {
-        for tunnel in [false, true] {
+        for tunnel in [None, Some(4789)] {
             let n = program(&DEFAULT_KEY, 4, tunnel).len();
             assert!((2000..=4096).contains(&n), "{n} instructions");
         }
@@ -375,7 +375,7 @@ mod tests {
     #[test]
     fn a_tunnel_endpoint_hashes_the_inner_flow() {
         let rss = Rss::new(&DEFAULT_KEY, 4).unwrap();
-        let p = program(&DEFAULT_KEY, 4, true);
+        let p = program(&DEFAULT_KEY, 4, Some(4789));
         let mut used = [false; 4];
         for seed in 0..64 {
             for inner in frames(seed) {
@@ -410,7 +410,7 @@ mod tests {
                 &l4(6, 2794, 1766),
             ),
         );
-        let mut p = program(&DEFAULT_KEY, 1, false);
+        let mut p = program(&DEFAULT_KEY, 1, None);
         // Return the hash itself: drop the table lookup (and, mod).
         let n = p.len();
         p.remove(n - 4);

@@ -30,8 +30,8 @@ pub enum Spread {
     /// By RSS: the Toeplitz hash of the flow (the inner flow at a tunnel
     /// endpoint) through a 128-entry indirection table, as a NIC does.
     Rss {
-        /// The uplink is a VXLAN tunnel endpoint.
-        tunnel: bool,
+        /// The uplink is a VXLAN tunnel endpoint on this UDP port.
+        tunnel: Option<u16>,
     },
 }
 
@@ -45,8 +45,8 @@ pub struct UplinkPort {
     /// kernel's flow hash, or by RSS).
     filters: Option<Mutex<Filters>>,
     /// Spread by RSS (Toeplitz): `Some(tunnel)`, the inner flow's when a
-    /// tunnel endpoint.
-    rss: Option<bool>,
+    /// tunnel endpoint (on that UDP port).
+    rss: Option<Option<u16>>,
     /// Every frame fits a small buffer: read in batches ([`BatchReader`]).
     batched: bool,
 }

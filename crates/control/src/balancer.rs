@@ -1,7 +1,8 @@
 //! Dynamic NetQueue (`netqueue = "dynamic"`): a load balancer over an
 //! uplink's receive queues, as seed 001 describes vSphere's. VM filters
 //! start packed on one queue; each second the balancer reads how busy each
-//! queue's thread was (its CPU time, `/proc/self/task/TID/schedstat`) and
+//! queue's thread was (its demand: time on a CPU plus time waiting for one,
+//! `/proc/self/task/TID/schedstat`) and
 //! how many frames each VM received, gives each filter its share of its
 //! queue's CPU, and then:
 //! - spreads: a queue whose thread used more than the threshold (a share of
@@ -297,7 +298,7 @@ pub fn spawn(
                 let mut ns = vec![0u64; queues as usize];
                 for t in port.threads().iter().filter(|t| t.role == "ingress") {
                     if let Some(x) = ns.get_mut(t.queue) {
-                        *x = thread_cpu_ns(t.tid);
+                        *x = thread_demand_ns(t.tid);
                     }
                 }
                 ns
@@ -337,12 +338,20 @@ pub fn spawn(
 /// How often the balancer looks.
 const INTERVAL: Duration = Duration::from_secs(1);
 
-/// CPU time a thread of this process has used, in ns (its schedstat's
-/// first field); 0 for a thread that is gone.
-fn thread_cpu_ns(tid: i32) -> u64 {
+/// What a thread of this process has asked of the CPU, in ns: its time on
+/// a CPU plus its time runnable but waiting for one (its schedstat's first
+/// two fields; the latter is esxtop's %RDY). A queue thread starved on a
+/// busy host is as loaded as one that runs: both want a core. 0 for a
+/// thread that is gone.
+fn thread_demand_ns(tid: i32) -> u64 {
     std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat"))
         .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .map(|s| {
+            s.split_whitespace()
+                .take(2)
+                .filter_map(|x| x.parse::<u64>().ok())
+                .sum()
+        })
         .unwrap_or(0)
 }
 

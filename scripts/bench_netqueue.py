@@ -61,8 +61,9 @@ def main():
                     runs.setdefault((name, load), []).append(run_one(t, rate, a.warmup, a.seconds))
     rows = {}
     for k, rs in runs.items():
-        rs = sorted(rs, key=lambda r: r["hvnet_cores"])
-        rows[k] = dict(rs[len(rs) // 2], runs=rs)
+        # Each figure's own median (not one run's figures).
+        rows[k] = {f: sorted(r[f] for r in rs)[len(rs) // 2] for f in rs[0]}
+        rows[k]["runs"] = rs
     print()
     print(f"{'load':<5} | {'static: Gbit/s busy hvnet queues':^36} | {'dynamic':^36} | dynamic/static (Gbit/s; busy; hvnet)")
     for load in loads:

@@ -9,7 +9,8 @@
 //!   one core) gives a filter to the least busy queue, if that lowers the
 //!   busiest load (not if it only moves the hot spot);
 //! - packs: when the two least busy queues in use together stay under half
-//!   the threshold, the lighter one's filters join the other.
+//!   the threshold for [`PACK_AFTER`] seconds in a row, the lighter one's
+//!   filters join the other.
 //!
 //! At most one move a second, and the band between half the threshold and
 //! the threshold is hysteresis: nothing moves there. The kernel swaps the
@@ -27,6 +28,10 @@ use std::time::{Duration, Instant};
 
 /// Decisions kept for the view.
 const KEPT: usize = 16;
+
+/// Steps (seconds) the pack condition must hold in a row before filters
+/// are packed: a pause between bursts does not undo a spread.
+pub const PACK_AFTER: u32 = 5;
 
 /// One move of a filter (or of a queue's filters, when packing).
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -56,6 +61,8 @@ pub struct Balancer {
     tunnel: Option<u16>,
     assign: BTreeMap<MacAddr, u32>,
     moves: u64,
+    /// Steps in a row the two least busy queues were quiet enough to pack.
+    quiet: u32,
     decisions: VecDeque<Decision>,
     last_queue_load: Vec<f64>,
     last_filter_load: BTreeMap<MacAddr, f64>,
@@ -70,6 +77,7 @@ impl Balancer {
             tunnel,
             assign: macs.iter().map(|&m| (m, 1)).collect(),
             moves: 0,
+            quiet: 0,
             decisions: VecDeque::new(),
             last_queue_load: vec![0.0; queues as usize],
             last_filter_load: BTreeMap::new(),
@@ -136,9 +144,26 @@ impl Balancer {
             u.dedup();
             u
         };
-        let (mut d, moved) = self
-            .spread(&load, &filter_load)
-            .or_else(|| self.pack(&load, &used))?;
+        let (mut d, moved) = match self.spread(&load, &filter_load) {
+            Some(s) => {
+                self.quiet = 0;
+                s
+            }
+            None => match self.pack(&load, &used) {
+                Some(p) => {
+                    self.quiet += 1;
+                    if self.quiet < PACK_AFTER {
+                        return None;
+                    }
+                    self.quiet = 0;
+                    p
+                }
+                None => {
+                    self.quiet = 0;
+                    return None;
+                }
+            },
+        };
         d.at_s = at_s;
         for mac in &moved {
             self.assign.insert(*mac, d.to);
@@ -404,13 +429,20 @@ mod tests {
             &[0.0, 0.9, 0.0, 0.0],
             &frames(&[(1, 10), (2, 10), (3, 10)]),
         );
-        let d = b
-            .step(
-                2,
-                &[0.0, 0.05, 0.05, 0.0],
-                &frames(&[(1, 1), (2, 1), (3, 1)]),
-            )
-            .expect("a pack");
+        let quiet = |b: &mut Balancer, at| {
+            b.step(at, &[0.0, 0.05, 0.05, 0.0], &frames(&[(1, 1), (2, 1), (3, 1)]))
+        };
+        // Quiet for fewer than PACK_AFTER steps in a row (a busy step
+        // between): nothing moves.
+        for at in 2..1 + u64::from(PACK_AFTER) {
+            assert_eq!(quiet(&mut b, at), None);
+        }
+        let busy = b.step(9, &[0.0, 0.2, 0.2, 0.0], &frames(&[(1, 1), (2, 1), (3, 1)]));
+        assert_eq!(busy, None);
+        for at in 10..9 + u64::from(PACK_AFTER) {
+            assert_eq!(quiet(&mut b, at), None);
+        }
+        let d = quiet(&mut b, 20).expect("a pack");
         assert_eq!(d.action, "pack");
         assert_eq!(b.view()["queues_used"], 1);
         assert_eq!(

@@ -430,7 +430,11 @@ mod tests {
             &frames(&[(1, 10), (2, 10), (3, 10)]),
         );
         let quiet = |b: &mut Balancer, at| {
-            b.step(at, &[0.0, 0.05, 0.05, 0.0], &frames(&[(1, 1), (2, 1), (3, 1)]))
+            b.step(
+                at,
+                &[0.0, 0.05, 0.05, 0.0],
+                &frames(&[(1, 1), (2, 1), (3, 1)]),
+            )
         };
         // Quiet for fewer than PACK_AFTER steps in a row (a busy step
         // between): nothing moves.

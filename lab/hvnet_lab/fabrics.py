@@ -249,6 +249,19 @@ def linux_vxlan(sh, local, remote, ip, dev="eth0"):
        f" && ip link set vx{VNI} up" + (f" && ip addr add {ip}/24 dev vx{VNI}" if ip else ""))
 
 
+def vxlan_host_on_a_wire(a, sw, mtu, offloads=""):
+    """Host a on a veth wire into namespace `sw` (whose end is `pa`): its
+    eth0 with the underlay address and room for VXLAN, TSO off (wire-sized
+    frames, as a physical NIC sends) and `offloads` also off, and Linux's
+    vxlan device with the overlay address. Returns the underlay MTU."""
+    under = mtu + 50
+    hvlab.run(["ip", "link", "add", "eth0", "netns", a.name, "type", "veth", "peer", "name", "pa", "netns", sw.name])
+    a.sh(f"ip link set eth0 mtu {under} up && ip addr add {UNDERLAY_A}/24 dev eth0 "
+         f"&& ethtool -K eth0 tso off {offloads} >/dev/null")
+    linux_vxlan(a.sh, UNDERLAY_A, UNDERLAY_SW, A_IP)
+    return under
+
+
 class HvnetUplink(Hvnet):
     """hvnet with an uplink: VM b behind it, external host a on the wire."""
 
@@ -403,11 +416,7 @@ class OvsVxlan(Fabric):
         for n in self.nss.values():
             n.__enter__()
         a, b, sw = self.nss["a"], self.nss["b"], self.nss["sw"]
-        under = self.mtu + 50
-        hvlab.run(["ip", "link", "add", "eth0", "netns", a.name, "type", "veth", "peer", "name", "pa", "netns", sw.name])
-        a.sh(f"ip link set eth0 mtu {under} up && ip addr add {UNDERLAY_A}/24 dev eth0 "
-             "&& ethtool -K eth0 tso off tx off >/dev/null")
-        linux_vxlan(a.sh, UNDERLAY_A, UNDERLAY_SW, A_IP)
+        under = vxlan_host_on_a_wire(a, sw, self.mtu, "tx off")
         sw.sh(f"ip link set pa mtu {under} up && ethtool -K pa gro on >/dev/null")
         self.daemons = OvsDaemons(sw.name)
         self.daemons.start()
@@ -443,15 +452,12 @@ class LinuxVxlan(Bridge):
         for n in self.nss.values():
             n.__enter__()
         a, b, sw = self.nss["a"], self.nss["b"], self.nss["sw"]
-        under = self.mtu + 50
-        hvlab.run(["ip", "link", "add", "eth0", "netns", a.name, "type", "veth", "peer", "name", "pa", "netns", sw.name])
-        a.sh(f"ip link set eth0 mtu {under} up && ip addr add {UNDERLAY_A}/24 dev eth0 && ethtool -K eth0 tso off >/dev/null")
+        under = vxlan_host_on_a_wire(a, sw, self.mtu)
         # The switch's end of the wire is a NIC without VXLAN segmentation
         # offload, as hvnet's uplink is (an AF_PACKET socket takes no
         # tunnelled GSO frame): both send wire-sized frames to the host.
         sw.sh(f"ip link set pa mtu {under} up && ip addr add {UNDERLAY_SW}/24 dev pa && ethtool -K pa gro on tso off "
               "tx-udp_tnl-segmentation off tx-udp_tnl-csum-segmentation off >/dev/null")
-        linux_vxlan(a.sh, UNDERLAY_A, UNDERLAY_SW, A_IP)
         sw.sh("ip link add br0 type bridge && ip link set br0 up")
         linux_vxlan(sw.sh, UNDERLAY_SW, UNDERLAY_A, None, dev="pa")
         sw.sh(f"ip link set vx{VNI} master br0")

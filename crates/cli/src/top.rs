@@ -122,7 +122,7 @@ fn num(v: &Value, k: &str) -> u64 {
 
 /// The processes whose network namespace is `ns`.
 fn netns_pids(ns: &str) -> Vec<u32> {
-    let Ok(want) = std::fs::metadata(format!("/run/netns/{ns}")) else {
+    let Ok(want) = std::fs::metadata(hvnet_sys::netns::path(ns)) else {
         return Vec::new();
     };
     let Ok(dir) = std::fs::read_dir("/proc") else {

@@ -15,8 +15,8 @@ use crate::guest::{self, Guest};
 use crate::proto::{self, Request};
 use crate::provision;
 use crate::state::{
-    self, create_state_dir, device_marker, lock_topology, netns_marker, netns_path, read_state,
-    write_state, State,
+    self, create_state_dir, device_marker, lock_topology, netns_marker, read_state, write_state,
+    State,
 };
 pub use crate::state::{state_dir, topologies, RUN_DIR};
 use crate::topology::{self, Topology};
@@ -155,7 +155,7 @@ pub fn prepare(topo: &Topology, text: &str) -> Result<Bringup, DaemonError> {
         return Ok(Bringup::Reattach);
     }
     for ns in topo.namespaces() {
-        if netns_path(&ns).exists() {
+        if hvnet_sys::netns::path(&ns).exists() {
             return Err(DaemonError::Other(format!(
                 "network namespace {ns} exists already and is not hvnet's (topology {} names it for one of its VMs or hosts)",
                 topo.name
@@ -348,7 +348,7 @@ fn down_locked(name: &str) -> Result<DownReport, DaemonError> {
     guest::kill_groups_left(&state.guests);
     let marker = state.marker();
     for ns in &state.namespaces {
-        if !netns_path(ns).exists() {
+        if !hvnet_sys::netns::path(ns).exists() {
             continue;
         }
         match netns_marker(ns) {

@@ -8,8 +8,8 @@
 
 use crate::daemon::{io_err, run, DaemonError};
 use crate::guest;
-use crate::rtnl::{self, LinkChange, Rtnl};
-use crate::state::{check_owned_device, check_owned_netns, netns_path, write_state, State};
+use crate::rtnl::{LinkChange, Rtnl};
+use crate::state::{check_owned_device, check_owned_netns, write_state, State};
 use crate::topology::{Host, NetQueueMode, Topology, Uplink, UplinkLro};
 use hvnet_datapath::tunnel::VtepConfig;
 use hvnet_datapath::PortSpec;
@@ -51,18 +51,17 @@ pub(crate) fn create_vm(
         // held it: only its queues are opened again, from inside its
         // namespace (where its name is `eth0`).
         check_owned_netns(&ns, &state.marker())?;
-        TapPort::open_in(&netns_path(&ns), "eth0", vm.queues, offloads)?
+        TapPort::open_in(&ns, "eth0", vm.queues, offloads)?
     } else {
         state.namespaces.push(ns.clone());
         write_state(dir, state)?;
-        add_netns(&ns, vm.ipv6.is_some(), &state.marker())?;
+        let handle = add_netns(&ns, vm.ipv6.is_some(), &state.marker())?;
         // Created here under a name the kernel picks free (no name of ours
         // to collide with another's), then moved into the VM as `eth0`:
         // its queues' descriptors belong to this namespace, so deleting
         // the VM's namespace deletes its NIC and the port goes down.
         let tap = TapPort::open("hvtap%d", vm.queues, offloads)?;
         tap.set_persist(true)?;
-        let handle = hvnet_sys::netns::open(&ns).map_err(io_err(format!("open namespace {ns}")))?;
         Rtnl::new()?.set_link(
             tap.name(),
             &LinkChange {
@@ -70,7 +69,7 @@ pub(crate) fn create_vm(
                 ..Default::default()
             },
         )?;
-        let mut rtnl = Rtnl::in_netns(&ns)?;
+        let mut rtnl = Rtnl::in_netns_of(&handle)?;
         rtnl.set_link(
             tap.name(),
             &LinkChange {
@@ -95,30 +94,30 @@ pub(crate) fn create_vm(
 }
 
 /// Creates namespace `ns` with its loopback up and hvnet's ownership
-/// marker as the loopback's alias (what `down` checks before deleting). One without IPv6
-/// addresses stays quiet: no router solicitations or MLD reports on its
-/// NIC.
-fn add_netns(ns: &str, ipv6: bool, marker: &str) -> Result<(), DaemonError> {
+/// marker as the loopback's alias (what `down` checks before deleting),
+/// and returns its handle. One without IPv6 addresses stays quiet: no
+/// router solicitations or MLD reports on its NIC.
+fn add_netns(ns: &str, ipv6: bool, marker: &str) -> Result<std::fs::File, DaemonError> {
     hvnet_sys::netns::create(ns).map_err(io_err(format!("create network namespace {ns}")))?;
+    let handle = hvnet_sys::netns::open(ns).map_err(io_err(format!("open namespace {ns}")))?;
     let change = LinkChange {
         up: Some(true),
         alias: Some(marker),
         ..Default::default()
     };
-    Rtnl::in_netns(ns)?.set_link("lo", &change)?;
+    Rtnl::in_netns_of(&handle)?.set_link("lo", &change)?;
     if !ipv6 {
-        let handle = hvnet_sys::netns::open(ns).map_err(io_err(format!("open namespace {ns}")))?;
         let set = || -> std::io::Result<()> {
             for scope in ["all", "default"] {
                 std::fs::write(format!("/proc/sys/net/ipv6/conf/{scope}/disable_ipv6"), "1")?;
             }
             Ok(())
         };
-        rtnl::run_in_netns(&handle, set)
+        hvnet_sys::netns::run_in(&handle, set)
             .and_then(|r| r)
             .map_err(io_err(format!("turn IPv6 off in {ns}")))?;
     }
-    Ok(())
+    Ok(handle)
 }
 
 /// Administratively up.
@@ -165,8 +164,7 @@ pub(crate) fn create_host(
     state.namespaces.push(ns.clone());
     state.devices.push(u.device.clone());
     write_state(dir, state)?;
-    add_netns(&ns, h.ipv6.is_some(), &state.marker())?;
-    let handle = hvnet_sys::netns::open(&ns).map_err(io_err(format!("open namespace {ns}")))?;
+    let handle = add_netns(&ns, h.ipv6.is_some(), &state.marker())?;
     let mut root = Rtnl::new()?;
     root.add_veth(&u.device, u.settings.mtu, "eth0", &handle)?;
     let marked = LinkChange {
@@ -174,7 +172,7 @@ pub(crate) fn create_host(
         ..Default::default()
     };
     root.set_link(&u.device, &marked)?;
-    let mut rtnl = Rtnl::in_netns(&ns)?;
+    let mut rtnl = Rtnl::in_netns_of(&handle)?;
     let nic = LinkChange {
         mac: Some(h.mac.0),
         mtu: Some(u.settings.mtu),

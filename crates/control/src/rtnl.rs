@@ -113,8 +113,13 @@ impl Rtnl {
             op: format!("open network namespace {ns}"),
             source,
         })?;
-        run_in_netns(&handle, Rtnl::new).map_err(|source| NetlinkError::Io {
-            op: format!("enter network namespace {ns}"),
+        Rtnl::in_netns_of(&handle)
+    }
+
+    /// A socket of the namespace whose handle is `ns`.
+    pub fn in_netns_of(ns: &File) -> Result<Rtnl, NetlinkError> {
+        hvnet_sys::netns::run_in(ns, Rtnl::new).map_err(|source| NetlinkError::Io {
+            op: "enter a network namespace".into(),
             source,
         })?
     }
@@ -306,20 +311,6 @@ impl Rtnl {
         let op = format!("add address {addr}/{prefix} to {dev}");
         self.create(&op, RouteNetlinkMessage::NewAddress(msg))
     }
-}
-
-/// Runs `f` on a thread of its own inside the namespace of `ns`, so that
-/// what it opens (sockets, `/proc/sys/net` files) is that namespace's; the
-/// caller's thread stays where it is.
-pub fn run_in_netns<T: Send>(ns: &File, f: impl FnOnce() -> T + Send) -> io::Result<T> {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            hvnet_sys::enter_netns(ns)?;
-            Ok(f())
-        })
-        .join()
-        .unwrap_or_else(|_| Err(io::Error::other("namespace thread panicked")))
-    })
 }
 
 /// The kernel's message in an extended ack (`NLMSGERR_ATTR_MSG`), found

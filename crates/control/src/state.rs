@@ -165,11 +165,6 @@ pub fn lock_topology(name: &str) -> Result<TopologyLock, DaemonError> {
     }
 }
 
-/// The handle of a named network namespace.
-pub fn netns_path(ns: &str) -> PathBuf {
-    Path::new("/run/netns").join(ns)
-}
-
 /// The ownership marker on namespace `ns` (its loopback's alias), if it
 /// exists and carries one.
 pub fn netns_marker(ns: &str) -> Option<String> {

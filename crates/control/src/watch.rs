@@ -83,7 +83,7 @@ impl NetnsWatch {
     pub fn check(&mut self) {
         use std::os::unix::fs::MetadataExt;
         let same = |ns: &str, handle: &std::fs::File| {
-            let now = std::fs::metadata(crate::state::netns_path(ns));
+            let now = std::fs::metadata(hvnet_sys::netns::path(ns));
             let held = handle.metadata();
             matches!((now, held), (Ok(a), Ok(b)) if (a.dev(), a.ino()) == (b.dev(), b.ino()))
         };
@@ -91,7 +91,7 @@ impl NetnsWatch {
             if same(ns, handle) {
                 return true;
             }
-            let removed = crate::rtnl::run_in_netns(handle, || {
+            let removed = hvnet_sys::netns::run_in(handle, || {
                 crate::rtnl::Rtnl::new().and_then(|mut r| r.del_link("eth0"))
             });
             match removed {

@@ -264,32 +264,24 @@ impl TapPort {
         Ok(TapPort { name, queues: qs })
     }
 
-    /// Opens `queues` queues of the existing TAP `name` inside the network
-    /// namespace `netns` (a `/run/netns/NAME` path): how a restarted switch
-    /// re-attaches to a VM's persistent NIC, which kept its MAC and
-    /// addresses meanwhile. The namespace is entered by a short-lived
-    /// thread; the descriptors work from any namespace (and hold it alive
-    /// while open).
+    /// Opens `queues` queues of the existing TAP `name` inside the named
+    /// network namespace `netns`: how a restarted switch re-attaches to a
+    /// VM's persistent NIC, which kept its MAC and addresses meanwhile. The
+    /// namespace is entered by a short-lived thread; the descriptors work
+    /// from any namespace (and hold it alive while open).
     pub fn open_in(
-        netns: &std::path::Path,
+        netns: &str,
         name: &str,
         queues: usize,
         offloads: u32,
     ) -> Result<TapPort, TapError> {
         let enter = |e: io::Error| TapError::OpenQueue {
-            name: format!("{name} in {}", netns.display()),
+            name: format!("{name} in network namespace {netns}"),
             queue: 0,
             source: e,
         };
-        let ns = std::fs::File::open(netns).map_err(enter)?;
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                hvnet_sys::enter_netns(&ns).map_err(enter)?;
-                TapPort::open(name, queues, offloads)
-            })
-            .join()
-            .expect("the TAP opener does not panic")
-        })
+        let ns = hvnet_sys::netns::open(netns).map_err(enter)?;
+        hvnet_sys::netns::run_in(&ns, || TapPort::open(name, queues, offloads)).map_err(enter)?
     }
 
     /// Makes the device outlive this process's descriptors (a restarted

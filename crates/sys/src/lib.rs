@@ -263,19 +263,6 @@ pub fn poll_readable(fd: RawFd, timeout_ms: i32) -> io::Result<bool> {
     }
 }
 
-/// Moves the calling thread (only it) into the network namespace whose
-/// handle is `ns` (a `/run/netns/NAME` file): devices it then creates or
-/// opens, such as a TAP, are that namespace's.
-pub fn enter_netns(ns: &File) -> io::Result<()> {
-    // SAFETY: setns takes an fd by value, which `ns` keeps open across the
-    // call; CLONE_NEWNET limits it to the network namespace.
-    let r = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// Sets the process's file mode creation mask, so that files and sockets
 /// are created with their final permissions (no window before a chmod).
 pub fn set_umask(mask: u32) {

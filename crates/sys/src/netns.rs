@@ -7,8 +7,9 @@
 use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The directory iproute2 keeps named namespaces in.
 pub const NETNS_RUN_DIR: &str = "/run/netns";
@@ -63,7 +64,7 @@ pub fn create(name: &str) -> io::Result<()> {
     let dir = Path::new(NETNS_RUN_DIR);
     std::fs::create_dir_all(dir)?;
     share_run_dir(&cpath(dir)?)?;
-    let path = dir.join(name);
+    let path = path(name);
     std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -92,17 +93,45 @@ pub fn create(name: &str) -> io::Result<()> {
 /// `ip netns del` does: processes still inside keep it until they leave)
 /// and its file removed. Its devices go with the namespace's last user.
 pub fn delete(name: &str) -> io::Result<()> {
-    let path = Path::new(NETNS_RUN_DIR).join(name);
+    let path = path(name);
     let target = cpath(&path)?;
     // SAFETY: `target` is a NUL-terminated string that outlives the call.
     check(unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) })?;
     std::fs::remove_file(&path)
 }
 
-/// Opens the handle of the named namespace `name`, for [`crate::enter_netns`]
-/// or a netlink request that moves a device into it.
+/// Where the handle of the named namespace `name` is.
+pub fn path(name: &str) -> PathBuf {
+    Path::new(NETNS_RUN_DIR).join(name)
+}
+
+/// Opens the handle of the named namespace `name`, for [`enter`],
+/// [`run_in`] or a netlink request that moves a device into it.
 pub fn open(name: &str) -> io::Result<File> {
-    File::open(Path::new(NETNS_RUN_DIR).join(name))
+    File::open(path(name))
+}
+
+/// Moves the calling thread (only it) into the network namespace whose
+/// handle is `ns`: devices it then creates or opens, such as a TAP, and
+/// sockets it opens are that namespace's.
+pub fn enter(ns: &File) -> io::Result<()> {
+    // SAFETY: setns takes an fd by value, which `ns` keeps open across the
+    // call; CLONE_NEWNET limits it to the network namespace.
+    check(unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) })
+}
+
+/// Runs `f` on a thread of its own inside the namespace of `ns`, so that
+/// what it opens (sockets, TAP queues, `/proc/sys/net` files) is that
+/// namespace's; the caller's thread stays where it is.
+pub fn run_in<T: Send>(ns: &File, f: impl FnOnce() -> T + Send) -> io::Result<T> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            enter(ns)?;
+            Ok(f())
+        })
+        .join()
+        .unwrap_or_else(|_| Err(io::Error::other("namespace thread panicked")))
+    })
 }
 
 #[cfg(test)]
@@ -123,17 +152,13 @@ mod tests {
             Err(io::ErrorKind::AlreadyExists)
         ));
         let ours = std::fs::metadata("/proc/thread-self/ns/net").unwrap();
-        let theirs = std::thread::scope(|s| {
-            s.spawn(|| {
-                crate::enter_netns(&open(&name).unwrap()).unwrap();
-                std::fs::metadata("/proc/thread-self/ns/net").unwrap()
-            })
-            .join()
-            .unwrap()
-        });
+        let theirs = run_in(&open(&name).unwrap(), || {
+            std::fs::metadata("/proc/thread-self/ns/net").unwrap()
+        })
+        .unwrap();
         use std::os::unix::fs::MetadataExt;
         assert_ne!(ours.ino(), theirs.ino());
         delete(&name).unwrap();
-        assert!(!Path::new(NETNS_RUN_DIR).join(&name).exists());
+        assert!(!path(&name).exists());
     }
 }

@@ -20,6 +20,7 @@
 
 #![forbid(unsafe_code)]
 
+mod bpf;
 pub mod ctrlq;
 pub mod device;
 pub mod netqueue;

@@ -9,17 +9,11 @@
 //! Loads are relative to the Ethernet header (`SKF_LL_OFF`): the kernel
 //! runs fanout programs with the frame's data at its network header.
 
+use crate::bpf::{insn, JEQ_K, LD_B_ABS, LD_H_ABS, LD_W_ABS, LL, RET_K};
 use hvnet_sys::BpfInsn;
 use hvnet_wire::MacAddr;
 use serde::Serialize;
 
-/// `SKF_LL_OFF`: loads from here on are relative to the link-layer header.
-pub(crate) const LL: u32 = (-0x20_0000i32) as u32;
-const LD_W_ABS: u16 = 0x20;
-const LD_H_ABS: u16 = 0x28;
-const LD_B_ABS: u16 = 0x30;
-const JEQ_K: u16 = 0x15;
-const RET_K: u16 = 0x06;
 /// Where a VXLAN frame's inner Ethernet header starts: outer Ethernet,
 /// IPv4 without options, UDP, VXLAN.
 pub(crate) const INNER: u32 = 14 + 20 + 8 + 8;
@@ -61,10 +55,6 @@ pub struct Filters {
     pub entries: Vec<Filter>,
 }
 
-pub(crate) fn insn(code: u16, jt: u8, jf: u8, k: u32) -> BpfInsn {
-    BpfInsn { code, jt, jf, k }
-}
-
 /// The fanout program for a filter table (at most [`MAX_FILTERS`]
 /// entries are used).
 pub fn program(f: &Filters) -> Vec<BpfInsn> {
@@ -102,35 +92,7 @@ pub fn program(f: &Filters) -> Vec<BpfInsn> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Runs the subset of classic BPF the programs use over a frame, as
-    /// the kernel would with loads relative to the link-layer header.
-    fn run(p: &[BpfInsn], frame: &[u8]) -> u32 {
-        let (mut pc, mut a) = (0usize, 0u32);
-        loop {
-            let i = p[pc];
-            let off = i.k.wrapping_sub(LL) as usize;
-            match i.code {
-                LD_H_ABS | LD_W_ABS | LD_B_ABS => {
-                    let n = match i.code {
-                        LD_H_ABS => 2,
-                        LD_W_ABS => 4,
-                        _ => 1,
-                    };
-                    let Some(b) = frame.get(off..off + n) else {
-                        return 0; // the kernel ends the program: 0
-                    };
-                    a = b.iter().fold(0, |x, &y| x << 8 | u32::from(y));
-                }
-                JEQ_K => {
-                    pc += if a == i.k { i.jt } else { i.jf } as usize;
-                }
-                RET_K => return i.k,
-                c => panic!("unexpected opcode {c:#x}"),
-            }
-            pc += 1;
-        }
-    }
+    use crate::bpf::run;
 
     fn filters(tunnel: bool) -> Filters {
         Filters {

@@ -17,27 +17,10 @@
 //! Loads are relative to the Ethernet header (`SKF_LL_OFF`), as in
 //! [`crate::netqueue`].
 
-use crate::netqueue::{self, insn, LL};
+use crate::bpf::*;
+use crate::netqueue;
 use hvnet_offload::rss::window;
 use hvnet_sys::BpfInsn;
-
-const LD_H_ABS: u16 = 0x28;
-const LD_B_ABS: u16 = 0x30;
-const LD_B_IND: u16 = 0x50;
-const LD_IMM: u16 = 0x00;
-const LD_MEM: u16 = 0x60;
-const LDX_MSH: u16 = 0xb1;
-const ST: u16 = 0x02;
-const TAX: u16 = 0x07;
-const TXA: u16 = 0x87;
-const XOR_K: u16 = 0xa4;
-const AND_K: u16 = 0x54;
-const MOD_K: u16 = 0x94;
-const JA: u16 = 0x05;
-const JEQ_K: u16 = 0x15;
-const JSET_K: u16 = 0x45;
-const RET_K: u16 = 0x06;
-const RET_A: u16 = 0x16;
 
 /// Scratch memory: the hash so far.
 const HASH: u32 = 0;
@@ -199,59 +182,8 @@ fn assemble(ops: &[Op]) -> Vec<BpfInsn> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bpf::run;
     use hvnet_offload::rss::{Rss, DEFAULT_KEY};
-
-    /// Runs classic BPF as the kernel would, loads relative to the
-    /// link-layer header; a load past the end ends the program with 0.
-    pub(crate) fn run(p: &[BpfInsn], frame: &[u8]) -> u32 {
-        let (mut pc, mut a, mut x) = (0usize, 0u32, 0u32);
-        let mut mem = [0u32; 16];
-        let load = |off: usize, n: usize| {
-            frame
-                .get(off..off + n)
-                .map(|b| b.iter().fold(0u32, |v, &y| v << 8 | u32::from(y)))
-        };
-        assert!(
-            p.len() <= 4096,
-            "the kernel takes at most 4096 instructions"
-        );
-        loop {
-            let ins = p[pc];
-            let off = ins.k.wrapping_sub(LL) as usize;
-            match ins.code {
-                LD_H_ABS | LD_B_ABS => {
-                    let n = if ins.code == LD_H_ABS { 2 } else { 1 };
-                    match load(off, n) {
-                        Some(v) => a = v,
-                        None => return 0,
-                    }
-                }
-                LD_B_IND => match load(off + x as usize, 1) {
-                    Some(v) => a = v,
-                    None => return 0,
-                },
-                LDX_MSH => match load(off, 1) {
-                    Some(v) => x = (v & 0xf) * 4,
-                    None => return 0,
-                },
-                LD_IMM => a = ins.k,
-                LD_MEM => a = mem[ins.k as usize],
-                ST => mem[ins.k as usize] = a,
-                TAX => x = a,
-                TXA => a = x,
-                XOR_K => a ^= ins.k,
-                AND_K => a &= ins.k,
-                MOD_K => a %= ins.k,
-                JA => pc += ins.k as usize,
-                JEQ_K => pc += if a == ins.k { ins.jt } else { ins.jf } as usize,
-                JSET_K => pc += if a & ins.k != 0 { ins.jt } else { ins.jf } as usize,
-                RET_K => return ins.k,
-                RET_A => return a,
-                c => panic!("unexpected opcode {c:#x}"),
-            }
-            pc += 1;
-        }
-    }
 
     fn eth(ethertype: u16, l3: &[u8]) -> Vec<u8> {
         let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];

@@ -11,7 +11,7 @@ use crate::rtnl::{LinkChange, Rtnl};
 use crate::state::{read_state, write_state};
 use crate::topology::{Topology, VmKind};
 use crate::views;
-use hvnet_datapath::switch::SettingError;
+use hvnet_datapath::switch::{setting_range, SettingError};
 use hvnet_datapath::{PortSettings, Switch};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -258,15 +258,17 @@ pub fn merge_settings(cur: &PortSettings, changes: Value) -> Result<PortSettings
             value: shown.clone(),
             allowed,
         };
-        if k == "mtu" && v.as_u64().is_some_and(|m| m > 9000) {
-            return Err(bad(format!("a number ({})", range_of(&k))));
+        // Past the top of its range before its type could overflow.
+        if let (Some((_, max)), Some(n)) = (setting_range(&k), v.as_u64()) {
+            if n > max {
+                return Err(bad(allowed(&k)));
+            }
         }
         match (now, &v) {
             (Value::Bool(_), Value::Bool(_)) | (Value::Number(_), Value::Number(_)) => {}
             (Value::String(_), Value::String(w)) if words_of(&k).contains(&w.as_str()) => {}
             (Value::Bool(_), _) => return Err(bad("on or off".into())),
-            (Value::Number(_), _) => return Err(bad(format!("a number ({})", range_of(&k)))),
-            _ => return Err(bad(format!("a word ({})", range_of(&k)))),
+            _ => return Err(bad(allowed(&k))),
         }
         cur[&k] = v;
     }
@@ -292,15 +294,18 @@ fn words_of(k: &str) -> &'static [&'static str] {
     }
 }
 
-/// The values a setting takes, for errors.
-fn range_of(k: &str) -> &'static str {
-    match k {
-        "mtu" => "68..9000",
-        "ring1" | "ring2" => "32..4096",
-        "rx_overflow" => "drop or backpressure",
-        "delivery" => "auto or thread",
-        _ => "see `hvnet port PORT`",
+/// What a number or word setting takes, for errors: its range, or its
+/// words.
+fn allowed(k: &str) -> String {
+    match (setting_range(k), words_of(k)) {
+        (Some((min, max)), _) => number_in(min, max),
+        (None, []) => "see `hvnet port PORT`".into(),
+        (None, words) => format!("a word ({})", words.join(" or ")),
     }
+}
+
+fn number_in(min: u64, max: u64) -> String {
+    format!("a number ({min}..{max})")
 }
 
 /// The switch's refusal of a setting, typed.
@@ -315,7 +320,7 @@ fn setting_error(e: SettingError) -> CtlError {
         } => CtlError::BadValue {
             setting: setting.into(),
             value: value.to_string(),
-            allowed: format!("a number ({min}..{max})"),
+            allowed: number_in(min, max),
         },
         SettingError::Fixed(reason) => CtlError::Refused { reason },
         SettingError::Device(reason) => CtlError::Failed { reason },
@@ -339,17 +344,19 @@ fn handle(
         Request::PortShow { name } => Ok(views::port_settings(&*port(&name)?)),
         Request::PortSet { name, changes } => {
             let p = port(&name)?;
-            let new = merge_settings(&p.settings(), changes)?;
+            let old = p.settings();
+            let new = merge_settings(&old, changes)?;
             // Checked before anything changes: a refused value leaves the
             // guest's MTU as it was.
             sw.check_settings(&name, &new).map_err(setting_error)?;
-            if new.mtu != p.settings().mtu && p.dev.vhost_user().is_some() {
+            let mtu_changes = new.mtu != old.mtu;
+            if mtu_changes && p.dev.vhost_user().is_some() {
                 return Err(CtlError::refused("a real guest sets its own MTU (ip link set eth0 mtu … inside it); its port's mtu is what the switch takes"));
             }
-            if new.mtu != p.settings().mtu && !p.is_uplink() && unprivileged {
+            if mtu_changes && !p.is_uplink() && unprivileged {
                 return Err(CtlError::refused(format!("the daemon gave up root after bring-up (--drop-privileges): {name}'s MTU is set in its topology file, not at run time")));
             }
-            if new.mtu != p.settings().mtu && !p.is_uplink() {
+            if mtu_changes && !p.is_uplink() {
                 let ns = topo.netns_of(&name);
                 let change = LinkChange {
                     mtu: Some(new.mtu),
@@ -359,7 +366,6 @@ fn handle(
                     .and_then(|mut rtnl| rtnl.set_link("eth0", &change))
                     .map_err(CtlError::failed)?;
             }
-            let old = p.settings();
             sw.set_port(&name, new).map_err(setting_error)?;
             tracing::info!(port = %name, from = %json!(old), to = %json!(p.settings()), "settings changed");
             Ok(views::port_settings(&p))

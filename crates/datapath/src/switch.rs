@@ -622,14 +622,24 @@ fn supervise(
     }
 }
 
+/// The values a numeric setting takes, `(min, max)`; `None` for a setting
+/// that is not a number.
+pub fn setting_range(setting: &str) -> Option<(u64, u64)> {
+    match setting {
+        "mtu" => Some((68, 9000)),
+        "ring1" | "ring2" => Some((32, ring::MAX_RING as u64)),
+        _ => None,
+    }
+}
+
 /// Checks settings ranges (also used for topology files).
 pub fn validate_settings(s: &PortSettings) -> Result<(), SettingError> {
-    let ring = |setting, v: usize| (setting, v as u64, 32, ring::MAX_RING as u64);
-    for (setting, value, min, max) in [
-        ("mtu", u64::from(s.mtu), 68, 9000),
-        ring("ring1", s.ring1),
-        ring("ring2", s.ring2),
+    for (setting, value) in [
+        ("mtu", u64::from(s.mtu)),
+        ("ring1", s.ring1 as u64),
+        ("ring2", s.ring2 as u64),
     ] {
+        let (min, max) = setting_range(setting).expect("a numeric setting");
         if !(min..=max).contains(&value) {
             return Err(SettingError::Range {
                 setting,

@@ -138,12 +138,7 @@ impl Balancer {
         for (m, &q) in &self.assign {
             load[q as usize] += filter_load[m];
         }
-        let used: Vec<u32> = {
-            let mut u: Vec<u32> = self.assign.values().copied().collect();
-            u.sort_unstable();
-            u.dedup();
-            u
-        };
+        let used = self.queues_used();
         let (mut d, moved) = match self.spread(&load, &filter_load) {
             Some(s) => {
                 self.quiet = 0;
@@ -267,15 +262,20 @@ impl Balancer {
         Some((d, moved))
     }
 
-    /// What `hvnet stats /uplinks/U/filters` shows of the balancer.
-    pub fn view(&self) -> Value {
+    /// The queues that hold a filter, in order.
+    fn queues_used(&self) -> Vec<u32> {
         let mut used: Vec<u32> = self.assign.values().copied().collect();
         used.sort_unstable();
         used.dedup();
+        used
+    }
+
+    /// What `hvnet stats /uplinks/U/filters` shows of the balancer.
+    pub fn view(&self) -> Value {
         json!({
             "mode": "dynamic",
             "threshold_pct": self.threshold * 100.0,
-            "queues_used": used.len(),
+            "queues_used": self.queues_used().len(),
             "moves": self.moves,
             "queue_load_pct": self.last_queue_load.iter().map(|l| (l * 1000.0).round() / 10.0).collect::<Vec<_>>(),
             "filter_load_pct": self.last_filter_load.iter()

@@ -464,12 +464,7 @@ pub fn daemon(
         .iter()
         .filter(|u| u.netqueue == NetQueueMode::Dynamic && u.queues > 1)
     {
-        let vms = topo
-            .vms
-            .iter()
-            .filter(|v| v.vlan == u.vlan)
-            .map(|v| (v.name.clone(), v.mac))
-            .collect();
+        let vms = topo.vms_on(u).map(|v| (v.name.clone(), v.mac)).collect();
         let (t, b) = crate::balancer::spawn(sw.clone(), u.name.clone(), vms, u.netqueue_threshold)
             .map_err(io_err("start the netqueue balancer"))?;
         threads.push(t);

@@ -202,9 +202,7 @@ pub(crate) fn netqueue_filters(topo: &Topology, u: &Uplink) -> Option<Filters> {
     }
     let spare = (u.queues - 1).max(1);
     let entries = topo
-        .vms
-        .iter()
-        .filter(|v| v.vlan == u.vlan)
+        .vms_on(u)
         .enumerate()
         .map(|(i, v)| Filter {
             mac: v.mac,

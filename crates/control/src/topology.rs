@@ -402,6 +402,11 @@ impl Topology {
     pub fn netns_of(&self, name: &str) -> String {
         format!("{}-{}", self.name, name)
     }
+    /// The VMs on uplink `u`'s segment (its VLAN): whose frames it
+    /// carries, and whom NetQueue gives filters.
+    pub fn vms_on<'a>(&'a self, u: &'a Uplink) -> impl Iterator<Item = &'a Vm> + 'a {
+        self.vms.iter().filter(move |v| v.vlan == u.vlan)
+    }
     /// What works but will not do what a user may expect: a tunnel
     /// endpoint whose underlay MTU leaves less than a VM's MTU for the
     /// inner frame (VXLAN adds 50 bytes).
@@ -427,7 +432,7 @@ impl Topology {
         }
         for u in self.uplinks.iter().filter(|u| u.vxlan.is_some()) {
             let room = (u.settings.mtu as usize).saturating_sub(VXLAN_OVERHEAD);
-            for vm in self.vms.iter().filter(|v| v.vlan == u.vlan) {
+            for vm in self.vms_on(u) {
                 if vm.settings.mtu as usize > room {
                     w.push(format!(
                         "uplink {}: VXLAN adds 50 bytes; its MTU {} leaves {room} for VM {}'s MTU {}: larger frames are dropped (drop_mtu_exceeded). Give the uplink mtu = {} (and its device that MTU), or the VM mtu = {room}",

@@ -164,17 +164,12 @@ class Ovs(Fabric):
 
     def __init__(self, tmp, mtu, **_):
         self.mtu = mtu
-        self.dir = Path(tempfile.mkdtemp(prefix="hvnet-ovs-"))
-        self.env = dict(os.environ, OVS_RUNDIR=str(self.dir), OVS_LOGDIR=str(self.dir), OVS_DBDIR=str(self.dir))
-        self.db = f"unix:{self.dir}/db.sock"
+        self.daemons = OvsDaemons(None)
         self.nss = {k: hvlab.Netns("bo") for k in ("a", "b")}
         self.br = hvlab.unique("obr")[:12]
 
-    def ovs(self, *args):
-        return subprocess.run(list(args), check=True, capture_output=True, text=True, env=self.env)
-
     def vsctl(self, *args):
-        return self.ovs("ovs-vsctl", f"--db={self.db}", "--timeout=10", *args)
+        return self.daemons.vsctl(*args)
 
     def _up(self):
         # The userspace datapath's device: ours to remove only if it was
@@ -182,13 +177,7 @@ class Ovs(Fabric):
         self.had_netdev = link_exists("ovs-netdev")
         for n in self.nss.values():
             n.__enter__()
-        d = self.dir
-        self.ovs("ovsdb-tool", "create", f"{d}/conf.db", "/usr/share/openvswitch/vswitch.ovsschema")
-        self.ovs("ovsdb-server", f"--remote=punix:{d}/db.sock", f"--pidfile={d}/ovsdb.pid", "--detach",
-                 f"--log-file={d}/ovsdb.log", f"{d}/conf.db")
-        self.vsctl("--no-wait", "init")
-        self.vsctl("--no-wait", "set", "Open_vSwitch", ".", "other_config:userspace-tso-enable=true")
-        self.ovs("ovs-vswitchd", self.db, f"--pidfile={d}/vswitchd.pid", "--detach", f"--log-file={d}/vswitchd.log")
+        self.daemons.start(config=["other_config:userspace-tso-enable=true"])
         self.vsctl("add-br", self.br, "--", "set", "bridge", self.br, "datapath_type=netdev")
         for vm, ip in (("a", A_IP), ("b", B_IP)):
             tap = hvlab.unique(f"ot{vm}")[:12]
@@ -211,23 +200,10 @@ class Ovs(Fabric):
             self.vsctl("--if-exists", "del-br", self.br)
         except subprocess.CalledProcessError:
             pass
-        pids = []
-        for pidfile in ("vswitchd.pid", "ovsdb.pid"):
-            p = self.dir / pidfile
-            if p.exists():
-                try:
-                    pid = int(p.read_text().strip())
-                    os.kill(pid, 15)
-                    pids.append(pid)
-                except (ProcessLookupError, ValueError):
-                    pass
-        deadline = time.monotonic() + 10
-        while any(running(pid) for pid in pids) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        self.daemons.stop()
         for dev in [self.br] + ([] if self.had_netdev else ["ovs-netdev"]):
             if link_exists(dev):
                 hvlab.run(["ip", "link", "del", dev], check=False)
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     def ns(self, vm):
         return self.nss[vm].name
@@ -334,10 +310,10 @@ class BridgeUplink(Bridge):
 
 
 class OvsDaemons:
-    """ovsdb-server and ovs-vswitchd run inside network namespace `ns`, in
-    a private run directory; stopped by their pidfiles. Open vSwitch's
-    devices (its bridges' internal ports, `ovs-netdev`) are that
-    namespace's and go with it."""
+    """ovsdb-server and ovs-vswitchd in a private run directory, inside
+    network namespace `ns` (or this one, for None); stopped by their
+    pidfiles. Open vSwitch's devices (its bridges' internal ports,
+    `ovs-netdev`) are that namespace's."""
 
     def __init__(self, ns):
         self.ns = ns
@@ -346,8 +322,8 @@ class OvsDaemons:
         self.db = f"unix:{self.dir}/db.sock"
 
     def run(self, *args):
-        return subprocess.run(["ip", "netns", "exec", self.ns, *args], check=True, capture_output=True,
-                              text=True, env=self.env)
+        inside = ["ip", "netns", "exec", self.ns] if self.ns else []
+        return subprocess.run([*inside, *args], check=True, capture_output=True, text=True, env=self.env)
 
     def sh(self, cmd):
         return self.run("sh", "-c", cmd)
@@ -355,12 +331,16 @@ class OvsDaemons:
     def vsctl(self, *args):
         return self.run("ovs-vsctl", f"--db={self.db}", "--timeout=10", *args)
 
-    def start(self):
+    def start(self, config=()):
+        """Starts the daemons; `config`: `Open_vSwitch` table settings
+        (`other_config:KEY=VALUE`) made before ovs-vswitchd reads them."""
         d = self.dir
         self.run("ovsdb-tool", "create", f"{d}/conf.db", "/usr/share/openvswitch/vswitch.ovsschema")
         self.run("ovsdb-server", f"--remote=punix:{d}/db.sock", f"--pidfile={d}/ovsdb.pid", "--detach",
                  f"--log-file={d}/ovsdb.log", f"{d}/conf.db")
         self.vsctl("--no-wait", "init")
+        if config:
+            self.vsctl("--no-wait", "set", "Open_vSwitch", ".", *config)
         self.run("ovs-vswitchd", self.db, f"--pidfile={d}/vswitchd.pid", "--detach", f"--log-file={d}/vswitchd.log")
 
     def vxlan_endpoint(self, wire, local, remote, overlay_ip, mtu, vni=VNI):

@@ -149,11 +149,7 @@ fn thread_times(pids: &[u32]) -> ThreadTimes {
                 continue;
             };
             let base = format!("/proc/{pid}/task/{tid}");
-            let sched = std::fs::read_to_string(format!("{base}/schedstat")).unwrap_or_default();
-            let f: Vec<u64> = sched
-                .split_whitespace()
-                .filter_map(|x| x.parse().ok())
-                .collect();
+            let sched = hvnet_sys::schedstat(format!("{base}/schedstat").as_ref());
             let stat = std::fs::read_to_string(format!("{base}/stat")).unwrap_or_default();
             // utime and stime: the 12th and 13th fields after the command.
             let ticks = stat
@@ -168,8 +164,8 @@ fn thread_times(pids: &[u32]) -> ThreadTimes {
                     rest.iter().sum()
                 })
                 .unwrap_or(0);
-            if f.len() >= 2 {
-                out.insert(tid, (f[0], f[1], ticks));
+            if let Some((run, wait)) = sched {
+                out.insert(tid, (run, wait, ticks));
             }
         }
     }
@@ -190,7 +186,7 @@ fn sample(t: &Target, topology: &str) -> Result<Sample, String> {
             None if p["kind"] == "vm"
                 && p["type"].as_str().is_some_and(|t| t.starts_with("tap")) =>
             {
-                netns_pids(&format!("{topology}-{name}"))
+                netns_pids(&hvnet_control::topology::netns_name(topology, name))
             }
             None => continue,
         };

@@ -369,15 +369,8 @@ const INTERVAL: Duration = Duration::from_secs(1);
 /// busy host is as loaded as one that runs: both want a core. 0 for a
 /// thread that is gone.
 fn thread_demand_ns(tid: i32) -> u64 {
-    std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat"))
-        .ok()
-        .map(|s| {
-            s.split_whitespace()
-                .take(2)
-                .filter_map(|x| x.parse::<u64>().ok())
-                .sum()
-        })
-        .unwrap_or(0)
+    let path = format!("/proc/self/task/{tid}/schedstat");
+    hvnet_sys::schedstat(path.as_ref()).map_or(0, |(run, wait)| run + wait)
 }
 
 #[cfg(test)]

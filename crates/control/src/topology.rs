@@ -400,7 +400,7 @@ impl Topology {
     }
     /// The network namespace of a VM or an external host named `name`.
     pub fn netns_of(&self, name: &str) -> String {
-        format!("{}-{}", self.name, name)
+        netns_name(&self.name, name)
     }
     /// The VMs on uplink `u`'s segment (its VLAN): whose frames it
     /// carries, and whom NetQueue gives filters.
@@ -462,6 +462,12 @@ fn line_of(text: &str, offset: usize) -> usize {
         .filter(|&b| b == b'\n')
         .count()
         + 1
+}
+
+/// The network namespace of VM or host `name` of topology `topology`
+/// (`TOPOLOGY-NAME`).
+pub fn netns_name(topology: &str, name: &str) -> String {
+    format!("{topology}-{name}")
 }
 
 /// A topology's name: 1-16 characters of a-z, 0-9 and '-', not starting

@@ -302,6 +302,15 @@ pub fn default_sigpipe() {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
 }
 
+/// A task's `schedstat` (`/proc/PID/task/TID/schedstat`): nanoseconds on
+/// a CPU and nanoseconds runnable but waiting for one (esxtop's %RDY);
+/// `None` for a task that is gone.
+pub fn schedstat(path: &std::path::Path) -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let mut f = text.split_whitespace().map(|x| x.parse::<u64>().ok());
+    Some((f.next()??, f.next()??))
+}
+
 /// Clock ticks per second, the unit of `/proc/PID/stat`'s CPU times.
 pub fn clock_ticks() -> u64 {
     // SAFETY: sysconf takes a constant by value and touches no memory.

@@ -68,6 +68,29 @@ def test_tcp_with_linux_vxlan_both_ways(tmp_path, tso, udp_csum):
         assert_accounted(t, ["a", "up0"])
 
 
+def test_tcp_with_linux_vxlan_on_another_udp_port(tmp_path):
+    """VXLAN on 8472 (Linux's port before IANA's): the VM's TSO frames
+    segmented across the tunnel, the inner frames coalesced, RSS over the
+    inner flow on two queues; frames to 4789 are no longer ours."""
+    data, want = random_file(tmp_path)
+    with vxlan_topology(tmp_path, port=8472, queues=2, rss=True) as t:
+        linux_vxlan(t, port=8472)
+        t.sh("a", f"ping -c 2 -i 0.2 -W 2 {EXT_IP}")
+        assert transfer(t, "a", "ext", EXT_IP, data) == want
+        assert transfer(t, "ext", "a", VM_IP, data, port=5556) == want
+        assert t.stats("/uplinks/up0/vxlan")["port"] == 8472
+        assert t.stats("/uplinks/up0/rx_summary")["segmented_frames"] > 0
+        assert t.stats("/ports/a/rx_summary")["lro_frames"] > 0
+        up_mac = bytes.fromhex(t.stats("/uplinks/up0/vxlan")["mac"].replace(":", ""))
+        ext_mac = bytes.fromhex(t.sh("ext", "cat /sys/class/net/eth0/address").stdout.strip().replace(":", ""))
+        before = t.stats("/uplinks/up0/tx_summary")["drop_not_tunnel"]
+        frame = vxlan_frame(up_mac, ext_mac, bytes(64), dport=4789)
+        t.sh("ext", f"{os.sys.executable} -c \"import socket,sys; s=socket.socket(socket.AF_PACKET, socket.SOCK_RAW); "
+                    f"s.bind(('eth0', 0)); [s.send(bytes.fromhex(sys.argv[1])) for _ in range(5)]\" {frame.hex()}")
+        assert hvlab.eventually(lambda: t.stats("/uplinks/up0/tx_summary")["drop_not_tunnel"] - before >= 5)
+        assert_accounted(t, ["a", "up0"])
+
+
 def test_software_lro_at_a_tunnel_endpoint_coalesces_the_inner_frames(tmp_path):
     """lro = "software": the endpoint coalesces the decapsulated inner
     frames before switching; a VM without LRO gets them segmented again,

@@ -729,11 +729,8 @@ fn parse_uplinks(
                 if !(1..(1 << 24)).contains(&v.vni) {
                     return Err(vbad(format!("vni {} is outside 1..16777215", v.vni)));
                 }
-                if v.port != hvnet_wire::vxlan::PORT {
-                    return Err(vbad(format!(
-                        "port {} is not supported yet; VXLAN runs on 4789",
-                        v.port
-                    )));
+                if v.port == 0 {
+                    return Err(vbad("port 0 is not a UDP port (1..65535)".into()));
                 }
                 let local = parse_cidr4(&v.local).map_err(|e| vbad(format!("local: {e}")))?;
                 let remotes = v

@@ -202,7 +202,8 @@ impl Vtep {
             return Received::Drop(TunnelDrop::NotTunnel);
         }
         let remote = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
-        let d = match hvnet_offload::vxlan::decap_parsed(frame, &l, pkt.meta.offload) {
+        let d = match hvnet_offload::vxlan::decap_parsed(frame, &l, pkt.meta.offload, self.cfg.port)
+        {
             Ok(d) => d,
             Err(VxlanError::Malformed(_) | VxlanError::NotVxlan | VxlanError::TooLarge) => {
                 return Received::Drop(TunnelDrop::BadVxlan)
@@ -423,13 +424,20 @@ impl Vtep {
         let layers = Layers::parse(frame).map_err(|_| ())?;
         arena.clear();
         spans.clear();
-        gso::segment_parsed(frame, &layers, g, CsumMode::Partial, &mut |seg| {
-            let start = arena.len();
-            arena.extend_from_slice(&hvnet_port::vnet_bytes(&seg.info.to_vnet(0)));
-            arena.extend_from_slice(seg.header);
-            arena.extend_from_slice(seg.payload);
-            spans.push((start, arena.len()));
-        })
+        gso::segment_tunnelled(
+            frame,
+            &layers,
+            OUTER_LEN,
+            g,
+            CsumMode::Partial,
+            &mut |seg| {
+                let start = arena.len();
+                arena.extend_from_slice(&hvnet_port::vnet_bytes(&seg.info.to_vnet(0)));
+                arena.extend_from_slice(seg.header);
+                arena.extend_from_slice(seg.payload);
+                spans.push((start, arena.len()));
+            },
+        )
         .map_err(|_| ())?;
         let mut sent = 0;
         for chunk in spans.chunks(hvnet_sys::SEND_BATCH) {

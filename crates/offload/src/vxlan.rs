@@ -195,13 +195,21 @@ pub struct Decapped {
 /// Finds the inner frame of a VXLAN frame and carries its metadata over.
 pub fn decap(frame: &[u8], info: OffloadInfo) -> Result<Decapped, VxlanError> {
     let l = Layers::parse(frame).map_err(VxlanError::Malformed)?;
-    decap_parsed(frame, &l, info)
+    decap_parsed(frame, &l, info, vxlan::PORT)
 }
 
 /// [`decap`] of a frame whose header stack was parsed already (the
-/// switch's uplinks parse each frame once where it enters).
-pub fn decap_parsed(frame: &[u8], l: &Layers, info: OffloadInfo) -> Result<Decapped, VxlanError> {
-    let inner_offset = l.vxlan_inner_offset(frame).ok_or(VxlanError::NotVxlan)?;
+/// switch's uplinks parse each frame once where it enters), for VXLAN on
+/// UDP port `port`.
+pub fn decap_parsed(
+    frame: &[u8],
+    l: &Layers,
+    info: OffloadInfo,
+    port: u16,
+) -> Result<Decapped, VxlanError> {
+    let inner_offset = l
+        .vxlan_inner_offset_on(frame, port)
+        .ok_or(VxlanError::NotVxlan)?;
     let net = l.net.ok_or(VxlanError::NotVxlan)?;
     let vni = vxlan::Packet::new_unchecked(&frame[inner_offset - vxlan::HEADER_LEN..]).vni();
     let csum = match info.csum {

@@ -138,12 +138,18 @@ impl Layers {
     /// If this is a VXLAN packet (UDP to port 4789), the offset of the inner
     /// Ethernet frame.
     pub fn vxlan_inner_offset(&self, frame: &[u8]) -> Option<usize> {
+        self.vxlan_inner_offset_on(frame, vxlan::PORT)
+    }
+
+    /// [`Layers::vxlan_inner_offset`] for VXLAN on another UDP port (a
+    /// tunnel endpoint knows its own; everything else assumes IANA's).
+    pub fn vxlan_inner_offset_on(&self, frame: &[u8], port: u16) -> Option<usize> {
         let t = self.transport?;
         if t.protocol != ip_protocol::UDP {
             return None;
         }
         let u = udp::Packet::new_unchecked(&frame[t.offset..]);
-        if u.dst_port() != vxlan::PORT {
+        if u.dst_port() != port {
             return None;
         }
         let v_off = t.offset + udp::HEADER_LEN;

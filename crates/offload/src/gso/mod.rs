@@ -115,7 +115,7 @@ pub fn validate_vnet_parsed(
     if h.hdr_len as usize > frame.len() {
         return Err(GsoError::HdrLenOutOfBounds);
     }
-    let (net, t) = gso_layers(frame, l, g.kind)?;
+    let (net, t) = gso_layers(frame, l, l.vxlan_inner_offset(frame), g.kind)?;
     match info.csum {
         CsumState::Partial { start, offset } => {
             let want = if t.protocol == ip_protocol::TCP {
@@ -136,8 +136,13 @@ pub fn validate_vnet_parsed(
 
 /// Finds the network and transport layers the GSO type refers to (the
 /// inner ones for VXLAN), checking that they match it.
-fn gso_layers(frame: &[u8], l: &Layers, kind: GsoType) -> Result<(Net, Transport), GsoError> {
-    let (net, t) = match l.vxlan_inner_offset(frame) {
+fn gso_layers(
+    frame: &[u8],
+    l: &Layers,
+    inner: Option<usize>,
+    kind: GsoType,
+) -> Result<(Net, Transport), GsoError> {
+    let (net, t) = match inner {
         Some(inner) => {
             let il = Layers::parse(&frame[inner..]).map_err(GsoError::Malformed)?;
             let (Some(n), Some(t)) = (il.net, il.transport) else {
@@ -196,13 +201,42 @@ pub fn segment_parsed(
     mode: CsumMode,
     out: &mut impl FnMut(SegmentOut<'_>),
 ) -> Result<usize, GsoError> {
+    segment_inner(frame, l, l.vxlan_inner_offset(frame), gso, mode, out)
+}
+
+/// [`segment_parsed`] of a VXLAN frame whose inner frame starts at
+/// `inner` whatever its UDP port (a tunnel endpoint's own encapsulation,
+/// as Linux's `SKB_GSO_UDP_TUNNEL` says "tunnelled" without a port).
+pub fn segment_tunnelled(
+    frame: &[u8],
+    l: &Layers,
+    inner: usize,
+    gso: GsoInfo,
+    mode: CsumMode,
+    out: &mut impl FnMut(SegmentOut<'_>),
+) -> Result<usize, GsoError> {
+    let (Some(_), Some(t)) = (l.net, l.transport) else {
+        return Err(GsoError::TypeMismatch);
+    };
+    if t.protocol != ip_protocol::UDP || inner > frame.len() {
+        return Err(GsoError::TypeMismatch);
+    }
+    segment_inner(frame, l, Some(inner), gso, mode, out)
+}
+
+fn segment_inner(
+    frame: &[u8],
+    l: &Layers,
+    inner: Option<usize>,
+    gso: GsoInfo,
+    mode: CsumMode,
+    out: &mut impl FnMut(SegmentOut<'_>),
+) -> Result<usize, GsoError> {
     if gso.size == 0 {
         return Err(GsoError::ZeroGsoSize);
     }
-    let (net, t) = gso_layers(frame, l, gso.kind)?;
-    let outer = l
-        .vxlan_inner_offset(frame)
-        .map(|_| (l.net.expect("vxlan has IP"), l.transport.expect("and UDP")));
+    let (net, t) = gso_layers(frame, l, inner, gso.kind)?;
+    let outer = inner.map(|_| (l.net.expect("vxlan has IP"), l.transport.expect("and UDP")));
     let hlen = t.offset + t.header_len;
     if hlen > MAX_HEADER {
         return Err(GsoError::HeaderTooLong);

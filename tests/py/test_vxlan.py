@@ -91,6 +91,56 @@ def test_tcp_with_linux_vxlan_on_another_udp_port(tmp_path):
         assert_accounted(t, ["a", "up0"])
 
 
+def ipv4_header(src, dst, payload_len, proto=17):
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + payload_len, 0, 0x4000, 64, proto, 0,
+                     socket.inet_aton(src), socket.inet_aton(dst))
+    s = sum(struct.unpack("!10H", ip))
+    s = (s & 0xffff) + (s >> 16)
+    return ip[:10] + struct.pack("!H", ~((s & 0xffff) + (s >> 16)) & 0xffff) + ip[12:]
+
+
+def test_software_checksums_at_a_tunnel_endpoint(tmp_path):
+    """`csum = "software"`: every inner checksum from the wire checked by
+    hvnet (a wrong one passed on unvouched, so the VM's kernel drops it),
+    every inner checksum to the wire complete (tshark verifies them)."""
+    data, want = random_file(tmp_path)
+    with vxlan_topology(tmp_path, csum="software") as t:
+        linux_vxlan(t)
+        t.sh("a", f"ping -c 2 -i 0.2 -W 2 {EXT_IP}")
+        assert transfer(t, "ext", "a", VM_IP, data, port=5556) == want
+        rx = t.stats("/uplinks/up0/tx_summary")
+        assert rx["csum_verified"] > 1000 and rx["csum_bad"] == 0, rx
+        path = tmp_path / "wire.pcap"
+        cap = t.popen("ext", f"tcpdump -i eth0 -U -w {path} -c 400 udp dst port 4789",
+                      stderr=hvlab.subprocess.PIPE, text=True)
+        hvlab.eventually(lambda: path.exists() and path.stat().st_size > 0, timeout=10)
+        assert transfer(t, "a", "ext", EXT_IP, data) == want
+        cap.wait(timeout=30)
+        status = hvlab.run(["tshark", "-r", str(path), "-o", "tcp.check_checksum:TRUE", "-T", "fields",
+                            "-e", "tcp.checksum.status", "-Y", "tcp && tcp.len > 0"]).stdout.split()
+        assert len(status) > 100 and set(status) == {"1"}, status[:20]
+        assert t.stats("/uplinks/up0/rx_summary")["segmented_frames"] > 0
+        # Inner UDP with a wrong checksum: counted, and dropped by the VM.
+        up_mac = bytes.fromhex(t.stats("/uplinks/up0/vxlan")["mac"].replace(":", ""))
+        ext_mac = bytes.fromhex(t.sh("ext", "cat /sys/class/net/eth0/address").stdout.strip().replace(":", ""))
+        vm_mac = bytes.fromhex(t.sh("a", "cat /sys/class/net/eth0/address").stdout.strip().replace(":", ""))
+        udp = struct.pack("!HHHH", 41000, 9999, 8 + 32, 0x1234) + bytes(32)
+        inner = vm_mac + bytes.fromhex("020000000077") + b"\x08\x00" + ipv4_header(EXT_IP, VM_IP, len(udp)) + udp
+        errors = lambda: measure_nstat(t, "a").get("UdpInCsumErrors", 0)  # noqa: E731
+        before, bad0 = errors(), rx["csum_bad"]
+        t.sh("ext", f"{os.sys.executable} -c \"import socket,sys; s=socket.socket(socket.AF_PACKET, socket.SOCK_RAW); "
+                    f"s.bind(('eth0', 0)); [s.send(bytes.fromhex(sys.argv[1])) for _ in range(5)]\" "
+                    + vxlan_frame(up_mac, ext_mac, inner).hex())
+        assert hvlab.eventually(lambda: t.stats("/uplinks/up0/tx_summary")["csum_bad"] - bad0 >= 5)
+        assert hvlab.eventually(lambda: errors() - before >= 5)
+        assert_accounted(t, ["a", "up0"])
+
+
+def measure_nstat(t, vm):
+    from hvnet_lab import measure
+    return measure.nstat(t.sh(vm, "nstat -az").stdout)
+
+
 def test_software_lro_at_a_tunnel_endpoint_coalesces_the_inner_frames(tmp_path):
     """lro = "software": the endpoint coalesces the decapsulated inner
     frames before switching; a VM without LRO gets them segmented again,

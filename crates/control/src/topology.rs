@@ -28,6 +28,9 @@
 //! lro = "hardware"          # "hardware": the device's GRO coalesces; "software": hvnet's GRO, before
 //!                           #   switching; "off"
 //! tso = "hardware"          # "hardware": GSO frames go to the device whole; "software": hvnet segments
+//! csum = "hardware"         # "hardware": the device checksums (partial checksums to it, its word on
+//!                           #   receive taken); "software": hvnet completes them before the wire and
+//!                           #   checks every received one (the inner one at a VXLAN endpoint)
 //! mtu = 1500                # the wire's MTU (the device's must be at least this)
 //! vlan = 0                  # access VLAN, as on a VM's port
 //! netqueue = false          # true ("static"): each VM's MAC filtered to a queue of its own, the rest
@@ -92,6 +95,8 @@ struct UplinkRepr {
     lro: toml::Spanned<String>,
     #[serde(default = "d_hardware")]
     tso: toml::Spanned<String>,
+    #[serde(default = "d_hardware")]
+    csum: toml::Spanned<String>,
     #[serde(default = "d_mtu")]
     mtu: u16,
     #[serde(default)]
@@ -701,6 +706,16 @@ fn parse_uplinks(
                 ))
             }
         };
+        let csum = match u.csum.get_ref().as_str() {
+            "hardware" => true,
+            "software" => false,
+            o => {
+                return Err(bad_at(
+                    &u.csum,
+                    format!("csum {o:?} is not one of \"hardware\", \"software\""),
+                ))
+            }
+        };
         if !(1..=16).contains(&u.queues) {
             return Err(bad(format!("queues {} is outside 1..16", u.queues)));
         }
@@ -711,7 +726,9 @@ fn parse_uplinks(
             // At an uplink, `lro` is software LRO at its ingress.
             lro: lro == UplinkLro::Software,
             tso,
-            csum: true,
+            // "software": checksums completed before the wire and checked
+            // in hvnet on receive, the device's word not taken.
+            csum,
             mtu: u.mtu,
             ring1: u.ring1,
             ring2: u.ring2,
@@ -958,6 +975,30 @@ ipv4 = "10.1.0.100/24"
         assert!(err("tso = \"software\"", "tso = \"on\"")
             .1
             .contains("\"hardware\", \"software\""));
+        let (line, reason) = err(
+            "tso = \"software\"",
+            "tso = \"software\"\ncsum = \"partial\"",
+        );
+        assert_eq!(line, 22, "the csum line: {reason}");
+        assert!(
+            reason.contains("csum \"partial\" is not one of"),
+            "{reason}"
+        );
+        assert!(u.settings.csum, "the device checksums by default");
+        let vx = |port: &str| {
+            parse(&format!(
+                "{GOOD}{UPLINK}\n[uplink.vxlan]\nvni = 7\nlocal = \"10.9.0.1/24\"\n{port}"
+            ))
+        };
+        assert_eq!(
+            vx("port = 8472").unwrap().uplinks[0]
+                .vxlan
+                .as_ref()
+                .unwrap()
+                .port,
+            8472
+        );
+        assert!(vx("port = 0").unwrap_err().1.contains("port 0"));
         let sw = parse(&format!(
             "{GOOD}{}",
             UPLINK.replace("lro = \"off\"", "lro = \"software\"")

@@ -99,6 +99,12 @@ counters! {
         /// Frames from the wire inside them (each of the others merged
         /// into one of these).
         lro_segments,
+        /// Transport checksums an uplink with `csum = "software"` completed
+        /// or verified itself (the device's word not taken).
+        csum_verified,
+        /// Of those, found wrong (passed on without DATA_VALID, for the
+        /// receiver to drop).
+        csum_bad,
     }
 }
 

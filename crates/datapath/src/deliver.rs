@@ -182,8 +182,8 @@ pub(crate) fn deliver_batch(
     scratch: &mut Scratch,
 ) {
     if let (Some(vtep), Out::Fd(fq)) = (tunnel, out) {
-        for slot in items.drain(..) {
-            vtep.deliver(fq, c, &slot.item, &mut scratch.tunnelled);
+        for mut slot in items.drain(..) {
+            vtep.deliver(fq, c, &mut slot.item, s.csum, &mut scratch.tunnelled);
         }
         return;
     }

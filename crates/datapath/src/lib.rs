@@ -14,6 +14,7 @@ pub mod fdb;
 pub mod forward;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod harness;
+mod ingress_csum;
 mod ingress_lro;
 pub mod ring;
 pub mod switch;

@@ -24,9 +24,11 @@
 
 use crate::counters::{add, EgressCounters};
 use crate::switch::RingItem;
+use hvnet_offload::csum;
 use hvnet_offload::gso::{self, CsumMode};
 use hvnet_offload::rss::{Rss, DEFAULT_KEY};
 use hvnet_offload::vxlan::{encap_header, Tunnel, VxlanError, OUTER_LEN};
+use hvnet_offload::CsumState;
 use hvnet_port::Packet;
 use hvnet_sys::FrameQueue;
 use hvnet_wire::{arp, ip_protocol, EtherType, Layers, MacAddr, UdpPacket, VirtioNetHdr};
@@ -349,18 +351,33 @@ impl Vtep {
     }
 
     /// Encapsulates one item the switch sends out and writes it to `q`
-    /// once per remote it goes to, counting into `c`.
+    /// once per remote it goes to, counting into `c`. `csum`: the device
+    /// takes partial inner checksums; else they are completed here (and
+    /// segments leave with theirs done).
     pub(crate) fn deliver(
         &self,
         q: &FrameQueue,
         c: &EgressCounters,
-        item: &RingItem,
+        item: &mut RingItem,
+        csum: bool,
         scratch: &mut TunnelScratch,
     ) {
         let RingItem::Frame { pkt, .. } = item else {
             // Nothing is coalesced toward an uplink.
             add(&c.drop_write_error, item.sources());
             return;
+        };
+        let info = &mut pkt.meta.offload;
+        if let (false, None, CsumState::Partial { start, offset }) = (csum, info.gso, info.csum) {
+            if csum::complete_partial(pkt.buf.frame_mut(), start, offset).is_ok() {
+                add(&c.csum_completed, 1);
+                pkt.meta.offload.csum = CsumState::Good;
+            }
+        }
+        let mode = if csum {
+            CsumMode::Partial
+        } else {
+            CsumMode::Full
         };
         let mut remotes = smallvec::SmallVec::new();
         self.remotes_for(pkt.dst(), &mut remotes);
@@ -376,7 +393,7 @@ impl Vtep {
                 udp_csum: self.cfg.udp_csum,
                 ..Tunnel::new(self.cfg.vni, self.cfg.local.octets(), remote.octets())
             };
-            match self.write_encapsulated(q, c, &tunnel, pkt, scratch) {
+            match self.write_encapsulated(q, c, &tunnel, pkt, mode, scratch) {
                 Ok(n) => copies += n,
                 Err(()) => failed = true,
             }
@@ -399,6 +416,7 @@ impl Vtep {
         c: &EgressCounters,
         tunnel: &Tunnel,
         pkt: &Packet,
+        mode: CsumMode,
         scratch: &mut TunnelScratch,
     ) -> Result<u64, ()> {
         let mut hdr = [0u8; OUTER_LEN];
@@ -424,20 +442,13 @@ impl Vtep {
         let layers = Layers::parse(frame).map_err(|_| ())?;
         arena.clear();
         spans.clear();
-        gso::segment_tunnelled(
-            frame,
-            &layers,
-            OUTER_LEN,
-            g,
-            CsumMode::Partial,
-            &mut |seg| {
-                let start = arena.len();
-                arena.extend_from_slice(&hvnet_port::vnet_bytes(&seg.info.to_vnet(0)));
-                arena.extend_from_slice(seg.header);
-                arena.extend_from_slice(seg.payload);
-                spans.push((start, arena.len()));
-            },
-        )
+        gso::segment_tunnelled(frame, &layers, OUTER_LEN, g, mode, &mut |seg| {
+            let start = arena.len();
+            arena.extend_from_slice(&hvnet_port::vnet_bytes(&seg.info.to_vnet(0)));
+            arena.extend_from_slice(seg.header);
+            arena.extend_from_slice(seg.payload);
+            spans.push((start, arena.len()));
+        })
         .map_err(|_| ())?;
         let mut sent = 0;
         for chunk in spans.chunks(hvnet_sys::SEND_BATCH) {

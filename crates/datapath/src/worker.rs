@@ -362,9 +362,13 @@ impl State {
         cx.sw.fdb.sweep(Instant::now(), Some(cx.port.id));
     }
 
-    /// A counted frame: coalesced first when the port is an uplink with
-    /// software LRO, else switched at once.
-    fn coalesce_or_switch(&mut self, cx: &Ctx, pkt: Packet, now: Instant) {
+    /// A counted frame: at an uplink, its checksum checked in software
+    /// when the device's is not taken, and coalesced first when its LRO is
+    /// software; else switched at once.
+    fn coalesce_or_switch(&mut self, cx: &Ctx, mut pkt: Packet, now: Instant) {
+        if cx.port.is_uplink() && !self.settings[cx.port.id].csum {
+            crate::ingress_csum::verify(&mut pkt, &cx.port.ingress[cx.q]);
+        }
         if cx.port.is_uplink() && self.settings[cx.port.id].lro {
             self.ingress_lro(cx, Some(pkt), now);
         } else {

@@ -71,9 +71,11 @@ def test_tcp_with_linux_vxlan_both_ways(tmp_path, tso, udp_csum):
 def test_tcp_with_linux_vxlan_on_another_udp_port(tmp_path):
     """VXLAN on 8472 (Linux's port before IANA's): the VM's TSO frames
     segmented across the tunnel, the inner frames coalesced, RSS over the
-    inner flow on two queues; frames to 4789 are no longer ours."""
+    inner flow on two queues, each read one frame per system call
+    (`batch = 1`); frames to 4789 are no longer ours."""
     data, want = random_file(tmp_path)
-    with vxlan_topology(tmp_path, port=8472, queues=2, rss=True) as t:
+    with vxlan_topology(tmp_path, port=8472, queues=2, rss=True, batch=1) as t:
+        assert t.stats("/uplinks/up0/rxqueues/1/status")["frames_per_read"] == 1
         linux_vxlan(t, port=8472)
         t.sh("a", f"ping -c 2 -i 0.2 -W 2 {EXT_IP}")
         assert transfer(t, "a", "ext", EXT_IP, data) == want

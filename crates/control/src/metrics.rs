@@ -49,6 +49,7 @@ fn is_gauge(key: &str) -> bool {
         "_size",
         "_used",
         "_known",
+        "_per_read",
     ]
     .iter()
     .any(|s| key.ends_with(s))

@@ -255,9 +255,10 @@ pub(crate) fn open_uplink(topo: &Topology, u: &Uplink) -> Result<PortSpec, Daemo
     let coalesces = u.lro == UplinkLro::Hardware && u.vxlan.is_none();
     let gro = if coalesces { "on" } else { "off" };
     let batched = u.vxlan.is_some() && usize::from(u.settings.mtu) + 18 <= hvnet_port::SMALL_FRAME;
+    let read_batch = batched.then_some(u.batch);
     run(&["ethtool", "-K", dev, "gro", gro])?;
     Rtnl::new()?.set_link(dev, &up())?;
-    let port = UplinkPort::open(dev, u.queues, spread(topo, u), batched).map_err(|source| {
+    let port = UplinkPort::open(dev, u.queues, spread(topo, u), read_batch).map_err(|source| {
         DaemonError::Uplink {
             name: u.name.clone(),
             source,

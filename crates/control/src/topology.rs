@@ -38,6 +38,8 @@
 //! netqueue_threshold = 60   # dynamic: % of a core a queue's thread may use before filters are spread
 //! rss = false               # true: queues spread by the Toeplitz hash of each flow (the inner one at a
 //!                           #   VXLAN endpoint), as a NIC's RSS; default: the kernel's flow hash
+//! batch = 32                # a VXLAN endpoint's queues: frames read per system call (1..32; 1 is
+//!                           #   the per-packet API); a plain uplink reads one frame per call
 //!
 //! [[host]]                  # an external host on an uplink's wire (tests, demos, the lab)
 //! name = "ext"              # its namespace is TOPOLOGY-NAME
@@ -111,6 +113,8 @@ struct UplinkRepr {
     netqueue_threshold: u32,
     #[serde(default, deserialize_with = "hvnet_datapath::on_off")]
     rss: bool,
+    #[serde(default = "d_read_batch")]
+    batch: usize,
     vxlan: Option<toml::Spanned<VxlanRepr>>,
 }
 
@@ -282,6 +286,10 @@ fn d_netqueue_threshold() -> u32 {
     60
 }
 
+fn d_read_batch() -> usize {
+    hvnet_port::uplink::READ_BATCH
+}
+
 /// `netqueue = true | false | "on" | "off" | "static" | "dynamic"`.
 fn netqueue_mode<'de, D: serde::Deserializer<'de>>(d: D) -> Result<NetQueueMode, D::Error> {
     #[derive(Deserialize)]
@@ -349,6 +357,10 @@ pub struct Uplink {
     /// Spread received frames by RSS (the Toeplitz hash of the flow)
     /// instead of by the kernel's flow hash.
     pub rss: bool,
+    /// Frames read per system call where the queues are read in batches
+    /// (a VXLAN endpoint whose frames fit a small buffer); 1: one frame
+    /// per call, the per-packet API (seed 001, Figure 10).
+    pub batch: usize,
 }
 
 /// An uplink's VXLAN tunnel endpoint.
@@ -787,7 +799,22 @@ fn parse_uplinks(
                     .into(),
             ));
         }
+        if !(1..=hvnet_port::uplink::READ_BATCH).contains(&u.batch) {
+            return Err(bad(format!(
+                "batch {} is outside 1..{} (frames per system call)",
+                u.batch,
+                hvnet_port::uplink::READ_BATCH
+            )));
+        }
+        if u.batch != hvnet_port::uplink::READ_BATCH && u.vxlan.is_none() {
+            return Err(bad(format!(
+                "batch applies to a VXLAN endpoint's queues; a plain uplink reads one frame per \
+                 call (a peer may hand it frames of up to 64 KiB), so batch {} has nothing to set",
+                u.batch
+            )));
+        }
         out.push(Uplink {
+            batch: u.batch,
             netqueue: u.netqueue,
             netqueue_threshold: u.netqueue_threshold,
             rss: u.rss,
@@ -999,6 +1026,12 @@ ipv4 = "10.1.0.100/24"
             8472
         );
         assert!(vx("port = 0").unwrap_err().1.contains("port 0"));
+        assert!(err("queues = 2", "queues = 2\nbatch = 4")
+            .1
+            .contains("batch applies to a VXLAN endpoint"));
+        assert!(err("queues = 2", "queues = 2\nbatch = 0")
+            .1
+            .contains("batch 0 is outside 1..32"));
         let sw = parse(&format!(
             "{GOOD}{}",
             UPLINK.replace("lro = \"off\"", "lro = \"software\"")

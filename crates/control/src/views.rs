@@ -276,7 +276,10 @@ pub fn stats(sw: &Switch, path: &str) -> Result<Value, CtlError> {
         ["uplinks", p, "rxqueues", q, "status"] => {
             let p = uplink(p)?;
             let q = queue(q, p.ingress.len())?;
-            Ok(json!({ "counters": p.ingress[q].snapshot() }))
+            // How the queue is read: frames per system call (1 when each
+            // frame may be up to 64 KiB).
+            let batch = p.dev.uplink().and_then(|u| u.read_batch()).unwrap_or(1);
+            Ok(json!({ "frames_per_read": batch, "counters": p.ingress[q].snapshot() }))
         }
         _ => Err(CtlError::NotFound {
             what: "stats node".into(),

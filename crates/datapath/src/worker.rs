@@ -106,8 +106,8 @@ impl Worker {
             batch_reader: port
                 .dev
                 .uplink()
-                .is_some_and(|u| u.reads_in_batches())
-                .then(BatchReader::new),
+                .and_then(|u| u.read_batch())
+                .map(BatchReader::new),
             gen: u64::MAX,
             settings: Vec::new(),
             dests,

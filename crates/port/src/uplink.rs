@@ -47,8 +47,9 @@ pub struct UplinkPort {
     /// Spread by RSS (Toeplitz): `Some(tunnel)`, the inner flow's when a
     /// tunnel endpoint (on that UDP port).
     rss: Option<Option<u16>>,
-    /// Every frame fits a small buffer: read in batches ([`BatchReader`]).
-    batched: bool,
+    /// Every frame fits a small buffer: read this many per system call
+    /// ([`BatchReader`]); else one per call into a large buffer.
+    read_batch: Option<usize>,
 }
 
 /// Where an uplink's device is.
@@ -64,14 +65,15 @@ pub enum LinkState {
 
 impl UplinkPort {
     /// Opens `queues` receive queues on `device`, spread as `spread` says
-    /// (when there are several queues). `batched`: every frame the device
-    /// delivers fits a small buffer (its GRO is off and its MTU standard),
-    /// so the queues are read with `recvmmsg`.
+    /// (when there are several queues). `read_batch`: every frame the
+    /// device delivers fits a small buffer (its GRO is off and its MTU
+    /// standard), so the queues are read with `recvmmsg`, up to this many
+    /// frames a call (at most [`READ_BATCH`]).
     pub fn open(
         device: &str,
         queues: usize,
         spread: Spread,
-        batched: bool,
+        read_batch: Option<usize>,
     ) -> Result<UplinkPort, PacketError> {
         let (filters, rss) = match spread {
             _ if queues < 2 => (None, None),
@@ -93,7 +95,7 @@ impl UplinkPort {
             queues,
             filters: None,
             rss,
-            batched,
+            read_batch: read_batch.map(|n| n.clamp(1, READ_BATCH)),
         };
         if let Some(tunnel) = rss {
             let n = port.queues.len() as u32;
@@ -130,9 +132,10 @@ impl UplinkPort {
         self.rss.is_some()
     }
 
-    /// True when the queues are read in batches ([`BatchReader`]).
-    pub fn reads_in_batches(&self) -> bool {
-        self.batched
+    /// Frames read per system call when the queues are read in batches
+    /// ([`BatchReader`]).
+    pub fn read_batch(&self) -> Option<usize> {
+        self.read_batch
     }
 
     /// NetQueue's filters now, if the queues are spread by filters.
@@ -194,32 +197,28 @@ impl UplinkPort {
     }
 }
 
-/// Frames read per `recvmmsg(2)`.
-const READ_BATCH: usize = 32;
+/// Most frames read per `recvmmsg(2)`.
+pub const READ_BATCH: usize = 32;
 
-/// Reads an uplink queue in batches: up to [`READ_BATCH`] wire-sized
+/// Reads an uplink queue in batches: up to `batch` (at most [`READ_BATCH`]) wire-sized
 /// frames per `recvmmsg(2)` into small buffers, handed out one by one, each
 /// checked and parsed as [`crate::tap::check`] does for a TAP read. For
 /// uplinks whose frames always fit a small buffer (the device's GRO off,
 /// an MTU up to 2018): a frame the kernel had to cut is refused
 /// (`BadFrame`), never passed on short.
 pub struct BatchReader {
+    batch: usize,
     spare: Vec<Buf>,
     ready: std::collections::VecDeque<(Buf, usize, bool)>,
     lens: [usize; READ_BATCH],
     truncated: [bool; READ_BATCH],
 }
 
-impl Default for BatchReader {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl BatchReader {
-    /// A reader holding no buffers yet.
-    pub fn new() -> BatchReader {
+    /// A reader of up to `batch` frames per call, holding no buffers yet.
+    pub fn new(batch: usize) -> BatchReader {
         BatchReader {
+            batch: batch.clamp(1, READ_BATCH),
             spare: Vec::with_capacity(READ_BATCH),
             ready: std::collections::VecDeque::with_capacity(READ_BATCH),
             lens: [0; READ_BATCH],
@@ -241,7 +240,7 @@ impl BatchReader {
     }
 
     fn fill(&mut self, q: &FrameQueue, pool: &mut Pool) -> Result<(), RecvError> {
-        while self.spare.len() < READ_BATCH {
+        while self.spare.len() < self.batch {
             match pool.take(SizeClass::Small) {
                 Some(b) => self.spare.push(b),
                 None => break,
@@ -300,7 +299,7 @@ mod tests {
             small: 64,
             large: 2,
         }));
-        let mut r = BatchReader::new();
+        let mut r = BatchReader::new(READ_BATCH);
         let hdr = VirtioNetHdr::default();
         let frames: Vec<Vec<u8>> = (0..3)
             .map(|i| {

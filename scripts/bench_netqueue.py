@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "lab")]
 
 import hvlab  # noqa: E402
-from hvnet_lab.netqueue import run_one, topology, vm_ip  # noqa: E402
+from hvnet_lab.netqueue import run_one, topology  # noqa: E402
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -49,10 +50,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         up = {}
         for name, mode in modes.items():
-            d = Path(tmp) / name
-            d.mkdir()
-            up[name] = stack.enter_context(topology(d, mode))
-            up[name].sh("ext", f"ping -c 1 -W 2 {vm_ip(0)} >/dev/null", check=False)
+            up[name] = stack.enter_context(topology(tmp, name, mode))
         for rep in range(a.repeat):
             for load, rate in loads.items():
                 for name, t in up.items():

@@ -21,7 +21,6 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import sys
 import tempfile
 import time
@@ -31,45 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "lab")]
 
 import hvlab  # noqa: E402
-from hvnet_lab import measure  # noqa: E402
+from hvnet_lab.splitrx import MODES, run_one, topology  # noqa: E402
 
-VMS, VNI = 4, 42
-LOCAL, REMOTE, EXT_IP = "198.18.31.1", "198.18.31.2", "10.31.0.100"
-
-
-def vm_ip(i):
-    return f"10.31.0.{i + 1}"
-
-
-def topology(tmp, delivery):
-    return hvlab.Topology(
-        Path(tmp), [dict(name=f"v{i}", ipv4=vm_ip(i) + "/24", delivery=delivery) for i in range(VMS)], prefix="sr",
-        uplinks=[dict(name="up0", device="", queues=1, mtu=1550, lro="hardware",
-                      vxlan=dict(vni=VNI, local=LOCAL + "/24", remotes=[REMOTE]))],
-        hosts=[dict(name="ext", uplink="up0", ipv4=REMOTE + "/24")])
-
-
-def rtt_ms(t, count):
-    out = t.sh("ext", f"ping -q -c {count} -i 0.01 -W 2 {vm_ip(0)}", check=False).stdout
-    m = re.search(r"= [\d.]+/([\d.]+)/([\d.]+)/", out)
-    return float(m.group(1)) if m else float("nan")
-
-
-def run_one(t, seconds):
-    idle = rtt_ms(t, 200)
-    servers = [t.popen(f"v{i}", f"iperf3 -s -1 -p {5301 + i}") for i in range(VMS)]
-    for i in range(VMS):
-        t.wait_listening(f"v{i}", 5301 + i)
-    with measure.Cpu() as cpu:
-        clients = [t.popen("ext", f"iperf3 -c {vm_ip(i)} -p {5301 + i} -t {seconds} -J",
-                           stdout=hvlab.subprocess.PIPE, text=True) for i in range(VMS)]
-        time.sleep(1)
-        loaded = rtt_ms(t, 100)
-        outs = [c.communicate(timeout=120)[0] for c in clients]
-    for s in servers:
-        s.wait(timeout=10)
-    gbps = sum(measure.iperf3(o)["bps"] for o in outs) / 1e9
-    return {"gbps": gbps, "busy_cores": cpu.cores, "rtt_idle_ms": idle, "rtt_loaded_ms": loaded}
+VMS = 4
 
 
 def main():
@@ -80,26 +43,17 @@ def main():
     a = ap.parse_args()
     if not hvlab.is_root():
         sys.exit("bench_splitrx: run as root")
-    modes = {"together": "auto", "split": "thread"}
     runs, done = {}, 0
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
-        up = {}
-        for name, delivery in modes.items():
-            d = Path(tmp) / name
-            d.mkdir()
-            t = up[name] = stack.enter_context(topology(d, delivery))
-            t.sh("ext", f"ip link add vx{VNI} type vxlan id {VNI} local {REMOTE} remote {LOCAL} dstport 4789 "
-                        f"dev eth0 noudpcsum && ip addr add {EXT_IP}/24 dev vx{VNI} && ip link set vx{VNI} up")
-            hvlab.eventually(lambda: t.sh("ext", f"ping -c 1 -W 1 {vm_ip(0)}", check=False).returncode == 0,
-                             timeout=20)
+        up = {mode: stack.enter_context(topology(tmp, mode, VMS)) for mode in MODES}
         for rep in range(a.repeat):
-            for name, t in up.items():
+            for name, fl in up.items():
                 done += 1
                 print(f"[{done}/{a.repeat * len(up)}] run {rep + 1} {name} ...", flush=True)
-                runs.setdefault(name, []).append(run_one(t, a.seconds))
+                runs.setdefault(name, []).append(run_one(fl, a.seconds))
     med = {}
     for name, rs in runs.items():
-        med[name] = {k: sorted(r[k] for r in rs)[len(rs) // 2] for k in rs[0]}
+        med[name] = {k: sorted(r[k] for r in rs)[len(rs) // 2] for k in rs[0] if k != "command"}
     print()
     print(f"{'mode':<9} {'Gbit/s':>7} {'busy':>6} {'Gbit/s/core':>11} {'rtt idle ms':>11} {'rtt loaded ms':>13}")
     for name, m in med.items():

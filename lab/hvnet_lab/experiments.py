@@ -2,7 +2,8 @@
 machine and returns hvnet's values, the reference measured in the same
 run where the study calls for one, and the published values with their
 source. Scenarios are data (`EXPERIMENTS`); each runner is a function of
-`quick`.
+`quick`. Seed 001's figures and the wire variants of seeds 000 and 003
+(an external host on an uplink) are in `physical`.
 
 What is emulated, said beside every figure: a "VM" is a network namespace
 behind a TAP; a "native" sender is a VM whose vNIC has TSO off, so
@@ -16,121 +17,20 @@ import json
 import math
 import shutil
 import time
-from pathlib import Path
 
 import hvlab
 
-from . import fabrics, measure
+from . import fabrics, measure, physical
 from .fabrics import B_IP, Bridge, Hvnet, Ovs
-from .verdict import INCONCLUSIVE, REPRODUCED, value_range, both, effect_size, judge, median, ratios, summarize
-
-NATIVE_NOTE = "Native sender emulated: a VM whose vNIC has TSO off puts MTU-sized frames on the switch, as a physical NIC would."
-VM_NOTES = {
-    "netns": "VMs are network namespaces behind TAP devices held by hvnet; both VMs and the switch share this machine's 2 cores.",
-    "uml": "VMs are real guests: User-Mode Linux kernels (one vCPU, 256 MiB) with their own TCP stack and virtio-net driver "
-           "on hvnet's vhost-user ports; every guest system call is trapped by UML, so small writes are far slower than in "
-           "a KVM guest; the guests and the switch share this machine's 2 cores; no references (not the same guests).",
-}
+from .figures import (NATIVE_NOTE, SEED_000, SEED_001, SEED_002, SEED_003, SEED_004, cpu_note, figure, interleaved,
+                      iperf, series_of, sizes, vm_note)
+from .verdict import INCONCLUSIVE, value_range, both, effect_size, judge, median, ratios, summarize
 
 
-def vm_note():
-    return VM_NOTES[fabrics.VM_KIND]
-CPU_NOTES = {
-    "netns": "CPU limit emulated with a cgroup-v1 CPU quota on the receiving VM's delivery thread and iperf3 server, "
-             "not a hypervisor scheduler.",
-    "uml": "CPU limit: a cgroup-v1 CPU quota on the receiving guest's processes (its kernel, which is its one vCPU, "
-           "and its user space), as a hypervisor limits a VM's vCPU; its run-queue wait is the kernel process's.",
-}
-
-
-def cpu_note():
-    return CPU_NOTES[fabrics.VM_KIND]
-
-SEED_000 = "shared/seeds/000 (VMware VROOM! blog, LRO for VMXNET3, vSphere 6, 2015)"
-SEED_001 = "shared/seeds/001 (VMware white paper, NIC technologies in vSphere)"
-SEED_002 = "shared/seeds/002 (blog: VM throughput vs CPU scheduling; VMXNET3 ring exhaustion)"
-SEED_003 = "shared/seeds/003 (Hatori & Oi, LRO in Xen, VPACT 2008)"
-SEED_004 = "shared/seeds/004 (blog: jumbo frames inside Hyper-V VMs)"
-
-
-def link(f, vm):
-    base = "/sys/class/net/eth0/statistics/"
-    out = f.sh(vm, f"cat {base}rx_packets {base}rx_bytes {base}tx_packets {base}tx_bytes").stdout.split()
-    return dict(zip(["rx_packets", "rx_bytes", "tx_packets", "tx_bytes"], map(int, out)))
-
-
-def iperf(f, streams=1, write="128K", seconds=3, window=None, log=None):
-    """One iperf3 run a -> b with machine CPU, b's NIC counters and a's
-    frames sent; the command is recorded in `log`."""
-    server = f.popen("b", f"iperf3 -s -1 -B {B_IP}")
-    f.wait_listening("b", 5201)
-    cmd = f"iperf3 -c {B_IP} -t {seconds} -P {streams} -l {write} -J" + (f" -w {window}" if window else "")
-    try:
-        a0, b0 = link(f, "a"), link(f, "b")
-        with measure.Cpu() as cpu:
-            out = f.sh("a", cmd, timeout=seconds + 60).stdout
-        a1, b1 = link(f, "a"), link(f, "b")
-    finally:
-        try:
-            server.wait(timeout=5)
-        except Exception:
-            server.terminate()
-            server.wait()
-    r = measure.iperf3(out)
-    secs = r["seconds"] or seconds
-    frames = b1["rx_packets"] - b0["rx_packets"]
-    s = {
-        "gbps": r["bps"] / 1e9,
-        "busy_cores": cpu.cores,
-        "gbps_per_core": r["bps"] / 1e9 / max(cpu.cores, 1e-9),
-        "retransmits": r["retransmits"],
-        "rx_frames_per_s": frames / secs,
-        "rx_avg_frame": (b1["rx_bytes"] - b0["rx_bytes"]) / max(frames, 1),
-        "tx_frames_sender": a1["tx_packets"] - a0["tx_packets"],
-        "rx_frames": frames,
-    }
-    if log is not None:
-        log.append({"command": f.command("a", cmd), **s})
-    return s
-
-
-def interleaved(configs, reps, run):
-    """Runs every configuration `reps` times, interleaved (A, B, C, A, B,
-    C, ...), so that drift in the machine's speed hits all of them alike.
-    Returns {config: [run, ...]} with runs in repetition order."""
-    runs = {c: [] for c in configs}
-    for _ in range(reps):
-        for c in configs:
-            runs[c].append(run(c))
-    return runs
-
-
-def figure(fid, title, xlabel, ylabel, series, published, source, claim, judged, note, spreads=None):
-    """A figure: our series (medians), published values, the claim and its
-    verdict `judged` = (verdict, reason), and the spread of each of our
-    series as (x, min, max) for error bars."""
-    v, why = judged
-    return {"id": fid, "title": title, "xlabel": xlabel, "ylabel": ylabel, "series": series,
-            "published": published, "source": source, "claim": claim, "verdict": v,
-            "reproduced": v == REPRODUCED, "note": note, "why_not": why, "spread": spreads or {}}
-
-
-def sizes(quick):
-    # message size, socket buffer, as in seed 000
-    return [("256", "8K"), ("16K", "64K"), ("64K", "256K")] if not quick else [("256", "8K"), ("64K", "256K")]
-
-
-def series_of(points, key, label_of):
-    """(median series, spread series) of `key` over summarized points."""
-    med = [(label_of(p), p[key]) for p in points]
-    spr = [(label_of(p), *p["spread"][key]) for p in points]
-    return med, spr
-
-
-def lro_figures(prefix, rows, pub, source, note, label_of):
+def lro_figures(prefix, rows, pub, source, note, label_of, where=""):
     """Throughput, CPU efficiency and delivered frames for LRO off/on;
     `rows[lro]` are summarized points, one per message size, whose runs
-    pair by repetition."""
+    pair by repetition; `where` is added to each title."""
     xs = [label_of(r) for r in rows["on"]]
     series, spreads = {}, {}
     for key, name in (("gbps", "gbps"), ("gbps_per_core", "eff"), ("rx_frames_per_s", "fps"), ("rx_avg_frame", "size")):
@@ -152,7 +52,7 @@ def lro_figures(prefix, rows, pub, source, note, label_of):
     pick_series = lambda name, unit: {f"hvnet LRO {lro} ({unit})": series[(name, lro)] for lro in ("off", "on")}  # noqa: E731
     pick_spreads = lambda name, unit: {f"hvnet LRO {lro} ({unit})": spreads[(name, lro)] for lro in ("off", "on")}  # noqa: E731
     return [
-        figure(f"{prefix}-throughput", "Throughput, LRO off vs on", "message size", "Gbit/s",
+        figure(f"{prefix}-throughput", "Throughput, LRO off vs on" + where, "message size", "Gbit/s",
                pick_series("gbps", lbl["gbps"]),
                {"published LRO off (Gbit/s)": pick(pub["thr_off"]), "published LRO on (Gbit/s)": pick(pub["thr_on"])}, source,
                "LRO on raises throughput where the study saw it do so and costs none elsewhere (ratio on/off ≥ 0.95, "
@@ -160,19 +60,19 @@ def lro_figures(prefix, rows, pub, source, note, label_of):
                + sizes_text(thr, pub_thr) + ")",
                judge(thr, "up", 0.95, published={x: g for x, g in pub_thr.items() if g > 1.1}), note,
                pick_spreads("gbps", lbl["gbps"])),
-        figure(f"{prefix}-cpu-efficiency", "CPU efficiency: Gbit/s per busy core (switch and VMs together)", "message size",
+        figure(f"{prefix}-cpu-efficiency", "CPU efficiency: Gbit/s per busy core (switch and VMs together)" + where, "message size",
                "Gbit/s per busy core", pick_series("eff", lbl["eff"]), {}, source,
                "LRO improves CPU efficiency at every message size (gain on/off > 1; " + sizes_text(eff, pub_eff)
                + "; the published gains are ratios, so only ours are drawn)",
                judge(eff, "up", published=pub_eff), note, pick_spreads("eff", lbl["eff"])),
-        figure(f"{prefix}-frames", "Frames per second delivered to the VM", "message size", "frames/s",
+        figure(f"{prefix}-frames", "Frames per second delivered to the VM" + where, "message size", "frames/s",
                pick_series("fps", lbl["fps"]),
                {"published 64 KB (frames/s)": [("64K", pub["pps_off_64k"]), ("64K", pub["pps_on_64k"])]}, source,
                "LRO delivers fewer frames at 64 KB messages (on/off < 1; "
                f"published {pub['pps_off_64k'] / 1e3:.0f}K -> {pub['pps_on_64k'] / 1e3:.0f}K; "
                + effect_size(median(fps64[0][1]), pub_fps) + ")",
                judge(fps64, "down"), note, pick_spreads("fps", lbl["fps"])),
-        figure(f"{prefix}-frame-size", "Average frame size delivered to the VM", "message size", "bytes per frame",
+        figure(f"{prefix}-frame-size", "Average frame size delivered to the VM" + where, "message size", "bytes per frame",
                pick_series("size", lbl["size"]),
                {"published 64 KB (bytes)": [("64K", pub["size_off_64k"]), ("64K", pub["size_on_64k"])]}, source,
                "LRO delivers larger frames at 64 KB messages (on/off > 1; "
@@ -213,6 +113,22 @@ def lro_native(tmp, quick, reps, log):
     with Hvnet(tmp, 1500, a={"tso": False}, b={"ring1": 4096, "ring2": 4096}) as f:
         rows = lro_off_on(f, quick, reps, secs, log)
     figs = lro_figures("lro-native", rows, PUB_000_NATIVE, SEED_000 + ", Figures 1-3", NATIVE_NOTE, lambda r: r["write"])
+    return figs, rows
+
+
+WIRE_SENDER_NOTE = ("Native sender on a wire: an external host (a namespace on a veth, its NIC's TSO off: wire-sized "
+                    "frames) sends through an hvnet uplink with no LRO of its own (lro = \"off\"), so the VM's LRO "
+                    "setting alone decides what is coalesced.")
+
+
+def lro_native_wire(tmp, quick, reps, log):
+    """As lro-native, with a real external sender on an uplink's wire
+    instead of a VM with TSO off."""
+    secs = 2 if quick else 4
+    with fabrics.HvnetUplinkNoLro(tmp, 1500) as f:
+        rows = lro_off_on(f, quick, reps, secs, log)
+    figs = lro_figures("lro-native-wire", rows, PUB_000_NATIVE, SEED_000 + ", Figures 1-3", WIRE_SENDER_NOTE,
+                       lambda r: r["write"], " (external sender on an uplink)")
     return figs, rows
 
 
@@ -515,81 +431,6 @@ def multiqueue(tmp, quick, reps, log):
     return figs, {str(k): v for k, v in res.items()}
 
 
-def uplink_lro(tmp, quick, reps, log):
-    """Seed 001, Figure 8: hardware LRO (the NIC's; here the uplink device's
-    own GRO) against software LRO (hvnet's, at the uplink before
-    switching), a real external sender on the wire, large receives."""
-    secs = 2 if quick else 4
-    with contextlib.ExitStack() as stack:
-        up = {"hardware": stack.enter_context(fabrics.HvnetUplink(tmp, 1500)),
-              "software": stack.enter_context(fabrics.HvnetUplinkSoftwareLro(tmp, 1500))}
-        runs = interleaved(tuple(up), reps, lambda c: iperf(up[c], 1, "64K", secs, None, log))
-    res = {c: summarize(runs[c]) for c in up}
-    eff = ratios(runs["hardware"], runs["software"], "gbps_per_core")
-    note = ("An external host (a namespace on a veth wire, its NIC's TSO off: wire-sized frames) sends to a VM behind "
-            "an hvnet uplink; hardware LRO is the near end's GRO (a veth's, in the kernel), software LRO is hvnet's "
-            "GRO at the uplink's receive queue. The study gives no numbers, only the direction.")
-    figs = [
-        figure("uplink-lro-cpu-efficiency", "CPU efficiency, hardware vs software LRO at the uplink", "LRO at the uplink",
-               "Gbit/s per busy core",
-               {"hvnet": [(c, res[c]["gbps_per_core"]) for c in up]}, {}, SEED_001 + ", Figure 8",
-               "NICs with hardware LRO have higher CPU efficiency for large receives than software LRO (ratio "
-               f"hardware/software > 1; hvnet {median(eff):.2f})",
-               judge([("hardware vs software", eff)], "up"), note,
-               {"hvnet": [(c, *res[c]["spread"]["gbps_per_core"]) for c in up]}),
-    ]
-    return figs, res
-
-
-def netqueue_dynamic(tmp, quick, reps, log):
-    """Seed 001, Figure 9: Dynamic NetQueue packs filters at low load (fewer
-    queues, less CPU) and spreads them under load; static NetQueue gives
-    each VM a queue of its own."""
-    from . import netqueue as nq
-    secs, warm = (2, 2) if quick else (5, 4)
-    loads = {"low": "100M", "high": None}
-    with contextlib.ExitStack() as stack:
-        up = {}
-        for mode, value in (("static", True), ("dynamic", "dynamic")):
-            d = Path(tmp) / f"nq-{mode}"
-            d.mkdir()
-            up[mode] = stack.enter_context(nq.topology(d, value))
-
-        def run(cfg):
-            mode, load = cfg
-            r = nq.run_one(up[mode], loads[load], warm, secs)
-            log.append({"command": f"{nq.VMS} x iperf3 -c VM -t {secs}" + (f" -b {loads[load]}" if loads[load] else ""),
-                        "mode": mode, "load": load, **r})
-            return r
-
-        configs = [(m, l) for l in loads for m in up]
-        runs = interleaved(configs, reps, run)
-    res = {f"{m}-{l}": summarize(runs[(m, l)]) for m, l in configs}
-    cpu_low = ratios(runs[("static", "low")], runs[("dynamic", "low")], "hvnet_cores")
-    q_low = [r["queues_used"] for r in runs[("dynamic", "low")]]
-    thr_high = ratios(runs[("dynamic", "high")], runs[("static", "high")], "gbps")
-    note = ("Four VMs behind an hvnet uplink with five receive queues, one TCP stream to each from an external host; "
-            "CPU is the hvnet daemon's threads' run time. A queue here is a thread blocked in poll on its own socket: "
-            "an idle queue costs nothing, unlike a NIC queue's interrupts.")
-    figs = [
-        figure("netqueue-dynamic-cpu", "The switch's CPU at low load (4 x 100 Mbit/s), static vs Dynamic NetQueue",
-               "NetQueue", "cores (hvnet daemon)",
-               {"hvnet": [(m, res[f"{m}-low"]["hvnet_cores"]) for m in up]}, {}, SEED_001 + ", Figure 9",
-               "Dynamic NetQueue packs filters on fewer queues at low load and so uses less CPU (ratio static/dynamic "
-               f"> 1; hvnet {median(cpu_low):.2f}; queues used {', '.join(map(str, q_low))} of 4)",
-               judge([("static vs dynamic, low load", cpu_low)], "up"), note,
-               {"hvnet": [(m, *res[f"{m}-low"]["spread"]["hvnet_cores"]) for m in up]}),
-        figure("netqueue-dynamic-throughput", "Throughput at high load, static vs Dynamic NetQueue", "NetQueue",
-               "Gbit/s (4 VMs)", {"hvnet": [(m, res[f"{m}-high"]["gbps"]) for m in up]}, {},
-               SEED_001 + ", Figure 9",
-               f"Dynamic NetQueue spreads filters under load, losing no throughput (ratio dynamic/static >= 0.95; "
-               f"hvnet {median(thr_high):.2f})",
-               judge([("dynamic vs static, high load", thr_high)], "up", 0.95), note,
-               {"hvnet": [(m, *res[f"{m}-high"]["spread"]["gbps"]) for m in up]}),
-    ]
-    return figs, res
-
-
 # SACK blocks per run below which a configuration's SACK rate is not
 # measured at all: SACKs come only with losses, which are rare here.
 SACK_MIN = 20
@@ -686,13 +527,63 @@ def lro_rate(tmp, quick, reps, log):
     return figs, rows
 
 
+def lro_rate_wire(tmp, quick, reps, log):
+    """Seed 003's LRO rates with a real sender on the wire: LRO at the
+    physical interface (the uplink device's GRO) against LRO at the
+    virtual interface (hvnet's, into the VM), and neither."""
+    secs = 2 if quick else 4
+    # LRO Phys.: the VM takes the device's coalesced frames whole (its
+    # port's LRO on, as netfront takes GSO frames), and hvnet's own
+    # coalescing is counted to show it adds next to nothing.
+    cfgs = {"Non-LRO": ("off", "off"), "LRO Phys.": ("hardware", "on"), "LRO Virt.": ("off", "on")}
+    with contextlib.ExitStack() as stack:
+        up = {"hardware": stack.enter_context(fabrics.HvnetUplink(tmp, 1500)),
+              "off": stack.enter_context(fabrics.HvnetUplinkNoLro(tmp, 1500))}
+
+        def run(name):
+            uplink, vm = cfgs[name]
+            f = up[uplink]
+            f.t.hv("port", "b", "set", f"lro={vm}")
+            c0 = f.t.stats("/ports/b/rx_summary")
+            s = iperf(f, 1, "64K", secs, None, log)
+            c1 = f.t.stats("/ports/b/rx_summary")
+            return {"gbps": s["gbps"], "lro_rate": s["tx_frames_sender"] / max(s["rx_frames"], 1),
+                    "hvnet_coalesced_share": (c1["lro_frames"] - c0["lro_frames"]) / max(s["rx_frames"], 1)}
+
+        runs = interleaved(tuple(cfgs), reps, run)
+    res = {c: summarize(runs[c]) for c in cfgs}
+    rate = lambda c: [r["lro_rate"] for r in runs[c]]  # noqa: E731
+    pub = {"Non-LRO": 1.00, "LRO Phys.": 1.98, "LRO Virt.": 4.91}
+    return [figure(
+        "lro-rate-wire", "LRO rate at the physical vs the virtual interface (external sender)", "configuration",
+        "frames in / frames out", {"hvnet": [(c, res[c]["lro_rate"]) for c in cfgs]},
+        {"published": [("Native", 1.00)] + list(pub.items())}, SEED_003,
+        "LRO at the physical interface and at the virtual interface each deliver several frames per frame (rate > "
+        "1.5 for both; " + "; ".join(f"{c}: hvnet {res[c]['lro_rate']:.2f}, published {pub[c]:.2f}" for c in cfgs)
+        + "). The paper's virtual LRO coalesced more than its physical one; here both coalesce up to 64 KiB, "
+        "as Linux GRO does",
+        judge([("LRO Phys.", rate("LRO Phys.")), ("LRO Virt.", rate("LRO Virt."))], "up", 1.5, "LRO rate"),
+        "Native sender on a wire: an external host (a namespace on a veth, its NIC's TSO off: wire-sized frames) "
+        "sends to a VM through an hvnet uplink. Physical: the uplink device's GRO (lro = \"hardware\"), the "
+        "VM taking its coalesced frames whole (of the frames the VM got, hvnet coalesced "
+        f"{100 * res['LRO Phys.']['hvnet_coalesced_share']:.1f}% itself); virtual: the uplink's off, hvnet's LRO "
+        "into the VM on.",
+        {"hvnet": [(c, *res[c]["spread"]["lro_rate"]) for c in cfgs]}),
+    ], res
+
+
 EXPERIMENTS = [
     {"name": "lro-native", "reproduces": "000, Figures 1-3", "run": lro_native,
      "workload": "native sender (TSO off at its port, MTU 1500) to a VM; LRO off vs on; 256 B / 16 KiB / 64 KiB writes, 8/64/256 KiB socket buffers"},
     {"name": "lro-local", "reproduces": "000, Figures 4-6", "run": lro_local, "vms": ("netns", "uml"),
      "workload": "VM to VM; receiver LRO on vs off (hvnet segments); bridge and OVS as references"},
+    {"name": "lro-native-wire", "reproduces": "000, Figures 1-3", "run": lro_native_wire,
+     "workload": "as lro-native with a real external host on an uplink's wire (the uplink's own LRO off) as the sender"},
     {"name": "lro-rate", "reproduces": "003", "run": lro_rate,
      "workload": "as lro-native with 64 KiB writes; delayed ACKs on and off (quickack) in the receiving VM"},
+    {"name": "lro-rate-wire", "reproduces": "003", "run": lro_rate_wire,
+     "workload": "external host on an uplink's wire to a VM, 64 KiB writes; no LRO, LRO at the physical interface "
+                 "(the uplink device's GRO), LRO at the virtual interface (hvnet's, into the VM)"},
     {"name": "cpu-limit", "reproduces": "002, part 1", "run": cpu_limit, "vms": ("netns", "uml"),
      "workload": "4 streams into a VM whose vCPU and iperf3 server are held to 15-100% of a core, and unlimited"},
     {"name": "ring-exhaustion", "reproduces": "002, part 2", "run": ring_exhaustion,
@@ -701,12 +592,30 @@ EXPERIMENTS = [
      "workload": "VM to VM at MTU 1500 vs 9000, 4 streams; bridge and OVS as references"},
     {"name": "multiqueue", "reproduces": "001, Figure 3; 002 FAQ", "run": multiqueue, "vms": ("netns", "uml"),
      "workload": "one VM with 1 vs 4 receive queues, 8 streams, RSS spreading flows"},
-    {"name": "netqueue", "reproduces": "001, Figure 9", "run": netqueue_dynamic,
-     "workload": "4 VMs behind an uplink with 5 queues, a stream to each from an external host at 100 Mbit/s and "
-                 "unlimited; static vs Dynamic NetQueue"},
-    {"name": "uplink-lro", "reproduces": "001, Figure 8", "run": uplink_lro,
+    {"name": "uplink-rss", "reproduces": "001, Figure 3", "run": physical.uplink_rss,
+     "workload": "external host to one VM through an uplink, 8 streams, small (256 B, TCP_NODELAY) and large writes; "
+                 "RSS off (1 queue at the uplink and the VM) vs on (4 and 4)"},
+    {"name": "vxlan-rss", "reproduces": "001, Figure 4", "run": physical.vxlan_rss,
+     "workload": "external host's vxlan device to 16 VMs (8 with --quick) behind hvnet's tunnel endpoint, a stream each; the uplink on "
+                 "1 queue vs 4 spread by the inner flow's Toeplitz hash"},
+    {"name": "splitrx", "reproduces": "001, Figure 5", "run": physical.splitrx,
+     "workload": "VXLAN to 8 VMs (4 with --quick) on one uplink queue, a stream each; delivery by the queue's thread vs each VM's own "
+                 "thread (SplitRxMode); ping latency idle and under load"},
+    {"name": "tso-offload", "reproduces": "001, Figure 6", "run": physical.tso_offload,
+     "workload": "8 VMs (4 with --quick) send a stream each to the external host; the uplink's TSO hardware vs software (and VXLAN, "
+                 "software on this kernel); the switch's CPU per Gbit/s"},
+    {"name": "rx-csum", "reproduces": "001, Figure 7", "run": physical.rx_csum,
+     "workload": "VXLAN to 8 VMs (4 with --quick), a stream each; the uplink's receive checksums from the device vs checked by hvnet; "
+                 "the switch's CPU per Gbit/s"},
+    {"name": "uplink-lro", "reproduces": "001, Figure 8", "run": physical.uplink_lro,
      "workload": "external host on the wire of an uplink to a VM, 64 KiB writes; the uplink's LRO hardware (device GRO) "
                  "vs software (hvnet's GRO before switching)"},
+    {"name": "netqueue", "reproduces": "001, Figure 9", "run": physical.netqueue_dynamic,
+     "workload": "4 VMs behind an uplink with 5 queues, a stream to each from an external host at 100 Mbit/s and "
+                 "unlimited; static vs Dynamic NetQueue"},
+    {"name": "port-batch", "reproduces": "001, Figure 10", "run": physical.port_batch,
+     "workload": "VXLAN to 4 VMs (2 with --quick), small (64 B, TCP_NODELAY) and large writes; the endpoint's queue read 32 frames per "
+                 "system call vs one; frames per CPU-second of the switch"},
 ]
 
 

@@ -204,6 +204,36 @@ def test_a_lab_run_with_open_vswitch_leaves_nothing_behind(tmp_path):
     assert (links(), netns()) == before
 
 
+PHYSICAL = ["uplink-rss", "vxlan-rss", "splitrx", "tso-offload", "rx-csum", "port-batch", "lro-rate-wire"]
+
+
+@pytest.mark.root
+def test_the_physical_side_experiments_run_and_leave_nothing_behind(tmp_path):
+    """Seed 001's figures on uplinks (and 003's LRO rates from a real wire),
+    each --quick: every figure has our values for each configuration, a
+    verdict and its published source; the root namespace is as before."""
+    links = lambda: sorted(line.split()[0] for line in hvlab.run(["ip", "-br", "link"]).stdout.splitlines())  # noqa: E731
+    netns = lambda: sorted(hvlab.run(["ip", "netns", "list"]).stdout.split())  # noqa: E731
+    before = (links(), netns())
+    r = hvlab.run([hvlab.hvnet_bin(), "lab", "run", *PHYSICAL, "--quick", "--out", str(tmp_path / "lab")],
+                  check=False, timeout=900)
+    assert r.returncode in (0, 2), r.stdout + r.stderr
+    res = json.loads((tmp_path / "lab" / "results.json").read_text())
+    assert [e["name"] for e in res["experiments"]] == PHYSICAL
+    for e in res["experiments"]:
+        assert e["figures"], e["name"]
+        for fig in e["figures"]:
+            assert fig["verdict"] in ("reproduced", "not reproduced", "inconclusive"), fig
+            assert "shared/seeds/00" in fig["source"], fig
+            values = [v for series in fig["series"].values() for _, v in series]
+            assert values and all(isinstance(v, (int, float)) and v > 0 for v in values), (fig["id"], fig["series"])
+    figs = {f["id"]: f for e in res["experiments"] for f in e["figures"]}
+    # Every configuration compared has its point.
+    assert [x for x, _ in figs["uplink-rss-throughput"]["series"]["hvnet RSS on"]] == ["large", "small"]
+    assert {x for x, _ in figs["tso-offload-cpu"]["series"]["hvnet"]} == {"hardware", "software", "vxlan"}
+    assert (links(), netns()) == before
+
+
 @pytest.mark.root
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 def test_an_interrupted_lab_run_leaves_nothing_behind(tmp_path, how):

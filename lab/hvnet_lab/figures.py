@@ -1,0 +1,109 @@
+"""What every experiment shares: where each study comes from, what is
+emulated (said beside every figure), one iperf3 run with what it cost,
+configurations run interleaved, and the figure record the report draws."""
+
+from . import fabrics, measure
+from .fabrics import B_IP
+from .verdict import REPRODUCED
+
+NATIVE_NOTE = "Native sender emulated: a VM whose vNIC has TSO off puts MTU-sized frames on the switch, as a physical NIC would."
+VM_NOTES = {
+    "netns": "VMs are network namespaces behind TAP devices held by hvnet; both VMs and the switch share this machine's 2 cores.",
+    "uml": "VMs are real guests: User-Mode Linux kernels (one vCPU, 256 MiB) with their own TCP stack and virtio-net driver "
+           "on hvnet's vhost-user ports; every guest system call is trapped by UML, so small writes are far slower than in "
+           "a KVM guest; the guests and the switch share this machine's 2 cores; no references (not the same guests).",
+}
+
+
+def vm_note():
+    return VM_NOTES[fabrics.VM_KIND]
+CPU_NOTES = {
+    "netns": "CPU limit emulated with a cgroup-v1 CPU quota on the receiving VM's delivery thread and iperf3 server, "
+             "not a hypervisor scheduler.",
+    "uml": "CPU limit: a cgroup-v1 CPU quota on the receiving guest's processes (its kernel, which is its one vCPU, "
+           "and its user space), as a hypervisor limits a VM's vCPU; its run-queue wait is the kernel process's.",
+}
+
+
+def cpu_note():
+    return CPU_NOTES[fabrics.VM_KIND]
+
+SEED_000 = "shared/seeds/000 (VMware VROOM! blog, LRO for VMXNET3, vSphere 6, 2015)"
+SEED_001 = "shared/seeds/001 (VMware white paper, NIC technologies in vSphere)"
+SEED_002 = "shared/seeds/002 (blog: VM throughput vs CPU scheduling; VMXNET3 ring exhaustion)"
+SEED_003 = "shared/seeds/003 (Hatori & Oi, LRO in Xen, VPACT 2008)"
+SEED_004 = "shared/seeds/004 (blog: jumbo frames inside Hyper-V VMs)"
+
+
+def link(f, vm):
+    base = "/sys/class/net/eth0/statistics/"
+    out = f.sh(vm, f"cat {base}rx_packets {base}rx_bytes {base}tx_packets {base}tx_bytes").stdout.split()
+    return dict(zip(["rx_packets", "rx_bytes", "tx_packets", "tx_bytes"], map(int, out)))
+
+
+def iperf(f, streams=1, write="128K", seconds=3, window=None, log=None):
+    """One iperf3 run a -> b with machine CPU, b's NIC counters and a's
+    frames sent; the command is recorded in `log`."""
+    server = f.popen("b", f"iperf3 -s -1 -B {B_IP}")
+    f.wait_listening("b", 5201)
+    cmd = f"iperf3 -c {B_IP} -t {seconds} -P {streams} -l {write} -J" + (f" -w {window}" if window else "")
+    try:
+        a0, b0 = link(f, "a"), link(f, "b")
+        with measure.Cpu() as cpu:
+            out = f.sh("a", cmd, timeout=seconds + 60).stdout
+        a1, b1 = link(f, "a"), link(f, "b")
+    finally:
+        try:
+            server.wait(timeout=5)
+        except Exception:
+            server.terminate()
+            server.wait()
+    r = measure.iperf3(out)
+    secs = r["seconds"] or seconds
+    frames = b1["rx_packets"] - b0["rx_packets"]
+    s = {
+        "gbps": r["bps"] / 1e9,
+        "busy_cores": cpu.cores,
+        "gbps_per_core": r["bps"] / 1e9 / max(cpu.cores, 1e-9),
+        "retransmits": r["retransmits"],
+        "rx_frames_per_s": frames / secs,
+        "rx_avg_frame": (b1["rx_bytes"] - b0["rx_bytes"]) / max(frames, 1),
+        "tx_frames_sender": a1["tx_packets"] - a0["tx_packets"],
+        "rx_frames": frames,
+    }
+    if log is not None:
+        log.append({"command": f.command("a", cmd), **s})
+    return s
+
+
+def interleaved(configs, reps, run):
+    """Runs every configuration `reps` times, interleaved (A, B, C, A, B,
+    C, ...), so that drift in the machine's speed hits all of them alike.
+    Returns {config: [run, ...]} with runs in repetition order."""
+    runs = {c: [] for c in configs}
+    for _ in range(reps):
+        for c in configs:
+            runs[c].append(run(c))
+    return runs
+
+
+def figure(fid, title, xlabel, ylabel, series, published, source, claim, judged, note, spreads=None):
+    """A figure: our series (medians), published values, the claim and its
+    verdict `judged` = (verdict, reason), and the spread of each of our
+    series as (x, min, max) for error bars."""
+    v, why = judged
+    return {"id": fid, "title": title, "xlabel": xlabel, "ylabel": ylabel, "series": series,
+            "published": published, "source": source, "claim": claim, "verdict": v,
+            "reproduced": v == REPRODUCED, "note": note, "why_not": why, "spread": spreads or {}}
+
+
+def sizes(quick):
+    # message size, socket buffer, as in seed 000
+    return [("256", "8K"), ("16K", "64K"), ("64K", "256K")] if not quick else [("256", "8K"), ("64K", "256K")]
+
+
+def series_of(points, key, label_of):
+    """(median series, spread series) of `key` over summarized points."""
+    med = [(label_of(p), p[key]) for p in points]
+    spr = [(label_of(p), *p["spread"][key]) for p in points]
+    return med, spr

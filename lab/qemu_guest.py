@@ -83,10 +83,13 @@ def initramfs(work: Path, mac: str, ip: str, cmd: str, binaries=()) -> Path:
     return out
 
 
-def argv(sock: str, mac: str, initrd: Path, mem_mb=256, rx_queue_size=256) -> list:
+def argv(sock: str, mac: str, initrd: Path, mem_mb=256, rx_queue_size=256, hotplug_mb=0) -> list:
+    """QEMU's command line; `hotplug_mb`: room for that much memory to be
+    plugged in later (pc-dimm), as a hypervisor grows a guest."""
     vmlinuz = next((kernel() / "boot").glob("vmlinuz-*"))
     accel = "kvm" if os.environ.get("HVNET_QEMU_KVM") else "tcg"
-    return ["qemu-system-x86_64", "-accel", accel, "-cpu", "max", "-m", str(mem_mb), "-nographic", "-nodefaults",
+    mem = f"{mem_mb}M" + (f",slots=2,maxmem={mem_mb + hotplug_mb}M" if hotplug_mb else "")
+    return ["qemu-system-x86_64", "-accel", accel, "-cpu", "max", "-m", mem, "-nographic", "-nodefaults",
             "-serial", "stdio", "-no-reboot", "-kernel", str(vmlinuz), "-initrd", str(initrd),
             "-append", "console=ttyS0 quiet panic=-1",
             "-object", f"memory-backend-memfd,id=mem,size={mem_mb}M,share=on", "-numa", "node,memdev=mem",
@@ -113,3 +116,28 @@ def run(sock: str, mac: str, ip: str, cmd: str, timeout=180, mem_mb=256) -> tupl
         p = subprocess.run(argv(sock, mac, initrd, mem_mb), capture_output=True, text=True, timeout=timeout,
                            stdin=subprocess.DEVNULL)
         return output(p.stdout + p.stderr)
+
+
+def qmp(path: str, *commands) -> list:
+    """Runs QMP `commands` ((name, arguments) pairs) on QEMU's monitor
+    socket `path`, in order; returns their results, raising on an error."""
+    import json
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(path)
+        f = s.makefile("rw")
+        json.loads(f.readline())  # the greeting
+        out = []
+        for name, args in (("qmp_capabilities", {}),) + commands:
+            f.write(json.dumps({"execute": name, "arguments": args}) + "\n")
+            f.flush()
+            while True:
+                r = json.loads(f.readline())
+                if "event" in r:
+                    continue
+                if "error" in r:
+                    raise RuntimeError(f"QMP {name}: {r['error']}")
+                out.append(r["return"])
+                break
+        return out[1:]

@@ -299,3 +299,42 @@ def test_a_qemu_guest_attaches_as_a_hypervisor_would(tmp_path):
         show = json.loads(t.hv("port", "q", "--json").stdout)["vhost_user"]
         assert show["connections"] == 1
         assert_accounted(t, ["q", "c"])
+
+
+def test_a_memory_table_that_changes_under_traffic(tmp_path):
+    """QEMU plugs 128 MiB into a running guest (a pc-dimm, as a hypervisor
+    grows a VM) while the guest pings through hvnet: the front end sends a
+    new memory table mid-traffic; hvnet maps it and forwarding goes on."""
+    import qemu_guest  # lab/qemu_guest.py
+
+    mac, peer = "02:00:00:00:24:01", "198.18.24.3"
+    vms = [dict(name="q", kind="vhost-user", mac=mac), dict(name="c", ipv4=peer + "/24", queues=1)]
+    with hvlab.Topology(tmp_path, vms, prefix="vm") as t:
+        monitor = str(tmp_path / "qmp.sock")
+        initrd = qemu_guest.initramfs(tmp_path, mac, "198.18.24.1/24", f"ping -c 80 -i 0.1 -W 5 {peer}")
+        argv = qemu_guest.argv(f"/run/hvnet/{t.name}/q.sock", mac, initrd, hotplug_mb=128) \
+            + ["-qmp", f"unix:{monitor},server=on,wait=off"]
+        guest = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 text=True)
+        try:
+            vu = lambda: json.loads(t.hv("port", "q", "--json").stdout)["vhost_user"]  # noqa: E731
+            frames = lambda: t.stats("/ports/q/tx_summary")["frames"]  # noqa: E731
+            # The guest's pings are flowing.
+            assert hvlab.eventually(lambda: frames() >= 5, timeout=150, every=0.2), vu()
+            before, tables = vu(), frames()
+            qemu_guest.qmp(monitor, ("object-add", {"qom-type": "memory-backend-memfd", "id": "plug",
+                                                    "size": 128 << 20, "share": True}),
+                           ("device_add", {"driver": "pc-dimm", "id": "dimm", "memdev": "plug"}))
+            assert hvlab.eventually(lambda: vu()["memory_tables"] > before["memory_tables"], timeout=30), vu()
+            after = vu()
+            assert after["memory_bytes"] == before["memory_bytes"] + (128 << 20), (before, after)
+            assert after["connections"] == before["connections"] == 1
+            out, _ = guest.communicate(timeout=180)
+        finally:
+            if guest.poll() is None:
+                guest.kill()
+                guest.communicate()
+        rc, text = qemu_guest.output(out)
+        assert rc == 0 and "80 packets received" in text, text
+        assert frames() - tables >= 40, "pings went on under the new table"
+        assert_accounted(t, ["q", "c"])

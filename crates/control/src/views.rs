@@ -103,10 +103,14 @@ fn vhost_user_view(vu: &hvnet_port::VhostUserPort) -> Value {
             json!({"rx": rx, "tx": tx})
         })
         .collect();
+    let (tables, regions, bytes) = vu.memory();
     json!({
         "socket": vu.socket(),
         "connected": vu.is_connected(),
         "connections": vu.connections(),
+        "memory_tables": tables,
+        "memory_regions": regions,
+        "memory_bytes": bytes,
         "acked_features": format!("{:#x}", vu.acked_features()),
         "guest_offloads": vu.guest_offloads(),
         "virtqueues": queues,

@@ -49,7 +49,9 @@ use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_net::*;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 use virtio_queue::QueueT;
-use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vm_memory::{
+    GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion,
+};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{
     new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
@@ -143,6 +145,9 @@ struct Shared {
     rx_kick: Vec<(EventConsumer, EventNotifier)>,
     /// Connections so far.
     connections: AtomicU64,
+    /// Memory tables the front end set so far (one per connection, more
+    /// when its guest's memory changes: hotplug).
+    memory_tables: AtomicU64,
     /// Per queue pair: the receive queue's used index when the guest was
     /// last signalled.
     rx_signalled: Vec<std::sync::atomic::AtomicU16>,
@@ -225,6 +230,7 @@ impl VhostUserBackend for Backend {
 
     fn update_memory(&self, mem: Memory) -> io::Result<()> {
         *self.sh.mem.write().expect("mem lock") = Some(mem);
+        self.sh.memory_tables.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
@@ -382,6 +388,7 @@ impl VhostUserPort {
             tx_kick: kicks()?,
             rx_kick: kicks()?,
             connections: AtomicU64::new(0),
+            memory_tables: AtomicU64::new(0),
             rx_signalled: (0..pairs).map(|_| Default::default()).collect(),
         });
         // Bind now, so that a guest started right after this returns finds
@@ -437,6 +444,19 @@ impl VhostUserPort {
     /// Front ends that connected so far.
     pub fn connections(&self) -> u64 {
         self.sh.connections.load(Ordering::Relaxed)
+    }
+
+    /// Memory tables set so far, and the guest memory the current one
+    /// maps: (tables, regions, bytes).
+    pub fn memory(&self) -> (u64, usize, u64) {
+        let tables = self.sh.memory_tables.load(Ordering::Relaxed);
+        let guard = self.sh.mem.read().expect("mem lock");
+        let Some(mem) = guard.as_ref() else {
+            return (tables, 0, 0);
+        };
+        let m = mem.memory();
+        let bytes = m.iter().map(|r| r.len()).sum();
+        (tables, m.num_regions(), bytes)
     }
 
     /// What the guest's driver accepted (and set since on its control

@@ -139,6 +139,53 @@ fn vxlan_inner_tcp_is_segmented_with_outer_fixed() {
 }
 
 #[test]
+fn a_tunnel_endpoint_segments_its_own_vxlan_on_any_port() {
+    let inner = big(false, 5000, ACK | PSH);
+    let mut f = vxlan_wrap(&inner, 7, 49152, 100, false);
+    // Linux's old VXLAN port: not VXLAN to anyone who only knows 4789.
+    f[36..38].copy_from_slice(&8472u16.to_be_bytes());
+    let l = Layers::parse(&f).unwrap();
+    let g = tcp_gso(GsoType::TcpV4, 1400);
+    let mut sink = |_: SegmentOut<'_>| {};
+    assert_eq!(
+        segment_parsed(&f, &l, g, CsumMode::Full, &mut sink),
+        Err(GsoError::TypeMismatch)
+    );
+    let mut segs = Vec::new();
+    segment_tunnelled(&f, &l, 50, g, CsumMode::Full, &mut |s| {
+        segs.push(s.to_vec())
+    })
+    .unwrap();
+    assert_eq!(segs.len(), 4);
+    let mut stream = Vec::new();
+    for s in &segs {
+        let (oip, orest) = etherparse::Ipv4Header::from_slice(&s[14..]).unwrap();
+        assert_eq!(oip.total_len as usize, s.len() - 14);
+        let (uh, vx) = etherparse::UdpHeader::from_slice(orest).unwrap();
+        assert_eq!(
+            (uh.destination_port, uh.length as usize),
+            (8472, vx.len() + 8)
+        );
+        let (iip, irest) = etherparse::Ipv4Header::from_slice(&vx[8 + 14..]).unwrap();
+        let (th, payload) = etherparse::TcpHeader::from_slice(irest).unwrap();
+        assert_eq!(th.checksum, th.calc_checksum_ipv4(&iip, payload).unwrap());
+        stream.extend_from_slice(payload);
+    }
+    assert_eq!(stream, inner[54..]);
+    // An inner offset past the frame, or a frame that is not UDP, is refused.
+    assert_eq!(
+        segment_tunnelled(&f, &l, f.len() + 1, g, CsumMode::Full, &mut sink),
+        Err(GsoError::TypeMismatch)
+    );
+    let plain = big(false, 3000, ACK);
+    let pl = Layers::parse(&plain).unwrap();
+    assert_eq!(
+        segment_tunnelled(&plain, &pl, 50, g, CsumMode::Full, &mut sink),
+        Err(GsoError::TypeMismatch)
+    );
+}
+
+#[test]
 fn impossible_headers_are_typed_errors() {
     let f = big(false, 3000, ACK);
     let mut sink = |_: SegmentOut<'_>| {};

@@ -323,6 +323,6 @@ def port_batch(tmp, quick, reps, log):
                "The lower per-packet cost comes with slightly higher throughput (ratio batched/single >= 0.95; "
                + "; ".join(f"{s}: hvnet {median(g):.2f} ({min(g):.2f}–{max(g):.2f})" for s, g in thr.items())
                + "). Judged with large packets, where the switch's per-frame work limits throughput; with 64-byte "
-               "writes the senders' own system calls do, so that point is drawn, not judged)",
+               "writes the senders' own system calls do, so that point is drawn, not judged",
                judge([("large", thr["large"])], "up", 0.95), note, spr("gbps")),
     ], {f"{m}-{s}": v for (m, s), v in res.items()}

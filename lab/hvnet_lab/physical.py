@@ -26,6 +26,21 @@ def up_at_once(stack, tmp, fleets):
     return {c: stack.enter_context(Fleet(tmp, f"{c}", **kw)) for c, kw in fleets.items()}
 
 
+def fleets_compared(tmp, reps, log, label, fleets, **streams):
+    """Brings every fleet up at once and runs the same streams on each,
+    interleaved: {config: [run, ...]}; each run logged with its config
+    under `label`."""
+    with contextlib.ExitStack() as stack:
+        up = up_at_once(stack, tmp, fleets)
+
+        def run(c):
+            r = up[c].streams(**streams)
+            log.append({label: c, **r})
+            return r
+
+        return interleaved(tuple(up), reps, run)
+
+
 def each(runs, configs, key):
     """{config: summarized point} and the series of `key` over configs."""
     res = {c: summarize(runs[c]) for c in configs}
@@ -79,18 +94,10 @@ def vxlan_rss(tmp, quick, reps, log):
     encapsulated frames) vs 4 queues spread by the inner flow's Toeplitz
     hash."""
     secs, vms = (2, 8) if quick else (4, 16)
-    with contextlib.ExitStack() as stack:
-        up = up_at_once(stack, tmp, {
-            "off": dict(vms=vms, vxlan=True, uplink=dict(queues=1), prefix="xo"),
-            "on": dict(vms=vms, vxlan=True, uplink=dict(queues=4, rss=True), prefix="xn")})
-
-        def run(c):
-            r = up[c].streams(secs, write="128K")
-            log.append({"rss": c, **r})
-            return r
-
-        runs = interleaved(tuple(up), reps, run)
-    res, ser, spr = each(runs, tuple(up), "gbps")
+    runs = fleets_compared(tmp, reps, log, "rss", {
+        "off": dict(vms=vms, vxlan=True, uplink=dict(queues=1), prefix="xo"),
+        "on": dict(vms=vms, vxlan=True, uplink=dict(queues=4, rss=True), prefix="xn")}, seconds=secs, write="128K")
+    res, ser, spr = each(runs, tuple(runs), "gbps")
     gain = ratios(runs["on"], runs["off"], "gbps")
     return [figure(
         "vxlan-rss-throughput", f"Receive throughput over VXLAN, {vms} VMs, RSS off vs on at the uplink", "RSS",
@@ -150,19 +157,11 @@ def tso_offload(tmp, quick, reps, log):
     sending to the external host; a VXLAN endpoint drawn beside them (it
     segments in software on this kernel: see the note)."""
     secs, vms = (2, 4) if quick else (4, 8)
-    with contextlib.ExitStack() as stack:
-        up = up_at_once(stack, tmp, {
-            "hardware": dict(vms=vms, uplink=dict(tso="hardware"), prefix="th"),
-            "software": dict(vms=vms, uplink=dict(tso="software"), prefix="ts"),
-            "vxlan": dict(vms=vms, vxlan=True, prefix="tv")})
-
-        def run(c):
-            r = up[c].streams(secs, to_vms=False, write="128K")
-            log.append({"tso": c, **r})
-            return r
-
-        runs = interleaved(tuple(up), reps, run)
-    res, ser, spr = each(runs, tuple(up), "hvnet_cores_per_gbps")
+    runs = fleets_compared(tmp, reps, log, "tso", {
+        "hardware": dict(vms=vms, uplink=dict(tso="hardware"), prefix="th"),
+        "software": dict(vms=vms, uplink=dict(tso="software"), prefix="ts"),
+        "vxlan": dict(vms=vms, vxlan=True, prefix="tv")}, seconds=secs, to_vms=False, write="128K")
+    res, ser, spr = each(runs, tuple(runs), "hvnet_cores_per_gbps")
     cost = ratios(runs["software"], runs["hardware"], "hvnet_cores_per_gbps")
     note = (WIRE_NOTE + f" {vms} VMs send one stream each to the external host. CPU: the hvnet daemon's threads per "
             "Gbit/s. Hardware TSO here is a veth taking the GSO frame whole (a NIC would segment it in hardware). "
@@ -183,18 +182,10 @@ def rx_csum(tmp, quick, reps, log):
     checksums taken from the device (hardware) vs checked by hvnet
     (software)."""
     secs, vms = (2, 4) if quick else (4, 8)
-    with contextlib.ExitStack() as stack:
-        up = up_at_once(stack, tmp, {
-            "hardware": dict(vms=vms, vxlan=True, uplink=dict(csum="hardware"), prefix="ch"),
-            "software": dict(vms=vms, vxlan=True, uplink=dict(csum="software"), prefix="cs")})
-
-        def run(c):
-            r = up[c].streams(secs, write="128K")
-            log.append({"csum": c, **r})
-            return r
-
-        runs = interleaved(tuple(up), reps, run)
-    res, ser, spr = each(runs, tuple(up), "hvnet_cores_per_gbps")
+    runs = fleets_compared(tmp, reps, log, "csum", {
+        "hardware": dict(vms=vms, vxlan=True, uplink=dict(csum="hardware"), prefix="ch"),
+        "software": dict(vms=vms, vxlan=True, uplink=dict(csum="software"), prefix="cs")}, seconds=secs, write="128K")
+    res, ser, spr = each(runs, tuple(runs), "hvnet_cores_per_gbps")
     cost = ratios(runs["software"], runs["hardware"], "hvnet_cores_per_gbps")
     return [figure(
         "rx-csum-cpu", "The switch's receive CPU for VXLAN, checksum offload in hardware vs software", "checksum",

@@ -708,26 +708,17 @@ fn parse_uplinks(
                 ))
             }
         };
-        let tso = match u.tso.get_ref().as_str() {
-            "hardware" => true,
-            "software" => false,
-            o => {
-                return Err(bad_at(
-                    &u.tso,
-                    format!("tso {o:?} is not one of \"hardware\", \"software\""),
-                ))
-            }
+        // Who does an offload: the device ("hardware": true) or hvnet.
+        let by_device = |field: &toml::Spanned<String>, name: &str| match field.get_ref().as_str() {
+            "hardware" => Ok(true),
+            "software" => Ok(false),
+            o => Err(bad_at(
+                field,
+                format!("{name} {o:?} is not one of \"hardware\", \"software\""),
+            )),
         };
-        let csum = match u.csum.get_ref().as_str() {
-            "hardware" => true,
-            "software" => false,
-            o => {
-                return Err(bad_at(
-                    &u.csum,
-                    format!("csum {o:?} is not one of \"hardware\", \"software\""),
-                ))
-            }
-        };
+        let tso = by_device(&u.tso, "tso")?;
+        let csum = by_device(&u.csum, "csum")?;
         if !(1..=16).contains(&u.queues) {
             return Err(bad(format!("queues {} is outside 1..16", u.queues)));
         }

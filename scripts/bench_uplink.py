@@ -33,10 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "lab")]
 
 import hvlab  # noqa: E402
-from hvnet_lab import measure  # noqa: E402
 from hvnet_lab.fabrics import (  # noqa: E402
     A_IP, B_IP, BridgeUplink, HvnetUplink, HvnetUplinkNoLro, HvnetUplinkSoftwareLro, HvnetVxlan, LinuxVxlan,
     OvsVxlan)
+from hvnet_lab.figures import iperf  # noqa: E402
 
 FABRICS = {F.name: F for F in (HvnetUplink, BridgeUplink, HvnetVxlan, LinuxVxlan, OvsVxlan)}
 # Not in the default set: the uplink's LRO variants (`--fabrics` names them).
@@ -46,23 +46,11 @@ PAIRS = [("hvnet-uplink", "bridge-uplink"), ("hvnet-vxlan", "linux-vxlan"), ("hv
 
 
 def run_one(f, direction, streams, seconds):
-    src, dst, ip = ("a", "b", B_IP) if direction == "host->vm" else ("b", "a", A_IP)
-    server = f.popen(dst, f"iperf3 -s -1 -B {ip}")
-    hvlab.wait_listening(f.ns(dst), 5201)
-    try:
-        f.sh(src, f"ping -c 1 -W 2 {ip} >/dev/null", check=False)
-        with measure.Cpu() as cpu:
-            out = f.sh(src, f"iperf3 -c {ip} -t {seconds} -P {streams} -l 64K -J", timeout=seconds + 60).stdout
-    finally:
-        try:
-            server.wait(timeout=5)
-        except Exception:
-            server.terminate()
-            server.wait()
-    r = measure.iperf3(out)
-    gbps = r["bps"] / 1e9
-    return {"gbps": gbps, "busy_cores": cpu.cores, "gbps_per_core": gbps / max(cpu.cores, 1e-9),
-            "retransmits": r["retransmits"]}
+    reverse = direction == "vm->host"
+    src, ip = ("b", A_IP) if reverse else ("a", B_IP)
+    f.sh(src, f"ping -c 1 -W 2 {ip} >/dev/null", check=False)
+    r = iperf(f, streams, "64K", seconds, reverse=reverse)
+    return {k: r[k] for k in ("gbps", "busy_cores", "gbps_per_core", "retransmits")}
 
 
 def main():

@@ -3,7 +3,7 @@ emulated (said beside every figure), one iperf3 run with what it cost,
 configurations run interleaved, and the figure record the report draws."""
 
 from . import fabrics, measure
-from .fabrics import B_IP
+from .fabrics import A_IP, B_IP
 from .verdict import REPRODUCED
 
 NATIVE_NOTE = "Native sender emulated: a VM whose vNIC has TSO off puts MTU-sized frames on the switch, as a physical NIC would."
@@ -41,17 +41,19 @@ def link(f, vm):
     return dict(zip(["rx_packets", "rx_bytes", "tx_packets", "tx_bytes"], map(int, out)))
 
 
-def iperf(f, streams=1, write="128K", seconds=3, window=None, log=None):
-    """One iperf3 run a -> b with machine CPU, b's NIC counters and a's
-    frames sent; the command is recorded in `log`."""
-    server = f.popen("b", f"iperf3 -s -1 -B {B_IP}")
-    f.wait_listening("b", 5201)
-    cmd = f"iperf3 -c {B_IP} -t {seconds} -P {streams} -l {write} -J" + (f" -w {window}" if window else "")
+def iperf(f, streams=1, write="128K", seconds=3, window=None, log=None, reverse=False):
+    """One iperf3 run a -> b (b -> a when `reverse`) with machine CPU, the
+    receiver's NIC counters and the sender's frames sent; the command is
+    recorded in `log`."""
+    src, dst, ip = ("b", "a", A_IP) if reverse else ("a", "b", B_IP)
+    server = f.popen(dst, f"iperf3 -s -1 -B {ip}")
+    f.wait_listening(dst, 5201)
+    cmd = f"iperf3 -c {ip} -t {seconds} -P {streams} -l {write} -J" + (f" -w {window}" if window else "")
     try:
-        a0, b0 = link(f, "a"), link(f, "b")
+        a0, b0 = link(f, src), link(f, dst)
         with measure.Cpu() as cpu:
-            out = f.sh("a", cmd, timeout=seconds + 60).stdout
-        a1, b1 = link(f, "a"), link(f, "b")
+            out = f.sh(src, cmd, timeout=seconds + 60).stdout
+        a1, b1 = link(f, src), link(f, dst)
     finally:
         try:
             server.wait(timeout=5)
@@ -72,7 +74,7 @@ def iperf(f, streams=1, write="128K", seconds=3, window=None, log=None):
         "rx_frames": frames,
     }
     if log is not None:
-        log.append({"command": f.command("a", cmd), **s})
+        log.append({"command": f.command(src, cmd), **s})
     return s
 
 

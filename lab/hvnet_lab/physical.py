@@ -26,19 +26,29 @@ def up_at_once(stack, tmp, fleets):
     return {c: stack.enter_context(Fleet(tmp, f"{c}", **kw)) for c, kw in fleets.items()}
 
 
-def fleets_compared(tmp, reps, log, label, fleets, **streams):
+def fleets_compared(tmp, reps, log, label, fleets, writes=None, derive=None, **streams):
     """Brings every fleet up at once and runs the same streams on each,
     interleaved: {config: [run, ...]}; each run logged with its config
-    under `label`."""
+    under `label`. With `writes` ({size: (write size, TCP_NODELAY)}) every
+    fleet runs at every size, the configs being (fleet, size) pairs;
+    `derive(run)` adds what is computed from a run before it is logged."""
     with contextlib.ExitStack() as stack:
         up = up_at_once(stack, tmp, fleets)
 
         def run(c):
-            r = up[c].streams(**streams)
-            log.append({label: c, **r})
+            if writes:
+                fleet, size = c
+                write, nodelay = writes[size]
+                r, tags = up[fleet].streams(write=write, nodelay=nodelay, **streams), {label: fleet, "size": size}
+            else:
+                r, tags = up[c].streams(**streams), {label: c}
+            if derive:
+                derive(r)
+            log.append({**tags, **r})
             return r
 
-        return interleaved(tuple(up), reps, run)
+        configs = [(c, size) for size in writes for c in up] if writes else tuple(up)
+        return interleaved(configs, reps, run)
 
 
 def each(runs, configs, key):
@@ -58,21 +68,12 @@ def uplink_rss(tmp, quick, reps, log):
     spread by the Toeplitz hash, the VM's by its own RSS)."""
     secs = 2 if quick else 4
     writes = {"large": ("128K", False), "small": ("256", True)}
-    with contextlib.ExitStack() as stack:
-        up = up_at_once(stack, tmp, {
-            "off": dict(vms=1, uplink=dict(queues=1), vm=dict(queues=1), prefix="ro"),
-            "on": dict(vms=1, uplink=dict(queues=4, rss=True), vm=dict(queues=4), prefix="rn")})
-
-        def run(c):
-            rss, size = c
-            w, nodelay = writes[size]
-            r = up[rss].streams(secs, parallel=8, write=w, nodelay=nodelay)
-            log.append({"rss": rss, "size": size, **r})
-            return r
-
-        configs = [(rss, size) for size in writes for rss in up]
-        runs = interleaved(configs, reps, run)
-    res = {c: summarize(runs[c]) for c in configs}
+    up = ("off", "on")
+    runs = fleets_compared(tmp, reps, log, "rss", {
+        "off": dict(vms=1, uplink=dict(queues=1), vm=dict(queues=1), prefix="ro"),
+        "on": dict(vms=1, uplink=dict(queues=4, rss=True), vm=dict(queues=4), prefix="rn")},
+        writes=writes, seconds=secs, parallel=8)
+    res = {c: summarize(r) for c, r in runs.items()}
     gain = {size: ratios(runs[("on", size)], runs[("off", size)], "gbps") for size in writes}
     pub = {"large": 21.0 / 15.0, "small": 1.3}
     note = WIRE_NOTE + " Small: 256-byte writes with TCP_NODELAY; large: 128 KiB writes."
@@ -277,22 +278,16 @@ def port_batch(tmp, quick, reps, log):
     switch."""
     secs, vms = (2, 2) if quick else (4, 4)
     writes = {"small": ("64", True), "large": ("128K", False)}
-    with contextlib.ExitStack() as stack:
-        up = up_at_once(stack, tmp, {
-            "batched": dict(vms=vms, vxlan=True, uplink=dict(batch=32), prefix="bb"),
-            "single": dict(vms=vms, vxlan=True, uplink=dict(batch=1), prefix="b1")})
+    up = ("batched", "single")
 
-        def run(c):
-            mode, size = c
-            w, nodelay = writes[size]
-            r = up[mode].streams(secs, write=w, nodelay=nodelay)
-            r["frames_per_cpu_s"] = r["wire_in_per_s"] / max(r["hvnet_cores"], 1e-9)
-            log.append({"read": mode, "size": size, **r})
-            return r
+    def per_frame(r):
+        r["frames_per_cpu_s"] = r["wire_in_per_s"] / max(r["hvnet_cores"], 1e-9)
 
-        configs = [(m, s) for s in writes for m in up]
-        runs = interleaved(configs, reps, run)
-    res = {c: summarize(runs[c]) for c in configs}
+    runs = fleets_compared(tmp, reps, log, "read", {
+        "batched": dict(vms=vms, vxlan=True, uplink=dict(batch=32), prefix="bb"),
+        "single": dict(vms=vms, vxlan=True, uplink=dict(batch=1), prefix="b1")},
+        writes=writes, derive=per_frame, seconds=secs)
+    res = {c: summarize(r) for c, r in runs.items()}
     gain = {s: ratios(runs[("batched", s)], runs[("single", s)], "frames_per_cpu_s") for s in writes}
     thr = {s: ratios(runs[("batched", s)], runs[("single", s)], "gbps") for s in writes}
     pub = {"small": 1.10, "large": 1.04}

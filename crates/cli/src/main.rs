@@ -97,7 +97,7 @@ enum Cmd {
     /// Start a real guest again (killed first if it runs); it reconnects to
     /// its port.
     Restart {
-        /// The VM (kind = "uml").
+        /// The VM (kind = "uml" or "qemu").
         vm: String,
         #[command(flatten)]
         target: switch_cmd::Target,
@@ -105,7 +105,7 @@ enum Cmd {
     /// End a real guest's process as a crash would: its port goes down,
     /// the switch goes on (`hvnet restart VM` brings it back).
     Kill {
-        /// The VM (kind = "uml").
+        /// The VM (kind = "uml" or "qemu").
         vm: String,
         #[command(flatten)]
         target: switch_cmd::Target,

@@ -382,7 +382,7 @@ pub fn exec(t: &Target, vm: &str, stdin: bool, argv: &[String]) -> Result<i32, S
                 .exec();
             Err(format!("cannot run ip netns exec: {e}"))
         }
-        topology::VmKind::Uml => {
+        topology::VmKind::Uml | topology::VmKind::Qemu => {
             let input = if stdin {
                 let mut b = Vec::new();
                 std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)

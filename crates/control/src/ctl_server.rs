@@ -9,7 +9,7 @@ use crate::guest::{self, Guest};
 use crate::proto::{CtlError, Reply, Request};
 use crate::rtnl::{LinkChange, Rtnl};
 use crate::state::{read_state, write_state};
-use crate::topology::{Topology, VmKind};
+use crate::topology::Topology;
 use crate::views;
 use hvnet_datapath::switch::{setting_range, SettingError};
 use hvnet_datapath::{PortSettings, Switch};
@@ -100,9 +100,9 @@ fn restart_guest(
         let names = topo.vms.iter().map(|v| v.name.clone()).collect();
         CtlError::not_found("VM", vm, names)
     })?;
-    if spec.kind != VmKind::Uml {
+    if !spec.kind.started_by_hvnet() {
         return Err(CtlError::refused(format!(
-            "vm {vm} is a {} VM; only uml guests are started by hvnet",
+            "vm {vm} is a {} VM; only uml and qemu guests are started by hvnet",
             spec.kind.name()
         )));
     }
@@ -114,12 +114,12 @@ fn restart_guest(
     if !start {
         return Ok(json!({"vm": vm, "running": false}));
     }
-    let mut g = guest::start_uml(topo, spec, &dir).map_err(CtlError::failed)?;
-    let pid = g.pid();
+    let mut g = guest::start(topo, spec, &dir).map_err(CtlError::failed)?;
     let r = guest::wait_ready(&mut g, &dir);
+    let pid = g.pid();
     all.push(g);
     if let Some(mut s) = read_state(&dir) {
-        s.guests = all.iter().map(Guest::pid).collect();
+        s.guests = all.iter().map(Guest::pgid).collect();
         let _ = write_state(&dir, &s);
     }
     r.map_err(CtlError::failed)?;
@@ -153,7 +153,8 @@ fn serve(cx: &Ctl, conn: UnixStream) {
                 // A real guest hvnet started: its processes.
                 let all = guests.lock().expect("guests lock");
                 if let Some(g) = all.iter().find(|g| g.vm == name) {
-                    v["guest"] = json!({"pid": g.pid(), "processes": guest::processes(g.pid())});
+                    v["guest"] =
+                        json!({"pid": g.pid(), "processes": g.processes(), "vcpus": g.vcpus()});
                 }
                 v
             })
@@ -164,7 +165,8 @@ fn serve(cx: &Ctl, conn: UnixStream) {
             let all = guests.lock().expect("guests lock");
             for p in v.as_array_mut().into_iter().flatten() {
                 if let Some(g) = all.iter().find(|g| p["name"] == g.vm.as_str()) {
-                    p["guest_pids"] = json!(guest::processes(g.pid())
+                    p["guest_pids"] = json!(g
+                        .processes()
                         .iter()
                         .map(|x| x["pid"].clone())
                         .collect::<Vec<_>>());

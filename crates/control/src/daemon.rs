@@ -252,7 +252,7 @@ fn up_locked(
         .spawn()
         .map_err(io_err("start the daemon"))?;
     // Real guests boot before the daemon says it is ready.
-    let boot = if topo.vms.iter().any(|v| v.kind == VmKind::Uml) {
+    let boot = if topo.vms.iter().any(|v| v.kind.started_by_hvnet()) {
         guest::BOOT_TIMEOUT
     } else {
         Duration::ZERO
@@ -398,7 +398,7 @@ pub fn daemon(
     let text = read_topology_text(file)?;
     let topo = Arc::new(topology::load(file)?);
     if drop_privileges {
-        if let Some(vm) = topo.vms.iter().find(|v| v.kind == VmKind::Uml) {
+        if let Some(vm) = topo.vms.iter().find(|v| v.kind.started_by_hvnet()) {
             return Err(DaemonError::Other(format!(
                 "--drop-privileges: VM {} is a uml guest, which hvnet starts, restarts and stops as root; use kind = \"vhost-user\" for a guest started elsewhere",
                 vm.name
@@ -598,12 +598,12 @@ fn build(
     }
 }
 
-/// Starts the topology's User-Mode Linux guests and waits until each has
-/// its `eth0` configured (they boot in parallel).
+/// Starts the topology's real guests (UML and QEMU) and waits until each
+/// has its `eth0` configured (they boot in parallel).
 fn start_guests(topo: &Topology, dir: &Path, state: &mut State) -> Result<Vec<Guest>, DaemonError> {
     let mut guests = Vec::new();
-    for vm in topo.vms.iter().filter(|v| v.kind == VmKind::Uml) {
-        let g = guest::start_uml(topo, vm, dir);
+    for vm in topo.vms.iter().filter(|v| v.kind.started_by_hvnet()) {
+        let g = guest::start(topo, vm, dir);
         let g = match g {
             Ok(g) => g,
             Err(e) => {
@@ -611,7 +611,7 @@ fn start_guests(topo: &Topology, dir: &Path, state: &mut State) -> Result<Vec<Gu
                 return Err(e);
             }
         };
-        state.guests.push(g.pid());
+        state.guests.push(g.pgid());
         write_state(dir, state)?;
         guests.push(g);
     }
@@ -621,6 +621,9 @@ fn start_guests(topo: &Topology, dir: &Path, state: &mut State) -> Result<Vec<Gu
             return Err(e);
         }
     }
+    // A QEMU guest KVM could not run was started again: a new group.
+    state.guests = guests.iter().map(Guest::pgid).collect();
+    write_state(dir, state)?;
     Ok(guests)
 }
 

@@ -6,6 +6,10 @@
 //!
 //! [[vm]]
 //! name = "vm1"
+//! kind = "netns"            # a namespace behind a TAP; "uml" / "qemu": a real guest hvnet starts
+//!                           #   on a vhost-user port; "vhost-user": the socket only
+//! memory = 256              # MiB, real guests (64..4096)
+//! accel = "auto"            # qemu: "kvm", "tcg", or "auto" (KVM where it runs the guest)
 //! ipv4 = "10.10.0.1/24"
 //! ipv6 = "fd10::1/64"       # optional
 //! mac = "02:00:00:00:00:01" # optional: derived from the VM's index otherwise
@@ -16,7 +20,8 @@
 //! lro = true                # software LRO into this VM (and GSO frames taken whole)
 //! tso = true                # the VM may send TSO frames
 //! csum = true               # checksum offload both ways
-//! ring1 = 256               # receive ring sizes per queue, 32..4096
+//! ring1 = 256               # receive ring sizes per queue, 32..4096 (qemu: its receive
+//!                           #   virtqueue, 256, 512 or 1024)
 //! ring2 = 256
 //! rx_overflow = "backpressure" # or "drop": what a sender does when a ring is full
 //! delivery = "auto"         # or "thread": who writes into this VM (see PortSettings)
@@ -164,6 +169,7 @@ struct VmRepr {
     kind: VmKind,
     #[serde(default = "d_memory")]
     memory: u32,
+    accel: Option<Accel>,
     ipv4: Option<String>,
     ipv6: Option<String>,
     mac: Option<String>,
@@ -212,6 +218,9 @@ pub enum VmKind {
     /// A User-Mode Linux guest (its own kernel and virtio-net driver)
     /// attached over vhost-user, started by hvnet.
     Uml,
+    /// A QEMU guest (Debian's cloud kernel, its virtio-net-pci driver)
+    /// attached over vhost-user, started by hvnet.
+    Qemu,
     /// A vhost-user socket for a guest started by someone else (QEMU,
     /// cloud-hypervisor, DPDK's virtio_user).
     VhostUser,
@@ -223,14 +232,45 @@ impl VmKind {
         match self {
             VmKind::Netns => "netns",
             VmKind::Uml => "uml",
+            VmKind::Qemu => "qemu",
             VmKind::VhostUser => "vhost-user",
         }
+    }
+    /// A real guest hvnet starts, stops and restarts (and runs `hvnet
+    /// exec` in).
+    pub fn started_by_hvnet(self) -> bool {
+        matches!(self, VmKind::Uml | VmKind::Qemu)
     }
     /// Attached over vhost-user.
     pub fn is_vhost_user(self) -> bool {
         self != VmKind::Netns
     }
 }
+/// How a QEMU guest's vCPU runs.
+#[derive(Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Accel {
+    /// KVM where `/dev/kvm` opens and can run the guest, else TCG (a KVM
+    /// guest that fails while booting is started again under TCG).
+    #[default]
+    Auto,
+    /// Hardware virtualization only.
+    Kvm,
+    /// QEMU's binary translation only (slow, runs anywhere).
+    Tcg,
+}
+
+impl Accel {
+    /// As the topology file spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Accel::Auto => "auto",
+            Accel::Kvm => "kvm",
+            Accel::Tcg => "tcg",
+        }
+    }
+}
+
 /// One queue per core, up to 4: several flows from one VM then use every
 /// core (measured in `docs/perf/live-switch.md`: 4 streams, 2 cores, +16 %
 /// with 2 queues; 1 stream unchanged).
@@ -255,6 +295,8 @@ pub struct Vm {
     pub kind: VmKind,
     /// Guest memory in MiB (real guests).
     pub memory_mib: u32,
+    /// How a QEMU guest's vCPU runs.
+    pub accel: Accel,
     /// IPv4 address and prefix length.
     pub ipv4: Option<(Ipv4Addr, u8)>,
     /// IPv6 address and prefix length.
@@ -596,6 +638,20 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
         if v.kind.is_vhost_user() && !(64..=4096).contains(&v.memory) {
             return Err(bad(format!("memory {} MiB is outside 64..4096", v.memory)));
         }
+        if v.accel.is_some() && v.kind != VmKind::Qemu {
+            return Err(bad(format!(
+                "accel is for kind = \"qemu\" VMs, not {:?}",
+                v.kind.name()
+            )));
+        }
+        // A QEMU guest's receive virtqueue is its ring 1: QEMU takes
+        // powers of two from 256 to 1024.
+        if v.kind == VmKind::Qemu && ![256, 512, 1024].contains(&v.ring1) {
+            return Err(bad(format!(
+                "ring1 {} for a qemu guest (its receive virtqueue) must be 256, 512 or 1024",
+                v.ring1
+            )));
+        }
         if v.vlan > 4094 {
             return Err(bad(format!("vlan {} is outside 0..4094", v.vlan)));
         }
@@ -615,6 +671,7 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
             name: v.name.clone(),
             kind: v.kind,
             memory_mib: v.memory,
+            accel: v.accel.unwrap_or_default(),
             ipv4,
             ipv6,
             mac,
@@ -1045,6 +1102,28 @@ ipv4 = "10.1.0.100/24"
         assert!(err("name = \"up0\"", "name = \"vm2\"")
             .1
             .contains("a VM or another uplink"));
+    }
+
+    #[test]
+    fn qemu_guests_take_an_accelerator_and_a_virtqueue_size() {
+        let q = GOOD.replace(
+            "name = \"vm1\"",
+            "name = \"vm1\"\nkind = \"qemu\"\naccel = \"tcg\"\nring1 = 1024",
+        );
+        let t = parse(&q).unwrap();
+        assert_eq!((t.vms[0].kind, t.vms[0].accel), (VmKind::Qemu, Accel::Tcg));
+        assert!(t.vms[0].kind.started_by_hvnet() && !VmKind::VhostUser.started_by_hvnet());
+        assert_eq!(t.vms[1].accel, Accel::Auto);
+        let (line, reason) = parse(&q.replace("ring1 = 1024", "ring1 = 4096")).unwrap_err();
+        assert_eq!(line, 5);
+        assert!(reason.contains("must be 256, 512 or 1024"), "{reason}");
+        let (_, reason) = parse(&q.replace("kind = \"qemu\"\n", "")).unwrap_err();
+        assert!(reason.contains("accel is for kind = \"qemu\""), "{reason}");
+        let (_, reason) = parse(&q.replace("\"tcg\"", "\"hvf\"")).unwrap_err();
+        assert!(
+            reason.contains("auto") && reason.contains("tcg"),
+            "{reason}"
+        );
     }
 
     #[test]

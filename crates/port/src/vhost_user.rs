@@ -133,7 +133,8 @@ struct Shared {
     /// The offloads the guest takes: its acknowledged features until it
     /// sets others on its control queue.
     offloads: AtomicU64,
-    /// Queue pairs the guest uses (1 until it sets more).
+    /// Queue pairs the guest set on the control queue when the front end
+    /// hands it to the back end (User-Mode Linux does); 0 until it does.
     active_pairs: std::sync::atomic::AtomicUsize,
     connected: AtomicBool,
     /// Bumped when what the guest accepts changes (the switch re-reads
@@ -191,7 +192,7 @@ impl VhostUserBackend for Backend {
     fn acked_features(&self, features: u64) {
         self.sh.acked.store(features, Ordering::Release);
         self.sh.offloads.store(features, Ordering::Release);
-        self.sh.active_pairs.store(1, Ordering::Release);
+        self.sh.active_pairs.store(0, Ordering::Release);
         self.sh.changed();
     }
 
@@ -382,7 +383,7 @@ impl VhostUserPort {
             vrings: RwLock::new(vec![None; 2 * pairs]),
             acked: AtomicU64::new(0),
             offloads: AtomicU64::new(0),
-            active_pairs: std::sync::atomic::AtomicUsize::new(1),
+            active_pairs: std::sync::atomic::AtomicUsize::new(0),
             connected: AtomicBool::new(false),
             changes: Mutex::new(None),
             tx_kick: kicks()?,
@@ -469,12 +470,28 @@ impl VhostUserPort {
     }
 
     /// Queue pairs the guest uses now (frames to it are spread over
-    /// these).
+    /// these): the leading pairs whose receive queue the guest set up and
+    /// the front end enabled, no more than it set on the control queue.
+    /// QEMU keeps the control queue and enables a pair's vrings
+    /// (`SET_VRING_ENABLE`) when the guest asks for it; User-Mode Linux
+    /// enables them all and passes the guest's command on.
     pub fn active_queues(&self) -> usize {
-        self.sh
-            .active_pairs
-            .load(Ordering::Acquire)
-            .clamp(1, self.sh.pairs)
+        if self.sh.pairs == 1 {
+            return 1;
+        }
+        let set = match self.sh.active_pairs.load(Ordering::Acquire) {
+            0 => self.sh.pairs,
+            n => n.min(self.sh.pairs),
+        };
+        let all = self.sh.vrings.read().expect("vrings lock");
+        (0..set)
+            .take_while(|&p| {
+                all[2 * p]
+                    .as_ref()
+                    .is_some_and(|v| v.get_ref().is_enabled())
+            })
+            .count()
+            .max(1)
     }
 
     /// The feature bits the guest acknowledged.

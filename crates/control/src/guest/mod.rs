@@ -1,31 +1,30 @@
-//! Real guests hvnet starts: User-Mode Linux kernels, each a process of
-//! the host with its own kernel, TCP stack and virtio-net driver, whose
-//! NIC is a vhost-user device served by the VM's port
-//! (`virtio_uml.device=SOCKET:1`).
+//! Real guests hvnet starts, each with its own kernel, TCP stack and
+//! virtio-net driver on the VM's vhost-user port: User-Mode Linux kernels
+//! ([`uml`]) and QEMU machines ([`qemu`]).
 //!
-//! A guest's root is the host's file system, read-only (UML's `hostfs`),
-//! so the tools a test or a user runs inside are the host's; `/tmp` and
-//! `/run` are the guest's own. Its init (a shell script written here) loads
-//! the virtio-net driver, gives `eth0` the VM's MAC, MTU and addresses, and
-//! then serves `hvnet exec`: a request names a command file in an exchange
-//! directory both sides see (a writable `hostfs` mount), arrives as one line
-//! on the guest's console (a FIFO the daemon keeps open), and is answered
-//! with the command's output and exit status in files beside it.
+//! Either way the guest's root is the host's file system, read-only, so
+//! the tools a test or a user runs inside are the host's; `/tmp` and `/run`
+//! are the guest's own. Its init (a shell script written here) gives `eth0`
+//! the VM's MAC, MTU and addresses and then serves `hvnet exec`: a request
+//! names a command file in an exchange directory both sides see (a
+//! writable share), arrives as one line on the guest's console (a FIFO the
+//! daemon keeps open), and is answered with the command's output and exit
+//! status in files beside it.
+
+pub mod qemu;
+pub mod uml;
 
 use crate::daemon::{io_err, run, DaemonError};
-use crate::topology::{Topology, Vm};
+use crate::topology::{Accel, Topology, Vm, VmKind};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The UML kernel Debian's `user-mode-linux` package installs.
-pub const UML_KERNEL: &str = "/usr/bin/linux.uml";
-
 /// How long a guest may take from start to a configured `eth0` (about 2 s
-/// on these machines; a cold first boot reads the kernel's modules from
-/// disk).
+/// for UML and 4 s for QEMU under TCG on these machines; a cold first boot
+/// reads the kernel's modules from disk).
 pub const BOOT_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// Where VM `vm`'s guest files live: its init, console FIFO, console log
@@ -50,33 +49,48 @@ pub fn socket_path(state_dir: &Path, vm: &str) -> PathBuf {
     state_dir.join(format!("{vm}.sock"))
 }
 
-/// A running guest: its process (the leader of its own process group,
-/// which UML's helper processes join).
+/// A running guest: its kernel's process (`linux.uml`, or QEMU), and the
+/// processes serving its devices, all in one process group.
 pub struct Guest {
     /// The VM.
     pub vm: String,
+    kind: VmKind,
     child: Child,
+    /// QEMU's virtiofsd processes.
+    helpers: Vec<Child>,
+    pgid: u32,
     /// Kept open for writing so the guest's console never reads an end of
     /// file.
     _console: File,
+    /// A QEMU guest started on KVM under `accel = "auto"`: started again
+    /// under TCG if KVM cannot run it.
+    fallback: Option<Vm>,
 }
 
 impl Guest {
-    /// The guest's process id (its main thread runs the guest's one
-    /// vCPU).
+    /// The process of the guest's kernel: UML's main process (which runs
+    /// its one vCPU), or QEMU's.
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
 
-    /// True while the process runs.
+    /// The guest's process group (all its processes).
+    pub fn pgid(&self) -> u32 {
+        self.pgid
+    }
+
+    /// True while the guest's kernel runs.
     pub fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
 
     /// Ends the guest: its whole process group, by id.
     pub fn kill(&mut self) {
-        kill_group(self.child.id());
+        kill_group(self.pgid);
         let _ = self.child.wait();
+        for h in &mut self.helpers {
+            let _ = h.wait();
+        }
     }
 
     /// Ends the guest and closes its exec channel (a waiting `hvnet exec`
@@ -84,6 +98,76 @@ impl Guest {
     pub fn stop(&mut self, state_dir: &Path) {
         self.kill();
         let _ = std::fs::remove_file(ready_marker(state_dir, &self.vm));
+    }
+
+    /// The guest's processes with their roles: UML's kernel process and
+    /// the user-space helpers it traces; QEMU and its virtiofsd's. All of
+    /// them are the guest's CPU (for `top` and a CPU limit).
+    pub fn processes(&self) -> Vec<serde_json::Value> {
+        group_members(self.pgid)
+            .into_iter()
+            .map(|pid| {
+                let role = match (self.kind, pid == self.pid()) {
+                    (VmKind::Qemu, true) => "qemu",
+                    (VmKind::Qemu, false) => "virtiofsd",
+                    (_, true) => "kernel",
+                    (_, false) => "user",
+                };
+                serde_json::json!({"pid": pid, "role": role})
+            })
+            .collect()
+    }
+
+    /// The threads that run the guest's vCPUs (their run-queue wait is
+    /// the VM's %RDY): UML's kernel process; QEMU's `CPU N/TCG` or
+    /// `CPU N/KVM` threads.
+    pub fn vcpus(&self) -> Vec<serde_json::Value> {
+        let pid = self.pid();
+        if self.kind != VmKind::Qemu {
+            return vec![serde_json::json!({"tid": pid, "name": "kernel"})];
+        }
+        let mut out = Vec::new();
+        let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return out;
+        };
+        for e in dir.flatten() {
+            let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            let comm =
+                std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).unwrap_or_default();
+            let comm = comm.trim();
+            if comm.starts_with("CPU ") {
+                out.push(serde_json::json!({"tid": tid, "name": comm}));
+            }
+        }
+        out.sort_by_key(|v| v["tid"].as_u64());
+        out
+    }
+}
+
+/// Starts VM `vm`'s guest on its port's socket (which must be listening).
+/// Returns at once; [`wait_ready`] waits for its `eth0`.
+pub fn start(topo: &Topology, vm: &Vm, state_dir: &Path) -> Result<Guest, DaemonError> {
+    match vm.kind {
+        VmKind::Uml => uml::start(topo, vm, state_dir),
+        VmKind::Qemu => {
+            let kvm = match vm.accel {
+                Accel::Tcg => false,
+                Accel::Kvm => true,
+                Accel::Auto => qemu::kvm_opens(),
+            };
+            let mut g = qemu::start(vm, state_dir, kvm)?;
+            if kvm && vm.accel == Accel::Auto {
+                g.fallback = Some(vm.clone());
+            }
+            Ok(g)
+        }
+        k => Err(DaemonError::Other(format!(
+            "vm {}: a {} VM is not started by hvnet",
+            vm.name,
+            k.name()
+        ))),
     }
 }
 
@@ -96,17 +180,20 @@ pub fn kill_group(pgid: u32) {
 }
 
 /// Kills the process groups of guests a daemon left behind (it died or
-/// stopped), those that still exist.
+/// stopped), those that still have a process (a group's leader may be
+/// gone while others run).
 pub fn kill_groups_left(pgids: &[u32]) {
     for &pgid in pgids {
-        if Path::new(&format!("/proc/{pgid}")).exists() {
+        if !group_members(pgid).is_empty() {
             kill_group(pgid);
         }
     }
 }
 
-/// The guest's init script.
-fn init_script(vm: &Vm, x: &Path) -> String {
+/// The guest's init script: `preamble` (the kind's own mounts and
+/// drivers, ending with the exchange directory at `/run/hvnet`), then what
+/// every guest does.
+fn init_script(vm: &Vm, preamble: &str) -> String {
     let mut addrs = String::new();
     if let Some((a, len)) = vm.ipv4 {
         addrs.push_str(&format!("ip addr add {a}/{len} dev eth0\n"));
@@ -121,21 +208,11 @@ fn init_script(vm: &Vm, x: &Path) -> String {
     };
     format!(
         r#"#!/bin/sh
-# hvnet: init of VM {name} (User-Mode Linux). Written by hvnet up.
+# hvnet: init of VM {name} ({kind}). Written by hvnet up.
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/tmp
-mount -t proc proc /proc
-mount -t sysfs sys /sys
-mount -t tmpfs tmp /tmp
-mount -t tmpfs run /run
-mkdir -p /run/hvnet
-mount -t hostfs -o {x} hostfs /run/hvnet
-hostname {name}
+{preamble}hostname {name}
 stty -echo 2>/dev/null
-M=/usr/lib/uml/modules/$(uname -r)/kernel
-for m in lib/crc-ccitt net/ipv6/ipv6 net/core/failover drivers/net/net_failover drivers/net/virtio_net; do
-    insmod $M/$m.ko || echo "hvnet init: insmod $m failed"
-done
 n=0
 while [ ! -e /sys/class/net/eth0 ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n+1)); done
 ip link set lo up
@@ -155,38 +232,38 @@ while read -r id; do
 done
 "#,
         name = vm.name,
-        x = x.display(),
+        kind = vm.kind.name(),
         mac = vm.mac,
         mtu = vm.settings.mtu,
     )
 }
 
-/// Starts VM `vm`'s guest on its port's socket (which must be listening).
-/// Returns at once; [`wait_ready`] waits for its `eth0`.
-pub fn start_uml(topo: &Topology, vm: &Vm, state_dir: &Path) -> Result<Guest, DaemonError> {
-    if !Path::new(UML_KERNEL).exists() {
-        return Err(DaemonError::Other(format!(
-            "vm {}: kind = \"uml\" needs {UML_KERNEL} (Debian's user-mode-linux package; scripts/install-deps.sh installs it)",
-            vm.name
-        )));
-    }
-    let gdir = guest_dir(state_dir, &vm.name);
-    let x = exchange_dir(state_dir, &vm.name);
-    // A restart starts from a clean exchange directory.
+/// Writes the guest's init to `path`.
+fn write_init(vm: &Vm, path: &Path, preamble: &str) -> Result<(), DaemonError> {
+    std::fs::write(path, init_script(vm, preamble)).map_err(io_err("write the guest's init"))?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+        .map_err(io_err("chmod the guest's init"))
+}
+
+/// A clean exchange directory for a guest that starts (or starts again).
+fn fresh_exchange(state_dir: &Path, vm: &str) -> Result<PathBuf, DaemonError> {
+    let x = exchange_dir(state_dir, vm);
     let _ = std::fs::remove_dir_all(&x);
     std::fs::create_dir_all(&x).map_err(io_err(format!("create {}", x.display())))?;
-    let init = gdir.join("init");
-    std::fs::write(&init, init_script(vm, &x)).map_err(io_err("write the guest's init"))?;
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&init, std::fs::Permissions::from_mode(0o755))
-        .map_err(io_err("chmod the guest's init"))?;
+    Ok(x)
+}
+
+/// The guest's console: its input, a FIFO opened for reading and writing
+/// (neither side ever sees an end of file or blocks on open), and its
+/// output, appended to `console.log`.
+fn console(state_dir: &Path, vm: &str) -> Result<(File, File), DaemonError> {
+    let gdir = guest_dir(state_dir, vm);
     let fifo = gdir.join("console");
     if !fifo.exists() {
         run(&["mkfifo", "-m", "0600", &fifo.to_string_lossy()])?;
     }
-    // Read and write: neither side ever sees an end of file or blocks on
-    // open.
-    let console = OpenOptions::new()
+    let input = OpenOptions::new()
         .read(true)
         .write(true)
         .open(&fifo)
@@ -196,51 +273,39 @@ pub fn start_uml(topo: &Topology, vm: &Vm, state_dir: &Path) -> Result<Guest, Da
         .append(true)
         .open(gdir.join("console.log"))
         .map_err(io_err("open the guest's console log"))?;
-    let sock = socket_path(state_dir, &vm.name);
-    let umid = format!("{}-{}", topo.name, vm.name);
-    use std::os::unix::process::CommandExt;
-    // `setarch -R`: without address randomization the back end's mapping
-    // of the guest's memory file is quick (REFERENCE.md: up to 3.9 s
-    // otherwise).
-    let child = Command::new("setarch")
-        .args(["x86_64", "-R", UML_KERNEL])
-        .arg(format!("umid={umid}"))
-        .arg(format!("uml_dir={}", gdir.display()))
-        .args([
-            "root=/dev/root",
-            "rootfstype=hostfs",
-            "rootflags=/",
-            "ro",
-            "quiet",
-            "con=null",
-            "con0=fd:0,fd:1",
-        ])
-        .arg(format!("init={}", init.display()))
-        .arg(format!("mem={}M", vm.memory_mib))
-        .arg(format!("virtio_uml.device={}:1", sock.display()))
-        .stdin(console.try_clone().map_err(io_err("guest console"))?)
-        .stdout(log.try_clone().map_err(io_err("guest console log"))?)
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .map_err(io_err(format!("start {UML_KERNEL}")))?;
-    Ok(Guest {
-        vm: vm.name.clone(),
-        child,
-        _console: console,
-    })
+    Ok((input, log))
 }
 
-/// Waits until the guest's init has configured `eth0`.
+/// Waits until the guest's init has configured `eth0`. A QEMU guest that
+/// KVM cannot run (under `accel = "auto"`) is started again under TCG.
 pub fn wait_ready(g: &mut Guest, state_dir: &Path) -> Result<(), DaemonError> {
     let ready = ready_marker(state_dir, &g.vm);
-    let deadline = Instant::now() + BOOT_TIMEOUT;
+    let log = guest_dir(state_dir, &g.vm).join("console.log");
+    let mut deadline = Instant::now() + BOOT_TIMEOUT;
+    let mut polls = 0u32;
     while !ready.exists() {
-        if !g.alive() {
+        polls += 1;
+        let exited = !g.alive();
+        // QEMU stops (or aborts) a guest KVM cannot run and says why on
+        // its standard error, which is the console's log.
+        let kvm_failed = g.fallback.is_some()
+            && (exited
+                || (polls.is_multiple_of(25)
+                    && std::fs::read_to_string(&log)
+                        .is_ok_and(|t| t.contains("KVM internal error"))));
+        if kvm_failed {
+            let vm = g.fallback.take().expect("checked");
+            tracing::warn!(vm = %vm.name, "KVM cannot run this guest here; starting it under TCG (accel = \"auto\")");
+            g.kill();
+            *g = qemu::start(&vm, state_dir, false)?;
+            deadline = Instant::now() + BOOT_TIMEOUT;
+            continue;
+        }
+        if exited {
             return Err(DaemonError::Other(format!(
                 "vm {}: the guest exited while booting; its console: {}",
                 g.vm,
-                guest_dir(state_dir, &g.vm).join("console.log").display()
+                log.display()
             )));
         }
         if Instant::now() > deadline {
@@ -248,7 +313,7 @@ pub fn wait_ready(g: &mut Guest, state_dir: &Path) -> Result<(), DaemonError> {
                 "vm {}: the guest did not configure eth0 within {} s; its console: {}",
                 g.vm,
                 BOOT_TIMEOUT.as_secs(),
-                guest_dir(state_dir, &g.vm).join("console.log").display()
+                log.display()
             )));
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -334,10 +399,8 @@ pub fn exec(
     Ok(out)
 }
 
-/// The processes of a guest (its process group): a UML kernel runs in its
-/// main process and its user space in helper processes it traces; all of
-/// them are the guest's CPU (for `top`, a CPU limit and its wait time).
-pub fn processes(pgid: u32) -> Vec<serde_json::Value> {
+/// The processes of process group `pgid`.
+fn group_members(pgid: u32) -> Vec<u32> {
     let mut out = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return out;
@@ -356,9 +419,9 @@ pub fn processes(pgid: u32) -> Vec<serde_json::Value> {
         };
         let f: Vec<&str> = rest.split_whitespace().collect();
         if f.get(2).and_then(|g| g.parse::<u32>().ok()) == Some(pgid) {
-            let role = if pid == pgid { "kernel" } else { "user" };
-            out.push(serde_json::json!({"pid": pid, "role": role}));
+            out.push(pid);
         }
     }
+    out.sort_unstable();
     out
 }

@@ -83,9 +83,11 @@ def initramfs(work: Path, mac: str, ip: str, cmd: str, binaries=()) -> Path:
     return out
 
 
-def argv(sock: str, mac: str, initrd: Path, mem_mb=256, rx_queue_size=256, hotplug_mb=0) -> list:
-    """QEMU's command line; `hotplug_mb`: room for that much memory to be
-    plugged in later (pc-dimm), as a hypervisor grows a guest."""
+def argv(sock: str, mac: str, initrd: Path, mem_mb=256, rx_queue_size=256, hotplug_mb=0, tap=None) -> list:
+    """QEMU's command line: the NIC on vhost-user socket `sock`, or on TAP
+    device `tap` (QEMU's own virtio-net back end, vnet headers on);
+    `hotplug_mb`: room for that much memory to be plugged in later
+    (pc-dimm), as a hypervisor grows a guest."""
     vmlinuz = next((kernel() / "boot").glob("vmlinuz-*"))
     accel = "kvm" if os.environ.get("HVNET_QEMU_KVM") else "tcg"
     mem = f"{mem_mb}M" + (f",slots=2,maxmem={mem_mb + hotplug_mb}M" if hotplug_mb else "")
@@ -93,7 +95,8 @@ def argv(sock: str, mac: str, initrd: Path, mem_mb=256, rx_queue_size=256, hotpl
             "-serial", "stdio", "-no-reboot", "-kernel", str(vmlinuz), "-initrd", str(initrd),
             "-append", "console=ttyS0 quiet panic=-1",
             "-object", f"memory-backend-memfd,id=mem,size={mem_mb}M,share=on", "-numa", "node,memdev=mem",
-            "-chardev", f"socket,id=c0,path={sock}", "-netdev", "vhost-user,id=n0,chardev=c0",
+            *(["-netdev", f"tap,id=n0,ifname={tap},script=no,downscript=no"] if tap else
+              ["-chardev", f"socket,id=c0,path={sock}", "-netdev", "vhost-user,id=n0,chardev=c0"]),
             # vectors=0: QEMU 7.2 under TCG crashes starting a vhost-user
             # device with MSI-X (REFERENCE.md).
             "-device", f"virtio-net-pci,netdev=n0,mac={mac},romfile=,vectors=0,mrg_rxbuf=on,"

@@ -16,7 +16,10 @@ boots fresh guests for every fabric in turn (interleaved), and the median
 of `--repeat` runs is reported with Gbit/s per busy core (machine-wide
 /proc/stat during the transfer).
 
-Run as root: `scripts/bench_vhost.py [--repeat 3] [--seconds 5] [--out F]`.
+With `--guests qemu`, the guests are QEMU machines instead (see
+QEMU_FABRICS), and testpmd's vhost back end is a third fabric.
+
+Run as root: `scripts/bench_vhost.py [--guests uml|qemu] [--repeat 3] [--seconds 5] [--out F]`.
 Not a test: nothing here asserts a speed.
 """
 
@@ -155,6 +158,88 @@ def hvnet_run(work: Path, seconds: int) -> dict:
 
 FABRICS = {"hvnet": hvnet_run, "bridge": bridge_run}
 
+# QEMU guests (`--guests qemu`): Debian's cloud kernel and its
+# virtio-net-pci driver (TCG here), iperf3 in a busybox initramfs
+# (lab/qemu_guest.py). The same guests on every fabric; only the NIC's
+# back end differs: hvnet's vhost-user ports, QEMU's own virtio-net on
+# TAPs joined by a Linux bridge, or DPDK testpmd's vhost back end
+# (`net_vhost`, io forwarding).
+QMAC_A, QMAC_B = "02:00:00:00:21:0a", "02:00:00:00:21:0b"
+
+
+def qemu_pair(work: Path, nics, seconds: int) -> dict:
+    """Boots server guest b and client guest a on `nics` ({"sock": path}
+    or {"tap": device} each, a first); returns the client's transfer with
+    the machine's CPU while it ran."""
+    import qemu_guest
+
+    client = (f"until ping -c 1 -W 1 {B_IP} > /dev/null 2>&1; do :; done; echo HVNET-GO; "
+              f"iperf3 -c {B_IP} -t {seconds} -J")
+    procs, logs = [], []
+    try:
+        for name, mac, ip, cmd, nic in (("b", QMAC_B, B_IP, "iperf3 -s -1", nics[1]),
+                                        ("a", QMAC_A, A_IP, client, nics[0])):
+            d = work / f"guest-{name}"
+            d.mkdir()
+            initrd = qemu_guest.initramfs(d, mac, f"{ip}/24", cmd, binaries=["/usr/bin/iperf3"])
+            logs.append(d / "console.log")
+            procs.append(subprocess.Popen(qemu_guest.argv(nic.get("sock"), mac, initrd, tap=nic.get("tap")),
+                                          stdin=subprocess.DEVNULL, stdout=open(logs[-1], "w"),
+                                          stderr=subprocess.STDOUT, start_new_session=True))
+        a, log = procs[1], logs[1]
+        deadline = time.monotonic() + 180
+        while "HVNET-GO" not in log.read_text(errors="replace"):
+            if time.monotonic() > deadline or a.poll() is not None:
+                raise RuntimeError(f"guest a did not start its transfer; see {log}")
+            time.sleep(0.02)
+        with measure.Cpu() as cpu:
+            a.wait(timeout=seconds + 120)
+        rc, text = qemu_guest.output(log.read_text(errors="replace"))
+        if rc != 0:
+            raise RuntimeError(f"guest a's iperf3 failed ({rc}); see {log}")
+        return summary(text.split("HVNET-GO", 1)[1], cpu)
+    finally:
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def qemu_hvnet_run(work: Path, seconds: int) -> dict:
+    vms = [dict(name="a", kind="vhost-user", mac=QMAC_A), dict(name="b", kind="vhost-user", mac=QMAC_B)]
+    with hvlab.Topology(work, vms, prefix="hvq") as t:
+        d = Path(f"/run/hvnet/{t.name}")
+        return qemu_pair(work, [{"sock": str(d / "a.sock")}, {"sock": str(d / "b.sock")}], seconds)
+
+
+def qemu_bridge_run(work: Path, seconds: int) -> dict:
+    tag = f"{os.getpid() % 100000}"
+    br, taps = f"hvqbr{tag}", [f"hvqt{tag}a", f"hvqt{tag}b"]
+    try:
+        hvlab.run(["ip", "link", "add", br, "type", "bridge"])
+        hvlab.run(["ip", "link", "set", br, "up"])
+        for t in taps:
+            hvlab.run(["ip", "tuntap", "add", t, "mode", "tap", "vnet_hdr"])
+            hvlab.run(["ip", "link", "set", t, "master", br, "up"])
+        return qemu_pair(work, [{"tap": t} for t in taps], seconds)
+    finally:
+        for d in taps + [br]:
+            hvlab.run(["ip", "link", "del", d], check=False)
+
+
+def qemu_testpmd_run(work: Path, seconds: int) -> dict:
+    socks = [work / "vhost0.sock", work / "vhost1.sock"]
+    fwd = pmd(work, "fwd", [f"--vdev=net_vhost0,iface={socks[0]}", f"--vdev=net_vhost1,iface={socks[1]}"],
+              ["--forward-mode=io", "--nb-cores=1"], fwd_core=0)
+    try:
+        hvlab.eventually(lambda: all(s.exists() for s in socks), timeout=30)
+        return qemu_pair(work, [{"sock": str(s)} for s in socks], seconds)
+    finally:
+        pmd_stop(fwd)
+
+
+QEMU_FABRICS = {"hvnet": qemu_hvnet_run, "bridge": qemu_bridge_run, "testpmd": qemu_testpmd_run}
+
 # Frame rate: DPDK testpmd front ends (`net_virtio_user`, a poll-mode
 # virtio driver) at both ends, 64-byte frames from `txonly` to `rxonly`,
 # through hvnet or through testpmd's own vhost back end (`net_vhost`, io
@@ -242,17 +327,22 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=5)
-    ap.add_argument("--fabrics", default=",".join(FABRICS), help="comma-separated: " + ", ".join(FABRICS))
+    ap.add_argument("--fabrics", default=",".join(FABRICS),
+                    help="comma-separated, of the mode's: " + ", ".join(FABRICS) + " (UML); "
+                         + ", ".join(QEMU_FABRICS) + " (QEMU); " + ", ".join(FRAME_FABRICS) + " (--frames)")
+    ap.add_argument("--guests", choices=("uml", "qemu"), default="uml",
+                    help="the guests VM to VM: User-Mode Linux (hvnet and bridge) or QEMU under TCG (hvnet, bridge "
+                         "and testpmd's vhost back end)")
     ap.add_argument("--frames", action="store_true",
                     help="frame rate instead: testpmd txonly -> hvnet or testpmd io forwarding -> testpmd rxonly, 64-byte frames")
     ap.add_argument("--out", help="write the runs and medians as JSON here")
     a = ap.parse_args()
-    table = FRAME_FABRICS if a.frames else FABRICS
-    names = a.fabrics.split(",") if a.fabrics != ",".join(FABRICS) or not a.frames else list(FRAME_FABRICS)
+    table = FRAME_FABRICS if a.frames else QEMU_FABRICS if a.guests == "qemu" else FABRICS
+    names = a.fabrics.split(",") if a.fabrics != ",".join(FABRICS) else list(table)
     for n in names:
         if n not in table:
             ap.error(f"unknown fabric {n!r}; fabrics are {', '.join(table)}")
-    if a.frames and not shutil.which("dpdk-testpmd"):
+    if (a.frames or "testpmd" in names) and not shutil.which("dpdk-testpmd"):
         ap.error("--frames needs dpdk-testpmd (scripts/install-deps.sh installs dpdk-dev)")
     keys = ("fps", "busy_cores", "fps_per_core") if a.frames else ("gbps", "busy_cores", "gbps_per_core")
     runs = {n: [] for n in names}

@@ -48,9 +48,10 @@ def main(argv=None):
     r.add_argument("--repeat", type=int, default=None, metavar="N",
                    help="runs per point, the configurations compared interleaved; the median is drawn, the min-max "
                         "spread decides the verdict (default 3, 1 with --quick)")
-    r.add_argument("--vms", choices=("netns", "uml"), default="netns",
-                   help="what hvnet's VMs are: network namespaces (default) or real guests (User-Mode Linux on "
-                        "vhost-user ports; lro-local, jumbo, cpu-limit and multiqueue)")
+    r.add_argument("--vms", choices=("netns", "uml", "qemu"), default="netns",
+                   help="what hvnet's VMs are: network namespaces (default) or real guests on vhost-user ports, "
+                        "User-Mode Linux (lro-local, jumbo, cpu-limit and multiqueue) or QEMU (those and "
+                        "ring-exhaustion)")
     cmp = sub.add_parser("compare", help="what changed, figure by figure, between two runs' results.json")
     cmp.add_argument("before", type=Path)
     cmp.add_argument("after", type=Path)
@@ -95,16 +96,17 @@ def main(argv=None):
         print(f"hvnet lab: no experiment named {', '.join(unknown)}; `hvnet lab list` shows them", file=sys.stderr)
         return 1
     if a.vms != "netns":
-        only_netns = [n for n in names if a.vms not in known[n].get("vms", ("netns",))]
+        cannot = [n for n in names if a.vms not in known[n].get("vms", ("netns",))]
         if a.names == ["all"]:
-            names = [n for n in names if n not in only_netns]
-        elif only_netns:
+            names = [n for n in names if n not in cannot]
+        elif cannot:
             runs = ", ".join(n for n in known if a.vms in known[n].get("vms", ("netns",)))
-            print(f"hvnet lab: {', '.join(only_netns)} runs only with namespace VMs; with --vms {a.vms}: {runs}",
+            print(f"hvnet lab: {', '.join(cannot)} does not run with --vms {a.vms}; with --vms {a.vms}: {runs}",
                   file=sys.stderr)
             return 1
-        if not shutil.which("linux.uml"):
-            print("hvnet lab: --vms uml needs User-Mode Linux (scripts/install-deps.sh installs it)", file=sys.stderr)
+        need = {"uml": ("linux.uml", "User-Mode Linux"), "qemu": ("qemu-system-x86_64", "QEMU")}[a.vms]
+        if not shutil.which(need[0]):
+            print(f"hvnet lab: --vms {a.vms} needs {need[1]} (scripts/install-deps.sh installs it)", file=sys.stderr)
             return 1
     from . import fabrics
     fabrics.VM_KIND = a.vms

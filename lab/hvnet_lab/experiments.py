@@ -235,11 +235,14 @@ def contended_server(f, cpu):
     Returns (server, (pid, tid) whose run-queue wait is the VM's %RDY)."""
     if fabrics.VM_KIND != "netns":
         guest = json.loads(f.t.hv("port", "b", "--json").stdout)["guest"]
+        # UML: its kernel and user-space processes; QEMU: its process
+        # (the vCPU thread and QEMU's own), not the file server.
         for p in guest["processes"]:
-            cpu.add_process(p["pid"])
+            if p["role"] != "virtiofsd":
+                cpu.add_process(p["pid"])
         server = f.popen("b", f"iperf3 -s -1 -B {B_IP}")
         f.wait_listening("b", 5201)
-        return server, (guest["pid"], guest["pid"])
+        return server, (guest["pid"], guest["vcpus"][0]["tid"])
     tid = f.t.thread("b", "delivery", 0)
     cpu.add(tid)
     server = f.popen("b", f"iperf3 -s -1 -B {B_IP}")
@@ -327,6 +330,8 @@ def cpu_limit(tmp, quick, reps, log):
 
 
 def ring_exhaustion(tmp, quick, reps, log):
+    if fabrics.VM_KIND != "netns":
+        return virtqueue_exhaustion(tmp, quick, reps, log)
     rings = [256, 4096] if quick else [256, 512, 4096]
     lros = ["on"] if quick else ["on", "off"]
     secs = 2 if quick else 4
@@ -392,6 +397,68 @@ def ring_exhaustion(tmp, quick, reps, log):
                judge([(f"{rings[0]} entries", share)], "up", 0.5, "share"),
                "Ring-2 use is counted per delivered frame by hvnet (rx_summary lro_frames, gso_intact_frames).",
                {"frames larger than a ring-1 buffer (coalesced or TSO)": spr("large_share", "on")}),
+    ]
+    return figs, rows
+
+
+def virtqueue_exhaustion(tmp, quick, reps, log):
+    """ring-exhaustion with QEMU guests: the receiving guest's receive
+    virtqueue is the ring. QEMU sets its size when the guest starts, so
+    each size is a switch of its own, all up at once, runs interleaved."""
+    rings = [256, 1024] if quick else [256, 512, 1024]
+    lros = ["off"] if quick else ["off", "on"]
+    secs = 2 if quick else 4
+    with contextlib.ExitStack() as stack:
+        up = {n: stack.enter_context(Hvnet(tmp, 1500, b={**VMXNET3_VCPU, "ring1": n})) for n in rings}
+
+        def run(c):
+            lro, size = c
+            f = up[size]
+            f.t.hv("port", "b", "set", f"lro={lro}")
+            with hvlab.CpuLimit(25) as cpu:
+                server, _ = contended_server(f, cpu)
+                n0 = measure.nstat(f.sh("a", "nstat -az").stdout)
+                d0 = f.t.stats("/ports/b/rx_summary")
+                cmd = f"iperf3 -c {B_IP} -t {secs} -P 12 -J"
+                out = f.sh("a", cmd, timeout=secs + 120).stdout
+                d1 = f.t.stats("/ports/b/rx_summary")
+                n1 = measure.nstat(f.sh("a", "nstat -az").stdout)
+                server.wait(timeout=30)
+            virtqueue = f.t.stats("/ports/b/rxqueues/0/status")["virtqueue_size"]
+            row = {"lro": lro, "rings": size, "virtqueue": virtqueue, "gbps": measure.iperf3(out)["bps"] / 1e9,
+                   "drops": d1["drop_virtqueue_full"] - d0["drop_virtqueue_full"],
+                   "retransmits": n1["TcpRetransSegs"] - n0["TcpRetransSegs"],
+                   "frames_delivered": d1["delivered_frames"] - d0["delivered_frames"]}
+            log.append({"command": f.command("a", cmd), **row})
+            return row
+
+        runs = interleaved([(lro, size) for lro in lros for size in rings], reps, run)
+    rows = [summarize(runs[(lro, size)]) for lro in lros for size in rings]
+    small, big = runs[("off", rings[0])], runs[("off", rings[-1])]
+    fewer = lambda key: [(b[key] + 1) / (a[key] + 1) for a, b in zip(small, big)]  # noqa: E731
+    ser = lambda key, lro: [(r["rings"], r[key]) for r in rows if r["lro"] == lro]  # noqa: E731
+    spr = lambda key, lro: [(r["rings"], *r["spread"][key]) for r in rows if r["lro"] == lro]  # noqa: E731
+    off = [r for r in rows if r["lro"] == "off"]
+    note = cpu_note() + " LRO off: wire-sized frames, one receive buffer each, as VMXNET3's ring 1 takes them."
+    figs = [
+        figure("ring-exhaustion-drops", "Receive-virtqueue-full drops under CPU contention, 12 streams",
+               "receive virtqueue size (entries)", "frames dropped",
+               {f"hvnet LRO {lro}, virtqueue full": ser("drops", lro) for lro in lros},
+               {"published ring 1 full (default rings)": [(256, 7086)], "published ring 2 full (default rings)": [(256, 3284)]},
+               SEED_002 + ", part 2 (vsish rxSummary)",
+               f"larger rings cut ring-full drops (ratio {rings[-1]}/{rings[0]} < 1; hvnet LRO off: {off[0]['drops']:.0f} at "
+               f"{rings[0]} -> {off[-1]['drops']:.0f} at {rings[-1]} entries of the guest's receive virtqueue)",
+               judge([("LRO off", fewer("drops"))], "down"), note,
+               {f"hvnet LRO {lro}, virtqueue full": spr("drops", lro) for lro in lros}),
+        figure("ring-exhaustion-retransmits", "Sender retransmissions", "receive virtqueue size (entries)",
+               "segments retransmitted",
+               {f"hvnet LRO {lro}": ser("retransmits", lro) for lro in lros},
+               {"published retransmitted segments (default rings)": [(256, 86715)]},
+               SEED_002 + ", part 2 (netstat -s)",
+               f"fewer retransmissions with larger rings (ratio {rings[-1]}/{rings[0]} < 1; hvnet LRO off: "
+               f"{off[0]['retransmits']:.0f} -> {off[-1]['retransmits']:.0f})",
+               judge([("LRO off", fewer("retransmits"))], "down"), note,
+               {f"hvnet LRO {lro}": spr("retransmits", lro) for lro in lros}),
     ]
     return figs, rows
 
@@ -575,7 +642,7 @@ def lro_rate_wire(tmp, quick, reps, log):
 EXPERIMENTS = [
     {"name": "lro-native", "reproduces": "000, Figures 1-3", "run": lro_native,
      "workload": "native sender (TSO off at its port, MTU 1500) to a VM; LRO off vs on; 256 B / 16 KiB / 64 KiB writes, 8/64/256 KiB socket buffers"},
-    {"name": "lro-local", "reproduces": "000, Figures 4-6", "run": lro_local, "vms": ("netns", "uml"),
+    {"name": "lro-local", "reproduces": "000, Figures 4-6", "run": lro_local, "vms": ("netns", "uml", "qemu"),
      "workload": "VM to VM; receiver LRO on vs off (hvnet segments); bridge and OVS as references"},
     {"name": "lro-native-wire", "reproduces": "000, Figures 1-3", "run": lro_native_wire,
      "workload": "as lro-native with a real external host on an uplink's wire (the uplink's own LRO off) as the sender"},
@@ -584,13 +651,14 @@ EXPERIMENTS = [
     {"name": "lro-rate-wire", "reproduces": "003", "run": lro_rate_wire,
      "workload": "external host on an uplink's wire to a VM, 64 KiB writes; no LRO, LRO at the physical interface "
                  "(the uplink device's GRO), LRO at the virtual interface (hvnet's, into the VM)"},
-    {"name": "cpu-limit", "reproduces": "002, part 1", "run": cpu_limit, "vms": ("netns", "uml"),
+    {"name": "cpu-limit", "reproduces": "002, part 1", "run": cpu_limit, "vms": ("netns", "uml", "qemu"),
      "workload": "4 streams into a VM whose vCPU and iperf3 server are held to 15-100% of a core, and unlimited"},
-    {"name": "ring-exhaustion", "reproduces": "002, part 2", "run": ring_exhaustion,
-     "workload": "12 streams into a VM held to 25% of a core; rings 256/512/4096; LRO on and off"},
-    {"name": "jumbo", "reproduces": "004", "run": jumbo, "vms": ("netns", "uml"),
+    {"name": "ring-exhaustion", "reproduces": "002, part 2", "run": ring_exhaustion, "vms": ("netns", "qemu"),
+     "workload": "12 streams into a VM held to 25% of a core; rings 256/512/4096 (a QEMU guest's receive virtqueue: "
+                 "256/512/1024); LRO on and off"},
+    {"name": "jumbo", "reproduces": "004", "run": jumbo, "vms": ("netns", "uml", "qemu"),
      "workload": "VM to VM at MTU 1500 vs 9000, 4 streams; bridge and OVS as references"},
-    {"name": "multiqueue", "reproduces": "001, Figure 3; 002 FAQ", "run": multiqueue, "vms": ("netns", "uml"),
+    {"name": "multiqueue", "reproduces": "001, Figure 3; 002 FAQ", "run": multiqueue, "vms": ("netns", "uml", "qemu"),
      "workload": "one VM with 1 vs 4 receive queues, 8 streams, RSS spreading flows"},
     {"name": "uplink-rss", "reproduces": "001, Figure 3", "run": physical.uplink_rss,
      "workload": "external host to one VM through an uplink, 8 streams, small (256 B, TCP_NODELAY) and large writes; "

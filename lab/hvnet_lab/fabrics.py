@@ -19,8 +19,8 @@ import hvlab
 
 A_IP, B_IP = "10.98.0.1", "10.98.0.2"
 
-# What hvnet's VMs are: "netns" (namespaces behind TAPs) or "uml" (real
-# guests, User-Mode Linux on vhost-user ports); `hvnet lab run --vms`.
+# What hvnet's VMs are: "netns" (namespaces behind TAPs), "uml" or "qemu"
+# (real guests on vhost-user ports); `hvnet lab run --vms`.
 VM_KIND = "netns"
 
 
@@ -80,6 +80,13 @@ class Hvnet(Fabric):
         if VM_KIND != "netns":
             for vm in vms:
                 vm["kind"] = VM_KIND
+                if VM_KIND == "qemu":
+                    # A QEMU guest's ring is its receive virtqueue (QEMU
+                    # sets it up with 256 to 1024 entries) and it has no
+                    # ring 2.
+                    vm.pop("ring2", None)
+                    if "ring1" in vm:
+                        vm["ring1"] = min(max(vm["ring1"], 256), 1024)
         self.t = hvlab.Topology(Path(tmp), vms, prefix="bh")
 
     def __enter__(self):

@@ -12,6 +12,10 @@ VM_NOTES = {
     "uml": "VMs are real guests: User-Mode Linux kernels (one vCPU, 256 MiB) with their own TCP stack and virtio-net driver "
            "on hvnet's vhost-user ports; every guest system call is trapped by UML, so small writes are far slower than in "
            "a KVM guest; the guests and the switch share this machine's 2 cores; no references (not the same guests).",
+    "qemu": "VMs are real guests: QEMU machines (one vCPU, 256 MiB, TCG: no KVM here) running Debian's cloud kernel, "
+            "its TCP stack and virtio-net-pci driver, on hvnet's vhost-user ports; binary translation makes the guests "
+            "far slower than KVM guests; the guests and the switch share this machine's 2 cores; no references "
+            "(not the same guests).",
 }
 
 
@@ -22,6 +26,8 @@ CPU_NOTES = {
              "not a hypervisor scheduler.",
     "uml": "CPU limit: a cgroup-v1 CPU quota on the receiving guest's processes (its kernel, which is its one vCPU, "
            "and its user space), as a hypervisor limits a VM's vCPU; its run-queue wait is the kernel process's.",
+    "qemu": "CPU limit: a cgroup-v1 CPU quota on the receiving guest's QEMU process (its vCPU thread and QEMU's "
+            "own), as a hypervisor limits a VM's vCPU; its run-queue wait is the vCPU thread's.",
 }
 
 

@@ -3,6 +3,7 @@
 
 import json
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -185,6 +186,16 @@ def test_report_loads_in_a_real_browser(quick_run, tmp_path):
     assert not [c for c in console if "rror" in c or "Failed to load" in c], console
 
 
+
+def links():
+    """The root namespace's network devices."""
+    return sorted(line.split()[0] for line in hvlab.run(["ip", "-br", "link"]).stdout.splitlines())
+
+
+def netns():
+    """The named network namespaces."""
+    return sorted(line.split()[0] for line in hvlab.run(["ip", "netns", "list"]).stdout.splitlines())
+
 @pytest.mark.root
 def test_a_lab_run_with_open_vswitch_leaves_nothing_behind(tmp_path):
     """lro-local brings up hvnet, a Linux bridge and Open vSwitch's
@@ -192,8 +203,6 @@ def test_a_lab_run_with_open_vswitch_leaves_nothing_behind(tmp_path):
     and the same namespaces as before."""
     if not hvlab.have("ovs-vswitchd"):
         pytest.skip("Open vSwitch is not installed (scripts/install-deps.sh installs it)")
-    links = lambda: sorted(line.split()[0] for line in hvlab.run(["ip", "-br", "link"]).stdout.splitlines())  # noqa: E731
-    netns = lambda: sorted(hvlab.run(["ip", "netns", "list"]).stdout.split())  # noqa: E731
     before = (links(), netns())
     r = hvlab.run([hvlab.hvnet_bin(), "lab", "run", "lro-local", "--quick", "--out", str(tmp_path / "lab")],
                   check=False, timeout=600)
@@ -212,8 +221,6 @@ def test_the_physical_side_experiments_run_and_leave_nothing_behind(tmp_path):
     """Seed 001's figures on uplinks (and 003's LRO rates from a real wire),
     each --quick: every figure has our values for each configuration, a
     verdict and its published source; the root namespace is as before."""
-    links = lambda: sorted(line.split()[0] for line in hvlab.run(["ip", "-br", "link"]).stdout.splitlines())  # noqa: E731
-    netns = lambda: sorted(hvlab.run(["ip", "netns", "list"]).stdout.split())  # noqa: E731
     before = (links(), netns())
     r = hvlab.run([hvlab.hvnet_bin(), "lab", "run", *PHYSICAL, "--quick", "--out", str(tmp_path / "lab")],
                   check=False, timeout=900)
@@ -244,8 +251,6 @@ def test_an_interrupted_lab_run_leaves_nothing_behind(tmp_path, how):
     import signal
     import subprocess
 
-    links = lambda: sorted(line.split()[0] for line in hvlab.run(["ip", "-br", "link"]).stdout.splitlines())  # noqa: E731
-    netns = lambda: sorted(line.split()[0] for line in hvlab.run(["ip", "netns", "list"]).stdout.splitlines())  # noqa: E731
     before = (links(), netns())
     p = subprocess.Popen([hvlab.hvnet_bin(), "lab", "run", "lro-rate", "--quick", "--out", str(tmp_path / "lab")],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -284,6 +289,27 @@ def test_a_quick_experiment_with_real_guests(tmp_path):
     assert "User-Mode Linux" in e["figures"][0]["note"]
     # The guests went through hvnet exec: no namespace of theirs existed.
     assert all(s["command"].startswith("hvnet exec") for s in e["samples"]), e["samples"][0]
-    # Experiments that need namespace VMs say so.
+    # Experiments that cannot run with these guests say so, and which can.
     r = hvlab.run([hvlab.hvnet_bin(), "lab", "run", "ring-exhaustion", "--vms", "uml", "--out", str(out)], check=False)
-    assert r.returncode == 1 and "runs only with namespace VMs" in r.stderr, r.stderr
+    assert r.returncode == 1 and "does not run with --vms uml" in r.stderr and "lro-local" in r.stderr, r.stderr
+
+
+@pytest.mark.root
+@pytest.mark.skipif(not shutil.which("qemu-system-x86_64"), reason="needs qemu-system-x86")
+def test_ring_exhaustion_on_a_qemu_guests_receive_virtqueue(tmp_path):
+    """QEMU guests hvnet starts: the receiving guest's virtqueue, set up
+    with the sizes compared, is the ring that fills."""
+    before = (links(), netns())
+    out = tmp_path / "lab"
+    r = hvlab.run([hvlab.hvnet_bin(), "lab", "run", "ring-exhaustion", "--quick", "--vms", "qemu", "--out", str(out)],
+                  check=False, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads((out / "results.json").read_text())
+    assert res["meta"]["vms"] == "qemu"
+    (e,) = res["experiments"]
+    assert {f["id"] for f in e["figures"]} == {"ring-exhaustion-drops", "ring-exhaustion-retransmits"}
+    # The guest's driver set up the virtqueue each switch asked for.
+    assert sorted((x["rings"], x["virtqueue"]) for x in e["samples"]) == [(256, 256), (1024, 1024)], e["samples"]
+    assert all(x["gbps"] > 0 and x["command"].startswith("hvnet exec") for x in e["samples"]), e["samples"]
+    assert "QEMU" in e["figures"][0]["note"]
+    assert (links(), netns()) == before

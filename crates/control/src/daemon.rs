@@ -400,8 +400,9 @@ pub fn daemon(
     if drop_privileges {
         if let Some(vm) = topo.vms.iter().find(|v| v.kind.started_by_hvnet()) {
             return Err(DaemonError::Other(format!(
-                "--drop-privileges: VM {} is a uml guest, which hvnet starts, restarts and stops as root; use kind = \"vhost-user\" for a guest started elsewhere",
-                vm.name
+                "--drop-privileges: VM {} is a {} guest, which hvnet starts, restarts and stops as root; use kind = \"vhost-user\" for a guest started elsewhere",
+                vm.name,
+                vm.kind.name()
             )));
         }
     }

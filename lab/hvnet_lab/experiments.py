@@ -24,7 +24,7 @@ from . import fabrics, measure, physical
 from .fabrics import B_IP, Bridge, Hvnet, Ovs
 from .figures import (NATIVE_NOTE, SEED_000, SEED_001, SEED_002, SEED_003, SEED_004, cpu_note, figure, interleaved,
                       iperf, series_of, sizes, vm_note)
-from .verdict import INCONCLUSIVE, value_range, both, effect_size, judge, median, ratios, summarize
+from .verdict import INCONCLUSIVE, both, effect_size, judge, median, ratios, settled, summarize, value_range
 
 
 def lro_figures(prefix, rows, pub, source, note, label_of, where=""):
@@ -96,24 +96,29 @@ PUB_000_LOCAL = {
 }
 
 
-def lro_off_on(f, quick, reps, secs, log):
+def lro_off_on(f, quick, reps, secs, log, figures):
     """LRO off and on at the receiving VM, every message size, interleaved:
-    {lro: [summarized point per size]}."""
+    {lro: [summarized point per size]}; more runs while `figures(rows)`
+    has a verdict undecided."""
     def run(c):
         lro, (write, win) = c
         f.t.hv("port", "b", "set", f"lro={lro}")
         return dict(iperf(f, 1, write, secs, win, log), write=write, lro=lro)
+
+    def rows(runs):
+        return {lro: [summarize(runs[(lro, sw)]) for sw in sizes(quick)] for lro in ("off", "on")}
+
     configs = [(lro, sw) for sw in sizes(quick) for lro in ("off", "on")]
-    runs = interleaved(configs, reps, run)
-    return {lro: [summarize(runs[(lro, sw)]) for sw in sizes(quick)] for lro in ("off", "on")}
+    return rows(interleaved(configs, reps, run, settle=lambda r: settled(figures(rows(r)))))
 
 
 def lro_native(tmp, quick, reps, log):
     secs = 2 if quick else 4
+    figs = lambda rows: lro_figures("lro-native", rows, PUB_000_NATIVE, SEED_000 + ", Figures 1-3",  # noqa: E731
+                                    NATIVE_NOTE, lambda r: r["write"])
     with Hvnet(tmp, 1500, a={"tso": False}, b={"ring1": 4096, "ring2": 4096}) as f:
-        rows = lro_off_on(f, quick, reps, secs, log)
-    figs = lro_figures("lro-native", rows, PUB_000_NATIVE, SEED_000 + ", Figures 1-3", NATIVE_NOTE, lambda r: r["write"])
-    return figs, rows
+        rows = lro_off_on(f, quick, reps, secs, log, figs)
+    return figs(rows), rows
 
 
 WIRE_SENDER_NOTE = ("Native sender on a wire: an external host (a namespace on a veth, its NIC's TSO off: wire-sized "
@@ -125,18 +130,21 @@ def lro_native_wire(tmp, quick, reps, log):
     """As lro-native, with a real external sender on an uplink's wire
     instead of a VM with TSO off."""
     secs = 2 if quick else 4
+    figs = lambda rows: lro_figures("lro-native-wire", rows, PUB_000_NATIVE, SEED_000 + ", Figures 1-3",  # noqa: E731
+                                    WIRE_SENDER_NOTE, lambda r: r["write"], " (external sender on an uplink)")
     with fabrics.HvnetUplinkNoLro(tmp, 1500) as f:
-        rows = lro_off_on(f, quick, reps, secs, log)
-    figs = lro_figures("lro-native-wire", rows, PUB_000_NATIVE, SEED_000 + ", Figures 1-3", WIRE_SENDER_NOTE,
-                       lambda r: r["write"], " (external sender on an uplink)")
-    return figs, rows
+        rows = lro_off_on(f, quick, reps, secs, log, figs)
+    return figs(rows), rows
 
 
 def lro_local(tmp, quick, reps, log):
     secs = 2 if quick else 4
     refs = {}
+    note = vm_note() + " LRO off: hvnet segments the sender's TSO frames for the receiver."
+    figures = lambda rows: lro_figures("lro-local", rows, PUB_000_LOCAL, SEED_000 + ", Figures 4-6", note,  # noqa: E731
+                                       lambda r: r["write"])
     with Hvnet(tmp, 1500, b={"ring1": 4096, "ring2": 4096}) as f:
-        rows = lro_off_on(f, quick, reps, secs, log)
+        rows = lro_off_on(f, quick, reps, secs, log, figures)
     # With real guests the references (namespace VMs) are not the same
     # guests: hvnet's own comparison only.
     for F in (Bridge, Ovs) if fabrics.VM_KIND == "netns" else ():
@@ -146,7 +154,7 @@ def lro_local(tmp, quick, reps, log):
                 refs[F.name] = [summarize(runs[sw]) for sw in sizes(quick)]
         except Exception as e:  # a reference that cannot run is reported, not hidden
             refs[F.name] = {"error": str(e)}
-    figs = lro_figures("lro-local", rows, PUB_000_LOCAL, SEED_000 + ", Figures 4-6", vm_note() + " LRO off: hvnet segments the sender's TSO frames for the receiver.", lambda r: r["write"])
+    figs = figures(rows)
     for name, rs in refs.items():
         if isinstance(rs, list):
             for fig, key, unit in ((figs[0], "gbps", "Gbit/s"), (figs[1], "gbps_per_core", "Gbit/s per core")):
@@ -156,6 +164,21 @@ def lro_local(tmp, quick, reps, log):
         else:
             figs[0]["note"] += f" {name} reference failed: {rs['error']}"
     return figs, {"hvnet": rows, "references": refs}
+
+
+def with_cost(r):
+    """A run with its CPU per Gbit/s."""
+    r["cores_per_gbps"] = r["busy_cores"] / max(r["gbps"], 1e-9)
+    return r
+
+
+def jumbo_judged(runs):
+    """Seed 004's two claims on hvnet's runs {mtu: [run]}: the verdicts,
+    and the throughput and CPU ratios 9000/1500."""
+    thr = ratios(runs[9000], runs[1500], "gbps")
+    cpu = ratios(runs[9000], runs[1500], "cores_per_gbps")
+    return (judge([("hvnet", thr)], "up", published=30.0 / 17.0),
+            judge([("hvnet", cpu)], "down", published=3.0 / 7.0)), thr, cpu
 
 
 def jumbo(tmp, quick, reps, log):
@@ -169,7 +192,8 @@ def jumbo(tmp, quick, reps, log):
                     # Both MTUs up at once, runs interleaved: the verdict
                     # is hvnet's.
                     up = {mtu: stack.enter_context(F(tmp, mtu)) for mtu in (1500, 9000)}
-                    runs = interleaved((1500, 9000), reps, lambda mtu: iperf(up[mtu], 4, "128K", secs, None, log))
+                    runs = interleaved((1500, 9000), reps, lambda mtu: with_cost(iperf(up[mtu], 4, "128K", secs, None, log)),
+                                       settle=lambda r: INCONCLUSIVE not in [v for v, _ in jumbo_judged(r)[0]])
                 else:
                     # A reference, drawn only: one MTU after the other (two
                     # Open vSwitch instances cannot share the userspace
@@ -177,17 +201,13 @@ def jumbo(tmp, quick, reps, log):
                     runs = {}
                     for mtu in (1500, 9000):
                         with F(tmp, mtu) as f:
-                            runs[mtu] = [iperf(f, 4, "128K", secs, None, log) for _ in range(reps)]
+                            runs[mtu] = [with_cost(iperf(f, 4, "128K", secs, None, log)) for _ in range(reps)]
                 for mtu, rs in runs.items():
-                    for r in rs:
-                        r["cores_per_gbps"] = r["busy_cores"] / max(r["gbps"], 1e-9)
                     rows[(F.name, mtu)] = summarize(rs)
         except Exception as e:
             errors[F.name] = str(e)
     names = [F.name for F in fabs if F.name not in errors]
-    h15, h90 = rows[("hvnet", 1500)], rows[("hvnet", 9000)]
-    thr = ratios(h90["runs"], h15["runs"], "gbps")
-    cpu = ratios(h90["runs"], h15["runs"], "cores_per_gbps")
+    (judged_thr, judged_cpu), thr, cpu = jumbo_judged({m: rows[("hvnet", m)]["runs"] for m in (1500, 9000)})
     ser = lambda key: {f"{n}": [(str(m), rows[(n, m)][key]) for m in (1500, 9000)] for n in names}  # noqa: E731
     spr = lambda key: {f"{n}": [(str(m), *rows[(n, m)]["spread"][key]) for m in (1500, 9000)] for n in names}  # noqa: E731
     note = vm_note() + " 4 streams, 128 KiB writes." + "".join(f" {n} reference failed: {e}" for n, e in errors.items())
@@ -195,12 +215,12 @@ def jumbo(tmp, quick, reps, log):
         figure("jumbo-throughput", "VM to VM throughput, MTU 1500 vs 9000", "MTU", "Gbit/s", ser("gbps"),
                {"published (Hyper-V, same host)": [("1500", 17.0), ("9000", 30.0)]}, SEED_004,
                "MTU 9000 raises VM-to-VM throughput (ratio 9000/1500 > 1; " + effect_size(median(thr), 30.0 / 17.0) + ")",
-               judge([("hvnet", thr)], "up", published=30.0 / 17.0), note, spr("gbps")),
+               judged_thr, note, spr("gbps")),
         figure("jumbo-cpu", "CPU per Gbit/s, MTU 1500 vs 9000", "MTU", "busy cores per Gbit/s", ser("cores_per_gbps"),
                {}, SEED_004,
                "MTU 9000 lowers CPU per Gbit/s (ratio 9000/1500 < 1; published host 7% -> 3%, VM 15% -> 9% of CPU, "
                "percentages with no throughput beside them, so not drawn; " + effect_size(median(cpu), 3.0 / 7.0) + " (host))",
-               judge([("hvnet", cpu)], "down", published=3.0 / 7.0), note, spr("cores_per_gbps")),
+               judged_cpu, note, spr("cores_per_gbps")),
     ]
     return figs, {f"{k[0]}-{k[1]}": v for k, v in rows.items()}
 
@@ -463,6 +483,11 @@ def virtqueue_exhaustion(tmp, quick, reps, log):
     return figs, rows
 
 
+def multiqueue_judged(runs):
+    """Seed 001's Figure 3 claim on the runs {queues: [run]}."""
+    return judge([("4 vs 1 queues", ratios(runs[4], runs[1], "gbps"))], "up", published=21.0 / 15.0)
+
+
 def multiqueue(tmp, quick, reps, log):
     secs = 2 if quick else 4
     with contextlib.ExitStack() as stack:
@@ -477,7 +502,7 @@ def multiqueue(tmp, quick, reps, log):
             per_q = [x - y for x, y in zip(after, before)]
             return dict(s, queues_used=sum(1 for x in per_q if x > 0), per_queue_frames=per_q)
 
-        runs = interleaved((1, 4), reps, run)
+        runs = interleaved((1, 4), reps, run, settle=lambda r: multiqueue_judged(r)[0] != INCONCLUSIVE)
     res = {q: summarize(runs[q]) for q in (1, 4)}
     gain = ratios(runs[4], runs[1], "gbps")
     used = [r["queues_used"] for r in runs[4]]
@@ -488,7 +513,7 @@ def multiqueue(tmp, quick, reps, log):
                {"published (40GbE, large packets): +40% with RSS": [("1", 15.0), ("4", 21.0)]}, SEED_001 + ", Figure 3",
                "RSS over several queues raises one VM's receive throughput (ratio 4/1 > 1; "
                + effect_size(median(gain), 21.0 / 15.0) + ")",
-               judge([("4 vs 1 queues", gain)], "up", published=21.0 / 15.0), vm_note() + " Each queue has its own worker and delivery thread, all on 2 cores.",
+               multiqueue_judged(runs), vm_note() + " Each queue has its own worker and delivery thread, all on 2 cores.",
                {"hvnet": [("1", *res[1]["spread"]["gbps"]), ("4", *res[4]["spread"]["gbps"])]}),
         figure("multiqueue-spread", "Per-queue load with 4 queues (median run)", "queue", "frames delivered",
                {"hvnet": [(str(i), v) for i, v in enumerate(spread4)]}, {}, SEED_002 + ", FAQ (one queue per vCPU)",

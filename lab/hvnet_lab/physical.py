@@ -13,7 +13,7 @@ from . import netqueue as nq
 from . import splitrx as sr
 from .figures import SEED_001, figure, interleaved, iperf
 from .fleet import Fleet
-from .verdict import effect_size, judge, median, ratios, summarize
+from .verdict import effect_size, judge, median, ratios, settled, summarize
 
 WIRE_NOTE = ("VMs are network namespaces behind hvnet's TAP ports; the external host is a namespace on a veth wire "
              "(its NIC's TSO off: wire-sized frames), the uplink's receive queues AF_PACKET sockets with a thread "
@@ -26,12 +26,13 @@ def up_at_once(stack, tmp, fleets):
     return {c: stack.enter_context(Fleet(tmp, f"{c}", **kw)) for c, kw in fleets.items()}
 
 
-def fleets_compared(tmp, reps, log, label, fleets, writes=None, derive=None, **streams):
+def fleets_compared(tmp, reps, log, label, fleets, writes=None, derive=None, settle=None, **streams):
     """Brings every fleet up at once and runs the same streams on each,
     interleaved: {config: [run, ...]}; each run logged with its config
     under `label`. With `writes` ({size: (write size, TCP_NODELAY)}) every
     fleet runs at every size, the configs being (fleet, size) pairs;
-    `derive(run)` adds what is computed from a run before it is logged."""
+    `derive(run)` adds what is computed from a run before it is logged;
+    `settle` as for `interleaved`."""
     with contextlib.ExitStack() as stack:
         up = up_at_once(stack, tmp, fleets)
 
@@ -48,7 +49,7 @@ def fleets_compared(tmp, reps, log, label, fleets, writes=None, derive=None, **s
             return r
 
         configs = [(c, size) for size in writes for c in up] if writes else tuple(up)
-        return interleaved(configs, reps, run)
+        return interleaved(configs, reps, run, settle)
 
 
 def each(runs, configs, key):
@@ -69,24 +70,28 @@ def uplink_rss(tmp, quick, reps, log):
     secs = 2 if quick else 4
     writes = {"large": ("128K", False), "small": ("256", True)}
     up = ("off", "on")
-    runs = fleets_compared(tmp, reps, log, "rss", {
+
+    def figs(runs):
+        res = {c: summarize(r) for c, r in runs.items()}
+        gain = {size: ratios(runs[("on", size)], runs[("off", size)], "gbps") for size in writes}
+        pub = {"large": 21.0 / 15.0, "small": 1.3}
+        note = WIRE_NOTE + " Small: 256-byte writes with TCP_NODELAY; large: 128 KiB writes."
+        return [figure(
+            "uplink-rss-throughput", "One VM's receive throughput from the wire, RSS off vs on (8 streams)", "packets",
+            "Gbit/s", {f"hvnet RSS {rss}": [(size, res[(rss, size)]["gbps"]) for size in writes] for rss in up},
+            {"published RSS off (40GbE, Gbit/s)": [("large", 15.0)], "published RSS on (Gbit/s)": [("large", 21.0)]},
+            SEED_001 + ", Figure 3",
+            "RSS at the NIC and in the VM raises one VM's receive throughput (ratio on/off > 1; published +40% large, "
+            "+30% small; " + sizes_text(gain, pub) + ")",
+            judge(list(gain.items()), "up", published=pub), note,
+            {f"hvnet RSS {rss}": [(size, *res[(rss, size)]["spread"]["gbps"]) for size in writes] for rss in up}),
+        ], {f"{r}-{s}": v for (r, s), v in res.items()}
+
+    return figs(fleets_compared(tmp, reps, log, "rss", {
         "off": dict(vms=1, uplink=dict(queues=1), vm=dict(queues=1), prefix="ro"),
         "on": dict(vms=1, uplink=dict(queues=4, rss=True), vm=dict(queues=4), prefix="rn")},
-        writes=writes, seconds=secs, parallel=8)
-    res = {c: summarize(r) for c, r in runs.items()}
-    gain = {size: ratios(runs[("on", size)], runs[("off", size)], "gbps") for size in writes}
-    pub = {"large": 21.0 / 15.0, "small": 1.3}
-    note = WIRE_NOTE + " Small: 256-byte writes with TCP_NODELAY; large: 128 KiB writes."
-    return [figure(
-        "uplink-rss-throughput", "One VM's receive throughput from the wire, RSS off vs on (8 streams)", "packets",
-        "Gbit/s", {f"hvnet RSS {rss}": [(size, res[(rss, size)]["gbps"]) for size in writes] for rss in up},
-        {"published RSS off (40GbE, Gbit/s)": [("large", 15.0)], "published RSS on (Gbit/s)": [("large", 21.0)]},
-        SEED_001 + ", Figure 3",
-        "RSS at the NIC and in the VM raises one VM's receive throughput (ratio on/off > 1; published +40% large, "
-        "+30% small; " + sizes_text(gain, pub) + ")",
-        judge(list(gain.items()), "up", published=pub), note,
-        {f"hvnet RSS {rss}": [(size, *res[(rss, size)]["spread"]["gbps"]) for size in writes] for rss in up}),
-    ], {f"{r}-{s}": v for (r, s), v in res.items()}
+        writes=writes, seconds=secs, parallel=8,
+        settle=lambda r: settled(figs(r)[0])))
 
 
 def vxlan_rss(tmp, quick, reps, log):
@@ -95,26 +100,59 @@ def vxlan_rss(tmp, quick, reps, log):
     encapsulated frames) vs 4 queues spread by the inner flow's Toeplitz
     hash."""
     secs, vms = (2, 8) if quick else (4, 16)
-    runs = fleets_compared(tmp, reps, log, "rss", {
+
+    def figs(runs):
+        res, ser, spr = each(runs, tuple(runs), "gbps")
+        gain = ratios(runs["on"], runs["off"], "gbps")
+        return [figure(
+            "vxlan-rss-throughput", f"Receive throughput over VXLAN, {vms} VMs, RSS off vs on at the uplink", "RSS",
+            "Gbit/s (all VMs)", {"hvnet": ser},
+            {"published (10GbE, 16 VMs, large packets; Gbit/s)": [("off", 6.0), ("on", 9.1)]}, SEED_001 + ", Figure 4",
+            f"RSS for encapsulated frames raises VXLAN receive throughput (ratio on/off > 1; hvnet {median(gain):.2f}; "
+            + effect_size(median(gain), 9.1 / 6.0) + ")",
+            judge([("on vs off", gain)], "up", published=9.1 / 6.0),
+            WIRE_NOTE + VXLAN_NOTE + f" {vms} VMs, one stream of 128 KiB writes each.", {"hvnet": spr}),
+        ], res
+
+    return figs(fleets_compared(tmp, reps, log, "rss", {
         "off": dict(vms=vms, vxlan=True, uplink=dict(queues=1), prefix="xo"),
-        "on": dict(vms=vms, vxlan=True, uplink=dict(queues=4, rss=True), prefix="xn")}, seconds=secs, write="128K")
-    res, ser, spr = each(runs, tuple(runs), "gbps")
-    gain = ratios(runs["on"], runs["off"], "gbps")
-    return [figure(
-        "vxlan-rss-throughput", f"Receive throughput over VXLAN, {vms} VMs, RSS off vs on at the uplink", "RSS",
-        "Gbit/s (all VMs)", {"hvnet": ser},
-        {"published (10GbE, 16 VMs, large packets; Gbit/s)": [("off", 6.0), ("on", 9.1)]}, SEED_001 + ", Figure 4",
-        f"RSS for encapsulated frames raises VXLAN receive throughput (ratio on/off > 1; hvnet {median(gain):.2f}; "
-        + effect_size(median(gain), 9.1 / 6.0) + ")",
-        judge([("on vs off", gain)], "up", published=9.1 / 6.0),
-        WIRE_NOTE + VXLAN_NOTE + f" {vms} VMs, one stream of 128 KiB writes each.", {"hvnet": spr}),
-    ], res
+        "on": dict(vms=vms, vxlan=True, uplink=dict(queues=4, rss=True), prefix="xn")}, seconds=secs, write="128K",
+        settle=lambda r: settled(figs(r)[0])))
 
 
 def splitrx(tmp, quick, reps, log):
     """Figure 5: SplitRxMode with VXLAN on one queue (no RSS): throughput,
     and the ping latency it costs."""
     secs, vms = (2, 4) if quick else (4, 8)
+
+    def figs(runs):
+        res = {m: summarize(runs[m]) for m in up}
+        thr = ratios(runs["split"], runs["together"], "gbps")
+        lat = ratios(runs["split"], runs["together"], "rtt_loaded_ms")
+        lat_idle = ratios(runs["split"], runs["together"], "rtt_idle_ms")
+        note = (WIRE_NOTE + VXLAN_NOTE + f" {vms} VMs on one receive queue; together: the queue's thread writes into an idle "
+                "VM itself (delivery auto); split: each VM's own delivery thread does (delivery thread). Ping: 100 "
+                "pings 10 ms apart from the external host to v0, during the streams (and 200 before them, idle).")
+        rtt = lambda key: [(m, res[m][key]) for m in up]  # noqa: E731
+        rtt_spr = lambda key: [(m, *res[m]["spread"][key]) for m in up]  # noqa: E731
+        return [
+            figure("splitrx-throughput", f"VXLAN receive throughput, {vms} VMs on one queue, SplitRxMode off vs on",
+                   "delivery", "Gbit/s (all VMs)", {"hvnet": [(m, res[m]["gbps"]) for m in up]}, {},
+                   SEED_001 + ", Figure 5",
+                   f"SplitRxMode raises VXLAN receive throughput without RSS (ratio split/together > 1; hvnet "
+                   f"{median(thr):.2f}; the study gives no numbers)",
+                   judge([("split vs together", thr)], "up"), note, {"hvnet": [(m, *res[m]["spread"]["gbps"]) for m in up]}),
+            figure("splitrx-latency", "Ping round trip to a VM under load, SplitRxMode off vs on", "delivery",
+                   "ms (mean round trip)", {"hvnet, under load": rtt("rtt_loaded_ms"), "hvnet, idle": rtt("rtt_idle_ms")},
+                   {}, SEED_001 + ", Figure 5 (text)",
+                   f"SplitRxMode costs latency: a higher ping round trip (ratio split/together > 1; published 1.15; hvnet "
+                   f"{median(lat_idle):.2f} idle, {median(lat):.2f} under load). Judged idle: the delivery path's own "
+                   "latency; under load a ping waits behind the streams' frames in the one queue, which varies with "
+                   f"TCP's bursts (ratios {min(lat):.2f}–{max(lat):.2f}), so that point is drawn, not judged",
+                   judge([("idle", lat_idle)], "up", published=1.15), note,
+                   {"hvnet, under load": rtt_spr("rtt_loaded_ms"), "hvnet, idle": rtt_spr("rtt_idle_ms")}),
+        ], res
+
     with contextlib.ExitStack() as stack:
         up = {m: stack.enter_context(sr.topology(tmp, m, vms)) for m in sr.MODES}
 
@@ -123,33 +161,8 @@ def splitrx(tmp, quick, reps, log):
             log.append({"mode": m, **r})
             return r
 
-        runs = interleaved(tuple(up), reps, run)
-    res = {m: summarize(runs[m]) for m in up}
-    thr = ratios(runs["split"], runs["together"], "gbps")
-    lat = ratios(runs["split"], runs["together"], "rtt_loaded_ms")
-    lat_idle = ratios(runs["split"], runs["together"], "rtt_idle_ms")
-    note = (WIRE_NOTE + VXLAN_NOTE + f" {vms} VMs on one receive queue; together: the queue's thread writes into an idle "
-            "VM itself (delivery auto); split: each VM's own delivery thread does (delivery thread). Ping: 100 "
-            "pings 10 ms apart from the external host to v0, during the streams (and 200 before them, idle).")
-    rtt = lambda key: [(m, res[m][key]) for m in up]  # noqa: E731
-    rtt_spr = lambda key: [(m, *res[m]["spread"][key]) for m in up]  # noqa: E731
-    return [
-        figure("splitrx-throughput", f"VXLAN receive throughput, {vms} VMs on one queue, SplitRxMode off vs on",
-               "delivery", "Gbit/s (all VMs)", {"hvnet": [(m, res[m]["gbps"]) for m in up]}, {},
-               SEED_001 + ", Figure 5",
-               f"SplitRxMode raises VXLAN receive throughput without RSS (ratio split/together > 1; hvnet "
-               f"{median(thr):.2f}; the study gives no numbers)",
-               judge([("split vs together", thr)], "up"), note, {"hvnet": [(m, *res[m]["spread"]["gbps"]) for m in up]}),
-        figure("splitrx-latency", "Ping round trip to a VM under load, SplitRxMode off vs on", "delivery",
-               "ms (mean round trip)", {"hvnet, under load": rtt("rtt_loaded_ms"), "hvnet, idle": rtt("rtt_idle_ms")},
-               {}, SEED_001 + ", Figure 5 (text)",
-               f"SplitRxMode costs latency: a higher ping round trip (ratio split/together > 1; published 1.15; hvnet "
-               f"{median(lat_idle):.2f} idle, {median(lat):.2f} under load). Judged idle: the delivery path's own "
-               "latency; under load a ping waits behind the streams' frames in the one queue, which varies with "
-               f"TCP's bursts (ratios {min(lat):.2f}–{max(lat):.2f}), so that point is drawn, not judged",
-               judge([("idle", lat_idle)], "up", published=1.15), note,
-               {"hvnet, under load": rtt_spr("rtt_loaded_ms"), "hvnet, idle": rtt_spr("rtt_idle_ms")}),
-    ], res
+        runs = interleaved(tuple(up), reps, run, settle=lambda r: settled(figs(r)[0]))
+    return figs(runs)
 
 
 def tso_offload(tmp, quick, reps, log):
@@ -158,24 +171,28 @@ def tso_offload(tmp, quick, reps, log):
     sending to the external host; a VXLAN endpoint drawn beside them (it
     segments in software on this kernel: see the note)."""
     secs, vms = (2, 4) if quick else (4, 8)
-    runs = fleets_compared(tmp, reps, log, "tso", {
+
+    def figs(runs):
+        res, ser, spr = each(runs, tuple(runs), "hvnet_cores_per_gbps")
+        cost = ratios(runs["software"], runs["hardware"], "hvnet_cores_per_gbps")
+        note = (WIRE_NOTE + f" {vms} VMs send one stream each to the external host. CPU: the hvnet daemon's threads per "
+                "Gbit/s. Hardware TSO here is a veth taking the GSO frame whole (a NIC would segment it in hardware). "
+                "A VXLAN endpoint cannot hand the wire a tunnelled GSO frame (a packet socket's virtio-net header has no "
+                "UDP-tunnel GSO type; Linux 6.17 gave one to tun and virtio-net only), so hvnet segments VXLAN in "
+                "software always: drawn, not judged.")
+        return [figure(
+            "tso-offload-cpu", "The switch's send CPU, TSO at the wire in hardware vs software", "TSO",
+            "hvnet cores per Gbit/s", {"hvnet": ser}, {}, SEED_001 + ", Figure 6",
+            "Without TSO at the NIC the switch segments in software and its send CPU per Gbit/s about doubles (ratio "
+            f"software/hardware > 1; hvnet {median(cost):.2f}; " + effect_size(median(cost), 2.0) + " (\"almost doubled\"))",
+            judge([("software vs hardware", cost)], "up", published=2.0), note, {"hvnet": spr}),
+        ], res
+
+    return figs(fleets_compared(tmp, reps, log, "tso", {
         "hardware": dict(vms=vms, uplink=dict(tso="hardware"), prefix="th"),
         "software": dict(vms=vms, uplink=dict(tso="software"), prefix="ts"),
-        "vxlan": dict(vms=vms, vxlan=True, prefix="tv")}, seconds=secs, to_vms=False, write="128K")
-    res, ser, spr = each(runs, tuple(runs), "hvnet_cores_per_gbps")
-    cost = ratios(runs["software"], runs["hardware"], "hvnet_cores_per_gbps")
-    note = (WIRE_NOTE + f" {vms} VMs send one stream each to the external host. CPU: the hvnet daemon's threads per "
-            "Gbit/s. Hardware TSO here is a veth taking the GSO frame whole (a NIC would segment it in hardware). "
-            "A VXLAN endpoint cannot hand the wire a tunnelled GSO frame (a packet socket's virtio-net header has no "
-            "UDP-tunnel GSO type; Linux 6.17 gave one to tun and virtio-net only), so hvnet segments VXLAN in "
-            "software always: drawn, not judged.")
-    return [figure(
-        "tso-offload-cpu", "The switch's send CPU, TSO at the wire in hardware vs software", "TSO",
-        "hvnet cores per Gbit/s", {"hvnet": ser}, {}, SEED_001 + ", Figure 6",
-        "Without TSO at the NIC the switch segments in software and its send CPU per Gbit/s about doubles (ratio "
-        f"software/hardware > 1; hvnet {median(cost):.2f}; " + effect_size(median(cost), 2.0) + " (\"almost doubled\"))",
-        judge([("software vs hardware", cost)], "up", published=2.0), note, {"hvnet": spr}),
-    ], res
+        "vxlan": dict(vms=vms, vxlan=True, prefix="tv")}, seconds=secs, to_vms=False, write="128K",
+        settle=lambda r: settled(figs(r)[0])))
 
 
 def rx_csum(tmp, quick, reps, log):
@@ -183,22 +200,26 @@ def rx_csum(tmp, quick, reps, log):
     checksums taken from the device (hardware) vs checked by hvnet
     (software)."""
     secs, vms = (2, 4) if quick else (4, 8)
-    runs = fleets_compared(tmp, reps, log, "csum", {
+
+    def figs(runs):
+        res, ser, spr = each(runs, tuple(runs), "hvnet_cores_per_gbps")
+        cost = ratios(runs["software"], runs["hardware"], "hvnet_cores_per_gbps")
+        return [figure(
+            "rx-csum-cpu", "The switch's receive CPU for VXLAN, checksum offload in hardware vs software", "checksum",
+            "hvnet cores per Gbit/s", {"hvnet": ser}, {}, SEED_001 + ", Figure 7",
+            "Without receive checksum offload for encapsulated frames the switch checks them in software and spends "
+            f"more CPU (ratio software/hardware > 1; hvnet {median(cost):.2f}; published overheads 15% vs 10% over "
+            "non-VXLAN, percentages without a base, so not drawn)",
+            judge([("software vs hardware", cost)], "up"),
+            WIRE_NOTE + VXLAN_NOTE + f" {vms} VMs, one stream each. The external host's kernel leaves inner checksums "
+            "partial on the veth; hardware: hvnet passes them on so; software: hvnet completes and checks each.",
+            {"hvnet": spr}),
+        ], res
+
+    return figs(fleets_compared(tmp, reps, log, "csum", {
         "hardware": dict(vms=vms, vxlan=True, uplink=dict(csum="hardware"), prefix="ch"),
-        "software": dict(vms=vms, vxlan=True, uplink=dict(csum="software"), prefix="cs")}, seconds=secs, write="128K")
-    res, ser, spr = each(runs, tuple(runs), "hvnet_cores_per_gbps")
-    cost = ratios(runs["software"], runs["hardware"], "hvnet_cores_per_gbps")
-    return [figure(
-        "rx-csum-cpu", "The switch's receive CPU for VXLAN, checksum offload in hardware vs software", "checksum",
-        "hvnet cores per Gbit/s", {"hvnet": ser}, {}, SEED_001 + ", Figure 7",
-        "Without receive checksum offload for encapsulated frames the switch checks them in software and spends "
-        f"more CPU (ratio software/hardware > 1; hvnet {median(cost):.2f}; published overheads 15% vs 10% over "
-        "non-VXLAN, percentages without a base, so not drawn)",
-        judge([("software vs hardware", cost)], "up"),
-        WIRE_NOTE + VXLAN_NOTE + f" {vms} VMs, one stream each. The external host's kernel leaves inner checksums "
-        "partial on the veth; hardware: hvnet passes them on so; software: hvnet completes and checks each.",
-        {"hvnet": spr}),
-    ], res
+        "software": dict(vms=vms, vxlan=True, uplink=dict(csum="software"), prefix="cs")}, seconds=secs, write="128K",
+        settle=lambda r: settled(figs(r)[0])))
 
 
 def uplink_lro(tmp, quick, reps, log):
@@ -206,25 +227,30 @@ def uplink_lro(tmp, quick, reps, log):
     own GRO) against software LRO (hvnet's, at the uplink before
     switching), a real external sender on the wire, large receives."""
     secs = 2 if quick else 4
+
+    def figs(runs):
+        res = {c: summarize(runs[c]) for c in up}
+        eff = ratios(runs["hardware"], runs["software"], "gbps_per_core")
+        note = ("An external host (a namespace on a veth wire, its NIC's TSO off: wire-sized frames) sends to a VM behind "
+                "an hvnet uplink; hardware LRO is the near end's GRO (a veth's, in the kernel), software LRO is hvnet's "
+                "GRO at the uplink's receive queue. The study gives no numbers, only the direction.")
+        out = [
+            figure("uplink-lro-cpu-efficiency", "CPU efficiency, hardware vs software LRO at the uplink", "LRO at the uplink",
+                   "Gbit/s per busy core",
+                   {"hvnet": [(c, res[c]["gbps_per_core"]) for c in up]}, {}, SEED_001 + ", Figure 8",
+                   "NICs with hardware LRO have higher CPU efficiency for large receives than software LRO (ratio "
+                   f"hardware/software > 1; hvnet {median(eff):.2f})",
+                   judge([("hardware vs software", eff)], "up"), note,
+                   {"hvnet": [(c, *res[c]["spread"]["gbps_per_core"]) for c in up]}),
+        ]
+        return out, res
+
     with contextlib.ExitStack() as stack:
         up = {"hardware": stack.enter_context(fabrics.HvnetUplink(tmp, 1500)),
               "software": stack.enter_context(fabrics.HvnetUplinkSoftwareLro(tmp, 1500))}
-        runs = interleaved(tuple(up), reps, lambda c: iperf(up[c], 1, "64K", secs, None, log))
-    res = {c: summarize(runs[c]) for c in up}
-    eff = ratios(runs["hardware"], runs["software"], "gbps_per_core")
-    note = ("An external host (a namespace on a veth wire, its NIC's TSO off: wire-sized frames) sends to a VM behind "
-            "an hvnet uplink; hardware LRO is the near end's GRO (a veth's, in the kernel), software LRO is hvnet's "
-            "GRO at the uplink's receive queue. The study gives no numbers, only the direction.")
-    figs = [
-        figure("uplink-lro-cpu-efficiency", "CPU efficiency, hardware vs software LRO at the uplink", "LRO at the uplink",
-               "Gbit/s per busy core",
-               {"hvnet": [(c, res[c]["gbps_per_core"]) for c in up]}, {}, SEED_001 + ", Figure 8",
-               "NICs with hardware LRO have higher CPU efficiency for large receives than software LRO (ratio "
-               f"hardware/software > 1; hvnet {median(eff):.2f})",
-               judge([("hardware vs software", eff)], "up"), note,
-               {"hvnet": [(c, *res[c]["spread"]["gbps_per_core"]) for c in up]}),
-    ]
-    return figs, res
+        runs = interleaved(tuple(up), reps, lambda c: iperf(up[c], 1, "64K", secs, None, log),
+                           settle=lambda r: settled(figs(r)[0]))
+    return figs(runs)
 
 
 def netqueue_dynamic(tmp, quick, reps, log):
@@ -233,6 +259,33 @@ def netqueue_dynamic(tmp, quick, reps, log):
     each VM a queue of its own."""
     secs, warm = (2, 2) if quick else (5, 4)
     loads = {"low": "100M", "high": None}
+
+    def figs(runs):
+        res = {f"{m}-{l}": summarize(runs[(m, l)]) for m, l in configs}
+        cpu_low = ratios(runs[("static", "low")], runs[("dynamic", "low")], "hvnet_cores")
+        q_low = [r["queues_used"] for r in runs[("dynamic", "low")]]
+        thr_high = ratios(runs[("dynamic", "high")], runs[("static", "high")], "gbps")
+        note = ("Four VMs behind an hvnet uplink with five receive queues, one TCP stream to each from an external host; "
+                "CPU is the hvnet daemon's threads' run time. A queue here is a thread blocked in poll on its own socket: "
+                "an idle queue costs nothing, unlike a NIC queue's interrupts.")
+        out = [
+            figure("netqueue-dynamic-cpu", "The switch's CPU at low load (4 x 100 Mbit/s), static vs Dynamic NetQueue",
+                   "NetQueue", "cores (hvnet daemon)",
+                   {"hvnet": [(m, res[f"{m}-low"]["hvnet_cores"]) for m in up]}, {}, SEED_001 + ", Figure 9",
+                   "Dynamic NetQueue packs filters on fewer queues at low load and so uses less CPU (ratio static/dynamic "
+                   f"> 1; hvnet {median(cpu_low):.2f}; queues used {', '.join(map(str, q_low))} of 4)",
+                   judge([("static vs dynamic, low load", cpu_low)], "up"), note,
+                   {"hvnet": [(m, *res[f"{m}-low"]["spread"]["hvnet_cores"]) for m in up]}),
+            figure("netqueue-dynamic-throughput", "Throughput at high load, static vs Dynamic NetQueue", "NetQueue",
+                   "Gbit/s (4 VMs)", {"hvnet": [(m, res[f"{m}-high"]["gbps"]) for m in up]}, {},
+                   SEED_001 + ", Figure 9",
+                   f"Dynamic NetQueue spreads filters under load, losing no throughput (ratio dynamic/static >= 0.95; "
+                   f"hvnet {median(thr_high):.2f})",
+                   judge([("dynamic vs static, high load", thr_high)], "up", 0.95), note,
+                   {"hvnet": [(m, *res[f"{m}-high"]["spread"]["gbps"]) for m in up]}),
+        ]
+        return out, res
+
     with contextlib.ExitStack() as stack:
         up = {mode: stack.enter_context(nq.topology(tmp, f"nq-{mode}", value))
               for mode, value in (("static", True), ("dynamic", "dynamic"))}
@@ -244,31 +297,8 @@ def netqueue_dynamic(tmp, quick, reps, log):
             return r
 
         configs = [(m, l) for l in loads for m in up]
-        runs = interleaved(configs, reps, run)
-    res = {f"{m}-{l}": summarize(runs[(m, l)]) for m, l in configs}
-    cpu_low = ratios(runs[("static", "low")], runs[("dynamic", "low")], "hvnet_cores")
-    q_low = [r["queues_used"] for r in runs[("dynamic", "low")]]
-    thr_high = ratios(runs[("dynamic", "high")], runs[("static", "high")], "gbps")
-    note = ("Four VMs behind an hvnet uplink with five receive queues, one TCP stream to each from an external host; "
-            "CPU is the hvnet daemon's threads' run time. A queue here is a thread blocked in poll on its own socket: "
-            "an idle queue costs nothing, unlike a NIC queue's interrupts.")
-    figs = [
-        figure("netqueue-dynamic-cpu", "The switch's CPU at low load (4 x 100 Mbit/s), static vs Dynamic NetQueue",
-               "NetQueue", "cores (hvnet daemon)",
-               {"hvnet": [(m, res[f"{m}-low"]["hvnet_cores"]) for m in up]}, {}, SEED_001 + ", Figure 9",
-               "Dynamic NetQueue packs filters on fewer queues at low load and so uses less CPU (ratio static/dynamic "
-               f"> 1; hvnet {median(cpu_low):.2f}; queues used {', '.join(map(str, q_low))} of 4)",
-               judge([("static vs dynamic, low load", cpu_low)], "up"), note,
-               {"hvnet": [(m, *res[f"{m}-low"]["spread"]["hvnet_cores"]) for m in up]}),
-        figure("netqueue-dynamic-throughput", "Throughput at high load, static vs Dynamic NetQueue", "NetQueue",
-               "Gbit/s (4 VMs)", {"hvnet": [(m, res[f"{m}-high"]["gbps"]) for m in up]}, {},
-               SEED_001 + ", Figure 9",
-               f"Dynamic NetQueue spreads filters under load, losing no throughput (ratio dynamic/static >= 0.95; "
-               f"hvnet {median(thr_high):.2f})",
-               judge([("dynamic vs static, high load", thr_high)], "up", 0.95), note,
-               {"hvnet": [(m, *res[f"{m}-high"]["spread"]["gbps"]) for m in up]}),
-    ]
-    return figs, res
+        runs = interleaved(configs, reps, run, settle=lambda r: settled(figs(r)[0]))
+    return figs(runs)
 
 
 def port_batch(tmp, quick, reps, log):
@@ -283,32 +313,36 @@ def port_batch(tmp, quick, reps, log):
     def per_frame(r):
         r["frames_per_cpu_s"] = r["wire_in_per_s"] / max(r["hvnet_cores"], 1e-9)
 
-    runs = fleets_compared(tmp, reps, log, "read", {
+
+    def figs(runs):
+        res = {c: summarize(r) for c, r in runs.items()}
+        gain = {s: ratios(runs[("batched", s)], runs[("single", s)], "frames_per_cpu_s") for s in writes}
+        thr = {s: ratios(runs[("batched", s)], runs[("single", s)], "gbps") for s in writes}
+        pub = {"small": 1.10, "large": 1.04}
+        ser = lambda key: {f"hvnet, {m}": [(s, res[(m, s)][key]) for s in writes] for m in up}  # noqa: E731
+        spr = lambda key: {f"hvnet, {m}": [(s, *res[(m, s)]["spread"][key]) for s in writes] for m in up}  # noqa: E731
+        note = (WIRE_NOTE + VXLAN_NOTE + f" {vms} VMs, one stream each; small: 64-byte writes with TCP_NODELAY; large: "
+                "128 KiB writes. Frames: what the uplink read from the wire; CPU: the hvnet daemon's threads. The study "
+                "compared a native driver with the open-source driver API, whose cost is per packet; here the cost per "
+                "packet is a system call per frame read.")
+        return [
+            figure("port-batch-efficiency", "Frames from the wire per CPU-second of the switch, batched vs one per call",
+                   "packets", "frames per hvnet CPU-second", ser("frames_per_cpu_s"), {}, SEED_001 + ", Figure 10",
+                   "A port interface with less per-packet cost saves CPU, most at high packet rates (ratio batched/single "
+                   "> 1; published about 10% small, 4% large; " + "; ".join(
+                       f"{s}: hvnet {median(g):.2f}" for s, g in gain.items()) + ")",
+                   judge([("small", gain["small"])], "up", published=pub["small"]), note, spr("frames_per_cpu_s")),
+            figure("port-batch-throughput", "Throughput, batched vs one frame per call", "packets", "Gbit/s (all VMs)",
+                   ser("gbps"), {}, SEED_001 + ", Figure 10",
+                   "The lower per-packet cost comes with slightly higher throughput (ratio batched/single >= 0.95; "
+                   + "; ".join(f"{s}: hvnet {median(g):.2f} ({min(g):.2f}–{max(g):.2f})" for s, g in thr.items())
+                   + "). Judged with large packets, where the switch's per-frame work limits throughput; with 64-byte "
+                   "writes the senders' own system calls do, so that point is drawn, not judged",
+                   judge([("large", thr["large"])], "up", 0.95), note, spr("gbps")),
+        ], {f"{m}-{s}": v for (m, s), v in res.items()}
+
+    return figs(fleets_compared(tmp, reps, log, "read", {
         "batched": dict(vms=vms, vxlan=True, uplink=dict(batch=32), prefix="bb"),
         "single": dict(vms=vms, vxlan=True, uplink=dict(batch=1), prefix="b1")},
-        writes=writes, derive=per_frame, seconds=secs)
-    res = {c: summarize(r) for c, r in runs.items()}
-    gain = {s: ratios(runs[("batched", s)], runs[("single", s)], "frames_per_cpu_s") for s in writes}
-    thr = {s: ratios(runs[("batched", s)], runs[("single", s)], "gbps") for s in writes}
-    pub = {"small": 1.10, "large": 1.04}
-    ser = lambda key: {f"hvnet, {m}": [(s, res[(m, s)][key]) for s in writes] for m in up}  # noqa: E731
-    spr = lambda key: {f"hvnet, {m}": [(s, *res[(m, s)]["spread"][key]) for s in writes] for m in up}  # noqa: E731
-    note = (WIRE_NOTE + VXLAN_NOTE + f" {vms} VMs, one stream each; small: 64-byte writes with TCP_NODELAY; large: "
-            "128 KiB writes. Frames: what the uplink read from the wire; CPU: the hvnet daemon's threads. The study "
-            "compared a native driver with the open-source driver API, whose cost is per packet; here the cost per "
-            "packet is a system call per frame read.")
-    return [
-        figure("port-batch-efficiency", "Frames from the wire per CPU-second of the switch, batched vs one per call",
-               "packets", "frames per hvnet CPU-second", ser("frames_per_cpu_s"), {}, SEED_001 + ", Figure 10",
-               "A port interface with less per-packet cost saves CPU, most at high packet rates (ratio batched/single "
-               "> 1; published about 10% small, 4% large; " + "; ".join(
-                   f"{s}: hvnet {median(g):.2f}" for s, g in gain.items()) + ")",
-               judge([("small", gain["small"])], "up", published=pub["small"]), note, spr("frames_per_cpu_s")),
-        figure("port-batch-throughput", "Throughput, batched vs one frame per call", "packets", "Gbit/s (all VMs)",
-               ser("gbps"), {}, SEED_001 + ", Figure 10",
-               "The lower per-packet cost comes with slightly higher throughput (ratio batched/single >= 0.95; "
-               + "; ".join(f"{s}: hvnet {median(g):.2f} ({min(g):.2f}–{max(g):.2f})" for s, g in thr.items())
-               + "). Judged with large packets, where the switch's per-frame work limits throughput; with 64-byte "
-               "writes the senders' own system calls do, so that point is drawn, not judged",
-               judge([("large", thr["large"])], "up", 0.95), note, spr("gbps")),
-    ], {f"{m}-{s}": v for (m, s), v in res.items()}
+        writes=writes, derive=per_frame, seconds=secs,
+        settle=lambda r: settled(figs(r)[0])))

@@ -3,15 +3,24 @@
 Each compared configuration is measured N times, the configurations
 interleaved (A, B, A, B, ...) so that the machine's drift hits both. A
 published effect is judged on the per-repetition ratios (or differences)
-at every point the study claims it:
+at every point the study claims it, through the median's confidence
+interval (distribution-free, at least 75%: the min-max of 3 to 5 runs,
+the 2nd and 6th of 7):
 
-- reproduced: the effect's direction holds beyond the spread (every sample
-  past the threshold) at every point;
-- not reproduced: the opposite holds beyond the spread at some point
-  (every sample there on the wrong side);
-- inconclusive: the spread covers both sides somewhere.
+- reproduced: the interval lies past the threshold at every point, and
+  where a size was published, past the no-effect band too;
+- not reproduced: at some point the interval lies on the wrong side of
+  the threshold, or inside the no-effect band (an effect of about nothing
+  where the study saw a larger one);
+- inconclusive: the interval covers a threshold or a band's edge.
 
-With one run per point (`--quick`) the spread is a single value: the
+A comparison still inconclusive after N runs gets more, up to 2N+1
+(`interleaved(..., settle=)`): the interval narrows as runs are added, so
+an effect that can be told apart on this machine is, and one of about the
+threshold's size stays inconclusive and says why, instead of flipping from
+one run to the next.
+
+With one run per point (`--quick`) the interval is a single value: the
 verdict is indicative only, and says so.
 """
 
@@ -53,45 +62,70 @@ def summarize(runs):
     return out
 
 
+def interval(xs):
+    """The median's distribution-free confidence interval, of at least
+    75%: (x(k), x(n+1-k)) of the sorted samples with the largest k whose
+    coverage 1 - 2 P(Binomial(n, 1/2) < k) is 75% or more."""
+    xs = sorted(xs)
+    n = len(xs)
+    k = 1
+    while k + 1 <= n // 2 and 1 - 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n >= 0.75:
+        k += 1
+    return xs[k - 1], xs[n - k]
+
+
 def judge(points, direction, threshold=1.0, what="ratio", published=None):
     """`points`: [(label, samples)], the effect's samples at each point the
     study claims it (ratios on/off, or differences). `direction`: "up"
     (the effect makes the value larger than `threshold`) or "down".
     `published`: the published effect as a ratio where there is one —
-    one number for every point, or {label: ratio} per point. A point whose
-    median lies within a quarter of it (on a log scale) of no change shows
-    no effect of that kind, whichever way its runs lean: not reproduced
-    (the band is never narrower than NOISE).
-    Judged on the median, so that an effect of about nothing gets the same
-    verdict run after run instead of flipping with the noise around a
-    threshold. Returns (verdict, reason)."""
-    def past(x):
-        return x > threshold if direction == "up" else x < threshold
-
-    def against(x):
-        return x < threshold if direction == "up" else x > threshold
-
+    one number for every point, or {label: ratio} per point. Within a
+    quarter of it (on a log scale) of no change, and never less than
+    NOISE, is the no-effect band: an interval inside it shows no effect of
+    that kind (not reproduced), an interval across its edge cannot tell
+    (inconclusive). Returns (verdict, reason)."""
+    up = direction == "up"
     pub = published if isinstance(published, dict) else {label: published for label, _ in points}
 
     def band(label):
         p = pub.get(label)
         return max(abs(math.log(p)) / 4, NOISE) if p and p > 0 and p != 1 else None
 
-    flat = [(label, s, band(label)) for label, s in points
-            if s and band(label) and all(x > 0 for x in s) and abs(math.log(median(s))) < band(label)]
+    def desc(label, s):
+        lo, hi = interval(s)
+        return f"{label} ({what} {value_range(s)}, median {median(s):.3g}" + (
+            f", interval {lo:.3g}–{hi:.3g})" if (lo, hi) != (min(s), max(s)) else ")")
+
+    flat, wrong, unsure = [], [], []
+    for label, s in points:
+        if not s:
+            unsure.append(f"{label} (no runs)")
+            continue
+        lo, hi = interval(s)
+        b = band(label)
+        if b and lo > 0 and math.exp(-b) < lo and hi < math.exp(b):
+            flat.append(f"{desc(label, s)}: within {math.exp(-b):.2f}–{math.exp(b):.2f} of no change; "
+                        f"published {pub[label]:.2f}")
+        elif (hi < threshold) if up else (lo > threshold):
+            wrong.append(desc(label, s))
+        elif not ((lo > threshold) if up else (hi < threshold)):
+            unsure.append(f"{desc(label, s)}: covers the threshold {threshold:g}")
+        elif b and not ((lo >= math.exp(b)) if up else (hi <= math.exp(-b))):
+            edge = math.exp(b) if up else math.exp(-b)
+            unsure.append(f"{desc(label, s)}: the effect is there but covers {edge:.2f}, the edge of no effect of the "
+                          f"published size ({pub[label]:.2f})")
     if flat:
-        return NOT_REPRODUCED, "no effect of the published size at " + ", ".join(
-            f"{label} ({what} {value_range(s)}, median {median(s):.3g}, within {math.exp(-b):.2f}–{math.exp(b):.2f} "
-            f"of no change; published {pub[label]:.2f})" for label, s, b in flat)
-    wrong = [(label, s) for label, s in points if s and all(against(x) for x in s)]
+        return NOT_REPRODUCED, "no effect of the published size at " + "; ".join(flat)
     if wrong:
-        return NOT_REPRODUCED, "opposite beyond the spread at " + ", ".join(
-            f"{label} ({what} {value_range(s)})" for label, s in wrong)
-    unsure = [(label, s) for label, s in points if not s or not all(past(x) for x in s)]
+        return NOT_REPRODUCED, "opposite beyond the spread at " + ", ".join(wrong)
     if unsure:
-        return INCONCLUSIVE, "the spread covers both sides at " + ", ".join(
-            f"{label} ({what} {value_range(s)}, threshold {threshold:g})" for label, s in unsure)
+        return INCONCLUSIVE, "the spread cannot decide at " + "; ".join(unsure)
     return REPRODUCED, ""
+
+
+def settled(figures):
+    """True once no figure drawn from the runs so far is inconclusive."""
+    return all(f["verdict"] != INCONCLUSIVE for f in figures)
 
 
 def both(*verdicts):

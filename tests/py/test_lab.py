@@ -63,13 +63,23 @@ def test_verdicts_need_the_effect_beyond_the_spread():
     v, why = judge([("x", [0.98, 1.11])], "down", published=3 / 7)
     assert v == NOT_REPRODUCED and "no effect of the published size" in why
     assert judge([("x", [0.6, 0.7])], "down", published=3 / 7)[0] == REPRODUCED
-    # Judged on the median: runs that lean either way around no change get
-    # the same verdict (the 2026-11-23 pairs of runs flipped here).
-    for runs in ([0.958, 1.05, 1.16], [0.93, 0.99, 1.04], [1.0, 1.02, 1.13]):
+    # Runs that lean either way around no change get the same verdict (the
+    # 2026-11-23 pairs of runs flipped here): inside the band, no effect;
+    # across its edge, undecided until more runs narrow the interval.
+    for runs in ([0.93, 0.99, 1.04], [1.0, 1.02, 1.13]):
         assert judge([("x", runs)], "up", published=1.76)[0] == NOT_REPRODUCED, runs
+    v, why = judge([("x", [0.958, 1.05, 1.16])], "up", published=1.76)
+    assert v == INCONCLUSIVE and "covers the threshold" in why, why
+    more = [0.958, 1.05, 1.16, 1.0, 1.02, 1.1, 1.06]
+    assert judge([("x", more)], "up", published=1.76)[0] == NOT_REPRODUCED
+    # An effect that is there, but maybe smaller than a quarter of the
+    # published one: undecided, and said so.
+    v, why = judge([("x", [1.08, 1.2, 1.35])], "up", published=1.52)
+    assert v == INCONCLUSIVE and "edge of no effect" in why, why
+    assert judge([("x", [1.12, 1.2, 1.35])], "up", published=1.52)[0] == REPRODUCED
     # A published effect per point: no effect where a gain was published,
     # a clear one elsewhere.
-    pts = [("256", [0.87, 1.0, 1.06]), ("16K", [1.7, 1.9, 2.0])]
+    pts = [("256", [0.93, 1.0, 1.06]), ("16K", [1.7, 1.9, 2.0])]
     v, why = judge(pts, "up", 0.95, published={"256": 1.5})
     assert v == NOT_REPRODUCED and "256" in why and "16K" not in why, why
     assert judge([("16K", [1.7, 1.9, 2.0])], "up", 0.95, published={"256": 1.5})[0] == REPRODUCED
@@ -80,6 +90,39 @@ def test_verdicts_need_the_effect_beyond_the_spread():
     assert both((REPRODUCED, ""), (NOT_REPRODUCED, "w"))[0] == NOT_REPRODUCED
     p = summarize([{"gbps": 3.0, "lro": "on"}, {"gbps": 1.0, "lro": "on"}, {"gbps": 2.0, "lro": "on"}])
     assert p["gbps"] == 2.0 and p["spread"]["gbps"] == [1.0, 3.0] and p["lro"] == "on" and len(p["runs"]) == 3
+
+
+def test_the_medians_interval_narrows_as_runs_are_added():
+    from hvnet_lab.verdict import interval
+    assert interval([3, 1, 2]) == (1, 3)
+    assert interval([5, 1, 4, 2, 3]) == (1, 5)
+    assert interval(range(1, 8)) == (2, 6)
+    assert interval(range(1, 10)) == (3, 7)
+    assert interval([4.0]) == (4.0, 4.0)
+
+
+def test_an_undecided_comparison_gets_more_runs_and_no_more_than_it_needs():
+    from hvnet_lab.figures import interleaved
+    from hvnet_lab.verdict import INCONCLUSIVE, judge
+    samples = iter([1.0, 1.3, 1.0, 0.9, 1.0, 1.3, 1.0, 1.25, 1.0, 1.4, 1.0, 1.35, 1.0, 1.3, 1.0, 1.3])
+    order = []
+
+    def run(c):
+        order.append(c)
+        return {"v": next(samples)}
+
+    def settle(runs):
+        gain = [b["v"] / a["v"] for a, b in zip(runs["A"], runs["B"])]
+        return judge([("B vs A", gain)], "up")[0] != INCONCLUSIVE
+
+    runs = interleaved(("A", "B"), 3, run, settle=settle)
+    # Undecided while the interval is the min-max (0.9 among the ratios:
+    # up to 5 runs), decided at the 6th, whose interval is the 2nd to 5th.
+    assert order[:6] == ["A", "B"] * 3 and len(runs["A"]) == len(runs["B"]) == 6, order
+    # Never more than 2N + 1 rounds, and none more without a settle.
+    assert len(interleaved(("A",), 3, lambda c: {"v": 1.0}, settle=lambda r: False)["A"]) == 7
+    assert len(interleaved(("A",), 3, lambda c: {"v": 1.0})["A"]) == 3
+    assert len(interleaved(("A",), 1, lambda c: {"v": 1.0}, settle=lambda r: False)["A"]) == 1
 
 
 def test_sack_rate_is_judged_only_where_losses_give_one():

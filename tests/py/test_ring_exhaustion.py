@@ -5,7 +5,6 @@ drops appear and the sender retransmits; with 4096-entry rings both fall
 sharply."""
 
 import json
-import time
 
 import pytest
 

@@ -7,7 +7,6 @@ import json
 import os
 import socket
 import struct
-from pathlib import Path
 
 import pytest
 

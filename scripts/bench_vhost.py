@@ -129,21 +129,29 @@ def summary(out: str, cpu) -> dict:
             "retransmits": r.get("retransmits", 0)}
 
 
-def bridge_run(work: Path, seconds: int) -> dict:
+@contextlib.contextmanager
+def bridged_taps(prefix: str, *tap_flags):
+    """Two TAP devices (created with `tap_flags`) joined by a Linux bridge,
+    removed afterwards: yields their names."""
     tag = f"{os.getpid() % 100000}"
-    br, taps = f"hvbbr{tag}", [f"hvbt{tag}a", f"hvbt{tag}b"]
+    br, taps = f"{prefix}br{tag}", [f"{prefix}t{tag}a", f"{prefix}t{tag}b"]
     try:
         hvlab.run(["ip", "link", "add", br, "type", "bridge"])
         hvlab.run(["ip", "link", "set", br, "up"])
         for t in taps:
-            hvlab.run(["ip", "tuntap", "add", t, "mode", "tap"])
+            hvlab.run(["ip", "tuntap", "add", t, "mode", "tap", *tap_flags])
             hvlab.run(["ip", "link", "set", t, "master", br, "up"])
-        opts = os.environ.get("HVNET_BENCH_VEC_OPTS", ",gro=1")
-        nics = [(f"vec0:transport=tap,ifname={t}{opts}", "vec0") for t in taps]
-        return run_guests(work, nics, seconds)
+        yield taps
     finally:
         for d in taps + [br]:
             hvlab.run(["ip", "link", "del", d], check=False)
+
+
+def bridge_run(work: Path, seconds: int) -> dict:
+    with bridged_taps("hvb") as taps:
+        opts = os.environ.get("HVNET_BENCH_VEC_OPTS", ",gro=1")
+        nics = [(f"vec0:transport=tap,ifname={t}{opts}", "vec0") for t in taps]
+        return run_guests(work, nics, seconds)
 
 
 def hvnet_run(work: Path, seconds: int) -> dict:
@@ -213,29 +221,13 @@ def qemu_hvnet_run(work: Path, seconds: int) -> dict:
 
 
 def qemu_bridge_run(work: Path, seconds: int) -> dict:
-    tag = f"{os.getpid() % 100000}"
-    br, taps = f"hvqbr{tag}", [f"hvqt{tag}a", f"hvqt{tag}b"]
-    try:
-        hvlab.run(["ip", "link", "add", br, "type", "bridge"])
-        hvlab.run(["ip", "link", "set", br, "up"])
-        for t in taps:
-            hvlab.run(["ip", "tuntap", "add", t, "mode", "tap", "vnet_hdr"])
-            hvlab.run(["ip", "link", "set", t, "master", br, "up"])
+    with bridged_taps("hvq", "vnet_hdr") as taps:
         return qemu_pair(work, [{"tap": t} for t in taps], seconds)
-    finally:
-        for d in taps + [br]:
-            hvlab.run(["ip", "link", "del", d], check=False)
 
 
 def qemu_testpmd_run(work: Path, seconds: int) -> dict:
-    socks = [work / "vhost0.sock", work / "vhost1.sock"]
-    fwd = pmd(work, "fwd", [f"--vdev=net_vhost0,iface={socks[0]}", f"--vdev=net_vhost1,iface={socks[1]}"],
-              ["--forward-mode=io", "--nb-cores=1"], fwd_core=0)
-    try:
-        hvlab.eventually(lambda: all(s.exists() for s in socks), timeout=30)
+    with testpmd_forwarder(work) as socks:
         return qemu_pair(work, [{"sock": str(s)} for s in socks], seconds)
-    finally:
-        pmd_stop(fwd)
 
 
 QEMU_FABRICS = {"hvnet": qemu_hvnet_run, "bridge": qemu_bridge_run, "testpmd": qemu_testpmd_run}
@@ -309,15 +301,23 @@ def hvnet_frames(work: Path, seconds: int) -> dict:
         return frames_between(work, d / "a.sock", d / "b.sock", seconds, ready)
 
 
-def testpmd_frames(work: Path, seconds: int) -> dict:
+@contextlib.contextmanager
+def testpmd_forwarder(work: Path):
+    """testpmd's vhost back end, two `net_vhost` ports with io forwarding
+    between them (the reference switch): yields their two sockets."""
     socks = [work / "vhost0.sock", work / "vhost1.sock"]
     fwd = pmd(work, "fwd", [f"--vdev=net_vhost0,iface={socks[0]}", f"--vdev=net_vhost1,iface={socks[1]}"],
               ["--forward-mode=io", "--nb-cores=1"], fwd_core=0)
     try:
         hvlab.eventually(lambda: all(s.exists() for s in socks), timeout=30)
-        return frames_between(work, socks[0], socks[1], seconds, lambda: True)
+        yield socks
     finally:
         pmd_stop(fwd)
+
+
+def testpmd_frames(work: Path, seconds: int) -> dict:
+    with testpmd_forwarder(work) as socks:
+        return frames_between(work, socks[0], socks[1], seconds, lambda: True)
 
 
 FRAME_FABRICS = {"hvnet": hvnet_frames, "testpmd": testpmd_frames}

@@ -349,6 +349,22 @@ def cpu_limit(tmp, quick, reps, log):
                   "runs": {str(k): v for k, v in runs.items()}}
 
 
+def contended_streams(f, secs):
+    """12 streams from VM a into VM b, b's vCPU held to 25% of a core (seed
+    002's load): the command, iperf3's output, b's rx_summary and a's TCP
+    counters, each (before, after)."""
+    with hvlab.CpuLimit(25) as cpu:
+        server, _ = contended_server(f, cpu)
+        n0 = measure.nstat(f.sh("a", "nstat -az").stdout)
+        d0 = f.t.stats("/ports/b/rx_summary")
+        cmd = f"iperf3 -c {B_IP} -t {secs} -P 12 -J"
+        out = f.sh("a", cmd, timeout=secs + 120).stdout
+        d1 = f.t.stats("/ports/b/rx_summary")
+        n1 = measure.nstat(f.sh("a", "nstat -az").stdout)
+        server.wait(timeout=30)
+    return cmd, out, (d0, d1), (n0, n1)
+
+
 def ring_exhaustion(tmp, quick, reps, log):
     if fabrics.VM_KIND != "netns":
         return virtqueue_exhaustion(tmp, quick, reps, log)
@@ -359,15 +375,7 @@ def ring_exhaustion(tmp, quick, reps, log):
         def run(c):
             lro, size = c
             f.t.hv("port", "b", "set", f"ring1={size}", f"ring2={size}", f"lro={lro}")
-            with hvlab.CpuLimit(25) as cpu:
-                server, _ = contended_server(f, cpu)
-                n0 = measure.nstat(f.sh("a", "nstat -az").stdout)
-                d0 = f.t.stats("/ports/b/rx_summary")
-                cmd = f"iperf3 -c {B_IP} -t {secs} -P 12 -J"
-                out = f.sh("a", cmd, timeout=secs + 60).stdout
-                d1 = f.t.stats("/ports/b/rx_summary")
-                n1 = measure.nstat(f.sh("a", "nstat -az").stdout)
-                server.wait(timeout=10)
+            cmd, out, (d0, d1), (n0, n1) = contended_streams(f, secs)
             big = (d1["lro_frames"] - d0["lro_frames"]) + (d1["gso_intact_frames"] - d0["gso_intact_frames"])
             row = {"lro": lro, "rings": size, "gbps": measure.iperf3(out)["bps"] / 1e9,
                    "ring1_full": d1["drop_ring1_full"] - d0["drop_ring1_full"],
@@ -428,6 +436,37 @@ def virtqueue_exhaustion(tmp, quick, reps, log):
     rings = [256, 1024] if quick else [256, 512, 1024]
     lros = ["off"] if quick else ["off", "on"]
     secs = 2 if quick else 4
+
+    def figs(runs):
+        rows = [summarize(runs[(lro, size)]) for lro in lros for size in rings]
+        small, big = runs[("off", rings[0])], runs[("off", rings[-1])]
+        fewer = lambda key: [(b[key] + 1) / (a[key] + 1) for a, b in zip(small, big)]  # noqa: E731
+        ser = lambda key, lro: [(r["rings"], r[key]) for r in rows if r["lro"] == lro]  # noqa: E731
+        spr = lambda key, lro: [(r["rings"], *r["spread"][key]) for r in rows if r["lro"] == lro]  # noqa: E731
+        off = [r for r in rows if r["lro"] == "off"]
+        note = cpu_note() + " LRO off: wire-sized frames, one receive buffer each, as VMXNET3's ring 1 takes them."
+        out = [
+            figure("ring-exhaustion-drops", "Receive-virtqueue-full drops under CPU contention, 12 streams",
+                   "receive virtqueue size (entries)", "frames dropped",
+                   {f"hvnet LRO {lro}, virtqueue full": ser("drops", lro) for lro in lros},
+                   {"published ring 1 full (default rings)": [(256, 7086)], "published ring 2 full (default rings)": [(256, 3284)]},
+                   SEED_002 + ", part 2 (vsish rxSummary)",
+                   f"larger rings cut ring-full drops (ratio {rings[-1]}/{rings[0]} < 1; hvnet LRO off: {off[0]['drops']:.0f} at "
+                   f"{rings[0]} -> {off[-1]['drops']:.0f} at {rings[-1]} entries of the guest's receive virtqueue)",
+                   judge([("LRO off", fewer("drops"))], "down"), note,
+                   {f"hvnet LRO {lro}, virtqueue full": spr("drops", lro) for lro in lros}),
+            figure("ring-exhaustion-retransmits", "Sender retransmissions", "receive virtqueue size (entries)",
+                   "segments retransmitted",
+                   {f"hvnet LRO {lro}": ser("retransmits", lro) for lro in lros},
+                   {"published retransmitted segments (default rings)": [(256, 86715)]},
+                   SEED_002 + ", part 2 (netstat -s)",
+                   f"fewer retransmissions with larger rings (ratio {rings[-1]}/{rings[0]} < 1; hvnet LRO off: "
+                   f"{off[0]['retransmits']:.0f} -> {off[-1]['retransmits']:.0f})",
+                   judge([("LRO off", fewer("retransmits"))], "down"), note,
+                   {f"hvnet LRO {lro}": spr("retransmits", lro) for lro in lros}),
+        ]
+        return out, rows
+
     with contextlib.ExitStack() as stack:
         up = {n: stack.enter_context(Hvnet(tmp, 1500, b={**VMXNET3_VCPU, "ring1": n})) for n in rings}
 
@@ -435,15 +474,7 @@ def virtqueue_exhaustion(tmp, quick, reps, log):
             lro, size = c
             f = up[size]
             f.t.hv("port", "b", "set", f"lro={lro}")
-            with hvlab.CpuLimit(25) as cpu:
-                server, _ = contended_server(f, cpu)
-                n0 = measure.nstat(f.sh("a", "nstat -az").stdout)
-                d0 = f.t.stats("/ports/b/rx_summary")
-                cmd = f"iperf3 -c {B_IP} -t {secs} -P 12 -J"
-                out = f.sh("a", cmd, timeout=secs + 120).stdout
-                d1 = f.t.stats("/ports/b/rx_summary")
-                n1 = measure.nstat(f.sh("a", "nstat -az").stdout)
-                server.wait(timeout=30)
+            cmd, out, (d0, d1), (n0, n1) = contended_streams(f, secs)
             virtqueue = f.t.stats("/ports/b/rxqueues/0/status")["virtqueue_size"]
             row = {"lro": lro, "rings": size, "virtqueue": virtqueue, "gbps": measure.iperf3(out)["bps"] / 1e9,
                    "drops": d1["drop_virtqueue_full"] - d0["drop_virtqueue_full"],
@@ -452,35 +483,9 @@ def virtqueue_exhaustion(tmp, quick, reps, log):
             log.append({"command": f.command("a", cmd), **row})
             return row
 
-        runs = interleaved([(lro, size) for lro in lros for size in rings], reps, run)
-    rows = [summarize(runs[(lro, size)]) for lro in lros for size in rings]
-    small, big = runs[("off", rings[0])], runs[("off", rings[-1])]
-    fewer = lambda key: [(b[key] + 1) / (a[key] + 1) for a, b in zip(small, big)]  # noqa: E731
-    ser = lambda key, lro: [(r["rings"], r[key]) for r in rows if r["lro"] == lro]  # noqa: E731
-    spr = lambda key, lro: [(r["rings"], *r["spread"][key]) for r in rows if r["lro"] == lro]  # noqa: E731
-    off = [r for r in rows if r["lro"] == "off"]
-    note = cpu_note() + " LRO off: wire-sized frames, one receive buffer each, as VMXNET3's ring 1 takes them."
-    figs = [
-        figure("ring-exhaustion-drops", "Receive-virtqueue-full drops under CPU contention, 12 streams",
-               "receive virtqueue size (entries)", "frames dropped",
-               {f"hvnet LRO {lro}, virtqueue full": ser("drops", lro) for lro in lros},
-               {"published ring 1 full (default rings)": [(256, 7086)], "published ring 2 full (default rings)": [(256, 3284)]},
-               SEED_002 + ", part 2 (vsish rxSummary)",
-               f"larger rings cut ring-full drops (ratio {rings[-1]}/{rings[0]} < 1; hvnet LRO off: {off[0]['drops']:.0f} at "
-               f"{rings[0]} -> {off[-1]['drops']:.0f} at {rings[-1]} entries of the guest's receive virtqueue)",
-               judge([("LRO off", fewer("drops"))], "down"), note,
-               {f"hvnet LRO {lro}, virtqueue full": spr("drops", lro) for lro in lros}),
-        figure("ring-exhaustion-retransmits", "Sender retransmissions", "receive virtqueue size (entries)",
-               "segments retransmitted",
-               {f"hvnet LRO {lro}": ser("retransmits", lro) for lro in lros},
-               {"published retransmitted segments (default rings)": [(256, 86715)]},
-               SEED_002 + ", part 2 (netstat -s)",
-               f"fewer retransmissions with larger rings (ratio {rings[-1]}/{rings[0]} < 1; hvnet LRO off: "
-               f"{off[0]['retransmits']:.0f} -> {off[-1]['retransmits']:.0f})",
-               judge([("LRO off", fewer("retransmits"))], "down"), note,
-               {f"hvnet LRO {lro}": spr("retransmits", lro) for lro in lros}),
-    ]
-    return figs, rows
+        runs = interleaved([(lro, size) for lro in lros for size in rings], reps, run,
+                           settle=lambda r: settled(figs(r)[0]))
+    return figs(runs)
 
 
 def multiqueue_judged(runs):

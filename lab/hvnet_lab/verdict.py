@@ -112,8 +112,8 @@ def judge(points, direction, threshold=1.0, what="ratio", published=None):
             unsure.append(f"{desc(label, s)}: covers the threshold {threshold:g}")
         elif b and not ((lo >= math.exp(b)) if up else (hi <= math.exp(-b))):
             edge = math.exp(b) if up else math.exp(-b)
-            unsure.append(f"{desc(label, s)}: the effect is there but covers {edge:.2f}, the edge of no effect of the "
-                          f"published size ({pub[label]:.2f})")
+            unsure.append(f"{desc(label, s)}: past the threshold {threshold:g} but covers {edge:.2f}, the edge of no "
+                          f"effect of the published size ({pub[label]:.2f})")
     if flat:
         return NOT_REPRODUCED, "no effect of the published size at " + "; ".join(flat)
     if wrong:

@@ -256,9 +256,9 @@ fn argv(vm: &Vm, state_dir: &Path, vmlinuz: &Path, initrd: &Path, kvm: bool) -> 
     let q = vm.queues;
     let (accel, cpu) = if kvm { ("kvm", "host") } else { ("tcg", "max") };
     // QEMU 7.2 under TCG crashes starting a vhost-user device with MSI-X
-    // (REFERENCE.md): legacy interrupts there; under KVM, a vector per
-    // virtqueue and one for the configuration.
-    let vectors = if kvm { 2 * q + 2 } else { 0 };
+    // (REFERENCE.md): legacy interrupts there; under KVM, QEMU's default
+    // (a vector per virtqueue and one for the configuration).
+    let vectors = if kvm { "" } else { ",vectors=0" };
     let mq = if q > 1 { ",mq=on" } else { "" };
     let s = |p: PathBuf| p.to_string_lossy().into_owned();
     vec![
@@ -292,18 +292,18 @@ fn argv(vm: &Vm, state_dir: &Path, vmlinuz: &Path, initrd: &Path, kvm: bool) -> 
         "-chardev".into(),
         format!("socket,id=root,path={}", s(gdir.join("root.sock"))),
         "-device".into(),
-        format!("vhost-user-fs-pci,chardev=root,tag=root,vectors={}", if kvm { 2 } else { 0 }),
+        format!("vhost-user-fs-pci,chardev=root,tag=root{vectors}"),
         "-chardev".into(),
         format!("socket,id=x,path={}", s(gdir.join("x.sock"))),
         "-device".into(),
-        format!("vhost-user-fs-pci,chardev=x,tag=x,vectors={}", if kvm { 2 } else { 0 }),
+        format!("vhost-user-fs-pci,chardev=x,tag=x{vectors}"),
         "-chardev".into(),
         format!("socket,id=net,path={}", s(socket_path(state_dir, &vm.name))),
         "-netdev".into(),
         format!("vhost-user,id=net0,chardev=net,queues={q}"),
         "-device".into(),
         format!(
-            "virtio-net-pci,netdev=net0,mac={},romfile=,vectors={vectors},mrg_rxbuf=on,rx_queue_size={}{mq}",
+            "virtio-net-pci,netdev=net0,mac={},romfile={vectors},mrg_rxbuf=on,rx_queue_size={}{mq}",
             vm.mac, vm.settings.ring1
         ),
         "-qmp".into(),

@@ -137,17 +137,17 @@ def lro_native_wire(tmp, quick, reps, log):
     return figs(rows), rows
 
 
-def lro_local(tmp, quick, reps, log):
+def lro_local(tmp, quick, reps, log, vms="netns"):
     secs = 2 if quick else 4
     refs = {}
-    note = vm_note() + " LRO off: hvnet segments the sender's TSO frames for the receiver."
+    note = vm_note(vms) + " LRO off: hvnet segments the sender's TSO frames for the receiver."
     figures = lambda rows: lro_figures("lro-local", rows, PUB_000_LOCAL, SEED_000 + ", Figures 4-6", note,  # noqa: E731
                                        lambda r: r["write"])
-    with Hvnet(tmp, 1500, b={"ring1": 4096, "ring2": 4096}) as f:
+    with Hvnet(tmp, 1500, vms, b={"ring1": 4096, "ring2": 4096}) as f:
         rows = lro_off_on(f, quick, reps, secs, log, figures)
     # With real guests the references (namespace VMs) are not the same
     # guests: hvnet's own comparison only.
-    for F in (Bridge, Ovs) if fabrics.VM_KIND == "netns" else ():
+    for F in (Bridge, Ovs) if vms == "netns" else ():
         try:
             with F(tmp, 1500) as f:
                 runs = interleaved(sizes(quick), reps, lambda sw: dict(iperf(f, 1, sw[0], secs, sw[1], log), write=sw[0]))
@@ -181,9 +181,9 @@ def jumbo_judged(runs):
             judge([("hvnet", cpu)], "down", published=3.0 / 7.0)), thr, cpu
 
 
-def jumbo(tmp, quick, reps, log):
+def jumbo(tmp, quick, reps, log, vms="netns"):
     secs = 2 if quick else 4
-    fabs = [Hvnet] if quick or fabrics.VM_KIND != "netns" else [Hvnet, Bridge, Ovs]
+    fabs = [Hvnet] if quick or vms != "netns" else [Hvnet, Bridge, Ovs]
     rows, errors = {}, {}
     for F in fabs:
         try:
@@ -210,7 +210,7 @@ def jumbo(tmp, quick, reps, log):
     (judged_thr, judged_cpu), thr, cpu = jumbo_judged({m: rows[("hvnet", m)]["runs"] for m in (1500, 9000)})
     ser = lambda key: {f"{n}": [(str(m), rows[(n, m)][key]) for m in (1500, 9000)] for n in names}  # noqa: E731
     spr = lambda key: {f"{n}": [(str(m), *rows[(n, m)]["spread"][key]) for m in (1500, 9000)] for n in names}  # noqa: E731
-    note = vm_note() + " 4 streams, 128 KiB writes." + "".join(f" {n} reference failed: {e}" for n, e in errors.items())
+    note = vm_note(vms) + " 4 streams, 128 KiB writes." + "".join(f" {n} reference failed: {e}" for n, e in errors.items())
     figs = [
         figure("jumbo-throughput", "VM to VM throughput, MTU 1500 vs 9000", "MTU", "Gbit/s", ser("gbps"),
                {"published (Hyper-V, same host)": [("1500", 17.0), ("9000", 30.0)]}, SEED_004,
@@ -253,7 +253,7 @@ def contended_server(f, cpu):
     `cpu`: a namespace VM's delivery thread and the server; a real guest's
     processes (its kernel, and its user space, which the server joins).
     Returns (server, (pid, tid) whose run-queue wait is the VM's %RDY)."""
-    if fabrics.VM_KIND != "netns":
+    if f.t.kind("b") != "netns":
         guest = json.loads(f.t.hv("port", "b", "--json").stdout)["guest"]
         # UML: its kernel and user-space processes; QEMU: its process
         # (the vCPU thread and QEMU's own), not the file server.
@@ -275,12 +275,12 @@ def hvnet_pid(f):
     return int(json.loads(open(f"/run/hvnet/{f.t.name}/state.json").read())["pid"])
 
 
-def cpu_limit(tmp, quick, reps, log):
+def cpu_limit(tmp, quick, reps, log, vms="netns"):
     # Four shares even when quick: the fit needs three where the share is
     # the limit, below the knee.
     shares = [15, 35, 60, 100] if quick else [15, 25, 35, 50, 65, 80, 100]
     secs = 2 if quick else 4
-    with Hvnet(tmp, 1500, b={"ring1": 4096, "ring2": 4096, **VMXNET3_VCPU}) as f:
+    with Hvnet(tmp, 1500, vms, b={"ring1": 4096, "ring2": 4096, **VMXNET3_VCPU}) as f:
         def run(share):
             if share is None:
                 return {"gbps": iperf(f, 4, "128K", secs, None, log)["gbps"]}
@@ -334,7 +334,7 @@ def cpu_limit(tmp, quick, reps, log):
                # One repetition disturbed by the machine spoils its own fit;
                # the median repetition's fit is the one judged.
                both(judge([("fit (median repetition)", [median(r2s)])], "up", 0.9, "R²"),
-                    judge([("fit", slopes)], "up", 0.0, "slope")), cpu_note(),
+                    judge([("fit", slopes)], "up", 0.0, "slope")), cpu_note(vms),
                {"hvnet": [(sh, *med[sh]["spread"]["gbps"]) for sh in shares]}),
         figure("cpu-limit-rdy", "The VM's run-queue wait (hvnet's %RDY analog)", "CPU share of one core (%)", "% of wall time waiting",
                {"hvnet vCPU run-queue wait": [(sh, med[sh]["rdy_pct"]) for sh in shares]},
@@ -342,7 +342,7 @@ def cpu_limit(tmp, quick, reps, log):
                f"the lower the share, the longer the vCPU waits to run (wait at {shares[0]}% minus at {shares[-1]}% > 0; "
                "published 69% RDY at an 800 MHz limit)",
                judge([(f"{shares[0]}% vs {shares[-1]}%", rdy_drop)], "up", 0.0, "difference in points"),
-               cpu_note() + " Wait: run-queue time from /proc/PID/task/TID/schedstat.",
+               cpu_note(vms) + " Wait: run-queue time from /proc/PID/task/TID/schedstat.",
                {"hvnet vCPU run-queue wait": [(sh, *med[sh]["spread"]["rdy_pct"]) for sh in shares]}),
     ]
     return figs, {"points": points, "fits": fits, "unlimited_gbps": unlimited,
@@ -365,9 +365,9 @@ def contended_streams(f, secs):
     return cmd, out, (d0, d1), (n0, n1)
 
 
-def ring_exhaustion(tmp, quick, reps, log):
-    if fabrics.VM_KIND != "netns":
-        return virtqueue_exhaustion(tmp, quick, reps, log)
+def ring_exhaustion(tmp, quick, reps, log, vms="netns"):
+    if vms != "netns":
+        return virtqueue_exhaustion(tmp, quick, reps, log, vms)
     rings = [256, 4096] if quick else [256, 512, 4096]
     lros = ["on"] if quick else ["on", "off"]
     secs = 2 if quick else 4
@@ -429,7 +429,7 @@ def ring_exhaustion(tmp, quick, reps, log):
     return figs, rows
 
 
-def virtqueue_exhaustion(tmp, quick, reps, log):
+def virtqueue_exhaustion(tmp, quick, reps, log, vms):
     """ring-exhaustion with QEMU guests: the receiving guest's receive
     virtqueue is the ring. QEMU sets its size when the guest starts, so
     each size is a switch of its own, all up at once, runs interleaved."""
@@ -444,7 +444,7 @@ def virtqueue_exhaustion(tmp, quick, reps, log):
         ser = lambda key, lro: [(r["rings"], r[key]) for r in rows if r["lro"] == lro]  # noqa: E731
         spr = lambda key, lro: [(r["rings"], *r["spread"][key]) for r in rows if r["lro"] == lro]  # noqa: E731
         off = [r for r in rows if r["lro"] == "off"]
-        note = cpu_note() + " LRO off: wire-sized frames, one receive buffer each, as VMXNET3's ring 1 takes them."
+        note = cpu_note(vms) + " LRO off: wire-sized frames, one receive buffer each, as VMXNET3's ring 1 takes them."
         out = [
             figure("ring-exhaustion-drops", "Receive-virtqueue-full drops under CPU contention, 12 streams",
                    "receive virtqueue size (entries)", "frames dropped",
@@ -468,7 +468,7 @@ def virtqueue_exhaustion(tmp, quick, reps, log):
         return out, rows
 
     with contextlib.ExitStack() as stack:
-        up = {n: stack.enter_context(Hvnet(tmp, 1500, b={**VMXNET3_VCPU, "ring1": n})) for n in rings}
+        up = {n: stack.enter_context(Hvnet(tmp, 1500, vms, b={**VMXNET3_VCPU, "ring1": n})) for n in rings}
 
         def run(c):
             lro, size = c
@@ -493,11 +493,12 @@ def multiqueue_judged(runs):
     return judge([("4 vs 1 queues", ratios(runs[4], runs[1], "gbps"))], "up", published=21.0 / 15.0)
 
 
-def multiqueue(tmp, quick, reps, log):
+def multiqueue(tmp, quick, reps, log, vms="netns"):
     secs = 2 if quick else 4
     with contextlib.ExitStack() as stack:
         # Both VMs' queue counts up at once, runs interleaved.
-        up = {q: stack.enter_context(Hvnet(tmp, 1500, b={"queues": q, "ring1": 4096, "ring2": 4096})) for q in (1, 4)}
+        up = {q: stack.enter_context(Hvnet(tmp, 1500, vms, b={"queues": q, "ring1": 4096, "ring2": 4096}))
+              for q in (1, 4)}
 
         def run(q):
             f = up[q]
@@ -518,12 +519,12 @@ def multiqueue(tmp, quick, reps, log):
                {"published (40GbE, large packets): +40% with RSS": [("1", 15.0), ("4", 21.0)]}, SEED_001 + ", Figure 3",
                "RSS over several queues raises one VM's receive throughput (ratio 4/1 > 1; "
                + effect_size(median(gain), 21.0 / 15.0) + ")",
-               multiqueue_judged(runs), vm_note() + " Each queue has its own worker and delivery thread, all on 2 cores.",
+               multiqueue_judged(runs), vm_note(vms) + " Each queue has its own worker and delivery thread, all on 2 cores.",
                {"hvnet": [("1", *res[1]["spread"]["gbps"]), ("4", *res[4]["spread"]["gbps"])]}),
         figure("multiqueue-spread", "Per-queue load with 4 queues (median run)", "queue", "frames delivered",
                {"hvnet": [(str(i), v) for i, v in enumerate(spread4)]}, {}, SEED_002 + ", FAQ (one queue per vCPU)",
                f"RSS spreads the flows over the queues (at least 2 of 4 used in every run; used: {', '.join(map(str, used))})",
-               judge([("queues used", used)], "up", 1.5, "queues"), vm_note()),
+               judge([("queues used", used)], "up", 1.5, "queues"), vm_note(vms)),
     ]
     return figs, {str(k): v for k, v in res.items()}
 

@@ -19,11 +19,6 @@ import hvlab
 
 A_IP, B_IP = "10.98.0.1", "10.98.0.2"
 
-# What hvnet's VMs are: "netns" (namespaces behind TAPs), "uml" or "qemu"
-# (real guests on vhost-user ports); `hvnet lab run --vms`.
-VM_KIND = "netns"
-
-
 def running(pid):
     """True while `pid` runs (a zombie waiting to be reaped does not)."""
     try:
@@ -73,14 +68,16 @@ class Hvnet(Fabric):
     name = "hvnet"
     env = {}
 
-    def __init__(self, tmp, mtu, **vm_settings):
+    def __init__(self, tmp, mtu, kind="netns", **vm_settings):
+        """`kind`: what the VMs are, "netns" (namespaces behind TAPs), "uml"
+        or "qemu" (real guests on vhost-user ports; `hvnet lab run --vms`)."""
         a = dict(vm_settings.get("a", {}))
         b = dict(vm_settings.get("b", {}))
         vms = [dict(name="a", ipv4=A_IP + "/24", mtu=mtu, **a), dict(name="b", ipv4=B_IP + "/24", mtu=mtu, **b)]
-        if VM_KIND != "netns":
+        if kind != "netns":
             for vm in vms:
-                vm["kind"] = VM_KIND
-                if VM_KIND == "qemu":
+                vm["kind"] = kind
+                if kind == "qemu":
                     # A QEMU guest's ring is its receive virtqueue (QEMU
                     # sets it up with 256 to 1024 entries) and it has no
                     # ring 2.

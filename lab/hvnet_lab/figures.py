@@ -2,7 +2,7 @@
 emulated (said beside every figure), one iperf3 run with what it cost,
 configurations run interleaved, and the figure record the report draws."""
 
-from . import fabrics, measure
+from . import measure
 from .fabrics import A_IP, B_IP
 from .verdict import REPRODUCED
 
@@ -19,8 +19,8 @@ VM_NOTES = {
 }
 
 
-def vm_note():
-    return VM_NOTES[fabrics.VM_KIND]
+def vm_note(kind="netns"):
+    return VM_NOTES[kind]
 CPU_NOTES = {
     "netns": "CPU limit emulated with a cgroup-v1 CPU quota on the receiving VM's delivery thread and iperf3 server, "
              "not a hypervisor scheduler.",
@@ -31,8 +31,8 @@ CPU_NOTES = {
 }
 
 
-def cpu_note():
-    return CPU_NOTES[fabrics.VM_KIND]
+def cpu_note(kind="netns"):
+    return CPU_NOTES[kind]
 
 SEED_000 = "shared/seeds/000 (VMware VROOM! blog, LRO for VMXNET3, vSphere 6, 2015)"
 SEED_001 = "shared/seeds/001 (VMware white paper, NIC technologies in vSphere)"

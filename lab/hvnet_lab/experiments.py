@@ -191,7 +191,7 @@ def jumbo(tmp, quick, reps, log, vms="netns"):
                 if F is Hvnet:
                     # Both MTUs up at once, runs interleaved: the verdict
                     # is hvnet's.
-                    up = {mtu: stack.enter_context(F(tmp, mtu)) for mtu in (1500, 9000)}
+                    up = {mtu: stack.enter_context(F(tmp, mtu, vms)) for mtu in (1500, 9000)}
                     runs = interleaved((1500, 9000), reps, lambda mtu: with_cost(iperf(up[mtu], 4, "128K", secs, None, log)),
                                        settle=lambda r: INCONCLUSIVE not in [v for v, _ in jumbo_judged(r)[0]])
                 else:

@@ -91,11 +91,6 @@ def judge(points, direction, threshold=1.0, what="ratio", published=None):
         p = pub.get(label)
         return max(abs(math.log(p)) / 4, NOISE) if p and p > 0 and p != 1 else None
 
-    def desc(label, s):
-        lo, hi = interval(s)
-        return f"{label} ({what} {value_range(s)}, median {median(s):.3g}" + (
-            f", interval {lo:.3g}–{hi:.3g})" if (lo, hi) != (min(s), max(s)) else ")")
-
     flat, wrong, unsure = [], [], []
     for label, s in points:
         if not s:
@@ -103,16 +98,18 @@ def judge(points, direction, threshold=1.0, what="ratio", published=None):
             continue
         lo, hi = interval(s)
         b = band(label)
+        desc = f"{label} ({what} {value_range(s)}, median {median(s):.3g}" + (
+            f", interval {lo:.3g}–{hi:.3g})" if (lo, hi) != (min(s), max(s)) else ")")
         if b and lo > 0 and math.exp(-b) < lo and hi < math.exp(b):
-            flat.append(f"{desc(label, s)}: within {math.exp(-b):.2f}–{math.exp(b):.2f} of no change; "
+            flat.append(f"{desc}: within {math.exp(-b):.2f}–{math.exp(b):.2f} of no change; "
                         f"published {pub[label]:.2f}")
         elif (hi < threshold) if up else (lo > threshold):
-            wrong.append(desc(label, s))
+            wrong.append(desc)
         elif not ((lo > threshold) if up else (hi < threshold)):
-            unsure.append(f"{desc(label, s)}: covers the threshold {threshold:g}")
+            unsure.append(f"{desc}: covers the threshold {threshold:g}")
         elif b and not ((lo >= math.exp(b)) if up else (hi <= math.exp(-b))):
             edge = math.exp(b) if up else math.exp(-b)
-            unsure.append(f"{desc(label, s)}: past the threshold {threshold:g} but covers {edge:.2f}, the edge of no "
+            unsure.append(f"{desc}: past the threshold {threshold:g} but covers {edge:.2f}, the edge of no "
                           f"effect of the published size ({pub[label]:.2f})")
     if flat:
         return NOT_REPRODUCED, "no effect of the published size at " + "; ".join(flat)

@@ -18,6 +18,8 @@ from pathlib import Path
 import hvlab
 
 from . import experiments, report
+from .figures import most_runs
+from .verdict import INTERVAL
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,7 +50,7 @@ def main(argv=None):
     r.add_argument("--repeat", type=int, default=None, metavar="N",
                    help="runs per point, the configurations compared interleaved; the median is drawn, its "
                         "confidence interval decides the verdict, and an undecided comparison gets more runs, up to "
-                        "2N+1 (default 3, 1 with --quick)")
+                        "3N (default 3, 1 with --quick)")
     r.add_argument("--vms", choices=("netns", "uml", "qemu"), default="netns",
                    help="what hvnet's VMs are: network namespaces (default) or real guests on vhost-user ports, "
                         "User-Mode Linux (lro-local, jumbo, cpu-limit and multiqueue) or QEMU (those and "
@@ -115,7 +117,8 @@ def main(argv=None):
         print("lab: installing Open vSwitch for the reference runs ...", flush=True)
         subprocess.run([str(ROOT / "scripts" / "install-deps.sh")], check=False)
     reps = max(1, a.repeat if a.repeat is not None else (1 if a.quick else 3))
-    results = {"meta": dict(meta(a.quick), repeat=reps, vms=a.vms), "experiments": []}
+    results = {"meta": dict(meta(a.quick), repeat=reps, most=most_runs(reps), interval=INTERVAL, vms=a.vms),
+               "experiments": []}
     t_all = time.monotonic()
     for i, n in enumerate(names, 1):
         e = known[n]

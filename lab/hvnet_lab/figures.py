@@ -84,15 +84,20 @@ def iperf(f, streams=1, write="128K", seconds=3, window=None, log=None, reverse=
     return s
 
 
+def most_runs(reps):
+    """The runs an undecided comparison may get: 3N, from N >= 3."""
+    return 3 * reps if reps >= 3 else reps
+
+
 def interleaved(configs, reps, run, settle=None):
     """Runs every configuration `reps` times, interleaved (A, B, C, A, B,
     C, ...), so that drift in the machine's speed hits all of them alike.
     With `settle` (runs -> True once every verdict drawn from them is
     decided) and 3 or more repetitions, a comparison still undecided gets
-    more rounds, up to 2 * reps + 1 (the verdict module says why).
+    more rounds, up to 3 * reps (the verdict module says why).
     Returns {config: [run, ...]} with runs in repetition order."""
     runs = {c: [] for c in configs}
-    most = 2 * reps + 1 if settle and reps >= 3 else reps
+    most = most_runs(reps) if settle else reps
     rounds = 0
     while rounds < reps or (rounds < most and not settle(runs)):
         if rounds >= reps:

@@ -85,12 +85,14 @@ def render(results: dict, out_dir: Path):
     """Writes report.md and report.html (and the plots) into out_dir."""
     meta = results["meta"]
     reps = meta.get("repeat", 1)
+    most = meta.get("most", 2 * reps + 1 if reps >= 3 else reps)
+    interval = meta.get("interval", "the median's interval of at least 75%")
     md = ["# hvnet lab report", "",
           f"Run {meta['date']} on {meta['host']} ({meta['cpu_model']}, {meta['cpus']} cores), kernel {meta['kernel']}, "
           f"hvnet {meta['git_revision']}, iperf3 {meta['iperf3']}, Open vSwitch {meta.get('openvswitch') or 'not installed'}; "
           f"{reps} run{'s' if reps > 1 else ''} per point"
-          f"{f' (up to {2 * reps + 1} where a verdict was undecided)' if reps >= 3 else ''}, configurations "
-          "interleaved, medians drawn with their min–max spread, verdicts on the median's interval"
+          f"{f' (up to {most} where a verdict was undecided)' if most > reps else ''}, configurations "
+          f"interleaved, medians drawn with their min–max spread, verdicts on {interval}"
           f"{' — quick run: one run per point, verdicts indicative only' if reps == 1 else ''}.", ""]
     body = []
     summary = []

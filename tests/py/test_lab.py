@@ -92,13 +92,42 @@ def test_verdicts_need_the_effect_beyond_the_spread():
     assert p["gbps"] == 2.0 and p["spread"]["gbps"] == [1.0, 3.0] and p["lro"] == "on" and len(p["runs"]) == 3
 
 
-def test_the_medians_interval_narrows_as_runs_are_added():
+def test_the_effects_interval_narrows_as_runs_are_added():
     from hvnet_lab.verdict import interval
+    # Up to 3 runs, the min-max (coverage 75%); then the 2nd to 9th of 4
+    # runs' 10 Walsh averages (75%), the 3rd to 13th of 5's 15 (81%).
     assert interval([3, 1, 2]) == (1, 3)
-    assert interval([5, 1, 4, 2, 3]) == (1, 5)
-    assert interval(range(1, 8)) == (2, 6)
-    assert interval(range(1, 10)) == (3, 7)
     assert interval([4.0]) == (4.0, 4.0)
+    assert interval([1, 2, 3, 10]) == (1.5, 6.5)
+    assert interval([5, 1, 4, 2, 3]) == (2, 4)
+    assert interval(range(1, 8)) == (3, 5)
+    # A wild run widens it towards itself (inconclusive, not wrong).
+    assert interval([1, 2, 3, 4, 50]) == (2, 26.5)
+    # Ratios on a log scale: symmetric about their geometric centre.
+    lo, hi = interval([0.5, 1.0, 2.0, 1.0, 1.0], log=True)
+    assert math.isclose(lo * hi, 1.0) and math.isclose(lo, 2 ** -0.5)
+
+
+def test_the_signed_rank_distribution_behind_the_interval():
+    """Against independent truth: the signed-rank counts by enumerating
+    every sign pattern, and the identity behind the Hodges-Lehmann
+    interval — the Walsh averages above zero number exactly Wilcoxon's
+    T+ (the rank sum of the positive samples)."""
+    import itertools
+    import random
+    from hvnet_lab.verdict import signed_rank_counts
+    for n in range(1, 9):
+        counts = [0] * (n * (n + 1) // 2 + 1)
+        for signs in itertools.product((0, 1), repeat=n):
+            counts[sum(r for r, s in zip(range(1, n + 1), signs) if s)] += 1
+        assert signed_rank_counts(n) == counts, n
+    rng = random.Random(7)
+    for _ in range(200):
+        xs = [rng.gauss(0.3, 1) for _ in range(rng.randint(1, 12))]
+        ranks = {x: r for r, x in enumerate(sorted(xs, key=abs), start=1)}
+        t_plus = sum(ranks[x] for x in xs if x > 0)
+        walsh = [(xs[i] + xs[j]) / 2 for i in range(len(xs)) for j in range(i, len(xs))]
+        assert sum(w > 0 for w in walsh) == t_plus
 
 
 def test_an_undecided_comparison_gets_more_runs_and_no_more_than_it_needs():
@@ -116,11 +145,12 @@ def test_an_undecided_comparison_gets_more_runs_and_no_more_than_it_needs():
         return judge([("B vs A", gain)], "up")[0] != INCONCLUSIVE
 
     runs = interleaved(("A", "B"), 3, run, settle=settle)
-    # Undecided while the interval is the min-max (0.9 among the ratios:
-    # up to 5 runs), decided at the 6th, whose interval is the 2nd to 5th.
-    assert order[:6] == ["A", "B"] * 3 and len(runs["A"]) == len(runs["B"]) == 6, order
-    # Never more than 2N + 1 rounds, and none more without a settle.
-    assert len(interleaved(("A",), 3, lambda c: {"v": 1.0}, settle=lambda r: False)["A"]) == 7
+    # Undecided while the interval is the min-max of 3 (0.9 among the
+    # ratios), decided at the 4th, whose interval (2nd to 9th Walsh
+    # average) leaves 0.9 out.
+    assert order == ["A", "B"] * 4 and len(runs["A"]) == len(runs["B"]) == 4, order
+    # Never more than 3N rounds, and none more without a settle.
+    assert len(interleaved(("A",), 3, lambda c: {"v": 1.0}, settle=lambda r: False)["A"]) == 9
     assert len(interleaved(("A",), 3, lambda c: {"v": 1.0})["A"]) == 3
     assert len(interleaved(("A",), 1, lambda c: {"v": 1.0}, settle=lambda r: False)["A"]) == 1
 

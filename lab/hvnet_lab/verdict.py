@@ -14,19 +14,21 @@ runs it was the 2nd to 6th sample). A wild run widens it towards itself:
 the verdict then turns inconclusive rather than wrong.
 
 - reproduced: the interval lies past the threshold at every point, and
-  where a size was published, past the no-effect band too;
+  past the no-effect band too (a quarter of the published size on a log
+  scale, never less than 5%, the machine's noise; 5% where the study gave
+  only a direction);
 - not reproduced: at some point the interval lies on the wrong side of
   the threshold, or inside the no-effect band (an effect of about nothing
-  where the study saw a larger one);
+  where the study saw one);
 - inconclusive: the interval covers a threshold or a band's edge.
 
 A comparison still inconclusive after N runs gets more, up to 3N
 (`interleaved(..., settle=)`): the interval narrows as runs are added, so
 an effect that can be told apart on this machine is, and one of about the
-threshold's size stays inconclusive and says why. No rule can keep an
-effect that sits on a boundary from landing on either side of it in some
-runs; a narrower interval makes the stretch of effects that can do so
-narrower.
+threshold's size stays inconclusive and says why. No rule keeps an effect
+that sits on a boundary from landing on either side of it in some runs;
+a narrower interval narrows the stretch of effects that can (docs/perf/
+lab.md says how many figures that leaves on this machine).
 
 With one run per point (`--quick`) the interval is a single value: the
 verdict is indicative only, and says so.
@@ -120,7 +122,15 @@ def judge(points, direction, threshold=1.0, what="ratio", published=None):
 
     def band(label):
         p = pub.get(label)
-        return max(abs(math.log(p)) / 4, NOISE) if p and p > 0 and p != 1 else None
+        if p and p > 0 and p != 1:
+            return max(abs(math.log(p)) / 4, NOISE)
+        # No published size: an effect past no change, within the
+        # machine's noise, is still none.
+        return NOISE if threshold == 1 and what == "ratio" else None
+
+    def of_size(label):
+        p = pub.get(label)
+        return f"published {p:.2f}" if p and p > 0 and p != 1 else "the machine's noise"
 
     flat, wrong, unsure = [], [], []
     for label, s in points:
@@ -132,8 +142,7 @@ def judge(points, direction, threshold=1.0, what="ratio", published=None):
         desc = f"{label} ({what} {value_range(s)}, median {median(s):.3g}" + (
             f", interval {lo:.3g}–{hi:.3g})" if not (math.isclose(lo, min(s)) and math.isclose(hi, max(s))) else ")")
         if b and lo > 0 and math.exp(-b) < lo and hi < math.exp(b):
-            flat.append(f"{desc}: within {math.exp(-b):.2f}–{math.exp(b):.2f} of no change; "
-                        f"published {pub[label]:.2f}")
+            flat.append(f"{desc}: within {math.exp(-b):.2f}–{math.exp(b):.2f} of no change; {of_size(label)}")
         elif (hi < threshold) if up else (lo > threshold):
             wrong.append(desc)
         elif not ((lo > threshold) if up else (hi < threshold)):
@@ -141,7 +150,7 @@ def judge(points, direction, threshold=1.0, what="ratio", published=None):
         elif b and not ((lo >= math.exp(b)) if up else (hi <= math.exp(-b))):
             edge = math.exp(b) if up else math.exp(-b)
             unsure.append(f"{desc}: past the threshold {threshold:g} but covers {edge:.2f}, the edge of no "
-                          f"effect of the published size ({pub[label]:.2f})")
+                          f"effect ({of_size(label)})")
     if flat:
         return NOT_REPRODUCED, "no effect of the published size at " + "; ".join(flat)
     if wrong:

@@ -86,6 +86,15 @@ def test_verdicts_need_the_effect_beyond_the_spread():
     # Never narrower than the machine's noise: 1.03 is no effect even
     # beside a published 1.05.
     assert judge([("x", [1.01, 1.03, 1.04])], "up", published=1.05)[0] == NOT_REPRODUCED
+    # ... and where the study gave only a direction: 3% is none, an
+    # interval across 5% cannot tell; a threshold other than no change
+    # ("loses no throughput": >= 0.95) has no such band.
+    v, why = judge([("x", [1.01, 1.03, 1.04])], "up")
+    assert v == NOT_REPRODUCED and "the machine's noise" in why, why
+    v, why = judge([("x", [1.02, 1.06, 1.1])], "up")
+    assert v == INCONCLUSIVE and "covers 1.05, the edge of no effect (the machine's noise)" in why, why
+    assert judge([("x", [1.06, 1.1, 1.2])], "up")[0] == REPRODUCED
+    assert judge([("x", [0.97, 1.0, 1.02])], "up", 0.95)[0] == REPRODUCED
     assert both((REPRODUCED, ""), (INCONCLUSIVE, "w"))[0] == INCONCLUSIVE
     assert both((REPRODUCED, ""), (NOT_REPRODUCED, "w"))[0] == NOT_REPRODUCED
     p = summarize([{"gbps": 3.0, "lro": "on"}, {"gbps": 1.0, "lro": "on"}, {"gbps": 2.0, "lro": "on"}])

@@ -84,9 +84,7 @@ def _table(fig):
 def render(results: dict, out_dir: Path):
     """Writes report.md and report.html (and the plots) into out_dir."""
     meta = results["meta"]
-    reps = meta.get("repeat", 1)
-    most = meta.get("most", 2 * reps + 1 if reps >= 3 else reps)
-    interval = meta.get("interval", "the median's interval of at least 75%")
+    reps, most, interval = rule(meta)
     md = ["# hvnet lab report", "",
           f"Run {meta['date']} on {meta['host']} ({meta['cpu_model']}, {meta['cpus']} cores), kernel {meta['kernel']}, "
           f"hvnet {meta['git_revision']}, iperf3 {meta['iperf3']}, Open vSwitch {meta.get('openvswitch') or 'not installed'}; "
@@ -172,6 +170,15 @@ def _figures(results):
     return out
 
 
+def rule(meta):
+    """How a run reached its verdicts: (runs per point, most runs where
+    undecided, the interval). Files from before 2026-11-24 do not say:
+    the median's interval, up to 2N+1."""
+    reps = meta.get("repeat", 1)
+    return (reps, meta.get("most", 2 * reps + 1 if reps >= 3 else reps),
+            meta.get("interval", "the median's interval of at least 75%"))
+
+
 def compare(before: dict, after: dict) -> str:
     """Figure by figure: the verdict then and now, and what was measured
     (the claim, with our numbers and their spreads) where it changed."""
@@ -180,6 +187,9 @@ def compare(before: dict, after: dict) -> str:
             f"{before['meta'].get('repeat', 1)} run(s) per point\n"
             f"after:  {after['meta']['date']}, hvnet {after['meta']['git_revision']}, "
             f"{after['meta'].get('repeat', 1)} run(s) per point\n")
+    if rule(before["meta"]) != rule(after["meta"]):
+        head += "".join(f"{when}: up to {most} runs where undecided, verdicts on {interval}\n"
+                        for when, (_, most, interval) in (("before", rule(before["meta"])), ("after", rule(after["meta"]))))
     lines = [head, f"{'figure':<32} {'before':<16} {'after':<16}"]
     details = []
     for fid in list(dict.fromkeys(list(a) + list(b))):

@@ -191,7 +191,13 @@ def test_compare_says_what_changed():
     assert "f1" in out and "inconclusive" in out and "<- changed" in out
     assert "before: x 1.0" in out and "after:  x 1.5" in out
     same = report.compare(res("a", "reproduced", "x"), res("b", "reproduced", "x"))
-    assert "<- changed" not in same
+    assert "<- changed" not in same and "verdicts on" not in same
+    # Runs judged by different rules say so.
+    new = res("c", "reproduced", "x")
+    new["meta"].update(most=9, interval="the effect's Hodges-Lehmann interval")
+    out = report.compare(res("a", "reproduced", "x"), new)
+    assert "before: up to 7 runs where undecided, verdicts on the median's interval" in out, out
+    assert "after: up to 9 runs where undecided, verdicts on the effect's Hodges-Lehmann interval" in out, out
 
 
 def test_report_without_results_says_what_to_run(tmp_path):

@@ -1,9 +1,10 @@
 """What the lab reads, parsed: iperf3's JSON, nstat, /proc/stat,
-per-thread schedstat, and `perf stat -x,`. Each parser is tested on real
+per-thread schedstat, `perf stat -x,` and ping's replies. Each parser is tested on real
 output captured from this machine (`tests/py/data/`)."""
 
 import json
 import os
+import re
 from pathlib import Path
 
 
@@ -67,6 +68,12 @@ def perf_stat(text: str) -> dict:
             except ValueError:
                 out[event] = None  # "<not supported>" / "<not counted>"
     return out
+
+
+def ping_rtts(text: str) -> list:
+    """The round trip of every reply ping printed (ms); lost probes print
+    none."""
+    return [float(m) for m in re.findall(r" time=([\d.]+) ms", text)]
 
 
 class Cpu:

@@ -143,7 +143,7 @@ def splitrx(tmp, quick, reps, log):
                    f"{median(thr):.2f}; the study gives no numbers)",
                    judge([("split vs together", thr)], "up"), note, {"hvnet": [(m, *res[m]["spread"]["gbps"]) for m in up]}),
             figure("splitrx-latency", "Ping round trip to a VM under load, SplitRxMode off vs on", "delivery",
-                   "ms (mean round trip)", {"hvnet, under load": rtt("rtt_loaded_ms"), "hvnet, idle": rtt("rtt_idle_ms")},
+                   "ms (median round trip)", {"hvnet, under load": rtt("rtt_loaded_ms"), "hvnet, idle": rtt("rtt_idle_ms")},
                    {}, SEED_001 + ", Figure 5 (text)",
                    f"SplitRxMode costs latency: a higher ping round trip (ratio split/together > 1; published 1.15; hvnet "
                    f"{median(lat_idle):.2f} idle, {median(lat):.2f} under load). Judged idle: the delivery path's own "

@@ -33,6 +33,11 @@ def test_nstat_parser():
     assert all(isinstance(v, int) for v in n.values())
 
 
+def test_ping_parser():
+    rtts = measure.ping_rtts((DATA / "ping.txt").read_text())
+    assert rtts == [0.145, 0.017, 0.040, 0.022, 0.020]
+
+
 def test_proc_stat_parser_and_busy_cores():
     total, idle = measure.proc_stat((DATA / "proc_stat.txt").read_text())
     assert total > idle > 0

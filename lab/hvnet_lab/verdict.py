@@ -129,8 +129,13 @@ def judge(points, direction, threshold=1.0, what="ratio", published=None):
         return NOISE if threshold == 1 and what == "ratio" else None
 
     def of_size(label):
+        """What set the band's edge."""
         p = pub.get(label)
-        return f"published {p:.2f}" if p and p > 0 and p != 1 else "the machine's noise"
+        if not (p and p > 0 and p != 1):
+            return "the machine's noise"
+        if abs(math.log(p)) / 4 > NOISE:
+            return f"a quarter of the published {p:.2f}"
+        return f"the machine's noise; published {p:.2f}"
 
     flat, wrong, unsure = [], [], []
     for label, s in points:
@@ -142,7 +147,7 @@ def judge(points, direction, threshold=1.0, what="ratio", published=None):
         desc = f"{label} ({what} {value_range(s)}, median {median(s):.3g}" + (
             f", interval {lo:.3g}–{hi:.3g})" if not (math.isclose(lo, min(s)) and math.isclose(hi, max(s))) else ")")
         if b and lo > 0 and math.exp(-b) < lo and hi < math.exp(b):
-            flat.append(f"{desc}: within {math.exp(-b):.2f}–{math.exp(b):.2f} of no change; {of_size(label)}")
+            flat.append(f"{desc}: within {math.exp(-b):.2f}–{math.exp(b):.2f} of no change, {of_size(label)}")
         elif (hi < threshold) if up else (lo > threshold):
             wrong.append(desc)
         elif not ((lo > threshold) if up else (hi < threshold)):
@@ -152,7 +157,7 @@ def judge(points, direction, threshold=1.0, what="ratio", published=None):
             unsure.append(f"{desc}: past the threshold {threshold:g} but covers {edge:.2f}, the edge of no "
                           f"effect ({of_size(label)})")
     if flat:
-        return NOT_REPRODUCED, "no effect of the published size at " + "; ".join(flat)
+        return NOT_REPRODUCED, "no effect at " + "; ".join(flat)
     if wrong:
         return NOT_REPRODUCED, "opposite beyond the spread at " + ", ".join(wrong)
     if unsure:

@@ -66,7 +66,7 @@ def test_verdicts_need_the_effect_beyond_the_spread():
     # An effect of about nothing beside a large published one is "not
     # reproduced" whichever way the noise leans, not a flip.
     v, why = judge([("x", [0.98, 1.11])], "down", published=3 / 7)
-    assert v == NOT_REPRODUCED and "no effect of the published size" in why
+    assert v == NOT_REPRODUCED and "no effect at x" in why and "a quarter of the published 0.43" in why, why
     assert judge([("x", [0.6, 0.7])], "down", published=3 / 7)[0] == REPRODUCED
     # Runs that lean either way around no change get the same verdict (the
     # 2026-11-23 pairs of runs flipped here): inside the band, no effect;
@@ -80,7 +80,8 @@ def test_verdicts_need_the_effect_beyond_the_spread():
     # An effect that is there, but maybe smaller than a quarter of the
     # published one: undecided, and said so.
     v, why = judge([("x", [1.08, 1.2, 1.35])], "up", published=1.52)
-    assert v == INCONCLUSIVE and "past the threshold 1 but covers 1.11, the edge of no effect" in why, why
+    assert v == INCONCLUSIVE and ("past the threshold 1 but covers 1.11, the edge of no effect (a quarter of the "
+                                  "published 1.52)") in why, why
     assert judge([("x", [1.12, 1.2, 1.35])], "up", published=1.52)[0] == REPRODUCED
     # A published effect per point: no effect where a gain was published,
     # a clear one elsewhere.
@@ -90,7 +91,8 @@ def test_verdicts_need_the_effect_beyond_the_spread():
     assert judge([("16K", [1.7, 1.9, 2.0])], "up", 0.95, published={"256": 1.5})[0] == REPRODUCED
     # Never narrower than the machine's noise: 1.03 is no effect even
     # beside a published 1.05.
-    assert judge([("x", [1.01, 1.03, 1.04])], "up", published=1.05)[0] == NOT_REPRODUCED
+    v, why = judge([("x", [1.01, 1.03, 1.04])], "up", published=1.05)
+    assert v == NOT_REPRODUCED and "the machine's noise; published 1.05" in why, why
     # ... and where the study gave only a direction: 3% is none, an
     # interval across 5% cannot tell; a threshold other than no change
     # ("loses no throughput": >= 0.95) has no such band.

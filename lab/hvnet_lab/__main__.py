@@ -17,7 +17,7 @@ from pathlib import Path
 
 import hvlab
 
-from . import experiments, report
+from . import experiments, report, stability
 from .figures import most_runs
 from .verdict import INTERVAL
 
@@ -58,6 +58,10 @@ def main(argv=None):
     cmp = sub.add_parser("compare", help="what changed, figure by figure, between two runs' results.json")
     cmp.add_argument("before", type=Path)
     cmp.add_argument("after", type=Path)
+    stab = sub.add_parser("stability", help="which verdicts can flip from one run to the next: the per-run effects "
+                                            "of the given runs pooled and drawn again through the rule")
+    stab.add_argument("results", type=Path, nargs="+", help="results.json of one or more runs (more: a better pool)")
+    stab.add_argument("--draws", type=int, default=1000, help="simulated runs per figure (default 1000)")
     rep = sub.add_parser("report", help="write the report again from results.json")
     rep.add_argument("--out", type=Path, default=Path("lab-results"))
     a = ap.parse_args(argv)
@@ -71,6 +75,14 @@ def main(argv=None):
                 print(f"hvnet lab compare: {path} does not exist (give two results.json files a run wrote)", file=sys.stderr)
                 return 1
         print(report.compare(report.load(a.before), report.load(a.after)))
+        return 0
+    if a.cmd == "stability":
+        missing = [str(p) for p in a.results if not p.exists()]
+        if missing:
+            print(f"hvnet lab stability: {', '.join(missing)} does not exist (give results.json files runs wrote)",
+                  file=sys.stderr)
+            return 1
+        print(stability.table([report.load(p) for p in a.results], max(1, a.draws)))
         return 0
     if a.cmd == "report":
         path = a.out / "results.json"

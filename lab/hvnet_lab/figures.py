@@ -110,12 +110,14 @@ def interleaved(configs, reps, run, settle=None):
 
 def figure(fid, title, xlabel, ylabel, series, published, source, claim, judged, note, spreads=None):
     """A figure: our series (medians), published values, the claim and its
-    verdict `judged` = (verdict, reason), and the spread of each of our
-    series as (x, min, max) for error bars."""
+    verdict `judged` = (verdict, reason), the judge calls behind it where
+    it came from `judge` (for `hvnet lab stability`), and the spread of
+    each of our series as (x, min, max) for error bars."""
     v, why = judged
     return {"id": fid, "title": title, "xlabel": xlabel, "ylabel": ylabel, "series": series,
             "published": published, "source": source, "claim": claim, "verdict": v,
-            "reproduced": v == REPRODUCED, "note": note, "why_not": why, "spread": spreads or {}}
+            "reproduced": v == REPRODUCED, "note": note, "why_not": why, "spread": spreads or {},
+            "judged_by": getattr(judged, "calls", [])}
 
 
 def sizes(quick):

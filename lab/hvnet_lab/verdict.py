@@ -107,6 +107,17 @@ def interval(xs, log=False):
     return (math.exp(lo), math.exp(hi)) if log else (lo, hi)
 
 
+class Judged(tuple):
+    """(verdict, reason), with the judge calls behind it (`calls`: each
+    one's points and arguments), kept in results.json so that
+    `stability` can put the same effects through the rule again."""
+
+    def __new__(cls, verdict, reason, calls=()):
+        judged = super().__new__(cls, (verdict, reason))
+        judged.calls = list(calls)
+        return judged
+
+
 def judge(points, direction, threshold=1.0, what="ratio", published=None):
     """`points`: [(label, samples)], the effect's samples at each point the
     study claims it (ratios on/off, or differences). `direction`: "up"
@@ -116,7 +127,16 @@ def judge(points, direction, threshold=1.0, what="ratio", published=None):
     quarter of it (on a log scale) of no change, and never less than
     NOISE, is the no-effect band: an interval inside it shows no effect of
     that kind (not reproduced), an interval across its edge cannot tell
-    (inconclusive). Returns (verdict, reason)."""
+    (inconclusive). Returns (verdict, reason), a Judged."""
+    points = [(label, list(s)) for label, s in points]
+    call = {"points": [[label, s] for label, s in points], "direction": direction, "threshold": threshold,
+            "what": what, "published": published}
+    verdict, reason = weigh(points, direction, threshold, what, published)
+    return Judged(verdict, reason, [call])
+
+
+def weigh(points, direction, threshold, what, published):
+    """judge's verdict and reason, without the record of the call."""
     up = direction == "up"
     pub = published if isinstance(published, dict) else {label: published for label, _ in points}
 
@@ -175,11 +195,12 @@ def both(*verdicts):
     are, else inconclusive; the reasons joined."""
     vs = [v for v, _ in verdicts]
     why = "; ".join(r for _, r in verdicts if r)
+    calls = [c for judged in verdicts for c in getattr(judged, "calls", [])]
     if NOT_REPRODUCED in vs:
-        return NOT_REPRODUCED, why
+        return Judged(NOT_REPRODUCED, why, calls)
     if all(v == REPRODUCED for v in vs):
-        return REPRODUCED, ""
-    return INCONCLUSIVE, why
+        return Judged(REPRODUCED, "", calls)
+    return Judged(INCONCLUSIVE, why, calls)
 
 
 def ratios(a_runs, b_runs, key):

@@ -207,6 +207,37 @@ def test_compare_says_what_changed():
     assert "after: up to 9 runs where undecided, verdicts on the effect's Hodges-Lehmann interval" in out, out
 
 
+def test_stability_predicts_which_verdicts_can_flip(tmp_path):
+    """Effects clear of every edge come out the same in every drawn run;
+    effects that straddle the 5% edge do not, and the table says which."""
+    from hvnet_lab import stability
+    from hvnet_lab.figures import figure
+    from hvnet_lab.verdict import judge, both
+
+    def run(clear, edge):
+        figs = [figure("clear", "t", "x", "y", {}, {}, "s", "c", judge([("x", clear)], "up"), "n"),
+                figure("edge", "t", "x", "y", {}, {}, "s", "c",
+                       both(judge([("a", edge)], "up"), judge([("b", clear)], "up")), "n"),
+                figure("unjudged", "t", "x", "y", {}, {}, "s", "c", ("inconclusive", "why"), "n")]
+        return json.loads(json.dumps({"meta": {"date": "d", "git_revision": "r", "repeat": 3, "most": 9},
+                                      "experiments": [{"figures": figs}]}))
+    runs = [run([2.0, 2.1, 1.9], [0.98, 1.05, 1.12]), run([2.05, 1.95, 2.2], [1.02, 1.08, 1.0, 1.06, 1.1, 1.04])]
+    rows = {fid: (chance, shares) for fid, chance, shares in stability.predict(runs, draws=300)}
+    assert set(rows) == {"clear", "edge"}
+    assert rows["clear"] == (0.0, {"reproduced": 1.0})
+    assert rows["edge"][0] > 0.3 and len(rows["edge"][1]) >= 2, rows["edge"]
+    out = stability.table(runs, draws=300)
+    assert out.index("edge") < out.index("clear") and "2 run(s) pooled" in out and "up to 9" in out
+    assert "of the 2 drawn again (1 figures" in out, out
+    (tmp_path / "r.json").write_text(json.dumps(runs[0]))
+    cli = hvlab.run([sys.executable, "-m", "hvnet_lab", "stability", str(tmp_path / "r.json"),
+                     str(tmp_path / "none.json")], check=False, cwd=str(ROOT / "lab"))
+    assert cli.returncode == 1 and "none.json does not exist" in cli.stderr, cli.stderr
+    cli = hvlab.run([sys.executable, "-m", "hvnet_lab", "stability", str(tmp_path / "r.json"), "--draws", "50"],
+                    check=False, cwd=str(ROOT / "lab"))
+    assert cli.returncode == 0 and "expected figures differing between two runs" in cli.stdout, cli.stderr
+
+
 def test_report_without_results_says_what_to_run(tmp_path):
     r = hvlab.run([sys.executable, "-m", "hvnet_lab", "report", "--out", str(tmp_path / "none")], check=False,
                   cwd=str(ROOT / "lab"))
@@ -248,6 +279,11 @@ def test_quick_experiment_end_to_end_and_its_report(quick_run):
     assert "Published effect" in md and "shared/seeds/003" in md and "<img" in html
     assert md.index("## At a glance") < md.index("## lro-rate"), "the verdict table comes first"
     assert "LRO rate" in md
+    # Every figure judged on per-run effects keeps them, for `stability`.
+    from hvnet_lab import stability
+    judged = [f for f in exp["figures"] if f["judged_by"]]
+    assert judged and all(s for f in judged for c in f["judged_by"] for _, s in c["points"])
+    assert {fid for fid, _, _ in stability.predict([res], draws=20)} == {f["id"] for f in judged}
 
 
 CHROMIUM = next((b for b in ("chromium", "chromium-browser") if hvlab.have(b)), None)

@@ -1,0 +1,84 @@
+"""Which verdicts can flip from one run to the next, predicted instead of
+waited for (`hvnet lab stability A/results.json B/results.json ...`).
+
+Every figure judged by `verdict.judge` keeps the per-repetition effects it
+was judged on (`judged_by` in results.json). Pooled over the given runs,
+per figure and point, they are drawn again with replacement the way a run
+draws them — N runs, one more while undecided, up to the rule's most —
+and put through today's rule many times over; the chance that two runs
+give different verdicts is 1 - sum(p^2) over the verdicts' shares p.
+Points of one figure are drawn independently (a run pairs them by
+repetition), and the pool holds only the runs given: it predicts how
+this machine's spread meets each figure's edges, no more."""
+
+import random
+from collections import Counter
+
+from .report import rule
+from .verdict import INCONCLUSIVE, both, weigh
+
+
+def pooled(results):
+    """{figure id: [judge call with the samples of every run pooled]} over
+    the figures every run judged the same way (same calls and points)."""
+    out = {}
+    for r in results:
+        for exp in r["experiments"]:
+            for fig in exp.get("figures", []):
+                calls = fig.get("judged_by") or []
+                mine = out.setdefault(fig["id"], [dict(c, points=[[label, []] for label, _ in c["points"]])
+                                                  for c in calls])
+                if len(mine) != len(calls) or any([lbl for lbl, _ in m["points"]] != [lbl for lbl, _ in c["points"]]
+                                                  for m, c in zip(mine, calls)):
+                    continue
+                for m, c in zip(mine, calls):
+                    for (_, pool), (_, samples) in zip(m["points"], c["points"]):
+                        pool.extend(samples)
+    return {fid: calls for fid, calls in out.items() if calls and all(s for c in calls for _, s in c["points"])}
+
+
+def one_run(calls, first, most, rng):
+    """A run's verdict drawn from the pools: `first` runs, one more while
+    undecided, up to `most`."""
+    drawn = [[[label, [rng.choice(pool) for _ in range(first)]] for label, pool in c["points"]] for c in calls]
+    while True:
+        verdict, _ = both(*(weigh(points, c["direction"], c["threshold"], c["what"], c["published"])
+                            for points, c in zip(drawn, calls)))
+        if verdict != INCONCLUSIVE or len(drawn[0][0][1]) >= most:
+            return verdict
+        for points, c in zip(drawn, calls):
+            for (_, samples), (_, pool) in zip(points, c["points"]):
+                samples.append(rng.choice(pool))
+
+
+def predict(results, draws=1000, seed=1):
+    """[(figure id, chance two runs differ, {verdict: share})], most
+    fragile first, with the rule of the newest run."""
+    reps, most, _ = rule(results[-1]["meta"])
+    rng = random.Random(seed)
+    out = []
+    for fid, calls in pooled(results).items():
+        counts = Counter(one_run(calls, reps, most, rng) for _ in range(draws))
+        shares = {v: n / draws for v, n in counts.most_common()}
+        out.append((fid, 1 - sum(p * p for p in shares.values()), shares))
+    return sorted(out, key=lambda row: -row[1])
+
+
+def table(results, draws=1000):
+    """What `hvnet lab stability` prints."""
+    reps, most, interval = rule(results[-1]["meta"])
+    rows = predict(results, draws)
+    if not rows:
+        return ("no figure in these results keeps the per-run effects it was judged on (runs before 2026-11-24 "
+                "did not): run `hvnet lab run` again and give its results.json")
+    figures = {f["id"] for r in results for e in r["experiments"] for f in e.get("figures", [])}
+    lines = [f"{len(results)} run(s) pooled: " + "; ".join(
+                f"{r['meta']['date']}, hvnet {r['meta']['git_revision']}" for r in results),
+             f"rule: {reps} run(s), up to {most} where undecided, verdicts on {interval}; {draws} draws per figure",
+             "", f"{'figure':<32} {'differ':>7}  verdicts drawn"]
+    for fid, chance, shares in rows:
+        lines.append(f"{fid:<32} {chance:>7.2f}  " + ", ".join(f"{v} {p:.0%}" for v, p in shares.items()))
+    lines += ["", f"expected figures differing between two runs: {sum(c for _, c, _ in rows):.1f} of the {len(rows)} "
+                  f"drawn again ({len(figures - {fid for fid, _, _ in rows})} figures not judged on per-run effects, "
+                  "or not the same way in every run, are left out)"]
+    return "\n".join(lines)

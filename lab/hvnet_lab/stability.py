@@ -18,9 +18,15 @@ from .report import rule
 from .verdict import INCONCLUSIVE, both, weigh
 
 
+def shape(calls):
+    """The labels of each judge call's points."""
+    return [[label for label, _ in c["points"]] for c in calls]
+
+
 def pooled(results):
-    """{figure id: [judge call with the samples of every run pooled]} over
-    the figures every run judged the same way (same calls and points)."""
+    """{figure id: [judge call with the samples of every run pooled]}; a
+    run that judged a figure another way (other calls or points than the
+    first run that judged it) adds nothing to it."""
     out = {}
     for r in results:
         for exp in r["experiments"]:
@@ -28,8 +34,7 @@ def pooled(results):
                 calls = fig.get("judged_by") or []
                 mine = out.setdefault(fig["id"], [dict(c, points=[[label, []] for label, _ in c["points"]])
                                                   for c in calls])
-                if len(mine) != len(calls) or any([lbl for lbl, _ in m["points"]] != [lbl for lbl, _ in c["points"]]
-                                                  for m, c in zip(mine, calls)):
+                if shape(mine) != shape(calls):
                     continue
                 for m, c in zip(mine, calls):
                     for (_, pool), (_, samples) in zip(m["points"], c["points"]):

@@ -14,8 +14,8 @@ this machine's spread meets each figure's edges, no more."""
 import random
 from collections import Counter
 
-from .report import rule
-from .verdict import INCONCLUSIVE, both, weigh
+from .figures import most_runs
+from .verdict import INCONCLUSIVE, INTERVAL, both, weigh
 
 
 def shape(calls):
@@ -56,10 +56,16 @@ def one_run(calls, first, most, rng):
                 samples.append(rng.choice(pool))
 
 
+def today(results):
+    """Today's rule at the newest run's runs per point: (N, most)."""
+    reps = results[-1]["meta"].get("repeat", 1)
+    return reps, most_runs(reps)
+
+
 def predict(results, draws=1000, seed=1):
     """[(figure id, chance two runs differ, {verdict: share})], most
-    fragile first, with the rule of the newest run."""
-    reps, most, _ = rule(results[-1]["meta"])
+    fragile first, through today's rule."""
+    reps, most = today(results)
     rng = random.Random(seed)
     out = []
     for fid, calls in pooled(results).items():
@@ -71,7 +77,7 @@ def predict(results, draws=1000, seed=1):
 
 def table(results, draws=1000):
     """What `hvnet lab stability` prints."""
-    reps, most, interval = rule(results[-1]["meta"])
+    reps, most = today(results)
     rows = predict(results, draws)
     if not rows:
         return ("no figure in these results keeps the per-run effects it was judged on (runs before 2026-11-24 "
@@ -79,7 +85,8 @@ def table(results, draws=1000):
     figures = {f["id"] for r in results for e in r["experiments"] for f in e.get("figures", [])}
     lines = [f"{len(results)} run(s) pooled: " + "; ".join(
                 f"{r['meta']['date']}, hvnet {r['meta']['git_revision']}" for r in results),
-             f"rule: {reps} run(s), up to {most} where undecided, verdicts on {interval}; {draws} draws per figure",
+             f"today's rule: {reps} run(s), up to {most} where undecided, verdicts on {INTERVAL}; {draws} draws per "
+             "figure",
              "", f"{'figure':<32} {'differ':>7}  verdicts drawn"]
     for fid, chance, shares in rows:
         lines.append(f"{fid:<32} {chance:>7.2f}  " + ", ".join(f"{v} {p:.0%}" for v, p in shares.items()))

@@ -187,9 +187,10 @@ def compare(before: dict, after: dict) -> str:
             f"{before['meta'].get('repeat', 1)} run(s) per point\n"
             f"after:  {after['meta']['date']}, hvnet {after['meta']['git_revision']}, "
             f"{after['meta'].get('repeat', 1)} run(s) per point\n")
-    if rule(before["meta"]) != rule(after["meta"]):
+    rules = {"before": rule(before["meta"]), "after": rule(after["meta"])}
+    if rules["before"] != rules["after"]:
         head += "".join(f"{when}: up to {most} runs where undecided, verdicts on {interval}\n"
-                        for when, (_, most, interval) in (("before", rule(before["meta"])), ("after", rule(after["meta"]))))
+                        for when, (_, most, interval) in rules.items())
     lines = [head, f"{'figure':<32} {'before':<16} {'after':<16}"]
     details = []
     for fid in list(dict.fromkeys(list(a) + list(b))):

@@ -140,9 +140,14 @@ def weigh(points, direction, threshold, what, published):
     up = direction == "up"
     pub = published if isinstance(published, dict) else {label: published for label, _ in points}
 
-    def band(label):
+    def size(label):
+        """The published effect at `label`, where one was."""
         p = pub.get(label)
-        if p and p > 0 and p != 1:
+        return p if p and p > 0 and p != 1 else None
+
+    def band(label):
+        p = size(label)
+        if p:
             return max(abs(math.log(p)) / 4, NOISE)
         # No published size: an effect past no change, within the
         # machine's noise, is still none.
@@ -150,10 +155,10 @@ def weigh(points, direction, threshold, what, published):
 
     def of_size(label):
         """What set the band's edge."""
-        p = pub.get(label)
-        if not (p and p > 0 and p != 1):
+        p = size(label)
+        if not p:
             return "the machine's noise"
-        if abs(math.log(p)) / 4 > NOISE:
+        if band(label) > NOISE:
             return f"a quarter of the published {p:.2f}"
         return f"the machine's noise; published {p:.2f}"
 

@@ -24,7 +24,7 @@ from . import fabrics, measure, physical
 from .fabrics import B_IP, Bridge, Hvnet, Ovs
 from .figures import (NATIVE_NOTE, SEED_000, SEED_001, SEED_002, SEED_003, SEED_004, cpu_note, figure, interleaved,
                       iperf, series_of, sizes, vm_note)
-from .verdict import INCONCLUSIVE, both, effect_size, judge, median, ratios, settled, summarize, value_range
+from .verdict import INCONCLUSIVE, both, effect_size, judge, median, ratios, summarize, undecided, value_range
 
 
 def lro_figures(prefix, rows, pub, source, note, label_of, where=""):
@@ -98,8 +98,8 @@ PUB_000_LOCAL = {
 
 def lro_off_on(f, quick, reps, secs, log, figures):
     """LRO off and on at the receiving VM, every message size, interleaved:
-    {lro: [summarized point per size]}; more runs while `figures(rows)`
-    has a verdict undecided."""
+    {lro: [summarized point per size]}; more runs of a message size while
+    a verdict of `figures(rows)` at it is undecided."""
     def run(c):
         lro, (write, win) = c
         f.t.hv("port", "b", "set", f"lro={lro}")
@@ -109,7 +109,8 @@ def lro_off_on(f, quick, reps, secs, log, figures):
         return {lro: [summarize(runs[(lro, sw)]) for sw in sizes(quick)] for lro in ("off", "on")}
 
     configs = [(lro, sw) for sw in sizes(quick) for lro in ("off", "on")]
-    return rows(interleaved(configs, reps, run, settle=lambda r: settled(figures(rows(r)))))
+    return rows(interleaved(configs, reps, run, settle=lambda r: undecided(figures(rows(r))),
+                            feeds=lambda c, label: c[1][0] == label))
 
 
 def lro_native(tmp, quick, reps, log):
@@ -168,7 +169,7 @@ def lro_local(tmp, quick, reps, log, vms="netns"):
 
 def with_cost(r):
     """A run with its CPU per Gbit/s."""
-    r["cores_per_gbps"] = r["busy_cores"] / max(r["gbps"], 1e-9)
+    r["cores_per_gbps"] = 1 / max(r["gbps_per_core"], 1e-9)
     return r
 
 
@@ -193,7 +194,7 @@ def jumbo(tmp, quick, reps, log, vms="netns"):
                     # is hvnet's.
                     up = {mtu: stack.enter_context(F(tmp, mtu, vms)) for mtu in (1500, 9000)}
                     runs = interleaved((1500, 9000), reps, lambda mtu: with_cost(iperf(up[mtu], 4, "128K", secs, None, log)),
-                                       settle=lambda r: INCONCLUSIVE not in [v for v, _ in jumbo_judged(r)[0]])
+                                       settle=lambda r: undecided(jumbo_judged(r)[0]))
                 else:
                     # A reference, drawn only: one MTU after the other (two
                     # Open vSwitch instances cannot share the userspace
@@ -484,7 +485,8 @@ def virtqueue_exhaustion(tmp, quick, reps, log, vms):
             return row
 
         runs = interleaved([(lro, size) for lro in lros for size in rings], reps, run,
-                           settle=lambda r: settled(figs(r)[0]))
+                           settle=lambda r: undecided(figs(r)[0]),
+                           feeds=lambda c, label: c[0] == "off" and c[1] in (rings[0], rings[-1]))
     return figs(runs)
 
 
@@ -508,7 +510,7 @@ def multiqueue(tmp, quick, reps, log, vms="netns"):
             per_q = [x - y for x, y in zip(after, before)]
             return dict(s, queues_used=sum(1 for x in per_q if x > 0), per_queue_frames=per_q)
 
-        runs = interleaved((1, 4), reps, run, settle=lambda r: multiqueue_judged(r)[0] != INCONCLUSIVE)
+        runs = interleaved((1, 4), reps, run, settle=lambda r: undecided([multiqueue_judged(r)]))
     res = {q: summarize(runs[q]) for q in (1, 4)}
     gain = ratios(runs[4], runs[1], "gbps")
     used = [r["queues_used"] for r in runs[4]]
@@ -704,8 +706,8 @@ EXPERIMENTS = [
      "workload": "8 VMs (4 with --quick) send a stream each to the external host; the uplink's TSO hardware vs software (and VXLAN, "
                  "software on this kernel); the switch's CPU per Gbit/s"},
     {"name": "rx-csum", "reproduces": "001, Figure 7", "run": physical.rx_csum,
-     "workload": "VXLAN to 8 VMs (4 with --quick), a stream each; the uplink's receive checksums from the device vs checked by hvnet; "
-                 "the switch's CPU per Gbit/s"},
+     "workload": "VXLAN to 8 VMs (4 with --quick), a 250 Mbit/s stream each; the uplink's receive checksums from the device vs "
+                 "checked by hvnet; the switch's CPU per Gbit received"},
     {"name": "uplink-lro", "reproduces": "001, Figure 8", "run": physical.uplink_lro,
      "workload": "external host on the wire of an uplink to a VM, 64 KiB writes; the uplink's LRO hardware (device GRO) "
                  "vs software (hvnet's GRO before switching)"},

@@ -72,7 +72,7 @@ def iperf(f, streams=1, write="128K", seconds=3, window=None, log=None, reverse=
     s = {
         "gbps": r["bps"] / 1e9,
         "busy_cores": cpu.cores,
-        "gbps_per_core": r["bps"] / 1e9 / max(cpu.cores, 1e-9),
+        "gbps_per_core": r["bytes"] * 8 / 1e9 / max(cpu.core_seconds, 1e-9),
         "retransmits": r["retransmits"],
         "rx_frames_per_s": frames / secs,
         "rx_avg_frame": (b1["rx_bytes"] - b0["rx_bytes"]) / max(frames, 1),
@@ -85,27 +85,37 @@ def iperf(f, streams=1, write="128K", seconds=3, window=None, log=None, reverse=
 
 
 def most_runs(reps):
-    """The runs an undecided comparison may get: 3N, from N >= 3."""
-    return 3 * reps if reps >= 3 else reps
+    """The runs an undecided comparison may get: 5N, from N >= 3."""
+    return 5 * reps if reps >= 3 else reps
 
 
-def interleaved(configs, reps, run, settle=None):
+def interleaved(configs, reps, run, settle=None, feeds=None):
     """Runs every configuration `reps` times, interleaved (A, B, C, A, B,
     C, ...), so that drift in the machine's speed hits all of them alike.
-    With `settle` (runs -> True once every verdict drawn from them is
-    decided) and 3 or more repetitions, a comparison still undecided gets
-    more rounds, up to 3 * reps (the verdict module says why).
+    With `settle` (runs -> the labels of the points still undecided,
+    `verdict.undecided`; empty once every verdict drawn from them is
+    decided) and 3 or more repetitions, more rounds follow while a point
+    is undecided, up to 5 * reps (the verdict module says why), each of
+    only the configurations that `feeds(config, label)` says an
+    undecided point is drawn from (every configuration without `feeds`,
+    or when a figure cannot say which of its points are undecided): a
+    point that needs 15 runs does not make the decided ones run 15 times.
     Returns {config: [run, ...]} with runs in repetition order."""
     runs = {c: [] for c in configs}
-    most = most_runs(reps) if settle else reps
-    rounds = 0
-    while rounds < reps or (rounds < most and not settle(runs)):
-        if rounds >= reps:
-            print(f"      undecided after {rounds} runs: one more of each configuration (at most {most})", flush=True)
+    for _ in range(reps):
         for c in configs:
             runs[c].append(run(c))
-        rounds += 1
-    return runs
+    most = most_runs(reps) if settle else reps
+    while True:
+        pending = settle(runs) if settle else set()
+        todo = [c for c in configs if feeds is None or None in pending or any(feeds(c, p) for p in pending)]
+        if not pending or not todo or max(len(runs[c]) for c in todo) >= most:
+            return runs
+        named = ", ".join(sorted(str(p) for p in pending if p is not None)) or "all points"
+        print(f"      undecided after {max(len(runs[c]) for c in todo)} runs ({named}): one more of "
+              f"{len(todo)} of {len(configs)} configurations (at most {most} runs)", flush=True)
+        for c in todo:
+            runs[c].append(run(c))
 
 
 def figure(fid, title, xlabel, ylabel, series, published, source, claim, judged, note, spreads=None):

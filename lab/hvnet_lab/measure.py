@@ -5,6 +5,7 @@ tested on real output captured from this machine (`tests/py/data/`)."""
 import json
 import os
 import re
+import time
 from pathlib import Path
 
 
@@ -77,15 +78,20 @@ def ping_rtts(text: str) -> list:
 
 
 class Cpu:
-    """Machine-wide busy cores over a span."""
+    """Machine-wide busy cores over a span (`cores`), and the CPU-seconds
+    they add up to (`core_seconds`): the span holds a client's start-up
+    and exit, which a tool's own rate leaves out, so work per CPU is
+    counted as work done over CPU-seconds spent, both over the span."""
 
     def __enter__(self):
         self.before = proc_stat(Path("/proc/stat").read_text())
+        self.t0 = time.monotonic()
         return self
 
     def __exit__(self, *exc):
         self.after = proc_stat(Path("/proc/stat").read_text())
         self.cores = busy_cores(self.before, self.after, os.cpu_count())
+        self.core_seconds = self.cores * (time.monotonic() - self.t0)
         return False
 
 

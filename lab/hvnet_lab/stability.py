@@ -4,8 +4,8 @@ waited for (`hvnet lab stability A/results.json B/results.json ...`).
 Every figure judged by `verdict.judge` keeps the per-repetition effects it
 was judged on (`judged_by` in results.json). Pooled over the given runs,
 per figure and point, they are drawn again with replacement the way a run
-draws them — N runs, one more while undecided, up to the rule's most —
-and put through today's rule many times over; the chance that two runs
+draws them — N runs, one more at each point while undecided, up to the
+rule's most — and put through today's rule many times over; the chance that two runs
 give different verdicts is 1 - sum(p^2) over the verdicts' shares p.
 Points of one figure are drawn independently (a run pairs them by
 repetition), and the pool holds only the runs given: it predicts how
@@ -15,7 +15,7 @@ import random
 from collections import Counter
 
 from .figures import most_runs
-from .verdict import INCONCLUSIVE, INTERVAL, both, weigh
+from .verdict import INTERVAL, Judged, both, undecided, weigh
 
 
 def shape(calls):
@@ -43,17 +43,20 @@ def pooled(results):
 
 
 def one_run(calls, first, most, rng):
-    """A run's verdict drawn from the pools: `first` runs, one more while
-    undecided, up to `most`."""
+    """A run's verdict drawn from the pools: `first` runs, then one more
+    at each point still undecided, up to `most` (as `interleaved` runs
+    only the configurations behind undecided points)."""
     drawn = [[[label, [rng.choice(pool) for _ in range(first)]] for label, pool in c["points"]] for c in calls]
     while True:
-        verdict, _ = both(*(weigh(points, c["direction"], c["threshold"], c["what"], c["published"])
-                            for points, c in zip(drawn, calls)))
-        if verdict != INCONCLUSIVE or len(drawn[0][0][1]) >= most:
-            return verdict
-        for points, c in zip(drawn, calls):
-            for (_, samples), (_, pool) in zip(points, c["points"]):
-                samples.append(rng.choice(pool))
+        verdict = both(*(Judged(*weigh(points, c["direction"], c["threshold"], c["what"], c["published"]),
+                                [dict(c, points=points)]) for points, c in zip(drawn, calls)))
+        pending = undecided([verdict])
+        grow = [(samples, pool) for points, c in zip(drawn, calls)
+                for (label, samples), (_, pool) in zip(points, c["points"]) if None in pending or label in pending]
+        if not pending or max(len(samples) for samples, _ in grow) >= most:
+            return verdict[0]
+        for samples, pool in grow:
+            samples.append(rng.choice(pool))
 
 
 def today(results):

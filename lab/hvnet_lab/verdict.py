@@ -22,13 +22,14 @@ the verdict then turns inconclusive rather than wrong.
   where the study saw one);
 - inconclusive: the interval covers a threshold or a band's edge.
 
-A comparison still inconclusive after N runs gets more, up to 3N
-(`interleaved(..., settle=)`): the interval narrows as runs are added, so
-an effect that can be told apart on this machine is, and one of about the
-threshold's size stays inconclusive and says why. No rule keeps an effect
-that sits on a boundary from landing on either side of it in some runs;
-a narrower interval narrows the stretch of effects that can (docs/perf/
-lab.md says how many figures that leaves on this machine).
+A comparison still inconclusive after N runs gets more, up to 5N
+(`interleaved(..., settle=)`), of only the configurations its undecided
+points are drawn from: the interval narrows as runs are added, so an
+effect that can be told apart on this machine is, and one of about the
+threshold's size stays inconclusive and says why. No rule keeps an
+effect that sits on a boundary from landing on either side of it in
+some runs; a narrower interval narrows the stretch of effects that can
+(docs/perf/lab.md says how many figures that leaves on this machine).
 
 With one run per point (`--quick`) the interval is a single value: the
 verdict is indicative only, and says so.
@@ -190,9 +191,21 @@ def weigh(points, direction, threshold, what, published):
     return REPRODUCED, ""
 
 
-def settled(figures):
-    """True once no figure drawn from the runs so far is inconclusive."""
-    return all(f["verdict"] != INCONCLUSIVE for f in figures)
+def undecided(figures):
+    """What more runs could still decide: the labels of the points whose
+    own interval decides nothing, in every figure (a figure record, or a
+    Judged) still inconclusive; None for one that keeps no judge calls
+    (every point). Empty once every verdict is decided."""
+    out = set()
+    for f in figures:
+        verdict, calls = (f["verdict"], f.get("judged_by")) if isinstance(f, dict) else (f[0], getattr(f, "calls", []))
+        if verdict != INCONCLUSIVE:
+            continue
+        open_points = {label for c in calls or [] for label, s in c["points"]
+                       if weigh([(label, s)], c["direction"], c["threshold"], c["what"], c["published"])[0]
+                       == INCONCLUSIVE}
+        out |= open_points or {None}
+    return out
 
 
 def both(*verdicts):

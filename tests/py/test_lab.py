@@ -148,7 +148,7 @@ def test_the_signed_rank_distribution_behind_the_interval():
 
 def test_an_undecided_comparison_gets_more_runs_and_no_more_than_it_needs():
     from hvnet_lab.figures import interleaved
-    from hvnet_lab.verdict import INCONCLUSIVE, judge
+    from hvnet_lab.verdict import judge, undecided
     samples = iter([1.0, 1.3, 1.0, 0.9, 1.0, 1.3, 1.0, 1.25, 1.0, 1.4, 1.0, 1.35, 1.0, 1.3, 1.0, 1.3])
     order = []
 
@@ -158,17 +158,49 @@ def test_an_undecided_comparison_gets_more_runs_and_no_more_than_it_needs():
 
     def settle(runs):
         gain = [b["v"] / a["v"] for a, b in zip(runs["A"], runs["B"])]
-        return judge([("B vs A", gain)], "up")[0] != INCONCLUSIVE
+        return undecided([judge([("B vs A", gain)], "up")])
 
     runs = interleaved(("A", "B"), 3, run, settle=settle)
     # Undecided while the interval is the min-max of 3 (0.9 among the
     # ratios), decided at the 4th, whose interval (2nd to 9th Walsh
     # average) leaves 0.9 out.
     assert order == ["A", "B"] * 4 and len(runs["A"]) == len(runs["B"]) == 4, order
-    # Never more than 3N rounds, and none more without a settle.
-    assert len(interleaved(("A",), 3, lambda c: {"v": 1.0}, settle=lambda r: False)["A"]) == 9
+    # Never more than 5N rounds, and none more without a settle.
+    assert len(interleaved(("A",), 3, lambda c: {"v": 1.0}, settle=lambda r: {None})["A"]) == 15
     assert len(interleaved(("A",), 3, lambda c: {"v": 1.0})["A"]) == 3
-    assert len(interleaved(("A",), 1, lambda c: {"v": 1.0}, settle=lambda r: False)["A"]) == 1
+    assert len(interleaved(("A",), 1, lambda c: {"v": 1.0}, settle=lambda r: {None})["A"]) == 1
+
+
+def test_more_runs_go_only_to_the_configurations_of_undecided_points():
+    """Two sizes, LRO off and on at each: the large size's gain is clear at
+    3 runs, the small one's is not, so only the small size's two
+    configurations run again; a figure that keeps no judge calls makes
+    every configuration run again."""
+    from hvnet_lab.figures import figure, interleaved
+    from hvnet_lab.verdict import judge, ratios, undecided
+    small_on = iter([1.0, 1.3, 0.9, 1.2, 1.25, 1.3, 1.2, 1.3, 1.25, 1.3, 1.2, 1.3, 1.25, 1.3, 1.2])
+    order = []
+
+    def run(c):
+        order.append(c)
+        lro, size = c
+        return {"v": 1.0 if lro == "off" else (2.0 if size == "large" else next(small_on))}
+
+    def figs(runs):
+        gain = [(size, ratios(runs[("on", size)], runs[("off", size)], "v")) for size in ("small", "large")]
+        return [figure("f", "", "", "", {}, {}, "", "", judge(gain, "up"), "")]
+
+    configs = [(lro, size) for size in ("small", "large") for lro in ("off", "on")]
+    runs = interleaved(configs, 3, run, settle=lambda r: undecided(figs(r)),
+                       feeds=lambda c, label: c[1] == label)
+    assert len(runs[("off", "large")]) == len(runs[("on", "large")]) == 3
+    assert len(runs[("off", "small")]) == len(runs[("on", "small")]) > 3
+    assert order[12:] == [("off", "small"), ("on", "small")] * ((len(order) - 12) // 2), order
+    assert undecided(figs(runs)) == set()
+    # No judge calls to say which point: everything again.
+    assert undecided([{"verdict": "inconclusive", "judged_by": []}]) == {None}
+    assert len(interleaved(configs, 3, lambda c: {"v": 1.0}, settle=lambda r: {None},
+                           feeds=lambda c, label: False)[("on", "large")]) == 15
 
 
 def test_sack_rate_is_judged_only_where_losses_give_one():
@@ -227,7 +259,7 @@ def test_stability_predicts_which_verdicts_can_flip(tmp_path):
     assert rows["clear"] == (0.0, {"reproduced": 1.0})
     assert rows["edge"][0] > 0.3 and len(rows["edge"][1]) >= 2, rows["edge"]
     out = stability.table(runs, draws=300)
-    assert out.index("edge") < out.index("clear") and "2 run(s) pooled" in out and "up to 9" in out
+    assert out.index("edge") < out.index("clear") and "2 run(s) pooled" in out and "up to 15" in out
     assert "of the 2 drawn again (1 figures" in out, out
     (tmp_path / "r.json").write_text(json.dumps(runs[0]))
     cli = hvlab.run([sys.executable, "-m", "hvnet_lab", "stability", str(tmp_path / "r.json"),

@@ -49,8 +49,8 @@ def main(argv=None):
     r.add_argument("--out", type=Path, default=Path("lab-results"), help="results directory (default ./lab-results)")
     r.add_argument("--repeat", type=int, default=None, metavar="N",
                    help="runs per point, the configurations compared interleaved; the median is drawn, its "
-                        "confidence interval decides the verdict, and an undecided comparison gets more runs, up to "
-                        "3N (default 3, 1 with --quick)")
+                        "confidence interval decides the verdict, and an undecided point gets more runs, up to "
+                        "5N (default 3, 1 with --quick)")
     r.add_argument("--vms", choices=("netns", "uml", "qemu"), default="netns",
                    help="what hvnet's VMs are: network namespaces (default) or real guests on vhost-user ports, "
                         "User-Mode Linux (lro-local, jumbo, cpu-limit and multiqueue) or QEMU (those and "

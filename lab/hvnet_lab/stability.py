@@ -5,8 +5,9 @@ Every figure judged by `verdict.judge` keeps the per-repetition effects it
 was judged on (`judged_by` in results.json). Pooled over the given runs,
 per figure and point, they are drawn again with replacement the way a run
 draws them — N runs, one more at each point while undecided, up to the
-rule's most — and put through today's rule many times over; the chance that two runs
-give different verdicts is 1 - sum(p^2) over the verdicts' shares p.
+rule's most — and put through today's rule many times over; the chance
+that two runs give different verdicts is 1 - sum(p^2) over the
+verdicts' shares p.
 Points of one figure are drawn independently (a run pairs them by
 repetition), and the pool holds only the runs given: it predicts how
 this machine's spread meets each figure's edges, no more."""
@@ -53,7 +54,7 @@ def one_run(calls, first, most, rng):
         pending = undecided([verdict])
         grow = [(samples, pool) for points, c in zip(drawn, calls)
                 for (label, samples), (_, pool) in zip(points, c["points"]) if None in pending or label in pending]
-        if not pending or max(len(samples) for samples, _ in grow) >= most:
+        if not grow or max(len(samples) for samples, _ in grow) >= most:
             return verdict[0]
         for samples, pool in grow:
             samples.append(rng.choice(pool))

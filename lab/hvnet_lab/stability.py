@@ -94,7 +94,8 @@ def table(results, draws=1000):
              "", f"{'figure':<32} {'differ':>7}  verdicts drawn"]
     for fid, chance, shares in rows:
         lines.append(f"{fid:<32} {chance:>7.2f}  " + ", ".join(f"{v} {p:.0%}" for v, p in shares.items()))
+    left = len(figures - {fid for fid, _, _ in rows})
     lines += ["", f"expected figures differing between two runs: {sum(c for _, c, _ in rows):.1f} of the {len(rows)} "
-                  f"drawn again ({len(figures - {fid for fid, _, _ in rows})} figures not judged on per-run effects, "
-                  "or not the same way in every run, are left out)"]
+                  f"drawn again ({left} figure{'' if left == 1 else 's'} not judged on per-run effects, or not the same "
+                  f"way in every run, {'is' if left == 1 else 'are'} left out)"]
     return "\n".join(lines)

@@ -260,7 +260,7 @@ def test_stability_predicts_which_verdicts_can_flip(tmp_path):
     assert rows["edge"][0] > 0.3 and len(rows["edge"][1]) >= 2, rows["edge"]
     out = stability.table(runs, draws=300)
     assert out.index("edge") < out.index("clear") and "2 run(s) pooled" in out and "up to 15" in out
-    assert "of the 2 drawn again (1 figures" in out, out
+    assert "of the 2 drawn again (1 figure not judged" in out and "is left out" in out, out
     (tmp_path / "r.json").write_text(json.dumps(runs[0]))
     cli = hvlab.run([sys.executable, "-m", "hvnet_lab", "stability", str(tmp_path / "r.json"),
                      str(tmp_path / "none.json")], check=False, cwd=str(ROOT / "lab"))

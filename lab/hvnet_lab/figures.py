@@ -106,16 +106,18 @@ def interleaved(configs, reps, run, settle=None, feeds=None):
         for c in configs:
             runs[c].append(run(c))
     most = most_runs(reps) if settle else reps
-    while True:
-        pending = settle(runs) if settle else set()
+    while most > reps:
+        pending = settle(runs)
         todo = [c for c in configs if feeds is None or None in pending or any(feeds(c, p) for p in pending)]
-        if not pending or not todo or max(len(runs[c]) for c in todo) >= most:
-            return runs
+        have = max((len(runs[c]) for c in todo), default=most)
+        if not pending or have >= most:
+            break
         named = ", ".join(sorted(str(p) for p in pending if p is not None)) or "all points"
-        print(f"      undecided after {max(len(runs[c]) for c in todo)} runs ({named}): one more of "
-              f"{len(todo)} of {len(configs)} configurations (at most {most} runs)", flush=True)
+        print(f"      undecided after {have} runs ({named}): one more of {len(todo)} of {len(configs)} "
+              f"configurations (at most {most} runs)", flush=True)
         for c in todo:
             runs[c].append(run(c))
+    return runs
 
 
 def figure(fid, title, xlabel, ylabel, series, published, source, claim, judged, note, spreads=None):

@@ -18,10 +18,10 @@ from .verdict import effect_size, judge, median, ratios, summarize, undecided
 WIRE_NOTE = ("VMs are network namespaces behind hvnet's TAP ports; the external host is a namespace on a veth wire "
              "(its NIC's TSO off: wire-sized frames), the uplink's receive queues AF_PACKET sockets with a thread "
              "each; hosts, VMs and the switch share this machine's 2 cores.")
+VXLAN_NOTE = " The external host reaches the VMs through its own Linux vxlan device (VNI 42) to hvnet's tunnel endpoint."
 # rx-csum's offered load per VM: 8 x 250 Mbit/s is about two thirds of
 # what 8 VMs behind a VXLAN endpoint receive here when unlimited.
 RX_CSUM_MBPS = 250
-VXLAN_NOTE = " The external host reaches the VMs through its own Linux vxlan device (VNI 42) to hvnet's tunnel endpoint."
 
 
 def up_at_once(stack, tmp, fleets):

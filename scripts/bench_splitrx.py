@@ -57,11 +57,11 @@ def main():
     print()
     print(f"{'mode':<9} {'Gbit/s':>7} {'busy':>6} {'Gbit/s/core':>11} {'rtt idle ms':>11} {'rtt loaded ms':>13}")
     for name, m in med.items():
-        print(f"{name:<9} {m['gbps']:>7.2f} {m['busy_cores']:>6.2f} {m['gbps'] / m['busy_cores']:>11.2f} "
+        print(f"{name:<9} {m['gbps']:>7.2f} {m['busy_cores']:>6.2f} {m['gbps_per_core']:>11.2f} "
               f"{m['rtt_idle_ms']:>11.3f} {m['rtt_loaded_ms']:>13.3f}")
     s, t = med["split"], med["together"]
     print(f"split/together: Gbit/s {s['gbps'] / t['gbps']:.2f}; per core "
-          f"{(s['gbps'] / s['busy_cores']) / (t['gbps'] / t['busy_cores']):.2f}; "
+          f"{s['gbps_per_core'] / t['gbps_per_core']:.2f}; "
           f"rtt idle {s['rtt_idle_ms'] / t['rtt_idle_ms']:.2f}; rtt loaded {s['rtt_loaded_ms'] / t['rtt_loaded_ms']:.2f}")
     if a.out:
         meta = {"kernel": os.uname().release, "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),

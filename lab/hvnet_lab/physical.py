@@ -269,33 +269,53 @@ def uplink_lro(tmp, quick, reps, log):
 def netqueue_dynamic(tmp, quick, reps, log):
     """Seed 001, Figure 9: Dynamic NetQueue packs filters at low load (fewer
     queues, less CPU) and spreads them under load; static NetQueue gives
-    each VM a queue of its own."""
+    each VM a queue of its own. Two claims: the CPU it saves when quiet
+    (Figure 9), and the packing and spreading it does that for (the
+    study's text); the throughput under load is measured beside it, not
+    judged: the study claims none, and there both modes use the same four
+    queues."""
     secs, warm = (2, 2) if quick else (5, 4)
     loads = {"low": "100M", "high": None}
+    cpu_label, packs, spreads = ("static vs dynamic, low load", "queues, static vs dynamic at low load",
+                                 "queues, dynamic at high vs low load")
+    # The configurations (mode, load) each point is drawn from.
+    drawn_from = {cpu_label: {("static", "low"), ("dynamic", "low")}, packs: {("static", "low"), ("dynamic", "low")},
+                  spreads: {("dynamic", "low"), ("dynamic", "high")}}
 
     def figs(runs):
         res = {f"{m}-{l}": summarize(runs[(m, l)]) for m, l in configs}
         cpu_low = ratios(runs[("static", "low")], runs[("dynamic", "low")], "hvnet_cores")
-        q_low = [r["queues_used"] for r in runs[("dynamic", "low")]]
+        q = {c: [r["queues_used"] for r in runs[c]] for c in configs}
         thr_high = ratios(runs[("dynamic", "high")], runs[("static", "high")], "gbps")
         note = ("Four VMs behind an hvnet uplink with five receive queues, one TCP stream to each from an external host; "
-                "CPU is the hvnet daemon's threads' run time. A queue here is a thread blocked in poll on its own socket: "
-                "an idle queue costs nothing, unlike a NIC queue's interrupts.")
+                "CPU is the hvnet daemon's threads' run time; queues in use are the uplink's filters' queues after each "
+                "run. A queue here is a thread blocked in poll on its own socket: an idle queue costs nothing, unlike a "
+                "NIC queue's interrupts.")
+        # The study packed 16 VMs from 8 queues onto 2 or 4: static/dynamic 2-4.
         out = [
             figure("netqueue-dynamic-cpu", "The switch's CPU at low load (4 x 100 Mbit/s), static vs Dynamic NetQueue",
                    "NetQueue", "cores (hvnet daemon)",
                    {"hvnet": [(m, res[f"{m}-low"]["hvnet_cores"]) for m in up]}, {}, SEED_001 + ", Figure 9",
                    "Dynamic NetQueue packs filters on fewer queues at low load and so uses less CPU (ratio static/dynamic "
-                   f"> 1; hvnet {median(cpu_low):.2f}; queues used {', '.join(map(str, q_low))} of 4)",
-                   judge([("static vs dynamic, low load", cpu_low)], "up"), note,
+                   f"> 1; hvnet {median(cpu_low):.2f}; queues used {', '.join(map(str, q[('dynamic', 'low')]))} of 4)",
+                   judge([(cpu_label, cpu_low)], "up"), note,
                    {"hvnet": [(m, *res[f"{m}-low"]["spread"]["hvnet_cores"]) for m in up]}),
-            figure("netqueue-dynamic-throughput", "Throughput at high load, static vs Dynamic NetQueue", "NetQueue",
-                   "Gbit/s (4 VMs)", {"hvnet": [(m, res[f"{m}-high"]["gbps"]) for m in up]}, {},
-                   SEED_001 + ", Figure 9",
-                   f"Dynamic NetQueue spreads filters under load, losing no throughput (ratio dynamic/static >= 0.95; "
-                   f"hvnet {median(thr_high):.2f})",
-                   judge([("dynamic vs static, high load", thr_high)], "up", 0.95), note,
-                   {"hvnet": [(m, *res[f"{m}-high"]["spread"]["gbps"]) for m in up]}),
+            figure("netqueue-dynamic-spread", "Receive queues in use at low and high load, static vs Dynamic NetQueue",
+                   "load (4 streams)", "receive queues in use (of 5)",
+                   {m: [(l, res[f"{m}-{l}"]["queues_used"]) for l in loads] for m in up}, {}, SEED_001 + ", Figure 9",
+                   "Dynamic NetQueue packs the filters on fewer queues than static NetQueue while the load is low, and "
+                   "spreads them when it rises (ratios static/dynamic at low load and dynamic high/low > 1; published "
+                   "8 queues packed on 2 or 4; hvnet dynamic "
+                   f"{median(q[('dynamic', 'low')]):g} at low load, {median(q[('dynamic', 'high')]):g} at high, static "
+                   f"{median(q[('static', 'low')]):g}). Under load dynamic carried "
+                   f"{res['dynamic-high']['gbps']:.1f} Gbit/s, static {res['static-high']['gbps']:.1f} (dynamic/static "
+                   f"{median(thr_high):.2f}, runs {min(thr_high):.2f}–{max(thr_high):.2f}): the same four queues, so "
+                   "two identical set-ups, whose saturated rate on 2 cores, in either mode, sits near 8.8 or near 11 "
+                   "Gbit/s for tens of seconds at a time; drawn, not judged",
+                   judge([(packs, ratios(runs[("static", "low")], runs[("dynamic", "low")], "queues_used")),
+                          (spreads, ratios(runs[("dynamic", "high")], runs[("dynamic", "low")], "queues_used"))],
+                         "up", published={packs: 2.0}), note,
+                   {m: [(l, *res[f"{m}-{l}"]["spread"]["queues_used"]) for l in loads] for m in up}),
         ]
         return out, res
 
@@ -311,7 +331,7 @@ def netqueue_dynamic(tmp, quick, reps, log):
 
         configs = [(m, l) for l in loads for m in up]
         runs = interleaved(configs, reps, run, settle=lambda r: undecided(figs(r)[0]),
-                           feeds=lambda c, label: label.endswith(f"{c[1]} load"))
+                           feeds=lambda c, label: c in drawn_from[label])
     return figs(runs)
 
 

@@ -401,6 +401,11 @@ def test_the_physical_side_experiments_run_and_leave_nothing_behind(tmp_path):
     # Every configuration compared has its point.
     assert [x for x, _ in figs["uplink-rss-throughput"]["series"]["hvnet RSS on"]] == ["large", "small"]
     assert {x for x, _ in figs["tso-offload-cpu"]["series"]["hvnet"]} == {"hardware", "software", "vxlan"}
+    # Queues in use come from the uplink's filters: Dynamic NetQueue starts
+    # packed, so at low load it uses fewer than static's one per VM.
+    spread = figs["netqueue-dynamic-spread"]["series"]
+    assert [x for x, _ in spread["static"]] == ["low", "high"] and spread["static"][0][1] == 4, spread
+    assert spread["dynamic"][0][1] < 4, spread
     assert (links(), netns()) == before
 
 

@@ -376,7 +376,7 @@ def test_a_lab_run_with_open_vswitch_leaves_nothing_behind(tmp_path):
     assert (links(), netns()) == before
 
 
-PHYSICAL = ["uplink-rss", "vxlan-rss", "splitrx", "tso-offload", "rx-csum", "port-batch", "lro-rate-wire"]
+PHYSICAL = ["uplink-rss", "vxlan-rss", "splitrx", "tso-offload", "rx-csum", "port-batch", "netqueue", "lro-rate-wire"]
 
 
 @pytest.mark.root

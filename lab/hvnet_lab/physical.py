@@ -311,7 +311,7 @@ def netqueue_dynamic(tmp, quick, reps, log):
                    f"{res['dynamic-high']['gbps']:.1f} Gbit/s, static {res['static-high']['gbps']:.1f} (dynamic/static "
                    f"{median(thr_high):.2f}, runs {min(thr_high):.2f}–{max(thr_high):.2f}): the same four queues, so "
                    "two identical set-ups, whose saturated rate on 2 cores, in either mode, sits near 8.8 or near 11 "
-                   "Gbit/s for tens of seconds at a time; drawn, not judged",
+                   "Gbit/s for tens of seconds at a time; measured, not judged",
                    judge([(packs, ratios(runs[("static", "low")], runs[("dynamic", "low")], "queues_used")),
                           (spreads, ratios(runs[("dynamic", "high")], runs[("dynamic", "low")], "queues_used"))],
                          "up", published={packs: 2.0}), note,

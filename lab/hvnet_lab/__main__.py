@@ -55,9 +55,10 @@ def main(argv=None):
                    help="what hvnet's VMs are: network namespaces (default) or real guests on vhost-user ports, "
                         "User-Mode Linux (lro-local, jumbo, cpu-limit and multiqueue) or QEMU (those and "
                         "ring-exhaustion)")
-    cmp = sub.add_parser("compare", help="what changed, figure by figure, between two runs' results.json")
-    cmp.add_argument("before", type=Path)
-    cmp.add_argument("after", type=Path)
+    cmp = sub.add_parser("compare", help="what changed, figure by figure, between two runs' results.json, "
+                                          "and for a changed verdict whether the effect moved or sits at an edge")
+    cmp.add_argument("before", type=Path, help="results.json of the earlier run")
+    cmp.add_argument("after", type=Path, help="results.json of the later run")
     stab = sub.add_parser("stability", help="which verdicts can flip from one run to the next: the per-run effects "
                                             "of the given runs pooled and drawn again through the rule")
     stab.add_argument("results", type=Path, nargs="+", help="results.json of one or more runs (more: a better pool)")

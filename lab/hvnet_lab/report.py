@@ -8,6 +8,8 @@ import json
 import math
 from pathlib import Path
 
+from .verdict import edges, point_interval
+
 
 def _numeric(xs):
     return all(isinstance(x, (int, float)) for x in xs)
@@ -179,6 +181,36 @@ def rule(meta):
             meta.get("interval", "the median's interval of at least 75%"))
 
 
+def moved(before_calls, after_calls):
+    """Why a figure's verdict changed, point by point, where both runs
+    judged it the same way: the effect's interval in each run, and
+    whether they overlap across one of the verdict's edges (the same
+    effect, within the spreads, landing on either side of an edge) or lie
+    apart (the effect itself moved, as after a datapath change — or one
+    run's interval of at least 75% missed it: drawn twice from one effect,
+    the two intervals lie apart about one time in ten, at 3 to 15 runs)."""
+    if not before_calls or not after_calls or \
+            [[label for label, _ in c["points"]] for c in before_calls] != \
+            [[label for label, _ in c["points"]] for c in after_calls]:
+        return []
+    out = []
+    for cb, ca in zip(before_calls, after_calls):
+        for (label, sb), (_, sa) in zip(cb["points"], ca["points"]):
+            if not sb or not sa:
+                continue
+            (lb, hb), (la, ha) = point_interval(sb, cb["what"]), point_interval(sa, ca["what"])
+            span = f"{label}: interval {lb:.3g}–{hb:.3g}, then {la:.3g}–{ha:.3g}"
+            if max(lb, la) > min(hb, ha):
+                out.append(f"{span}: apart, the effect moved (or one run's interval missed it, as for about one "
+                           "point in ten of two runs of the same effect)")
+                continue
+            across = [e for e in edges(ca, label) if min(lb, la) < e < max(hb, ha)]
+            if across:
+                out.append(f"{span}: they overlap, about the edge {', '.join(f'{e:.3g}' for e in across)}: "
+                           "the same effect within the spreads, on either side of it")
+    return out
+
+
 def compare(before: dict, after: dict) -> str:
     """Figure by figure: the verdict then and now, and what was measured
     (the claim, with our numbers and their spreads) where it changed."""
@@ -199,6 +231,8 @@ def compare(before: dict, after: dict) -> str:
         mark = "" if va == vb else "  <- changed"
         lines.append(f"{fid:<32} {va:<16} {vb:<16}{mark}")
         if fid in a and fid in b and (va != vb or a[fid]["claim"] != b[fid]["claim"]):
+            why = moved(a[fid].get("judged_by"), b[fid].get("judged_by")) if va != vb else []
             details.append(f"{fid}:\n  before: {a[fid]['claim']}" + (f" [{a[fid]['why_not']}]" if a[fid]["why_not"] else "")
-                           + f"\n  after:  {b[fid]['claim']}" + (f" [{b[fid]['why_not']}]" if b[fid]["why_not"] else ""))
+                           + f"\n  after:  {b[fid]['claim']}" + (f" [{b[fid]['why_not']}]" if b[fid]["why_not"] else "")
+                           + "".join(f"\n  why:    {w}" for w in why))
     return "\n".join(lines + ([""] + details if details else []))

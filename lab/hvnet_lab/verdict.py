@@ -136,23 +136,49 @@ def judge(points, direction, threshold=1.0, what="ratio", published=None):
     return Judged(verdict, reason, [call])
 
 
+def published_at(published, label):
+    """The published effect at `label` (`published`: one ratio for every
+    point, or {label: ratio}), where one was."""
+    p = published.get(label) if isinstance(published, dict) else published
+    return p if p and p > 0 and p != 1 else None
+
+
+def no_effect_band(published, threshold, what):
+    """The no-effect band's half-width on a log scale for a point whose
+    published effect is `published` (None where there is none to judge
+    against)."""
+    if published:
+        return max(abs(math.log(published)) / 4, NOISE)
+    # No published size: an effect past no change, within the machine's
+    # noise, is still none.
+    return NOISE if threshold == 1 and what == "ratio" else None
+
+
+def edges(call, label):
+    """Where the verdict of a judge call's point turns: its threshold and,
+    where it has a no-effect band, the band's edge on the effect's side."""
+    b = no_effect_band(published_at(call["published"], label), call["threshold"], call["what"])
+    out = [call["threshold"]]
+    if b:
+        out.append(math.exp(b) if call["direction"] == "up" else math.exp(-b))
+    return sorted(set(out))
+
+
+def point_interval(samples, what):
+    """The interval a point is judged on: on a log scale for ratios (all
+    positive)."""
+    return interval(samples, log=min(samples) > 0 and what.endswith("ratio"))
+
+
 def weigh(points, direction, threshold, what, published):
     """judge's verdict and reason, without the record of the call."""
     up = direction == "up"
-    pub = published if isinstance(published, dict) else {label: published for label, _ in points}
 
     def size(label):
-        """The published effect at `label`, where one was."""
-        p = pub.get(label)
-        return p if p and p > 0 and p != 1 else None
+        return published_at(published, label)
 
     def band(label):
-        p = size(label)
-        if p:
-            return max(abs(math.log(p)) / 4, NOISE)
-        # No published size: an effect past no change, within the
-        # machine's noise, is still none.
-        return NOISE if threshold == 1 and what == "ratio" else None
+        return no_effect_band(size(label), threshold, what)
 
     def of_size(label):
         """What set the band's edge."""
@@ -168,7 +194,7 @@ def weigh(points, direction, threshold, what, published):
         if not s:
             unsure.append(f"{label} (no runs)")
             continue
-        lo, hi = interval(s, log=min(s) > 0 and what.endswith("ratio"))
+        lo, hi = point_interval(s, what)
         b = band(label)
         desc = f"{label} ({what} {value_range(s)}, median {median(s):.3g}" + (
             f", interval {lo:.3g}–{hi:.3g})" if not (math.isclose(lo, min(s)) and math.isclose(hi, max(s))) else ")")

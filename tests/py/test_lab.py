@@ -239,6 +239,29 @@ def test_compare_says_what_changed():
     assert "after: up to 9 runs where undecided, verdicts on the effect's Hodges-Lehmann interval" in out, out
 
 
+def test_compare_says_why_a_verdict_moved():
+    """A changed verdict is explained point by point from the effects it
+    was judged on: intervals that overlap across an edge are the same
+    effect landing on either side of it; intervals apart, a moved one."""
+    from hvnet_lab.figures import figure
+    from hvnet_lab.verdict import judge
+
+    def res(effects):
+        fig = figure("f1", "t", "x", "y", {}, {}, "s", "c", judge([("256", effects)], "up", published=1.25), "n")
+        return json.loads(json.dumps({"meta": {"date": "d", "git_revision": "r", "repeat": 3},
+                                      "experiments": [{"figures": [fig]}]}))
+    on_edge = res([1.04, 1.06, 1.08, 1.10, 1.05])      # 1.05-1.08, across 1.06: inconclusive
+    inside = res([1.04, 1.056, 1.052, 1.045, 1.05])    # 1.045-1.053, inside the band: not reproduced
+    beyond = res([1.20, 1.25, 1.30, 1.22, 1.28])       # 1.22-1.28, past the edge: reproduced
+    out = report.compare(on_edge, inside)
+    assert "<- changed" in out and "256: interval 1.05–1.08, then 1.04–1.05" in out, out
+    assert "they overlap, about the edge 1.06" in out and "on either side of it" in out, out
+    out = report.compare(inside, beyond)
+    assert "apart, the effect moved" in out, out
+    # Unchanged verdicts need no reason; figures without judge calls get none.
+    assert "why:" not in report.compare(beyond, beyond)
+
+
 def test_stability_predicts_which_verdicts_can_flip(tmp_path):
     """Effects clear of every edge come out the same in every drawn run;
     effects that straddle the 5% edge do not, and the table says which."""

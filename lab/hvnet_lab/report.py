@@ -199,15 +199,19 @@ def moved(before_calls, after_calls):
             if not sb or not sa:
                 continue
             (lb, hb), (la, ha) = point_interval(sb, cb["what"]), point_interval(sa, ca["what"])
+            # Only points with an edge within reach of either interval can
+            # have moved the verdict.
+            near = [f"{e:.3g}" for e in edges(ca, label) if min(lb, la) < e < max(hb, ha)]
+            if not near:
+                continue
+            across = ("edge " if len(near) == 1 else "edges ") + " and ".join(near)
             span = f"{label}: interval {lb:.3g}–{hb:.3g}, then {la:.3g}–{ha:.3g}"
             if max(lb, la) > min(hb, ha):
-                out.append(f"{span}: apart, the effect moved (or one run's interval missed it, as for about one "
-                           "point in ten of two runs of the same effect)")
-                continue
-            across = [e for e in edges(ca, label) if min(lb, la) < e < max(hb, ha)]
-            if across:
-                out.append(f"{span}: they overlap, about the edge {', '.join(f'{e:.3g}' for e in across)}: "
-                           "the same effect within the spreads, on either side of it")
+                out.append(f"{span}: apart, about the {across}: the effect moved (or one run's interval "
+                           "missed it, as for about one point in ten of two runs of the same effect)")
+            else:
+                out.append(f"{span}: they overlap, about the {across}: the same effect within the spreads, "
+                           "on either side of it")
     return out
 
 

@@ -257,7 +257,7 @@ def test_compare_says_why_a_verdict_moved():
     assert "<- changed" in out and "256: interval 1.05–1.08, then 1.04–1.05" in out, out
     assert "they overlap, about the edge 1.06" in out and "on either side of it" in out, out
     out = report.compare(inside, beyond)
-    assert "apart, the effect moved" in out, out
+    assert "apart, about the edge 1.06: the effect moved" in out, out
     # Unchanged verdicts need no reason; figures without judge calls get none.
     assert "why:" not in report.compare(beyond, beyond)
 

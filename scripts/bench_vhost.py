@@ -125,8 +125,7 @@ def run_guests(work: Path, nics, seconds: int) -> dict:
 def summary(out: str, cpu) -> dict:
     r = measure.iperf3(out)
     gbps = r["bps"] / 1e9
-    # Per core: bits over the CPU-seconds of the same span (measure.Cpu).
-    return {"gbps": gbps, "busy_cores": cpu.cores, "gbps_per_core": r["bytes"] * 8 / 1e9 / max(cpu.core_seconds, 1e-9),
+    return {"gbps": gbps, "busy_cores": cpu.cores, "gbps_per_core": cpu.gbit_per_core_second(r["bytes"]),
             "retransmits": r.get("retransmits", 0)}
 
 

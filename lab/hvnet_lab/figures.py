@@ -72,7 +72,7 @@ def iperf(f, streams=1, write="128K", seconds=3, window=None, log=None, reverse=
     s = {
         "gbps": r["bps"] / 1e9,
         "busy_cores": cpu.cores,
-        "gbps_per_core": r["bytes"] * 8 / 1e9 / max(cpu.core_seconds, 1e-9),
+        "gbps_per_core": cpu.gbit_per_core_second(r["bytes"]),
         "retransmits": r["retransmits"],
         "rx_frames_per_s": frames / secs,
         "rx_avg_frame": (b1["rx_bytes"] - b0["rx_bytes"]) / max(frames, 1),

@@ -126,11 +126,12 @@ class Fleet:
         finish(servers)
         got = [measure.iperf3(o) for o in outs]
         gbps = sum(r["bps"] for r in got) / 1e9
-        gbits = sum(r["bytes"] for r in got) * 8 / 1e9
+        nbytes = sum(r["bytes"] for r in got)
+        gbits = nbytes * 8 / 1e9
         wall = t1 - t0
         # Per Gbit delivered: CPU-seconds and bits over the same span
         # (measure.Cpu says why).
-        return {"gbps": gbps, "busy_cores": cpu.cores, "gbps_per_core": gbits / max(cpu.core_seconds, 1e-9),
+        return {"gbps": gbps, "busy_cores": cpu.cores, "gbps_per_core": cpu.gbit_per_core_second(nbytes),
                 "hvnet_cores": (d1 - d0) / wall, "hvnet_cores_per_gbps": (d1 - d0) / max(gbits, 1e-9),
                 "wire_in_per_s": (w1[0] - w0[0]) / wall, "wire_out_per_s": (w1[1] - w0[1]) / wall, "during": extra,
                 "command": f"{len(cmds)} x iperf3 -c VM {opts}" if to_vms else f"{len(cmds)} x iperf3 -c EXT {opts}"}

@@ -94,6 +94,10 @@ class Cpu:
         self.core_seconds = self.cores * (time.monotonic() - self.t0)
         return False
 
+    def gbit_per_core_second(self, nbytes):
+        """Gbit carried (`nbytes` over the span) per CPU-second spent."""
+        return nbytes * 8 / 1e9 / max(self.core_seconds, 1e-9)
+
 
 def thread_schedstat(pid: int, tid: int) -> dict:
     return schedstat(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text())

@@ -8,7 +8,7 @@ import json
 import math
 from pathlib import Path
 
-from .verdict import edges, point_interval
+from .verdict import edges, point_interval, shape
 
 
 def _numeric(xs):
@@ -189,9 +189,7 @@ def moved(before_calls, after_calls):
     apart (the effect itself moved, as after a datapath change — or one
     run's interval of at least 75% missed it: drawn twice from one effect,
     the two intervals lie apart about one time in ten, at 3 to 15 runs)."""
-    if not before_calls or not after_calls or \
-            [[label for label, _ in c["points"]] for c in before_calls] != \
-            [[label for label, _ in c["points"]] for c in after_calls]:
+    if not before_calls or not after_calls or shape(before_calls) != shape(after_calls):
         return []
     out = []
     for cb, ca in zip(before_calls, after_calls):

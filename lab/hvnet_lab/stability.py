@@ -16,12 +16,7 @@ import random
 from collections import Counter
 
 from .figures import most_runs
-from .verdict import INTERVAL, Judged, both, undecided, weigh
-
-
-def shape(calls):
-    """The labels of each judge call's points."""
-    return [[label for label, _ in c["points"]] for c in calls]
+from .verdict import INTERVAL, Judged, both, shape, undecided, weigh
 
 
 def pooled(results):

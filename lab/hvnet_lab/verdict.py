@@ -136,6 +136,12 @@ def judge(points, direction, threshold=1.0, what="ratio", published=None):
     return Judged(verdict, reason, [call])
 
 
+def shape(calls):
+    """The labels of each judge call's points: two runs judged a figure the
+    same way where these match."""
+    return [[label for label, _ in c["points"]] for c in calls]
+
+
 def published_at(published, label):
     """The published effect at `label` (`published`: one ratio for every
     point, or {label: ratio}), where one was."""

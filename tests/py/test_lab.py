@@ -42,6 +42,9 @@ def test_proc_stat_parser_and_busy_cores():
     total, idle = measure.proc_stat((DATA / "proc_stat.txt").read_text())
     assert total > idle > 0
     assert measure.busy_cores((100, 50), (300, 150), 2) == 1.0
+    cpu = measure.Cpu()
+    cpu.core_seconds = 2.0
+    assert cpu.gbit_per_core_second(250_000_000) == 1.0
 
 
 def test_schedstat_parser():

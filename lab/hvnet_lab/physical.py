@@ -285,7 +285,7 @@ def netqueue_dynamic(tmp, quick, reps, log):
     def figs(runs):
         res = {f"{m}-{l}": summarize(runs[(m, l)]) for m, l in configs}
         cpu_low = ratios(runs[("static", "low")], runs[("dynamic", "low")], "hvnet_cores")
-        q = {c: [r["queues_used"] for r in runs[c]] for c in configs}
+        q_low = [r["queues_used"] for r in runs[("dynamic", "low")]]
         thr_high = ratios(runs[("dynamic", "high")], runs[("static", "high")], "gbps")
         note = ("Four VMs behind an hvnet uplink with five receive queues, one TCP stream to each from an external host; "
                 "CPU is the hvnet daemon's threads' run time; queues in use are the uplink's filters' queues after each "
@@ -297,7 +297,7 @@ def netqueue_dynamic(tmp, quick, reps, log):
                    "NetQueue", "cores (hvnet daemon)",
                    {"hvnet": [(m, res[f"{m}-low"]["hvnet_cores"]) for m in up]}, {}, SEED_001 + ", Figure 9",
                    "Dynamic NetQueue packs filters on fewer queues at low load and so uses less CPU (ratio static/dynamic "
-                   f"> 1; hvnet {median(cpu_low):.2f}; queues used {', '.join(map(str, q[('dynamic', 'low')]))} of 4)",
+                   f"> 1; hvnet {median(cpu_low):.2f}; queues used {', '.join(map(str, q_low))} of 4)",
                    judge([(cpu_label, cpu_low)], "up"), note,
                    {"hvnet": [(m, *res[f"{m}-low"]["spread"]["hvnet_cores"]) for m in up]}),
             figure("netqueue-dynamic-spread", "Receive queues in use at low and high load, static vs Dynamic NetQueue",
@@ -306,8 +306,8 @@ def netqueue_dynamic(tmp, quick, reps, log):
                    "Dynamic NetQueue packs the filters on fewer queues than static NetQueue while the load is low, and "
                    "spreads them when it rises (ratios static/dynamic at low load and dynamic high/low > 1; published "
                    "8 queues packed on 2 or 4; hvnet dynamic "
-                   f"{median(q[('dynamic', 'low')]):g} at low load, {median(q[('dynamic', 'high')]):g} at high, static "
-                   f"{median(q[('static', 'low')]):g}). Under load dynamic carried "
+                   f"{res['dynamic-low']['queues_used']:g} at low load, {res['dynamic-high']['queues_used']:g} at high, "
+                   f"static {res['static-low']['queues_used']:g}). Under load dynamic carried "
                    f"{res['dynamic-high']['gbps']:.1f} Gbit/s, static {res['static-high']['gbps']:.1f} (dynamic/static "
                    f"{median(thr_high):.2f}, runs {min(thr_high):.2f}–{max(thr_high):.2f}): the same four queues, so "
                    "two identical set-ups, whose saturated rate on 2 cores, in either mode, sits near 8.8 or near 11 "

@@ -8,9 +8,14 @@ draws them — N runs, one more at each point while undecided, up to the
 rule's most — and put through today's rule many times over; the chance
 that two runs give different verdicts is 1 - sum(p^2) over the
 verdicts' shares p.
-Points of one figure are drawn independently (a run pairs them by
-repetition), and the pool holds only the runs given: it predicts how
-this machine's spread meets each figure's edges, no more."""
+Points of one experiment with the same label come from the same runs
+(LRO's throughput and CPU-efficiency gains at 256 bytes): they are drawn
+as one, by repetition, and grow while any figure judged on them is
+undecided, as `interleaved` runs a configuration while any point it
+feeds is — a figure decided early is judged again on every run its
+neighbour's doubt adds. Other points are drawn independently (a run
+pairs them by repetition), and the pool holds only the runs given: it
+predicts how this machine's spread meets each figure's edges, no more."""
 
 import random
 from collections import Counter
@@ -20,39 +25,62 @@ from .verdict import INTERVAL, Judged, both, shape, undecided, weigh
 
 
 def pooled(results):
-    """{figure id: [judge call with the samples of every run pooled]}; a
-    run that judged a figure another way (other calls or points than the
-    first run that judged it) adds nothing to it."""
+    """{experiment: {figure id: [judge call with the samples of every run
+    pooled]}}; a run that judged a figure another way (other calls or
+    points than the first run that judged it) adds nothing to it."""
     out = {}
     for r in results:
         for exp in r["experiments"]:
             for fig in exp.get("figures", []):
                 calls = fig.get("judged_by") or []
-                mine = out.setdefault(fig["id"], [dict(c, points=[[label, []] for label, _ in c["points"]])
-                                                  for c in calls])
+                figs = out.setdefault(exp.get("name", ""), {})
+                mine = figs.setdefault(fig["id"], [dict(c, points=[[label, []] for label, _ in c["points"]])
+                                                   for c in calls])
                 if shape(mine) != shape(calls):
                     continue
                 for m, c in zip(mine, calls):
                     for (_, pool), (_, samples) in zip(m["points"], c["points"]):
                         pool.extend(samples)
-    return {fid: calls for fid, calls in out.items() if calls and all(s for c in calls for _, s in c["points"])}
+    return {name: kept for name, figs in out.items()
+            if (kept := {fid: calls for fid, calls in figs.items()
+                         if calls and all(s for c in calls for _, s in c["points"])})}
 
 
-def one_run(calls, first, most, rng):
-    """A run's verdict drawn from the pools: `first` runs, then one more
-    at each point still undecided, up to `most` (as `interleaved` runs
-    only the configurations behind undecided points)."""
-    drawn = [[[label, [rng.choice(pool) for _ in range(first)]] for label, pool in c["points"]] for c in calls]
+def draws_of(figs):
+    """Which pooled points are drawn as one: {(figure, call, point): key},
+    the key their label where every point of that label has a pool of
+    the same length (the same runs), else the point's own."""
+    sizes = {}
+    for fid, calls in figs.items():
+        for c in calls:
+            for label, pool in c["points"]:
+                sizes.setdefault(label, set()).add(len(pool))
+    return {(fid, i, j): label if len(sizes[label]) == 1 else (fid, i, j)
+            for fid, calls in figs.items() for i, c in enumerate(calls) for j, (label, _) in enumerate(c["points"])}
+
+
+def one_run(figs, first, most, rng):
+    """One run's verdicts {figure id: verdict} of an experiment's figures
+    drawn from their pools: `first` runs, then one more of each draw that
+    an undecided point is drawn from, up to `most`."""
+    key = draws_of(figs)
+    size = {k: len(figs[fid][i]["points"][j][1]) for (fid, i, j), k in key.items()}
+    picks = {k: [rng.randrange(n) for _ in range(first)] for k, n in size.items()}
     while True:
-        verdict = both(*(Judged(*weigh(points, c["direction"], c["threshold"], c["what"], c["published"]),
-                                [dict(c, points=points)]) for points, c in zip(drawn, calls)))
-        pending = undecided([verdict])
-        grow = [(samples, pool) for points, c in zip(drawn, calls)
-                for (label, samples), (_, pool) in zip(points, c["points"]) if None in pending or label in pending]
-        if not grow or max(len(samples) for samples, _ in grow) >= most:
-            return verdict[0]
-        for samples, pool in grow:
-            samples.append(rng.choice(pool))
+        verdicts, grow = {}, set()
+        for fid, calls in figs.items():
+            drawn = [[[label, [pool[x] for x in picks[key[(fid, i, j)]]]] for j, (label, pool) in enumerate(c["points"])]
+                     for i, c in enumerate(calls)]
+            verdict = both(*(Judged(*weigh(points, c["direction"], c["threshold"], c["what"], c["published"]),
+                                    [dict(c, points=points)]) for points, c in zip(drawn, calls)))
+            verdicts[fid] = verdict[0]
+            pending = undecided([verdict])
+            grow |= {key[(fid, i, j)] for i, c in enumerate(calls) for j, (label, _) in enumerate(c["points"])
+                     if None in pending or label in pending}
+        if not grow or max(len(picks[k]) for k in grow) >= most:
+            return verdicts
+        for k in grow:
+            picks[k].append(rng.randrange(size[k]))
 
 
 def today(results):
@@ -67,10 +95,14 @@ def predict(results, draws=1000, seed=1):
     reps, most = today(results)
     rng = random.Random(seed)
     out = []
-    for fid, calls in pooled(results).items():
-        counts = Counter(one_run(calls, reps, most, rng) for _ in range(draws))
-        shares = {v: n / draws for v, n in counts.most_common()}
-        out.append((fid, 1 - sum(p * p for p in shares.values()), shares))
+    for figs in pooled(results).values():
+        counts = {fid: Counter() for fid in figs}
+        for _ in range(draws):
+            for fid, verdict in one_run(figs, reps, most, rng).items():
+                counts[fid][verdict] += 1
+        for fid, c in counts.items():
+            shares = {v: n / draws for v, n in c.most_common()}
+            out.append((fid, 1 - sum(p * p for p in shares.values()), shares))
     return sorted(out, key=lambda row: -row[1])
 
 

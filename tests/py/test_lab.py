@@ -317,6 +317,30 @@ def test_stability_predicts_which_verdicts_can_flip(tmp_path):
     assert cli.returncode == 0 and "expected figures differing between two runs" in cli.stdout, cli.stderr
 
 
+def test_stability_draws_points_of_one_experiment_with_one_label_from_the_same_runs():
+    """Two figures judged on the same runs (one experiment, one label) are
+    drawn by the same repetitions: given the same effects they can never
+    differ, however near the edge; under other labels, or with pools of
+    other lengths (not the same runs), they are drawn apart and do."""
+    import random
+    from hvnet_lab import stability
+    from hvnet_lab.figures import figure
+    from hvnet_lab.verdict import judge
+    edge = [0.98, 1.05, 1.12, 1.02, 1.08, 1.0, 1.06, 1.04, 1.1]
+
+    def run(second_label, second):
+        figs = [figure("thr", "t", "x", "y", {}, {}, "s", "c", judge([("256", edge)], "up"), "n"),
+                figure("eff", "t", "x", "y", {}, {}, "s", "c", judge([(second_label, second)], "up"), "n")]
+        return json.loads(json.dumps({"meta": {"date": "d", "git_revision": "r", "repeat": 3},
+                                      "experiments": [{"name": "lro-local", "figures": figs}]}))
+    rng = random.Random(3)
+    for second_label, second, apart in (("256", edge, False), ("16K", edge, True), ("256", edge + [1.07], True)):
+        figs = stability.pooled([run(second_label, second)])["lro-local"]
+        verdicts = [stability.one_run(figs, 3, 15, rng) for _ in range(200)]
+        differ = sum(v["thr"] != v["eff"] for v in verdicts)
+        assert (differ > 0) == apart, (second_label, len(second), differ)
+
+
 def test_report_without_results_says_what_to_run(tmp_path):
     r = hvlab.run([sys.executable, "-m", "hvnet_lab", "report", "--out", str(tmp_path / "none")], check=False,
                   cwd=str(ROOT / "lab"))

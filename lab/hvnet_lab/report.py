@@ -8,7 +8,7 @@ import json
 import math
 from pathlib import Path
 
-from .verdict import edges, point_interval, shape
+from .verdict import INTERVAL, edges, point_interval, shape
 
 
 def _numeric(xs):
@@ -225,6 +225,7 @@ def compare(before: dict, after: dict) -> str:
     if rules["before"] != rules["after"]:
         head += "".join(f"{when}: up to {most} runs where undecided, verdicts on {interval}\n"
                         for when, (_, most, interval) in rules.items())
+        head += f"(each \"why\" draws both runs' intervals by today's rule: {INTERVAL})\n"
     lines = [head, f"{'figure':<32} {'before':<16} {'after':<16}"]
     details = []
     for fid in list(dict.fromkeys(list(a) + list(b))):

@@ -60,7 +60,8 @@ def main(argv=None):
     cmp.add_argument("before", type=Path, help="results.json of the earlier run")
     cmp.add_argument("after", type=Path, help="results.json of the later run")
     stab = sub.add_parser("stability", help="which verdicts can flip from one run to the next: the per-run effects "
-                                            "of the given runs pooled and drawn again through the rule")
+                                            "of the given runs pooled and drawn again through the rule, and what "
+                                            "today's rule says of each run's own effects")
     stab.add_argument("results", type=Path, nargs="+", help="results.json of one or more runs (more: a better pool)")
     stab.add_argument("--draws", type=int, default=1000, help="simulated runs per figure (default 1000)")
     rep = sub.add_parser("report", help="write the report again from results.json")

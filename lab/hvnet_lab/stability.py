@@ -15,13 +15,19 @@ undecided, as `interleaved` runs a configuration while any point it
 feeds is — a figure decided early is judged again on every run its
 neighbour's doubt adds. Other points are drawn independently (a run
 pairs them by repetition), and the pool holds only the runs given: it
-predicts how this machine's spread meets each figure's edges, no more."""
+predicts how this machine's spread meets each figure's edges, no more.
+
+Beside the prediction, each given run's own effects are put through
+today's rule in the order they were measured (`replay`): what that run
+would have said, which is how a change of rule is tried on runs already
+made (where today's rule wants more runs than the run made, the verdict
+is marked so)."""
 
 import random
 from collections import Counter
 
 from .figures import most_runs
-from .verdict import INTERVAL, Judged, both, shape, undecided, weigh
+from .verdict import INCONCLUSIVE, INTERVAL, NOT_REPRODUCED, REPRODUCED, Judged, both, shape, undecided, weigh
 
 
 def pooled(results):
@@ -63,11 +69,20 @@ def one_run(figs, first, most, rng):
     """One run's verdicts {figure id: verdict} of an experiment's figures
     drawn from their pools: `first` runs, then one more of each draw that
     an undecided point is drawn from, up to `most`."""
+    return grown(figs, first, most, lambda size, have: rng.randrange(size))[0]
+
+
+def grown(figs, first, most, pick):
+    """({figure id: verdict}, {figure id whose pools ran out}) of an
+    experiment's figures judged on `first` samples of each draw, then one
+    more of each draw an undecided point is drawn from, up to `most`;
+    `pick(size, have)` says which sample of a pool of `size` comes next
+    (None: there is none)."""
     key = draws_of(figs)
     size = {k: len(figs[fid][i]["points"][j][1]) for (fid, i, j), k in key.items()}
-    picks = {k: [rng.randrange(n) for _ in range(first)] for k, n in size.items()}
+    picks = {k: [pick(n, have) for have in range(min(first, n))] for k, n in size.items()}
     while True:
-        verdicts, grow = {}, set()
+        verdicts, grow, wants = {}, set(), {}
         for fid, calls in figs.items():
             drawn = [[[label, [pool[x] for x in picks[key[(fid, i, j)]]]] for j, (label, pool) in enumerate(c["points"])]
                      for i, c in enumerate(calls)]
@@ -75,12 +90,31 @@ def one_run(figs, first, most, rng):
                                     [dict(c, points=points)]) for points, c in zip(drawn, calls)))
             verdicts[fid] = verdict[0]
             pending = undecided([verdict])
-            grow |= {key[(fid, i, j)] for i, c in enumerate(calls) for j, (label, _) in enumerate(c["points"])
-                     if None in pending or label in pending}
+            wants[fid] = {key[(fid, i, j)] for i, c in enumerate(calls) for j, (label, _) in enumerate(c["points"])
+                          if None in pending or label in pending}
+            grow |= wants[fid]
         if not grow or max(len(picks[k]) for k in grow) >= most:
-            return verdicts
-        for k in grow:
-            picks[k].append(rng.randrange(size[k]))
+            return verdicts, set()
+        more = {k: pick(size[k], len(picks[k])) for k in grow}
+        if None in more.values():
+            return verdicts, {fid for fid, ks in wants.items() if any(more[k] is None for k in ks)}
+        for k, x in more.items():
+            picks[k].append(x)
+
+
+def replay(result):
+    """{figure id: (verdict, ran out)}: one run's own effects taken in the
+    order they were measured through today's rule — what it would have
+    said (ran out: today's rule wanted more runs than that run made)."""
+    reps, most = today([result])
+    out = {}
+    for figs in pooled([result]).values():
+        verdicts, short = grown(figs, reps, most, lambda size, have: have if have < size else None)
+        out.update({fid: (v, fid in short) for fid, v in verdicts.items()})
+    return out
+
+
+CODE = {REPRODUCED: "R", NOT_REPRODUCED: "N", INCONCLUSIVE: "I"}
 
 
 def today(results):
@@ -118,9 +152,14 @@ def table(results, draws=1000):
                 f"{r['meta']['date']}, hvnet {r['meta']['git_revision']}" for r in results),
              f"today's rule: {reps} run(s), up to {most} where undecided, verdicts on {INTERVAL}; {draws} draws per "
              "figure",
-             "", f"{'figure':<32} {'differ':>7}  verdicts drawn"]
+             "each run: that run's own effects, in the order measured, through today's rule (R reproduced, N not "
+             "reproduced, I inconclusive, - not judged that way; + where today's rule wanted more runs than it made)",
+             "", f"{'figure':<32} {'differ':>7}  {'each run':<{2 * len(results)}}  verdicts drawn"]
+    replays = [replay(r) for r in results]
     for fid, chance, shares in rows:
-        lines.append(f"{fid:<32} {chance:>7.2f}  " + ", ".join(f"{v} {p:.0%}" for v, p in shares.items()))
+        each = " ".join(CODE[rp[fid][0]] + ("+" if rp[fid][1] else "") if fid in rp else "-" for rp in replays)
+        lines.append(f"{fid:<32} {chance:>7.2f}  {each:<{2 * len(results)}}  "
+                     + ", ".join(f"{v} {p:.0%}" for v, p in shares.items()))
     left = len(figures - {fid for fid, _, _ in rows})
     lines += ["", f"expected figures differing between two runs: {sum(c for _, c, _ in rows):.1f} of the {len(rows)} "
                   f"drawn again ({left} figure{'' if left == 1 else 's'} not judged on per-run effects, or not the same "

@@ -308,6 +308,11 @@ def test_stability_predicts_which_verdicts_can_flip(tmp_path):
     out = stability.table(runs, draws=300)
     assert out.index("edge") < out.index("clear") and "2 run(s) pooled" in out and "up to 15" in out
     assert "of the 2 drawn again (1 figure not judged" in out and "is left out" in out, out
+    # Each run's own effects in order: the clear figure reproduced in both;
+    # the edge one still undecided where each run stopped, short of the
+    # runs today's rule wants (+).
+    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith(("clear ", "edge "))}
+    assert lines["clear"].split()[2:4] == ["R", "R"] and lines["edge"].split()[2:4] == ["I+", "I+"], out
     (tmp_path / "r.json").write_text(json.dumps(runs[0]))
     cli = hvlab.run([sys.executable, "-m", "hvnet_lab", "stability", str(tmp_path / "r.json"),
                      str(tmp_path / "none.json")], check=False, cwd=str(ROOT / "lab"))

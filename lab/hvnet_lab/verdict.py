@@ -26,19 +26,9 @@ A comparison still inconclusive after N runs gets more, up to 5N
 (`interleaved(..., settle=)`), of only the configurations its undecided
 points are drawn from: the interval narrows as runs are added, so an
 effect that can be told apart on this machine is, and one of about the
-threshold's size stays inconclusive and says why.
-
-A point that has had FINAL_RUNS runs (15: the most a default run gives
-one) is judged on its 95% interval instead. It got them because its
-effect sits about an edge, and there a 75% interval lands on either side
-from one run to the next. Six runs of 2026-11-24 took the 256-byte LRO
-points between VMs to 15 runs: at 75% the throughput gain was "not
-reproduced" in two and inconclusive in four, the CPU-efficiency gain
-reproduced in three and inconclusive in three; at 95%, six inconclusive,
-and two reproduced and four inconclusive (that effect moves between runs
-by more than one run's interval says). Fewer runs are judged as before,
-so how many runs a point gets is unchanged. No rule keeps an effect
-that sits on a boundary from landing on either side of it in some runs
+threshold's size stays inconclusive and says why. No rule keeps an
+effect that sits on a boundary from landing on either side of it in
+some runs; a narrower interval narrows the stretch of effects that can
 (docs/perf/lab.md says how many figures that leaves on this machine).
 
 With one run per point (`--quick`) the interval is a single value: the
@@ -50,12 +40,8 @@ import math
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
 
 # What results.json says decided its verdicts (older files: the median's
-# order-statistic interval, up to 2N+1 runs; 75% at every count of runs).
-INTERVAL = "the effect's Hodges-Lehmann interval of at least 75%, 95% from 15 runs (log scale for ratios)"
-
-# The confidence of the interval a point is judged on, and from how many
-# runs the stricter one applies (the module's text says why).
-LEVEL, FINAL_LEVEL, FINAL_RUNS = 0.75, 0.95, 15
+# order-statistic interval, up to 2N+1 runs).
+INTERVAL = "the effect's Hodges-Lehmann interval of at least 75% (log scale for ratios)"
 
 # Ratios within 5% of no change are no effect on this machine whatever
 # was published: its run-to-run spread is about that wide.
@@ -101,13 +87,13 @@ def signed_rank_counts(n):
     return counts
 
 
-def interval(xs, log=False, level=LEVEL):
-    """The Hodges-Lehmann confidence interval, of at least `level`, for
-    the centre of the samples: (w(k), w(m+1-k)) of their m = n(n+1)/2
-    sorted Walsh averages (x_i + x_j) / 2, i <= j, with the largest k
-    whose coverage 1 - 2 P(T < k) is `level` or more, T the signed-rank
-    statistic. With `log` (ratios, all positive), on the samples'
-    logarithms. For 3 samples or fewer it is their min-max (at 75%)."""
+def interval(xs, log=False):
+    """The Hodges-Lehmann confidence interval, of at least 75%, for the
+    centre of the samples: (w(k), w(m+1-k)) of their m = n(n+1)/2 sorted
+    Walsh averages (x_i + x_j) / 2, i <= j, with the largest k whose
+    coverage 1 - 2 P(T < k) is 75% or more, T the signed-rank statistic.
+    With `log` (ratios, all positive), on the samples' logarithms. For 3
+    samples or fewer it is their min-max."""
     xs = list(xs)
     if log:
         xs = [math.log(x) for x in xs]
@@ -115,7 +101,7 @@ def interval(xs, log=False, level=LEVEL):
     walsh = sorted((xs[i] + xs[j]) / 2 for i in range(n) for j in range(i, n))
     counts = signed_rank_counts(n)
     k, below = 1, counts[0]
-    while k < len(walsh) // 2 and 1 - 2 * (below + counts[k]) / 2 ** n >= level:
+    while k < len(walsh) // 2 and 1 - 2 * (below + counts[k]) / 2 ** n >= 0.75:
         below += counts[k]
         k += 1
     lo, hi = walsh[k - 1], walsh[len(walsh) - k]
@@ -185,10 +171,9 @@ def edges(call, label):
 
 
 def point_interval(samples, what):
-    """The interval a point is judged on: 95% from FINAL_RUNS runs, else
-    75%; on a log scale for ratios (all positive)."""
-    level = FINAL_LEVEL if len(samples) >= FINAL_RUNS else LEVEL
-    return interval(samples, log=min(samples) > 0 and what.endswith("ratio"), level=level)
+    """The interval a point is judged on: on a log scale for ratios (all
+    positive)."""
+    return interval(samples, log=min(samples) > 0 and what.endswith("ratio"))
 
 
 def weigh(points, direction, threshold, what, published):
@@ -218,7 +203,7 @@ def weigh(points, direction, threshold, what, published):
         lo, hi = point_interval(s, what)
         b = band(label)
         desc = f"{label} ({what} {value_range(s)}, median {median(s):.3g}" + (
-            f", {'95% ' if len(s) >= FINAL_RUNS else ''}interval {lo:.3g}–{hi:.3g})" if not (math.isclose(lo, min(s)) and math.isclose(hi, max(s))) else ")")
+            f", interval {lo:.3g}–{hi:.3g})" if not (math.isclose(lo, min(s)) and math.isclose(hi, max(s))) else ")")
         if b and lo > 0 and math.exp(-b) < lo and hi < math.exp(b):
             flat.append(f"{desc}: within {math.exp(-b):.2f}–{math.exp(b):.2f} of no change, {of_size(label)}")
         elif (hi < threshold) if up else (lo > threshold):

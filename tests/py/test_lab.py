@@ -127,27 +127,6 @@ def test_the_effects_interval_narrows_as_runs_are_added():
     assert math.isclose(lo * hi, 1.0) and math.isclose(lo, 2 ** -0.5)
 
 
-def test_a_point_given_the_most_runs_is_judged_on_its_95_percent_interval():
-    """From 15 runs the interval is 95%: Wilcoxon's table gives 25 as the
-    two-sided 5% critical value of n = 15, so the interval runs from the
-    26th to the 95th of the 120 Walsh averages. The 256-byte LRO
-    throughput gain between VMs of a run of 2026-11-24 (15 runs): at 75%
-    it lay inside the no-effect band (1.005-1.051, edge 1.057); at 95%
-    it covers the edge."""
-    from hvnet_lab.verdict import FINAL_RUNS, INCONCLUSIVE, interval, judge, point_interval
-    xs = list(range(1, 16))
-    walsh = sorted((xs[i] + xs[j]) / 2 for i in range(15) for j in range(i, 15))
-    assert FINAL_RUNS == 15 and point_interval(xs, "difference") == (walsh[25], walsh[94])
-    assert point_interval(xs[:14], "difference") == interval(xs[:14])
-    lro_256 = [0.9767, 1.0221, 0.9826, 1.0396, 1.0746, 1.1716, 1.0889, 0.9407, 0.9486, 1.026, 1.1091, 1.0229, 1.0286,
-               1.0765, 0.9504]
-    lo, hi = interval(lro_256, log=True)
-    assert 1.0 < lo and hi < 1.057
-    v, why = judge([("256", lro_256)], "up", 0.95, published={"256": 1.25})
-    assert v == INCONCLUSIVE and "covers 1.06, the edge of no effect" in why, why
-    assert judge([("256", lro_256[:14])], "up", 0.95, published={"256": 1.25})[0] != INCONCLUSIVE
-
-
 def test_the_signed_rank_distribution_behind_the_interval():
     """Against independent truth: the signed-rank counts by enumerating
     every sign pattern, and the identity behind the Hodges-Lehmann

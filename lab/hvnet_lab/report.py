@@ -8,6 +8,7 @@ import json
 import math
 from pathlib import Path
 
+from . import stability
 from .verdict import INTERVAL, edges, point_interval, shape
 
 
@@ -83,10 +84,32 @@ def _table(fig):
     return "| series | values |\n|---|---|\n" + "\n".join(rows)
 
 
+# A verdict more likely than this to differ in another run is flagged in
+# the table at the top.
+FRAGILE = 0.10
+
+
+def another_run(results, draws=500):
+    """{figure id: (chance another run's verdict differs, {verdict:
+    share})} from the run's own per-run effects drawn again through the
+    rule (`hvnet lab stability` on this run alone); empty for a run of
+    fewer than 3 runs per point, whose single values cannot be redrawn."""
+    if rule(results["meta"])[0] < 3:
+        return {}
+    return {fid: (chance, shares) for fid, chance, shares in stability.predict([results], draws)}
+
+
+def _another_run_text(odds):
+    chance, shares = odds
+    return (f"Another run would give another verdict with chance {chance:.0%} (this run's per-run effects drawn again "
+            f"through the rule: " + ", ".join(f"{v} {p:.0%}" for v, p in shares.items()) + ")")
+
+
 def render(results: dict, out_dir: Path):
     """Writes report.md and report.html (and the plots) into out_dir."""
     meta = results["meta"]
     reps, most, interval = rule(meta)
+    odds = another_run(results)
     md = ["# hvnet lab report", "",
           f"Run {meta['date']} on {meta['host']} ({meta['cpu_model']}, {meta['cpus']} cores), kernel {meta['kernel']}, "
           f"hvnet {meta['git_revision']}, iperf3 {meta['iperf3']}, Open vSwitch {meta.get('openvswitch') or 'not installed'}; "
@@ -102,38 +125,49 @@ def render(results: dict, out_dir: Path):
         if exp.get("error"):
             md += [f"**Not run:** {exp['error']}", ""]
             body.append(f"<p><b>Not run:</b> {html.escape(exp['error'])}</p>")
-            summary.append((exp["name"], "—", "not run", "", "", exp["error"]))
+            summary.append((exp["name"], "—", "not run", "", "", exp["error"], ""))
             continue
         for fig in exp["figures"]:
             png = plot(fig, out_dir)
             verdict = fig.get("verdict") or ("reproduced" if fig["reproduced"] else "not reproduced")
-            summary.append((exp["name"], fig["id"], verdict, fig["source"].split(" (")[0], fig["claim"], fig["why_not"]))
+            flag = (f"could differ in another run: {odds[fig['id']][0]:.0%}"
+                    if fig["id"] in odds and odds[fig["id"]][0] >= FRAGILE else "")
+            summary.append((exp["name"], fig["id"], verdict, fig["source"].split(" (")[0], fig["claim"],
+                            fig["why_not"], flag))
+            again = f" {_another_run_text(odds[fig['id']])}." if fig["id"] in odds else ""
             md += [f"### {fig['title']}", ""]
             if png:
                 md += [f"![{fig['id']}]({png})", ""]
-            md += [_table(fig), "", f"**Published effect:** {fig['claim']} — **{verdict}**." + (f" Measured: {fig['why_not']}." if fig["why_not"] else ""), "",
+            md += [_table(fig), "", f"**Published effect:** {fig['claim']} — **{verdict}**." + (f" Measured: {fig['why_not']}." if fig["why_not"] else "") + again, "",
                    f"Source: {fig['source']}. {fig['note']}", ""]
             body.append(f"<h3>{html.escape(fig['title'])}</h3>" + (f"<img src='{png}' alt='{fig['id']}'>" if png else "")
                         + "<table><tr><th>series</th><th>values</th></tr>"
                         + "".join(f"<tr><td>{html.escape(l)} (ours)</td><td>{html.escape(_values(fig, l, p))}</td></tr>" for l, p in fig["series"].items())
                         + "".join(f"<tr><td>{html.escape(l)}</td><td>{html.escape(', '.join(f'{x}: {_fmt(y)}' for x, y in p))}</td></tr>" for l, p in fig["published"].items())
                         + f"</table><p><b>Published effect:</b> {html.escape(fig['claim'])} — <b>{verdict}</b>."
-                        + (f" Measured: {html.escape(fig['why_not'])}." if fig["why_not"] else "")
+                        + (f" Measured: {html.escape(fig['why_not'])}." if fig["why_not"] else "") + html.escape(again)
                         + f"</p><p class='src'>Source: {html.escape(fig['source'])}. {html.escape(fig['note'])}</p>")
     table = ["| experiment | figure | seed | published effect and what hvnet measured | verdict |", "|---|---|---|---|---|"]
-    table += [f"| {a} | {b} | {seed} | {claim} | **{v}**{': ' + why if why else ''} |" for a, b, v, seed, claim, why in summary]
+    table += [f"| {a} | {b} | {seed} | {claim} | **{v}**{f' ({flag})' if flag else ''}{': ' + why if why else ''} |"
+              for a, b, v, seed, claim, why, flag in summary]
     counts = {}
     for row in summary:
         counts[row[2]] = counts.get(row[2], 0) + 1
-    md[4:4] = ["## At a glance", "", ", ".join(f"{n} {v}" for v, n in counts.items()) + ".", ""] + table + [""]
+    fragile = [fid for fid, (chance, _) in odds.items() if chance >= FRAGILE]
+    glance = ", ".join(f"{n} {v}" for v, n in counts.items()) + "." + (
+        f" Drawn again from this run's own per-run effects, {sum(c for c, _ in odds.values()):.1f} verdicts are "
+        f"expected to differ in another run; {len(fragile)} could with a chance of {FRAGILE:.0%} or more, "
+        "flagged below (`hvnet lab stability` over several runs says more)." if odds else "")
+    md[4:4] = ["## At a glance", "", glance, ""] + table + [""]
     (out_dir / "report.md").write_text("\n".join(md) + "\n")
     page = ("<!doctype html><meta charset='utf-8'><title>hvnet lab report</title>"
             "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}img{max-width:100%}"
             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;font-size:90%}.src{color:#555}</style>"
             f"<h1>hvnet lab report</h1><p>{html.escape(md[2])}</p>"
-            + "<h2>At a glance</h2><table><tr><th>experiment</th><th>figure</th><th>seed</th><th>published effect and what hvnet measured</th><th>verdict</th></tr>"
+            + f"<h2>At a glance</h2><p>{html.escape(glance)}</p><table><tr><th>experiment</th><th>figure</th><th>seed</th><th>published effect and what hvnet measured</th><th>verdict</th></tr>"
             + "".join(f"<tr><td>{html.escape(a)}</td><td>{html.escape(b)}</td><td>{html.escape(seed)}</td><td>{html.escape(claim)}</td>"
-                      f"<td><b>{html.escape(v)}</b>{html.escape(': ' + why if why else '')}</td></tr>" for a, b, v, seed, claim, why in summary)
+                      f"<td><b>{html.escape(v)}</b>{html.escape(f' ({flag})' if flag else '')}{html.escape(': ' + why if why else '')}"
+                      "</td></tr>" for a, b, v, seed, claim, why, flag in summary)
             + "</table>" + "".join(body))
     (out_dir / "report.html").write_text(page)
 

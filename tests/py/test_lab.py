@@ -240,6 +240,7 @@ def test_compare_says_what_changed():
     out = report.compare(res("a", "reproduced", "x"), new)
     assert "before: up to 7 runs where undecided, verdicts on the median's interval" in out, out
     assert "after: up to 9 runs where undecided, verdicts on the effect's Hodges-Lehmann interval" in out, out
+    assert "each \"why\" draws both runs' intervals by today's rule" in out and "today's rule" not in same, out
 
 
 def test_compare_says_why_a_verdict_moved():
@@ -325,6 +326,32 @@ def test_stability_draws_points_of_one_experiment_with_one_label_from_the_same_r
         assert (differ > 0) == apart, (second_label, len(second), differ)
 
 
+def test_report_flags_verdicts_that_could_differ_in_another_run(tmp_path):
+    """From a run's own per-run effects, drawn again through the rule: a
+    verdict whose effect straddles an edge is flagged with its chance of
+    differing in another run, one clear of every edge is not; a quick run
+    (one run per point, nothing to draw again) flags nothing."""
+    from hvnet_lab.figures import figure
+    from hvnet_lab.verdict import judge
+    figs = [figure("clear", "Clear", "x", "y", {"s": [("a", 1.0)]}, {}, "shared/seeds/000", "clear claim",
+                   judge([("x", [2.0, 2.1, 1.9])], "up"), "n"),
+            figure("edge", "Edge", "x", "y", {"s": [("a", 1.0)]}, {}, "shared/seeds/000", "edge claim",
+                   judge([("x", [0.98, 1.05, 1.12, 1.02, 1.08, 1.0, 1.06, 1.04, 1.1])], "up"), "n")]
+    meta = {"date": "d", "host": "h", "cpu_model": "c", "cpus": 2, "kernel": "k", "git_revision": "r",
+            "iperf3": "3", "repeat": 3}
+    res = json.loads(json.dumps({"meta": meta, "experiments": [
+        {"name": "e", "reproduces": "000", "workload": "w", "figures": figs}]}))
+    report.render(res, tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    rows = {line.split("|")[2].strip(): line for line in md.splitlines() if line.startswith("| e |")}
+    assert "could differ in another run" in rows["edge"] and "could differ" not in rows["clear"], md
+    assert "1 could with a chance of 10% or more" in md and "Another run would give another verdict" in md
+    assert "could differ in another run" in (tmp_path / "report.html").read_text()
+    res["meta"]["repeat"] = 1
+    report.render(res, tmp_path)
+    assert "could differ" not in (tmp_path / "report.md").read_text()
+
+
 def test_report_without_results_says_what_to_run(tmp_path):
     r = hvlab.run([sys.executable, "-m", "hvnet_lab", "report", "--out", str(tmp_path / "none")], check=False,
                   cwd=str(ROOT / "lab"))
@@ -371,6 +398,8 @@ def test_quick_experiment_end_to_end_and_its_report(quick_run):
     judged = [f for f in exp["figures"] if f["judged_by"]]
     assert judged and all(s for f in judged for c in f["judged_by"] for _, s in c["points"])
     assert {fid for fid, _, _ in stability.predict([res], draws=20)} == {f["id"] for f in judged}
+    # The run's own effects, in order, through the rule give what it said.
+    assert {fid: v for fid, (v, _) in stability.replay(res).items()} == {f["id"]: f["verdict"] for f in judged}
 
 
 CHROMIUM = next((b for b in ("chromium", "chromium-browser") if hvlab.have(b)), None)

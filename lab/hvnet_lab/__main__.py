@@ -163,12 +163,16 @@ def main(argv=None):
             traceback.print_exc()
         results["experiments"].append(entry)
         (a.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
-    report.render(results, a.out)
+    odds = report.render(results, a.out)
     counts = {}
     for e in results["experiments"]:
         for f in e.get("figures", []):
             counts[f["verdict"]] = counts.get(f["verdict"], 0) + 1
     print("lab: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + f" ({reps} run{'s' if reps > 1 else ''} per point)")
+    fragile = sorted(((c, fid) for fid, (c, _) in odds.items() if c >= report.FRAGILE), reverse=True)
+    if fragile:
+        print(f"lab: could differ in another run (drawn from this run's own spread, {report.FRAGILE:.0%} or more): "
+              + ", ".join(f"{fid} {c:.0%}" for c, fid in fragile))
     print(f"lab: {len(names)} experiment{'s' if len(names) != 1 else ''} in {time.monotonic() - t_all:.0f} s; results {a.out / 'results.json'}, "
           f"report {a.out / 'report.md'} and {a.out / 'report.html'}")
     return 0 if not report.check(results) else 2

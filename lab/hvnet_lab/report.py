@@ -106,7 +106,8 @@ def _another_run_text(odds):
 
 
 def render(results: dict, out_dir: Path):
-    """Writes report.md and report.html (and the plots) into out_dir."""
+    """Writes report.md and report.html (and the plots) into out_dir;
+    returns `another_run`'s odds."""
     meta = results["meta"]
     reps, most, interval = rule(meta)
     odds = another_run(results)
@@ -170,6 +171,7 @@ def render(results: dict, out_dir: Path):
                       "</td></tr>" for a, b, v, seed, claim, why, flag in summary)
             + "</table>" + "".join(body))
     (out_dir / "report.html").write_text(page)
+    return odds
 
 
 def check(results: dict):

@@ -20,7 +20,10 @@ the verdict then turns inconclusive rather than wrong.
 - not reproduced: at some point the interval lies on the wrong side of
   the threshold, or inside the no-effect band (an effect of about nothing
   where the study saw one);
-- inconclusive: the interval covers a threshold or a band's edge.
+- inconclusive: the interval covers a threshold or a band's edge; or it
+  lies inside the band where the published effect does too (smaller
+  than this machine's noise: an effect of that size cannot be told from
+  none here, so finding none refutes nothing).
 
 A comparison still inconclusive after N runs gets more, up to 5N
 (`interleaved(..., settle=)`), of only the configurations its undecided
@@ -204,9 +207,17 @@ def weigh(points, direction, threshold, what, published):
         b = band(label)
         desc = f"{label} ({what} {value_range(s)}, median {median(s):.3g}" + (
             f", interval {lo:.3g}–{hi:.3g})" if not (math.isclose(lo, min(s)) and math.isclose(hi, max(s))) else ")")
-        if b and lo > 0 and math.exp(-b) < lo and hi < math.exp(b):
+        opposite = (hi < threshold) if up else (lo > threshold)
+        inside = b and lo > 0 and math.exp(-b) < lo and hi < math.exp(b)
+        # A published effect inside the band too is one this machine
+        # cannot tell from none: finding none refutes nothing.
+        published_inside = size(label) and abs(math.log(size(label))) < (b or 0)
+        if inside and published_inside and not opposite:
+            unsure.append(f"{desc}: within {math.exp(-b):.2f}–{math.exp(b):.2f} of no change, the machine's noise, "
+                          f"as is the published {size(label):.3f}: an effect of that size cannot be told from none here")
+        elif inside:
             flat.append(f"{desc}: within {math.exp(-b):.2f}–{math.exp(b):.2f} of no change, {of_size(label)}")
-        elif (hi < threshold) if up else (lo > threshold):
+        elif opposite:
             wrong.append(desc)
         elif not ((lo > threshold) if up else (hi < threshold)):
             unsure.append(f"{desc}: covers the threshold {threshold:g}")

@@ -96,6 +96,13 @@ def test_verdicts_need_the_effect_beyond_the_spread():
     # beside a published 1.05.
     v, why = judge([("x", [1.01, 1.03, 1.04])], "up", published=1.05)
     assert v == NOT_REPRODUCED and "the machine's noise; published 1.05" in why, why
+    # A published effect inside the noise (seed 001's receive checksum
+    # cost, 1.15/1.10): finding none refutes nothing, so inconclusive;
+    # one past the noise still reproduces it, the opposite still refutes.
+    v, why = judge([("x", [1.01, 1.03, 1.04])], "up", published=1.15 / 1.10)
+    assert v == INCONCLUSIVE and "as is the published 1.045: an effect of that size cannot be told" in why, why
+    assert judge([("x", [1.06, 1.08, 1.07])], "up", published=1.15 / 1.10)[0] == REPRODUCED
+    assert judge([("x", [0.97, 0.98, 0.99])], "up", published=1.15 / 1.10)[0] == NOT_REPRODUCED
     # ... and where the study gave only a direction: 3% is none, an
     # interval across 5% cannot tell; a threshold other than no change
     # ("loses no throughput": >= 0.95) has no such band.

@@ -32,8 +32,10 @@ from .verdict import INCONCLUSIVE, INTERVAL, NOT_REPRODUCED, REPRODUCED, Judged,
 
 def pooled(results):
     """{experiment: {figure id: [judge call with the samples of every run
-    pooled]}}; a run that judged a figure another way (other calls or
-    points than the first run that judged it) adds nothing to it."""
+    pooled]}}, judged as the newest of the runs judged it (a published
+    size added since is used for all); a run that judged a figure another
+    way (other calls or points than the first run that judged it) adds
+    nothing to it."""
     out = {}
     for r in results:
         for exp in r["experiments"]:
@@ -45,6 +47,7 @@ def pooled(results):
                 if shape(mine) != shape(calls):
                     continue
                 for m, c in zip(mine, calls):
+                    m.update((k, c[k]) for k in ("direction", "threshold", "what", "published") if k in c)
                     for (_, pool), (_, samples) in zip(m["points"], c["points"]):
                         pool.extend(samples)
     return {name: kept for name, figs in out.items()

@@ -169,7 +169,7 @@ def main(argv=None):
         for f in e.get("figures", []):
             counts[f["verdict"]] = counts.get(f["verdict"], 0) + 1
     print("lab: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + f" ({reps} run{'s' if reps > 1 else ''} per point)")
-    fragile = sorted(((c, fid) for fid, (c, _) in odds.items() if c >= report.FRAGILE), reverse=True)
+    fragile = report.fragile(odds)
     if fragile:
         print(f"lab: could differ in another run (drawn from this run's own spread, {report.FRAGILE:.0%} or more): "
               + ", ".join(f"{fid} {c:.0%}" for c, fid in fragile))

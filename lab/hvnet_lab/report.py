@@ -99,6 +99,12 @@ def another_run(results, draws=500):
     return {fid: (chance, shares) for fid, chance, shares in stability.predict([results], draws)}
 
 
+def fragile(odds):
+    """[(chance, figure id)] of the verdicts flagged as could differ in
+    another run (chance FRAGILE or more), most likely first."""
+    return sorted(((chance, fid) for fid, (chance, _) in odds.items() if chance >= FRAGILE), reverse=True)
+
+
 def _another_run_text(odds):
     chance, shares = odds
     return (f"Another run would give another verdict with chance {chance:.0%} (this run's per-run effects drawn again "
@@ -111,6 +117,7 @@ def render(results: dict, out_dir: Path):
     meta = results["meta"]
     reps, most, interval = rule(meta)
     odds = another_run(results)
+    flagged = {fid: chance for chance, fid in fragile(odds)}
     md = ["# hvnet lab report", "",
           f"Run {meta['date']} on {meta['host']} ({meta['cpu_model']}, {meta['cpus']} cores), kernel {meta['kernel']}, "
           f"hvnet {meta['git_revision']}, iperf3 {meta['iperf3']}, Open vSwitch {meta.get('openvswitch') or 'not installed'}; "
@@ -131,8 +138,7 @@ def render(results: dict, out_dir: Path):
         for fig in exp["figures"]:
             png = plot(fig, out_dir)
             verdict = fig.get("verdict") or ("reproduced" if fig["reproduced"] else "not reproduced")
-            flag = (f"could differ in another run: {odds[fig['id']][0]:.0%}"
-                    if fig["id"] in odds and odds[fig["id"]][0] >= FRAGILE else "")
+            flag = f"could differ in another run: {flagged[fig['id']]:.0%}" if fig["id"] in flagged else ""
             summary.append((exp["name"], fig["id"], verdict, fig["source"].split(" (")[0], fig["claim"],
                             fig["why_not"], flag))
             again = f" {_another_run_text(odds[fig['id']])}." if fig["id"] in odds else ""
@@ -154,10 +160,9 @@ def render(results: dict, out_dir: Path):
     counts = {}
     for row in summary:
         counts[row[2]] = counts.get(row[2], 0) + 1
-    fragile = [fid for fid, (chance, _) in odds.items() if chance >= FRAGILE]
     glance = ", ".join(f"{n} {v}" for v, n in counts.items()) + "." + (
         f" Drawn again from this run's own per-run effects, {sum(c for c, _ in odds.values()):.1f} verdicts are "
-        f"expected to differ in another run; {len(fragile)} could with a chance of {FRAGILE:.0%} or more, "
+        f"expected to differ in another run; {len(flagged)} could with a chance of {FRAGILE:.0%} or more, "
         "flagged below (`hvnet lab stability` over several runs says more)." if odds else "")
     md[4:4] = ["## At a glance", "", glance, ""] + table + [""]
     (out_dir / "report.md").write_text("\n".join(md) + "\n")

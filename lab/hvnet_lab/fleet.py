@@ -7,6 +7,7 @@ cost. Used by the lab's experiments and by `scripts/bench_netqueue.py` and
 `scripts/bench_splitrx.py`."""
 
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -148,3 +149,27 @@ def finish(procs):
             p.kill()
             outs.append(p.communicate()[0])
     return outs
+
+
+def at_once(calls):
+    """Runs every call of {key: call} at the same moment, each in its own
+    thread, and returns {key: result}; the first exception raised is
+    raised again once all have ended. For fleets measured side by side
+    under a light load, so that the machine's moment-to-moment noise hits
+    them alike (a run that saturates a core must not share the machine)."""
+    out, errors = {}, []
+
+    def one(key, call):
+        try:
+            out[key] = call()
+        except BaseException as e:  # raised again in the caller's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=one, args=kc, daemon=True) for kc in calls.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return out

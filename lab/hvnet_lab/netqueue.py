@@ -18,10 +18,42 @@ def queues_used(fl):
     return len({e["queue"] for e in f["filters"]})
 
 
-def run_one(fl, rate, warmup, seconds):
-    """A warm-up at the same load (the balancer settles: spreads under
-    load, stays packed when quiet), then the measured run."""
-    fl.streams(warmup, rate=rate)
+def balancer_moves(fl):
+    """Filters the uplink's balancer has moved so far (0 without one:
+    static NetQueue)."""
+    return fl.t.stats("/uplinks/up0/filters").get("balancer", {}).get("moves", 0)
+
+
+# A balancer is settled once it has made no move for this long: it packs
+# after PACK_AFTER (5) quiet seconds in a row, one pack at a time.
+SETTLED_S, SETTLE_MAX_S = 6, 40
+
+
+def settle(fl, rate, warmup):
+    """A warm-up at the load, then more until the balancer has made no
+    move for SETTLED_S seconds of it (at most SETTLE_MAX_S): after a run
+    under load Dynamic NetQueue takes 5 s per queue to pack again, so a
+    fixed warm-up measured part of a low-load run on queues still spread.
+    Waits for the balancer to stop, whatever it decides."""
+    quiet = spent = 0
+    while True:
+        before = balancer_moves(fl)
+        fl.streams(warmup, rate=rate)
+        spent += warmup
+        quiet = quiet + warmup if balancer_moves(fl) == before else 0
+        if quiet >= SETTLED_S or spent >= SETTLE_MAX_S or not fl.t.stats("/uplinks/up0/filters").get("balancer"):
+            return
+
+
+def measure(fl, rate, seconds):
+    """One measured run of the streams, and the queues in use after it."""
     r = fl.streams(seconds, rate=rate)
     return {"gbps": r["gbps"], "busy_cores": r["busy_cores"], "hvnet_cores": r["hvnet_cores"],
             "queues_used": queues_used(fl), "command": r["command"]}
+
+
+def run_one(fl, rate, warmup, seconds):
+    """Settled at the load (the balancer spreads under load, stays packed
+    when quiet), then the measured run."""
+    settle(fl, rate, warmup)
+    return measure(fl, rate, seconds)

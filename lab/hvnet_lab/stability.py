@@ -35,7 +35,10 @@ def pooled(results):
     pooled]}}, judged as the newest of the runs judged it (a published
     size added since is used for all); a run that judged a figure another
     way (other calls or points than the first run that judged it) adds
-    nothing to it."""
+    nothing to it, and a figure the newest run's experiment no longer
+    judges is left out (it has no verdict today)."""
+    newest = {exp.get("name", ""): {f["id"] for f in exp.get("figures", []) if f.get("judged_by")}
+              for exp in results[-1]["experiments"]} if results else {}
     out = {}
     for r in results:
         for exp in r["experiments"]:
@@ -52,7 +55,8 @@ def pooled(results):
                         pool.extend(samples)
     return {name: kept for name, figs in out.items()
             if (kept := {fid: calls for fid, calls in figs.items()
-                         if calls and all(s for c in calls for _, s in c["points"])})}
+                         if calls and all(s for c in calls for _, s in c["points"])
+                         and fid in newest.get(name, {fid})})}
 
 
 def draws_of(figs):
@@ -165,6 +169,6 @@ def table(results, draws=1000):
                      + ", ".join(f"{v} {p:.0%}" for v, p in shares.items()))
     left = len(figures - {fid for fid, _, _ in rows})
     lines += ["", f"expected figures differing between two runs: {sum(c for _, c, _ in rows):.1f} of the {len(rows)} "
-                  f"drawn again ({left} figure{'' if left == 1 else 's'} not judged on per-run effects, or not the same "
-                  f"way in every run, {'is' if left == 1 else 'are'} left out)"]
+                  f"drawn again ({left} figure{'' if left == 1 else 's'} not judged on per-run effects, not the same "
+                  f"way in every run, or no longer by the newest, {'is' if left == 1 else 'are'} left out)"]
     return "\n".join(lines)

@@ -288,13 +288,17 @@ def test_stability_predicts_which_verdicts_can_flip(tmp_path):
         return json.loads(json.dumps({"meta": {"date": "d", "git_revision": "r", "repeat": 3, "most": 9},
                                       "experiments": [{"figures": figs}]}))
     runs = [run([2.0, 2.1, 1.9], [0.98, 1.05, 1.12]), run([2.05, 1.95, 2.2], [1.02, 1.08, 1.0, 1.06, 1.1, 1.04])]
+    # A figure the older run judged and the newest run's experiment no
+    # longer does has no verdict today: it is not drawn.
+    runs[0]["experiments"][0]["figures"].append(
+        json.loads(json.dumps(figure("gone", "t", "x", "y", {}, {}, "s", "c", judge([("x", [0.98, 1.05])], "up"), "n"))))
     rows = {fid: (chance, shares) for fid, chance, shares in stability.predict(runs, draws=300)}
     assert set(rows) == {"clear", "edge"}
     assert rows["clear"] == (0.0, {"reproduced": 1.0})
     assert rows["edge"][0] > 0.3 and len(rows["edge"][1]) >= 2, rows["edge"]
     out = stability.table(runs, draws=300)
     assert out.index("edge") < out.index("clear") and "2 run(s) pooled" in out and "up to 15" in out
-    assert "of the 2 drawn again (1 figure not judged" in out and "is left out" in out, out
+    assert "of the 2 drawn again (2 figures not judged" in out and "no longer by the newest, are left out" in out, out
     # Each run's own effects in order: the clear figure reproduced in both;
     # the edge one still undecided where each run stopped, short of the
     # runs today's rule wants (+).
@@ -573,3 +577,19 @@ def test_ring_exhaustion_on_a_qemu_guests_receive_virtqueue(tmp_path):
     assert all(x["gbps"] > 0 and x["command"].startswith("hvnet exec") for x in e["samples"]), e["samples"]
     assert "QEMU" in e["figures"][0]["note"]
     assert (links(), netns()) == before
+
+
+def test_at_once_runs_calls_at_the_same_moment_and_raises_their_errors():
+    """Fleets measured side by side: each call in its own thread (two that
+    each wait for the other end only if both run at once); results by key;
+    a call's exception comes back to the caller."""
+    import threading
+    from hvnet_lab.fleet import at_once
+    met = threading.Barrier(2, timeout=10)
+    assert at_once({k: (lambda k=k: (met.wait(), k)[1]) for k in ("static", "dynamic")}) == {"static": "static",
+                                                                                             "dynamic": "dynamic"}
+
+    def fails():
+        raise RuntimeError("v0 does not answer")
+    with pytest.raises(RuntimeError, match="v0 does not answer"):
+        at_once({"a": fails, "b": lambda: 1})

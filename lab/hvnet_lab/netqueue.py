@@ -35,13 +35,14 @@ def settle(fl, rate, warmup):
     under load Dynamic NetQueue takes 5 s per queue to pack again, so a
     fixed warm-up measured part of a low-load run on queues still spread.
     Waits for the balancer to stop, whatever it decides."""
+    balanced = "balancer" in fl.t.stats("/uplinks/up0/filters")
     quiet = spent = 0
     while True:
         before = balancer_moves(fl)
         fl.streams(warmup, rate=rate)
         spent += warmup
         quiet = quiet + warmup if balancer_moves(fl) == before else 0
-        if quiet >= SETTLED_S or spent >= SETTLE_MAX_S or not fl.t.stats("/uplinks/up0/filters").get("balancer"):
+        if not balanced or quiet >= SETTLED_S or spent >= SETTLE_MAX_S:
             return
 
 

@@ -1,6 +1,7 @@
-"""`hvnet lab list | run NAME... [--quick] | report`: reproduce the
-published studies in shared/seeds on this machine, side by side with their
-figures."""
+"""`hvnet lab list | run NAME...|all [--quick] | report | compare A B |
+stability RUN...`: reproduce the published studies in shared/seeds on
+this machine, side by side with their figures; say what changed between
+two runs, and which verdicts can differ from one run to the next."""
 
 import argparse
 import json
@@ -43,7 +44,7 @@ def main(argv=None):
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("list", help="list the experiments")
     r = sub.add_parser("run", help="run experiments (NAME... or all), then write the report")
-    r.add_argument("names", nargs="+")
+    r.add_argument("names", nargs="+", metavar="NAME", help="experiments to run (`hvnet lab list`), or all")
     r.add_argument("--quick", action="store_true",
                    help="fewer points, shorter runs and one run per point: indicative verdicts only")
     r.add_argument("--out", type=Path, default=Path("lab-results"), help="results directory (default ./lab-results)")
@@ -65,7 +66,8 @@ def main(argv=None):
     stab.add_argument("results", type=Path, nargs="+", help="results.json of one or more runs (more: a better pool)")
     stab.add_argument("--draws", type=int, default=1000, help="simulated runs per figure (default 1000)")
     rep = sub.add_parser("report", help="write the report again from results.json")
-    rep.add_argument("--out", type=Path, default=Path("lab-results"))
+    rep.add_argument("--out", type=Path, default=Path("lab-results"),
+                     help="results directory holding results.json, where the report is written (default ./lab-results)")
     a = ap.parse_args(argv)
     if a.cmd == "list":
         for e in experiments.EXPERIMENTS:

@@ -19,9 +19,9 @@ def queues_used(fl):
 
 
 def balancer_moves(fl):
-    """Filters the uplink's balancer has moved so far (0 without one:
-    static NetQueue)."""
-    return fl.t.stats("/uplinks/up0/filters").get("balancer", {}).get("moves", 0)
+    """Filters the uplink's balancer has moved so far; None without a
+    balancer (static NetQueue)."""
+    return fl.t.stats("/uplinks/up0/filters").get("balancer", {}).get("moves")
 
 
 # A balancer is settled once it has made no move for this long: it packs
@@ -35,14 +35,15 @@ def settle(fl, rate, warmup):
     under load Dynamic NetQueue takes 5 s per queue to pack again, so a
     fixed warm-up measured part of a low-load run on queues still spread.
     Waits for the balancer to stop, whatever it decides."""
-    balanced = "balancer" in fl.t.stats("/uplinks/up0/filters")
+    moves = balancer_moves(fl)
     quiet = spent = 0
     while True:
-        before = balancer_moves(fl)
         fl.streams(warmup, rate=rate)
         spent += warmup
-        quiet = quiet + warmup if balancer_moves(fl) == before else 0
-        if not balanced or quiet >= SETTLED_S or spent >= SETTLE_MAX_S:
+        now = balancer_moves(fl)
+        quiet = quiet + warmup if now == moves else 0
+        moves = now
+        if now is None or quiet >= SETTLED_S or spent >= SETTLE_MAX_S:
             return
 
 

@@ -41,7 +41,7 @@ def lro_figures(prefix, rows, pub, source, note, label_of, where=""):
     pick = lambda d: [(s, d[s]) for s in pub_sizes]  # noqa: E731
     thr, eff = ratio("gbps"), ratio("gbps_per_core")
     at_64k = lambda key: [(x, r) for x, r in ratio(key) if x == "64K"]  # noqa: E731
-    pub_thr = {s: pub["thr_on"][s] / pub["thr_off"][s] for s in pub_sizes}
+    pub_thr = {s: pub["thr_gain"][s] for s in pub_sizes}
     pub_eff = {s: pub["eff_gain"][s] for s in pub_sizes}
     sizes_text = lambda rs, pubd: "; ".join(  # noqa: E731
         f"{x}: ours {median(r):.2f} ({min(r):.2f}–{max(r):.2f}), published {pubd[x]:.2f}" for x, r in rs if x in pubd)
@@ -82,15 +82,20 @@ def lro_figures(prefix, rows, pub, source, note, label_of, where=""):
     ]
 
 
+# The throughput gains are the percentages the study states (Gbit/s as
+# drawn are rounded to 0.1: 0.8 -> 1.0 is its "20%", not 25%); 64 KB
+# native is "not much difference", the drawn 9.5 -> 9.4.
 PUB_000_NATIVE = {
     "sizes": ["256", "16K", "64K"],
     "thr_off": {"256": 0.6, "16K": 9.0, "64K": 9.5}, "thr_on": {"256": 0.9, "16K": 9.4, "64K": 9.4},
+    "thr_gain": {"256": 1.54, "16K": 1.05, "64K": 9.4 / 9.5},
     "eff_gain": {"256": 1.86, "16K": 1.25, "64K": 1.33},
     "pps_off_64k": 815e3, "pps_on_64k": 113e3, "size_off_64k": 1.5e3, "size_on_64k": 10.5e3,
 }
 PUB_000_LOCAL = {
     "sizes": ["256", "16K", "64K"],
     "thr_off": {"256": 0.8, "16K": 9.0, "64K": 11.7}, "thr_on": {"256": 1.0, "16K": 18.4, "64K": 28.4},
+    "thr_gain": {"256": 1.20, "16K": 2.03, "64K": 2.42},
     "eff_gain": {"256": 1.15, "16K": 1.92, "64K": 1.90},
     "pps_off_64k": 1009e3, "pps_on_64k": 240e3, "size_off_64k": 1.6e3, "size_on_64k": 14.9e3,
 }
@@ -706,8 +711,8 @@ EXPERIMENTS = [
      "workload": "8 VMs (4 with --quick) send a stream each to the external host; the uplink's TSO hardware vs software (and VXLAN, "
                  "software on this kernel); the switch's CPU per Gbit/s"},
     {"name": "rx-csum", "reproduces": "001, Figure 7", "run": physical.rx_csum,
-     "workload": "VXLAN to 8 VMs (4 with --quick), a 250 Mbit/s stream each; the uplink's receive checksums from the device vs "
-                 "checked by hvnet; the switch's CPU per Gbit received"},
+     "workload": "VXLAN to 8 VMs (4 with --quick), a 125 Mbit/s stream each; the uplink's receive checksums from the device vs "
+                 "checked by hvnet, the two switches at the same moment; the switch's CPU per Gbit received"},
     {"name": "uplink-lro", "reproduces": "001, Figure 8", "run": physical.uplink_lro,
      "workload": "external host on the wire of an uplink to a VM, 64 KiB writes; the uplink's LRO hardware (device GRO) "
                  "vs software (hvnet's GRO before switching)"},

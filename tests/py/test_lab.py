@@ -501,6 +501,10 @@ def test_the_physical_side_experiments_run_and_leave_nothing_behind(tmp_path):
     spread = figs["netqueue-dynamic-spread"]["series"]
     assert [x for x, _ in spread["static"]] == ["low", "high"] and spread["static"][0][1] == 4, spread
     assert spread["dynamic"][0][1] < 4, spread
+    # rx-csum's two switches ran at the same moment, round by round.
+    csum = next(e for e in res["experiments"] if e["name"] == "rx-csum")["samples"]
+    assert sorted((s["csum"], s["at_once_with"]) for s in csum) == [("hardware", ["software"]),
+                                                                    ("software", ["hardware"])], csum
     assert (links(), netns()) == before
 
 

@@ -113,7 +113,8 @@ def interleaved(configs, reps, run, settle=None, feeds=None):
         if not pending or have >= most:
             break
         named = ", ".join(sorted(str(p) for p in pending if p is not None)) or "all points"
-        # One configuration is a round of settings run at the same moment.
+        # With one configuration (settings run at the same moment) every
+        # repetition is a round of all of them.
         more = "one more round" if len(configs) == 1 else f"one more of {len(todo)} of {len(configs)} configurations"
         print(f"      undecided after {have} runs ({named}): {more} (at most {most} runs)", flush=True)
         for c in todo:

@@ -30,17 +30,13 @@ def up_at_once(stack, tmp, fleets):
     return {c: stack.enter_context(Fleet(tmp, f"{c}", **kw)) for c, kw in fleets.items()}
 
 
-def fleets_compared(tmp, reps, log, label, fleets, writes=None, derive=None, settle=None, together=False, **streams):
+def fleets_compared(tmp, reps, log, label, fleets, writes=None, derive=None, settle=None, **streams):
     """Brings every fleet up at once and runs the same streams on each,
     interleaved: {config: [run, ...]}; each run logged with its config
     under `label`. With `writes` ({size: (write size, TCP_NODELAY)}) every
     fleet runs at every size, the configs being (fleet, size) pairs;
     `derive(run)` adds what is computed from a run before it is logged;
-    `settle` as for `interleaved`. With `together` (light loads only,
-    and no `writes`) every repetition runs all fleets' streams at the same
-    moment instead of one after the other (`at_once` says why)."""
-    if together:
-        return fleets_together(tmp, reps, log, label, fleets, derive, settle, **streams)
+    `settle` as for `interleaved`."""
     with contextlib.ExitStack() as stack:
         up = up_at_once(stack, tmp, fleets)
 
@@ -62,10 +58,11 @@ def fleets_compared(tmp, reps, log, label, fleets, writes=None, derive=None, set
         return interleaved(configs, reps, run, settle, feeds)
 
 
-def fleets_together(tmp, reps, log, label, fleets, derive, settle, **streams):
-    """`fleets_compared(..., together=True)`: each repetition is one round
-    in which every fleet runs its streams at the same moment; the rounds'
-    runs are returned per fleet, paired by repetition."""
+def fleets_together(tmp, reps, log, label, fleets, settle=None, **streams):
+    """As `fleets_compared`, for light loads only: each repetition is one
+    round in which every fleet runs its streams at the same moment
+    (`at_once` says why); the rounds' runs are returned per fleet, paired
+    by repetition."""
     def per_fleet(rounds):
         return {c: [r[c] for r in rounds["together"]] for c in fleets}
 
@@ -75,8 +72,6 @@ def fleets_together(tmp, reps, log, label, fleets, derive, settle, **streams):
         def round_(_):
             out = at_once({c: lambda c=c: up[c].streams(**streams) for c in up})
             for c, r in out.items():
-                if derive:
-                    derive(r)
                 log.append({label: c, "at_once_with": [o for o in up if o != c], **r})
             return out
 
@@ -268,10 +263,10 @@ def rx_csum(tmp, quick, reps, log):
             {"hvnet": spr}),
         ], res
 
-    return figs(fleets_compared(tmp, reps, log, "csum", {
+    return figs(fleets_together(tmp, reps, log, "csum", {
         "hardware": dict(vms=vms, vxlan=True, uplink=dict(csum="hardware"), prefix="ch"),
         "software": dict(vms=vms, vxlan=True, uplink=dict(csum="software"), prefix="cs")}, seconds=secs, write="128K",
-        rate=f"{RX_CSUM_MBPS}M", together=True,
+        rate=f"{RX_CSUM_MBPS}M",
         settle=lambda r: undecided(figs(r)[0])))
 
 

@@ -166,6 +166,28 @@ def test_bad_frames_from_the_wire_are_counted_and_the_rest_forwarded(tmp_path):
         assert_accounted(t, ["a", "up0"])
 
 
+def test_frames_the_kernel_drops_at_the_uplink_socket_are_counted(tmp_path):
+    """Frames the kernel drops at an uplink's socket before hvnet reads
+    them (here: its receive buffer overflows while the daemon is stopped)
+    are counted in and dropped (`drop_kernel`), and the switch goes on."""
+    import signal
+    with topology(tmp_path, queues=1) as t:
+        t.sh("ext", f"ping -c 1 -W 2 {VM_IP}")
+        pid = json.loads(hvlab.Path(f"/run/hvnet/{t.name}/state.json").read_text())["pid"]
+        before = t.stats("/uplinks/up0/tx_summary")
+        frame = wire_frame(b"\x02" * 6, b"\x02\x00\x00\x00\x00\x99", 0x88B5, bytes(1400))
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            # 8 MiB of socket buffer hold a few thousand such frames.
+            t.sh("ext", f"{os.sys.executable} -c \"import socket; s=socket.socket(socket.AF_PACKET, socket.SOCK_RAW); "
+                        f"s.bind(('eth0', 0)); f=bytes.fromhex('{frame.hex()}'); [s.send(f) for _ in range(20000)]\"")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert hvlab.eventually(lambda: t.stats("/uplinks/up0/tx_summary")["drop_kernel"] > before["drop_kernel"])
+        t.sh("ext", f"ping -c 2 -i 0.2 -W 2 {VM_IP}")
+        assert_accounted(t, ["a", "up0"])
+
+
 def test_bad_uplinks_are_refused_before_anything_is_created(tmp_path):
     links = lambda: sorted(line.split()[0] for line in hvlab.run(["ip", "-br", "link"]).stdout.splitlines())  # noqa: E731
     before = links()

@@ -21,13 +21,14 @@ LOCAL, REMOTE = "198.18.9.1", "198.18.9.2"
 VM_IP, EXT_IP = "10.79.0.1", "10.79.0.100"
 
 
-def vxlan_topology(tmp_path, udp_csum=False, vm=None, mtu=1550, lro="hardware", port=4789, **uplink):
+def vxlan_topology(tmp_path, udp_csum=False, vm=None, mtu=1550, lro="hardware", port=4789, host_tso=False,
+                   **uplink):
     return hvlab.Topology(
         tmp_path, [dict(name="a", ipv4=VM_IP + "/24", **(vm or {}))], prefix="vx",
         uplinks=[dict(name="up0", device="", mtu=mtu, lro=lro,
                       vxlan=dict(vni=VNI, local=LOCAL + "/24", remotes=[REMOTE], port=port, udp_csum=udp_csum),
                       **uplink)],
-        hosts=[dict(name="ext", uplink="up0", ipv4=REMOTE + "/24")])
+        hosts=[dict(name="ext", uplink="up0", ipv4=REMOTE + "/24", tso=host_tso)])
 
 
 def linux_vxlan(t, udp_csum=False, port=4789):
@@ -64,6 +65,25 @@ def test_tcp_with_linux_vxlan_both_ways(tmp_path, tso, udp_csum):
         assert (out["segmented_frames"] > 0) == tso, out
         # The inner frames were coalesced for the VM (its LRO).
         assert t.stats("/ports/a/rx_summary")["lro_frames"] > 0
+        assert_accounted(t, ["a", "up0"])
+
+
+@pytest.mark.parametrize("udp_csum", [False, True], ids=["noudpcsum", "udpcsum"])
+def test_linux_vxlan_peer_with_its_default_offloads(tmp_path, udp_csum):
+    """The peer's NIC keeps TSO on, as users leave it: its `vxlan` device
+    hands the veth tunnelled GSO frames (UDP tunnel + TCP), which a packet
+    socket with a virtio-net header cannot express. They arrive whole and
+    are forwarded; nothing the kernel drops at the socket goes uncounted."""
+    data, want = random_file(tmp_path)
+    with vxlan_topology(tmp_path, udp_csum, host_tso=True) as t:
+        linux_vxlan(t, udp_csum)
+        t.sh("a", f"ping -c 2 -i 0.2 -W 2 {EXT_IP}")
+        assert transfer(t, "ext", "a", VM_IP, data) == want
+        assert transfer(t, "a", "ext", EXT_IP, data, port=5556) == want
+        up_in = t.stats("/uplinks/up0/tx_summary")
+        # Tunnelled GSO frames came whole and went to the VM as GSO frames.
+        assert up_in["gso_frames"] > 0 and up_in["drop_kernel"] == 0, up_in
+        assert t.stats("/ports/a/rx_summary")["gso_intact_frames"] > 0
         assert_accounted(t, ["a", "up0"])
 
 

@@ -14,7 +14,7 @@ use crate::topology::{Host, NetQueueMode, Topology, Uplink, UplinkLro};
 use hvnet_datapath::tunnel::VtepConfig;
 use hvnet_datapath::PortSpec;
 use hvnet_port::netqueue::{Filter, Filters};
-use hvnet_port::{Device, Spread, TapPort, UplinkPort, VhostUserPort};
+use hvnet_port::{Device, Spread, TapPort, UplinkPort, UplinkRead, VhostUserPort};
 use std::path::Path;
 
 /// Creates one VM (or, after a daemon restart, re-attaches to it): a
@@ -246,19 +246,25 @@ pub(crate) fn open_uplink(topo: &Topology, u: &Uplink) -> Result<PortSpec, Daemo
         )));
     }
     // A tunnel endpoint's device has nothing of the tunnel's to coalesce
-    // (no kernel VXLAN socket on its port): its GRO stays off, and its
-    // frames are read in batches into small buffers — what it takes is
-    // wire-sized VXLAN (the kernel cannot hand a packet socket a tunnelled
-    // GSO frame). A plain uplink may be handed GSO frames even with GRO
-    // off (a peer that sends them whole, as a veth with TSO does), so it
-    // reads each frame into a buffer that holds 64 KiB.
+    // (no kernel VXLAN socket on its port): its GRO stays off. Its peers
+    // may still hand it tunnelled GSO frames (a Linux `vxlan` device on a
+    // veth does, with its default offloads), which no virtio-net header
+    // can express: it reads whole frames, in batches, without one. A
+    // plain uplink may be handed GSO frames even with GRO off (a peer that
+    // sends them whole, as a veth with TSO does), so it reads each frame
+    // into a buffer that holds 64 KiB.
     let coalesces = u.lro == UplinkLro::Hardware && u.vxlan.is_none();
     let gro = if coalesces { "on" } else { "off" };
-    let batched = u.vxlan.is_some() && usize::from(u.settings.mtu) + 18 <= hvnet_port::SMALL_FRAME;
-    let read_batch = batched.then_some(u.batch);
+    let read = match &u.vxlan {
+        Some(v) => UplinkRead::Whole {
+            tunnel: v.port,
+            batch: u.batch,
+        },
+        None => UplinkRead::Single,
+    };
     run(&["ethtool", "-K", dev, "gro", gro])?;
     Rtnl::new()?.set_link(dev, &up())?;
-    let port = UplinkPort::open(dev, u.queues, spread(topo, u), read_batch).map_err(|source| {
+    let port = UplinkPort::open(dev, u.queues, spread(topo, u), read).map_err(|source| {
         DaemonError::Uplink {
             name: u.name.clone(),
             source,

@@ -90,6 +90,10 @@ counters! {
         drop_bad_vxlan,
         /// Dropped: VXLAN for another VNI.
         drop_vni,
+        /// Dropped by the kernel before hvnet could read them: an uplink
+        /// socket's buffer was full, or a frame could not be handed over
+        /// with the socket's header (`PACKET_STATISTICS`).
+        drop_kernel,
         /// Dropped: a vhost-user guest's transmit descriptor chain outside
         /// its memory, device-writable, longer than any frame or changed
         /// while read.
@@ -188,6 +192,7 @@ impl IngressStats {
             + self.drop_bad_vxlan
             + self.drop_vni
             + self.drop_bad_descriptor
+            + self.drop_kernel
     }
     /// Frames merged into another by software LRO at an uplink (forwarded
     /// inside it).

@@ -55,7 +55,7 @@ impl<'a> Out<'a> {
         match dev {
             Device::VhostUser(v) => Out::Virtq(v, q),
             Device::Tap(t) => Out::Fd(t.queue(q)),
-            Device::Uplink(u) => Out::Fd(u.queue(q)),
+            Device::Uplink(u) => Out::Fd(u.sender(q)),
         }
     }
 

@@ -16,7 +16,7 @@ use crate::switch::{
 use crate::tunnel::{Received, TunnelDrop, Vtep, SOLICIT_EVERY};
 use hvnet_offload::gro::{GroConfig, GroOutput, GroTable};
 use hvnet_offload::vxlan::OUTER_LEN;
-use hvnet_port::{BatchReader, Device, LinkState, Packet, Pool, RecvError, TapReader};
+use hvnet_port::{Device, LinkState, Packet, Pool, QueueReader, RecvError};
 use hvnet_wire::MacAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -29,6 +29,10 @@ pub const GRO_MAX_SEGMENTS: usize = 64;
 
 /// A GRO table with no held run for this long is freed.
 const GRO_IDLE: Duration = Duration::from_secs(1);
+
+/// How often the kernel's drops at a port's queue are read (a system
+/// call, so not per batch).
+const KERNEL_DROPS_EVERY: Duration = Duration::from_millis(100);
 
 /// What one batch found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,9 +72,9 @@ pub(crate) struct Worker {
 /// A worker's own state.
 struct State {
     pool: Pool,
-    reader: TapReader,
-    /// For an uplink whose frames all fit small buffers: `recvmmsg`.
-    batch_reader: Option<BatchReader>,
+    reader: QueueReader,
+    /// When the kernel's drops at this queue were last read.
+    kernel_drops_read: Instant,
     /// Settings of every port, re-read when the switch's generation moves.
     gen: u64,
     settings: Vec<PortSettings>,
@@ -102,12 +106,8 @@ impl Worker {
             .collect();
         let st = State {
             pool: Pool::new(Arc::clone(&port.home)),
-            reader: TapReader::new(),
-            batch_reader: port
-                .dev
-                .uplink()
-                .and_then(|u| u.read_batch())
-                .map(BatchReader::new),
+            reader: port.dev.reader(),
+            kernel_drops_read: Instant::now(),
             gen: u64::MAX,
             settings: Vec::new(),
             dests,
@@ -146,7 +146,7 @@ impl Worker {
                 }
                 continue;
             }
-            if let (Some(vtep), Some(fq)) = (solicits, port.dev.frames(0)) {
+            if let (Some(vtep), Some(fq)) = (solicits, port.dev.sender(0)) {
                 let now = Instant::now();
                 if now >= next_solicit {
                     vtep.solicit(fq);
@@ -156,6 +156,7 @@ impl Worker {
             match hvnet_sys::poll_readable(fd, 100) {
                 Ok(true) => {}
                 Ok(false) => {
+                    self.st.count_kernel_drops(&self.cx, Instant::now());
                     self.check_link();
                     continue;
                 }
@@ -260,18 +261,11 @@ impl State {
     pub(crate) fn poll_batch(&mut self, cx: &Ctx) -> Batch {
         let now = self.begin_batch(cx);
         let mut result = Batch::Empty;
+        if now.duration_since(self.kernel_drops_read) >= KERNEL_DROPS_EVERY {
+            self.count_kernel_drops(cx, now);
+        }
         for _ in 0..BATCH {
-            let read = match (&cx.port.dev, &mut self.batch_reader) {
-                (Device::VhostUser(v), _) => v.read(cx.q, &mut self.pool),
-                (dev, reader) => {
-                    let q = dev.frames(cx.q).expect("TAP and uplink ports have queues");
-                    match reader {
-                        Some(b) => b.read(q, &mut self.pool),
-                        None => self.reader.read(q, &mut self.pool),
-                    }
-                }
-            };
-            match read {
+            match cx.port.dev.read(cx.q, &mut self.reader, &mut self.pool) {
                 Ok(pkt) => {
                     result = Batch::Frames;
                     match &cx.port.tunnel {
@@ -309,9 +303,20 @@ impl State {
     /// Flushes what is held and gives the spare buffers back.
     pub(crate) fn finish(&mut self, cx: &Ctx) {
         self.end_batch(cx);
+        self.count_kernel_drops(cx, Instant::now());
         self.reader.release(&mut self.pool);
-        if let Some(b) = &mut self.batch_reader {
-            b.release(&mut self.pool);
+    }
+
+    /// Frames the kernel dropped at this queue before hvnet could read
+    /// them (an uplink socket's full buffer, or a frame it could not hand
+    /// over): they arrived, and are counted in and dropped.
+    fn count_kernel_drops(&mut self, cx: &Ctx, now: Instant) {
+        self.kernel_drops_read = now;
+        let n = cx.port.dev.kernel_drops(cx.q);
+        if n > 0 {
+            let c = &cx.port.ingress[cx.q];
+            add(&c.frames, n);
+            add(&c.drop_kernel, n);
         }
     }
 
@@ -421,7 +426,7 @@ impl State {
                 add(&c.tunnel_control, 1);
                 if let Some(r) = reply {
                     // A reply that cannot be written now is asked for again.
-                    if let Some(fq) = cx.port.dev.frames(cx.q) {
+                    if let Some(fq) = cx.port.dev.sender(cx.q) {
                         let _ = vtep.send_reply(fq, &r);
                     }
                 }

@@ -4,11 +4,35 @@
 //! uplink queues are file descriptors read and written alike, a vhost-user
 //! port's queues are the guest's virtqueues.
 
-use crate::tap::TapPort;
-use crate::uplink::UplinkPort;
+use crate::packet::Packet;
+use crate::pool::Pool;
+use crate::tap::{RecvError, TapPort, TapReader};
+use crate::uplink::{UplinkPort, UplinkRead};
 use crate::vhost_user::VhostUserPort;
+use crate::whole_frame::WholeFrameReader;
 use hvnet_sys::FrameQueue;
 use std::os::fd::RawFd;
+
+/// A queue reader's state (its spare buffers), of the kind its port reads.
+pub enum QueueReader {
+    /// One frame per read (TAP queues, uplinks that may get GSO frames).
+    Single(TapReader),
+    /// Whole frames without a header (tunnel endpoints).
+    Whole(Box<WholeFrameReader>),
+    /// A guest's transmit virtqueue (its buffers are the guest's).
+    Virtq,
+}
+
+impl QueueReader {
+    /// Gives the buffers it holds back to `pool`'s cache.
+    pub fn release(&mut self, pool: &mut Pool) {
+        match self {
+            QueueReader::Single(r) => r.release(pool),
+            QueueReader::Whole(r) => r.release(pool),
+            QueueReader::Virtq => {}
+        }
+    }
+}
 
 /// A port's device.
 #[derive(Debug)]
@@ -28,6 +52,56 @@ impl Device {
             Device::Tap(t) => Some(t.queue(i)),
             Device::Uplink(u) => Some(u.queue(i)),
             Device::VhostUser(_) => None,
+        }
+    }
+
+    /// A reader for one of this device's queues.
+    pub fn reader(&self) -> QueueReader {
+        match self {
+            Device::Tap(_) => QueueReader::Single(TapReader::new()),
+            Device::Uplink(u) => match u.read_mode() {
+                UplinkRead::Single => QueueReader::Single(TapReader::new()),
+                UplinkRead::Whole { tunnel, batch } => {
+                    QueueReader::Whole(Box::new(WholeFrameReader::new(tunnel, batch)))
+                }
+            },
+            Device::VhostUser(_) => QueueReader::Virtq,
+        }
+    }
+
+    /// The next frame of queue `q`, read with `r` (made by
+    /// [`Device::reader`]) into buffers from `pool`, checked and parsed.
+    pub fn read(
+        &self,
+        q: usize,
+        r: &mut QueueReader,
+        pool: &mut Pool,
+    ) -> Result<Packet, RecvError> {
+        match (self, r) {
+            (Device::VhostUser(v), _) => v.read(q, pool),
+            (Device::Uplink(u), QueueReader::Whole(r)) => r.read(u.queue(q), pool, u.mtu()),
+            (Device::Uplink(u), QueueReader::Single(r)) => r.read(u.queue(q), pool),
+            (Device::Tap(t), QueueReader::Single(r)) => r.read(t.queue(q), pool),
+            _ => Err(RecvError::WouldBlock),
+        }
+    }
+
+    /// Where frames for queue `q` are written, for TAP and uplink ports.
+    pub fn sender(&self, q: usize) -> Option<&FrameQueue> {
+        match self {
+            Device::Tap(t) => Some(t.queue(q)),
+            Device::Uplink(u) => Some(u.sender(q)),
+            Device::VhostUser(_) => None,
+        }
+    }
+
+    /// Frames the kernel dropped before queue `q` could read them, since
+    /// the last call (an uplink's socket; 0 for the others, whose kernel
+    /// side drops nothing the port sees).
+    pub fn kernel_drops(&self, q: usize) -> u64 {
+        match self {
+            Device::Uplink(u) => u.kernel_drops(q),
+            _ => 0,
         }
     }
 

@@ -15,6 +15,9 @@
 //! - [`virtq`]: frames in and out of a guest's virtqueues;
 //! - [`ctrlq`]: a guest's control virtqueue (queue pairs, offloads);
 //! - [`device`]: any of them, as the datapath sees a port's device;
+//! - [`whole_frame`]: whole frames from an uplink socket without a
+//!   virtio-net header (a tunnel endpoint's, whose peers send tunnelled
+//!   GSO frames);
 //! - [`netqueue`]: an uplink's receive filters, as the kernel runs them;
 //! - [`rss_fanout`]: RSS (Toeplitz) at an uplink, as the kernel runs it.
 
@@ -31,8 +34,9 @@ pub mod tap;
 pub mod uplink;
 pub mod vhost_user;
 pub mod virtq;
+pub mod whole_frame;
 
-pub use device::Device;
+pub use device::{Device, QueueReader};
 pub use packet::{Meta, Packet};
 pub use pool::{Buf, Home, Pool, PoolCaps, PoolStatus, SizeClass};
 pub use pool::{HEADROOM, SMALL_FRAME};
@@ -40,6 +44,7 @@ pub use tap::{
     check, send, tap_offload_flags, vnet_bytes, write_frame, RecvError, TapError, TapPort,
     TapReader, MAX_GSO_SEGMENTS, VNET_HDR_LEN,
 };
-pub use uplink::{BatchReader, LinkState, Spread, UplinkPort};
+pub use uplink::{LinkState, Spread, UplinkPort, UplinkRead};
 pub use vhost_user::{GuestOffloads, VhostUserPort};
 pub use virtq::VirtqError;
+pub use whole_frame::WholeFrameReader;

@@ -3,22 +3,38 @@
 //! an "external host"). Each receive queue is an AF_PACKET socket carrying
 //! the same 12-byte virtio-net header as a TAP queue ([`hvnet_sys::packet`]),
 //! so frames are read and checked exactly as a guest's are
-//! ([`crate::tap::check`]); the sockets form a fanout group, so the kernel
-//! spreads flows over the queues by their hash and each queue has its own
-//! thread.
+//! ([`crate::tap::check`]) — except at a tunnel endpoint, whose sockets
+//! read whole frames without the header ([`crate::whole_frame`]); the
+//! sockets form a fanout group, so the kernel spreads flows over the
+//! queues by their hash and each queue has its own thread.
 //!
 //! The link follows the device: it is down while the device is down (the
 //! sockets see `ENETDOWN` and then nothing), up again when the device comes
 //! back, and gone for good when the device is deleted.
 
 use crate::netqueue::{self, Filters};
-use crate::packet::Packet;
-use crate::pool::{Buf, Pool, SizeClass, HEADROOM};
 use crate::rss_fanout;
-use crate::tap::{check, read_result, RecvError};
-use hvnet_sys::{Fanout, FrameQueue, PacketError};
-use std::io::IoSliceMut;
+use hvnet_sys::{Fanout, FrameQueue, PacketError, RxHeader};
+use std::sync::atomic::{AtomicU16, Ordering::Relaxed};
 use std::sync::Mutex;
+
+/// How an uplink's receive queues read frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UplinkRead {
+    /// One frame per read, behind a virtio-net header, into a buffer that
+    /// holds 64 KiB (the device's GRO, or a peer's GSO frames).
+    Single,
+    /// Whole frames, no header, up to `batch` per `recvmmsg(2)`
+    /// ([`crate::whole_frame`]): a tunnel endpoint on UDP port `tunnel`,
+    /// whose peers may hand over tunnelled GSO frames. Frames are sent
+    /// through send-only sockets with a virtio-net header.
+    Whole {
+        /// The endpoint's UDP port.
+        tunnel: u16,
+        /// Frames per system call, at most [`crate::whole_frame::WHOLE_BATCH`].
+        batch: usize,
+    },
+}
 
 /// How an uplink's receive queues share what arrives.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,9 +63,14 @@ pub struct UplinkPort {
     /// Spread by RSS (Toeplitz): `Some(tunnel)`, the inner flow's when a
     /// tunnel endpoint (on that UDP port).
     rss: Option<Option<u16>>,
-    /// Every frame fits a small buffer: read this many per system call
-    /// ([`BatchReader`]); else one per call into a large buffer.
-    read_batch: Option<usize>,
+    /// How the queues are read.
+    read: UplinkRead,
+    /// Send-only sockets, one per queue, when the receive sockets carry no
+    /// virtio-net header ([`UplinkRead::Whole`]); else the queues send.
+    senders: Vec<FrameQueue>,
+    /// The device's MTU, as last read (what a whole frame's segments must
+    /// fit).
+    mtu: AtomicU16,
 }
 
 /// Where an uplink's device is.
@@ -65,15 +86,12 @@ pub enum LinkState {
 
 impl UplinkPort {
     /// Opens `queues` receive queues on `device`, spread as `spread` says
-    /// (when there are several queues). `read_batch`: every frame the
-    /// device delivers fits a small buffer (its GRO is off and its MTU
-    /// standard), so the queues are read with `recvmmsg`, up to this many
-    /// frames a call (at most [`READ_BATCH`]).
+    /// (when there are several queues), read as `read` says.
     pub fn open(
         device: &str,
         queues: usize,
         spread: Spread,
-        read_batch: Option<usize>,
+        read: UplinkRead,
     ) -> Result<UplinkPort, PacketError> {
         let (filters, rss) = match spread {
             _ if queues < 2 => (None, None),
@@ -86,16 +104,29 @@ impl UplinkPort {
         } else {
             Fanout::Hash
         };
-        let queues = hvnet_sys::open_uplink(device, queues, fanout)?;
+        let (header, senders) = match read {
+            UplinkRead::Whole { .. } => (RxHeader::Aux, hvnet_sys::open_senders(device, queues)?),
+            _ => (RxHeader::Vnet, Vec::new()),
+        };
+        let queues = hvnet_sys::open_uplink(device, queues, fanout, header)?;
         let ifindex =
             hvnet_sys::packet::ifindex(device).ok_or(PacketError::NoDevice(device.into()))?;
+        let read = match read {
+            UplinkRead::Whole { tunnel, batch } => UplinkRead::Whole {
+                tunnel,
+                batch: batch.clamp(1, READ_BATCH),
+            },
+            UplinkRead::Single => UplinkRead::Single,
+        };
         let port = UplinkPort {
             device: device.into(),
             ifindex,
             queues,
             filters: None,
             rss,
-            read_batch: read_batch.map(|n| n.clamp(1, READ_BATCH)),
+            read,
+            senders,
+            mtu: AtomicU16::new(device_mtu(device).unwrap_or(1500)),
         };
         if let Some(tunnel) = rss {
             let n = port.queues.len() as u32;
@@ -132,10 +163,35 @@ impl UplinkPort {
         self.rss.is_some()
     }
 
-    /// Frames read per system call when the queues are read in batches
-    /// ([`BatchReader`]).
+    /// Frames read per system call when the queues are read in batches.
     pub fn read_batch(&self) -> Option<usize> {
-        self.read_batch
+        match self.read {
+            UplinkRead::Single => None,
+            UplinkRead::Whole { batch: n, .. } => Some(n),
+        }
+    }
+
+    /// How the queues are read.
+    pub fn read_mode(&self) -> UplinkRead {
+        self.read
+    }
+
+    /// The device's MTU as last read (at open, and whenever the link's
+    /// state is checked).
+    pub fn mtu(&self) -> u16 {
+        self.mtu.load(Relaxed)
+    }
+
+    /// The socket queue `i`'s frames are sent through.
+    pub fn sender(&self, i: usize) -> &FrameQueue {
+        self.senders.get(i).unwrap_or(&self.queues[i])
+    }
+
+    /// Frames the kernel dropped at queue `i`'s socket since the last call
+    /// (its buffer full, or a frame it could not hand over with the
+    /// socket's header); 0 if the count cannot be read.
+    pub fn kernel_drops(&self, i: usize) -> u64 {
+        hvnet_sys::socket_drops(&self.queues[i]).map_or(0, u64::from)
     }
 
     /// NetQueue's filters now, if the queues are spread by filters.
@@ -188,6 +244,9 @@ impl UplinkPort {
         if index != Some(self.ifindex) {
             return LinkState::Gone;
         }
+        if let Some(m) = device_mtu(&self.device) {
+            self.mtu.store(m, Relaxed);
+        }
         match std::fs::read_to_string(dir.join("operstate")).as_deref() {
             // "unknown": a device that reports no operational state (tun,
             // dummy) is up when its flags say so.
@@ -197,139 +256,14 @@ impl UplinkPort {
     }
 }
 
-/// Most frames read per `recvmmsg(2)`.
-pub const READ_BATCH: usize = 32;
+/// Most frames a queue reads per `recvmmsg(2)` (a tunnel endpoint's).
+pub const READ_BATCH: usize = crate::whole_frame::WHOLE_BATCH;
 
-/// Reads an uplink queue in batches: up to `batch` (at most [`READ_BATCH`]) wire-sized
-/// frames per `recvmmsg(2)` into small buffers, handed out one by one, each
-/// checked and parsed as [`crate::tap::check`] does for a TAP read. For
-/// uplinks whose frames always fit a small buffer (the device's GRO off,
-/// an MTU up to 2018): a frame the kernel had to cut is refused
-/// (`BadFrame`), never passed on short.
-pub struct BatchReader {
-    batch: usize,
-    spare: Vec<Buf>,
-    ready: std::collections::VecDeque<(Buf, usize, bool)>,
-    lens: [usize; READ_BATCH],
-    truncated: [bool; READ_BATCH],
-}
-
-impl BatchReader {
-    /// A reader of up to `batch` frames per call, holding no buffers yet.
-    pub fn new(batch: usize) -> BatchReader {
-        BatchReader {
-            batch: batch.clamp(1, READ_BATCH),
-            spare: Vec::with_capacity(READ_BATCH),
-            ready: std::collections::VecDeque::with_capacity(READ_BATCH),
-            lens: [0; READ_BATCH],
-            truncated: [false; READ_BATCH],
-        }
-    }
-
-    /// The next frame: from the last batch read, or from a new one.
-    pub fn read(&mut self, q: &FrameQueue, pool: &mut Pool) -> Result<Packet, RecvError> {
-        if self.ready.is_empty() {
-            self.fill(q, pool)?;
-        }
-        let (mut buf, n, truncated) = self.ready.pop_front().ok_or(RecvError::WouldBlock)?;
-        if truncated || n < HEADROOM {
-            return Err(RecvError::BadFrame(hvnet_wire::Error::Truncated));
-        }
-        buf.set_len(n - HEADROOM);
-        check(buf, n)
-    }
-
-    fn fill(&mut self, q: &FrameQueue, pool: &mut Pool) -> Result<(), RecvError> {
-        while self.spare.len() < self.batch {
-            match pool.take(SizeClass::Small) {
-                Some(b) => self.spare.push(b),
-                None => break,
-            }
-        }
-        if self.spare.is_empty() {
-            return Err(RecvError::NoBuffer);
-        }
-        let n = {
-            let mut iov: smallvec::SmallVec<[IoSliceMut<'_>; READ_BATCH]> = self
-                .spare
-                .iter_mut()
-                .map(|b| IoSliceMut::new(b.storage_mut()))
-                .collect();
-            hvnet_sys::recv_frames(q, &mut iov, &mut self.lens, &mut self.truncated)
-        };
-        // recvmmsg reports "nothing ready" as 0 frames; only an error says
-        // the device is gone or down.
-        match n {
-            Ok(0) => Err(RecvError::WouldBlock),
-            n => {
-                let n = read_result(n)?;
-                for (i, b) in self.spare.drain(..n).enumerate() {
-                    self.ready.push_back((b, self.lens[i], self.truncated[i]));
-                }
-                Ok(())
-            }
-        }
-    }
-
-    /// Gives the buffers it holds back to `pool`'s cache.
-    pub fn release(&mut self, pool: &mut Pool) {
-        for b in self.spare.drain(..) {
-            pool.keep(b);
-        }
-        for (b, _, _) in self.ready.drain(..) {
-            pool.keep(b);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::pool::{Home, PoolCaps};
-    use crate::tap::send;
-    use hvnet_offload::testutil::TcpSpec;
-    use hvnet_wire::virtio_net::Repr as VirtioNetHdr;
-
-    #[test]
-    fn batch_reads_keep_order_and_refuse_what_was_cut() {
-        let (a, b) = hvnet_sys::frame_socketpair().unwrap();
-        let (qa, qb) = (FrameQueue::from_fd(a, "a"), FrameQueue::from_fd(b, "b"));
-        qb.set_nonblocking(true).unwrap();
-        let mut pool = Pool::new(Home::new(PoolCaps {
-            small: 64,
-            large: 2,
-        }));
-        let mut r = BatchReader::new(READ_BATCH);
-        let hdr = VirtioNetHdr::default();
-        let frames: Vec<Vec<u8>> = (0..3)
-            .map(|i| {
-                TcpSpec {
-                    payload: vec![i; 100 + usize::from(i)],
-                    ..TcpSpec::default()
-                }
-                .build()
-            })
-            .collect();
-        for f in &frames {
-            send(&qa, &hdr, &[f]).unwrap();
-        }
-        // Larger than a small buffer: the kernel cuts it, the reader refuses it.
-        let big = TcpSpec {
-            payload: vec![7; 3000],
-            ..TcpSpec::default()
-        }
-        .build();
-        send(&qa, &hdr, &[&big]).unwrap();
-        send(&qa, &hdr, &[&frames[0]]).unwrap();
-        for f in &frames {
-            assert_eq!(r.read(&qb, &mut pool).unwrap().frame(), &f[..]);
-        }
-        assert!(matches!(
-            r.read(&qb, &mut pool),
-            Err(RecvError::BadFrame(_))
-        ));
-        assert_eq!(r.read(&qb, &mut pool).unwrap().frame(), &frames[0][..]);
-        assert!(matches!(r.read(&qb, &mut pool), Err(RecvError::WouldBlock)));
-        r.release(&mut pool);
-    }
+/// The MTU of `device`, from sysfs.
+fn device_mtu(device: &str) -> Option<u16> {
+    std::fs::read_to_string(format!("/sys/class/net/{device}/mtu"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }

@@ -20,8 +20,8 @@ pub mod packet;
 pub mod scm;
 pub mod uring;
 pub use packet::{
-    open_uplink, recv_frames, send_frames, set_fanout_program, BpfInsn, Fanout, PacketError,
-    SEND_BATCH,
+    open_senders, open_uplink, recv_frames_aux, send_frames, set_fanout_program, socket_drops,
+    AuxStatus, BpfInsn, Fanout, PacketError, RxHeader, SEND_BATCH,
 };
 pub use uring::BatchWriter;
 

@@ -21,6 +21,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 const SOL_PACKET: libc::c_int = 263;
 const PACKET_ADD_MEMBERSHIP: libc::c_int = 1;
+const PACKET_STATISTICS: libc::c_int = 6;
+const PACKET_AUXDATA: libc::c_int = 8;
 const PACKET_VNET_HDR: libc::c_int = 15;
 const PACKET_FANOUT: libc::c_int = 18;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
@@ -143,6 +145,20 @@ pub fn set_fanout_program(q: &FrameQueue, prog: &[BpfInsn]) -> io::Result<()> {
     Ok(())
 }
 
+/// What a receive socket puts in front of each frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RxHeader {
+    /// A 12-byte virtio-net header, as a TAP queue (GSO and checksum state
+    /// for every frame the header can express; the kernel drops, and
+    /// counts in [`socket_drops`], a GSO frame it cannot express, such as
+    /// a tunnelled one).
+    Vnet,
+    /// Nothing: the whole frame as the kernel has it, however it is
+    /// segmented, with its checksum state beside it (`PACKET_AUXDATA`,
+    /// read by [`recv_frames_aux`]). Sends go through [`open_senders`].
+    Aux,
+}
+
 /// The receive queues of one uplink: `queues` packet sockets bound to
 /// `device`, in one fanout group when there are several, non-blocking.
 /// The first socket puts the device in promiscuous mode for as long as it
@@ -152,6 +168,7 @@ pub fn open_uplink(
     device: &str,
     queues: usize,
     fanout: Fanout,
+    header: RxHeader,
 ) -> Result<Vec<FrameQueue>, PacketError> {
     let mode = match fanout {
         Fanout::Hash => PACKET_FANOUT_HASH,
@@ -184,9 +201,12 @@ pub fn open_uplink(
         }
         // SAFETY: `fd` was just returned by socket and is owned by nobody.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        setsockopt(&fd, SOL_PACKET, PACKET_VNET_HDR, &1i32).map_err(sys("PACKET_VNET_HDR"))?;
-        setsockopt(&fd, SOL_PACKET, PACKET_VNET_HDR_SZ, &12i32)
-            .map_err(PacketError::NoVnetHdrSize)?;
+        match header {
+            RxHeader::Vnet => set_vnet_hdr(&fd, &sys)?,
+            RxHeader::Aux => {
+                setsockopt(&fd, SOL_PACKET, PACKET_AUXDATA, &1i32).map_err(sys("PACKET_AUXDATA"))?
+            }
+        }
         setsockopt(&fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &1i32)
             .map_err(sys("PACKET_IGNORE_OUTGOING"))?;
         setsockopt(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &SOCKET_BUFFER)
@@ -237,6 +257,203 @@ pub fn open_uplink(
     Ok(out)
 }
 
+fn set_vnet_hdr<F, E>(fd: &OwnedFd, sys: &F) -> Result<(), PacketError>
+where
+    F: Fn(&'static str) -> E,
+    E: FnOnce(io::Error) -> PacketError,
+{
+    setsockopt(fd, SOL_PACKET, PACKET_VNET_HDR, &1i32).map_err(sys("PACKET_VNET_HDR"))?;
+    setsockopt(fd, SOL_PACKET, PACKET_VNET_HDR_SZ, &12i32).map_err(PacketError::NoVnetHdrSize)
+}
+
+/// Send-only sockets for an uplink whose receive sockets carry no
+/// virtio-net header ([`RxHeader::Aux`]): `n` packet sockets bound to
+/// `device` with protocol 0 (so they receive nothing), each writing frames
+/// behind a 12-byte virtio-net header, GSO and partial checksums left to
+/// the device.
+pub fn open_senders(device: &str, n: usize) -> Result<Vec<FrameQueue>, PacketError> {
+    let index = ifindex(device).ok_or_else(|| PacketError::NoDevice(device.into()))?;
+    let sys = |call: &'static str| {
+        let device = device.to_string();
+        move |source| PacketError::Sys {
+            call,
+            device,
+            source,
+        }
+    };
+    let mut out = Vec::with_capacity(n.max(1));
+    for _ in 0..n.max(1) {
+        // SAFETY: socket takes plain integers; the result is checked.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+                0,
+            )
+        };
+        if fd < 0 {
+            return Err(sys("socket(AF_PACKET)")(io::Error::last_os_error()));
+        }
+        // SAFETY: `fd` was just returned by socket and is owned by nobody.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        set_vnet_hdr(&fd, &sys)?;
+        setsockopt(&fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, &SOCKET_BUFFER)
+            .map_err(sys("SO_SNDBUFFORCE"))?;
+        // SAFETY: sockaddr_ll is plain data; all-zero is a valid value.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as libc::c_ushort;
+        sll.sll_ifindex = index as libc::c_int;
+        // SAFETY: `sll` is a live sockaddr_ll and the length says so.
+        let r = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&sll as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        if r < 0 {
+            return Err(sys("bind")(io::Error::last_os_error()));
+        }
+        out.push(FrameQueue::from_fd(fd, device));
+    }
+    Ok(out)
+}
+
+/// Frames the kernel dropped at packet socket `q` since the last call
+/// (`PACKET_STATISTICS`, which the read resets): its receive buffer was
+/// full, or a frame could not be handed over as the socket asked (a GSO
+/// frame a virtio-net header cannot express).
+pub fn socket_drops(q: &FrameQueue) -> io::Result<u32> {
+    let mut st = [0u32; 2];
+    let mut len = std::mem::size_of_val(&st) as libc::socklen_t;
+    // SAFETY: `st` is a live `struct tpacket_stats` (two u32: packets,
+    // drops) and `len` says its size; the kernel writes at most that.
+    let r = unsafe {
+        libc::getsockopt(
+            q.raw_fd(),
+            SOL_PACKET,
+            PACKET_STATISTICS,
+            st.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st[1])
+}
+
+/// What the kernel says of a frame read from an [`RxHeader::Aux`] socket
+/// (`struct tpacket_auxdata`'s status bits).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AuxStatus(pub u32);
+
+impl AuxStatus {
+    /// `TP_STATUS_CSUMNOTREADY`: the transport checksum is partial (the
+    /// sender left it to the device).
+    pub const CSUM_NOT_READY: u32 = 1 << 3;
+    /// `TP_STATUS_CSUM_VALID`: the checksum was verified.
+    pub const CSUM_VALID: u32 = 1 << 7;
+    /// `TP_STATUS_GSO_TCP`: a TCP GSO frame, not yet segmented.
+    pub const GSO_TCP: u32 = 1 << 8;
+
+    /// True if every bit of `bits` is set.
+    pub fn has(self, bits: u32) -> bool {
+        self.0 & bits == bits
+    }
+}
+
+/// Room for one `PACKET_AUXDATA` control message.
+const AUX_SPACE: usize = 64;
+
+/// Reads up to `bufs.len()` frames (at most [`SEND_BATCH`]) with one
+/// `recvmmsg(2)` from an [`RxHeader::Aux`] socket, without waiting: frame
+/// `i` lands in the I/O slices `bufs[i]` (a small buffer with a large one
+/// behind it, say), its length in `lens[i]`, whether the kernel cut it in
+/// `truncated[i]`, and its checksum and GSO state in `status[i]`. Returns
+/// how many frames were read (0: none ready).
+pub fn recv_frames_aux(
+    q: &FrameQueue,
+    bufs: &mut [[std::io::IoSliceMut<'_>; 2]],
+    lens: &mut [usize],
+    truncated: &mut [bool],
+    status: &mut [AuxStatus],
+) -> io::Result<usize> {
+    let n = bufs
+        .len()
+        .min(SEND_BATCH)
+        .min(lens.len())
+        .min(truncated.len())
+        .min(status.len());
+    if n == 0 {
+        return Ok(0);
+    }
+    // u64 elements keep every control buffer aligned for cmsghdr.
+    let mut control = [[0u64; AUX_SPACE / 8]; SEND_BATCH];
+    // SAFETY: mmsghdr is plain data; all-zero is a valid value.
+    let mut hdrs: [libc::mmsghdr; SEND_BATCH] = unsafe { std::mem::zeroed() };
+    for ((h, b), c) in hdrs
+        .iter_mut()
+        .zip(bufs.iter_mut())
+        .zip(control.iter_mut())
+        .take(n)
+    {
+        // IoSliceMut is ABI-compatible with iovec on Unix (std documents it).
+        h.msg_hdr.msg_iov = b.as_mut_ptr().cast::<libc::iovec>();
+        h.msg_hdr.msg_iovlen = b.len();
+        h.msg_hdr.msg_control = c.as_mut_ptr().cast();
+        h.msg_hdr.msg_controllen = AUX_SPACE;
+    }
+    // SAFETY: the first `n` headers each point at two live iovecs over
+    // buffers borrowed mutably from `bufs`, and at a control buffer of
+    // AUX_SPACE bytes in `control`, for the whole call; the kernel writes
+    // at most each iovec's and the control buffer's length, and
+    // `msg_len`/`msg_flags`/`msg_controllen`.
+    let r = unsafe {
+        libc::recvmmsg(
+            q.raw_fd(),
+            hdrs.as_mut_ptr(),
+            n as libc::c_uint,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::WouldBlock {
+            Ok(0)
+        } else {
+            Err(e)
+        };
+    }
+    for (i, h) in hdrs.iter().take(r as usize).enumerate() {
+        lens[i] = h.msg_len as usize;
+        truncated[i] = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+        status[i] = aux_status(&h.msg_hdr);
+    }
+    Ok(r as usize)
+}
+
+/// The `PACKET_AUXDATA` status among a received message's control data.
+fn aux_status(m: &libc::msghdr) -> AuxStatus {
+    // SAFETY: `m` is a header the kernel filled by recvmmsg, its control
+    // pointer and length describe the control buffer it wrote; CMSG_FIRSTHDR
+    // and CMSG_NXTHDR stay inside that length, and each cmsg's data is read
+    // only when its length covers a tpacket_auxdata's first u32.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(m);
+        while !c.is_null() {
+            let enough = (*c).cmsg_len as usize >= libc::CMSG_LEN(4) as usize;
+            if (*c).cmsg_level == SOL_PACKET && (*c).cmsg_type == PACKET_AUXDATA && enough {
+                let data = libc::CMSG_DATA(c);
+                return AuxStatus(std::ptr::read_unaligned(data.cast::<u32>()));
+            }
+            c = libc::CMSG_NXTHDR(m, c);
+        }
+    }
+    AuxStatus::default()
+}
+
 /// Most frames [`send_frames`] writes with one system call.
 pub const SEND_BATCH: usize = 64;
 
@@ -277,56 +494,4 @@ pub fn send_frames(q: &FrameQueue, frames: &[&[std::io::IoSlice<'_>]]) -> io::Re
         }
     }
     Ok(sent)
-}
-
-/// Reads up to `bufs.len()` frames (at most [`SEND_BATCH`]) with one
-/// `recvmmsg(2)`, without waiting: frame `i` lands in `bufs[i]`, its
-/// length in `lens[i]` and whether the kernel cut it to fit in
-/// `truncated[i]`. Returns how many frames were read (0: none ready).
-pub fn recv_frames(
-    q: &FrameQueue,
-    bufs: &mut [std::io::IoSliceMut<'_>],
-    lens: &mut [usize],
-    truncated: &mut [bool],
-) -> io::Result<usize> {
-    let n = bufs
-        .len()
-        .min(SEND_BATCH)
-        .min(lens.len())
-        .min(truncated.len());
-    if n == 0 {
-        return Ok(0);
-    }
-    // SAFETY: mmsghdr is plain data; all-zero is a valid value.
-    let mut hdrs: [libc::mmsghdr; SEND_BATCH] = unsafe { std::mem::zeroed() };
-    for (h, b) in hdrs.iter_mut().zip(bufs.iter_mut()).take(n) {
-        // IoSliceMut is ABI-compatible with iovec on Unix (std documents it).
-        h.msg_hdr.msg_iov = (b as *mut std::io::IoSliceMut<'_>).cast::<libc::iovec>();
-        h.msg_hdr.msg_iovlen = 1;
-    }
-    // SAFETY: the first `n` headers each point at one live iovec over a
-    // buffer borrowed mutably from `bufs` for the whole call; the kernel
-    // writes at most each iovec's length into it, and `msg_len`/`msg_flags`.
-    let r = unsafe {
-        libc::recvmmsg(
-            q.raw_fd(),
-            hdrs.as_mut_ptr(),
-            n as libc::c_uint,
-            libc::MSG_DONTWAIT,
-            std::ptr::null_mut(),
-        )
-    };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::WouldBlock {
-            Ok(0)
-        } else {
-            Err(e)
-        };
-    }
-    for (i, h) in hdrs.iter().take(r as usize).enumerate() {
-        lens[i] = h.msg_len as usize;
-        truncated[i] = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
-    }
-    Ok(r as usize)
 }

@@ -1,0 +1,347 @@
+//! Whole frames from an uplink socket without a virtio-net header: how a
+//! tunnel endpoint receives.
+//!
+//! A Linux peer's `vxlan` device on a veth (its `tx-udp_tnl-segmentation`
+//! on, as by default) hands over tunnelled GSO frames: outer Ethernet, IP,
+//! UDP and VXLAN around a 64 KiB inner TCP frame. A packet socket with a
+//! virtio-net header cannot express them (`virtio_net_hdr_from_skb` knows
+//! no UDP-tunnel GSO type) and drops them. Without the header the socket
+//! takes every frame whole; `PACKET_AUXDATA` says whether its checksum is
+//! partial, verified, and whether it is a TCP GSO frame. What the header
+//! would have carried is then read off the frame itself ([`offload_of`]):
+//! the partial checksum is the innermost transport header's, and the
+//! segment size is what makes every segment fit the uplink's MTU — the
+//! size the sender's TCP chose for that path.
+
+use crate::packet::Packet;
+use crate::pool::{Buf, Pool, SizeClass, HEADROOM, SMALL_FRAME as SMALL_FRAME_BYTES};
+use crate::tap::{read_result, RecvError, MAX_GSO_SEGMENTS};
+use hvnet_offload::{csum, CsumState, GsoInfo, OffloadInfo};
+use hvnet_sys::{AuxStatus, FrameQueue};
+use hvnet_wire::virtio_net::GsoType;
+use hvnet_wire::{ip_protocol, tcp, Layers, NetKind};
+use std::collections::VecDeque;
+use std::io::IoSliceMut;
+
+/// Most frames read per `recvmmsg(2)`.
+pub const WHOLE_BATCH: usize = 32;
+
+/// What a tunnel endpoint's frame carries, from the frame and the kernel's
+/// word on it: the checksum partial at the innermost transport header
+/// (`CSUMNOTREADY`), verified (`CSUM_VALID`, the receiver's business as a
+/// virtio-net header's `DATA_VALID` is), or unknown; and for a frame
+/// longer than the uplink's MTU allows, or one the kernel calls a TCP GSO
+/// frame, the segmentation owed. `tunnel`: the endpoint's UDP port (whose
+/// frames' inner headers are the innermost); `mtu`: the uplink's.
+pub fn offload_of(
+    frame: &[u8],
+    layers: &Layers,
+    status: AuxStatus,
+    tunnel: u16,
+    mtu: u16,
+) -> Result<OffloadInfo, RecvError> {
+    // An inner frame whose headers lie is the tunnel endpoint's to count
+    // (as bad VXLAN); here it is taken as a frame with no inner headers.
+    let inner = layers
+        .vxlan_inner_offset_on(frame, tunnel)
+        .and_then(|off| Some((off, Layers::parse(&frame[off..]).ok()?)));
+    let (base, inner) = inner.unwrap_or((0, *layers));
+    let transport = inner.transport;
+    let l4 = transport.map(|t| (t.protocol, base + t.offset));
+    let csum = if status.has(AuxStatus::CSUM_NOT_READY) && outer_partial(frame, layers, base) {
+        // The sender's tunnel left the outer UDP checksum to the device
+        // (Linux's `udpcsum` over an inner frame whose own checksum was
+        // done): nothing of the inner frame is owed or known.
+        CsumState::Unknown
+    } else if status.has(AuxStatus::CSUM_NOT_READY) {
+        match l4 {
+            Some((ip_protocol::TCP, start)) => partial(start, 16),
+            Some((ip_protocol::UDP, start)) => partial(start, 6),
+            // Partial over a header hvnet does not know: nobody can
+            // complete it.
+            _ => return Err(RecvError::BadFrame(hvnet_wire::Error::BadHeaderLen)),
+        }
+    } else if status.has(AuxStatus::CSUM_VALID) {
+        CsumState::Good
+    } else {
+        CsumState::Unknown
+    };
+    let wire_max = usize::from(mtu) + layers.l2.header_len;
+    let gso_tcp = status.has(AuxStatus::GSO_TCP);
+    if frame.len() <= wire_max && !gso_tcp {
+        return Ok(OffloadInfo { gso: None, csum });
+    }
+    let (Some(t), Some(net)) = (transport, inner.net) else {
+        // An oversized frame that is not TCP is passed on as it is: the
+        // receiver's MTU check drops and counts it.
+        return Ok(OffloadInfo { gso: None, csum });
+    };
+    if t.protocol != ip_protocol::TCP {
+        return Ok(OffloadInfo { gso: None, csum });
+    }
+    let headers = base + inner.payload_offset();
+    let size = wire_max.saturating_sub(headers);
+    let payload = frame.len().saturating_sub(headers);
+    if size == 0 {
+        return Err(RecvError::BadFrame(hvnet_wire::Error::BadLength));
+    }
+    if payload <= size {
+        // Fits one segment after all (a GSO frame of one segment).
+        return Ok(OffloadInfo { gso: None, csum });
+    }
+    if payload.div_ceil(size) > MAX_GSO_SEGMENTS {
+        return Err(RecvError::TooManySegments);
+    }
+    let kind = match net.kind {
+        NetKind::Ipv4 => GsoType::TcpV4,
+        NetKind::Ipv6 => GsoType::TcpV6,
+    };
+    let flags = tcp::Packet::new_unchecked(&frame[base + t.offset..]).flags();
+    Ok(OffloadInfo {
+        gso: Some(GsoInfo {
+            kind,
+            size: size as u16,
+            ecn: flags & tcp::flags::CWR != 0,
+        }),
+        // Segments get their checksums made whatever the sender left.
+        csum: match csum {
+            CsumState::Partial { .. } => csum,
+            _ => partial(base + t.offset, 16),
+        },
+    })
+}
+
+/// True when a tunnelled frame's partial checksum is its outer UDP one:
+/// the field then holds the folded pseudo-header sum, as Linux's
+/// `udp_set_csum` leaves it for the device. (An inner partial checksum
+/// leaves the outer field zero, or complete by local checksum offload.)
+fn outer_partial(frame: &[u8], layers: &Layers, base: usize) -> bool {
+    let (true, Some(net), Some(t)) = (base > 0, layers.net, layers.transport) else {
+        return false;
+    };
+    let field = u16::from_be_bytes([frame[t.offset + 6], frame[t.offset + 7]]);
+    let len = (frame.len() - t.offset) as u32;
+    field != 0 && field == csum::pseudo_header(frame, &net, ip_protocol::UDP, len).fold()
+}
+
+fn partial(start: usize, offset: u16) -> CsumState {
+    CsumState::Partial {
+        start: start as u16,
+        offset,
+    }
+}
+
+/// Reads whole frames from an uplink queue without a virtio-net header, up
+/// to [`WHOLE_BATCH`] per `recvmmsg(2)`, each into a small buffer with a
+/// large one behind it (a frame that overflows the small one keeps the
+/// large one, as [`crate::TapReader`] does).
+pub struct WholeFrameReader {
+    tunnel: u16,
+    batch: usize,
+    small: Vec<Buf>,
+    large: Vec<Buf>,
+    ready: VecDeque<(Buf, bool, AuxStatus)>,
+    lens: [usize; WHOLE_BATCH],
+    truncated: [bool; WHOLE_BATCH],
+    status: [AuxStatus; WHOLE_BATCH],
+}
+
+impl WholeFrameReader {
+    /// A reader for a tunnel endpoint on UDP port `tunnel`, up to `batch`
+    /// frames a call, holding no buffers yet.
+    pub fn new(tunnel: u16, batch: usize) -> WholeFrameReader {
+        WholeFrameReader {
+            tunnel,
+            batch: batch.clamp(1, WHOLE_BATCH),
+            small: Vec::with_capacity(WHOLE_BATCH),
+            large: Vec::with_capacity(WHOLE_BATCH),
+            ready: VecDeque::with_capacity(WHOLE_BATCH),
+            lens: [0; WHOLE_BATCH],
+            truncated: [false; WHOLE_BATCH],
+            status: [AuxStatus::default(); WHOLE_BATCH],
+        }
+    }
+
+    /// The next frame, parsed once, its offloads read off it for an uplink
+    /// of MTU `mtu`.
+    pub fn read(&mut self, q: &FrameQueue, pool: &mut Pool, mtu: u16) -> Result<Packet, RecvError> {
+        if self.ready.is_empty() {
+            self.fill(q, pool)?;
+        }
+        let (buf, truncated, status) = self.ready.pop_front().ok_or(RecvError::WouldBlock)?;
+        if truncated {
+            return Err(RecvError::BadFrame(hvnet_wire::Error::Truncated));
+        }
+        let mut p =
+            Packet::parse(buf, OffloadInfo::NONE).map_err(|(_, e)| RecvError::BadFrame(e))?;
+        p.meta.offload = offload_of(p.frame(), &p.meta.layers, status, self.tunnel, mtu)?;
+        Ok(p)
+    }
+
+    fn fill(&mut self, q: &FrameQueue, pool: &mut Pool) -> Result<(), RecvError> {
+        while self.small.len() < self.batch {
+            match pool.take(SizeClass::Small) {
+                Some(b) => self.small.push(b),
+                None => break,
+            }
+        }
+        while self.large.len() < self.small.len() {
+            match pool.take(SizeClass::Large) {
+                Some(b) => self.large.push(b),
+                None => break,
+            }
+        }
+        let n = self.small.len().min(self.large.len());
+        if n == 0 {
+            return Err(RecvError::NoBuffer);
+        }
+        let small_len = SizeClass::Small.storage();
+        let got = {
+            let mut iov: smallvec::SmallVec<[[IoSliceMut<'_>; 2]; WHOLE_BATCH]> = self
+                .small
+                .iter_mut()
+                .zip(self.large.iter_mut())
+                .map(|(s, l)| {
+                    [
+                        IoSliceMut::new(&mut s.storage_mut()[HEADROOM..]),
+                        IoSliceMut::new(&mut l.storage_mut()[small_len..]),
+                    ]
+                })
+                .collect();
+            hvnet_sys::recv_frames_aux(
+                q,
+                &mut iov,
+                &mut self.lens,
+                &mut self.truncated,
+                &mut self.status,
+            )
+        };
+        let got = match got {
+            // recvmmsg reports "nothing ready" as 0 frames.
+            Ok(0) => return Err(RecvError::WouldBlock),
+            r => read_result(r)?,
+        };
+        // Frames land in the first `got` pairs, in order; a pair's large
+        // buffer is kept only by a frame that overflowed its small one.
+        let smalls: smallvec::SmallVec<[Buf; WHOLE_BATCH]> = self.small.drain(..got).collect();
+        let mut larges: smallvec::SmallVec<[Option<Buf>; WHOLE_BATCH]> =
+            self.large.drain(..got).map(Some).collect();
+        for (i, mut s) in smalls.into_iter().enumerate() {
+            let len = self.lens[i];
+            let buf = match larges[i].take() {
+                Some(mut l) if len > SMALL_FRAME_BYTES => {
+                    l.storage_mut()[..small_len].copy_from_slice(s.storage());
+                    l.set_len(len);
+                    self.small.push(s);
+                    l
+                }
+                other => {
+                    larges[i] = other;
+                    s.set_len(len);
+                    s
+                }
+            };
+            self.ready
+                .push_back((buf, self.truncated[i], self.status[i]));
+        }
+        self.large.extend(larges.into_iter().flatten());
+        Ok(())
+    }
+
+    /// Gives the buffers it holds back to `pool`'s cache.
+    pub fn release(&mut self, pool: &mut Pool) {
+        for b in self.small.drain(..).chain(self.large.drain(..)) {
+            pool.keep(b);
+        }
+        for (b, ..) in self.ready.drain(..) {
+            pool.keep(b);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hvnet_offload::rss::{Rss, DEFAULT_KEY};
+    use hvnet_offload::testutil::TcpSpec;
+    use hvnet_offload::vxlan::{encap, Tunnel, OUTER_LEN};
+
+    const INNER_HEADERS: usize = 14 + 20 + 20;
+
+    fn tunnelled(payload: usize, udp_csum: bool) -> Vec<u8> {
+        let inner = TcpSpec {
+            payload: vec![7; payload],
+            ..TcpSpec::default()
+        }
+        .build();
+        let t = Tunnel {
+            udp_csum,
+            ..Tunnel::new(42, [198, 18, 9, 2], [198, 18, 9, 1])
+        };
+        let rss = Rss::new(&DEFAULT_KEY, 1).unwrap();
+        encap(&t, &rss, &inner, OffloadInfo::NONE).unwrap().0
+    }
+
+    fn offload(frame: &[u8], status: u32, mtu: u16) -> Result<OffloadInfo, RecvError> {
+        let l = Layers::parse(frame).unwrap();
+        offload_of(frame, &l, AuxStatus(status), 4789, mtu)
+    }
+
+    #[test]
+    fn a_tunnelled_gso_frame_gets_segments_that_fit_the_wire() {
+        let f = tunnelled(20_000, false);
+        let status = AuxStatus::CSUM_NOT_READY | AuxStatus::GSO_TCP;
+        let info = offload(&f, status, 1500).unwrap();
+        let g = info.gso.expect("a GSO frame");
+        assert_eq!(g.kind, GsoType::TcpV4);
+        // Outer IP, UDP, VXLAN, then the inner headers: every segment's
+        // IP packet is exactly the MTU.
+        assert_eq!(usize::from(g.size), 1500 - (OUTER_LEN - 14) - INNER_HEADERS);
+        let start = (OUTER_LEN + 14 + 20) as u16;
+        assert_eq!(info.csum, CsumState::Partial { start, offset: 16 });
+    }
+
+    #[test]
+    fn an_oversized_frame_is_gso_even_without_the_kernels_word() {
+        let f = tunnelled(3000, false);
+        let info = offload(&f, AuxStatus::CSUM_NOT_READY, 1500).unwrap();
+        assert!(info.gso.is_some());
+        // A frame that fits is not.
+        let f = tunnelled(1000, false);
+        assert_eq!(offload(&f, 0, 1500).unwrap(), OffloadInfo::NONE);
+    }
+
+    #[test]
+    fn an_outer_partial_checksum_leaves_the_inner_unknown() {
+        let mut f = tunnelled(100, false);
+        let l = Layers::parse(&f).unwrap();
+        let (net, t) = (l.net.unwrap(), l.transport.unwrap());
+        let len = (f.len() - t.offset) as u32;
+        let pseudo = csum::pseudo_header(&f, &net, ip_protocol::UDP, len).fold();
+        f[t.offset + 6..t.offset + 8].copy_from_slice(&pseudo.to_be_bytes());
+        let info = offload(&f, AuxStatus::CSUM_NOT_READY, 1500).unwrap();
+        assert_eq!(info.csum, CsumState::Unknown);
+        // With a complete outer checksum (LCO), the partial one is inner.
+        let f = tunnelled(100, true);
+        let info = offload(&f, AuxStatus::CSUM_NOT_READY, 1500).unwrap();
+        assert!(matches!(info.csum, CsumState::Partial { offset: 16, .. }));
+    }
+
+    #[test]
+    fn a_verified_plain_frame_is_good() {
+        let f = TcpSpec::default().build();
+        let info = offload(&f, AuxStatus::CSUM_VALID, 1500).unwrap();
+        assert_eq!(info.csum, CsumState::Good);
+        assert_eq!(info.gso, None);
+    }
+
+    #[test]
+    fn segments_too_small_to_make_are_refused() {
+        let f = tunnelled(60_000, false);
+        assert!(matches!(
+            offload(&f, AuxStatus::GSO_TCP, 200),
+            Err(RecvError::TooManySegments)
+        ));
+        assert!(offload(&f, AuxStatus::GSO_TCP, 60).is_err());
+    }
+}

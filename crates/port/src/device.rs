@@ -6,9 +6,10 @@
 
 use crate::packet::Packet;
 use crate::pool::Pool;
-use crate::tap::{RecvError, TapPort, TapReader};
+use crate::tap::{TapPort, TapReader};
 use crate::uplink::{UplinkPort, UplinkRead};
 use crate::vhost_user::VhostUserPort;
+use crate::vnet::RecvError;
 use crate::whole_frame::WholeFrameReader;
 use hvnet_sys::FrameQueue;
 use std::os::fd::RawFd;

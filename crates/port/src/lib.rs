@@ -6,6 +6,9 @@
 //!   sends);
 //! - [`packet`]: a buffer and its metadata, parsed once where the frame
 //!   enters;
+//! - [`vnet`]: the virtio-net header at the port boundary — receive
+//!   errors, the header's check against its frame, writing behind one —
+//!   for every backend;
 //! - [`tap`]: TAP ports (a VM's NIC as a hypervisor's device model holds
 //!   it), read and written with virtio-net headers checked at the boundary;
 //! - [`uplink`]: uplink ports, AF_PACKET sockets on an existing interface
@@ -34,17 +37,16 @@ pub mod tap;
 pub mod uplink;
 pub mod vhost_user;
 pub mod virtq;
+pub mod vnet;
 pub mod whole_frame;
 
 pub use device::{Device, QueueReader};
 pub use packet::{Meta, Packet};
 pub use pool::{Buf, Home, Pool, PoolCaps, PoolStatus, SizeClass};
 pub use pool::{HEADROOM, SMALL_FRAME};
-pub use tap::{
-    check, send, tap_offload_flags, vnet_bytes, write_frame, RecvError, TapError, TapPort,
-    TapReader, MAX_GSO_SEGMENTS, VNET_HDR_LEN,
-};
+pub use tap::{tap_offload_flags, TapError, TapPort, TapReader};
 pub use uplink::{LinkState, Spread, UplinkPort, UplinkRead};
 pub use vhost_user::{GuestOffloads, VhostUserPort};
 pub use virtq::VirtqError;
+pub use vnet::{check, send, vnet_bytes, write_frame, RecvError, MAX_GSO_SEGMENTS, VNET_HDR_LEN};
 pub use whole_frame::WholeFrameReader;

@@ -4,68 +4,15 @@
 //!
 //! [`TapReader`] reads one frame with one `readv` into a small buffer with a
 //! large one behind it and keeps whichever the frame needed (see
-//! [`crate::pool`]); [`check`] then validates the virtio-net header against
-//! the frame and parses the frame, once, into a [`Packet`]. Past this
-//! boundary the engines trust the offsets. [`send`] writes a header and a
-//! frame's pieces with one `writev`, so a coalesced frame goes out without
-//! being copied together.
+//! [`crate::pool`]); [`crate::vnet::check`] then validates the virtio-net
+//! header against the frame and parses the frame, once, into a [`Packet`].
+//! Past this boundary the engines trust the offsets.
 
 use crate::packet::Packet;
 use crate::pool::{Buf, Pool, SizeClass, HEADROOM};
-use hvnet_offload::gso::{self, GsoError};
-use hvnet_offload::CsumState;
+use crate::vnet::{check, read_result, RecvError, VNET_HDR_LEN};
 use hvnet_sys::FrameQueue;
-use hvnet_wire::virtio_net::{self, Repr as VirtioNetHdr};
-use std::io::{self, IoSlice, IoSliceMut, Read, Write};
-
-/// Size of the virtio-net header on every hvnet TAP.
-pub const VNET_HDR_LEN: usize = virtio_net::LEN_V1;
-const _: () = assert!(VNET_HDR_LEN == HEADROOM);
-
-/// Most segments a guest's GSO frame may ask for. A 64 KiB frame needs a
-/// `gso_size` of at least 256; Linux's TCP never goes below an MSS of 536
-/// on a path it has not been told is narrower. Without a bound, a
-/// `gso_size` of 16 would turn one frame into 4096 segments, and as many
-/// system calls for a receiver that takes no GSO frames.
-pub const MAX_GSO_SEGMENTS: usize = 256;
-
-/// Why a received frame was refused, or nothing was received.
-#[derive(Debug, thiserror::Error)]
-pub enum RecvError {
-    /// Nothing to read now.
-    #[error("no frame ready")]
-    WouldBlock,
-    /// The port's buffer cap is reached: nothing was read.
-    #[error("no buffer free under the port's cap")]
-    NoBuffer,
-    /// The device is gone (the guest's namespace was deleted).
-    #[error("the device is gone")]
-    Gone,
-    /// The link went down (`ENETDOWN`: an uplink's device was set down or
-    /// deleted).
-    #[error("the link is down")]
-    LinkDown,
-    /// Shorter than a virtio-net header, or an undefined header field.
-    #[error("bad virtio-net header")]
-    BadVnetHeader,
-    /// A frame header claims to be there and is malformed.
-    #[error("malformed frame: {0}")]
-    BadFrame(hvnet_wire::Error),
-    /// A virtio-net header that does not fit its frame.
-    #[error("virtio-net header does not fit the frame: {0}")]
-    BadOffload(GsoError),
-    /// A GSO frame that would make more than [`MAX_GSO_SEGMENTS`] segments.
-    #[error("GSO frame asks for more than {MAX_GSO_SEGMENTS} segments")]
-    TooManySegments,
-    /// A guest's transmit descriptor chain that cannot be read: outside
-    /// its memory, device-writable, longer than any frame, or changed
-    /// while read (vhost-user ports).
-    #[error("bad transmit descriptor chain")]
-    BadDescriptor,
-    /// Any other read error.
-    #[error("read from the TAP failed")]
-    Read(#[source] io::Error),
-}
+use std::io::{self, IoSliceMut, Read};
 
 /// Reads frames from a TAP queue into pool buffers of the right class.
 pub struct TapReader {
@@ -130,79 +77,6 @@ impl TapReader {
             pool.keep(b);
         }
     }
-}
-
-pub(crate) fn read_result(n: io::Result<usize>) -> Result<usize, RecvError> {
-    match n {
-        Ok(0) => Err(RecvError::Gone),
-        Ok(n) => Ok(n),
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Err(RecvError::WouldBlock),
-        // EIO, EBADFD, ENODEV: the device went away with its namespace.
-        Err(e) if matches!(e.raw_os_error(), Some(5) | Some(77) | Some(19)) => Err(RecvError::Gone),
-        Err(e) if e.raw_os_error() == Some(ENETDOWN) => Err(RecvError::LinkDown),
-        Err(e) => Err(RecvError::Read(e)),
-    }
-}
-
-/// `ENETDOWN` on Linux.
-const ENETDOWN: i32 = 100;
-
-/// Checks what a read of `n` bytes (virtio-net header and frame) put into
-/// `buf`, parses the frame once and returns it as a packet. A guest's
-/// `DATA_VALID` is not believed: virtio defines it only from device to
-/// driver.
-pub fn check(buf: Buf, n: usize) -> Result<Packet, RecvError> {
-    if n < VNET_HDR_LEN {
-        return Err(RecvError::BadVnetHeader);
-    }
-    let vnet = VirtioNetHdr::parse(&buf.storage()[..VNET_HDR_LEN], VNET_HDR_LEN)
-        .map_err(|_| RecvError::BadVnetHeader)?;
-    let mut p = Packet::parse(buf, Default::default()).map_err(|(_, e)| RecvError::BadFrame(e))?;
-    let mut info = gso::validate_vnet_parsed(p.frame(), &vnet, &p.meta.layers)
-        .map_err(RecvError::BadOffload)?;
-    if info.csum == CsumState::Good {
-        info.csum = CsumState::Unknown;
-    }
-    if let Some(g) = info.gso {
-        let payload = p.len().saturating_sub(p.header_len());
-        if payload.div_ceil(g.size as usize) > MAX_GSO_SEGMENTS {
-            return Err(RecvError::TooManySegments);
-        }
-    }
-    p.meta.offload = info;
-    Ok(p)
-}
-
-/// The virtio-net header as bytes.
-pub fn vnet_bytes(vnet: &VirtioNetHdr) -> [u8; VNET_HDR_LEN] {
-    let mut hdr = [0u8; VNET_HDR_LEN];
-    vnet.emit(&mut hdr, VNET_HDR_LEN);
-    hdr
-}
-
-/// Writes a frame (a header and pieces) to a TAP queue in one `writev`.
-pub fn send(q: &FrameQueue, vnet: &VirtioNetHdr, pieces: &[&[u8]]) -> io::Result<()> {
-    let hdr = vnet_bytes(vnet);
-    // On the stack for up to 64 pieces (a 64 KiB run of 1448-byte segments
-    // has 45): no allocation per frame.
-    let mut iov: smallvec::SmallVec<[IoSlice<'_>; 64]> = smallvec::SmallVec::new();
-    iov.push(IoSlice::new(&hdr));
-    iov.extend(pieces.iter().map(|p| IoSlice::new(p)));
-    write_frame(q, &iov)
-}
-
-/// Writes one frame given as I/O slices (header first) in one `writev`;
-/// a short write is an error.
-pub fn write_frame(q: &FrameQueue, iov: &[IoSlice<'_>]) -> io::Result<()> {
-    let total: usize = iov.iter().map(|s| s.len()).sum();
-    let n = q.file().write_vectored(iov)?;
-    if n != total {
-        return Err(io::Error::new(
-            io::ErrorKind::WriteZero,
-            "short write to TAP",
-        ));
-    }
-    Ok(())
 }
 
 /// A VM's NIC: the queues of one TAP device.
@@ -341,7 +215,10 @@ pub fn tap_offload_flags(csum: bool, tso: bool) -> u32 {
 mod tests {
     use super::*;
     use crate::pool::{Home, PoolCaps};
+    use crate::vnet::send;
     use hvnet_offload::testutil::TcpSpec;
+    use hvnet_offload::CsumState;
+    use hvnet_wire::virtio_net::{self, Repr as VirtioNetHdr};
     use hvnet_wire::GsoType;
 
     #[test]

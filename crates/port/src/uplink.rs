@@ -3,7 +3,7 @@
 //! an "external host"). Each receive queue is an AF_PACKET socket carrying
 //! the same 12-byte virtio-net header as a TAP queue ([`hvnet_sys::packet`]),
 //! so frames are read and checked exactly as a guest's are
-//! ([`crate::tap::check`]) — except at a tunnel endpoint, whose sockets
+//! ([`crate::vnet::check`]) — except at a tunnel endpoint, whose sockets
 //! read whole frames without the header ([`crate::whole_frame`]); the
 //! sockets form a fanout group, so the kernel spreads flows over the
 //! queues by their hash and each queue has its own thread.

@@ -15,7 +15,7 @@
 //! the guest's memory. What is hvnet's: the features a hypervisor's switch
 //! offers, and moving frames between descriptor chains and hvnet's
 //! buffers with the virtio-net header checked at the boundary, as for TAP
-//! ports ([`crate::tap::check`]).
+//! ports ([`crate::vnet::check`]).
 //!
 //! A relay sits between the front end and the crate ([`relay`]): it
 //! passes each message through (descriptors attached) and adapts two the
@@ -34,8 +34,8 @@
 use crate::ctrlq::{self, Command};
 use crate::packet::Packet;
 use crate::pool::Pool;
-use crate::tap::RecvError;
 use crate::virtq::{self, VirtqError};
+use crate::vnet::RecvError;
 use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::linux::net::SocketAddrExt;

@@ -10,7 +10,7 @@
 
 use crate::packet::Packet;
 use crate::pool::{Buf, Pool, SizeClass, HEADROOM};
-use crate::tap::{check, RecvError, VNET_HDR_LEN};
+use crate::vnet::{check, RecvError, VNET_HDR_LEN};
 use std::io::IoSlice;
 use std::sync::atomic::Ordering;
 use virtio_queue::{DescriptorChain, Queue, QueueT};

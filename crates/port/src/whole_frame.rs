@@ -15,7 +15,7 @@
 
 use crate::packet::Packet;
 use crate::pool::{Buf, Pool, SizeClass, HEADROOM, SMALL_FRAME as SMALL_FRAME_BYTES};
-use crate::tap::{read_result, RecvError, MAX_GSO_SEGMENTS};
+use crate::vnet::{read_result, RecvError, MAX_GSO_SEGMENTS};
 use hvnet_offload::{csum, CsumState, GsoInfo, OffloadInfo};
 use hvnet_sys::{AuxStatus, FrameQueue};
 use hvnet_wire::virtio_net::GsoType;

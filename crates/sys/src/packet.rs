@@ -175,34 +175,15 @@ pub fn open_uplink(
         Fanout::Program => PACKET_FANOUT_CBPF,
     };
     let index = ifindex(device).ok_or_else(|| PacketError::NoDevice(device.into()))?;
-    let sys = |call: &'static str| {
-        let device = device.to_string();
-        move |source| PacketError::Sys {
-            call,
-            device,
-            source,
-        }
-    };
+    let sys = |call| sys_error(device, call);
     let mut out = Vec::with_capacity(queues.max(1));
     let mut group: Option<u32> = None;
     for i in 0..queues.max(1) {
         // Protocol 0: nothing is received until bind names ETH_P_ALL, after
         // the header options are set.
-        // SAFETY: socket takes plain integers; the result is checked.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-                0,
-            )
-        };
-        if fd < 0 {
-            return Err(sys("socket(AF_PACKET)")(io::Error::last_os_error()));
-        }
-        // SAFETY: `fd` was just returned by socket and is owned by nobody.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = packet_socket().map_err(sys("socket(AF_PACKET)"))?;
         match header {
-            RxHeader::Vnet => set_vnet_hdr(&fd, &sys)?,
+            RxHeader::Vnet => set_vnet_hdr(&fd, device)?,
             RxHeader::Aux => {
                 setsockopt(&fd, SOL_PACKET, PACKET_AUXDATA, &1i32).map_err(sys("PACKET_AUXDATA"))?
             }
@@ -213,22 +194,7 @@ pub fn open_uplink(
             .map_err(sys("SO_RCVBUFFORCE"))?;
         setsockopt(&fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, &SOCKET_BUFFER)
             .map_err(sys("SO_SNDBUFFORCE"))?;
-        // SAFETY: sockaddr_ll is plain data; all-zero is a valid value.
-        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        sll.sll_family = libc::AF_PACKET as libc::c_ushort;
-        sll.sll_protocol = ETH_P_ALL.to_be();
-        sll.sll_ifindex = index as libc::c_int;
-        // SAFETY: `sll` is a live sockaddr_ll and the length says so.
-        let r = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                (&sll as *const libc::sockaddr_ll).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        };
-        if r < 0 {
-            return Err(sys("bind")(io::Error::last_os_error()));
-        }
+        bind(&fd, index, ETH_P_ALL).map_err(sys("bind"))?;
         if i == 0 {
             // SAFETY: packet_mreq is plain data; all-zero is a valid value.
             let mut mr: libc::packet_mreq = unsafe { std::mem::zeroed() };
@@ -257,12 +223,59 @@ pub fn open_uplink(
     Ok(out)
 }
 
-fn set_vnet_hdr<F, E>(fd: &OwnedFd, sys: &F) -> Result<(), PacketError>
-where
-    F: Fn(&'static str) -> E,
-    E: FnOnce(io::Error) -> PacketError,
-{
-    setsockopt(fd, SOL_PACKET, PACKET_VNET_HDR, &1i32).map_err(sys("PACKET_VNET_HDR"))?;
+/// A non-blocking raw packet socket of protocol 0 (it receives nothing
+/// until bound to a protocol).
+fn packet_socket() -> io::Result<OwnedFd> {
+    // SAFETY: socket takes plain integers; the result is checked.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_PACKET,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by socket and is owned by nobody.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Binds packet socket `fd` to interface `index` for `protocol` (host
+/// order; 0: nothing is received).
+fn bind(fd: &OwnedFd, index: u32, protocol: u16) -> io::Result<()> {
+    // SAFETY: sockaddr_ll is plain data; all-zero is a valid value.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as libc::c_ushort;
+    sll.sll_protocol = protocol.to_be();
+    sll.sll_ifindex = index as libc::c_int;
+    // SAFETY: `sll` is a live sockaddr_ll and the length says so.
+    let r = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&sll as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// What a failed `call` on `device`'s packet socket is reported as.
+fn sys_error(device: &str, call: &'static str) -> impl FnOnce(io::Error) -> PacketError {
+    let device = device.to_string();
+    move |source| PacketError::Sys {
+        call,
+        device,
+        source,
+    }
+}
+
+fn set_vnet_hdr(fd: &OwnedFd, device: &str) -> Result<(), PacketError> {
+    setsockopt(fd, SOL_PACKET, PACKET_VNET_HDR, &1i32)
+        .map_err(sys_error(device, "PACKET_VNET_HDR"))?;
     setsockopt(fd, SOL_PACKET, PACKET_VNET_HDR_SZ, &12i32).map_err(PacketError::NoVnetHdrSize)
 }
 
@@ -273,47 +286,15 @@ where
 /// the device.
 pub fn open_senders(device: &str, n: usize) -> Result<Vec<FrameQueue>, PacketError> {
     let index = ifindex(device).ok_or_else(|| PacketError::NoDevice(device.into()))?;
-    let sys = |call: &'static str| {
-        let device = device.to_string();
-        move |source| PacketError::Sys {
-            call,
-            device,
-            source,
-        }
-    };
+    let sys = |call| sys_error(device, call);
     let mut out = Vec::with_capacity(n.max(1));
     for _ in 0..n.max(1) {
-        // SAFETY: socket takes plain integers; the result is checked.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-                0,
-            )
-        };
-        if fd < 0 {
-            return Err(sys("socket(AF_PACKET)")(io::Error::last_os_error()));
-        }
-        // SAFETY: `fd` was just returned by socket and is owned by nobody.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        set_vnet_hdr(&fd, &sys)?;
+        let fd = packet_socket().map_err(sys("socket(AF_PACKET)"))?;
+        set_vnet_hdr(&fd, device)?;
         setsockopt(&fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, &SOCKET_BUFFER)
             .map_err(sys("SO_SNDBUFFORCE"))?;
-        // SAFETY: sockaddr_ll is plain data; all-zero is a valid value.
-        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        sll.sll_family = libc::AF_PACKET as libc::c_ushort;
-        sll.sll_ifindex = index as libc::c_int;
-        // SAFETY: `sll` is a live sockaddr_ll and the length says so.
-        let r = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                (&sll as *const libc::sockaddr_ll).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        };
-        if r < 0 {
-            return Err(sys("bind")(io::Error::last_os_error()));
-        }
+        // Protocol 0: this socket receives nothing.
+        bind(&fd, index, 0).map_err(sys("bind"))?;
         out.push(FrameQueue::from_fd(fd, device));
     }
     Ok(out)

@@ -235,10 +235,7 @@ fn spread(topo: &Topology, u: &Uplink) -> Spread {
 /// says, an MTU at least the uplink's; then opens its receive queues.
 pub(crate) fn open_uplink(topo: &Topology, u: &Uplink) -> Result<PortSpec, DaemonError> {
     let dev = &u.device;
-    let mtu: u16 = std::fs::read_to_string(format!("/sys/class/net/{dev}/mtu"))
-        .ok()
-        .and_then(|m| m.trim().parse().ok())
-        .unwrap_or(0);
+    let mtu = hvnet_port::uplink::device_mtu(dev).unwrap_or(0);
     if mtu < u.settings.mtu {
         return Err(DaemonError::Other(format!(
             "uplink {}: device {dev} has MTU {mtu}, below the uplink's {}",

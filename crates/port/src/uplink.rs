@@ -260,7 +260,7 @@ impl UplinkPort {
 pub const READ_BATCH: usize = crate::whole_frame::WHOLE_BATCH;
 
 /// The MTU of `device`, from sysfs.
-fn device_mtu(device: &str) -> Option<u16> {
+pub fn device_mtu(device: &str) -> Option<u16> {
     std::fs::read_to_string(format!("/sys/class/net/{device}/mtu"))
         .ok()?
         .trim()

@@ -3,9 +3,11 @@
 //!
 //! A Linux peer's `vxlan` device on a veth (its `tx-udp_tnl-segmentation`
 //! on, as by default) hands over tunnelled GSO frames: outer Ethernet, IP,
-//! UDP and VXLAN around a 64 KiB inner TCP frame. A packet socket with a
-//! virtio-net header cannot express them (`virtio_net_hdr_from_skb` knows
-//! no UDP-tunnel GSO type) and drops them. Without the header the socket
+//! UDP and VXLAN around a 64 KiB inner TCP frame. A packet socket's
+//! virtio-net header has no UDP-tunnel GSO type to express them with: the
+//! kernel drops them, or (this machine's, on a plain uplink) hands them
+//! over as plain TCP GSO whose offsets are not the outer headers'. Without
+//! the header the socket
 //! takes every frame whole; `PACKET_AUXDATA` says whether its checksum is
 //! partial, verified, and whether it is a TCP GSO frame. What the header
 //! would have carried is then read off the frame itself ([`offload_of`]):
@@ -228,18 +230,15 @@ impl WholeFrameReader {
             self.large.drain(..got).map(Some).collect();
         for (i, mut s) in smalls.into_iter().enumerate() {
             let len = self.lens[i];
-            let buf = match larges[i].take() {
-                Some(mut l) if len > SMALL_FRAME_BYTES => {
-                    l.storage_mut()[..small_len].copy_from_slice(s.storage());
-                    l.set_len(len);
-                    self.small.push(s);
-                    l
-                }
-                other => {
-                    larges[i] = other;
-                    s.set_len(len);
-                    s
-                }
+            let buf = if len > SMALL_FRAME_BYTES {
+                let mut l = larges[i].take().expect("one large buffer per pair read");
+                l.storage_mut()[..small_len].copy_from_slice(s.storage());
+                l.set_len(len);
+                self.small.push(s);
+                l
+            } else {
+                s.set_len(len);
+                s
             };
             self.ready
                 .push_back((buf, self.truncated[i], self.status[i]));

@@ -148,10 +148,10 @@ pub fn set_fanout_program(q: &FrameQueue, prog: &[BpfInsn]) -> io::Result<()> {
 /// What a receive socket puts in front of each frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RxHeader {
-    /// A 12-byte virtio-net header, as a TAP queue (GSO and checksum state
-    /// for every frame the header can express; the kernel drops, and
-    /// counts in [`socket_drops`], a GSO frame it cannot express, such as
-    /// a tunnelled one).
+    /// A 12-byte virtio-net header, as a TAP queue: GSO and checksum state
+    /// for every frame the header can express. A frame it cannot (a
+    /// tunnelled GSO frame) is dropped, and counted in [`socket_drops`], or
+    /// handed over as plain TCP GSO, depending on the kernel.
     Vnet,
     /// Nothing: the whole frame as the kernel has it, however it is
     /// segmented, with its checksum state beside it (`PACKET_AUXDATA`,

@@ -335,9 +335,10 @@ class OvsDaemons:
     def vsctl(self, *args):
         return self.run("ovs-vsctl", f"--db={self.db}", "--timeout=10", *args)
 
-    def start(self, config=()):
+    def start(self, config=(), vswitchd="ovs-vswitchd"):
         """Starts the daemons; `config`: `Open_vSwitch` table settings
-        (`other_config:KEY=VALUE`) made before ovs-vswitchd reads them."""
+        (`other_config:KEY=VALUE`) made before ovs-vswitchd reads them;
+        `vswitchd`: the switch's binary (its DPDK build, say)."""
         d = self.dir
         self.run("ovsdb-tool", "create", f"{d}/conf.db", "/usr/share/openvswitch/vswitch.ovsschema")
         self.run("ovsdb-server", f"--remote=punix:{d}/db.sock", f"--pidfile={d}/ovsdb.pid", "--detach",
@@ -345,7 +346,11 @@ class OvsDaemons:
         self.vsctl("--no-wait", "init")
         if config:
             self.vsctl("--no-wait", "set", "Open_vSwitch", ".", *config)
-        self.run("ovs-vswitchd", self.db, f"--pidfile={d}/vswitchd.pid", "--detach", f"--log-file={d}/vswitchd.log")
+        self.run(vswitchd, self.db, f"--pidfile={d}/vswitchd.pid", "--detach", f"--log-file={d}/vswitchd.log")
+
+    def pid(self, daemon):
+        """The PID of `daemon` ("vswitchd" or "ovsdb")."""
+        return int((self.dir / f"{daemon}.pid").read_text().strip())
 
     def vxlan_endpoint(self, wire, local, remote, overlay_ip, mtu, vni=VNI):
         """Open vSwitch's VXLAN endpoint (userspace native tunnelling): a

@@ -4,14 +4,14 @@
 //! floods it or stops reading holds only its own thread and every other
 //! client keeps getting answers.
 
-use crate::daemon::state_dir;
 use crate::guest::{self, Guest};
 use crate::proto::{CtlError, Reply, Request};
 use crate::rtnl::{LinkChange, Rtnl};
+use crate::state::state_dir;
 use crate::state::{read_state, write_state};
 use crate::topology::Topology;
 use crate::views;
-use hvnet_datapath::switch::{setting_range, SettingError};
+use hvnet_datapath::settings::{setting_range, SettingError};
 use hvnet_datapath::{PortSettings, Switch};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};

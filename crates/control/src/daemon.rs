@@ -11,6 +11,7 @@
 //! lists and what carries the topology's marker, also after a crash.
 
 use crate::ctl_server::{self, Ctl};
+pub use crate::error::{io_err, run, DaemonError};
 use crate::guest::{self, Guest};
 use crate::proto::{self, Request};
 use crate::provision;
@@ -31,69 +32,6 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// A failure of up, down or the daemon.
-#[derive(Debug, thiserror::Error)]
-pub enum DaemonError {
-    /// The topology file is bad.
-    #[error(transparent)]
-    Topology(#[from] topology::TopologyError),
-    /// A command the daemon runs failed.
-    #[error("`{cmd}` failed: {stderr}")]
-    Command {
-        /// The command line.
-        cmd: String,
-        /// What it printed.
-        stderr: String,
-    },
-    /// A netlink request (links, addresses) failed.
-    #[error(transparent)]
-    Netlink(#[from] crate::rtnl::NetlinkError),
-    /// Opening a TAP failed.
-    #[error(transparent)]
-    Tap(#[from] hvnet_port::TapError),
-    /// Opening an uplink's sockets failed.
-    #[error("uplink {name}: {source}")]
-    Uplink {
-        /// The uplink.
-        name: String,
-        /// Why.
-        #[source]
-        source: hvnet_sys::PacketError,
-    },
-    /// File or socket I/O failed.
-    #[error("{what}: {source}")]
-    Io {
-        /// What was being done.
-        what: String,
-        /// Why it failed.
-        #[source]
-        source: std::io::Error,
-    },
-    /// Anything else, said plainly.
-    #[error("{0}")]
-    Other(String),
-}
-
-pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> DaemonError {
-    let what = what.into();
-    move |source| DaemonError::Io { what, source }
-}
-
-/// Runs a command, turning a failure into an error that quotes it.
-pub fn run(cmd: &[&str]) -> Result<String, DaemonError> {
-    let out = Command::new(cmd[0])
-        .args(&cmd[1..])
-        .output()
-        .map_err(io_err(format!("run {}", cmd[0])))?;
-    if !out.status.success() {
-        return Err(DaemonError::Command {
-            cmd: cmd.join(" "),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
 
 /// True when `pid` is still the daemon of the topology whose state names
 /// it: alive, and running `hvnet daemon` on that topology's file. A PID the

@@ -7,6 +7,7 @@
 pub mod balancer;
 pub mod ctl_server;
 pub mod daemon;
+pub mod error;
 pub mod guest;
 pub mod metrics;
 pub mod proto;

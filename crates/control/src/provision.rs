@@ -6,7 +6,7 @@
 //! namespace's loopback, or of the device) so that `down` deletes only
 //! what this topology made, and a restarted daemon re-attaches only to it.
 
-use crate::daemon::{io_err, run, DaemonError};
+use crate::error::{io_err, run, DaemonError};
 use crate::guest;
 use crate::rtnl::{LinkChange, Rtnl};
 use crate::state::{check_owned_device, check_owned_netns, write_state, State};
@@ -14,8 +14,9 @@ use crate::topology::{Host, NetQueueMode, Topology, Uplink, UplinkLro};
 use hvnet_datapath::tunnel::VtepConfig;
 use hvnet_datapath::PortSpec;
 use hvnet_port::netqueue::{Filter, Filters};
-use hvnet_port::{Device, Spread, TapPort, UplinkPort, UplinkRead, VhostUserPort};
+use hvnet_port::{Spread, TapPort, UplinkPort, UplinkRead, VhostUserPort};
 use std::path::Path;
+use std::sync::Arc;
 
 /// Creates one VM (or, after a daemon restart, re-attaches to it): a
 /// namespace VM's namespace, its TAP created inside it as `eth0`, and its
@@ -37,7 +38,7 @@ pub(crate) fn create_vm(
             .map_err(|e| DaemonError::Other(format!("vm {}: {e}", vm.name)))?;
         return Ok(PortSpec {
             name: vm.name.clone(),
-            dev: Device::VhostUser(port),
+            dev: Arc::new(port),
             mac: vm.mac,
             vlan: vm.vlan,
             tunnel: None,
@@ -85,7 +86,7 @@ pub(crate) fn create_vm(
     };
     Ok(PortSpec {
         name: vm.name.clone(),
-        dev: Device::Tap(tap),
+        dev: Arc::new(tap),
         mac: vm.mac,
         vlan: vm.vlan,
         tunnel: None,
@@ -290,7 +291,7 @@ pub(crate) fn open_uplink(topo: &Topology, u: &Uplink) -> Result<PortSpec, Daemo
     };
     Ok(PortSpec {
         name: u.name.clone(),
-        dev: Device::Uplink(port),
+        dev: Arc::new(port),
         mac: hvnet_wire::MacAddr([0; 6]),
         vlan: u.vlan,
         tunnel,

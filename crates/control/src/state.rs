@@ -3,7 +3,7 @@
 //! serializes `up` and `down` of one topology, and the ownership markers
 //! checked before anything is deleted or re-attached to.
 
-use crate::daemon::{io_err, DaemonError};
+use crate::error::{io_err, DaemonError};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::os::unix::fs::DirBuilderExt;

@@ -58,7 +58,7 @@
 //! A bad file is refused with its path, the line and the reason before
 //! anything is created.
 
-use hvnet_datapath::switch::validate_settings;
+use hvnet_datapath::settings::validate_settings;
 use hvnet_datapath::{Delivery, PortSettings, RxOverflow};
 use hvnet_wire::MacAddr;
 use serde::{Deserialize, Serialize};

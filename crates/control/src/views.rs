@@ -16,7 +16,7 @@ pub fn ports(sw: &Switch, switch_name: &str) -> Value {
                 json!({
                     "port": p.id,
                     "name": p.name,
-                    "type": p.dev.type_name(),
+                    "type": p.dev.kind(),
                     "switch": switch_name,
                     "mac": if p.is_uplink() { "-".to_string() } else { p.mac.to_string() },
                     "client": if p.is_uplink() { p.dev.name() } else { &p.name },
@@ -41,7 +41,7 @@ pub fn counters(sw: &Switch) -> Value {
                 json!({
                     "name": p.name,
                     "kind": if p.is_uplink() { "uplink" } else { "vm" },
-                    "type": p.dev.type_name(),
+                    "type": p.dev.kind(),
                     "link": p.state().name(),
                     "queues": p.dev.num_queues(),
                     "from_port": p.ingress_stats(),

@@ -10,15 +10,17 @@
 //! io_uring writer. Buffers go home as the items are dropped.
 
 use crate::counters::{add, EgressCounters};
+use crate::item::{RingItem, BATCH};
 use crate::ring::{Consumer, Slot};
-use crate::switch::{Port, PortSettings, RingItem, RxOverflow, Switch, BACKPRESSURE_WAIT, BATCH};
-use crate::tunnel::{TunnelScratch, Vtep};
+use crate::settings::{PortSettings, RxOverflow, BACKPRESSURE_WAIT};
+use crate::switch::{Port, Switch};
+use crate::tunnel::TunnelScratch;
 use hvnet_offload::gso::{self, CsumMode};
 use hvnet_offload::{csum, CsumState, GsoInfo};
-use hvnet_port::{Device, Packet, VhostUserPort, VirtqError, VNET_HDR_LEN};
-use hvnet_sys::{BatchWriter, FrameQueue};
-use std::io::{self, IoSlice};
+use hvnet_port::{Packet, SendError, Transmitter, TxOptions, VNET_HDR_LEN};
+use std::io::IoSlice;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Scratch space kept between batches, so delivering allocates nothing in
@@ -26,89 +28,17 @@ use std::time::Duration;
 #[derive(Default)]
 pub(crate) struct Scratch {
     vnets: Vec<[u8; VNET_HDR_LEN]>,
-    results: Vec<io::Result<usize>>,
+    results: Vec<Result<(), SendError>>,
     iov: Vec<IoSlice<'static>>,
     spans: Vec<(usize, usize)>,
     frames: Vec<&'static [IoSlice<'static>]>,
     /// Tunnelled GSO frames and their segments.
-    tunnelled: TunnelScratch,
+    pub(crate) tunnelled: TunnelScratch,
 }
 
-/// Where a receive queue's frames are written: a TAP or uplink queue's
-/// descriptor, or a vhost-user guest's receive virtqueue.
-#[derive(Clone, Copy)]
-pub(crate) enum Out<'a> {
-    Fd(&'a FrameQueue),
-    Virtq(&'a VhostUserPort, usize),
-}
-
-/// Why a frame was not written.
-enum WriteFail {
-    /// The guest's receive virtqueue had no free buffer.
-    RingFull,
-    Error,
-}
-
-impl<'a> Out<'a> {
-    /// Queue `q` of `dev`.
-    pub(crate) fn of(dev: &'a Device, q: usize) -> Out<'a> {
-        match dev {
-            Device::VhostUser(v) => Out::Virtq(v, q),
-            Device::Tap(t) => Out::Fd(t.queue(q)),
-            Device::Uplink(u) => Out::Fd(u.sender(q)),
-        }
-    }
-
-    /// Writes one frame given as I/O slices, virtio-net header first. A
-    /// guest's full receive virtqueue is waited on (up to
-    /// [`BACKPRESSURE_WAIT`]) when its port holds frames rather than drop
-    /// them (`rx_overflow = "backpressure"`).
-    fn write(self, iov: &[IoSlice<'_>], hold: bool) -> Result<(), WriteFail> {
-        match self {
-            Out::Fd(fq) => hvnet_port::write_frame(fq, iov).map_err(|_| WriteFail::Error),
-            Out::Virtq(v, q) => {
-                // The clock is read only once the ring was found full.
-                let mut deadline = None;
-                loop {
-                    match v.write(q, iov) {
-                        Ok(()) => return Ok(()),
-                        Err(VirtqError::RingFull) if hold => {
-                            let now = std::time::Instant::now();
-                            let end = *deadline.get_or_insert(now + BACKPRESSURE_WAIT);
-                            let left = end.saturating_duration_since(now);
-                            if left.is_zero() || !v.wait_for_room(q, left) {
-                                return Err(WriteFail::RingFull);
-                            }
-                        }
-                        Err(VirtqError::RingFull) => return Err(WriteFail::RingFull),
-                        Err(_) => return Err(WriteFail::Error),
-                    }
-                }
-            }
-        }
-    }
-
-    /// Writes a header and a frame's pieces.
-    fn send(
-        self,
-        vnet: &hvnet_wire::virtio_net::Repr,
-        pieces: &[&[u8]],
-        hold: bool,
-    ) -> Result<(), WriteFail> {
-        let hdr = hvnet_port::vnet_bytes(vnet);
-        let mut iov: smallvec::SmallVec<[IoSlice<'_>; 64]> = smallvec::SmallVec::new();
-        iov.push(IoSlice::new(&hdr));
-        iov.extend(pieces.iter().map(|p| IoSlice::new(p)));
-        self.write(&iov, hold)
-    }
-
-    /// After a batch: a vhost-user guest is told what it received (when
-    /// its event index asks for it).
-    fn done(self) {
-        if let Out::Virtq(v, q) = self {
-            v.signal(q, true);
-        }
-    }
+/// How long a full receiver is waited on, by the port's settings.
+pub(crate) fn hold(s: &PortSettings) -> Option<Duration> {
+    (s.rx_overflow == RxOverflow::Backpressure).then_some(BACKPRESSURE_WAIT)
 }
 
 /// The delivery thread of one guest receive queue.
@@ -116,11 +46,10 @@ pub(crate) fn deliver_loop(sw: &Switch, port: &Port, q: usize) {
     let ring = &port.rxq[q].rings;
     ring.reset_use();
     let mut consumer = Consumer::attach(ring);
-    let out = Out::of(&port.dev, q);
-    let mut writer = match out {
-        Out::Fd(fq) if sw.io.uring_write => BatchWriter::new(fq.file(), BATCH as u32).ok(),
-        _ => None,
+    let opts = TxOptions {
+        uring: sw.io.uring_write,
     };
+    let mut tx = Arc::clone(&port.dev).transmitter(q, opts);
     let c = &*ring.delivery;
     let mut batch: Vec<Slot<RingItem>> = Vec::with_capacity(BATCH);
     let mut scratch = Scratch::default();
@@ -141,15 +70,7 @@ pub(crate) fn deliver_loop(sw: &Switch, port: &Port, q: usize) {
             .iter()
             .fold((0, 0), |(a, b), x| (a + x.r1 as usize, b + x.r2 as usize));
         if port.is_up() {
-            deliver_batch(
-                out,
-                port.tunnel.as_ref(),
-                writer.as_mut(),
-                c,
-                &s,
-                &mut batch,
-                &mut scratch,
-            );
+            deliver_batch(port, &mut *tx, c, &s, &mut batch, &mut scratch);
         } else {
             for x in batch.drain(..) {
                 add(&c.drop_port_down, x.item.sources());
@@ -170,31 +91,67 @@ fn recycle<T, U>(mut v: Vec<T>) -> Vec<U> {
     v.into_iter().map(|_| unreachable!()).collect()
 }
 
-/// Delivers `items` into the guest through `out`, counting into `c`, and
-/// empties `items`.
+/// Delivers `items` to `port` through `tx` (its transmitter for this
+/// queue), counting into `c`, and empties `items`. A tunnel endpoint's
+/// items go through its encapsulation; everyone else's are written in
+/// order, runs of whole frames a batch per call, GSO frames for a
+/// receiver that does not take them whole segmented in between.
 pub(crate) fn deliver_batch(
-    out: Out<'_>,
-    tunnel: Option<&Vtep>,
-    writer: Option<&mut BatchWriter>,
+    port: &Port,
+    tx: &mut dyn Transmitter,
     c: &EgressCounters,
     s: &PortSettings,
     items: &mut Vec<Slot<RingItem>>,
     scratch: &mut Scratch,
 ) {
-    if let (Some(vtep), Out::Fd(fq)) = (tunnel, out) {
+    if let Some(vtep) = &port.tunnel {
         for mut slot in items.drain(..) {
-            vtep.deliver(fq, c, &mut slot.item, s.csum, &mut scratch.tunnelled);
+            vtep.deliver(tx, c, &mut slot.item, s.csum, &mut scratch.tunnelled);
         }
+        tx.flush();
         return;
     }
+    let mut start = 0;
+    while start < items.len() {
+        let run = items[start..]
+            .iter()
+            .position(|x| segmented(&x.item).is_some())
+            .map_or(items.len(), |i| start + i);
+        if run > start {
+            write_run(tx, c, s, &mut items[start..run], scratch);
+        }
+        if let Some(slot) = items.get(run) {
+            if let (RingItem::Frame { pkt, .. }, Some(g)) = (&slot.item, segmented(&slot.item)) {
+                deliver_segmented(tx, c, s, pkt, g);
+            }
+        }
+        start = run + 1;
+    }
+    items.clear();
+    tx.flush();
+}
+
+/// The segment size of an item to be segmented on delivery.
+fn segmented(item: &RingItem) -> Option<GsoInfo> {
+    match item {
+        RingItem::Frame { segment, .. } => *segment,
+        RingItem::Coalesced(_) => None,
+    }
+}
+
+/// Writes a run of whole frames (none to be segmented) with one batch.
+fn write_run(
+    tx: &mut dyn Transmitter,
+    c: &EgressCounters,
+    s: &PortSettings,
+    items: &mut [Slot<RingItem>],
+    scratch: &mut Scratch,
+) {
     let vnets = &mut scratch.vnets;
     vnets.clear();
     for slot in items.iter_mut() {
         let vnet = match &mut slot.item {
-            RingItem::Frame {
-                segment: Some(_), ..
-            } => [0u8; VNET_HDR_LEN],
-            RingItem::Frame { pkt, segment: None } => prepare(pkt, s, c),
+            RingItem::Frame { pkt, .. } => prepare(pkt, s, c),
             RingItem::Coalesced(co) => {
                 if !s.csum {
                     co.fill_checksums();
@@ -204,75 +161,29 @@ pub(crate) fn deliver_batch(
         };
         vnets.push(vnet);
     }
+    let mut iov: Vec<IoSlice<'_>> = recycle(std::mem::take(&mut scratch.iov));
+    let spans = &mut scratch.spans;
+    spans.clear();
+    for (slot, vnet) in items.iter().zip(vnets.iter()) {
+        let start = iov.len();
+        push_iov(&mut iov, &slot.item, vnet);
+        spans.push((start, iov.len()));
+    }
+    let mut frames: Vec<&[IoSlice<'_>]> = recycle(std::mem::take(&mut scratch.frames));
+    frames.extend(spans.iter().map(|&(a, b)| &iov[a..b]));
     let results = &mut scratch.results;
     results.clear();
-    match writer {
-        Some(w) => {
-            let mut iov: Vec<IoSlice<'_>> = recycle(std::mem::take(&mut scratch.iov));
-            let spans = &mut scratch.spans;
-            spans.clear();
-            for (slot, vnet) in items.iter().zip(vnets.iter()) {
-                if matches!(
-                    slot.item,
-                    RingItem::Frame {
-                        segment: Some(_),
-                        ..
-                    }
-                ) {
-                    continue;
-                }
-                let start = iov.len();
-                push_iov(&mut iov, &slot.item, vnet);
-                spans.push((start, iov.len()));
-            }
-            let mut frames: Vec<&[IoSlice<'_>]> = recycle(std::mem::take(&mut scratch.frames));
-            frames.extend(spans.iter().map(|&(a, b)| &iov[a..b]));
-            let ok = w.write_batch(&frames, results).is_ok();
-            scratch.frames = recycle(frames);
-            scratch.iov = recycle(iov);
-            if !ok {
-                // Nothing is written twice: a failed batch counts as failed
-                // writes for the frames it did not report on.
-                results.resize_with(scratch.spans.len(), || {
-                    Err(io::Error::other("batched write failed"))
-                });
-            }
-            // Results come in the order the frames were written.
-            let mut written = results.drain(..);
-            for slot in items.drain(..) {
-                if let RingItem::Frame {
-                    pkt,
-                    segment: Some(g),
-                } = &slot.item
-                {
-                    deliver_segmented(out, c, s, pkt, *g);
-                    continue;
-                }
-                let r = match written.next() {
-                    Some(Ok(_)) => Ok(()),
-                    _ => Err(WriteFail::Error),
-                };
-                count(c, &slot.item, r);
-            }
-        }
-        None => {
-            for (slot, vnet) in items.drain(..).zip(vnets.iter()) {
-                if let RingItem::Frame {
-                    pkt,
-                    segment: Some(g),
-                } = &slot.item
-                {
-                    deliver_segmented(out, c, s, pkt, *g);
-                    continue;
-                }
-                let mut iov: smallvec::SmallVec<[IoSlice<'_>; 96]> = smallvec::SmallVec::new();
-                push_iov(&mut iov, &slot.item, vnet);
-                let r = out.write(&iov, s.rx_overflow == RxOverflow::Backpressure);
-                count(c, &slot.item, r);
-            }
-        }
+    tx.send_batch(&frames, hold(s), results);
+    scratch.frames = recycle(frames);
+    scratch.iov = recycle(iov);
+    // Results come in the order the frames were written.
+    for (i, slot) in items.iter().enumerate() {
+        count(
+            c,
+            &slot.item,
+            results.get(i).copied().unwrap_or(Err(SendError::Failed)),
+        );
     }
-    out.done();
 }
 
 /// The virtio-net header for a frame, after completing its checksum if
@@ -307,12 +218,12 @@ fn push_iov<'a>(iov: &mut impl Extend<IoSlice<'a>>, item: &'a RingItem, vnet: &'
     }
 }
 
-fn count(c: &EgressCounters, item: &RingItem, r: Result<(), WriteFail>) {
+fn count(c: &EgressCounters, item: &RingItem, r: Result<(), SendError>) {
     let n = item.sources();
     match r {
         Ok(()) => {}
-        Err(WriteFail::RingFull) => return add(&c.drop_virtqueue_full, n),
-        Err(WriteFail::Error) => return add(&c.drop_write_error, n),
+        Err(SendError::Full) => return add(&c.drop_virtqueue_full, n),
+        Err(SendError::Failed) => return add(&c.drop_write_error, n),
     }
     match item {
         RingItem::Frame { pkt, .. } => {
@@ -337,7 +248,13 @@ fn count(c: &EgressCounters, item: &RingItem, r: Result<(), WriteFail>) {
 
 /// A GSO frame for a guest that does not take it whole: segmented on the
 /// way in, each segment written as it is made.
-fn deliver_segmented(out: Out<'_>, c: &EgressCounters, s: &PortSettings, pkt: &Packet, g: GsoInfo) {
+fn deliver_segmented(
+    tx: &mut dyn Transmitter,
+    c: &EgressCounters,
+    s: &PortSettings,
+    pkt: &Packet,
+    g: GsoInfo,
+) {
     let mode = if s.csum {
         CsumMode::Partial
     } else {
@@ -346,12 +263,13 @@ fn deliver_segmented(out: Out<'_>, c: &EgressCounters, s: &PortSettings, pkt: &P
     let mut written = 0u64;
     let mut failed = None;
     let r = gso::segment_parsed(pkt.frame(), &pkt.meta.layers, g, mode, &mut |seg| {
-        let vnet = seg.info.to_vnet(0);
-        match out.send(
-            &vnet,
-            &[seg.header, seg.payload],
-            s.rx_overflow == RxOverflow::Backpressure,
-        ) {
+        let vnet = hvnet_port::vnet_bytes(&seg.info.to_vnet(0));
+        let iov = [
+            IoSlice::new(&vnet),
+            IoSlice::new(seg.header),
+            IoSlice::new(seg.payload),
+        ];
+        match tx.send(&iov, hold(s)) {
             Ok(()) => {
                 written += 1;
                 add(
@@ -363,8 +281,8 @@ fn deliver_segmented(out: Out<'_>, c: &EgressCounters, s: &PortSettings, pkt: &P
         }
     });
     match (r, failed) {
-        (_, Some(WriteFail::RingFull)) => add(&c.drop_virtqueue_full, 1),
-        (Err(_), _) | (_, Some(WriteFail::Error)) => add(&c.drop_write_error, 1),
+        (_, Some(SendError::Full)) => add(&c.drop_virtqueue_full, 1),
+        (Err(_), _) | (_, Some(SendError::Failed)) => add(&c.drop_write_error, 1),
         (Ok(_), None) => {
             add(&c.segmented_frames, 1);
             add(&c.segments_out, written);

@@ -5,10 +5,12 @@
 //! header) into and reads deliveries from.
 
 use crate::deliver::{self, Scratch};
+use crate::item::{RingItem, BATCH};
 use crate::ring::{Consumer, Slot};
-use crate::switch::{PortSettings, PortSpec, RingItem, Switch, SwitchConfig, BATCH};
+use crate::settings::PortSettings;
+use crate::switch::{PortSpec, Switch, SwitchConfig};
 use crate::worker::{Batch, Worker};
-use hvnet_port::{Device, TapPort};
+use hvnet_port::{TapPort, Transmitter, TxOptions};
 use hvnet_sys::FrameQueue;
 use hvnet_wire::MacAddr;
 use std::io::{Read, Write};
@@ -20,6 +22,15 @@ pub struct Guest {
     pub queues: Vec<FrameQueue>,
 }
 
+/// A guest receive queue's stepped delivery: its port and queue, the
+/// consumer of its ring, its transmitter.
+struct Receive {
+    port: usize,
+    q: usize,
+    consumer: Consumer<RingItem>,
+    tx: Box<dyn Transmitter>,
+}
+
 /// The switch and its stepped threads.
 pub struct Harness {
     /// The switch.
@@ -27,7 +38,7 @@ pub struct Harness {
     /// Guest ends, by port.
     pub guests: Vec<Guest>,
     workers: Vec<Worker>,
-    consumers: Vec<(usize, usize, Consumer<RingItem>)>,
+    consumers: Vec<Receive>,
     batch: Vec<Slot<RingItem>>,
     scratch: Scratch,
 }
@@ -53,7 +64,7 @@ impl Harness {
             }
             specs.push(PortSpec {
                 name: format!("p{i}"),
-                dev: Device::Tap(TapPort::from_queues(&format!("p{i}"), sw_side)),
+                dev: Arc::new(TapPort::from_queues(&format!("p{i}"), sw_side)),
                 mac: *mac,
                 vlan: 0,
                 tunnel: None,
@@ -67,7 +78,13 @@ impl Harness {
         for p in &sw.ports {
             for q in 0..p.rxq.len() {
                 workers.push(Worker::new(Arc::clone(&sw), Arc::clone(p), q));
-                consumers.push((p.id, q, Consumer::attach(&p.rxq[q].rings)));
+                let tx = Arc::clone(&p.dev).transmitter(q, TxOptions::default());
+                consumers.push(Receive {
+                    port: p.id,
+                    q,
+                    consumer: Consumer::attach(&p.rxq[q].rings),
+                    tx,
+                });
             }
         }
         Harness {
@@ -94,10 +111,10 @@ impl Harness {
         for w in &mut self.workers {
             moved |= w.poll_batch() != Batch::Empty;
         }
-        for (p, q, c) in &mut self.consumers {
-            let port = &self.sw.ports[*p];
-            let ring = &port.rxq[*q].rings;
-            c.pop_batch(ring, &mut self.batch, BATCH);
+        for r in &mut self.consumers {
+            let port = &self.sw.ports[r.port];
+            let ring = &port.rxq[r.q].rings;
+            r.consumer.pop_batch(ring, &mut self.batch, BATCH);
             if self.batch.is_empty() {
                 continue;
             }
@@ -108,9 +125,8 @@ impl Harness {
                 .fold((0, 0), |(a, b), x| (a + x.r1 as usize, b + x.r2 as usize));
             let s = port.settings();
             deliver::deliver_batch(
-                deliver::Out::of(&port.dev, *q),
-                port.tunnel.as_ref(),
-                None,
+                port,
+                &mut *r.tx,
                 &ring.delivery,
                 &s,
                 &mut self.batch,

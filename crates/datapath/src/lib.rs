@@ -14,13 +14,18 @@ pub mod fdb;
 pub mod forward;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod harness;
-mod ingress_csum;
-mod ingress_lro;
+pub mod item;
 pub mod ring;
+pub mod settings;
 pub mod switch;
+pub mod threads;
 pub mod tunnel;
 mod worker;
 
-pub use switch::{
-    on_off, Delivery, Port, PortSettings, PortSpec, PortState, RxOverflow, Switch, SwitchConfig,
+pub use item::{RingItem, BATCH};
+pub use settings::{
+    on_off, setting_range, validate_settings, Delivery, PortSettings, RxOverflow, SettingError,
+    BACKPRESSURE_WAIT,
 };
+pub use switch::{Port, PortSpec, PortState, Switch, SwitchConfig};
+pub use threads::MAX_RESTARTS;

@@ -135,7 +135,7 @@ impl<T> RxRing<T> {
         self.lanes_added.store(true, Ordering::Release);
         Lane {
             producer,
-            staged: Vec::with_capacity(crate::switch::BATCH),
+            staged: Vec::with_capacity(crate::item::BATCH),
             pending1: 0,
             pending2: 0,
             counters,

@@ -23,15 +23,14 @@
 //!   them on the way out).
 
 use crate::counters::{add, EgressCounters};
-use crate::switch::RingItem;
+use crate::item::RingItem;
 use hvnet_offload::csum;
 use hvnet_offload::gso::{self, CsumMode};
 use hvnet_offload::rss::{Rss, DEFAULT_KEY};
-use hvnet_offload::vxlan::{encap_header, Tunnel, VxlanError, OUTER_LEN};
+use hvnet_offload::vxlan::{encap_header_parsed, Tunnel, VxlanError, OUTER_LEN};
 use hvnet_offload::CsumState;
-use hvnet_port::Packet;
-use hvnet_sys::FrameQueue;
-use hvnet_wire::{arp, ip_protocol, EtherType, Layers, MacAddr, UdpPacket, VirtioNetHdr};
+use hvnet_port::{Packet, Transmitter};
+use hvnet_wire::{arp, ip_protocol, EtherType, MacAddr, UdpPacket, VirtioNetHdr};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::io::IoSlice;
@@ -135,12 +134,24 @@ pub struct RemoteMacView {
 /// segmenting them allocates nothing in steady state.
 #[derive(Default)]
 pub(crate) struct TunnelScratch {
-    /// The tunnelled frame, contiguous.
-    frame: Vec<u8>,
-    /// Its segments, each with its virtio-net header.
+    /// The segments' headers, each with its virtio-net header.
     arena: Vec<u8>,
-    /// Where each segment is in the arena.
-    spans: Vec<(usize, usize)>,
+    /// Where each segment is.
+    spans: Vec<SegmentSpan>,
+}
+
+/// One segment of a tunnelled GSO frame: its headers in the arena, its
+/// payload in the packet's buffer.
+struct SegmentSpan {
+    header: (usize, usize),
+    payload: (usize, usize),
+}
+
+/// Writes a frame the endpoint makes itself (ARP), with an empty
+/// virtio-net header.
+fn send_plain(tx: &mut dyn Transmitter, frame: &[u8]) -> Result<(), hvnet_port::SendError> {
+    let vnet = hvnet_port::vnet_bytes(&VirtioNetHdr::default());
+    tx.send(&[IoSlice::new(&vnet), IoSlice::new(frame)], None)
 }
 
 /// A tunnel endpoint's state, for `hvnet stats /uplinks/NAME/vxlan`.
@@ -297,7 +308,7 @@ impl Vtep {
     /// Sends an ARP request for each configured remote still unresolved;
     /// the caller (the uplink's first queue thread) calls it every
     /// [`SOLICIT_EVERY`], so a write that fails is tried at the next turn.
-    pub fn solicit(&self, q: &FrameQueue) {
+    pub fn solicit(&self, tx: &mut dyn Transmitter) {
         let unresolved: Vec<Ipv4Addr> = {
             let n = self.neighbours.read().expect("lock");
             self.cfg
@@ -315,15 +326,15 @@ impl Vtep {
                 target_mac: MacAddr([0; 6]),
                 target_ip: ip.octets(),
             });
-            if hvnet_port::send(q, &VirtioNetHdr::default(), &[&f]).is_ok() {
+            if send_plain(tx, &f).is_ok() {
                 self.arp_requests_sent.fetch_add(1, Relaxed);
             }
         }
     }
 
     /// Sends an ARP reply the worker got from [`Vtep::receive`].
-    pub fn send_reply(&self, q: &FrameQueue, reply: &[u8; 42]) -> std::io::Result<()> {
-        hvnet_port::send(q, &VirtioNetHdr::default(), &[reply])
+    pub fn send_reply(&self, tx: &mut dyn Transmitter, reply: &[u8; 42]) {
+        let _ = send_plain(tx, reply);
     }
 
     /// The remote endpoints an inner frame to `dst` goes to, with their
@@ -350,13 +361,14 @@ impl Vtep {
         }
     }
 
-    /// Encapsulates one item the switch sends out and writes it to `q`
-    /// once per remote it goes to, counting into `c`. `csum`: the device
+    /// Encapsulates one item the switch sends out and writes it through
+    /// the uplink's transmitter `tx` once per remote it goes to, counting
+    /// into `c`. `csum`: the device
     /// takes partial inner checksums; else they are completed here (and
     /// segments leave with theirs done).
     pub(crate) fn deliver(
         &self,
-        q: &FrameQueue,
+        tx: &mut dyn Transmitter,
         c: &EgressCounters,
         item: &mut RingItem,
         csum: bool,
@@ -393,7 +405,7 @@ impl Vtep {
                 udp_csum: self.cfg.udp_csum,
                 ..Tunnel::new(self.cfg.vni, self.cfg.local.octets(), remote.octets())
             };
-            match self.write_encapsulated(q, c, &tunnel, pkt, mode, scratch) {
+            match self.write_encapsulated(tx, c, &tunnel, pkt, mode, scratch) {
                 Ok(n) => copies += n,
                 Err(()) => failed = true,
             }
@@ -412,7 +424,7 @@ impl Vtep {
     /// frame, else 1).
     fn write_encapsulated(
         &self,
-        q: &FrameQueue,
+        tx: &mut dyn Transmitter,
         c: &EgressCounters,
         tunnel: &Tunnel,
         pkt: &Packet,
@@ -420,52 +432,57 @@ impl Vtep {
         scratch: &mut TunnelScratch,
     ) -> Result<u64, ()> {
         let mut hdr = [0u8; OUTER_LEN];
-        let info = encap_header(tunnel, &self.rss, pkt.frame(), pkt.meta.offload, &mut hdr)
-            .map_err(|_| ())?;
+        let (frame, layers) = (pkt.frame(), &pkt.meta.layers);
+        // The inner flow's hash: the one RSS already took, else taken now
+        // from the headers parsed where the frame entered.
+        let hash = pkt
+            .meta
+            .hash
+            .or_else(|| self.rss.hash_layers(frame, layers).map(|(h, _)| h));
+        let info =
+            encap_header_parsed(tunnel, frame, hash, pkt.meta.offload, &mut hdr).map_err(|_| ())?;
         let Some(g) = info.gso else {
-            hvnet_port::send(q, &info.to_vnet(0), &[&hdr, pkt.frame()]).map_err(|_| ())?;
+            let vnet = hvnet_port::vnet_bytes(&info.to_vnet(0));
+            let iov = [IoSlice::new(&vnet), IoSlice::new(&hdr), IoSlice::new(frame)];
+            tx.send(&iov, None).map_err(|_| ())?;
             add(&c.delivered_bytes, (OUTER_LEN + pkt.len()) as u64);
             return Ok(1);
         };
-        // The whole tunnelled frame, contiguous, for the segmenter; its
-        // segments (virtio-net header, headers, payload) one after the
-        // other in the arena, written with one system call per
-        // SEND_BATCH.
-        let TunnelScratch {
-            frame,
-            arena,
-            spans,
-        } = scratch;
-        frame.clear();
-        frame.extend_from_slice(&hdr);
-        frame.extend_from_slice(pkt.frame());
-        let layers = Layers::parse(frame).map_err(|_| ())?;
+        // Segmented once, without putting the outer header and the frame
+        // together: each segment's headers (virtio-net header, outer and
+        // inner) go into the arena, its payload stays where it is in the
+        // packet's buffer; all of them are written as one batch.
+        let TunnelScratch { arena, spans } = scratch;
         arena.clear();
         spans.clear();
-        gso::segment_tunnelled(frame, &layers, OUTER_LEN, g, mode, &mut |seg| {
+        let base = frame.as_ptr() as usize;
+        gso::segment_encapsulated(&hdr, frame, layers, g, mode, &mut |seg| {
             let start = arena.len();
             arena.extend_from_slice(&hvnet_port::vnet_bytes(&seg.info.to_vnet(0)));
             arena.extend_from_slice(seg.header);
-            arena.extend_from_slice(seg.payload);
-            spans.push((start, arena.len()));
+            let at = seg.payload.as_ptr() as usize - base;
+            spans.push(SegmentSpan {
+                header: (start, arena.len()),
+                payload: (at, at + seg.payload.len()),
+            });
         })
         .map_err(|_| ())?;
-        let mut sent = 0;
-        for chunk in spans.chunks(hvnet_sys::SEND_BATCH) {
-            let iov: smallvec::SmallVec<[IoSlice<'_>; 64]> = chunk
-                .iter()
-                .map(|&(a, b)| IoSlice::new(&arena[a..b]))
-                .collect();
-            let frames: smallvec::SmallVec<[&[IoSlice<'_>]; 64]> = iov.chunks(1).collect();
-            let n = hvnet_sys::send_frames(q, &frames).unwrap_or(0);
-            sent += n;
-            if n < chunk.len() {
-                break;
-            }
-        }
+        let iov: smallvec::SmallVec<[IoSlice<'_>; 128]> = spans
+            .iter()
+            .flat_map(|s| {
+                [
+                    IoSlice::new(&arena[s.header.0..s.header.1]),
+                    IoSlice::new(&frame[s.payload.0..s.payload.1]),
+                ]
+            })
+            .collect();
+        let frames: smallvec::SmallVec<[&[IoSlice<'_>]; 64]> = iov.chunks(2).collect();
+        let mut results = Vec::with_capacity(frames.len());
+        tx.send_batch(&frames, None, &mut results);
+        let sent = results.iter().take_while(|r| r.is_ok()).count();
         let bytes: usize = spans[..sent]
             .iter()
-            .map(|&(a, b)| b - a - hvnet_port::VNET_HDR_LEN)
+            .map(|s| s.header.1 - s.header.0 - hvnet_port::VNET_HDR_LEN + s.payload.1 - s.payload.0)
             .sum();
         add(&c.delivered_bytes, bytes as u64);
         add(&c.segmented_frames, 1);

@@ -82,6 +82,11 @@ pub fn source_port(rss: &Rss, inner: &[u8], range: (u16, u16)) -> u16 {
     let hash = rss
         .hash_frame(inner)
         .map_or_else(|| fallback_hash(inner), |(h, _)| h);
+    port_of_hash(hash, range)
+}
+
+/// The outer UDP source port for a flow hash, scaled into `[min, max)`.
+fn port_of_hash(hash: u32, range: (u16, u16)) -> u16 {
     let hash = hash ^ (hash << 16);
     let (min, max) = range;
     let span = max.saturating_sub(min) as u64;
@@ -106,7 +111,21 @@ pub fn encap_header(
     info: OffloadInfo,
     out: &mut [u8; OUTER_LEN],
 ) -> Result<OffloadInfo, VxlanError> {
-    Layers::parse(inner).map_err(VxlanError::Malformed)?;
+    let l = Layers::parse(inner).map_err(VxlanError::Malformed)?;
+    let hash = rss.hash_layers(inner, &l).map(|(h, _)| h);
+    encap_header_parsed(tunnel, inner, hash, info, out)
+}
+
+/// [`encap_header`] for an inner frame parsed where it entered the
+/// switch, whose flow hash `hash` (Toeplitz, the default key) may be known
+/// already: nothing of the inner frame is parsed again.
+pub fn encap_header_parsed(
+    tunnel: &Tunnel,
+    inner: &[u8],
+    hash: Option<u32>,
+    info: OffloadInfo,
+    out: &mut [u8; OUTER_LEN],
+) -> Result<OffloadInfo, VxlanError> {
     let ip_len = OUTER_LEN - 14 + inner.len();
     if ip_len > 65535 {
         return Err(VxlanError::TooLarge);
@@ -128,7 +147,8 @@ pub fn encap_header(
         dont_frag: true,
     }
     .emit(&mut ipv4::Packet::new_unchecked(&mut out[14..]));
-    let sport = source_port(rss, inner, tunnel.src_port_range);
+    let hash = hash.unwrap_or_else(|| fallback_hash(inner));
+    let sport = port_of_hash(hash, tunnel.src_port_range);
     let udp_len = ip_len - 20;
     {
         let mut u = udp::Packet::new_unchecked(&mut out[34..]);

@@ -1,171 +1,217 @@
-//! What a port is attached to: a VM's TAP device, an uplink's interface,
-//! or a real guest's virtqueues over vhost-user. All carry one frame
-//! behind a 12-byte virtio-net header per read and per write; TAP and
-//! uplink queues are file descriptors read and written alike, a vhost-user
-//! port's queues are the guest's virtqueues.
+//! The port interface: what every backend — a VM's TAP device, an uplink's
+//! packet sockets, a real guest's virtqueues over vhost-user, a test's
+//! in-memory queues — gives the datapath. The datapath holds a port's
+//! device as `Arc<dyn Device>` and never asks which kind it is: it opens a
+//! [`Receiver`] and a [`Transmitter`] per queue, waits on what the receiver
+//! names, and asks the device for its link and what its other side takes.
+//! A new backend is written here alone.
+//!
+//! Frames cross the interface as the virtio-net header describes them: a
+//! receiver hands over [`Packet`]s already checked and parsed
+//! ([`crate::vnet::check`]); a transmitter takes each frame as I/O slices,
+//! its 12-byte header first.
 
 use crate::packet::Packet;
 use crate::pool::Pool;
-use crate::tap::{TapPort, TapReader};
-use crate::uplink::{UplinkPort, UplinkRead};
-use crate::vhost_user::VhostUserPort;
 use crate::vnet::RecvError;
-use crate::whole_frame::WholeFrameReader;
-use hvnet_sys::FrameQueue;
+use std::any::Any;
+use std::fmt;
+use std::io::IoSlice;
 use std::os::fd::RawFd;
-
-/// A queue reader's state (its spare buffers), of the kind its port reads.
-pub enum QueueReader {
-    /// One frame per read (TAP queues, uplinks that may get GSO frames).
-    Single(TapReader),
-    /// Whole frames without a header (tunnel endpoints).
-    Whole(Box<WholeFrameReader>),
-    /// A guest's transmit virtqueue (its buffers are the guest's).
-    Virtq,
-}
-
-impl QueueReader {
-    /// Gives the buffers it holds back to `pool`'s cache.
-    pub fn release(&mut self, pool: &mut Pool) {
-        match self {
-            QueueReader::Single(r) => r.release(pool),
-            QueueReader::Whole(r) => r.release(pool),
-            QueueReader::Virtq => {}
-        }
-    }
-}
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// A port's device.
-#[derive(Debug)]
-pub enum Device {
-    /// A VM's NIC: the queues of a TAP device.
-    Tap(TapPort),
-    /// The physical side: packet sockets on an existing interface.
-    Uplink(UplinkPort),
-    /// A real guest's virtio-net device, served over vhost-user.
-    VhostUser(VhostUserPort),
-}
-
-impl Device {
-    /// Queue `i` as a file descriptor, for TAP and uplink ports.
-    pub fn frames(&self, i: usize) -> Option<&FrameQueue> {
-        match self {
-            Device::Tap(t) => Some(t.queue(i)),
-            Device::Uplink(u) => Some(u.queue(i)),
-            Device::VhostUser(_) => None,
-        }
-    }
-
-    /// A reader for one of this device's queues.
-    pub fn reader(&self) -> QueueReader {
-        match self {
-            Device::Tap(_) => QueueReader::Single(TapReader::new()),
-            Device::Uplink(u) => match u.read_mode() {
-                UplinkRead::Single => QueueReader::Single(TapReader::new()),
-                UplinkRead::Whole { tunnel, batch } => {
-                    QueueReader::Whole(Box::new(WholeFrameReader::new(tunnel, batch)))
-                }
-            },
-            Device::VhostUser(_) => QueueReader::Virtq,
-        }
-    }
-
-    /// The next frame of queue `q`, read with `r` (made by
-    /// [`Device::reader`]) into buffers from `pool`, checked and parsed.
-    pub fn read(
-        &self,
-        q: usize,
-        r: &mut QueueReader,
-        pool: &mut Pool,
-    ) -> Result<Packet, RecvError> {
-        match (self, r) {
-            (Device::VhostUser(v), _) => v.read(q, pool),
-            (Device::Uplink(u), QueueReader::Whole(r)) => r.read(u.queue(q), pool, u.mtu()),
-            (Device::Uplink(u), QueueReader::Single(r)) => r.read(u.queue(q), pool),
-            (Device::Tap(t), QueueReader::Single(r)) => r.read(t.queue(q), pool),
-            _ => Err(RecvError::WouldBlock),
-        }
-    }
-
-    /// Where frames for queue `q` are written, for TAP and uplink ports.
-    pub fn sender(&self, q: usize) -> Option<&FrameQueue> {
-        match self {
-            Device::Tap(t) => Some(t.queue(q)),
-            Device::Uplink(u) => Some(u.sender(q)),
-            Device::VhostUser(_) => None,
-        }
-    }
-
-    /// Frames the kernel dropped before queue `q` could read them, since
-    /// the last call (an uplink's socket; 0 for the others, whose kernel
-    /// side drops nothing the port sees).
-    pub fn kernel_drops(&self, q: usize) -> u64 {
-        match self {
-            Device::Uplink(u) => u.kernel_drops(q),
-            _ => 0,
-        }
-    }
-
-    /// What queue `i`'s reader waits on: the queue's descriptor, or the
-    /// guest's transmit kicks.
-    pub fn wait_fd(&self, i: usize) -> RawFd {
-        match self {
-            Device::Tap(t) => t.queue(i).raw_fd(),
-            Device::Uplink(u) => u.queue(i).raw_fd(),
-            Device::VhostUser(v) => v.tx_kick_fd(i),
-        }
-    }
-
-    /// Number of queues.
-    pub fn num_queues(&self) -> usize {
-        match self {
-            Device::Tap(t) => t.num_queues(),
-            Device::Uplink(u) => u.num_queues(),
-            Device::VhostUser(v) => v.num_queues(),
-        }
-    }
-
-    /// Queues frames may be spread over now: all of them, except for a
-    /// guest that uses fewer queue pairs than it has.
-    pub fn active_queues(&self) -> usize {
-        match self {
-            Device::VhostUser(v) => v.active_queues(),
-            _ => self.num_queues(),
-        }
-    }
+pub trait Device: Send + Sync + fmt::Debug + Any {
+    /// The port type as `hvnet ports` shows it (`tap+vnet_hdr`, …).
+    fn kind(&self) -> &'static str;
 
     /// The interface's name (the TAP as the host named it; the uplink's
     /// device; a vhost-user port's socket).
-    pub fn name(&self) -> &str {
-        match self {
-            Device::Tap(t) => t.name(),
-            Device::Uplink(u) => u.device(),
-            Device::VhostUser(v) => v.socket().to_str().unwrap_or("?"),
-        }
+    fn name(&self) -> &str;
+
+    /// Number of queues (pairs: each has a receive and a transmit side).
+    fn num_queues(&self) -> usize;
+
+    /// Queues frames may be spread over now: all of them, unless the
+    /// other side uses fewer (a guest that set fewer queue pairs).
+    fn active_queues(&self) -> usize {
+        self.num_queues()
     }
 
-    /// The uplink, if this is one.
-    pub fn uplink(&self) -> Option<&UplinkPort> {
-        match self {
-            Device::Uplink(u) => Some(u),
-            _ => None,
-        }
+    /// True for the physical side (an uplink), false for a VM's NIC: the
+    /// side whose checksums are verified in software, whose LRO coalesces
+    /// before switching, and whose MAC is not learned statically.
+    fn faces_wire(&self) -> bool {
+        false
     }
 
-    /// The vhost-user port, if this is one.
-    pub fn vhost_user(&self) -> Option<&VhostUserPort> {
-        match self {
-            Device::VhostUser(v) => Some(v),
-            _ => None,
-        }
+    /// What the other side takes now (a guest's driver may have refused
+    /// offloads the port's settings allow).
+    fn caps(&self) -> Caps {
+        Caps::ALL
     }
 
-    /// The port type as `hvnet ports` shows it.
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            Device::Tap(_) => "tap+vnet_hdr",
-            Device::Uplink(_) => "uplink+af_packet",
-            Device::VhostUser(_) => "vhost-user",
-        }
+    /// Applies a run-time change of the offloads the other side may hand
+    /// over (`hvnet port VM set tso off`); a device that has no such
+    /// switch ignores it.
+    fn set_offloads(&self, _csum: bool, _tso: bool) -> Result<(), String> {
+        Ok(())
     }
+
+    /// `counter` is bumped whenever [`Device::caps`] or
+    /// [`Device::active_queues`] change (so the switch re-reads them).
+    fn notify_changes(&self, _counter: Arc<AtomicU64>) {}
+
+    /// The link now.
+    fn link(&self) -> Link;
+
+    /// While the link is down: waits up to `timeout` for it to change
+    /// (queue `q`'s thread calls this).
+    fn wait_link(&self, _q: usize, timeout: Duration) {
+        std::thread::sleep(timeout);
+    }
+
+    /// A receiver for queue `q`: it reads what the other side sends.
+    fn receiver(self: Arc<Self>, q: usize) -> Box<dyn Receiver>;
+
+    /// A transmitter for queue `q`: it writes frames to the other side.
+    fn transmitter(self: Arc<Self>, q: usize, opts: TxOptions) -> Box<dyn Transmitter>;
+
+    /// The device as `Any`, for views and controls that know one kind
+    /// (an uplink's filters, a guest's memory table).
+    fn as_any(&self) -> &dyn Any;
+}
+
+impl dyn Device {
+    /// The device as a `T`, if it is one.
+    pub fn downcast_ref<T: Device>(&self) -> Option<&T> {
+        self.as_any().downcast_ref::<T>()
+    }
+
+    /// The uplink, for the controls only an uplink has (filters, RSS).
+    pub fn uplink(&self) -> Option<&crate::UplinkPort> {
+        self.downcast_ref()
+    }
+
+    /// The vhost-user port, for the views only a guest's has (its memory
+    /// table, features, virtqueue sizes).
+    pub fn vhost_user(&self) -> Option<&crate::VhostUserPort> {
+        self.downcast_ref()
+    }
+}
+
+/// The other side's offloads, as far as the device knows them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caps {
+    /// Takes frames with partial checksums.
+    pub csum: bool,
+    /// Takes TCP GSO frames whole.
+    pub gso: bool,
+}
+
+impl Caps {
+    /// Whatever the port's settings say.
+    pub const ALL: Caps = Caps {
+        csum: true,
+        gso: true,
+    };
+}
+
+/// A device's link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Link {
+    /// Frames flow.
+    Up,
+    /// Down for now: an uplink's device set down or without carrier, a
+    /// guest's front end disconnected (it may reconnect).
+    Down,
+    /// Gone for good: the TAP's namespace deleted, the uplink's device
+    /// deleted.
+    Gone,
+}
+
+/// How a transmitter writes batches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TxOptions {
+    /// Submit a batch of writes through io_uring (TAP queues), instead of
+    /// one system call per frame.
+    pub uring: bool,
+}
+
+/// Why a frame was not sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendError {
+    /// The other side had no room (a guest's receive virtqueue without
+    /// free buffers).
+    Full,
+    /// The write failed.
+    Failed,
+}
+
+/// Reads one queue of a device. It owns its spare buffers and whatever
+/// per-queue state its kind needs.
+pub trait Receiver: Send {
+    /// Reads up to `max` frames into `out`, each checked and parsed, or
+    /// the reason it was refused (counted by the caller, which goes on).
+    /// Returns `Ok(())` when `max` were read, else why reading stopped:
+    /// [`RecvError::WouldBlock`] when the queue is empty,
+    /// [`RecvError::NoBuffer`] at the port's buffer cap,
+    /// [`RecvError::Gone`] or [`RecvError::LinkDown`] for the link.
+    fn recv_batch(
+        &mut self,
+        pool: &mut Pool,
+        max: usize,
+        out: &mut Vec<Result<Packet, RecvError>>,
+    ) -> Result<(), RecvError>;
+
+    /// What the queue's thread polls for readability before it reads.
+    fn wait_fd(&self) -> RawFd;
+
+    /// After [`Receiver::wait_fd`] became readable: clears the
+    /// notification and, where the other side can be asked to, stops it
+    /// notifying while the queue is read anyway.
+    fn woken(&mut self) {}
+
+    /// Before the thread sleeps, the queue found empty: asks the other
+    /// side to notify again; true if it added frames meanwhile (read on).
+    fn rearm(&mut self) -> bool {
+        false
+    }
+
+    /// Frames the kernel dropped at this queue before they could be read
+    /// (an uplink socket's full buffer), since the last call.
+    fn kernel_drops(&mut self) -> u64 {
+        0
+    }
+
+    /// Gives the spare buffers it holds back to `pool`'s cache.
+    fn release(&mut self, _pool: &mut Pool) {}
+}
+
+/// Writes one queue of a device.
+pub trait Transmitter: Send {
+    /// Writes `frames`, each as I/O slices with its virtio-net header
+    /// first, pushing one result per frame, in order, into `results`.
+    /// With `hold`, a full queue on the other side is waited on for up to
+    /// that long before a frame is given up (`rx_overflow =
+    /// "backpressure"`).
+    fn send_batch(
+        &mut self,
+        frames: &[&[IoSlice<'_>]],
+        hold: Option<Duration>,
+        results: &mut Vec<Result<(), SendError>>,
+    );
+
+    /// Writes one frame (see [`Transmitter::send_batch`]).
+    fn send(&mut self, frame: &[IoSlice<'_>], hold: Option<Duration>) -> Result<(), SendError> {
+        let mut r = Vec::with_capacity(1);
+        self.send_batch(&[frame], hold, &mut r);
+        r.pop().unwrap_or(Err(SendError::Failed))
+    }
+
+    /// After a batch: tells the other side what it received (a guest's
+    /// used ring, signalled when its event index asks for it).
+    fn flush(&mut self) {}
 }

@@ -29,6 +29,7 @@
 mod bpf;
 pub mod ctrlq;
 pub mod device;
+mod fd_tx;
 pub mod netqueue;
 pub mod packet;
 pub mod pool;
@@ -40,7 +41,7 @@ pub mod virtq;
 pub mod vnet;
 pub mod whole_frame;
 
-pub use device::{Device, QueueReader};
+pub use device::{Caps, Device, Link, Receiver, SendError, Transmitter, TxOptions};
 pub use packet::{Meta, Packet};
 pub use pool::{Buf, Home, Pool, PoolCaps, PoolStatus, SizeClass};
 pub use pool::{HEADROOM, SMALL_FRAME};

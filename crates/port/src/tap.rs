@@ -8,11 +8,16 @@
 //! header against the frame and parses the frame, once, into a [`Packet`].
 //! Past this boundary the engines trust the offsets.
 
+use crate::device::{Device, Link, Receiver, Transmitter, TxOptions};
+use crate::fd_tx::FdTransmitter;
 use crate::packet::Packet;
 use crate::pool::{Buf, Pool, SizeClass, HEADROOM};
 use crate::vnet::{check, read_result, RecvError, VNET_HDR_LEN};
 use hvnet_sys::FrameQueue;
 use std::io::{self, IoSliceMut, Read};
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
 
 /// Reads frames from a TAP queue into pool buffers of the right class.
 pub struct TapReader {
@@ -84,6 +89,8 @@ impl TapReader {
 pub struct TapPort {
     name: String,
     queues: Vec<FrameQueue>,
+    /// A read found the device gone (its namespace deleted).
+    gone: AtomicBool,
 }
 
 /// Why a TAP port could not be opened.
@@ -135,7 +142,7 @@ impl TapPort {
             qs.push(q);
         }
         let name = qs[0].name().to_string();
-        Ok(TapPort { name, queues: qs })
+        Ok(TapPort::from_queues(&name, qs))
     }
 
     /// Opens `queues` queues of the existing TAP `name` inside the named
@@ -171,6 +178,7 @@ impl TapPort {
         TapPort {
             name: name.into(),
             queues,
+            gone: AtomicBool::new(false),
         }
     }
 
@@ -197,6 +205,101 @@ impl TapPort {
     pub fn num_queues(&self) -> usize {
         self.queues.len()
     }
+}
+
+impl Device for TapPort {
+    fn kind(&self) -> &'static str {
+        "tap+vnet_hdr"
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn num_queues(&self) -> usize {
+        self.queues.len()
+    }
+
+    fn set_offloads(&self, csum: bool, tso: bool) -> Result<(), String> {
+        self.set_offload(tap_offload_flags(csum, tso))
+            .map_err(|e| format!("cannot change offloads: {e}"))
+    }
+
+    /// A TAP is up until a read finds it gone; it does not come back (its
+    /// VM's namespace is gone).
+    fn link(&self) -> Link {
+        if self.gone.load(Relaxed) {
+            Link::Gone
+        } else {
+            Link::Up
+        }
+    }
+
+    fn receiver(self: Arc<Self>, q: usize) -> Box<dyn Receiver> {
+        Box::new(TapReceiver {
+            tap: self,
+            q,
+            reader: TapReader::new(),
+        })
+    }
+
+    fn transmitter(self: Arc<Self>, q: usize, opts: TxOptions) -> Box<dyn Transmitter> {
+        Box::new(FdTransmitter::writev(self, TapPort::queue, q, opts.uring))
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// Reads one TAP queue: a frame per `read(2)`, the only way a TAP hands
+/// frames over (it has no batched receive; `docs/perf/live-switch.md`
+/// measured io_uring reads against it).
+struct TapReceiver {
+    tap: Arc<TapPort>,
+    q: usize,
+    reader: TapReader,
+}
+
+impl Receiver for TapReceiver {
+    fn recv_batch(
+        &mut self,
+        pool: &mut Pool,
+        max: usize,
+        out: &mut Vec<Result<Packet, RecvError>>,
+    ) -> Result<(), RecvError> {
+        let r = read_batch(&mut self.reader, self.tap.queue(self.q), pool, max, out);
+        if let Err(RecvError::Gone) = r {
+            self.tap.gone.store(true, Relaxed);
+        }
+        r
+    }
+
+    fn wait_fd(&self) -> RawFd {
+        self.tap.queue(self.q).raw_fd()
+    }
+
+    fn release(&mut self, pool: &mut Pool) {
+        self.reader.release(pool);
+    }
+}
+
+/// Up to `max` reads of `fq` with `reader` into `out`: frames and refused
+/// frames; stops at the first error that is not about one frame.
+pub(crate) fn read_batch(
+    reader: &mut TapReader,
+    fq: &FrameQueue,
+    pool: &mut Pool,
+    max: usize,
+    out: &mut Vec<Result<Packet, RecvError>>,
+) -> Result<(), RecvError> {
+    for _ in 0..max {
+        match reader.read(fq, pool) {
+            Err(e) if e.ends_batch() => return Err(e),
+            r => out.push(r),
+        }
+    }
+    Ok(())
 }
 
 /// TUN_F_* flags for a port's offload settings: what the guest's vNIC

@@ -12,11 +12,19 @@
 //! sockets see `ENETDOWN` and then nothing), up again when the device comes
 //! back, and gone for good when the device is deleted.
 
+use crate::device::{Device, Link, Receiver, Transmitter, TxOptions};
+use crate::fd_tx::FdTransmitter;
 use crate::netqueue::{self, Filters};
+use crate::packet::Packet;
+use crate::pool::Pool;
 use crate::rss_fanout;
+use crate::tap::{read_batch, TapReader};
+use crate::vnet::RecvError;
+use crate::whole_frame::WholeFrameReader;
 use hvnet_sys::{Fanout, FrameQueue, PacketError, RxHeader};
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU16, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// How an uplink's receive queues read frames.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -252,6 +260,109 @@ impl UplinkPort {
             // dummy) is up when its flags say so.
             Ok("up\n") | Ok("unknown\n") => LinkState::Up,
             _ => LinkState::Down,
+        }
+    }
+}
+
+impl Device for UplinkPort {
+    fn kind(&self) -> &'static str {
+        "uplink+af_packet"
+    }
+
+    fn name(&self) -> &str {
+        &self.device
+    }
+
+    fn num_queues(&self) -> usize {
+        self.queues.len()
+    }
+
+    fn faces_wire(&self) -> bool {
+        true
+    }
+
+    fn link(&self) -> Link {
+        match self.link_state() {
+            LinkState::Up => Link::Up,
+            LinkState::Down => Link::Down,
+            LinkState::Gone => Link::Gone,
+        }
+    }
+
+    fn receiver(self: Arc<Self>, q: usize) -> Box<dyn Receiver> {
+        let reader = match self.read {
+            UplinkRead::Single => QueueRead::Single(TapReader::new()),
+            UplinkRead::Whole { tunnel, batch } => {
+                QueueRead::Whole(Box::new(WholeFrameReader::new(tunnel, batch)))
+            }
+        };
+        Box::new(UplinkReceiver {
+            port: self,
+            q,
+            reader,
+        })
+    }
+
+    /// Sockets take a batch per `sendmmsg(2)`.
+    fn transmitter(self: Arc<Self>, q: usize, _opts: TxOptions) -> Box<dyn Transmitter> {
+        Box::new(FdTransmitter::mmsg(self, UplinkPort::sender, q))
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// How one uplink queue is read.
+enum QueueRead {
+    /// A frame per `read(2)`, behind a virtio-net header.
+    Single(TapReader),
+    /// Whole frames per `recvmmsg(2)`.
+    Whole(Box<WholeFrameReader>),
+}
+
+/// Reads one uplink queue.
+struct UplinkReceiver {
+    port: Arc<UplinkPort>,
+    q: usize,
+    reader: QueueRead,
+}
+
+impl Receiver for UplinkReceiver {
+    fn recv_batch(
+        &mut self,
+        pool: &mut Pool,
+        max: usize,
+        out: &mut Vec<Result<Packet, RecvError>>,
+    ) -> Result<(), RecvError> {
+        let fq = self.port.queue(self.q);
+        match &mut self.reader {
+            QueueRead::Single(r) => read_batch(r, fq, pool, max, out),
+            QueueRead::Whole(r) => {
+                let mtu = self.port.mtu();
+                for _ in 0..max {
+                    match r.read(fq, pool, mtu) {
+                        Err(e) if e.ends_batch() => return Err(e),
+                        r => out.push(r),
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn wait_fd(&self) -> RawFd {
+        self.port.queue(self.q).raw_fd()
+    }
+
+    fn kernel_drops(&mut self) -> u64 {
+        self.port.kernel_drops(self.q)
+    }
+
+    fn release(&mut self, pool: &mut Pool) {
+        match &mut self.reader {
+            QueueRead::Single(r) => r.release(pool),
+            QueueRead::Whole(r) => r.release(pool),
         }
     }
 }

@@ -62,6 +62,22 @@ pub enum RecvError {
     Read(#[source] io::Error),
 }
 
+impl RecvError {
+    /// True when the error is about the queue, not one frame: reading
+    /// stops (nothing ready, no buffer, the link, a failed read). A
+    /// refused frame is counted and reading goes on.
+    pub fn ends_batch(&self) -> bool {
+        matches!(
+            self,
+            RecvError::WouldBlock
+                | RecvError::NoBuffer
+                | RecvError::Gone
+                | RecvError::LinkDown
+                | RecvError::Read(_)
+        )
+    }
+}
+
 pub(crate) fn read_result(n: io::Result<usize>) -> Result<usize, RecvError> {
     match n {
         Ok(0) => Err(RecvError::Gone),

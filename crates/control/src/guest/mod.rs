@@ -14,7 +14,7 @@
 pub mod qemu;
 pub mod uml;
 
-use crate::daemon::{io_err, run, DaemonError};
+use crate::error::{io_err, run, DaemonError};
 use crate::topology::{Accel, Topology, Vm, VmKind};
 use std::fs::{File, OpenOptions};
 use std::io::Write;

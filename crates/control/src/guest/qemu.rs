@@ -13,7 +13,7 @@
 //! is a shared memfd, as vhost-user and virtiofs need.
 
 use super::{console, exchange_dir, fresh_exchange, guest_dir, socket_path, write_init, Guest};
-use crate::daemon::{io_err, DaemonError};
+use crate::error::{io_err, DaemonError};
 use crate::topology::Vm;
 use std::fs::File;
 use std::path::{Path, PathBuf};

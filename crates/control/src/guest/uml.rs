@@ -4,7 +4,7 @@
 //! system through UML's `hostfs`, read-only.
 
 use super::{console, fresh_exchange, guest_dir, socket_path, write_init, Guest};
-use crate::daemon::{io_err, DaemonError};
+use crate::error::{io_err, DaemonError};
 use crate::topology::{Topology, Vm};
 use std::path::Path;
 use std::process::Command;

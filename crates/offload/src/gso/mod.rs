@@ -245,19 +245,123 @@ fn segment_inner(
     if end < hlen || net.end > end {
         return Err(GsoError::Malformed(hvnet_wire::Error::BadLength));
     }
-    let payload = &frame[hlen..net.end];
+    let stack = Stack { net, t, outer };
+    segment_core(
+        &frame[..hlen],
+        &frame[hlen..net.end],
+        &stack,
+        gso,
+        mode,
+        out,
+    )
+}
+
+/// Segments an inner frame a tunnel endpoint is about to encapsulate
+/// behind `outer` (Ethernet, IPv4, UDP and VXLAN headers for the whole
+/// frame, as [`crate::vxlan::encap_header`] made them), as
+/// [`segment_tunnelled`] would segment `outer` followed by `inner`: but
+/// without putting the two together first. `l` is the inner frame's
+/// header stack, parsed where it entered; the payload is not copied (each
+/// segment's payload is a slice of `inner`).
+pub fn segment_encapsulated(
+    outer: &[u8],
+    inner: &[u8],
+    l: &Layers,
+    gso: GsoInfo,
+    mode: CsumMode,
+    out: &mut impl FnMut(SegmentOut<'_>),
+) -> Result<usize, GsoError> {
+    if gso.size == 0 {
+        return Err(GsoError::ZeroGsoSize);
+    }
+    let (net, t) = gso_layers(inner, l, None, gso.kind)?;
+    let (ol, il) = (outer.len(), t.offset + t.header_len);
+    // The outer stack as encap_header writes it: Ethernet, IPv4 without
+    // options, UDP, VXLAN.
+    const OUTER_IP: usize = 14;
+    const OUTER_UDP: usize = OUTER_IP + 20;
+    if ol < OUTER_UDP + udp::HEADER_LEN || ol + il > MAX_HEADER {
+        return Err(GsoError::HeaderTooLong);
+    }
+    if net.end > inner.len() || il > net.end {
+        return Err(GsoError::Malformed(hvnet_wire::Error::BadLength));
+    }
+    let mut template = [0u8; MAX_HEADER];
+    template[..ol].copy_from_slice(outer);
+    template[ol..ol + il].copy_from_slice(&inner[..il]);
+    let shift = |n: Net| Net {
+        offset: n.offset + ol,
+        end: n.end + ol,
+        ..n
+    };
+    let stack = Stack {
+        net: shift(net),
+        t: Transport {
+            offset: t.offset + ol,
+            ..t
+        },
+        outer: Some((
+            Net {
+                kind: NetKind::Ipv4,
+                offset: OUTER_IP,
+                header_len: 20,
+                end: ol + net.end,
+                protocol: ip_protocol::UDP,
+                fragment: false,
+            },
+            Transport {
+                protocol: ip_protocol::UDP,
+                offset: OUTER_UDP,
+                header_len: udp::HEADER_LEN,
+            },
+        )),
+    };
+    segment_core(
+        &template[..ol + il],
+        &inner[il..net.end],
+        &stack,
+        gso,
+        mode,
+        out,
+    )
+}
+
+/// Where the layers a segmenter rewrites are, in its header template:
+/// the (inner) network and transport headers, and a tunnel's outer IP and
+/// UDP headers.
+struct Stack {
+    net: Net,
+    t: Transport,
+    outer: Option<(Net, Transport)>,
+}
+
+/// Cuts `payload` into segments, each behind a copy of `template` (every
+/// header of the frame) rewritten for it.
+fn segment_core(
+    template: &[u8],
+    payload: &[u8],
+    stack: &Stack,
+    gso: GsoInfo,
+    mode: CsumMode,
+    out: &mut impl FnMut(SegmentOut<'_>),
+) -> Result<usize, GsoError> {
+    let Stack { net, t, outer } = *stack;
+    let hlen = template.len();
     let size = gso.size as usize;
     let nseg = payload.len().div_ceil(size).max(1);
     if t.protocol == ip_protocol::UDP && nseg > MAX_UDP_SEGMENTS {
         return Err(GsoError::TooManySegments);
     }
     let mut hdr = [0u8; MAX_HEADER];
-    let base_ids = (ipv4_id(frame, &net), outer.map(|(o, _)| ipv4_id(frame, &o)));
+    let base_ids = (
+        ipv4_id(template, &net),
+        outer.map(|(o, _)| ipv4_id(template, &o)),
+    );
     for i in 0..nseg {
         let lo = i * size;
         let hi = ((i + 1) * size).min(payload.len());
         let chunk = &payload[lo..hi];
-        hdr[..hlen].copy_from_slice(&frame[..hlen]);
+        hdr[..hlen].copy_from_slice(template);
         let h = &mut hdr[..hlen];
         let l4_len = t.header_len + chunk.len();
         if t.protocol == ip_protocol::TCP {

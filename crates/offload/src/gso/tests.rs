@@ -364,3 +364,88 @@ proptest::proptest! {
         let _ = segment(&data, GsoInfo { kind, size, ecn: false }, CsumMode::Partial, &mut |_| {});
     }
 }
+
+/// Segments as bytes, with their metadata.
+type Segments = Vec<(Vec<u8>, OffloadInfo)>;
+
+/// Segments of `inner` behind the outer header `encap_header` makes, both
+/// ways: put together first and cut by `segment_tunnelled`, and cut apart
+/// by `segment_encapsulated`.
+fn encapsulated_both_ways(
+    inner: &[u8],
+    g: GsoInfo,
+    mode: CsumMode,
+    udp_csum: bool,
+) -> (Segments, Segments) {
+    let tunnel = crate::vxlan::Tunnel {
+        udp_csum,
+        ..crate::vxlan::Tunnel::new(42, [198, 18, 0, 1], [198, 18, 0, 2])
+    };
+    let rss = crate::rss::Rss::new(&crate::rss::DEFAULT_KEY, 1).unwrap();
+    let il = Layers::parse(inner).unwrap();
+    let info = OffloadInfo {
+        gso: Some(g),
+        csum: CsumState::Partial {
+            start: il.transport.unwrap().offset as u16,
+            offset: tcp::CHECKSUM_OFFSET as u16,
+        },
+    };
+    let mut hdr = [0u8; crate::vxlan::OUTER_LEN];
+    crate::vxlan::encap_header(&tunnel, &rss, inner, info, &mut hdr).unwrap();
+    let whole = [&hdr[..], inner].concat();
+    let wl = Layers::parse(&whole).unwrap();
+    let mut a = Vec::new();
+    segment_tunnelled(&whole, &wl, hdr.len(), g, mode, &mut |s| {
+        a.push((s.to_vec(), s.info))
+    })
+    .unwrap();
+    let mut b = Vec::new();
+    segment_encapsulated(&hdr, inner, &il, g, mode, &mut |s| {
+        // The payload is the inner frame's own bytes, not a copy.
+        let at = s.payload.as_ptr() as usize - inner.as_ptr() as usize;
+        assert!(at + s.payload.len() <= inner.len());
+        b.push((s.to_vec(), s.info))
+    })
+    .unwrap();
+    (a, b)
+}
+
+#[test]
+fn encapsulated_segments_are_valid_on_the_wire() {
+    let inner = big(false, 9000, ACK | PSH);
+    let (_, segs) =
+        encapsulated_both_ways(&inner, tcp_gso(GsoType::TcpV4, 1400), CsumMode::Full, true);
+    assert_eq!(segs.len(), 7);
+    let mut stream = Vec::new();
+    for (s, _) in &segs {
+        let (oip, orest) = etherparse::Ipv4Header::from_slice(&s[14..]).unwrap();
+        assert_eq!(oip.total_len as usize, s.len() - 14);
+        assert_eq!(oip.header_checksum, oip.calc_header_checksum());
+        let (uh, vx) = etherparse::UdpHeader::from_slice(orest).unwrap();
+        assert_eq!(uh.length as usize, vx.len() + 8);
+        assert_eq!(uh.checksum, uh.calc_checksum_ipv4(&oip, vx).unwrap());
+        let (iip, irest) = etherparse::Ipv4Header::from_slice(&vx[8 + 14..]).unwrap();
+        let (th, payload) = etherparse::TcpHeader::from_slice(irest).unwrap();
+        assert_eq!(th.checksum, th.calc_checksum_ipv4(&iip, payload).unwrap());
+        stream.extend_from_slice(payload);
+    }
+    assert_eq!(stream, inner[54..]);
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    #[test]
+    fn prop_segmenting_before_encapsulating_equals_after(
+        v6 in proptest::bool::ANY,
+        len in 1usize..20000,
+        mss in 536u16..3000,
+        full in proptest::bool::ANY,
+        udp_csum in proptest::bool::ANY,
+    ) {
+        let inner = big(v6, len, ACK | PSH);
+        let kind = if v6 { GsoType::TcpV6 } else { GsoType::TcpV4 };
+        let mode = if full { CsumMode::Full } else { CsumMode::Partial };
+        let (a, b) = encapsulated_both_ways(&inner, tcp_gso(kind, mss), mode, udp_csum);
+        proptest::prop_assert_eq!(a, b);
+    }
+}

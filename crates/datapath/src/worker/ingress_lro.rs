@@ -6,8 +6,8 @@
 //! LRO takes it whole, one without gets it segmented, as a VM's TSO frame);
 //! the rest pass as they came, in order.
 
+use super::GRO_MAX_SEGMENTS;
 use crate::counters::{add, IngressCounters};
-use crate::worker::GRO_MAX_SEGMENTS;
 use hvnet_offload::gro::{Coalesced, GroConfig, GroOutput, GroTable};
 use hvnet_port::{Packet, Pool, SizeClass};
 
@@ -25,7 +25,7 @@ impl IngressLro {
                 max_segments: GRO_MAX_SEGMENTS,
                 ..GroConfig::default()
             }),
-            out: Vec::with_capacity(crate::switch::BATCH),
+            out: Vec::with_capacity(crate::item::BATCH),
         }
     }
 

@@ -31,20 +31,22 @@
 //! crate's handler serves one front end): a guest that restarts
 //! reconnects to the same socket.
 
-use crate::ctrlq::{self, Command};
-use crate::packet::Packet;
-use crate::pool::Pool;
+mod backend;
+mod queues;
+mod relay;
+
 use crate::virtq::{self, VirtqError};
-use crate::vnet::RecvError;
+use backend::serve;
+use relay::Relay;
 use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::linux::net::SocketAddrExt;
-use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::os::unix::net::{SocketAddr, UnixListener};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
-use vhost_user_backend::{VhostUserBackend, VhostUserDaemon, VringRwLock, VringT};
+use vhost::vhost_user::message::VhostUserVirtioFeatures;
+use vhost_user_backend::{VringRwLock, VringT};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_net::*;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
@@ -52,7 +54,6 @@ use virtio_queue::QueueT;
 use vm_memory::{
     GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion,
 };
-use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{
     new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
 };
@@ -160,174 +161,6 @@ impl Shared {
             c.fetch_add(1, Ordering::Release);
         }
     }
-}
-
-/// The crate's back-end trait, over the shared state. One per connection.
-#[derive(Clone)]
-struct Backend {
-    sh: Arc<Shared>,
-    /// Exit eventfds of this connection's event threads.
-    exits: Arc<Mutex<Vec<EventNotifier>>>,
-    /// The back end's request channel the front end gave.
-    channel: Arc<Mutex<Option<vhost::vhost_user::Backend>>>,
-}
-
-impl VhostUserBackend for Backend {
-    type Bitmap = ();
-    type Vring = VringRwLock;
-
-    fn num_queues(&self) -> usize {
-        // Receive and transmit per pair, then the control queue.
-        2 * self.sh.pairs + 1
-    }
-
-    fn max_queue_size(&self) -> usize {
-        MAX_QUEUE_SIZE as usize
-    }
-
-    fn features(&self) -> u64 {
-        offered_features()
-    }
-
-    fn acked_features(&self, features: u64) {
-        self.sh.acked.store(features, Ordering::Release);
-        self.sh.offloads.store(features, Ordering::Release);
-        self.sh.active_pairs.store(0, Ordering::Release);
-        self.sh.changed();
-    }
-
-    fn protocol_features(&self) -> VhostUserProtocolFeatures {
-        // BACKEND_REQ: User-Mode Linux allocates the interrupt of its
-        // virtqueues' call descriptors only when it sets up the back end's
-        // request channel (without it, its driver fails to probe).
-        VhostUserProtocolFeatures::MQ
-            | VhostUserProtocolFeatures::BACKEND_REQ
-            | VhostUserProtocolFeatures::REPLY_ACK
-            | VhostUserProtocolFeatures::CONFIG
-    }
-
-    fn reset_device(&self) {
-        self.sh.acked.store(0, Ordering::Release);
-        self.sh.changed();
-    }
-
-    fn set_event_idx(&self, _enabled: bool) {}
-
-    fn set_backend_req_fd(&self, channel: vhost::vhost_user::Backend) {
-        // Kept open for the connection's life: User-Mode Linux takes the
-        // channel's end of file for a broken connection and removes its
-        // NIC.
-        *self.channel.lock().expect("channel lock") = Some(channel);
-    }
-
-    fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
-        let cfg = config_space(&self.sh);
-        let start = (offset as usize).min(cfg.len());
-        let end = (start + size as usize).min(cfg.len());
-        let mut out = cfg[start..end].to_vec();
-        out.resize(size as usize, 0);
-        out
-    }
-
-    fn update_memory(&self, mem: Memory) -> io::Result<()> {
-        *self.sh.mem.write().expect("mem lock") = Some(mem);
-        self.sh.memory_tables.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
-
-    fn queues_per_thread(&self) -> Vec<u64> {
-        // One event thread per pair; the first also serves the control
-        // queue (rare commands).
-        let ctrl = 1u64 << (2 * self.sh.pairs);
-        (0..self.sh.pairs)
-            .map(|i| (0b11u64 << (2 * i)) | if i == 0 { ctrl } else { 0 })
-            .collect()
-    }
-
-    fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
-        let (c, n) = new_event_consumer_and_notifier(EventFlag::NONBLOCK).ok()?;
-        let keep = n.try_clone().ok()?;
-        self.exits.lock().expect("exits lock").push(keep);
-        Some((c, n))
-    }
-
-    fn handle_event(
-        &self,
-        device_event: u16,
-        _evset: EventSet,
-        vrings: &[VringRwLock],
-        thread_id: usize,
-    ) -> io::Result<()> {
-        let pair = thread_id;
-        if pair >= self.sh.pairs {
-            return Ok(());
-        }
-        // The pair's vrings are known from its first event on; later
-        // events (a kick per frame or so) take only the read lock.
-        let known =
-            |all: &Vec<Option<VringRwLock>>| all[2 * pair].is_some() && all[2 * pair + 1].is_some();
-        if !known(&self.sh.vrings.read().expect("vrings lock")) {
-            let mut all = self.sh.vrings.write().expect("vrings lock");
-            for (i, v) in vrings.iter().enumerate().take(2) {
-                let slot = &mut all[2 * pair + i];
-                if slot.is_none() {
-                    *slot = Some(v.clone());
-                }
-            }
-        }
-        match device_event {
-            0 => self.sh.rx_kick[pair].1.notify()?,
-            1 => self.sh.tx_kick[pair].1.notify()?,
-            2 if pair == 0 => {
-                if let Some(ctrl) = vrings.get(2) {
-                    self.serve_control(ctrl);
-                }
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-}
-
-impl Backend {
-    /// Answers the guest's control commands and applies them.
-    fn serve_control(&self, ctrl: &VringRwLock) {
-        let Some(mem) = self.sh.mem.read().expect("mem lock").clone() else {
-            return;
-        };
-        let sh = &self.sh;
-        let mut st = ctrl.get_mut();
-        let guard = mem.memory();
-        let served = ctrlq::serve(st.get_queue_mut(), &guard, &mut |c| match c {
-            Command::Accepted => true,
-            Command::QueuePairs(n) if (1..=sh.pairs).contains(&usize::from(n)) => {
-                sh.active_pairs.store(usize::from(n), Ordering::Release);
-                tracing::info!(port = %sh.name, pairs = n, "guest set its queue pairs");
-                sh.changed();
-                true
-            }
-            Command::GuestOffloads(bits) => {
-                sh.offloads.store(bits, Ordering::Release);
-                tracing::info!(port = %sh.name, offloads = %format!("{bits:#x}"), "guest set its offloads");
-                sh.changed();
-                true
-            }
-            Command::QueuePairs(_) | Command::Refused => false,
-        });
-        if served > 0 && st.needs_notification().unwrap_or(true) {
-            let _ = st.signal_used_queue();
-        }
-    }
-}
-
-/// `struct virtio_net_config`: MAC, status (link up), queue pairs, MTU.
-fn config_space(sh: &Shared) -> [u8; 12] {
-    let mut c = [0u8; 12];
-    c[..6].copy_from_slice(&sh.mac);
-    c[6..8].copy_from_slice(&(VIRTIO_NET_S_LINK_UP as u16).to_le_bytes());
-    c[8..10].copy_from_slice(&(sh.pairs as u16).to_le_bytes());
-    c[10..12].copy_from_slice(&sh.mtu.to_le_bytes());
-    c
 }
 
 /// A vhost-user port: its socket (hvnet is the server) and the guest's
@@ -534,28 +367,13 @@ impl VhostUserPort {
         (size(2 * q), size(2 * q + 1))
     }
 
-    fn vring(&self, index: usize) -> Option<(VringRwLock, Memory)> {
+    pub(crate) fn vring(&self, index: usize) -> Option<(VringRwLock, Memory)> {
         if !self.is_connected() {
             return None;
         }
         let v = self.sh.vrings.read().expect("vrings lock")[index].clone()?;
         let mem = self.sh.mem.read().expect("mem lock").clone()?;
         Some((v, mem))
-    }
-
-    /// Reads one frame from transmit queue `q` into a buffer of `pool` and
-    /// checks it as a TAP read is checked. The descriptor is returned to
-    /// the guest at once (the frame was copied).
-    pub fn read(&self, q: usize, pool: &mut Pool) -> Result<Packet, RecvError> {
-        let Some((vring, mem)) = self.vring(2 * q + 1) else {
-            return Err(RecvError::WouldBlock);
-        };
-        let mut st = vring.get_mut();
-        if !st.get_queue().ready() || !st.is_enabled() {
-            return Err(RecvError::WouldBlock);
-        }
-        let guard = mem.memory();
-        virtq::read_frame(st.get_queue_mut(), &guard, pool)
     }
 
     /// Makes the guest's transmit queue `q` kick again when it has more
@@ -593,25 +411,11 @@ impl VhostUserPort {
         ready
     }
 
-    /// Tells the guest what was used on queue pair `q` (its transmit or
-    /// receive side), if it wants to know now (event index).
-    pub fn signal(&self, q: usize, receive: bool) {
-        if receive {
-            self.signal_receive(q);
-            return;
-        }
-        if let Some((vring, _)) = self.vring(2 * q + 1) {
-            if vring.needs_notification().unwrap_or(true) {
-                let _ = vring.signal_used_queue();
-            }
-        }
-    }
-
     /// The receive side publishes a frame's chains in one step (see
     /// [`virtq::write_frame`]), outside the crate's count of what was
     /// added: whether the guest wants a signal is decided from the used
     /// index at the last signal.
-    fn signal_receive(&self, q: usize) {
+    pub(crate) fn signal_receive(&self, q: usize) {
         let Some((vring, mem)) = self.vring(2 * q) else {
             return;
         };
@@ -640,188 +444,5 @@ impl VhostUserPort {
         }
         let guard = mem.memory();
         virtq::write_frame(st.get_queue_mut(), &guard, iov, mergeable)
-    }
-}
-
-/// The port's public socket, and the crate's side of the relay.
-struct Relay {
-    public: UnixListener,
-    inner: vhost::vhost_user::Listener,
-    inner_addr: SocketAddr,
-}
-
-/// Requests and header flags of the protocol, as the relay needs them.
-const SET_FEATURES: u32 = 2;
-const SET_MEM_TABLE: u32 = 5;
-const SET_VRING_ENABLE: u32 = 18;
-const VERSION_1: u32 = 0x1;
-const FLAG_REPLY: u32 = 0x4;
-const FLAG_NEED_REPLY: u32 = 0x8;
-/// Bytes of a message header: request, flags, size.
-const MSG_HEADER: usize = 12;
-/// Bytes of `struct VhostUserMemory` before its regions, and of a region.
-const MEM_TABLE_HEAD: usize = 8;
-const MEM_REGION: usize = 32;
-/// Longest message payload relayed (the protocol's own limit is 4 KiB of
-/// config space plus headers).
-const MAX_PAYLOAD: usize = 0x1000 + 64;
-
-/// Reads exactly `buf.len()` bytes; descriptors attached to them are
-/// returned.
-fn recv_exact(sock: &UnixStream, buf: &mut [u8]) -> io::Result<Vec<std::os::fd::OwnedFd>> {
-    let mut fds = Vec::new();
-    let mut at = 0;
-    while at < buf.len() {
-        let (n, f) = hvnet_sys::scm::recv_with_fds(sock, &mut buf[at..])?;
-        if n == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-        fds.extend(f);
-        at += n;
-    }
-    Ok(fds)
-}
-
-/// Passes the front end's messages to the crate, each with its
-/// descriptors; trims a `SET_MEM_TABLE` longer than its regions, and holds
-/// a `SET_VRING_ENABLE` sent before the features are set (QEMU sends them
-/// at start-up; the crate refuses them until `PROTOCOL_FEATURES` is acked
-/// and would drop the connection) until they are, answering its reply
-/// request itself.
-fn relay(front: &UnixStream, back: &UnixStream) -> io::Result<()> {
-    let mut msg = vec![0u8; MSG_HEADER + MAX_PAYLOAD];
-    let mut features_set = false;
-    let mut held: Vec<Vec<u8>> = Vec::new();
-    loop {
-        let mut fds = recv_exact(front, &mut msg[..MSG_HEADER])?;
-        let request = u32::from_le_bytes(msg[0..4].try_into().expect("4 bytes"));
-        let flags = u32::from_le_bytes(msg[4..8].try_into().expect("4 bytes"));
-        let mut size = u32::from_le_bytes(msg[8..12].try_into().expect("4 bytes")) as usize;
-        if size > MAX_PAYLOAD {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "message too long",
-            ));
-        }
-        fds.extend(recv_exact(front, &mut msg[MSG_HEADER..MSG_HEADER + size])?);
-        match request {
-            SET_MEM_TABLE if size >= MEM_TABLE_HEAD => {
-                let p = &msg[MSG_HEADER..];
-                let regions = u32::from_le_bytes(p[0..4].try_into().expect("4 bytes")) as usize;
-                let want = MEM_TABLE_HEAD + regions.min(8) * MEM_REGION;
-                if size > want {
-                    size = want;
-                    msg[8..12].copy_from_slice(&(size as u32).to_le_bytes());
-                }
-            }
-            SET_VRING_ENABLE if !features_set => {
-                // Held without its reply request (answered here: the front
-                // end waits for it, and nothing else is outstanding).
-                let mut m = msg[..MSG_HEADER + size].to_vec();
-                m[4..8].copy_from_slice(&(flags & !FLAG_NEED_REPLY).to_le_bytes());
-                held.push(m);
-                if flags & FLAG_NEED_REPLY != 0 {
-                    let mut reply = [0u8; MSG_HEADER + 8];
-                    reply[0..4].copy_from_slice(&request.to_le_bytes());
-                    reply[4..8].copy_from_slice(&(VERSION_1 | FLAG_REPLY).to_le_bytes());
-                    reply[8..12].copy_from_slice(&8u32.to_le_bytes());
-                    hvnet_sys::scm::send_with_fds(front, &reply, &[])?;
-                }
-                continue;
-            }
-            _ => {}
-        }
-        hvnet_sys::scm::send_with_fds(back, &msg[..MSG_HEADER + size], &fds)?;
-        if request == SET_FEATURES && !features_set {
-            features_set = true;
-            for m in held.drain(..) {
-                hvnet_sys::scm::send_with_fds(back, &m, &[])?;
-            }
-        }
-    }
-}
-
-/// Accepts front ends one after another, each served by a fresh handler
-/// through the relay.
-fn serve(sh: Arc<Shared>, mut relay_ends: Relay) {
-    loop {
-        let front = match relay_ends.public.accept() {
-            Ok((s, _)) => s,
-            Err(e) => {
-                tracing::warn!(port = %sh.name, error = %e, "vhost-user accept failed");
-                std::thread::sleep(std::time::Duration::from_millis(100));
-                continue;
-            }
-        };
-        let back = match UnixStream::connect_addr(&relay_ends.inner_addr) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(port = %sh.name, error = %e, "vhost-user relay failed");
-                continue;
-            }
-        };
-        let backend = Backend {
-            sh: Arc::clone(&sh),
-            exits: Arc::new(Mutex::new(Vec::new())),
-            channel: Arc::new(Mutex::new(None)),
-        };
-        let exits = Arc::clone(&backend.exits);
-        let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
-        let mut daemon = match VhostUserDaemon::new(sh.name.clone(), backend, mem) {
-            Ok(d) => d,
-            Err(e) => {
-                tracing::warn!(port = %sh.name, error = %e, "vhost-user connection failed");
-                return;
-            }
-        };
-        if let Err(e) = daemon.start(&mut relay_ends.inner) {
-            tracing::warn!(port = %sh.name, error = %e, "vhost-user connection failed");
-            continue;
-        }
-        // Front end to crate through the relay; the crate's replies go
-        // back as they are.
-        let (f2, b2) = match (front.try_clone(), back.try_clone()) {
-            (Ok(f), Ok(b)) => (f, b),
-            _ => continue,
-        };
-        let name = sh.name.clone();
-        std::thread::spawn(move || {
-            if let Err(e) = relay(&front, &back) {
-                if e.kind() != io::ErrorKind::UnexpectedEof {
-                    tracing::warn!(port = %name, error = %e, "vhost-user relay failed");
-                }
-            }
-            let _ = back.shutdown(std::net::Shutdown::Both);
-            let _ = front.shutdown(std::net::Shutdown::Both);
-        });
-        std::thread::spawn(move || {
-            let _ = io::copy(&mut &b2, &mut &f2);
-            let _ = f2.shutdown(std::net::Shutdown::Both);
-        });
-        sh.connections.fetch_add(1, Ordering::Relaxed);
-        sh.connected.store(true, Ordering::Release);
-        tracing::info!(port = %sh.name, "guest connected");
-        let r = daemon.wait();
-        sh.connected.store(false, Ordering::Release);
-        for v in sh.vrings.write().expect("vrings lock").iter_mut() {
-            *v = None;
-        }
-        *sh.mem.write().expect("mem lock") = None;
-        for r in &sh.rx_signalled {
-            r.store(0, Ordering::Relaxed);
-        }
-        sh.acked.store(0, Ordering::Release);
-        sh.changed();
-        for e in exits.lock().expect("exits lock").iter() {
-            let _ = e.notify();
-        }
-        // Wake the datapath so it notices.
-        for (_, n) in sh.tx_kick.iter().chain(sh.rx_kick.iter()) {
-            let _ = n.notify();
-        }
-        match r {
-            Ok(()) => tracing::info!(port = %sh.name, "guest disconnected"),
-            Err(e) => tracing::info!(port = %sh.name, error = %e, "guest disconnected"),
-        }
     }
 }

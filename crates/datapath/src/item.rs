@@ -1,0 +1,34 @@
+//! What the datapath moves: a batch of frames at a time, and the item a
+//! guest receive ring holds.
+
+use hvnet_offload::gro::Coalesced;
+use hvnet_offload::GsoInfo;
+use hvnet_port::Packet;
+
+/// Frames read per batch before the GRO tables are flushed and staged
+/// frames published (a NAPI budget).
+pub const BATCH: usize = 64;
+
+/// What a frame in a guest receive ring is.
+#[allow(clippy::large_enum_variant)]
+pub enum RingItem {
+    /// A frame as received (possibly a GSO frame).
+    Frame {
+        /// The packet.
+        pkt: Packet,
+        /// Segment it on delivery (the guest does not take it whole).
+        segment: Option<GsoInfo>,
+    },
+    /// A coalesced frame.
+    Coalesced(Coalesced<Packet>),
+}
+
+impl RingItem {
+    /// Offered frames this item accounts for.
+    pub fn sources(&self) -> u64 {
+        match self {
+            RingItem::Coalesced(c) => c.count as u64,
+            RingItem::Frame { .. } => 1,
+        }
+    }
+}

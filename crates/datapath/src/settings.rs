@@ -1,0 +1,160 @@
+//! A port's settings — what `hvnet port PORT set` and topology files
+//! change — and how they are checked.
+
+use crate::ring;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// What a sender does when a destination's receive ring is full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RxOverflow {
+    /// Drop the frame and count it (`ring 1 full` / `ring 2 full`), as
+    /// VMXNET3 does: what seed 002 measures.
+    Drop,
+    /// Stop reading the sender's queue until the ring has room (up to
+    /// [`BACKPRESSURE_WAIT`], then drop), so the sender's own queue fills
+    /// and its TCP slows down. A slow receiver then holds up the sender's
+    /// traffic to everyone else too.
+    Backpressure,
+}
+
+/// Longest a sender waits for ring space under `rx_overflow =
+/// "backpressure"` before it drops after all (a receiver that stopped
+/// altogether must not stop its senders for good).
+pub const BACKPRESSURE_WAIT: Duration = Duration::from_millis(100);
+
+/// Who writes frames into a guest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Delivery {
+    /// The sender's worker delivers a batch itself when the queue is idle
+    /// (run to completion: no hand-off, no wake-up); otherwise the queue's
+    /// delivery thread does.
+    Auto,
+    /// Always the queue's delivery thread, the VM's "vCPU" (what the lab
+    /// holds to a CPU share).
+    Thread,
+}
+
+/// A switch, on or off: `true`/`false`, or the words the CLI takes,
+/// `"on"`/`"off"` — one vocabulary in topology files and `port set`.
+pub fn on_off<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OnOff {
+        Bool(bool),
+        Word(String),
+    }
+    match OnOff::deserialize(d) {
+        Ok(OnOff::Bool(b)) => Ok(b),
+        Ok(OnOff::Word(w)) if w == "on" => Ok(true),
+        Ok(OnOff::Word(w)) if w == "off" => Ok(false),
+        Ok(OnOff::Word(w)) => Err(serde::de::Error::custom(format!("{w:?} is not on or off"))),
+        Err(_) => Err(serde::de::Error::custom("expected on or off")),
+    }
+}
+
+/// A port's settings, changeable at run time (`hvnet port PORT set …`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PortSettings {
+    /// Software LRO for frames to this guest; also whether it takes GSO
+    /// frames whole. Default on, as in vSphere. At an uplink: software LRO
+    /// of what arrives from the wire, before switching (`lro =
+    /// "software"`).
+    #[serde(deserialize_with = "on_off")]
+    pub lro: bool,
+    /// The guest may hand us TSO frames (its `ethtool -k` shows TSO on).
+    #[serde(deserialize_with = "on_off")]
+    pub tso: bool,
+    /// Checksum offload both ways: the guest may send partial checksums and
+    /// takes frames with partial checksums.
+    #[serde(deserialize_with = "on_off")]
+    pub csum: bool,
+    /// MTU, 68..=9000.
+    pub mtu: u16,
+    /// Ring 1 size per receive queue (buffers).
+    pub ring1: usize,
+    /// Ring 2 size per receive queue (buffers).
+    pub ring2: usize,
+    /// Accept frames whose source MAC is not the port's (forged transmits).
+    #[serde(deserialize_with = "on_off")]
+    pub allow_forged_transmits: bool,
+    /// What a sender does when this port's ring is full.
+    pub rx_overflow: RxOverflow,
+    /// Who writes frames into this guest.
+    pub delivery: Delivery,
+}
+
+impl Default for PortSettings {
+    fn default() -> Self {
+        PortSettings {
+            lro: true,
+            tso: true,
+            csum: true,
+            mtu: 1500,
+            ring1: 256,
+            ring2: 256,
+            allow_forged_transmits: false,
+            rx_overflow: RxOverflow::Backpressure,
+            delivery: Delivery::Auto,
+        }
+    }
+}
+
+/// Why a setting change was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SettingError {
+    /// No such port.
+    #[error("no port named {0}")]
+    NoPort(String),
+    /// A value outside what the setting takes.
+    #[error("{setting} {value} is outside {min}..{max}")]
+    Range {
+        /// The setting.
+        setting: &'static str,
+        /// The value refused.
+        value: u64,
+        /// Its smallest value.
+        min: u64,
+        /// Its largest value.
+        max: u64,
+    },
+    /// A setting this port does not let change.
+    #[error("{0}")]
+    Fixed(String),
+    /// The device refused the change.
+    #[error("{0}")]
+    Device(String),
+}
+
+/// The values a numeric setting takes, `(min, max)`; `None` for a setting
+/// that is not a number.
+pub fn setting_range(setting: &str) -> Option<(u64, u64)> {
+    match setting {
+        "mtu" => Some((68, 9000)),
+        "ring1" | "ring2" => Some((32, ring::MAX_RING as u64)),
+        _ => None,
+    }
+}
+
+/// Checks settings ranges (also used for topology files).
+pub fn validate_settings(s: &PortSettings) -> Result<(), SettingError> {
+    for (setting, value) in [
+        ("mtu", u64::from(s.mtu)),
+        ("ring1", s.ring1 as u64),
+        ("ring2", s.ring2 as u64),
+    ] {
+        let (min, max) = setting_range(setting).expect("a numeric setting");
+        if !(min..=max).contains(&value) {
+            return Err(SettingError::Range {
+                setting,
+                value,
+                min,
+                max,
+            });
+        }
+    }
+    Ok(())
+}

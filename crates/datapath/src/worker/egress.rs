@@ -1,0 +1,113 @@
+//! A worker's offload stage for one destination: the receive queue (RSS
+//! over the flow, hashed once), the MTU, LRO into the guest or a GSO frame
+//! passed whole or marked for segmenting.
+
+use super::{Ctx, State, GRO_MAX_SEGMENTS};
+use crate::counters::add;
+use crate::item::RingItem;
+use hvnet_offload::gro::{GroConfig, GroOutput, GroTable};
+use hvnet_offload::vxlan::OUTER_LEN;
+use hvnet_port::Packet;
+
+impl State {
+    /// The offload stage for one destination: queue choice (RSS over the
+    /// flow, hashed once), MTU, LRO, and staging into the lane.
+    pub(super) fn egress(&mut self, cx: &Ctx, dst: usize, mut pkt: Packet) {
+        let port = &cx.sw.ports[dst];
+        let nq = port.dev.active_queues().min(port.rxq.len());
+        let q = if nq > 1 {
+            let (sw, frame, layers) = (&cx.sw, pkt.buf.frame(), &pkt.meta.layers);
+            let h = *pkt
+                .meta
+                .hash
+                .get_or_insert_with(|| sw.rss.hash_layers(frame, layers).map_or(0, |(h, _)| h));
+            h as usize % nq
+        } else {
+            0
+        };
+        let s = &self.settings[dst];
+        // A guest with LRO takes GSO frames whole and gets MTU-sized ones
+        // coalesced; an uplink with TSO "hardware" hands GSO frames to its
+        // device whole, and nothing is coalesced toward the wire.
+        let uplink = port.is_uplink();
+        let (whole, lro) = if uplink {
+            (s.tso, false)
+        } else {
+            (s.lro, s.lro)
+        };
+        // Longest frame the receiver takes: its MTU and this frame's link
+        // header; less the outer headers a tunnel endpoint adds on the wire.
+        let overhead = if port.tunnel.is_some() { OUTER_LEN } else { 0 };
+        let limit = (s.mtu as usize + pkt.meta.layers.l2.header_len).saturating_sub(overhead);
+        let c = &self.lane(cx, dst, q).counters;
+        add(&c.offered, 1);
+        match pkt.meta.offload.gso {
+            Some(g) => {
+                // Segments that would not fit the receiver's MTU (or the
+                // wire's, whoever segments) are refused here rather than
+                // written for a driver to drop.
+                if (!whole || uplink) && g.size as usize + pkt.header_len() > limit {
+                    add(&c.drop_mtu_exceeded, 1);
+                    return;
+                }
+                // Segments of its flow held for coalescing go first: a
+                // GSO frame must not overtake them.
+                if lro {
+                    self.flush_gro(cx, dst, q);
+                }
+                let segment = (!whole).then_some(g);
+                self.stage(cx, dst, q, RingItem::Frame { pkt, segment });
+            }
+            None if pkt.len() > limit => {
+                add(&c.drop_mtu_exceeded, 1);
+            }
+            None if lro => {
+                let d = &mut self.dests[dst][q];
+                let table = d.gro.get_or_insert_with(|| {
+                    GroTable::new(GroConfig {
+                        buckets: 64,
+                        max_segments: GRO_MAX_SEGMENTS,
+                        ..GroConfig::default()
+                    })
+                });
+                d.gro_used = Some(self.now);
+                let (layers, info) = (pkt.meta.layers, pkt.meta.offload);
+                let out = &mut self.gro_out;
+                table.receive_parsed(pkt, info, &layers, 0, &mut |o| out.push(o));
+                self.mark_active(dst, q);
+                self.stage_gro_output(cx, dst, q);
+            }
+            None => self.stage(cx, dst, q, RingItem::Frame { pkt, segment: None }),
+        }
+    }
+
+    pub(super) fn stage_gro_output(&mut self, cx: &Ctx, dst: usize, q: usize) {
+        // Outputs are in the order the receiver must see them.
+        let mut outs = std::mem::take(&mut self.gro_out);
+        for o in outs.drain(..) {
+            let item = match o {
+                GroOutput::Single { mut frame, info } => {
+                    frame.meta.offload = info;
+                    RingItem::Frame {
+                        pkt: frame,
+                        segment: None,
+                    }
+                }
+                GroOutput::Coalesced(c) => RingItem::Coalesced(c),
+            };
+            self.stage(cx, dst, q, item);
+        }
+        self.gro_out = outs;
+    }
+
+    /// Stages what the LRO table of `(dst, q)` holds.
+    pub(super) fn flush_gro(&mut self, cx: &Ctx, dst: usize, q: usize) {
+        if let Some(t) = self.dests[dst][q].gro.as_mut() {
+            if t.held() > 0 {
+                let out = &mut self.gro_out;
+                t.flush_all(&mut |o| out.push(o));
+                self.stage_gro_output(cx, dst, q);
+            }
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! A worker's ingress steps, per frame read: a tunnel endpoint's
+//! decapsulation, an uplink's software checksum check and LRO, then the
+//! switching decision (policy, learning, lookup, flooding).
+
+use super::ingress_lro::IngressLro;
+use super::{Ctx, State};
+use crate::counters::add;
+use crate::fdb::Learn;
+use crate::forward::{self, Action, Ingress};
+use crate::tunnel::{Received, TunnelDrop, Vtep};
+use hvnet_port::Packet;
+use std::time::Instant;
+
+impl State {
+    /// A counted frame: at an uplink, its checksum checked in software
+    /// when the device's is not taken, and coalesced first when its LRO is
+    /// software; else switched at once.
+    pub(super) fn coalesce_or_switch(&mut self, cx: &Ctx, mut pkt: Packet, now: Instant) {
+        if cx.port.is_uplink() && !self.settings[cx.port.id].csum {
+            super::ingress_csum::verify(&mut pkt, &cx.port.ingress[cx.q]);
+        }
+        if cx.port.is_uplink() && self.settings[cx.port.id].lro {
+            self.ingress_lro(cx, Some(pkt), now);
+        } else {
+            self.switch_frame(cx, pkt, now);
+        }
+    }
+
+    /// Offers `pkt` to the uplink's software LRO (or, with `None` at the
+    /// end of a batch, flushes it) and switches what it made ready.
+    pub(super) fn ingress_lro(&mut self, cx: &Ctx, pkt: Option<Packet>, now: Instant) {
+        let mut lro = match (self.ingress_lro.take(), &pkt) {
+            (Some(l), _) => l,
+            (None, Some(_)) => IngressLro::new(),
+            (None, None) => return,
+        };
+        let mut ready = std::mem::take(&mut self.lro_ready);
+        let (c, pool) = (&cx.port.ingress[cx.q], &mut self.pool);
+        let mut out = |p| ready.push(p);
+        match pkt {
+            Some(p) => lro.receive(p, pool, c, &mut out),
+            None => lro.flush(pool, c, &mut out),
+        }
+        self.ingress_lro = Some(lro);
+        for p in ready.drain(..) {
+            self.switch_frame(cx, p, now);
+        }
+        self.lro_ready = ready;
+    }
+
+    /// A frame from a tunnel endpoint's underlay: its inner frame is
+    /// forwarded, ARP for the endpoint answered, the rest dropped.
+    pub(super) fn receive_tunnel(&mut self, cx: &Ctx, vtep: &Vtep, pkt: Packet, now: Instant) {
+        self.count_in(cx, &pkt);
+        let c = &cx.port.ingress[cx.q];
+        match vtep.receive(pkt, now) {
+            Received::Inner(inner) => {
+                add(&c.decapsulated, 1);
+                self.coalesce_or_switch(cx, inner, now);
+            }
+            Received::Arp(reply) => {
+                add(&c.tunnel_control, 1);
+                if let Some(r) = reply {
+                    // A reply that cannot be written now is asked for again.
+                    vtep.send_reply(self.tunnel_tx(cx), &r);
+                }
+            }
+            Received::Drop(TunnelDrop::NotTunnel) => add(&c.drop_not_tunnel, 1),
+            Received::Drop(TunnelDrop::BadVxlan) => add(&c.drop_bad_vxlan, 1),
+            Received::Drop(TunnelDrop::Vni) => add(&c.drop_vni, 1),
+        }
+    }
+
+    /// The switching decision for a counted frame: policy, learning,
+    /// lookup, and the offload stage for each destination.
+    pub(super) fn switch_frame(&mut self, cx: &Ctx, pkt: Packet, now: Instant) {
+        let c = &cx.port.ingress[cx.q];
+        let ingress = Ingress {
+            port: cx.port.id,
+            mac: cx.port.mac,
+            allow_forged_transmits: self.settings[cx.port.id].allow_forged_transmits,
+        };
+        if !forward::admit(&ingress, &pkt) {
+            add(&c.drop_policy, 1);
+            return;
+        }
+        let (src, dst) = (pkt.src(), pkt.dst());
+        let vlan = cx.port.vlan;
+        if self.learned != Some(src) {
+            if cx.sw.fdb.learn(vlan, src, cx.port.id, now) == Learn::Refused {
+                add(&c.fdb_learn_refused, 1);
+            }
+            self.learned = Some(src);
+        }
+        let learned = match self.route {
+            Some((mac, port)) if mac == dst => port,
+            _ => {
+                let port = (!dst.is_multicast())
+                    .then(|| cx.sw.fdb.lookup(vlan, dst, now))
+                    .flatten();
+                self.route = Some((dst, port));
+                port
+            }
+        };
+        let sw = &cx.sw;
+        match forward::route(&ingress, learned, |p| sw.ports[p].is_up()) {
+            Action::NoRoute => add(&c.drop_no_route, 1),
+            Action::Unicast(p) => {
+                add(&c.forwarded, 1);
+                self.egress(cx, p, pkt);
+            }
+            Action::Flood => {
+                let targets: smallvec::SmallVec<[usize; 16]> = sw
+                    .ports
+                    .iter()
+                    .filter(|p| p.id != cx.port.id && p.vlan == vlan && p.is_up())
+                    .map(|p| p.id)
+                    .collect();
+                let Some((&last, rest)) = targets.split_last() else {
+                    add(&c.drop_no_route, 1);
+                    return;
+                };
+                add(&c.forwarded, 1);
+                add(&c.flooded, 1);
+                for &p in rest {
+                    // A copy counts against this port's buffers too; with
+                    // none left, that destination does not get one.
+                    if let Some(mut b) = self.pool.take(pkt.buf.class()) {
+                        b.fill(pkt.frame());
+                        self.egress(
+                            cx,
+                            p,
+                            Packet {
+                                buf: b,
+                                meta: pkt.meta,
+                            },
+                        );
+                    } else {
+                        add(&cx.port.ingress[cx.q].no_buffer_stalls, 1);
+                    }
+                }
+                self.egress(cx, last, pkt);
+            }
+        }
+    }
+}

@@ -1,0 +1,381 @@
+//! The ingress worker of one TAP queue: read a batch, forward each frame,
+//! run the offload stage per destination, and at the end of the batch
+//! flush the GRO tables and hand each destination queue what was staged
+//! for it — published to its delivery thread, or delivered from here when
+//! the queue is idle (run to completion).
+
+mod egress;
+mod ingress;
+mod ingress_csum;
+mod ingress_lro;
+mod staging;
+
+use crate::counters::add;
+use crate::deliver::Scratch;
+use crate::item::{RingItem, BATCH};
+use crate::ring::{Lane, Slot};
+use crate::settings::PortSettings;
+use crate::switch::{Port, PortState, Switch};
+use crate::tunnel::SOLICIT_EVERY;
+use hvnet_offload::gro::{GroOutput, GroTable};
+use hvnet_port::{Link, Packet, Pool, Receiver, RecvError, Transmitter, TxOptions};
+use hvnet_wire::MacAddr;
+use ingress_lro::IngressLro;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Segments a GRO run may hold: 64 KiB of 1448-byte segments is 45; an
+/// in-order stream of tiny segments stops here instead of pinning a buffer
+/// per byte.
+pub const GRO_MAX_SEGMENTS: usize = 64;
+
+/// A GRO table with no held run for this long is freed.
+const GRO_IDLE: Duration = Duration::from_secs(1);
+
+/// How often the kernel's drops at a port's queue are read (a system
+/// call, so not per batch).
+const KERNEL_DROPS_EVERY: Duration = Duration::from_millis(100);
+
+/// What one batch found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Batch {
+    /// Nothing to read.
+    Empty,
+    /// Frames were read (or refused).
+    Frames,
+    /// The port's buffer cap stopped the reading.
+    Stalled,
+}
+
+/// Per destination queue: the lane into it and the LRO table for it, both
+/// made on first use.
+#[derive(Default)]
+struct Dest {
+    lane: Option<Lane<RingItem>>,
+    gro: Option<GroTable<Packet>>,
+    gro_used: Option<Instant>,
+    active: bool,
+    /// Its transmitter, for batches this worker delivers itself.
+    tx: Option<Box<dyn Transmitter>>,
+}
+
+/// What a worker works for: the switch, its port and queue (shared,
+/// read-only; kept apart from the worker's state so that no reference
+/// count is touched per frame).
+pub(crate) struct Ctx {
+    sw: Arc<Switch>,
+    port: Arc<Port>,
+    q: usize,
+}
+
+pub(crate) struct Worker {
+    cx: Ctx,
+    st: State,
+}
+
+/// A worker's own state.
+struct State {
+    pool: Pool,
+    rx: Box<dyn Receiver>,
+    /// What the last batch read: frames, and frames refused.
+    frames: Vec<Result<Packet, RecvError>>,
+    /// A tunnel endpoint's own frames (ARP) go out through this.
+    tunnel_tx: Option<Box<dyn Transmitter>>,
+    /// When the kernel's drops at this queue were last read.
+    kernel_drops_read: Instant,
+    /// Settings of every port, re-read when the switch's generation moves.
+    gen: u64,
+    settings: Vec<PortSettings>,
+    dests: Vec<Vec<Dest>>,
+    active: Vec<(usize, usize)>,
+    /// The source address learned last (learning it again would only take
+    /// the FDB lock).
+    learned: Option<MacAddr>,
+    /// The last destination looked up, and its port.
+    route: Option<(MacAddr, Option<usize>)>,
+    gro_out: Vec<GroOutput<Packet>>,
+    inline: Vec<Slot<RingItem>>,
+    scratch: Scratch,
+    last_sweep: Instant,
+    /// When the current batch began.
+    now: Instant,
+    /// An uplink's software LRO (`lro = "software"`), made on first use,
+    /// and the frames it made ready to switch.
+    ingress_lro: Option<IngressLro>,
+    lro_ready: Vec<Packet>,
+}
+
+impl Worker {
+    pub(crate) fn new(sw: Arc<Switch>, port: Arc<Port>, q: usize) -> Worker {
+        let dests = sw
+            .ports
+            .iter()
+            .map(|p| (0..p.rxq.len()).map(|_| Dest::default()).collect())
+            .collect();
+        let st = State {
+            pool: Pool::new(Arc::clone(&port.home)),
+            rx: Arc::clone(&port.dev).receiver(q),
+            frames: Vec::with_capacity(BATCH),
+            tunnel_tx: None,
+            kernel_drops_read: Instant::now(),
+            gen: u64::MAX,
+            settings: Vec::new(),
+            dests,
+            active: Vec::with_capacity(16),
+            learned: None,
+            route: None,
+            gro_out: Vec::with_capacity(BATCH),
+            inline: Vec::with_capacity(BATCH),
+            scratch: Scratch::default(),
+            last_sweep: Instant::now(),
+            now: Instant::now(),
+            ingress_lro: None,
+            lro_ready: Vec::new(),
+        };
+        Worker {
+            cx: Ctx { sw, port, q },
+            st,
+        }
+    }
+
+    /// Reads until the switch stops or the port goes down for good: wait
+    /// for what the receiver names, then read batches until the queue is
+    /// empty. A port whose device is gone stops; one that is down waits
+    /// for its device (an uplink's link, a guest's hypervisor
+    /// reconnecting).
+    pub(crate) fn run(mut self) {
+        let port = Arc::clone(&self.cx.port);
+        let fd = self.st.rx.wait_fd();
+        // A tunnel endpoint's first queue thread resolves its peers.
+        let solicits = port.tunnel.as_ref().filter(|_| self.cx.q == 0);
+        let mut next_solicit = Instant::now();
+        while !self.cx.sw.stopping() {
+            if !port.is_up() {
+                if !self.wait_for_link() {
+                    break;
+                }
+                continue;
+            }
+            if let Some(vtep) = solicits {
+                let now = Instant::now();
+                if now >= next_solicit {
+                    vtep.solicit(self.st.tunnel_tx(&self.cx));
+                    next_solicit = now + SOLICIT_EVERY;
+                }
+            }
+            match hvnet_sys::poll_readable(fd, 100) {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.st.count_kernel_drops(&self.cx, Instant::now());
+                    self.check_link();
+                    continue;
+                }
+                Err(_) => break,
+            }
+            self.st.rx.woken();
+            self.drain();
+        }
+        self.finish();
+    }
+
+    /// Reads batches until the queue is empty and the other side, asked
+    /// to notify again, added nothing meanwhile.
+    fn drain(&mut self) {
+        while !self.cx.sw.stopping() && self.cx.port.is_up() {
+            match self.poll_batch() {
+                Batch::Frames => {}
+                // Every buffer the port may have is in flight: wait for
+                // deliveries to give some back instead of spinning.
+                Batch::Stalled => std::thread::sleep(Duration::from_micros(200)),
+                Batch::Empty => {
+                    if !self.st.rx.rearm() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// An idle queue notices a device that went down (an uplink's
+    /// sockets report only an administrative down; a guest's front end
+    /// that disconnected sends nothing).
+    fn check_link(&self) {
+        if self.cx.port.dev.link() != Link::Up {
+            self.st.port_gone(&self.cx);
+        }
+    }
+
+    /// While the port is down: true once its device is up again (the
+    /// port is up again too) or may still come back, false when it will
+    /// not (its device is gone, or the port failed).
+    fn wait_for_link(&self) -> bool {
+        let port = &self.cx.port;
+        if port.state() == PortState::Failed {
+            return false;
+        }
+        match port.dev.link() {
+            Link::Up => {
+                port.set_state_if(PortState::Down, PortState::Up);
+                true
+            }
+            Link::Down => {
+                port.dev.wait_link(self.cx.q, Duration::from_millis(100));
+                true
+            }
+            Link::Gone => false,
+        }
+    }
+
+    /// One batch (see [`State::poll_batch`]).
+    pub(crate) fn poll_batch(&mut self) -> Batch {
+        self.st.poll_batch(&self.cx)
+    }
+
+    /// Flushes what is held and gives the spare buffers back.
+    pub(crate) fn finish(&mut self) {
+        self.st.finish(&self.cx)
+    }
+}
+
+impl State {
+    /// One batch: up to [`BATCH`] frames from the receiver, each
+    /// switched, then the end-of-batch flush and hand-over.
+    pub(crate) fn poll_batch(&mut self, cx: &Ctx) -> Batch {
+        let now = self.begin_batch(cx);
+        if now.duration_since(self.kernel_drops_read) >= KERNEL_DROPS_EVERY {
+            self.count_kernel_drops(cx, now);
+        }
+        let end = self.rx.recv_batch(&mut self.pool, BATCH, &mut self.frames);
+        let mut frames = std::mem::take(&mut self.frames);
+        let mut result = if frames.is_empty() {
+            Batch::Empty
+        } else {
+            Batch::Frames
+        };
+        for r in frames.drain(..) {
+            match r {
+                Ok(pkt) => match &cx.port.tunnel {
+                    Some(vtep) => self.receive_tunnel(cx, vtep, pkt, now),
+                    None => {
+                        self.count_in(cx, &pkt);
+                        self.coalesce_or_switch(cx, pkt, now);
+                    }
+                },
+                Err(e) => self.count_refused(cx, &e),
+            }
+        }
+        self.frames = frames;
+        match end {
+            Err(RecvError::NoBuffer) => {
+                add(&cx.port.ingress[cx.q].no_buffer_stalls, 1);
+                result = Batch::Stalled;
+            }
+            Err(RecvError::Gone | RecvError::LinkDown) => self.port_gone(cx),
+            _ => {}
+        }
+        self.end_batch(cx);
+        result
+    }
+
+    /// The transmitter of this worker's queue, for a tunnel endpoint's
+    /// own frames.
+    fn tunnel_tx(&mut self, cx: &Ctx) -> &mut dyn Transmitter {
+        &mut **self
+            .tunnel_tx
+            .get_or_insert_with(|| Arc::clone(&cx.port.dev).transmitter(cx.q, TxOptions::default()))
+    }
+
+    /// Flushes what is held and gives the spare buffers back.
+    pub(crate) fn finish(&mut self, cx: &Ctx) {
+        self.end_batch(cx);
+        self.count_kernel_drops(cx, Instant::now());
+        self.rx.release(&mut self.pool);
+    }
+
+    /// Frames the kernel dropped at this queue before hvnet could read
+    /// them (an uplink socket's full buffer, or a frame it could not hand
+    /// over): they arrived, and are counted in and dropped.
+    fn count_kernel_drops(&mut self, cx: &Ctx, now: Instant) {
+        self.kernel_drops_read = now;
+        let n = self.rx.kernel_drops();
+        if n > 0 {
+            let c = &cx.port.ingress[cx.q];
+            add(&c.frames, n);
+            add(&c.drop_kernel, n);
+        }
+    }
+
+    fn count_refused(&self, cx: &Ctx, e: &RecvError) {
+        let c = &cx.port.ingress[cx.q];
+        add(&c.frames, 1);
+        match e {
+            RecvError::BadFrame(_) => add(&c.drop_bad_frame, 1),
+            RecvError::TooManySegments => add(&c.drop_gso_segments, 1),
+            RecvError::BadDescriptor => add(&c.drop_bad_descriptor, 1),
+            _ => add(&c.drop_bad_vnet_header, 1),
+        }
+    }
+
+    /// Per-batch preparation: settings re-read if they changed, fresh
+    /// caches, idle GRO tables freed now and then.
+    fn begin_batch(&mut self, cx: &Ctx) -> Instant {
+        let gen = cx.sw.settings_gen.load(Ordering::Acquire);
+        if gen != self.gen {
+            self.gen = gen;
+            self.settings.clear();
+            self.settings
+                .extend(cx.sw.ports.iter().map(|p| p.effective_settings()));
+        }
+        self.learned = None;
+        self.route = None;
+        let now = Instant::now();
+        self.now = now;
+        if now.duration_since(self.last_sweep) >= GRO_IDLE {
+            self.last_sweep = now;
+            for d in self.dests.iter_mut().flatten() {
+                let idle = d
+                    .gro_used
+                    .is_some_and(|t| now.duration_since(t) >= GRO_IDLE);
+                if idle && d.gro.as_ref().is_some_and(|g| g.held() == 0) {
+                    d.gro = None;
+                    d.gro_used = None;
+                }
+            }
+        }
+        now
+    }
+
+    /// The guest disappeared, or the uplink's link went down: the port
+    /// goes down, the switch goes on.
+    fn port_gone(&self, cx: &Ctx) {
+        cx.port.set_state_if(PortState::Up, PortState::Down);
+        cx.sw.fdb.sweep(Instant::now(), Some(cx.port.id));
+    }
+
+    fn count_in(&self, cx: &Ctx, pkt: &Packet) {
+        let c = &cx.port.ingress[cx.q];
+        add(&c.frames, 1);
+        add(&c.bytes, pkt.len() as u64);
+        if pkt.meta.offload.gso.is_some() {
+            add(&c.gso_frames, 1);
+        }
+    }
+
+    /// End of a batch: flush the LRO tables, then hand each destination
+    /// queue its frames.
+    fn end_batch(&mut self, cx: &Ctx) {
+        self.ingress_lro(cx, None, self.now);
+        for i in 0..self.active.len() {
+            let (dst, q) = self.active[i];
+            self.flush_gro(cx, dst, q);
+        }
+        let active = std::mem::take(&mut self.active);
+        for &(dst, q) in &active {
+            self.dests[dst][q].active = false;
+            self.hand_over(cx, dst, q);
+        }
+        self.active = active;
+        self.active.clear();
+    }
+}

@@ -1,0 +1,169 @@
+//! Staging: a worker's frames for each destination queue held in its
+//! lane until the end of the batch (or until the ring has room), then
+//! handed over — published to the queue's delivery thread, or delivered
+//! from the worker itself when the queue is idle.
+
+use super::{Ctx, Dest, State};
+use crate::counters::add;
+use crate::deliver;
+use crate::item::RingItem;
+use crate::ring::{self, Full, Lane};
+use crate::settings::{Delivery, RxOverflow, BACKPRESSURE_WAIT};
+use hvnet_port::TxOptions;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+impl State {
+    pub(super) fn mark_active(&mut self, dst: usize, q: usize) {
+        let d = &mut self.dests[dst][q];
+        if !d.active {
+            d.active = true;
+            self.active.push((dst, q));
+        }
+    }
+
+    pub(super) fn lane(&mut self, cx: &Ctx, dst: usize, q: usize) -> &mut Lane<RingItem> {
+        let ring = &cx.sw.ports[dst].rxq[q].rings;
+        let d = &mut self.dests[dst][q];
+        if d.lane.as_ref().is_some_and(|l| l.stale(ring)) {
+            // Publish what it holds before it is replaced.
+            if let Some(mut old) = d.lane.take() {
+                old.publish(ring);
+            }
+        }
+        d.lane.get_or_insert_with(|| ring.lane())
+    }
+
+    /// Places an item in the lane to `(dst, q)` for this batch, or waits
+    /// for room (backpressure), or drops it and counts why.
+    pub(super) fn stage(&mut self, cx: &Ctx, dst: usize, q: usize, item: RingItem) {
+        let sw = &cx.sw;
+        let port = &sw.ports[dst];
+        let ring = &port.rxq[q].rings;
+        let s = &self.settings[dst];
+        let (r1, r2) = ring_buffers(&item, s.mtu);
+        let sources = item.sources();
+        let overflow = s.rx_overflow;
+        self.mark_active(dst, q);
+        let lane = self.lane(cx, dst, q);
+        if !port.is_up() {
+            add(&lane.counters.drop_port_down, sources);
+            return;
+        }
+        let full = match lane.stage(ring, item, r1, r2) {
+            Ok(()) => return,
+            Err((item, full)) => {
+                let (size1, size2) = ring.sizes();
+                let could_fit = r1 <= size1 && r2 <= size2;
+                if overflow == RxOverflow::Backpressure && could_fit {
+                    match self.wait_for_room(cx, dst, q, item, r1, r2) {
+                        Ok(()) => return,
+                        Err(full) => full,
+                    }
+                } else {
+                    full
+                }
+            }
+        };
+        let c = &self.lane(cx, dst, q).counters;
+        match full {
+            Full::Ring1 => add(&c.drop_ring1_full, sources),
+            Full::Ring2 => add(&c.drop_ring2_full, sources),
+        }
+    }
+
+    /// Publishes everything staged so far (so the receivers have work),
+    /// then waits until `(dst, q)` has room for `item`.
+    pub(super) fn wait_for_room(
+        &mut self,
+        cx: &Ctx,
+        dst: usize,
+        q: usize,
+        mut item: RingItem,
+        r1: usize,
+        r2: usize,
+    ) -> Result<(), Full> {
+        self.publish_all(cx);
+        let sw = &cx.sw;
+        let port = &sw.ports[dst];
+        let ring = &port.rxq[q].rings;
+        let deadline = Instant::now() + BACKPRESSURE_WAIT;
+        let lane = self.lane(cx, dst, q);
+        add(&lane.counters.backpressure_waits, 1);
+        loop {
+            std::thread::park_timeout(Duration::from_micros(50));
+            match lane.stage(ring, item, r1, r2) {
+                Ok(()) => return Ok(()),
+                Err((back, full)) => {
+                    if Instant::now() >= deadline || sw.stopping() || !port.is_up() {
+                        return Err(full);
+                    }
+                    item = back;
+                }
+            }
+        }
+    }
+
+    /// Publishes every staged lane to its delivery thread.
+    pub(super) fn publish_all(&mut self, cx: &Ctx) {
+        for &(dst, q) in &self.active {
+            if let Some(l) = self.dests[dst][q].lane.as_mut() {
+                l.publish(&cx.sw.ports[dst].rxq[q].rings);
+            }
+        }
+    }
+
+    /// Delivers what was staged for `(dst, q)` from this thread when the
+    /// queue is idle and its port allows it (nothing of ours or anyone's is
+    /// waiting there, so nothing is overtaken), else publishes it.
+    pub(super) fn hand_over(&mut self, cx: &Ctx, dst: usize, q: usize) {
+        let sw = &cx.sw;
+        let port = &sw.ports[dst];
+        let ring = &port.rxq[q].rings;
+        let s = &self.settings[dst];
+        let Dest { lane, tx, .. } = &mut self.dests[dst][q];
+        let Some(lane) = lane.as_mut() else {
+            return;
+        };
+        if lane.staged() == 0 {
+            return;
+        }
+        if s.delivery == Delivery::Auto && ring.idle() && port.is_up() {
+            lane.take_staged(&mut self.inline);
+            add(&lane.counters.inline_batches, 1);
+            let tx = tx
+                .get_or_insert_with(|| Arc::clone(&port.dev).transmitter(q, TxOptions::default()));
+            deliver::deliver_batch(
+                port,
+                &mut **tx,
+                &lane.counters,
+                s,
+                &mut self.inline,
+                &mut self.scratch,
+            );
+        } else {
+            lane.publish(ring);
+        }
+    }
+}
+
+/// Ring buffers an item takes at a queue of MTU `mtu`: (ring 1, ring 2).
+fn ring_buffers(item: &RingItem, mtu: u16) -> (usize, usize) {
+    let ring1_buf = ring::ring1_buf_size(mtu);
+    match item {
+        RingItem::Frame {
+            pkt,
+            segment: Some(g),
+        } => {
+            // Each segment takes a buffer of its own.
+            let segs = pkt
+                .len()
+                .saturating_sub(pkt.header_len())
+                .div_ceil(g.size.max(1) as usize)
+                .max(1);
+            (segs, 0)
+        }
+        RingItem::Frame { pkt, .. } => ring::buffers_for(pkt.len(), ring1_buf),
+        RingItem::Coalesced(c) => ring::buffers_for(c.len(), ring1_buf),
+    }
+}

@@ -1,0 +1,271 @@
+//! The protocol handler: rust-vmm's back-end trait over the port's shared
+//! state, one per connection, and the thread that accepts front ends.
+
+use super::relay::{relay, Relay};
+use super::{offered_features, Memory, Shared, MAX_QUEUE_SIZE};
+use crate::ctrlq::{self, Command};
+use std::io;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use vhost::vhost_user::message::VhostUserProtocolFeatures;
+use vhost_user_backend::{VhostUserBackend, VhostUserDaemon, VringRwLock, VringT};
+use virtio_bindings::virtio_net::VIRTIO_NET_S_LINK_UP;
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vmm_sys_util::epoll::EventSet;
+use vmm_sys_util::event::{
+    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
+};
+
+/// The crate's back-end trait, over the shared state. One per connection.
+#[derive(Clone)]
+pub(super) struct Backend {
+    sh: Arc<Shared>,
+    /// Exit eventfds of this connection's event threads.
+    exits: Arc<Mutex<Vec<EventNotifier>>>,
+    /// The back end's request channel the front end gave.
+    channel: Arc<Mutex<Option<vhost::vhost_user::Backend>>>,
+}
+
+impl VhostUserBackend for Backend {
+    type Bitmap = ();
+    type Vring = VringRwLock;
+
+    fn num_queues(&self) -> usize {
+        // Receive and transmit per pair, then the control queue.
+        2 * self.sh.pairs + 1
+    }
+
+    fn max_queue_size(&self) -> usize {
+        MAX_QUEUE_SIZE as usize
+    }
+
+    fn features(&self) -> u64 {
+        offered_features()
+    }
+
+    fn acked_features(&self, features: u64) {
+        self.sh.acked.store(features, Ordering::Release);
+        self.sh.offloads.store(features, Ordering::Release);
+        self.sh.active_pairs.store(0, Ordering::Release);
+        self.sh.changed();
+    }
+
+    fn protocol_features(&self) -> VhostUserProtocolFeatures {
+        // BACKEND_REQ: User-Mode Linux allocates the interrupt of its
+        // virtqueues' call descriptors only when it sets up the back end's
+        // request channel (without it, its driver fails to probe).
+        VhostUserProtocolFeatures::MQ
+            | VhostUserProtocolFeatures::BACKEND_REQ
+            | VhostUserProtocolFeatures::REPLY_ACK
+            | VhostUserProtocolFeatures::CONFIG
+    }
+
+    fn reset_device(&self) {
+        self.sh.acked.store(0, Ordering::Release);
+        self.sh.changed();
+    }
+
+    fn set_event_idx(&self, _enabled: bool) {}
+
+    fn set_backend_req_fd(&self, channel: vhost::vhost_user::Backend) {
+        // Kept open for the connection's life: User-Mode Linux takes the
+        // channel's end of file for a broken connection and removes its
+        // NIC.
+        *self.channel.lock().expect("channel lock") = Some(channel);
+    }
+
+    fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
+        let cfg = config_space(&self.sh);
+        let start = (offset as usize).min(cfg.len());
+        let end = (start + size as usize).min(cfg.len());
+        let mut out = cfg[start..end].to_vec();
+        out.resize(size as usize, 0);
+        out
+    }
+
+    fn update_memory(&self, mem: Memory) -> io::Result<()> {
+        *self.sh.mem.write().expect("mem lock") = Some(mem);
+        self.sh.memory_tables.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn queues_per_thread(&self) -> Vec<u64> {
+        // One event thread per pair; the first also serves the control
+        // queue (rare commands).
+        let ctrl = 1u64 << (2 * self.sh.pairs);
+        (0..self.sh.pairs)
+            .map(|i| (0b11u64 << (2 * i)) | if i == 0 { ctrl } else { 0 })
+            .collect()
+    }
+
+    fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
+        let (c, n) = new_event_consumer_and_notifier(EventFlag::NONBLOCK).ok()?;
+        let keep = n.try_clone().ok()?;
+        self.exits.lock().expect("exits lock").push(keep);
+        Some((c, n))
+    }
+
+    fn handle_event(
+        &self,
+        device_event: u16,
+        _evset: EventSet,
+        vrings: &[VringRwLock],
+        thread_id: usize,
+    ) -> io::Result<()> {
+        let pair = thread_id;
+        if pair >= self.sh.pairs {
+            return Ok(());
+        }
+        // The pair's vrings are known from its first event on; later
+        // events (a kick per frame or so) take only the read lock.
+        let known =
+            |all: &Vec<Option<VringRwLock>>| all[2 * pair].is_some() && all[2 * pair + 1].is_some();
+        if !known(&self.sh.vrings.read().expect("vrings lock")) {
+            let mut all = self.sh.vrings.write().expect("vrings lock");
+            for (i, v) in vrings.iter().enumerate().take(2) {
+                let slot = &mut all[2 * pair + i];
+                if slot.is_none() {
+                    *slot = Some(v.clone());
+                }
+            }
+        }
+        match device_event {
+            0 => self.sh.rx_kick[pair].1.notify()?,
+            1 => self.sh.tx_kick[pair].1.notify()?,
+            2 if pair == 0 => {
+                if let Some(ctrl) = vrings.get(2) {
+                    self.serve_control(ctrl);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+impl Backend {
+    /// Answers the guest's control commands and applies them.
+    fn serve_control(&self, ctrl: &VringRwLock) {
+        let Some(mem) = self.sh.mem.read().expect("mem lock").clone() else {
+            return;
+        };
+        let sh = &self.sh;
+        let mut st = ctrl.get_mut();
+        let guard = mem.memory();
+        let served = ctrlq::serve(st.get_queue_mut(), &guard, &mut |c| match c {
+            Command::Accepted => true,
+            Command::QueuePairs(n) if (1..=sh.pairs).contains(&usize::from(n)) => {
+                sh.active_pairs.store(usize::from(n), Ordering::Release);
+                tracing::info!(port = %sh.name, pairs = n, "guest set its queue pairs");
+                sh.changed();
+                true
+            }
+            Command::GuestOffloads(bits) => {
+                sh.offloads.store(bits, Ordering::Release);
+                tracing::info!(port = %sh.name, offloads = %format!("{bits:#x}"), "guest set its offloads");
+                sh.changed();
+                true
+            }
+            Command::QueuePairs(_) | Command::Refused => false,
+        });
+        if served > 0 && st.needs_notification().unwrap_or(true) {
+            let _ = st.signal_used_queue();
+        }
+    }
+}
+
+/// `struct virtio_net_config`: MAC, status (link up), queue pairs, MTU.
+fn config_space(sh: &Shared) -> [u8; 12] {
+    let mut c = [0u8; 12];
+    c[..6].copy_from_slice(&sh.mac);
+    c[6..8].copy_from_slice(&(VIRTIO_NET_S_LINK_UP as u16).to_le_bytes());
+    c[8..10].copy_from_slice(&(sh.pairs as u16).to_le_bytes());
+    c[10..12].copy_from_slice(&sh.mtu.to_le_bytes());
+    c
+}
+
+/// Accepts front ends one after another, each served by a fresh handler
+/// through the relay.
+pub(super) fn serve(sh: Arc<Shared>, mut relay_ends: Relay) {
+    loop {
+        let front = match relay_ends.public.accept() {
+            Ok((s, _)) => s,
+            Err(e) => {
+                tracing::warn!(port = %sh.name, error = %e, "vhost-user accept failed");
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                continue;
+            }
+        };
+        let back = match UnixStream::connect_addr(&relay_ends.inner_addr) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(port = %sh.name, error = %e, "vhost-user relay failed");
+                continue;
+            }
+        };
+        let backend = Backend {
+            sh: Arc::clone(&sh),
+            exits: Arc::new(Mutex::new(Vec::new())),
+            channel: Arc::new(Mutex::new(None)),
+        };
+        let exits = Arc::clone(&backend.exits);
+        let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
+        let mut daemon = match VhostUserDaemon::new(sh.name.clone(), backend, mem) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(port = %sh.name, error = %e, "vhost-user connection failed");
+                return;
+            }
+        };
+        if let Err(e) = daemon.start(&mut relay_ends.inner) {
+            tracing::warn!(port = %sh.name, error = %e, "vhost-user connection failed");
+            continue;
+        }
+        // Front end to crate through the relay; the crate's replies go
+        // back as they are.
+        let (f2, b2) = match (front.try_clone(), back.try_clone()) {
+            (Ok(f), Ok(b)) => (f, b),
+            _ => continue,
+        };
+        let name = sh.name.clone();
+        std::thread::spawn(move || {
+            if let Err(e) = relay(&front, &back) {
+                if e.kind() != io::ErrorKind::UnexpectedEof {
+                    tracing::warn!(port = %name, error = %e, "vhost-user relay failed");
+                }
+            }
+            let _ = back.shutdown(std::net::Shutdown::Both);
+            let _ = front.shutdown(std::net::Shutdown::Both);
+        });
+        std::thread::spawn(move || {
+            let _ = io::copy(&mut &b2, &mut &f2);
+            let _ = f2.shutdown(std::net::Shutdown::Both);
+        });
+        sh.connections.fetch_add(1, Ordering::Relaxed);
+        sh.connected.store(true, Ordering::Release);
+        tracing::info!(port = %sh.name, "guest connected");
+        let r = daemon.wait();
+        sh.connected.store(false, Ordering::Release);
+        for v in sh.vrings.write().expect("vrings lock").iter_mut() {
+            *v = None;
+        }
+        *sh.mem.write().expect("mem lock") = None;
+        for r in &sh.rx_signalled {
+            r.store(0, Ordering::Relaxed);
+        }
+        sh.acked.store(0, Ordering::Release);
+        sh.changed();
+        for e in exits.lock().expect("exits lock").iter() {
+            let _ = e.notify();
+        }
+        // Wake the datapath so it notices.
+        for (_, n) in sh.tx_kick.iter().chain(sh.rx_kick.iter()) {
+            let _ = n.notify();
+        }
+        match r {
+            Ok(()) => tracing::info!(port = %sh.name, "guest disconnected"),
+            Err(e) => tracing::info!(port = %sh.name, error = %e, "guest disconnected"),
+        }
+    }
+}

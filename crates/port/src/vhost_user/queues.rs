@@ -1,0 +1,174 @@
+//! A vhost-user port as the datapath sees it ([`Device`]): its transmit
+//! virtqueues read a batch per wake-up under one lock, the used ring
+//! published and the guest signalled once per batch (when its event
+//! index asks for it), and kicks off while the queue is being read; its
+//! receive virtqueues written a batch at a time, the guest signalled once
+//! after it.
+
+use super::VhostUserPort;
+use crate::device::{Caps, Device, Link, Receiver, SendError, Transmitter, TxOptions};
+use crate::packet::Packet;
+use crate::pool::Pool;
+use crate::virtq::{self, VirtqError};
+use crate::vnet::RecvError;
+use std::io::IoSlice;
+use std::os::fd::RawFd;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use vhost_user_backend::VringT;
+use virtio_queue::QueueT;
+use vm_memory::GuestAddressSpace;
+
+impl Device for VhostUserPort {
+    fn kind(&self) -> &'static str {
+        "vhost-user"
+    }
+
+    fn name(&self) -> &str {
+        self.socket().to_str().unwrap_or("?")
+    }
+
+    fn num_queues(&self) -> usize {
+        self.sh.pairs
+    }
+
+    fn active_queues(&self) -> usize {
+        VhostUserPort::active_queues(self)
+    }
+
+    fn caps(&self) -> Caps {
+        let g = self.guest_offloads();
+        Caps {
+            csum: g.csum,
+            gso: g.tso,
+        }
+    }
+
+    fn notify_changes(&self, counter: Arc<AtomicU64>) {
+        VhostUserPort::notify_changes(self, counter)
+    }
+
+    /// Up while a front end is connected; down, not gone, without one (a
+    /// guest's hypervisor that restarts reconnects).
+    fn link(&self) -> Link {
+        if self.is_connected() {
+            Link::Up
+        } else {
+            Link::Down
+        }
+    }
+
+    /// A disconnect and a reconnect both kick.
+    fn wait_link(&self, q: usize, timeout: Duration) {
+        let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
+        let _ = hvnet_sys::poll_readable(self.tx_kick_fd(q), ms);
+        self.consume_kicks(q);
+    }
+
+    fn receiver(self: Arc<Self>, q: usize) -> Box<dyn Receiver> {
+        Box::new(VirtqReceiver { port: self, q })
+    }
+
+    fn transmitter(self: Arc<Self>, q: usize, _opts: TxOptions) -> Box<dyn Transmitter> {
+        Box::new(VirtqTransmitter { port: self, q })
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// Reads a guest's transmit virtqueue.
+struct VirtqReceiver {
+    port: Arc<VhostUserPort>,
+    q: usize,
+}
+
+impl Receiver for VirtqReceiver {
+    /// Up to `max` chains under one lock of the virtqueue, each copied
+    /// into a buffer and returned used at once; the guest is signalled
+    /// once after them.
+    fn recv_batch(
+        &mut self,
+        pool: &mut Pool,
+        max: usize,
+        out: &mut Vec<Result<Packet, RecvError>>,
+    ) -> Result<(), RecvError> {
+        let Some((vring, mem)) = self.port.vring(2 * self.q + 1) else {
+            return Err(RecvError::WouldBlock);
+        };
+        let (read, end) = {
+            let mut st = vring.get_mut();
+            if !st.get_queue().ready() || !st.is_enabled() {
+                return Err(RecvError::WouldBlock);
+            }
+            let guard = mem.memory();
+            virtq::read_batch(st.get_queue_mut(), &guard, pool, max, out)
+        };
+        if read > 0 && vring.needs_notification().unwrap_or(true) {
+            let _ = vring.signal_used_queue();
+        }
+        end
+    }
+
+    fn wait_fd(&self) -> RawFd {
+        self.port.tx_kick_fd(self.q)
+    }
+
+    fn woken(&mut self) {
+        self.port.consume_kicks(self.q);
+        self.port.disable_tx_kicks(self.q);
+    }
+
+    fn rearm(&mut self) -> bool {
+        let more = self.port.enable_tx_kicks(self.q);
+        if more {
+            self.port.disable_tx_kicks(self.q);
+        }
+        more
+    }
+}
+
+/// Writes a guest's receive virtqueue.
+struct VirtqTransmitter {
+    port: Arc<VhostUserPort>,
+    q: usize,
+}
+
+impl Transmitter for VirtqTransmitter {
+    fn send_batch(
+        &mut self,
+        frames: &[&[IoSlice<'_>]],
+        hold: Option<Duration>,
+        results: &mut Vec<Result<(), SendError>>,
+    ) {
+        // The clock is read only once the ring was found full; one
+        // deadline for the whole batch.
+        let mut deadline = None;
+        for f in frames {
+            let r = loop {
+                match self.port.write(self.q, f) {
+                    Ok(()) => break Ok(()),
+                    Err(VirtqError::RingFull) => {
+                        let Some(wait) = hold else {
+                            break Err(SendError::Full);
+                        };
+                        let now = Instant::now();
+                        let end = *deadline.get_or_insert(now + wait);
+                        let left = end.saturating_duration_since(now);
+                        if left.is_zero() || !self.port.wait_for_room(self.q, left) {
+                            break Err(SendError::Full);
+                        }
+                    }
+                    Err(_) => break Err(SendError::Failed),
+                }
+            };
+            results.push(r);
+        }
+    }
+
+    fn flush(&mut self) {
+        self.port.signal_receive(self.q);
+    }
+}

@@ -1,0 +1,103 @@
+//! The relay between a front end and the crate's handler (see the
+//! module's parent for why it exists).
+
+use std::io;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+
+/// The port's public socket, and the crate's side of the relay.
+pub(super) struct Relay {
+    pub(super) public: UnixListener,
+    pub(super) inner: vhost::vhost_user::Listener,
+    pub(super) inner_addr: SocketAddr,
+}
+
+/// Requests and header flags of the protocol, as the relay needs them.
+const SET_FEATURES: u32 = 2;
+const SET_MEM_TABLE: u32 = 5;
+const SET_VRING_ENABLE: u32 = 18;
+const VERSION_1: u32 = 0x1;
+const FLAG_REPLY: u32 = 0x4;
+const FLAG_NEED_REPLY: u32 = 0x8;
+/// Bytes of a message header: request, flags, size.
+const MSG_HEADER: usize = 12;
+/// Bytes of `struct VhostUserMemory` before its regions, and of a region.
+const MEM_TABLE_HEAD: usize = 8;
+const MEM_REGION: usize = 32;
+/// Longest message payload relayed (the protocol's own limit is 4 KiB of
+/// config space plus headers).
+const MAX_PAYLOAD: usize = 0x1000 + 64;
+
+/// Reads exactly `buf.len()` bytes; descriptors attached to them are
+/// returned.
+fn recv_exact(sock: &UnixStream, buf: &mut [u8]) -> io::Result<Vec<std::os::fd::OwnedFd>> {
+    let mut fds = Vec::new();
+    let mut at = 0;
+    while at < buf.len() {
+        let (n, f) = hvnet_sys::scm::recv_with_fds(sock, &mut buf[at..])?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        fds.extend(f);
+        at += n;
+    }
+    Ok(fds)
+}
+
+/// Passes the front end's messages to the crate, each with its
+/// descriptors; trims a `SET_MEM_TABLE` longer than its regions, and holds
+/// a `SET_VRING_ENABLE` sent before the features are set (QEMU sends them
+/// at start-up; the crate refuses them until `PROTOCOL_FEATURES` is acked
+/// and would drop the connection) until they are, answering its reply
+/// request itself.
+pub(super) fn relay(front: &UnixStream, back: &UnixStream) -> io::Result<()> {
+    let mut msg = vec![0u8; MSG_HEADER + MAX_PAYLOAD];
+    let mut features_set = false;
+    let mut held: Vec<Vec<u8>> = Vec::new();
+    loop {
+        let mut fds = recv_exact(front, &mut msg[..MSG_HEADER])?;
+        let request = u32::from_le_bytes(msg[0..4].try_into().expect("4 bytes"));
+        let flags = u32::from_le_bytes(msg[4..8].try_into().expect("4 bytes"));
+        let mut size = u32::from_le_bytes(msg[8..12].try_into().expect("4 bytes")) as usize;
+        if size > MAX_PAYLOAD {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "message too long",
+            ));
+        }
+        fds.extend(recv_exact(front, &mut msg[MSG_HEADER..MSG_HEADER + size])?);
+        match request {
+            SET_MEM_TABLE if size >= MEM_TABLE_HEAD => {
+                let p = &msg[MSG_HEADER..];
+                let regions = u32::from_le_bytes(p[0..4].try_into().expect("4 bytes")) as usize;
+                let want = MEM_TABLE_HEAD + regions.min(8) * MEM_REGION;
+                if size > want {
+                    size = want;
+                    msg[8..12].copy_from_slice(&(size as u32).to_le_bytes());
+                }
+            }
+            SET_VRING_ENABLE if !features_set => {
+                // Held without its reply request (answered here: the front
+                // end waits for it, and nothing else is outstanding).
+                let mut m = msg[..MSG_HEADER + size].to_vec();
+                m[4..8].copy_from_slice(&(flags & !FLAG_NEED_REPLY).to_le_bytes());
+                held.push(m);
+                if flags & FLAG_NEED_REPLY != 0 {
+                    let mut reply = [0u8; MSG_HEADER + 8];
+                    reply[0..4].copy_from_slice(&request.to_le_bytes());
+                    reply[4..8].copy_from_slice(&(VERSION_1 | FLAG_REPLY).to_le_bytes());
+                    reply[8..12].copy_from_slice(&8u32.to_le_bytes());
+                    hvnet_sys::scm::send_with_fds(front, &reply, &[])?;
+                }
+                continue;
+            }
+            _ => {}
+        }
+        hvnet_sys::scm::send_with_fds(back, &msg[..MSG_HEADER + size], &fds)?;
+        if request == SET_FEATURES && !features_set {
+            features_set = true;
+            for m in held.drain(..) {
+                hvnet_sys::scm::send_with_fds(back, &m, &[])?;
+            }
+        }
+    }
+}

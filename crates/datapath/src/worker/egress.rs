@@ -93,7 +93,7 @@ impl State {
                         segment: None,
                     }
                 }
-                GroOutput::Coalesced(c) => RingItem::Coalesced(c),
+                GroOutput::Coalesced(c) => RingItem::Coalesced(Box::new(c)),
             };
             self.stage(cx, dst, q, item);
         }

@@ -436,13 +436,41 @@ impl VhostUserPort {
     /// the guest takes mergeable buffers. Nothing is written when the
     /// guest has too few buffers.
     pub fn write(&self, q: usize, iov: &[IoSlice<'_>]) -> Result<(), VirtqError> {
-        let (vring, mem) = self.vring(2 * q).ok_or(VirtqError::NotReady)?;
+        let mut first = Err(VirtqError::NotReady);
+        self.write_batch(q, &[iov], &mut |r| first = r);
+        first
+    }
+
+    /// Writes frames into receive queue `q` as [`VhostUserPort::write`]
+    /// does, under one lock of the virtqueue, reporting each result to
+    /// `done` in order; stops after the first frame that finds the ring
+    /// full (the caller may wait for room and go on from there). Returns
+    /// how many frames were reported.
+    pub fn write_batch(
+        &self,
+        q: usize,
+        frames: &[&[IoSlice<'_>]],
+        done: &mut dyn FnMut(Result<(), VirtqError>),
+    ) -> usize {
+        let Some((vring, mem)) = self.vring(2 * q) else {
+            frames.iter().for_each(|_| done(Err(VirtqError::NotReady)));
+            return frames.len();
+        };
         let mergeable = self.guest_offloads().mergeable;
         let mut st = vring.get_mut();
         if !st.get_queue().ready() || !st.is_enabled() {
-            return Err(VirtqError::NotReady);
+            frames.iter().for_each(|_| done(Err(VirtqError::NotReady)));
+            return frames.len();
         }
         let guard = mem.memory();
-        virtq::write_frame(st.get_queue_mut(), &guard, iov, mergeable)
+        for (i, f) in frames.iter().enumerate() {
+            let r = virtq::write_frame(st.get_queue_mut(), &guard, f, mergeable);
+            let full = matches!(r, Err(VirtqError::RingFull));
+            done(r);
+            if full {
+                return i + 1;
+            }
+        }
+        frames.len()
     }
 }

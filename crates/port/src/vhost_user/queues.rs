@@ -143,28 +143,37 @@ impl Transmitter for VirtqTransmitter {
         hold: Option<Duration>,
         results: &mut Vec<Result<(), SendError>>,
     ) {
-        // The clock is read only once the ring was found full; one
-        // deadline for the whole batch.
+        // Under one lock until the ring is full; then, holding, wait for
+        // room and go on from the frame that found it full. The clock is
+        // read only once the ring was found full; one deadline for the
+        // whole batch.
         let mut deadline = None;
-        for f in frames {
-            let r = loop {
-                match self.port.write(self.q, f) {
-                    Ok(()) => break Ok(()),
-                    Err(VirtqError::RingFull) => {
-                        let Some(wait) = hold else {
-                            break Err(SendError::Full);
-                        };
-                        let now = Instant::now();
-                        let end = *deadline.get_or_insert(now + wait);
-                        let left = end.saturating_duration_since(now);
-                        if left.is_zero() || !self.port.wait_for_room(self.q, left) {
-                            break Err(SendError::Full);
-                        }
-                    }
-                    Err(_) => break Err(SendError::Failed),
-                }
-            };
-            results.push(r);
+        let mut at = 0;
+        while at < frames.len() {
+            let mut full = false;
+            let n = self
+                .port
+                .write_batch(self.q, &frames[at..], &mut |r| match r {
+                    Err(VirtqError::RingFull) => full = true,
+                    r => results.push(r.map_err(|_| SendError::Failed)),
+                });
+            at += n;
+            if !full {
+                continue;
+            }
+            // The frame that found the ring full: wait for room (if
+            // holding) and write it again, or give it up.
+            let retry = hold.is_some_and(|wait| {
+                let now = Instant::now();
+                let end = *deadline.get_or_insert(now + wait);
+                let left = end.saturating_duration_since(now);
+                !left.is_zero() && self.port.wait_for_room(self.q, left)
+            });
+            if retry {
+                at -= 1;
+            } else {
+                results.push(Err(SendError::Full));
+            }
         }
     }
 

@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""CPU per frame at vhost-user ports: hvnet against Open vSwitch with
+DPDK, same front ends, same run.
+
+Two DPDK testpmd `net_virtio_user` front ends — a sends (`txonly`, frames
+of `--sizes` bytes to b's MAC), b receives (`rxonly`) — on vhost-user
+ports of:
+- hvnet: two `kind = "vhost-user"` VMs, b with `rx_overflow = "drop"`;
+- ovs-dpdk: Open vSwitch 3.1's DPDK build (`ovs-vswitchd-dpdk`, Debian's
+  `openvswitch-switch-dpdk`, installed here if missing, its service never
+  started), `dpdkvhostuserclient` ports on a `netdev` bridge, b's MAC in
+  its FDB, one poll-mode thread on core 0.
+The switch runs on core 0, both front ends on core 1, so that the
+receiver is slower than the sender and both switches drop at b's full
+receive ring. After a warm-up, over `--seconds`:
+- hvnet: CPU time of all its threads (`/proc/PID/task/*/schedstat`) per
+  frame it took from a; and of a's ingress worker alone;
+- ovs-dpdk: its poll-mode thread's processing cycles per packet
+  (`ovs-appctl dpif-netdev/pmd-stats-show`, over the TSC frequency), and
+  the whole thread's CPU time per packet (it polls at any load).
+Then, a stopped: hvnet's CPU over 2 s with no frames flowing (the poll-
+mode thread keeps its core at any load).
+
+Switches run interleaved per repetition; medians of `--repeat` runs.
+Run as root: `scripts/bench_vhost_pps.py [--sizes 64,1500] [--repeat 3]
+[--seconds 5] [--out F.json]`. Not a test: nothing here asserts a speed.
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "lab")]
+
+import hvlab  # noqa: E402
+from hvnet_lab.fabrics import OvsDaemons  # noqa: E402
+
+MAC_A, MAC_B = "02:00:00:00:1b:0a", "02:00:00:00:1b:0b"
+OVS_DPDK = "/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk"
+HUGEPAGES = 1024  # 2 MiB each: OVS's 1 GiB socket memory, 256 MiB per front end
+
+
+def log(msg):
+    print(f"bench_vhost_pps: {msg}", file=sys.stderr, flush=True)
+
+
+def ensure_ovs_dpdk():
+    """Installs Debian's openvswitch-switch-dpdk if missing, with no
+    service started (as scripts/install-deps.sh installs Open vSwitch)."""
+    if os.path.exists(OVS_DPDK):
+        return
+    log("installing openvswitch-switch-dpdk (service not started)")
+    policy = Path("/usr/sbin/policy-rc.d")
+    saved = policy.read_bytes() if policy.exists() else None
+    policy.write_text("#!/bin/sh\nexit 101\n")
+    policy.chmod(0o755)
+    try:
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "openvswitch-switch-dpdk"],
+                       check=True, env=env, stdout=subprocess.DEVNULL)
+    finally:
+        if saved is None:
+            policy.unlink()
+        else:
+            policy.write_bytes(saved)
+
+
+@contextlib.contextmanager
+def hugepages(n):
+    """`n` more 2 MiB hugepages and a hugetlbfs mount, both undone."""
+    knob = Path("/proc/sys/vm/nr_hugepages")
+    before = int(knob.read_text())
+    knob.write_text(str(before + n))
+    d = tempfile.mkdtemp(prefix="hvnet-huge-")
+    subprocess.run(["mount", "-t", "hugetlbfs", "none", d], check=True)
+    try:
+        yield d
+    finally:
+        subprocess.run(["umount", d], check=False)
+        os.rmdir(d)
+        knob.write_text(str(before))
+
+
+class Pmd:
+    """A testpmd front end on core 1 (its two lcores share it)."""
+
+    def __init__(self, name, huge, vdev, mode, extra=()):
+        self.log = tempfile.NamedTemporaryFile("w+", prefix=f"testpmd-{name}-", suffix=".log")
+        self.proc = subprocess.Popen(
+            ["dpdk-testpmd", "--lcores=0@1,1@1", "--no-pci", "--in-memory", "--single-file-segments",
+             f"--huge-dir={huge}", "-m", "256", f"--file-prefix=hvb{os.getpid()}{name}", f"--vdev={vdev}", "--",
+             "--auto-start", f"--forward-mode={mode}", *extra],
+            stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGINT)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+def task_ns(pid, name_prefix=None):
+    """CPU time (ns) of a process's threads, or of those whose name
+    starts with `name_prefix`."""
+    total = 0
+    for t in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            if name_prefix and not (t / "comm").read_text().startswith(name_prefix):
+                continue
+            total += int((t / "schedstat").read_text().split()[0])
+        except (OSError, ValueError):
+            pass
+    return total
+
+
+def pin(pid, cpus):
+    subprocess.run(["taskset", "-a", "-p", "-c", cpus, str(pid)], check=True, stdout=subprocess.DEVNULL)
+
+
+def tsc_mhz():
+    """The TSC frequency the kernel calibrated (OVS counts cycles in it)."""
+    text = subprocess.run(["dmesg"], capture_output=True, text=True).stdout
+    for pat in (r"tsc: Refined TSC clocksource calibration: ([\d.]+) MHz", r"tsc: Detected ([\d.]+) MHz"):
+        m = re.findall(pat, text)
+        if m:
+            return float(m[-1])
+    return float(re.findall(r"cpu MHz\s*:\s*([\d.]+)", Path("/proc/cpuinfo").read_text())[0])
+
+
+def run_hvnet(tmp, huge, size, seconds):
+    vms = [dict(name="a", kind="vhost-user", mac=MAC_A),
+           dict(name="b", kind="vhost-user", mac=MAC_B, rx_overflow="drop")]
+    with hvlab.Topology(tmp, vms, prefix="bp") as t:
+        pid = json.loads(Path(f"/run/hvnet/{t.name}/state.json").read_text())["pid"]
+        pin(pid, "0")
+        sock = lambda vm: f"/run/hvnet/{t.name}/{vm}.sock"  # noqa: E731
+        b = Pmd("b", huge, f"net_virtio_user0,path={sock('b')},mac={MAC_B},queue_size=1024", "rxonly")
+        a = None
+        try:
+            up = lambda: any(p["name"] == "b" and p["link"] == "up"  # noqa: E731
+                             for p in json.loads(t.hv("ports", "--json").stdout))
+            hvlab.eventually(up, timeout=30)
+            a = Pmd("a", huge, f"net_virtio_user0,path={sock('a')},mac={MAC_A},queue_size=1024", "txonly",
+                    [f"--eth-peer=0,{MAC_B}", f"--txpkts={size}"])
+            frames = lambda: t.stats("/ports/a/accounting")["ingress"]["frames_in"]  # noqa: E731
+            hvlab.eventually(lambda: frames() > 100_000, timeout=60)
+            time.sleep(1)
+            f0, c0, w0 = frames(), task_ns(pid), task_ns(pid, "a_q")
+            time.sleep(seconds)
+            f1, c1, w1 = frames(), task_ns(pid), task_ns(pid, "a_q")
+            a.stop()
+            a = None
+            time.sleep(0.5)
+            i0 = task_ns(pid)
+            time.sleep(2)
+            idle = (task_ns(pid) - i0) / 2e9
+            drops = t.stats("/ports/b/rx_summary")["drop_virtqueue_full"]
+        finally:
+            if a:
+                a.stop()
+            b.stop()
+    n = max(f1 - f0, 1)
+    return dict(mpps=n / seconds / 1e6, ns_per_frame=(c1 - c0) / n, worker_ns_per_frame=(w1 - w0) / n,
+                idle_cpu=idle, ring_full_drops=drops)
+
+
+def run_ovs(huge, size, seconds, mhz):
+    ovs = OvsDaemons(None)
+    socks = {vm: f"{ovs.dir}/{vm}.sock" for vm in ("a", "b")}
+    ovs.start(config=["other_config:dpdk-init=true", "other_config:pmd-cpu-mask=0x1",
+                      "other_config:dpdk-socket-mem=1024", "other_config:dpdk-socket-limit=1024",
+                      f"other_config:dpdk-hugepage-dir={huge}",
+                      f'other_config:dpdk-extra="--file-prefix=hvbovs{os.getpid()} --no-pci"'],
+              vswitchd=OVS_DPDK)
+    a = b = None
+    try:
+        br = f"hvb{os.getpid() % 100000}"
+        ovs.vsctl("add-br", br, "--", "set", "bridge", br, "datapath_type=netdev")
+        for vm in ("a", "b"):
+            ovs.vsctl("add-port", br, vm, "--", "set", "interface", vm, "type=dpdkvhostuserclient",
+                      f"options:vhost-server-path={socks[vm]}")
+        pid = ovs.pid("vswitchd")
+        # Named after the binary: ovs-vswitchd-dpdk.PID.ctl.
+        ctl = next(ovs.dir.glob(f"ovs-vswitchd*.{pid}.ctl"))
+        appctl = lambda *a: ovs.run("ovs-appctl", "-t", str(ctl), *a).stdout  # noqa: E731
+        b = Pmd("b", huge, f"net_virtio_user0,path={socks['b']},server=1,mac={MAC_B},queue_size=1024", "rxonly")
+        a = Pmd("a", huge, f"net_virtio_user0,path={socks['a']},server=1,mac={MAC_A},queue_size=1024", "txonly",
+                [f"--eth-peer=0,{MAC_B}", f"--txpkts={size}"])
+
+        def fdb_add():
+            # Refused until the port's front end has connected.
+            try:
+                appctl("fdb/add", br, "b", "0", MAC_B)
+                return True
+            except subprocess.CalledProcessError:
+                return False
+
+        hvlab.eventually(fdb_add, timeout=60, every=0.5)
+
+        def received():
+            # No poll-mode thread until a port has a queue to poll.
+            try:
+                m = re.search(r"packets received: (\d+)", appctl("dpif-netdev/pmd-stats-show"))
+            except subprocess.CalledProcessError:
+                return 0
+            return int(m.group(1)) if m else 0
+
+        if not hvlab.eventually(lambda: received() > 100_000, timeout=60, every=0.5):
+            a.log.seek(0)
+            raise RuntimeError(f"Open vSwitch took nothing from a; testpmd a said: {a.log.read()[-1500:]}")
+        time.sleep(1)
+        appctl("dpif-netdev/pmd-stats-clear")
+        c0 = task_ns(pid, "pmd")
+        time.sleep(seconds)
+        c1 = task_ns(pid, "pmd")
+        stats = appctl("dpif-netdev/pmd-stats-show")
+    finally:
+        for p in (a, b):
+            if p:
+                p.stop()
+        ovs.stop()
+    n = max(int(re.search(r"packets received: (\d+)", stats).group(1)), 1)
+    cycles = float(re.search(r"avg processing cycles per packet: ([\d.]+)", stats).group(1))
+    return dict(mpps=n / seconds / 1e6, ns_per_frame=(c1 - c0) / n, processing_ns_per_frame=cycles / mhz * 1e3)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="64,1500", help="frame sizes testpmd sends (bytes, comma-separated)")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per switch and size (median reported)")
+    ap.add_argument("--seconds", type=float, default=5, help="measured window per run")
+    ap.add_argument("--out", help="write the runs and medians as JSON here")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("bench_vhost_pps: run as root (hugepages, vhost-user sockets, hvnet up)")
+    ensure_ovs_dpdk()
+    mhz = tsc_mhz()
+    results = {}
+    with hugepages(HUGEPAGES) as huge, tempfile.TemporaryDirectory() as tmp:
+        for size in [int(s) for s in args.sizes.split(",")]:
+            runs = {"hvnet": [], "ovs-dpdk": []}
+            for r in range(args.repeat):
+                log(f"{size} B, run {r + 1}/{args.repeat}: hvnet")
+                runs["hvnet"].append(run_hvnet(Path(tmp), huge, size, args.seconds))
+                log(f"{size} B, run {r + 1}/{args.repeat}: ovs-dpdk")
+                runs["ovs-dpdk"].append(run_ovs(huge, size, args.seconds, mhz))
+            med = {sw: {k: statistics.median(x[k] for x in rs) for k in rs[0]} for sw, rs in runs.items()}
+            h, o = med["hvnet"], med["ovs-dpdk"]
+            med["ratios"] = {
+                "hvnet_vs_ovs_processing": h["ns_per_frame"] / o["processing_ns_per_frame"],
+                "hvnet_vs_ovs_pmd_thread": h["ns_per_frame"] / o["ns_per_frame"],
+            }
+            results[size] = {"runs": runs, "median": med}
+            print(f"{size:>5} B  hvnet {h['ns_per_frame']:7.0f} ns/frame (worker {h['worker_ns_per_frame']:.0f}, "
+                  f"{h['mpps']:.2f} Mpps, idle CPU {h['idle_cpu'] * 100:.1f} %)   "
+                  f"ovs-dpdk processing {o['processing_ns_per_frame']:.0f}, pmd thread {o['ns_per_frame']:.0f} "
+                  f"ns/frame ({o['mpps']:.2f} Mpps)   ratios {med['ratios']['hvnet_vs_ovs_processing']:.2f}x, "
+                  f"{med['ratios']['hvnet_vs_ovs_pmd_thread']:.2f}x", flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps(dict(tsc_mhz=mhz, results=results), indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -5,9 +5,11 @@
 //! Per item: a GSO frame for a guest that does not take it whole is
 //! segmented, each segment written as it is made; every other frame is
 //! prepared (partial checksums completed for a guest without checksum
-//! offload, `DATA_VALID` for checksums hvnet verified) and written with
-//! one vectored write — all of a batch in one system call with the
-//! io_uring writer. Buffers go home as the items are dropped.
+//! offload, `DATA_VALID` for checksums hvnet verified) and written through
+//! the port's transmitter, a run of such frames as one batch (one
+//! `sendmmsg` at an uplink, one lock of a guest's virtqueue, one io_uring
+//! submission at a TAP when asked for). Buffers go home as the items are
+//! dropped.
 
 use crate::counters::{add, EgressCounters};
 use crate::item::{RingItem, BATCH};

@@ -17,7 +17,9 @@
 //!   served over its shared memory and virtqueues;
 //! - [`virtq`]: frames in and out of a guest's virtqueues;
 //! - [`ctrlq`]: a guest's control virtqueue (queue pairs, offloads);
-//! - [`device`]: any of them, as the datapath sees a port's device;
+//! - [`device`]: the port interface every backend implements — a
+//!   device, a receiver and a transmitter per queue — all the datapath
+//!   sees of a port;
 //! - [`whole_frame`]: whole frames from an uplink socket without a
 //!   virtio-net header (a tunnel endpoint's, whose peers send tunnelled
 //!   GSO frames);

@@ -187,8 +187,8 @@ def run_ovs(huge, size, seconds, mhz):
                       f'other_config:dpdk-extra="--file-prefix=hvbovs{os.getpid()} --no-pci"'],
               vswitchd=OVS_DPDK)
     a = b = None
+    br = f"hvb{os.getpid() % 100000}"
     try:
-        br = f"hvb{os.getpid() % 100000}"
         ovs.vsctl("add-br", br, "--", "set", "bridge", br, "datapath_type=netdev")
         for vm in ("a", "b"):
             ovs.vsctl("add-port", br, vm, "--", "set", "interface", vm, "type=dpdkvhostuserclient",
@@ -232,6 +232,10 @@ def run_ovs(huge, size, seconds, mhz):
         for p in (a, b):
             if p:
                 p.stop()
+        # The bridge first, while ovs-vswitchd still runs to remove its
+        # internal device (a killed ovs-vswitchd leaves it behind).
+        with contextlib.suppress(subprocess.CalledProcessError):
+            ovs.vsctl("--if-exists", "del-br", br)
         ovs.stop()
     n = max(int(re.search(r"packets received: (\d+)", stats).group(1)), 1)
     cycles = float(re.search(r"avg processing cycles per packet: ([\d.]+)", stats).group(1))

@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "lab")]
 
 import hvlab  # noqa: E402
-from hvnet_lab.fabrics import OvsDaemons  # noqa: E402
+from hvnet_lab.fabrics import OvsDaemons, link_exists  # noqa: E402
 
 MAC_A, MAC_B = "02:00:00:00:1b:0a", "02:00:00:00:1b:0b"
 OVS_DPDK = "/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk"
@@ -180,6 +180,7 @@ def run_hvnet(tmp, huge, size, seconds):
 
 def run_ovs(huge, size, seconds, mhz):
     ovs = OvsDaemons(None)
+    had_netdev = link_exists("ovs-netdev")
     socks = {vm: f"{ovs.dir}/{vm}.sock" for vm in ("a", "b")}
     ovs.start(config=["other_config:dpdk-init=true", "other_config:pmd-cpu-mask=0x1",
                       "other_config:dpdk-socket-mem=1024", "other_config:dpdk-socket-limit=1024",
@@ -237,6 +238,9 @@ def run_ovs(huge, size, seconds, mhz):
         with contextlib.suppress(subprocess.CalledProcessError):
             ovs.vsctl("--if-exists", "del-br", br)
         ovs.stop()
+        # The netdev datapath's own device, if this run made it.
+        for dev in [br] + ([] if had_netdev else ["ovs-netdev"]):
+            subprocess.run(["ip", "link", "del", dev], stderr=subprocess.DEVNULL, check=False)
     n = max(int(re.search(r"packets received: (\d+)", stats).group(1)), 1)
     cycles = float(re.search(r"avg processing cycles per packet: ([\d.]+)", stats).group(1))
     return dict(mpps=n / seconds / 1e6, ns_per_frame=(c1 - c0) / n, processing_ns_per_frame=cycles / mhz * 1e3)

@@ -30,7 +30,6 @@ use std::time::Duration;
 #[derive(Default)]
 pub(crate) struct Scratch {
     vnets: Vec<[u8; VNET_HDR_LEN]>,
-    results: Vec<Result<(), SendError>>,
     iov: Vec<IoSlice<'static>>,
     spans: Vec<(usize, usize)>,
     frames: Vec<&'static [IoSlice<'static>]>,
@@ -173,19 +172,19 @@ fn write_run(
     }
     let mut frames: Vec<&[IoSlice<'_>]> = recycle(std::mem::take(&mut scratch.frames));
     frames.extend(spans.iter().map(|&(a, b)| &iov[a..b]));
-    let results = &mut scratch.results;
-    results.clear();
-    tx.send_batch(&frames, hold(s), results);
+    // Results come in the order the frames were written; a frame the
+    // transmitter did not report on was not written.
+    let mut slots = items.iter();
+    tx.send_batch(&frames, hold(s), &mut |r| {
+        if let Some(slot) = slots.next() {
+            count(c, &slot.item, r);
+        }
+    });
+    for slot in slots {
+        count(c, &slot.item, Err(SendError::Failed));
+    }
     scratch.frames = recycle(frames);
     scratch.iov = recycle(iov);
-    // Results come in the order the frames were written.
-    for (i, slot) in items.iter().enumerate() {
-        count(
-            c,
-            &slot.item,
-            results.get(i).copied().unwrap_or(Err(SendError::Failed)),
-        );
-    }
 }
 
 /// The virtio-net header for a frame, after completing its checksum if

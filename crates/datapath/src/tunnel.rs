@@ -386,6 +386,13 @@ impl Vtep {
                 pkt.meta.offload.csum = CsumState::Good;
             }
         }
+        // The inner flow's hash, for the outer source port: the one RSS
+        // already took, else taken now from the headers parsed where the
+        // frame entered; once for every remote it goes to.
+        if pkt.meta.hash.is_none() {
+            let (frame, layers) = (pkt.frame(), &pkt.meta.layers);
+            pkt.meta.hash = self.rss.hash_layers(frame, layers).map(|(h, _)| h);
+        }
         let mode = if csum {
             CsumMode::Partial
         } else {
@@ -433,14 +440,8 @@ impl Vtep {
     ) -> Result<u64, ()> {
         let mut hdr = [0u8; OUTER_LEN];
         let (frame, layers) = (pkt.frame(), &pkt.meta.layers);
-        // The inner flow's hash: the one RSS already took, else taken now
-        // from the headers parsed where the frame entered.
-        let hash = pkt
-            .meta
-            .hash
-            .or_else(|| self.rss.hash_layers(frame, layers).map(|(h, _)| h));
-        let info =
-            encap_header_parsed(tunnel, frame, hash, pkt.meta.offload, &mut hdr).map_err(|_| ())?;
+        let info = encap_header_parsed(tunnel, frame, pkt.meta.hash, pkt.meta.offload, &mut hdr)
+            .map_err(|_| ())?;
         let Some(g) = info.gso else {
             let vnet = hvnet_port::vnet_bytes(&info.to_vnet(0));
             let iov = [IoSlice::new(&vnet), IoSlice::new(&hdr), IoSlice::new(frame)];
@@ -477,9 +478,12 @@ impl Vtep {
             })
             .collect();
         let frames: smallvec::SmallVec<[&[IoSlice<'_>]; 64]> = iov.chunks(2).collect();
-        let mut results = Vec::with_capacity(frames.len());
-        tx.send_batch(&frames, None, &mut results);
-        let sent = results.iter().take_while(|r| r.is_ok()).count();
+        // Segments count as sent up to the first that was not.
+        let (mut sent, mut failed) = (0, false);
+        tx.send_batch(&frames, None, &mut |r| {
+            failed |= r.is_err();
+            sent += usize::from(!failed);
+        });
         let bytes: usize = spans[..sent]
             .iter()
             .map(|s| s.header.1 - s.header.0 - hvnet_port::VNET_HDR_LEN + s.payload.1 - s.payload.0)

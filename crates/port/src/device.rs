@@ -193,22 +193,22 @@ pub trait Receiver: Send {
 /// Writes one queue of a device.
 pub trait Transmitter: Send {
     /// Writes `frames`, each as I/O slices with its virtio-net header
-    /// first, pushing one result per frame, in order, into `results`.
-    /// With `hold`, a full queue on the other side is waited on for up to
-    /// that long before a frame is given up (`rx_overflow =
-    /// "backpressure"`).
+    /// first, telling `done` each frame's result, in order (a callback,
+    /// so that no caller needs a buffer for them). With `hold`, a full
+    /// queue on the other side is waited on for up to that long before a
+    /// frame is given up (`rx_overflow = "backpressure"`).
     fn send_batch(
         &mut self,
         frames: &[&[IoSlice<'_>]],
         hold: Option<Duration>,
-        results: &mut Vec<Result<(), SendError>>,
+        done: &mut dyn FnMut(Result<(), SendError>),
     );
 
     /// Writes one frame (see [`Transmitter::send_batch`]).
     fn send(&mut self, frame: &[IoSlice<'_>], hold: Option<Duration>) -> Result<(), SendError> {
-        let mut r = Vec::with_capacity(1);
-        self.send_batch(&[frame], hold, &mut r);
-        r.pop().unwrap_or(Err(SendError::Failed))
+        let mut result = Err(SendError::Failed);
+        self.send_batch(&[frame], hold, &mut |r| result = r);
+        result
     }
 
     /// After a batch: tells the other side what it received (a guest's

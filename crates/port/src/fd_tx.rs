@@ -73,41 +73,42 @@ impl<D: Send + Sync + 'static> Transmitter for FdTransmitter<D> {
         &mut self,
         frames: &[&[IoSlice<'_>]],
         _hold: Option<Duration>,
-        results: &mut Vec<Result<(), SendError>>,
+        done: &mut dyn FnMut(Result<(), SendError>),
     ) {
         let fq = (self.queue)(&self.dev, self.q);
         match &mut self.batching {
-            Batching::Writev => results.extend(
-                frames
-                    .iter()
-                    .map(|f| crate::vnet::write_frame(fq, f).map_err(|_| SendError::Failed)),
-            ),
+            Batching::Writev => {
+                for f in frames {
+                    done(crate::vnet::write_frame(fq, f).map_err(|_| SendError::Failed));
+                }
+            }
             Batching::Mmsg => {
                 // A frame the kernel refused stops the call; it is counted
                 // failed and the rest are tried again after it.
                 let mut rest = frames;
                 while !rest.is_empty() {
                     let n = hvnet_sys::send_frames(fq, rest).unwrap_or(0);
-                    results.extend((0..n).map(|_| Ok(())));
+                    (0..n).for_each(|_| done(Ok(())));
                     if n < rest.len() {
-                        results.push(Err(SendError::Failed));
+                        done(Err(SendError::Failed));
                         rest = &rest[n + 1..];
                     } else {
                         rest = &[];
                     }
                 }
             }
-            Batching::Uring(w, done) => {
-                let ok = w.write_batch(frames, done).is_ok();
-                // Nothing is written twice: a failed batch counts as failed
-                // writes for the frames it did not report on.
+            Batching::Uring(w, written) => {
+                // Nothing is written twice: a batch that failed part-way
+                // counts as failed writes for the frames it did not report
+                // on (and a short write as a failed one, as `writev` does).
+                let _ = w.write_batch(frames, written);
                 let total = |f: &&[IoSlice<'_>]| f.iter().map(|s| s.len()).sum::<usize>();
                 for (i, f) in frames.iter().enumerate() {
-                    let r = match done.get(i) {
-                        Some(Ok(n)) if ok && *n == total(f) => Ok(()),
+                    let r = match written.get(i) {
+                        Some(Ok(n)) if *n == total(f) => Ok(()),
                         _ => Err(SendError::Failed),
                     };
-                    results.push(r);
+                    done(r);
                 }
             }
         }

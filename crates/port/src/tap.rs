@@ -12,7 +12,7 @@ use crate::device::{Device, Link, Receiver, Transmitter, TxOptions};
 use crate::fd_tx::FdTransmitter;
 use crate::packet::Packet;
 use crate::pool::{Buf, Pool, SizeClass, HEADROOM};
-use crate::vnet::{check, read_result, RecvError, VNET_HDR_LEN};
+use crate::vnet::{check, read_result, read_up_to, RecvError, VNET_HDR_LEN};
 use hvnet_sys::FrameQueue;
 use std::io::{self, IoSliceMut, Read};
 use std::os::fd::RawFd;
@@ -268,7 +268,8 @@ impl Receiver for TapReceiver {
         max: usize,
         out: &mut Vec<Result<Packet, RecvError>>,
     ) -> Result<(), RecvError> {
-        let r = read_batch(&mut self.reader, self.tap.queue(self.q), pool, max, out);
+        let (reader, fq) = (&mut self.reader, self.tap.queue(self.q));
+        let r = read_up_to(max, out, || reader.read(fq, pool));
         if let Err(RecvError::Gone) = r {
             self.tap.gone.store(true, Relaxed);
         }
@@ -282,24 +283,6 @@ impl Receiver for TapReceiver {
     fn release(&mut self, pool: &mut Pool) {
         self.reader.release(pool);
     }
-}
-
-/// Up to `max` reads of `fq` with `reader` into `out`: frames and refused
-/// frames; stops at the first error that is not about one frame.
-pub(crate) fn read_batch(
-    reader: &mut TapReader,
-    fq: &FrameQueue,
-    pool: &mut Pool,
-    max: usize,
-    out: &mut Vec<Result<Packet, RecvError>>,
-) -> Result<(), RecvError> {
-    for _ in 0..max {
-        match reader.read(fq, pool) {
-            Err(e) if e.ends_batch() => return Err(e),
-            r => out.push(r),
-        }
-    }
-    Ok(())
 }
 
 /// TUN_F_* flags for a port's offload settings: what the guest's vNIC

@@ -18,8 +18,8 @@ use crate::netqueue::{self, Filters};
 use crate::packet::Packet;
 use crate::pool::Pool;
 use crate::rss_fanout;
-use crate::tap::{read_batch, TapReader};
-use crate::vnet::RecvError;
+use crate::tap::TapReader;
+use crate::vnet::{read_up_to, RecvError};
 use crate::whole_frame::WholeFrameReader;
 use hvnet_sys::{Fanout, FrameQueue, PacketError, RxHeader};
 use std::os::fd::RawFd;
@@ -179,11 +179,6 @@ impl UplinkPort {
         }
     }
 
-    /// How the queues are read.
-    pub fn read_mode(&self) -> UplinkRead {
-        self.read
-    }
-
     /// The device's MTU as last read (at open, and whenever the link's
     /// state is checked).
     pub fn mtu(&self) -> u16 {
@@ -337,16 +332,10 @@ impl Receiver for UplinkReceiver {
     ) -> Result<(), RecvError> {
         let fq = self.port.queue(self.q);
         match &mut self.reader {
-            QueueRead::Single(r) => read_batch(r, fq, pool, max, out),
+            QueueRead::Single(r) => read_up_to(max, out, || r.read(fq, pool)),
             QueueRead::Whole(r) => {
                 let mtu = self.port.mtu();
-                for _ in 0..max {
-                    match r.read(fq, pool, mtu) {
-                        Err(e) if e.ends_batch() => return Err(e),
-                        r => out.push(r),
-                    }
-                }
-                Ok(())
+                read_up_to(max, out, || r.read(fq, pool, mtu))
             }
         }
     }

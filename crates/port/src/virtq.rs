@@ -10,7 +10,7 @@
 
 use crate::packet::Packet;
 use crate::pool::{Buf, Pool, SizeClass, HEADROOM};
-use crate::vnet::{check, RecvError, VNET_HDR_LEN};
+use crate::vnet::{check, read_up_to, RecvError, VNET_HDR_LEN};
 use std::io::IoSlice;
 use std::sync::atomic::Ordering;
 use virtio_queue::{DescriptorChain, Queue, QueueT};
@@ -86,13 +86,9 @@ pub fn read_batch(
     max: usize,
     out: &mut Vec<Result<Packet, RecvError>>,
 ) -> (usize, Result<(), RecvError>) {
-    for taken in 0..max {
-        match read_frame(queue, mem, pool) {
-            Err(e) if e.ends_batch() => return (taken, Err(e)),
-            r => out.push(r),
-        }
-    }
-    (max, Ok(()))
+    let before = out.len();
+    let end = read_up_to(max, out, || read_frame(queue, mem, pool));
+    (out.len() - before, end)
 }
 
 /// Writes one frame (virtio-net header first) into the guest's receive

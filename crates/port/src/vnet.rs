@@ -78,6 +78,24 @@ impl RecvError {
     }
 }
 
+/// Reads up to `max` frames with `read` into `out`: frames, and frames
+/// refused (counted by the caller, which goes on); stops at the first
+/// error about the queue rather than one frame ([`RecvError::ends_batch`])
+/// and returns it. Every backend's batch is this loop over its own read.
+pub(crate) fn read_up_to(
+    max: usize,
+    out: &mut Vec<Result<Packet, RecvError>>,
+    mut read: impl FnMut() -> Result<Packet, RecvError>,
+) -> Result<(), RecvError> {
+    for _ in 0..max {
+        match read() {
+            Err(e) if e.ends_batch() => return Err(e),
+            r => out.push(r),
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn read_result(n: io::Result<usize>) -> Result<usize, RecvError> {
     match n {
         Ok(0) => Err(RecvError::Gone),

@@ -431,18 +431,11 @@ impl VhostUserPort {
         self.sh.rx_signalled[q].store(queue.next_used(), Ordering::Relaxed);
     }
 
-    /// Writes one frame (virtio-net header first) into the guest's receive
-    /// queue `q`: into one descriptor chain, or as many as it needs when
-    /// the guest takes mergeable buffers. Nothing is written when the
-    /// guest has too few buffers.
-    pub fn write(&self, q: usize, iov: &[IoSlice<'_>]) -> Result<(), VirtqError> {
-        let mut first = Err(VirtqError::NotReady);
-        self.write_batch(q, &[iov], &mut |r| first = r);
-        first
-    }
-
-    /// Writes frames into receive queue `q` as [`VhostUserPort::write`]
-    /// does, under one lock of the virtqueue, reporting each result to
+    /// Writes frames (each virtio-net header first) into the guest's
+    /// receive queue `q` — each into one descriptor chain, or as many as
+    /// it needs when the guest takes mergeable buffers; nothing of a frame
+    /// when the guest has too few buffers — under one lock of the
+    /// virtqueue, reporting each result to
     /// `done` in order; stops after the first frame that finds the ring
     /// full (the caller may wait for room and go on from there). Returns
     /// how many frames were reported.

@@ -141,7 +141,7 @@ impl Transmitter for VirtqTransmitter {
         &mut self,
         frames: &[&[IoSlice<'_>]],
         hold: Option<Duration>,
-        results: &mut Vec<Result<(), SendError>>,
+        done: &mut dyn FnMut(Result<(), SendError>),
     ) {
         // Under one lock until the ring is full; then, holding, wait for
         // room and go on from the frame that found it full. The clock is
@@ -155,7 +155,7 @@ impl Transmitter for VirtqTransmitter {
                 .port
                 .write_batch(self.q, &frames[at..], &mut |r| match r {
                     Err(VirtqError::RingFull) => full = true,
-                    r => results.push(r.map_err(|_| SendError::Failed)),
+                    r => done(r.map_err(|_| SendError::Failed)),
                 });
             at += n;
             if !full {
@@ -172,7 +172,7 @@ impl Transmitter for VirtqTransmitter {
             if retry {
                 at -= 1;
             } else {
-                results.push(Err(SendError::Full));
+                done(Err(SendError::Full));
             }
         }
     }

@@ -9,6 +9,7 @@ import json
 import os
 import socket
 import struct
+import time
 
 import pytest
 
@@ -52,6 +53,49 @@ def test_ping_both_ways_ipv4_and_ipv6_and_the_views(tmp_path):
         r = t.hv("port", "up0", "set", "lro=on", check=False)
         assert r.returncode != 0 and "set in its topology" in r.stderr, r.stderr
         t.hv("port", "up0", "set", "ring1=512")
+        assert_accounted(t, ["a", "up0"])
+
+
+def wake_ups(t, port="up0"):
+    """Frames and wake-ups over a port's receive queues."""
+    qs = [t.stats(f"/uplinks/{port}/rxqueues/{q}/status") for q in range(2)]
+    return (sum(q["counters"]["frames"] for q in qs), sum(q["counters"]["wakeups"] for q in qs),
+            {q["frames_per_read"] for q in qs})
+
+
+BLAST = """python3 -c '
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+end = time.monotonic() + 1.0
+n = 0
+while time.monotonic() < end:
+    s.sendto(bytes(64), ("{ip}", 9)); n += 1
+print(n)'"""
+
+
+def test_wake_up_coalescing_bounds_how_often_a_queue_wakes(tmp_path):
+    """`rx_usecs` (ethtool's interrupt moderation, for a queue's thread):
+    two wake-ups are at least that far apart, so a burst is read in fewer,
+    larger batches; changed at run time, refused outside its range."""
+    with topology(tmp_path) as t:
+        t.sh("ext", f"ping -c 2 -i 0.2 -W 2 {VM_IP}")
+        r = t.hv("port", "up0", "set", "rx_usecs=20000", check=False)
+        assert r.returncode != 0 and "0..10000" in r.stderr, r.stderr
+        t.hv("port", "up0", "set", "rx_usecs=10000")
+        assert json.loads(t.hv("port", "up0", "--json").stdout)["rx_usecs"] == 10000
+        frames0, wakes0, per_read = wake_ups(t)
+        assert per_read == {32}, per_read
+        start = time.monotonic()
+        sent = int(t.sh("ext", BLAST.format(ip=VM_IP)).stdout)
+        t.sh("ext", f"ping -c 2 -i 0.2 -W 2 {VM_IP}")
+        frames1, wakes1, _ = wake_ups(t)
+        elapsed = time.monotonic() - start
+        # At most one wake-up per 10 ms window (and one to start with),
+        # whatever the machine's speed: the bound is the mechanism's.
+        assert 0 < wakes1 - wakes0 <= elapsed / 0.010 + 2, (wakes1 - wakes0, elapsed)
+        assert frames1 - frames0 >= sent, (frames1 - frames0, sent)
+        t.hv("port", "up0", "set", "rx_usecs=0")
+        t.sh("ext", f"ping -c 2 -i 0.2 -W 2 {VM_IP}")
         assert_accounted(t, ["a", "up0"])
 
 

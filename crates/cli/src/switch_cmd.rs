@@ -32,7 +32,9 @@ pub struct PortArgs {
 #[derive(Debug, Subcommand)]
 pub enum PortAction {
     /// Change settings at run time: lro=on|off tso=on|off csum=on|off
-    /// mtu=68..9000 ring1=32..4096 ring2=32..4096 allow_forged_transmits=on|off.
+    /// mtu=68..9000 ring1=32..4096 ring2=32..4096 allow_forged_transmits=on|off
+    /// rx_overflow=drop|backpressure delivery=auto|thread rx_usecs=0..10000
+    /// (wake-up coalescing at its receive queues, as ethtool's rx-usecs).
     Set {
         /// KEY=VALUE pairs.
         #[arg(required = true, value_name = "KEY=VALUE")]

@@ -249,8 +249,8 @@ pub(crate) fn open_uplink(topo: &Topology, u: &Uplink) -> Result<PortSpec, Daemo
     // veth does, with its default offloads), which no virtio-net header
     // can express: it reads whole frames, in batches, without one. A
     // plain uplink may be handed GSO frames even with GRO off (a peer that
-    // sends them whole, as a veth with TSO does), so it reads each frame
-    // into a buffer that holds 64 KiB.
+    // sends them whole, as a veth with TSO does), so each frame of its
+    // batch may spill into a buffer that holds 64 KiB.
     let coalesces = u.lro == UplinkLro::Hardware && u.vxlan.is_none();
     let gro = if coalesces { "on" } else { "off" };
     let read = match &u.vxlan {
@@ -258,7 +258,7 @@ pub(crate) fn open_uplink(topo: &Topology, u: &Uplink) -> Result<PortSpec, Daemo
             tunnel: v.port,
             batch: u.batch,
         },
-        None => UplinkRead::Single,
+        None => UplinkRead::Vnet { batch: u.batch },
     };
     run(&["ethtool", "-K", dev, "gro", gro])?;
     Rtnl::new()?.set_link(dev, &up())?;

@@ -25,6 +25,7 @@
 //! ring2 = 256
 //! rx_overflow = "backpressure" # or "drop": what a sender does when a ring is full
 //! delivery = "auto"         # or "thread": who writes into this VM (see PortSettings)
+//! rx_usecs = 0              # wake-up coalescing at its queues, 0..10000 µs (as at an uplink)
 //!
 //! [[uplink]]                # the physical side: an existing interface
 //! name = "up0"              # the port's name (as a VM's)
@@ -43,8 +44,10 @@
 //! netqueue_threshold = 60   # dynamic: % of a core a queue's thread may use before filters are spread
 //! rss = false               # true: queues spread by the Toeplitz hash of each flow (the inner one at a
 //!                           #   VXLAN endpoint), as a NIC's RSS; default: the kernel's flow hash
-//! batch = 32                # a VXLAN endpoint's queues: frames read per system call (1..32; 1 is
-//!                           #   the per-packet API); a plain uplink reads one frame per call
+//! batch = 32                # frames read per system call at each queue (1..32; 1 is the
+//!                           #   per-packet API)
+//! rx_usecs = 0              # wake-up coalescing, 0..10000 µs (ethtool's rx-usecs): a queue's thread
+//!                           #   waking again within this long of its last wake-up waits out the rest
 //!
 //! [[host]]                  # an external host on an uplink's wire (tests, demos, the lab)
 //! name = "ext"              # its namespace is TOPOLOGY-NAME
@@ -120,6 +123,8 @@ struct UplinkRepr {
     rss: bool,
     #[serde(default = "d_read_batch")]
     batch: usize,
+    #[serde(default)]
+    rx_usecs: u32,
     vxlan: Option<toml::Spanned<VxlanRepr>>,
 }
 
@@ -192,6 +197,8 @@ struct VmRepr {
     rx_overflow: RxOverflow,
     #[serde(default = "d_delivery")]
     delivery: Delivery,
+    #[serde(default)]
+    rx_usecs: u32,
 }
 
 fn d_overflow() -> RxOverflow {
@@ -665,6 +672,7 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
             allow_forged_transmits: false,
             rx_overflow: v.rx_overflow,
             delivery: v.delivery,
+            rx_usecs: v.rx_usecs,
         };
         validate_settings(&settings).map_err(|e| bad(e.to_string()))?;
         vms.push(Vm {
@@ -794,6 +802,7 @@ fn parse_uplinks(
             ring2: u.ring2,
             // The wire carries every host's addresses.
             allow_forged_transmits: true,
+            rx_usecs: u.rx_usecs,
             ..PortSettings::default()
         };
         validate_settings(&settings).map_err(|e| bad(e.to_string()))?;
@@ -852,13 +861,6 @@ fn parse_uplinks(
                 "batch {} is outside 1..{} (frames per system call)",
                 u.batch,
                 hvnet_port::uplink::READ_BATCH
-            )));
-        }
-        if u.batch != hvnet_port::uplink::READ_BATCH && u.vxlan.is_none() {
-            return Err(bad(format!(
-                "batch applies to a VXLAN endpoint's queues; a plain uplink reads one frame per \
-                 call (a peer may hand it frames of up to 64 KiB), so batch {} has nothing to set",
-                u.batch
             )));
         }
         out.push(Uplink {
@@ -1074,9 +1076,16 @@ ipv4 = "10.1.0.100/24"
             8472
         );
         assert!(vx("port = 0").unwrap_err().1.contains("port 0"));
-        assert!(err("queues = 2", "queues = 2\nbatch = 4")
-            .1
-            .contains("batch applies to a VXLAN endpoint"));
+        assert_eq!(
+            parse(&format!(
+                "{GOOD}{}",
+                UPLINK.replace("queues = 2", "queues = 2\nbatch = 4")
+            ))
+            .unwrap()
+            .uplinks[0]
+                .batch,
+            4
+        );
         assert!(err("queues = 2", "queues = 2\nbatch = 0")
             .1
             .contains("batch 0 is outside 1..32"));

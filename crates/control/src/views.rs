@@ -280,9 +280,8 @@ pub fn stats(sw: &Switch, path: &str) -> Result<Value, CtlError> {
         ["uplinks", p, "rxqueues", q, "status"] => {
             let p = uplink(p)?;
             let q = queue(q, p.ingress.len())?;
-            // How the queue is read: frames per system call (1 when each
-            // frame may be up to 64 KiB).
-            let batch = p.dev.uplink().and_then(|u| u.read_batch()).unwrap_or(1);
+            // How the queue is read: frames per system call, at most.
+            let batch = p.dev.uplink().map_or(1, |u| u.read_batch());
             Ok(json!({ "frames_per_read": batch, "counters": p.ingress[q].snapshot() }))
         }
         _ => Err(CtlError::NotFound {

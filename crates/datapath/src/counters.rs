@@ -75,6 +75,9 @@ counters! {
         /// Reads put off because the port's buffer cap was reached
         /// (backpressure on the guest, not a drop).
         no_buffer_stalls,
+        /// Times the queue's thread woke to read (frames / wakeups: how
+        /// many a wake-up finds; `rx_usecs` raises it).
+        wakeups,
         /// Source addresses not learned: the FDB's per-port or total limit,
         /// or another port's static address (the frame still goes out).
         fdb_learn_refused,

@@ -25,7 +25,7 @@ mod worker;
 pub use item::{RingItem, BATCH};
 pub use settings::{
     on_off, setting_range, validate_settings, Delivery, PortSettings, RxOverflow, SettingError,
-    BACKPRESSURE_WAIT,
+    BACKPRESSURE_WAIT, MAX_RX_USECS,
 };
 pub use switch::{Port, PortSpec, PortState, Switch, SwitchConfig};
 pub use threads::MAX_RESTARTS;

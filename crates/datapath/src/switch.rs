@@ -333,7 +333,7 @@ impl Switch {
         let fixed = |s: &PortSettings| (s.tso, s.csum, s.lro, s.mtu, s.allow_forged_transmits);
         if p.is_uplink() && fixed(&p.settings()) != fixed(new) {
             return Err(SettingError::Fixed(
-                "an uplink's lro, tso, csum, mtu and allow_forged_transmits are set in its topology; ring1, ring2, rx_overflow and delivery may change".into(),
+                "an uplink's lro, tso, csum, mtu and allow_forged_transmits are set in its topology; ring1, ring2, rx_overflow, delivery and rx_usecs may change".into(),
             ));
         }
         Ok(())

@@ -36,6 +36,7 @@ pub mod netqueue;
 pub mod packet;
 pub mod pool;
 pub mod rss_fanout;
+pub mod socket_batch;
 pub mod tap;
 pub mod uplink;
 pub mod vhost_user;
@@ -47,9 +48,9 @@ pub use device::{Caps, Device, Link, Receiver, SendError, Transmitter, TxOptions
 pub use packet::{Meta, Packet};
 pub use pool::{Buf, Home, Pool, PoolCaps, PoolStatus, SizeClass};
 pub use pool::{HEADROOM, SMALL_FRAME};
+pub use socket_batch::{Framing, SocketBatchReader};
 pub use tap::{tap_offload_flags, TapError, TapPort, TapReader};
 pub use uplink::{LinkState, Spread, UplinkPort, UplinkRead};
 pub use vhost_user::{GuestOffloads, VhostUserPort};
 pub use virtq::VirtqError;
 pub use vnet::{check, send, vnet_bytes, write_frame, RecvError, MAX_GSO_SEGMENTS, VNET_HDR_LEN};
-pub use whole_frame::WholeFrameReader;

@@ -18,9 +18,8 @@ use crate::netqueue::{self, Filters};
 use crate::packet::Packet;
 use crate::pool::Pool;
 use crate::rss_fanout;
-use crate::tap::TapReader;
+use crate::socket_batch::{Framing, SocketBatchReader};
 use crate::vnet::{read_up_to, RecvError};
-use crate::whole_frame::WholeFrameReader;
 use hvnet_sys::{Fanout, FrameQueue, PacketError, RxHeader};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU16, Ordering::Relaxed};
@@ -29,9 +28,13 @@ use std::sync::{Arc, Mutex};
 /// How an uplink's receive queues read frames.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UplinkRead {
-    /// One frame per read, behind a virtio-net header, into a buffer that
-    /// holds 64 KiB (the device's GRO, or a peer's GSO frames).
-    Single,
+    /// Frames behind a virtio-net header, up to `batch` per
+    /// `recvmmsg(2)`, each into a buffer that holds 64 KiB (the device's
+    /// GRO, or a peer's GSO frames).
+    Vnet {
+        /// Frames per system call, at most [`READ_BATCH`].
+        batch: usize,
+    },
     /// Whole frames, no header, up to `batch` per `recvmmsg(2)`
     /// ([`crate::whole_frame`]): a tunnel endpoint on UDP port `tunnel`,
     /// whose peers may hand over tunnelled GSO frames. Frames are sent
@@ -39,7 +42,7 @@ pub enum UplinkRead {
     Whole {
         /// The endpoint's UDP port.
         tunnel: u16,
-        /// Frames per system call, at most [`crate::whole_frame::WHOLE_BATCH`].
+        /// Frames per system call, at most [`READ_BATCH`].
         batch: usize,
     },
 }
@@ -119,13 +122,6 @@ impl UplinkPort {
         let queues = hvnet_sys::open_uplink(device, queues, fanout, header)?;
         let ifindex =
             hvnet_sys::packet::ifindex(device).ok_or(PacketError::NoDevice(device.into()))?;
-        let read = match read {
-            UplinkRead::Whole { tunnel, batch } => UplinkRead::Whole {
-                tunnel,
-                batch: batch.clamp(1, READ_BATCH),
-            },
-            UplinkRead::Single => UplinkRead::Single,
-        };
         let port = UplinkPort {
             device: device.into(),
             ifindex,
@@ -171,11 +167,12 @@ impl UplinkPort {
         self.rss.is_some()
     }
 
-    /// Frames read per system call when the queues are read in batches.
-    pub fn read_batch(&self) -> Option<usize> {
+    /// Frames read per system call, at most.
+    pub fn read_batch(&self) -> usize {
         match self.read {
-            UplinkRead::Single => None,
-            UplinkRead::Whole { batch: n, .. } => Some(n),
+            UplinkRead::Vnet { batch } | UplinkRead::Whole { batch, .. } => {
+                batch.clamp(1, READ_BATCH)
+            }
         }
     }
 
@@ -285,12 +282,11 @@ impl Device for UplinkPort {
     }
 
     fn receiver(self: Arc<Self>, q: usize) -> Box<dyn Receiver> {
-        let reader = match self.read {
-            UplinkRead::Single => QueueRead::Single(TapReader::new()),
-            UplinkRead::Whole { tunnel, batch } => {
-                QueueRead::Whole(Box::new(WholeFrameReader::new(tunnel, batch)))
-            }
+        let framing = match self.read {
+            UplinkRead::Vnet { .. } => Framing::Vnet,
+            UplinkRead::Whole { tunnel, .. } => Framing::Whole { tunnel },
         };
+        let reader = SocketBatchReader::new(framing, self.read_batch());
         Box::new(UplinkReceiver {
             port: self,
             q,
@@ -308,19 +304,11 @@ impl Device for UplinkPort {
     }
 }
 
-/// How one uplink queue is read.
-enum QueueRead {
-    /// A frame per `read(2)`, behind a virtio-net header.
-    Single(TapReader),
-    /// Whole frames per `recvmmsg(2)`.
-    Whole(Box<WholeFrameReader>),
-}
-
 /// Reads one uplink queue.
 struct UplinkReceiver {
     port: Arc<UplinkPort>,
     q: usize,
-    reader: QueueRead,
+    reader: SocketBatchReader,
 }
 
 impl Receiver for UplinkReceiver {
@@ -331,13 +319,8 @@ impl Receiver for UplinkReceiver {
         out: &mut Vec<Result<Packet, RecvError>>,
     ) -> Result<(), RecvError> {
         let fq = self.port.queue(self.q);
-        match &mut self.reader {
-            QueueRead::Single(r) => read_up_to(max, out, || r.read(fq, pool)),
-            QueueRead::Whole(r) => {
-                let mtu = self.port.mtu();
-                read_up_to(max, out, || r.read(fq, pool, mtu))
-            }
-        }
+        let mtu = self.port.mtu();
+        read_up_to(max, out, || self.reader.read(fq, pool, mtu))
     }
 
     fn wait_fd(&self) -> RawFd {
@@ -349,15 +332,11 @@ impl Receiver for UplinkReceiver {
     }
 
     fn release(&mut self, pool: &mut Pool) {
-        match &mut self.reader {
-            QueueRead::Single(r) => r.release(pool),
-            QueueRead::Whole(r) => r.release(pool),
-        }
+        self.reader.release(pool)
     }
 }
 
-/// Most frames a queue reads per `recvmmsg(2)` (a tunnel endpoint's).
-pub const READ_BATCH: usize = crate::whole_frame::WHOLE_BATCH;
+pub use crate::socket_batch::READ_BATCH;
 
 /// The MTU of `device`, from sysfs.
 pub fn device_mtu(device: &str) -> Option<u16> {

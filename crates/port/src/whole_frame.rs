@@ -15,18 +15,11 @@
 //! segment size is what makes every segment fit the uplink's MTU — the
 //! size the sender's TCP chose for that path.
 
-use crate::packet::Packet;
-use crate::pool::{Buf, Pool, SizeClass, HEADROOM, SMALL_FRAME as SMALL_FRAME_BYTES};
-use crate::vnet::{read_result, RecvError, MAX_GSO_SEGMENTS};
+use crate::vnet::{RecvError, MAX_GSO_SEGMENTS};
 use hvnet_offload::{csum, CsumState, GsoInfo, OffloadInfo};
-use hvnet_sys::{AuxStatus, FrameQueue};
+use hvnet_sys::AuxStatus;
 use hvnet_wire::virtio_net::GsoType;
 use hvnet_wire::{ip_protocol, tcp, Layers, NetKind};
-use std::collections::VecDeque;
-use std::io::IoSliceMut;
-
-/// Most frames read per `recvmmsg(2)`.
-pub const WHOLE_BATCH: usize = 32;
 
 /// What a tunnel endpoint's frame carries, from the frame and the kernel's
 /// word on it: the checksum partial at the innermost transport header
@@ -130,131 +123,6 @@ fn partial(start: usize, offset: u16) -> CsumState {
     CsumState::Partial {
         start: start as u16,
         offset,
-    }
-}
-
-/// Reads whole frames from an uplink queue without a virtio-net header, up
-/// to [`WHOLE_BATCH`] per `recvmmsg(2)`, each into a small buffer with a
-/// large one behind it (a frame that overflows the small one keeps the
-/// large one, as [`crate::TapReader`] does).
-pub struct WholeFrameReader {
-    tunnel: u16,
-    batch: usize,
-    small: Vec<Buf>,
-    large: Vec<Buf>,
-    ready: VecDeque<(Buf, bool, AuxStatus)>,
-    lens: [usize; WHOLE_BATCH],
-    truncated: [bool; WHOLE_BATCH],
-    status: [AuxStatus; WHOLE_BATCH],
-}
-
-impl WholeFrameReader {
-    /// A reader for a tunnel endpoint on UDP port `tunnel`, up to `batch`
-    /// frames a call, holding no buffers yet.
-    pub fn new(tunnel: u16, batch: usize) -> WholeFrameReader {
-        WholeFrameReader {
-            tunnel,
-            batch: batch.clamp(1, WHOLE_BATCH),
-            small: Vec::with_capacity(WHOLE_BATCH),
-            large: Vec::with_capacity(WHOLE_BATCH),
-            ready: VecDeque::with_capacity(WHOLE_BATCH),
-            lens: [0; WHOLE_BATCH],
-            truncated: [false; WHOLE_BATCH],
-            status: [AuxStatus::default(); WHOLE_BATCH],
-        }
-    }
-
-    /// The next frame, parsed once, its offloads read off it for an uplink
-    /// of MTU `mtu`.
-    pub fn read(&mut self, q: &FrameQueue, pool: &mut Pool, mtu: u16) -> Result<Packet, RecvError> {
-        if self.ready.is_empty() {
-            self.fill(q, pool)?;
-        }
-        let (buf, truncated, status) = self.ready.pop_front().ok_or(RecvError::WouldBlock)?;
-        if truncated {
-            return Err(RecvError::BadFrame(hvnet_wire::Error::Truncated));
-        }
-        let mut p =
-            Packet::parse(buf, OffloadInfo::NONE).map_err(|(_, e)| RecvError::BadFrame(e))?;
-        p.meta.offload = offload_of(p.frame(), &p.meta.layers, status, self.tunnel, mtu)?;
-        Ok(p)
-    }
-
-    fn fill(&mut self, q: &FrameQueue, pool: &mut Pool) -> Result<(), RecvError> {
-        while self.small.len() < self.batch {
-            match pool.take(SizeClass::Small) {
-                Some(b) => self.small.push(b),
-                None => break,
-            }
-        }
-        while self.large.len() < self.small.len() {
-            match pool.take(SizeClass::Large) {
-                Some(b) => self.large.push(b),
-                None => break,
-            }
-        }
-        let n = self.small.len().min(self.large.len());
-        if n == 0 {
-            return Err(RecvError::NoBuffer);
-        }
-        let small_len = SizeClass::Small.storage();
-        let got = {
-            let mut iov: smallvec::SmallVec<[[IoSliceMut<'_>; 2]; WHOLE_BATCH]> = self
-                .small
-                .iter_mut()
-                .zip(self.large.iter_mut())
-                .map(|(s, l)| {
-                    [
-                        IoSliceMut::new(&mut s.storage_mut()[HEADROOM..]),
-                        IoSliceMut::new(&mut l.storage_mut()[small_len..]),
-                    ]
-                })
-                .collect();
-            hvnet_sys::recv_frames_aux(
-                q,
-                &mut iov,
-                &mut self.lens,
-                &mut self.truncated,
-                &mut self.status,
-            )
-        };
-        let got = match got {
-            // recvmmsg reports "nothing ready" as 0 frames.
-            Ok(0) => return Err(RecvError::WouldBlock),
-            r => read_result(r)?,
-        };
-        // Frames land in the first `got` pairs, in order; a pair's large
-        // buffer is kept only by a frame that overflowed its small one.
-        let smalls: smallvec::SmallVec<[Buf; WHOLE_BATCH]> = self.small.drain(..got).collect();
-        let mut larges: smallvec::SmallVec<[Option<Buf>; WHOLE_BATCH]> =
-            self.large.drain(..got).map(Some).collect();
-        for (i, mut s) in smalls.into_iter().enumerate() {
-            let len = self.lens[i];
-            let buf = if len > SMALL_FRAME_BYTES {
-                let mut l = larges[i].take().expect("one large buffer per pair read");
-                l.storage_mut()[..small_len].copy_from_slice(s.storage());
-                l.set_len(len);
-                self.small.push(s);
-                l
-            } else {
-                s.set_len(len);
-                s
-            };
-            self.ready
-                .push_back((buf, self.truncated[i], self.status[i]));
-        }
-        self.large.extend(larges.into_iter().flatten());
-        Ok(())
-    }
-
-    /// Gives the buffers it holds back to `pool`'s cache.
-    pub fn release(&mut self, pool: &mut Pool) {
-        for b in self.small.drain(..).chain(self.large.drain(..)) {
-            pool.keep(b);
-        }
-        for (b, ..) in self.ready.drain(..) {
-            pool.keep(b);
-        }
     }
 }
 

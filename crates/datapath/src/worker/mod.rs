@@ -84,6 +84,8 @@ struct State {
     tunnel_tx: Option<Box<dyn Transmitter>>,
     /// When the kernel's drops at this queue were last read.
     kernel_drops_read: Instant,
+    /// When the queue's thread last woke to read.
+    last_wake: Instant,
     /// Settings of every port, re-read when the switch's generation moves.
     gen: u64,
     settings: Vec<PortSettings>,
@@ -119,6 +121,7 @@ impl Worker {
             frames: Vec::with_capacity(BATCH),
             tunnel_tx: None,
             kernel_drops_read: Instant::now(),
+            last_wake: Instant::now(),
             gen: u64::MAX,
             settings: Vec::new(),
             dests,
@@ -173,10 +176,35 @@ impl Worker {
                 }
                 Err(_) => break,
             }
+            self.coalesce_wake_up();
             self.st.rx.woken();
             self.drain();
         }
         self.finish();
+    }
+
+    /// Wake-up coalescing (`rx_usecs`, as a NIC moderates its interrupts):
+    /// a wake-up within `rx_usecs` of the last one waits out the rest, so
+    /// that what arrives meanwhile is read in the same batch. The first
+    /// frame after a quiet spell is read at once.
+    fn coalesce_wake_up(&mut self) {
+        // The settings as the last batch read them (a change applies from
+        // the next wake-up on).
+        let usecs = self
+            .st
+            .settings
+            .get(self.cx.port.id)
+            .map_or(0, |s| s.rx_usecs);
+        let now = Instant::now();
+        if usecs > 0 {
+            let window = Duration::from_micros(u64::from(usecs));
+            let since = now.duration_since(self.st.last_wake);
+            if since < window {
+                std::thread::sleep(window - since);
+            }
+        }
+        self.st.last_wake = Instant::now();
+        add(&self.cx.port.ingress[self.cx.q].wakeups, 1);
     }
 
     /// Reads batches until the queue is empty and the other side, asked

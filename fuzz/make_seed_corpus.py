@@ -69,8 +69,9 @@ def main():
     vnet_frames = [bytes(12) + f for f in data] + [
         struct.pack("<BBHHHHH", 1, 1, 54, 1448, 34, 16, 1) + f for f in big[:2]
     ]
-    for shape, n in ((0x00, 4), (0x1F, 8), (0xA5, 14)):
-        ops = bytes([shape])
+    # The second byte picks each port's backend (bit set: a replay port).
+    for shape, kinds, n in ((0x00, 0x00, 4), (0x1F, 0x05, 8), (0xA5, 0x07, 14)):
+        ops = bytes([shape, kinds])
         for i, vf in enumerate(vnet_frames[:n]):
             ops += bytes([0x10, i % 3]) + struct.pack("<H", len(vf)) + vf
             if i % 4 == 3:

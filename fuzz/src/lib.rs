@@ -159,12 +159,17 @@ pub fn rss_vxlan(data: &[u8]) {
 /// (frames in = forwarded + named drops; offered = delivered + drops,
 /// nothing left in flight), buffers within each port's cap.
 pub fn switch_ops(data: &[u8]) {
-    use hvnet_datapath::harness::Harness;
+    use hvnet_datapath::harness::{Backend, Harness};
     use hvnet_datapath::{Delivery, PortSettings, RxOverflow, SwitchConfig};
     use hvnet_port::PoolCaps;
     use hvnet_wire::MacAddr;
 
-    let Some((&shape, mut rest)) = data.split_first() else {
+    let Some((&shape, rest)) = data.split_first() else {
+        return;
+    };
+    // Which backend each port is: bit i of the second byte, a replay
+    // port's in-memory queues, else TAP queues over socketpairs.
+    let Some((&kinds, mut rest)) = rest.split_first() else {
         return;
     };
     let nports = 2 + (shape & 3) as usize % 3;
@@ -200,7 +205,16 @@ pub fn switch_ops(data: &[u8]) {
         },
         ..SwitchConfig::default()
     };
-    let mut h = Harness::new(&ports, cfg);
+    let backends: Vec<Backend> = (0..nports)
+        .map(|i| {
+            if kinds >> i & 1 != 0 {
+                Backend::Replay
+            } else {
+                Backend::Tap
+            }
+        })
+        .collect();
+    let mut h = Harness::with_backends(&ports, &backends, cfg);
     let mut out = Vec::new();
     let mut frame = Vec::with_capacity(70_000);
     while let Some((&op, tail)) = rest.split_first() {

@@ -1,8 +1,9 @@
 //! A deterministic, single-threaded switch for tests and fuzzing: ports
-//! over socketpairs instead of TAPs (no root), and the very worker and
-//! delivery code the threads run, stepped by hand. The guest end of each
-//! port is a socket the test writes frames (with their 12-byte virtio-net
-//! header) into and reads deliveries from.
+//! of any backend that needs no root — TAP queues over socketpairs, or
+//! [`ReplayPort`]'s in-memory queues — and the very worker and delivery
+//! code the threads run, stepped by hand, through the port interface alone.
+//! The test writes each port's frames (with their 12-byte virtio-net
+//! header) into its far end and reads deliveries from it.
 
 use crate::deliver::{self, Scratch};
 use crate::item::{RingItem, BATCH};
@@ -10,16 +11,27 @@ use crate::ring::{Consumer, Slot};
 use crate::settings::PortSettings;
 use crate::switch::{PortSpec, Switch, SwitchConfig};
 use crate::worker::{Batch, Worker};
-use hvnet_port::{TapPort, Transmitter, TxOptions};
+use hvnet_port::{Device, ReplayPort, TapPort, Transmitter, TxOptions};
 use hvnet_sys::FrameQueue;
 use hvnet_wire::MacAddr;
 use std::io::{Read, Write};
 use std::sync::Arc;
 
-/// A port's guest end.
-pub struct Guest {
+/// Which backend a harness port is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// A TAP port whose queues are socketpairs.
+    Tap,
+    /// A [`ReplayPort`].
+    Replay,
+}
+
+/// A port's far end (the guest's side).
+pub enum Guest {
     /// One socket per queue.
-    pub queues: Vec<FrameQueue>,
+    Tap(Vec<FrameQueue>),
+    /// The replay port itself.
+    Replay(Arc<ReplayPort>),
 }
 
 /// A guest receive queue's stepped delivery: its port and queue, the
@@ -44,33 +56,47 @@ pub struct Harness {
 }
 
 impl Harness {
-    /// A switch with one port per `(mac, queues, settings)`.
+    /// A switch with one TAP port per `(mac, queues, settings)`.
     pub fn new(ports: &[(MacAddr, usize, PortSettings)], cfg: SwitchConfig) -> Harness {
+        let tap: Vec<_> = ports.iter().map(|_| Backend::Tap).collect();
+        Harness::with_backends(ports, &tap, cfg)
+    }
+
+    /// A switch with one port per `(mac, queues, settings)`, port `i` of
+    /// backend `backends[i]` (TAP where the list is short).
+    pub fn with_backends(
+        ports: &[(MacAddr, usize, PortSettings)],
+        backends: &[Backend],
+        cfg: SwitchConfig,
+    ) -> Harness {
         let mut specs = Vec::new();
         let mut guests = Vec::new();
         for (i, (mac, nq, settings)) in ports.iter().enumerate() {
-            let mut sw_side = Vec::new();
-            let mut guest = Vec::new();
-            for _ in 0..(*nq).max(1) {
-                let (a, b) = hvnet_sys::frame_socketpair().expect("socketpair");
-                let (qa, qb) = (
-                    FrameQueue::from_fd(a, "sw"),
-                    FrameQueue::from_fd(b, "guest"),
-                );
-                qa.set_nonblocking(true).expect("nonblocking");
-                qb.set_nonblocking(true).expect("nonblocking");
-                sw_side.push(qa);
-                guest.push(qb);
-            }
+            let name = format!("p{i}");
+            let nq = (*nq).max(1);
+            let (dev, guest): (Arc<dyn Device>, Guest) =
+                match backends.get(i).copied().unwrap_or(Backend::Tap) {
+                    Backend::Tap => {
+                        let (sw_side, guest) = socket_queues(nq);
+                        (
+                            Arc::new(TapPort::from_queues(&name, sw_side)),
+                            Guest::Tap(guest),
+                        )
+                    }
+                    Backend::Replay => {
+                        let r = Arc::new(ReplayPort::new(&name, nq).expect("replay port"));
+                        (Arc::clone(&r) as Arc<dyn Device>, Guest::Replay(r))
+                    }
+                };
             specs.push(PortSpec {
-                name: format!("p{i}"),
-                dev: Arc::new(TapPort::from_queues(&format!("p{i}"), sw_side)),
+                name,
+                dev,
                 mac: *mac,
                 vlan: 0,
                 tunnel: None,
                 settings: settings.clone(),
             });
-            guests.push(Guest { queues: guest });
+            guests.push(guest);
         }
         let sw = Switch::new(specs, cfg);
         let mut workers = Vec::new();
@@ -100,8 +126,13 @@ impl Harness {
     /// The guest of `port` sends `bytes` (virtio-net header, then frame)
     /// on queue `q`. False when the socket is full.
     pub fn send(&self, port: usize, q: usize, bytes: &[u8]) -> bool {
-        let g = &self.guests[port];
-        g.queues[q % g.queues.len()].file().write(bytes).is_ok()
+        match &self.guests[port] {
+            Guest::Tap(queues) => queues[q % queues.len()].file().write(bytes).is_ok(),
+            Guest::Replay(r) => {
+                r.push(q, bytes.to_vec());
+                true
+            }
+        }
     }
 
     /// Runs every worker once and every delivery once; true if anything
@@ -158,13 +189,23 @@ impl Harness {
         let mut any = false;
         let mut buf = vec![0u8; 70_000];
         for (p, g) in self.guests.iter().enumerate() {
-            for q in &g.queues {
-                while let Ok(n) = q.file().read(&mut buf) {
-                    if n == 0 {
-                        break;
+            match g {
+                Guest::Tap(queues) => {
+                    for q in queues {
+                        while let Ok(n) = q.file().read(&mut buf) {
+                            if n == 0 {
+                                break;
+                            }
+                            any = true;
+                            out.push((p, buf[..n].to_vec()));
+                        }
                     }
-                    any = true;
-                    out.push((p, buf[..n].to_vec()));
+                }
+                Guest::Replay(r) => {
+                    for (_, f) in r.take_sent() {
+                        any = true;
+                        out.push((p, f));
+                    }
                 }
             }
         }
@@ -195,6 +236,22 @@ impl Harness {
         }
         Ok(())
     }
+}
+
+/// `n` socketpairs, nonblocking: the switch's ends and the guest's.
+fn socket_queues(n: usize) -> (Vec<FrameQueue>, Vec<FrameQueue>) {
+    (0..n)
+        .map(|_| {
+            let (a, b) = hvnet_sys::frame_socketpair().expect("socketpair");
+            let (qa, qb) = (
+                FrameQueue::from_fd(a, "sw"),
+                FrameQueue::from_fd(b, "guest"),
+            );
+            qa.set_nonblocking(true).expect("nonblocking");
+            qb.set_nonblocking(true).expect("nonblocking");
+            (qa, qb)
+        })
+        .unzip()
 }
 
 #[cfg(test)]
@@ -244,5 +301,107 @@ mod tests {
         assert_eq!(i.frames, 20);
         let e = h.sw.ports[1].egress_stats();
         assert_eq!(e.delivered_source_frames, 20, "{e:?}");
+    }
+
+    fn tcp(from: u8, to: u8, seq: u32) -> Vec<u8> {
+        with_hdr(
+            &TcpSpec {
+                src_mac: mac(from).0,
+                dst_mac: mac(to).0,
+                seq: 1000 + seq * 100,
+                payload: vec![seq as u8; 100],
+                ..TcpSpec::default()
+            }
+            .build(),
+        )
+    }
+
+    fn drop_settings() -> PortSettings {
+        PortSettings {
+            rx_overflow: crate::RxOverflow::Drop,
+            lro: false,
+            ..PortSettings::default()
+        }
+    }
+
+    #[test]
+    fn every_backend_carries_frames_through_the_port_interface_and_accounts_them() {
+        let s = drop_settings();
+        let ports = [
+            (mac(1), 1, s.clone()),
+            (mac(2), 2, s.clone()),
+            (mac(3), 1, s),
+        ];
+        let backends = [Backend::Replay, Backend::Tap, Backend::Replay];
+        let mut h = Harness::with_backends(&ports, &backends, SwitchConfig::default());
+        // Replay to TAP, TAP to replay, and a bad virtio-net header (a
+        // GSO type on a frame too short for it) from a replay port.
+        for seq in 0..10 {
+            assert!(h.send(0, 0, &tcp(1, 2, seq)));
+            assert!(h.send(1, seq as usize, &tcp(2, 3, seq)));
+        }
+        let mut bad = tcp(1, 2, 99);
+        bad[0] = 1; // NEEDS_CSUM, with csum_start past the frame
+        bad[6..8].copy_from_slice(&60_000u16.to_le_bytes());
+        assert!(h.send(0, 0, &bad));
+        let mut out = Vec::new();
+        h.settle(100, &mut out);
+        h.check_accounting().unwrap();
+        assert_eq!(out.iter().filter(|(p, _)| *p == 1).count(), 10);
+        assert_eq!(out.iter().filter(|(p, _)| *p == 2).count(), 10);
+        let i = h.sw.ports[0].ingress_stats();
+        assert_eq!((i.frames, i.drop_bad_vnet_header), (11, 1), "{i:?}");
+        assert_eq!(h.sw.ports[0].dev.kind(), "replay");
+    }
+
+    #[test]
+    fn a_full_or_departed_far_side_is_a_named_drop_and_the_others_go_on() {
+        let s = drop_settings();
+        let ports = [
+            (mac(1), 1, s.clone()),
+            (mac(2), 1, s.clone()),
+            (mac(3), 1, s),
+        ];
+        let backends = [Backend::Tap, Backend::Replay, Backend::Replay];
+        let mut h = Harness::with_backends(&ports, &backends, SwitchConfig::default());
+        let (Guest::Replay(b), Guest::Replay(c)) = (&h.guests[1], &h.guests[2]) else {
+            panic!("replay ports");
+        };
+        let (b, c) = (Arc::clone(b), Arc::clone(c));
+        // Learn where everyone is, then b's far side takes 3 more frames.
+        let mut out = Vec::new();
+        h.send(1, 0, &tcp(2, 1, 0));
+        h.send(2, 0, &tcp(3, 1, 0));
+        h.settle(10, &mut out);
+        b.set_room(0, Some(3));
+        for seq in 1..=8 {
+            h.send(0, 0, &tcp(1, 2, seq));
+            h.send(0, 0, &tcp(1, 3, seq));
+        }
+        h.settle(100, &mut out);
+        h.check_accounting().unwrap();
+        let e = h.sw.ports[1].egress_stats();
+        assert_eq!(
+            (e.delivered_source_frames, e.drop_virtqueue_full),
+            (3, 5),
+            "{e:?}"
+        );
+        assert_eq!(h.sw.ports[2].egress_stats().delivered_source_frames, 8);
+        // c's far side goes away: what is sent to it is dropped and
+        // counted, b (room again) still gets its frames.
+        c.set_link(hvnet_port::Link::Gone);
+        b.set_room(0, None);
+        for seq in 9..=12 {
+            h.send(0, 0, &tcp(1, 2, seq));
+            h.send(0, 0, &tcp(1, 3, seq));
+        }
+        h.send(2, 0, &tcp(3, 1, 9));
+        h.settle(100, &mut out);
+        h.check_accounting().unwrap();
+        assert_eq!(h.sw.ports[1].egress_stats().delivered_source_frames, 7);
+        let e = h.sw.ports[2].egress_stats();
+        assert_eq!(e.delivered_source_frames, 8, "{e:?}");
+        assert_eq!(e.drops(), 4, "{e:?}");
+        assert!(!h.sw.ports[2].is_up(), "its receiver found the link gone");
     }
 }

@@ -35,6 +35,7 @@ mod fd_tx;
 pub mod netqueue;
 pub mod packet;
 pub mod pool;
+pub mod replay;
 pub mod rss_fanout;
 pub mod socket_batch;
 pub mod tap;
@@ -48,6 +49,7 @@ pub use device::{Caps, Device, Link, Receiver, SendError, Transmitter, TxOptions
 pub use packet::{Meta, Packet};
 pub use pool::{Buf, Home, Pool, PoolCaps, PoolStatus, SizeClass};
 pub use pool::{HEADROOM, SMALL_FRAME};
+pub use replay::{ReplayError, ReplayPort};
 pub use socket_batch::{Framing, SocketBatchReader};
 pub use tap::{tap_offload_flags, TapError, TapPort, TapReader};
 pub use uplink::{LinkState, Spread, UplinkPort, UplinkRead};

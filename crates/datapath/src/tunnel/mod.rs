@@ -1,0 +1,282 @@
+//! VXLAN tunnel endpoints (RFC 7348) on uplinks. The uplink's device is
+//! then the underlay: the VMs' frames cross it inside VXLAN, to remote
+//! endpoints named in the topology (the flood list) or learned from what
+//! arrives, and nothing else of the VMs' segment is bridged onto it.
+//!
+//! What the endpoint does, as Linux's `vxlan` device does it:
+//! - it answers ARP for its own underlay address and resolves its peers'
+//!   MAC addresses with ARP (asking again every [`SOLICIT_EVERY`] while one
+//!   is unresolved), and learns a peer's address from the outer header of
+//!   each frame it decapsulates;
+//! - it decapsulates VXLAN to its address and port, for its VNI, moving the
+//!   inner frame to the front of its buffer (no copy into a new buffer),
+//!   and learns which remote endpoint each inner source MAC lives behind
+//!   (at most [`MAX_REMOTE_MACS`]);
+//! - it encapsulates what the switch sends out: to the remote its inner
+//!   destination was learned behind, else to every remote in the flood
+//!   list (head-end replication), with the outer UDP source port from the
+//!   inner flow's hash and the outer checksum as configured. An inner GSO
+//!   frame is segmented here: an AF_PACKET socket takes no tunnelled GSO
+//!   frames (`virtio_net_hdr_to_skb` knows no UDP-tunnel GSO type), so
+//!   this is the one place that cannot leave segmentation to the device.
+//!   Partial inner checksums stay partial (the kernel or the NIC completes
+//!   them on the way out).
+
+use hvnet_offload::rss::{Rss, DEFAULT_KEY};
+use hvnet_offload::vxlan::VxlanError;
+use hvnet_port::Packet;
+use hvnet_wire::{ip_protocol, EtherType, MacAddr, UdpPacket};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
+mod encap;
+mod neighbours;
+
+pub(crate) use encap::TunnelScratch;
+
+/// Inner MAC addresses remembered behind remote endpoints, at most (a
+/// guest behind a remote endpoint sending from random addresses must not
+/// grow this without bound).
+pub const MAX_REMOTE_MACS: usize = 4096;
+/// Underlay neighbours remembered, at most.
+pub const MAX_NEIGHBOURS: usize = 256;
+/// How often an unresolved remote is asked for again.
+pub const SOLICIT_EVERY: Duration = Duration::from_millis(500);
+/// A learned inner MAC not seen for this long is forgotten when the table
+/// is full.
+const REMOTE_MAC_AGE: Duration = Duration::from_secs(300);
+/// Outer UDP source ports, as Linux's default range.
+const SOURCE_PORTS: (u16, u16) = (32768, 61000);
+
+/// A tunnel endpoint's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VtepConfig {
+    /// The VXLAN network identifier (24 bits).
+    pub vni: u32,
+    /// Its underlay address.
+    pub local: Ipv4Addr,
+    /// The underlay prefix length (shown; peers are on the same link).
+    pub prefix: u8,
+    /// The underlay device's MAC (the outer source).
+    pub mac: MacAddr,
+    /// Static remote endpoints: the flood list.
+    pub remotes: Vec<Ipv4Addr>,
+    /// UDP destination port.
+    pub port: u16,
+    /// Compute the outer UDP checksum (off: zero, as Linux's default).
+    pub udp_csum: bool,
+}
+
+/// A VXLAN tunnel endpoint.
+pub struct Vtep {
+    /// Its settings.
+    pub cfg: VtepConfig,
+    rss: Rss,
+    neighbours: RwLock<HashMap<Ipv4Addr, MacAddr>>,
+    remote_macs: RwLock<HashMap<MacAddr, (Ipv4Addr, Instant)>>,
+    arp_requests_sent: AtomicU64,
+    arp_replies_sent: AtomicU64,
+    remote_macs_refused: AtomicU64,
+}
+
+/// What the endpoint made of a frame from the underlay.
+#[allow(clippy::large_enum_variant)]
+pub enum Received {
+    /// The inner frame of a VXLAN packet, for the switch to forward as
+    /// coming from the uplink.
+    Inner(Packet),
+    /// ARP for the endpoint, consumed; a reply to send back, if any.
+    Arp(Option<[u8; 42]>),
+    /// Dropped, for this reason.
+    Drop(TunnelDrop),
+}
+
+/// Why a frame from the underlay was dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TunnelDrop {
+    /// Neither VXLAN to this endpoint nor ARP for it.
+    NotTunnel,
+    /// VXLAN to this endpoint's port that is malformed: no I flag, a
+    /// truncated header, an inner frame whose headers lie.
+    BadVxlan,
+    /// VXLAN for another VNI.
+    Vni,
+}
+
+/// A remote endpoint as the views show it.
+#[derive(Clone, Debug, Serialize)]
+pub struct RemoteView {
+    /// Underlay address.
+    pub ip: Ipv4Addr,
+    /// Its MAC, once resolved.
+    pub mac: Option<String>,
+    /// In the flood list (configured) or only learned.
+    pub configured: bool,
+}
+
+/// An inner MAC learned behind a remote endpoint.
+#[derive(Clone, Debug, Serialize)]
+pub struct RemoteMacView {
+    /// The inner MAC.
+    pub mac: String,
+    /// The remote endpoint it was last seen behind.
+    pub remote: Ipv4Addr,
+    /// Seconds since it was last seen.
+    pub age_secs: u64,
+}
+
+/// A tunnel endpoint's state, for `hvnet stats /uplinks/NAME/vxlan`.
+#[derive(Clone, Debug, Serialize)]
+pub struct VtepView {
+    /// VNI.
+    pub vni: u32,
+    /// Underlay address and prefix.
+    pub local: String,
+    /// Underlay MAC.
+    pub mac: String,
+    /// UDP port.
+    pub port: u16,
+    /// Outer UDP checksum on.
+    pub udp_csum: bool,
+    /// Remote endpoints: configured, and learned from what arrived.
+    pub remotes: Vec<RemoteView>,
+    /// Inner MACs learned behind remotes.
+    pub remote_macs: Vec<RemoteMacView>,
+    /// ARP requests sent for unresolved remotes.
+    pub arp_requests_sent: u64,
+    /// ARP replies sent for the endpoint's address.
+    pub arp_replies_sent: u64,
+    /// Inner MACs not learned: the table was full.
+    pub remote_macs_refused: u64,
+}
+
+impl Vtep {
+    /// An endpoint with nothing resolved or learned yet.
+    pub fn new(cfg: VtepConfig) -> Vtep {
+        Vtep {
+            cfg,
+            rss: Rss::new(&DEFAULT_KEY, 1).expect("default RSS key"),
+            neighbours: RwLock::new(HashMap::new()),
+            remote_macs: RwLock::new(HashMap::new()),
+            arp_requests_sent: AtomicU64::new(0),
+            arp_replies_sent: AtomicU64::new(0),
+            remote_macs_refused: AtomicU64::new(0),
+        }
+    }
+
+    /// Classifies a frame from the underlay: VXLAN for us is decapsulated
+    /// (the inner frame parsed as a frame of its own), ARP for us answered
+    /// or learned from, anything else dropped.
+    pub fn receive(&self, mut pkt: Packet, now: Instant) -> Received {
+        let l = pkt.meta.layers;
+        let frame = pkt.frame();
+        match l.l2.ethertype {
+            EtherType::Arp => return self.receive_arp(&frame[l.l2.header_len..]),
+            EtherType::Ipv4 => {}
+            _ => return Received::Drop(TunnelDrop::NotTunnel),
+        }
+        let (Some(net), Some(t)) = (l.net, l.transport) else {
+            return Received::Drop(TunnelDrop::NotTunnel);
+        };
+        let ip = &frame[net.offset..];
+        if ip[16..20] != self.cfg.local.octets()
+            || t.protocol != ip_protocol::UDP
+            || UdpPacket::new_unchecked(&frame[t.offset..]).dst_port() != self.cfg.port
+        {
+            return Received::Drop(TunnelDrop::NotTunnel);
+        }
+        let remote = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
+        let d = match hvnet_offload::vxlan::decap_parsed(frame, &l, pkt.meta.offload, self.cfg.port)
+        {
+            Ok(d) => d,
+            Err(VxlanError::Malformed(_) | VxlanError::NotVxlan | VxlanError::TooLarge) => {
+                return Received::Drop(TunnelDrop::BadVxlan)
+            }
+        };
+        if d.vni != self.cfg.vni {
+            return Received::Drop(TunnelDrop::Vni);
+        }
+        let outer_src = pkt.src();
+        pkt.buf.keep_range(d.inner_offset..d.inner_end);
+        let inner = match Packet::parse(pkt.buf, d.info) {
+            Ok(p) => p,
+            Err(_) => return Received::Drop(TunnelDrop::BadVxlan),
+        };
+        self.learn_neighbour(remote, outer_src);
+        self.learn_remote_mac(inner.src(), remote, now);
+        Received::Inner(inner)
+    }
+
+    fn learn_remote_mac(&self, mac: MacAddr, remote: Ipv4Addr, now: Instant) {
+        if mac.is_multicast() {
+            return;
+        }
+        if let Some(&(r, seen)) = self.remote_macs.read().expect("lock").get(&mac) {
+            // Refreshed at most once a second per address.
+            if r == remote && now.duration_since(seen) < Duration::from_secs(1) {
+                return;
+            }
+        }
+        let mut t = self.remote_macs.write().expect("lock");
+        if t.len() >= MAX_REMOTE_MACS && !t.contains_key(&mac) {
+            t.retain(|_, (_, seen)| now.duration_since(*seen) < REMOTE_MAC_AGE);
+            if t.len() >= MAX_REMOTE_MACS {
+                self.remote_macs_refused.fetch_add(1, Relaxed);
+                return;
+            }
+        }
+        t.insert(mac, (remote, now));
+    }
+
+    /// The endpoint as the views show it.
+    pub fn view(&self, now: Instant) -> VtepView {
+        let n = self.neighbours.read().expect("lock");
+        let mut remotes: Vec<RemoteView> = self
+            .cfg
+            .remotes
+            .iter()
+            .map(|ip| RemoteView {
+                ip: *ip,
+                mac: n.get(ip).map(|m| m.to_string()),
+                configured: true,
+            })
+            .collect();
+        remotes.extend(
+            n.iter()
+                .filter(|(ip, _)| !self.cfg.remotes.contains(ip))
+                .map(|(ip, m)| RemoteView {
+                    ip: *ip,
+                    mac: Some(m.to_string()),
+                    configured: false,
+                }),
+        );
+        let mut macs: Vec<RemoteMacView> = self
+            .remote_macs
+            .read()
+            .expect("lock")
+            .iter()
+            .map(|(m, (r, seen))| RemoteMacView {
+                mac: m.to_string(),
+                remote: *r,
+                age_secs: now.duration_since(*seen).as_secs(),
+            })
+            .collect();
+        macs.sort_by(|a, b| a.mac.cmp(&b.mac));
+        VtepView {
+            vni: self.cfg.vni,
+            local: format!("{}/{}", self.cfg.local, self.cfg.prefix),
+            mac: self.cfg.mac.to_string(),
+            port: self.cfg.port,
+            udp_csum: self.cfg.udp_csum,
+            remotes,
+            remote_macs: macs,
+            arp_requests_sent: self.arp_requests_sent.load(Relaxed),
+            arp_replies_sent: self.arp_replies_sent.load(Relaxed),
+            remote_macs_refused: self.remote_macs_refused.load(Relaxed),
+        }
+    }
+}

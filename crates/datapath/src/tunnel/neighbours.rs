@@ -1,0 +1,98 @@
+//! The endpoint's own underlay neighbours: ARP for its address answered,
+//! its peers' MACs resolved and learned, as Linux's `vxlan` device does.
+
+use super::{Received, TunnelDrop, Vtep, MAX_NEIGHBOURS};
+use hvnet_port::Transmitter;
+use hvnet_wire::{arp, MacAddr, VirtioNetHdr};
+use std::io::IoSlice;
+use std::net::Ipv4Addr;
+use std::sync::atomic::Ordering::Relaxed;
+
+impl Vtep {
+    pub(super) fn receive_arp(&self, bytes: &[u8]) -> Received {
+        let Ok(r) = arp::Packet::new_checked(bytes).and_then(|p| arp::Repr::parse(&p)) else {
+            return Received::Drop(TunnelDrop::NotTunnel);
+        };
+        let local = self.cfg.local.octets();
+        if r.target_ip != local {
+            return Received::Drop(TunnelDrop::NotTunnel);
+        }
+        self.learn_neighbour(Ipv4Addr::from(r.sender_ip), r.sender_mac);
+        if r.op != arp::Operation::Request {
+            return Received::Arp(None);
+        }
+        self.arp_replies_sent.fetch_add(1, Relaxed);
+        Received::Arp(Some(self.arp_frame(arp::Repr {
+            op: arp::Operation::Reply,
+            sender_mac: self.cfg.mac,
+            sender_ip: local,
+            target_mac: r.sender_mac,
+            target_ip: r.sender_ip,
+        })))
+    }
+
+    fn arp_frame(&self, r: arp::Repr) -> [u8; 42] {
+        let mut f = [0u8; 42];
+        let dst = match r.op {
+            arp::Operation::Request => MacAddr([0xff; 6]),
+            _ => r.target_mac,
+        };
+        f[0..6].copy_from_slice(&dst.0);
+        f[6..12].copy_from_slice(&self.cfg.mac.0);
+        f[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+        r.emit(&mut arp::Packet::new_unchecked(&mut f[14..]));
+        f
+    }
+
+    pub(super) fn learn_neighbour(&self, ip: Ipv4Addr, mac: MacAddr) {
+        if mac.is_multicast() {
+            return;
+        }
+        if self.neighbours.read().expect("lock").get(&ip) == Some(&mac) {
+            return;
+        }
+        let mut n = self.neighbours.write().expect("lock");
+        if n.len() < MAX_NEIGHBOURS || n.contains_key(&ip) {
+            n.insert(ip, mac);
+        }
+    }
+
+    /// Sends an ARP request for each configured remote still unresolved;
+    /// the caller (the uplink's first queue thread) calls it every
+    /// [`SOLICIT_EVERY`], so a write that fails is tried at the next turn.
+    pub fn solicit(&self, tx: &mut dyn Transmitter) {
+        let unresolved: Vec<Ipv4Addr> = {
+            let n = self.neighbours.read().expect("lock");
+            self.cfg
+                .remotes
+                .iter()
+                .filter(|r| !n.contains_key(r))
+                .copied()
+                .collect()
+        };
+        for ip in unresolved {
+            let f = self.arp_frame(arp::Repr {
+                op: arp::Operation::Request,
+                sender_mac: self.cfg.mac,
+                sender_ip: self.cfg.local.octets(),
+                target_mac: MacAddr([0; 6]),
+                target_ip: ip.octets(),
+            });
+            if send_plain(tx, &f).is_ok() {
+                self.arp_requests_sent.fetch_add(1, Relaxed);
+            }
+        }
+    }
+
+    /// Sends an ARP reply the worker got from [`Vtep::receive`].
+    pub fn send_reply(&self, tx: &mut dyn Transmitter, reply: &[u8; 42]) {
+        let _ = send_plain(tx, reply);
+    }
+}
+
+/// Writes a frame the endpoint makes itself (ARP), with an empty
+/// virtio-net header.
+fn send_plain(tx: &mut dyn Transmitter, frame: &[u8]) -> Result<(), hvnet_port::SendError> {
+    let vnet = hvnet_port::vnet_bytes(&VirtioNetHdr::default());
+    tx.send(&[IoSlice::new(&vnet), IoSlice::new(frame)], None)
+}

@@ -78,6 +78,9 @@ counters! {
         /// Times the queue's thread woke to read (frames / wakeups: how
         /// many a wake-up finds; `rx_usecs` raises it).
         wakeups,
+        /// Times a queue found empty under load had frames again within
+        /// the short poll before its thread would have slept.
+        busy_poll_hits,
         /// Source addresses not learned: the FDB's per-port or total limit,
         /// or another port's static address (the frame still goes out).
         fdb_learn_refused,

@@ -174,6 +174,14 @@ pub trait Receiver: Send {
     /// notifying while the queue is read anyway.
     fn woken(&mut self) {}
 
+    /// The queue found empty under load: watches it for up to `budget`
+    /// where that needs no system call (a guest's virtqueue in shared
+    /// memory); true as soon as frames are there. A queue that can only
+    /// be watched by a system call says false at once (the default).
+    fn poll(&mut self, _budget: Duration) -> bool {
+        false
+    }
+
     /// Before the thread sleeps, the queue found empty: asks the other
     /// side to notify again; true if it added frames meanwhile (read on).
     fn rearm(&mut self) -> bool {

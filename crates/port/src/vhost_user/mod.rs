@@ -385,6 +385,32 @@ impl VhostUserPort {
         vring.enable_notification().unwrap_or(false)
     }
 
+    /// Watches the guest's transmit queue `q` for up to `budget` without
+    /// a system call or a kick; true as soon as it holds a chain not yet
+    /// taken.
+    pub fn poll_tx(&self, q: usize, budget: std::time::Duration) -> bool {
+        let Some((vring, mem)) = self.vring(2 * q + 1) else {
+            return false;
+        };
+        let guard = mem.memory();
+        let start = std::time::Instant::now();
+        loop {
+            {
+                let st = vring.get_ref();
+                let queue = st.get_queue();
+                match queue.avail_idx(&*guard, Ordering::Acquire) {
+                    Ok(idx) if idx.0 != queue.next_avail() => return true,
+                    Ok(_) => {}
+                    Err(_) => return false,
+                }
+            }
+            if start.elapsed() >= budget {
+                return false;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
     /// No kicks while the worker is reading anyway.
     pub fn disable_tx_kicks(&self, q: usize) {
         if let Some((vring, _)) = self.vring(2 * q + 1) {

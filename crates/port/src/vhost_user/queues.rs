@@ -121,6 +121,10 @@ impl Receiver for VirtqReceiver {
         self.port.disable_tx_kicks(self.q);
     }
 
+    fn poll(&mut self, budget: Duration) -> bool {
+        self.port.poll_tx(self.q, budget)
+    }
+
     fn rearm(&mut self) -> bool {
         let more = self.port.enable_tx_kicks(self.q);
         if more {

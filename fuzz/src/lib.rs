@@ -17,8 +17,19 @@ use hvnet_wire::{GsoType, Layers, VirtioNetHdr};
 pub fn wire_layers(data: &[u8]) {
     if let Ok(l) = Layers::parse(data) {
         let _ = l.payload_offset();
-        if let Some(inner) = l.vxlan_inner_offset(data) {
-            let _ = Layers::parse(&data[inner..]);
+        // The inner stack parsed with the outer one is the inner frame's
+        // own, and lies within the outer IP packet.
+        if let Some(v) = l.vxlan {
+            let (off, end) = (v.inner_offset as usize, l.net.expect("IP").end);
+            let own = data
+                .get(off..end)
+                .ok_or(hvnet_wire::Error::Truncated)
+                .and_then(Layers::parse)
+                .map(|il| Layers { vxlan: None, ..il });
+            assert_eq!(v.inner(), own);
+            if let Ok(il) = v.inner() {
+                assert!(off + il.net.map_or(0, |n| n.end) <= end);
+            }
         }
         if let (Some(n), Some(t)) = (l.net, l.transport) {
             assert!(n.offset < t.offset && t.offset + t.header_len <= n.end && n.end <= data.len());
@@ -303,7 +314,8 @@ pub fn vtep_receive(data: &[u8]) {
     match vtep.receive(pkt, std::time::Instant::now()) {
         Received::Inner(inner) => {
             assert!(inner.len() + 50 <= outer_len);
-            assert!(Layers::parse(inner.frame()).is_ok());
+            // The stack it carries is what parsing it afresh gives.
+            assert_eq!(Layers::parse(inner.frame()), Ok(inner.meta.layers));
         }
         Received::Arp(Some(reply)) => {
             assert_eq!(&reply[6..12], &[2, 0, 0, 0, 9, 1]);

@@ -385,9 +385,9 @@ fn gso_plan(frame: &[u8], mtu: u16) -> Plan {
     }
     // The headers that ride inside the MTU: everything after the outer
     // Ethernet header up to the (inner) TCP payload.
-    let (net, t, base) = match l.vxlan_inner_offset(frame) {
-        Some(off) => match Layers::parse(&frame[off..]) {
-            Ok(il) => (il.net, il.transport, off),
+    let (net, t, base) = match l.vxlan {
+        Some(v) => match v.inner() {
+            Ok(il) => (il.net, il.transport, v.inner_offset as usize),
             Err(_) => return Plan::OversizeNotTcp,
         },
         None => (l.net, l.transport, 0),

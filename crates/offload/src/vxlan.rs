@@ -210,6 +210,9 @@ pub struct Decapped {
     pub vni: u32,
     /// The inner frame's offload metadata.
     pub info: OffloadInfo,
+    /// The inner frame's header stack (offsets from its Ethernet header,
+    /// and VXLAN inside it found), or why it is malformed.
+    pub layers: hvnet_wire::Result<Layers>,
 }
 
 /// Finds the inner frame of a VXLAN frame and carries its metadata over.
@@ -219,8 +222,8 @@ pub fn decap(frame: &[u8], info: OffloadInfo) -> Result<Decapped, VxlanError> {
 }
 
 /// [`decap`] of a frame whose header stack was parsed already (the
-/// switch's uplinks parse each frame once where it enters), for VXLAN on
-/// UDP port `port`.
+/// switch's uplinks parse each frame once where it enters, the inner stack
+/// with the outer), for VXLAN on UDP port `port`.
 pub fn decap_parsed(
     frame: &[u8],
     l: &Layers,
@@ -242,6 +245,12 @@ pub fn decap_parsed(
         CsumState::Partial { .. } => CsumState::Unknown,
         other => other,
     };
+    let inner = &frame[inner_offset..net.end.max(inner_offset)];
+    let layers = match l.vxlan {
+        // A VXLAN frame inside has headers not walked yet.
+        Some(v) if v.port == port => v.inner().map(|il| il.with_vxlan(inner, vxlan::PORT)),
+        _ => Layers::parse(inner),
+    };
     Ok(Decapped {
         inner_offset,
         inner_end: net.end,
@@ -250,6 +259,7 @@ pub fn decap_parsed(
             gso: info.gso,
             csum,
         },
+        layers,
     })
 }
 

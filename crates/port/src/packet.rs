@@ -11,7 +11,8 @@ use hvnet_wire::{Layers, MacAddr};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Meta {
     /// Header stack: L2 length, EtherType and VLAN tags; the IP header's
-    /// offset, length and protocol; the transport header's offset.
+    /// offset, length and protocol; the transport header's offset; for a
+    /// VXLAN frame, the inner frame's stack as well.
     pub layers: Layers,
     /// Segmentation still owed and checksum state.
     pub offload: OffloadInfo,
@@ -29,18 +30,35 @@ pub struct Packet {
 }
 
 impl Packet {
-    /// Parses `buf`'s frame (the one parse it gets) and wraps it.
+    /// Parses `buf`'s frame (the one parse it gets: a VXLAN frame's inner
+    /// stack too) and wraps it.
     pub fn parse(buf: Buf, offload: OffloadInfo) -> Result<Packet, (Buf, hvnet_wire::Error)> {
-        match Layers::parse(buf.frame()) {
-            Ok(layers) => Ok(Packet {
-                buf,
-                meta: Meta {
-                    layers,
-                    offload,
-                    hash: None,
-                },
-            }),
+        Packet::parse_on(buf, offload, hvnet_wire::vxlan::PORT)
+    }
+
+    /// [`Packet::parse`] at a receiver whose VXLAN is on UDP port `port`
+    /// (a tunnel endpoint's own).
+    pub fn parse_on(
+        buf: Buf,
+        offload: OffloadInfo,
+        port: u16,
+    ) -> Result<Packet, (Buf, hvnet_wire::Error)> {
+        match Layers::parse_on(buf.frame(), port) {
+            Ok(layers) => Ok(Packet::parsed(buf, layers, offload)),
             Err(e) => Err((buf, e)),
+        }
+    }
+
+    /// Wraps a frame whose header stack is known already (a decapsulated
+    /// frame's, parsed with its outer headers).
+    pub fn parsed(buf: Buf, layers: Layers, offload: OffloadInfo) -> Packet {
+        Packet {
+            buf,
+            meta: Meta {
+                layers,
+                offload,
+                hash: None,
+            },
         }
     }
     /// The frame.

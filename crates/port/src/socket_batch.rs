@@ -84,7 +84,7 @@ impl SocketBatchReader {
                 check(buf, n)
             }
             Framing::Whole { tunnel } => {
-                let mut p = Packet::parse(buf, OffloadInfo::NONE)
+                let mut p = Packet::parse_on(buf, OffloadInfo::NONE, tunnel)
                     .map_err(|(_, e)| RecvError::BadFrame(e))?;
                 p.meta.offload = offload_of(p.frame(), &p.meta.layers, status, tunnel, mtu)?;
                 Ok(p)

@@ -35,11 +35,13 @@ pub fn offload_of(
     tunnel: u16,
     mtu: u16,
 ) -> Result<OffloadInfo, RecvError> {
-    // An inner frame whose headers lie is the tunnel endpoint's to count
-    // (as bad VXLAN); here it is taken as a frame with no inner headers.
-    let inner = layers
-        .vxlan_inner_offset_on(frame, tunnel)
-        .and_then(|off| Some((off, Layers::parse(&frame[off..]).ok()?)));
+    // The inner stack was parsed with the outer one. An inner frame whose
+    // headers lie is the tunnel endpoint's to count (as bad VXLAN); here it
+    // is taken as a frame with no inner headers.
+    let inner = match layers.vxlan {
+        Some(v) if v.port == tunnel => layers.inner(),
+        _ => None,
+    };
     let (base, inner) = inner.unwrap_or((0, *layers));
     let transport = inner.transport;
     let l4 = transport.map(|t| (t.protocol, base + t.offset));

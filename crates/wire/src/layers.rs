@@ -1,9 +1,10 @@
 //! One pass over a frame's header stack: where each layer starts and how
-//! long it is. Every engine (GRO, GSO, RSS, checksum, VXLAN) starts here, so
-//! a frame is parsed once and malformed input is refused in one place.
+//! long it is, and for a VXLAN frame its inner stack too. Every engine
+//! (GRO, GSO, RSS, checksum, VXLAN) starts here, so a frame is parsed once
+//! and malformed input is refused in one place.
 
 use crate::error::Result;
-use crate::ethernet::{EtherType, Frame, L2};
+use crate::ethernet::{EtherType, Frame, L2, MAX_VLAN_TAGS};
 use crate::{ipv4, ipv6, tcp, udp, vxlan};
 
 /// IP protocol numbers we act on.
@@ -61,13 +62,156 @@ pub struct Layers {
     pub net: Option<Net>,
     /// Transport layer, if TCP or UDP in an unfragmented (or first) packet.
     pub transport: Option<Transport>,
+    /// For a VXLAN frame, where its inner frame is and the inner stack,
+    /// parsed in the same pass.
+    pub vxlan: Option<Vxlan>,
+}
+
+/// A VXLAN frame's inner header stack, found when the outer one was parsed
+/// and kept beside it, so decapsulation, RSS, GRO and GSO read it instead
+/// of walking the inner headers again. Kept packed (it travels in every
+/// packet's metadata); [`Vxlan::inner`] unpacks it. One level deep: a
+/// VXLAN frame inside a VXLAN frame is found when the outer one is taken
+/// off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Vxlan {
+    /// The UDP destination port it was found on (IANA's, or a tunnel
+    /// endpoint's own).
+    pub port: u16,
+    /// Offset of the inner Ethernet header in the outer frame.
+    pub inner_offset: u32,
+    /// What parsing the inner headers gave: malformed ones make a bad
+    /// VXLAN frame, not one nobody looked into.
+    inner: Result<PackedStack>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PackedStack {
+    ethertype: EtherType,
+    vlans: [Option<u16>; MAX_VLAN_TAGS],
+    l2_len: u8,
+    net: Option<PackedNet>,
+    /// Transport header length; 0 for none (TCP's is at least 20, UDP's 8).
+    l4_len: u8,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PackedNet {
+    kind: NetKind,
+    header_len: u32,
+    end: u32,
+    protocol: u8,
+    fragment: bool,
+}
+
+impl Vxlan {
+    /// The inner frame's header stack, offsets counted from the inner
+    /// Ethernet header, or why it is malformed.
+    pub fn inner(&self) -> Result<Layers> {
+        let p = self.inner?;
+        let l2 = L2 {
+            ethertype: p.ethertype,
+            header_len: usize::from(p.l2_len),
+            vlans: p.vlans,
+        };
+        let net = p.net.map(|n| Net {
+            kind: n.kind,
+            offset: l2.header_len,
+            header_len: n.header_len as usize,
+            end: n.end as usize,
+            protocol: n.protocol,
+            fragment: n.fragment,
+        });
+        let transport = match net {
+            Some(n) if p.l4_len > 0 => Some(Transport {
+                protocol: n.protocol,
+                offset: n.offset + n.header_len,
+                header_len: usize::from(p.l4_len),
+            }),
+            _ => None,
+        };
+        Ok(Layers {
+            l2,
+            net,
+            transport,
+            vxlan: None,
+        })
+    }
+
+    fn pack(port: u16, inner_offset: usize, l: Result<Layers>) -> Option<Vxlan> {
+        // Offsets past 32 bits (or an L2 header past 255 bytes) cannot be
+        // in a frame; packing them would fail only on a broken parser.
+        let packed = l.and_then(|l| {
+            let pack = || {
+                Some(PackedStack {
+                    ethertype: l.l2.ethertype,
+                    vlans: l.l2.vlans,
+                    l2_len: u8::try_from(l.l2.header_len).ok()?,
+                    net: match l.net {
+                        Some(n) => Some(PackedNet {
+                            kind: n.kind,
+                            header_len: u32::try_from(n.header_len).ok()?,
+                            end: u32::try_from(n.end).ok()?,
+                            protocol: n.protocol,
+                            fragment: n.fragment,
+                        }),
+                        None => None,
+                    },
+                    l4_len: match l.transport {
+                        Some(t) => u8::try_from(t.header_len).ok()?,
+                        None => 0,
+                    },
+                })
+            };
+            pack().ok_or(crate::Error::BadLength)
+        });
+        Some(Vxlan {
+            port,
+            inner_offset: u32::try_from(inner_offset).ok()?,
+            inner: packed,
+        })
+    }
 }
 
 impl Layers {
-    /// Parses an Ethernet frame. Errors only for headers that claim to be
-    /// there and are malformed; an unknown EtherType or protocol simply ends
-    /// the stack early.
+    /// Parses an Ethernet frame, and the inner frame of VXLAN on IANA's
+    /// port. Errors only for headers that claim to be there and are
+    /// malformed; an unknown EtherType or protocol simply ends the stack
+    /// early (and malformed inner headers are [`Vxlan::inner`]'s `None`).
     pub fn parse(frame: &[u8]) -> Result<Layers> {
+        Layers::parse_on(frame, vxlan::PORT)
+    }
+
+    /// [`Layers::parse`] for a receiver whose VXLAN is on UDP port `port`
+    /// (a tunnel endpoint's own).
+    pub fn parse_on(frame: &[u8], port: u16) -> Result<Layers> {
+        let l = Layers::parse_outer(frame)?;
+        Ok(l.with_vxlan(frame, port))
+    }
+
+    /// Looks into a parsed frame for VXLAN on `port` and parses its inner
+    /// stack (a new header, not one walked again: the outer stack ends at
+    /// UDP).
+    pub fn with_vxlan(mut self, frame: &[u8], port: u16) -> Layers {
+        self.vxlan = None;
+        if let Some(off) = self.find_vxlan(frame, port) {
+            // The inner frame ends with the outer IP packet (what follows
+            // is the outer frame's padding).
+            let end = self.net.map_or(frame.len(), |n| n.end);
+            let inner = frame.get(off..end).ok_or(crate::Error::Truncated);
+            self.vxlan = Vxlan::pack(port, off, inner.and_then(Layers::parse_outer));
+        }
+        self
+    }
+
+    /// The inner frame's offset and header stack, for a VXLAN frame whose
+    /// inner headers are well formed.
+    pub fn inner(&self) -> Option<(usize, Layers)> {
+        let v = self.vxlan?;
+        Some((v.inner_offset as usize, v.inner().ok()?))
+    }
+
+    fn parse_outer(frame: &[u8]) -> Result<Layers> {
         let l2 = Frame::new_checked(frame)?.walk_tags()?;
         let off = l2.header_len;
         let net = match l2.ethertype {
@@ -122,7 +266,12 @@ impl Layers {
             }
             _ => None,
         };
-        Ok(Layers { l2, net, transport })
+        Ok(Layers {
+            l2,
+            net,
+            transport,
+            vxlan: None,
+        })
     }
 
     /// Offset of the first byte after all headers (the L4 payload), or of
@@ -144,6 +293,13 @@ impl Layers {
     /// [`Layers::vxlan_inner_offset`] for VXLAN on another UDP port (a
     /// tunnel endpoint knows its own; everything else assumes IANA's).
     pub fn vxlan_inner_offset_on(&self, frame: &[u8], port: u16) -> Option<usize> {
+        match self.vxlan {
+            Some(v) if v.port == port => Some(v.inner_offset as usize),
+            _ => self.find_vxlan(frame, port),
+        }
+    }
+
+    fn find_vxlan(&self, frame: &[u8], port: u16) -> Option<usize> {
         let t = self.transport?;
         if t.protocol != ip_protocol::UDP {
             return None;
@@ -216,7 +372,80 @@ mod tests {
         assert_eq!(l.payload_offset(), 14);
     }
 
+    /// `inner` behind outer Ethernet, IPv4, UDP to `port` and VXLAN.
+    fn vxlan_frame(inner: &[u8], port: u16) -> Vec<u8> {
+        let udp_len = udp::HEADER_LEN + vxlan::HEADER_LEN + inner.len();
+        let mut f = v4_tcp_frame(0, 0);
+        f.truncate(14 + 20);
+        let repr = ipv4::Repr {
+            src: [198, 18, 0, 1],
+            dst: [198, 18, 0, 2],
+            protocol: ip_protocol::UDP,
+            payload_len: udp_len,
+            ttl: 64,
+            tos: 0,
+            ident: 1,
+            dont_frag: true,
+        };
+        repr.emit(&mut ipv4::Packet::new_unchecked(&mut f[14..]));
+        let mut u = [0u8; udp::HEADER_LEN];
+        let mut up = udp::Packet::new_unchecked(&mut u[..]);
+        up.set_src_port(49152);
+        up.set_dst_port(port);
+        up.set_len(udp_len as u16);
+        f.extend_from_slice(&u);
+        let mut v = [0u8; vxlan::HEADER_LEN];
+        vxlan::Packet::new_unchecked(&mut v[..]).emit(42);
+        f.extend_from_slice(&v);
+        f.extend_from_slice(inner);
+        f
+    }
+
+    #[test]
+    fn a_vxlan_frames_inner_stack_is_parsed_with_it() {
+        let inner = v4_tcp_frame(100, 0);
+        let f = vxlan_frame(&inner, vxlan::PORT);
+        let l = Layers::parse(&f).unwrap();
+        let (off, il) = l.inner().expect("inner stack");
+        assert_eq!(off, 14 + 20 + 8 + 8);
+        assert_eq!(il, Layers::parse(&inner).unwrap());
+        assert_eq!(l.vxlan_inner_offset(&f), Some(off));
+        // On another port it is VXLAN only for a receiver that says so.
+        let f = vxlan_frame(&inner, 8472);
+        assert!(Layers::parse(&f).unwrap().vxlan.is_none());
+        let l = Layers::parse_on(&f, 8472).unwrap();
+        assert_eq!(l.inner().map(|(o, _)| o), Some(off));
+        assert_eq!(l.vxlan_inner_offset_on(&f, 8472), Some(off));
+        assert_eq!(l.vxlan_inner_offset(&f), None);
+    }
+
+    #[test]
+    fn malformed_inner_headers_leave_the_outer_stack_whole() {
+        let inner = v4_tcp_frame(100, 0);
+        let f = vxlan_frame(&inner[..30], vxlan::PORT);
+        let l = Layers::parse(&f).unwrap();
+        let v = l.vxlan.expect("VXLAN all the same");
+        assert_eq!(v.inner(), Err(Error::Truncated));
+        assert_eq!(l.inner(), None);
+        assert!(l.transport.is_some());
+    }
+
     proptest::proptest! {
+        /// The packed inner stack unpacks to what parsing the inner frame
+        /// on its own gives, whatever its bytes.
+        #[test]
+        fn prop_inner_stack_is_the_inner_frames_own(inner in proptest::collection::vec(proptest::num::u8::ANY, 0..200), ethertype in 0usize..3) {
+            let mut inner = inner;
+            if inner.len() >= 14 {
+                let t: [u8; 2] = [[0x08, 0x00], [0x86, 0xdd], [0x81, 0x00]][ethertype];
+                inner[12..14].copy_from_slice(&t);
+            }
+            let f = vxlan_frame(&inner, vxlan::PORT);
+            let l = Layers::parse(&f).unwrap();
+            let own = Layers::parse(&inner).map(|il| Layers { vxlan: None, ..il });
+            proptest::prop_assert_eq!(l.vxlan.map(|v| v.inner()), Some(own));
+        }
+
         #[test]
         fn prop_parse_never_panics_and_offsets_fit(data in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
             if let Ok(l) = Layers::parse(&data) {

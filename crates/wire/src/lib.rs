@@ -53,7 +53,7 @@ pub use error::{Error, Result};
 pub use ethernet::{EtherType, Frame as EthernetFrame, MacAddr, Repr as EthernetRepr};
 pub use ipv4::{Packet as Ipv4Packet, Repr as Ipv4Repr};
 pub use ipv6::{Packet as Ipv6Packet, Repr as Ipv6Repr};
-pub use layers::{ip_protocol, Layers, Net, NetKind, Transport};
+pub use layers::{ip_protocol, Layers, Net, NetKind, Transport, Vxlan};
 pub use tcp::{Packet as TcpPacket, Repr as TcpRepr};
 pub use udp::Packet as UdpPacket;
 pub use virtio_net::{GsoType, Repr as VirtioNetHdr};

@@ -169,8 +169,8 @@ impl Vtep {
     }
 
     /// Classifies a frame from the underlay: VXLAN for us is decapsulated
-    /// (the inner frame parsed as a frame of its own), ARP for us answered
-    /// or learned from, anything else dropped.
+    /// (the inner frame keeping the stack parsed with the outer one), ARP
+    /// for us answered or learned from, anything else dropped.
     pub fn receive(&self, mut pkt: Packet, now: Instant) -> Received {
         let l = pkt.meta.layers;
         let frame = pkt.frame();
@@ -200,12 +200,12 @@ impl Vtep {
         if d.vni != self.cfg.vni {
             return Received::Drop(TunnelDrop::Vni);
         }
+        let Ok(inner_layers) = d.layers else {
+            return Received::Drop(TunnelDrop::BadVxlan);
+        };
         let outer_src = pkt.src();
         pkt.buf.keep_range(d.inner_offset..d.inner_end);
-        let inner = match Packet::parse(pkt.buf, d.info) {
-            Ok(p) => p,
-            Err(_) => return Received::Drop(TunnelDrop::BadVxlan),
-        };
+        let inner = Packet::parsed(pkt.buf, inner_layers, d.info);
         self.learn_neighbour(remote, outer_src);
         self.learn_remote_mac(inner.src(), remote, now);
         Received::Inner(inner)

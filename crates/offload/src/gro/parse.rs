@@ -171,7 +171,9 @@ fn net_receive(
     // The innermost Ethernet header is the one recorded; an outer one is
     // found again from `OuterCb::net.offset`.
     cb.l2_len = l.l2.header_len;
-    l4_receive(frame, net, n.protocol, flush, info, depth, cb)
+    // A VXLAN frame's inner stack was parsed with the outer one.
+    let known = l.vxlan.map(|v| (base + v.inner_offset as usize, v.inner()));
+    l4_receive(frame, net, n.protocol, flush, info, depth, known, cb)
 }
 
 /// The checksum of an option-less IPv4 header, as five 32-bit words
@@ -189,6 +191,11 @@ fn ipv4_header_ok(b: &[u8]) -> bool {
     s == 0xffff
 }
 
+/// A VXLAN frame's inner Ethernet offset in the frame and its parsed
+/// stack, as the outer stack carries them.
+type KnownInner = Option<(usize, hvnet_wire::Result<Layers>)>;
+
+#[allow(clippy::too_many_arguments)]
 fn l4_receive(
     frame: &[u8],
     net: NetCb,
@@ -196,12 +203,13 @@ fn l4_receive(
     flush: bool,
     info: &OffloadInfo,
     depth: usize,
+    known: KnownInner,
     cb: &mut Cb,
 ) -> Result<(), PassReason> {
     match proto {
         ip_protocol::TCP => tcp_receive(frame, net, flush, info, cb),
         ip_protocol::UDP if depth < MAX_ENCAP_DEPTH => {
-            udp_receive(frame, net, flush, info, depth, cb)
+            udp_receive(frame, net, flush, info, depth, known, cb)
         }
         _ => Err(PassReason::NotTcp),
     }
@@ -257,6 +265,7 @@ fn udp_receive(
     flush: bool,
     info: &OffloadInfo,
     depth: usize,
+    known: KnownInner,
     cb: &mut Cb,
 ) -> Result<(), PassReason> {
     let off = net.offset + net.header_len;
@@ -291,7 +300,11 @@ fn udp_receive(
         gso: None,
         csum: info.csum,
     };
-    let inner = Layers::parse(&frame[inner_l2..]).map_err(|_| PassReason::Malformed)?;
+    let inner = match known {
+        Some((at, inner)) if at == inner_l2 => inner,
+        _ => Layers::parse(&frame[inner_l2..]),
+    }
+    .map_err(|_| PassReason::Malformed)?;
     net_receive(frame, inner_l2, &inner, &inner_info, depth + 1, cb)?;
     cb.outer = Some(OuterCb {
         net,

@@ -135,7 +135,8 @@ pub fn validate_vnet_parsed(
 }
 
 /// Finds the network and transport layers the GSO type refers to (the
-/// inner ones for VXLAN), checking that they match it.
+/// inner ones for VXLAN, as parsed with the outer stack), checking that
+/// they match it.
 fn gso_layers(
     frame: &[u8],
     l: &Layers,
@@ -144,7 +145,12 @@ fn gso_layers(
 ) -> Result<(Net, Transport), GsoError> {
     let (net, t) = match inner {
         Some(inner) => {
-            let il = Layers::parse(&frame[inner..]).map_err(GsoError::Malformed)?;
+            let il = match l.vxlan {
+                // Parsed with the outer stack where the frame entered.
+                Some(v) if v.inner_offset as usize == inner => v.inner(),
+                _ => Layers::parse(&frame[inner..]),
+            }
+            .map_err(GsoError::Malformed)?;
             let (Some(n), Some(t)) = (il.net, il.transport) else {
                 return Err(GsoError::TypeMismatch);
             };

@@ -198,16 +198,14 @@ impl Rss {
         self.hash_layers(frame, &Layers::parse(frame).ok()?)
     }
 
-    /// [`Rss::hash_frame`] for a frame whose header stack was already
-    /// parsed.
+    /// [`Rss::hash_frame`] for a frame whose header stack (a VXLAN frame's
+    /// inner one with it) was already parsed.
     pub fn hash_layers(&self, frame: &[u8], l: &Layers) -> Option<(u32, HashType)> {
         if self.inner {
-            if let Some(off) = l.vxlan_inner_offset(frame) {
+            if let Some((off, il)) = l.inner() {
                 let inner = &frame[off..];
-                if let Ok(il) = Layers::parse(inner) {
-                    if let Some(i) = hash_input(inner, &il, &self.types) {
-                        return Some((self.toeplitz.hash(i.as_bytes()), i.kind));
-                    }
+                if let Some(i) = hash_input(inner, &il, &self.types) {
+                    return Some((self.toeplitz.hash(i.as_bytes()), i.kind));
                 }
             }
         }

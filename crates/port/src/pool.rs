@@ -163,6 +163,9 @@ impl Home {
 /// port's [`Home`] when dropped.
 pub struct Buf {
     data: Box<[u8]>,
+    /// Where the frame starts: [`HEADROOM`], or further in once outer
+    /// headers were taken off ([`Buf::keep_range`]).
+    start: usize,
     len: usize,
     home: Option<Arc<Home>>,
 }
@@ -191,34 +194,36 @@ impl Buf {
     }
     /// Most frame bytes it can hold.
     pub fn capacity(&self) -> usize {
-        self.data.len() - HEADROOM
+        self.data.len() - self.start
     }
     /// The frame.
     pub fn frame(&self) -> &[u8] {
-        &self.data[HEADROOM..HEADROOM + self.len]
+        &self.data[self.start..self.start + self.len]
     }
     /// The frame, writable (for completing a checksum in place).
     pub fn frame_mut(&mut self) -> &mut [u8] {
-        &mut self.data[HEADROOM..HEADROOM + self.len]
+        &mut self.data[self.start..self.start + self.len]
     }
     /// Replaces the frame with a copy of `bytes` (cut at the capacity).
     pub fn fill(&mut self, bytes: &[u8]) {
+        self.start = HEADROOM;
         let n = bytes.len().min(self.capacity());
         self.data[HEADROOM..HEADROOM + n].copy_from_slice(&bytes[..n]);
         self.len = n;
     }
-    /// Keeps only `frame()[range]`, moved to the front (what a tunnel
-    /// endpoint does with an inner frame: one move of its bytes, no new
-    /// buffer). A range past the frame is cut to it.
+    /// Keeps only `frame()[range]` (what a tunnel endpoint does with an
+    /// inner frame): the frame now starts further in, and no byte moves.
+    /// A range past the frame is cut to it.
     pub fn keep_range(&mut self, range: std::ops::Range<usize>) {
         let end = range.end.min(self.len);
         let start = range.start.min(end);
-        self.data
-            .copy_within(HEADROOM + start..HEADROOM + end, HEADROOM);
+        self.start += start;
         self.len = end - start;
     }
-    /// The whole storage (headroom and frame area), for a read to fill.
+    /// The whole storage (headroom and frame area), for a read to fill:
+    /// the frame starts at [`HEADROOM`] again.
     pub fn storage_mut(&mut self) -> &mut [u8] {
+        self.start = HEADROOM;
         &mut self.data
     }
     /// The whole storage, read-only.
@@ -297,6 +302,7 @@ impl Pool {
         };
         Some(Buf {
             data,
+            start: HEADROOM,
             len: 0,
             home: Some(Arc::clone(&self.home)),
         })
@@ -358,6 +364,29 @@ mod tests {
         let s = home.status();
         assert_eq!((s.small_alive, s.small_idle, s.large_idle), (3, 3, 1));
         assert_eq!(s.cap_bytes, 3 * 2048 + (LARGE_FRAME + HEADROOM));
+    }
+
+    #[test]
+    fn keeping_a_range_moves_no_byte_and_a_read_starts_afresh() {
+        let home = Home::new(PoolCaps { small: 1, large: 1 });
+        let mut p = Pool::new(home);
+        let mut a = p.take(SizeClass::Small).unwrap();
+        let frame: Vec<u8> = (0..200u8).collect();
+        a.fill(&frame);
+        let at = a.frame()[50..].as_ptr();
+        a.keep_range(50..150);
+        assert_eq!(a.frame(), &frame[50..150]);
+        assert_eq!(a.frame().as_ptr(), at, "the inner frame stays where it is");
+        assert_eq!(a.capacity(), SMALL_FRAME - 50);
+        // Past the frame: cut to it.
+        a.keep_range(90..500);
+        assert_eq!(a.frame(), &frame[140..150]);
+        // A buffer filled again (or handed to a read) starts at the headroom.
+        a.fill(b"again");
+        assert_eq!(a.frame(), b"again");
+        assert_eq!(a.capacity(), SMALL_FRAME);
+        a.storage_mut()[HEADROOM] = b'A';
+        assert_eq!(a.frame(), b"Again");
     }
 
     #[test]

@@ -16,7 +16,8 @@ iperf3, 64 KiB writes, 1 and 4 streams, host to VM and VM to host; the
 fabrics are all up at once and their runs interleaved, N times each; the
 median is reported with Gbit/s per busy core (machine-wide /proc/stat).
 
-Run as root: `scripts/bench_uplink.py [--repeat 3] [--seconds 4] [--out F]`.
+Run as root: `scripts/bench_uplink.py [--repeat 3] [--seconds 4]
+[--peer-offloads wire|default] [--out F]`.
 Not a test: nothing here asserts a speed.
 """
 
@@ -60,6 +61,10 @@ def main():
     ap.add_argument("--fabrics", default=",".join(FABRICS),
                     help="comma-separated, from " + ", ".join({**FABRICS, **MORE}))
     ap.add_argument("--directions", default="host->vm,vm->host", help="comma-separated: host->vm, vm->host")
+    ap.add_argument("--peer-offloads", choices=("wire", "default"), default="wire",
+                    help="wire: the external host's NIC sends wire-sized frames (TSO off, the default); "
+                         "default: its TSO back on, as a Linux peer is left (a veth then hands over "
+                         "tunnelled GSO frames)")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
     if not hvlab.is_root():
@@ -74,6 +79,9 @@ def main():
     runs, done = {}, 0
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         up = [stack.enter_context(F(tmp, 1500)) for F in chosen]
+        if a.peer_offloads == "default":
+            for f in up:
+                f.sh("a", "ethtool -K eth0 tso on >/dev/null")
         for rep in range(a.repeat):
             for d, s in points:
                 for f in up:
@@ -96,7 +104,7 @@ def main():
                 ratios.append(f"{h}/{o} {x['gbps'] / y['gbps']:.2f}; {x['gbps_per_core'] / y['gbps_per_core']:.2f}")
         print(f"{d:<9} {s:>3} | {cells} | " + "   ".join(ratios))
     if a.out:
-        meta = {"kernel": os.uname().release, "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        meta = {"peer_offloads": a.peer_offloads, "kernel": os.uname().release, "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                 "repeat": a.repeat, "seconds": a.seconds, "iperf3": hvlab.run(["iperf3", "--version"]).stdout.splitlines()[0]}
         a.out.write_text(json.dumps({"meta": meta, "rows": [dict(zip(("fabric", "direction", "streams"), k), **v)
                                                               for k, v in rows.items()]}, indent=2))

@@ -87,6 +87,32 @@ def test_linux_vxlan_peer_with_its_default_offloads(tmp_path, udp_csum):
         assert_accounted(t, ["a", "up0"])
 
 
+def test_frames_a_tunnel_endpoint_sends_do_not_come_back_to_it(tmp_path):
+    """A tunnel endpoint sends through sockets of its own, outside its
+    receive queues' fanout group: the group must still be told to ignore
+    outgoing frames, or every frame sent on the device comes back to one
+    of the queues (counted as not for the tunnel, and read for nothing)."""
+    with vxlan_topology(tmp_path, queues=2) as t:
+        linux_vxlan(t)
+        t.sh("a", f"ping -c 2 -i 0.2 -W 2 {EXT_IP}")
+        before = t.stats("/uplinks/up0/tx_summary")["drop_not_tunnel"]
+        sent_before = t.stats("/uplinks/up0/rx_summary")["delivered_frames"]
+        t.sh("a", f"""python3 -c '
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+end, n = time.monotonic() + 1.0, 0
+while time.monotonic() < end:
+    s.sendto(bytes(64), ("{EXT_IP}", 9)); n += 1
+print(n)'""")
+        sent = t.stats("/uplinks/up0/rx_summary")["delivered_frames"] - sent_before
+        assert sent > 1000, sent
+        t.sh("a", f"ping -c 1 -W 2 {EXT_IP}")
+        came_back = t.stats("/uplinks/up0/tx_summary")["drop_not_tunnel"] - before
+        # The host's own IPv6 chatter may reach the uplink; the frames sent may not.
+        assert came_back < sent // 10, (came_back, sent)
+        assert_accounted(t, ["a", "up0"])
+
+
 def test_tcp_with_linux_vxlan_on_another_udp_port(tmp_path):
     """VXLAN on 8472 (Linux's port before IANA's): the VM's TSO frames
     segmented across the tunnel, the inner frames coalesced, RSS over the

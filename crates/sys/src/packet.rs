@@ -32,6 +32,10 @@ const PACKET_FANOUT_DATA: libc::c_int = 22;
 const PACKET_FANOUT_HASH: u32 = 0;
 const PACKET_FANOUT_CBPF: u32 = 6;
 const PACKET_FANOUT_FLAG_UNIQUEID: u32 = 0x2000;
+/// A fanout group takes its own word on outgoing frames (Linux 6.2): the
+/// group's hook replaces its members', and their `PACKET_IGNORE_OUTGOING`
+/// with it.
+const PACKET_FANOUT_FLAG_IGNORE_OUTGOING: u32 = 0x4000;
 const ETH_P_ALL: u16 = 0x0003;
 
 /// Socket buffer size each way: a receive burst of 64 KiB coalesced
@@ -163,7 +167,9 @@ pub enum RxHeader {
 /// `device`, in one fanout group when there are several, non-blocking.
 /// The first socket puts the device in promiscuous mode for as long as it
 /// is open (the switch receives for its VMs' addresses); none of them sees
-/// the frames the switch itself sends (`PACKET_IGNORE_OUTGOING`).
+/// the frames the switch itself sends (`PACKET_IGNORE_OUTGOING`, and for a
+/// fanout group its flag of the same name: without it every frame sent on
+/// the device came back to one of the queues).
 pub fn open_uplink(
     device: &str,
     queues: usize,
@@ -207,6 +213,7 @@ pub fn open_uplink(
             // The first socket makes a group with an id no one else has;
             // the others join it by that id.
             // The option is (mode and flags) << 16 | group id.
+            let mode = mode | PACKET_FANOUT_FLAG_IGNORE_OUTGOING;
             let arg: u32 = match group {
                 None => (mode | PACKET_FANOUT_FLAG_UNIQUEID) << 16,
                 Some(id) => (mode << 16) | id,

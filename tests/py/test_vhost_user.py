@@ -4,6 +4,7 @@ namespace VM on the same switch: User-Mode Linux kernels (this machine's
 driver; TCG here), each with its own TCP stack and virtio-net driver.
 Commands run inside them through `hvnet exec`."""
 
+import grp
 import hashlib
 import json
 import os
@@ -176,12 +177,16 @@ class Pmd:
     """DPDK testpmd with a `net_virtio_user` front end on a vhost-user
     socket: a second, independent virtio driver (a poll-mode one)."""
 
-    def __init__(self, name, sock, mac, mode, extra=()):
+    def __init__(self, name, sock, mac, mode, extra=(), server=False):
         self.log = tempfile.NamedTemporaryFile("w+", prefix=f"testpmd-{name}-", suffix=".log")
+        # server: the front end listens on `sock` (and waits there for the
+        # back end before it starts forwarding), as a hypervisor serving
+        # the socket does.
+        vdev = f"net_virtio_user0,path={sock},mac={mac}" + (",server=1" if server else "")
         # Line-buffered, so that its statistics can be read while it runs.
         self.proc = subprocess.Popen(
             ["stdbuf", "-oL", "dpdk-testpmd", "--no-huge", "-m", "512", "--no-pci", f"--file-prefix=hvt{os.getpid()}{name}",
-             "-l", "0,1", f"--vdev=net_virtio_user0,path={sock},mac={mac}", "--",
+             "-l", "0,1", f"--vdev={vdev}", "--",
              f"--forward-mode={mode}", "--auto-start", "--total-num-mbufs=16384", *extra],
             stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -256,6 +261,89 @@ def test_testpmd_virtio_user_front_ends_exchange_frames(tmp_path):
         show = json.loads(t.hv("port", "a", "--json").stdout)["vhost_user"]
         assert not show["connected"] and show["connections"] == 1, show
         assert hvlab.eventually(lambda: ports(t)["a"]["link"] == "down", timeout=5)
+
+
+@pytest.mark.skipif(not shutil.which("dpdk-testpmd"), reason="needs dpdk-testpmd (scripts/install-deps.sh)")
+def test_client_ports_connect_to_the_hypervisors_sockets_and_either_side_may_restart(tmp_path):
+    """`mode = "client"`: the front ends listen (testpmd's virtio_user with
+    `server=1`, as libvirt's `mode='server'` or Open vSwitch's
+    dpdkvhostuserclient ports have it) and hvnet connects to them. A front
+    end that restarts is connected to again; so is every front end after
+    the switch restarts, with neither front end restarted."""
+    import signal
+
+    mac_a, mac_b = "02:00:00:00:1a:0a", "02:00:00:00:1a:0b"
+    socks = {vm: str(tmp_path / f"front-{vm}.sock") for vm in "ab"}
+    pmds = {}
+
+    def front(vm):
+        if os.path.exists(socks[vm]):
+            os.unlink(socks[vm])
+        if vm == "a":
+            return Pmd("a", socks["a"], mac_a, "txonly", ["--eth-peer=0," + mac_b], server=True)
+        return Pmd("b", socks["b"], mac_b, "rxonly", server=True)
+
+    vms = [dict(name=vm, kind="vhost-user", mac=mac, mode="client", socket=socks[vm])
+           for vm, mac in (("a", mac_a), ("b", mac_b))]
+    try:
+        pmds["b"], pmds["a"] = front("b"), front("a")
+        with hvlab.Topology(tmp_path, vms, prefix="vc") as t:
+            def delivered():
+                return t.stats("/ports/b/rx_summary")["delivered_frames"]
+
+            def flows(since=0):
+                assert hvlab.eventually(lambda: delivered() > since + 10000, timeout=60), delivered()
+
+            assert hvlab.eventually(lambda: all(p["link"] == "up" for p in ports(t).values()), timeout=60)
+            flows()
+            show = json.loads(t.hv("port", "a", "--json").stdout)["vhost_user"]
+            assert show["mode"] == "client" and show["socket"] == socks["a"] and show["connections"] == 1, show
+            # The front end restarts: its port goes down, then hvnet
+            # connects to the new one.
+            pmds["a"].stop()
+            assert hvlab.eventually(lambda: ports(t)["a"]["link"] == "down", timeout=10)
+            pmds["a"] = front("a")
+            assert hvlab.eventually(lambda: ports(t)["a"]["link"] == "up", timeout=60)
+            flows(delivered())
+            show = json.loads(t.hv("port", "a", "--json").stdout)["vhost_user"]
+            assert show["connections"] == 2 and show["connected"], show
+            # The switch restarts (stopped as systemd stops it); the front
+            # ends wait for it and are connected again.
+            state = json.loads(hvlab.Path(f"/run/hvnet/{t.name}/state.json").read_text())
+            os.kill(state["pid"], signal.SIGTERM)
+            assert hvlab.eventually(lambda: not os.path.exists(f"/proc/{state['pid']}"), timeout=20)
+            hvlab.hvnet("up", t.file)
+            assert hvlab.eventually(lambda: all(p["link"] == "up" for p in ports(t).values()), timeout=60)
+            flows()
+        # hvnet leaves the hypervisors' sockets where they are.
+        assert all(os.path.exists(s) for s in socks.values())
+        assert all(p.proc.poll() is None for p in pmds.values()), "a front end died"
+    finally:
+        for p in pmds.values():
+            p.stop()
+
+
+@pytest.mark.skipif(not shutil.which("dpdk-testpmd"), reason="needs dpdk-testpmd (scripts/install-deps.sh)")
+def test_a_server_sockets_owner_group_and_mode_are_the_topologys(tmp_path):
+    """A hypervisor that does not run as root (libvirt's QEMU runs as
+    `libvirt-qemu`) needs a socket it may open: its path, group and mode
+    are set in the topology, and a front end connects there."""
+    import stat
+
+    sock = tmp_path / "open.sock"
+    vms = [dict(name="a", kind="vhost-user", mac="02:00:00:00:1c:0a", socket=str(sock),
+                socket_group="nogroup", socket_mode="0660")]
+    with hvlab.Topology(tmp_path, vms, prefix="vo") as t:
+        st = os.stat(sock)
+        assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o660, oct(st.st_mode)
+        assert st.st_gid == grp.getgrnam("nogroup").gr_gid and st.st_uid == 0, st
+        pmd = Pmd("a", str(sock), "02:00:00:00:1c:0a", "rxonly")
+        try:
+            assert hvlab.eventually(lambda: ports(t)["a"]["link"] == "up", timeout=30)
+        finally:
+            pmd.stop()
+    # The switch's own socket goes with it.
+    assert not sock.exists()
 
 
 @pytest.mark.skipif(not shutil.which("dpdk-testpmd"), reason="needs dpdk-testpmd (scripts/install-deps.sh)")

@@ -24,6 +24,7 @@ use crate::topology::{self, Topology};
 use crate::topology::{NetQueueMode, VmKind};
 use crate::watch::{NetnsWatch, Watch};
 use hvnet_datapath::{Switch, SwitchConfig};
+use hvnet_port::SocketMode;
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::os::unix::net::UnixListener;
@@ -478,6 +479,13 @@ pub fn daemon(
         let _ = m.join();
     }
     let _ = std::fs::remove_file(&sock);
+    // Sockets it listened on outside its state directory go with it (the
+    // next daemon binds them again); a client's socket is the hypervisor's.
+    for vm in &topo.vms {
+        if let (SocketMode::Server, Some(p)) = (vm.vhost.mode, &vm.vhost.path) {
+            let _ = std::fs::remove_file(p);
+        }
+    }
     // What `down` and the next daemon need stays; the daemon's own part
     // of the state goes.
     if let Some(mut s) = read_state(&dir) {

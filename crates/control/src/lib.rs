@@ -15,5 +15,6 @@ mod provision;
 pub mod rtnl;
 pub mod state;
 pub mod topology;
+pub mod vhost_socket;
 pub mod views;
 pub mod watch;

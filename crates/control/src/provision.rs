@@ -10,11 +10,11 @@ use crate::error::{io_err, run, DaemonError};
 use crate::guest;
 use crate::rtnl::{LinkChange, Rtnl};
 use crate::state::{check_owned_device, check_owned_netns, write_state, State};
-use crate::topology::{Host, NetQueueMode, Topology, Uplink, UplinkLro};
+use crate::topology::{Host, NetQueueMode, Topology, Uplink, UplinkLro, VhostSocket};
 use hvnet_datapath::tunnel::VtepConfig;
 use hvnet_datapath::PortSpec;
 use hvnet_port::netqueue::{Filter, Filters};
-use hvnet_port::{Spread, TapPort, UplinkPort, UplinkRead, VhostUserPort};
+use hvnet_port::{SocketMode, Spread, TapPort, UplinkPort, UplinkRead, VhostUserPort};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -31,11 +31,31 @@ pub(crate) fn create_vm(
 ) -> Result<PortSpec, DaemonError> {
     let vm = &topo.vms[i];
     if vm.kind.is_vhost_user() {
-        let sock = guest::socket_path(dir, &vm.name);
+        let v = &vm.vhost;
+        let sock = v
+            .path
+            .clone()
+            .unwrap_or_else(|| guest::socket_path(dir, &vm.name));
         std::fs::create_dir_all(guest::guest_dir(dir, &vm.name))
             .map_err(io_err("create the guest's directory"))?;
-        let port = VhostUserPort::listen(&vm.name, &sock, vm.queues, vm.mac.0, vm.settings.mtu)
-            .map_err(|e| DaemonError::Other(format!("vm {}: {e}", vm.name)))?;
+        let vm_err = |e: hvnet_port::vhost_user::VhostUserError| {
+            DaemonError::Other(format!("vm {}: {e}", vm.name))
+        };
+        let (pairs, mac, mtu) = (vm.queues, vm.mac.0, vm.settings.mtu);
+        let port = match v.mode {
+            SocketMode::Server => {
+                let port =
+                    VhostUserPort::listen(&vm.name, &sock, pairs, mac, mtu).map_err(vm_err)?;
+                if (v.owner, v.group, v.perm) != (None, None, VhostSocket::default().perm) {
+                    port.set_socket_access(v.owner, v.group, v.perm)
+                        .map_err(vm_err)?;
+                }
+                port
+            }
+            SocketMode::Client => {
+                VhostUserPort::connect(&vm.name, &sock, pairs, mac, mtu).map_err(vm_err)?
+            }
+        };
         return Ok(PortSpec {
             name: vm.name.clone(),
             dev: Arc::new(port),

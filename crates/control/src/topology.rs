@@ -26,6 +26,13 @@
 //! rx_overflow = "backpressure" # or "drop": what a sender does when a ring is full
 //! delivery = "auto"         # or "thread": who writes into this VM (see PortSettings)
 //! rx_usecs = 0              # wake-up coalescing at its queues, 0..10000 µs (as at an uplink)
+//! mode = "server"           # kind = "vhost-user": "server" (hvnet listens) or "client" (hvnet
+//!                           #   connects to the hypervisor's socket, again whenever it goes away)
+//! socket = "/run/vm1.sock"  # kind = "vhost-user": the socket (client: required; server: default
+//!                           #   /run/hvnet/TOPOLOGY/VM.sock)
+//! socket_owner = "root"     # server: who owns the socket, and its group and mode (default root's,
+//! socket_group = "kvm"      #   0600), so that a hypervisor not run as root (libvirt's QEMU) can
+//! socket_mode = "0660"      #   connect
 //!
 //! [[uplink]]                # the physical side: an existing interface
 //! name = "up0"              # the port's name (as a VM's)
@@ -61,6 +68,8 @@
 //! A bad file is refused with its path, the line and the reason before
 //! anything is created.
 
+pub use crate::vhost_socket::VhostSocket;
+use crate::vhost_socket::{ModeRepr, SocketRepr};
 use hvnet_datapath::settings::validate_settings;
 use hvnet_datapath::{Delivery, PortSettings, RxOverflow};
 use hvnet_wire::MacAddr;
@@ -199,6 +208,11 @@ struct VmRepr {
     delivery: Delivery,
     #[serde(default)]
     rx_usecs: u32,
+    mode: Option<ModeRepr>,
+    socket: Option<String>,
+    socket_owner: Option<String>,
+    socket_group: Option<String>,
+    socket_mode: Option<String>,
 }
 
 fn d_overflow() -> RxOverflow {
@@ -316,6 +330,9 @@ pub struct Vm {
     pub vlan: u16,
     /// vNIC settings.
     pub settings: PortSettings,
+    /// A `kind = "vhost-user"` VM's socket: server or client, where, and
+    /// who may connect.
+    pub vhost: VhostSocket,
 }
 
 /// How an uplink's NetQueue places VM filters on its queues.
@@ -662,6 +679,22 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
         if v.vlan > 4094 {
             return Err(bad(format!("vlan {} is outside 0..4094", v.vlan)));
         }
+        let vhost = VhostSocket::from_repr(
+            v.kind.name(),
+            &SocketRepr {
+                mode: v.mode,
+                socket: v.socket.clone(),
+                owner: v.socket_owner.clone(),
+                group: v.socket_group.clone(),
+                perm: v.socket_mode.clone(),
+            },
+        )
+        .map_err(bad)?;
+        if let Some(p) = &vhost.path {
+            if vms.iter().any(|o| o.vhost.path.as_ref() == Some(p)) {
+                return Err(bad(format!("socket {p:?} is used twice")));
+            }
+        }
         let settings = PortSettings {
             lro: v.lro,
             tso: v.tso,
@@ -686,6 +719,7 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
             queues,
             vlan: v.vlan,
             settings,
+            vhost,
         });
     }
     let uplinks = parse_uplinks(text, &f.uplink, &vms)?;
@@ -1156,5 +1190,29 @@ ipv4 = "10.1.0.100/24"
             .contains("ring1 8192 is outside 32..4096"));
         assert!(parse("name = \"x\"").unwrap_err().1.contains("no [[vm]]"));
         assert!(parse("name = 3").is_err());
+    }
+
+    #[test]
+    fn a_vhost_user_vms_socket_is_checked_with_its_line() {
+        let vm = |extra: &str| {
+            format!("name = \"t\"\n\n[[vm]]\nname = \"g\"\nkind = \"vhost-user\"\n{extra}\n")
+        };
+        let t = parse(&vm("mode = \"client\"\nsocket = \"/run/qemu/g.sock\"")).unwrap();
+        assert_eq!(t.vms[0].vhost.mode, hvnet_port::SocketMode::Client);
+        let (line, reason) = parse(&vm("mode = \"client\"")).unwrap_err();
+        assert_eq!(line, 3, "{reason}");
+        assert!(reason.contains("needs socket"), "{reason}");
+        let (_, reason) = parse(&vm("mode = \"both\"")).unwrap_err();
+        assert!(
+            reason.contains("server") && reason.contains("client"),
+            "{reason}"
+        );
+        let (_, reason) = parse(&vm("socket_mode = \"0999\"")).unwrap_err();
+        assert!(reason.contains("octal"), "{reason}");
+        let two = format!(
+            "{}[[vm]]\nname = \"h\"\nkind = \"vhost-user\"\nsocket = \"/run/x.sock\"\n",
+            vm("socket = \"/run/x.sock\"")
+        );
+        assert!(parse(&two).unwrap_err().1.contains("used twice"));
     }
 }

@@ -106,6 +106,7 @@ fn vhost_user_view(vu: &hvnet_port::VhostUserPort) -> Value {
     let (tables, regions, bytes) = vu.memory();
     json!({
         "socket": vu.socket(),
+        "mode": vu.mode().name(),
         "connected": vu.is_connected(),
         "connections": vu.connections(),
         "memory_tables": tables,

@@ -53,6 +53,6 @@ pub use replay::{ReplayError, ReplayPort};
 pub use socket_batch::{Framing, SocketBatchReader};
 pub use tap::{tap_offload_flags, TapError, TapPort, TapReader};
 pub use uplink::{LinkState, Spread, UplinkPort, UplinkRead};
-pub use vhost_user::{GuestOffloads, VhostUserPort};
+pub use vhost_user::{GuestOffloads, SocketMode, VhostUserPort};
 pub use virtq::VirtqError;
 pub use vnet::{check, send, vnet_bytes, write_frame, RecvError, MAX_GSO_SEGMENTS, VNET_HDR_LEN};

@@ -1,13 +1,14 @@
 //! The protocol handler: rust-vmm's back-end trait over the port's shared
 //! state, one per connection, and the thread that accepts front ends.
 
-use super::relay::{relay, Relay};
+use super::relay::{relay, Front, Relay};
 use super::{offered_features, Memory, Shared, MAX_QUEUE_SIZE};
 use crate::ctrlq::{self, Command};
 use std::io;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use vhost::vhost_user::message::VhostUserProtocolFeatures;
 use vhost_user_backend::{VhostUserBackend, VhostUserDaemon, VringRwLock, VringT};
 use virtio_bindings::virtio_net::VIRTIO_NET_S_LINK_UP;
@@ -126,6 +127,7 @@ impl VhostUserBackend for Backend {
             for (i, v) in vrings.iter().enumerate().take(2) {
                 let slot = &mut all[2 * pair + i];
                 if slot.is_none() {
+                    self.resume_at_used(v);
                     *slot = Some(v.clone());
                 }
             }
@@ -145,6 +147,36 @@ impl VhostUserBackend for Backend {
 }
 
 impl Backend {
+    /// A front end that reconnects (to a restarted switch, or as a server
+    /// whose back end came back) may set its rings' base to 0 while their
+    /// used index, in its memory, says how far the last back end got
+    /// (DPDK's `virtio_user` does). Taking the base as it is would find
+    /// more chains available than the ring holds, and read nothing again;
+    /// so, as DPDK's vhost library does, the ring resumes where its used
+    /// index stands (a base that is the used index, as QEMU restores it,
+    /// changes nothing): a frame the old back end had taken and not yet
+    /// marked used is sent again (transmit) or lost (receive).
+    fn resume_at_used(&self, vring: &VringRwLock) {
+        use virtio_queue::QueueT;
+        let Some(mem) = self.sh.mem.read().expect("mem lock").clone() else {
+            return;
+        };
+        let mut st = vring.get_mut();
+        let queue = st.get_queue_mut();
+        if !queue.ready() {
+            return;
+        }
+        let Ok(used) = queue.used_idx(&*mem.memory(), Ordering::Acquire) else {
+            return;
+        };
+        if (queue.next_avail(), queue.next_used()) != (used.0, used.0) {
+            tracing::info!(port = %self.sh.name, base = queue.next_avail(), used = used.0,
+                "the front end's ring base is not its used index: resuming at the used index");
+            queue.set_next_avail(used.0);
+            queue.set_next_used(used.0);
+        }
+    }
+
     /// Answers the guest's control commands and applies them.
     fn serve_control(&self, ctrl: &VringRwLock) {
         let Some(mem) = self.sh.mem.read().expect("mem lock").clone() else {
@@ -185,18 +217,38 @@ fn config_space(sh: &Shared) -> [u8; 12] {
     c
 }
 
-/// Accepts front ends one after another, each served by a fresh handler
+/// First and longest wait between a client port's attempts to connect.
+const RECONNECT_FIRST: Duration = Duration::from_millis(50);
+const RECONNECT_MAX: Duration = Duration::from_secs(2);
+
+/// The next front end: accepted on the port's socket, or, for a client
+/// port, connected to the hypervisor's (again and again, the wait doubling
+/// while the socket is missing or refuses).
+fn next_front(sh: &Shared, public: &Front) -> UnixStream {
+    let mut wait = RECONNECT_FIRST;
+    loop {
+        let r = match public {
+            Front::Listen(l) => l.accept().map(|(s, _)| s),
+            Front::Connect(path) => UnixStream::connect(path),
+        };
+        match r {
+            Ok(s) => return s,
+            Err(e) => {
+                if wait == RECONNECT_FIRST || wait == RECONNECT_MAX {
+                    tracing::debug!(port = %sh.name, error = %e, "vhost-user front end not reached");
+                }
+                std::thread::sleep(wait);
+                wait = (wait * 2).min(RECONNECT_MAX);
+            }
+        }
+    }
+}
+
+/// Takes front ends one after another, each served by a fresh handler
 /// through the relay.
 pub(super) fn serve(sh: Arc<Shared>, mut relay_ends: Relay) {
     loop {
-        let front = match relay_ends.public.accept() {
-            Ok((s, _)) => s,
-            Err(e) => {
-                tracing::warn!(port = %sh.name, error = %e, "vhost-user accept failed");
-                std::thread::sleep(std::time::Duration::from_millis(100));
-                continue;
-            }
-        };
+        let front = next_front(&sh, &relay_ends.public);
         let back = match UnixStream::connect_addr(&relay_ends.inner_addr) {
             Ok(s) => s,
             Err(e) => {

@@ -37,7 +37,7 @@ mod relay;
 
 use crate::virtq::{self, VirtqError};
 use backend::serve;
-use relay::Relay;
+use relay::{Front, Relay};
 use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::linux::net::SocketAddrExt;
@@ -163,10 +163,35 @@ impl Shared {
     }
 }
 
-/// A vhost-user port: its socket (hvnet is the server) and the guest's
-/// virtqueues once a front end is connected.
+/// Which side of the socket hvnet is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SocketMode {
+    /// hvnet listens; the hypervisor connects (QEMU's `reconnect=1`
+    /// chardev, libvirt's `mode='client'`).
+    #[default]
+    Server,
+    /// The hypervisor listens; hvnet connects, and connects again with
+    /// back-off whenever the connection or the socket goes away (Open
+    /// vSwitch's `dpdkvhostuserclient`, libvirt's `mode='server'`): either
+    /// side may restart.
+    Client,
+}
+
+impl SocketMode {
+    /// As topologies and views spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SocketMode::Server => "server",
+            SocketMode::Client => "client",
+        }
+    }
+}
+
+/// A vhost-user port: its socket and the guest's virtqueues once a front
+/// end is connected.
 pub struct VhostUserPort {
     socket: PathBuf,
+    mode: SocketMode,
     sh: Arc<Shared>,
 }
 
@@ -194,7 +219,8 @@ impl VhostUserPort {
     /// Listens on `socket` for a guest's front end and serves it (and each
     /// one after it) on a thread of its own. `pairs` queue pairs; `mac`
     /// and `mtu` are what the device's configuration space tells the
-    /// guest.
+    /// guest. The socket is root's only (whoever connects shares memory
+    /// with the switch) until [`VhostUserPort::set_socket_access`] opens it.
     pub fn listen(
         name: &str,
         socket: &Path,
@@ -202,6 +228,67 @@ impl VhostUserPort {
         mac: [u8; 6],
         mtu: u16,
     ) -> Result<VhostUserPort, VhostUserError> {
+        let listen_err = |e: io::Error| VhostUserError::Listen(socket.to_path_buf(), e.to_string());
+        // Bind now, so that a guest started right after this returns finds
+        // the socket; the serving thread accepts on it.
+        let _ = std::fs::remove_file(socket);
+        let listener = UnixListener::bind(socket).map_err(listen_err)?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))
+            .map_err(listen_err)?;
+        Self::open(name, socket, Front::Listen(listener), pairs, mac, mtu)
+    }
+
+    /// Connects to `socket`, which the hypervisor serves, and serves the
+    /// front end there; when the connection ends or cannot be made, tries
+    /// again (after 50 ms, doubling to 2 s while it keeps failing) for as
+    /// long as the port lives. Returns at once: the port is down until a
+    /// connection is made.
+    pub fn connect(
+        name: &str,
+        socket: &Path,
+        pairs: usize,
+        mac: [u8; 6],
+        mtu: u16,
+    ) -> Result<VhostUserPort, VhostUserError> {
+        Self::open(
+            name,
+            socket,
+            Front::Connect(socket.to_path_buf()),
+            pairs,
+            mac,
+            mtu,
+        )
+    }
+
+    /// Sets who may connect to a listening port's socket: its owner and
+    /// group (unchanged where `None`) and its mode (as `chmod`), so that a
+    /// hypervisor that does not run as root (libvirt's QEMU runs as
+    /// `libvirt-qemu`) can.
+    pub fn set_socket_access(
+        &self,
+        owner: Option<u32>,
+        group: Option<u32>,
+        mode: u32,
+    ) -> Result<(), VhostUserError> {
+        let err = |e: io::Error| VhostUserError::Listen(self.socket.clone(), e.to_string());
+        use std::os::unix::fs::PermissionsExt;
+        std::os::unix::fs::chown(&self.socket, owner, group).map_err(err)?;
+        std::fs::set_permissions(&self.socket, std::fs::Permissions::from_mode(mode)).map_err(err)
+    }
+
+    fn open(
+        name: &str,
+        socket: &Path,
+        front: Front,
+        pairs: usize,
+        mac: [u8; 6],
+        mtu: u16,
+    ) -> Result<VhostUserPort, VhostUserError> {
+        let mode = match front {
+            Front::Listen(_) => SocketMode::Server,
+            Front::Connect(_) => SocketMode::Client,
+        };
         let kicks = || -> io::Result<Vec<(EventConsumer, EventNotifier)>> {
             (0..pairs)
                 .map(|_| new_event_consumer_and_notifier(EventFlag::NONBLOCK | EventFlag::CLOEXEC))
@@ -225,15 +312,7 @@ impl VhostUserPort {
             memory_tables: AtomicU64::new(0),
             rx_signalled: (0..pairs).map(|_| Default::default()).collect(),
         });
-        // Bind now, so that a guest started right after this returns finds
-        // the socket; the serving thread accepts on it.
         let listen_err = |e: io::Error| VhostUserError::Listen(socket.to_path_buf(), e.to_string());
-        let _ = std::fs::remove_file(socket);
-        let listener = UnixListener::bind(socket).map_err(listen_err)?;
-        // Whoever connects shares memory with the switch: root's only.
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))
-            .map_err(listen_err)?;
         // The crate's side of the relay: an abstract socket, private to
         // this process in practice (its name is not on any file system).
         static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -245,7 +324,7 @@ impl VhostUserPort {
         .map_err(listen_err)?;
         let inner_listener = UnixListener::bind_addr(&inner).map_err(listen_err)?;
         let listener = Relay {
-            public: listener,
+            public: front,
             inner: vhost::vhost_user::Listener::from(inner_listener),
             inner_addr: inner,
         };
@@ -256,13 +335,19 @@ impl VhostUserPort {
             .map_err(VhostUserError::Io)?;
         Ok(VhostUserPort {
             socket: socket.to_path_buf(),
+            mode,
             sh,
         })
     }
 
-    /// The socket a front end connects to.
+    /// The port's socket: where it listens, or what it connects to.
     pub fn socket(&self) -> &Path {
         &self.socket
+    }
+
+    /// Which side of the socket the port is.
+    pub fn mode(&self) -> SocketMode {
+        self.mode
     }
 
     /// Queue pairs.

@@ -4,9 +4,16 @@
 use std::io;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 
-/// The port's public socket, and the crate's side of the relay.
+/// Where front ends come from: a socket the port listens on, or one it
+/// connects to.
+pub(super) enum Front {
+    Listen(UnixListener),
+    Connect(std::path::PathBuf),
+}
+
+/// The port's public side, and the crate's side of the relay.
 pub(super) struct Relay {
-    pub(super) public: UnixListener,
+    pub(super) public: Front,
     pub(super) inner: vhost::vhost_user::Listener,
     pub(super) inner_addr: SocketAddr,
 }
@@ -14,6 +21,7 @@ pub(super) struct Relay {
 /// Requests and header flags of the protocol, as the relay needs them.
 const SET_FEATURES: u32 = 2;
 const SET_MEM_TABLE: u32 = 5;
+const SET_VRING_KICK: u32 = 12;
 const SET_VRING_ENABLE: u32 = 18;
 const VERSION_1: u32 = 0x1;
 const FLAG_REPLY: u32 = 0x4;
@@ -93,6 +101,17 @@ pub(super) fn relay(front: &UnixStream, back: &UnixStream) -> io::Result<()> {
             _ => {}
         }
         hvnet_sys::scm::send_with_fds(back, &msg[..MSG_HEADER + size], &fds)?;
+        if request == SET_VRING_KICK {
+            // One kick of our own as the ring is set up: a ring that a
+            // previous back end left with notifications off (it stopped
+            // while draining) is looked at once, its notifications put
+            // back on, and a front end that kicks only when asked is heard
+            // from again.
+            if let Some(kick) = fds.into_iter().next() {
+                use std::io::Write;
+                let _ = std::fs::File::from(kick).write_all(&1u64.to_ne_bytes());
+            }
+        }
         if request == SET_FEATURES && !features_set {
             features_set = true;
             for m in held.drain(..) {

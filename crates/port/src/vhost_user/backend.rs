@@ -234,8 +234,16 @@ fn next_front(sh: &Shared, public: &Front) -> UnixStream {
         match r {
             Ok(s) => return s,
             Err(e) => {
-                if wait == RECONNECT_FIRST || wait == RECONNECT_MAX {
-                    tracing::debug!(port = %sh.name, error = %e, "vhost-user front end not reached");
+                match public {
+                    Front::Listen(_) => {
+                        tracing::warn!(port = %sh.name, error = %e, "vhost-user accept failed")
+                    }
+                    // A hypervisor not (yet, or any more) serving its
+                    // socket is the normal case: said once per outage.
+                    Front::Connect(_) if wait == RECONNECT_FIRST => {
+                        tracing::info!(port = %sh.name, error = %e, "vhost-user socket not reached; trying again")
+                    }
+                    Front::Connect(_) => {}
                 }
                 std::thread::sleep(wait);
                 wait = (wait * 2).min(RECONNECT_MAX);

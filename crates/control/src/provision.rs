@@ -10,7 +10,7 @@ use crate::error::{io_err, run, DaemonError};
 use crate::guest;
 use crate::rtnl::{LinkChange, Rtnl};
 use crate::state::{check_owned_device, check_owned_netns, write_state, State};
-use crate::topology::{Host, NetQueueMode, Topology, Uplink, UplinkLro, VhostSocket};
+use crate::topology::{Host, NetQueueMode, Topology, Uplink, UplinkLro};
 use hvnet_datapath::tunnel::VtepConfig;
 use hvnet_datapath::PortSpec;
 use hvnet_port::netqueue::{Filter, Filters};
@@ -46,10 +46,8 @@ pub(crate) fn create_vm(
             SocketMode::Server => {
                 let port =
                     VhostUserPort::listen(&vm.name, &sock, pairs, mac, mtu).map_err(vm_err)?;
-                if (v.owner, v.group, v.perm) != (None, None, VhostSocket::default().perm) {
-                    port.set_socket_access(v.owner, v.group, v.perm)
-                        .map_err(vm_err)?;
-                }
+                port.set_socket_access(v.owner, v.group, v.perm)
+                    .map_err(vm_err)?;
                 port
             }
             SocketMode::Client => {

@@ -99,22 +99,8 @@ impl VhostSocket {
                 ));
             }
         }
-        let owner = r
-            .owner
-            .as_deref()
-            .map(|o| {
-                id_of(Path::new("/etc/passwd"), o)
-                    .ok_or(format!("socket_owner {o:?} is not a user on this host"))
-            })
-            .transpose()?;
-        let group = r
-            .group
-            .as_deref()
-            .map(|g| {
-                id_of(Path::new("/etc/group"), g)
-                    .ok_or(format!("socket_group {g:?} is not a group on this host"))
-            })
-            .transpose()?;
+        let owner = id_named("/etc/passwd", "socket_owner", "user", r.owner.as_deref())?;
+        let group = id_named("/etc/group", "socket_group", "group", r.group.as_deref())?;
         let perm = match r.perm.as_deref() {
             Some(m) => parse_perm(m)?,
             None => VhostSocket::default().perm,
@@ -142,6 +128,14 @@ fn parse_perm(m: &str) -> Result<u32, String> {
         return Err(bad());
     }
     Ok(v)
+}
+
+/// Setting `key`'s user or group id (`what`), if set: looked up in `file`.
+fn id_named(file: &str, key: &str, what: &str, name: Option<&str>) -> Result<Option<u32>, String> {
+    name.map(|n| {
+        id_of(Path::new(file), n).ok_or(format!("{key} {n:?} is not a {what} on this host"))
+    })
+    .transpose()
 }
 
 /// A user's or group's id: a number as it is, else the name looked up in

@@ -339,7 +339,8 @@ pub fn virtqueue(data: &[u8]) {
     use virtio_queue::desc::{split::Descriptor, RawDescriptor};
     use virtio_queue::mock::MockSplitQueue;
     use virtio_queue::{Queue, QueueT};
-    use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+    use hvnet_port::virtq::GuestMemoryMmap;
+    use vm_memory::{Bytes, GuestAddress};
 
     if data.len() < 2 {
         return;
@@ -347,7 +348,7 @@ pub fn virtqueue(data: &[u8]) {
     let size = 1u16 << (1 + data[0] % 6); // 2..64
     let mergeable = data[1] & 1 != 0;
     let mut rest = &data[2..];
-    let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 0x20_0000)]).expect("memory");
+    let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x20_0000)]).expect("memory");
     let vq = MockSplitQueue::new(&mem, size);
     let mut take = |n: usize| -> Option<&[u8]> {
         if rest.len() < n {

@@ -114,6 +114,9 @@ fn vhost_user_view(vu: &hvnet_port::VhostUserPort) -> Value {
         "memory_bytes": bytes,
         "acked_features": format!("{:#x}", vu.acked_features()),
         "guest_offloads": vu.guest_offloads(),
+        "guest_present": vu.guest_present(),
+        "dirty_logging": vu.dirty_logging(),
+        "announcements": vu.announcements(),
         "virtqueues": queues,
     })
 }

@@ -2,7 +2,8 @@
 //! VLAN, forgotten after an idle time (802.1D learning with aging).
 //!
 //! Each port's own address is a static entry: no other port can take it
-//! over by sending from it. Learned entries are limited per port and in
+//! over by sending from it, while the port's guest is there (a guest
+//! migrated to another host releases it, to be learned where it went). Learned entries are limited per port and in
 //! total, so a guest sending from random source addresses fills its own
 //! share, not the switch's memory; what is refused is counted by the
 //! caller. Aging runs on the switch's housekeeping thread; workers only
@@ -111,6 +112,27 @@ impl Fdb {
             if !old.is_static {
                 t.forget_learned(old.port);
             }
+        }
+    }
+
+    /// The port `mac` is pinned to, if it is a port's own address.
+    pub fn pinned_to(&self, vlan: u16, mac: MacAddr) -> Option<usize> {
+        let t = self.table.read().expect("fdb lock");
+        t.map
+            .get(&(vlan, mac))
+            .filter(|e| e.is_static)
+            .map(|e| e.port)
+    }
+
+    /// Removes the pin of `mac` to `port` (its guest has left: a live
+    /// migration); the address is learned wherever it shows up next.
+    pub fn unpin(&self, vlan: u16, mac: MacAddr, port: usize) {
+        let mut t = self.table.write().expect("fdb lock");
+        if t.map
+            .get(&(vlan, mac))
+            .is_some_and(|e| e.is_static && e.port == port)
+        {
+            t.map.remove(&(vlan, mac));
         }
     }
 
@@ -270,6 +292,26 @@ mod tests {
         assert_eq!(f.learned(), 0);
         f.learn(0, MacAddr::BROADCAST, 1, t0);
         assert!(f.rows(t0).is_empty(), "group addresses are never learned");
+    }
+
+    #[test]
+    fn an_unpinned_address_moves_and_a_new_pin_takes_it_back() {
+        let f = Fdb::new(Duration::from_secs(10), FdbLimits::default());
+        let t0 = Instant::now();
+        f.add_static(0, mac(7), 3);
+        f.unpin(0, mac(7), 2);
+        assert_eq!(
+            f.pinned_to(0, mac(7)),
+            Some(3),
+            "only its own port unpins it"
+        );
+        f.unpin(0, mac(7), 3);
+        assert_eq!(f.pinned_to(0, mac(7)), None);
+        assert_eq!(f.learn(0, mac(7), 1, t0), Learn::Learned);
+        assert_eq!(f.lookup(0, mac(7), t0), Some(1));
+        f.add_static(0, mac(7), 3);
+        assert_eq!(f.lookup(0, mac(7), t0), Some(3));
+        assert_eq!(f.learned(), 0, "the learned entry's share is freed");
     }
 
     #[test]

@@ -304,6 +304,32 @@ impl Switch {
         })
     }
 
+    /// A frame came from `mac`, a port's own address, on another port:
+    /// if that port's guest has left (migrated to another host), its
+    /// address is released to be learned where it is now; true if so.
+    pub fn release_address(&self, vlan: u16, mac: MacAddr) -> bool {
+        let Some(owner) = self.fdb.pinned_to(vlan, mac) else {
+            return false;
+        };
+        let p = &self.ports[owner];
+        if p.dev.guest_present() {
+            return false;
+        }
+        self.fdb.unpin(vlan, mac, owner);
+        tracing::info!(port = %p.name, %mac, "the port's guest has left: its address is learned where it shows up");
+        true
+    }
+
+    /// Pins each VM port's own address to it again once its guest is
+    /// there (back from a migration, or arrived by one).
+    pub fn pin_present_guests(&self) {
+        for p in self.ports.iter().filter(|p| !p.is_uplink()) {
+            if self.fdb.pinned_to(p.vlan, p.mac) != Some(p.id) && p.dev.guest_present() {
+                self.fdb.add_static(p.vlan, p.mac, p.id);
+            }
+        }
+    }
+
     /// Asks every thread to stop (they notice within 100 ms).
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);

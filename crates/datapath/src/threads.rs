@@ -59,6 +59,7 @@ impl Switch {
                     while !sw.stopping() {
                         std::thread::sleep(Duration::from_millis(200));
                         sw.fdb.sweep(Instant::now(), None);
+                        sw.pin_present_guests();
                     }
                 })
                 .expect("spawn fdb-aging"),

@@ -9,9 +9,10 @@
 //!
 //! Pure over a `Queue` and guest memory, as [`crate::virtq`].
 
+use crate::virtq::GuestMemoryMmap;
 use virtio_bindings::virtio_net::*;
 use virtio_queue::{Queue, QueueT};
-use vm_memory::{Bytes, GuestMemoryMmap};
+use vm_memory::Bytes;
 
 /// Longest command read (a MAC table of 256 entries and its headers).
 const MAX_COMMAND: usize = 2 + 2 * (4 + 256 * 6);

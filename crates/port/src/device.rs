@@ -73,6 +73,15 @@ pub trait Device: Send + Sync + fmt::Debug + Any {
         std::thread::sleep(timeout);
     }
 
+    /// False while the other side is away though the port stays up: a
+    /// guest migrated to another host leaves its source front end
+    /// connected, its rings stopped. The port's own address is then no
+    /// longer pinned to it; the switch learns it wherever the guest shows
+    /// up next, and pins it again when the guest is back.
+    fn guest_present(&self) -> bool {
+        true
+    }
+
     /// A receiver for queue `q`: it reads what the other side sends.
     fn receiver(self: Arc<Self>, q: usize) -> Box<dyn Receiver>;
 

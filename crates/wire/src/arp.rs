@@ -146,9 +146,52 @@ impl Repr {
     }
 }
 
+/// Bytes of the frame [`rarp_announcement`] builds: a minimum Ethernet
+/// frame (without its FCS).
+pub const ANNOUNCEMENT_LEN: usize = 60;
+
+/// The frame a hypervisor sends for a guest that has just arrived on a
+/// host after a live migration (QEMU's `announce-self`, DPDK's vhost
+/// library on `SEND_RARP`): a broadcast reverse-ARP request (RFC 903,
+/// EtherType 0x8035) from `mac`, asking for its own address, so that every
+/// switch on the way learns where `mac` is now.
+pub fn rarp_announcement(mac: MacAddr) -> [u8; ANNOUNCEMENT_LEN] {
+    let mut f = [0u8; ANNOUNCEMENT_LEN];
+    f[0..6].copy_from_slice(&MacAddr::BROADCAST.0);
+    f[6..12].copy_from_slice(&mac.0);
+    f[12..14].copy_from_slice(&0x8035u16.to_be_bytes());
+    // Operation 3: reverse request; no protocol addresses.
+    Repr {
+        op: Operation::Unknown(3),
+        sender_mac: mac,
+        sender_ip: [0; 4],
+        target_mac: mac,
+        target_ip: [0; 4],
+    }
+    .emit(&mut Packet::new_unchecked(&mut f[14..14 + LEN]));
+    f
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// QEMU's announcement (`announce_self_create`) for 52:54:00:12:34:56,
+    /// byte for byte.
+    #[test]
+    fn a_migrated_guests_announcement_is_qemus() {
+        let mac = [0x52, 0x54, 0x00, 0x12, 0x34, 0x56];
+        let f = rarp_announcement(MacAddr(mac));
+        let mut want = vec![0xff; 6];
+        want.extend(mac);
+        want.extend([0x80, 0x35, 0, 1, 8, 0, 6, 4, 0, 3]);
+        want.extend(mac);
+        want.extend([0; 4]);
+        want.extend(mac);
+        want.extend([0; 4]);
+        want.resize(ANNOUNCEMENT_LEN, 0);
+        assert_eq!(f.to_vec(), want);
+    }
 
     /// A request captured from Linux (`arping`): who has 198.18.1.1? tell
     /// 198.18.1.2 at 7a:5e:1c:9b:3f:10.

@@ -87,7 +87,12 @@ impl State {
         let (src, dst) = (pkt.src(), pkt.dst());
         let vlan = cx.port.vlan;
         if self.learned != Some(src) {
-            if cx.sw.fdb.learn(vlan, src, cx.port.id, now) == Learn::Refused {
+            let fdb = &cx.sw.fdb;
+            let mut learn = fdb.learn(vlan, src, cx.port.id, now);
+            if learn == Learn::Refused && cx.sw.release_address(vlan, src) {
+                learn = fdb.learn(vlan, src, cx.port.id, now);
+            }
+            if learn == Learn::Refused {
                 add(&c.fdb_learn_refused, 1);
             }
             self.learned = Some(src);

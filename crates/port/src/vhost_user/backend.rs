@@ -2,17 +2,19 @@
 //! state, one per connection, and the thread that accepts front ends.
 
 use super::relay::{relay, Front, Relay};
+use super::VringRwLock;
 use super::{offered_features, Memory, Shared, MAX_QUEUE_SIZE};
 use crate::ctrlq::{self, Command};
+use crate::virtq::GuestMemoryMmap;
 use std::io;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use vhost::vhost_user::message::VhostUserProtocolFeatures;
-use vhost_user_backend::{VhostUserBackend, VhostUserDaemon, VringRwLock, VringT};
+use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
+use vhost_user_backend::{VhostUserBackend, VhostUserDaemon, VringT};
 use virtio_bindings::virtio_net::VIRTIO_NET_S_LINK_UP;
-use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{
     new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
@@ -29,7 +31,7 @@ pub(super) struct Backend {
 }
 
 impl VhostUserBackend for Backend {
-    type Bitmap = ();
+    type Bitmap = vhost_user_backend::bitmap::BitmapMmapRegion;
     type Vring = VringRwLock;
 
     fn num_queues(&self) -> usize {
@@ -46,7 +48,14 @@ impl VhostUserBackend for Backend {
     }
 
     fn acked_features(&self, features: u64) {
-        self.sh.acked.store(features, Ordering::Release);
+        // A migrating front end sets the features again with only
+        // `LOG_ALL` turned on (and off): what the guest set since on its
+        // control queue stands.
+        let log_all = VhostUserVirtioFeatures::LOG_ALL.bits();
+        let before = self.sh.acked.swap(features, Ordering::AcqRel);
+        if before != 0 && before | log_all == features | log_all {
+            return;
+        }
         self.sh.offloads.store(features, Ordering::Release);
         self.sh.active_pairs.store(0, Ordering::Release);
         self.sh.changed();
@@ -56,10 +65,15 @@ impl VhostUserBackend for Backend {
         // BACKEND_REQ: User-Mode Linux allocates the interrupt of its
         // virtqueues' call descriptors only when it sets up the back end's
         // request channel (without it, its driver fails to probe).
+        // LOG_SHMFD and RARP: live migration (the guest's pages written
+        // here are marked in the front end's log; its address announced on
+        // the destination).
         VhostUserProtocolFeatures::MQ
             | VhostUserProtocolFeatures::BACKEND_REQ
             | VhostUserProtocolFeatures::REPLY_ACK
             | VhostUserProtocolFeatures::CONFIG
+            | VhostUserProtocolFeatures::LOG_SHMFD
+            | VhostUserProtocolFeatures::RARP
     }
 
     fn reset_device(&self) {
@@ -288,11 +302,11 @@ pub(super) fn serve(sh: Arc<Shared>, mut relay_ends: Relay) {
             (Ok(f), Ok(b)) => (f, b),
             _ => continue,
         };
-        let name = sh.name.clone();
+        let sh2 = Arc::clone(&sh);
         std::thread::spawn(move || {
-            if let Err(e) = relay(&front, &back) {
+            if let Err(e) = relay(&sh2, &front, &back) {
                 if e.kind() != io::ErrorKind::UnexpectedEof {
-                    tracing::warn!(port = %name, error = %e, "vhost-user relay failed");
+                    tracing::warn!(port = %sh2.name, error = %e, "vhost-user front end refused");
                 }
             }
             let _ = back.shutdown(std::net::Shutdown::Both);

@@ -35,7 +35,7 @@ mod backend;
 mod queues;
 mod relay;
 
-use crate::virtq::{self, VirtqError};
+use crate::virtq::{self, GuestMemoryMmap, VirtqError};
 use backend::serve;
 use relay::{Front, Relay};
 use std::io::{self, IoSlice};
@@ -46,19 +46,19 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use vhost::vhost_user::message::VhostUserVirtioFeatures;
-use vhost_user_backend::{VringRwLock, VringT};
+use vhost_user_backend::VringT;
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_net::*;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 use virtio_queue::QueueT;
-use vm_memory::{
-    GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion,
-};
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryRegion};
 use vmm_sys_util::event::{
     new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
 };
 
 type Memory = GuestMemoryAtomic<GuestMemoryMmap>;
+/// A virtqueue as the crate keeps it, over that memory.
+type VringRwLock = vhost_user_backend::VringRwLock<Memory>;
 
 /// Largest virtqueue a guest may set up (the virtio-net maximum QEMU
 /// allows for `rx_queue_size`).
@@ -67,7 +67,7 @@ pub const MAX_QUEUE_SIZE: u16 = 4096;
 /// The device features offered: what a hypervisor's switch offers a guest
 /// (checksum and TSO both ways, ECN with TSO, mergeable receive buffers,
 /// MTU, link status, several queue pairs, a control queue for what the
-/// guest may change, event index).
+/// guest may change, event index), and dirty logging for live migration.
 pub fn offered_features() -> u64 {
     [
         VIRTIO_NET_F_CSUM,
@@ -93,6 +93,7 @@ pub fn offered_features() -> u64 {
     .iter()
     .fold(0u64, |f, &b| f | (1u64 << b))
         | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
+        | VhostUserVirtioFeatures::LOG_ALL.bits()
 }
 
 /// What the guest's driver accepted, as the switch needs it.
@@ -153,9 +154,36 @@ struct Shared {
     /// Per queue pair: the receive queue's used index when the guest was
     /// last signalled.
     rx_signalled: Vec<std::sync::atomic::AtomicU16>,
+    /// Addresses the front end asked to announce (`SEND_RARP`), not yet
+    /// sent into the switch; `announcing` says there are some.
+    announce: Mutex<Vec<[u8; 6]>>,
+    announcing: AtomicBool,
+    /// Announcements asked for so far.
+    announcements: AtomicU64,
 }
 
 impl Shared {
+    /// The front end asks (`SEND_RARP`, after a live migration brought the
+    /// guest here) that the guest's address be announced: queue 0's
+    /// reader sends a reverse-ARP broadcast from it into the switch, as if
+    /// the guest had sent it, so that this switch, the wire and the
+    /// switches behind it learn where the guest is now.
+    fn announce(&self, mac: [u8; 6]) {
+        self.announce.lock().expect("announce lock").push(mac);
+        self.announcing.store(true, Ordering::Release);
+        self.announcements.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(port = %self.name, mac = %hvnet_wire::MacAddr(mac), "announcing the migrated guest's address");
+        let _ = self.tx_kick[0].1.notify();
+    }
+
+    /// The announcements asked for since the last call.
+    fn take_announcements(&self) -> Vec<[u8; 6]> {
+        if !self.announcing.swap(false, Ordering::AcqRel) {
+            return Vec::new();
+        }
+        std::mem::take(&mut *self.announce.lock().expect("announce lock"))
+    }
+
     fn changed(&self) {
         if let Some(c) = self.changes.lock().expect("changes lock").as_ref() {
             c.fetch_add(1, Ordering::Release);
@@ -311,6 +339,9 @@ impl VhostUserPort {
             connections: AtomicU64::new(0),
             memory_tables: AtomicU64::new(0),
             rx_signalled: (0..pairs).map(|_| Default::default()).collect(),
+            announce: Mutex::new(Vec::new()),
+            announcing: AtomicBool::new(false),
+            announcements: AtomicU64::new(0),
         });
         let listen_err = |e: io::Error| VhostUserError::Listen(socket.to_path_buf(), e.to_string());
         // The crate's side of the relay: an abstract socket, private to
@@ -415,6 +446,28 @@ impl VhostUserPort {
     /// The feature bits the guest acknowledged.
     pub fn acked_features(&self) -> u64 {
         self.sh.acked.load(Ordering::Acquire)
+    }
+
+    /// True while the front end has dirty logging on (`LOG_ALL`): its
+    /// guest is being migrated away.
+    pub fn dirty_logging(&self) -> bool {
+        self.acked_features() & VhostUserVirtioFeatures::LOG_ALL.bits() != 0
+    }
+
+    /// Announcements of a migrated guest's address the front end asked
+    /// for (`SEND_RARP`) so far.
+    pub fn announcements(&self) -> u64 {
+        self.sh.announcements.load(Ordering::Relaxed)
+    }
+
+    /// True while a front end is connected and its guest's receive
+    /// queue runs: the guest is here. A migrated guest's source front end
+    /// stays connected with its rings stopped.
+    pub fn guest_present(&self) -> bool {
+        self.is_connected()
+            && self.sh.vrings.read().expect("vrings lock")[0]
+                .as_ref()
+                .is_some_and(|v| v.get_ref().get_queue().ready())
     }
 
     /// `counter` is bumped whenever what the guest accepts changes.

@@ -8,9 +8,9 @@
 use super::VhostUserPort;
 use crate::device::{Caps, Device, Link, Receiver, SendError, Transmitter, TxOptions};
 use crate::packet::Packet;
-use crate::pool::Pool;
+use crate::pool::{Pool, SizeClass, HEADROOM};
 use crate::virtq::{self, VirtqError};
-use crate::vnet::RecvError;
+use crate::vnet::{check, RecvError, VNET_HDR_LEN};
 use std::io::IoSlice;
 use std::os::fd::RawFd;
 use std::sync::atomic::AtomicU64;
@@ -59,6 +59,10 @@ impl Device for VhostUserPort {
         }
     }
 
+    fn guest_present(&self) -> bool {
+        VhostUserPort::guest_present(self)
+    }
+
     /// A disconnect and a reconnect both kick.
     fn wait_link(&self, q: usize, timeout: Duration) {
         let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
@@ -95,6 +99,11 @@ impl Receiver for VirtqReceiver {
         max: usize,
         out: &mut Vec<Result<Packet, RecvError>>,
     ) -> Result<(), RecvError> {
+        if self.q == 0 {
+            for mac in self.port.sh.take_announcements() {
+                out.push(announcement(pool, mac));
+            }
+        }
         let Some((vring, mem)) = self.port.vring(2 * self.q + 1) else {
             return Err(RecvError::WouldBlock);
         };
@@ -132,6 +141,19 @@ impl Receiver for VirtqReceiver {
         }
         more
     }
+}
+
+/// A migrated guest's announcement, as if the guest had sent it (no
+/// offloads in its virtio-net header).
+fn announcement(pool: &mut Pool, mac: [u8; 6]) -> Result<Packet, RecvError> {
+    let frame = hvnet_wire::arp::rarp_announcement(hvnet_wire::MacAddr(mac));
+    let mut buf = pool.take(SizeClass::Small).ok_or(RecvError::NoBuffer)?;
+    let n = VNET_HDR_LEN + frame.len();
+    let storage = buf.storage_mut();
+    storage[..VNET_HDR_LEN].fill(0);
+    storage[VNET_HDR_LEN..n].copy_from_slice(&frame);
+    buf.set_len(n - HEADROOM);
+    check(buf, n)
 }
 
 /// Writes a guest's receive virtqueue.

@@ -1,6 +1,7 @@
 //! The relay between a front end and the crate's handler (see the
 //! module's parent for why it exists).
 
+use super::Shared;
 use std::io;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 
@@ -21,8 +22,14 @@ pub(super) struct Relay {
 /// Requests and header flags of the protocol, as the relay needs them.
 const SET_FEATURES: u32 = 2;
 const SET_MEM_TABLE: u32 = 5;
+const SET_LOG_BASE: u32 = 6;
 const SET_VRING_KICK: u32 = 12;
 const SET_VRING_ENABLE: u32 = 18;
+const SEND_RARP: u32 = 19;
+const ADD_MEM_REG: u32 = 37;
+/// `VHOST_F_LOG_ALL`: the front end is migrating the guest; every page
+/// the back end writes must be marked in the log.
+const LOG_ALL: u64 = 1 << 26;
 const VERSION_1: u32 = 0x1;
 const FLAG_REPLY: u32 = 0x4;
 const FLAG_NEED_REPLY: u32 = 0x8;
@@ -51,15 +58,63 @@ fn recv_exact(sock: &UnixStream, buf: &mut [u8]) -> io::Result<Vec<std::os::fd::
     Ok(fds)
 }
 
+/// Answers a request that asked for a reply (`NEED_REPLY`) with
+/// success, for the messages the relay takes itself.
+fn ack(front: &UnixStream, request: u32, flags: u32) -> io::Result<()> {
+    if flags & FLAG_NEED_REPLY == 0 {
+        return Ok(());
+    }
+    let mut reply = [0u8; MSG_HEADER + 8];
+    reply[0..4].copy_from_slice(&request.to_le_bytes());
+    reply[4..8].copy_from_slice(&(VERSION_1 | FLAG_REPLY).to_le_bytes());
+    reply[8..12].copy_from_slice(&8u32.to_le_bytes());
+    hvnet_sys::scm::send_with_fds(front, &reply, &[])
+}
+
+fn refuse(why: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, why)
+}
+
+/// A dirty log the front end hands over (`SET_LOG_BASE`: size and offset,
+/// then the shared memory's descriptor) must lie within that memory: the
+/// crate maps the range as given, and a write past the end of the file
+/// behind it would kill the switch (`SIGBUS`), not the connection.
+fn check_log(payload: &[u8], fds: &[std::os::fd::OwnedFd]) -> io::Result<()> {
+    if payload.len() < 16 || fds.len() != 1 {
+        return Err(refuse(format!(
+            "SET_LOG_BASE with {} payload bytes and {} descriptors (16 and 1 expected)",
+            payload.len(),
+            fds.len()
+        )));
+    }
+    let size = u64::from_le_bytes(payload[0..8].try_into().expect("8 bytes"));
+    let offset = u64::from_le_bytes(payload[8..16].try_into().expect("8 bytes"));
+    let file = std::fs::File::from(fds[0].try_clone()?);
+    let have = file.metadata()?.len();
+    match offset.checked_add(size) {
+        Some(end) if size > 0 && end <= have => Ok(()),
+        _ => Err(refuse(format!(
+            "dirty log of {size} bytes at offset {offset} in shared memory of {have} bytes"
+        ))),
+    }
+}
+
 /// Passes the front end's messages to the crate, each with its
 /// descriptors; trims a `SET_MEM_TABLE` longer than its regions, and holds
 /// a `SET_VRING_ENABLE` sent before the features are set (QEMU sends them
 /// at start-up; the crate refuses them until `PROTOCOL_FEATURES` is acked
 /// and would drop the connection) until they are, answering its reply
-/// request itself.
-pub(super) fn relay(front: &UnixStream, back: &UnixStream) -> io::Result<()> {
+/// request itself. For live migration: a dirty log outside its memory is
+/// refused, as is a memory table changed while the guest is being
+/// migrated, its log handed over (the crate would give the new regions no
+/// log: pages written there would silently not be copied); `SEND_RARP`, which the crate does
+/// not know, is taken here and announced on the port
+/// ([`Shared::announce`]). A refusal ends the connection: the front end
+/// fails its migration and keeps its guest, which reconnects.
+pub(super) fn relay(sh: &Shared, front: &UnixStream, back: &UnixStream) -> io::Result<()> {
     let mut msg = vec![0u8; MSG_HEADER + MAX_PAYLOAD];
     let mut features_set = false;
+    let (mut logging, mut log_set) = (false, false);
     let mut held: Vec<Vec<u8>> = Vec::new();
     loop {
         let mut fds = recv_exact(front, &mut msg[..MSG_HEADER])?;
@@ -73,6 +128,11 @@ pub(super) fn relay(front: &UnixStream, back: &UnixStream) -> io::Result<()> {
             ));
         }
         fds.extend(recv_exact(front, &mut msg[MSG_HEADER..MSG_HEADER + size])?);
+        if logging && log_set && matches!(request, SET_MEM_TABLE | ADD_MEM_REG) {
+            return Err(refuse(
+                "the guest's memory changed while it is being migrated".into(),
+            ));
+        }
         match request {
             SET_MEM_TABLE if size >= MEM_TABLE_HEAD => {
                 let p = &msg[MSG_HEADER..];
@@ -89,14 +149,27 @@ pub(super) fn relay(front: &UnixStream, back: &UnixStream) -> io::Result<()> {
                 let mut m = msg[..MSG_HEADER + size].to_vec();
                 m[4..8].copy_from_slice(&(flags & !FLAG_NEED_REPLY).to_le_bytes());
                 held.push(m);
-                if flags & FLAG_NEED_REPLY != 0 {
-                    let mut reply = [0u8; MSG_HEADER + 8];
-                    reply[0..4].copy_from_slice(&request.to_le_bytes());
-                    reply[4..8].copy_from_slice(&(VERSION_1 | FLAG_REPLY).to_le_bytes());
-                    reply[8..12].copy_from_slice(&8u32.to_le_bytes());
-                    hvnet_sys::scm::send_with_fds(front, &reply, &[])?;
-                }
+                ack(front, request, flags)?;
                 continue;
+            }
+            SEND_RARP => {
+                if size < 6 {
+                    return Err(refuse(format!("SEND_RARP with {size} payload bytes")));
+                }
+                let mac: [u8; 6] = msg[MSG_HEADER..MSG_HEADER + 6].try_into().expect("6 bytes");
+                sh.announce(mac);
+                ack(front, request, flags)?;
+                continue;
+            }
+            SET_LOG_BASE => {
+                check_log(&msg[MSG_HEADER..MSG_HEADER + size], &fds)?;
+                log_set = true;
+            }
+            SET_FEATURES if size >= 8 => {
+                let features = u64::from_le_bytes(
+                    msg[MSG_HEADER..MSG_HEADER + 8].try_into().expect("8 bytes"),
+                );
+                logging = features & LOG_ALL != 0;
             }
             _ => {}
         }

@@ -62,7 +62,8 @@ def initramfs(work: Path, mac: str, ip: str, cmd: str, binaries=()) -> Path:
     for d in ("proc", "sys", "dev", "tmp"):
         (tree / d).mkdir()
     shutil.copy("/usr/bin/busybox", tree / "bin/busybox")
-    for applet in ("sh", "mount", "insmod", "ip", "ping", "sleep", "poweroff", "echo", "cat", "seq", "wc", "head"):
+    for applet in ("sh", "mount", "insmod", "ip", "ping", "sleep", "poweroff", "echo", "cat", "seq", "wc", "head",
+                   "nc", "sha256sum"):
         os.symlink("busybox", tree / "bin" / applet)
     for m in MODULES:
         src = next(rel.rglob(f"{m}.ko*"))

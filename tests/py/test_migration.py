@@ -1,0 +1,134 @@
+"""Live migration of a real guest between two hvnet switches: on one
+machine, two topologies whose uplinks are the two ends of one veth pair
+(the wire between two hosts). QEMU (TCG here) runs the guest on a
+vhost-user port of the first switch; a second QEMU waits for it
+(`-incoming`) on a port of the second; `migrate` over QMP moves it while a
+namespace VM on the first switch sends it a file over TCP. QEMU refuses to
+migrate unless the back end logs the pages it writes (LOG_SHMFD,
+LOG_ALL); after the move it asks the destination's back end to announce
+the guest (SEND_RARP), and the first switch must learn that the guest's
+address now lies behind its uplink."""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import hvlab
+from test_switch_e2e import XFER
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(not shutil.which("qemu-system-x86_64"),
+                       reason="needs qemu-system-x86 (scripts/install-deps.sh)"),
+]
+
+MAC = "02:00:00:00:25:01"
+GUEST, PEER = "198.18.25.1", "198.18.25.3"
+SIZE = 12 << 20
+RATE = 1 << 20
+
+
+class Qemu:
+    """A QEMU process with its QMP monitor; its console to a file."""
+
+    def __init__(self, tmp: Path, name: str, argv: list):
+        import qemu_guest  # lab/qemu_guest.py
+
+        self.qmp_path = str(tmp / f"{name}.qmp")
+        self.console = tmp / f"{name}.console"
+        self._qmp = qemu_guest.qmp
+        with open(self.console, "w") as out:
+            self.proc = subprocess.Popen(argv + ["-qmp", f"unix:{self.qmp_path},server=on,wait=off"],
+                                         stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        hvlab.eventually(lambda: os.path.exists(self.qmp_path) or self.proc.poll() is not None, timeout=60)
+
+    def qmp(self, *commands):
+        return self._qmp(self.qmp_path, *commands)
+
+    def text(self) -> str:
+        return self.console.read_text(errors="replace")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+def veth_pair():
+    a, b = hvlab.unique("mga"), hvlab.unique("mgb")
+    hvlab.run(["ip", "link", "add", a, "type", "veth", "peer", "name", b])
+    for d in (a, b):
+        hvlab.run(["ip", "link", "set", d, "up"])
+    return a, b
+
+
+def uptimes(text: str) -> list:
+    """The guest's /proc/uptime readings its command printed."""
+    import re
+
+    return [float(m) for m in re.findall(r"^UPTIME (\d+\.\d+)", text, re.M)]
+
+
+def test_a_guest_migrates_between_switches_under_a_transfer_and_the_wire_learns_where_it_went(tmp_path):
+    import qemu_guest  # lab/qemu_guest.py
+
+    wire_a, wire_b = veth_pair()
+    procs = []
+    try:
+        with hvlab.Topology(tmp_path, [dict(name="q", kind="vhost-user", mac=MAC),
+                                       dict(name="c", ipv4=PEER + "/24", queues=1)],
+                            prefix="mga", uplinks=[dict(name="up0", device=wire_a, queues=1)]) as a, \
+             hvlab.Topology(tmp_path, [dict(name="q", kind="vhost-user", mac=MAC)],
+                            prefix="mgb", uplinks=[dict(name="up0", device=wire_b, queues=1)]) as b:
+            data = tmp_path / "data"
+            data.write_bytes(os.urandom(SIZE))
+            want = hashlib.sha256(data.read_bytes()).hexdigest()
+            cmd = ("echo UPTIME $(cut -d\" \" -f1 /proc/uptime); nc -l -p 5555 | sha256sum; "
+                   "echo UPTIME $(cut -d\" \" -f1 /proc/uptime)")
+            initrd = qemu_guest.initramfs(tmp_path, MAC, GUEST + "/24", cmd)
+            mig = tmp_path / "migrate.sock"
+            src = Qemu(tmp_path, "src", qemu_guest.argv(f"/run/hvnet/{a.name}/q.sock", MAC, initrd))
+            procs.append(src)
+            dst = Qemu(tmp_path, "dst", qemu_guest.argv(f"/run/hvnet/{b.name}/q.sock", MAC, initrd)
+                       + ["-incoming", f"unix:{mig}"])
+            procs.append(dst)
+            sender = a.popen("c", f"python3 {XFER} paced {GUEST} 5555 {data} {RATE}",
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            # The transfer is under way: the guest acknowledges.
+            guest_sent = lambda: a.stats("/ports/q/tx_summary")["frames"]  # noqa: E731
+            assert hvlab.eventually(lambda: guest_sent() >= 100, timeout=240, every=0.2), src.text()[-2000:]
+            src.qmp(("migrate", {"uri": f"unix:{mig}"}))
+            status = lambda: src.qmp(("query-migrate", {}))[0].get("status")  # noqa: E731
+            assert hvlab.eventually(lambda: status() in ("completed", "failed", "cancelled"), timeout=180,
+                                    every=0.2), status()
+            assert status() == "completed", src.qmp(("query-migrate", {}))
+            out, _ = sender.communicate(timeout=240)
+            assert sender.returncode == 0, out
+            dst.proc.wait(timeout=120)
+            rc, text = qemu_guest.output(src.text() + dst.text())
+            assert rc == 0, text
+            assert f"{want}  -" in text, (want, text)
+            # One boot: the guest began on the source and ended on the
+            # destination, its clock running on.
+            assert "HVNET-BEGIN" not in dst.text(), dst.text()
+            before, after = uptimes(text)
+            assert after > before, (before, after)
+            # The destination announced the guest; the source's switch
+            # learned it behind its uplink (its port's own, pinned entry
+            # gave way), and its port saw the front end log.
+            assert json.loads(b.hv("port", "q", "--json").stdout)["vhost_user"]["announcements"] >= 1
+            src_port = json.loads(a.hv("port", "q", "--json").stdout)
+            assert src_port["vhost_user"]["guest_present"] is False, src_port["vhost_user"]
+            uplink = next(p for p in json.loads(a.hv("ports", "--json").stdout) if p["name"] == "up0")
+            rows = [r for r in json.loads(a.hv("fdb", "--json").stdout) if r["mac"] == MAC]
+            assert rows and rows[0]["port"] == uplink["port"] and rows[0]["kind"] == "learned", (rows, uplink)
+    finally:
+        for q in procs:
+            q.stop()
+        hvlab.run(["ip", "link", "del", wire_a], check=False)

@@ -20,7 +20,9 @@ fi
 # virtio front end (net_virtio_user) and the reference vhost back end.
 # qemu-system-x86 and busybox-static: QEMU guests (TCG here, KVM on a
 # real host) with Debian's cloud kernel, fetched below.
-need=(iperf3 tcpdump tshark ethtool iproute2 iputils-ping python3 ca-certificates curl gcc libc6-dev chromium user-mode-linux dpdk-dev qemu-system-x86 busybox-static)
+# libvirt-daemon-system and libvirt-clients: a guest defined in libvirt on an
+# hvnet port (the test starts libvirt's daemons itself where none runs).
+need=(iperf3 tcpdump tshark ethtool iproute2 iputils-ping python3 ca-certificates curl gcc libc6-dev chromium user-mode-linux dpdk-dev qemu-system-x86 busybox-static libvirt-daemon-system libvirt-clients)
 missing=()
 for p in "${need[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

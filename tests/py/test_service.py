@@ -6,11 +6,13 @@ stalls it."""
 
 import json
 import os
+import shutil
 import signal
 import socket
 import stat
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -72,6 +74,46 @@ def test_sigterm_stops_the_daemon_and_up_reattaches_without_the_vms_losing_their
         hvlab.eventually(lambda: link("b") != "up", timeout=10)
         assert link("a") == "up"
         hvlab.eventually(lambda: "the VM's namespace was deleted" in Path(f"/run/hvnet/{t.name}/daemon.log").read_text())
+
+
+def running(pid) -> bool:
+    """The process exists and is not a zombie (init reaps a guest whose
+    daemon is gone in its own time)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def uptime(t, vm) -> float:
+    return float(t.sh(vm, "cut -d' ' -f1 /proc/uptime").stdout)
+
+
+@pytest.mark.skipif(not shutil.which("qemu-system-x86_64"), reason="needs qemu-system-x86 (scripts/install-deps.sh)")
+def test_a_stopped_or_killed_daemon_leaves_its_qemu_guests_running_and_takes_them_over(tmp_path):
+    """A switch restart does not reboot the guests hvnet started: QEMU runs
+    on while no daemon does (its NIC's socket reconnects each second), and
+    `hvnet up` takes it over; `down` still ends it."""
+    with hvlab.Topology(tmp_path, [vm("q", "198.18.72.1", kind="qemu"), vm("c", "198.18.72.3")]) as t:
+        t.sh("c", "ping -c 1 -W 5 198.18.72.1")
+        qemu = state(t)["kept_guests"][0]["pid"]
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            before = uptime(t, "q")
+            pid = daemon_pid(t)
+            os.kill(pid, sig)
+            hvlab.eventually(lambda: not Path(f"/proc/{pid}").exists(), timeout=10)
+            assert running(qemu), f"QEMU ran on after {sig.name}"
+            up = hvlab.hvnet("up", t.file)
+            ready = time.monotonic()
+            assert "re-attached" in up.stdout, up.stdout
+            assert "QEMU guest kept running: taken over" in Path(f"/run/hvnet/{t.name}/daemon.log").read_text()
+            # Pings resume once QEMU's NIC has reconnected.
+            assert hvlab.eventually(lambda: t.sh("c", "ping -c 1 -W 1 198.18.72.1", check=False).returncode == 0,
+                                    timeout=30, every=0.05)
+            print(f"{sig.name}: pings resumed {time.monotonic() - ready:.2f} s after the daemon was ready")
+            assert uptime(t, "q") > before, "not rebooted"
+            assert state(t)["kept_guests"][0]["pid"] == qemu
+    assert not running(qemu), "down ends the guest"
 
 
 def test_daemon_in_the_foreground_exits_0_on_sigterm_and_sigint(tmp_path):

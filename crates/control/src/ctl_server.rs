@@ -119,7 +119,7 @@ fn restart_guest(
     let pid = g.pid();
     all.push(g);
     if let Some(mut s) = read_state(&dir) {
-        s.guests = all.iter().map(Guest::pgid).collect();
+        guest::record(&mut s, &all);
         let _ = write_state(&dir, &s);
     }
     r.map_err(CtlError::failed)?;

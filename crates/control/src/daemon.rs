@@ -17,7 +17,7 @@ use crate::proto::{self, Request};
 use crate::provision;
 use crate::state::{
     self, create_state_dir, device_marker, lock_topology, netns_marker, read_state, write_state,
-    State,
+    KeptGuest, State,
 };
 pub use crate::state::{state_dir, topologies, RUN_DIR};
 use crate::topology::{self, Topology};
@@ -375,10 +375,17 @@ pub fn daemon(
         .map_err(io_err("resolve topology path"))?;
     state.pid = std::process::id();
     state.ready = false;
+    // The last daemon's guests: those that ran on (QEMU's) are taken
+    // over where they still run; the others' groups are ended.
+    let kept = std::mem::take(&mut state.kept_guests);
     let stale_guests = std::mem::take(&mut state.guests);
     write_state(&dir, &state)?;
-    guest::kill_groups_left(&stale_guests);
-    let built = build(&topo, &dir, &mut state, bringup);
+    let gone: Vec<u32> = stale_guests
+        .into_iter()
+        .filter(|g| !kept.iter().any(|k| k.pgid == *g))
+        .collect();
+    guest::kill_groups_left(&gone);
+    let built = build(&topo, &dir, &mut state, bringup, &kept);
     let (sw, threads, guests) = match built {
         Ok(b) => b,
         Err(e) => {
@@ -459,7 +466,7 @@ pub fn daemon(
     );
     while !sw.stopping() {
         if term.load(Ordering::Relaxed) {
-            tracing::info!("signal received: stopping (the VMs keep their NICs; `hvnet up` re-attaches, `hvnet down` removes them)");
+            tracing::info!("signal received: stopping (the VMs keep their NICs and QEMU guests keep running; `hvnet up` re-attaches, `hvnet down` removes them)");
             sw.stop();
             break;
         }
@@ -468,9 +475,15 @@ pub fn daemon(
         watch.check(&sw, &threads);
         netns_watch.check();
     }
-    for g in guests.lock().expect("guests lock").iter_mut() {
-        g.kill();
-    }
+    // QEMU guests run on and reconnect to the next daemon; the others
+    // (User-Mode Linux's, whose NIC would not come back) stop with it.
+    let kept: Vec<Guest> = {
+        let mut all = guests.lock().expect("guests lock");
+        for g in all.iter_mut().filter(|g| !g.outlives_daemon()) {
+            g.kill();
+        }
+        all.drain(..).filter(Guest::outlives_daemon).collect()
+    };
     for t in threads {
         let _ = t.join();
     }
@@ -491,7 +504,7 @@ pub fn daemon(
     if let Some(mut s) = read_state(&dir) {
         s.pid = 0;
         s.ready = false;
-        s.guests.clear();
+        guest::record(&mut s, &kept);
         let _ = write_state(&dir, &s);
     }
     tracing::info!("stopped");
@@ -510,6 +523,7 @@ fn build(
     dir: &Path,
     state: &mut State,
     bringup: Bringup,
+    kept: &[KeptGuest],
 ) -> Result<Built, DaemonError> {
     let reattach = bringup == Bringup::Reattach;
     for w in topo.warnings() {
@@ -533,7 +547,7 @@ fn build(
         },
     );
     let threads = sw.start();
-    match start_guests(topo, dir, state) {
+    match start_guests(topo, dir, state, kept) {
         Ok(g) => Ok((sw, threads, g)),
         Err(e) => {
             sw.stop();
@@ -546,10 +560,26 @@ fn build(
 }
 
 /// Starts the topology's real guests (UML and QEMU) and waits until each
-/// has its `eth0` configured (they boot in parallel).
-fn start_guests(topo: &Topology, dir: &Path, state: &mut State) -> Result<Vec<Guest>, DaemonError> {
+/// has its `eth0` configured (they boot in parallel); a guest the last
+/// daemon left running (`kept`) is taken over instead, where it still
+/// runs.
+fn start_guests(
+    topo: &Topology,
+    dir: &Path,
+    state: &mut State,
+    kept: &[KeptGuest],
+) -> Result<Vec<Guest>, DaemonError> {
     let mut guests = Vec::new();
     for vm in topo.vms.iter().filter(|v| v.kind.started_by_hvnet()) {
+        if let Some(k) = kept.iter().find(|k| k.vm == vm.name) {
+            if let Some(g) = guest::adopt(vm, k, dir) {
+                guests.push(g);
+                guest::record(state, &guests);
+                write_state(dir, state)?;
+                continue;
+            }
+            guest::kill_groups_left(&[k.pgid]);
+        }
         let g = guest::start(topo, vm, dir);
         let g = match g {
             Ok(g) => g,
@@ -558,9 +588,9 @@ fn start_guests(topo: &Topology, dir: &Path, state: &mut State) -> Result<Vec<Gu
                 return Err(e);
             }
         };
-        state.guests.push(g.pgid());
-        write_state(dir, state)?;
         guests.push(g);
+        guest::record(state, &guests);
+        write_state(dir, state)?;
     }
     for i in 0..guests.len() {
         if let Err(e) = guest::wait_ready(&mut guests[i], dir) {
@@ -569,7 +599,7 @@ fn start_guests(topo: &Topology, dir: &Path, state: &mut State) -> Result<Vec<Gu
         }
     }
     // A QEMU guest KVM could not run was started again: a new group.
-    state.guests = guests.iter().map(Guest::pgid).collect();
+    guest::record(state, &guests);
     write_state(dir, state)?;
     Ok(guests)
 }

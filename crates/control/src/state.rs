@@ -32,6 +32,11 @@ pub struct State {
     /// own), for a `down` after the daemon died.
     #[serde(default)]
     pub guests: Vec<u32>,
+    /// The real guests that outlive their daemon (QEMU's, which reconnect
+    /// to their port): a daemon that starts again takes them over instead
+    /// of booting them.
+    #[serde(default)]
+    pub kept_guests: Vec<KeptGuest>,
     /// Set once traffic can flow; cleared when the daemon stops.
     pub ready: bool,
     /// This bring-up's identity, in the ownership marker of everything it
@@ -46,6 +51,17 @@ pub struct State {
     /// start from zero each time).
     #[serde(default)]
     pub restarts: u32,
+}
+
+/// A guest left running by a daemon that stopped or died.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeptGuest {
+    /// The VM.
+    pub vm: String,
+    /// Its hypervisor's process (QEMU).
+    pub pid: u32,
+    /// Its process group (QEMU and its helpers).
+    pub pgid: u32,
 }
 
 impl State {

@@ -15,6 +15,7 @@ pub mod qemu;
 pub mod uml;
 
 use crate::error::{io_err, run, DaemonError};
+use crate::state::{KeptGuest, State};
 use crate::topology::{Accel, Topology, Vm, VmKind};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -49,13 +50,20 @@ pub fn socket_path(state_dir: &Path, vm: &str) -> PathBuf {
     state_dir.join(format!("{vm}.sock"))
 }
 
+/// A guest's kernel process: started by this daemon, or taken over from
+/// a daemon that stopped or died (it ran on; its parent is init now).
+enum Process {
+    Child(Child),
+    Adopted(u32),
+}
+
 /// A running guest: its kernel's process (`linux.uml`, or QEMU), and the
 /// processes serving its devices, all in one process group.
 pub struct Guest {
     /// The VM.
     pub vm: String,
     kind: VmKind,
-    child: Child,
+    child: Process,
     /// QEMU's virtiofsd processes.
     helpers: Vec<Child>,
     pgid: u32,
@@ -71,7 +79,10 @@ impl Guest {
     /// The process of the guest's kernel: UML's main process (which runs
     /// its one vCPU), or QEMU's.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        match &self.child {
+            Process::Child(c) => c.id(),
+            Process::Adopted(pid) => *pid,
+        }
     }
 
     /// The guest's process group (all its processes).
@@ -81,13 +92,35 @@ impl Guest {
 
     /// True while the guest's kernel runs.
     pub fn alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
+        match &mut self.child {
+            Process::Child(c) => matches!(c.try_wait(), Ok(None)),
+            Process::Adopted(pid) => running(*pid),
+        }
+    }
+
+    /// True for a guest that runs on when its daemon stops and reconnects
+    /// to its port when a daemon is back: QEMU's (its socket chardev
+    /// reconnects). A User-Mode Linux guest cannot: its vhost-user driver
+    /// removes its NIC when the connection ends, so its daemon stops it.
+    pub fn outlives_daemon(&self) -> bool {
+        self.kind == VmKind::Qemu
     }
 
     /// Ends the guest: its whole process group, by id.
     pub fn kill(&mut self) {
         kill_group(self.pgid);
-        let _ = self.child.wait();
+        match &mut self.child {
+            Process::Child(c) => {
+                let _ = c.wait();
+            }
+            // Not ours to wait for: init reaps it.
+            Process::Adopted(pid) => {
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while running(*pid) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        }
         for h in &mut self.helpers {
             let _ = h.wait();
         }
@@ -171,6 +204,68 @@ pub fn start(topo: &Topology, vm: &Vm, state_dir: &Path) -> Result<Guest, Daemon
     }
 }
 
+/// Takes over VM `vm`'s guest, left running by a daemon that stopped or
+/// died, if it is still that guest: its process runs, leads or belongs to
+/// the recorded group, and is a QEMU serving this VM's port socket (a
+/// recycled PID is not). Its console and exchange directory are as it
+/// left them; nothing is booted.
+pub fn adopt(vm: &Vm, kept: &KeptGuest, state_dir: &Path) -> Option<Guest> {
+    if vm.kind != VmKind::Qemu || kept.vm != vm.name || !running(kept.pid) {
+        return None;
+    }
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", kept.pid)).ok()?;
+    let sock = socket_path(state_dir, &vm.name);
+    let cmdline = String::from_utf8_lossy(&cmdline);
+    if !cmdline.contains(&*sock.to_string_lossy()) || process_group(kept.pid) != Some(kept.pgid) {
+        return None;
+    }
+    let (input, _) = console(state_dir, &vm.name).ok()?;
+    tracing::info!(vm = %vm.name, pid = kept.pid, "QEMU guest kept running: taken over, not booted");
+    Some(Guest {
+        vm: vm.name.clone(),
+        kind: vm.kind,
+        child: Process::Adopted(kept.pid),
+        helpers: Vec::new(),
+        pgid: kept.pgid,
+        _console: input,
+        fallback: None,
+    })
+}
+
+/// Writes `guests` into the topology's state: every guest's process
+/// group (for a `down`), and those that outlive the daemon (for the next
+/// one to take over).
+pub fn record(state: &mut State, guests: &[Guest]) {
+    state.guests = guests.iter().map(Guest::pgid).collect();
+    state.kept_guests = guests
+        .iter()
+        .filter(|g| g.outlives_daemon())
+        .map(|g| KeptGuest {
+            vm: g.vm.clone(),
+            pid: g.pid(),
+            pgid: g.pgid,
+        })
+        .collect();
+}
+
+/// True while process `pid` runs (exists and is not a zombie).
+fn running(pid: u32) -> bool {
+    stat_fields(pid).is_some_and(|f| f.first() != Some(&"Z".to_string()))
+}
+
+/// The process group of `pid`.
+fn process_group(pid: u32) -> Option<u32> {
+    stat_fields(pid)?.get(2)?.parse().ok()
+}
+
+/// The fields of `/proc/PID/stat` after the command (which may hold
+/// spaces): state, ppid, pgrp, …
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.rfind(')').map(|i| &stat[i + 2..])?;
+    Some(rest.split_whitespace().map(str::to_string).collect())
+}
+
 /// Kills process group `pgid` (a guest and its helpers).
 pub fn kill_group(pgid: u32) {
     let _ = Command::new("kill")
@@ -182,11 +277,17 @@ pub fn kill_group(pgid: u32) {
 /// Kills the process groups of guests a daemon left behind (it died or
 /// stopped), those that still have a process (a group's leader may be
 /// gone while others run).
+/// Returns once they are gone (5 s at most).
 pub fn kill_groups_left(pgids: &[u32]) {
+    let live = |pgid: u32| group_members(pgid).into_iter().any(running);
     for &pgid in pgids {
-        if !group_members(pgid).is_empty() {
+        if live(pgid) {
             kill_group(pgid);
         }
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pgids.iter().any(|&g| live(g)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -409,16 +510,7 @@ fn group_members(pgid: u32) -> Vec<u32> {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
         };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // Fields after the command (which may hold spaces): state, ppid,
-        // pgrp.
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
-            continue;
-        };
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        if f.get(2).and_then(|g| g.parse::<u32>().ok()) == Some(pgid) {
+        if process_group(pid) == Some(pgid) {
             out.push(pid);
         }
     }

@@ -298,7 +298,12 @@ fn argv(vm: &Vm, state_dir: &Path, vmlinuz: &Path, initrd: &Path, kvm: bool) -> 
         "-device".into(),
         format!("vhost-user-fs-pci,chardev=x,tag=x{vectors}"),
         "-chardev".into(),
-        format!("socket,id=net,path={}", s(socket_path(state_dir, &vm.name))),
+        // reconnect=1: a switch that restarts (or dies and comes back)
+        // finds the guest running and its NIC connecting again each second.
+        format!(
+            "socket,id=net,path={},reconnect=1",
+            s(socket_path(state_dir, &vm.name))
+        ),
         "-netdev".into(),
         format!("vhost-user,id=net0,chardev=net,queues={q}"),
         "-device".into(),
@@ -368,7 +373,7 @@ pub fn start(vm: &Vm, state_dir: &Path, kvm: bool) -> Result<Guest, DaemonError>
     Ok(Guest {
         vm: vm.name.clone(),
         kind: vm.kind,
-        child,
+        child: super::Process::Child(child),
         helpers,
         pgid,
         _console: input,

@@ -77,7 +77,7 @@ pub fn start(topo: &Topology, vm: &Vm, state_dir: &Path) -> Result<Guest, Daemon
         vm: vm.name.clone(),
         kind: vm.kind,
         pgid: child.id(),
-        child,
+        child: super::Process::Child(child),
         helpers: Vec::new(),
         _console: input,
         fallback: None,

@@ -75,60 +75,109 @@ def uptimes(text: str) -> list:
     return [float(m) for m in re.findall(r"^UPTIME (\d+\.\d+)", text, re.M)]
 
 
-def test_a_guest_migrates_between_switches_under_a_transfer_and_the_wire_learns_where_it_went(tmp_path):
-    import qemu_guest  # lab/qemu_guest.py
-
+@pytest.fixture
+def two_switches(tmp_path):
+    """Switch a (the guest's port q, namespace VM c) and switch b (port q),
+    their uplinks the two ends of one veth pair."""
     wire_a, wire_b = veth_pair()
-    procs = []
     try:
         with hvlab.Topology(tmp_path, [dict(name="q", kind="vhost-user", mac=MAC),
                                        dict(name="c", ipv4=PEER + "/24", queues=1)],
                             prefix="mga", uplinks=[dict(name="up0", device=wire_a, queues=1)]) as a, \
              hvlab.Topology(tmp_path, [dict(name="q", kind="vhost-user", mac=MAC)],
                             prefix="mgb", uplinks=[dict(name="up0", device=wire_b, queues=1)]) as b:
-            data = tmp_path / "data"
-            data.write_bytes(os.urandom(SIZE))
-            want = hashlib.sha256(data.read_bytes()).hexdigest()
-            cmd = ("echo UPTIME $(cut -d\" \" -f1 /proc/uptime); nc -l -p 5555 | sha256sum; "
-                   "echo UPTIME $(cut -d\" \" -f1 /proc/uptime)")
-            initrd = qemu_guest.initramfs(tmp_path, MAC, GUEST + "/24", cmd)
-            mig = tmp_path / "migrate.sock"
-            src = Qemu(tmp_path, "src", qemu_guest.argv(f"/run/hvnet/{a.name}/q.sock", MAC, initrd))
-            procs.append(src)
-            dst = Qemu(tmp_path, "dst", qemu_guest.argv(f"/run/hvnet/{b.name}/q.sock", MAC, initrd)
-                       + ["-incoming", f"unix:{mig}"])
-            procs.append(dst)
-            sender = a.popen("c", f"python3 {XFER} paced {GUEST} 5555 {data} {RATE}",
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            # The transfer is under way: the guest acknowledges.
-            guest_sent = lambda: a.stats("/ports/q/tx_summary")["frames"]  # noqa: E731
-            assert hvlab.eventually(lambda: guest_sent() >= 100, timeout=240, every=0.2), src.text()[-2000:]
-            src.qmp(("migrate", {"uri": f"unix:{mig}"}))
-            status = lambda: src.qmp(("query-migrate", {}))[0].get("status")  # noqa: E731
-            assert hvlab.eventually(lambda: status() in ("completed", "failed", "cancelled"), timeout=180,
-                                    every=0.2), status()
-            assert status() == "completed", src.qmp(("query-migrate", {}))
-            out, _ = sender.communicate(timeout=240)
-            assert sender.returncode == 0, out
-            dst.proc.wait(timeout=120)
-            rc, text = qemu_guest.output(src.text() + dst.text())
-            assert rc == 0, text
-            assert f"{want}  -" in text, (want, text)
-            # One boot: the guest began on the source and ended on the
-            # destination, its clock running on.
-            assert "HVNET-BEGIN" not in dst.text(), dst.text()
-            before, after = uptimes(text)
-            assert after > before, (before, after)
-            # The destination announced the guest; the source's switch
-            # learned it behind its uplink (its port's own, pinned entry
-            # gave way), and its port saw the front end log.
-            assert json.loads(b.hv("port", "q", "--json").stdout)["vhost_user"]["announcements"] >= 1
-            src_port = json.loads(a.hv("port", "q", "--json").stdout)
-            assert src_port["vhost_user"]["guest_present"] is False, src_port["vhost_user"]
-            uplink = next(p for p in json.loads(a.hv("ports", "--json").stdout) if p["name"] == "up0")
-            rows = [r for r in json.loads(a.hv("fdb", "--json").stdout) if r["mac"] == MAC]
-            assert rows and rows[0]["port"] == uplink["port"] and rows[0]["kind"] == "learned", (rows, uplink)
+            yield a, b
     finally:
-        for q in procs:
-            q.stop()
         hvlab.run(["ip", "link", "del", wire_a], check=False)
+
+
+@pytest.fixture
+def guests():
+    """QEMU processes started by a test, ended after it."""
+    procs = []
+    yield procs
+    for q in procs:
+        q.stop()
+
+
+def vu(t):
+    return json.loads(t.hv("port", "q", "--json").stdout)["vhost_user"]
+
+
+def source_and_destination(tmp_path, a, b, guests, cmd):
+    """The guest running `cmd` on switch a's port, and a QEMU waiting for
+    it on switch b's; the migration socket."""
+    import qemu_guest  # lab/qemu_guest.py
+
+    initrd = qemu_guest.initramfs(tmp_path, MAC, GUEST + "/24", cmd)
+    mig = tmp_path / "migrate.sock"
+    src = Qemu(tmp_path, "src", qemu_guest.argv(f"/run/hvnet/{a.name}/q.sock", MAC, initrd))
+    guests.append(src)
+    dst = Qemu(tmp_path, "dst", qemu_guest.argv(f"/run/hvnet/{b.name}/q.sock", MAC, initrd)
+               + ["-incoming", f"unix:{mig}"])
+    guests.append(dst)
+    return src, dst, mig
+
+
+def migration_status(src):
+    return src.qmp(("query-migrate", {}))[0].get("status")
+
+
+def test_a_guest_migrates_between_switches_under_a_transfer_and_the_wire_learns_where_it_went(
+        tmp_path, two_switches, guests):
+    import qemu_guest  # lab/qemu_guest.py
+
+    a, b = two_switches
+    data = tmp_path / "data"
+    data.write_bytes(os.urandom(SIZE))
+    want = hashlib.sha256(data.read_bytes()).hexdigest()
+    cmd = ("echo UPTIME $(cut -d\" \" -f1 /proc/uptime); nc -l -p 5555 | sha256sum; "
+           "echo UPTIME $(cut -d\" \" -f1 /proc/uptime)")
+    src, dst, mig = source_and_destination(tmp_path, a, b, guests, cmd)
+    sender = a.popen("c", f"python3 {XFER} paced {GUEST} 5555 {data} {RATE}",
+                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # The transfer is under way: the guest acknowledges.
+    guest_sent = lambda: a.stats("/ports/q/tx_summary")["frames"]  # noqa: E731
+    assert hvlab.eventually(lambda: guest_sent() >= 100, timeout=240, every=0.2), src.text()[-2000:]
+    src.qmp(("migrate", {"uri": f"unix:{mig}"}))
+    assert hvlab.eventually(lambda: migration_status(src) in ("completed", "failed", "cancelled"), timeout=180,
+                            every=0.2), migration_status(src)
+    assert migration_status(src) == "completed", src.qmp(("query-migrate", {}))
+    out, _ = sender.communicate(timeout=240)
+    assert sender.returncode == 0, out
+    dst.proc.wait(timeout=120)
+    rc, text = qemu_guest.output(src.text() + dst.text())
+    assert rc == 0, text
+    assert f"{want}  -" in text, (want, text)
+    # One boot: the guest began on the source and ended on the
+    # destination, its clock running on.
+    assert "HVNET-BEGIN" not in dst.text(), dst.text()
+    before, after = uptimes(text)
+    assert after > before, (before, after)
+    # The destination announced the guest; the source's switch learned it
+    # behind its uplink (its port's own, pinned entry gave way).
+    assert vu(b)["announcements"] >= 1
+    assert vu(a)["guest_present"] is False, vu(a)
+    uplink = next(p for p in json.loads(a.hv("ports", "--json").stdout) if p["name"] == "up0")
+    rows = [r for r in json.loads(a.hv("fdb", "--json").stdout) if r["mac"] == MAC]
+    assert rows and rows[0]["port"] == uplink["port"] and rows[0]["kind"] == "learned", (rows, uplink)
+
+
+def test_a_migration_whose_destination_dies_leaves_the_guest_running_on_the_source(tmp_path, two_switches, guests):
+    a, b = two_switches
+    src, dst, mig = source_and_destination(tmp_path, a, b, guests, "sleep 600")
+    reaches = lambda: a.sh("c", f"ping -c 1 -W 1 {GUEST}", check=False).returncode == 0  # noqa: E731
+    assert hvlab.eventually(reaches, timeout=240, every=0.2), src.text()[-2000:]
+    # Slowly, so that the destination dies mid-way.
+    src.qmp(("migrate-set-parameters", {"max-bandwidth": 4 << 20}), ("migrate", {"uri": f"unix:{mig}"}))
+    assert hvlab.eventually(lambda: vu(a)["dirty_logging"], timeout=30, every=0.05), "the source logs"
+    dst.stop()
+    assert hvlab.eventually(lambda: migration_status(src) == "failed", timeout=60, every=0.1), \
+        src.qmp(("query-migrate", {}))
+    assert src.qmp(("query-status", {}))[0]["status"] == "running"
+    # The guest goes on forwarding where it was; logging is off again.
+    a.sh("c", f"ping -c 3 -i 0.2 -W 5 {GUEST}")
+    assert hvlab.eventually(lambda: not vu(a)["dirty_logging"], timeout=10), vu(a)
+    assert vu(a)["guest_present"] is True
+    rows = [r for r in json.loads(a.hv("fdb", "--json").stdout) if r["mac"] == MAC]
+    assert rows and rows[0]["kind"] == "static", rows

@@ -449,3 +449,89 @@ pub fn ctl_request(data: &[u8]) {
         }
     }
 }
+
+/// A hostile vhost-user front end on a real port's socket: any sequence
+/// of messages (any request, flags and payload; a shared file of any size
+/// attached where the input says, so memory tables and dirty logs name
+/// real memory), sent through the port's relay to `vhost-user-backend`.
+/// The logging messages are among them: logs outside their file, too
+/// small, set before or after tables, `LOG_ALL` on and off,
+/// `SEND_RARP`. Whatever arrives, the switch survives it (no panic, no
+/// `SIGBUS` from a mapping past a file's end), the connection ends when
+/// the front end does, and the port takes the next one.
+///
+/// Input: messages of `request: u8, flags: u8, size: u8, attach: u8,
+/// payload: size bytes`; `attach` > 0 sends a shared file of `attach` ×
+/// 16 KiB with the message.
+pub fn vhost_front_end(data: &[u8]) {
+    use hvnet_port::VhostUserPort;
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixStream;
+    use std::sync::OnceLock;
+    use std::time::{Duration, Instant};
+
+    static PORT: OnceLock<(VhostUserPort, std::path::PathBuf)> = OnceLock::new();
+    let (port, sock) = PORT.get_or_init(|| {
+        let sock = std::env::temp_dir().join(format!("hvnet-fuzz-vu-{}.sock", std::process::id()));
+        let port = VhostUserPort::listen("fuzz", &sock, 2, [2, 0, 0, 0, 0, 1], 1500).expect("port");
+        (port, sock)
+    });
+    let before = port.connections();
+    let front = UnixStream::connect(sock).expect("the port accepts a front end");
+    // Replies are read (and dropped) so that the back end never blocks.
+    let reader = {
+        let mut r = front.try_clone().expect("clone");
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut r, &mut std::io::sink());
+        })
+    };
+    let mut rest = data;
+    while rest.len() >= 4 {
+        let (req, flags, size, attach) = (rest[0], rest[1], rest[2] as usize, rest[3]);
+        rest = &rest[4..];
+        let payload = &rest[..size.min(rest.len())];
+        rest = &rest[payload.len()..];
+        let mut msg = Vec::with_capacity(12 + payload.len());
+        msg.extend_from_slice(&u32::from(req).to_le_bytes());
+        msg.extend_from_slice(&u32::from(flags).to_le_bytes());
+        msg.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        msg.extend_from_slice(payload);
+        let fds: Vec<OwnedFd> = if attach > 0 {
+            vec![shared_file(u64::from(attach) * 16384).into()]
+        } else {
+            Vec::new()
+        };
+        if hvnet_sys::scm::send_with_fds(&front, &msg, &fds).is_err() {
+            break; // the port ended the connection
+        }
+    }
+    let _ = front.shutdown(std::net::Shutdown::Write);
+    let _ = reader.join();
+    // The port has let the connection go and is ready for the next.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while (port.is_connected() || port.connections() == before) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(!port.is_connected(), "the connection ended with the front end");
+}
+
+/// A shared file of `len` bytes (already unlinked), as a front end shares
+/// guest memory or a dirty log.
+fn shared_file(len: u64) -> std::fs::File {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let path = format!(
+        "/dev/shm/hvnet-fuzz-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .expect("shared file");
+    let _ = std::fs::remove_file(&path);
+    f.set_len(len).expect("size");
+    f
+}

@@ -62,3 +62,8 @@ fn virtqueue() {
 fn ctl_request() {
     replay("ctl_request", hvnet_fuzz::ctl_request);
 }
+
+#[test]
+fn vhost_front_end() {
+    replay("vhost_front_end", hvnet_fuzz::vhost_front_end);
+}

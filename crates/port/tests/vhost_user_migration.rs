@@ -4,7 +4,8 @@
 //! the front end has dirty logging on, every page the port writes (the
 //! receive buffer, the used ring) is marked in the log it handed over;
 //! a log that lies outside its shared memory, one too small for the
-//! guest's memory, and a memory table changed mid-migration are refused
+//! guest's memory, a memory table changed mid-migration and one whose
+//! regions run past their files' ends are refused
 //! (the connection ends, the port takes the next one); nothing kills the
 //! switch.
 
@@ -85,7 +86,13 @@ impl Guest {
     /// Connects, negotiates and sets the memory table, as a front end
     /// does when its guest starts.
     fn connect(sock: &PathBuf) -> Guest {
-        let file = shared(MEM as u64);
+        Guest::connect_with_file(sock, MEM as u64)
+    }
+
+    /// As [`Guest::connect`], with the guest's memory in a file of
+    /// `file_len` bytes (shorter than the memory, for a hostile table).
+    fn connect_with_file(sock: &PathBuf, file_len: u64) -> Guest {
+        let file = shared(file_len);
         let mem = GuestMemoryMmap::from_ranges_with_files(&[(
             GuestAddress(0),
             MEM,
@@ -248,7 +255,8 @@ fn a_migrating_front_ends_log_gets_every_page_the_port_writes() {
 }
 
 #[test]
-fn logs_outside_their_memory_or_too_small_and_tables_changed_mid_migration_are_refused() {
+fn logs_outside_their_memory_or_too_small_and_tables_changed_mid_migration_or_past_their_files_are_refused(
+) {
     let sock = socket("bad-log");
     let port = std::sync::Arc::new(
         VhostUserPort::listen("bad", &sock, 1, [2, 0, 0, 0, 0, 1], 1500).unwrap(),
@@ -279,6 +287,11 @@ fn logs_outside_their_memory_or_too_small_and_tables_changed_mid_migration_are_r
     drop(again);
     eventually("the disconnect", || !port.is_connected());
     drop(guest);
+    // A memory table whose region runs past the end of its file: the
+    // first read of a ring there would be SIGBUS.
+    let guest = Guest::connect_with_file(&sock, PAGE);
+    eventually("the disconnect", || !port.is_connected());
+    drop(guest);
     // The port takes the next front end and delivers to it.
     let ring = GuestAddress(0x8000);
     let mut guest = Guest::connect(&sock);
@@ -287,6 +300,6 @@ fn logs_outside_their_memory_or_too_small_and_tables_changed_mid_migration_are_r
     assert!(!port.dirty_logging());
     deliver(&port).unwrap();
     eventually("the frame", || guest.used_idx(ring) == 1);
-    assert!(port.connections() >= 4);
+    assert!(port.connections() >= 5);
     let _ = std::fs::remove_file(&sock);
 }

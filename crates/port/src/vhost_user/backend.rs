@@ -316,8 +316,10 @@ pub(super) fn serve(sh: Arc<Shared>, mut relay_ends: Relay) {
             let _ = io::copy(&mut &b2, &mut &f2);
             let _ = f2.shutdown(std::net::Shutdown::Both);
         });
-        sh.connections.fetch_add(1, Ordering::Relaxed);
+        // Connected first: whoever sees the count grow sees it connected
+        // (until it disconnects).
         sh.connected.store(true, Ordering::Release);
+        sh.connections.fetch_add(1, Ordering::Release);
         tracing::info!(port = %sh.name, "guest connected");
         let r = daemon.wait();
         sh.connected.store(false, Ordering::Release);

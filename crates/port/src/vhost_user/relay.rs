@@ -99,12 +99,41 @@ fn check_log(payload: &[u8], fds: &[std::os::fd::OwnedFd]) -> io::Result<()> {
     }
 }
 
+/// Bytes of `ADD_MEM_REG`'s payload before its one region (padding).
+const SINGLE_REGION_HEAD: usize = 8;
+
+/// Each region of guest memory the front end hands over (`SET_MEM_TABLE`,
+/// `ADD_MEM_REG`: a region's size and offset in the file of its
+/// descriptor) must lie within its file, for the same reason as a log:
+/// the crate maps what it is told, and the first read of a descriptor
+/// past the file's end would kill the switch (`SIGBUS`).
+fn check_regions(regions: &[u8], fds: &[std::os::fd::OwnedFd]) -> io::Result<()> {
+    let count = regions.len() / MEM_REGION;
+    if fds.len() < count {
+        return Err(refuse(format!(
+            "{count} memory regions with {} descriptors",
+            fds.len()
+        )));
+    }
+    for (region, fd) in regions.chunks_exact(MEM_REGION).zip(fds) {
+        let size = u64::from_le_bytes(region[8..16].try_into().expect("8 bytes"));
+        let offset = u64::from_le_bytes(region[24..32].try_into().expect("8 bytes"));
+        let have = std::fs::File::from(fd.try_clone()?).metadata()?.len();
+        if !offset.checked_add(size).is_some_and(|end| end <= have) {
+            return Err(refuse(format!(
+                "memory region of {size} bytes at offset {offset} in a file of {have} bytes"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Passes the front end's messages to the crate, each with its
 /// descriptors; trims a `SET_MEM_TABLE` longer than its regions, and holds
 /// a `SET_VRING_ENABLE` sent before the features are set (QEMU sends them
 /// at start-up; the crate refuses them until `PROTOCOL_FEATURES` is acked
 /// and would drop the connection) until they are, answering its reply
-/// request itself. For live migration: a dirty log outside its memory is
+/// request itself; refuses memory regions past their files' ends. For live migration: a dirty log outside its memory is
 /// refused, as is a memory table changed while the guest is being
 /// migrated, its log handed over (the crate would give the new regions no
 /// log: pages written there would silently not be copied); `SEND_RARP`, which the crate does
@@ -142,6 +171,12 @@ pub(super) fn relay(sh: &Shared, front: &UnixStream, back: &UnixStream) -> io::R
                     size = want;
                     msg[8..12].copy_from_slice(&(size as u32).to_le_bytes());
                 }
+                let whole = (size - MEM_TABLE_HEAD) / MEM_REGION * MEM_REGION;
+                check_regions(&msg[MSG_HEADER + MEM_TABLE_HEAD..][..whole], &fds)?;
+            }
+            ADD_MEM_REG if size >= SINGLE_REGION_HEAD + MEM_REGION => {
+                let region = &msg[MSG_HEADER + SINGLE_REGION_HEAD..][..MEM_REGION];
+                check_regions(region, &fds)?;
             }
             SET_VRING_ENABLE if !features_set => {
                 // Held without its reply request (answered here: the front

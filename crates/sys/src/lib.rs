@@ -15,6 +15,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+pub mod exit_event;
 pub mod netns;
 pub mod packet;
 pub mod scm;

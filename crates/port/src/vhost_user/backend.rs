@@ -16,18 +16,25 @@ use vhost_user_backend::{VhostUserBackend, VhostUserDaemon, VringT};
 use virtio_bindings::virtio_net::VIRTIO_NET_S_LINK_UP;
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic};
 use vmm_sys_util::epoll::EventSet;
-use vmm_sys_util::event::{
-    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
-};
+use vmm_sys_util::event::{EventConsumer, EventNotifier};
 
 /// The crate's back-end trait, over the shared state. One per connection.
 #[derive(Clone)]
 pub(super) struct Backend {
     sh: Arc<Shared>,
-    /// Exit eventfds of this connection's event threads.
-    exits: Arc<Mutex<Vec<EventNotifier>>>,
+    /// Exit events of this connection's event threads.
+    exits: Arc<Mutex<Exits>>,
     /// The back end's request channel the front end gave.
     channel: Arc<Mutex<Option<vhost::vhost_user::Backend>>>,
+}
+
+/// A connection's exit events: their notifiers (to stop its event
+/// threads when the front end goes) and the read ends the crate leaks
+/// (closed once its handler is gone; see `hvnet_sys::exit_event`).
+#[derive(Default)]
+pub(super) struct Exits {
+    notifiers: Vec<EventNotifier>,
+    leaked: Vec<hvnet_sys::exit_event::LeakedConsumer>,
 }
 
 impl VhostUserBackend for Backend {
@@ -115,9 +122,13 @@ impl VhostUserBackend for Backend {
     }
 
     fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
-        let (c, n) = new_event_consumer_and_notifier(EventFlag::NONBLOCK).ok()?;
+        // A pipe whose read end (which the crate keeps and never closes)
+        // is closed once this connection's handler is gone.
+        let (c, n, leaked) = hvnet_sys::exit_event::exit_event().ok()?;
         let keep = n.try_clone().ok()?;
-        self.exits.lock().expect("exits lock").push(keep);
+        let mut exits = self.exits.lock().expect("exits lock");
+        exits.notifiers.push(keep);
+        exits.leaked.push(leaked);
         Some((c, n))
     }
 
@@ -278,70 +289,93 @@ pub(super) fn serve(sh: Arc<Shared>, mut relay_ends: Relay) {
                 continue;
             }
         };
-        let backend = Backend {
-            sh: Arc::clone(&sh),
-            exits: Arc::new(Mutex::new(Vec::new())),
-            channel: Arc::new(Mutex::new(None)),
-        };
-        let exits = Arc::clone(&backend.exits);
-        let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
-        let mut daemon = match VhostUserDaemon::new(sh.name.clone(), backend, mem) {
-            Ok(d) => d,
-            Err(e) => {
-                tracing::warn!(port = %sh.name, error = %e, "vhost-user connection failed");
-                return;
+        let exits = Arc::new(Mutex::new(Exits::default()));
+        connection(&sh, &mut relay_ends, front, back, &exits);
+        // The crate's handler is gone (its threads joined) when nothing
+        // but this holds the connection's exit events: the read ends it
+        // abandoned are closed. Otherwise they are left open, not closed
+        // under a thread that may still poll them.
+        if Arc::strong_count(&exits) == 1 {
+            for leaked in exits.lock().expect("exits lock").leaked.drain(..) {
+                leaked.close();
             }
-        };
-        if let Err(e) = daemon.start(&mut relay_ends.inner) {
+        }
+    }
+}
+
+/// One front end's connection, from a fresh handler to its end.
+fn connection(
+    sh: &Arc<Shared>,
+    relay_ends: &mut Relay,
+    front: UnixStream,
+    back: UnixStream,
+    exits: &Arc<Mutex<Exits>>,
+) {
+    let backend = Backend {
+        sh: Arc::clone(sh),
+        exits: Arc::clone(exits),
+        channel: Arc::new(Mutex::new(None)),
+    };
+    let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
+    let mut daemon = match VhostUserDaemon::new(sh.name.clone(), backend, mem) {
+        Ok(d) => d,
+        Err(e) => {
+            // Out of descriptors or threads: this front end is let go
+            // (it reconnects), the port keeps its socket.
             tracing::warn!(port = %sh.name, error = %e, "vhost-user connection failed");
-            continue;
+            std::thread::sleep(RECONNECT_FIRST);
+            return;
         }
-        // Front end to crate through the relay; the crate's replies go
-        // back as they are.
-        let (f2, b2) = match (front.try_clone(), back.try_clone()) {
-            (Ok(f), Ok(b)) => (f, b),
-            _ => continue,
-        };
-        let sh2 = Arc::clone(&sh);
-        std::thread::spawn(move || {
-            if let Err(e) = relay(&sh2, &front, &back) {
-                if e.kind() != io::ErrorKind::UnexpectedEof {
-                    tracing::warn!(port = %sh2.name, error = %e, "vhost-user front end refused");
-                }
+    };
+    if let Err(e) = daemon.start(&mut relay_ends.inner) {
+        tracing::warn!(port = %sh.name, error = %e, "vhost-user connection failed");
+        return;
+    }
+    // Front end to crate through the relay; the crate's replies go
+    // back as they are.
+    let (f2, b2) = match (front.try_clone(), back.try_clone()) {
+        (Ok(f), Ok(b)) => (f, b),
+        _ => return,
+    };
+    let sh2 = Arc::clone(sh);
+    std::thread::spawn(move || {
+        if let Err(e) = relay(&sh2, &front, &back) {
+            if e.kind() != io::ErrorKind::UnexpectedEof {
+                tracing::warn!(port = %sh2.name, error = %e, "vhost-user front end refused");
             }
-            let _ = back.shutdown(std::net::Shutdown::Both);
-            let _ = front.shutdown(std::net::Shutdown::Both);
-        });
-        std::thread::spawn(move || {
-            let _ = io::copy(&mut &b2, &mut &f2);
-            let _ = f2.shutdown(std::net::Shutdown::Both);
-        });
-        // Connected first: whoever sees the count grow sees it connected
-        // (until it disconnects).
-        sh.connected.store(true, Ordering::Release);
-        sh.connections.fetch_add(1, Ordering::Release);
-        tracing::info!(port = %sh.name, "guest connected");
-        let r = daemon.wait();
-        sh.connected.store(false, Ordering::Release);
-        for v in sh.vrings.write().expect("vrings lock").iter_mut() {
-            *v = None;
         }
-        *sh.mem.write().expect("mem lock") = None;
-        for r in &sh.rx_signalled {
-            r.store(0, Ordering::Relaxed);
-        }
-        sh.acked.store(0, Ordering::Release);
-        sh.changed();
-        for e in exits.lock().expect("exits lock").iter() {
-            let _ = e.notify();
-        }
-        // Wake the datapath so it notices.
-        for (_, n) in sh.tx_kick.iter().chain(sh.rx_kick.iter()) {
-            let _ = n.notify();
-        }
-        match r {
-            Ok(()) => tracing::info!(port = %sh.name, "guest disconnected"),
-            Err(e) => tracing::info!(port = %sh.name, error = %e, "guest disconnected"),
-        }
+        let _ = back.shutdown(std::net::Shutdown::Both);
+        let _ = front.shutdown(std::net::Shutdown::Both);
+    });
+    std::thread::spawn(move || {
+        let _ = io::copy(&mut &b2, &mut &f2);
+        let _ = f2.shutdown(std::net::Shutdown::Both);
+    });
+    // Connected first: whoever sees the count grow sees it connected
+    // (until it disconnects).
+    sh.connected.store(true, Ordering::Release);
+    sh.connections.fetch_add(1, Ordering::Release);
+    tracing::info!(port = %sh.name, "guest connected");
+    let r = daemon.wait();
+    sh.connected.store(false, Ordering::Release);
+    for v in sh.vrings.write().expect("vrings lock").iter_mut() {
+        *v = None;
+    }
+    *sh.mem.write().expect("mem lock") = None;
+    for r in &sh.rx_signalled {
+        r.store(0, Ordering::Relaxed);
+    }
+    sh.acked.store(0, Ordering::Release);
+    sh.changed();
+    for e in exits.lock().expect("exits lock").notifiers.iter() {
+        let _ = e.notify();
+    }
+    // Wake the datapath so it notices.
+    for (_, n) in sh.tx_kick.iter().chain(sh.rx_kick.iter()) {
+        let _ = n.notify();
+    }
+    match r {
+        Ok(()) => tracing::info!(port = %sh.name, "guest disconnected"),
+        Err(e) => tracing::info!(port = %sh.name, error = %e, "guest disconnected"),
     }
 }

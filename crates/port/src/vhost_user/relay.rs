@@ -119,7 +119,7 @@ fn check_regions(regions: &[u8], fds: &[std::os::fd::OwnedFd]) -> io::Result<()>
         let size = u64::from_le_bytes(region[8..16].try_into().expect("8 bytes"));
         let offset = u64::from_le_bytes(region[24..32].try_into().expect("8 bytes"));
         let have = std::fs::File::from(fd.try_clone()?).metadata()?.len();
-        if !offset.checked_add(size).is_some_and(|end| end <= have) {
+        if offset.checked_add(size).is_none_or(|end| end > have) {
             return Err(refuse(format!(
                 "memory region of {size} bytes at offset {offset} in a file of {have} bytes"
             )));

@@ -7,7 +7,7 @@
 
 use hvnet_port::VhostUserPort;
 use std::time::{Duration, Instant};
-use vhost::vhost_user::{Frontend, VhostUserFrontend};
+use vhost::vhost_user::Frontend;
 use vhost::VhostBackend;
 
 fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
@@ -30,7 +30,7 @@ fn threads() -> usize {
 /// let it go.
 fn visit(port: &VhostUserPort, sock: &std::path::Path) {
     let before = port.connections();
-    let mut front = Frontend::connect(sock, 3).unwrap();
+    let front = Frontend::connect(sock, 3).unwrap();
     front.set_owner().unwrap();
     let _ = front.get_features().unwrap();
     drop(front);

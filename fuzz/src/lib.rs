@@ -512,7 +512,11 @@ pub fn vhost_front_end(data: &[u8]) {
     while (port.is_connected() || port.connections() == before) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(1));
     }
-    assert!(!port.is_connected(), "the connection ended with the front end");
+    assert!(
+        !port.is_connected(),
+        "the connection ended with the front end ({} connections, {before} before)",
+        port.connections()
+    );
 }
 
 /// A shared file of `len` bytes (already unlinked), as a front end shares

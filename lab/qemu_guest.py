@@ -84,7 +84,8 @@ def initramfs(work: Path, mac: str, ip: str, cmd: str, binaries=()) -> Path:
     return out
 
 
-def argv(sock: str, mac: str, initrd: Path, mem_mb=256, rx_queue_size=256, hotplug_mb=0, tap=None) -> list:
+def argv(sock: str = None, mac: str = "", initrd: Path = None, mem_mb=256, rx_queue_size=256, hotplug_mb=0,
+         tap=None) -> list:
     """QEMU's command line: the NIC on vhost-user socket `sock`, or on TAP
     device `tap` (QEMU's own virtio-net back end, vnet headers on);
     `hotplug_mb`: room for that much memory to be plugged in later
@@ -102,6 +103,42 @@ def argv(sock: str, mac: str, initrd: Path, mem_mb=256, rx_queue_size=256, hotpl
             # device with MSI-X (REFERENCE.md).
             "-device", f"virtio-net-pci,netdev=n0,mac={mac},romfile=,vectors=0,mrg_rxbuf=on,"
                        f"rx_queue_size={rx_queue_size}"]
+
+
+class Qemu:
+    """A QEMU process driven through its QMP monitor (a hypervisor's own
+    QEMU: migration, device changes), its console to a file; `stop` ends
+    it by PID."""
+
+    def __init__(self, tmp: Path, name: str, argv: list):
+        import time
+
+        self.qmp_path = str(tmp / f"{name}.qmp")
+        self.console = tmp / f"{name}.console"
+        with open(self.console, "w") as out:
+            self.proc = subprocess.Popen(argv + ["-qmp", f"unix:{self.qmp_path},server=on,wait=off"],
+                                         stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(self.qmp_path) and self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if not os.path.exists(self.qmp_path):
+            self.stop()
+            raise RuntimeError(f"QEMU {name} did not open its monitor:\n{self.text()[-2000:]}")
+
+    def qmp(self, *commands):
+        return qmp(self.qmp_path, *commands)
+
+    def text(self) -> str:
+        return self.console.read_text(errors="replace")
+
+    def migration(self) -> dict:
+        """QEMU's `query-migrate`: status, total time and downtime (ms)."""
+        return self.qmp(("query-migrate", {}))[0]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
 
 
 def output(text: str) -> tuple:

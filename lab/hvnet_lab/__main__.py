@@ -71,7 +71,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.cmd == "list":
         for e in experiments.EXPERIMENTS:
-            print(f"{e['name']:<16} reproduces {e['reproduces']:<24} {e['workload']}")
+            what = "a measurement" if e["reproduces"] == "measurement" else f"reproduces {e['reproduces']}"
+            print(f"{e['name']:<16} {what:<35} {e['workload']}")
         return 0
     if a.cmd == "compare":
         for path in (a.before, a.after):

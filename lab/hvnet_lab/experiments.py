@@ -20,7 +20,7 @@ import time
 
 import hvlab
 
-from . import fabrics, measure, physical
+from . import fabrics, measure, migration, physical
 from .fabrics import B_IP, Bridge, Hvnet, Ovs
 from .figures import (NATIVE_NOTE, SEED_000, SEED_001, SEED_002, SEED_003, SEED_004, cpu_note, figure, interleaved,
                       iperf, series_of, sizes, vm_note)
@@ -722,6 +722,9 @@ EXPERIMENTS = [
     {"name": "port-batch", "reproduces": "001, Figure 10", "run": physical.port_batch,
      "workload": "VXLAN to 4 VMs (2 with --quick), small (64 B, TCP_NODELAY) and large writes; the endpoint's queue read 32 frames per "
                  "system call vs one; frames per CPU-second of the switch"},
+    {"name": "migration-loss", "reproduces": "measurement", "run": migration.migration_loss,
+     "workload": "a QEMU guest live-migrated to another host under pings every 10 ms from a namespace VM; hvnet's "
+                 "vhost-user ports on two switches vs QEMU's own virtio-net on TAPs in two Linux bridges"},
 ]
 
 

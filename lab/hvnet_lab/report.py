@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 from . import stability
-from .verdict import INTERVAL, edges, point_interval, shape
+from .verdict import INTERVAL, MEASURED, edges, point_interval, shape
 
 
 def _numeric(xs):
@@ -128,8 +128,9 @@ def render(results: dict, out_dir: Path):
     body = []
     summary = []
     for exp in results["experiments"]:
-        md += [f"## {exp['name']} — reproduces {exp['reproduces']}", "", exp["workload"], ""]
-        body.append(f"<h2>{html.escape(exp['name'])} — reproduces {html.escape(exp['reproduces'])}</h2><p>{html.escape(exp['workload'])}</p>")
+        what = "a measurement" if exp["reproduces"] == "measurement" else f"reproduces {exp['reproduces']}"
+        md += [f"## {exp['name']} — {what}", "", exp["workload"], ""]
+        body.append(f"<h2>{html.escape(exp['name'])} — {html.escape(what)}</h2><p>{html.escape(exp['workload'])}</p>")
         if exp.get("error"):
             md += [f"**Not run:** {exp['error']}", ""]
             body.append(f"<p><b>Not run:</b> {html.escape(exp['error'])}</p>")
@@ -142,16 +143,18 @@ def render(results: dict, out_dir: Path):
             summary.append((exp["name"], fig["id"], verdict, fig["source"].split(" (")[0], fig["claim"],
                             fig["why_not"], flag))
             again = f" {_another_run_text(odds[fig['id']])}." if fig["id"] in odds else ""
+            # A measurement asks a question; a reproduction tests a claim.
+            claim_is = "Question" if verdict == MEASURED else "Published effect"
             md += [f"### {fig['title']}", ""]
             if png:
                 md += [f"![{fig['id']}]({png})", ""]
-            md += [_table(fig), "", f"**Published effect:** {fig['claim']} — **{verdict}**." + (f" Measured: {fig['why_not']}." if fig["why_not"] else "") + again, "",
+            md += [_table(fig), "", f"**{claim_is}:** {fig['claim']} — **{verdict}**." + (f" Measured: {fig['why_not']}." if fig["why_not"] else "") + again, "",
                    f"Source: {fig['source']}. {fig['note']}", ""]
             body.append(f"<h3>{html.escape(fig['title'])}</h3>" + (f"<img src='{png}' alt='{fig['id']}'>" if png else "")
                         + "<table><tr><th>series</th><th>values</th></tr>"
                         + "".join(f"<tr><td>{html.escape(l)} (ours)</td><td>{html.escape(_values(fig, l, p))}</td></tr>" for l, p in fig["series"].items())
                         + "".join(f"<tr><td>{html.escape(l)}</td><td>{html.escape(', '.join(f'{x}: {_fmt(y)}' for x, y in p))}</td></tr>" for l, p in fig["published"].items())
-                        + f"</table><p><b>Published effect:</b> {html.escape(fig['claim'])} — <b>{verdict}</b>."
+                        + f"</table><p><b>{claim_is}:</b> {html.escape(fig['claim'])} — <b>{verdict}</b>."
                         + (f" Measured: {html.escape(fig['why_not'])}." if fig["why_not"] else "") + html.escape(again)
                         + f"</p><p class='src'>Source: {html.escape(fig['source'])}. {html.escape(fig['note'])}</p>")
     table = ["| experiment | figure | seed | published effect and what hvnet measured | verdict |", "|---|---|---|---|---|"]
@@ -194,7 +197,7 @@ def check(results: dict):
                 for x, y in pts:
                     if not (isinstance(y, (int, float)) and math.isfinite(y)):
                         problems.append(f"{fig['id']}: {label} at {x} is {y!r}")
-            if not fig["source"].startswith("shared/seeds/"):
+            if fig.get("verdict") != MEASURED and not fig["source"].startswith("shared/seeds/"):
                 problems.append(f"{fig['id']}: no published source")
             if not fig["series"]:
                 problems.append(f"{fig['id']}: no series")

@@ -41,6 +41,9 @@ verdict is indicative only, and says so.
 import math
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
+# A scenario that measures rather than reproduces a study: its figures
+# stand side by side, judged by nobody.
+MEASURED = "measured"
 
 # What results.json says decided its verdicts (older files: the median's
 # order-statistic interval, up to 2N+1 runs).

@@ -14,8 +14,6 @@ import json
 import os
 import shutil
 import subprocess
-import time
-from pathlib import Path
 
 import pytest
 
@@ -32,32 +30,6 @@ MAC = "02:00:00:00:25:01"
 GUEST, PEER = "198.18.25.1", "198.18.25.3"
 SIZE = 12 << 20
 RATE = 1 << 20
-
-
-class Qemu:
-    """A QEMU process with its QMP monitor; its console to a file."""
-
-    def __init__(self, tmp: Path, name: str, argv: list):
-        import qemu_guest  # lab/qemu_guest.py
-
-        self.qmp_path = str(tmp / f"{name}.qmp")
-        self.console = tmp / f"{name}.console"
-        self._qmp = qemu_guest.qmp
-        with open(self.console, "w") as out:
-            self.proc = subprocess.Popen(argv + ["-qmp", f"unix:{self.qmp_path},server=on,wait=off"],
-                                         stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        hvlab.eventually(lambda: os.path.exists(self.qmp_path) or self.proc.poll() is not None, timeout=60)
-
-    def qmp(self, *commands):
-        return self._qmp(self.qmp_path, *commands)
-
-    def text(self) -> str:
-        return self.console.read_text(errors="replace")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
 
 
 def veth_pair():
@@ -111,16 +83,16 @@ def source_and_destination(tmp_path, a, b, guests, cmd):
 
     initrd = qemu_guest.initramfs(tmp_path, MAC, GUEST + "/24", cmd)
     mig = tmp_path / "migrate.sock"
-    src = Qemu(tmp_path, "src", qemu_guest.argv(f"/run/hvnet/{a.name}/q.sock", MAC, initrd))
+    src = qemu_guest.Qemu(tmp_path, "src", qemu_guest.argv(f"/run/hvnet/{a.name}/q.sock", MAC, initrd))
     guests.append(src)
-    dst = Qemu(tmp_path, "dst", qemu_guest.argv(f"/run/hvnet/{b.name}/q.sock", MAC, initrd)
+    dst = qemu_guest.Qemu(tmp_path, "dst", qemu_guest.argv(f"/run/hvnet/{b.name}/q.sock", MAC, initrd)
                + ["-incoming", f"unix:{mig}"])
     guests.append(dst)
     return src, dst, mig
 
 
 def migration_status(src):
-    return src.qmp(("query-migrate", {}))[0].get("status")
+    return src.migration().get("status")
 
 
 def test_a_guest_migrates_between_switches_under_a_transfer_and_the_wire_learns_where_it_went(

@@ -6,6 +6,7 @@ per-packet API), and the TCP streams that load it, with what each run
 cost. Used by the lab's experiments and by `scripts/bench_netqueue.py` and
 `scripts/bench_splitrx.py`."""
 
+import contextlib
 import json
 import threading
 import time
@@ -14,7 +15,8 @@ from pathlib import Path
 import hvlab
 
 from . import measure
-from .verdict import median
+from .figures import interleaved
+from .verdict import median, summarize
 
 VNI = 42
 # The overlay (VMs and the external host's vxlan device) and the underlay
@@ -173,3 +175,76 @@ def at_once(calls):
     if errors:
         raise errors[0]
     return out
+
+
+WIRE_NOTE = ("VMs are network namespaces behind hvnet's TAP ports; the external host is a namespace on a veth wire "
+             "(its NIC's TSO off: wire-sized frames), the uplink's receive queues AF_PACKET sockets with a thread "
+             "each; hosts, VMs and the switch share this machine's 2 cores.")
+
+
+VXLAN_NOTE = " The external host reaches the VMs through its own Linux vxlan device (VNI 42) to hvnet's tunnel endpoint."
+
+
+def up_at_once(stack, tmp, fleets):
+    """{config: Fleet(**kwargs)} for {config: kwargs}, all up at once."""
+    return {c: stack.enter_context(Fleet(tmp, f"{c}", **kw)) for c, kw in fleets.items()}
+
+
+def fleets_compared(tmp, reps, log, label, fleets, writes=None, derive=None, settle=None, **streams):
+    """Brings every fleet up at once and runs the same streams on each,
+    interleaved: {config: [run, ...]}; each run logged with its config
+    under `label`. With `writes` ({size: (write size, TCP_NODELAY)}) every
+    fleet runs at every size, the configs being (fleet, size) pairs;
+    `derive(run)` adds what is computed from a run before it is logged;
+    `settle` as for `interleaved`."""
+    with contextlib.ExitStack() as stack:
+        up = up_at_once(stack, tmp, fleets)
+
+        def run(c):
+            if writes:
+                fleet, size = c
+                write, nodelay = writes[size]
+                r, tags = up[fleet].streams(write=write, nodelay=nodelay, **streams), {label: fleet, "size": size}
+            else:
+                r, tags = up[c].streams(**streams), {label: c}
+            if derive:
+                derive(r)
+            log.append({**tags, **r})
+            return r
+
+        configs = [(c, size) for size in writes for c in up] if writes else tuple(up)
+        # A point per size, labelled with it.
+        feeds = (lambda c, label: c[1] == label) if writes else None
+        return interleaved(configs, reps, run, settle, feeds)
+
+
+def fleets_together(tmp, reps, log, label, fleets, settle=None, **streams):
+    """As `fleets_compared`, for light loads only: each repetition is one
+    round in which every fleet runs its streams at the same moment
+    (`at_once` says why); the rounds' runs are returned per fleet, paired
+    by repetition."""
+    def per_fleet(rounds):
+        return {c: [r[c] for r in rounds["together"]] for c in fleets}
+
+    with contextlib.ExitStack() as stack:
+        up = up_at_once(stack, tmp, fleets)
+
+        def round_(_):
+            out = at_once({c: lambda c=c: up[c].streams(**streams) for c in up})
+            for c, r in out.items():
+                log.append({label: c, "at_once_with": [o for o in up if o != c], **r})
+            return out
+
+        rounds = interleaved(("together",), reps, round_, settle and (lambda rounds: settle(per_fleet(rounds))))
+    return per_fleet(rounds)
+
+
+def each(runs, configs, key):
+    """{config: summarized point} and the series of `key` over configs."""
+    res = {c: summarize(runs[c]) for c in configs}
+    return res, [(str(c), res[c][key]) for c in configs], [(str(c), *res[c]["spread"][key]) for c in configs]
+
+
+def sizes_text(gains, pub):
+    return "; ".join(f"{s}: hvnet {median(g):.2f}" + (f", published {pub[s]:.2f}" if s in pub else "")
+                     for s, g in gains.items())

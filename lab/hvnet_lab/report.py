@@ -9,7 +9,10 @@ import math
 from pathlib import Path
 
 from . import stability
-from .verdict import INTERVAL, MEASURED, edges, point_interval, shape
+from .verdict import INTERVAL, MEASURED, NOISE, edges, median, point_interval, published_at, shape
+
+# The overview's colour of each verdict.
+COLOURS = {"reproduced": "#2a9d4b", "not reproduced": "#c0392b", "inconclusive": "#e08e0b"}
 
 
 def _numeric(xs):
@@ -82,6 +85,68 @@ def _table(fig):
     for label, pts in fig["published"].items():
         rows.append(f"| {label} | " + ", ".join(f"{x}: {_fmt(y)}" for x, y in pts) + " |")
     return "| series | values |\n|---|---|\n" + "\n".join(rows)
+
+
+def overview_points(results):
+    """Every point a claim was judged at whose effect is a ratio: (figure
+    id, point, verdict, median effect, interval, published effect or
+    None), in the report's order."""
+    out = []
+    for exp in results["experiments"]:
+        for fig in exp.get("figures", []):
+            for call in fig.get("judged_by") or []:
+                if call.get("what", "ratio") != "ratio":
+                    continue
+                for label, samples in call["points"]:
+                    if not samples or min(samples) <= 0:
+                        continue
+                    out.append((fig["id"], str(label), fig["verdict"], median(samples),
+                                point_interval(samples, "ratio"), published_at(call.get("published"), label)))
+    return out
+
+
+def overview(results, out_dir: Path):
+    """fig-overview.png (and .svg): where hvnet stands against the studies
+    at a glance. Each judged ratio (hvnet's median effect with the
+    interval its verdict was decided on, coloured by verdict) beside the
+    published effect (a hollow diamond), on one log-scale axis, the
+    machine's noise band (no effect: within 5%) shaded. None when
+    matplotlib is missing or nothing was judged on a ratio."""
+    pts = overview_points(results)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    if not pts:
+        return None
+    f, ax = plt.subplots(figsize=(9, 1.4 + 0.24 * len(pts)))
+    ax.axvspan(math.exp(-NOISE), math.exp(NOISE), color="#999", alpha=0.25, lw=0, label="no effect (machine noise, ±5%)")
+    ax.axvline(1, color="#666", lw=0.8)
+    for i, (fid, label, verdict, mid, (lo, hi), pub) in enumerate(pts):
+        colour = COLOURS.get(verdict, "#555")
+        ax.plot([lo, hi], [i, i], color=colour, lw=2.5, solid_capstyle="butt")
+        ax.plot([mid], [i], "o", color=colour, ms=4)
+        if pub:
+            ax.plot([pub], [i], "D", mfc="none", mec="#222", ms=5)
+    ax.set_yticks(range(len(pts)), [f"{fid} @ {label}" for fid, label, *_ in pts], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("effect as a ratio (hvnet: median and the interval judged; ◇ published)")
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=c, lw=2.5, marker="o", ms=4, label=v) for v, c in COLOURS.items()]
+    handles += [Line2D([], [], ls="none", marker="D", mfc="none", mec="#222", label="published")]
+    ax.legend(handles=handles + ax.get_legend_handles_labels()[0][:1], fontsize=7, loc="lower left",
+              bbox_to_anchor=(0, 1.0), ncol=3, frameon=False)
+    ax.grid(axis="x", alpha=0.3, which="both")
+    f.tight_layout()
+    f.savefig(out_dir / "fig-overview.png", dpi=110, bbox_inches="tight")
+    f.savefig(out_dir / "fig-overview.svg", bbox_inches="tight")
+    plt.close(f)
+    return "fig-overview.png"
 
 
 # A verdict more likely than this to differ in another run is flagged in
@@ -167,16 +232,25 @@ def render(results: dict, out_dir: Path):
         f" Drawn again from this run's own per-run effects, {sum(c for c, _ in odds.values()):.1f} verdicts are "
         f"expected to differ in another run; {len(flagged)} could with a chance of {FRAGILE:.0%} or more, "
         "flagged below (`hvnet lab stability` over several runs says more)." if odds else "")
-    md[4:4] = ["## At a glance", "", glance, ""] + table + [""]
+    picture = overview(results, out_dir)
+    seen = ([f"![every judged effect beside the published one]({picture})", "",
+             "Each judged ratio: hvnet's median effect and the interval its verdict was decided on, coloured by "
+             "verdict, beside the published effect (◇), on a log scale; the shaded band is no effect on this "
+             "machine.", ""] if picture else [])
+    md[4:4] = ["## At a glance", ""] + seen + [glance, ""] + table + [""]
     (out_dir / "report.md").write_text("\n".join(md) + "\n")
     page = ("<!doctype html><meta charset='utf-8'><title>hvnet lab report</title>"
             "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}img{max-width:100%}"
             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;font-size:90%}.src{color:#555}</style>"
             f"<h1>hvnet lab report</h1><p>{html.escape(md[2])}</p>"
-            + f"<h2>At a glance</h2><p>{html.escape(glance)}</p><table><tr><th>experiment</th><th>figure</th><th>seed</th><th>published effect and what hvnet measured</th><th>verdict</th></tr>"
+            + "<h2>At a glance</h2>"
+            + (f"<img src='{picture}' alt='every judged effect beside the published one'><p class='src'>"
+               + html.escape(seen[2]) + "</p>" if picture else "")
+            + f"<p>{html.escape(glance)}</p><table><tr><th>experiment</th><th>figure</th><th>seed</th><th>published effect and what hvnet measured</th><th>verdict</th></tr>"
             + "".join(f"<tr><td>{html.escape(a)}</td><td>{html.escape(b)}</td><td>{html.escape(seed)}</td><td>{html.escape(claim)}</td>"
-                      f"<td><b>{html.escape(v)}</b>{html.escape(f' ({flag})' if flag else '')}{html.escape(': ' + why if why else '')}"
-                      "</td></tr>" for a, b, v, seed, claim, why, flag in summary)
+                      + (f"<td><details><summary><b>{html.escape(v)}</b>{html.escape(f' ({flag})' if flag else '')}</summary>"
+                         f"{html.escape(why)}</details>" if why else f"<td><b>{html.escape(v)}</b>{html.escape(f' ({flag})' if flag else '')}")
+                      + "</td></tr>" for a, b, v, seed, claim, why, flag in summary)
             + "</table>" + "".join(body))
     (out_dir / "report.html").write_text(page)
     return odds

@@ -1,93 +1,59 @@
-"""Seed 001's figures on the physical side: VMs behind an hvnet uplink
-with an external host on its wire (plain, or through a VXLAN tunnel to
-the host's Linux vxlan device) — RSS at the uplink (Figures 3 and 4),
-SplitRxMode (5), TSO and receive checksum offload in hardware vs software
-(6, 7), hardware vs software LRO (8), Dynamic NetQueue (9) and the
-per-packet cost of the port interface (10). Each runs its configurations
-up at once, interleaved."""
+"""Seed 001 (VMware's white paper on NIC technologies in vSphere), its
+queueing figures: one vs several queues with RSS into a VM (Figure 3),
+RSS at an uplink, plain and over VXLAN (Figures 3 and 4), SplitRxMode (5),
+Dynamic NetQueue (9) and the per-packet cost of the port interface (10).
+The wire variants run their configurations up at once, interleaved."""
 
 import contextlib
 
-from . import fabrics
+
 from . import netqueue as nq
 from . import splitrx as sr
-from .figures import SEED_001, figure, interleaved, iperf
-from .fleet import Fleet, at_once
+from .fabrics import Hvnet
+from .figures import SEED_001, SEED_002, figure, interleaved, iperf, vm_note
+from .fleet import VXLAN_NOTE, WIRE_NOTE, at_once, each, fleets_compared, sizes_text
 from .verdict import effect_size, judge, median, ratios, summarize, undecided
 
-WIRE_NOTE = ("VMs are network namespaces behind hvnet's TAP ports; the external host is a namespace on a veth wire "
-             "(its NIC's TSO off: wire-sized frames), the uplink's receive queues AF_PACKET sockets with a thread "
-             "each; hosts, VMs and the switch share this machine's 2 cores.")
-VXLAN_NOTE = " The external host reaches the VMs through its own Linux vxlan device (VNI 42) to hvnet's tunnel endpoint."
-# rx-csum's offered load per VM: the two switches run at the same moment,
-# 8 x 125 Mbit/s each, together about two thirds of what 8 VMs behind a
-# VXLAN endpoint receive here when unlimited.
-RX_CSUM_MBPS = 125
+
+def multiqueue_judged(runs):
+    """Seed 001's Figure 3 claim on the runs {queues: [run]}."""
+    return judge([("4 vs 1 queues", ratios(runs[4], runs[1], "gbps"))], "up", published=21.0 / 15.0)
 
 
-def up_at_once(stack, tmp, fleets):
-    """{config: Fleet(**kwargs)} for {config: kwargs}, all up at once."""
-    return {c: stack.enter_context(Fleet(tmp, f"{c}", **kw)) for c, kw in fleets.items()}
-
-
-def fleets_compared(tmp, reps, log, label, fleets, writes=None, derive=None, settle=None, **streams):
-    """Brings every fleet up at once and runs the same streams on each,
-    interleaved: {config: [run, ...]}; each run logged with its config
-    under `label`. With `writes` ({size: (write size, TCP_NODELAY)}) every
-    fleet runs at every size, the configs being (fleet, size) pairs;
-    `derive(run)` adds what is computed from a run before it is logged;
-    `settle` as for `interleaved`."""
+def multiqueue(tmp, quick, reps, log, vms="netns"):
+    secs = 2 if quick else 4
     with contextlib.ExitStack() as stack:
-        up = up_at_once(stack, tmp, fleets)
+        # Both VMs' queue counts up at once, runs interleaved.
+        up = {q: stack.enter_context(Hvnet(tmp, 1500, vms, b={"queues": q, "ring1": 4096, "ring2": 4096}))
+              for q in (1, 4)}
 
-        def run(c):
-            if writes:
-                fleet, size = c
-                write, nodelay = writes[size]
-                r, tags = up[fleet].streams(write=write, nodelay=nodelay, **streams), {label: fleet, "size": size}
-            else:
-                r, tags = up[c].streams(**streams), {label: c}
-            if derive:
-                derive(r)
-            log.append({**tags, **r})
-            return r
+        def run(q):
+            f = up[q]
+            before = [f.t.stats(f"/ports/b/rxqueues/{i}/status")["counters"]["delivered_frames"] for i in range(q)]
+            s = iperf(f, 8, "128K", secs, None, log)
+            after = [f.t.stats(f"/ports/b/rxqueues/{i}/status")["counters"]["delivered_frames"] for i in range(q)]
+            per_q = [x - y for x, y in zip(after, before)]
+            return dict(s, queues_used=sum(1 for x in per_q if x > 0), per_queue_frames=per_q)
 
-        configs = [(c, size) for size in writes for c in up] if writes else tuple(up)
-        # A point per size, labelled with it.
-        feeds = (lambda c, label: c[1] == label) if writes else None
-        return interleaved(configs, reps, run, settle, feeds)
-
-
-def fleets_together(tmp, reps, log, label, fleets, settle=None, **streams):
-    """As `fleets_compared`, for light loads only: each repetition is one
-    round in which every fleet runs its streams at the same moment
-    (`at_once` says why); the rounds' runs are returned per fleet, paired
-    by repetition."""
-    def per_fleet(rounds):
-        return {c: [r[c] for r in rounds["together"]] for c in fleets}
-
-    with contextlib.ExitStack() as stack:
-        up = up_at_once(stack, tmp, fleets)
-
-        def round_(_):
-            out = at_once({c: lambda c=c: up[c].streams(**streams) for c in up})
-            for c, r in out.items():
-                log.append({label: c, "at_once_with": [o for o in up if o != c], **r})
-            return out
-
-        rounds = interleaved(("together",), reps, round_, settle and (lambda rounds: settle(per_fleet(rounds))))
-    return per_fleet(rounds)
-
-
-def each(runs, configs, key):
-    """{config: summarized point} and the series of `key` over configs."""
-    res = {c: summarize(runs[c]) for c in configs}
-    return res, [(str(c), res[c][key]) for c in configs], [(str(c), *res[c]["spread"][key]) for c in configs]
-
-
-def sizes_text(gains, pub):
-    return "; ".join(f"{s}: hvnet {median(g):.2f}" + (f", published {pub[s]:.2f}" if s in pub else "")
-                     for s, g in gains.items())
+        runs = interleaved((1, 4), reps, run, settle=lambda r: undecided([multiqueue_judged(r)]))
+    res = {q: summarize(runs[q]) for q in (1, 4)}
+    gain = ratios(runs[4], runs[1], "gbps")
+    used = [r["queues_used"] for r in runs[4]]
+    spread4 = runs[4][len(runs[4]) // 2]["per_queue_frames"]
+    figs = [
+        figure("multiqueue-throughput", "One VM, 1 receive queue vs 4 with RSS, 8 streams", "receive queues", "Gbit/s",
+               {"hvnet": [("1", res[1]["gbps"]), ("4", res[4]["gbps"])]},
+               {"published (40GbE, large packets): +40% with RSS": [("1", 15.0), ("4", 21.0)]}, SEED_001 + ", Figure 3",
+               "RSS over several queues raises one VM's receive throughput (ratio 4/1 > 1; "
+               + effect_size(median(gain), 21.0 / 15.0) + ")",
+               multiqueue_judged(runs), vm_note(vms) + " Each queue has its own worker and delivery thread, all on 2 cores.",
+               {"hvnet": [("1", *res[1]["spread"]["gbps"]), ("4", *res[4]["spread"]["gbps"])]}),
+        figure("multiqueue-spread", "Per-queue load with 4 queues (median run)", "queue", "frames delivered",
+               {"hvnet": [(str(i), v) for i, v in enumerate(spread4)]}, {}, SEED_002 + ", FAQ (one queue per vCPU)",
+               f"RSS spreads the flows over the queues (at least 2 of 4 used in every run; used: {', '.join(map(str, used))})",
+               judge([("queues used", used)], "up", 1.5, "queues"), vm_note(vms)),
+    ]
+    return figs, {str(k): v for k, v in res.items()}
 
 
 def uplink_rss(tmp, quick, reps, log):
@@ -189,115 +155,6 @@ def splitrx(tmp, quick, reps, log):
             return r
 
         runs = interleaved(tuple(up), reps, run, settle=lambda r: undecided(figs(r)[0]))
-    return figs(runs)
-
-
-def tso_offload(tmp, quick, reps, log):
-    """Figure 6: the switch's send CPU with TSO at the wire in hardware
-    (GSO frames go to the device whole) vs software (hvnet segments), VMs
-    sending to the external host; a VXLAN endpoint drawn beside them (it
-    segments in software on this kernel: see the note)."""
-    secs, vms = (2, 4) if quick else (4, 8)
-
-    def figs(runs):
-        res, ser, spr = each(runs, tuple(runs), "hvnet_cores_per_gbps")
-        cost = ratios(runs["software"], runs["hardware"], "hvnet_cores_per_gbps")
-        note = (WIRE_NOTE + f" {vms} VMs send one stream each to the external host. CPU: the hvnet daemon's threads per "
-                "Gbit/s. Hardware TSO here is a veth taking the GSO frame whole (a NIC would segment it in hardware). "
-                "A VXLAN endpoint cannot hand the wire a tunnelled GSO frame (a packet socket's virtio-net header has no "
-                "UDP-tunnel GSO type; Linux 6.17 gave one to tun and virtio-net only), so hvnet segments VXLAN in "
-                "software always: drawn, not judged.")
-        return [figure(
-            "tso-offload-cpu", "The switch's send CPU, TSO at the wire in hardware vs software", "TSO",
-            "hvnet cores per Gbit/s", {"hvnet": ser}, {}, SEED_001 + ", Figure 6",
-            "Without TSO at the NIC the switch segments in software and its send CPU per Gbit/s about doubles (ratio "
-            f"software/hardware > 1; hvnet {median(cost):.2f}; " + effect_size(median(cost), 2.0) + " (\"almost doubled\"))",
-            judge([("software vs hardware", cost)], "up", published=2.0), note, {"hvnet": spr}),
-        ], res
-
-    return figs(fleets_compared(tmp, reps, log, "tso", {
-        "hardware": dict(vms=vms, uplink=dict(tso="hardware"), prefix="th"),
-        "software": dict(vms=vms, uplink=dict(tso="software"), prefix="ts"),
-        "vxlan": dict(vms=vms, vxlan=True, prefix="tv")}, seconds=secs, to_vms=False, write="128K",
-        settle=lambda r: undecided(figs(r)[0])))
-
-
-# Seed 001's Figure 7: 15% more CPU than non-VXLAN receive without the
-# offload, 10% with it.
-RX_CSUM_PUBLISHED = 1.15 / 1.10
-
-
-def rx_csum(tmp, quick, reps, log):
-    """Figure 7: the switch's receive CPU for VXLAN with the inner
-    checksums taken from the device (hardware) vs checked by hvnet
-    (software), at the same throughput in both, as the study compared
-    them at line rate: a fixed offered load under what either carries.
-    Saturated instead, the CPU per Gbit/s follows how the 2 cores happen
-    to be shared between the streams, the external host and hvnet (runs
-    spread 0.80-1.37), and hides a cost of a few per cent. The two
-    switches run at the same moment: one after the other, the ratio of a
-    pair scattered about twice as widely (log-scale spread 0.04-0.055
-    against 0.016-0.025 in 10 pairs of each, 2026-11-24), enough for a
-    run's centre to land past the 5% band now and then."""
-    secs, vms = (2, 4) if quick else (4, 8)
-
-    def figs(runs):
-        res, ser, spr = each(runs, tuple(runs), "hvnet_cores_per_gbps")
-        cost = ratios(runs["software"], runs["hardware"], "hvnet_cores_per_gbps")
-        return [figure(
-            "rx-csum-cpu", "The switch's receive CPU for VXLAN, checksum offload in hardware vs software", "checksum",
-            "hvnet cores per Gbit/s (CPU-seconds per Gbit)", {"hvnet": ser}, {}, SEED_001 + ", Figure 7",
-            "Without receive checksum offload for encapsulated frames the switch checks them in software and spends "
-            f"more CPU (ratio software/hardware > 1; hvnet {median(cost):.2f}, carrying "
-            f"{res['hardware']['gbps']:.2f} and {res['software']['gbps']:.2f} Gbit/s; published overheads 15% vs 10% over "
-            f"non-VXLAN: {RX_CSUM_PUBLISHED:.3f}, reading them as shares of the non-VXLAN CPU — their base is not "
-            "given, so not drawn — and inside this machine's 5% noise; "
-            + effect_size(median(cost), RX_CSUM_PUBLISHED) + ")",
-            judge([("software vs hardware", cost)], "up", published=RX_CSUM_PUBLISHED),
-            WIRE_NOTE + VXLAN_NOTE + f" {vms} VMs per switch, one stream each at {RX_CSUM_MBPS} Mbit/s "
-            f"({vms * RX_CSUM_MBPS / 1000:g} Gbit/s offered to each); the two switches (each its own daemon, VMs and "
-            "host) run at the same moment, so that the machine's noise hits both alike; CPU: each hvnet daemon's "
-            "threads' run time per Gbit received. "
-            "The external host's kernel leaves inner checksums "
-            "partial on the veth; hardware: hvnet passes them on so; software: hvnet completes and checks each.",
-            {"hvnet": spr}),
-        ], res
-
-    return figs(fleets_together(tmp, reps, log, "csum", {
-        "hardware": dict(vms=vms, vxlan=True, uplink=dict(csum="hardware"), prefix="ch"),
-        "software": dict(vms=vms, vxlan=True, uplink=dict(csum="software"), prefix="cs")}, seconds=secs, write="128K",
-        rate=f"{RX_CSUM_MBPS}M",
-        settle=lambda r: undecided(figs(r)[0])))
-
-
-def uplink_lro(tmp, quick, reps, log):
-    """Seed 001, Figure 8: hardware LRO (the NIC's; here the uplink device's
-    own GRO) against software LRO (hvnet's, at the uplink before
-    switching), a real external sender on the wire, large receives."""
-    secs = 2 if quick else 4
-
-    def figs(runs):
-        res = {c: summarize(runs[c]) for c in up}
-        eff = ratios(runs["hardware"], runs["software"], "gbps_per_core")
-        note = ("An external host (a namespace on a veth wire, its NIC's TSO off: wire-sized frames) sends to a VM behind "
-                "an hvnet uplink; hardware LRO is the near end's GRO (a veth's, in the kernel), software LRO is hvnet's "
-                "GRO at the uplink's receive queue. The study gives no numbers, only the direction.")
-        out = [
-            figure("uplink-lro-cpu-efficiency", "CPU efficiency, hardware vs software LRO at the uplink", "LRO at the uplink",
-                   "Gbit/s per busy core",
-                   {"hvnet": [(c, res[c]["gbps_per_core"]) for c in up]}, {}, SEED_001 + ", Figure 8",
-                   "NICs with hardware LRO have higher CPU efficiency for large receives than software LRO (ratio "
-                   f"hardware/software > 1; hvnet {median(eff):.2f})",
-                   judge([("hardware vs software", eff)], "up"), note,
-                   {"hvnet": [(c, *res[c]["spread"]["gbps_per_core"]) for c in up]}),
-        ]
-        return out, res
-
-    with contextlib.ExitStack() as stack:
-        up = {"hardware": stack.enter_context(fabrics.HvnetUplink(tmp, 1500)),
-              "software": stack.enter_context(fabrics.HvnetUplinkSoftwareLro(tmp, 1500))}
-        runs = interleaved(tuple(up), reps, lambda c: iperf(up[c], 1, "64K", secs, None, log),
-                           settle=lambda r: undecided(figs(r)[0]))
     return figs(runs)
 
 

@@ -19,9 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1] / p) for p in ("lab", "tests/py")]
-
-import hvlab  # noqa: E402
+import hvlab  # lab/, on PYTHONPATH (scripts/demo.sh)
 
 
 def measure(t, seconds, streams):

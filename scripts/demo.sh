@@ -9,4 +9,4 @@ export PATH="$HOME/.cargo/bin:$PATH"
 scripts/install-deps.sh
 echo "demo: building hvnet (release)"
 cargo build --release --quiet -p hvnet
-HVNET_BIN="$PWD/target/release/hvnet" python3 scripts/demo.py "$@"
+HVNET_BIN="$PWD/target/release/hvnet" PYTHONPATH="$PWD/lab" python3 scripts/demo.py "$@"

@@ -3,8 +3,8 @@ or through a VXLAN tunnel whose far end is the external host's own Linux
 vxlan device: the set-up of seed 001's figures (RSS and SplitRxMode at the
 uplink, VXLAN TSO and receive checksum offload, Dynamic NetQueue, the
 per-packet API), and the TCP streams that load it, with what each run
-cost. Used by the lab's experiments and by `scripts/bench_netqueue.py` and
-`scripts/bench_splitrx.py`."""
+cost, and the runners the wire experiments share (fleets up at once,
+their runs interleaved). Used by the lab's seed 001 experiments."""
 
 import contextlib
 import json

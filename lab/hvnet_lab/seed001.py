@@ -7,11 +7,9 @@ The wire variants run their configurations up at once, interleaved."""
 import contextlib
 
 
-from . import netqueue as nq
-from . import splitrx as sr
 from .fabrics import Hvnet
 from .figures import SEED_001, SEED_002, figure, interleaved, iperf, vm_note
-from .fleet import VXLAN_NOTE, WIRE_NOTE, at_once, each, fleets_compared, sizes_text
+from .fleet import VXLAN_NOTE, WIRE_NOTE, Fleet, at_once, each, fleets_compared, sizes_text
 from .verdict import effect_size, judge, median, ratios, summarize, undecided
 
 
@@ -147,10 +145,10 @@ def splitrx(tmp, quick, reps, log):
         ], res
 
     with contextlib.ExitStack() as stack:
-        up = {m: stack.enter_context(sr.topology(tmp, m, vms)) for m in sr.MODES}
+        up = {m: stack.enter_context(sr_topology(tmp, m, vms)) for m in SR_MODES}
 
         def run(m):
-            r = sr.run_one(up[m], secs)
+            r = sr_run_one(up[m], secs)
             log.append({"mode": m, **r})
             return r
 
@@ -221,15 +219,15 @@ def netqueue_dynamic(tmp, quick, reps, log):
         return out, res
 
     with contextlib.ExitStack() as stack:
-        up = {mode: stack.enter_context(nq.topology(tmp, f"nq-{mode}", value))
+        up = {mode: stack.enter_context(nq_topology(tmp, f"nq-{mode}", value))
               for mode, value in (("static", True), ("dynamic", "dynamic"))}
 
         def run(cfg):
             mode, load = cfg
             modes = tuple(up) if mode == "both" else (mode,)
             # Settled each, then measured at the same moment.
-            at_once({m: lambda m=m: nq.settle(up[m], loads[load], warm) for m in modes})
-            out = at_once({m: lambda m=m: nq.measure(up[m], loads[load], secs) for m in modes})
+            at_once({m: lambda m=m: nq_settle(up[m], loads[load], warm) for m in modes})
+            out = at_once({m: lambda m=m: nq_measure(up[m], loads[load], secs) for m in modes})
             for m in modes:
                 log.append({"mode": m, "load": load, "at_once_with": [o for o in modes if o != m], **out[m]})
             return out if mode == "both" else out[mode]
@@ -284,3 +282,77 @@ def port_batch(tmp, quick, reps, log):
         "single": dict(vms=vms, vxlan=True, uplink=dict(batch=1), prefix="b1")},
         writes=writes, derive=per_frame, seconds=secs,
         settle=lambda r: undecided(figs(r)[0])))
+
+
+# Dynamic NetQueue (Figure 9): four VMs behind an uplink with five
+# receive queues, one TCP stream from the external host to each.
+NQ_VMS, NQ_QUEUES = 4, 5
+
+
+def nq_topology(tmp, label, mode):
+    """The fleet with NetQueue `mode` (True: static; "dynamic")."""
+    return Fleet(tmp, label, NQ_VMS, uplink=dict(queues=NQ_QUEUES, netqueue=mode), prefix="nq")
+
+
+def nq_queues_used(fl):
+    f = fl.t.stats("/uplinks/up0/filters")
+    return len({e["queue"] for e in f["filters"]})
+
+
+def nq_balancer_moves(fl):
+    """Filters the uplink's balancer has moved so far; None without a
+    balancer (static NetQueue)."""
+    return fl.t.stats("/uplinks/up0/filters").get("balancer", {}).get("moves")
+
+
+# A balancer is settled once it has made no move for this long: it packs
+# after PACK_AFTER (5) quiet seconds in a row, one pack at a time.
+SETTLED_S, SETTLE_MAX_S = 6, 40
+
+
+def nq_settle(fl, rate, warmup):
+    """A warm-up at the load, then more until the balancer has made no
+    move for SETTLED_S seconds of it (at most SETTLE_MAX_S): after a run
+    under load Dynamic NetQueue takes 5 s per queue to pack again, so a
+    fixed warm-up measured part of a low-load run on queues still spread.
+    Waits for the balancer to stop, whatever it decides."""
+    moves = nq_balancer_moves(fl)
+    quiet = spent = 0
+    while True:
+        fl.streams(warmup, rate=rate)
+        spent += warmup
+        now = nq_balancer_moves(fl)
+        quiet = quiet + warmup if now == moves else 0
+        moves = now
+        if now is None or quiet >= SETTLED_S or spent >= SETTLE_MAX_S:
+            return
+
+
+def nq_measure(fl, rate, seconds):
+    """One measured run of the streams, and the queues in use after it."""
+    r = fl.streams(seconds, rate=rate)
+    return {"gbps": r["gbps"], "busy_cores": r["busy_cores"], "hvnet_cores": r["hvnet_cores"],
+            "queues_used": nq_queues_used(fl), "command": r["command"]}
+
+
+# SplitRxMode (Figure 5): VMs behind hvnet's tunnel endpoint on one
+# receive queue, one TCP stream from the external host's vxlan device to
+# each. Together: the queue's thread also writes each frame into its VM
+# while the VM's ring is idle (delivery "auto", run to completion); split:
+# each VM's own delivery thread does the copy (delivery "thread"), so the
+# queue's thread only decapsulates and switches.
+SR_MODES = {"together": "auto", "split": "thread"}
+
+
+def sr_topology(tmp, mode, vms):
+    return Fleet(tmp, f"sr-{mode}", vms, vxlan=True, uplink=dict(queues=1), vm=dict(delivery=SR_MODES[mode]),
+                 prefix="sr")
+
+
+def sr_run_one(fl, seconds, write=None):
+    """Ping round trip to v0 idle, then the streams with a ping under
+    load: Gbit/s, busy cores, and both round trips (ms)."""
+    idle = fl.rtt_ms(200)
+    r = fl.streams(seconds, write=write, during=lambda: fl.rtt_ms(100))
+    return {"gbps": r["gbps"], "busy_cores": r["busy_cores"], "gbps_per_core": r["gbps_per_core"],
+            "rtt_idle_ms": idle, "rtt_loaded_ms": r["during"], "command": r["command"]}

@@ -72,7 +72,7 @@ def main(argv=None):
     if a.cmd == "list":
         for e in experiments.EXPERIMENTS:
             what = "a measurement" if e["reproduces"] == "measurement" else f"reproduces {e['reproduces']}"
-            print(f"{e['name']:<16} {what:<35} {e['workload']}")
+            print(f"{e['name']:<18} {what:<35} {e['workload']}")
         return 0
     if a.cmd == "compare":
         for path in (a.before, a.after):
@@ -129,7 +129,7 @@ def main(argv=None):
             print(f"hvnet lab: --vms {a.vms} needs {need[1]} (scripts/install-deps.sh installs it)", file=sys.stderr)
             return 1
     a.out.mkdir(parents=True, exist_ok=True)
-    if not shutil.which("ovs-vswitchd") and any(n in ("lro-local", "jumbo") for n in names):
+    if not shutil.which("ovs-vswitchd") and any(n in ("lro-local", "jumbo", "fabrics", "uplinks") for n in names):
         # The reference switch: installed here, its packaged service not started.
         print("lab: installing Open vSwitch for the reference runs ...", flush=True)
         subprocess.run([str(ROOT / "scripts" / "install-deps.sh")], check=False)

@@ -16,7 +16,8 @@ server, not a hypervisor's scheduler.
 
 import math
 
-from . import migration, seed000, seed001, seed001_offload, seed002, seed003, seed004
+from . import (fabric_compare, migration, neighbours, seed000, seed001, seed001_offload, seed002, seed003, seed004,
+               vhost_compare, wire_compare)
 
 
 EXPERIMENTS = [
@@ -64,6 +65,23 @@ EXPERIMENTS = [
     {"name": "port-batch", "reproduces": "001, Figure 10", "run": seed001.port_batch,
      "workload": "VXLAN to 4 VMs (2 with --quick), small (64 B, TCP_NODELAY) and large writes; the endpoint's queue read 32 frames per "
                  "system call vs one; frames per CPU-second of the switch"},
+    {"name": "fabrics", "reproduces": "measurement", "run": fabric_compare.fabrics,
+     "workload": "VM to VM through hvnet (and with io_uring TAP writes), the Linux bridge and Open vSwitch's userspace "
+                 "datapath, all up at once, interleaved: 1 and 4 streams, 256 B and 64 KiB writes at MTU 1500, 64 KiB at "
+                 "9000"},
+    {"name": "per-frame", "reproduces": "measurement", "run": fabric_compare.per_frame,
+     "workload": "VM to VM, wire-sized frames (sender TSO off, receiver LRO off): CPU time, cycles, instructions, system "
+                 "calls and context switches of the hvnet daemon per frame (perf stat)"},
+    {"name": "hostile-neighbour", "reproduces": "measurement", "run": neighbours.hostile_neighbour,
+     "workload": "VM c to VM b beside an idle VM a and one flooding b with 1-byte TCP segments and random source MACs, "
+                 "interleaved; the daemon's memory"},
+    {"name": "uplinks", "reproduces": "measurement", "run": wire_compare.uplinks,
+     "workload": "external host to a VM and back through an uplink: hvnet's uplink vs a Linux bridge on the wire, hvnet's "
+                 "VXLAN endpoint vs Linux's vxlan device and Open vSwitch's; 1 and 4 streams, host to VM (the host's NIC "
+                 "sending wire-sized frames, or left at its default offloads) and VM to host"},
+    {"name": "vhost-frames", "reproduces": "measurement", "run": vhost_compare.vhost_frames,
+     "workload": "DPDK testpmd front ends (txonly to rxonly) on vhost-user ports of hvnet and of Open vSwitch with DPDK, "
+                 "64 and 1500 B frames: CPU per frame and frames per second"},
     {"name": "migration-loss", "reproduces": "measurement", "run": migration.migration_loss,
      "workload": "a QEMU guest live-migrated to another host under pings every 10 ms from a namespace VM; hvnet's "
                  "vhost-user ports on two switches vs QEMU's own virtio-net on TAPs in two Linux bridges"},

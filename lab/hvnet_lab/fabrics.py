@@ -126,6 +126,21 @@ class Hvnet(Fabric):
         return f"hvnet exec -t {self.t.name} {vm} -- {cmd}"
 
 
+def baseline():
+    """hvnet from another binary (`HVNET_LAB_BASELINE`, e.g. a build of an
+    earlier commit) as fabric "hvnet-base", or None: the measurements run
+    it beside this build, interleaved."""
+    binary = os.environ.get("HVNET_LAB_BASELINE")
+    if not binary:
+        return None
+
+    class Base(Hvnet):
+        name = "hvnet-base"
+        env = {"HVNET_BIN": str(Path(binary).resolve())}
+
+    return Base
+
+
 class HvnetUring(Hvnet):
     """hvnet with io_uring for TAP writes (HVNET_IO_WRITE)."""
 

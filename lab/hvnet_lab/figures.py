@@ -4,7 +4,9 @@ configurations run interleaved, and the figure record the report draws."""
 
 from . import measure
 from .fabrics import A_IP, B_IP
-from .verdict import REPRODUCED
+from .verdict import MEASURED, REPRODUCED, median
+
+MEASUREMENT = "measurement (no published study)"
 
 NATIVE_NOTE = "Native sender emulated: a VM whose vNIC has TSO off puts MTU-sized frames on the switch, as a physical NIC would."
 VM_NOTES = {
@@ -144,3 +146,18 @@ def series_of(points, key, label_of):
     med = [(label_of(p), p[key]) for p in points]
     spr = [(label_of(p), *p["spread"][key]) for p in points]
     return med, spr
+
+
+def measured(fid, title, xlabel, ylabel, runs, key, place, question, said, note):
+    """A measurement's figure (no study, no verdict): for each
+    configuration of `runs` ({config: [run]}), `place(config)` gives its
+    (series, x); drawn is the median of `key` over its runs, with their
+    min-max. `said`: what was measured, in words."""
+    series, spread = {}, {}
+    for c, rs in runs.items():
+        s, x = place(c)
+        vals = [r[key] for r in rs]
+        series.setdefault(s, []).append((x, median(vals)))
+        spread.setdefault(s, []).append((x, min(vals), max(vals)))
+    return figure(fid, title, xlabel, ylabel, series, {}, MEASUREMENT, question, (MEASURED, said), note, spread)
+

@@ -27,12 +27,11 @@ import time
 import hvlab
 import qemu_guest
 
-from .figures import figure, interleaved
-from .verdict import MEASURED, median
+from .figures import interleaved, measured
+from .verdict import median
 
 MAC = "02:00:00:00:26:01"
 GUEST, PEER = "198.18.26.1", "198.18.26.3"
-SOURCE = "measurement (no published study)"
 NOTE = ("A measurement, not a study's reproduction: no verdict. The guest is a QEMU machine (TCG, 256 MiB) running "
         "Debian's cloud kernel; source and destination QEMU, both switches and the pinging namespace share this "
         "machine's 2 cores; the two hosts' wire is a veth pair.")
@@ -155,26 +154,19 @@ def migrate_once(tmp, backend, log):
 
 def migration_loss(tmp, quick, reps, log):
     runs = interleaved(list(BACKENDS), reps, lambda b: migrate_once(tmp, b, log))
-
-    def points(keys):
-        med = {b: [(label, median([r[k] for r in runs[b]])) for k, label in keys] for b in BACKENDS}
-        spread = {b: [(label, min(r[k] for r in runs[b]), max(r[k] for r in runs[b])) for k, label in keys]
-                  for b in BACKENDS}
-        return med, spread
-
-    lost, lost_spread = points([("lost", "pings lost")])
-    times, times_spread = points([("downtime_ms", "downtime"), ("total_ms", "total")])
-    hv, br = (lost[b][0][1] for b in BACKENDS)
-    said = (f"hvnet lost {hv:g} pings, the bridge with QEMU's own back end {br:g} (medians of {reps} runs): "
-            + ("more" if hv > br else "no more"))
+    hv, br = (median([r["lost"] for r in runs[b]]) for b in BACKENDS)
+    times = {(b, label): [{"ms": r[k]} for r in runs[b]]
+             for b in BACKENDS for k, label in (("downtime_ms", "downtime"), ("total_ms", "total"))}
     figs = [
-        figure("migration-loss", "Pings lost (10 ms apart) while a guest migrates to another host", "",
-               "pings lost", lost, {}, SOURCE,
-               "does a live migration lose more frames on hvnet than on QEMU's own virtio-net on a TAP joined by a "
-               "Linux bridge?", (MEASURED, said), NOTE, spreads=lost_spread),
-        figure("migration-time", "QEMU's migration time and downtime, per back end", "", "ms", times, {}, SOURCE,
-               "does the back end lengthen the migration or its downtime?",
-               (MEASURED, "; ".join(f"{b}: downtime {t[0][1]:g} ms, total {t[1][1]:g} ms"
-                                    for b, t in times.items())), NOTE, spreads=times_spread),
+        measured("migration-loss", "Pings lost (10 ms apart) while a guest migrates to another host", "",
+                 "pings lost", runs, "lost", lambda b: (b, "pings lost"),
+                 "does a live migration lose more frames on hvnet than on QEMU's own virtio-net on a TAP joined by a "
+                 "Linux bridge?",
+                 f"hvnet lost {hv:g} pings, the bridge with QEMU's own back end {br:g} (medians of {reps} runs): "
+                 + ("more" if hv > br else "no more"), NOTE),
+        measured("migration-time", "QEMU's migration time and downtime, per back end", "", "ms", times, "ms",
+                 lambda c: c, "does the back end lengthen the migration or its downtime?",
+                 "; ".join(f"{b}: downtime {median([r['downtime_ms'] for r in runs[b]]):g} ms, total "
+                           f"{median([r['total_ms'] for r in runs[b]]):g} ms" for b in BACKENDS), NOTE),
     ]
     return figs, runs

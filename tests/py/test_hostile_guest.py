@@ -15,7 +15,7 @@ from test_switch_e2e import assert_accounted, vm
 
 pytestmark = pytest.mark.root
 
-HOSTILE = Path(__file__).with_name("hostile.py")
+HOSTILE = Path(__file__).resolve().parents[2] / "lab" / "hostile_traffic.py"
 
 
 def test_hostile_guest_cannot_grow_the_daemon_or_stop_the_others(tmp_path):

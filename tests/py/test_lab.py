@@ -363,6 +363,26 @@ def test_report_flags_verdicts_that_could_differ_in_another_run(tmp_path):
     assert "could differ" not in (tmp_path / "report.md").read_text()
 
 
+def test_a_measurement_has_no_verdict_and_its_report_asks_its_question(tmp_path):
+    """A measurement (no study behind it): medians and min-max of each
+    configuration's runs, verdict "measured", no published source needed;
+    the report says it is a measurement and asks instead of claiming."""
+    from hvnet_lab.figures import measured
+    runs = {("hvnet", "x"): [{"v": 3.0}, {"v": 1.0}, {"v": 2.0}], ("bridge", "x"): [{"v": 4.0}]}
+    fig = measured("m-fig", "A measurement", "", "units", runs, "v", lambda c: c, "how big is it?", "it is 2", "n")
+    assert fig["verdict"] == "measured" and fig["series"] == {"hvnet": [("x", 2.0)], "bridge": [("x", 4.0)]}
+    assert fig["spread"]["hvnet"] == [("x", 1.0, 3.0)] and not fig["published"]
+    meta = {"date": "d", "host": "h", "cpu_model": "c", "cpus": 2, "kernel": "k", "git_revision": "r",
+            "iperf3": "3", "repeat": 3}
+    res = json.loads(json.dumps({"meta": meta, "experiments": [
+        {"name": "m", "reproduces": "measurement", "workload": "w", "figures": [fig]}]}))
+    assert report.check(res) == []
+    report.render(res, tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert "## m — a measurement" in md and "**Question:** how big is it? — **measured**" in md, md
+    assert "Published effect" not in md
+
+
 def test_report_without_results_says_what_to_run(tmp_path):
     r = hvlab.run([sys.executable, "-m", "hvnet_lab", "report", "--out", str(tmp_path / "none")], check=False,
                   cwd=str(ROOT / "lab"))
@@ -505,6 +525,41 @@ def test_the_physical_side_experiments_run_and_leave_nothing_behind(tmp_path):
     csum = next(e for e in res["experiments"] if e["name"] == "rx-csum")["samples"]
     assert sorted((s["csum"], s["at_once_with"]) for s in csum) == [("hardware", ["software"]),
                                                                     ("software", ["hardware"])], csum
+    assert (links(), netns()) == before
+
+
+MEASUREMENTS = ["fabrics", "per-frame", "hostile-neighbour", "uplinks"]
+
+
+@pytest.mark.root
+def test_the_measurements_run_beside_the_references_and_leave_nothing_behind(tmp_path):
+    """The measurements, each --quick: every figure is "measured" (no
+    verdict, no published source), has a positive value for every
+    configuration it compares (hvnet and each reference that could run),
+    and every run's command is kept; the root namespace is as before."""
+    before = (links(), netns())
+    r = hvlab.run([hvlab.hvnet_bin(), "lab", "run", *MEASUREMENTS, "--quick", "--out", str(tmp_path / "lab")],
+                  check=False, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads((tmp_path / "lab" / "results.json").read_text())
+    assert [e["name"] for e in res["experiments"]] == MEASUREMENTS
+    assert report.check(res) == []
+    figs = {}
+    for e in res["experiments"]:
+        assert e["samples"] and all("command" in s for s in e["samples"]), e["name"]
+        for fig in e["figures"]:
+            assert fig["verdict"] == "measured" and fig["why_not"], fig
+            values = [v for series in fig["series"].values() for _, v in series]
+            assert values and all(v > 0 for v in values), (fig["id"], fig["series"])
+            figs[fig["id"]] = fig
+    assert {"hvnet", "hvnet-uring", "bridge"} <= set(figs["fabrics-throughput"]["series"])
+    assert {"hvnet-uplink", "bridge-uplink", "hvnet-vxlan", "linux-vxlan"} <= set(figs["uplinks-throughput"]["series"])
+    assert [x for x, _ in figs["hostile-neighbour-throughput"]["series"]["VM c to VM b"]] == \
+        ["neighbour idle", "neighbour hostile"]
+    # A few system calls per frame at most (a TAP port reads and writes a
+    # frame per call; other ports batch).
+    calls = dict(figs["per-frame-calls"]["series"]["hvnet"])
+    assert 0 < calls["system calls"] < 10, calls
     assert (links(), netns()) == before
 
 

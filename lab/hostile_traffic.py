@@ -1,12 +1,12 @@
 """A hostile guest, run inside a VM's namespace: floods its eth0 with
 what a misbehaving or malicious guest can send.
 
-    hostile.py tiny-segments SRC_MAC DST_MAC SRC_IP DST_IP COUNT
+    hostile_traffic.py tiny-segments SRC_MAC DST_MAC SRC_IP DST_IP COUNT
         in-order 1-byte TCP segments of one flow, valid checksums (each one
         would be held for coalescing into an LRO receiver)
-    hostile.py random-macs DST_MAC COUNT
+    hostile_traffic.py random-macs DST_MAC COUNT
         frames from random source MAC addresses (fills the FDB)
-    hostile.py tiny-gso SRC_MAC DST_MAC SRC_IP DST_IP COUNT
+    hostile_traffic.py tiny-gso SRC_MAC DST_MAC SRC_IP DST_IP COUNT
         60 KB TSO frames with gso_size 16 (4000 segments each), through a
         packet socket with PACKET_VNET_HDR, so the guest kernel hands them
         to the vNIC as a guest driver would

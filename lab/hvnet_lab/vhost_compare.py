@@ -1,58 +1,45 @@
-#!/usr/bin/env python3
-"""CPU per frame at vhost-user ports: hvnet against Open vSwitch with
-DPDK, same front ends, same run.
+"""CPU per frame at vhost-user ports: hvnet beside Open vSwitch with DPDK,
+same front ends, same run — a measurement (no study, no verdict).
 
 Two DPDK testpmd `net_virtio_user` front ends — a sends (`txonly`, frames
-of `--sizes` bytes to b's MAC), b receives (`rxonly`) — on vhost-user
+of 64 or 1500 bytes to b's MAC), b receives (`rxonly`) — on vhost-user
 ports of:
 - hvnet: two `kind = "vhost-user"` VMs, b with `rx_overflow = "drop"`;
-- ovs-dpdk: Open vSwitch 3.1's DPDK build (`ovs-vswitchd-dpdk`, Debian's
+- ovs-dpdk: Open vSwitch's DPDK build (`ovs-vswitchd-dpdk`, Debian's
   `openvswitch-switch-dpdk`, installed here if missing, its service never
   started), `dpdkvhostuserclient` ports on a `netdev` bridge, b's MAC in
   its FDB, one poll-mode thread on core 0.
 The switch runs on core 0, both front ends on core 1, so that the
 receiver is slower than the sender and both switches drop at b's full
-receive ring. After a warm-up, over `--seconds`:
+receive ring. After a warm-up, over the measured window:
 - hvnet: CPU time of all its threads (`/proc/PID/task/*/schedstat`) per
   frame it took from a; and of a's ingress worker alone;
 - ovs-dpdk: its poll-mode thread's processing cycles per packet
   (`ovs-appctl dpif-netdev/pmd-stats-show`, over the TSC frequency), and
   the whole thread's CPU time per packet (it polls at any load).
 Then, a stopped: hvnet's CPU over 2 s with no frames flowing (the poll-
-mode thread keeps its core at any load).
+mode thread keeps its core at any load). The two switches run
+interleaved, a fresh set-up each run."""
 
-Switches run interleaved per repetition; medians of `--repeat` runs.
-Run as root: `scripts/bench_vhost_pps.py [--sizes 64,1500] [--repeat 3]
-[--seconds 5] [--out F.json]`. Not a test: nothing here asserts a speed.
-"""
-
-import argparse
 import contextlib
 import json
 import os
 import re
-import shutil
 import signal
-import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "lab")]
+import hvlab
 
-import hvlab  # noqa: E402
-from hvnet_lab.fabrics import OvsDaemons, link_exists  # noqa: E402
+from .fabrics import OvsDaemons, link_exists
+from .figures import interleaved, measured
+from .verdict import median
 
 MAC_A, MAC_B = "02:00:00:00:1b:0a", "02:00:00:00:1b:0b"
 OVS_DPDK = "/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk"
 HUGEPAGES = 1024  # 2 MiB each: OVS's 1 GiB socket memory, 256 MiB per front end
-
-
-def log(msg):
-    print(f"bench_vhost_pps: {msg}", file=sys.stderr, flush=True)
 
 
 def ensure_ovs_dpdk():
@@ -60,7 +47,7 @@ def ensure_ovs_dpdk():
     service started (as scripts/install-deps.sh installs Open vSwitch)."""
     if os.path.exists(OVS_DPDK):
         return
-    log("installing openvswitch-switch-dpdk (service not started)")
+    print("lab: installing openvswitch-switch-dpdk (its service not started) ...", flush=True)
     policy = Path("/usr/sbin/policy-rc.d")
     saved = policy.read_bytes() if policy.exists() else None
     policy.write_text("#!/bin/sh\nexit 101\n")
@@ -99,7 +86,7 @@ class Pmd:
         self.log = tempfile.NamedTemporaryFile("w+", prefix=f"testpmd-{name}-", suffix=".log")
         self.proc = subprocess.Popen(
             ["dpdk-testpmd", "--lcores=0@1,1@1", "--no-pci", "--in-memory", "--single-file-segments",
-             f"--huge-dir={huge}", "-m", "256", f"--file-prefix=hvb{os.getpid()}{name}", f"--vdev={vdev}", "--",
+             f"--huge-dir={huge}", "-m", "256", f"--file-prefix=hvl{os.getpid()}{name}", f"--vdev={vdev}", "--",
              "--auto-start", f"--forward-mode={mode}", *extra],
             stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -185,7 +172,7 @@ def run_ovs(huge, size, seconds, mhz):
     ovs.start(config=["other_config:dpdk-init=true", "other_config:pmd-cpu-mask=0x1",
                       "other_config:dpdk-socket-mem=1024", "other_config:dpdk-socket-limit=1024",
                       f"other_config:dpdk-hugepage-dir={huge}",
-                      f'other_config:dpdk-extra="--file-prefix=hvbovs{os.getpid()} --no-pci"'],
+                      f'other_config:dpdk-extra="--file-prefix=hvlovs{os.getpid()} --no-pci"'],
               vswitchd=OVS_DPDK)
     a = b = None
     br = f"hvb{os.getpid() % 100000}"
@@ -246,41 +233,46 @@ def run_ovs(huge, size, seconds, mhz):
     return dict(mpps=n / seconds / 1e6, ns_per_frame=(c1 - c0) / n, processing_ns_per_frame=cycles / mhz * 1e3)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", default="64,1500", help="frame sizes testpmd sends (bytes, comma-separated)")
-    ap.add_argument("--repeat", type=int, default=3, help="runs per switch and size (median reported)")
-    ap.add_argument("--seconds", type=float, default=5, help="measured window per run")
-    ap.add_argument("--out", help="write the runs and medians as JSON here")
-    args = ap.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("bench_vhost_pps: run as root (hugepages, vhost-user sockets, hvnet up)")
+def vhost_frames(tmp, quick, reps, log):
+    sizes = [64] if quick else [64, 1500]
+    secs = 2 if quick else 4
     ensure_ovs_dpdk()
     mhz = tsc_mhz()
-    results = {}
-    with hugepages(HUGEPAGES) as huge, tempfile.TemporaryDirectory() as tmp:
-        for size in [int(s) for s in args.sizes.split(",")]:
-            runs = {"hvnet": [], "ovs-dpdk": []}
-            for r in range(args.repeat):
-                log(f"{size} B, run {r + 1}/{args.repeat}: hvnet")
-                runs["hvnet"].append(run_hvnet(Path(tmp), huge, size, args.seconds))
-                log(f"{size} B, run {r + 1}/{args.repeat}: ovs-dpdk")
-                runs["ovs-dpdk"].append(run_ovs(huge, size, args.seconds, mhz))
-            med = {sw: {k: statistics.median(x[k] for x in rs) for k in rs[0]} for sw, rs in runs.items()}
-            h, o = med["hvnet"], med["ovs-dpdk"]
-            med["ratios"] = {
-                "hvnet_vs_ovs_processing": h["ns_per_frame"] / o["processing_ns_per_frame"],
-                "hvnet_vs_ovs_pmd_thread": h["ns_per_frame"] / o["ns_per_frame"],
-            }
-            results[size] = {"runs": runs, "median": med}
-            print(f"{size:>5} B  hvnet {h['ns_per_frame']:7.0f} ns/frame (worker {h['worker_ns_per_frame']:.0f}, "
-                  f"{h['mpps']:.2f} Mpps, idle CPU {h['idle_cpu'] * 100:.1f} %)   "
-                  f"ovs-dpdk processing {o['processing_ns_per_frame']:.0f}, pmd thread {o['ns_per_frame']:.0f} "
-                  f"ns/frame ({o['mpps']:.2f} Mpps)   ratios {med['ratios']['hvnet_vs_ovs_processing']:.2f}x, "
-                  f"{med['ratios']['hvnet_vs_ovs_pmd_thread']:.2f}x", flush=True)
-    if args.out:
-        Path(args.out).write_text(json.dumps(dict(tsc_mhz=mhz, results=results), indent=2))
 
+    def one(c):
+        switch, size = c
+        r = run_hvnet(tmp, huge, size, secs) if switch == "hvnet" else run_ovs(huge, size, secs, mhz)
+        log.append({"command": f"{switch}: dpdk-testpmd txonly --txpkts={size} -> dpdk-testpmd rxonly, {secs} s "
+                               "measured", "switch": switch, "size": size, **r})
+        return r
 
-if __name__ == "__main__":
-    main()
+    with hugepages(HUGEPAGES) as huge:
+        runs = interleaved([(sw, size) for size in sizes for sw in ("hvnet", "ovs-dpdk")], reps, one)
+    per = lambda sw, size, k: median([r[k] for r in runs[(sw, size)]])  # noqa: E731
+    cost = {}
+    for size in sizes:
+        for series, sw, k in (("hvnet, all threads", "hvnet", "ns_per_frame"),
+                              ("hvnet, a's ingress worker", "hvnet", "worker_ns_per_frame"),
+                              ("ovs-dpdk, processing cycles", "ovs-dpdk", "processing_ns_per_frame"),
+                              ("ovs-dpdk, poll-mode thread", "ovs-dpdk", "ns_per_frame")):
+            cost[(series, f"{size} B")] = [{"ns": r[k]} for r in runs[(sw, size)]]
+    said = "; ".join(f"{size} B: hvnet {per('hvnet', size, 'ns_per_frame'):.0f} ns per frame, "
+                     f"{per('hvnet', size, 'ns_per_frame') / per('ovs-dpdk', size, 'processing_ns_per_frame'):.2f}x "
+                     "Open vSwitch with DPDK's processing cycles, "
+                     f"{per('hvnet', size, 'ns_per_frame') / per('ovs-dpdk', size, 'ns_per_frame'):.2f}x its "
+                     "poll-mode thread's time" for size in sizes)
+    idle = median([r["idle_cpu"] for size in sizes for r in runs[("hvnet", size)]])
+    note = ("Both switches on core 0, both testpmd front ends on core 1; frames dropped at b's full receive ring "
+            f"in both. With no frames flowing hvnet used {idle * 100:.1f} % of a core; the poll-mode thread uses all "
+            f"of its core at any load. The TSC runs at {mhz:.0f} MHz.")
+    figs = [
+        measured("vhost-cpu-per-frame", "CPU per frame at vhost-user ports: hvnet and Open vSwitch with DPDK",
+                 "frame size", "ns per frame", cost, "ns", lambda c: c,
+                 "how much CPU does hvnet spend per vhost-user frame beside Open vSwitch with DPDK?", said, note),
+        measured("vhost-frame-rate", "Frames per second taken from the sending front end", "frame size", "Mpps",
+                 runs, "mpps", lambda c: (c[0], f"{c[1]} B"),
+                 "how many frames per second does each switch take from a testpmd front end?",
+                 "; ".join(f"{size} B: hvnet {per('hvnet', size, 'mpps'):.2f} Mpps, Open vSwitch with DPDK "
+                           f"{per('ovs-dpdk', size, 'mpps'):.2f}" for size in sizes), note),
+    ]
+    return figs, {f"{sw} {size}": rs for (sw, size), rs in runs.items()}

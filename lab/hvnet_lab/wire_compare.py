@@ -1,0 +1,66 @@
+"""hvnet's physical side beside Linux's and Open vSwitch's, same workload,
+same run: a measurement (no study, no verdict). An external host (a
+namespace on the far end of a veth "wire"; the near end's GRO on, the
+NIC's "hardware LRO") and a VM:
+- hvnet-uplink: the VM behind hvnet, the wire on an hvnet uplink;
+- bridge-uplink: the VM on a Linux bridge whose port is the same wire;
+- hvnet-vxlan: hvnet's VXLAN tunnel endpoint on the uplink, the host
+  running Linux's vxlan device;
+- linux-vxlan: a Linux bridge with a kernel vxlan device over the wire;
+- ovs-vxlan: Open vSwitch's userspace datapath as the endpoint.
+iperf3 with 64 KiB writes, 1 and 4 streams: host to VM with the host's
+NIC sending wire-sized frames (TSO off) or left at its defaults (TSO on:
+a veth then hands over whole GSO frames, tunnelled ones too), and VM to
+host; all fabrics up at once, runs interleaved."""
+
+import contextlib
+
+from .fabric_compare import ratio_range
+from .fabrics import A_IP, B_IP, BridgeUplink, HvnetUplink, HvnetVxlan, LinuxVxlan, OvsVxlan
+from .figures import interleaved, iperf, measured
+
+FABRICS = (HvnetUplink, BridgeUplink, HvnetVxlan, LinuxVxlan, OvsVxlan)
+PAIRS = [("hvnet-uplink", "bridge-uplink"), ("hvnet-vxlan", "linux-vxlan"), ("hvnet-vxlan", "ovs-vxlan")]
+NOTE = ("The external host and the VM are network namespaces, the wire a veth pair; hosts, VMs and the switches "
+        "share this machine's 2 cores.")
+
+
+def run_one(f, peer, direction, streams, secs, log):
+    f.sh("a", f"ethtool -K eth0 tso {'off' if peer == 'wire-sized' else 'on'} >/dev/null")
+    reverse = direction == "vm->host"
+    src, ip = ("b", A_IP) if reverse else ("a", B_IP)
+    f.sh(src, f"ping -c 1 -W 2 {ip} >/dev/null", check=False)
+    return iperf(f, streams, "64K", secs, log=log, reverse=reverse)
+
+
+def uplinks(tmp, quick, reps, log):
+    secs = 2 if quick else 3
+    # The host's TSO matters where it sends: host to VM with and without
+    # it, VM to host as the host is left.
+    pairs = [("default offloads", "host->vm")] if quick else \
+        [("wire-sized", "host->vm"), ("default offloads", "host->vm"), ("default offloads", "vm->host")]
+    points = [(p, d, s) for p, d in pairs for s in (1, 4)]
+    failed = {}
+    with contextlib.ExitStack() as stack:
+        up = {}
+        for F in FABRICS:
+            try:
+                up[F.name] = stack.enter_context(F(tmp, 1500))
+            except Exception as e:  # a reference that cannot run is reported, not hidden
+                failed[F.name] = str(e)
+        configs = [(name, *pt) for pt in points for name in up]
+        runs = interleaved(configs, reps, lambda c: run_one(up[c[0]], *c[1:], secs, log))
+    place = lambda c: (c[0], f"{c[1]}, {c[2]}, {c[3]} stream{'s' if c[3] > 1 else ''}")  # noqa: E731
+    note = NOTE + "".join(f" {n} could not run: {e}" for n, e in failed.items())
+    said = lambda key: "; ".join(f"{h} / {o} {ratio_range(runs, h, o, key)}" for h, o in PAIRS) \
+        + " over the points"  # noqa: E731
+    figs = [
+        measured("uplinks-throughput", "Host to VM and back through an uplink, plain and over VXLAN",
+                 "peer's offloads, direction, streams", "Gbit/s", runs, "gbps", place,
+                 "how does hvnet's uplink and VXLAN endpoint compare with Linux's bridge, Linux's vxlan device and "
+                 "Open vSwitch on the same wire?", said("gbps"), note),
+        measured("uplinks-efficiency", "CPU efficiency through an uplink: Gbit/s per busy core",
+                 "peer's offloads, direction, streams", "Gbit/s per busy core", runs, "gbps_per_core", place,
+                 "how much CPU does each spend for the same traffic?", said("gbps_per_core"), note),
+    ]
+    return figs, {" ".join(map(str, c)): rs for c, rs in runs.items()}

@@ -16,8 +16,8 @@ server, not a hypervisor's scheduler.
 
 import math
 
-from . import (fabric_compare, migration, neighbours, seed000, seed001, seed001_offload, seed002, seed003, seed004,
-               vhost_compare, wire_compare)
+from . import (fabric_compare, guest_compare, migration, neighbours, seed000, seed001, seed001_offload, seed002,
+               seed003, seed004, vhost_compare, wire_compare)
 
 
 EXPERIMENTS = [
@@ -82,6 +82,12 @@ EXPERIMENTS = [
     {"name": "vhost-frames", "reproduces": "measurement", "run": vhost_compare.vhost_frames,
      "workload": "DPDK testpmd front ends (txonly to rxonly) on vhost-user ports of hvnet and of Open vSwitch with DPDK, "
                  "64 and 1500 B frames: CPU per frame and frames per second"},
+    {"name": "guests", "reproduces": "measurement", "run": guest_compare.guests,
+     "workload": "QEMU guest to QEMU guest, one stream, through hvnet's vhost-user ports, QEMU's own virtio-net on TAPs in "
+                 "a Linux bridge, and DPDK testpmd's vhost back end; fresh guests every run"},
+    {"name": "frame-rate", "reproduces": "measurement", "run": guest_compare.frame_rate,
+     "workload": "64-byte frames from a DPDK testpmd front end (txonly) to another (rxonly), through hvnet or through "
+                 "testpmd's own vhost back end"},
     {"name": "migration-loss", "reproduces": "measurement", "run": migration.migration_loss,
      "workload": "a QEMU guest live-migrated to another host under pings every 10 ms from a namespace VM; hvnet's "
                  "vhost-user ports on two switches vs QEMU's own virtio-net on TAPs in two Linux bridges"},

@@ -1,0 +1,274 @@
+"""Real guests VM to VM, and frame rates at vhost-user ports, hvnet beside
+the references: measurements (no study, no verdict).
+
+- guests: two QEMU guests (TCG; Debian's cloud kernel and its
+  virtio-net-pci driver, iperf3 in a busybox initramfs, booted through the
+  one QEMU helper, lab/qemu_guest.py), one iperf3 stream from a to b,
+  through hvnet's vhost-user ports, through QEMU's own virtio-net on TAPs
+  joined by a Linux bridge, and through DPDK testpmd's vhost back end
+  (`net_vhost`, io forwarding); fresh guests every run, interleaved.
+- frame-rate: DPDK testpmd front ends (`net_virtio_user`) at both ends,
+  64-byte frames from `txonly` to `rxonly`, through hvnet or through
+  testpmd's own vhost back end.
+
+The same comparison with User-Mode Linux guests on TAPs (their vector
+driver) is not here: hvnet starts UML guests only on its own ports."""
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import hvlab
+import qemu_guest
+
+from . import measure
+from .figures import interleaved, measured
+from .verdict import median
+
+A_IP, B_IP = "198.18.20.1", "198.18.20.2"
+
+
+def summary(out: str, cpu) -> dict:
+    r = measure.iperf3(out)
+    gbps = r["bps"] / 1e9
+    return {"gbps": gbps, "busy_cores": cpu.cores, "gbps_per_core": cpu.gbit_per_core_second(r["bytes"]),
+            "retransmits": r.get("retransmits", 0)}
+
+
+@contextlib.contextmanager
+def bridged_taps(prefix: str, *tap_flags):
+    """Two TAP devices (created with `tap_flags`) joined by a Linux bridge,
+    removed afterwards: yields their names."""
+    tag = f"{os.getpid() % 100000}"
+    br, taps = f"{prefix}br{tag}", [f"{prefix}t{tag}a", f"{prefix}t{tag}b"]
+    try:
+        hvlab.run(["ip", "link", "add", br, "type", "bridge"])
+        hvlab.run(["ip", "link", "set", br, "up"])
+        for t in taps:
+            hvlab.run(["ip", "tuntap", "add", t, "mode", "tap", *tap_flags])
+            hvlab.run(["ip", "link", "set", t, "master", br, "up"])
+        yield taps
+    finally:
+        for d in taps + [br]:
+            hvlab.run(["ip", "link", "del", d], check=False)
+
+
+# QEMU guests: Debian's cloud kernel and its
+# virtio-net-pci driver (TCG here), iperf3 in a busybox initramfs
+# (lab/qemu_guest.py). The same guests on every fabric; only the NIC's
+# back end differs: hvnet's vhost-user ports, QEMU's own virtio-net on
+# TAPs joined by a Linux bridge, or DPDK testpmd's vhost back end
+# (`net_vhost`, io forwarding).
+QMAC_A, QMAC_B = "02:00:00:00:21:0a", "02:00:00:00:21:0b"
+
+
+def qemu_pair(work: Path, nics, seconds: int) -> dict:
+    """Boots server guest b and client guest a on `nics` ({"sock": path}
+    or {"tap": device} each, a first); returns the client's transfer with
+    the machine's CPU while it ran."""
+    client = (f"until ping -c 1 -W 1 {B_IP} > /dev/null 2>&1; do :; done; echo HVNET-GO; "
+              f"iperf3 -c {B_IP} -t {seconds} -J")
+    procs, logs = [], []
+    try:
+        for name, mac, ip, cmd, nic in (("b", QMAC_B, B_IP, "iperf3 -s -1", nics[1]),
+                                        ("a", QMAC_A, A_IP, client, nics[0])):
+            d = work / f"guest-{name}"
+            d.mkdir()
+            initrd = qemu_guest.initramfs(d, mac, f"{ip}/24", cmd, binaries=["/usr/bin/iperf3"])
+            logs.append(d / "console.log")
+            procs.append(subprocess.Popen(qemu_guest.argv(nic.get("sock"), mac, initrd, tap=nic.get("tap")),
+                                          stdin=subprocess.DEVNULL, stdout=open(logs[-1], "w"),
+                                          stderr=subprocess.STDOUT, start_new_session=True))
+        a, log = procs[1], logs[1]
+        deadline = time.monotonic() + 180
+        while "HVNET-GO" not in log.read_text(errors="replace"):
+            if time.monotonic() > deadline or a.poll() is not None:
+                raise RuntimeError(f"guest a did not start its transfer; see {log}")
+            time.sleep(0.02)
+        with measure.Cpu() as cpu:
+            a.wait(timeout=seconds + 120)
+        rc, text = qemu_guest.output(log.read_text(errors="replace"))
+        if rc != 0:
+            raise RuntimeError(f"guest a's iperf3 failed ({rc}); see {log}")
+        return summary(text.split("HVNET-GO", 1)[1], cpu)
+    finally:
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def qemu_hvnet_run(work: Path, seconds: int) -> dict:
+    vms = [dict(name="a", kind="vhost-user", mac=QMAC_A), dict(name="b", kind="vhost-user", mac=QMAC_B)]
+    with hvlab.Topology(work, vms, prefix="hvq") as t:
+        d = Path(f"/run/hvnet/{t.name}")
+        return qemu_pair(work, [{"sock": str(d / "a.sock")}, {"sock": str(d / "b.sock")}], seconds)
+
+
+def qemu_bridge_run(work: Path, seconds: int) -> dict:
+    with bridged_taps("hvq", "vnet_hdr") as taps:
+        return qemu_pair(work, [{"tap": t} for t in taps], seconds)
+
+
+def qemu_testpmd_run(work: Path, seconds: int) -> dict:
+    with testpmd_forwarder(work) as socks:
+        return qemu_pair(work, [{"sock": str(s)} for s in socks], seconds)
+
+
+# Frame rate: DPDK testpmd front ends (`net_virtio_user`, a poll-mode
+# virtio driver) at both ends, 64-byte frames from `txonly` to `rxonly`,
+# through hvnet or through testpmd's own vhost back end (`net_vhost`, io
+# forwarding).
+MAC_A, MAC_B = "02:00:00:00:20:0a", "02:00:00:00:20:0b"
+
+
+def pmd(work: Path, name: str, vdevs, fwd_args, fwd_core=1) -> subprocess.Popen:
+    """testpmd, its forwarding thread polling `fwd_core`: the two front
+    ends share core 1, the switch under test has core 0 (the reference's
+    forwarder polls it; hvnet's threads are not pinned and find it free)."""
+    # Line-buffered: its statistics are read while it runs.
+    return subprocess.Popen(
+        ["stdbuf", "-oL", "dpdk-testpmd", "--no-huge", "-m", "512", "--no-pci", f"--file-prefix=hvg{os.getpid()}{name}",
+         "-l", "0,1", f"--main-lcore={1 - fwd_core}", *vdevs, "--", "--auto-start", "--total-num-mbufs=16384", "--stats-period=1", *fwd_args],
+        stdin=subprocess.PIPE, stdout=open(work / f"{name}.log", "w"), stderr=subprocess.STDOUT,
+        start_new_session=True)
+
+
+def pmd_stop(p: subprocess.Popen):
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(p.pid, signal.SIGINT)
+    try:
+        p.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+
+def rx_pps(log: Path) -> list:
+    """testpmd's own once-a-second receive rates, in order."""
+    return [int(x) for x in re.findall(r"Rx-pps:\s+(\d+)", log.read_text())]
+
+
+def frames_between(work: Path, sock_a: Path, sock_b: Path, seconds: int, ready) -> dict:
+    """txonly into `sock_a`, rxonly on `sock_b`: the receiver's frames/s
+    (median of testpmd's per-second rates over the measured span)."""
+    rx = pmd(work, "rx", [f"--vdev=net_virtio_user0,path={sock_b},mac={MAC_B},queue_size=1024"], ["--forward-mode=rxonly"])
+    tx = None
+    try:
+        hvlab.eventually(ready, timeout=30)
+        tx = pmd(work, "tx", [f"--vdev=net_virtio_user0,path={sock_a},mac={MAC_A},queue_size=1024"],
+                 ["--forward-mode=txonly", f"--eth-peer=0,{MAC_B}"])
+        time.sleep(3)  # past start-up
+        skip = len(rx_pps(work / "rx.log"))
+        with measure.Cpu() as cpu:
+            time.sleep(seconds)
+        rates = rx_pps(work / "rx.log")[skip:]
+    finally:
+        if tx:
+            pmd_stop(tx)
+        pmd_stop(rx)
+    fps = statistics.median(rates) if rates else 0.0
+    return {"fps": fps, "busy_cores": cpu.cores, "fps_per_core": fps / max(cpu.cores, 1e-9)}
+
+
+def hvnet_frames(work: Path, seconds: int) -> dict:
+    vms = [dict(name="a", kind="vhost-user", mac=MAC_A), dict(name="b", kind="vhost-user", mac=MAC_B)]
+    with hvlab.Topology(work, vms, prefix="hvf") as t:
+        d = Path(f"/run/hvnet/{t.name}")
+
+        def ready():
+            return any(p["name"] == "b" and p["link"] == "up" for p in json.loads(t.hv("ports", "--json").stdout))
+
+        return frames_between(work, d / "a.sock", d / "b.sock", seconds, ready)
+
+
+@contextlib.contextmanager
+def testpmd_forwarder(work: Path):
+    """testpmd's vhost back end, two `net_vhost` ports with io forwarding
+    between them (the reference switch): yields their two sockets."""
+    socks = [work / "vhost0.sock", work / "vhost1.sock"]
+    fwd = pmd(work, "fwd", [f"--vdev=net_vhost0,iface={socks[0]}", f"--vdev=net_vhost1,iface={socks[1]}"],
+              ["--forward-mode=io", "--nb-cores=1"], fwd_core=0)
+    try:
+        hvlab.eventually(lambda: all(s.exists() for s in socks), timeout=30)
+        yield socks
+    finally:
+        pmd_stop(fwd)
+
+
+def testpmd_frames(work: Path, seconds: int) -> dict:
+    with testpmd_forwarder(work) as socks:
+        return frames_between(work, socks[0], socks[1], seconds, lambda: True)
+
+
+GUEST_FABRICS = {"hvnet": qemu_hvnet_run, "bridge": qemu_bridge_run, "testpmd": qemu_testpmd_run}
+FRAME_FABRICS = {"hvnet": hvnet_frames, "testpmd": testpmd_frames}
+GUEST_NOTE = ("VMs are real guests: QEMU machines (one vCPU, 256 MiB, TCG: no KVM here); the guests, the switch and "
+              "the references share this machine's 2 cores.")
+
+
+def fresh(tmp, name):
+    d = tmp / hvlab.unique(name)
+    d.mkdir()
+    return d
+
+
+def ratios_said(runs, key, unit):
+    hv = median([r[key] for r in runs["hvnet"]])
+    value = f"{hv:,.0f}" if hv >= 1000 else f"{hv:,.2f}"
+    return f"hvnet {value} {unit}; " + ", ".join(
+        f"hvnet / {n} {hv / max(median([r[key] for r in rs]), 1e-9):.2f}" for n, rs in runs.items() if n != "hvnet")
+
+
+def guests(tmp, quick, reps, log):
+    secs = 3 if quick else 5
+    if not shutil.which("dpdk-testpmd"):
+        raise RuntimeError("guests needs dpdk-testpmd (scripts/install-deps.sh installs dpdk-dev)")
+
+    def one(name):
+        r = GUEST_FABRICS[name](fresh(tmp, name), secs)
+        log.append({"command": f"{name}: QEMU guest a: iperf3 -c {B_IP} -t {secs} -J", **r})
+        return r
+
+    runs = interleaved(list(GUEST_FABRICS), reps, one)
+    figs = [
+        measured("guests-throughput", "QEMU guest to QEMU guest: hvnet, a Linux bridge, testpmd's vhost back end", "",
+                 "Gbit/s", runs, "gbps", lambda n: (n, "1 stream"),
+                 "how does hvnet carry real guests' traffic beside QEMU's own back end on a bridge and DPDK's?",
+                 ratios_said(runs, "gbps", "Gbit/s"), GUEST_NOTE),
+        measured("guests-efficiency", "QEMU guest to QEMU guest: Gbit/s per busy core", "", "Gbit/s per busy core",
+                 runs, "gbps_per_core", lambda n: (n, "1 stream"), "how much CPU does each spend for it?",
+                 ratios_said(runs, "gbps_per_core", "Gbit/s per core"), GUEST_NOTE),
+    ]
+    return figs, runs
+
+
+def frame_rate(tmp, quick, reps, log):
+    secs = 3 if quick else 5
+    if not shutil.which("dpdk-testpmd"):
+        raise RuntimeError("frame-rate needs dpdk-testpmd (scripts/install-deps.sh installs dpdk-dev)")
+
+    def one(name):
+        r = FRAME_FABRICS[name](fresh(tmp, name), secs)
+        log.append({"command": f"{name}: dpdk-testpmd txonly -> dpdk-testpmd rxonly, 64 B, {secs} s", **r})
+        return r
+
+    runs = interleaved(list(FRAME_FABRICS), reps, one)
+    note = ("Both testpmd front ends share core 1; testpmd's forwarder polls core 0, hvnet's threads are not pinned "
+            "and find it free.")
+    figs = [
+        measured("frame-rate", "64-byte frames per second between testpmd front ends", "", "frames/s", runs, "fps",
+                 lambda n: (n, "64 B"), "how many small frames per second does hvnet carry beside DPDK's own vhost "
+                 "back end?", ratios_said(runs, "fps", "frames/s"), note),
+        measured("frame-rate-efficiency", "64-byte frames per second per busy core", "", "frames/s per busy core",
+                 runs, "fps_per_core", lambda n: (n, "64 B"), "and per busy core?",
+                 ratios_said(runs, "fps_per_core", "frames/s per core"), note),
+    ]
+    return figs, runs

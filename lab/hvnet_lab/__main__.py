@@ -19,7 +19,7 @@ from pathlib import Path
 import hvlab
 
 from . import experiments, report, stability
-from .figures import most_runs
+from .runners import most_runs
 from .verdict import INTERVAL
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,6 @@ import math
 from . import (fabric_compare, guest_compare, migration, neighbours, seed000, seed001, seed001_offload, seed002,
                seed003, seed004, vhost_compare, wire_compare)
 
-
 EXPERIMENTS = [
     {"name": "lro-native", "reproduces": "000, Figures 1-3", "run": seed000.lro_native,
      "workload": "native sender (TSO off at its port, MTU 1500) to a VM; LRO off vs on; 256 B / 16 KiB / 64 KiB writes, 8/64/256 KiB socket buffers"},

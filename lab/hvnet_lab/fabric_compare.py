@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 from .fabrics import B_IP, Bridge, Hvnet, HvnetUring, Ovs, baseline
-from .figures import interleaved, iperf, measured, vm_note
+from .figures import measured, vm_note
+from .runners import interleaved, iperf
 from .verdict import median
 
 FABRICS_NOTE = (vm_note() + " hvnet's VMs are TAP ports with virtio-net headers; the bridge's are veth pairs into a "

@@ -18,6 +18,8 @@ from pathlib import Path
 import hvlab
 
 A_IP, B_IP = "10.98.0.1", "10.98.0.2"
+# The VXLAN network the tunnel fabrics use (wire_fabrics, Open vSwitch's endpoint).
+VNI = 42
 
 def running(pid):
     """True while `pid` runs (a zombie waiting to be reaped does not)."""
@@ -228,106 +230,6 @@ class Ovs(Fabric):
         return self.nss[vm].name
 
 
-
-
-# The physical side. In these fabrics "a" is an external host on a wire
-# (a namespace behind a veth pair whose near end is the switch's uplink;
-# its NIC has TSO off, so wire-sized frames cross, and the near end's GRO
-# is the NIC's "hardware LRO") and "b" is a VM behind the switch.
-
-UNDERLAY_A, UNDERLAY_SW, VNI = "198.18.1.2", "198.18.1.1", 42
-
-
-def linux_vxlan(sh, local, remote, ip, dev="eth0"):
-    """Linux's own VXLAN device in a namespace (`sh` runs a command there)."""
-    sh(f"ip link add vx{VNI} type vxlan id {VNI} local {local} remote {remote} dstport 4789 dev {dev} noudpcsum"
-       f" && ip link set vx{VNI} up" + (f" && ip addr add {ip}/24 dev vx{VNI}" if ip else ""))
-
-
-def vxlan_host_on_a_wire(a, sw, mtu, offloads=""):
-    """Host a on a veth wire into namespace `sw` (whose end is `pa`): its
-    eth0 with the underlay address and room for VXLAN, TSO off (wire-sized
-    frames, as a physical NIC sends) and `offloads` also off, and Linux's
-    vxlan device with the overlay address. Returns the underlay MTU."""
-    under = mtu + 50
-    hvlab.run(["ip", "link", "add", "eth0", "netns", a.name, "type", "veth", "peer", "name", "pa", "netns", sw.name])
-    a.sh(f"ip link set eth0 mtu {under} up && ip addr add {UNDERLAY_A}/24 dev eth0 "
-         f"&& ethtool -K eth0 tso off {offloads} >/dev/null")
-    linux_vxlan(a.sh, UNDERLAY_A, UNDERLAY_SW, A_IP)
-    return under
-
-
-class HvnetUplink(Hvnet):
-    """hvnet with an uplink: VM b behind it, external host a on the wire."""
-
-    name = "hvnet-uplink"
-
-    def __init__(self, tmp, mtu, **_):
-        self.t = hvlab.Topology(
-            Path(tmp), [dict(name="b", ipv4=B_IP + "/24", mtu=mtu)], prefix="bu",
-            uplinks=[dict(name="up0", device="", mtu=mtu, lro="hardware", tso="hardware")],
-            hosts=[dict(name="a", uplink="up0", ipv4=A_IP + "/24")])
-
-
-class HvnetUplinkSoftwareLro(HvnetUplink):
-    """As hvnet-uplink, with the near end's GRO off and hvnet's own GRO at
-    the uplink (`lro = "software"`): a hypervisor's software LRO."""
-
-    name = "hvnet-uplink-swlro"
-    lro = "software"
-
-    def __init__(self, tmp, mtu, **_):
-        self.t = hvlab.Topology(
-            Path(tmp), [dict(name="b", ipv4=B_IP + "/24", mtu=mtu)], prefix="bs",
-            uplinks=[dict(name="up0", device="", mtu=mtu, lro=self.lro, tso="hardware")],
-            hosts=[dict(name="a", uplink="up0", ipv4=A_IP + "/24")])
-
-
-class HvnetUplinkNoLro(HvnetUplinkSoftwareLro):
-    """As hvnet-uplink with no LRO at the uplink (`lro = "off"`): the wire's
-    frames are switched one by one, then coalesced for the VM by its own
-    LRO on delivery."""
-
-    name = "hvnet-uplink-nolro"
-    lro = "off"
-
-
-class HvnetVxlan(Hvnet):
-    """hvnet's VXLAN tunnel endpoint on its uplink; host a runs Linux's
-    vxlan device over the wire (underlay MTU 1550, overlay 1500)."""
-
-    name = "hvnet-vxlan"
-
-    def __init__(self, tmp, mtu, **_):
-        self.t = hvlab.Topology(
-            Path(tmp), [dict(name="b", ipv4=B_IP + "/24", mtu=mtu)], prefix="bv",
-            uplinks=[dict(name="up0", device="", mtu=mtu + 50, lro="hardware", tso="hardware",
-                          vxlan=dict(vni=VNI, local=UNDERLAY_SW + "/24", remotes=[UNDERLAY_A]))],
-            hosts=[dict(name="a", uplink="up0", ipv4=UNDERLAY_A + "/24")])
-
-    def __enter__(self):
-        super().__enter__()
-        try:
-            linux_vxlan(lambda c: self.sh("a", c), UNDERLAY_A, UNDERLAY_SW, A_IP)
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
-        return self
-
-
-class BridgeUplink(Bridge):
-    """The Linux bridge with the same wire as its uplink: host a's NIC sends
-    wire-sized frames, the bridge's end of the wire runs GRO."""
-
-    name = "bridge-uplink"
-
-    def _up(self):
-        super()._up()
-        self.nss["a"].sh("ethtool -K eth0 tso off >/dev/null")
-        self.nss["sw"].sh("ethtool -K pa gro on >/dev/null")
-        return self
-
-
 class OvsDaemons:
     """ovsdb-server and ovs-vswitchd in a private run directory, inside
     network namespace `ns` (or this one, for None); stopped by their
@@ -399,73 +301,3 @@ class OvsDaemons:
         while any(running(pid) for pid in pids) and time.monotonic() < deadline:
             time.sleep(0.02)
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-class OvsVxlan(Fabric):
-    """Open vSwitch's userspace datapath as the VXLAN endpoint: its daemons
-    in the switch's namespace, a physical bridge over the wire, VM b on a
-    tap port of the integration bridge; host a runs Linux's vxlan device.
-    Host a's NIC completes checksums itself (tx checksumming off): a veth
-    would hand Open vSwitch's AF_PACKET port partial checksums it takes as
-    they are."""
-
-    name = "ovs-vxlan"
-
-    def __init__(self, tmp, mtu, **_):
-        self.mtu = mtu
-        self.nss = {k: hvlab.Netns("ov") for k in ("a", "b", "sw")}
-        self.daemons = None
-
-    def _up(self):
-        for n in self.nss.values():
-            n.__enter__()
-        a, b, sw = self.nss["a"], self.nss["b"], self.nss["sw"]
-        under = vxlan_host_on_a_wire(a, sw, self.mtu, "tx off")
-        sw.sh(f"ip link set pa mtu {under} up && ethtool -K pa gro on >/dev/null")
-        self.daemons = OvsDaemons(sw.name)
-        self.daemons.start()
-        self.daemons.vxlan_endpoint("pa", UNDERLAY_SW, UNDERLAY_A, None, self.mtu)
-        tap = "otb"
-        self.daemons.vsctl("add-port", "br-int", tap, "--", "set", "Interface", tap, "type=tap",
-                           f"mtu_request={self.mtu}")
-        for _ in range(50):
-            if sw.sh(f"ip link show {tap}", check=False).returncode == 0:
-                break
-            time.sleep(0.1)
-        sw.sh(f"ip link set {tap} netns {b.name}")
-        b.sh(f"ip link set {tap} name eth0 && ip link set eth0 mtu {self.mtu} up && ip addr add {B_IP}/24 dev eth0")
-        return self
-
-    def __exit__(self, *e):
-        if self.daemons:
-            self.daemons.stop()
-        for n in self.nss.values():
-            n.__exit__(*e)
-
-    def ns(self, vm):
-        return self.nss[vm].name
-
-
-class LinuxVxlan(Bridge):
-    """Linux's own path: a bridge joining VM b's veth and a kernel vxlan
-    device over the wire to host a, which runs one too."""
-
-    name = "linux-vxlan"
-
-    def _up(self):
-        for n in self.nss.values():
-            n.__enter__()
-        a, b, sw = self.nss["a"], self.nss["b"], self.nss["sw"]
-        under = vxlan_host_on_a_wire(a, sw, self.mtu)
-        # The switch's end of the wire is a NIC without VXLAN segmentation
-        # offload, as hvnet's uplink is (an AF_PACKET socket takes no
-        # tunnelled GSO frame): both send wire-sized frames to the host.
-        sw.sh(f"ip link set pa mtu {under} up && ip addr add {UNDERLAY_SW}/24 dev pa && ethtool -K pa gro on tso off "
-              "tx-udp_tnl-segmentation off tx-udp_tnl-csum-segmentation off >/dev/null")
-        sw.sh("ip link add br0 type bridge && ip link set br0 up")
-        linux_vxlan(sw.sh, UNDERLAY_SW, UNDERLAY_A, None, dev="pa")
-        sw.sh(f"ip link set vx{VNI} master br0")
-        hvlab.run(["ip", "link", "add", "eth0", "netns", b.name, "type", "veth", "peer", "name", "pb", "netns", sw.name])
-        sw.sh(f"ip link set pb mtu {self.mtu} master br0 up")
-        b.sh(f"ip link set eth0 mtu {self.mtu} up && ip addr add {B_IP}/24 dev eth0")
-        return self

@@ -1,9 +1,8 @@
-"""What every experiment shares: where each study comes from, what is
-emulated (said beside every figure), one iperf3 run with what it cost,
-configurations run interleaved, and the figure record the report draws."""
+"""What every figure shares: where each study comes from, what is
+emulated (said beside every figure), and the figure record the report
+draws (a reproduction's, judged, or a measurement's). The runs behind
+them are made by `runners`."""
 
-from . import measure
-from .fabrics import A_IP, B_IP
 from .verdict import MEASURED, REPRODUCED, median
 
 MEASUREMENT = "measurement (no published study)"
@@ -41,87 +40,6 @@ SEED_001 = "shared/seeds/001 (VMware white paper, NIC technologies in vSphere)"
 SEED_002 = "shared/seeds/002 (blog: VM throughput vs CPU scheduling; VMXNET3 ring exhaustion)"
 SEED_003 = "shared/seeds/003 (Hatori & Oi, LRO in Xen, VPACT 2008)"
 SEED_004 = "shared/seeds/004 (blog: jumbo frames inside Hyper-V VMs)"
-
-
-def link(f, vm):
-    base = "/sys/class/net/eth0/statistics/"
-    out = f.sh(vm, f"cat {base}rx_packets {base}rx_bytes {base}tx_packets {base}tx_bytes").stdout.split()
-    return dict(zip(["rx_packets", "rx_bytes", "tx_packets", "tx_bytes"], map(int, out)))
-
-
-def iperf(f, streams=1, write="128K", seconds=3, window=None, log=None, reverse=False):
-    """One iperf3 run a -> b (b -> a when `reverse`) with machine CPU, the
-    receiver's NIC counters and the sender's frames sent; the command is
-    recorded in `log`."""
-    src, dst, ip = ("b", "a", A_IP) if reverse else ("a", "b", B_IP)
-    server = f.popen(dst, f"iperf3 -s -1 -B {ip}")
-    f.wait_listening(dst, 5201)
-    cmd = f"iperf3 -c {ip} -t {seconds} -P {streams} -l {write} -J" + (f" -w {window}" if window else "")
-    try:
-        a0, b0 = link(f, src), link(f, dst)
-        with measure.Cpu() as cpu:
-            out = f.sh(src, cmd, timeout=seconds + 60).stdout
-        a1, b1 = link(f, src), link(f, dst)
-    finally:
-        try:
-            server.wait(timeout=5)
-        except Exception:
-            server.terminate()
-            server.wait()
-    r = measure.iperf3(out)
-    secs = r["seconds"] or seconds
-    frames = b1["rx_packets"] - b0["rx_packets"]
-    s = {
-        "gbps": r["bps"] / 1e9,
-        "busy_cores": cpu.cores,
-        "gbps_per_core": cpu.gbit_per_core_second(r["bytes"]),
-        "retransmits": r["retransmits"],
-        "rx_frames_per_s": frames / secs,
-        "rx_avg_frame": (b1["rx_bytes"] - b0["rx_bytes"]) / max(frames, 1),
-        "tx_frames_sender": a1["tx_packets"] - a0["tx_packets"],
-        "rx_frames": frames,
-    }
-    if log is not None:
-        log.append({"command": f.command(src, cmd), **s})
-    return s
-
-
-def most_runs(reps):
-    """The runs an undecided comparison may get: 5N, from N >= 3."""
-    return 5 * reps if reps >= 3 else reps
-
-
-def interleaved(configs, reps, run, settle=None, feeds=None):
-    """Runs every configuration `reps` times, interleaved (A, B, C, A, B,
-    C, ...), so that drift in the machine's speed hits all of them alike.
-    With `settle` (runs -> the labels of the points still undecided,
-    `verdict.undecided`; empty once every verdict drawn from them is
-    decided) and 3 or more repetitions, more rounds follow while a point
-    is undecided, up to 5 * reps (the verdict module says why), each of
-    only the configurations that `feeds(config, label)` says an
-    undecided point is drawn from (every configuration without `feeds`,
-    or when a figure cannot say which of its points are undecided): a
-    point that needs 15 runs does not make the decided ones run 15 times.
-    Returns {config: [run, ...]} with runs in repetition order."""
-    runs = {c: [] for c in configs}
-    for _ in range(reps):
-        for c in configs:
-            runs[c].append(run(c))
-    most = most_runs(reps) if settle else reps
-    while most > reps:
-        pending = settle(runs)
-        todo = [c for c in configs if feeds is None or None in pending or any(feeds(c, p) for p in pending)]
-        have = max((len(runs[c]) for c in todo), default=most)
-        if not pending or have >= most:
-            break
-        named = ", ".join(sorted(str(p) for p in pending if p is not None)) or "all points"
-        # With one configuration (settings run at the same moment) every
-        # repetition is a round of all of them.
-        more = "one more round" if len(configs) == 1 else f"one more of {len(todo)} of {len(configs)} configurations"
-        print(f"      undecided after {have} runs ({named}): {more} (at most {most} runs)", flush=True)
-        for c in todo:
-            runs[c].append(run(c))
-    return runs
 
 
 def figure(fid, title, xlabel, ylabel, series, published, source, claim, judged, note, spreads=None):

@@ -15,7 +15,7 @@ from pathlib import Path
 import hvlab
 
 from . import measure
-from .figures import interleaved
+from .runners import interleaved
 from .verdict import median, summarize
 
 VNI = 42

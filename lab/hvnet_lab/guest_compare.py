@@ -29,7 +29,8 @@ import hvlab
 import qemu_guest
 
 from . import measure
-from .figures import interleaved, measured
+from .figures import measured
+from .runners import interleaved
 from .verdict import median
 
 A_IP, B_IP = "198.18.20.1", "198.18.20.2"

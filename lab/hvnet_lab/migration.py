@@ -27,7 +27,8 @@ import time
 import hvlab
 import qemu_guest
 
-from .figures import interleaved, measured
+from .figures import measured
+from .runners import interleaved
 from .verdict import median
 
 MAC = "02:00:00:00:26:01"

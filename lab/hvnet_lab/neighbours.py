@@ -13,7 +13,8 @@ from pathlib import Path
 import hvlab
 
 from . import measure
-from .figures import interleaved, measured
+from .figures import measured
+from .runners import interleaved
 from .verdict import median
 
 FLOOD = Path(__file__).resolve().parents[1] / "hostile_traffic.py"

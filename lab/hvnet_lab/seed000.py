@@ -4,9 +4,10 @@ for a native sender (Figures 1-3; also with a real sender on an uplink's wire) a
 
 
 
-from . import fabrics
+from . import wire_fabrics
 from .fabrics import Bridge, Hvnet, Ovs
-from .figures import NATIVE_NOTE, SEED_000, figure, interleaved, iperf, series_of, sizes, vm_note
+from .figures import NATIVE_NOTE, SEED_000, figure, series_of, sizes, vm_note
+from .runners import interleaved, iperf
 from .verdict import effect_size, judge, median, ratios, summarize, undecided
 
 
@@ -123,7 +124,7 @@ def lro_native_wire(tmp, quick, reps, log):
     secs = 2 if quick else 4
     figs = lambda rows: lro_figures("lro-native-wire", rows, PUB_000_NATIVE, SEED_000 + ", Figures 1-3",  # noqa: E731
                                     WIRE_SENDER_NOTE, lambda r: r["write"], " (external sender on an uplink)")
-    with fabrics.HvnetUplinkNoLro(tmp, 1500) as f:
+    with wire_fabrics.HvnetUplinkNoLro(tmp, 1500) as f:
         rows = lro_off_on(f, quick, reps, secs, log, figs)
     return figs(rows), rows
 

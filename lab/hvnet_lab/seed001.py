@@ -6,10 +6,10 @@ The wire variants run their configurations up at once, interleaved."""
 
 import contextlib
 
-
 from .fabrics import Hvnet
-from .figures import SEED_001, SEED_002, figure, interleaved, iperf, vm_note
+from .figures import SEED_001, SEED_002, figure, vm_note
 from .fleet import VXLAN_NOTE, WIRE_NOTE, Fleet, at_once, each, fleets_compared, sizes_text
+from .runners import interleaved, iperf
 from .verdict import effect_size, judge, median, ratios, summarize, undecided
 
 

@@ -5,12 +5,11 @@ software LRO (8), each with a real external host on the wire."""
 
 import contextlib
 
-
-from . import fabrics
-from .figures import SEED_001, figure, interleaved, iperf
+from . import wire_fabrics
+from .figures import SEED_001, figure
 from .fleet import VXLAN_NOTE, WIRE_NOTE, each, fleets_compared, fleets_together
+from .runners import interleaved, iperf
 from .verdict import effect_size, judge, median, ratios, summarize, undecided
-
 
 # rx-csum's offered load per VM: the two switches run at the same moment,
 # 8 x 125 Mbit/s each, together about two thirds of what 8 VMs behind a
@@ -120,8 +119,8 @@ def uplink_lro(tmp, quick, reps, log):
         return out, res
 
     with contextlib.ExitStack() as stack:
-        up = {"hardware": stack.enter_context(fabrics.HvnetUplink(tmp, 1500)),
-              "software": stack.enter_context(fabrics.HvnetUplinkSoftwareLro(tmp, 1500))}
+        up = {"hardware": stack.enter_context(wire_fabrics.HvnetUplink(tmp, 1500)),
+              "software": stack.enter_context(wire_fabrics.HvnetUplinkSoftwareLro(tmp, 1500))}
         runs = interleaved(tuple(up), reps, lambda c: iperf(up[c], 1, "64K", secs, None, log),
                            settle=lambda r: undecided(figs(r)[0]))
     return figs(runs)

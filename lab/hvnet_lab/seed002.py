@@ -11,9 +11,9 @@ import hvlab
 
 from . import measure
 from .fabrics import B_IP, Hvnet
-from .figures import SEED_002, cpu_note, figure, interleaved, iperf
+from .figures import SEED_002, cpu_note, figure
+from .runners import interleaved, iperf
 from .verdict import both, effect_size, judge, median, summarize, undecided
-
 
 PUB_002_CPU = [(15, 2.2), (23, 2.7), (31, 4.1), (38, 5.2), (46, 6.5), (54, 8.5), (62, 10.3), (69, 12.1), (77, 14.7), (85, 16.4), (92, 17.7), (100, 19.2)]
 

@@ -8,11 +8,11 @@ import shutil
 
 import hvlab
 
-from . import fabrics, measure
+from . import measure, wire_fabrics
 from .fabrics import Hvnet
-from .figures import NATIVE_NOTE, SEED_003, figure, interleaved, iperf
+from .figures import NATIVE_NOTE, SEED_003, figure
+from .runners import interleaved, iperf
 from .verdict import INCONCLUSIVE, effect_size, judge, ratios, summarize, value_range
-
 
 # SACK blocks per run below which a configuration's SACK rate is not
 # measured at all: SACKs come only with losses, which are rare here.
@@ -120,8 +120,8 @@ def lro_rate_wire(tmp, quick, reps, log):
     # coalescing is counted to show it adds next to nothing.
     cfgs = {"Non-LRO": ("off", "off"), "LRO Phys.": ("hardware", "on"), "LRO Virt.": ("off", "on")}
     with contextlib.ExitStack() as stack:
-        up = {"hardware": stack.enter_context(fabrics.HvnetUplink(tmp, 1500)),
-              "off": stack.enter_context(fabrics.HvnetUplinkNoLro(tmp, 1500))}
+        up = {"hardware": stack.enter_context(wire_fabrics.HvnetUplink(tmp, 1500)),
+              "off": stack.enter_context(wire_fabrics.HvnetUplinkNoLro(tmp, 1500))}
 
         def run(name):
             uplink, vm = cfgs[name]

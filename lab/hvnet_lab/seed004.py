@@ -4,9 +4,9 @@ Open vSwitch."""
 
 import contextlib
 
-
 from .fabrics import Bridge, Hvnet, Ovs
-from .figures import SEED_004, figure, interleaved, iperf, vm_note
+from .figures import SEED_004, figure, vm_note
+from .runners import interleaved, iperf
 from .verdict import effect_size, judge, median, ratios, summarize, undecided
 
 

@@ -26,7 +26,7 @@ is marked so)."""
 import random
 from collections import Counter
 
-from .figures import most_runs
+from .runners import most_runs
 from .verdict import INCONCLUSIVE, INTERVAL, NOT_REPRODUCED, REPRODUCED, Judged, both, shape, undecided, weigh
 
 

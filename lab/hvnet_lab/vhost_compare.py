@@ -34,7 +34,8 @@ from pathlib import Path
 import hvlab
 
 from .fabrics import OvsDaemons, link_exists
-from .figures import interleaved, measured
+from .figures import measured
+from .runners import interleaved
 from .verdict import median
 
 MAC_A, MAC_B = "02:00:00:00:1b:0a", "02:00:00:00:1b:0b"

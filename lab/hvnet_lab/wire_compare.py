@@ -16,8 +16,10 @@ host; all fabrics up at once, runs interleaved."""
 import contextlib
 
 from .fabric_compare import ratio_range
-from .fabrics import A_IP, B_IP, BridgeUplink, HvnetUplink, HvnetVxlan, LinuxVxlan, OvsVxlan
-from .figures import interleaved, iperf, measured
+from .fabrics import A_IP, B_IP
+from .figures import measured
+from .runners import interleaved, iperf
+from .wire_fabrics import BridgeUplink, HvnetUplink, HvnetVxlan, LinuxVxlan, OvsVxlan
 
 FABRICS = (HvnetUplink, BridgeUplink, HvnetVxlan, LinuxVxlan, OvsVxlan)
 PAIRS = [("hvnet-uplink", "bridge-uplink"), ("hvnet-vxlan", "linux-vxlan"), ("hvnet-vxlan", "ovs-vxlan")]

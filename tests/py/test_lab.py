@@ -157,7 +157,7 @@ def test_the_signed_rank_distribution_behind_the_interval():
 
 
 def test_an_undecided_comparison_gets_more_runs_and_no_more_than_it_needs():
-    from hvnet_lab.figures import interleaved
+    from hvnet_lab.runners import interleaved
     from hvnet_lab.verdict import judge, undecided
     samples = iter([1.0, 1.3, 1.0, 0.9, 1.0, 1.3, 1.0, 1.25, 1.0, 1.4, 1.0, 1.35, 1.0, 1.3, 1.0, 1.3])
     order = []
@@ -186,7 +186,8 @@ def test_more_runs_go_only_to_the_configurations_of_undecided_points():
     3 runs, the small one's is not, so only the small size's two
     configurations run again; a figure that keeps no judge calls makes
     every configuration run again."""
-    from hvnet_lab.figures import figure, interleaved
+    from hvnet_lab.figures import figure
+    from hvnet_lab.runners import interleaved
     from hvnet_lab.verdict import judge, ratios, undecided
     small_on = iter([1.0, 1.3, 0.9, 1.2, 1.25, 1.3, 1.2, 1.3, 1.25, 1.3, 1.2, 1.3, 1.25, 1.3, 1.2])
     order = []

@@ -17,7 +17,6 @@ import os
 import pwd
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest

@@ -2,10 +2,13 @@
 says it is a measurement), the workload, the runner and the kinds of VM
 it can run with. Each runner takes (tmp, quick, reps, log[, vms]) and
 returns its figures and raw runs. The runners live in one module per
-study (`seed000` ... `seed004`, seed 001 in `seed001` and
-`seed001_offload`) and one per measurement (`migration`); what they
-share is in `figures` (iperf3, interleaving, the figure record),
-`fleet`, `fabrics` and `verdict`.
+study (`seed000` ... `seed004`; seed 001 in `seed001` and
+`seed001_offload`) and per group of measurements (`migration`,
+`fabric_compare`, `wire_compare`, `guest_compare`, `vhost_compare`,
+`neighbours`); what they share is in `runners` (iperf3 with its cost,
+interleaving), `fleet` (VMs behind an uplink), `fabrics` and
+`wire_fabrics` (what joins the VMs), `figures` (the figure records) and
+`verdict` (the rule).
 
 What is emulated, said beside every figure: a "VM" is a network namespace
 behind a TAP; a "native" sender is a VM whose vNIC has TSO off, so

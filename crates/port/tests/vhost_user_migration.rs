@@ -251,6 +251,16 @@ fn a_migrating_front_ends_log_gets_every_page_the_port_writes() {
     assert!(logged(&log, used.raw_value()), "the used ring's page");
     assert!(!logged(&log, RX_BUF + PAGE), "a buffer not written");
     assert!(!logged(&log, 0x18_0000), "memory never written");
+    // The migration ends (LOG_ALL off, as QEMU after a failed one): the
+    // next frame's pages are not marked.
+    guest.front.set_features(FEATURES).unwrap();
+    eventually("logging off", || !port.dirty_logging());
+    deliver(&port).unwrap();
+    eventually("the second frame", || guest.used_idx(ring) == 2);
+    assert!(
+        !logged(&log, RX_BUF + PAGE),
+        "written after logging stopped"
+    );
     let _ = std::fs::remove_file(&sock);
 }
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vhost_user_backend::{VhostUserBackend, VhostUserDaemon, VringT};
 use virtio_bindings::virtio_net::VIRTIO_NET_S_LINK_UP;
-use vm_memory::{GuestAddressSpace, GuestMemoryAtomic};
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{EventConsumer, EventNotifier};
 
@@ -38,7 +38,7 @@ pub(super) struct Exits {
 }
 
 impl VhostUserBackend for Backend {
-    type Bitmap = vhost_user_backend::bitmap::BitmapMmapRegion;
+    type Bitmap = crate::virtq::DirtyLog;
     type Vring = VringRwLock;
 
     fn num_queues(&self) -> usize {
@@ -59,6 +59,14 @@ impl VhostUserBackend for Backend {
         // `LOG_ALL` turned on (and off): what the guest set since on its
         // control queue stands.
         let log_all = VhostUserVirtioFeatures::LOG_ALL.bits();
+        // Writes are marked only while the front end migrates the guest.
+        if let Some(mem) = self.sh.mem.read().expect("mem lock").as_ref() {
+            for region in mem.memory().iter() {
+                // The region's own log (`MmapRegion::bitmap`), not a slice of it.
+                let log: &crate::virtq::DirtyLog = vm_memory::MmapRegion::bitmap(region);
+                log.set_logging(features & log_all != 0);
+            }
+        }
         let before = self.sh.acked.swap(features, Ordering::AcqRel);
         if before != 0 && before | log_all == features | log_all {
             return;

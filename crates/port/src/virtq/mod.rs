@@ -16,11 +16,15 @@ use std::sync::atomic::Ordering;
 use virtio_queue::{DescriptorChain, Queue, QueueT};
 use vm_memory::{Address, Bytes, GuestAddress};
 
+mod dirty_log;
+pub use dirty_log::DirtyLog;
+
 /// A guest's memory as a vhost-user port maps it: each region with a
-/// dirty-page bitmap that is empty until a migrating front end hands over
-/// its log (`SET_LOG_BASE`); from then on every write through `vm-memory`
-/// (receive buffers, used rings) marks its pages in the front end's log.
-pub type GuestMemoryMmap = vm_memory::GuestMemoryMmap<vhost_user_backend::bitmap::BitmapMmapRegion>;
+/// dirty log that is empty until a migrating front end hands over its log
+/// (`SET_LOG_BASE`); from then on, while `LOG_ALL` is on, every write
+/// through `vm-memory` (receive buffers, used rings) marks its pages in
+/// the front end's log.
+pub type GuestMemoryMmap = vm_memory::GuestMemoryMmap<DirtyLog>;
 
 type Chain<'m> = DescriptorChain<&'m GuestMemoryMmap>;
 

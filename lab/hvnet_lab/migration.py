@@ -47,20 +47,29 @@ def veth_pair(prefix):
 
 
 @contextlib.contextmanager
-def hvnet_hosts(tmp):
-    """Two hvnet switches, a vhost-user port for the guest on each, the
-    pinging VM on the first: (sockets (source, destination), ping argv)."""
-    wire_a, wire_b = veth_pair("lm")
+def two_switches(tmp, mac, peer_ip, prefix="lm"):
+    """Two hvnet "hosts": switch a (a vhost-user port q for the guest, a
+    namespace VM c with `peer_ip`) and switch b (port q), their uplinks the
+    two ends of one veth pair (the wire between them): (a, b), topologies."""
+    wire_a, wire_b = veth_pair(prefix)
     try:
-        with hvlab.Topology(tmp, [dict(name="q", kind="vhost-user", mac=MAC),
-                                  dict(name="c", ipv4=PEER + "/24", queues=1)],
-                            prefix="lma", uplinks=[dict(name="up0", device=wire_a, queues=1)]) as a, \
-             hvlab.Topology(tmp, [dict(name="q", kind="vhost-user", mac=MAC)],
-                            prefix="lmb", uplinks=[dict(name="up0", device=wire_b, queues=1)]) as b:
-            yield (dict(sock=f"/run/hvnet/{a.name}/q.sock"), dict(sock=f"/run/hvnet/{b.name}/q.sock")), \
-                ["ip", "netns", "exec", a.ns("c")]
+        with hvlab.Topology(tmp, [dict(name="q", kind="vhost-user", mac=mac),
+                                  dict(name="c", ipv4=peer_ip + "/24", queues=1)],
+                            prefix=prefix + "a", uplinks=[dict(name="up0", device=wire_a, queues=1)]) as a, \
+             hvlab.Topology(tmp, [dict(name="q", kind="vhost-user", mac=mac)],
+                            prefix=prefix + "b", uplinks=[dict(name="up0", device=wire_b, queues=1)]) as b:
+            yield a, b
     finally:
         hvlab.run(["ip", "link", "del", wire_a], check=False)
+
+
+@contextlib.contextmanager
+def hvnet_hosts(tmp):
+    """The guest's ports on two switches, the pinging VM on the first:
+    (sockets (source, destination), ping argv)."""
+    with two_switches(tmp, MAC, PEER) as (a, b):
+        yield (dict(sock=f"/run/hvnet/{a.name}/q.sock"), dict(sock=f"/run/hvnet/{b.name}/q.sock")), \
+            ["ip", "netns", "exec", a.ns("c")]
 
 
 @contextlib.contextmanager

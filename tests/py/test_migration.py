@@ -32,14 +32,6 @@ SIZE = 12 << 20
 RATE = 1 << 20
 
 
-def veth_pair():
-    a, b = hvlab.unique("mga"), hvlab.unique("mgb")
-    hvlab.run(["ip", "link", "add", a, "type", "veth", "peer", "name", b])
-    for d in (a, b):
-        hvlab.run(["ip", "link", "set", d, "up"])
-    return a, b
-
-
 def uptimes(text: str) -> list:
     """The guest's /proc/uptime readings its command printed."""
     import re
@@ -51,16 +43,10 @@ def uptimes(text: str) -> list:
 def two_switches(tmp_path):
     """Switch a (the guest's port q, namespace VM c) and switch b (port q),
     their uplinks the two ends of one veth pair."""
-    wire_a, wire_b = veth_pair()
-    try:
-        with hvlab.Topology(tmp_path, [dict(name="q", kind="vhost-user", mac=MAC),
-                                       dict(name="c", ipv4=PEER + "/24", queues=1)],
-                            prefix="mga", uplinks=[dict(name="up0", device=wire_a, queues=1)]) as a, \
-             hvlab.Topology(tmp_path, [dict(name="q", kind="vhost-user", mac=MAC)],
-                            prefix="mgb", uplinks=[dict(name="up0", device=wire_b, queues=1)]) as b:
-            yield a, b
-    finally:
-        hvlab.run(["ip", "link", "del", wire_a], check=False)
+    from hvnet_lab.migration import two_switches
+
+    with two_switches(tmp_path, MAC, PEER, prefix="mg") as (a, b):
+        yield a, b
 
 
 @pytest.fixture

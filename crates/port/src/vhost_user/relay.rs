@@ -89,14 +89,23 @@ fn check_log(payload: &[u8], fds: &[std::os::fd::OwnedFd]) -> io::Result<()> {
     }
     let size = u64::from_le_bytes(payload[0..8].try_into().expect("8 bytes"));
     let offset = u64::from_le_bytes(payload[8..16].try_into().expect("8 bytes"));
-    let file = std::fs::File::from(fds[0].try_clone()?);
-    let have = file.metadata()?.len();
-    match offset.checked_add(size) {
-        Some(end) if size > 0 && end <= have => Ok(()),
-        _ => Err(refuse(format!(
+    let have = file_len(&fds[0])?;
+    if size == 0 || !within(offset, size, have) {
+        return Err(refuse(format!(
             "dirty log of {size} bytes at offset {offset} in shared memory of {have} bytes"
-        ))),
+        )));
     }
+    Ok(())
+}
+
+/// The length of the file behind a descriptor the front end sent.
+fn file_len(fd: &std::os::fd::OwnedFd) -> io::Result<u64> {
+    Ok(std::fs::File::from(fd.try_clone()?).metadata()?.len())
+}
+
+/// True if `size` bytes at `offset` lie within a file of `len` bytes.
+fn within(offset: u64, size: u64, len: u64) -> bool {
+    offset.checked_add(size).is_some_and(|end| end <= len)
 }
 
 /// Bytes of `ADD_MEM_REG`'s payload before its one region (padding).
@@ -118,8 +127,8 @@ fn check_regions(regions: &[u8], fds: &[std::os::fd::OwnedFd]) -> io::Result<()>
     for (region, fd) in regions.chunks_exact(MEM_REGION).zip(fds) {
         let size = u64::from_le_bytes(region[8..16].try_into().expect("8 bytes"));
         let offset = u64::from_le_bytes(region[24..32].try_into().expect("8 bytes"));
-        let have = std::fs::File::from(fd.try_clone()?).metadata()?.len();
-        if offset.checked_add(size).is_none_or(|end| end > have) {
+        let have = file_len(fd)?;
+        if !within(offset, size, have) {
             return Err(refuse(format!(
                 "memory region of {size} bytes at offset {offset} in a file of {have} bytes"
             )));
@@ -133,13 +142,14 @@ fn check_regions(regions: &[u8], fds: &[std::os::fd::OwnedFd]) -> io::Result<()>
 /// a `SET_VRING_ENABLE` sent before the features are set (QEMU sends them
 /// at start-up; the crate refuses them until `PROTOCOL_FEATURES` is acked
 /// and would drop the connection) until they are, answering its reply
-/// request itself; refuses memory regions past their files' ends. For live migration: a dirty log outside its memory is
-/// refused, as is a memory table changed while the guest is being
-/// migrated, its log handed over (the crate would give the new regions no
-/// log: pages written there would silently not be copied); `SEND_RARP`, which the crate does
-/// not know, is taken here and announced on the port
-/// ([`Shared::announce`]). A refusal ends the connection: the front end
-/// fails its migration and keeps its guest, which reconnects.
+/// request itself; refuses memory regions past their files' ends. For
+/// live migration: a dirty log outside its memory is refused, as is a
+/// memory table changed while the guest is being migrated, its log handed
+/// over (the crate would give the new regions no log: pages written there
+/// would silently not be copied); `SEND_RARP`, which the crate does not
+/// know, is taken here and announced on the port ([`Shared::announce`]).
+/// A refusal ends the connection: the front end fails its migration and
+/// keeps its guest, which reconnects.
 pub(super) fn relay(sh: &Shared, front: &UnixStream, back: &UnixStream) -> io::Result<()> {
     let mut msg = vec![0u8; MSG_HEADER + MAX_PAYLOAD];
     let mut features_set = false;

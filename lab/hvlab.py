@@ -5,7 +5,7 @@ groups, and waiting for readiness instead of sleeping."""
 import contextlib
 import os
 import shutil
-import signal  # noqa: F401  (re-exported for callers)
+import signal
 import subprocess
 import threading
 import time
@@ -103,6 +103,21 @@ def stop_procs(procs):
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+
+
+def interrupt_group(p, grace=20):
+    """Ends the process group `p` leads (started with
+    `start_new_session`) as Ctrl-C does, so that testpmd prints its
+    statistics, and kills the group if it has not ended after `grace`
+    seconds."""
+    if p.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGINT)
+        try:
+            p.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
 
 
 class Netns:

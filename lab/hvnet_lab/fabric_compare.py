@@ -45,7 +45,8 @@ def fabrics(tmp, quick, reps, log):
     # Small and large writes at MTU 1500, large ones at 9000; 1 and 4
     # streams each.
     grid = {1500: ["64K"], 9000: []} if quick else {1500: ["256", "64K"], 9000: ["64K"]}
-    chosen = [Hvnet, *([baseline()] if baseline() else []), HvnetUring, Bridge, Ovs]
+    base = baseline()
+    chosen = [Hvnet, *([base] if base else []), HvnetUring, Bridge, Ovs]
     runs, failed = {}, {}
     for mtu, writes in grid.items():
         if not writes:
@@ -115,7 +116,8 @@ def per_frame(tmp, quick, reps, log):
         raise RuntimeError("per-frame needs perf (Debian's linux-perf)")
     secs = 2 if quick else 3
     settings = dict(a={"tso": False, "queues": 1}, b={"lro": False, "queues": 1})
-    chosen = [Hvnet, *([baseline()] if baseline() else [])]
+    base = baseline()
+    chosen = [Hvnet, *([base] if base else [])]
     with contextlib.ExitStack() as stack:
         up = {F.name: stack.enter_context(F(tmp, 1500, **settings)) for F in chosen}
         runs = interleaved(list(up), reps, lambda name: per_frame_once(up[name], secs, log))

@@ -142,16 +142,6 @@ def pmd(work: Path, name: str, vdevs, fwd_args, fwd_core=1) -> subprocess.Popen:
         start_new_session=True)
 
 
-def pmd_stop(p: subprocess.Popen):
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(p.pid, signal.SIGINT)
-    try:
-        p.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
-
-
 def rx_pps(log: Path) -> list:
     """testpmd's own once-a-second receive rates, in order."""
     return [int(x) for x in re.findall(r"Rx-pps:\s+(\d+)", log.read_text())]
@@ -173,8 +163,8 @@ def frames_between(work: Path, sock_a: Path, sock_b: Path, seconds: int, ready) 
         rates = rx_pps(work / "rx.log")[skip:]
     finally:
         if tx:
-            pmd_stop(tx)
-        pmd_stop(rx)
+            hvlab.interrupt_group(tx)
+        hvlab.interrupt_group(rx)
     fps = statistics.median(rates) if rates else 0.0
     return {"fps": fps, "busy_cores": cpu.cores, "fps_per_core": fps / max(cpu.cores, 1e-9)}
 
@@ -201,7 +191,7 @@ def testpmd_forwarder(work: Path):
         hvlab.eventually(lambda: all(s.exists() for s in socks), timeout=30)
         yield socks
     finally:
-        pmd_stop(fwd)
+        hvlab.interrupt_group(fwd)
 
 
 def testpmd_frames(work: Path, seconds: int) -> dict:
@@ -215,10 +205,21 @@ GUEST_NOTE = ("VMs are real guests: QEMU machines (one vCPU, 256 MiB, TCG: no KV
               "the references share this machine's 2 cores.")
 
 
-def fresh(tmp, name):
-    d = tmp / hvlab.unique(name)
-    d.mkdir()
-    return d
+def run_each(tmp, table, reps, secs, log, what):
+    """Each back end of `table` ({name: run(work, seconds)}) `reps` times,
+    interleaved, in a fresh directory every run; `what` says in the log
+    what ran. Needs dpdk-testpmd (a reference in both measurements)."""
+    if not shutil.which("dpdk-testpmd"):
+        raise RuntimeError("needs dpdk-testpmd (scripts/install-deps.sh installs dpdk-dev)")
+
+    def one(name):
+        work = tmp / hvlab.unique(name)
+        work.mkdir()
+        r = table[name](work, secs)
+        log.append({"command": f"{name}: {what}", **r})
+        return r
+
+    return interleaved(list(table), reps, one)
 
 
 def ratios_said(runs, key, unit):
@@ -230,15 +231,7 @@ def ratios_said(runs, key, unit):
 
 def guests(tmp, quick, reps, log):
     secs = 3 if quick else 5
-    if not shutil.which("dpdk-testpmd"):
-        raise RuntimeError("guests needs dpdk-testpmd (scripts/install-deps.sh installs dpdk-dev)")
-
-    def one(name):
-        r = GUEST_FABRICS[name](fresh(tmp, name), secs)
-        log.append({"command": f"{name}: QEMU guest a: iperf3 -c {B_IP} -t {secs} -J", **r})
-        return r
-
-    runs = interleaved(list(GUEST_FABRICS), reps, one)
+    runs = run_each(tmp, GUEST_FABRICS, reps, secs, log, f"QEMU guest a: iperf3 -c {B_IP} -t {secs} -J")
     figs = [
         measured("guests-throughput", "QEMU guest to QEMU guest: hvnet, a Linux bridge, testpmd's vhost back end", "",
                  "Gbit/s", runs, "gbps", lambda n: (n, "1 stream"),
@@ -253,15 +246,7 @@ def guests(tmp, quick, reps, log):
 
 def frame_rate(tmp, quick, reps, log):
     secs = 3 if quick else 5
-    if not shutil.which("dpdk-testpmd"):
-        raise RuntimeError("frame-rate needs dpdk-testpmd (scripts/install-deps.sh installs dpdk-dev)")
-
-    def one(name):
-        r = FRAME_FABRICS[name](fresh(tmp, name), secs)
-        log.append({"command": f"{name}: dpdk-testpmd txonly -> dpdk-testpmd rxonly, 64 B, {secs} s", **r})
-        return r
-
-    runs = interleaved(list(FRAME_FABRICS), reps, one)
+    runs = run_each(tmp, FRAME_FABRICS, reps, secs, log, f"dpdk-testpmd txonly -> dpdk-testpmd rxonly, 64 B, {secs} s")
     note = ("Both testpmd front ends share core 1; testpmd's forwarder polls core 0, hvnet's threads are not pinned "
             "and find it free.")
     figs = [

@@ -25,7 +25,6 @@ import contextlib
 import json
 import os
 import re
-import signal
 import subprocess
 import tempfile
 import time
@@ -92,13 +91,7 @@ class Pmd:
             stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def stop(self):
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGINT)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        hvlab.interrupt_group(self.proc)
 
 
 def task_ns(pid, name_prefix=None):

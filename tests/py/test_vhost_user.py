@@ -196,15 +196,7 @@ class Pmd:
 
     def stop(self) -> str:
         """Ends testpmd (it prints its port statistics) and returns its log."""
-        import signal
-
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGINT)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        hvlab.interrupt_group(self.proc)
         self.log.seek(0)
         return self.log.read()
 

@@ -79,6 +79,11 @@ enum Cmd {
     },
     /// Show the learned MAC addresses.
     Fdb(#[command(flatten)] switch_cmd::Target),
+    /// Show BGP EVPN at each EVPN uplink: the flood list and remote MACs
+    /// with where each came from (evpn, learned, static) and its VTEP, the
+    /// remote IPs whose ARP is answered here, the counters, and BGP's
+    /// sessions as FRR reports them.
+    Evpn(#[command(flatten)] switch_cmd::Target),
     /// Run a command inside a VM of any kind and pass its output and exit
     /// status through: `hvnet exec VM -- ip -br addr`.
     Exec {
@@ -252,6 +257,7 @@ fn main() {
         Cmd::Stats { path, target } => switch_cmd::stats(&target, path),
         Cmd::Port { args, target } => switch_cmd::port(&target, args),
         Cmd::Fdb(t) => switch_cmd::fdb(&t),
+        Cmd::Evpn(t) => switch_cmd::evpn(&t),
         Cmd::Top(a) => top::top(a),
         Cmd::Exec {
             vm,

@@ -34,7 +34,9 @@ pub enum PortAction {
     /// Change settings at run time: lro=on|off tso=on|off csum=on|off
     /// mtu=68..9000 ring1=32..4096 ring2=32..4096 allow_forged_transmits=on|off
     /// rx_overflow=drop|backpressure delivery=auto|thread rx_usecs=0..10000
-    /// (wake-up coalescing at its receive queues, as ethtool's rx-usecs).
+    /// (wake-up coalescing at its receive queues, as ethtool's rx-usecs)
+    /// connected=on|off (the vNIC's cable: off drops its traffic and
+    /// withdraws its addresses from an EVPN fabric).
     Set {
         /// KEY=VALUE pairs.
         #[arg(required = true, value_name = "KEY=VALUE")]
@@ -353,6 +355,54 @@ pub fn fdb(t: &Target) -> Result<(), String> {
             s(&r["kind"]),
             s(&r["age_secs"])
         );
+    }
+    Ok(())
+}
+
+/// `hvnet evpn`: per EVPN uplink, the flood list and remote MACs with
+/// where each came from, the remote IPs ARP is answered for, the counters,
+/// and BGP's sessions as FRR reports them.
+pub fn evpn(t: &Target) -> Result<(), String> {
+    let v = call(t, Request::Evpn)?;
+    if t.json {
+        println!("{v}");
+        return Ok(());
+    }
+    for u in v["uplinks"].as_array().into_iter().flatten() {
+        let x = &u["vxlan"];
+        println!(
+            "uplink {}  VNI {}  VTEP {}  shadow {} / {}",
+            s(&u["name"]),
+            s(&x["vni"]),
+            s(&x["local"]),
+            s(&u["shadow"]["bridge"]),
+            s(&u["shadow"]["vxlan"])
+        );
+        println!("  flood list (VTEP, origin, MAC):");
+        for r in x["remotes"].as_array().into_iter().flatten() {
+            println!("    {:<16} {:<8} {}", s(&r["ip"]), s(&r["origin"]), s(&r["mac"]));
+        }
+        println!("  remote MACs (MAC, VTEP, origin, age s):");
+        for m in x["remote_macs"].as_array().into_iter().flatten() {
+            println!("    {:<18} {:<16} {:<8} {}", s(&m["mac"]), s(&m["remote"]), s(&m["origin"]), s(&m["age_secs"]));
+        }
+        println!("  remote IPs answered for ARP: {}", x["remote_ips"].as_array().map_or(0, Vec::len));
+        print!("  counters:");
+        for (k, c) in x["evpn"].as_object().into_iter().flatten() {
+            print!(" {k}={c}");
+        }
+        println!();
+    }
+    let bgp = &v["bgp"];
+    match bgp["l2VpnEvpn"]["peers"].as_object() {
+        Some(peers) => {
+            println!("BGP (l2vpn evpn) router ID {}, AS {}:", s(&bgp["l2VpnEvpn"]["routerId"]), s(&bgp["l2VpnEvpn"]["as"]));
+            println!("  {:<16} {:<12} {:<10} {}", "NEIGHBOR", "STATE", "UP/DOWN", "PREFIXES RECEIVED");
+            for (n, p) in peers {
+                println!("  {:<16} {:<12} {:<10} {}", n, s(&p["state"]), s(&p["peerUptime"]), s(&p["pfxRcd"]));
+            }
+        }
+        None => println!("BGP: {}", s(&v["bgp_error"])),
     }
     Ok(())
 }

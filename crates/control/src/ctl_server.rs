@@ -184,6 +184,7 @@ fn serve(cx: &Ctl, conn: UnixStream) {
             }
             v
         }),
+        Ok(Request::Evpn) => Ok(views::evpn(sw, topo)),
         Ok(Request::Restart { vm }) => restart_guest(topo, guests, &vm, true),
         Ok(Request::Kill { vm }) => restart_guest(topo, guests, &vm, false),
         Ok(req) => handle(sw, topo, req, cx.unprivileged),
@@ -389,7 +390,7 @@ fn handle(
             Ok(json!("stopping"))
         }
         Request::Counters => Ok(views::counters(sw)),
-        Request::Restart { .. } | Request::Kill { .. } => {
+        Request::Restart { .. } | Request::Kill { .. } | Request::Evpn => {
             Err(CtlError::refused("served by the daemon"))
         }
     }

@@ -285,6 +285,9 @@ fn down_locked(name: &str) -> Result<DownReport, DaemonError> {
     }
     // Guests of a daemon that died: their process groups, by id.
     guest::kill_groups_left(&state.guests);
+    // FRR's daemons, where `up` started them (first: BGP withdraws this
+    // host's routes while the switch's devices still exist).
+    crate::evpn::FrrRun::of(name, &dir).stop();
     let marker = state.marker();
     for ns in &state.namespaces {
         if !hvnet_sys::netns::path(ns).exists() {
@@ -416,6 +419,21 @@ pub fn daemon(
             .map_err(io_err("start the netqueue balancer"))?;
         threads.push(t);
         balancers.push((u.name.clone(), b));
+    }
+    // BGP EVPN: the uplinks' shadows and their syncs, and FRR if asked.
+    match crate::evpn::start(&sw, &topo, &dir, &mut state) {
+        Ok(t) => threads.extend(t),
+        Err(e) => {
+            tracing::error!(error = %e, "EVPN bring-up failed");
+            sw.stop();
+            for t in threads {
+                let _ = t.join();
+            }
+            if bringup == Bringup::Fresh && !locked {
+                let _ = down_locked(&topo.name);
+            }
+            return Err(e);
+        }
     }
     let cx = Arc::new(Ctl {
         sw: sw.clone(),

@@ -8,6 +8,7 @@ pub mod balancer;
 pub mod ctl_server;
 pub mod daemon;
 pub mod error;
+pub mod evpn;
 pub mod guest;
 pub mod metrics;
 pub mod proto;

@@ -34,6 +34,8 @@ pub enum Request {
     },
     /// `hvnet fdb`
     Fdb,
+    /// `hvnet evpn`
+    Evpn,
     /// `hvnet top`: every port's counters and ring fill in one snapshot,
     /// with the processes of the real guests hvnet started.
     Counters,

@@ -125,7 +125,7 @@ impl Rtnl {
     }
 
     /// Sends one request and collects its answers up to the kernel's ack.
-    fn request(
+    pub(crate) fn request(
         &mut self,
         op: &str,
         msg: RouteNetlinkMessage,
@@ -268,7 +268,7 @@ impl Rtnl {
     }
 
     /// A request that creates something, refused if it exists already.
-    fn create(&mut self, op: &str, msg: RouteNetlinkMessage) -> Result<(), NetlinkError> {
+    pub(crate) fn create(&mut self, op: &str, msg: RouteNetlinkMessage) -> Result<(), NetlinkError> {
         self.request(op, msg, NLM_F_CREATE | NLM_F_EXCL).map(drop)
     }
 

@@ -101,6 +101,7 @@ struct FileRepr {
     uplink: Vec<toml::Spanned<UplinkRepr>>,
     #[serde(default)]
     host: Vec<toml::Spanned<HostRepr>>,
+    frr: Option<toml::Spanned<crate::evpn::FrrRepr>>,
 }
 
 #[derive(Deserialize, Clone)]
@@ -148,6 +149,8 @@ struct VxlanRepr {
     port: u16,
     #[serde(default)]
     udp_csum: bool,
+    #[serde(default, deserialize_with = "hvnet_datapath::on_off")]
+    evpn: bool,
 }
 
 fn d_vxlan_port() -> u16 {
@@ -208,6 +211,8 @@ struct VmRepr {
     delivery: Delivery,
     #[serde(default)]
     rx_usecs: u32,
+    #[serde(default = "d_true", deserialize_with = "hvnet_datapath::on_off")]
+    connected: bool,
     mode: Option<ModeRepr>,
     socket: Option<String>,
     socket_owner: Option<String>,
@@ -442,6 +447,9 @@ pub struct Vxlan {
     pub port: u16,
     /// Outer UDP checksum.
     pub udp_csum: bool,
+    /// Remote endpoints and MACs from BGP EVPN too, through FRR (see
+    /// [`crate::evpn`]); the VMs' MACs and IPs advertised.
+    pub evpn: bool,
 }
 
 /// An external host: a namespace on an uplink's wire.
@@ -474,6 +482,8 @@ pub struct Topology {
     pub uplinks: Vec<Uplink>,
     /// External hosts on the uplinks' wires.
     pub hosts: Vec<Host>,
+    /// FRR's daemons, when `hvnet up` starts them for EVPN.
+    pub frr: Option<crate::evpn::Frr>,
 }
 
 impl Topology {
@@ -706,6 +716,7 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
             rx_overflow: v.rx_overflow,
             delivery: v.delivery,
             rx_usecs: v.rx_usecs,
+            connected: v.connected,
         };
         validate_settings(&settings).map_err(|e| bad(e.to_string()))?;
         vms.push(Vm {
@@ -724,12 +735,35 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
     }
     let uplinks = parse_uplinks(text, &f.uplink, &vms)?;
     let hosts = parse_hosts(&name, text, &f.host, &vms, &uplinks)?;
+    let frr = match &f.frr {
+        None => None,
+        Some(r) => {
+            let line = line_of(text, r.span().start);
+            let evpn_uplinks = uplinks
+                .iter()
+                .filter(|u| u.vxlan.as_ref().is_some_and(|v| v.evpn))
+                .count();
+            if evpn_uplinks == 0 {
+                return Err((line, "[frr] is for EVPN: no uplink has [uplink.vxlan] evpn = true".into()));
+            }
+            Some(r.get_ref().validate().map_err(|e| (line, format!("frr: {e}")))?)
+        }
+    };
+    let mut vnis: Vec<u32> = uplinks
+        .iter()
+        .filter_map(|u| u.vxlan.as_ref().filter(|v| v.evpn).map(|v| v.vni))
+        .collect();
+    vnis.sort_unstable();
+    if vnis.windows(2).any(|w| w[0] == w[1]) {
+        return Err((1, "two EVPN uplinks have the same VNI (FRR knows a VNI by one device)".into()));
+    }
     Ok(Topology {
         name,
         fdb_aging_secs: f.fdb_aging_secs.max(1),
         vms,
         uplinks,
         hosts,
+        frr,
     })
 }
 
@@ -864,12 +898,19 @@ fn parse_uplinks(
                 if remotes.contains(&local.0) {
                     return Err(vbad("a remote is the local address".into()));
                 }
+                if v.evpn && v.port == crate::evpn::SHADOW_PORT {
+                    return Err(vbad(format!(
+                        "port {} is the port of the EVPN shadow device; choose another",
+                        v.port
+                    )));
+                }
                 Some(Vxlan {
                     vni: v.vni,
                     local,
                     remotes,
                     port: v.port,
                     udp_csum: v.udp_csum,
+                    evpn: v.evpn,
                 })
             }
         };

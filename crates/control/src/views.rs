@@ -127,7 +127,8 @@ pub fn accounting(p: &Port) -> Value {
     let e = p.egress_stats();
     json!({
         "ingress": { "frames_in": i.frames, "forwarded": i.forwarded, "drops": i.drops(),
-                     "tunnel_control": i.tunnel_control, "lro_merged": i.lro_merged(),
+                     "tunnel_control": i.tunnel_control, "arp_suppressed": i.arp_suppressed,
+                     "lro_merged": i.lro_merged(),
                      "balanced": i.balanced() },
         // In flight is what the identity leaves: never negative (nothing
         // delivered or dropped that was not offered), 0 once idle.
@@ -294,4 +295,35 @@ pub fn stats(sw: &Switch, path: &str) -> Result<Value, CtlError> {
             choices: vec!["/ports".into(), "/uplinks".into()],
         }),
     }
+}
+
+/// `hvnet evpn`: each EVPN uplink's endpoint as the fabric made it, its
+/// shadow's names, and BGP's sessions as FRR reports them (the topology's
+/// own FRR run, else the host's).
+pub fn evpn(sw: &Switch, topo: &crate::topology::Topology) -> Value {
+    let now = std::time::Instant::now();
+    let uplinks: Vec<Value> = topo
+        .uplinks
+        .iter()
+        .filter_map(|u| u.vxlan.as_ref().filter(|v| v.evpn).map(|v| (u, v)))
+        .filter_map(|(u, v)| {
+            let vtep = sw.port(&u.name)?.tunnel.as_ref()?;
+            let n = crate::evpn::shadow_names(v.vni);
+            Some(json!({
+                "name": u.name,
+                "vxlan": vtep.view(now),
+                "shadow": {"bridge": n.bridge, "vxlan": n.vxlan, "port": n.port},
+            }))
+        })
+        .collect();
+    let run = topo
+        .frr
+        .is_some()
+        .then(|| crate::evpn::FrrRun::of(&topo.name, &crate::state::state_dir(&topo.name)));
+    let mut v = json!({"uplinks": uplinks});
+    match crate::evpn::bgp_summary(run.as_ref()) {
+        Ok(b) => v["bgp"] = b,
+        Err(e) => v["bgp_error"] = json!(e),
+    }
+    v
 }

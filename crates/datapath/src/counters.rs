@@ -5,7 +5,8 @@
 //!
 //! Accounting, per port:
 //! - as ingress (frames from the guest or the wire): `frames = forwarded +
-//!   drop_* + tunnel_control + (lro_segments - lro_frames)`, the last the
+//!   drop_* + tunnel_control + arp_suppressed + (lro_segments -
+//!   lro_frames)`, the last the
 //!   frames an uplink's software LRO merged into others;
 //! - as egress (frames to the guest): `offered = delivered_source_frames +
 //!   drop_* + in_flight`, where a coalesced frame delivers as many source
@@ -86,6 +87,12 @@ counters! {
         fdb_learn_refused,
         /// Frames a tunnel endpoint consumed (ARP for its address).
         tunnel_control,
+        /// ARP requests from a VM answered by the switch for a remote IP
+        /// the fabric advertised (BGP EVPN), instead of being flooded.
+        arp_suppressed,
+        /// Dropped: the port is disconnected (`connected = off`, a vNIC's
+        /// cable pulled).
+        drop_disconnected,
         /// VXLAN frames decapsulated (their inner frames then forwarded or
         /// dropped as any frame).
         decapsulated,
@@ -199,6 +206,7 @@ impl IngressStats {
             + self.drop_vni
             + self.drop_bad_descriptor
             + self.drop_kernel
+            + self.drop_disconnected
     }
     /// Frames merged into another by software LRO at an uplink (forwarded
     /// inside it).
@@ -208,6 +216,11 @@ impl IngressStats {
     /// True when every frame read is forwarded (alone, or merged into a
     /// coalesced frame), dropped or consumed by a tunnel endpoint.
     pub fn balanced(&self) -> bool {
-        self.frames == self.forwarded + self.drops() + self.tunnel_control + self.lro_merged()
+        self.frames
+            == self.forwarded
+                + self.drops()
+                + self.tunnel_control
+                + self.arp_suppressed
+                + self.lro_merged()
     }
 }

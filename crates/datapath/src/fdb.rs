@@ -35,12 +35,35 @@ impl Default for FdbLimits {
     }
 }
 
+/// What an entry is, which decides whether it ages and who may take it
+/// over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Seen in a frame: ages, moves with the address.
+    Learned,
+    /// A port's own address: never ages, never taken over.
+    Static,
+    /// Behind a tunnel endpoint's uplink, as the fabric advertises it (BGP
+    /// EVPN): never ages while advertised; a frame from the address on
+    /// another port (a VM that arrived here) takes it over as learned.
+    Remote,
+}
+
 /// One entry.
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     port: usize,
     seen: Instant,
-    is_static: bool,
+    kind: Kind,
+}
+
+impl Entry {
+    fn is_static(&self) -> bool {
+        self.kind == Kind::Static
+    }
+    fn ages(&self) -> bool {
+        self.kind == Kind::Learned
+    }
 }
 
 /// An entry as shown to operators.
@@ -54,7 +77,8 @@ pub struct FdbRow {
     pub port: usize,
     /// Seconds since it was last seen (0 for a static entry).
     pub age_secs: u64,
-    /// "static" (a port's own address) or "learned".
+    /// "static" (a port's own address), "learned", or "evpn" (advertised
+    /// by the fabric, behind a tunnel endpoint's uplink).
     pub kind: &'static str,
 }
 
@@ -106,12 +130,45 @@ impl Fdb {
             Entry {
                 port,
                 seen: Instant::now(),
-                is_static: true,
+                kind: Kind::Static,
             },
         ) {
-            if !old.is_static {
+            if old.kind == Kind::Learned {
                 t.forget_learned(old.port);
             }
+        }
+    }
+
+    /// Puts `mac` behind `port` (an uplink) as the fabric advertises it;
+    /// false if it is a port's own address. Bounded by the caller (the
+    /// tunnel endpoint's table of advertised addresses).
+    pub fn add_remote(&self, vlan: u16, mac: MacAddr, port: usize) -> bool {
+        let mut t = self.table.write().expect("fdb lock");
+        let old = t.map.get(&(vlan, mac)).copied();
+        match old {
+            Some(e) if e.is_static() => return false,
+            Some(e) if e.kind == Kind::Learned => t.forget_learned(e.port),
+            _ => {}
+        }
+        t.map.insert(
+            (vlan, mac),
+            Entry {
+                port,
+                seen: Instant::now(),
+                kind: Kind::Remote,
+            },
+        );
+        true
+    }
+
+    /// Removes the advertised entry of `mac` behind `port`, if it is one.
+    pub fn remove_remote(&self, vlan: u16, mac: MacAddr, port: usize) {
+        let mut t = self.table.write().expect("fdb lock");
+        if t.map
+            .get(&(vlan, mac))
+            .is_some_and(|e| e.kind == Kind::Remote && e.port == port)
+        {
+            t.map.remove(&(vlan, mac));
         }
     }
 
@@ -120,7 +177,7 @@ impl Fdb {
         let t = self.table.read().expect("fdb lock");
         t.map
             .get(&(vlan, mac))
-            .filter(|e| e.is_static)
+            .filter(|e| e.is_static())
             .map(|e| e.port)
     }
 
@@ -130,7 +187,7 @@ impl Fdb {
         let mut t = self.table.write().expect("fdb lock");
         if t.map
             .get(&(vlan, mac))
-            .is_some_and(|e| e.is_static && e.port == port)
+            .is_some_and(|e| e.is_static() && e.port == port)
         {
             t.map.remove(&(vlan, mac));
         }
@@ -142,7 +199,7 @@ impl Fdb {
             return Learn::Known;
         }
         if let Some(e) = self.table.read().expect("fdb lock").map.get(&(vlan, mac)) {
-            if e.is_static {
+            if e.is_static() {
                 return if e.port == port {
                     Learn::Known
                 } else {
@@ -156,7 +213,7 @@ impl Fdb {
         let mut t = self.table.write().expect("fdb lock");
         let old = t.map.get(&(vlan, mac)).copied();
         match old {
-            Some(e) if e.is_static => return Learn::Refused,
+            Some(e) if e.is_static() => return Learn::Refused,
             Some(e) if e.port == port => {
                 t.map.insert((vlan, mac), Entry { seen: now, ..e });
                 return Learn::Known;
@@ -165,11 +222,12 @@ impl Fdb {
         }
         let mine = t.learned.get(&port).copied().unwrap_or(0);
         // A move frees the old port's share first.
-        let total = t.learned_total - usize::from(old.is_some());
+        let was_learned = old.is_some_and(|e| e.kind == Kind::Learned);
+        let total = t.learned_total - usize::from(was_learned);
         if mine >= self.limits.per_port || total >= self.limits.total {
             return Learn::Refused;
         }
-        if let Some(e) = old {
+        if let Some(e) = old.filter(|_| was_learned) {
             t.forget_learned(e.port);
         }
         t.map.insert(
@@ -177,7 +235,7 @@ impl Fdb {
             Entry {
                 port,
                 seen: now,
-                is_static: false,
+                kind: Kind::Learned,
             },
         );
         *t.learned.entry(port).or_insert(0) += 1;
@@ -189,7 +247,7 @@ impl Fdb {
     pub fn lookup(&self, vlan: u16, mac: MacAddr, now: Instant) -> Option<usize> {
         let t = self.table.read().expect("fdb lock");
         let e = t.map.get(&(vlan, mac))?;
-        (e.is_static || now.saturating_duration_since(e.seen) < self.aging).then_some(e.port)
+        (!e.ages() || now.saturating_duration_since(e.seen) < self.aging).then_some(e.port)
     }
 
     /// Removes expired learned entries, and every learned entry of `port`
@@ -200,7 +258,7 @@ impl Fdb {
         let aging = self.aging;
         let mut gone: Vec<usize> = Vec::new();
         t.map.retain(|_, e| {
-            let keep = e.is_static
+            let keep = !e.ages()
                 || (now.saturating_duration_since(e.seen) < aging && Some(e.port) != forget_port);
             if !keep {
                 gone.push(e.port);
@@ -229,17 +287,21 @@ impl Fdb {
         let mut rows: Vec<FdbRow> = t
             .map
             .iter()
-            .filter(|(_, e)| e.is_static || now.saturating_duration_since(e.seen) < self.aging)
+            .filter(|(_, e)| !e.ages() || now.saturating_duration_since(e.seen) < self.aging)
             .map(|((vlan, mac), e)| FdbRow {
                 vlan: *vlan,
                 mac: mac.to_string(),
                 port: e.port,
-                age_secs: if e.is_static {
-                    0
-                } else {
+                age_secs: if e.ages() {
                     now.saturating_duration_since(e.seen).as_secs()
+                } else {
+                    0
                 },
-                kind: if e.is_static { "static" } else { "learned" },
+                kind: match e.kind {
+                    Kind::Static => "static",
+                    Kind::Learned => "learned",
+                    Kind::Remote => "evpn",
+                },
             })
             .collect();
         rows.sort_by(|a, b| (a.port, &a.mac).cmp(&(b.port, &b.mac)));
@@ -324,6 +386,25 @@ mod tests {
         f.sweep(t0 + Duration::from_secs(100), Some(3));
         assert_eq!(f.lookup(0, mac(7), t0 + Duration::from_secs(100)), Some(3));
         assert_eq!(f.rows(t0)[0].kind, "static");
+    }
+
+    #[test]
+    fn advertised_entries_never_age_and_yield_to_a_port_that_sends_from_them() {
+        let f = Fdb::new(Duration::from_secs(10), FdbLimits::default());
+        let t0 = Instant::now();
+        f.add_static(0, mac(7), 3);
+        assert!(!f.add_remote(0, mac(7), 1), "a port's own address is refused");
+        assert!(f.add_remote(0, mac(8), 1));
+        f.sweep(t0 + Duration::from_secs(100), None);
+        assert_eq!(f.lookup(0, mac(8), t0 + Duration::from_secs(100)), Some(1));
+        assert_eq!(f.learn(0, mac(8), 1, t0), Learn::Known);
+        assert_eq!(f.learned(), 0, "advertised entries take no learned share");
+        assert_eq!(f.rows(t0).iter().find(|r| r.port == 1).unwrap().kind, "evpn");
+        assert_eq!(f.learn(0, mac(8), 2, t0), Learn::Learned, "the VM is here now");
+        f.remove_remote(0, mac(8), 1);
+        assert_eq!(f.lookup(0, mac(8), t0), Some(2), "only an advertised entry is withdrawn");
+        assert!(f.add_remote(0, mac(8), 1));
+        assert_eq!(f.learned(), 0, "the learned share is freed when the fabric takes it back");
     }
 
     #[test]

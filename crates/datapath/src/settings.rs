@@ -93,6 +93,15 @@ pub struct PortSettings {
     /// default): read as soon as anything arrives.
     #[serde(default)]
     pub rx_usecs: u32,
+    /// The vNIC's cable: off, nothing goes to or comes from the port and
+    /// its guest's addresses are withdrawn from the fabric (vSphere's
+    /// "Connected", QEMU's `set_link`). Default on.
+    #[serde(default = "connected", deserialize_with = "on_off")]
+    pub connected: bool,
+}
+
+fn connected() -> bool {
+    true
 }
 
 impl Default for PortSettings {
@@ -108,6 +117,7 @@ impl Default for PortSettings {
             rx_overflow: RxOverflow::Backpressure,
             delivery: Delivery::Auto,
             rx_usecs: 0,
+            connected: true,
         }
     }
 }

@@ -116,6 +116,12 @@ impl Port {
         s.csum &= caps.csum;
         s
     }
+    /// True while the port's guest is here: its port connected and its
+    /// guest not gone (migrated away). Its address is pinned to it and
+    /// advertised to the fabric only then.
+    pub fn present(&self) -> bool {
+        self.settings().connected && self.dev.guest_present()
+    }
     /// True for an uplink (the physical side), false for a VM's port.
     pub fn is_uplink(&self) -> bool {
         self.dev.faces_wire()
@@ -312,7 +318,7 @@ impl Switch {
             return false;
         };
         let p = &self.ports[owner];
-        if p.dev.guest_present() {
+        if p.present() {
             return false;
         }
         self.fdb.unpin(vlan, mac, owner);
@@ -320,11 +326,43 @@ impl Switch {
         true
     }
 
+    /// Installs what the fabric advertises for uplink `uplink`'s tunnel
+    /// endpoint: `mac` behind remote endpoint `vtep`, or (`None`) its
+    /// withdrawal. A MAC that is a local VM's own address, its guest here,
+    /// is refused (counted): the fabric does not take a VM away from its
+    /// port; one whose guest has left (migrated) is released to it.
+    pub fn evpn_mac(
+        &self,
+        uplink: usize,
+        mac: MacAddr,
+        vtep: Option<std::net::Ipv4Addr>,
+    ) -> Result<(), crate::tunnel::EvpnRefusal> {
+        let up = &self.ports[uplink];
+        let Some(tunnel) = &up.tunnel else {
+            return Ok(());
+        };
+        if vtep.is_none() {
+            self.fdb.remove_remote(up.vlan, mac, uplink);
+            return tunnel.evpn_mac(mac, None);
+        }
+        if self.fdb.pinned_to(up.vlan, mac).is_some() && !self.release_address(up.vlan, mac) {
+            tunnel.evpn_local_claim();
+            return Err(crate::tunnel::EvpnRefusal::LocalMac);
+        }
+        tunnel.evpn_mac(mac, vtep)?;
+        if !self.fdb.add_remote(up.vlan, mac, uplink) {
+            tunnel.evpn_mac(mac, None)?;
+            tunnel.evpn_local_claim();
+            return Err(crate::tunnel::EvpnRefusal::LocalMac);
+        }
+        Ok(())
+    }
+
     /// Pins each VM port's own address to it again once its guest is
     /// there (back from a migration, or arrived by one).
     pub fn pin_present_guests(&self) {
         for p in self.ports.iter().filter(|p| !p.is_uplink()) {
-            if self.fdb.pinned_to(p.vlan, p.mac) != Some(p.id) && p.dev.guest_present() {
+            if self.fdb.pinned_to(p.vlan, p.mac) != Some(p.id) && p.present() {
                 self.fdb.add_static(p.vlan, p.mac, p.id);
             }
         }

@@ -14,6 +14,7 @@ use hvnet_port::{Packet, Transmitter};
 use hvnet_wire::MacAddr;
 use std::io::IoSlice;
 use std::net::Ipv4Addr;
+use std::sync::atomic::Ordering::Relaxed;
 
 /// Buffers a delivery thread keeps for tunnelled GSO frames, so that
 /// segmenting them allocates nothing in steady state.
@@ -39,21 +40,33 @@ impl Vtep {
         &self,
         dst: MacAddr,
         out: &mut smallvec::SmallVec<[(Ipv4Addr, Option<MacAddr>); 8]>,
-    ) {
+    ) -> bool {
         out.clear();
-        let n = self.neighbours.read().expect("lock");
-        let learned = (!dst.is_multicast())
-            .then(|| {
-                self.remote_macs
-                    .read()
-                    .expect("lock")
-                    .get(&dst)
-                    .map(|&(r, _)| r)
-            })
+        let known = (!dst.is_multicast())
+            .then(|| self.remote_of(&dst))
             .flatten();
-        match learned {
-            Some(r) => out.push((r, n.get(&r).copied())),
-            None => out.extend(self.cfg.remotes.iter().map(|r| (*r, n.get(r).copied()))),
+        let n = self.neighbours.read().expect("lock");
+        match known {
+            Some(r) => {
+                out.push((r, n.get(&r).copied()));
+                false
+            }
+            None => {
+                let flood = self.flood.read().expect("lock");
+                out.extend(flood.iter().map(|r| (*r, n.get(r).copied())));
+                true
+            }
+        }
+    }
+
+    /// Counts a frame replicated to the flood list, by kind.
+    fn count_flooded(&self, pkt: &Packet) {
+        let c = &self.evpn.counters;
+        c.flooded.fetch_add(1, Relaxed);
+        if !pkt.dst().is_multicast() {
+            c.flooded_unknown_unicast.fetch_add(1, Relaxed);
+        } else if pkt.meta.layers.l2.ethertype == hvnet_wire::EtherType::Arp {
+            c.flooded_arp.fetch_add(1, Relaxed);
         }
     }
 
@@ -95,7 +108,10 @@ impl Vtep {
             CsumMode::Full
         };
         let mut remotes = smallvec::SmallVec::new();
-        self.remotes_for(pkt.dst(), &mut remotes);
+        let flooded = self.remotes_for(pkt.dst(), &mut remotes);
+        if flooded && !remotes.is_empty() {
+            self.count_flooded(pkt);
+        }
         let mut copies = 0u64;
         let mut failed = false;
         for &(remote, mac) in &remotes {

@@ -34,9 +34,11 @@ use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 mod encap;
+mod evpn;
 mod neighbours;
 
 pub(crate) use encap::TunnelScratch;
+pub use evpn::{EvpnCounters, EvpnRefusal, Origin, MAX_EVPN_MACS, MAX_FLOOD};
 
 /// Inner MAC addresses remembered behind remote endpoints, at most (a
 /// guest behind a remote endpoint sending from random addresses must not
@@ -63,7 +65,8 @@ pub struct VtepConfig {
     pub prefix: u8,
     /// The underlay device's MAC (the outer source).
     pub mac: MacAddr,
-    /// Static remote endpoints: the flood list.
+    /// Static remote endpoints: the flood list (with those the fabric
+    /// advertises, where BGP EVPN is on).
     pub remotes: Vec<Ipv4Addr>,
     /// UDP destination port.
     pub port: u16,
@@ -76,6 +79,9 @@ pub struct Vtep {
     /// Its settings.
     pub cfg: VtepConfig,
     rss: Rss,
+    /// The flood list: the configured remotes, then the advertised ones.
+    flood: RwLock<Vec<Ipv4Addr>>,
+    evpn: evpn::EvpnTables,
     neighbours: RwLock<HashMap<Ipv4Addr, MacAddr>>,
     remote_macs: RwLock<HashMap<MacAddr, (Ipv4Addr, Instant)>>,
     arp_requests_sent: AtomicU64,
@@ -116,6 +122,9 @@ pub struct RemoteView {
     pub mac: Option<String>,
     /// In the flood list (configured) or only learned.
     pub configured: bool,
+    /// Where it came from: "static" (configured), "evpn" (advertised:
+    /// in the flood list too), "learned" (seen in a frame only).
+    pub origin: Origin,
 }
 
 /// An inner MAC learned behind a remote endpoint.
@@ -123,10 +132,21 @@ pub struct RemoteView {
 pub struct RemoteMacView {
     /// The inner MAC.
     pub mac: String,
-    /// The remote endpoint it was last seen behind.
+    /// The remote endpoint it is behind.
     pub remote: Ipv4Addr,
-    /// Seconds since it was last seen.
+    /// Seconds since it was last seen (0 for an advertised one).
     pub age_secs: u64,
+    /// "evpn" (advertised; never ages while it is) or "learned".
+    pub origin: Origin,
+}
+
+/// A remote IP address the fabric advertised with its MAC.
+#[derive(Clone, Debug, Serialize)]
+pub struct RemoteIpView {
+    /// The address.
+    pub ip: std::net::IpAddr,
+    /// Its MAC.
+    pub mac: String,
 }
 
 /// A tunnel endpoint's state, for `hvnet stats /uplinks/NAME/vxlan`.
@@ -152,12 +172,20 @@ pub struct VtepView {
     pub arp_replies_sent: u64,
     /// Inner MACs not learned: the table was full.
     pub remote_macs_refused: u64,
+    /// The flood list (head-end replication), in order.
+    pub flood_list: Vec<Ipv4Addr>,
+    /// Remote IPs advertised with their MACs (ARP answered from them).
+    pub remote_ips: Vec<RemoteIpView>,
+    /// What the fabric's advertisements did, and what was flooded.
+    pub evpn: EvpnCounters,
 }
 
 impl Vtep {
     /// An endpoint with nothing resolved or learned yet.
     pub fn new(cfg: VtepConfig) -> Vtep {
         Vtep {
+            flood: RwLock::new(cfg.remotes.clone()),
+            evpn: evpn::EvpnTables::default(),
             cfg,
             rss: Rss::new(&DEFAULT_KEY, 1).expect("default RSS key"),
             neighbours: RwLock::new(HashMap::new()),
@@ -211,6 +239,22 @@ impl Vtep {
         Received::Inner(inner)
     }
 
+    /// The flood list now.
+    pub fn flood_list(&self) -> Vec<Ipv4Addr> {
+        self.flood.read().expect("lock").clone()
+    }
+
+    /// The remote endpoint `mac` is behind: as advertised, else as learned.
+    pub fn remote_of(&self, mac: &MacAddr) -> Option<Ipv4Addr> {
+        self.evpn_remote_of(mac).or_else(|| {
+            self.remote_macs
+                .read()
+                .expect("lock")
+                .get(mac)
+                .map(|&(r, _)| r)
+        })
+    }
+
     fn learn_remote_mac(&self, mac: MacAddr, remote: Ipv4Addr, now: Instant) {
         if mac.is_multicast() {
             return;
@@ -235,37 +279,66 @@ impl Vtep {
     /// The endpoint as the views show it.
     pub fn view(&self, now: Instant) -> VtepView {
         let n = self.neighbours.read().expect("lock");
-        let mut remotes: Vec<RemoteView> = self
-            .cfg
-            .remotes
+        let flood = self.flood_list();
+        let mut remotes: Vec<RemoteView> = flood
             .iter()
             .map(|ip| RemoteView {
                 ip: *ip,
                 mac: n.get(ip).map(|m| m.to_string()),
-                configured: true,
+                configured: self.cfg.remotes.contains(ip),
+                origin: if self.cfg.remotes.contains(ip) {
+                    Origin::Static
+                } else {
+                    Origin::Evpn
+                },
             })
             .collect();
         remotes.extend(
             n.iter()
-                .filter(|(ip, _)| !self.cfg.remotes.contains(ip))
+                .filter(|(ip, _)| !flood.contains(ip))
                 .map(|(ip, m)| RemoteView {
                     ip: *ip,
                     mac: Some(m.to_string()),
                     configured: false,
+                    origin: Origin::Learned,
                 }),
         );
-        let mut macs: Vec<RemoteMacView> = self
-            .remote_macs
+        let advertised = self.evpn.macs.read().expect("lock");
+        let mut macs: Vec<RemoteMacView> = advertised
+            .iter()
+            .map(|(m, r)| RemoteMacView {
+                mac: m.to_string(),
+                remote: *r,
+                age_secs: 0,
+                origin: Origin::Evpn,
+            })
+            .collect();
+        macs.extend(
+            self.remote_macs
+                .read()
+                .expect("lock")
+                .iter()
+                .filter(|(m, _)| !advertised.contains_key(m))
+                .map(|(m, (r, seen))| RemoteMacView {
+                    mac: m.to_string(),
+                    remote: *r,
+                    age_secs: now.duration_since(*seen).as_secs(),
+                    origin: Origin::Learned,
+                }),
+        );
+        macs.sort_by(|a, b| a.mac.cmp(&b.mac));
+        let mut remote_ips: Vec<RemoteIpView> = self
+            .evpn
+            .neighbours
             .read()
             .expect("lock")
             .iter()
-            .map(|(m, (r, seen))| RemoteMacView {
+            .map(|(ip, m)| RemoteIpView {
+                ip: *ip,
                 mac: m.to_string(),
-                remote: *r,
-                age_secs: now.duration_since(*seen).as_secs(),
             })
             .collect();
-        macs.sort_by(|a, b| a.mac.cmp(&b.mac));
+        remote_ips.sort_by_key(|r| r.ip);
         VtepView {
             vni: self.cfg.vni,
             local: format!("{}/{}", self.cfg.local, self.cfg.prefix),
@@ -277,6 +350,9 @@ impl Vtep {
             arp_requests_sent: self.arp_requests_sent.load(Relaxed),
             arp_replies_sent: self.arp_replies_sent.load(Relaxed),
             remote_macs_refused: self.remote_macs_refused.load(Relaxed),
+            flood_list: flood,
+            remote_ips,
+            evpn: self.evpn_counters(),
         }
     }
 }

@@ -57,14 +57,16 @@ impl Vtep {
         }
     }
 
-    /// Sends an ARP request for each configured remote still unresolved;
+    /// Sends an ARP request for each remote in the flood list still
+    /// unresolved;
     /// the caller (the uplink's first queue thread) calls it every
     /// [`SOLICIT_EVERY`], so a write that fails is tried at the next turn.
     pub fn solicit(&self, tx: &mut dyn Transmitter) {
         let unresolved: Vec<Ipv4Addr> = {
             let n = self.neighbours.read().expect("lock");
-            self.cfg
-                .remotes
+            self.flood
+                .read()
+                .expect("lock")
                 .iter()
                 .filter(|r| !n.contains_key(r))
                 .copied()

@@ -1,6 +1,7 @@
 //! A worker's ingress steps, per frame read: a tunnel endpoint's
 //! decapsulation, an uplink's software checksum check and LRO, then the
-//! switching decision (policy, learning, lookup, flooding).
+//! switching decision (policy, learning, ARP suppression, lookup,
+//! flooding).
 
 use super::ingress_lro::IngressLro;
 use super::{Ctx, State};
@@ -75,6 +76,10 @@ impl State {
     /// lookup, and the offload stage for each destination.
     pub(super) fn switch_frame(&mut self, cx: &Ctx, pkt: Packet, now: Instant) {
         let c = &cx.port.ingress[cx.q];
+        if !self.settings[cx.port.id].connected {
+            add(&c.drop_disconnected, 1);
+            return;
+        }
         let ingress = Ingress {
             port: cx.port.id,
             mac: cx.port.mac,
@@ -107,8 +112,12 @@ impl State {
                 port
             }
         };
-        let sw = &cx.sw;
-        match forward::route(&ingress, learned, |p| sw.ports[p].is_up()) {
+        if dst.is_multicast() && self.suppress_arp(cx, &pkt) {
+            return;
+        }
+        let (sw, settings) = (&cx.sw, &self.settings);
+        let link_up = |p: usize| sw.ports[p].is_up() && settings[p].connected;
+        match forward::route(&ingress, learned, link_up) {
             Action::NoRoute => add(&c.drop_no_route, 1),
             Action::Unicast(p) => {
                 add(&c.forwarded, 1);
@@ -118,7 +127,7 @@ impl State {
                 let targets: smallvec::SmallVec<[usize; 16]> = sw
                     .ports
                     .iter()
-                    .filter(|p| p.id != cx.port.id && p.vlan == vlan && p.is_up())
+                    .filter(|p| p.id != cx.port.id && p.vlan == vlan && link_up(p.id))
                     .map(|p| p.id)
                     .collect();
                 let Some((&last, rest)) = targets.split_last() else {

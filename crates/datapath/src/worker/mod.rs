@@ -6,6 +6,7 @@
 
 mod egress;
 mod ingress;
+mod ingress_arp;
 mod ingress_csum;
 mod ingress_lro;
 mod staging;

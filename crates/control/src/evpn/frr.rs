@@ -1,0 +1,292 @@
+//! FRR's daemons as `hvnet up` runs them for a topology with `[frr]`
+//! (demos, tests, the lab): zebra and bgpd in the daemon's network
+//! namespace, under a path space of their own (`-N hvnet-TOPOLOGY`: their
+//! sockets and PID files in `/var/run/frr/hvnet-TOPOLOGY`), configured
+//! through vtysh as FRR documents EVPN for Linux VTEPs, stopped by `hvnet
+//! down`. A host that runs FRR already needs none of this: its own FRR
+//! picks up the shadow devices (see `docs/guide/evpn.md`).
+
+use serde::Deserialize;
+use serde_json::Value;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Where Debian's FRR keeps its daemons.
+const FRR_LIBEXEC: &str = "/usr/lib/frr";
+
+/// `[frr]` as written in a topology file.
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct FrrRepr {
+    asn: u32,
+    router_id: String,
+    #[serde(default)]
+    neighbors: Vec<String>,
+    #[serde(default = "d_keepalive")]
+    keepalive_secs: u16,
+}
+
+fn d_keepalive() -> u16 {
+    3
+}
+
+/// FRR as `hvnet up` starts it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frr {
+    /// The BGP AS (iBGP with every neighbour).
+    pub asn: u32,
+    /// BGP's router ID: the host's own underlay address, whose IP stack
+    /// runs BGP.
+    pub router_id: Ipv4Addr,
+    /// The BGP neighbours (the other VTEPs, or route reflectors).
+    pub neighbors: Vec<Ipv4Addr>,
+    /// BGP keepalive interval (hold time three times it): how soon a host
+    /// that stops without a word is withdrawn.
+    pub keepalive_secs: u16,
+}
+
+impl FrrRepr {
+    /// Checked: addresses parse, the AS is not 0, a neighbour is not the
+    /// host itself.
+    pub fn validate(&self) -> Result<Frr, String> {
+        if self.asn == 0 {
+            return Err("asn 0 is reserved (1..4294967295)".into());
+        }
+        let router_id: Ipv4Addr = self
+            .router_id
+            .parse()
+            .map_err(|_| format!("router_id {:?} is not an IPv4 address", self.router_id))?;
+        let neighbors = self
+            .neighbors
+            .iter()
+            .map(|n| n.parse::<Ipv4Addr>().map_err(|_| format!("neighbor {n:?} is not an IPv4 address")))
+            .collect::<Result<Vec<_>, _>>()?;
+        if neighbors.contains(&router_id) {
+            return Err("a neighbor is the router_id (this host)".into());
+        }
+        if !(1..=600).contains(&self.keepalive_secs) {
+            return Err(format!("keepalive_secs {} is outside 1..600", self.keepalive_secs));
+        }
+        Ok(Frr {
+            asn: self.asn,
+            router_id,
+            neighbors,
+            keepalive_secs: self.keepalive_secs,
+        })
+    }
+}
+
+impl Frr {
+    /// The configuration applied through vtysh.
+    pub fn config(&self, hostname: &str, log: &Path) -> String {
+        let mut c = format!(
+            "hostname {hostname}\nlog file {} informational\n!\nrouter bgp {}\n bgp router-id {}\n no bgp default ipv4-unicast\n timers bgp {} {}\n",
+            log.display(),
+            self.asn,
+            self.router_id,
+            self.keepalive_secs,
+            3 * self.keepalive_secs
+        );
+        for n in &self.neighbors {
+            c += &format!(" neighbor {n} remote-as {}\n neighbor {n} timers connect 2\n", self.asn);
+        }
+        c += " !\n address-family l2vpn evpn\n";
+        for n in &self.neighbors {
+            c += &format!("  neighbor {n} activate\n");
+        }
+        c += "  advertise-all-vni\n exit-address-family\n!\n";
+        c
+    }
+}
+
+/// FRR's daemons of one topology, as they run.
+#[derive(Clone, Debug)]
+pub struct FrrRun {
+    /// FRR's path space (`-N`).
+    pub pathspace: String,
+    /// The configuration directory (vtysh's `--config_dir`), in the
+    /// topology's state directory.
+    pub dir: PathBuf,
+}
+
+impl FrrRun {
+    /// The run of topology `topology` whose state is in `state_dir`.
+    pub fn of(topology: &str, state_dir: &Path) -> FrrRun {
+        FrrRun {
+            pathspace: format!("hvnet-{topology}"),
+            dir: state_dir.join("frr"),
+        }
+    }
+
+    fn run_dir(&self) -> PathBuf {
+        Path::new("/var/run/frr").join(&self.pathspace)
+    }
+
+    fn pid(&self, daemon: &str) -> Option<u32> {
+        let pid: u32 = std::fs::read_to_string(self.run_dir().join(format!("{daemon}.pid")))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        Path::new(&format!("/proc/{pid}")).exists().then_some(pid)
+    }
+
+    /// True when zebra and bgpd of this run are alive.
+    pub fn running(&self) -> bool {
+        self.pid("zebra").is_some() && self.pid("bgpd").is_some()
+    }
+
+    /// Starts zebra, then bgpd, in the caller's network namespace, and
+    /// applies `frr`'s configuration; a run that is alive already (the
+    /// switch's daemon restarted) is kept.
+    pub fn start(&self, frr: &Frr, hostname: &str) -> Result<(), String> {
+        if self.running() {
+            tracing::info!(pathspace = %self.pathspace, "FRR runs already: kept");
+            return Ok(());
+        }
+        self.stop();
+        let bin = Path::new(FRR_LIBEXEC);
+        if !bin.join("zebra").exists() {
+            return Err(format!(
+                "[frr]: FRR is not installed ({}/zebra missing): apt-get install frr, or remove [frr] and run the host's own FRR",
+                bin.display()
+            ));
+        }
+        let (run, dir) = (self.run_dir(), &self.dir);
+        for d in [&run, dir] {
+            std::fs::create_dir_all(d).map_err(|e| format!("create {}: {e}", d.display()))?;
+        }
+        let empty = dir.join("empty.conf");
+        let conf = dir.join("frr.conf");
+        let _ = std::fs::write(&empty, "");
+        let _ = std::fs::write(dir.join("vtysh.conf"), "");
+        std::fs::write(&conf, frr.config(hostname, &dir.join("frr.log")))
+            .map_err(|e| format!("write {}: {e}", conf.display()))?;
+        // The daemons drop to user frr: it owns what they write.
+        let _ = Command::new("chown").args(["-R", "frr:frr"]).arg(&run).arg(dir).status();
+        let _ = std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755));
+        for daemon in ["zebra", "bgpd"] {
+            let log = format!("file:{}", dir.join(format!("{daemon}.log")).display());
+            let status = Command::new(bin.join(daemon))
+                .args(["-d", "-N", &self.pathspace, "-P", "0", "-f"])
+                .arg(&empty)
+                .args(["--log", &log])
+                .status()
+                .map_err(|e| format!("start FRR's {daemon}: {e}"))?;
+            if !status.success() {
+                return Err(format!("FRR's {daemon} did not start ({status}); see {}", dir.display()));
+            }
+            self.wait_socket(daemon)?;
+        }
+        let out = self.vtysh(&["-f".as_ref(), conf.as_os_str()])?;
+        tracing::info!(pathspace = %self.pathspace, output = %out.trim(), "FRR started and configured");
+        Ok(())
+    }
+
+    fn wait_socket(&self, daemon: &str) -> Result<(), String> {
+        let sock = self.run_dir().join(format!("{daemon}.vty"));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !sock.exists() {
+            if Instant::now() > deadline {
+                return Err(format!("FRR's {daemon} did not get ready within 20 s (no {})", sock.display()));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    /// Runs vtysh on this run's daemons.
+    pub fn vtysh(&self, args: &[&std::ffi::OsStr]) -> Result<String, String> {
+        let out = Command::new("vtysh")
+            .args(["-N", &self.pathspace, "--config_dir"])
+            .arg(&self.dir)
+            .args(args)
+            .output()
+            .map_err(|e| format!("run vtysh: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "vtysh: {}{}",
+                String::from_utf8_lossy(&out.stdout).trim(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Stops the run's daemons (bgpd first, so that it says goodbye to its
+    /// neighbours) and removes its run directory.
+    pub fn stop(&self) {
+        for daemon in ["bgpd", "zebra"] {
+            if let Some(pid) = self.pid(daemon) {
+                let _ = Command::new("kill").arg(pid.to_string()).status();
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                if Path::new(&format!("/proc/{pid}")).exists() {
+                    let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(self.run_dir());
+    }
+}
+
+/// BGP's EVPN sessions as FRR reports them (`show bgp l2vpn evpn summary
+/// json`), from the topology's own FRR run or else the host's FRR.
+pub fn bgp_summary(run: Option<&FrrRun>) -> Result<Value, String> {
+    let args = ["-c", "show bgp l2vpn evpn summary json"];
+    let text = match run {
+        Some(r) => r.vtysh(&args.map(std::ffi::OsStr::new))?,
+        None => {
+            let out = Command::new("vtysh")
+                .args(args)
+                .output()
+                .map_err(|e| format!("run vtysh: {e}"))?;
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        }
+    };
+    serde_json::from_str(&text).map_err(|_| format!("FRR's answer is not JSON: {}", text.trim()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_configuration_is_frrs_documented_evpn_set_up() {
+        let r = FrrRepr {
+            asn: 65000,
+            router_id: "198.18.60.11".into(),
+            neighbors: vec!["198.18.60.12".into()],
+            keepalive_secs: 3,
+        };
+        let c = r.validate().unwrap().config("h1", Path::new("/tmp/x.log"));
+        for line in [
+            "router bgp 65000",
+            " bgp router-id 198.18.60.11",
+            " neighbor 198.18.60.12 remote-as 65000",
+            "  neighbor 198.18.60.12 activate",
+            "  advertise-all-vni",
+            " timers bgp 3 9",
+        ] {
+            assert!(c.lines().any(|l| l == line), "{line:?} in\n{c}");
+        }
+    }
+
+    #[test]
+    fn bad_settings_are_named() {
+        let r = |asn, id: &str, n: &[&str]| FrrRepr {
+            asn,
+            router_id: id.into(),
+            neighbors: n.iter().map(|s| s.to_string()).collect(),
+            keepalive_secs: 3,
+        };
+        assert!(r(0, "1.1.1.1", &[]).validate().unwrap_err().contains("asn 0"));
+        assert!(r(1, "x", &[]).validate().unwrap_err().contains("router_id"));
+        assert!(r(1, "1.1.1.1", &["1.1.1.1"]).validate().unwrap_err().contains("this host"));
+        assert!(r(1, "1.1.1.1", &["nope"]).validate().unwrap_err().contains("neighbor"));
+    }
+}

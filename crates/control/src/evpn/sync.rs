@@ -1,0 +1,265 @@
+//! The thread that keeps an EVPN uplink's shadow and its tunnel endpoint in
+//! step: each present VM's MAC and IPs written to the shadow (zebra
+//! advertises them), and what zebra installs there from the fabric read
+//! back over rtnetlink into the endpoint (remote MACs, the flood list,
+//! remote IPs for ARP suppression).
+
+use super::shadow::{self, ShadowNames};
+use crate::rtnl::Rtnl;
+use hvnet_datapath::Switch;
+use hvnet_wire::MacAddr;
+use netlink_packet_core::{NetlinkMessage, NetlinkPayload};
+use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourFlags, NeighbourMessage, NeighbourState};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use netlink_sys::{protocols::NETLINK_ROUTE, Socket};
+use std::collections::HashSet;
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// `RTNLGRP_NEIGH`: neighbour and FDB changes.
+const RTNLGRP_NEIGH: u32 = 3;
+/// How often the local VMs' presence is looked at (the longest a VM that
+/// arrives waits before it is written to the shadow).
+const LOCAL_EVERY: Duration = Duration::from_millis(10);
+
+/// A VM on the uplink's segment, as advertised.
+#[derive(Clone, Debug)]
+pub struct LocalVm {
+    /// Its port.
+    pub port: usize,
+    /// Its MAC.
+    pub mac: MacAddr,
+    /// Its addresses (MAC/IP routes).
+    pub ips: Vec<IpAddr>,
+}
+
+/// The handle of a running sync (its thread ends with the switch).
+pub struct EvpnSync {
+    /// The shadow's names.
+    pub names: ShadowNames,
+}
+
+/// Starts the sync of uplink port `uplink` with its shadow `names`
+/// (created already), advertising `vms`.
+pub fn spawn(
+    sw: Arc<Switch>,
+    uplink: usize,
+    names: ShadowNames,
+    vms: Vec<LocalVm>,
+) -> io::Result<(JoinHandle<()>, EvpnSync)> {
+    let mut monitor = Socket::new(NETLINK_ROUTE)?;
+    monitor.bind_auto()?;
+    monitor.add_membership(RTNLGRP_NEIGH)?;
+    // A burst of thousands of routes fits; past that, an overflow makes a
+    // fresh dump.
+    let _ = monitor.set_rx_buf_sz(8 << 20);
+    monitor.set_non_blocking(true)?;
+    let rtnl = Rtnl::new().map_err(io::Error::other)?;
+    let mut s = Sync {
+        sw,
+        uplink,
+        names: names.clone(),
+        vms,
+        rtnl,
+        monitor,
+        advertised: HashSet::new(),
+        idx: Indices::default(),
+    };
+    let t = std::thread::Builder::new()
+        .name(format!("evpn-{}", names.vxlan))
+        .spawn(move || s.run())?;
+    Ok((t, EvpnSync { names }))
+}
+
+#[derive(Default, Clone, Copy)]
+struct Indices {
+    bridge: u32,
+    vxlan: u32,
+    port: u32,
+}
+
+struct Sync {
+    sw: Arc<Switch>,
+    uplink: usize,
+    names: ShadowNames,
+    vms: Vec<LocalVm>,
+    rtnl: Rtnl,
+    monitor: Socket,
+    /// Ports whose VM is written to the shadow now.
+    advertised: HashSet<usize>,
+    idx: Indices,
+}
+
+impl Sync {
+    fn run(&mut self) {
+        let mut buf = vec![0u8; 1 << 16];
+        let mut need_dump = true;
+        while !self.sw.stopping() {
+            if need_dump {
+                need_dump = !self.resync();
+                if need_dump {
+                    std::thread::sleep(Duration::from_millis(200));
+                    continue;
+                }
+            }
+            self.advertise_local();
+            if let Ok(false) = hvnet_sys::poll_readable(self.monitor.as_raw_fd(), LOCAL_EVERY.as_millis() as i32) {
+                continue;
+            }
+            loop {
+                match self.monitor.recv(&mut &mut buf[..], 0) {
+                    Ok(n) => self.apply_all(&buf[..n]),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => {
+                        // ENOBUFS: changes were lost; read the tables again.
+                        tracing::warn!(error = %e, shadow = %self.names.vxlan, "EVPN: changes lost; reading the shadow's tables again");
+                        need_dump = true;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Forgets what was installed and reads the shadow's tables afresh;
+    /// false if the shadow cannot be read now.
+    fn resync(&mut self) -> bool {
+        let idx = (|| -> Result<Indices, crate::rtnl::NetlinkError> {
+            Ok(Indices {
+                bridge: self.rtnl.index(&self.names.bridge)?,
+                vxlan: self.rtnl.index(&self.names.vxlan)?,
+                port: self.rtnl.index(&self.names.port)?,
+            })
+        })();
+        let idx = match idx {
+            Ok(i) => i,
+            Err(e) => {
+                tracing::warn!(error = %e, "EVPN: the shadow devices are not there");
+                return false;
+            }
+        };
+        self.idx = idx;
+        let Some(vtep) = self.sw.ports[self.uplink].tunnel.as_ref() else {
+            return true;
+        };
+        for mac in vtep.evpn_clear() {
+            let _ = self.sw.evpn_mac(self.uplink, mac, None);
+        }
+        // What this thread wrote is written again.
+        self.advertised.clear();
+        for family in [AddressFamily::Bridge, AddressFamily::Inet, AddressFamily::Inet6] {
+            match shadow::dump(&mut self.rtnl, family) {
+                Ok(list) => {
+                    for m in list {
+                        self.apply(&m, true);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "EVPN: cannot read the shadow's tables");
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Writes each VM that is present (its port up and connected, its
+    /// guest here) to the shadow, and removes each that is not.
+    fn advertise_local(&mut self) {
+        for i in 0..self.vms.len() {
+            let vm = &self.vms[i];
+            let p = &self.sw.ports[vm.port];
+            let present = p.is_up() && p.present();
+            if present == self.advertised.contains(&vm.port) {
+                continue;
+            }
+            let (mac, ips, port) = (vm.mac, vm.ips.clone(), vm.port);
+            let mut ok = shadow::set_local_mac(&mut self.rtnl, self.idx.port, mac, present)
+                .map_err(|e| tracing::warn!(error = %e, %mac, "EVPN: cannot write the VM's MAC to the shadow"))
+                .is_ok();
+            for ip in ips {
+                ok &= shadow::set_local_ip(&mut self.rtnl, self.idx.bridge, ip, mac, present)
+                    .map_err(|e| tracing::warn!(error = %e, %ip, "EVPN: cannot write the VM's address to the shadow"))
+                    .is_ok();
+            }
+            // Withdrawn entries that were already gone are fine; a write
+            // that failed is tried again next turn.
+            if present && !ok {
+                continue;
+            }
+            tracing::info!(port = %p.name, %mac, present, "EVPN: VM advertised");
+            if present {
+                self.advertised.insert(port);
+            } else {
+                self.advertised.remove(&port);
+            }
+        }
+    }
+
+    fn apply_all(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let Ok(m) = NetlinkMessage::<RouteNetlinkMessage>::deserialize(bytes) else {
+                return;
+            };
+            let len = (m.header.length as usize + 3) & !3;
+            if len == 0 || len > bytes.len() {
+                return;
+            }
+            bytes = &bytes[len..];
+            match m.payload {
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewNeighbour(n)) => self.apply(&n, true),
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelNeighbour(n)) => self.apply(&n, false),
+                _ => {}
+            }
+        }
+    }
+
+    /// Installs or withdraws what one entry of the shadow says.
+    fn apply(&mut self, n: &NeighbourMessage, new: bool) {
+        let Some(vtep) = self.sw.ports[self.uplink].tunnel.as_ref() else {
+            return;
+        };
+        let lladdr = n.attributes.iter().find_map(|a| match a {
+            NeighbourAttribute::LinkLayerAddress(b) if b.len() == 6 => Some(MacAddr(b[..6].try_into().expect("6 bytes"))),
+            _ => None,
+        });
+        let dst = n.attributes.iter().find_map(|a| match a {
+            NeighbourAttribute::Destination(NeighbourAddress::Inet(ip)) => Some(IpAddr::V4(*ip)),
+            NeighbourAttribute::Destination(NeighbourAddress::Inet6(ip)) => Some(IpAddr::V6(*ip)),
+            _ => None,
+        });
+        let h = &n.header;
+        match h.family {
+            // The vxlan device's own entries: `MAC dst VTEP` (a remote MAC)
+            // and `00:00:00:00:00:00 dst VTEP` (the flood list).
+            AddressFamily::Bridge if h.ifindex == self.idx.vxlan && h.flags.contains(NeighbourFlags::Own) => {
+                let (Some(mac), Some(IpAddr::V4(remote))) = (lladdr, dst) else {
+                    return;
+                };
+                let r = if mac.0 == [0; 6] {
+                    vtep.evpn_vtep(remote, new)
+                } else {
+                    self.sw.evpn_mac(self.uplink, mac, new.then_some(remote))
+                };
+                if let Err(e) = r {
+                    tracing::debug!(%mac, %remote, reason = %e, "EVPN: advertisement refused");
+                }
+            }
+            // Remote IPs zebra installs on the SVI (extern_learn).
+            // (A withdrawal is taken whatever its flags say: an IP not
+            // installed is not there to remove.)
+            AddressFamily::Inet | AddressFamily::Inet6
+                if h.ifindex == self.idx.bridge && (!new || h.flags.contains(NeighbourFlags::ExtLearned)) =>
+            {
+                let Some(ip) = dst else { return };
+                let usable = new && !matches!(h.state, NeighbourState::Failed | NeighbourState::Incomplete);
+                let _ = vtep.evpn_neighbour(ip, lladdr.filter(|_| usable));
+            }
+            _ => {}
+        }
+    }
+}

@@ -172,13 +172,20 @@ class Topology:
     `hosts` the same for `[[uplink]]` and `[[host]]` entries (an uplink's
     device name is made unique here when it is given as "")."""
 
-    def __init__(self, tmp: Path, vms, fdb_aging_secs=300, prefix="t", uplinks=(), hosts=(), up_args=()):
+    def __init__(self, tmp: Path, vms, fdb_aging_secs=300, prefix="t", uplinks=(), hosts=(), up_args=(),
+                 netns=None, frr=None):
         self.name = unique(prefix)[:12]
         self.up_args = list(up_args)
         self.vms = vms
         self.uplinks = [dict(u, device=u.get("device") or unique("hvu")) for u in uplinks]
         self.hosts = [dict(h) for h in hosts]
         doc = {"name": self.name, "fdb_aging_secs": fdb_aging_secs, "vm": [dict(vm) for vm in vms]}
+        # The switch in a namespace of its own (a host on this machine),
+        # and FRR for EVPN started with it.
+        if netns:
+            doc["netns"] = netns
+        if frr:
+            doc["frr"] = frr
         if self.uplinks:
             doc["uplink"] = self.uplinks
         if self.hosts:

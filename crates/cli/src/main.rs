@@ -277,8 +277,13 @@ fn main() {
             drop_privileges,
         } => {
             init_logging();
-            hvnet_control::daemon::daemon(&file, locked, metrics, drop_privileges)
+            hvnet_control::topology::load(&file)
                 .map_err(|e| e.to_string())
+                .and_then(|t| switch_cmd::enter_netns(&t))
+                .and_then(|()| {
+                    hvnet_control::daemon::daemon(&file, locked, metrics, drop_privileges)
+                        .map_err(|e| e.to_string())
+                })
         }
         Cmd::Lab { args } => lab(args),
         Cmd::Completions { shell } => {

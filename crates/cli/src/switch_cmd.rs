@@ -102,6 +102,9 @@ pub fn up(
     drop_privileges: bool,
 ) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find my own binary: {e}"))?;
+    if let Ok(topo) = topology::load(&file) {
+        enter_netns(&topo)?;
+    }
     let report = daemon::up(&file, &exe, metrics, drop_privileges).map_err(|e| match e {
         DaemonError::Topology(t) => t.to_string(),
         other => other.to_string(),
@@ -220,6 +223,13 @@ pub fn down(name: Option<String>, t: &Target) -> Result<(), String> {
             ))
         }
     };
+    // A topology that runs in a namespace of its own is taken down there
+    // (its devices are that namespace's).
+    if let Some(st) = hvnet_control::state::read_state(&daemon::state_dir(&name)) {
+        if let Ok(topo) = topology::parse(&st.topology_text) {
+            enter_netns(&topo)?;
+        }
+    }
     let r = daemon::down(&name).map_err(|e| e.to_string())?;
     if json_out {
         println!("{}", serde_json::to_string(&r).expect("report serializes"));
@@ -359,6 +369,19 @@ pub fn fdb(t: &Target) -> Result<(), String> {
     Ok(())
 }
 
+/// Moves this process (still one thread: every thread it starts, and
+/// the daemon it starts, follow) into the topology's network namespace,
+/// when it names one: its uplinks' devices, EVPN's shadow and FRR are
+/// that namespace's, a host of its own on this machine.
+pub fn enter_netns(topo: &topology::Topology) -> Result<(), String> {
+    let Some(ns) = &topo.netns else {
+        return Ok(());
+    };
+    let handle = hvnet_sys::netns::open(ns)
+        .map_err(|e| format!("topology {}: network namespace {ns}: {e}", topo.name))?;
+    hvnet_sys::netns::enter(&handle).map_err(|e| format!("enter network namespace {ns}: {e}"))
+}
+
 /// `hvnet evpn`: per EVPN uplink, the flood list and remote MACs with
 /// where each came from, the remote IPs ARP is answered for, the counters,
 /// and BGP's sessions as FRR reports them.
@@ -393,10 +416,12 @@ pub fn evpn(t: &Target) -> Result<(), String> {
         }
         println!();
     }
-    let bgp = &v["bgp"];
-    match bgp["l2VpnEvpn"]["peers"].as_object() {
+    // FRR 8.4 answers with the address family's object itself; later
+    // versions wrap it in "l2VpnEvpn".
+    let bgp = v["bgp"].get("l2VpnEvpn").unwrap_or(&v["bgp"]);
+    match bgp["peers"].as_object() {
         Some(peers) => {
-            println!("BGP (l2vpn evpn) router ID {}, AS {}:", s(&bgp["l2VpnEvpn"]["routerId"]), s(&bgp["l2VpnEvpn"]["as"]));
+            println!("BGP (l2vpn evpn) router ID {}, AS {}:", s(&bgp["routerId"]), s(&bgp["as"]));
             println!("  {:<16} {:<12} {:<10} {}", "NEIGHBOR", "STATE", "UP/DOWN", "PREFIXES RECEIVED");
             for (n, p) in peers {
                 println!("  {:<16} {:<12} {:<10} {}", n, s(&p["state"]), s(&p["peerUptime"]), s(&p["pfxRcd"]));

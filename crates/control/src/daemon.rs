@@ -287,7 +287,7 @@ fn down_locked(name: &str) -> Result<DownReport, DaemonError> {
     guest::kill_groups_left(&state.guests);
     // FRR's daemons, where `up` started them (first: BGP withdraws this
     // host's routes while the switch's devices still exist).
-    crate::evpn::FrrRun::of(name, &dir).stop();
+    crate::evpn::FrrRun::of(name).stop();
     let marker = state.marker();
     for ns in &state.namespaces {
         if !hvnet_sys::netns::path(ns).exists() {

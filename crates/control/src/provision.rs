@@ -290,9 +290,10 @@ pub(crate) fn open_uplink(topo: &Topology, u: &Uplink) -> Result<PortSpec, Daemo
         None => None,
         Some(v) => {
             // The endpoint speaks with the device's own address.
-            let mac = std::fs::read_to_string(format!("/sys/class/net/{dev}/address"))
+            let mac = Rtnl::new()
+                .and_then(|mut r| r.mac(dev))
                 .ok()
-                .and_then(|m| m.trim().parse().ok())
+                .flatten()
                 .ok_or_else(|| {
                     DaemonError::Other(format!("uplink {}: cannot read {dev}'s MAC", u.name))
                 })?;

@@ -209,6 +209,16 @@ impl Rtnl {
             }))
     }
 
+    /// The MAC address of device `name`, if it has one.
+    pub fn mac(&mut self, name: &str) -> Result<Option<hvnet_wire::MacAddr>, NetlinkError> {
+        Ok(self.link(name)?.attributes.into_iter().find_map(|a| match a {
+            LinkAttribute::Address(b) if b.len() == 6 => {
+                Some(hvnet_wire::MacAddr(b[..6].try_into().expect("6 bytes")))
+            }
+            _ => None,
+        }))
+    }
+
     /// Applies `change` to device `name`, in one request.
     pub fn set_link(&mut self, name: &str, change: &LinkChange) -> Result<(), NetlinkError> {
         let mut msg = LinkMessage::default();

@@ -189,9 +189,7 @@ pub fn netns_marker(ns: &str) -> Option<String> {
 
 /// The ownership marker on device `dev` in this namespace (its alias).
 pub fn device_marker(dev: &str) -> Option<String> {
-    std::fs::read_to_string(format!("/sys/class/net/{dev}/ifalias"))
-        .ok()
-        .map(|s| s.trim().to_string())
+    Some(crate::rtnl::Rtnl::new().ok()?.alias(dev).ok()?.unwrap_or_default())
 }
 
 /// Refuses a namespace that is not this topology's (absent, or someone

@@ -102,6 +102,7 @@ struct FileRepr {
     #[serde(default)]
     host: Vec<toml::Spanned<HostRepr>>,
     frr: Option<toml::Spanned<crate::evpn::FrrRepr>>,
+    netns: Option<toml::Spanned<String>>,
 }
 
 #[derive(Deserialize, Clone)]
@@ -484,6 +485,10 @@ pub struct Topology {
     pub hosts: Vec<Host>,
     /// FRR's daemons, when `hvnet up` starts them for EVPN.
     pub frr: Option<crate::evpn::Frr>,
+    /// The network namespace the switch runs in (its uplinks' devices,
+    /// EVPN's shadow, FRR), where it is not the caller's: a host of its
+    /// own on this machine (tests, demos, the lab).
+    pub netns: Option<String>,
 }
 
 impl Topology {
@@ -757,6 +762,17 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
     if vnis.windows(2).any(|w| w[0] == w[1]) {
         return Err((1, "two EVPN uplinks have the same VNI (FRR knows a VNI by one device)".into()));
     }
+    let netns = match f.netns {
+        None => None,
+        Some(n) => {
+            let line = line_of(text, n.span().start);
+            let n = n.into_inner();
+            if !valid_name(&n) || n.len() > 64 {
+                return Err((line, format!("netns {n:?} must be a network namespace's name (a-z, 0-9, '-')")));
+            }
+            Some(n)
+        }
+    };
     Ok(Topology {
         name,
         fdb_aging_secs: f.fdb_aging_secs.max(1),
@@ -764,6 +780,7 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
         uplinks,
         hosts,
         frr,
+        netns,
     })
 }
 

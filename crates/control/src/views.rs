@@ -319,7 +319,7 @@ pub fn evpn(sw: &Switch, topo: &crate::topology::Topology) -> Value {
     let run = topo
         .frr
         .is_some()
-        .then(|| crate::evpn::FrrRun::of(&topo.name, &crate::state::state_dir(&topo.name)));
+        .then(|| crate::evpn::FrrRun::of(&topo.name));
     let mut v = json!({"uplinks": uplinks});
     match crate::evpn::bgp_summary(run.as_ref()) {
         Ok(b) => v["bgp"] = b,

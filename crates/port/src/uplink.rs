@@ -235,23 +235,22 @@ impl UplinkPort {
         self.queues.len()
     }
 
-    /// The device's state now (from sysfs: its index, then `operstate`).
+    /// The device's state now (its index, then whether it is up with
+    /// carrier), asked of the kernel in this namespace.
     pub fn link_state(&self) -> LinkState {
-        let dir = std::path::Path::new("/sys/class/net").join(&self.device);
-        let index = std::fs::read_to_string(dir.join("ifindex"))
-            .ok()
-            .and_then(|s| s.trim().parse::<u32>().ok());
-        if index != Some(self.ifindex) {
+        if hvnet_sys::packet::ifindex(&self.device) != Some(self.ifindex) {
             return LinkState::Gone;
         }
-        if let Some(m) = device_mtu(&self.device) {
+        let Some((running, mtu)) = hvnet_sys::packet::link_flags_mtu(&self.device) else {
+            return LinkState::Gone;
+        };
+        if let Ok(m) = u16::try_from(mtu) {
             self.mtu.store(m, Relaxed);
         }
-        match std::fs::read_to_string(dir.join("operstate")).as_deref() {
-            // "unknown": a device that reports no operational state (tun,
-            // dummy) is up when its flags say so.
-            Ok("up\n") | Ok("unknown\n") => LinkState::Up,
-            _ => LinkState::Down,
+        if running {
+            LinkState::Up
+        } else {
+            LinkState::Down
         }
     }
 }
@@ -338,11 +337,7 @@ impl Receiver for UplinkReceiver {
 
 pub use crate::socket_batch::READ_BATCH;
 
-/// The MTU of `device`, from sysfs.
+/// The MTU of `device` in this namespace.
 pub fn device_mtu(device: &str) -> Option<u16> {
-    std::fs::read_to_string(format!("/sys/class/net/{device}/mtu"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    u16::try_from(hvnet_sys::packet::link_flags_mtu(device)?.1).ok()
 }

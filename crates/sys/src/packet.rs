@@ -483,3 +483,40 @@ pub fn send_frames(q: &FrameQueue, frames: &[&[std::io::IoSlice<'_>]]) -> io::Re
     }
     Ok(sent)
 }
+
+/// Whether `device` is up with carrier (`IFF_UP` and `IFF_RUNNING`, what
+/// `operstate` says as "up" or "unknown") and its MTU, asked of the kernel
+/// with ioctls: this thread's namespace's device, where sysfs would show
+/// the devices of the namespace it was mounted in.
+pub fn link_flags_mtu(device: &str) -> Option<(bool, u32)> {
+    if device.len() >= libc::IFNAMSIZ {
+        return None;
+    }
+    // SAFETY: socket takes plain integers; the result is checked below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `fd` is a fresh descriptor this function owns from here on.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: ifreq is plain old data; all zeros is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in req.ifr_name.iter_mut().zip(device.bytes()) {
+        *d = s as libc::c_char;
+    }
+    // SAFETY: `req` is a live ifreq with a NUL-terminated name (the
+    // length is checked above); SIOCGIFFLAGS writes its flags union field.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
+        return None;
+    }
+    // SAFETY: SIOCGIFFLAGS filled the flags member of the union.
+    let flags = unsafe { req.ifr_ifru.ifru_flags } as libc::c_int;
+    let running = flags & libc::IFF_UP != 0 && flags & libc::IFF_RUNNING != 0;
+    // SAFETY: as above; SIOCGIFMTU writes the MTU member.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFMTU, &mut req) } < 0 {
+        return None;
+    }
+    // SAFETY: SIOCGIFMTU filled the mtu member of the union.
+    let mtu = unsafe { req.ifr_ifru.ifru_mtu };
+    Some((running, mtu as u32))
+}

@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 /// Where Debian's FRR keeps its daemons.
 const FRR_LIBEXEC: &str = "/usr/lib/frr";
+/// Where FRR's daemons keep their sockets and PID files.
+const FRR_RUN: &str = "/var/run/frr";
 
 /// `[frr]` as written in a topology file.
 #[derive(Deserialize, Clone, Debug)]
@@ -80,10 +82,9 @@ impl FrrRepr {
 
 impl Frr {
     /// The configuration applied through vtysh.
-    pub fn config(&self, hostname: &str, log: &Path) -> String {
+    pub fn config(&self, hostname: &str) -> String {
         let mut c = format!(
-            "hostname {hostname}\nlog file {} informational\n!\nrouter bgp {}\n bgp router-id {}\n no bgp default ipv4-unicast\n timers bgp {} {}\n",
-            log.display(),
+            "hostname {hostname}\n!\nrouter bgp {}\n bgp router-id {}\n no bgp default ipv4-unicast\n timers bgp {} {}\n",
             self.asn,
             self.router_id,
             self.keepalive_secs,
@@ -106,22 +107,21 @@ impl Frr {
 pub struct FrrRun {
     /// FRR's path space (`-N`).
     pub pathspace: String,
-    /// The configuration directory (vtysh's `--config_dir`), in the
-    /// topology's state directory.
-    pub dir: PathBuf,
 }
 
 impl FrrRun {
-    /// The run of topology `topology` whose state is in `state_dir`.
-    pub fn of(topology: &str, state_dir: &Path) -> FrrRun {
+    /// The run of topology `topology`.
+    pub fn of(topology: &str) -> FrrRun {
         FrrRun {
             pathspace: format!("hvnet-{topology}"),
-            dir: state_dir.join("frr"),
         }
     }
 
-    fn run_dir(&self) -> PathBuf {
-        Path::new("/var/run/frr").join(&self.pathspace)
+    /// Their run directory, owned by user frr: sockets, PID files, the
+    /// configuration applied and the daemons' logs (vtysh's
+    /// `--config_dir` is its parent, where it finds `PATHSPACE/vtysh.conf`).
+    pub fn run_dir(&self) -> PathBuf {
+        Path::new(FRR_RUN).join(&self.pathspace)
     }
 
     fn pid(&self, daemon: &str) -> Option<u32> {
@@ -154,19 +154,16 @@ impl FrrRun {
                 bin.display()
             ));
         }
-        let (run, dir) = (self.run_dir(), &self.dir);
-        for d in [&run, dir] {
-            std::fs::create_dir_all(d).map_err(|e| format!("create {}: {e}", d.display()))?;
-        }
+        let dir = self.run_dir();
+        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
         let empty = dir.join("empty.conf");
         let conf = dir.join("frr.conf");
         let _ = std::fs::write(&empty, "");
         let _ = std::fs::write(dir.join("vtysh.conf"), "");
-        std::fs::write(&conf, frr.config(hostname, &dir.join("frr.log")))
+        std::fs::write(&conf, frr.config(hostname))
             .map_err(|e| format!("write {}: {e}", conf.display()))?;
         // The daemons drop to user frr: it owns what they write.
-        let _ = Command::new("chown").args(["-R", "frr:frr"]).arg(&run).arg(dir).status();
-        let _ = std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755));
+        let _ = Command::new("chown").args(["-R", "frr:frr"]).arg(&dir).status();
         for daemon in ["zebra", "bgpd"] {
             let log = format!("file:{}", dir.join(format!("{daemon}.log")).display());
             let status = Command::new(bin.join(daemon))
@@ -200,8 +197,7 @@ impl FrrRun {
     /// Runs vtysh on this run's daemons.
     pub fn vtysh(&self, args: &[&std::ffi::OsStr]) -> Result<String, String> {
         let out = Command::new("vtysh")
-            .args(["-N", &self.pathspace, "--config_dir"])
-            .arg(&self.dir)
+            .args(["-N", &self.pathspace, "--config_dir", FRR_RUN])
             .args(args)
             .output()
             .map_err(|e| format!("run vtysh: {e}"))?;
@@ -263,7 +259,7 @@ mod tests {
             neighbors: vec!["198.18.60.12".into()],
             keepalive_secs: 3,
         };
-        let c = r.validate().unwrap().config("h1", Path::new("/tmp/x.log"));
+        let c = r.validate().unwrap().config("h1");
         for line in [
             "router bgp 65000",
             " bgp router-id 198.18.60.11",

@@ -129,7 +129,7 @@ pub fn start(
         threads.push(t);
     }
     if let Some(frr) = &topo.frr {
-        FrrRun::of(&topo.name, dir)
+        FrrRun::of(&topo.name)
             .start(frr, &topo.name)
             .map_err(DaemonError::Other)?;
     }

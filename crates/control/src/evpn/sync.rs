@@ -230,6 +230,11 @@ impl Sync {
         let dst = n.attributes.iter().find_map(|a| match a {
             NeighbourAttribute::Destination(NeighbourAddress::Inet(ip)) => Some(IpAddr::V4(*ip)),
             NeighbourAttribute::Destination(NeighbourAddress::Inet6(ip)) => Some(IpAddr::V6(*ip)),
+            // A bridge FDB entry's `dst` comes undecoded (its family is
+            // AF_BRIDGE): 4 bytes, an IPv4 VTEP.
+            NeighbourAttribute::Destination(NeighbourAddress::Other(b)) if b.len() == 4 => {
+                Some(IpAddr::V4(std::net::Ipv4Addr::new(b[0], b[1], b[2], b[3])))
+            }
             _ => None,
         });
         let h = &n.header;

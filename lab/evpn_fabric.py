@@ -1,0 +1,210 @@
+"""A BGP EVPN fabric on one machine: hvnet hosts and Linux VTEPs, each
+host a network namespace of its own on one underlay (a bridge in a fabric
+namespace), BGP through FRR on every host, no static peer lists anywhere.
+
+An hvnet host runs its switch inside its namespace (`netns` in the
+topology) with `[frr]`, so `hvnet up` starts its FRR. A Linux VTEP is
+FRR's documented EVPN set-up: a bridge with a `vxlan` device (no remote,
+no learning) and a VM namespace on a veth, its zebra and bgpd started here.
+Used by the tests and the lab; everything made is removed, even on failure.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import hvlab
+
+VNI = 42
+ASN = 65000
+UNDERLAY = "198.18.60"
+OVERLAY = "198.19.60"
+FRR = Path("/usr/lib/frr")
+
+
+def have_frr() -> bool:
+    return (FRR / "zebra").exists() and hvlab.have("vtysh")
+
+
+def sh(ns, cmd, check=True, timeout=60):
+    return hvlab.run(["ip", "netns", "exec", ns, "sh", "-c", cmd], check=check, timeout=timeout)
+
+
+class LinuxVtep:
+    """Linux's own VTEP with FRR: br42 + vx42 + one VM, in namespace `ns`."""
+
+    def __init__(self, fabric, ns, index):
+        self.fabric, self.ns, self.index = fabric, ns, index
+        self.ip = f"{UNDERLAY}.{20 + index}"
+        self.vtep = self.ip
+        self.vm_ns = f"{ns}-vm"
+        self.vm_ip = f"{OVERLAY}.{20 + index}"
+        self.vm_mac = f"02:42:00:00:{index:02x}:0a"
+        self.dir = fabric.tmp / ns
+
+    def build(self):
+        f = self.fabric
+        sh(self.ns, f"ip link add br{VNI} type bridge && ip link set br{VNI} up"
+                    f" && ip link add vx{VNI} type vxlan id {VNI} local {self.ip} dstport 4789 nolearning"
+                    f" && ip link set vx{VNI} mtu 1500 master br{VNI} up"
+                    f" && bridge link set dev vx{VNI} learning off")
+        hvlab.run(["ip", "netns", "add", self.vm_ns])
+        f.namespaces.append(self.vm_ns)
+        hvlab.run(["ip", "-n", self.ns, "link", "add", "v0", "type", "veth", "peer", "name", "eth0", "netns", self.vm_ns])
+        sh(self.ns, f"ip link set v0 master br{VNI} up")
+        sh(self.vm_ns, "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1"
+                       f" && ip link set lo up && ip link set eth0 address {self.vm_mac} mtu 1500"
+                       f" && ip addr add {self.vm_ip}/24 dev eth0 && ip link set eth0 up")
+
+    def start_frr(self, neighbors):
+        run = Path("/var/run/frr") / self.ns
+        for d in (run, self.dir):
+            d.mkdir(parents=True, exist_ok=True)
+        (self.dir / "empty.conf").write_text("")
+        (self.dir / "vtysh.conf").write_text("")
+        conf = [f"hostname {self.ns}", "!", f"router bgp {ASN}", f" bgp router-id {self.ip}",
+                " no bgp default ipv4-unicast", " timers bgp 3 9"]
+        for n in neighbors:
+            conf += [f" neighbor {n} remote-as {ASN}", f" neighbor {n} timers connect 2"]
+        conf += [" !", " address-family l2vpn evpn"] + [f"  neighbor {n} activate" for n in neighbors]
+        conf += ["  advertise-all-vni", " exit-address-family", "!"]
+        (self.dir / "frr.conf").write_text("\n".join(conf) + "\n")
+        hvlab.run(["chown", "-R", "frr:frr", str(run), str(self.dir)])
+        os.chmod(self.dir, 0o755)
+        for daemon in ("zebra", "bgpd"):
+            sh(self.ns, f"{FRR}/{daemon} -d -N {self.ns} -P 0 -f {self.dir}/empty.conf"
+                        f" --log file:{self.dir}/{daemon}.log")
+            assert hvlab.eventually(lambda d=daemon: (run / f"{d}.vty").exists(), timeout=20), daemon
+        self.vtysh("-f", str(self.dir / "frr.conf"))
+
+    def vtysh(self, *args):
+        return hvlab.run(["vtysh", "-N", self.ns, "--config_dir", str(self.dir), *args]).stdout
+
+    def fdb(self):
+        """The vxlan device's remote entries: {MAC: VTEP}."""
+        out = sh(self.ns, f"bridge -j fdb show dev vx{VNI}").stdout
+        return {e["mac"]: e.get("dst") for e in json.loads(out or "[]") if e.get("dst")}
+
+    def stop_frr(self):
+        run = Path("/var/run/frr") / self.ns
+        for daemon in ("bgpd", "zebra"):
+            try:
+                pid = int((run / f"{daemon}.pid").read_text())
+                os.kill(pid, signal.SIGTERM)
+                hvlab.eventually(lambda p=pid: not Path(f"/proc/{p}").exists(), timeout=10)
+            except (OSError, ValueError):
+                pass
+        subprocess.run(["rm", "-rf", str(run)], check=False)
+
+
+class HvnetHost:
+    """An hvnet host: its switch (and FRR) inside namespace `ns`."""
+
+    def __init__(self, fabric, ns, index, vms):
+        self.fabric, self.ns, self.index = fabric, ns, index
+        self.ip = f"{UNDERLAY}.{10 + index}"
+        self.vtep = f"{UNDERLAY}.{index}"
+        self.vms = vms
+        self.topo = None
+
+    def up(self, neighbors):
+        self.topo = hvlab.Topology(
+            self.fabric.tmp, self.vms, prefix=f"e{self.index}", netns=self.ns,
+            uplinks=[dict(name="up0", device="u0", mtu=1550,
+                          vxlan=dict(vni=VNI, local=f"{self.vtep}/24", evpn=True))],
+            frr=dict(asn=ASN, router_id=self.ip, neighbors=neighbors))
+        self.topo.__enter__()
+
+    def evpn(self):
+        return json.loads(self.topo.hv("evpn", "--json").stdout)
+
+    def vxlan(self):
+        return self.topo.stats("/uplinks/up0/vxlan")
+
+    def remote_macs(self, origin="evpn"):
+        return {m["mac"]: m["remote"] for m in self.vxlan()["remote_macs"] if m["origin"] == origin}
+
+    def down(self):
+        if self.topo:
+            self.topo.__exit__(None, None, None)
+            self.topo = None
+
+
+class EvpnFabric:
+    """`hvnet_vms` lists, per hvnet host, its VMs (dicts as hvlab.Topology
+    takes them); `linux` Linux VTEPs join them."""
+
+    def __init__(self, tmp, hvnet_vms, linux=1):
+        self.tmp = Path(tmp)
+        p = hvlab.unique("ev")[:9]
+        self.fab = f"{p}-fab"
+        self.namespaces = []
+        self.hvnet = [HvnetHost(self, f"{p}-h{i + 1}", i + 1, vms) for i, vms in enumerate(hvnet_vms)]
+        self.linux = [LinuxVtep(self, f"{p}-l{j + 1}", j + 1) for j in range(linux)]
+
+    def hosts(self):
+        return self.hvnet + self.linux
+
+    def __enter__(self):
+        try:
+            self.build()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def build(self):
+        hvlab.run(["ip", "netns", "add", self.fab])
+        self.namespaces.append(self.fab)
+        hvlab.run(["ip", "-n", self.fab, "link", "add", "ufab", "mtu", "1600", "type", "bridge"])
+        hvlab.run(["ip", "-n", self.fab, "link", "set", "ufab", "up"])
+        for i, h in enumerate(self.hosts()):
+            hvlab.run(["ip", "netns", "add", h.ns])
+            self.namespaces.append(h.ns)
+            hvlab.run(["ip", "-n", self.fab, "link", "add", f"f{i}", "mtu", "1600", "type", "veth",
+                       "peer", "name", "u0", "mtu", "1600", "netns", h.ns])
+            hvlab.run(["ip", "-n", self.fab, "link", "set", f"f{i}", "master", "ufab", "up"])
+            sh(h.ns, f"sysctl -qw net.ipv6.conf.all.disable_ipv6=1 && ip link set lo up"
+                     f" && ip addr add {h.ip}/24 dev u0 && ip link set u0 up")
+        everyone = [h.ip for h in self.hosts()]
+        for h in self.linux:
+            h.build()
+            h.start_frr([n for n in everyone if n != h.ip])
+        for h in self.hvnet:
+            h.up([n for n in everyone if n != h.ip])
+
+    def wait_established(self, timeout=60):
+        """Every host's BGP sessions up."""
+        def all_up():
+            for h in self.hvnet:
+                bgp = h.evpn().get("bgp", {})
+                peers = bgp.get("l2VpnEvpn", bgp).get("peers", {})
+                if len(peers) != len(self.hosts()) - 1 or any(p["state"] != "Established" for p in peers.values()):
+                    return False
+            for h in self.linux:
+                s = json.loads(h.vtysh("-c", "show bgp l2vpn evpn summary json"))
+                peers = s.get("l2VpnEvpn", s).get("peers", {})
+                if any(p["state"] != "Established" for p in peers.values()):
+                    return False
+            return True
+        assert hvlab.eventually(all_up, timeout=timeout, every=0.5), "BGP sessions not all Established"
+
+
+    def __exit__(self, *exc):
+        for h in self.hvnet:
+            h.down()
+        for h in self.linux:
+            h.stop_frr()
+        for ns in reversed(self.namespaces):
+            hvlab.run(["ip", "netns", "del", ns], check=False)
+        return False
+
+
+def wait_until(check, timeout=30.0, every=0.01):
+    """Seconds until `check()` is true (raises after `timeout`)."""
+    t0 = time.monotonic()
+    assert hvlab.eventually(check, timeout=timeout, every=every), f"not within {timeout} s"
+    return time.monotonic() - t0

@@ -196,6 +196,22 @@ impl Sync {
                 self.advertised.insert(port);
             } else {
                 self.advertised.remove(&port);
+                // Where the VM went (another host), the fabric may have
+                // said already, and been refused while it was here.
+                self.recheck(mac);
+            }
+        }
+    }
+
+    /// Installs again what the shadow says of `mac`.
+    fn recheck(&mut self, mac: MacAddr) {
+        let Ok(list) = shadow::dump(&mut self.rtnl, AddressFamily::Bridge) else {
+            return;
+        };
+        for m in list {
+            let is_mac = m.attributes.iter().any(|a| matches!(a, NeighbourAttribute::LinkLayerAddress(b) if b[..] == mac.0));
+            if is_mac {
+                self.apply(&m, true);
             }
         }
     }

@@ -1,0 +1,196 @@
+"""BGP EVPN through FRR, on a fabric of three hosts on one underlay: two
+hvnet hosts (each its switch and FRR in a namespace of its own) and Linux's
+own VTEP (bridge + vxlan + FRR, FRR's documented set-up), no static peer
+list anywhere. The tests run in order on one fabric; the last stops a
+host."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import evpn_fabric as ef
+import hvlab
+
+pytestmark = [pytest.mark.root,
+              pytest.mark.skipif(not ef.have_frr(), reason="FRR is not installed (apt-get install frr)")]
+
+MOBILE = "02:ee:00:00:00:05"
+XFER = Path(__file__).with_name("xfer.py")
+
+
+@pytest.fixture(scope="module")
+def fabric(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("evpn")
+    vms = [
+        [dict(name="a", ipv4=f"{ef.OVERLAY}.1/24"), dict(name="m", ipv4=f"{ef.OVERLAY}.5/24", mac=MOBILE)],
+        [dict(name="b", ipv4=f"{ef.OVERLAY}.2/24"),
+         dict(name="m", ipv4=f"{ef.OVERLAY}.5/24", mac=MOBILE, connected=False)],
+    ]
+    f = ef.EvpnFabric(tmp, vms).__enter__()
+    try:
+        f.wait_established()
+        # The Linux VM is advertised once its bridge has learned it.
+        ef.sh(f.linux[0].vm_ns, f"ping -c 2 -i 0.2 -W 2 {ef.OVERLAY}.1")
+        yield f
+    finally:
+        names = list(f.namespaces) + [h.topo.ns(v["name"]) for h in f.hvnet if h.topo for v in h.vms]
+        pathspaces = [h.ns for h in f.linux] + [f"hvnet-{h.topo.name}" for h in f.hvnet if h.topo]
+        f.__exit__(None, None, None)
+        # Nothing left behind: namespaces, FRR's daemons and run directories.
+        listed = hvlab.run(["ip", "netns", "list"]).stdout
+        assert not [n for n in names if n in listed.split()], listed
+        assert not [p for p in pathspaces if Path("/var/run/frr", p).exists()]
+        ps = hvlab.run(["ps", "-eo", "args"]).stdout
+        assert not [p for p in pathspaces if f"-N {p} " in ps], ps
+
+
+def vm_ns(f, host, vm):
+    return f.hvnet[host].topo.ns(vm)
+
+
+def ping(ns, ip, count=2):
+    ef.sh(ns, f"ping -c {count} -i 0.2 -W 2 {ip}")
+
+
+def transfer(src_ns, dst_ns, dst_ip, data, port=5555):
+    """SHA-256 and length of `data` as received after a TCP transfer."""
+    server = subprocess.Popen(["ip", "netns", "exec", dst_ns, sys.executable, str(XFER), "serve", dst_ip, str(port)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        hvlab.wait_listening(dst_ns, port)
+        ef.sh(src_ns, f"{sys.executable} {XFER} send {dst_ip} {port} {data}", timeout=90)
+        out, _ = server.communicate(timeout=30)
+    finally:
+        hvlab.stop_procs([server])
+    digest, n = out.split()
+    return digest, int(n)
+
+
+def test_every_vm_reaches_every_other_with_no_peer_list(fabric, tmp_path):
+    f = fabric
+    a, b, lvm = vm_ns(f, 0, "a"), vm_ns(f, 1, "b"), f.linux[0].vm_ns
+    ips = {a: f"{ef.OVERLAY}.1", b: f"{ef.OVERLAY}.2", lvm: f.linux[0].vm_ip}
+    for src in ips:
+        for dst, ip in ips.items():
+            if src != dst:
+                ping(src, ip)
+    data = tmp_path / "random.bin"
+    data.write_bytes(os.urandom(8 << 20))
+    want = (hashlib.sha256(data.read_bytes()).hexdigest(), 8 << 20)
+    for src, dst in ((a, b), (b, a), (a, lvm), (lvm, b)):
+        assert transfer(src, dst, ips[dst], data) == want, (src, dst)
+    for h in f.hvnet:
+        assert h.vxlan()["remotes"] == [] or all(r["origin"] != "static" for r in h.vxlan()["remotes"])
+
+
+def test_remote_macs_and_the_flood_list_come_from_evpn(fabric):
+    f = fabric
+    h1, h2, lin = f.hvnet[0], f.hvnet[1], f.linux[0]
+    v = h1.vxlan()
+    assert sorted(r["ip"] for r in v["remotes"] if r["origin"] == "evpn") == sorted([h2.vtep, lin.vtep]), v
+    assert set(v["flood_list"]) == {h2.vtep, lin.vtep}, v
+    macs = h1.remote_macs()
+    assert macs.get(lin.vm_mac) == lin.vtep, macs
+    assert h2.vtep in macs.values(), macs
+    assert all(m["age_secs"] == 0 for m in v["remote_macs"] if m["origin"] == "evpn")
+    assert any(r["ip"] == f"{ef.OVERLAY}.2" for r in v["remote_ips"]), v["remote_ips"]
+    # Linux's VTEP installed both hvnet hosts' VMs, behind their VTEPs.
+    fdb = lin.fdb()
+    assert h1.vtep in fdb.values() and h2.vtep in fdb.values(), fdb
+    # hvnet fdb shows them too, as evpn entries on the uplink.
+    rows = json.loads(h1.topo.hv("fdb", "--json").stdout)
+    assert any(r["mac"] == lin.vm_mac and r["kind"] == "evpn" and r["port_name"] == "up0" for r in rows), rows
+    text = h1.topo.hv("evpn").stdout
+    assert "Established" in text and "evpn" in text, text
+
+
+def test_no_flooding_to_the_fabric_for_known_destinations(fabric, tmp_path):
+    f = fabric
+    h1, h2 = f.hvnet
+    a, b = vm_ns(f, 0, "a"), vm_ns(f, 1, "b")
+    ping(a, f"{ef.OVERLAY}.2")
+    before = [h.vxlan()["evpn"] for h in f.hvnet]
+    for ns in (a, b):
+        ef.sh(ns, "ip neigh flush all")
+    data = tmp_path / "random.bin"
+    data.write_bytes(os.urandom(2 << 20))
+    ping(a, f"{ef.OVERLAY}.2")
+    transfer(b, a, f"{ef.OVERLAY}.1", data)
+    after = [h.vxlan()["evpn"] for h in f.hvnet]
+    for x, y in zip(before, after):
+        assert y["flooded_unknown_unicast"] == x["flooded_unknown_unicast"], (x, y)
+        assert y["flooded_arp"] == x["flooded_arp"], (x, y)
+    assert after[0]["arp_suppressed"] > before[0]["arp_suppressed"], (before, after)
+    assert after[1]["arp_suppressed"] > before[1]["arp_suppressed"], (before, after)
+    acc = h1.topo.stats("/ports/a/accounting")
+    assert acc["ingress"]["balanced"] and acc["ingress"]["arp_suppressed"] > 0, acc
+
+
+def test_a_disconnected_vm_is_withdrawn_and_comes_back(fabric):
+    f = fabric
+    h1, h2, lin = f.hvnet[0], f.hvnet[1], f.linux[0]
+    b_mac = next(m for m, r in h1.remote_macs().items() if r == h2.vtep and m != MOBILE)
+    h2.topo.hv("port", "b", "set", "connected=off")
+    ef.wait_until(lambda: b_mac not in h1.remote_macs() and b_mac not in lin.fdb())
+    assert not any(r["ip"] == f"{ef.OVERLAY}.2" for r in h1.vxlan()["remote_ips"])
+    h2.topo.hv("port", "b", "set", "connected=on")
+    ef.wait_until(lambda: h1.remote_macs().get(b_mac) == h2.vtep and lin.fdb().get(b_mac) == h2.vtep)
+    ping(vm_ns(f, 0, "a"), f"{ef.OVERLAY}.2")
+
+
+def test_a_mac_that_moves_follows_the_higher_sequence_number(fabric):
+    f = fabric
+    h1, h2, lin = f.hvnet[0], f.hvnet[1], f.linux[0]
+    ef.wait_until(lambda: lin.fdb().get(MOBILE) == h1.vtep and h2.remote_macs().get(MOBILE) == h1.vtep)
+    # The VM arrives on host 2 while host 1 still advertises it: host 2's
+    # advertisement carries the higher sequence number and wins.
+    h2.topo.hv("port", "m", "set", "connected=on")
+    ef.wait_until(lambda: lin.fdb().get(MOBILE) == h2.vtep)
+    routes = lin.vtysh("-c", f"show evpn mac vni {ef.VNI} mac {MOBILE}")
+    assert h2.vtep in routes, routes
+    h1.topo.hv("port", "m", "set", "connected=off")
+    ef.wait_until(lambda: h1.remote_macs().get(MOBILE) == h2.vtep)
+    ping(lin.vm_ns, f"{ef.OVERLAY}.5")
+    ping(vm_ns(f, 0, "a"), f"{ef.OVERLAY}.5")
+
+
+def test_hostile_entries_are_refused_bounded_and_counted(fabric):
+    """What a misbehaving control plane could write to the shadow: a VTEP of
+    0.0.0.0, a local VM's MAC behind another VTEP, more MACs than the table
+    holds. The switch refuses, counts, and forwards on."""
+    f = fabric
+    h1 = f.hvnet[0]
+    before = h1.vxlan()["evpn"]
+    a_mac = next(p["mac"] for p in json.loads(h1.topo.hv("ports", "--json").stdout) if p.get("client") == "a")
+    ef.sh(h1.ns, f"bridge fdb append 00:00:00:00:00:00 dev hvx-{ef.VNI} dst 0.0.0.0 self permanent"
+                 f" && bridge fdb add {a_mac} dev hvx-{ef.VNI} dst 198.18.60.99 self")
+    ef.wait_until(lambda: h1.vxlan()["evpn"]["vteps_refused"] > before["vteps_refused"]
+                  and h1.vxlan()["evpn"]["local_claims_refused"] > before["local_claims_refused"])
+    assert "0.0.0.0" not in h1.vxlan()["flood_list"]
+    batch = "".join(f"fdb add 02:dd:{i >> 16 & 255:02x}:{i >> 8 & 255:02x}:{i & 255:02x}:01 dev hvx-{ef.VNI}"
+                    f" dst 198.18.60.99 self\n" for i in range(17000))
+    path = f.tmp / "many.batch"
+    path.write_text(batch)
+    ef.sh(h1.ns, f"bridge -batch {path}", timeout=120)
+    # The table holds 16384 advertised MACs; the rest are refused, counted.
+    ef.wait_until(lambda: h1.vxlan()["evpn"]["macs_refused"] >= before["macs_refused"] + 17000 - 16384,
+                  timeout=60)
+    assert len(h1.remote_macs()) == 16384
+    ping(vm_ns(f, 0, "a"), f"{ef.OVERLAY}.2")
+    ef.sh(h1.ns, f"sed 's/^fdb add/fdb del/' {path} > {path}.del && bridge -batch {path}.del"
+                 f" && bridge fdb del {a_mac} dev hvx-{ef.VNI} dst 198.18.60.99 self"
+                 f" && bridge fdb del 00:00:00:00:00:00 dev hvx-{ef.VNI} dst 0.0.0.0 self", timeout=120)
+
+
+def test_a_host_that_stops_is_withdrawn(fabric):
+    f = fabric
+    h1, h2, lin = f.hvnet[0], f.hvnet[1], f.linux[0]
+    h2.down()
+    ef.wait_until(lambda: h2.vtep not in h1.vxlan()["flood_list"] and h2.vtep not in h1.remote_macs().values()
+                  and h2.vtep not in lin.fdb().values(), timeout=30)
+    ping(vm_ns(f, 0, "a"), lin.vm_ip)

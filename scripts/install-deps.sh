@@ -22,7 +22,9 @@ fi
 # real host) with Debian's cloud kernel, fetched below.
 # libvirt-daemon-system and libvirt-clients: a guest defined in libvirt on an
 # hvnet port (the test starts libvirt's daemons itself where none runs).
-need=(iperf3 tcpdump tshark ethtool iproute2 iputils-ping python3 ca-certificates curl gcc libc6-dev chromium user-mode-linux dpdk-dev qemu-system-x86 busybox-static libvirt-daemon-system libvirt-clients)
+# frr: BGP EVPN (zebra and bgpd, started per host namespace by hvnet up and
+# the tests; Debian starts none here without systemd).
+need=(iperf3 tcpdump tshark ethtool iproute2 iputils-ping python3 ca-certificates curl gcc libc6-dev chromium user-mode-linux dpdk-dev qemu-system-x86 busybox-static libvirt-daemon-system libvirt-clients frr)
 missing=()
 for p in "${need[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

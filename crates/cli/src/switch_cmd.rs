@@ -403,13 +403,27 @@ pub fn evpn(t: &Target) -> Result<(), String> {
         );
         println!("  flood list (VTEP, origin, MAC):");
         for r in x["remotes"].as_array().into_iter().flatten() {
-            println!("    {:<16} {:<8} {}", s(&r["ip"]), s(&r["origin"]), s(&r["mac"]));
+            println!(
+                "    {:<16} {:<8} {}",
+                s(&r["ip"]),
+                s(&r["origin"]),
+                s(&r["mac"])
+            );
         }
         println!("  remote MACs (MAC, VTEP, origin, age s):");
         for m in x["remote_macs"].as_array().into_iter().flatten() {
-            println!("    {:<18} {:<16} {:<8} {}", s(&m["mac"]), s(&m["remote"]), s(&m["origin"]), s(&m["age_secs"]));
+            println!(
+                "    {:<18} {:<16} {:<8} {}",
+                s(&m["mac"]),
+                s(&m["remote"]),
+                s(&m["origin"]),
+                s(&m["age_secs"])
+            );
         }
-        println!("  remote IPs answered for ARP: {}", x["remote_ips"].as_array().map_or(0, Vec::len));
+        println!(
+            "  remote IPs answered for ARP: {}",
+            x["remote_ips"].as_array().map_or(0, Vec::len)
+        );
         print!("  counters:");
         for (k, c) in x["evpn"].as_object().into_iter().flatten() {
             print!(" {k}={c}");
@@ -421,10 +435,20 @@ pub fn evpn(t: &Target) -> Result<(), String> {
     let bgp = v["bgp"].get("l2VpnEvpn").unwrap_or(&v["bgp"]);
     match bgp["peers"].as_object() {
         Some(peers) => {
-            println!("BGP (l2vpn evpn) router ID {}, AS {}:", s(&bgp["routerId"]), s(&bgp["as"]));
-            println!("  {:<16} {:<12} {:<10} {}", "NEIGHBOR", "STATE", "UP/DOWN", "PREFIXES RECEIVED");
+            println!(
+                "BGP (l2vpn evpn) router ID {}, AS {}:",
+                s(&bgp["routerId"]),
+                s(&bgp["as"])
+            );
+            println!("  NEIGHBOR         STATE        UP/DOWN    PREFIXES RECEIVED");
             for (n, p) in peers {
-                println!("  {:<16} {:<12} {:<10} {}", n, s(&p["state"]), s(&p["peerUptime"]), s(&p["pfxRcd"]));
+                println!(
+                    "  {:<16} {:<12} {:<10} {}",
+                    n,
+                    s(&p["state"]),
+                    s(&p["peerUptime"]),
+                    s(&p["pfxRcd"])
+                );
             }
         }
         None => println!("BGP: {}", s(&v["bgp_error"])),

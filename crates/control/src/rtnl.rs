@@ -211,12 +211,16 @@ impl Rtnl {
 
     /// The MAC address of device `name`, if it has one.
     pub fn mac(&mut self, name: &str) -> Result<Option<hvnet_wire::MacAddr>, NetlinkError> {
-        Ok(self.link(name)?.attributes.into_iter().find_map(|a| match a {
-            LinkAttribute::Address(b) if b.len() == 6 => {
-                Some(hvnet_wire::MacAddr(b[..6].try_into().expect("6 bytes")))
-            }
-            _ => None,
-        }))
+        Ok(self
+            .link(name)?
+            .attributes
+            .into_iter()
+            .find_map(|a| match a {
+                LinkAttribute::Address(b) if b.len() == 6 => {
+                    Some(hvnet_wire::MacAddr(b[..6].try_into().expect("6 bytes")))
+                }
+                _ => None,
+            }))
     }
 
     /// Applies `change` to device `name`, in one request.
@@ -278,7 +282,11 @@ impl Rtnl {
     }
 
     /// A request that creates something, refused if it exists already.
-    pub(crate) fn create(&mut self, op: &str, msg: RouteNetlinkMessage) -> Result<(), NetlinkError> {
+    pub(crate) fn create(
+        &mut self,
+        op: &str,
+        msg: RouteNetlinkMessage,
+    ) -> Result<(), NetlinkError> {
         self.request(op, msg, NLM_F_CREATE | NLM_F_EXCL).map(drop)
     }
 

@@ -189,7 +189,13 @@ pub fn netns_marker(ns: &str) -> Option<String> {
 
 /// The ownership marker on device `dev` in this namespace (its alias).
 pub fn device_marker(dev: &str) -> Option<String> {
-    Some(crate::rtnl::Rtnl::new().ok()?.alias(dev).ok()?.unwrap_or_default())
+    Some(
+        crate::rtnl::Rtnl::new()
+            .ok()?
+            .alias(dev)
+            .ok()?
+            .unwrap_or_default(),
+    )
 }
 
 /// Refuses a namespace that is not this topology's (absent, or someone

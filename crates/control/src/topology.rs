@@ -749,9 +749,16 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
                 .filter(|u| u.vxlan.as_ref().is_some_and(|v| v.evpn))
                 .count();
             if evpn_uplinks == 0 {
-                return Err((line, "[frr] is for EVPN: no uplink has [uplink.vxlan] evpn = true".into()));
+                return Err((
+                    line,
+                    "[frr] is for EVPN: no uplink has [uplink.vxlan] evpn = true".into(),
+                ));
             }
-            Some(r.get_ref().validate().map_err(|e| (line, format!("frr: {e}")))?)
+            Some(
+                r.get_ref()
+                    .validate()
+                    .map_err(|e| (line, format!("frr: {e}")))?,
+            )
         }
     };
     let mut vnis: Vec<u32> = uplinks
@@ -760,7 +767,10 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
         .collect();
     vnis.sort_unstable();
     if vnis.windows(2).any(|w| w[0] == w[1]) {
-        return Err((1, "two EVPN uplinks have the same VNI (FRR knows a VNI by one device)".into()));
+        return Err((
+            1,
+            "two EVPN uplinks have the same VNI (FRR knows a VNI by one device)".into(),
+        ));
     }
     let netns = match f.netns {
         None => None,
@@ -768,7 +778,10 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
             let line = line_of(text, n.span().start);
             let n = n.into_inner();
             if !valid_name(&n) || n.len() > 64 {
-                return Err((line, format!("netns {n:?} must be a network namespace's name (a-z, 0-9, '-')")));
+                return Err((
+                    line,
+                    format!("netns {n:?} must be a network namespace's name (a-z, 0-9, '-')"),
+                ));
             }
             Some(n)
         }

@@ -393,18 +393,36 @@ mod tests {
         let f = Fdb::new(Duration::from_secs(10), FdbLimits::default());
         let t0 = Instant::now();
         f.add_static(0, mac(7), 3);
-        assert!(!f.add_remote(0, mac(7), 1), "a port's own address is refused");
+        assert!(
+            !f.add_remote(0, mac(7), 1),
+            "a port's own address is refused"
+        );
         assert!(f.add_remote(0, mac(8), 1));
         f.sweep(t0 + Duration::from_secs(100), None);
         assert_eq!(f.lookup(0, mac(8), t0 + Duration::from_secs(100)), Some(1));
         assert_eq!(f.learn(0, mac(8), 1, t0), Learn::Known);
         assert_eq!(f.learned(), 0, "advertised entries take no learned share");
-        assert_eq!(f.rows(t0).iter().find(|r| r.port == 1).unwrap().kind, "evpn");
-        assert_eq!(f.learn(0, mac(8), 2, t0), Learn::Learned, "the VM is here now");
+        assert_eq!(
+            f.rows(t0).iter().find(|r| r.port == 1).unwrap().kind,
+            "evpn"
+        );
+        assert_eq!(
+            f.learn(0, mac(8), 2, t0),
+            Learn::Learned,
+            "the VM is here now"
+        );
         f.remove_remote(0, mac(8), 1);
-        assert_eq!(f.lookup(0, mac(8), t0), Some(2), "only an advertised entry is withdrawn");
+        assert_eq!(
+            f.lookup(0, mac(8), t0),
+            Some(2),
+            "only an advertised entry is withdrawn"
+        );
         assert!(f.add_remote(0, mac(8), 1));
-        assert_eq!(f.learned(), 0, "the learned share is freed when the fabric takes it back");
+        assert_eq!(
+            f.learned(),
+            0,
+            "the learned share is freed when the fabric takes it back"
+        );
     }
 
     #[test]

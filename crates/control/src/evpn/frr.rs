@@ -63,13 +63,19 @@ impl FrrRepr {
         let neighbors = self
             .neighbors
             .iter()
-            .map(|n| n.parse::<Ipv4Addr>().map_err(|_| format!("neighbor {n:?} is not an IPv4 address")))
+            .map(|n| {
+                n.parse::<Ipv4Addr>()
+                    .map_err(|_| format!("neighbor {n:?} is not an IPv4 address"))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         if neighbors.contains(&router_id) {
             return Err("a neighbor is the router_id (this host)".into());
         }
         if !(1..=600).contains(&self.keepalive_secs) {
-            return Err(format!("keepalive_secs {} is outside 1..600", self.keepalive_secs));
+            return Err(format!(
+                "keepalive_secs {} is outside 1..600",
+                self.keepalive_secs
+            ));
         }
         Ok(Frr {
             asn: self.asn,
@@ -91,7 +97,10 @@ impl Frr {
             3 * self.keepalive_secs
         );
         for n in &self.neighbors {
-            c += &format!(" neighbor {n} remote-as {}\n neighbor {n} timers connect 2\n", self.asn);
+            c += &format!(
+                " neighbor {n} remote-as {}\n neighbor {n} timers connect 2\n",
+                self.asn
+            );
         }
         c += " !\n address-family l2vpn evpn\n";
         for n in &self.neighbors {
@@ -163,7 +172,10 @@ impl FrrRun {
         std::fs::write(&conf, frr.config(hostname))
             .map_err(|e| format!("write {}: {e}", conf.display()))?;
         // The daemons drop to user frr: it owns what they write.
-        let _ = Command::new("chown").args(["-R", "frr:frr"]).arg(&dir).status();
+        let _ = Command::new("chown")
+            .args(["-R", "frr:frr"])
+            .arg(&dir)
+            .status();
         for daemon in ["zebra", "bgpd"] {
             let log = format!("file:{}", dir.join(format!("{daemon}.log")).display());
             let status = Command::new(bin.join(daemon))
@@ -173,7 +185,10 @@ impl FrrRun {
                 .status()
                 .map_err(|e| format!("start FRR's {daemon}: {e}"))?;
             if !status.success() {
-                return Err(format!("FRR's {daemon} did not start ({status}); see {}", dir.display()));
+                return Err(format!(
+                    "FRR's {daemon} did not start ({status}); see {}",
+                    dir.display()
+                ));
             }
             self.wait_socket(daemon)?;
         }
@@ -187,7 +202,10 @@ impl FrrRun {
         let deadline = Instant::now() + Duration::from_secs(20);
         while !sock.exists() {
             if Instant::now() > deadline {
-                return Err(format!("FRR's {daemon} did not get ready within 20 s (no {})", sock.display()));
+                return Err(format!(
+                    "FRR's {daemon} did not get ready within 20 s (no {})",
+                    sock.display()
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -222,7 +240,9 @@ impl FrrRun {
                     std::thread::sleep(Duration::from_millis(20));
                 }
                 if Path::new(&format!("/proc/{pid}")).exists() {
-                    let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+                    let _ = Command::new("kill")
+                        .args(["-KILL", &pid.to_string()])
+                        .status();
                 }
             }
         }
@@ -280,9 +300,18 @@ mod tests {
             neighbors: n.iter().map(|s| s.to_string()).collect(),
             keepalive_secs: 3,
         };
-        assert!(r(0, "1.1.1.1", &[]).validate().unwrap_err().contains("asn 0"));
+        assert!(r(0, "1.1.1.1", &[])
+            .validate()
+            .unwrap_err()
+            .contains("asn 0"));
         assert!(r(1, "x", &[]).validate().unwrap_err().contains("router_id"));
-        assert!(r(1, "1.1.1.1", &["1.1.1.1"]).validate().unwrap_err().contains("this host"));
-        assert!(r(1, "1.1.1.1", &["nope"]).validate().unwrap_err().contains("neighbor"));
+        assert!(r(1, "1.1.1.1", &["1.1.1.1"])
+            .validate()
+            .unwrap_err()
+            .contains("this host"));
+        assert!(r(1, "1.1.1.1", &["nope"])
+            .validate()
+            .unwrap_err()
+            .contains("neighbor"));
     }
 }

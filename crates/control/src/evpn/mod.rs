@@ -79,7 +79,11 @@ pub fn start(
         let present: Vec<Option<String>> = names
             .all()
             .iter()
-            .map(|d| rtnl.index(d).ok().map(|_| device_marker(d).unwrap_or_default()))
+            .map(|d| {
+                rtnl.index(d)
+                    .ok()
+                    .map(|_| device_marker(d).unwrap_or_default())
+            })
             .collect();
         if let Some((d, m)) = names
             .all()
@@ -124,8 +128,9 @@ pub fn start(
                     .collect(),
             })
             .collect();
-        let (t, _) = spawn(sw.clone(), uplink, names, vms)
-            .map_err(|e| DaemonError::Other(format!("uplink {}: start the EVPN sync: {e}", u.name)))?;
+        let (t, _) = spawn(sw.clone(), uplink, names, vms).map_err(|e| {
+            DaemonError::Other(format!("uplink {}: start the EVPN sync: {e}", u.name))
+        })?;
         threads.push(t);
     }
     if let Some(frr) = &topo.frr {

@@ -4,7 +4,9 @@
 use crate::rtnl::{LinkChange, NetlinkError, Rtnl};
 use hvnet_wire::MacAddr;
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_DUMP, NLM_F_REPLACE};
-use netlink_packet_route::link::{InfoData, InfoKind, InfoVxlan, LinkAttribute, LinkInfo, LinkMessage};
+use netlink_packet_route::link::{
+    InfoData, InfoKind, InfoVxlan, LinkAttribute, LinkInfo, LinkMessage,
+};
 use netlink_packet_route::neighbour::{
     NeighbourAddress, NeighbourAttribute, NeighbourFlags, NeighbourMessage, NeighbourState,
 };
@@ -44,13 +46,25 @@ impl ShadowNames {
 /// Creates the shadow of VNI `vni` with VTEP address `local`, each device
 /// given alias `marker` (so `hvnet down` knows them as the topology's),
 /// IPv6 off before it comes up.
-pub fn create(rtnl: &mut Rtnl, n: &ShadowNames, vni: u32, local: Ipv4Addr, marker: &str) -> Result<(), NetlinkError> {
+pub fn create(
+    rtnl: &mut Rtnl,
+    n: &ShadowNames,
+    vni: u32,
+    local: Ipv4Addr,
+    marker: &str,
+) -> Result<(), NetlinkError> {
     let link = |name: &str, info: Vec<LinkInfo>| {
         let mut m = LinkMessage::default();
-        m.attributes = vec![LinkAttribute::IfName(name.into()), LinkAttribute::LinkInfo(info)];
+        m.attributes = vec![
+            LinkAttribute::IfName(name.into()),
+            LinkAttribute::LinkInfo(info),
+        ];
         RouteNetlinkMessage::NewLink(m)
     };
-    rtnl.create(&format!("create bridge {}", n.bridge), link(&n.bridge, vec![LinkInfo::Kind(InfoKind::Bridge)]))?;
+    rtnl.create(
+        &format!("create bridge {}", n.bridge),
+        link(&n.bridge, vec![LinkInfo::Kind(InfoKind::Bridge)]),
+    )?;
     rtnl.create(
         &format!("create vxlan device {}", n.vxlan),
         link(
@@ -66,10 +80,11 @@ pub fn create(rtnl: &mut Rtnl, n: &ShadowNames, vni: u32, local: Ipv4Addr, marke
             ],
         ),
     )?;
-    let here = std::fs::File::open("/proc/thread-self/ns/net").map_err(|source| NetlinkError::Io {
-        op: "open this network namespace".into(),
-        source,
-    })?;
+    let here =
+        std::fs::File::open("/proc/thread-self/ns/net").map_err(|source| NetlinkError::Io {
+            op: "open this network namespace".into(),
+            source,
+        })?;
     rtnl.add_veth(&n.port, 1500, &n.peer, &here)?;
     for dev in n.all() {
         disable_ipv6(dev);
@@ -107,8 +122,12 @@ fn set_master(rtnl: &mut Rtnl, dev: &str, master: u32) -> Result<(), NetlinkErro
     let mut m = LinkMessage::default();
     m.header.index = rtnl.index(dev)?;
     m.attributes.push(LinkAttribute::Controller(master));
-    rtnl.request(&format!("attach {dev} to its bridge"), RouteNetlinkMessage::SetLink(m), 0)
-        .map(drop)
+    rtnl.request(
+        &format!("attach {dev} to its bridge"),
+        RouteNetlinkMessage::SetLink(m),
+        0,
+    )
+    .map(drop)
 }
 
 /// A bridge FDB entry for `mac` on port `ifindex`: `static` (advertised by
@@ -119,24 +138,44 @@ fn fdb_entry(ifindex: u32, mac: MacAddr) -> NeighbourMessage {
     m.header.ifindex = ifindex;
     m.header.state = NeighbourState::Noarp;
     m.header.flags = NeighbourFlags::Controller;
-    m.attributes.push(NeighbourAttribute::LinkLayerAddress(mac.0.to_vec()));
+    m.attributes
+        .push(NeighbourAttribute::LinkLayerAddress(mac.0.to_vec()));
     m
 }
 
 /// Adds (`add`) or removes a VM's MAC on the shadow's port.
-pub fn set_local_mac(rtnl: &mut Rtnl, port: u32, mac: MacAddr, add: bool) -> Result<(), NetlinkError> {
+pub fn set_local_mac(
+    rtnl: &mut Rtnl,
+    port: u32,
+    mac: MacAddr,
+    add: bool,
+) -> Result<(), NetlinkError> {
     let m = fdb_entry(port, mac);
     if add {
-        rtnl.request(&format!("advertise MAC {mac}"), RouteNetlinkMessage::NewNeighbour(m), NLM_F_CREATE | NLM_F_REPLACE)
-            .map(drop)
+        rtnl.request(
+            &format!("advertise MAC {mac}"),
+            RouteNetlinkMessage::NewNeighbour(m),
+            NLM_F_CREATE | NLM_F_REPLACE,
+        )
+        .map(drop)
     } else {
-        rtnl.request(&format!("withdraw MAC {mac}"), RouteNetlinkMessage::DelNeighbour(m), 0)
-            .map(drop)
+        rtnl.request(
+            &format!("withdraw MAC {mac}"),
+            RouteNetlinkMessage::DelNeighbour(m),
+            0,
+        )
+        .map(drop)
     }
 }
 
 /// Adds or removes a VM's IP as a static neighbour on the shadow's bridge.
-pub fn set_local_ip(rtnl: &mut Rtnl, bridge: u32, ip: IpAddr, mac: MacAddr, add: bool) -> Result<(), NetlinkError> {
+pub fn set_local_ip(
+    rtnl: &mut Rtnl,
+    bridge: u32,
+    ip: IpAddr,
+    mac: MacAddr,
+    add: bool,
+) -> Result<(), NetlinkError> {
     let mut m = NeighbourMessage::default();
     m.header.family = match ip {
         IpAddr::V4(_) => AddressFamily::Inet,
@@ -148,13 +187,22 @@ pub fn set_local_ip(rtnl: &mut Rtnl, bridge: u32, ip: IpAddr, mac: MacAddr, add:
         IpAddr::V4(a) => NeighbourAddress::Inet(a),
         IpAddr::V6(a) => NeighbourAddress::Inet6(a),
     }));
-    m.attributes.push(NeighbourAttribute::LinkLayerAddress(mac.0.to_vec()));
+    m.attributes
+        .push(NeighbourAttribute::LinkLayerAddress(mac.0.to_vec()));
     if add {
-        rtnl.request(&format!("advertise {ip}"), RouteNetlinkMessage::NewNeighbour(m), NLM_F_CREATE | NLM_F_REPLACE)
-            .map(drop)
+        rtnl.request(
+            &format!("advertise {ip}"),
+            RouteNetlinkMessage::NewNeighbour(m),
+            NLM_F_CREATE | NLM_F_REPLACE,
+        )
+        .map(drop)
     } else {
-        rtnl.request(&format!("withdraw {ip}"), RouteNetlinkMessage::DelNeighbour(m), 0)
-            .map(drop)
+        rtnl.request(
+            &format!("withdraw {ip}"),
+            RouteNetlinkMessage::DelNeighbour(m),
+            0,
+        )
+        .map(drop)
     }
 }
 
@@ -164,7 +212,11 @@ pub fn dump(rtnl: &mut Rtnl, family: AddressFamily) -> Result<Vec<NeighbourMessa
     let mut m = NeighbourMessage::default();
     m.header.family = family;
     Ok(rtnl
-        .request("list neighbours", RouteNetlinkMessage::GetNeighbour(m), NLM_F_DUMP)?
+        .request(
+            "list neighbours",
+            RouteNetlinkMessage::GetNeighbour(m),
+            NLM_F_DUMP,
+        )?
         .into_iter()
         .filter_map(|m| match m {
             RouteNetlinkMessage::NewNeighbour(n) => Some(n),

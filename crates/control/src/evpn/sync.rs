@@ -9,7 +9,9 @@ use crate::rtnl::Rtnl;
 use hvnet_datapath::Switch;
 use hvnet_wire::MacAddr;
 use netlink_packet_core::{NetlinkMessage, NetlinkPayload};
-use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourFlags, NeighbourMessage, NeighbourState};
+use netlink_packet_route::neighbour::{
+    NeighbourAddress, NeighbourAttribute, NeighbourFlags, NeighbourMessage, NeighbourState,
+};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket};
 use std::collections::HashSet;
@@ -107,7 +109,9 @@ impl Sync {
                 }
             }
             self.advertise_local();
-            if let Ok(false) = hvnet_sys::poll_readable(self.monitor.as_raw_fd(), LOCAL_EVERY.as_millis() as i32) {
+            if let Ok(false) =
+                hvnet_sys::poll_readable(self.monitor.as_raw_fd(), LOCAL_EVERY.as_millis() as i32)
+            {
                 continue;
             }
             loop {
@@ -151,7 +155,11 @@ impl Sync {
         }
         // What this thread wrote is written again.
         self.advertised.clear();
-        for family in [AddressFamily::Bridge, AddressFamily::Inet, AddressFamily::Inet6] {
+        for family in [
+            AddressFamily::Bridge,
+            AddressFamily::Inet,
+            AddressFamily::Inet6,
+        ] {
             match shadow::dump(&mut self.rtnl, family) {
                 Ok(list) => {
                     for m in list {
@@ -209,7 +217,10 @@ impl Sync {
             return;
         };
         for m in list {
-            let is_mac = m.attributes.iter().any(|a| matches!(a, NeighbourAttribute::LinkLayerAddress(b) if b[..] == mac.0));
+            let is_mac = m
+                .attributes
+                .iter()
+                .any(|a| matches!(a, NeighbourAttribute::LinkLayerAddress(b) if b[..] == mac.0));
             if is_mac {
                 self.apply(&m, true);
             }
@@ -227,8 +238,12 @@ impl Sync {
             }
             bytes = &bytes[len..];
             match m.payload {
-                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewNeighbour(n)) => self.apply(&n, true),
-                NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelNeighbour(n)) => self.apply(&n, false),
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewNeighbour(n)) => {
+                    self.apply(&n, true)
+                }
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelNeighbour(n)) => {
+                    self.apply(&n, false)
+                }
                 _ => {}
             }
         }
@@ -240,7 +255,9 @@ impl Sync {
             return;
         };
         let lladdr = n.attributes.iter().find_map(|a| match a {
-            NeighbourAttribute::LinkLayerAddress(b) if b.len() == 6 => Some(MacAddr(b[..6].try_into().expect("6 bytes"))),
+            NeighbourAttribute::LinkLayerAddress(b) if b.len() == 6 => {
+                Some(MacAddr(b[..6].try_into().expect("6 bytes")))
+            }
             _ => None,
         });
         let dst = n.attributes.iter().find_map(|a| match a {
@@ -257,7 +274,9 @@ impl Sync {
         match h.family {
             // The vxlan device's own entries: `MAC dst VTEP` (a remote MAC)
             // and `00:00:00:00:00:00 dst VTEP` (the flood list).
-            AddressFamily::Bridge if h.ifindex == self.idx.vxlan && h.flags.contains(NeighbourFlags::Own) => {
+            AddressFamily::Bridge
+                if h.ifindex == self.idx.vxlan && h.flags.contains(NeighbourFlags::Own) =>
+            {
                 let (Some(mac), Some(IpAddr::V4(remote))) = (lladdr, dst) else {
                     return;
                 };
@@ -274,10 +293,12 @@ impl Sync {
             // (A withdrawal is taken whatever its flags say: an IP not
             // installed is not there to remove.)
             AddressFamily::Inet | AddressFamily::Inet6
-                if h.ifindex == self.idx.bridge && (!new || h.flags.contains(NeighbourFlags::ExtLearned)) =>
+                if h.ifindex == self.idx.bridge
+                    && (!new || h.flags.contains(NeighbourFlags::ExtLearned)) =>
             {
                 let Some(ip) = dst else { return };
-                let usable = new && !matches!(h.state, NeighbourState::Failed | NeighbourState::Incomplete);
+                let usable =
+                    new && !matches!(h.state, NeighbourState::Failed | NeighbourState::Incomplete);
                 let _ = vtep.evpn_neighbour(ip, lladdr.filter(|_| usable));
             }
             _ => {}

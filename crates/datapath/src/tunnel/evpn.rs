@@ -126,7 +126,10 @@ impl Vtep {
 
     /// Counts an advertised MAC refused because it is a local VM's.
     pub(crate) fn evpn_local_claim(&self) {
-        self.evpn.counters.local_claims_refused.fetch_add(1, Relaxed);
+        self.evpn
+            .counters
+            .local_claims_refused
+            .fetch_add(1, Relaxed);
     }
 
     /// Installs what remote IP `ip` resolves to (`mac`), or withdraws it:
@@ -255,7 +258,11 @@ mod tests {
         let b = Ipv4Addr::new(198, 18, 60, 2);
         v.evpn_vtep(b, true).unwrap();
         v.evpn_vtep(Ipv4Addr::new(198, 18, 60, 9), true).unwrap();
-        assert_eq!(v.flood_list().len(), 2, "a configured remote is listed once");
+        assert_eq!(
+            v.flood_list().len(),
+            2,
+            "a configured remote is listed once"
+        );
         v.evpn_vtep(b, false).unwrap();
         assert_eq!(v.flood_list(), [Ipv4Addr::new(198, 18, 60, 9)]);
     }
@@ -263,12 +270,29 @@ mod tests {
     #[test]
     fn endpoints_that_are_no_remote_host_are_refused_and_counted() {
         let v = vtep();
-        for bad in ["0.0.0.0", "224.0.0.5", "255.255.255.255", "127.0.0.1", "198.18.60.1", "250.0.0.1"] {
-            assert_eq!(v.evpn_vtep(bad.parse().unwrap(), true), Err(EvpnRefusal::BadVtep), "{bad}");
+        for bad in [
+            "0.0.0.0",
+            "224.0.0.5",
+            "255.255.255.255",
+            "127.0.0.1",
+            "198.18.60.1",
+            "250.0.0.1",
+        ] {
+            assert_eq!(
+                v.evpn_vtep(bad.parse().unwrap(), true),
+                Err(EvpnRefusal::BadVtep),
+                "{bad}"
+            );
         }
         let m = MacAddr([2, 0, 0, 0, 0, 7]);
-        assert_eq!(v.evpn_mac(m, Some(Ipv4Addr::UNSPECIFIED)), Err(EvpnRefusal::BadVtep));
-        assert_eq!(v.evpn_mac(MacAddr::BROADCAST, Some(Ipv4Addr::new(198, 18, 60, 2))), Err(EvpnRefusal::BadMac));
+        assert_eq!(
+            v.evpn_mac(m, Some(Ipv4Addr::UNSPECIFIED)),
+            Err(EvpnRefusal::BadVtep)
+        );
+        assert_eq!(
+            v.evpn_mac(MacAddr::BROADCAST, Some(Ipv4Addr::new(198, 18, 60, 2))),
+            Err(EvpnRefusal::BadMac)
+        );
         let c = v.evpn_counters();
         assert_eq!((c.vteps_refused, c.macs_refused), (6, 2));
         assert_eq!(v.flood_list().len(), 1);
@@ -288,7 +312,11 @@ mod tests {
         for i in 0..(MAX_FLOOD as u32 + 5) {
             let _ = v.evpn_vtep(Ipv4Addr::from(0x0a00_0001 + i), true);
         }
-        assert_eq!(v.flood_list().len(), MAX_FLOOD + 1, "the configured remote, and the bound");
+        assert_eq!(
+            v.flood_list().len(),
+            MAX_FLOOD + 1,
+            "the configured remote, and the bound"
+        );
         assert_eq!(v.evpn_clear().len(), MAX_EVPN_MACS);
         assert_eq!(v.flood_list().len(), 1);
     }

@@ -14,7 +14,8 @@ impl State {
     /// remote IP on its segment; true if answered (the request is consumed).
     pub(super) fn suppress_arp(&mut self, cx: &Ctx, pkt: &Packet) -> bool {
         let l2 = &pkt.meta.layers.l2;
-        if cx.port.is_uplink() || l2.ethertype != EtherType::Arp || pkt.dst() != MacAddr::BROADCAST {
+        if cx.port.is_uplink() || l2.ethertype != EtherType::Arp || pkt.dst() != MacAddr::BROADCAST
+        {
             return false;
         }
         let Some(vtep) = cx
@@ -26,7 +27,9 @@ impl State {
         else {
             return false;
         };
-        let Ok(req) = arp::Packet::new_checked(&pkt.frame()[l2.header_len..]).and_then(|p| arp::Repr::parse(&p)) else {
+        let Ok(req) = arp::Packet::new_checked(&pkt.frame()[l2.header_len..])
+            .and_then(|p| arp::Repr::parse(&p))
+        else {
             return false;
         };
         if req.op != arp::Operation::Request {

@@ -3,6 +3,8 @@
 //! ```toml
 //! name = "two-vms"          # names the state under /run/hvnet and the namespaces
 //! fdb_aging_secs = 300
+//! netns = "host1"           # optional: run the switch inside this network namespace (its uplinks'
+//!                           #   devices, EVPN's shadow and FRR are that namespace's: a host of its own)
 //!
 //! [[vm]]
 //! name = "vm1"
@@ -26,6 +28,7 @@
 //! rx_overflow = "backpressure" # or "drop": what a sender does when a ring is full
 //! delivery = "auto"         # or "thread": who writes into this VM (see PortSettings)
 //! rx_usecs = 0              # wake-up coalescing at its queues, 0..10000 µs (as at an uplink)
+//! connected = true          # the vNIC's cable (off: no traffic, addresses withdrawn from EVPN)
 //! mode = "server"           # kind = "vhost-user": "server" (hvnet listens) or "client" (hvnet
 //!                           #   connects to the hypervisor's socket, again whenever it goes away)
 //! socket = "/run/vm1.sock"  # kind = "vhost-user": the socket (client: required; server: default
@@ -55,6 +58,19 @@
 //!                           #   per-packet API)
 //! rx_usecs = 0              # wake-up coalescing, 0..10000 µs (ethtool's rx-usecs): a queue's thread
 //!                           #   waking again within this long of its last wake-up waits out the rest
+//!
+//! [uplink.vxlan]            # the uplink is a VXLAN tunnel endpoint (docs/guide/uplinks.md)
+//! vni = 42
+//! local = "198.18.60.1/24"  # the endpoint's own underlay address
+//! remotes = []              # static peers (the flood list)
+//! evpn = false              # true: peers, remote MACs and IPs from BGP EVPN through FRR as well, the
+//!                           #   VMs' MACs and IPs advertised (docs/guide/evpn.md)
+//!
+//! [frr]                     # optional, with evpn: `hvnet up` starts FRR's zebra and bgpd (stopped by down)
+//! asn = 65000
+//! router_id = "198.18.60.11" # the host's own underlay address: BGP runs on the host's IP stack
+//! neighbors = ["198.18.60.12"]
+//! keepalive_secs = 3        # hold time 3x
 //!
 //! [[host]]                  # an external host on an uplink's wire (tests, demos, the lab)
 //! name = "ext"              # its namespace is TOPOLOGY-NAME
@@ -1285,5 +1301,28 @@ ipv4 = "10.1.0.100/24"
             vm("socket = \"/run/x.sock\"")
         );
         assert!(parse(&two).unwrap_err().1.contains("used twice"));
+    }
+
+    #[test]
+    fn evpn_frr_and_a_hosts_namespace_are_read_and_checked_with_their_line() {
+        let file = |vxlan: &str, tail: &str| {
+            format!(
+                "name = \"t\"\nnetns = \"h1\"\n\n[[vm]]\nname = \"a\"\nconnected = \"off\"\n\n[[uplink]]\nname = \"up0\"\ndevice = \"u0\"\n\n[uplink.vxlan]\nvni = 42\nlocal = \"198.18.60.1/24\"\n{vxlan}\n{tail}"
+            )
+        };
+        let frr = "[frr]\nasn = 65000\nrouter_id = \"198.18.60.11\"\nneighbors = [\"198.18.60.12\"]\n";
+        let t = parse(&file("evpn = true", frr)).unwrap();
+        assert!(t.uplinks[0].vxlan.as_ref().unwrap().evpn);
+        assert_eq!(t.netns.as_deref(), Some("h1"));
+        assert!(!t.vms[0].settings.connected);
+        let f = t.frr.unwrap();
+        assert_eq!((f.asn, f.neighbors.len(), f.keepalive_secs), (65000, 1, 3));
+        let (line, reason) = parse(&file("evpn = false", frr)).unwrap_err();
+        assert_eq!(line, 16, "{reason}");
+        assert!(reason.contains("no uplink has"), "{reason}");
+        let (_, reason) = parse(&file("evpn = true", &frr.replace("65000", "0"))).unwrap_err();
+        assert!(reason.contains("asn 0"), "{reason}");
+        let (_, reason) = parse(&file("evpn = true\nport = 65330", "")).unwrap_err();
+        assert!(reason.contains("shadow"), "{reason}");
     }
 }

@@ -5,7 +5,7 @@ returns its figures and raw runs. The runners live in one module per
 study (`seed000` ... `seed004`; seed 001 in `seed001` and
 `seed001_offload`) and per group of measurements (`migration`,
 `fabric_compare`, `wire_compare`, `guest_compare`, `vhost_compare`,
-`neighbours`); what they share is in `runners` (iperf3 with its cost,
+`neighbours`, `evpn_compare`); what they share is in `runners` (iperf3 with its cost,
 interleaving), `fleet` (VMs behind an uplink), `fabrics` and
 `wire_fabrics` (what joins the VMs), `figures` (the figure records) and
 `verdict` (the rule).
@@ -19,8 +19,8 @@ server, not a hypervisor's scheduler.
 
 import math
 
-from . import (fabric_compare, guest_compare, migration, neighbours, seed000, seed001, seed001_offload, seed002,
-               seed003, seed004, vhost_compare, wire_compare)
+from . import (evpn_compare, fabric_compare, guest_compare, migration, neighbours, seed000, seed001, seed001_offload,
+               seed002, seed003, seed004, vhost_compare, wire_compare)
 
 EXPERIMENTS = [
     {"name": "lro-native", "reproduces": "000, Figures 1-3", "run": seed000.lro_native,
@@ -93,6 +93,10 @@ EXPERIMENTS = [
     {"name": "migration-loss", "reproduces": "measurement", "run": migration.migration_loss,
      "workload": "a QEMU guest live-migrated to another host under pings every 10 ms from a namespace VM; hvnet's "
                  "vhost-user ports on two switches vs QEMU's own virtio-net on TAPs in two Linux bridges"},
+    {"name": "evpn-install", "reproduces": "measurement", "run": evpn_compare.evpn_install,
+     "workload": "a BGP EVPN fabric of two hvnet hosts and two Linux VTEPs with FRR: a VM connected on an hvnet host, "
+                 "and a VM appearing on a Linux VTEP, timed from the source's FDB to the others' (kernel FDB events), "
+                 "and the same for their removal; 20 samples each"},
 ]
 
 

@@ -183,12 +183,21 @@ fn uplink_extras(
 ) {
     if let Ok(v) = views::stats(sw, &format!("/uplinks/{name}/vxlan")) {
         let count = |k: &str| v[k].as_array().map_or(0, Vec::len);
+        let by_origin = |k: &str, origin: &str| {
+            v[k].as_array()
+                .map_or(0, |a| a.iter().filter(|x| x["origin"] == origin).count())
+        };
         let summary = serde_json::json!({
             "arp_requests_sent": v["arp_requests_sent"],
             "arp_replies_sent": v["arp_replies_sent"],
             "remote_macs_refused": v["remote_macs_refused"],
             "remotes_known": count("remotes"),
             "remote_macs_known": count("remote_macs"),
+            "flood_list_known": count("flood_list"),
+            "evpn_vteps_known": by_origin("remotes", "evpn"),
+            "evpn_macs_known": by_origin("remote_macs", "evpn"),
+            "evpn_ips_known": count("remote_ips"),
+            "evpn": v["evpn"],
         });
         flatten(
             families,

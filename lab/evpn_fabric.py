@@ -22,6 +22,7 @@ VNI = 42
 ASN = 65000
 UNDERLAY = "198.18.60"
 OVERLAY = "198.19.60"
+OVERLAY_SCALE = "198.19"  # the injector's advertised IPs: 198.19.(100 + VTEP).MAC, apart from OVERLAY
 FRR = Path("/usr/lib/frr")
 
 
@@ -110,13 +111,20 @@ class HvnetHost:
         self.vms = vms
         self.topo = None
 
-    def up(self, neighbors):
+    def up(self, neighbors, remotes=None):
+        """With `remotes`: the static set-up instead (no EVPN, no FRR)."""
+        vxlan = dict(vni=VNI, local=f"{self.vtep}/24", evpn=remotes is None)
+        if remotes is not None:
+            vxlan["remotes"] = remotes
         self.topo = hvlab.Topology(
             self.fabric.tmp, self.vms, prefix=f"e{self.index}", netns=self.ns,
-            uplinks=[dict(name="up0", device="u0", mtu=1550,
-                          vxlan=dict(vni=VNI, local=f"{self.vtep}/24", evpn=True))],
-            frr=dict(asn=ASN, router_id=self.ip, neighbors=neighbors))
+            uplinks=[dict(name="up0", device="u0", mtu=1550, vxlan=vxlan)],
+            frr=dict(asn=ASN, router_id=self.ip, neighbors=neighbors) if remotes is None else None)
         self.topo.__enter__()
+
+    def pid(self):
+        """The switch's daemon."""
+        return json.loads(Path(f"/run/hvnet/{self.topo.name}/state.json").read_text())["pid"]
 
     def evpn(self):
         return json.loads(self.topo.hv("evpn", "--json").stdout)
@@ -133,20 +141,81 @@ class HvnetHost:
             self.topo = None
 
 
+class Injector:
+    """A BGP speaker that advertises what a big fabric would (GoBGP, in
+    namespace `ns`): its routes are added while its sessions are down, and
+    sent when they are brought up."""
+
+    def __init__(self, fabric, ns):
+        self.fabric, self.ns = fabric, ns
+        self.ip = f"{UNDERLAY}.30"
+        self.proc = None
+
+    def start(self, neighbors):
+        conf = [f'[global.config]\n  as = {ASN}\n  router-id = "{self.ip}"\n']
+        for n in neighbors:
+            conf.append(f'[[neighbors]]\n  [neighbors.config]\n    neighbor-address = "{n}"\n    peer-as = {ASN}\n'
+                        f'    admin-down = true\n  [[neighbors.afi-safis]]\n    [neighbors.afi-safis.config]\n'
+                        f'      afi-safi-name = "l2vpn-evpn"\n')
+        path = self.fabric.tmp / f"{self.ns}.toml"
+        path.write_text("".join(conf))
+        self.proc = subprocess.Popen(["ip", "netns", "exec", self.ns, "gobgpd", "-f", str(path), "-t", "toml",
+                                      "-l", "warn"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        assert hvlab.eventually(lambda: self.gobgp("global", check=False).returncode == 0, timeout=20), "gobgpd"
+
+    def gobgp(self, *args, check=True):
+        return hvlab.run(["ip", "netns", "exec", self.ns, "gobgp", *args], check=check)
+
+    def advertise(self, vteps, macs_per_vtep, first=100):
+        """Type 3 for `vteps` endpoints (UNDERLAY.first ...) and, behind each,
+        `macs_per_vtep` type-2 MAC/IP routes; returns (VTEPs, MACs)."""
+        script, vtep_ips, macs = [], [], []
+        for v in range(vteps):
+            ip = f"{UNDERLAY}.{first + v}"
+            vtep_ips.append(ip)
+            rd = f"{ip}:{VNI}"
+            script.append(f"gobgp global rib -a evpn add multicast {ip} etag 0 rd {rd} rt {ASN}:{VNI} encap vxlan"
+                          f" nexthop {ip}")
+            for m in range(macs_per_vtep):
+                mac = f"02:dd:00:{v:02x}:{m >> 8:02x}:{m & 255:02x}"
+                macs.append(mac)
+                script.append(f"gobgp global rib -a evpn add macadv {mac} {OVERLAY_SCALE}.{100 + v}.{m} etag 0 label {VNI}"
+                              f" rd {rd} rt {ASN}:{VNI} encap vxlan nexthop {ip}")
+        path = self.fabric.tmp / f"{self.ns}.sh"
+        path.write_text("set -e\n" + "\n".join(script) + "\n")
+        hvlab.run(["ip", "netns", "exec", self.ns, "sh", str(path)], timeout=600)
+        return vtep_ips, macs
+
+    def enable(self, neighbor):
+        self.gobgp("neighbor", neighbor, "enable")
+
+    def stop(self):
+        if self.proc:
+            hvlab.stop_procs([self.proc])
+            self.proc = None
+
+
 class EvpnFabric:
     """`hvnet_vms` lists, per hvnet host, its VMs (dicts as hvlab.Topology
-    takes them); `linux` Linux VTEPs join them."""
+    takes them); `linux` Linux VTEPs join them; with `injector`, a GoBGP
+    speaker too (every FRR peers with it); with `evpn` False, the hvnet
+    hosts are the static set-up instead (each other's `remotes`)."""
 
-    def __init__(self, tmp, hvnet_vms, linux=1):
+    def __init__(self, tmp, hvnet_vms, linux=1, injector=False, evpn=True):
         self.tmp = Path(tmp)
         p = hvlab.unique("ev")[:9]
         self.fab = f"{p}-fab"
         self.namespaces = []
+        self.evpn = evpn
         self.hvnet = [HvnetHost(self, f"{p}-h{i + 1}", i + 1, vms) for i, vms in enumerate(hvnet_vms)]
         self.linux = [LinuxVtep(self, f"{p}-l{j + 1}", j + 1) for j in range(linux)]
+        self.injector = Injector(self, f"{p}-g") if injector else None
 
     def hosts(self):
         return self.hvnet + self.linux
+
+    def bgp_hosts(self):
+        return self.hosts() + ([self.injector] if self.injector else [])
 
     def __enter__(self):
         try:
@@ -161,7 +230,7 @@ class EvpnFabric:
         self.namespaces.append(self.fab)
         hvlab.run(["ip", "-n", self.fab, "link", "add", "ufab", "mtu", "1600", "type", "bridge"])
         hvlab.run(["ip", "-n", self.fab, "link", "set", "ufab", "up"])
-        for i, h in enumerate(self.hosts()):
+        for i, h in enumerate(self.bgp_hosts()):
             hvlab.run(["ip", "netns", "add", h.ns])
             self.namespaces.append(h.ns)
             hvlab.run(["ip", "-n", self.fab, "link", "add", f"f{i}", "mtu", "1600", "type", "veth",
@@ -169,31 +238,40 @@ class EvpnFabric:
             hvlab.run(["ip", "-n", self.fab, "link", "set", f"f{i}", "master", "ufab", "up"])
             sh(h.ns, f"sysctl -qw net.ipv6.conf.all.disable_ipv6=1 && ip link set lo up"
                      f" && ip addr add {h.ip}/24 dev u0 && ip link set u0 up")
-        everyone = [h.ip for h in self.hosts()]
+        everyone = [h.ip for h in self.bgp_hosts()]
+        if self.injector:
+            self.injector.start([h.ip for h in self.hosts()])
         for h in self.linux:
             h.build()
             h.start_frr([n for n in everyone if n != h.ip])
         for h in self.hvnet:
-            h.up([n for n in everyone if n != h.ip])
+            if self.evpn:
+                h.up([n for n in everyone if n != h.ip])
+            else:
+                h.up([], remotes=[o.vtep for o in self.hvnet if o is not h])
 
     def wait_established(self, timeout=60):
         """Every host's BGP sessions up."""
         def all_up():
+            # (The injector's sessions stay down until it is told.)
+            others = [h.ip for h in self.hosts()]
             for h in self.hvnet:
                 bgp = h.evpn().get("bgp", {})
                 peers = bgp.get("l2VpnEvpn", bgp).get("peers", {})
-                if len(peers) != len(self.hosts()) - 1 or any(p["state"] != "Established" for p in peers.values()):
+                if any(peers.get(n, {}).get("state") != "Established" for n in others if n != h.ip):
                     return False
             for h in self.linux:
                 s = json.loads(h.vtysh("-c", "show bgp l2vpn evpn summary json"))
                 peers = s.get("l2VpnEvpn", s).get("peers", {})
-                if any(p["state"] != "Established" for p in peers.values()):
+                if any(peers.get(n, {}).get("state") != "Established" for n in others if n != h.ip):
                     return False
             return True
         assert hvlab.eventually(all_up, timeout=timeout, every=0.5), "BGP sessions not all Established"
 
 
     def __exit__(self, *exc):
+        if self.injector:
+            self.injector.stop()
         for h in self.hvnet:
             h.down()
         for h in self.linux:

@@ -10,6 +10,10 @@
   the VM's first frame) to the moment the destination has it from the
   fabric (the `vxlan` device's entry, which hvnet's endpoint takes from
   the same event); 20 samples each way (5 with --quick), median and worst.
+- `evpn-scale`: a fabric's worth of routes (1,000 MAC/IP behind 100
+  VTEPs) from a BGP speaker to an hvnet host and a Linux VTEP at once:
+  time to install and remove, memory, and throughput with them installed
+  against the static set-up.
 """
 
 import calendar
@@ -20,7 +24,9 @@ import time
 import evpn_fabric as ef
 import hvlab
 
+from . import measure
 from .figures import measured
+from .runners import interleaved
 from .verdict import median
 
 NOTE = ("A measurement, not a study's reproduction: no verdict. Four hosts on one machine (2 cores), each a network "
@@ -159,3 +165,111 @@ def evpn_install(tmp, quick, reps, log):
                                                   "removed at the Linux VTEP", "removed at the other hvnet host",
                                                   "connect command to installed at the Linux VTEP")), NOTE)]
     return figs, runs
+
+
+def vm_iperf(src_ns, dst_ns, dst_ip, seconds, log):
+    """One iperf3 stream between two VMs of any hosts: Gbit/s."""
+    server = subprocess.Popen(["ip", "netns", "exec", dst_ns, "iperf3", "-s", "-1", "-B", dst_ip],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        hvlab.wait_listening(dst_ns, 5201)
+        cmd = f"iperf3 -c {dst_ip} -t {seconds} -J"
+        out = ef.sh(src_ns, cmd, timeout=seconds + 60).stdout
+    finally:
+        hvlab.stop_procs([server])
+    gbps = measure.iperf3(out)["bps"] / 1e9
+    log.append({"command": f"ip netns exec {src_ns} {cmd}", "gbps": gbps})
+    return {"gbps": gbps}
+
+
+def evpn_scale(tmp, quick, reps, log):
+    """1,000 MAC/IP routes behind 100 VTEPs (quick: 100 behind 20),
+    advertised by a GoBGP speaker to an hvnet host and a Linux VTEP at
+    once: time until each has installed them all (and removed them all
+    once withdrawn), the hvnet daemon's memory with them; then VM-to-VM
+    throughput across two hvnet hosts with them installed against the
+    static set-up (two hosts with each other's `remotes`), interleaved."""
+    vteps, per = (20, 5) if quick else (100, 10)
+    vms = [[dict(name="a", ipv4=f"{ef.OVERLAY}.1/24")], [dict(name="b", ipv4=f"{ef.OVERLAY}.2/24")]]
+    (tmp / "evpn").mkdir(exist_ok=True)
+    (tmp / "static").mkdir(exist_ok=True)
+    with ef.EvpnFabric(tmp / "evpn", vms, linux=1, injector=True) as f, \
+            ef.EvpnFabric(tmp / "static", vms, linux=0, evpn=False) as s:
+        f.wait_established(timeout=120)
+        h1, lin, inj = f.hvnet[0], f.linux[0], f.injector
+        vtep_ips, macs = inj.advertise(vteps, per)
+        want = set(macs)
+        rss0 = hvlab.rss_bytes(h1.pid())
+
+        def counts():
+            v = h1.vxlan()
+            hv_macs = {m["mac"] for m in v["remote_macs"] if m["origin"] == "evpn"} & want
+            hv_vteps = set(v["flood_list"]) & set(vtep_ips)
+            lin_fdb = lin.fdb()
+            return len(hv_macs), len(hv_vteps), len(want & set(lin_fdb)), len(v["remote_ips"])
+
+        installs = {("hvnet", "installed"): [], ("Linux + FRR", "installed"): [],
+                    ("hvnet", "removed"): [], ("Linux + FRR", "removed"): []}
+        rss = []
+        for _ in range(reps):
+            t0 = time.monotonic()
+            for host in (h1, lin):
+                inj.enable(host.ip)
+            done = {}
+            while len(done) < 2 and time.monotonic() - t0 < 300:
+                n_hv, n_vt, n_lin, _ = counts()
+                if "hvnet" not in done and n_hv == len(want) and n_vt == len(vtep_ips):
+                    done["hvnet"] = time.monotonic() - t0
+                if "lin" not in done and n_lin == len(want):
+                    done["lin"] = time.monotonic() - t0
+                time.sleep(0.02)
+            if len(done) < 2:
+                raise RuntimeError(f"not all installed within 300 s: {counts()} of {len(want)} MACs, {vteps} VTEPs")
+            installs[("hvnet", "installed")].append({"s": done["hvnet"]})
+            installs[("Linux + FRR", "installed")].append({"s": done["lin"]})
+            rss.append(hvlab.rss_bytes(h1.pid()))
+            ips = counts()[3]
+            t0 = time.monotonic()
+            for host in (h1, lin):
+                inj.gobgp("neighbor", host.ip, "disable")
+            gone = {}
+            while len(gone) < 2 and time.monotonic() - t0 < 300:
+                n_hv, n_vt, n_lin, _ = counts()
+                if "hvnet" not in gone and n_hv == 0 and n_vt == 0:
+                    gone["hvnet"] = time.monotonic() - t0
+                if "lin" not in gone and n_lin == 0:
+                    gone["lin"] = time.monotonic() - t0
+                time.sleep(0.02)
+            installs[("hvnet", "removed")].append({"s": gone.get("hvnet", float("nan"))})
+            installs[("Linux + FRR", "removed")].append({"s": gone.get("lin", float("nan"))})
+        # Throughput with everything installed, against the static set-up.
+        for host in (h1, lin):
+            inj.enable(host.ip)
+        ef.wait_until(lambda: counts()[0] == len(want), timeout=300)
+        a, b = (h.topo.ns(v) for h, v in zip(f.hvnet, ("a", "b")))
+        sa, sb = (h.topo.ns(v) for h, v in zip(s.hvnet, ("a", "b")))
+        ef.sh(a, f"ping -c 2 -i 0.2 -W 2 {ef.OVERLAY}.2")
+        ef.sh(sa, f"ping -c 2 -i 0.2 -W 2 {ef.OVERLAY}.2")
+        seconds = 2 if quick else 4
+        configs = {"EVPN, routes installed": (a, b), "static remotes": (sa, sb)}
+        tput = interleaved(list(configs), reps,
+                           lambda c: vm_iperf(*configs[c], f"{ef.OVERLAY}.2", seconds, log))
+    med = {k: median([r["s"] for r in v]) for k, v in installs.items()}
+    ratio = median([r["gbps"] for r in tput["EVPN, routes installed"]]) / median(
+        [r["gbps"] for r in tput["static remotes"]])
+    figs = [
+        measured("evpn-scale-install", f"{len(want)} MAC/IP routes behind {vteps} VTEPs: time to install and remove",
+                 "", "s", installs, "s", lambda c: c,
+                 "does hvnet install a fabric's worth of routes as fast as Linux + FRR, with bounded memory?",
+                 f"installed: hvnet {med[('hvnet', 'installed')]:.2f} s, Linux + FRR "
+                 f"{med[('Linux + FRR', 'installed')]:.2f} s; removed: hvnet {med[('hvnet', 'removed')]:.2f} s, "
+                 f"Linux + FRR {med[('Linux + FRR', 'removed')]:.2f} s (medians of {reps}); hvnet's daemon "
+                 f"{rss0 / 2**20:.1f} MiB before, {max(rss) / 2**20:.1f} MiB with them; {ips} remote IPs installed",
+                 NOTE + " The routes come from a GoBGP speaker on the same underlay, to both at once."),
+        measured("evpn-scale-throughput", "VM to VM across two hvnet hosts: with the routes installed vs static remotes",
+                 "", "Gbit/s", {(c, "Gbit/s"): r for c, r in tput.items()}, "gbps", lambda c: c,
+                 "does forwarding slow down with a fabric's routes installed?",
+                 f"EVPN with {len(want)} MACs and {vteps} VTEPs installed / static remotes: {ratio:.3f} "
+                 f"(medians of {reps}, one iperf3 stream, {seconds} s)", NOTE),
+    ]
+    return figs, {"installs": installs, "throughput": tput}

@@ -97,6 +97,10 @@ EXPERIMENTS = [
      "workload": "a BGP EVPN fabric of two hvnet hosts and two Linux VTEPs with FRR: a VM connected on an hvnet host, "
                  "and a VM appearing on a Linux VTEP, timed from the source's FDB to the others' (kernel FDB events), "
                  "and the same for their removal; 20 samples each"},
+    {"name": "evpn-scale", "reproduces": "measurement", "run": evpn_compare.evpn_scale,
+     "workload": "1,000 MAC/IP routes behind 100 VTEPs from a GoBGP speaker to an hvnet host and a Linux VTEP with FRR "
+                 "at once: time to install and to remove, the daemon's memory; VM-to-VM throughput across two hvnet "
+                 "hosts with them installed vs two with static remotes"},
 ]
 
 

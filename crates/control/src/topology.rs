@@ -1310,7 +1310,8 @@ ipv4 = "10.1.0.100/24"
                 "name = \"t\"\nnetns = \"h1\"\n\n[[vm]]\nname = \"a\"\nconnected = \"off\"\n\n[[uplink]]\nname = \"up0\"\ndevice = \"u0\"\n\n[uplink.vxlan]\nvni = 42\nlocal = \"198.18.60.1/24\"\n{vxlan}\n{tail}"
             )
         };
-        let frr = "[frr]\nasn = 65000\nrouter_id = \"198.18.60.11\"\nneighbors = [\"198.18.60.12\"]\n";
+        let frr =
+            "[frr]\nasn = 65000\nrouter_id = \"198.18.60.11\"\nneighbors = [\"198.18.60.12\"]\n";
         let t = parse(&file("evpn = true", frr)).unwrap();
         assert!(t.uplinks[0].vxlan.as_ref().unwrap().evpn);
         assert_eq!(t.netns.as_deref(), Some("h1"));

@@ -69,6 +69,18 @@ impl Harness {
         backends: &[Backend],
         cfg: SwitchConfig,
     ) -> Harness {
+        Harness::with_tunnel(ports, backends, None, cfg)
+    }
+
+    /// [`Harness::with_backends`], port `tunnel.0` a VXLAN tunnel endpoint
+    /// with settings `tunnel.1` (its tables filled by the test, as the
+    /// control plane fills them).
+    pub fn with_tunnel(
+        ports: &[(MacAddr, usize, PortSettings)],
+        backends: &[Backend],
+        tunnel: Option<(usize, crate::tunnel::VtepConfig)>,
+        cfg: SwitchConfig,
+    ) -> Harness {
         let mut specs = Vec::new();
         let mut guests = Vec::new();
         for (i, (mac, nq, settings)) in ports.iter().enumerate() {
@@ -93,7 +105,10 @@ impl Harness {
                 dev,
                 mac: *mac,
                 vlan: 0,
-                tunnel: None,
+                tunnel: tunnel
+                    .as_ref()
+                    .filter(|(t, _)| *t == i)
+                    .map(|(_, c)| c.clone()),
                 settings: settings.clone(),
             });
             guests.push(guest);
@@ -403,5 +418,90 @@ mod tests {
         assert_eq!(e.delivered_source_frames, 8, "{e:?}");
         assert_eq!(e.drops(), 4, "{e:?}");
         assert!(!h.sw.ports[2].is_up(), "its receiver found the link gone");
+    }
+
+    /// An ARP request from a VM for an IP the fabric advertised is
+    /// answered to that VM, not forwarded, and counted; one for another IP
+    /// is flooded. A disconnected port's frames are dropped and counted,
+    /// and nothing is flooded to it.
+    #[test]
+    fn arp_for_an_advertised_ip_is_answered_here_and_a_disconnected_port_is_cut_off() {
+        use crate::tunnel::VtepConfig;
+        use hvnet_wire::arp;
+        use std::net::{IpAddr, Ipv4Addr};
+        let s = drop_settings();
+        let ports = [
+            (mac(1), 1, s.clone()),
+            (mac(2), 1, s.clone()),
+            (mac(3), 1, s),
+        ];
+        let vtep = VtepConfig {
+            vni: 42,
+            local: Ipv4Addr::new(198, 18, 60, 1),
+            prefix: 24,
+            mac: mac(9),
+            remotes: vec![],
+            port: 4789,
+            udp_csum: false,
+        };
+        let backends = [Backend::Tap, Backend::Replay, Backend::Replay];
+        let mut h =
+            Harness::with_tunnel(&ports, &backends, Some((1, vtep)), SwitchConfig::default());
+        let remote = MacAddr([2, 0xdd, 0, 0, 0, 7]);
+        let sw = Arc::clone(&h.sw);
+        let t = sw.ports[1].tunnel.as_ref().unwrap();
+        t.evpn_neighbour(IpAddr::V4(Ipv4Addr::new(198, 19, 60, 2)), Some(remote))
+            .unwrap();
+        let request = |target: [u8; 4]| {
+            let mut f = vec![0u8; 42];
+            f[0..6].copy_from_slice(&[0xff; 6]);
+            f[6..12].copy_from_slice(&mac(1).0);
+            f[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+            arp::Repr {
+                op: arp::Operation::Request,
+                sender_mac: mac(1),
+                sender_ip: [198, 19, 60, 1],
+                target_mac: MacAddr([0; 6]),
+                target_ip: target,
+            }
+            .emit(&mut arp::Packet::new_unchecked(&mut f[14..]));
+            with_hdr(&f)
+        };
+        h.send(0, 0, &request([198, 19, 60, 2]));
+        let mut out = Vec::new();
+        h.settle(20, &mut out);
+        assert_eq!(out.len(), 1, "answered, not flooded: {out:?}");
+        let (port, reply) = &out[0];
+        assert_eq!(*port, 0);
+        let frame = &reply[12..];
+        assert_eq!(&frame[0..6], &mac(1).0);
+        let r = arp::Repr::parse(&arp::Packet::new_checked(&frame[14..]).unwrap()).unwrap();
+        assert_eq!(
+            (r.op, r.sender_mac, r.sender_ip),
+            (arp::Operation::Reply, remote, [198, 19, 60, 2])
+        );
+        assert_eq!(h.sw.ports[0].ingress_stats().arp_suppressed, 1);
+        assert_eq!(t.evpn_counters().arp_suppressed, 1);
+        // Another address is not known: flooded as ever.
+        out.clear();
+        h.send(0, 0, &request([198, 19, 60, 3]));
+        h.settle(20, &mut out);
+        assert_eq!(out.iter().filter(|(p, _)| *p == 2).count(), 1, "{out:?}");
+        h.check_accounting().unwrap();
+        // Port 2 disconnected: what it sends is dropped, nothing reaches it.
+        let mut off = h.sw.ports[2].settings();
+        off.connected = false;
+        h.sw.set_port("p2", off).unwrap();
+        out.clear();
+        h.send(2, 0, &tcp(3, 1, 1));
+        h.send(0, 0, &request([198, 19, 60, 3]));
+        h.settle(20, &mut out);
+        assert!(out.iter().all(|(p, _)| *p != 2), "{out:?}");
+        assert!(
+            out.iter().all(|(_, f)| f[12 + 6..][..6] != mac(3).0),
+            "{out:?}"
+        );
+        assert_eq!(h.sw.ports[2].ingress_stats().drop_disconnected, 1);
+        h.check_accounting().unwrap();
     }
 }

@@ -14,7 +14,7 @@ use netlink_packet_route::neighbour::{
 };
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket};
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
@@ -68,7 +68,7 @@ pub fn spawn(
         vms,
         rtnl,
         monitor,
-        advertised: HashSet::new(),
+        advertised: HashMap::new(),
         idx: Indices::default(),
     };
     let t = std::thread::Builder::new()
@@ -91,8 +91,10 @@ struct Sync {
     vms: Vec<LocalVm>,
     rtnl: Rtnl,
     monitor: Socket,
-    /// Ports whose VM is written to the shadow now.
-    advertised: HashSet<usize>,
+    /// Per VM port, whether the shadow has it now (none yet: written
+    /// either way, as after a daemon restart the shadow may hold a VM that
+    /// left meanwhile).
+    advertised: HashMap<usize, bool>,
     idx: Indices,
 }
 
@@ -182,7 +184,8 @@ impl Sync {
             let vm = &self.vms[i];
             let p = &self.sw.ports[vm.port];
             let present = p.is_up() && p.present();
-            if present == self.advertised.contains(&vm.port) {
+            let was = self.advertised.get(&vm.port).copied();
+            if was == Some(present) {
                 continue;
             }
             let (mac, ips, port) = (vm.mac, vm.ips.clone(), vm.port);
@@ -199,11 +202,9 @@ impl Sync {
             if present && !ok {
                 continue;
             }
-            tracing::info!(port = %p.name, %mac, present, "EVPN: VM advertised");
-            if present {
-                self.advertised.insert(port);
-            } else {
-                self.advertised.remove(&port);
+            self.advertised.insert(port, present);
+            tracing::info!(port = %p.name, %mac, present, "EVPN: VM advertised (present) or withdrawn");
+            if !present {
                 // Where the VM went (another host), the fabric may have
                 // said already, and been refused while it was here.
                 self.recheck(mac);

@@ -27,8 +27,9 @@ XFER = Path(__file__).with_name("xfer.py")
 def fabric(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("evpn")
     vms = [
-        [dict(name="a", ipv4=f"{ef.OVERLAY}.1/24"), dict(name="m", ipv4=f"{ef.OVERLAY}.5/24", mac=MOBILE)],
-        [dict(name="b", ipv4=f"{ef.OVERLAY}.2/24"),
+        [dict(name="a", ipv4=f"{ef.OVERLAY}.1/24", ipv6="fd60::1/64"),
+         dict(name="m", ipv4=f"{ef.OVERLAY}.5/24", mac=MOBILE)],
+        [dict(name="b", ipv4=f"{ef.OVERLAY}.2/24", ipv6="fd60::2/64"),
          dict(name="m", ipv4=f"{ef.OVERLAY}.5/24", mac=MOBILE, connected=False)],
     ]
     f = ef.EvpnFabric(tmp, vms).__enter__()
@@ -120,6 +121,7 @@ def test_no_flooding_to_the_fabric_for_known_destinations(fabric, tmp_path):
     data = tmp_path / "random.bin"
     data.write_bytes(os.urandom(2 << 20))
     ping(a, f"{ef.OVERLAY}.2")
+    ef.sh(a, "ping -6 -c 2 -i 0.2 -W 2 fd60::2")
     transfer(b, a, f"{ef.OVERLAY}.1", data)
     after = [h.vxlan()["evpn"] for h in f.hvnet]
     for x, y in zip(before, after):
@@ -127,8 +129,11 @@ def test_no_flooding_to_the_fabric_for_known_destinations(fabric, tmp_path):
         assert y["flooded_arp"] == x["flooded_arp"], (x, y)
     assert after[0]["arp_suppressed"] > before[0]["arp_suppressed"], (before, after)
     assert after[1]["arp_suppressed"] > before[1]["arp_suppressed"], (before, after)
+    assert after[0]["nd_suppressed"] > before[0]["nd_suppressed"], (before, after)
     acc = h1.topo.stats("/ports/a/accounting")
     assert acc["ingress"]["balanced"] and acc["ingress"]["arp_suppressed"] > 0, acc
+    assert acc["ingress"]["nd_suppressed"] > 0, acc
+    assert "fd60::2" in ef.sh(a, "ip -6 neigh show").stdout
 
 
 def test_a_disconnected_vm_is_withdrawn_and_comes_back(fabric):

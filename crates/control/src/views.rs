@@ -128,6 +128,7 @@ pub fn accounting(p: &Port) -> Value {
     json!({
         "ingress": { "frames_in": i.frames, "forwarded": i.forwarded, "drops": i.drops(),
                      "tunnel_control": i.tunnel_control, "arp_suppressed": i.arp_suppressed,
+                     "nd_suppressed": i.nd_suppressed,
                      "lro_merged": i.lro_merged(),
                      "balanced": i.balanced() },
         // In flight is what the identity leaves: never negative (nothing

@@ -5,8 +5,8 @@
 //!
 //! Accounting, per port:
 //! - as ingress (frames from the guest or the wire): `frames = forwarded +
-//!   drop_* + tunnel_control + arp_suppressed + (lro_segments -
-//!   lro_frames)`, the last the
+//!   drop_* + tunnel_control + arp_suppressed + nd_suppressed +
+//!   (lro_segments - lro_frames)`, the last the
 //!   frames an uplink's software LRO merged into others;
 //! - as egress (frames to the guest): `offered = delivered_source_frames +
 //!   drop_* + in_flight`, where a coalesced frame delivers as many source
@@ -90,6 +90,8 @@ counters! {
         /// ARP requests from a VM answered by the switch for a remote IP
         /// the fabric advertised (BGP EVPN), instead of being flooded.
         arp_suppressed,
+        /// IPv6 neighbor solicitations answered the same way.
+        nd_suppressed,
         /// Dropped: the port is disconnected (`connected = off`, a vNIC's
         /// cable pulled).
         drop_disconnected,
@@ -221,6 +223,7 @@ impl IngressStats {
                 + self.drops()
                 + self.tunnel_control
                 + self.arp_suppressed
+                + self.nd_suppressed
                 + self.lro_merged()
     }
 }

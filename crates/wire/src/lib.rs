@@ -43,6 +43,7 @@ pub mod ethernet;
 pub mod ipv4;
 pub mod ipv6;
 pub mod layers;
+pub mod nd;
 pub mod pretty;
 pub mod tcp;
 pub mod udp;

@@ -18,7 +18,8 @@
 //!   each present VM's MAC as a static entry (advertised as a MAC).
 //!
 //! Nothing is ever sent through the shadow: its devices have no addresses
-//! and IPv6 off, and the bridge does not learn. A thread per uplink keeps
+//! (IPv6 off but on the bridge, which holds IPv6 neighbours without an
+//! address of its own). A thread per uplink keeps
 //! it in step with the switch (a VM's MAC while its guest is there and its
 //! port connected) and follows the shadow's tables over rtnetlink into the
 //! tunnel endpoint's ([`sync`]).

@@ -45,7 +45,7 @@ impl ShadowNames {
 
 /// Creates the shadow of VNI `vni` with VTEP address `local`, each device
 /// given alias `marker` (so `hvnet down` knows them as the topology's),
-/// IPv6 off before it comes up.
+/// without IPv6 addresses before it comes up.
 pub fn create(
     rtnl: &mut Rtnl,
     n: &ShadowNames,
@@ -87,7 +87,7 @@ pub fn create(
         })?;
     rtnl.add_veth(&n.port, 1500, &n.peer, &here)?;
     for dev in n.all() {
-        disable_ipv6(dev);
+        quiet_ipv6(dev, dev == n.bridge);
         rtnl.set_link(
             dev,
             &LinkChange {
@@ -112,10 +112,18 @@ pub fn create(
     Ok(())
 }
 
-/// IPv6 off on `dev`: no link-local address, so nothing (router or
-/// multicast listener solicitations) is ever sent through the shadow.
-fn disable_ipv6(dev: &str) {
-    let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{dev}/disable_ipv6"), "1");
+/// No IPv6 address on `dev`, so that nothing (router or neighbour
+/// solicitations, listener reports) is ever sent through the shadow: IPv6
+/// off, or on the bridge (`keep`: it holds the VMs' and the remote IPv6
+/// neighbours) on without addresses (`addr_gen_mode` none).
+fn quiet_ipv6(dev: &str, keep: bool) {
+    let conf = format!("/proc/sys/net/ipv6/conf/{dev}");
+    if keep {
+        let _ = std::fs::write(format!("{conf}/addr_gen_mode"), "1");
+        let _ = std::fs::write(format!("{conf}/accept_ra"), "0");
+    } else {
+        let _ = std::fs::write(format!("{conf}/disable_ipv6"), "1");
+    }
 }
 
 fn set_master(rtnl: &mut Rtnl, dev: &str, master: u32) -> Result<(), NetlinkError> {

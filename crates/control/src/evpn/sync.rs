@@ -2,7 +2,7 @@
 //! step: each present VM's MAC and IPs written to the shadow (zebra
 //! advertises them), and what zebra installs there from the fabric read
 //! back over rtnetlink into the endpoint (remote MACs, the flood list,
-//! remote IPs for ARP suppression).
+//! remote IPs for ARP and ND suppression).
 
 use super::shadow::{self, ShadowNames};
 use crate::rtnl::Rtnl;

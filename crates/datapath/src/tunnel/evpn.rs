@@ -68,6 +68,8 @@ pub struct EvpnCounters {
     /// ARP requests answered here from the advertised IPs instead of
     /// being flooded.
     pub arp_suppressed: u64,
+    /// IPv6 neighbor solicitations answered the same way.
+    pub nd_suppressed: u64,
     /// Frames replicated to the flood list (every copy counts once per
     /// frame): broadcast, multicast and unknown unicast.
     pub flooded: u64,
@@ -133,8 +135,8 @@ impl Vtep {
     }
 
     /// Installs what remote IP `ip` resolves to (`mac`), or withdraws it:
-    /// ARP requests for it are answered here. Only IPv4 is answered (ARP);
-    /// IPv6 neighbours are kept for the views.
+    /// ARP requests (IPv4) and neighbor solicitations (IPv6) for it are
+    /// answered here.
     pub fn evpn_neighbour(&self, ip: IpAddr, mac: Option<MacAddr>) -> Result<(), EvpnRefusal> {
         let mut t = self.evpn.neighbours.write().expect("lock");
         let Some(mac) = mac else {
@@ -153,19 +155,21 @@ impl Vtep {
         Ok(())
     }
 
-    /// The MAC an advertised IPv4 address resolves to.
-    pub(crate) fn evpn_resolve(&self, ip: Ipv4Addr) -> Option<MacAddr> {
-        self.evpn
-            .neighbours
-            .read()
-            .expect("lock")
-            .get(&IpAddr::V4(ip))
-            .copied()
+    /// The MAC an advertised address resolves to.
+    pub(crate) fn evpn_resolve(&self, ip: IpAddr) -> Option<MacAddr> {
+        self.evpn.neighbours.read().expect("lock").get(&ip).copied()
     }
 
-    /// Counts an ARP request answered from the advertised IPs.
-    pub(crate) fn count_arp_suppressed(&self) {
-        self.evpn.counters.arp_suppressed.fetch_add(1, Relaxed);
+    /// Counts an ARP request (or, `nd`, a neighbor solicitation) answered
+    /// from the advertised IPs.
+    pub(crate) fn count_suppressed(&self, nd: bool) {
+        let c = &self.evpn.counters;
+        if nd {
+            &c.nd_suppressed
+        } else {
+            &c.arp_suppressed
+        }
+        .fetch_add(1, Relaxed);
     }
 
     /// The remote endpoint `mac` is advertised behind.
@@ -207,6 +211,7 @@ impl Vtep {
             local_claims_refused: c.local_claims_refused.load(Relaxed),
             neighbours_refused: c.neighbours_refused.load(Relaxed),
             arp_suppressed: c.arp_suppressed.load(Relaxed),
+            nd_suppressed: c.nd_suppressed.load(Relaxed),
             flooded: c.flooded.load(Relaxed),
             flooded_unknown_unicast: c.flooded_unknown_unicast.load(Relaxed),
             flooded_arp: c.flooded_arp.load(Relaxed),
@@ -230,6 +235,7 @@ pub(super) struct AtomicCounters {
     local_claims_refused: std::sync::atomic::AtomicU64,
     neighbours_refused: std::sync::atomic::AtomicU64,
     arp_suppressed: std::sync::atomic::AtomicU64,
+    nd_suppressed: std::sync::atomic::AtomicU64,
     pub(super) flooded: std::sync::atomic::AtomicU64,
     pub(super) flooded_unknown_unicast: std::sync::atomic::AtomicU64,
     pub(super) flooded_arp: std::sync::atomic::AtomicU64,

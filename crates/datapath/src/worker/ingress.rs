@@ -1,6 +1,6 @@
 //! A worker's ingress steps, per frame read: a tunnel endpoint's
 //! decapsulation, an uplink's software checksum check and LRO, then the
-//! switching decision (policy, learning, ARP suppression, lookup,
+//! switching decision (policy, learning, ARP and ND suppression, lookup,
 //! flooding).
 
 use super::ingress_lro::IngressLro;
@@ -112,7 +112,7 @@ impl State {
                 port
             }
         };
-        if dst.is_multicast() && self.suppress_arp(cx, &pkt) {
+        if dst.is_multicast() && self.suppress(cx, &pkt) {
             return;
         }
         let (sw, settings) = (&cx.sw, &self.settings);

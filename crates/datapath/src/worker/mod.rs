@@ -6,9 +6,9 @@
 
 mod egress;
 mod ingress;
-mod ingress_arp;
 mod ingress_csum;
 mod ingress_lro;
+mod ingress_suppress;
 mod staging;
 
 use crate::counters::add;

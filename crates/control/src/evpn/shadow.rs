@@ -121,6 +121,8 @@ fn quiet_ipv6(dev: &str, keep: bool) {
     if keep {
         let _ = std::fs::write(format!("{conf}/addr_gen_mode"), "1");
         let _ = std::fs::write(format!("{conf}/accept_ra"), "0");
+        // On even where the host turned IPv6 off for every new device.
+        let _ = std::fs::write(format!("{conf}/disable_ipv6"), "0");
     } else {
         let _ = std::fs::write(format!("{conf}/disable_ipv6"), "1");
     }

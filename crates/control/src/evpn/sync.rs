@@ -20,13 +20,15 @@ use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// `RTNLGRP_NEIGH`: neighbour and FDB changes.
 const RTNLGRP_NEIGH: u32 = 3;
 /// How often the local VMs' presence is looked at (the longest a VM that
 /// arrives waits before it is written to the shadow).
 const LOCAL_EVERY: Duration = Duration::from_millis(10);
+/// How soon a write to the shadow that failed is tried again.
+const RETRY_EVERY: Duration = Duration::from_secs(1);
 
 /// A VM on the uplink's segment, as advertised.
 #[derive(Clone, Debug)]
@@ -69,6 +71,7 @@ pub fn spawn(
         rtnl,
         monitor,
         advertised: HashMap::new(),
+        retry_at: HashMap::new(),
         idx: Indices::default(),
     };
     let t = std::thread::Builder::new()
@@ -95,6 +98,8 @@ struct Sync {
     /// either way, as after a daemon restart the shadow may hold a VM that
     /// left meanwhile).
     advertised: HashMap<usize, bool>,
+    /// Per VM port whose write failed, when to try again.
+    retry_at: HashMap<usize, Instant>,
     idx: Indices,
 }
 
@@ -185,7 +190,12 @@ impl Sync {
             let p = &self.sw.ports[vm.port];
             let present = p.is_up() && p.present();
             let was = self.advertised.get(&vm.port).copied();
-            if was == Some(present) {
+            if was == Some(present)
+                || self
+                    .retry_at
+                    .get(&vm.port)
+                    .is_some_and(|t| Instant::now() < *t)
+            {
                 continue;
             }
             let (mac, ips, port) = (vm.mac, vm.ips.clone(), vm.port);
@@ -198,10 +208,12 @@ impl Sync {
                     .is_ok();
             }
             // Withdrawn entries that were already gone are fine; a write
-            // that failed is tried again next turn.
+            // that failed is tried again a second later.
             if present && !ok {
+                self.retry_at.insert(port, Instant::now() + RETRY_EVERY);
                 continue;
             }
+            self.retry_at.remove(&port);
             self.advertised.insert(port, present);
             tracing::info!(port = %p.name, %mac, present, "EVPN: VM advertised (present) or withdrawn");
             if !present {

@@ -174,8 +174,10 @@ class Injector:
             ip = f"{UNDERLAY}.{first + v}"
             vtep_ips.append(ip)
             rd = f"{ip}:{VNI}"
+            # FRR installs a type 3 route as a flood-list entry only with a
+            # PMSI tunnel of ingress replication (RFC 8365 §9).
             script.append(f"gobgp global rib -a evpn add multicast {ip} etag 0 rd {rd} rt {ASN}:{VNI} encap vxlan"
-                          f" nexthop {ip}")
+                          f" pmsi ingress-repl {VNI} {ip} nexthop {ip}")
             for m in range(macs_per_vtep):
                 mac = f"02:dd:00:{v:02x}:{m >> 8:02x}:{m & 255:02x}"
                 macs.append(mac)

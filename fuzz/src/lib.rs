@@ -34,6 +34,15 @@ pub fn wire_layers(data: &[u8]) {
         if let (Some(n), Some(t)) = (l.net, l.transport) {
             assert!(n.offset < t.offset && t.offset + t.header_len <= n.end && n.end <= data.len());
         }
+        // A guest's neighbor solicitation, as ND suppression reads it; an
+        // answer to it is a well-formed advertisement of that target.
+        if let Some(n) = l.net {
+            if let Some(target) = hvnet_wire::nd::solicited_target(&data[n.offset..]) {
+                let src: [u8; 16] = data[n.offset + 8..n.offset + 24].try_into().expect("16 bytes");
+                let f = hvnet_wire::nd::advertisement(hvnet_wire::MacAddr([2; 6]), target, hvnet_wire::MacAddr([4; 6]), src);
+                assert_eq!(hvnet_wire::nd::solicited_target(&f[14..]), None, "an advertisement is no solicitation");
+            }
+        }
     }
     let _ = hvnet_wire::pretty::Pretty(data).to_string();
 }

@@ -28,7 +28,8 @@ def fabric(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("evpn")
     vms = [
         [dict(name="a", ipv4=f"{ef.OVERLAY}.1/24", ipv6="fd60::1/64"),
-         dict(name="m", ipv4=f"{ef.OVERLAY}.5/24", mac=MOBILE)],
+         dict(name="m", ipv4=f"{ef.OVERLAY}.5/24", mac=MOBILE),
+         dict(name="r", ipv4=f"{ef.OVERLAY}.6/24")],
         [dict(name="b", ipv4=f"{ef.OVERLAY}.2/24", ipv6="fd60::2/64"),
          dict(name="m", ipv4=f"{ef.OVERLAY}.5/24", mac=MOBILE, connected=False)],
     ]
@@ -190,6 +191,19 @@ def test_hostile_entries_are_refused_bounded_and_counted(fabric):
     ef.sh(h1.ns, f"sed 's/^fdb add/fdb del/' {path} > {path}.del && bridge -batch {path}.del"
                  f" && bridge fdb del {a_mac} dev hvx-{ef.VNI} dst 198.18.60.99 self"
                  f" && bridge fdb del 00:00:00:00:00:00 dev hvx-{ef.VNI} dst 0.0.0.0 self", timeout=120)
+
+
+def test_a_vm_that_is_removed_is_withdrawn(fabric):
+    """VM r's namespace deleted: its NIC goes with it, its port goes down,
+    and its MAC and IP leave every host's tables."""
+    f = fabric
+    h1, h2, lin = f.hvnet[0], f.hvnet[1], f.linux[0]
+    r_mac = next(p["mac"] for p in json.loads(h1.topo.hv("ports", "--json").stdout) if p.get("client") == "r")
+    ef.wait_until(lambda: lin.fdb().get(r_mac) == h1.vtep and h2.remote_macs().get(r_mac) == h1.vtep)
+    hvlab.run(["ip", "netns", "del", h1.topo.ns("r")])
+    ef.wait_until(lambda: r_mac not in lin.fdb() and r_mac not in h2.remote_macs()
+                  and all(r["ip"] != f"{ef.OVERLAY}.6" for r in h2.vxlan()["remote_ips"]))
+    ping(vm_ns(f, 0, "a"), f"{ef.OVERLAY}.2")
 
 
 def test_a_host_that_stops_is_withdrawn(fabric):

@@ -288,3 +288,49 @@ def wait_until(check, timeout=30.0, every=0.01):
     t0 = time.monotonic()
     assert hvlab.eventually(check, timeout=timeout, every=every), f"not within {timeout} s"
     return time.monotonic() - t0
+
+
+def main():
+    """`python3 lab/evpn_fabric.py [--hold SECONDS]`: two hvnet hosts and a
+    Linux VTEP, a VM each; every VM pings every other; the first host's
+    `hvnet evpn` is shown; the fabric stays up until Enter (or SECONDS),
+    then everything is removed."""
+    import argparse
+    import tempfile
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--hold", type=float, help="keep the fabric up this long instead of until Enter")
+    a = ap.parse_args()
+    if not have_frr():
+        raise SystemExit("evpn_fabric: FRR is not installed (scripts/install-deps.sh installs it)")
+    with tempfile.TemporaryDirectory() as tmp:
+        vms = [[dict(name="vm1", ipv4=f"{OVERLAY}.1/24")], [dict(name="vm2", ipv4=f"{OVERLAY}.2/24")]]
+        print("building: a fabric namespace, two hvnet hosts and a Linux VTEP, FRR on each ...", flush=True)
+        with EvpnFabric(tmp, vms) as f:
+            f.wait_established()
+            h1, h2, lin = f.hvnet[0], f.hvnet[1], f.linux[0]
+            vm = {"vm1": h1.topo.ns("vm1"), "vm2": h2.topo.ns("vm2"), "linux-vm": lin.vm_ns}
+            ips = {"vm1": f"{OVERLAY}.1", "vm2": f"{OVERLAY}.2", "linux-vm": lin.vm_ip}
+            for src in vm:
+                for dst in vm:
+                    if src != dst:
+                        ok = sh(vm[src], f"ping -c 2 -i 0.2 -W 2 {ips[dst]}", check=False).returncode == 0
+                        print(f"  {src} -> {dst} ({ips[dst]}): {'ok' if ok else 'FAILED'}")
+            print(f"\n$ hvnet evpn -t {h1.topo.name}")
+            print(h1.topo.hv("evpn").stdout)
+            print(f"hosts (namespaces): {h1.ns}, {h2.ns} (hvnet, topologies {h1.topo.name} and {h2.topo.name}), "
+                  f"{lin.ns} (Linux); VMs: {', '.join(vm.values())}")
+            print(f"try: hvnet evpn -t {h2.topo.name}; ip netns exec {lin.ns} bridge fdb show dev vx{VNI}; "
+                  f"hvnet port vm1 -t {h1.topo.name} set connected=off")
+            if a.hold is not None:
+                time.sleep(a.hold)
+            else:
+                input("Enter removes the fabric ... ")
+        print("removed")
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    main()

@@ -421,7 +421,7 @@ pub fn evpn(t: &Target) -> Result<(), String> {
             );
         }
         println!(
-            "  remote IPs answered for ARP: {}",
+            "  remote IPs answered for (ARP, ND): {}",
             x["remote_ips"].as_array().map_or(0, Vec::len)
         );
         print!("  counters:");

@@ -1326,4 +1326,18 @@ ipv4 = "10.1.0.100/24"
         let (_, reason) = parse(&file("evpn = true\nport = 65330", "")).unwrap_err();
         assert!(reason.contains("shadow"), "{reason}");
     }
+
+    #[test]
+    fn the_example_topologies_are_valid() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/topologies");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.extension().is_some_and(|x| x == "toml") {
+                load(&path).unwrap_or_else(|e| panic!("{e}"));
+                n += 1;
+            }
+        }
+        assert!(n >= 7, "{n} examples in {}", dir.display());
+    }
 }

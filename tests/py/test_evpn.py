@@ -33,7 +33,7 @@ def fabric(tmp_path_factory):
         [dict(name="b", ipv4=f"{ef.OVERLAY}.2/24", ipv6="fd60::2/64"),
          dict(name="m", ipv4=f"{ef.OVERLAY}.5/24", mac=MOBILE, connected=False)],
     ]
-    f = ef.EvpnFabric(tmp, vms).__enter__()
+    f = ef.EvpnFabric(tmp, vms, injector=True).__enter__()
     try:
         f.wait_established()
         # The Linux VM is advertised once its bridge has learned it.
@@ -43,6 +43,7 @@ def fabric(tmp_path_factory):
         names = list(f.namespaces) + [h.topo.ns(v["name"]) for h in f.hvnet if h.topo for v in h.vms]
         pathspaces = [h.ns for h in f.linux] + [f"hvnet-{h.topo.name}" for h in f.hvnet if h.topo]
         f.__exit__(None, None, None)
+        assert f.injector.proc is None
         # Nothing left behind: namespaces, FRR's daemons and run directories.
         listed = hvlab.run(["ip", "netns", "list"]).stdout
         assert not [n for n in names if n in listed.split()], listed
@@ -191,6 +192,40 @@ def test_hostile_entries_are_refused_bounded_and_counted(fabric):
     ef.sh(h1.ns, f"sed 's/^fdb add/fdb del/' {path} > {path}.del && bridge -batch {path}.del"
                  f" && bridge fdb del {a_mac} dev hvx-{ef.VNI} dst 198.18.60.99 self"
                  f" && bridge fdb del 00:00:00:00:00:00 dev hvx-{ef.VNI} dst 0.0.0.0 self", timeout=120)
+
+
+def test_hostile_advertisements_over_bgp_do_not_take_a_local_vm(fabric):
+    """A BGP speaker in the fabric advertises host 1's VM a behind a VTEP of
+    its own: host 1 keeps its VM (FRR prefers the local one; hvnet would
+    refuse it, counted, were it installed), the other hosts keep reaching a
+    where it is. Then a VTEP of 0.0.0.0: FRR resets the session that
+    carries it, nothing is installed, the fabric goes on."""
+    f = fabric
+    h1, h2, lin, inj = f.hvnet[0], f.hvnet[1], f.linux[0], f.injector
+    a_mac = next(p["mac"] for p in json.loads(h1.topo.hv("ports", "--json").stdout) if p.get("client") == "a")
+    rt = ["rt", f"{ef.ASN}:{ef.VNI}", "encap", "vxlan"]
+    inj.gobgp("global", "rib", "-a", "evpn", "add", "macadv", a_mac, f"{ef.OVERLAY}.1", "etag", "0", "label",
+              str(ef.VNI), "rd", f"{inj.ip}:{ef.VNI}", *rt, "nexthop", "198.18.60.99")
+    for h in f.hosts():
+        inj.enable(h.ip)
+
+    def from_injector(h):
+        bgp = h.evpn()["bgp"]
+        return bgp.get("l2VpnEvpn", bgp)["peers"].get(inj.ip, {})
+    ef.wait_until(lambda: all(from_injector(h).get("pfxRcd", 0) >= 1 for h in f.hvnet), timeout=30)
+    assert a_mac not in h1.remote_macs(), "host 1 keeps its VM"
+    assert h2.remote_macs().get(a_mac) == h1.vtep and lin.fdb().get(a_mac) == h1.vtep
+    ping(vm_ns(f, 1, "b"), f"{ef.OVERLAY}.1")
+    ping(lin.vm_ns, f"{ef.OVERLAY}.1")
+    drops = from_injector(h1)["connectionsDropped"]
+    inj.gobgp("global", "rib", "-a", "evpn", "add", "multicast", "0.0.0.0", "etag", "0", "rd", f"{inj.ip}:43", *rt,
+              "pmsi", "ingress-repl", str(ef.VNI), "0.0.0.0")
+    ef.wait_until(lambda: from_injector(h1).get("connectionsDropped", 0) > drops, timeout=30)
+    for h in f.hvnet:
+        assert "0.0.0.0" not in h.vxlan()["flood_list"]
+    ping(vm_ns(f, 1, "b"), f"{ef.OVERLAY}.1")
+    for h in f.hosts():
+        inj.gobgp("neighbor", h.ip, "disable")
 
 
 def test_a_vm_that_is_removed_is_withdrawn(fabric):

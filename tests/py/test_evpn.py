@@ -7,6 +7,7 @@ host."""
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -226,6 +227,28 @@ def test_hostile_advertisements_over_bgp_do_not_take_a_local_vm(fabric):
     ping(vm_ns(f, 1, "b"), f"{ef.OVERLAY}.1")
     for h in f.hosts():
         inj.gobgp("neighbor", h.ip, "disable")
+
+
+def test_a_switch_restart_keeps_the_fabric(fabric):
+    """The daemon stopped (SIGTERM) and started again: FRR and the shadow
+    stay, so the fabric keeps reaching host 1's VMs meanwhile, and the new
+    daemon reads its remote MACs and flood list back from the shadow."""
+    f = fabric
+    h1, h2, lin = f.hvnet[0], f.hvnet[1], f.linux[0]
+    a_mac = next(p["mac"] for p in json.loads(h1.topo.hv("ports", "--json").stdout) if p.get("client") == "a")
+    pid = h1.pid()
+    os.kill(pid, signal.SIGTERM)
+    ef.wait_until(lambda: not Path(f"/proc/{pid}").exists(), timeout=30)
+    assert lin.fdb().get(a_mac) == h1.vtep and h2.remote_macs().get(a_mac) == h1.vtep
+    hvlab.hvnet("up", h1.topo.file)
+
+    def back():
+        v = h1.vxlan()
+        resolved = {r["ip"] for r in v["remotes"] if r["mac"]}
+        return h1.remote_macs().get(lin.vm_mac) == lin.vtep and {h2.vtep, lin.vtep} <= resolved
+    ef.wait_until(back)
+    for ip in (f"{ef.OVERLAY}.2", lin.vm_ip):
+        ping(vm_ns(f, 0, "a"), ip)
 
 
 def test_a_vm_that_is_removed_is_withdrawn(fabric):

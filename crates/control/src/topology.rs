@@ -1329,7 +1329,8 @@ ipv4 = "10.1.0.100/24"
 
     #[test]
     fn the_example_topologies_are_valid() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/topologies");
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/topologies");
         let mut n = 0;
         for e in std::fs::read_dir(&dir).unwrap() {
             let path = e.unwrap().path();

@@ -98,6 +98,7 @@ impl Vtep {
         let mut flood = self.cfg.remotes.clone();
         flood.extend(v.iter().filter(|ip| !self.cfg.remotes.contains(ip)));
         *self.flood.write().expect("lock") = flood;
+        self.flood_changed.store(true, Relaxed);
         Ok(())
     }
 

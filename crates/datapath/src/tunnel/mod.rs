@@ -81,6 +81,9 @@ pub struct Vtep {
     rss: Rss,
     /// The flood list: the configured remotes, then the advertised ones.
     flood: RwLock<Vec<Ipv4Addr>>,
+    /// Set when the fabric changed the flood list: its new members are
+    /// asked for at once, not at the next turn.
+    flood_changed: std::sync::atomic::AtomicBool,
     evpn: evpn::EvpnTables,
     neighbours: RwLock<HashMap<Ipv4Addr, MacAddr>>,
     remote_macs: RwLock<HashMap<MacAddr, (Ipv4Addr, Instant)>>,
@@ -185,6 +188,7 @@ impl Vtep {
     pub fn new(cfg: VtepConfig) -> Vtep {
         Vtep {
             flood: RwLock::new(cfg.remotes.clone()),
+            flood_changed: std::sync::atomic::AtomicBool::new(false),
             evpn: evpn::EvpnTables::default(),
             cfg,
             rss: Rss::new(&DEFAULT_KEY, 1).expect("default RSS key"),
@@ -237,6 +241,11 @@ impl Vtep {
         self.learn_neighbour(remote, outer_src);
         self.learn_remote_mac(inner.src(), remote, now);
         Received::Inner(inner)
+    }
+
+    /// True once after the flood list changed (the caller solicits).
+    pub(crate) fn take_flood_changed(&self) -> bool {
+        self.flood_changed.swap(false, Relaxed)
     }
 
     /// The flood list now.

@@ -60,7 +60,8 @@ impl Vtep {
     /// Sends an ARP request for each remote in the flood list still
     /// unresolved;
     /// the caller (the uplink's first queue thread) calls it every
-    /// [`SOLICIT_EVERY`], so a write that fails is tried at the next turn.
+    /// [`SOLICIT_EVERY`], and at once when the fabric changed the flood
+    /// list, so a write that fails is tried at the next turn.
     pub fn solicit(&self, tx: &mut dyn Transmitter) {
         let unresolved: Vec<Ipv4Addr> = {
             let n = self.neighbours.read().expect("lock");

@@ -171,7 +171,7 @@ impl Worker {
             }
             if let Some(vtep) = solicits {
                 let now = Instant::now();
-                if now >= next_solicit {
+                if now >= next_solicit || vtep.take_flood_changed() {
                     vtep.solicit(self.st.tunnel_tx(&self.cx));
                     next_solicit = now + SOLICIT_EVERY;
                 }

@@ -136,27 +136,20 @@ def evpn_install(tmp, quick, reps, log):
             if a is not None and b is not None:
                 runs.setdefault(config, []).append({"ms": (b - a) * 1000})
 
+        # Per source: its host, where the VM's own entry is, and its VTEP;
+        # the destinations, by the name each figure point has.
+        sources = {"hvnet": ("hvnet VM", h1, f"dev hvp-{ef.VNI}", h1.vtep, {"Linux VTEP": l1, "other hvnet host": h2}),
+                   "linux": ("Linux VM", l2, "dev vn", l2.vtep, {"Linux VTEP": l1, "other hvnet host": h1})}
         for src, mac, t0, t1 in windows:
+            name, host, own, vtep, dests = sources[src]
+            born = first(ev[host.ns], mac, False, own, t0)
+            gone = first(ev[host.ns], mac, True, own, t1)
+            for where, d in dests.items():
+                add((name, f"installed at the {where}"), born, first(ev[d.ns], mac, False, f"dst {vtep}", t0))
+                add((name, f"removed at the {where}"), gone, first(ev[d.ns], mac, True, f"dst {vtep}", t1))
             if src == "hvnet":
-                born = first(ev[h1.ns], mac, False, f"dev hvp-{ef.VNI}", t0)
-                gone = first(ev[h1.ns], mac, True, f"dev hvp-{ef.VNI}", t1)
-                add(("hvnet VM", "installed at the Linux VTEP"), born, first(ev[l1.ns], mac, False, f"dst {h1.vtep}", t0))
-                add(("hvnet VM", "installed at the other hvnet host"), born,
-                    first(ev[h2.ns], mac, False, f"dst {h1.vtep}", t0))
-                add(("hvnet VM", "removed at the Linux VTEP"), gone, first(ev[l1.ns], mac, True, f"dst {h1.vtep}", t1))
-                add(("hvnet VM", "removed at the other hvnet host"), gone,
-                    first(ev[h2.ns], mac, True, f"dst {h1.vtep}", t1))
-                add(("hvnet VM", "connect command to installed at the Linux VTEP"), t0,
-                    first(ev[l1.ns], mac, False, f"dst {h1.vtep}", t0))
-            else:
-                born = first(ev[l2.ns], mac, False, "dev vn", t0)
-                gone = first(ev[l2.ns], mac, True, "dev vn", t1)
-                add(("Linux VM", "installed at the Linux VTEP"), born, first(ev[l1.ns], mac, False, f"dst {l2.vtep}", t0))
-                add(("Linux VM", "installed at the other hvnet host"), born,
-                    first(ev[h1.ns], mac, False, f"dst {l2.vtep}", t0))
-                add(("Linux VM", "removed at the Linux VTEP"), gone, first(ev[l1.ns], mac, True, f"dst {l2.vtep}", t1))
-                add(("Linux VM", "removed at the other hvnet host"), gone,
-                    first(ev[h1.ns], mac, True, f"dst {l2.vtep}", t1))
+                add((name, "connect command to installed at the Linux VTEP"), t0,
+                    first(ev[l1.ns], mac, False, f"dst {vtep}", t0))
         log.append({"command": "hvnet port n set connected=on|off; ip link add vn ... master br42 + ping; "
                                "bridge -timestamp monitor fdb on every host", "windows": len(windows)})
 

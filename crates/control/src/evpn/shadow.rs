@@ -160,22 +160,7 @@ pub fn set_local_mac(
     mac: MacAddr,
     add: bool,
 ) -> Result<(), NetlinkError> {
-    let m = fdb_entry(port, mac);
-    if add {
-        rtnl.request(
-            &format!("advertise MAC {mac}"),
-            RouteNetlinkMessage::NewNeighbour(m),
-            NLM_F_CREATE | NLM_F_REPLACE,
-        )
-        .map(drop)
-    } else {
-        rtnl.request(
-            &format!("withdraw MAC {mac}"),
-            RouteNetlinkMessage::DelNeighbour(m),
-            0,
-        )
-        .map(drop)
-    }
+    write(rtnl, fdb_entry(port, mac), &format!("MAC {mac}"), add)
 }
 
 /// Adds or removes a VM's IP as a static neighbour on the shadow's bridge.
@@ -199,21 +184,21 @@ pub fn set_local_ip(
     }));
     m.attributes
         .push(NeighbourAttribute::LinkLayerAddress(mac.0.to_vec()));
-    if add {
-        rtnl.request(
-            &format!("advertise {ip}"),
+    write(rtnl, m, &ip.to_string(), add)
+}
+
+/// Adds (replacing) or deletes one entry; `what` names it in errors.
+fn write(rtnl: &mut Rtnl, m: NeighbourMessage, what: &str, add: bool) -> Result<(), NetlinkError> {
+    let (op, msg, flags) = if add {
+        (
+            "advertise",
             RouteNetlinkMessage::NewNeighbour(m),
             NLM_F_CREATE | NLM_F_REPLACE,
         )
-        .map(drop)
     } else {
-        rtnl.request(
-            &format!("withdraw {ip}"),
-            RouteNetlinkMessage::DelNeighbour(m),
-            0,
-        )
-        .map(drop)
-    }
+        ("withdraw", RouteNetlinkMessage::DelNeighbour(m), 0)
+    };
+    rtnl.request(&format!("{op} {what}"), msg, flags).map(drop)
 }
 
 /// Every neighbour entry of `family` in the namespace (the sync filters

@@ -42,12 +42,6 @@ mod sync;
 
 pub use frr::{bgp_summary, Frr, FrrRepr, FrrRun};
 pub use shadow::{shadow_names, ShadowNames};
-pub use sync::{spawn, EvpnSync};
-
-/// The UDP port of the shadow `vxlan` devices: never hvnet's VXLAN port,
-/// so the kernel's socket on it sees no traffic (a private port, outside
-/// Linux's ephemeral range).
-pub const SHADOW_PORT: u16 = 65330;
 
 use crate::error::DaemonError;
 use crate::state::{device_marker, write_state, State};
@@ -57,6 +51,11 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
+
+/// The UDP port of the shadow `vxlan` devices: never hvnet's VXLAN port,
+/// so the kernel's socket on it sees no traffic (a private port, outside
+/// Linux's ephemeral range).
+pub const SHADOW_PORT: u16 = 65330;
 
 /// Brings EVPN up for every uplink that asks for it: its shadow created
 /// (or, after a daemon restart, found again), its sync started, and FRR
@@ -129,7 +128,7 @@ pub fn start(
                     .collect(),
             })
             .collect();
-        let (t, _) = spawn(sw.clone(), uplink, names, vms).map_err(|e| {
+        let t = sync::spawn(sw.clone(), uplink, names, vms).map_err(|e| {
             DaemonError::Other(format!("uplink {}: start the EVPN sync: {e}", u.name))
         })?;
         threads.push(t);

@@ -41,20 +41,14 @@ pub struct LocalVm {
     pub ips: Vec<IpAddr>,
 }
 
-/// The handle of a running sync (its thread ends with the switch).
-pub struct EvpnSync {
-    /// The shadow's names.
-    pub names: ShadowNames,
-}
-
 /// Starts the sync of uplink port `uplink` with its shadow `names`
-/// (created already), advertising `vms`.
+/// (created already), advertising `vms`; its thread ends with the switch.
 pub fn spawn(
     sw: Arc<Switch>,
     uplink: usize,
     names: ShadowNames,
     vms: Vec<LocalVm>,
-) -> io::Result<(JoinHandle<()>, EvpnSync)> {
+) -> io::Result<JoinHandle<()>> {
     let mut monitor = Socket::new(NETLINK_ROUTE)?;
     monitor.bind_auto()?;
     monitor.add_membership(RTNLGRP_NEIGH)?;
@@ -63,10 +57,11 @@ pub fn spawn(
     let _ = monitor.set_rx_buf_sz(8 << 20);
     monitor.set_non_blocking(true)?;
     let rtnl = Rtnl::new().map_err(io::Error::other)?;
+    let thread_name = format!("evpn-{}", names.vxlan);
     let mut s = Sync {
         sw,
         uplink,
-        names: names.clone(),
+        names,
         vms,
         rtnl,
         monitor,
@@ -74,10 +69,9 @@ pub fn spawn(
         retry_at: HashMap::new(),
         idx: Indices::default(),
     };
-    let t = std::thread::Builder::new()
-        .name(format!("evpn-{}", names.vxlan))
-        .spawn(move || s.run())?;
-    Ok((t, EvpnSync { names }))
+    std::thread::Builder::new()
+        .name(thread_name)
+        .spawn(move || s.run())
 }
 
 #[derive(Default, Clone, Copy)]

@@ -139,7 +139,9 @@ impl FrrRun {
             .trim()
             .parse()
             .ok()?;
-        Path::new(&format!("/proc/{pid}")).exists().then_some(pid)
+        // That daemon, not a process that took its number since.
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+        (comm.trim() == daemon).then_some(pid)
     }
 
     /// True when zebra and bgpd of this run are alive.
@@ -236,10 +238,10 @@ impl FrrRun {
             if let Some(pid) = self.pid(daemon) {
                 let _ = Command::new("kill").arg(pid.to_string()).status();
                 let deadline = Instant::now() + Duration::from_secs(5);
-                while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+                while alive(pid) && Instant::now() < deadline {
                     std::thread::sleep(Duration::from_millis(20));
                 }
-                if Path::new(&format!("/proc/{pid}")).exists() {
+                if alive(pid) {
                     let _ = Command::new("kill")
                         .args(["-KILL", &pid.to_string()])
                         .status();
@@ -248,6 +250,19 @@ impl FrrRun {
         }
         let _ = std::fs::remove_dir_all(self.run_dir());
     }
+}
+
+/// True while process `pid` runs (a zombie has ended: its parent, init
+/// for a daemon, reaps it when it will).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit(')')
+                .next()
+                .map(|rest| !rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
 }
 
 /// BGP's EVPN sessions as FRR reports them (`show bgp l2vpn evpn summary

@@ -132,6 +132,20 @@ impl Repr {
             target_ip: p.bytes(field::TPA),
         })
     }
+    /// The Ethernet frame that carries it, as its sender sends it: from
+    /// `sender_mac`, to everyone for a request, else to `target_mac`.
+    pub fn frame(&self) -> [u8; 14 + LEN] {
+        let mut f = [0u8; 14 + LEN];
+        let dst = match self.op {
+            Operation::Request => MacAddr::BROADCAST,
+            _ => self.target_mac,
+        };
+        f[0..6].copy_from_slice(&dst.0);
+        f[6..12].copy_from_slice(&self.sender_mac.0);
+        f[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+        self.emit(&mut Packet::new_unchecked(&mut f[14..]));
+        f
+    }
     /// Writes all 28 bytes.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>) {
         p.set(field::HTYPE, &[0, 1]);

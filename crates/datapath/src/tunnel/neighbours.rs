@@ -22,26 +22,16 @@ impl Vtep {
             return Received::Arp(None);
         }
         self.arp_replies_sent.fetch_add(1, Relaxed);
-        Received::Arp(Some(self.arp_frame(arp::Repr {
-            op: arp::Operation::Reply,
-            sender_mac: self.cfg.mac,
-            sender_ip: local,
-            target_mac: r.sender_mac,
-            target_ip: r.sender_ip,
-        })))
-    }
-
-    fn arp_frame(&self, r: arp::Repr) -> [u8; 42] {
-        let mut f = [0u8; 42];
-        let dst = match r.op {
-            arp::Operation::Request => MacAddr([0xff; 6]),
-            _ => r.target_mac,
-        };
-        f[0..6].copy_from_slice(&dst.0);
-        f[6..12].copy_from_slice(&self.cfg.mac.0);
-        f[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
-        r.emit(&mut arp::Packet::new_unchecked(&mut f[14..]));
-        f
+        Received::Arp(Some(
+            arp::Repr {
+                op: arp::Operation::Reply,
+                sender_mac: self.cfg.mac,
+                sender_ip: local,
+                target_mac: r.sender_mac,
+                target_ip: r.sender_ip,
+            }
+            .frame(),
+        ))
     }
 
     pub(super) fn learn_neighbour(&self, ip: Ipv4Addr, mac: MacAddr) {
@@ -74,13 +64,14 @@ impl Vtep {
                 .collect()
         };
         for ip in unresolved {
-            let f = self.arp_frame(arp::Repr {
+            let f = arp::Repr {
                 op: arp::Operation::Request,
                 sender_mac: self.cfg.mac,
                 sender_ip: self.cfg.local.octets(),
                 target_mac: MacAddr([0; 6]),
                 target_ip: ip.octets(),
-            });
+            }
+            .frame();
             if send_plain(tx, &f).is_ok() {
                 self.arp_requests_sent.fetch_add(1, Relaxed);
             }

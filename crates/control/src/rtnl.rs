@@ -312,10 +312,7 @@ impl Rtnl {
         nodad: bool,
     ) -> Result<(), NetlinkError> {
         let mut msg = AddressMessage::default();
-        msg.header.family = match addr {
-            IpAddr::V4(_) => AddressFamily::Inet,
-            IpAddr::V6(_) => AddressFamily::Inet6,
-        };
+        msg.header.family = family_of(addr);
         msg.header.prefix_len = prefix;
         msg.header.index = self.index(dev)?;
         msg.attributes = vec![
@@ -328,6 +325,14 @@ impl Rtnl {
         }
         let op = format!("add address {addr}/{prefix} to {dev}");
         self.create(&op, RouteNetlinkMessage::NewAddress(msg))
+    }
+}
+
+/// The rtnetlink address family of `ip`.
+pub(crate) fn family_of(ip: IpAddr) -> AddressFamily {
+    match ip {
+        IpAddr::V4(_) => AddressFamily::Inet,
+        IpAddr::V6(_) => AddressFamily::Inet6,
     }
 }
 

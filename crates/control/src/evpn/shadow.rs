@@ -172,10 +172,7 @@ pub fn set_local_ip(
     add: bool,
 ) -> Result<(), NetlinkError> {
     let mut m = NeighbourMessage::default();
-    m.header.family = match ip {
-        IpAddr::V4(_) => AddressFamily::Inet,
-        IpAddr::V6(_) => AddressFamily::Inet6,
-    };
+    m.header.family = crate::rtnl::family_of(ip);
     m.header.ifindex = bridge;
     m.header.state = NeighbourState::Noarp;
     m.attributes.push(NeighbourAttribute::Destination(match ip {

@@ -288,12 +288,16 @@ def test_file_arrives_intact_with_io_uring(tmp_path, monkeypatch, lro):
 
 def test_port_view_names_its_threads(tmp_path):
     """`hvnet port VM --json` lists the port's threads with their kernel
-    ids, so tools (the lab's CPU groups, top -H) need no thread names."""
-    with hvlab.Topology(tmp_path, [vm("a", "10.74.0.1", queues=2), vm("b", "10.74.0.2", queues=2)]) as t:
+    ids, so tools (the lab's CPU groups, top -H) need no thread names: the
+    worker that owns each queue, and with `delivery = "thread"` each
+    queue's delivery thread."""
+    with hvlab.Topology(tmp_path, [vm("a", "10.74.0.1", queues=2),
+                                   vm("b", "10.74.0.2", queues=2, delivery="thread")]) as t:
         pid = json.loads(Path(f"/run/hvnet/{t.name}/state.json").read_text())["pid"]
-        threads = json.loads(t.hv("port", "b", "--json").stdout)["threads"]
-        assert sorted((th["role"], th["queue"]) for th in threads) == [
-            ("delivery", 0), ("delivery", 1), ("ingress", 0), ("ingress", 1)]
-        for th in threads:
-            comm = Path(f"/proc/{pid}/task/{th['tid']}/comm").read_text().strip()
-            assert comm == th["name"], th
+        for name, want in [("a", [("worker", 0), ("worker", 1)]),
+                           ("b", [("delivery", 0), ("delivery", 1), ("worker", 0), ("worker", 1)])]:
+            threads = json.loads(t.hv("port", name, "--json").stdout)["threads"]
+            assert sorted((th["role"], th["queue"]) for th in threads) == want, threads
+            for th in threads:
+                comm = Path(f"/proc/{pid}/task/{th['tid']}/comm").read_text().strip()
+                assert comm == th["name"], th

@@ -79,6 +79,11 @@ enum Cmd {
     },
     /// Show the learned MAC addresses.
     Fdb(#[command(flatten)] switch_cmd::Target),
+    /// Show the datapath's workers (one per CPU of `[switch] cpus`, each
+    /// pinned): the receive queues each owns, each queue's share of its
+    /// worker's time and of a CPU over the last second, the worker's busy
+    /// %, its sleeps and wake-ups (as `ovs-appctl dpif-netdev/pmd-rxq-show`).
+    Workers(#[command(flatten)] switch_cmd::Target),
     /// Show BGP EVPN at each EVPN uplink: the flood list and remote MACs
     /// with where each came from (evpn, learned, static) and its VTEP, the
     /// remote IPs whose ARP is answered here, the counters, and BGP's
@@ -257,6 +262,7 @@ fn main() {
         Cmd::Stats { path, target } => switch_cmd::stats(&target, path),
         Cmd::Port { args, target } => switch_cmd::port(&target, args),
         Cmd::Fdb(t) => switch_cmd::fdb(&t),
+        Cmd::Workers(t) => switch_cmd::workers(&t),
         Cmd::Evpn(t) => switch_cmd::evpn(&t),
         Cmd::Top(a) => top::top(a),
         Cmd::Exec {

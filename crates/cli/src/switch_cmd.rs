@@ -369,6 +369,37 @@ pub fn fdb(t: &Target) -> Result<(), String> {
     Ok(())
 }
 
+/// `hvnet workers`
+pub fn workers(t: &Target) -> Result<(), String> {
+    let v = call(t, Request::Workers)?;
+    if t.json {
+        println!("{v}");
+        return Ok(());
+    }
+    for w in v.as_array().into_iter().flatten() {
+        println!(
+            "{} (cpu {}, tid {}): busy {} %, sleeps {}, wake-ups {}, turns {}",
+            s(&w["name"]),
+            s(&w["cpu"]),
+            s(&w["tid"]),
+            s(&w["busy_pct"]),
+            s(&w["sleeps"]),
+            s(&w["wakeups"]),
+            s(&w["turns"])
+        );
+        for q in w["queues"].as_array().into_iter().flatten() {
+            println!(
+                "  port {:<16} queue {:<3} usage {:>5} %  of cpu {:>5} %",
+                s(&q["port"]),
+                s(&q["queue"]),
+                s(&q["share_pct"]),
+                s(&q["load_pct"])
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Moves this process (still one thread: every thread it starts, and
 /// the daemon it starts, follow) into the topology's network namespace,
 /// when it names one: its uplinks' devices, EVPN's shadow and FRR are

@@ -1,11 +1,10 @@
 //! Dynamic NetQueue (`netqueue = "dynamic"`): a load balancer over an
 //! uplink's receive queues, as seed 001 describes vSphere's. VM filters
-//! start packed on one queue; each second the balancer reads how busy each
-//! queue's thread was (its demand: time on a CPU plus time waiting for one,
-//! `/proc/self/task/TID/schedstat`) and
+//! start packed on one queue; each second the balancer reads how long the
+//! datapath's workers spent on each queue (its `busy_ns`) and
 //! how many frames each VM received, gives each filter its share of its
 //! queue's CPU, and then:
-//! - spreads: a queue whose thread used more than the threshold (a share of
+//! - spreads: a queue whose worker spent more than the threshold (a share of
 //!   one core) gives a filter to the least busy queue, if that lowers the
 //!   busiest load (not if it only moves the hot spot);
 //! - packs: when the two least busy queues in use together stay under half
@@ -23,6 +22,7 @@ use hvnet_wire::MacAddr;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -320,13 +320,9 @@ pub fn spawn(
                     .collect()
             };
             let cpu_now = || -> Vec<u64> {
-                let mut ns = vec![0u64; queues as usize];
-                for t in port.threads().iter().filter(|t| t.role == "ingress") {
-                    if let Some(x) = ns.get_mut(t.queue) {
-                        *x = thread_demand_ns(t.tid);
-                    }
-                }
-                ns
+                (0..queues as usize)
+                    .map(|q| port.ingress.get(q).map_or(0, |c| c.busy_ns.load(Ordering::Relaxed)))
+                    .collect()
             };
             let (mut frames0, mut cpu0, mut t0) = (frames_now(), cpu_now(), Instant::now());
             while !sw.stopping() {
@@ -362,16 +358,6 @@ pub fn spawn(
 
 /// How often the balancer looks.
 const INTERVAL: Duration = Duration::from_secs(1);
-
-/// What a thread of this process has asked of the CPU, in ns: its time on
-/// a CPU plus its time runnable but waiting for one (its schedstat's first
-/// two fields; the latter is esxtop's %RDY). A queue thread starved on a
-/// busy host is as loaded as one that runs: both want a core. 0 for a
-/// thread that is gone.
-fn thread_demand_ns(tid: i32) -> u64 {
-    let path = format!("/proc/self/task/{tid}/schedstat");
-    hvnet_sys::schedstat(path.as_ref()).map_or(0, |(run, wait)| run + wait)
-}
 
 #[cfg(test)]
 mod tests {

@@ -344,7 +344,7 @@ fn handle(
     match req {
         Request::Ports => Ok(views::ports(sw, &topo.name)),
         Request::Stats { path } => views::stats(sw, &path),
-        Request::PortShow { name } => Ok(views::port_settings(&*port(&name)?)),
+        Request::PortShow { name } => Ok(views::port_settings(sw, &*port(&name)?)),
         Request::PortSet { name, changes } => {
             let p = port(&name)?;
             let old = p.settings();
@@ -371,7 +371,7 @@ fn handle(
             }
             sw.set_port(&name, new).map_err(setting_error)?;
             tracing::info!(port = %name, from = %json!(old), to = %json!(p.settings()), "settings changed");
-            Ok(views::port_settings(&p))
+            Ok(views::port_settings(sw, &p))
         }
         Request::Fdb => Ok(Value::Array(
             sw.fdb
@@ -385,6 +385,7 @@ fn handle(
                 })
                 .collect(),
         )),
+        Request::Workers => Ok(json!(sw.workers.view(sw))),
         Request::Shutdown => {
             sw.stop();
             Ok(json!("stopping"))

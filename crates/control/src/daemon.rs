@@ -561,6 +561,8 @@ fn build(
         specs,
         SwitchConfig {
             fdb_aging: Duration::from_secs(topo.fdb_aging_secs),
+            cpus: topo.switch.cpus.clone(),
+            rebalance: topo.switch.rebalance,
             ..SwitchConfig::default()
         },
     );

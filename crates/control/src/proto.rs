@@ -34,6 +34,8 @@ pub enum Request {
     },
     /// `hvnet fdb`
     Fdb,
+    /// `hvnet workers`: the datapath's workers, their queues and loads.
+    Workers,
     /// `hvnet evpn`
     Evpn,
     /// `hvnet top`: every port's counters and ring fill in one snapshot,

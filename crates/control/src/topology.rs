@@ -79,10 +79,15 @@
 //! ipv6 = "fd18::100/64"     # optional
 //! mac = "02:00:00:00:01:00" # optional
 //! tso = false               # false (default): wire-sized frames, as a physical NIC sends
+//!
+//! [switch]                  # optional: the switch's own settings
+//! cpus = "0-1"              # the CPUs its datapath workers run on, one worker each, pinned (as
+//!                           #   taskset -c writes them); default: every CPU the daemon may use
+//! rebalance = true          # queues moved between workers by their measured load
 //! ```
 //!
-//! A bad file is refused with its path, the line and the reason before
-//! anything is created.
+//! At most [`MAX_VMS`] VMs. A bad file is refused with its path, the line
+//! and the reason before anything is created.
 
 pub use crate::vhost_socket::VhostSocket;
 use crate::vhost_socket::{ModeRepr, SocketRepr};
@@ -119,6 +124,15 @@ struct FileRepr {
     host: Vec<toml::Spanned<HostRepr>>,
     frr: Option<toml::Spanned<crate::evpn::FrrRepr>>,
     netns: Option<toml::Spanned<String>>,
+    switch: Option<toml::Spanned<SwitchRepr>>,
+}
+
+#[derive(Deserialize, Clone, Default)]
+#[serde(deny_unknown_fields)]
+struct SwitchRepr {
+    cpus: Option<String>,
+    #[serde(default = "d_true", deserialize_with = "hvnet_datapath::on_off")]
+    rebalance: bool,
 }
 
 #[derive(Deserialize, Clone)]
@@ -491,6 +505,8 @@ pub struct Host {
 pub struct Topology {
     /// Topology name.
     pub name: String,
+    /// The switch's own settings (`[switch]`).
+    pub switch: SwitchSettings,
     /// FDB aging.
     pub fdb_aging_secs: u64,
     /// The VMs.
@@ -638,8 +654,9 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
     if f.vm.is_empty() {
         return Err((line_of(text, text.len()), "no [[vm]] entries".into()));
     }
-    if f.vm.len() > 64 {
-        return Err((1, "at most 64 VMs".into()));
+    if f.vm.len() > MAX_VMS {
+        let line = line_of(text, f.vm[MAX_VMS].span().start);
+        return Err((line, format!("at most {MAX_VMS} VMs")));
     }
     let mut vms: Vec<Vm> = Vec::new();
     for (i, sv) in f.vm.iter().enumerate() {
@@ -802,8 +819,25 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
             Some(n)
         }
     };
+    let switch = match &f.switch {
+        None => SwitchSettings::default(),
+        Some(sw) => {
+            let line = line_of(text, sw.span().start);
+            let r = sw.get_ref();
+            let cpus = match &r.cpus {
+                None => Vec::new(),
+                Some(list) => parse_cpu_list(list)
+                    .map_err(|e| (line, format!("switch: cpus {list:?}: {e}")))?,
+            };
+            SwitchSettings {
+                cpus,
+                rebalance: r.rebalance,
+            }
+        }
+    };
     Ok(Topology {
         name,
+        switch,
         fdb_aging_secs: f.fdb_aging_secs.max(1),
         vms,
         uplinks,
@@ -811,6 +845,69 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
         frr,
         netns,
     })
+}
+
+/// VMs a topology may have: as many as a vSphere host's switch has ports.
+/// What bounds a switch is the memory its ports take, stated per port in
+/// docs/guide/operations.md.
+pub const MAX_VMS: usize = 4096;
+
+/// The switch's own settings (`[switch]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SwitchSettings {
+    /// The CPUs the datapath's workers run on, one worker each, pinned
+    /// (empty: every CPU the daemon may use).
+    pub cpus: Vec<usize>,
+    /// Queues moved between workers by their load.
+    pub rebalance: bool,
+}
+
+impl Default for SwitchSettings {
+    fn default() -> Self {
+        SwitchSettings {
+            cpus: Vec::new(),
+            rebalance: true,
+        }
+    }
+}
+
+/// A CPU list as `taskset -c` and the kernel's `cpuset` files write it
+/// (`0-1`, `0,2-3`), each CPU one the daemon may use.
+fn parse_cpu_list(list: &str) -> Result<Vec<usize>, String> {
+    let allowed =
+        hvnet_sys::allowed_cpus().map_err(|e| format!("cannot read this process's CPUs: {e}"))?;
+    let shown = allowed
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut cpus = Vec::new();
+    for part in list.split(',').map(str::trim) {
+        let num = |x: &str| {
+            x.trim().parse::<usize>().map_err(|_| {
+                format!("{part:?} is not a CPU number or range (as in \"0-1\" or \"0,2-3\")")
+            })
+        };
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (num(a)?, num(b)?),
+            None => (num(part)?, num(part)?),
+        };
+        if a > b {
+            return Err(format!("range {part:?} runs backwards"));
+        }
+        for c in a..=b {
+            if !allowed.contains(&c) {
+                return Err(format!("CPU {c} is not one this process may use ({shown})"));
+            }
+            if !cpus.contains(&c) {
+                cpus.push(c);
+            }
+        }
+    }
+    if cpus.is_empty() {
+        return Err("names no CPU".into());
+    }
+    Ok(cpus)
 }
 
 /// A locally administered MAC for the `i`th VM (`kind` 0) or host
@@ -822,7 +919,17 @@ fn auto_mac(topology: &str, kind: u8, i: usize) -> MacAddr {
         (h ^ b as u32).wrapping_mul(0x0100_0193)
     });
     let [_, a, b, c] = h.to_be_bytes();
-    MacAddr([0x02, a, b, c, kind, (i & 0xff) as u8 + 1])
+    // The first 255 as they always were; past them the index's high bits
+    // go above `kind`'s.
+    let n = i + 1;
+    MacAddr([
+        0x02,
+        a,
+        b,
+        c,
+        kind | ((n >> 8) << 1) as u8,
+        (n & 0xff) as u8,
+    ])
 }
 
 /// What VXLAN takes from the underlay's MTU: outer IPv4, UDP and VXLAN
@@ -1117,6 +1224,60 @@ mtu = 9000
 queues = 4
 lro = false
 "#;
+
+    /// `n` VMs with addresses in 198.18.0.0/15.
+    fn many(n: usize) -> String {
+        let mut t = String::from("name = \"many\"\n");
+        for i in 0..n {
+            t += &format!(
+                "[[vm]]\nname = \"v{i}\"\nipv4 = \"198.18.{}.{}/15\"\n",
+                i / 250,
+                i % 250 + 1
+            );
+        }
+        t
+    }
+
+    #[test]
+    fn thousands_of_vms_each_with_a_mac_of_its_own_and_no_more_than_the_limit() {
+        let t = parse(&many(MAX_VMS)).unwrap();
+        let macs: std::collections::HashSet<_> = t.vms.iter().map(|v| v.mac).collect();
+        assert_eq!(macs.len(), MAX_VMS);
+        // The first VMs keep the addresses they always had.
+        assert_eq!(t.vms[0].mac, auto_mac("many", 0, 0));
+        assert_eq!(t.vms[0].mac.0[4..], [0, 1]);
+        assert_eq!(t.vms[254].mac.0[4..], [0, 255]);
+        let (line, reason) = parse(&many(MAX_VMS + 1)).err().unwrap();
+        assert_eq!(reason, format!("at most {MAX_VMS} VMs"));
+        assert_eq!(line, 2 + 3 * MAX_VMS, "the line of the first VM too many");
+    }
+
+    #[test]
+    fn switch_cpus_are_a_cpu_list_of_cpus_the_daemon_may_use() {
+        let first = hvnet_sys::allowed_cpus().unwrap()[0];
+        let with = |cpus: &str| parse(&format!("{GOOD}\n[switch]\ncpus = \"{cpus}\"\n"));
+        let t = with(&format!("{first}-{first},{first}")).unwrap();
+        assert_eq!(t.switch.cpus, vec![first]);
+        assert!(t.switch.rebalance, "on by default");
+        assert_eq!(
+            parse(GOOD).unwrap().switch,
+            SwitchSettings {
+                cpus: Vec::new(),
+                rebalance: true
+            }
+        );
+        for (bad, why) in [
+            ("4095", "CPU 4095 is not one this process may use"),
+            ("1-0", "runs backwards"),
+            ("x", "is not a CPU number or range"),
+        ] {
+            let (line, reason) = with(bad).err().unwrap();
+            assert!(reason.contains(why), "{bad}: {reason}");
+            assert_eq!(line, 16, "{bad}: the [switch] table's line");
+        }
+        let off = parse(&format!("{GOOD}\n[switch]\nrebalance = \"off\"\n")).unwrap();
+        assert!(!off.switch.rebalance);
+    }
 
     #[test]
     fn parses_with_defaults() {

@@ -140,7 +140,7 @@ pub fn accounting(p: &Port) -> Value {
 }
 
 /// The settings of a port (`ethtool -g` and `-k` in one).
-pub fn port_settings(p: &Port) -> Value {
+pub fn port_settings(sw: &Switch, p: &Port) -> Value {
     let s = p.settings();
     let mut v = serde_json::to_value(&s).expect("settings serialize");
     v["queues"] = json!(p.dev.num_queues());
@@ -149,7 +149,7 @@ pub fn port_settings(p: &Port) -> Value {
     v["link"] = json!(p.state().name());
     v["buffers"] = json!(p.buffers());
     v["thread_failures"] = json!(p.thread_failures.load(std::sync::atomic::Ordering::Relaxed));
-    v["threads"] = json!(p.threads());
+    v["threads"] = json!(sw.port_threads(p));
     if let Some(vu) = p.dev.vhost_user() {
         v["vhost_user"] = vhost_user_view(vu);
         // What the datapath applies: LRO and checksum offload only where

@@ -82,6 +82,9 @@ counters! {
         /// Times a queue found empty under load had frames again within
         /// the short poll before its thread would have slept.
         busy_poll_hits,
+        /// Nanoseconds its worker spent on this queue (reading, switching,
+        /// writing to the destinations): the load queues are placed by.
+        busy_ns,
         /// Source addresses not learned: the FDB's per-port or total limit,
         /// or another port's static address (the frame still goes out).
         fdb_learn_refused,

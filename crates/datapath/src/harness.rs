@@ -10,7 +10,7 @@ use crate::item::{RingItem, BATCH};
 use crate::ring::{Consumer, Slot};
 use crate::settings::PortSettings;
 use crate::switch::{PortSpec, Switch, SwitchConfig};
-use crate::worker::{Batch, Worker};
+use crate::worker::{Batch, Rxq};
 use hvnet_port::{Device, ReplayPort, TapPort, Transmitter, TxOptions};
 use hvnet_sys::FrameQueue;
 use hvnet_wire::MacAddr;
@@ -49,7 +49,7 @@ pub struct Harness {
     pub sw: Arc<Switch>,
     /// Guest ends, by port.
     pub guests: Vec<Guest>,
-    workers: Vec<Worker>,
+    workers: Vec<Rxq>,
     consumers: Vec<Receive>,
     batch: Vec<Slot<RingItem>>,
     scratch: Scratch,
@@ -118,7 +118,7 @@ impl Harness {
         let mut consumers = Vec::new();
         for p in &sw.ports {
             for q in 0..p.rxq.len() {
-                workers.push(Worker::new(Arc::clone(&sw), Arc::clone(p), q));
+                workers.push(Rxq::new(Arc::clone(&sw), Arc::clone(p), q));
                 let tx = Arc::clone(&p.dev).transmitter(q, TxOptions::default());
                 consumers.push(Receive {
                     port: p.id,

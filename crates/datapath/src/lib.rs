@@ -1,9 +1,10 @@
-//! hvnet's datapath: a learning L2 switch between VM ports, with per-queue
-//! workers, VMXNET3-style guest receive rings filled through lock-free
-//! single-producer/single-consumer lanes, and the offload engines on the
-//! path (software LRO into guests, TSO frames passed whole or segmented,
-//! checksum completion only where a guest needs it). Every frame is
-//! counted; memory is bounded per port.
+//! hvnet's datapath: a learning L2 switch between VM ports, run by a fixed
+//! pool of workers that carry each frame from its receive queue to its
+//! destination (run to completion), with the offload engines on the path
+//! (software LRO into guests, TSO frames passed whole or segmented,
+//! checksum completion only where a guest needs it), and VMXNET3-style
+//! guest receive rings with a delivery thread per queue as a lab option.
+//! Every frame is counted; memory is bounded per port.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -21,6 +22,7 @@ pub mod switch;
 pub mod threads;
 pub mod tunnel;
 mod worker;
+pub mod workers;
 
 pub use item::{RingItem, BATCH};
 pub use settings::{

@@ -120,26 +120,34 @@ impl<T> RxRing<T> {
         }
     }
 
-    /// A new producer lane into this queue, with as many slots as ring 1
-    /// has buffers now (every frame takes at least one): a lane costs
-    /// memory for its slots, so it is not made for the largest ring.
+    /// A new producer lane into this queue. Its ring of slots (as many as
+    /// ring 1 has buffers then: every frame takes at least one) is made
+    /// only when it first publishes to a delivery thread: a worker that
+    /// writes the queue itself (run to completion) needs none, so lanes
+    /// cost next to nothing however many senders reach a queue.
     pub fn lane(&self) -> Lane<T> {
-        let slots = self.size1.load(Ordering::Relaxed).max(1);
-        let (producer, consumer) = rtrb::RingBuffer::new(slots);
         let counters = Arc::new(EgressCounters::default());
         self.counters
             .lock()
             .expect("counters lock")
             .push(Arc::clone(&counters));
-        self.new_lanes.lock().expect("lanes lock").push(consumer);
-        self.lanes_added.store(true, Ordering::Release);
         Lane {
-            producer,
+            producer: None,
             staged: Vec::with_capacity(crate::item::BATCH),
             pending1: 0,
             pending2: 0,
             counters,
         }
+    }
+
+    /// The slot ring of a lane that publishes for the first time, its
+    /// consumer handed to the delivery thread.
+    fn lane_ring(&self) -> rtrb::Producer<Slot<T>> {
+        let slots = self.size1.load(Ordering::Relaxed).max(1);
+        let (producer, consumer) = rtrb::RingBuffer::new(slots);
+        self.new_lanes.lock().expect("lanes lock").push(consumer);
+        self.lanes_added.store(true, Ordering::Release);
+        producer
     }
 
     /// Resizes at run time; buffers in use stay in use (a ring shrunk below
@@ -180,6 +188,12 @@ impl<T> RxRing<T> {
         self.used1.load(Ordering::Acquire) == 0
     }
 
+    /// True once a delivery thread consumes this queue (a port with
+    /// `delivery = "thread"`, now or earlier).
+    pub fn has_consumer(&self) -> bool {
+        self.consumer.get().is_some()
+    }
+
     /// Forgets every buffer in use (a delivery thread starting again: what
     /// its old lanes held is gone with them).
     pub fn reset_use(&self) {
@@ -213,7 +227,8 @@ impl<T> RxRing<T> {
 /// A producer's lane into one receive queue, with what it staged in the
 /// current batch.
 pub struct Lane<T> {
-    producer: rtrb::Producer<Slot<T>>,
+    /// Its ring of slots to the delivery thread, once it published.
+    producer: Option<rtrb::Producer<Slot<T>>>,
     staged: Vec<Slot<T>>,
     pending1: usize,
     pending2: usize,
@@ -256,8 +271,9 @@ impl<T> Lane<T> {
     /// the lane's slots. The old lane drains first; the consumer drops it
     /// once it is empty.
     pub fn stale(&self, ring: &RxRing<T>) -> bool {
-        self.producer.is_abandoned()
-            || self.producer.buffer().capacity() < ring.size1.load(Ordering::Relaxed)
+        self.producer.as_ref().is_some_and(|p| {
+            p.is_abandoned() || p.buffer().capacity() < ring.size1.load(Ordering::Relaxed)
+        })
     }
 
     /// Frames staged and not yet published.
@@ -285,8 +301,9 @@ impl<T> Lane<T> {
         }
         self.pending1 = 0;
         self.pending2 = 0;
-        let n = self.staged.len().min(self.producer.slots());
-        if let Ok(chunk) = self.producer.write_chunk_uninit(n) {
+        let producer = self.producer.get_or_insert_with(|| ring.lane_ring());
+        let n = self.staged.len().min(producer.slots());
+        if let Ok(chunk) = producer.write_chunk_uninit(n) {
             chunk.fill_from_iter(self.staged.drain(..n));
         }
         // The lane has as many slots as ring 1 had buffers when it was made,

@@ -9,6 +9,7 @@ use crate::fdb::{Fdb, FdbLimits};
 use crate::item::RingItem;
 use crate::ring::{self, RingStatus, RxRing};
 use crate::settings::{validate_settings, PortSettings, SettingError};
+use crate::workers::Workers;
 use hvnet_offload::rss::{Rss, DEFAULT_KEY};
 use hvnet_port::{Device, Home, PoolCaps, PoolStatus};
 use hvnet_wire::MacAddr;
@@ -81,8 +82,11 @@ pub struct Port {
     /// wherever they are, counts against its cap.
     pub home: Arc<Home>,
     state: AtomicU8,
-    /// Thread failures (panics) so far.
+    /// Failures (panics) of its queues' turns and threads so far.
     pub thread_failures: AtomicU64,
+    /// Its queues' delivery threads run (`delivery = "thread"`, now or
+    /// earlier).
+    delivery_threads: AtomicBool,
     pub(crate) threads: Mutex<Vec<ThreadInfo>>,
 }
 
@@ -90,12 +94,13 @@ pub struct Port {
 /// `top -H`, a CPU group or schedstat needs to find it.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct ThreadInfo {
-    /// Its name (`{vm}_q{n}`, `{vm}_rx{n}`).
+    /// Its name (`worker{n}`, `{vm}_rx{n}`).
     pub name: String,
     /// Kernel thread id.
     pub tid: i32,
-    /// "ingress" (reads what the guest sends) or "delivery" (the VM's
-    /// "vCPU" for receive).
+    /// "worker" (the datapath worker that owns the queue: reads what the
+    /// guest sends and writes what others send it) or "delivery" (the VM's
+    /// "vCPU" for receive, with `delivery = "thread"`).
     pub role: &'static str,
     /// Its queue.
     pub queue: usize,
@@ -177,8 +182,13 @@ impl Port {
         let s = self.settings();
         self.rxq.len() * (s.ring1 * ring::ring1_buf_size(s.mtu) + s.ring2 * ring::RING2_BUF)
     }
-    /// The port's threads now running.
-    pub fn threads(&self) -> Vec<ThreadInfo> {
+    /// Marks the port's delivery threads started; false if they were.
+    pub(crate) fn claim_delivery_threads(&self) -> bool {
+        !self.delivery_threads.swap(true, Ordering::AcqRel)
+    }
+    /// The port's delivery threads now running (its workers:
+    /// [`Switch::port_threads`]).
+    pub fn delivery_threads(&self) -> Vec<ThreadInfo> {
         self.threads.lock().expect("threads lock").clone()
     }
     /// The port's buffers: allocated, idle, and the cap.
@@ -234,6 +244,11 @@ pub struct SwitchConfig {
     pub pool_caps: PoolCaps,
     /// TAP write mode.
     pub io: IoMode,
+    /// The CPUs the workers run on, one worker each (`[switch] cpus`);
+    /// empty: every CPU the process may use.
+    pub cpus: Vec<usize>,
+    /// Queues moved between workers by their measured load.
+    pub rebalance: bool,
 }
 
 impl Default for SwitchConfig {
@@ -243,6 +258,8 @@ impl Default for SwitchConfig {
             fdb_limits: FdbLimits::default(),
             pool_caps: PoolCaps::DEFAULT,
             io: IoMode::from_env(),
+            cpus: Vec::new(),
+            rebalance: true,
         }
     }
 }
@@ -260,6 +277,11 @@ pub struct Switch {
     /// Bumped on every settings change, so workers re-read settings only
     /// when they changed.
     pub(crate) settings_gen: Arc<AtomicU64>,
+    /// The datapath's workers.
+    pub workers: Workers,
+    pub(crate) rebalance: bool,
+    /// The switch itself, for threads it starts after [`Switch::start`].
+    me: std::sync::Weak<Switch>,
 }
 
 impl Switch {
@@ -287,6 +309,7 @@ impl Switch {
                     home: Home::new(cfg.pool_caps),
                     state: AtomicU8::new(PortState::Up as u8),
                     thread_failures: AtomicU64::new(0),
+                    delivery_threads: AtomicBool::new(false),
                     threads: Mutex::new(Vec::new()),
                 })
             })
@@ -299,7 +322,12 @@ impl Switch {
         for p in ports.iter().filter(|p| !p.is_uplink()) {
             fdb.add_static(p.vlan, p.mac, p.id);
         }
-        Arc::new(Switch {
+        let cpus = if cfg.cpus.is_empty() {
+            hvnet_sys::allowed_cpus().unwrap_or_else(|_| vec![0])
+        } else {
+            cfg.cpus.clone()
+        };
+        Arc::new_cyclic(|me| Switch {
             ports,
             fdb,
             rss: Rss::new(&DEFAULT_KEY, 1).expect("default RSS key"),
@@ -307,6 +335,9 @@ impl Switch {
             started: Instant::now(),
             io: cfg.io,
             settings_gen,
+            workers: Workers::new(&cpus).expect("the workers' eventfds"),
+            rebalance: cfg.rebalance,
+            me: me.clone(),
         })
     }
 
@@ -383,6 +414,14 @@ impl Switch {
         self.started.elapsed()
     }
 
+    /// A port's threads: the workers that own its queues, then its
+    /// delivery threads.
+    pub fn port_threads(&self, port: &Port) -> Vec<ThreadInfo> {
+        let mut t = self.workers.threads_of(port.id);
+        t.extend(port.delivery_threads());
+        t
+    }
+
     /// A port by name.
     pub fn port(&self, name: &str) -> Option<&Arc<Port>> {
         self.ports.iter().find(|p| p.name == name)
@@ -419,6 +458,11 @@ impl Switch {
         }
         *p.settings.write().expect("settings lock") = new.clone();
         self.settings_gen.fetch_add(1, Ordering::Release);
+        if new.delivery == crate::settings::Delivery::Thread {
+            if let Some(sw) = self.me.upgrade() {
+                sw.start_delivery(p);
+            }
+        }
         Ok(new)
     }
 }

@@ -1,24 +1,26 @@
-//! The switch's threads, and the supervisor each runs under.
+//! The switch's threads, and the supervisor a delivery thread runs under.
 //!
-//! Threads, per port and queue `n` (named as cloud-hypervisor names them):
-//! - `{port}_q{n}` ([`crate::worker`]) reads what the port's device sends
-//!   on queue `n` in batches, forwards each frame and runs the offload
-//!   stage for each destination (software LRO, ring placement), and at the
-//!   end of the batch publishes what it staged for each destination queue
-//!   — or, when that queue is idle and its port allows it, delivers it
-//!   itself (run to completion);
-//! - `{port}_rx{n}` ([`crate::deliver`]) is the guest's "vCPU" for
-//!   receive: it drains receive queue `n`'s lanes into the device,
-//!   segmenting GSO frames for a guest that does not take them whole and
-//!   completing partial checksums for a guest without checksum offload;
-//! - `fdb-aging` sweeps the FDB once a second.
+//! Threads:
+//! - `worker{n}`, one per CPU of `[switch] cpus` ([`crate::workers`]):
+//!   each owns some receive queues of any ports, reads them in batches and
+//!   carries every frame to its destination itself;
+//! - `{port}_rx{n}` ([`crate::deliver`]), only for a port with `delivery =
+//!   "thread"` (a lab option): the guest's "vCPU" for receive, draining
+//!   receive queue `n`'s lanes into the device;
+//! - `housekeeping`: sweeps the FDB, pins guests' addresses back, and
+//!   moves queues between workers by their load, a few times a second.
 //!
-//! Every thread runs under a supervisor: a panic is logged and counted,
-//! the thread starts again with fresh state, and after
-//! [`MAX_RESTARTS`] failures the port is marked failed (shown in
-//! `hvnet ports`), never silently dead.
+//! A delivery thread runs under a supervisor: a panic is logged and
+//! counted, the thread starts again with fresh state, and after
+//! [`MAX_RESTARTS`] failures the port is marked failed (shown in `hvnet
+//! ports`), never silently dead. A worker treats a queue's panic the same
+//! way, and goes on with its other queues.
 
+use crate::settings::Delivery;
 use crate::switch::{Port, PortState, Switch, ThreadInfo};
+use crate::workers::placement::{self, QueueLoad};
+use crate::workers::QueueId;
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -27,44 +29,99 @@ use std::time::{Duration, Instant};
 /// Failures after which a port's thread is not started again.
 pub const MAX_RESTARTS: u64 = 5;
 
+/// How often queue loads are read and queues moved.
+const REBALANCE_EVERY: Duration = Duration::from_secs(1);
+
 impl Switch {
-    /// Starts every worker and delivery thread, and the FDB aging thread.
+    /// Starts the workers, gives them every port's queues, and starts the
+    /// delivery threads of ports that ask for them and the housekeeping
+    /// thread.
     pub fn start(self: &Arc<Switch>) -> Vec<JoinHandle<()>> {
-        let mut handles = Vec::new();
+        let mut handles = self.workers.start(self);
         for p in &self.ports {
-            for q in 0..p.dev.num_queues() {
-                let (sw, port) = (Arc::clone(self), Arc::clone(p));
-                handles.push(supervised(
-                    format!("{}_q{q}", p.name),
-                    ("ingress", q),
-                    sw,
-                    port,
-                    move |sw, port| crate::worker::Worker::new(sw, port, q).run(),
-                ));
-                let (sw, port) = (Arc::clone(self), Arc::clone(p));
-                handles.push(supervised(
-                    format!("{}_rx{q}", p.name),
-                    ("delivery", q),
-                    sw,
-                    port,
-                    move |sw, port| crate::deliver::deliver_loop(&sw, &port, q),
-                ));
+            self.workers.adopt_port(self, p);
+            if p.settings().delivery == Delivery::Thread {
+                handles.extend(self.start_delivery(p));
             }
         }
         let sw = Arc::clone(self);
         handles.push(
             std::thread::Builder::new()
-                .name("fdb-aging".into())
+                .name("housekeeping".into())
                 .spawn(move || {
+                    let mut last = (Instant::now(), HashMap::new());
                     while !sw.stopping() {
                         std::thread::sleep(Duration::from_millis(200));
                         sw.fdb.sweep(Instant::now(), None);
                         sw.pin_present_guests();
+                        if last.0.elapsed() >= REBALANCE_EVERY {
+                            last = sw.sample_loads(last);
+                        }
                     }
                 })
-                .expect("spawn fdb-aging"),
+                .expect("spawn housekeeping"),
         );
         handles
+    }
+
+    /// Starts the delivery threads of `port`'s queues, once.
+    pub(crate) fn start_delivery(self: &Arc<Switch>, port: &Arc<Port>) -> Vec<JoinHandle<()>> {
+        if !port.claim_delivery_threads() {
+            return Vec::new();
+        }
+        (0..port.rxq.len())
+            .map(|q| {
+                supervised(
+                    format!("{}_rx{q}", port.name),
+                    ("delivery", q),
+                    Arc::clone(self),
+                    Arc::clone(port),
+                    move |sw, port| crate::deliver::deliver_loop(&sw, &port, q),
+                )
+            })
+            .collect()
+    }
+
+    /// One look at the queues' loads since `since` (when, and each
+    /// queue's busy time then), kept for the views; with `rebalance` on,
+    /// moves what [`placement::rebalance`] says.
+    fn sample_loads(
+        &self,
+        (t0, busy0): (Instant, HashMap<QueueId, u64>),
+    ) -> (Instant, HashMap<QueueId, u64>) {
+        let now = Instant::now();
+        let wall = now.duration_since(t0).as_nanos().max(1) as f64;
+        let mut busy = HashMap::new();
+        let mut loads = Vec::new();
+        for w in self.workers.all() {
+            for ((p, q), _) in w.queues() {
+                let Some(c) = self.ports.get(p).and_then(|p| p.ingress.get(q)) else {
+                    continue;
+                };
+                let ns = c.busy_ns.load(Ordering::Relaxed);
+                let was = busy0.get(&(p, q)).copied().unwrap_or(ns);
+                busy.insert((p, q), ns);
+                loads.push(QueueLoad {
+                    id: (p, q),
+                    worker: w.index,
+                    load: ns.saturating_sub(was) as f64 / wall,
+                });
+            }
+        }
+        self.workers
+            .set_last_loads(loads.iter().map(|l| (l.id, l.load)).collect());
+        if !self.rebalance {
+            return (now, busy);
+        }
+        for m in placement::rebalance(self.workers.all().len(), &loads) {
+            if self.workers.move_queue(m.id, m.from, m.to) {
+                tracing::info!(
+                    port = %self.ports[m.id.0].name, queue = m.id.1, from = m.from, to = m.to,
+                    "queue moved between workers by load"
+                );
+            }
+        }
+        (now, busy)
     }
 }
 

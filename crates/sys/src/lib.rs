@@ -25,6 +25,10 @@ pub use packet::{
     AuxStatus, BpfInsn, Fanout, PacketError, RxHeader, SEND_BATCH,
 };
 pub use uring::BatchWriter;
+/// epoll(7), as rust-vmm wraps it (the datapath workers sleep in it).
+pub use vmm_sys_util::epoll;
+/// eventfd(2), as rust-vmm wraps it.
+pub use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 /// `TUNSETIFF` = `_IOW('T', 202, int)`.
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
@@ -383,5 +387,71 @@ mod tests {
     fn long_interface_name_is_refused() {
         assert!(IfReqBuilder::new("a-name-that-is-too-long").is_err());
         assert_eq!(IfReqBuilder::new("tap0").unwrap().name(), "tap0");
+    }
+}
+
+/// Bytes of the CPU masks [`allowed_cpus`] and [`pin_to_cpu`] pass (1,024
+/// CPUs, glibc's `cpu_set_t`).
+const CPU_MASK_WORDS: usize = 16;
+
+/// The CPUs the calling thread may run on (`sched_getaffinity(2)`), in
+/// order: what `taskset -p` shows, and the default home of the switch's
+/// workers.
+pub fn allowed_cpus() -> io::Result<Vec<usize>> {
+    let mut mask = [0u64; CPU_MASK_WORDS];
+    // SAFETY: the kernel writes at most `size_of_val(&mask)` bytes into the
+    // array, which lives across the call.
+    let r = unsafe {
+        libc::sched_getaffinity(
+            0,
+            std::mem::size_of_val(&mask),
+            mask.as_mut_ptr().cast::<libc::cpu_set_t>(),
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((0..CPU_MASK_WORDS * 64)
+        .filter(|&c| mask[c / 64] & (1 << (c % 64)) != 0)
+        .collect())
+}
+
+/// Pins the calling thread to CPU `cpu` (`sched_setaffinity(2)` with one
+/// CPU), as Open vSwitch pins a poll-mode thread to its core.
+pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    if cpu >= CPU_MASK_WORDS * 64 {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    let mut mask = [0u64; CPU_MASK_WORDS];
+    mask[cpu / 64] |= 1 << (cpu % 64);
+    // SAFETY: the kernel reads `size_of_val(&mask)` bytes from the array,
+    // which lives across the call.
+    let r = unsafe {
+        libc::sched_setaffinity(
+            0,
+            std::mem::size_of_val(&mask),
+            mask.as_ptr().cast::<libc::cpu_set_t>(),
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod cpu_tests {
+    #[test]
+    fn the_calling_thread_may_run_somewhere_and_pins_there() {
+        let cpus = super::allowed_cpus().unwrap();
+        assert!(!cpus.is_empty());
+        let first = cpus[0];
+        std::thread::spawn(move || {
+            super::pin_to_cpu(first).unwrap();
+            assert_eq!(super::allowed_cpus().unwrap(), vec![first]);
+        })
+        .join()
+        .unwrap();
+        assert!(super::pin_to_cpu(1 << 20).is_err());
     }
 }

@@ -1,8 +1,9 @@
-//! The ingress worker of one TAP queue: read a batch, forward each frame,
-//! run the offload stage per destination, and at the end of the batch
-//! flush the GRO tables and hand each destination queue what was staged
-//! for it — published to its delivery thread, or delivered from here when
-//! the queue is idle (run to completion).
+//! One receive queue as its worker ([`crate::workers`]) runs it: read a
+//! batch, forward each frame, run the offload stage per destination, and
+//! at the end of the batch flush the GRO tables and write each destination
+//! queue what was staged for it, from the worker itself (run to
+//! completion) — or, for a port whose `delivery = "thread"`, publish it to
+//! that queue's delivery thread.
 
 mod egress;
 mod ingress;
@@ -43,6 +44,24 @@ const BUSY_POLL_MAX: Duration = Duration::from_micros(50);
 /// Where the watch starts again after it found nothing.
 const BUSY_POLL_MIN: Duration = Duration::from_micros(2);
 
+/// Batches a queue may read in one turn on its worker before the
+/// worker looks at its other queues (64 frames each: 1,024 frames).
+pub(crate) const TURN_BATCHES: usize = 16;
+
+/// Where a queue stands after a turn on its worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Turn {
+    /// Emptied and asked to notify again: the worker waits for its
+    /// notification.
+    Cold,
+    /// Frames may remain (its notifications may be off): the worker comes
+    /// back to it without waiting.
+    Hot,
+    /// The port's buffer cap stopped the reading: the worker comes back
+    /// after a short pause.
+    Stalled,
+}
+
 /// What one batch found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Batch {
@@ -75,7 +94,7 @@ pub(crate) struct Ctx {
     q: usize,
 }
 
-pub(crate) struct Worker {
+pub(crate) struct Rxq {
     cx: Ctx,
     st: State,
 }
@@ -92,8 +111,12 @@ struct State {
     kernel_drops_read: Instant,
     /// When the queue's thread last woke to read.
     last_wake: Instant,
-    /// How long an emptied queue is watched next ([`Worker::busy_poll`]).
+    /// How long an emptied queue is watched next ([`Rxq::busy_poll`]).
     poll_budget: Duration,
+    /// Frames were read since the queue was last found empty.
+    read: bool,
+    /// When a tunnel endpoint's first queue resolves its peers next.
+    next_solicit: Instant,
     /// Settings of every port, re-read when the switch's generation moves.
     gen: u64,
     settings: Vec<PortSettings>,
@@ -116,8 +139,8 @@ struct State {
     lro_ready: Vec<Packet>,
 }
 
-impl Worker {
-    pub(crate) fn new(sw: Arc<Switch>, port: Arc<Port>, q: usize) -> Worker {
+impl Rxq {
+    pub(crate) fn new(sw: Arc<Switch>, port: Arc<Port>, q: usize) -> Rxq {
         let dests = sw
             .ports
             .iter()
@@ -131,6 +154,8 @@ impl Worker {
             kernel_drops_read: Instant::now(),
             last_wake: Instant::now(),
             poll_budget: BUSY_POLL_MIN,
+            read: false,
+            next_solicit: Instant::now(),
             gen: u64::MAX,
             settings: Vec::new(),
             dests,
@@ -145,57 +170,84 @@ impl Worker {
             ingress_lro: None,
             lro_ready: Vec::new(),
         };
-        Worker {
+        Rxq {
             cx: Ctx { sw, port, q },
             st,
         }
     }
 
-    /// Reads until the switch stops or the port goes down for good: wait
-    /// for what the receiver names, then read batches until the queue is
-    /// empty. A port whose device is gone stops; one that is down waits
-    /// for its device (an uplink's link, a guest's hypervisor
-    /// reconnecting).
-    pub(crate) fn run(mut self) {
-        let port = Arc::clone(&self.cx.port);
-        let fd = self.st.rx.wait_fd();
-        // A tunnel endpoint's first queue thread resolves its peers.
-        let solicits = port.tunnel.as_ref().filter(|_| self.cx.q == 0);
-        let mut next_solicit = Instant::now();
-        while !self.cx.sw.stopping() {
-            if !port.is_up() {
-                if !self.wait_for_link() {
-                    break;
-                }
-                continue;
-            }
-            if let Some(vtep) = solicits {
-                let now = Instant::now();
-                if now >= next_solicit || vtep.take_flood_changed() {
-                    vtep.solicit(self.st.tunnel_tx(&self.cx));
-                    next_solicit = now + SOLICIT_EVERY;
-                }
-            }
-            match hvnet_sys::poll_readable(fd, 100) {
-                Ok(true) => {}
-                Ok(false) => {
-                    self.st.count_kernel_drops(&self.cx, Instant::now());
-                    self.check_link();
-                    continue;
-                }
-                Err(_) => break,
-            }
+    /// What the worker polls for readability to know the queue has work.
+    pub(crate) fn wait_fd(&self) -> std::os::fd::RawFd {
+        self.st.rx.wait_fd()
+    }
+
+    /// The queue's port.
+    pub(crate) fn port(&self) -> &Arc<Port> {
+        &self.cx.port
+    }
+
+    /// The queue's index in its port.
+    pub(crate) fn queue(&self) -> usize {
+        self.cx.q
+    }
+
+    /// One turn of the queue on its worker: after a notification
+    /// (`woken`), or again while it is hot. Reads up to
+    /// [`TURN_BATCHES`] batches, so that one busy queue cannot keep its
+    /// worker from the others; a queue found empty after frames is watched
+    /// a little first ([`Rxq::busy_poll`]), then asked to notify again.
+    pub(crate) fn turn(&mut self, woken: bool) -> Turn {
+        if woken {
             self.coalesce_wake_up();
             self.st.rx.woken();
-            self.drain();
         }
-        self.finish();
+        for _ in 0..TURN_BATCHES {
+            if self.cx.sw.stopping() || !self.cx.port.is_up() {
+                self.st.read = false;
+                return Turn::Cold;
+            }
+            match self.poll_batch() {
+                Batch::Frames => self.st.read = true,
+                // Every buffer the port may have is in flight: come back
+                // once deliveries gave some back, instead of spinning.
+                Batch::Stalled => return Turn::Stalled,
+                Batch::Empty => {
+                    if self.st.read && self.busy_poll() {
+                        continue;
+                    }
+                    self.st.read = false;
+                    if !self.st.rx.rearm() {
+                        return Turn::Cold;
+                    }
+                }
+            }
+        }
+        Turn::Hot
+    }
+
+    /// The worker's periodic look at an idle queue (every
+    /// [`crate::workers::TICK`]): the kernel's drops at it, its link, and
+    /// for a tunnel endpoint's first queue the resolution of its peers.
+    pub(crate) fn tick(&mut self, now: Instant) {
+        if let Some(vtep) = self.cx.port.tunnel.as_ref().filter(|_| self.cx.q == 0) {
+            if now >= self.st.next_solicit || vtep.take_flood_changed() {
+                vtep.solicit(self.st.tunnel_tx(&self.cx));
+                self.st.next_solicit = now + SOLICIT_EVERY;
+            }
+        }
+        if now.duration_since(self.st.kernel_drops_read) >= KERNEL_DROPS_EVERY {
+            self.st.count_kernel_drops(&self.cx, now);
+            if self.cx.port.is_up() {
+                self.check_link();
+            }
+        }
     }
 
     /// Wake-up coalescing (`rx_usecs`, as a NIC moderates its interrupts):
     /// a wake-up within `rx_usecs` of the last one waits out the rest, so
     /// that what arrives meanwhile is read in the same batch. The first
-    /// frame after a quiet spell is read at once.
+    /// frame after a quiet spell is read at once. (The wait holds the
+    /// queue's worker: a lab setting, off by default.)
     fn coalesce_wake_up(&mut self) {
         // The settings as the last batch read them (a change applies from
         // the next wake-up on).
@@ -214,30 +266,6 @@ impl Worker {
         }
         self.st.last_wake = Instant::now();
         add(&self.cx.port.ingress[self.cx.q].wakeups, 1);
-    }
-
-    /// Reads batches until the queue is empty and the other side, asked
-    /// to notify again, added nothing meanwhile. A queue found empty after
-    /// frames is watched a little first ([`Worker::busy_poll`]).
-    fn drain(&mut self) {
-        let mut read = false;
-        while !self.cx.sw.stopping() && self.cx.port.is_up() {
-            match self.poll_batch() {
-                Batch::Frames => read = true,
-                // Every buffer the port may have is in flight: wait for
-                // deliveries to give some back instead of spinning.
-                Batch::Stalled => std::thread::sleep(Duration::from_micros(200)),
-                Batch::Empty => {
-                    if read && self.busy_poll() {
-                        continue;
-                    }
-                    read = false;
-                    if !self.st.rx.rearm() {
-                        return;
-                    }
-                }
-            }
-        }
     }
 
     /// Under load, a short adaptive poll before sleeping: a queue that
@@ -274,25 +302,20 @@ impl Worker {
         }
     }
 
-    /// While the port is down: true once its device is up again (the
-    /// port is up again too) or may still come back, false when it will
-    /// not (its device is gone, or the port failed).
-    fn wait_for_link(&self) -> bool {
+    /// While the port is down: [`Link::Up`] once its device is up again
+    /// (the port is up again too), [`Link::Down`] while it may still come
+    /// back, [`Link::Gone`] when it will not (its device is gone, or the
+    /// port failed).
+    pub(crate) fn link_while_down(&self) -> Link {
         let port = &self.cx.port;
         if port.state() == PortState::Failed {
-            return false;
+            return Link::Gone;
         }
-        match port.dev.link() {
-            Link::Up => {
-                port.set_state_if(PortState::Down, PortState::Up);
-                true
-            }
-            Link::Down => {
-                port.dev.wait_link(self.cx.q, Duration::from_millis(100));
-                true
-            }
-            Link::Gone => false,
+        let link = port.dev.link();
+        if link == Link::Up {
+            port.set_state_if(PortState::Down, PortState::Up);
         }
+        link
     }
 
     /// One batch (see [`State::poll_batch`]).

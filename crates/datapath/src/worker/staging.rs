@@ -34,8 +34,11 @@ impl State {
         d.lane.get_or_insert_with(|| ring.lane())
     }
 
-    /// Places an item in the lane to `(dst, q)` for this batch, or waits
-    /// for room (backpressure), or drops it and counts why.
+    /// Places an item in the lane to `(dst, q)` for this batch. When the
+    /// batch fills the queue's ring: a queue this worker writes itself
+    /// (run to completion) is written now and the item staged again; one
+    /// with a delivery thread is waited on (backpressure) or the item is
+    /// dropped and counted.
     pub(super) fn stage(&mut self, cx: &Ctx, dst: usize, q: usize, item: RingItem) {
         let sw = &cx.sw;
         let port = &sw.ports[dst];
@@ -43,28 +46,32 @@ impl State {
         let s = &self.settings[dst];
         let (r1, r2) = ring_buffers(&item, s.mtu);
         let sources = item.sources();
-        let overflow = s.rx_overflow;
+        let (overflow, delivery) = (s.rx_overflow, s.delivery);
         self.mark_active(dst, q);
         let lane = self.lane(cx, dst, q);
         if !port.is_up() {
             add(&lane.counters.drop_port_down, sources);
             return;
         }
-        let full = match lane.stage(ring, item, r1, r2) {
+        let (mut item, mut full) = match lane.stage(ring, item, r1, r2) {
             Ok(()) => return,
-            Err((item, full)) => {
-                let (size1, size2) = ring.sizes();
-                let could_fit = r1 <= size1 && r2 <= size2;
-                if overflow == RxOverflow::Backpressure && could_fit {
-                    match self.wait_for_room(cx, dst, q, item, r1, r2) {
-                        Ok(()) => return,
-                        Err(full) => full,
-                    }
-                } else {
-                    full
-                }
-            }
+            Err(refused) => refused,
         };
+        if delivery == Delivery::Auto && self.lane(cx, dst, q).staged() > 0 {
+            self.hand_over(cx, dst, q);
+            (item, full) = match self.lane(cx, dst, q).stage(ring, item, r1, r2) {
+                Ok(()) => return,
+                Err(refused) => refused,
+            };
+        }
+        let (size1, size2) = ring.sizes();
+        let could_fit = r1 <= size1 && r2 <= size2;
+        if delivery == Delivery::Thread && overflow == RxOverflow::Backpressure && could_fit {
+            match self.wait_for_room(cx, dst, q, item, r1, r2) {
+                Ok(()) => return,
+                Err(f) => full = f,
+            }
+        }
         let c = &self.lane(cx, dst, q).counters;
         match full {
             Full::Ring1 => add(&c.drop_ring1_full, sources),
@@ -72,8 +79,9 @@ impl State {
         }
     }
 
-    /// Publishes everything staged so far (so the receivers have work),
-    /// then waits until `(dst, q)` has room for `item`.
+    /// Hands over everything staged so far (so the receivers have work),
+    /// then waits until `(dst, q)`, a queue with a delivery thread, has
+    /// room for `item`.
     pub(super) fn wait_for_room(
         &mut self,
         cx: &Ctx,
@@ -83,7 +91,7 @@ impl State {
         r1: usize,
         r2: usize,
     ) -> Result<(), Full> {
-        self.publish_all(cx);
+        self.hand_over_all(cx);
         let sw = &cx.sw;
         let port = &sw.ports[dst];
         let ring = &port.rxq[q].rings;
@@ -104,18 +112,19 @@ impl State {
         }
     }
 
-    /// Publishes every staged lane to its delivery thread.
-    pub(super) fn publish_all(&mut self, cx: &Ctx) {
-        for &(dst, q) in &self.active {
-            if let Some(l) = self.dests[dst][q].lane.as_mut() {
-                l.publish(&cx.sw.ports[dst].rxq[q].rings);
-            }
+    /// Hands over what every destination queue of this batch holds.
+    fn hand_over_all(&mut self, cx: &Ctx) {
+        for i in 0..self.active.len() {
+            let (dst, q) = self.active[i];
+            self.hand_over(cx, dst, q);
         }
     }
 
-    /// Delivers what was staged for `(dst, q)` from this thread when the
-    /// queue is idle and its port allows it (nothing of ours or anyone's is
-    /// waiting there, so nothing is overtaken), else publishes it.
+    /// Writes what was staged for `(dst, q)` from this worker (run to
+    /// completion) — unless the port's queue has a delivery thread
+    /// (`delivery = "thread"`, or frames that thread still holds from
+    /// before the port changed to `auto`, which must not be overtaken): then
+    /// publishes it to that thread.
     pub(super) fn hand_over(&mut self, cx: &Ctx, dst: usize, q: usize) {
         let sw = &cx.sw;
         let port = &sw.ports[dst];
@@ -128,22 +137,29 @@ impl State {
         if lane.staged() == 0 {
             return;
         }
-        if s.delivery == Delivery::Auto && ring.idle() && port.is_up() {
-            lane.take_staged(&mut self.inline);
-            add(&lane.counters.inline_batches, 1);
-            let tx = tx
-                .get_or_insert_with(|| Arc::clone(&port.dev).transmitter(q, TxOptions::default()));
-            deliver::deliver_batch(
-                port,
-                &mut **tx,
-                &lane.counters,
-                s,
-                &mut self.inline,
-                &mut self.scratch,
-            );
-        } else {
+        let inline = !ring.has_consumer() || (s.delivery == Delivery::Auto && ring.idle());
+        if !inline {
             lane.publish(ring);
+            return;
         }
+        lane.take_staged(&mut self.inline);
+        if !port.is_up() {
+            for x in self.inline.drain(..) {
+                add(&lane.counters.drop_port_down, x.item.sources());
+            }
+            return;
+        }
+        add(&lane.counters.inline_batches, 1);
+        let tx =
+            tx.get_or_insert_with(|| Arc::clone(&port.dev).transmitter(q, TxOptions::default()));
+        deliver::deliver_batch(
+            port,
+            &mut **tx,
+            &lane.counters,
+            s,
+            &mut self.inline,
+            &mut self.scratch,
+        );
     }
 }
 

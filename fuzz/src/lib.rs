@@ -274,7 +274,7 @@ pub fn switch_ops(data: &[u8]) {
                     rest = tail;
                     let port = (op >> 3) as usize % nports;
                     let mut s = settings(bits);
-                    let cur = h.sw.ports[port].settings();
+                    let cur = h.sw.ports()[port].settings();
                     // Offload flags are ioctls a socketpair cannot take.
                     s.tso = cur.tso;
                     s.csum = cur.csum;

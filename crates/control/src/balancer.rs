@@ -297,7 +297,7 @@ pub fn spawn(
     vms: Vec<(String, MacAddr)>,
     threshold_pct: u32,
 ) -> std::io::Result<(std::thread::JoinHandle<()>, Shared)> {
-    let port = sw.port(&uplink).cloned().expect("the uplink is a port");
+    let port = sw.port(&uplink).expect("the uplink is a port");
     let (queues, tunnel) = {
         let u = port.dev.uplink().expect("an uplink");
         (u.num_queues() as u32, u.filters().and_then(|f| f.tunnel))

@@ -205,7 +205,7 @@ fn answer(conn: &UnixStream, reply: Result<Value, CtlError>) {
 /// that port's name.
 fn by_name(sw: &Switch, req: Request) -> Request {
     let name_of = |n: String| match n.parse::<usize>() {
-        Ok(i) if sw.port(&n).is_none() && i < sw.ports.len() => sw.ports[i].name.clone(),
+        Ok(i) if sw.port(&n).is_none() && sw.ports().get(i).is_some() => sw.ports()[i].name.clone(),
         _ => n,
     };
     match req {
@@ -338,7 +338,6 @@ fn handle(
 ) -> Result<Value, CtlError> {
     let port = |name: &str| {
         sw.port(name)
-            .cloned()
             .ok_or_else(|| CtlError::not_found("port", name, views::port_names(sw, false)))
     };
     match req {
@@ -380,7 +379,7 @@ fn handle(
                 .map(|r| {
                     let mut v = json!(r);
                     // The port by name too, as every other view names it.
-                    v["port_name"] = json!(sw.ports.get(r.port).map(|p| p.name.as_str()));
+                    v["port_name"] = json!(sw.ports().get(r.port).map(|p| p.name.clone()));
                     v
                 })
                 .collect(),

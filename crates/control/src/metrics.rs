@@ -129,7 +129,7 @@ fn flatten(
 /// Reads the whole tree, port by port.
 fn collect(sw: &Switch) -> BTreeMap<String, Family> {
     let mut families = BTreeMap::new();
-    for p in &sw.ports {
+    for p in sw.ports().iter() {
         let (dir, kind) = if p.is_uplink() {
             ("uplinks", "uplink")
         } else {

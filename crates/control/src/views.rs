@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 /// `hvnet ports`: one row per port.
 pub fn ports(sw: &Switch, switch_name: &str) -> Value {
     Value::Array(
-        sw.ports
+        sw.ports()
             .iter()
             .map(|p| {
                 json!({
@@ -34,7 +34,7 @@ pub fn ports(sw: &Switch, switch_name: &str) -> Value {
 /// its receive rings, read at one moment.
 pub fn counters(sw: &Switch) -> Value {
     Value::Array(
-        sw.ports
+        sw.ports()
             .iter()
             .map(|p| {
                 let rings: Vec<Value> = p.rxq.iter().map(|q| json!(q.rings.status())).collect();
@@ -162,7 +162,7 @@ pub fn port_settings(sw: &Switch, p: &Port) -> Value {
 
 /// The names of the switch's ports (or only its uplinks), for errors.
 pub fn port_names(sw: &Switch, uplinks_only: bool) -> Vec<String> {
-    sw.ports
+    sw.ports()
         .iter()
         .filter(|p| !uplinks_only || p.is_uplink())
         .map(|p| p.name.clone())
@@ -214,10 +214,10 @@ pub fn stats(sw: &Switch, path: &str) -> Result<Value, CtlError> {
     match parts.as_slice() {
         [] => Ok(json!(["ports/", "uplinks/"])),
         ["ports"] => Ok(list(
-            sw.ports.iter().map(|p| format!("{}/", p.name)).collect(),
+            sw.ports().iter().map(|p| format!("{}/", p.name)).collect(),
         )),
         ["uplinks"] => Ok(list(
-            sw.ports
+            sw.ports()
                 .iter()
                 .filter(|p| p.is_uplink())
                 .map(|p| format!("{}/", p.name))
@@ -241,7 +241,8 @@ pub fn stats(sw: &Switch, path: &str) -> Result<Value, CtlError> {
             .concat()))
         }
         ["uplinks", p, "filters"] => {
-            let u = uplink(p)?.dev.uplink().expect("an uplink");
+            let port = uplink(p)?;
+            let u = port.dev.uplink().expect("an uplink");
             Ok(match u.filters() {
                 Some(f) => json!({
                     "spread": "netqueue",
@@ -261,17 +262,18 @@ pub fn stats(sw: &Switch, path: &str) -> Result<Value, CtlError> {
             })
         }
         ["uplinks", p, "vxlan"] => {
-            let v = uplink(p)?.tunnel.as_ref().ok_or_else(|| {
+            let port = uplink(p)?;
+            let v = port.tunnel.as_ref().ok_or_else(|| {
                 CtlError::refused(format!("uplink {p} is not a VXLAN tunnel endpoint"))
             })?;
             Ok(serde_json::to_value(v.view(std::time::Instant::now())).expect("serialize"))
         }
-        ["ports" | "uplinks", p, "client_stats"] => Ok(client_stats(port(p)?)),
+        ["ports" | "uplinks", p, "client_stats"] => Ok(client_stats(&*port(p)?)),
         ["ports" | "uplinks", p, "tx_summary"] => {
             Ok(serde_json::to_value(port(p)?.ingress_stats()).expect("serialize"))
         }
-        ["ports" | "uplinks", p, "rx_summary"] => Ok(rx_summary(port(p)?)),
-        ["ports" | "uplinks", p, "accounting"] => Ok(accounting(port(p)?)),
+        ["ports" | "uplinks", p, "rx_summary"] => Ok(rx_summary(&*port(p)?)),
+        ["ports" | "uplinks", p, "accounting"] => Ok(accounting(&*port(p)?)),
         ["ports", p, "rxqueues"] | ["uplinks", p, "txqueues"] => Ok(queues(port(p)?.rxq.len())),
         ["uplinks", p, "rxqueues"] => Ok(queues(uplink(p)?.ingress.len())),
         ["ports", p, "rxqueues", q] | ["uplinks", p, "rxqueues" | "txqueues", q] => {
@@ -280,7 +282,7 @@ pub fn stats(sw: &Switch, path: &str) -> Result<Value, CtlError> {
         }
         ["ports", p, "rxqueues", q, "status"] | ["uplinks", p, "txqueues", q, "status"] => {
             let p = port(p)?;
-            rx_queue_status(p, queue(q, p.rxq.len())?)
+            rx_queue_status(&p, queue(q, p.rxq.len())?)
                 .ok_or_else(|| CtlError::not_found("queue", q, Vec::new()))
         }
         ["uplinks", p, "rxqueues", q, "status"] => {
@@ -308,7 +310,8 @@ pub fn evpn(sw: &Switch, topo: &crate::topology::Topology) -> Value {
         .iter()
         .filter_map(|u| u.vxlan.as_ref().filter(|v| v.evpn).map(|v| (u, v)))
         .filter_map(|(u, v)| {
-            let vtep = sw.port(&u.name)?.tunnel.as_ref()?;
+            let port = sw.port(&u.name)?;
+            let vtep = port.tunnel.as_ref()?;
             let n = crate::evpn::shadow_names(v.vni);
             Some(json!({
                 "name": u.name,

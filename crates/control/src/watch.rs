@@ -27,7 +27,7 @@ impl Watch {
 
     /// Logs what changed since the last call.
     pub fn check(&mut self, sw: &Switch, threads: &[JoinHandle<()>]) {
-        for p in &sw.ports {
+        for p in sw.ports().iter() {
             let counters = [
                 ("from the port", serde_json::to_value(p.ingress_stats())),
                 ("to the port", serde_json::to_value(p.egress_stats())),

@@ -271,6 +271,18 @@ impl Fdb {
         before - t.map.len()
     }
 
+    /// Removes every entry of `port` — its own address, what it learned,
+    /// what the fabric put behind it — as the port leaves the switch (its
+    /// index may be given to another port). Returns how many went.
+    pub fn remove_port(&self, port: usize) -> usize {
+        let mut t = self.table.write().expect("fdb lock");
+        let before = t.map.len();
+        t.map.retain(|_, e| e.port != port);
+        let learned = t.learned.remove(&port).unwrap_or(0);
+        t.learned_total = t.learned_total.saturating_sub(learned);
+        before - t.map.len()
+    }
+
     /// Learned entries now (for the views).
     pub fn learned(&self) -> usize {
         self.table.read().expect("fdb lock").learned_total
@@ -321,6 +333,20 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_removed_port_takes_every_entry_it_had() {
+        let f = Fdb::new(Duration::from_secs(300), FdbLimits::default());
+        let now = Instant::now();
+        f.add_static(0, mac(1), 3);
+        assert_eq!(f.learn(0, mac(2), 3, now), Learn::Learned);
+        assert_eq!(f.learn(0, mac(3), 4, now), Learn::Learned);
+        assert_eq!(f.remove_port(3), 2);
+        assert_eq!(f.lookup(0, mac(1), now), None);
+        assert_eq!(f.lookup(0, mac(2), now), None);
+        assert_eq!(f.lookup(0, mac(3), now), Some(4));
+        assert_eq!(f.learned(), 1);
+    }
 
     fn mac(i: u32) -> MacAddr {
         let b = i.to_be_bytes();

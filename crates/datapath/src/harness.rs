@@ -116,7 +116,7 @@ impl Harness {
         let sw = Switch::new(specs, cfg);
         let mut workers = Vec::new();
         let mut consumers = Vec::new();
-        for p in &sw.ports {
+        for p in sw.ports().iter() {
             for q in 0..p.rxq.len() {
                 workers.push(Rxq::new(Arc::clone(&sw), Arc::clone(p), q));
                 let tx = Arc::clone(&p.dev).transmitter(q, TxOptions::default());
@@ -158,7 +158,7 @@ impl Harness {
             moved |= w.poll_batch() != Batch::Empty;
         }
         for r in &mut self.consumers {
-            let port = &self.sw.ports[r.port];
+            let port = &self.sw.ports()[r.port];
             let ring = &port.rxq[r.q].rings;
             r.consumer.pop_batch(ring, &mut self.batch, BATCH);
             if self.batch.is_empty() {
@@ -231,7 +231,7 @@ impl Harness {
     /// frames in = forwarded + named drops; offered = delivered + drops,
     /// nothing in flight; buffers within the cap. Returns what is wrong.
     pub fn check_accounting(&self) -> Result<(), String> {
-        for p in &self.sw.ports {
+        for p in self.sw.ports().iter() {
             let i = p.ingress_stats();
             if !i.balanced() {
                 return Err(format!("{}: ingress {i:?}", p.name));
@@ -251,6 +251,26 @@ impl Harness {
         }
         Ok(())
     }
+}
+
+/// A TAP port over socketpairs, to add to a running switch: its spec and
+/// its guest's end.
+pub fn tap_port(
+    name: &str,
+    mac: MacAddr,
+    queues: usize,
+    settings: PortSettings,
+) -> (PortSpec, Vec<FrameQueue>) {
+    let (sw_side, guest) = socket_queues(queues.max(1));
+    let spec = PortSpec {
+        name: name.into(),
+        dev: Arc::new(TapPort::from_queues(name, sw_side)),
+        mac,
+        vlan: 0,
+        tunnel: None,
+        settings,
+    };
+    (spec, guest)
 }
 
 /// `n` socketpairs, nonblocking: the switch's ends and the guest's.
@@ -312,9 +332,9 @@ mod tests {
         h.check_accounting().unwrap();
         let to_b: usize = out.iter().filter(|(p, _)| *p == 1).count();
         assert!(to_b >= 1, "b got its frames (coalesced: fewer than 20)");
-        let i = h.sw.ports[0].ingress_stats();
+        let i = h.sw.ports()[0].ingress_stats();
         assert_eq!(i.frames, 20);
-        let e = h.sw.ports[1].egress_stats();
+        let e = h.sw.ports()[1].egress_stats();
         assert_eq!(e.delivered_source_frames, 20, "{e:?}");
     }
 
@@ -364,9 +384,9 @@ mod tests {
         h.check_accounting().unwrap();
         assert_eq!(out.iter().filter(|(p, _)| *p == 1).count(), 10);
         assert_eq!(out.iter().filter(|(p, _)| *p == 2).count(), 10);
-        let i = h.sw.ports[0].ingress_stats();
+        let i = h.sw.ports()[0].ingress_stats();
         assert_eq!((i.frames, i.drop_bad_vnet_header), (11, 1), "{i:?}");
-        assert_eq!(h.sw.ports[0].dev.kind(), "replay");
+        assert_eq!(h.sw.ports()[0].dev.kind(), "replay");
     }
 
     #[test]
@@ -395,13 +415,13 @@ mod tests {
         }
         h.settle(100, &mut out);
         h.check_accounting().unwrap();
-        let e = h.sw.ports[1].egress_stats();
+        let e = h.sw.ports()[1].egress_stats();
         assert_eq!(
             (e.delivered_source_frames, e.drop_virtqueue_full),
             (3, 5),
             "{e:?}"
         );
-        assert_eq!(h.sw.ports[2].egress_stats().delivered_source_frames, 8);
+        assert_eq!(h.sw.ports()[2].egress_stats().delivered_source_frames, 8);
         // c's far side goes away: what is sent to it is dropped and
         // counted, b (room again) still gets its frames.
         c.set_link(hvnet_port::Link::Gone);
@@ -413,11 +433,11 @@ mod tests {
         h.send(2, 0, &tcp(3, 1, 9));
         h.settle(100, &mut out);
         h.check_accounting().unwrap();
-        assert_eq!(h.sw.ports[1].egress_stats().delivered_source_frames, 7);
-        let e = h.sw.ports[2].egress_stats();
+        assert_eq!(h.sw.ports()[1].egress_stats().delivered_source_frames, 7);
+        let e = h.sw.ports()[2].egress_stats();
         assert_eq!(e.delivered_source_frames, 8, "{e:?}");
         assert_eq!(e.drops(), 4, "{e:?}");
-        assert!(!h.sw.ports[2].is_up(), "its receiver found the link gone");
+        assert!(!h.sw.ports()[2].is_up(), "its receiver found the link gone");
     }
 
     /// An ARP request from a VM for an IP the fabric advertised is
@@ -449,7 +469,8 @@ mod tests {
             Harness::with_tunnel(&ports, &backends, Some((1, vtep)), SwitchConfig::default());
         let remote = MacAddr([2, 0xdd, 0, 0, 0, 7]);
         let sw = Arc::clone(&h.sw);
-        let t = sw.ports[1].tunnel.as_ref().unwrap();
+        let ports = sw.ports();
+        let t = ports[1].tunnel.as_ref().unwrap();
         t.evpn_neighbour(IpAddr::V4(Ipv4Addr::new(198, 19, 60, 2)), Some(remote))
             .unwrap();
         let request = |target: [u8; 4]| {
@@ -480,7 +501,7 @@ mod tests {
             (r.op, r.sender_mac, r.sender_ip),
             (arp::Operation::Reply, remote, [198, 19, 60, 2])
         );
-        assert_eq!(h.sw.ports[0].ingress_stats().arp_suppressed, 1);
+        assert_eq!(h.sw.ports()[0].ingress_stats().arp_suppressed, 1);
         assert_eq!(t.evpn_counters().arp_suppressed, 1);
         // Another address is not known: flooded as ever.
         out.clear();
@@ -489,7 +510,7 @@ mod tests {
         assert_eq!(out.iter().filter(|(p, _)| *p == 2).count(), 1, "{out:?}");
         h.check_accounting().unwrap();
         // Port 2 disconnected: what it sends is dropped, nothing reaches it.
-        let mut off = h.sw.ports[2].settings();
+        let mut off = h.sw.ports()[2].settings();
         off.connected = false;
         h.sw.set_port("p2", off).unwrap();
         out.clear();
@@ -501,7 +522,7 @@ mod tests {
             out.iter().all(|(_, f)| f[12 + 6..][..6] != mac(3).0),
             "{out:?}"
         );
-        assert_eq!(h.sw.ports[2].ingress_stats().drop_disconnected, 1);
+        assert_eq!(h.sw.ports()[2].ingress_stats().drop_disconnected, 1);
         h.check_accounting().unwrap();
     }
 }

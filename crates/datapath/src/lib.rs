@@ -16,6 +16,7 @@ pub mod forward;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod harness;
 pub mod item;
+pub mod port_table;
 pub mod ring;
 pub mod settings;
 pub mod switch;
@@ -25,6 +26,7 @@ mod worker;
 pub mod workers;
 
 pub use item::{RingItem, BATCH};
+pub use port_table::{PortTable, TableError};
 pub use settings::{
     on_off, setting_range, validate_settings, Delivery, PortSettings, RxOverflow, SettingError,
     BACKPRESSURE_WAIT, MAX_RX_USECS,

@@ -7,6 +7,7 @@
 use crate::counters::{EgressStats, IngressCounters, IngressStats};
 use crate::fdb::{Fdb, FdbLimits};
 use crate::item::RingItem;
+use crate::port_table::PortTable;
 use crate::ring::{self, RingStatus, RxRing};
 use crate::settings::{validate_settings, PortSettings, SettingError};
 use crate::workers::Workers;
@@ -45,6 +46,8 @@ pub enum PortState {
     Down = 1,
     /// A thread of the port failed more than [`MAX_RESTARTS`] times.
     Failed = 2,
+    /// Removed from the switch (`hvnet vm del`): it never comes back.
+    Removed = 3,
 }
 
 impl PortState {
@@ -54,6 +57,7 @@ impl PortState {
             PortState::Up => "up",
             PortState::Down => "down",
             PortState::Failed => "failed",
+            PortState::Removed => "removed",
         }
     }
 }
@@ -107,6 +111,37 @@ pub struct ThreadInfo {
 }
 
 impl Port {
+    /// A port at index `id` of the switch, from its spec.
+    pub(crate) fn new(
+        id: usize,
+        s: PortSpec,
+        pool_caps: PoolCaps,
+        gen: &Arc<AtomicU64>,
+    ) -> Arc<Port> {
+        let nq = s.dev.num_queues();
+        s.dev.notify_changes(Arc::clone(gen));
+        Arc::new(Port {
+            id,
+            rxq: (0..nq)
+                .map(|_| RxQueue {
+                    rings: RxRing::new(s.settings.ring1, s.settings.ring2),
+                })
+                .collect(),
+            ingress: (0..nq).map(|_| IngressCounters::default()).collect(),
+            name: s.name,
+            dev: s.dev,
+            mac: s.mac,
+            vlan: s.vlan,
+            tunnel: s.tunnel.map(crate::tunnel::Vtep::new),
+            settings: RwLock::new(s.settings),
+            home: Home::new(pool_caps),
+            state: AtomicU8::new(PortState::Up as u8),
+            thread_failures: AtomicU64::new(0),
+            delivery_threads: AtomicBool::new(false),
+            threads: Mutex::new(Vec::new()),
+        })
+    }
+
     /// The settings now.
     pub fn settings(&self) -> PortSettings {
         self.settings.read().expect("settings lock").clone()
@@ -140,7 +175,8 @@ impl Port {
         match self.state.load(Ordering::Relaxed) {
             0 => PortState::Up,
             1 => PortState::Down,
-            _ => PortState::Failed,
+            2 => PortState::Failed,
+            _ => PortState::Removed,
         }
     }
     pub(crate) fn set_state(&self, s: PortState) {
@@ -266,8 +302,15 @@ impl Default for SwitchConfig {
 
 /// The switch.
 pub struct Switch {
-    /// Ports, by index.
-    pub ports: Vec<Arc<Port>>,
+    /// Ports, by index: a table replaced whole when a port comes or goes
+    /// ([`Switch::ports`]).
+    pub(crate) table: RwLock<Arc<PortTable>>,
+    /// Ports are added and removed one at a time.
+    pub(crate) table_changes: Mutex<()>,
+    pub(crate) pool_caps: PoolCaps,
+    /// [`Switch::start`] ran: ports added from now on go to the workers
+    /// at once.
+    pub(crate) running: AtomicBool,
     /// Learned and static addresses.
     pub fdb: Fdb,
     pub(crate) rss: Rss,
@@ -287,37 +330,12 @@ pub struct Switch {
 impl Switch {
     /// Builds a switch over opened ports (not yet running).
     pub fn new(specs: Vec<PortSpec>, cfg: SwitchConfig) -> Arc<Switch> {
+        let settings_gen = Arc::new(AtomicU64::new(0));
         let ports: Vec<Arc<Port>> = specs
             .into_iter()
             .enumerate()
-            .map(|(id, s)| {
-                let nq = s.dev.num_queues();
-                Arc::new(Port {
-                    id,
-                    rxq: (0..nq)
-                        .map(|_| RxQueue {
-                            rings: RxRing::new(s.settings.ring1, s.settings.ring2),
-                        })
-                        .collect(),
-                    ingress: (0..nq).map(|_| IngressCounters::default()).collect(),
-                    name: s.name,
-                    dev: s.dev,
-                    mac: s.mac,
-                    vlan: s.vlan,
-                    tunnel: s.tunnel.map(crate::tunnel::Vtep::new),
-                    settings: RwLock::new(s.settings),
-                    home: Home::new(cfg.pool_caps),
-                    state: AtomicU8::new(PortState::Up as u8),
-                    thread_failures: AtomicU64::new(0),
-                    delivery_threads: AtomicBool::new(false),
-                    threads: Mutex::new(Vec::new()),
-                })
-            })
+            .map(|(id, s)| Port::new(id, s, cfg.pool_caps, &settings_gen))
             .collect();
-        let settings_gen = Arc::new(AtomicU64::new(0));
-        for p in &ports {
-            p.dev.notify_changes(Arc::clone(&settings_gen));
-        }
         let fdb = Fdb::new(cfg.fdb_aging, cfg.fdb_limits);
         for p in ports.iter().filter(|p| !p.is_uplink()) {
             fdb.add_static(p.vlan, p.mac, p.id);
@@ -328,7 +346,10 @@ impl Switch {
             cfg.cpus.clone()
         };
         Arc::new_cyclic(|me| Switch {
-            ports,
+            table: RwLock::new(Arc::new(PortTable::new(ports))),
+            table_changes: Mutex::new(()),
+            pool_caps: cfg.pool_caps,
+            running: AtomicBool::new(false),
             fdb,
             rss: Rss::new(&DEFAULT_KEY, 1).expect("default RSS key"),
             stop: AtomicBool::new(false),
@@ -348,7 +369,9 @@ impl Switch {
         let Some(owner) = self.fdb.pinned_to(vlan, mac) else {
             return false;
         };
-        let p = &self.ports[owner];
+        let Some(p) = self.ports().get(owner).cloned() else {
+            return false;
+        };
         if p.present() {
             return false;
         }
@@ -368,7 +391,9 @@ impl Switch {
         mac: MacAddr,
         vtep: Option<std::net::Ipv4Addr>,
     ) -> Result<(), crate::tunnel::EvpnRefusal> {
-        let up = &self.ports[uplink];
+        let Some(up) = self.ports().get(uplink).cloned() else {
+            return Ok(());
+        };
         let Some(tunnel) = &up.tunnel else {
             return Ok(());
         };
@@ -392,7 +417,7 @@ impl Switch {
     /// Pins each VM port's own address to it again once its guest is
     /// there (back from a migration, or arrived by one).
     pub fn pin_present_guests(&self) {
-        for p in self.ports.iter().filter(|p| !p.is_uplink()) {
+        for p in self.ports().iter().filter(|p| !p.is_uplink()) {
             if self.fdb.pinned_to(p.vlan, p.mac) != Some(p.id) && p.present() {
                 self.fdb.add_static(p.vlan, p.mac, p.id);
             }
@@ -423,8 +448,8 @@ impl Switch {
     }
 
     /// A port by name.
-    pub fn port(&self, name: &str) -> Option<&Arc<Port>> {
-        self.ports.iter().find(|p| p.name == name)
+    pub fn port(&self, name: &str) -> Option<Arc<Port>> {
+        self.ports().iter().find(|p| p.name == name).cloned()
     }
 
     /// Checks new settings for a port without applying them.
@@ -460,7 +485,7 @@ impl Switch {
         self.settings_gen.fetch_add(1, Ordering::Release);
         if new.delivery == crate::settings::Delivery::Thread {
             if let Some(sw) = self.me.upgrade() {
-                sw.start_delivery(p);
+                sw.start_delivery(&p);
             }
         }
         Ok(new)

@@ -38,7 +38,9 @@ impl Switch {
     /// thread.
     pub fn start(self: &Arc<Switch>) -> Vec<JoinHandle<()>> {
         let mut handles = self.workers.start(self);
-        for p in &self.ports {
+        let _one = self.table_changes.lock().expect("table changes lock");
+        self.running.store(true, Ordering::Release);
+        for p in self.ports().iter() {
             self.workers.adopt_port(self, p);
             if p.settings().delivery == Delivery::Thread {
                 handles.extend(self.start_delivery(p));
@@ -93,9 +95,10 @@ impl Switch {
         let wall = now.duration_since(t0).as_nanos().max(1) as f64;
         let mut busy = HashMap::new();
         let mut loads = Vec::new();
+        let ports = self.ports();
         for w in self.workers.all() {
             for ((p, q), _) in w.queues() {
-                let Some(c) = self.ports.get(p).and_then(|p| p.ingress.get(q)) else {
+                let Some(c) = ports.get(p).and_then(|p| p.ingress.get(q)) else {
                     continue;
                 };
                 let ns = c.busy_ns.load(Ordering::Relaxed);
@@ -116,7 +119,7 @@ impl Switch {
         for m in placement::rebalance(self.workers.all().len(), &loads) {
             if self.workers.move_queue(m.id, m.from, m.to) {
                 tracing::info!(
-                    port = %self.ports[m.id.0].name, queue = m.id.1, from = m.from, to = m.to,
+                    port = %ports.get(m.id.0).map_or("?", |p| p.name.as_str()), queue = m.id.1, from = m.from, to = m.to,
                     "queue moved between workers by load"
                 );
             }
@@ -191,7 +194,7 @@ mod tests {
             &[(MacAddr([2, 0, 0, 0, 0, 1]), 1, PortSettings::default())],
             SwitchConfig::default(),
         );
-        let port = Arc::clone(&h.sw.ports[0]);
+        let port = Arc::clone(&h.sw.ports()[0]);
         (h, port, Arc::new(AtomicU64::new(0)))
     }
 

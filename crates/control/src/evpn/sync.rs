@@ -148,7 +148,10 @@ impl Sync {
             }
         };
         self.idx = idx;
-        let Some(vtep) = self.sw.ports[self.uplink].tunnel.as_ref() else {
+        let Some(up) = self.sw.ports().get(self.uplink).cloned() else {
+            return true;
+        };
+        let Some(vtep) = up.tunnel.as_ref() else {
             return true;
         };
         for mac in vtep.evpn_clear() {
@@ -181,8 +184,12 @@ impl Sync {
     fn advertise_local(&mut self) {
         for i in 0..self.vms.len() {
             let vm = &self.vms[i];
-            let p = &self.sw.ports[vm.port];
-            let present = p.is_up() && p.present();
+            // A port removed from the switch is withdrawn.
+            let present = self
+                .sw
+                .ports()
+                .get(vm.port)
+                .is_some_and(|p| p.is_up() && p.present());
             let was = self.advertised.get(&vm.port).copied();
             if was == Some(present)
                 || self
@@ -209,7 +216,7 @@ impl Sync {
             }
             self.retry_at.remove(&port);
             self.advertised.insert(port, present);
-            tracing::info!(port = %p.name, %mac, present, "EVPN: VM advertised (present) or withdrawn");
+            tracing::info!(port, %mac, present, "EVPN: VM advertised (present) or withdrawn");
             if !present {
                 // Where the VM went (another host), the fabric may have
                 // said already, and been refused while it was here.
@@ -258,7 +265,10 @@ impl Sync {
 
     /// Installs or withdraws what one entry of the shadow says.
     fn apply(&mut self, n: &NeighbourMessage, new: bool) {
-        let Some(vtep) = self.sw.ports[self.uplink].tunnel.as_ref() else {
+        let Some(up) = self.sw.ports().get(self.uplink).cloned() else {
+            return;
+        };
+        let Some(vtep) = up.tunnel.as_ref() else {
             return;
         };
         let lladdr = n.attributes.iter().find_map(|a| match a {

@@ -13,7 +13,7 @@ impl State {
     /// The offload stage for one destination: queue choice (RSS over the
     /// flow, hashed once), MTU, LRO, and staging into the lane.
     pub(super) fn egress(&mut self, cx: &Ctx, dst: usize, mut pkt: Packet) {
-        let port = &cx.sw.ports[dst];
+        let port = &cx.ports[dst];
         let nq = port.dev.active_queues().min(port.rxq.len());
         let q = if nq > 1 {
             let (sw, frame, layers) = (&cx.sw, pkt.buf.frame(), &pkt.meta.layers);
@@ -62,6 +62,7 @@ impl State {
                 add(&c.drop_mtu_exceeded, 1);
             }
             None if lro => {
+                self.dest(cx, dst, q);
                 let d = &mut self.dests[dst][q];
                 let table = d.gro.get_or_insert_with(|| {
                     GroTable::new(GroConfig {
@@ -74,7 +75,7 @@ impl State {
                 let (layers, info) = (pkt.meta.layers, pkt.meta.offload);
                 let out = &mut self.gro_out;
                 table.receive_parsed(pkt, info, &layers, 0, &mut |o| out.push(o));
-                self.mark_active(dst, q);
+                self.mark_active(cx, dst, q);
                 self.stage_gro_output(cx, dst, q);
             }
             None => self.stage(cx, dst, q, RingItem::Frame { pkt, segment: None }),

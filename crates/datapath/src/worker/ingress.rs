@@ -115,8 +115,8 @@ impl State {
         if dst.is_multicast() && self.suppress(cx, &pkt) {
             return;
         }
-        let (sw, settings) = (&cx.sw, &self.settings);
-        let link_up = |p: usize| sw.ports[p].is_up() && settings[p].connected;
+        let (ports, settings) = (&cx.ports, &self.settings);
+        let link_up = |p: usize| ports.get(p).is_some_and(|x| x.is_up()) && settings[p].connected;
         match forward::route(&ingress, learned, link_up) {
             Action::NoRoute => add(&c.drop_no_route, 1),
             Action::Unicast(p) => {
@@ -124,8 +124,7 @@ impl State {
                 self.egress(cx, p, pkt);
             }
             Action::Flood => {
-                let targets: smallvec::SmallVec<[usize; 16]> = sw
-                    .ports
+                let targets: smallvec::SmallVec<[usize; 16]> = ports
                     .iter()
                     .filter(|p| p.id != cx.port.id && p.vlan == vlan && link_up(p.id))
                     .map(|p| p.id)

@@ -24,7 +24,6 @@ impl State {
             return false;
         };
         let Some(vtep) = cx
-            .sw
             .ports
             .iter()
             .find(|p| p.vlan == cx.port.vlan && p.tunnel.is_some())

@@ -15,6 +15,7 @@ mod staging;
 use crate::counters::add;
 use crate::deliver::Scratch;
 use crate::item::{RingItem, BATCH};
+use crate::port_table::PortTable;
 use crate::ring::{Lane, Slot};
 use crate::settings::PortSettings;
 use crate::switch::{Port, PortState, Switch};
@@ -92,6 +93,9 @@ pub(crate) struct Ctx {
     sw: Arc<Switch>,
     port: Arc<Port>,
     q: usize,
+    /// The port table as this worker last read it (again when the
+    /// switch's generation moves: [`Rxq::poll_batch`]).
+    ports: Arc<PortTable>,
 }
 
 pub(crate) struct Rxq {
@@ -120,7 +124,11 @@ struct State {
     /// Settings of every port, re-read when the switch's generation moves.
     gen: u64,
     settings: Vec<PortSettings>,
+    /// Per destination port and queue, made on first use.
     dests: Vec<Vec<Dest>>,
+    /// The port each entry of `dests` was made for (an index given to
+    /// another port gets fresh state).
+    dest_ports: Vec<Option<Arc<Port>>>,
     active: Vec<(usize, usize)>,
     /// The source address learned last (learning it again would only take
     /// the FDB lock).
@@ -141,11 +149,6 @@ struct State {
 
 impl Rxq {
     pub(crate) fn new(sw: Arc<Switch>, port: Arc<Port>, q: usize) -> Rxq {
-        let dests = sw
-            .ports
-            .iter()
-            .map(|p| (0..p.rxq.len()).map(|_| Dest::default()).collect())
-            .collect();
         let st = State {
             pool: Pool::new(Arc::clone(&port.home)),
             rx: Arc::clone(&port.dev).receiver(q),
@@ -158,7 +161,8 @@ impl Rxq {
             next_solicit: Instant::now(),
             gen: u64::MAX,
             settings: Vec::new(),
-            dests,
+            dests: Vec::new(),
+            dest_ports: Vec::new(),
             active: Vec::with_capacity(16),
             learned: None,
             route: None,
@@ -171,7 +175,12 @@ impl Rxq {
             lro_ready: Vec::new(),
         };
         Rxq {
-            cx: Ctx { sw, port, q },
+            cx: Ctx {
+                ports: sw.ports(),
+                sw,
+                port,
+                q,
+            },
             st,
         }
     }
@@ -308,7 +317,7 @@ impl Rxq {
     /// port failed).
     pub(crate) fn link_while_down(&self) -> Link {
         let port = &self.cx.port;
-        if port.state() == PortState::Failed {
+        if matches!(port.state(), PortState::Failed | PortState::Removed) {
             return Link::Gone;
         }
         let link = port.dev.link();
@@ -318,9 +327,19 @@ impl Rxq {
         link
     }
 
-    /// One batch (see [`State::poll_batch`]).
+    /// One batch (see [`State::poll_batch`]), the port table and every
+    /// port's settings read again first if the switch's generation moved
+    /// (a port added or removed, a setting changed).
     pub(crate) fn poll_batch(&mut self) -> Batch {
-        self.st.poll_batch(&self.cx)
+        let end = self.st.read_batch(&self.cx);
+        // Read after the frames: a frame sent to a port added just before
+        // it was sent is switched with a table that has the port.
+        let gen = self.cx.sw.settings_gen.load(Ordering::Acquire);
+        if gen != self.st.gen {
+            self.cx.ports = self.cx.sw.ports();
+            self.st.refresh(&self.cx, gen);
+        }
+        self.st.switch_batch(&self.cx, end)
     }
 
     /// Flushes what is held and gives the spare buffers back.
@@ -330,14 +349,20 @@ impl Rxq {
 }
 
 impl State {
-    /// One batch: up to [`BATCH`] frames from the receiver, each
-    /// switched, then the end-of-batch flush and hand-over.
-    pub(crate) fn poll_batch(&mut self, cx: &Ctx) -> Batch {
+    /// The first half of a batch: up to [`BATCH`] frames from the
+    /// receiver.
+    fn read_batch(&mut self, cx: &Ctx) -> Result<(), RecvError> {
         let now = self.begin_batch(cx);
         if now.duration_since(self.kernel_drops_read) >= KERNEL_DROPS_EVERY {
             self.count_kernel_drops(cx, now);
         }
-        let end = self.rx.recv_batch(&mut self.pool, BATCH, &mut self.frames);
+        self.rx.recv_batch(&mut self.pool, BATCH, &mut self.frames)
+    }
+
+    /// The second half of a batch: the frames [`State::read_batch`] read,
+    /// each switched, then the end-of-batch flush and hand-over.
+    fn switch_batch(&mut self, cx: &Ctx, end: Result<(), RecvError>) -> Batch {
+        let now = self.now;
         let mut frames = std::mem::take(&mut self.frames);
         let mut result = if frames.is_empty() {
             Batch::Empty
@@ -408,16 +433,45 @@ impl State {
         }
     }
 
-    /// Per-batch preparation: settings re-read if they changed, fresh
-    /// caches, idle GRO tables freed now and then.
-    fn begin_batch(&mut self, cx: &Ctx) -> Instant {
-        let gen = cx.sw.settings_gen.load(Ordering::Acquire);
-        if gen != self.gen {
-            self.gen = gen;
-            self.settings.clear();
-            self.settings
-                .extend(cx.sw.ports.iter().map(|p| p.effective_settings()));
+    /// After the switch's generation moved: every port's settings read
+    /// again; a destination whose port left (or whose index another port
+    /// took) loses what was held for it.
+    fn refresh(&mut self, cx: &Ctx, gen: u64) {
+        self.gen = gen;
+        let t = &cx.ports;
+        self.settings.clear();
+        self.settings.extend((0..t.len()).map(|i| {
+            t.get(i)
+                .map_or_else(PortSettings::default, |p| p.effective_settings())
+        }));
+        self.dests.resize_with(t.len(), Vec::new);
+        self.dest_ports.resize(t.len(), None);
+        for i in 0..t.len() {
+            let now = t.get(i);
+            let same = match (now, &self.dest_ports[i]) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            };
+            if !same {
+                self.dests[i] = Vec::new();
+                self.dest_ports[i] = now.cloned();
+            }
         }
+    }
+
+    /// The state for destination `(dst, q)`, made on first use.
+    fn dest(&mut self, cx: &Ctx, dst: usize, q: usize) -> &mut Dest {
+        let v = &mut self.dests[dst];
+        if v.is_empty() {
+            v.resize_with(cx.ports[dst].rxq.len(), Dest::default);
+        }
+        &mut v[q]
+    }
+
+    /// Per-batch preparation: fresh caches, idle GRO tables freed now and
+    /// then.
+    fn begin_batch(&mut self, _cx: &Ctx) -> Instant {
         self.learned = None;
         self.route = None;
         let now = Instant::now();

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 impl State {
-    pub(super) fn mark_active(&mut self, dst: usize, q: usize) {
-        let d = &mut self.dests[dst][q];
+    pub(super) fn mark_active(&mut self, cx: &Ctx, dst: usize, q: usize) {
+        let d = self.dest(cx, dst, q);
         if !d.active {
             d.active = true;
             self.active.push((dst, q));
@@ -23,8 +23,8 @@ impl State {
     }
 
     pub(super) fn lane(&mut self, cx: &Ctx, dst: usize, q: usize) -> &mut Lane<RingItem> {
-        let ring = &cx.sw.ports[dst].rxq[q].rings;
-        let d = &mut self.dests[dst][q];
+        let ring = &cx.ports[dst].rxq[q].rings;
+        let d = self.dest(cx, dst, q);
         if d.lane.as_ref().is_some_and(|l| l.stale(ring)) {
             // Publish what it holds before it is replaced.
             if let Some(mut old) = d.lane.take() {
@@ -40,14 +40,13 @@ impl State {
     /// with a delivery thread is waited on (backpressure) or the item is
     /// dropped and counted.
     pub(super) fn stage(&mut self, cx: &Ctx, dst: usize, q: usize, item: RingItem) {
-        let sw = &cx.sw;
-        let port = &sw.ports[dst];
+        let port = &cx.ports[dst];
         let ring = &port.rxq[q].rings;
         let s = &self.settings[dst];
         let (r1, r2) = ring_buffers(&item, s.mtu);
         let sources = item.sources();
         let (overflow, delivery) = (s.rx_overflow, s.delivery);
-        self.mark_active(dst, q);
+        self.mark_active(cx, dst, q);
         let lane = self.lane(cx, dst, q);
         if !port.is_up() {
             add(&lane.counters.drop_port_down, sources);
@@ -93,7 +92,7 @@ impl State {
     ) -> Result<(), Full> {
         self.hand_over_all(cx);
         let sw = &cx.sw;
-        let port = &sw.ports[dst];
+        let port = &cx.ports[dst];
         let ring = &port.rxq[q].rings;
         let deadline = Instant::now() + BACKPRESSURE_WAIT;
         let lane = self.lane(cx, dst, q);
@@ -126,8 +125,7 @@ impl State {
     /// before the port changed to `auto`, which must not be overtaken): then
     /// publishes it to that thread.
     pub(super) fn hand_over(&mut self, cx: &Ctx, dst: usize, q: usize) {
-        let sw = &cx.sw;
-        let port = &sw.ports[dst];
+        let port = &cx.ports[dst];
         let ring = &port.rxq[q].rings;
         let s = &self.settings[dst];
         let Dest { lane, tx, .. } = &mut self.dests[dst][q];

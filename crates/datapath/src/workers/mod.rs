@@ -287,6 +287,31 @@ impl Workers {
         out
     }
 
+    /// Takes every queue of `port` from its worker, each at the end of its
+    /// current turn, and lets it go (what it holds flushed, its buffers
+    /// given back). Waits up to `wait` for each.
+    pub(crate) fn release_port(&self, port: &Port, wait: Duration) {
+        for q in 0..port.rxq.len() {
+            let id = (port.id, q);
+            let Some(w) = self.owner(id) else {
+                continue;
+            };
+            let w = &self.workers[w];
+            let (tx, rx) = mpsc::channel();
+            w.send(Command::Release(id, tx));
+            match rx.recv_timeout(wait) {
+                Ok(mut rxq) => rxq.finish(),
+                Err(_) => {
+                    tracing::warn!(port = %port.name, queue = q, "a worker did not let the queue go in time")
+                }
+            }
+            w.owned
+                .lock()
+                .expect("owned lock")
+                .retain(|(x, _)| *x != id);
+        }
+    }
+
     /// Which worker owns queue `id`, if any.
     pub fn owner(&self, id: QueueId) -> Option<usize> {
         self.workers.iter().position(|w| {
@@ -306,6 +331,7 @@ impl Workers {
     /// Every worker with its queues, for `hvnet workers`.
     pub fn view(&self, sw: &Switch) -> Vec<WorkerView> {
         let last = self.last.lock().expect("loads lock").clone();
+        let ports = sw.ports();
         let load_of = |id: QueueId| last.iter().find(|(q, _)| *q == id).map_or(0.0, |x| x.1);
         let pct = |x: f64| (x * 1000.0).round() / 10.0;
         self.workers
@@ -327,8 +353,7 @@ impl Workers {
                     queues: queues
                         .into_iter()
                         .map(|((p, q), name)| QueueView {
-                            busy_ns: sw
-                                .ports
+                            busy_ns: ports
                                 .get(p)
                                 .and_then(|p| p.ingress.get(q))
                                 .map_or(0, |c| c.busy_ns.load(Ordering::Relaxed)),
@@ -644,3 +669,6 @@ impl Worker<'_> {
             .retain(|((p, x), _)| !(*p == port.id && *x == q));
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -2,7 +2,7 @@
 //! (no root): queues moved while frames flow, and one destination written
 //! by every worker at once.
 
-use crate::harness::{Guest, Harness};
+use crate::harness::{tap_port, Guest, Harness};
 use crate::settings::PortSettings;
 use crate::switch::SwitchConfig;
 use hvnet_offload::testutil::TcpSpec;
@@ -121,7 +121,7 @@ fn a_queue_moved_between_workers_while_frames_flow_loses_and_reorders_nothing() 
     let want: Vec<(u8, u32)> = (1..=seq).map(|s| (1, s)).collect();
     assert_eq!(got, want, "every frame arrived, in order");
     h.check_accounting().unwrap();
-    assert_eq!(h.sw.ports[0].ingress_stats().frames, u64::from(seq));
+    assert_eq!(h.sw.ports()[0].ingress_stats().frames, u64::from(seq));
     stop(h, threads);
 }
 
@@ -168,6 +168,87 @@ fn a_destination_written_by_every_worker_at_once_gets_each_flow_whole_and_in_ord
             "port {from}'s flow whole and in order"
         );
     }
+    h.check_accounting().unwrap();
+    stop(h, threads);
+}
+
+#[test]
+fn ports_added_and_removed_while_a_flow_runs_leave_it_whole_and_are_reachable() {
+    let (h, threads) = running(2);
+    send(&h, 1, &frame(2, 1, 0));
+    let mut got = Vec::new();
+    receive(&h, 0, 1, &mut got);
+    got.clear();
+    let s = PortSettings {
+        lro: false,
+        ..PortSettings::default()
+    };
+    let (mut seq, mut added) = (0u32, None);
+    let mut buf = vec![0u8; 2048];
+    for round in 0..40u8 {
+        for _ in 0..50 {
+            seq += 1;
+            send(&h, 0, &frame(1, 2, seq));
+        }
+        // A new port (its index the last one's, once that one is gone),
+        // reached by a frame from port 1; the last one removed.
+        let mac = MacAddr([2, 0, 0, 0, 1, round]);
+        let (spec, guest) = tap_port(&format!("n{round}"), mac, 1, s.clone());
+        let port = h.sw.add_port(spec).unwrap();
+        assert_eq!(
+            h.sw.add_port(tap_port(&format!("n{round}"), mac, 1, s.clone()).0)
+                .err(),
+            Some(crate::TableError::Exists(format!("n{round}")))
+        );
+        let mut to_new = frame(1, 0, 0);
+        to_new[12..18].copy_from_slice(&mac.0);
+        send(&h, 0, &to_new);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let n = loop {
+            match guest[0].file().read(&mut buf) {
+                Ok(n) => break n,
+                Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_micros(100))
+                }
+                Err(e) => panic!(
+                    "the new port got nothing: {e}; from port 1 {:?}; to the new port {:?}",
+                    h.sw.ports()[0].ingress_stats(),
+                    port.egress_stats()
+                ),
+            }
+        };
+        assert_eq!(&buf[12..18], &mac.0, "the frame reached the new port");
+        assert!(n > 12);
+        if let Some(old) = added.replace(port) {
+            let old: std::sync::Arc<crate::Port> = old;
+            let gone = h.sw.remove_port(&old.name).unwrap();
+            assert_eq!(gone.state(), crate::PortState::Removed);
+            assert!(h.sw.port(&old.name).is_none());
+            assert_eq!(
+                h.sw.workers.owner((gone.id, 0)),
+                h.sw.workers
+                    .owner((gone.id, 0))
+                    .filter(|_| h.sw.ports().get(gone.id).is_some())
+            );
+        }
+        receive(&h, 1, 50 * (usize::from(round) + 1), &mut got);
+    }
+    let want: Vec<(u8, u32)> = (1..=seq).map(|s| (1, s)).collect();
+    assert!(
+        got == want,
+        "the flow lost or reordered frames: {} of {}",
+        got.len(),
+        want.len()
+    );
+    assert_eq!(
+        h.sw.ports().count(),
+        3,
+        "the two ports and the last one added"
+    );
+    assert_eq!(
+        h.sw.remove_port("nope").err(),
+        Some(crate::TableError::NoPort("nope".into()))
+    );
     h.check_accounting().unwrap();
     stop(h, threads);
 }

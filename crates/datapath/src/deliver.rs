@@ -37,10 +37,23 @@ pub(crate) struct Scratch {
     pub(crate) tunnelled: TunnelScratch,
 }
 
-/// How long a full receiver is waited on, by the port's settings.
+/// How long a full receiver is waited on, by the port's settings, by a
+/// queue's delivery thread.
 pub(crate) fn hold(s: &PortSettings) -> Option<Duration> {
     (s.rx_overflow == RxOverflow::Backpressure).then_some(BACKPRESSURE_WAIT)
 }
+
+/// How a worker writing a receiver itself treats a full one: never by
+/// waiting (that would hold every other queue of the worker), but, under
+/// backpressure, by keeping what did not fit, in order, to write again
+/// ([`KEEP_WHEN_FULL`]); else by dropping it.
+pub(crate) fn inline_hold(s: &PortSettings) -> Option<Duration> {
+    (s.rx_overflow == RxOverflow::Backpressure).then_some(KEEP_WHEN_FULL)
+}
+
+/// A zero hold: the first frame that finds the receiver full ends the
+/// batch, and it and the frames after it stay with the caller.
+pub(crate) const KEEP_WHEN_FULL: Duration = Duration::ZERO;
 
 /// The delivery thread of one guest receive queue.
 pub(crate) fn deliver_loop(sw: &Switch, port: &Port, q: usize) {
@@ -71,7 +84,7 @@ pub(crate) fn deliver_loop(sw: &Switch, port: &Port, q: usize) {
             .iter()
             .fold((0, 0), |(a, b), x| (a + x.r1 as usize, b + x.r2 as usize));
         if port.is_up() {
-            deliver_batch(port, &mut *tx, c, &s, &mut batch, &mut scratch);
+            deliver_batch(port, &mut *tx, c, &s, hold(&s), &mut batch, &mut scratch);
         } else {
             for x in batch.drain(..) {
                 add(&c.drop_port_down, x.item.sources());
@@ -93,7 +106,9 @@ fn recycle<T, U>(mut v: Vec<T>) -> Vec<U> {
 }
 
 /// Delivers `items` to `port` through `tx` (its transmitter for this
-/// queue), counting into `c`, and empties `items`. A tunnel endpoint's
+/// queue), counting into `c`, and empties `items` — but for what a full
+/// receiver did not take with `hold` [`KEEP_WHEN_FULL`], which stays in
+/// `items`, in order, not counted. A tunnel endpoint's
 /// items go through its encapsulation; everyone else's are written in
 /// order, runs of whole frames a batch per call, GSO frames for a
 /// receiver that does not take them whole segmented in between.
@@ -102,6 +117,7 @@ pub(crate) fn deliver_batch(
     tx: &mut dyn Transmitter,
     c: &EgressCounters,
     s: &PortSettings,
+    hold: Option<Duration>,
     items: &mut Vec<Slot<RingItem>>,
     scratch: &mut Scratch,
 ) {
@@ -119,11 +135,16 @@ pub(crate) fn deliver_batch(
             .position(|x| segmented(&x.item).is_some())
             .map_or(items.len(), |i| start + i);
         if run > start {
-            write_run(tx, c, s, &mut items[start..run], scratch);
+            if let Some(k) = write_run(tx, c, s, hold, &mut items[start..run], scratch) {
+                // The receiver is full: what it did not take stays.
+                items.drain(..start + k);
+                tx.flush();
+                return;
+            }
         }
         if let Some(slot) = items.get(run) {
             if let (RingItem::Frame { pkt, .. }, Some(g)) = (&slot.item, segmented(&slot.item)) {
-                deliver_segmented(tx, c, s, pkt, g);
+                deliver_segmented(tx, c, s, hold.filter(|h| !h.is_zero()), pkt, g);
             }
         }
         start = run + 1;
@@ -141,13 +162,16 @@ fn segmented(item: &RingItem) -> Option<GsoInfo> {
 }
 
 /// Writes a run of whole frames (none to be segmented) with one batch.
+/// With `hold` [`KEEP_WHEN_FULL`], returns the index of the first frame
+/// the full receiver did not take (it and the rest are not counted).
 fn write_run(
     tx: &mut dyn Transmitter,
     c: &EgressCounters,
     s: &PortSettings,
+    hold: Option<Duration>,
     items: &mut [Slot<RingItem>],
     scratch: &mut Scratch,
-) {
+) -> Option<usize> {
     let vnets = &mut scratch.vnets;
     vnets.clear();
     for slot in items.iter_mut() {
@@ -174,10 +198,16 @@ fn write_run(
     frames.extend(spans.iter().map(|&(a, b)| &iov[a..b]));
     // Results come in the order the frames were written; a frame the
     // transmitter did not report on was not written.
-    let mut slots = items.iter();
-    tx.send_batch(&frames, hold(s), &mut |r| {
+    let keep = hold == Some(KEEP_WHEN_FULL);
+    let (mut slots, mut at, mut kept) = (items.iter(), 0, None);
+    tx.send_batch(&frames, hold, &mut |r| {
         if let Some(slot) = slots.next() {
-            count(c, &slot.item, r);
+            if keep && r == Err(SendError::Full) {
+                kept.get_or_insert(at);
+            } else {
+                count(c, &slot.item, r);
+            }
+            at += 1;
         }
     });
     for slot in slots {
@@ -185,6 +215,7 @@ fn write_run(
     }
     scratch.frames = recycle(frames);
     scratch.iov = recycle(iov);
+    kept
 }
 
 /// The virtio-net header for a frame, after completing its checksum if
@@ -253,6 +284,7 @@ fn deliver_segmented(
     tx: &mut dyn Transmitter,
     c: &EgressCounters,
     s: &PortSettings,
+    hold: Option<Duration>,
     pkt: &Packet,
     g: GsoInfo,
 ) {
@@ -270,7 +302,7 @@ fn deliver_segmented(
             IoSlice::new(seg.header),
             IoSlice::new(seg.payload),
         ];
-        match tx.send(&iov, hold(s)) {
+        match tx.send(&iov, hold) {
             Ok(()) => {
                 written += 1;
                 add(

@@ -175,6 +175,7 @@ impl Harness {
                 &mut *r.tx,
                 &ring.delivery,
                 &s,
+                deliver::hold(&s),
                 &mut self.batch,
                 &mut self.scratch,
             );
@@ -387,6 +388,65 @@ mod tests {
         let i = h.sw.ports()[0].ingress_stats();
         assert_eq!((i.frames, i.drop_bad_vnet_header), (11, 1), "{i:?}");
         assert_eq!(h.sw.ports()[0].dev.kind(), "replay");
+    }
+
+    /// Under backpressure a full receiver is not waited on by the worker:
+    /// what it did not take is kept, in order, the sender's queue is not
+    /// read meanwhile, and it is written once there is room; a receiver
+    /// full for longer than the backpressure wait loses it, counted.
+    #[test]
+    fn a_full_receiver_under_backpressure_gets_what_was_kept_in_order() {
+        let s = PortSettings {
+            lro: false,
+            ..PortSettings::default()
+        };
+        let ports = [(mac(1), 1, s.clone()), (mac(2), 1, s)];
+        let backends = [Backend::Tap, Backend::Replay];
+        let mut h = Harness::with_backends(&ports, &backends, SwitchConfig::default());
+        let Guest::Replay(b) = &h.guests[1] else {
+            panic!("a replay port");
+        };
+        let b = Arc::clone(b);
+        let mut out = Vec::new();
+        h.send(1, 0, &tcp(2, 1, 0));
+        h.settle(10, &mut out);
+        b.take_sent();
+        b.set_room(0, Some(2));
+        for seq in 1..=6 {
+            h.send(0, 0, &tcp(1, 2, seq));
+        }
+        for _ in 0..5 {
+            h.step();
+        }
+        let seqs = |sent: Vec<(usize, Vec<u8>)>| -> Vec<u32> {
+            sent.iter()
+                .map(|(_, f)| u32::from_be_bytes(f[12 + 38..12 + 42].try_into().unwrap()))
+                .collect()
+        };
+        assert_eq!(seqs(b.take_sent()), vec![1000 + 100, 1000 + 200]);
+        let e = h.sw.ports()[1].egress_stats();
+        assert_eq!(e.drop_virtqueue_full, 0, "kept, not dropped: {e:?}");
+        b.set_room(0, None);
+        out.clear();
+        h.settle(10, &mut out);
+        assert_eq!(
+            seqs(out.drain(..).filter(|(p, _)| *p == 1).collect()),
+            (3..=6).map(|s| 1000 + s * 100).collect::<Vec<_>>(),
+            "the rest, in order"
+        );
+        // Full for good: after the wait, dropped and counted.
+        b.set_room(0, Some(0));
+        h.send(0, 0, &tcp(1, 2, 7));
+        h.step();
+        std::thread::sleep(crate::BACKPRESSURE_WAIT + std::time::Duration::from_millis(20));
+        h.settle(10, &mut out);
+        let e = h.sw.ports()[1].egress_stats();
+        assert_eq!(
+            (e.delivered_source_frames, e.drop_virtqueue_full),
+            (6, 1),
+            "{e:?}"
+        );
+        h.check_accounting().unwrap();
     }
 
     #[test]

@@ -289,6 +289,17 @@ impl<T> Lane<T> {
         self.pending2 = 0;
     }
 
+    /// Stages again, in order and first, frames taken back with
+    /// [`Lane::take_staged`] that the receiver did not take.
+    pub fn restage(&mut self, items: &mut Vec<Slot<T>>) {
+        for s in items.iter() {
+            self.pending1 += s.r1 as usize;
+            self.pending2 += s.r2 as usize;
+        }
+        items.append(&mut self.staged);
+        std::mem::swap(items, &mut self.staged);
+    }
+
     /// Publishes the staged frames: one store makes them visible, then the
     /// consumer is woken if it sleeps.
     pub fn publish(&mut self, ring: &RxRing<T>) {

@@ -213,7 +213,11 @@ pub trait Transmitter: Send {
     /// first, telling `done` each frame's result, in order (a callback,
     /// so that no caller needs a buffer for them). With `hold`, a full
     /// queue on the other side is waited on for up to that long before a
-    /// frame is given up (`rx_overflow = "backpressure"`).
+    /// frame is given up (`rx_overflow = "backpressure"`). A zero `hold`
+    /// never waits: the first frame that finds the queue full, and every
+    /// frame after it, is reported [`SendError::Full`] untried (a
+    /// datapath worker keeps them, in order, to write again, rather than
+    /// holding its other queues up).
     fn send_batch(
         &mut self,
         frames: &[&[IoSlice<'_>]],

@@ -119,6 +119,10 @@ struct State {
     poll_budget: Duration,
     /// Frames were read since the queue was last found empty.
     read: bool,
+    /// Destinations holding frames a full receiver did not take
+    /// (`rx_overflow = "backpressure"`), and since when.
+    kept: Vec<(usize, usize)>,
+    kept_since: Option<Instant>,
     /// When a tunnel endpoint's first queue resolves its peers next.
     next_solicit: Instant,
     /// Settings of every port, re-read when the switch's generation moves.
@@ -158,6 +162,8 @@ impl Rxq {
             last_wake: Instant::now(),
             poll_budget: BUSY_POLL_MIN,
             read: false,
+            kept: Vec::new(),
+            kept_since: None,
             next_solicit: Instant::now(),
             gen: u64::MAX,
             settings: Vec::new(),
@@ -331,6 +337,9 @@ impl Rxq {
     /// port's settings read again first if the switch's generation moved
     /// (a port added or removed, a setting changed).
     pub(crate) fn poll_batch(&mut self) -> Batch {
+        if self.st.retry_kept(&self.cx) {
+            return Batch::Stalled;
+        }
         let end = self.st.read_batch(&self.cx);
         // Read after the frames: a frame sent to a port added just before
         // it was sent is switched with a table that has the port.

@@ -155,9 +155,60 @@ impl State {
             &mut **tx,
             &lane.counters,
             s,
+            deliver::inline_hold(s),
             &mut self.inline,
             &mut self.scratch,
         );
+        if !self.inline.is_empty() {
+            // A full receiver under backpressure: what it did not take is
+            // kept, in order, and this queue reads nothing more until it
+            // is written ([`State::retry_kept`]).
+            lane.restage(&mut self.inline);
+            if !self.kept.contains(&(dst, q)) {
+                self.kept.push((dst, q));
+            }
+            self.kept_since.get_or_insert(self.now);
+        }
+    }
+
+    /// Before a batch: writes again what full receivers did not take. True
+    /// while some is still kept (the queue is not read meanwhile); what
+    /// was kept longer than [`BACKPRESSURE_WAIT`] is dropped and counted,
+    /// as a delivery thread gives up a receiver that stopped.
+    pub(super) fn retry_kept(&mut self, cx: &Ctx) -> bool {
+        if self.kept.is_empty() {
+            return false;
+        }
+        let kept = std::mem::take(&mut self.kept);
+        let now = Instant::now();
+        self.now = now;
+        for &(dst, q) in &kept {
+            // A destination that left the switch took what was kept for
+            // it along.
+            if cx.ports.get(dst).is_some() && self.dests[dst].len() > q {
+                self.hand_over(cx, dst, q);
+            }
+        }
+        if self.kept.is_empty() {
+            self.kept_since = None;
+            return false;
+        }
+        if self
+            .kept_since
+            .is_some_and(|t| now.duration_since(t) >= BACKPRESSURE_WAIT)
+        {
+            for (dst, q) in std::mem::take(&mut self.kept) {
+                if let Some(lane) = self.dests[dst][q].lane.as_mut() {
+                    lane.take_staged(&mut self.inline);
+                    for x in self.inline.drain(..) {
+                        add(&lane.counters.drop_virtqueue_full, x.item.sources());
+                    }
+                }
+            }
+            self.kept_since = None;
+            return false;
+        }
+        true
     }
 }
 

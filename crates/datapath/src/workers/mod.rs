@@ -333,7 +333,7 @@ impl Workers {
         let last = self.last.lock().expect("loads lock").clone();
         let ports = sw.ports();
         let load_of = |id: QueueId| last.iter().find(|(q, _)| *q == id).map_or(0.0, |x| x.1);
-        let pct = |x: f64| (x * 1000.0).round() / 10.0;
+        let pct = |x: f64| (x.max(0.0) * 1000.0).round() / 10.0;
         self.workers
             .iter()
             .map(|w| {

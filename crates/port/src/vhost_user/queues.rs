@@ -187,6 +187,13 @@ impl Transmitter for VirtqTransmitter {
             if !full {
                 continue;
             }
+            if hold == Some(Duration::ZERO) {
+                // Kept by the caller, in order: this frame and the rest.
+                for _ in at - 1..frames.len() {
+                    done(Err(SendError::Full));
+                }
+                return;
+            }
             // The frame that found the ring full: wait for room (if
             // holding) and write it again, or give it up.
             let retry = hold.is_some_and(|wait| {

@@ -170,10 +170,11 @@ class Topology:
     `vms` is a list of dicts of per-VM settings (name, ipv4, and any of
     mtu, queues, lro, tso, csum, ring1, ring2, vlan, ipv6); `uplinks` and
     `hosts` the same for `[[uplink]]` and `[[host]]` entries (an uplink's
-    device name is made unique here when it is given as "")."""
+    device name is made unique here when it is given as ""); `switch` the
+    `[switch]` table."""
 
     def __init__(self, tmp: Path, vms, fdb_aging_secs=300, prefix="t", uplinks=(), hosts=(), up_args=(),
-                 netns=None, frr=None):
+                 netns=None, frr=None, switch=None):
         self.name = unique(prefix)[:12]
         self.up_args = list(up_args)
         self.vms = vms
@@ -186,6 +187,8 @@ class Topology:
             doc["netns"] = netns
         if frr:
             doc["frr"] = frr
+        if switch:
+            doc["switch"] = switch
         if self.uplinks:
             doc["uplink"] = self.uplinks
         if self.hosts:

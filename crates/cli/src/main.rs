@@ -120,6 +120,10 @@ enum Cmd {
         #[command(flatten)]
         target: switch_cmd::Target,
     },
+    /// Add or remove one VM while the switch runs, as `ovs-vsctl
+    /// add-port`/`del-port` do: no other VM is touched.
+    #[command(subcommand)]
+    Vm(switch_cmd::VmCmd),
     /// Run the offload engines on capture files (pcap in, pcap out).
     #[command(subcommand)]
     Pcap(pcap_cmd::PcapCmd),
@@ -263,6 +267,7 @@ fn main() {
         Cmd::Port { args, target } => switch_cmd::port(&target, args),
         Cmd::Fdb(t) => switch_cmd::fdb(&t),
         Cmd::Workers(t) => switch_cmd::workers(&t),
+        Cmd::Vm(c) => switch_cmd::vm(c),
         Cmd::Evpn(t) => switch_cmd::evpn(&t),
         Cmd::Top(a) => top::top(a),
         Cmd::Exec {

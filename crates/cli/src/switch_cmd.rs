@@ -369,6 +369,103 @@ pub fn fdb(t: &Target) -> Result<(), String> {
     Ok(())
 }
 
+/// `hvnet vm add|del`
+#[derive(Debug, clap::Subcommand)]
+pub enum VmCmd {
+    /// Create a VM and give it a port on the running switch:
+    /// `hvnet vm add -t TOPO web3 ipv4=10.10.0.3/24 queues=2`. The keys are
+    /// a `[[vm]]` table's (kind, ipv4, ipv6, mac, mtu, queues, vlan, lro,
+    /// tso, csum, ring1, ring2, rx_overflow, delivery, mode, socket, …),
+    /// checked as in a topology file; without `mac`, one is derived.
+    Add {
+        /// The VM's name.
+        name: String,
+        /// Settings, KEY=VALUE each.
+        #[arg(value_name = "KEY=VALUE")]
+        settings: Vec<String>,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Remove a VM: its port leaves the switch (its learned addresses and
+    /// queues with it), its guest is stopped, and what hvnet created for it
+    /// is deleted.
+    Del {
+        /// The VM's name.
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+/// A `[[vm]]` table from `KEY=VALUE` words: numbers, `true`/`false` and
+/// lists (`[…]`) as they are, everything else as a string.
+pub fn vm_table(name: &str, settings: &[String]) -> Result<String, String> {
+    let mut t = format!("[[vm]]\nname = {name:?}\n");
+    for kv in settings {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| format!("{kv:?}: settings are KEY=VALUE (as ipv4=10.10.0.3/24)"))?;
+        let (k, v) = (k.trim(), v.trim());
+        if k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("{kv:?}: {k:?} is not a setting's name"));
+        }
+        let raw = v.parse::<i64>().is_ok() || v == "true" || v == "false" || v.starts_with('[');
+        if raw {
+            t += &format!("{k} = {v}\n");
+        } else {
+            t += &format!("{k} = {v:?}\n");
+        }
+    }
+    Ok(t)
+}
+
+/// `hvnet vm add|del`
+pub fn vm(c: VmCmd) -> Result<(), String> {
+    match c {
+        VmCmd::Add {
+            name,
+            settings,
+            target,
+        } => {
+            let table = vm_table(&name, &settings)?;
+            // A refusal of the table's line N names the setting given
+            // there (line 1 is `[[vm]]`, line 2 the name).
+            let v = call(&target, Request::VmAdd { table }).map_err(|e| {
+                let at = e
+                    .strip_prefix("line ")
+                    .and_then(|r| r.split_once(": "))
+                    .and_then(|(n, rest)| Some((n.parse::<usize>().ok()?, rest)));
+                match at {
+                    Some((n, rest)) if n >= 3 && n - 3 < settings.len() => {
+                        format!("{}: {rest}", settings[n - 3])
+                    }
+                    _ => e,
+                }
+            })?;
+            if target.json {
+                println!("{v}");
+            } else {
+                println!(
+                    "vm {}: added ({} VM, port {}, mac {})",
+                    s(&v["vm"]),
+                    s(&v["kind"]),
+                    s(&v["port"]),
+                    s(&v["mac"])
+                );
+            }
+        }
+        VmCmd::Del { name, target } => {
+            let v = call(&target, Request::VmDel { name })?;
+            if target.json {
+                println!("{v}");
+            } else {
+                println!("vm {}: removed", s(&v["vm"]));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// `hvnet workers`
 pub fn workers(t: &Target) -> Result<(), String> {
     let v = call(t, Request::Workers)?;

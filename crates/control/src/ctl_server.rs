@@ -31,7 +31,10 @@ const IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// What requests are served from.
 pub(crate) struct Ctl {
     pub sw: Arc<Switch>,
-    pub topo: Arc<Topology>,
+    /// The topology as it runs (VMs come and go: [`crate::reconcile`]).
+    pub topo: Mutex<Arc<Topology>>,
+    /// VMs are added and removed one at a time.
+    pub changes: Mutex<()>,
     pub guests: Arc<Mutex<Vec<Guest>>>,
     /// The daemon gave up root after bring-up (`--drop-privileges`).
     pub unprivileged: bool,
@@ -140,7 +143,8 @@ fn serve(cx: &Ctl, conn: UnixStream) {
         Ok(_) => {}
         Err(_) => return,
     }
-    let (sw, topo, guests) = (&cx.sw, &*cx.topo, &*cx.guests);
+    let topo = cx.topology();
+    let (sw, topo, guests) = (&cx.sw, &*topo, &*cx.guests);
     let reply = match parse_request(&line).map(|r| by_name(sw, r)) {
         Ok(Request::PortShow { name }) => {
             handle(
@@ -187,6 +191,8 @@ fn serve(cx: &Ctl, conn: UnixStream) {
         Ok(Request::Evpn) => Ok(views::evpn(sw, topo)),
         Ok(Request::Restart { vm }) => restart_guest(topo, guests, &vm, true),
         Ok(Request::Kill { vm }) => restart_guest(topo, guests, &vm, false),
+        Ok(Request::VmAdd { table }) => crate::reconcile::add_vm(cx, &table),
+        Ok(Request::VmDel { name }) => crate::reconcile::del_vm(cx, &name),
         Ok(req) => handle(sw, topo, req, cx.unprivileged),
         Err(e) => Err(e),
     };
@@ -390,8 +396,10 @@ fn handle(
             Ok(json!("stopping"))
         }
         Request::Counters => Ok(views::counters(sw)),
-        Request::Restart { .. } | Request::Kill { .. } | Request::Evpn => {
-            Err(CtlError::refused("served by the daemon"))
-        }
+        Request::Restart { .. }
+        | Request::Kill { .. }
+        | Request::Evpn
+        | Request::VmAdd { .. }
+        | Request::VmDel { .. } => Err(CtlError::refused("served by the daemon")),
     }
 }

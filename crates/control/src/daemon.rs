@@ -373,6 +373,20 @@ pub fn daemon(
             s
         }
     };
+    // VMs added and removed at run time, as the last daemon left them.
+    let topo = if state.added_vms.is_empty() && state.removed_vms.is_empty() {
+        topo
+    } else {
+        let t = Topology::clone(&topo)
+            .with_changes(&state.added_vms, &state.removed_vms)
+            .map_err(|e| {
+                DaemonError::Other(format!(
+                    "topology {}: VMs added at run time: {e}",
+                    topo.name
+                ))
+            })?;
+        Arc::new(t)
+    };
     state.file = file
         .canonicalize()
         .map_err(io_err("resolve topology path"))?;
@@ -437,7 +451,8 @@ pub fn daemon(
     }
     let cx = Arc::new(Ctl {
         sw: sw.clone(),
-        topo: topo.clone(),
+        topo: Mutex::new(topo.clone()),
+        changes: Mutex::new(()),
         guests: guests.clone(),
         unprivileged: drop_privileges,
         balancers,

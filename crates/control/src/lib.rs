@@ -13,6 +13,7 @@ pub mod guest;
 pub mod metrics;
 pub mod proto;
 mod provision;
+mod reconcile;
 pub mod rtnl;
 pub mod state;
 pub mod topology;

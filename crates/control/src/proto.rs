@@ -36,6 +36,17 @@ pub enum Request {
     Fdb,
     /// `hvnet workers`: the datapath's workers, their queues and loads.
     Workers,
+    /// `hvnet vm add`: a VM created and its port added while the switch
+    /// runs.
+    VmAdd {
+        /// One `[[vm]]` table, as in a topology file.
+        table: String,
+    },
+    /// `hvnet vm del`: a VM's port removed and the VM deleted.
+    VmDel {
+        /// The VM.
+        name: String,
+    },
     /// `hvnet evpn`
     Evpn,
     /// `hvnet top`: every port's counters and ring fill in one snapshot,

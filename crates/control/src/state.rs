@@ -51,6 +51,13 @@ pub struct State {
     /// start from zero each time).
     #[serde(default)]
     pub restarts: u32,
+    /// VMs added at run time (`hvnet vm add`), each its `[[vm]]` table
+    /// with its MAC written in: a restarted daemon re-attaches to them too.
+    #[serde(default)]
+    pub added_vms: Vec<String>,
+    /// VMs of the file removed at run time (`hvnet vm del`), by name.
+    #[serde(default)]
+    pub removed_vms: Vec<String>,
 }
 
 /// A guest left running by a daemon that stopped or died.

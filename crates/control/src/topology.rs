@@ -573,6 +573,67 @@ impl Topology {
         }
         w
     }
+    /// The topology as it runs after VMs were added and removed at run
+    /// time (`hvnet vm add|del`): `added`, each one `[[vm]]` table (with
+    /// its MAC written in, so that it never depends on its place), after
+    /// the file's VMs; the VMs named in `removed` gone.
+    pub fn with_changes(
+        mut self,
+        added: &[String],
+        removed: &[String],
+    ) -> Result<Topology, String> {
+        self.vms.retain(|v| !removed.contains(&v.name));
+        for table in added {
+            let vm = self.parse_vm(table)?;
+            if !removed.contains(&vm.name) {
+                self.vms.push(vm);
+            }
+        }
+        if self.vms.len() > MAX_VMS {
+            return Err(format!("at most {MAX_VMS} VMs"));
+        }
+        Ok(self)
+    }
+
+    /// The name a `[[vm]]` table gives its VM, if it names one.
+    pub fn parse_vm_name(&self, table: &str) -> Option<String> {
+        let t: toml::Table = toml::from_str(table).ok()?;
+        let vm = t.get("vm")?.as_array()?.first()?;
+        Some(vm.get("name")?.as_str()?.to_string())
+    }
+
+    /// One `[[vm]]` table (`hvnet vm add`), checked as the file's VMs are
+    /// and against them: a name of its own, and a MAC — the one it gives,
+    /// else the one its place among every VM ever added gives.
+    pub fn parse_vm(&self, table: &str) -> Result<Vm, String> {
+        let text = format!("name = {:?}\n{table}", self.name);
+        let mut t = parse(&text).map_err(|(line, reason)| {
+            format!("line {}: {reason}", line.saturating_sub(1).max(1))
+        })?;
+        let [mut vm]: [Vm; 1] = t
+            .vms
+            .drain(..)
+            .collect::<Vec<_>>()
+            .try_into()
+            .map_err(|_| "give exactly one [[vm]] table".to_string())?;
+        if self.vms.iter().any(|v| v.name == vm.name) {
+            return Err(format!("vm {:?}: a VM of that name runs already", vm.name));
+        }
+        if !table.lines().any(|l| l.trim_start().starts_with("mac")) {
+            let free = (self.vms.len()..)
+                .map(|i| auto_mac(&self.name, 0, i))
+                .find(|m| self.vms.iter().all(|v| v.mac != *m));
+            vm.mac = free.expect("a free MAC");
+        }
+        if let Some(o) = self.vms.iter().find(|v| v.mac == vm.mac) {
+            return Err(format!(
+                "vm {:?}: mac {} is VM {}'s",
+                vm.name, vm.mac, o.name
+            ));
+        }
+        Ok(vm)
+    }
+
     /// Every namespace the topology creates (namespace VMs, then
     /// external hosts).
     pub fn namespaces(&self) -> Vec<String> {

@@ -1,0 +1,105 @@
+"""VMs added and removed while the switch runs (`hvnet vm add|del`), with
+traffic between two other VMs that must not notice; and the datapath's
+fixed pool of workers (`[switch] cpus`, `hvnet workers`)."""
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+import hvlab
+
+pytestmark = pytest.mark.root
+
+XFER = Path(__file__).with_name("xfer.py")
+
+
+def vm(name, ip, **kw):
+    return dict(name=name, ipv4=ip + "/24", **kw)
+
+
+def ports(t):
+    return {p["client"]: p for p in json.loads(t.hv("ports", "--json").stdout)}
+
+
+def daemon_pid(t):
+    return json.loads(Path(f"/run/hvnet/{t.name}/state.json").read_text())["pid"]
+
+
+def test_vms_come_and_go_under_traffic_and_the_others_lose_nothing(tmp_path):
+    data = tmp_path / "data"
+    data.write_bytes(os.urandom(24 << 20))
+    want = hashlib.sha256(data.read_bytes()).hexdigest()
+    with hvlab.Topology(tmp_path, [vm("a", "10.77.0.1", queues=1), vm("b", "10.77.0.2", queues=1)], prefix="va") as t:
+        server = t.popen("b", f"{os.sys.executable} {XFER} serve 10.77.0.2 5555", stdout=hvlab.subprocess.PIPE, text=True)
+        hvlab.wait_listening(t.ns("b"), 5555)
+        # Paced, so that the stream runs through all the churn.
+        sender = t.popen("a", f"{os.sys.executable} {XFER} paced 10.77.0.2 5555 {data} {8 << 20}")
+        for i in range(12):
+            name, ip = f"n{i}", f"10.77.0.{10 + i}"
+            out = json.loads(t.hv("vm", "add", name, f"ipv4={ip}/24", "queues=1", "--json").stdout)
+            assert out["vm"] == name and out["kind"] == "netns", out
+            # Reachable at once: the first ping is answered.
+            t.sh("a", f"ping -c 1 -W 5 {ip}")
+            if i >= 2:
+                gone = f"n{i - 2}"
+                t.hv("vm", "del", gone)
+                assert gone not in ports(t)
+                assert not Path(f"/run/netns/{t.ns(gone)}").exists()
+        sender.wait(timeout=120)
+        digest, n = server.communicate(timeout=60)[0].split()
+        assert (digest, int(n)) == (want, 24 << 20)
+        assert sorted(ports(t)) == ["a", "b", "n10", "n11"]
+        for p in ["a", "b"]:
+            acc = t.stats(f"/ports/{p}/accounting")
+            assert acc["ingress"]["balanced"], acc
+            assert acc["ingress"]["drops"] == 0 and acc["egress"]["drops"] == 0, acc
+        # Refused with the setting named; nothing changes.
+        r = t.hv("vm", "add", "bad", "ipv4=10.77.0.99/24", "mtu=99999", check=False)
+        assert r.returncode != 0 and "mtu=99999" in r.stderr, r.stderr
+        r = t.hv("vm", "add", "a", "ipv4=10.77.0.98/24", check=False)
+        assert r.returncode != 0 and "runs already" in r.stderr, r.stderr
+        r = t.hv("vm", "del", "nope", check=False)
+        assert r.returncode != 0 and "no VM named" in r.stderr, r.stderr
+        assert sorted(ports(t)) == ["a", "b", "n10", "n11"]
+        # A file VM removed, and a daemon restart keeps what runs now.
+        t.hv("vm", "del", "a")
+        os.kill(daemon_pid(t), 15)
+        assert hvlab.eventually(lambda: not Path(f"/run/hvnet/{t.name}/ctl.sock").exists(), timeout=10)
+        hvlab.hvnet("up", t.file)
+        assert sorted(ports(t)) == ["b", "n10", "n11"]
+        t.sh("n10", "ping -c 1 -W 5 10.77.0.2")
+    for i in range(12):
+        assert not Path(f"/run/netns/{t.ns(f'n{i}')}").exists()
+
+
+def test_a_vhost_user_port_comes_and_goes(tmp_path):
+    with hvlab.Topology(tmp_path, [vm("a", "10.78.0.1")], prefix="vv") as t:
+        t.hv("vm", "add", "g", "kind=vhost-user", "mac=02:00:00:00:78:0a")
+        sock = Path(f"/run/hvnet/{t.name}/g.sock")
+        assert sock.exists()
+        assert ports(t)["g"]["type"].startswith("vhost-user")
+        t.hv("vm", "del", "g")
+        assert not sock.exists()
+        assert "g" not in ports(t)
+
+
+def test_a_fixed_pool_of_workers_whatever_the_ports(tmp_path):
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    vms = [vm(f"v{i}", f"10.79.0.{i + 1}", queues=2) for i in range(12)]
+    with hvlab.Topology(tmp_path, vms, prefix="vw", switch={"cpus": f"{cpu}"}) as t:
+        workers = json.loads(t.hv("workers", "--json").stdout)
+        assert [w["cpu"] for w in workers] == [cpu]
+        owned = sorted((q["port"], q["queue"]) for q in workers[0]["queues"])
+        assert owned == sorted((f"v{i}", q) for i in range(12) for q in range(2))
+        tasks = os.listdir(f"/proc/{daemon_pid(t)}/task")
+        # One worker, and a few threads of the control plane; none per port.
+        assert len(tasks) <= 1 + 6, len(tasks)
+        names = {Path(f"/proc/{daemon_pid(t)}/task/{x}/comm").read_text().strip() for x in tasks}
+        assert "worker0" in names and not any(n.endswith("_q0") or n.endswith("_rx0") for n in names), names
+        t.sh("v0", "ping -c 2 -i 0.2 -W 2 10.79.0.12")
+        out = t.hv("workers").stdout
+        assert "worker0 (cpu" in out and "port v0" in out

@@ -196,7 +196,10 @@ fn up_locked(
     } else {
         Duration::ZERO
     };
-    let deadline = Instant::now() + Duration::from_secs(30) + boot;
+    // Each VM's namespace and NIC take their time too (tens of ms each).
+    let per_vm = Duration::from_millis(100) * topo.vms.len() as u32;
+    let wait = Duration::from_secs(30) + boot + per_vm;
+    let deadline = Instant::now() + wait;
     loop {
         if read_state(&dir).is_some_and(|s| s.ready && s.pid == child.id()) {
             return Ok(UpReport { topo, bringup });
@@ -219,7 +222,7 @@ fn up_locked(
             let _ = down_locked(&topo.name);
             return Err(DaemonError::Other(format!(
                 "the daemon did not get ready within {} s",
-                (30 + boot.as_secs())
+                wait.as_secs()
             )));
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -497,6 +500,7 @@ pub fn daemon(
             .filter(|v| v.kind == VmKind::Netns)
             .map(|v| (v.name.clone(), topo.netns(v))),
     );
+    let mut turn = 0u32;
     while !sw.stopping() {
         if term.load(Ordering::Relaxed) {
             tracing::info!("signal received: stopping (the VMs keep their NICs and QEMU guests keep running; `hvnet up` re-attaches, `hvnet down` removes them)");
@@ -505,8 +509,16 @@ pub fn daemon(
         }
         std::thread::sleep(Duration::from_millis(100));
         reap_guests(&dir, &guests);
-        watch.check(&sw, &threads);
-        netns_watch.check();
+        // The slower looks (every port's counters; every namespace VM's
+        // namespace) a few times a second, not ten: with thousands of
+        // ports they are what an idle daemon spends.
+        turn = turn.wrapping_add(1);
+        if turn % 10 == 0 {
+            watch.check(&sw, &threads);
+        }
+        if turn % 5 == 0 {
+            netns_watch.check();
+        }
     }
     // QEMU guests run on and reconnect to the next daemon; the others
     // (User-Mode Linux's, whose NIC would not come back) stop with it.

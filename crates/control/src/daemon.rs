@@ -513,10 +513,10 @@ pub fn daemon(
         // namespace) a few times a second, not ten: with thousands of
         // ports they are what an idle daemon spends.
         turn = turn.wrapping_add(1);
-        if turn % 10 == 0 {
+        if turn.is_multiple_of(10) {
             watch.check(&sw, &threads);
         }
-        if turn % 5 == 0 {
+        if turn.is_multiple_of(5) {
             netns_watch.check();
         }
     }

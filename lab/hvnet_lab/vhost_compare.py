@@ -140,9 +140,12 @@ def run_hvnet(tmp, huge, size, seconds):
             frames = lambda: t.stats("/ports/a/accounting")["ingress"]["frames_in"]  # noqa: E731
             hvlab.eventually(lambda: frames() > 100_000, timeout=60)
             time.sleep(1)
-            f0, c0, w0 = frames(), task_ns(pid), task_ns(pid, "a_q")
+            # The threads that read a's queue: its queue thread (before the
+            # worker pool), or the datapath's workers.
+            reader = lambda: task_ns(pid, "a_q") or task_ns(pid, "worker")  # noqa: E731
+            f0, c0, w0 = frames(), task_ns(pid), reader()
             time.sleep(seconds)
-            f1, c1, w1 = frames(), task_ns(pid), task_ns(pid, "a_q")
+            f1, c1, w1 = frames(), task_ns(pid), reader()
             a.stop()
             a = None
             time.sleep(0.5)

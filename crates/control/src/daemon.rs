@@ -510,13 +510,13 @@ pub fn daemon(
         std::thread::sleep(Duration::from_millis(100));
         reap_guests(&dir, &guests);
         // The slower looks (every port's counters; every namespace VM's
-        // namespace) a few times a second, not ten: with thousands of
+        // namespace) once a second, not ten times: with thousands of
         // ports they are what an idle daemon spends.
         turn = turn.wrapping_add(1);
         if turn.is_multiple_of(10) {
             watch.check(&sw, &threads);
         }
-        if turn.is_multiple_of(5) {
+        if turn.is_multiple_of(10) {
             netns_watch.check();
         }
     }

@@ -64,7 +64,9 @@ impl Watch {
 /// its name alone would leave the port up: the daemon deletes the NIC
 /// itself, through the handle it kept, and the port sees its device gone.
 pub struct NetnsWatch {
-    vms: Vec<(String, String, std::fs::File)>,
+    /// VM, namespace name, the handle kept, and the handle's device and
+    /// inode (read once: a look is one `stat` of the name).
+    vms: Vec<(String, String, std::fs::File, (u64, u64))>,
 }
 
 impl NetnsWatch {
@@ -73,7 +75,12 @@ impl NetnsWatch {
         NetnsWatch {
             vms: vms
                 .into_iter()
-                .filter_map(|(vm, ns)| Some((vm, ns.clone(), hvnet_sys::netns::open(&ns).ok()?)))
+                .filter_map(|(vm, ns)| {
+                    use std::os::unix::fs::MetadataExt;
+                    let handle = hvnet_sys::netns::open(&ns).ok()?;
+                    let m = handle.metadata().ok()?;
+                    Some((vm, ns.clone(), handle, (m.dev(), m.ino())))
+                })
                 .collect(),
         }
     }
@@ -82,13 +89,12 @@ impl NetnsWatch {
     /// the namespace the daemon holds.
     pub fn check(&mut self) {
         use std::os::unix::fs::MetadataExt;
-        let same = |ns: &str, handle: &std::fs::File| {
+        let same = |ns: &str, held: (u64, u64)| {
             let now = std::fs::metadata(hvnet_sys::netns::path(ns));
-            let held = handle.metadata();
-            matches!((now, held), (Ok(a), Ok(b)) if (a.dev(), a.ino()) == (b.dev(), b.ino()))
+            matches!(now, Ok(a) if (a.dev(), a.ino()) == held)
         };
-        self.vms.retain(|(vm, ns, handle)| {
-            if same(ns, handle) {
+        self.vms.retain(|(vm, ns, handle, held)| {
+            if same(ns, *held) {
                 return true;
             }
             let removed = hvnet_sys::netns::run_in(handle, || {

@@ -103,3 +103,38 @@ def test_a_fixed_pool_of_workers_whatever_the_ports(tmp_path):
         t.sh("v0", "ping -c 2 -i 0.2 -W 2 10.79.0.12")
         out = t.hv("workers").stdout
         assert "worker0 (cpu" in out and "port v0" in out
+
+
+def test_up_of_an_edited_file_applies_the_difference(tmp_path):
+    t = hvlab.Topology(tmp_path, [vm("a", "10.76.0.1")], prefix="vf")
+    table = '[[vm]]\nname = "{}"\nipv4 = "10.76.0.{}/24"\nqueues = 1\n'
+    base = f'name = "{t.name}"\n\n' + table.format("a", 1) + "\n" + table.format("b", 2)
+    more = base + "\n" + table.format("c", 3) + "lro = false\n"
+    t.file.write_text(base)
+    with t:
+        pid = daemon_pid(t)
+        t.file.write_text(more)
+        out = json.loads(hvlab.hvnet("up", "--json", t.file).stdout)
+        assert out["applied"]["added"] == ["c"] and out["applied"]["removed"] == [], out
+        assert daemon_pid(t) == pid, "the same daemon: nothing restarted"
+        t.sh("c", "ping -c 1 -W 5 10.76.0.1")
+        # A kept VM's port setting changes; a change beyond them, or to
+        # another section, is refused before anything changes.
+        t.file.write_text(more.replace("lro = false", "lro = true"))
+        out = json.loads(hvlab.hvnet("up", "--json", t.file).stdout)
+        assert out["applied"]["changed"] == ["c"], out
+        assert json.loads(t.hv("port", "c", "--json").stdout)["lro"] is True
+        for bad, why in [(more.replace('"10.76.0.3/24"', '"10.76.0.9/24"'), "changed beyond its port settings"),
+                         (more.replace("\n\n", "\nfdb_aging_secs = 7\n\n", 1), "fdb_aging_secs differs"),
+                         (more + "\n" + table.format("d", 4) + "mtu = 99999\n", "99999")]:
+            t.file.write_text(bad)
+            r = hvlab.hvnet("up", t.file, check=False)
+            assert r.returncode != 0 and why in r.stderr, r.stderr
+            assert sorted(ports(t)) == ["a", "b", "c"]
+        # The file without c: c goes, the others stay.
+        t.file.write_text(base)
+        out = json.loads(hvlab.hvnet("up", "--json", t.file).stdout)
+        assert out["applied"]["removed"] == ["c"], out
+        assert sorted(ports(t)) == ["a", "b"]
+        assert not Path(f"/run/netns/{t.ns('c')}").exists()
+        t.sh("a", "ping -c 1 -W 5 10.76.0.2")

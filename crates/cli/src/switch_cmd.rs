@@ -109,6 +109,30 @@ pub fn up(
         DaemonError::Topology(t) => t.to_string(),
         other => other.to_string(),
     })?;
+    if let Some(a) = &report.applied {
+        if json_out {
+            println!("{}", json!({"topology": report.topo.name, "applied": a}));
+        } else {
+            let list = |k: &str| {
+                let v: Vec<String> = a[k].as_array().into_iter().flatten().map(s).collect();
+                if v.is_empty() {
+                    "none".to_string()
+                } else {
+                    v.join(", ")
+                }
+            };
+            println!(
+                "topology {} runs; applied {}: added {}; removed {}; settings changed {}; {} VMs now",
+                report.topo.name,
+                file.display(),
+                list("added"),
+                list("removed"),
+                list("changed"),
+                s(&a["vms"])
+            );
+        }
+        return Ok(());
+    }
     let reattached = report.bringup == daemon::Bringup::Reattach;
     let topo = report.topo;
     if json_out {

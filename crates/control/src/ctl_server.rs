@@ -193,6 +193,7 @@ fn serve(cx: &Ctl, conn: UnixStream) {
         Ok(Request::Kill { vm }) => restart_guest(topo, guests, &vm, false),
         Ok(Request::VmAdd { table }) => crate::reconcile::add_vm(cx, &table),
         Ok(Request::VmDel { name }) => crate::reconcile::del_vm(cx, &name),
+        Ok(Request::Apply { text }) => crate::reconcile::apply(cx, &text),
         Ok(req) => handle(sw, topo, req, cx.unprivileged),
         Err(e) => Err(e),
     };
@@ -400,6 +401,7 @@ fn handle(
         | Request::Kill { .. }
         | Request::Evpn
         | Request::VmAdd { .. }
-        | Request::VmDel { .. } => Err(CtlError::refused("served by the daemon")),
+        | Request::VmDel { .. }
+        | Request::Apply { .. } => Err(CtlError::refused("served by the daemon")),
     }
 }

@@ -129,8 +129,11 @@ pub fn prepare(topo: &Topology, text: &str) -> Result<Bringup, DaemonError> {
 pub struct UpReport {
     /// The topology.
     pub topo: Topology,
-    /// Whether its VMs were created or re-attached to.
+    /// Whether its VMs were created or re-attached to, or the file
+    /// applied to a running topology.
     pub bringup: Bringup,
+    /// What applying the file did (VMs added, removed, changed).
+    pub applied: Option<serde_json::Value>,
 }
 
 /// `hvnet up FILE`: returns once traffic can flow. Starts `hvnet daemon`
@@ -146,6 +149,27 @@ pub fn up(
     let topo = topology::load(file)?;
     let name = topo.name.clone();
     let lock = lock_topology(&name)?;
+    if let Some(s) = read_state(&state_dir(&name)).filter(daemon_alive) {
+        // Running: the file is applied to it.
+        drop(lock);
+        let sock = state_dir(&name).join("ctl.sock");
+        let wait = Duration::from_secs(60) + guest::BOOT_TIMEOUT * topo.vms.len() as u32;
+        let r = proto::call_waiting(&sock, &Request::Apply { text }, wait).map_err(io_err(
+            format!("the daemon of topology {name} (pid {})", s.pid),
+        ))?;
+        if !r.ok {
+            return Err(DaemonError::Other(format!(
+                "topology {name} runs; the file was not applied: {}",
+                r.error
+            )));
+        }
+        return Ok(UpReport {
+            topo,
+            // Not brought up: `applied` says what changed.
+            bringup: Bringup::Reattach,
+            applied: Some(r.data),
+        });
+    }
     let report = up_locked(topo, &text, file, exe, metrics, drop_privileges);
     // Refused before anything was made, or undone: no lock file is left.
     if report.is_err() && !state_dir(&name).exists() {
@@ -202,7 +226,11 @@ fn up_locked(
     let deadline = Instant::now() + wait;
     loop {
         if read_state(&dir).is_some_and(|s| s.ready && s.pid == child.id()) {
-            return Ok(UpReport { topo, bringup });
+            return Ok(UpReport {
+                topo,
+                bringup,
+                applied: None,
+            });
         }
         if let Ok(Some(status)) = child.try_wait() {
             let log = std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default();

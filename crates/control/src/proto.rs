@@ -42,6 +42,12 @@ pub enum Request {
         /// One `[[vm]]` table, as in a topology file.
         table: String,
     },
+    /// `hvnet up FILE` on a running topology: what runs made what the
+    /// file says.
+    Apply {
+        /// The topology file's text.
+        text: String,
+    },
     /// `hvnet vm del`: a VM's port removed and the VM deleted.
     VmDel {
         /// The VM.
@@ -201,8 +207,14 @@ impl CtlError {
 
 /// Sends one request and reads the reply.
 pub fn call(sock: &Path, req: &Request) -> std::io::Result<Reply> {
+    call_waiting(sock, req, Duration::from_secs(10))
+}
+
+/// [`call`], waiting up to `wait` for the reply (a request that creates
+/// VMs takes as long as they do).
+pub fn call_waiting(sock: &Path, req: &Request, wait: Duration) -> std::io::Result<Reply> {
     let mut s = UnixStream::connect(sock)?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.set_read_timeout(Some(wait))?;
     let mut line = serde_json::to_string(req).expect("request serializes");
     line.push('\n');
     s.write_all(line.as_bytes())?;

@@ -31,36 +31,14 @@ pub(crate) fn add_vm(cx: &Ctl, table: &str) -> Result<Value, CtlError> {
         stored.push_str(&format!("\nmac = \"{}\"", vm.mac));
     }
     let mut next = Topology::clone(&topo);
-    next.vms.push(vm.clone());
+    next.vms.push(vm);
     let i = next.vms.len() - 1;
-    let spec = provision::create_vm(&next, i, &dir, &mut state, false).map_err(CtlError::failed)?;
-    let port = match cx.sw.add_port(spec) {
-        Ok(p) => p,
-        Err(e) => {
-            undo_netns(&next, i, &mut state);
-            let _ = write_state(&dir, &state);
-            return Err(CtlError::refused(e.to_string()));
-        }
-    };
+    let port = add_port(cx, &next, i, &mut state)?;
     state.added_vms.push(stored);
     write_state(&dir, &state).map_err(CtlError::failed)?;
     cx.set_topology(next.clone());
-    let mut reply =
-        json!({"vm": vm.name, "port": port.id, "mac": vm.mac.to_string(), "kind": vm.kind.name()});
-    if vm.kind.started_by_hvnet() {
-        let mut g = guest::start(&next, &vm, &dir).map_err(CtlError::failed)?;
-        let ready = guest::wait_ready(&mut g, &dir);
-        reply["pid"] = json!(g.pid());
-        let mut all = cx.guests.lock().expect("guests lock");
-        all.push(g);
-        if let Some(mut s) = read_state(&dir) {
-            guest::record(&mut s, &all);
-            let _ = write_state(&dir, &s);
-        }
-        ready.map_err(CtlError::failed)?;
-    }
-    tracing::info!(vm = %vm.name, port = port.id, "vm added");
-    Ok(reply)
+    start_guest(cx, &next, i)?;
+    Ok(port)
 }
 
 /// `hvnet vm del`: the VM's port leaves the switch (its counters, FDB
@@ -76,29 +54,7 @@ pub(crate) fn del_vm(cx: &Ctl, name: &str) -> Result<Value, CtlError> {
     let dir = state_dir(&topo.name);
     let mut state =
         read_state(&dir).ok_or_else(|| CtlError::failed("the topology's state is gone"))?;
-    let vm = topo.vms[i].clone();
-    let port = cx
-        .sw
-        .remove_port(name)
-        .map_err(|e| CtlError::failed(e.to_string()))?;
-    let frames = port.ingress_stats().frames;
-    {
-        let mut all = cx.guests.lock().expect("guests lock");
-        if let Some(g) = all.iter().position(|g| g.vm == name) {
-            all.remove(g).stop(&dir);
-        }
-        guest::record(&mut state, &all);
-    }
-    undo_netns(&topo, i, &mut state);
-    if vm.kind.is_vhost_user() && vm.vhost.mode == SocketMode::Server {
-        let sock = vm
-            .vhost
-            .path
-            .clone()
-            .unwrap_or_else(|| guest::socket_path(&dir, name));
-        let _ = std::fs::remove_file(sock);
-    }
-    let _ = std::fs::remove_dir_all(guest::guest_dir(&dir, name));
+    let reply = del_port(cx, &topo, i, &mut state)?;
     let added = state
         .added_vms
         .iter()
@@ -113,6 +69,188 @@ pub(crate) fn del_vm(cx: &Ctl, name: &str) -> Result<Value, CtlError> {
     let mut next = Topology::clone(&topo);
     next.vms.remove(i);
     cx.set_topology(next);
+    Ok(reply)
+}
+
+/// `hvnet up FILE` on a running topology: what runs is made what the file
+/// says, as `kubectl apply` or `netplan apply` do — its new VMs created,
+/// the VMs it no longer has deleted, changed port settings applied; the
+/// VMs it keeps as they are untouched. Everything is checked before
+/// anything changes: only `[[vm]]` tables may differ, and a kept VM only
+/// in what `hvnet port VM set` changes.
+pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
+    let _one = cx.changes.lock().expect("changes lock");
+    let now = cx.topology();
+    let file = crate::topology::parse(text)
+        .map_err(|(line, reason)| CtlError::refused(format!("line {line}: {reason}")))?;
+    let same = |a: String, b: String| a == b;
+    let sections = [
+        ("name", same(now.name.clone(), file.name.clone())),
+        (
+            "[[uplink]]",
+            same(format!("{:?}", now.uplinks), format!("{:?}", file.uplinks)),
+        ),
+        (
+            "[[host]]",
+            same(format!("{:?}", now.hosts), format!("{:?}", file.hosts)),
+        ),
+        (
+            "[frr]",
+            same(format!("{:?}", now.frr), format!("{:?}", file.frr)),
+        ),
+        (
+            "netns",
+            same(format!("{:?}", now.netns), format!("{:?}", file.netns)),
+        ),
+        (
+            "[switch]",
+            same(format!("{:?}", now.switch), format!("{:?}", file.switch)),
+        ),
+        ("fdb_aging_secs", now.fdb_aging_secs == file.fdb_aging_secs),
+    ];
+    if let Some((what, _)) = sections.iter().find(|(_, same)| !same) {
+        return Err(CtlError::refused(format!(
+            "{what} differs from what runs: while the topology runs only its [[vm]] tables may change (`hvnet down {}` first)",
+            now.name
+        )));
+    }
+    let mut changed = Vec::new();
+    for v in file.vms.iter() {
+        let Some(r) = now.vms.iter().find(|r| r.name == v.name) else {
+            continue;
+        };
+        let mut as_running = v.clone();
+        as_running.settings = r.settings.clone();
+        if format!("{as_running:?}") != format!("{r:?}") {
+            let why = if v.mac != r.mac {
+                format!(" (its MAC would become {}, its place in the file having moved: give it mac = \"{}\")", v.mac, r.mac)
+            } else {
+                String::new()
+            };
+            return Err(CtlError::refused(format!(
+                "vm {}: changed beyond its port settings (kind, addresses, MAC, queues, VLAN or socket){why}; `hvnet vm del {}` and add it again",
+                v.name, v.name
+            )));
+        }
+        if v.settings != r.settings {
+            if v.settings.mtu != r.settings.mtu {
+                return Err(CtlError::refused(format!(
+                    "vm {}: its mtu changes with `hvnet port {} set mtu={}`",
+                    v.name, v.name, v.settings.mtu
+                )));
+            }
+            cx.sw
+                .check_settings(&v.name, &v.settings)
+                .map_err(|e| CtlError::refused(format!("vm {}: {e}", v.name)))?;
+            changed.push((v.name.clone(), v.settings.clone()));
+        }
+    }
+    let dir = state_dir(&now.name);
+    let mut state =
+        read_state(&dir).ok_or_else(|| CtlError::failed("the topology's state is gone"))?;
+    let mut removed = Vec::new();
+    let mut running = Topology::clone(&now);
+    while let Some(i) = running
+        .vms
+        .iter()
+        .position(|r| !file.vms.iter().any(|v| v.name == r.name))
+    {
+        del_port(cx, &running, i, &mut state)?;
+        removed.push(running.vms.remove(i).name);
+    }
+    let mut added = Vec::new();
+    for (i, v) in file.vms.iter().enumerate() {
+        if !now.vms.iter().any(|r| r.name == v.name) {
+            add_port(cx, &file, i, &mut state)?;
+            added.push((i, v.name.clone()));
+        }
+    }
+    for (name, s) in &changed {
+        cx.sw
+            .set_port(name, s.clone())
+            .map_err(|e| CtlError::failed(format!("vm {name}: {e}")))?;
+    }
+    state.topology_text = text.to_string();
+    state.added_vms.clear();
+    state.removed_vms.clear();
+    write_state(&dir, &state).map_err(CtlError::failed)?;
+    cx.set_topology(file.clone());
+    for &(i, _) in &added {
+        start_guest(cx, &file, i)?;
+    }
+    tracing::info!(added = ?added.iter().map(|a| &a.1).collect::<Vec<_>>(), removed = ?removed, changed = changed.len(), "topology file applied");
+    Ok(json!({
+        "added": added.into_iter().map(|a| a.1).collect::<Vec<_>>(),
+        "removed": removed,
+        "changed": changed.into_iter().map(|c| c.0).collect::<Vec<_>>(),
+        "vms": file.vms.len(),
+    }))
+}
+
+/// Creates VM `i` of `topo` and adds its port.
+fn add_port(cx: &Ctl, topo: &Topology, i: usize, state: &mut State) -> Result<Value, CtlError> {
+    let dir = state_dir(&topo.name);
+    let vm = &topo.vms[i];
+    let spec = provision::create_vm(topo, i, &dir, state, false).map_err(CtlError::failed)?;
+    let port = match cx.sw.add_port(spec) {
+        Ok(p) => p,
+        Err(e) => {
+            undo_netns(topo, i, state);
+            let _ = write_state(&dir, state);
+            return Err(CtlError::refused(e.to_string()));
+        }
+    };
+    tracing::info!(vm = %vm.name, port = port.id, "vm added");
+    Ok(json!({"vm": vm.name, "port": port.id, "mac": vm.mac.to_string(), "kind": vm.kind.name()}))
+}
+
+/// Starts VM `i`'s real guest, if hvnet starts it, and waits until it is
+/// up.
+fn start_guest(cx: &Ctl, topo: &Topology, i: usize) -> Result<(), CtlError> {
+    let vm = &topo.vms[i];
+    if !vm.kind.started_by_hvnet() {
+        return Ok(());
+    }
+    let dir = state_dir(&topo.name);
+    let mut g = guest::start(topo, vm, &dir).map_err(CtlError::failed)?;
+    let ready = guest::wait_ready(&mut g, &dir);
+    let mut all = cx.guests.lock().expect("guests lock");
+    all.push(g);
+    if let Some(mut s) = read_state(&dir) {
+        guest::record(&mut s, &all);
+        let _ = write_state(&dir, &s);
+    }
+    ready.map_err(CtlError::failed)
+}
+
+/// Removes VM `i` of `topo`'s port, stops its guest and deletes what hvnet
+/// made for it.
+fn del_port(cx: &Ctl, topo: &Topology, i: usize, state: &mut State) -> Result<Value, CtlError> {
+    let dir = state_dir(&topo.name);
+    let vm = &topo.vms[i];
+    let name = vm.name.as_str();
+    let port = cx
+        .sw
+        .remove_port(name)
+        .map_err(|e| CtlError::failed(e.to_string()))?;
+    let frames = port.ingress_stats().frames;
+    {
+        let mut all = cx.guests.lock().expect("guests lock");
+        if let Some(g) = all.iter().position(|g| g.vm == name) {
+            all.remove(g).stop(&dir);
+        }
+        guest::record(state, &all);
+    }
+    undo_netns(topo, i, state);
+    if vm.kind.is_vhost_user() && vm.vhost.mode == SocketMode::Server {
+        let sock = vm
+            .vhost
+            .path
+            .clone()
+            .unwrap_or_else(|| guest::socket_path(&dir, name));
+        let _ = std::fs::remove_file(sock);
+    }
+    let _ = std::fs::remove_dir_all(guest::guest_dir(&dir, name));
     tracing::info!(vm = %name, "vm removed");
     Ok(json!({"vm": name, "removed": true, "frames_from_it": frames}))
 }

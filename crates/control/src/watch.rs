@@ -28,18 +28,18 @@ impl Watch {
     /// Logs what changed since the last call.
     pub fn check(&mut self, sw: &Switch, threads: &[JoinHandle<()>]) {
         for p in sw.ports().iter() {
+            let ingress = p.ingress_stats();
+            let egress = p.egress_stats();
             let counters = [
-                ("from the port", serde_json::to_value(p.ingress_stats())),
-                ("to the port", serde_json::to_value(p.egress_stats())),
+                ("from the port", ingress.named().collect::<Vec<_>>()),
+                ("to the port", egress.named().collect::<Vec<_>>()),
             ];
             for (way, c) in counters {
-                let Ok(serde_json::Value::Object(c)) = c else {
-                    continue;
-                };
-                for (reason, n) in c.iter().filter(|(k, _)| k.starts_with("drop_")) {
-                    if n.as_u64().unwrap_or(0) > 0
-                        && self.dropped.insert((p.name.clone(), reason.clone()))
-                    {
+                for (reason, _) in c
+                    .into_iter()
+                    .filter(|(k, n)| *n > 0 && k.starts_with("drop_"))
+                {
+                    if self.dropped.insert((p.name.clone(), reason.to_string())) {
                         tracing::warn!(port = %p.name, reason = %reason, way, "first drop");
                     }
                 }

@@ -36,6 +36,14 @@ macro_rules! counters {
             }
         }
 
+        impl $snap {
+            /// Every counter with its name, in declaration order (for
+            /// views that look at them by name without serializing).
+            pub fn named(&self) -> impl Iterator<Item = (&'static str, u64)> {
+                [$((stringify!($f), self.$f)),*].into_iter()
+            }
+        }
+
         impl std::ops::AddAssign for $snap {
             fn add_assign(&mut self, o: $snap) {
                 $(self.$f += o.$f;)*

@@ -55,8 +55,11 @@ impl Switch {
                     while !sw.stopping() {
                         std::thread::sleep(Duration::from_millis(200));
                         sw.fdb.sweep(Instant::now(), None);
-                        sw.pin_present_guests();
                         if last.0.elapsed() >= REBALANCE_EVERY {
+                            // A guest back from a migration is pinned again
+                            // within a second (a frame from it is learned
+                            // meanwhile).
+                            sw.pin_present_guests();
                             last = sw.sample_loads(last);
                         }
                     }

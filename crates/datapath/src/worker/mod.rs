@@ -40,6 +40,11 @@ const GRO_IDLE: Duration = Duration::from_secs(1);
 /// call, so not per batch).
 const KERNEL_DROPS_EVERY: Duration = Duration::from_millis(100);
 
+/// How often an idle queue's kernel drops and link are looked at (a
+/// device going away is seen at once by its reads; carrier lost on an
+/// idle uplink, within this).
+const IDLE_LOOK_EVERY: Duration = Duration::from_secs(1);
+
 /// Longest a queue is watched before its thread sleeps.
 const BUSY_POLL_MAX: Duration = Duration::from_micros(50);
 /// Where the watch starts again after it found nothing.
@@ -240,9 +245,16 @@ impl Rxq {
         Turn::Hot
     }
 
+    /// True for a tunnel endpoint's first queue, which resolves the
+    /// endpoint's peers (looked at every tick).
+    pub(crate) fn resolves_peers(&self) -> bool {
+        self.cx.q == 0 && self.cx.port.tunnel.is_some()
+    }
+
     /// The worker's periodic look at an idle queue (every
-    /// [`crate::workers::TICK`]): the kernel's drops at it, its link, and
-    /// for a tunnel endpoint's first queue the resolution of its peers.
+    /// [`crate::workers::TICK`]): for a tunnel endpoint's first queue the
+    /// resolution of its peers; every [`IDLE_LOOK_EVERY`], the kernel's
+    /// drops at it and its link.
     pub(crate) fn tick(&mut self, now: Instant) {
         if let Some(vtep) = self.cx.port.tunnel.as_ref().filter(|_| self.cx.q == 0) {
             if now >= self.st.next_solicit || vtep.take_flood_changed() {
@@ -250,7 +262,7 @@ impl Rxq {
                 self.st.next_solicit = now + SOLICIT_EVERY;
             }
         }
-        if now.duration_since(self.st.kernel_drops_read) >= KERNEL_DROPS_EVERY {
+        if now.duration_since(self.st.kernel_drops_read) >= IDLE_LOOK_EVERY / 2 {
             self.st.count_kernel_drops(&self.cx, now);
             if self.cx.port.is_up() {
                 self.check_link();

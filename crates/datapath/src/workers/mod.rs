@@ -42,6 +42,9 @@ use std::time::{Duration, Instant};
 /// down, and wakes from `epoll` at the latest.
 pub const TICK: Duration = Duration::from_millis(100);
 
+/// How often the idle queues are looked at (the kernel's drops, links).
+const IDLE_LOOK: Duration = Duration::from_secs(1);
+
 /// Pause before a queue stopped by its port's buffer cap is read again.
 const STALL_PAUSE_MS: i32 = 1;
 
@@ -402,6 +405,8 @@ struct Worker<'a> {
     slots: Vec<Option<Owned>>,
     /// Tokens of queues to give a turn to next, woken ones flagged.
     ready: Vec<(usize, bool)>,
+    /// When the idle queues are looked at next.
+    next_look: Instant,
 }
 
 /// A worker thread's life.
@@ -424,6 +429,7 @@ fn run(me: &WorkerShared, sw: &Arc<Switch>) {
         epoll,
         slots: Vec::new(),
         ready: Vec::new(),
+        next_look: Instant::now(),
     };
     w.serve();
     for o in w.slots.iter_mut().flatten() {
@@ -577,14 +583,23 @@ impl Worker<'_> {
     /// Every [`TICK`]: idle queues' periodic duties; a down port's queue
     /// read again once its link is back, let go once its device is gone.
     fn tick(&mut self, now: Instant) {
+        let look = now >= self.next_look;
+        if look {
+            self.next_look = now + IDLE_LOOK;
+        }
         for t in 0..self.slots.len() {
             let Some(o) = self.slots[t].as_mut() else {
                 continue;
             };
             if o.standing != Standing::Down {
-                o.rxq.tick(now);
-                if !o.rxq.port().is_up() {
-                    self.park(t);
+                // An idle queue is looked at once a second (its struct not
+                // touched in between: thousands of queues stay cheap), a
+                // tunnel endpoint's resolver every tick.
+                if look || o.rxq.resolves_peers() {
+                    o.rxq.tick(now);
+                    if !o.rxq.port().is_up() {
+                        self.park(t);
+                    }
                 }
                 continue;
             }

@@ -19,8 +19,8 @@ server, not a hypervisor's scheduler.
 
 import math
 
-from . import (evpn_compare, fabric_compare, guest_compare, migration, neighbours, seed000, seed001, seed001_offload,
-               seed002, seed003, seed004, vhost_compare, wire_compare)
+from . import (evpn_compare, fabric_compare, guest_compare, migration, neighbours, port_scale, seed000, seed001,
+               seed001_offload, seed002, seed003, seed004, vhost_compare, wire_compare)
 
 EXPERIMENTS = [
     {"name": "lro-native", "reproduces": "000, Figures 1-3", "run": seed000.lro_native,
@@ -101,6 +101,12 @@ EXPERIMENTS = [
      "workload": "1,000 MAC/IP routes behind 100 VTEPs from a GoBGP speaker to an hvnet host and a Linux VTEP with FRR "
                  "at once: time to install and to remove, the daemon's memory; VM-to-VM throughput across two hvnet "
                  "hosts with them installed vs two with static remotes"},
+    {"name": "port-scale", "reproduces": "measurement", "run": port_scale.port_scale,
+     "workload": "64 and 1,000 namespace VMs (256 with --quick) of one queue on one switch, nothing sent: the daemon's "
+                 "threads, idle CPU, memory per port, hvnet up and down; with HVNET_LAB_BASELINE another build beside"},
+    {"name": "port-churn", "reproduces": "measurement", "run": port_scale.port_churn,
+     "workload": "an iperf3 stream and a SHA-256-checked file between two VMs while 200 VMs (50 with --quick) are "
+                 "added one by one with hvnet vm add and removed again, against the same traffic without churn"},
 ]
 
 

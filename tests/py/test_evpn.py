@@ -264,6 +264,22 @@ def test_a_vm_that_is_removed_is_withdrawn(fabric):
     ping(vm_ns(f, 0, "a"), f"{ef.OVERLAY}.2")
 
 
+def test_a_vm_added_at_run_time_is_advertised_and_withdrawn_when_removed(fabric):
+    """`hvnet vm add` on a running EVPN host: the new VM's MAC reaches every
+    host's tables and traffic flows; `hvnet vm del`: it leaves them."""
+    f = fabric
+    h1, h2, lin = f.hvnet[0], f.hvnet[1], f.linux[0]
+    mac = "02:00:00:00:60:77"
+    h1.topo.hv("vm", "add", "n", f"ipv4={ef.OVERLAY}.7/24", f"mac={mac}")
+    try:
+        ef.wait_until(lambda: lin.fdb().get(mac) == h1.vtep and h2.remote_macs().get(mac) == h1.vtep)
+        ping(vm_ns(f, 0, "n"), f"{ef.OVERLAY}.2")
+    finally:
+        h1.topo.hv("vm", "del", "n")
+    ef.wait_until(lambda: mac not in lin.fdb() and mac not in h2.remote_macs())
+    ping(vm_ns(f, 0, "a"), f"{ef.OVERLAY}.2")
+
+
 def test_a_host_that_stops_is_withdrawn(fabric):
     f = fabric
     h1, h2, lin = f.hvnet[0], f.hvnet[1], f.linux[0]

@@ -35,6 +35,12 @@ pub(crate) struct Ctl {
     pub topo: Mutex<Arc<Topology>>,
     /// VMs are added and removed one at a time.
     pub changes: Mutex<()>,
+    /// The namespace VMs whose namespace is watched (added and removed
+    /// ones join and leave it).
+    pub netns_watch: Arc<Mutex<crate::watch::NetnsWatch>>,
+    /// What each EVPN uplink advertises (VMs added and removed at run time
+    /// join and leave it).
+    pub advertised: crate::evpn::Advertised,
     pub guests: Arc<Mutex<Vec<Guest>>>,
     /// The daemon gave up root after bring-up (`--drop-privileges`).
     pub unprivileged: bool,

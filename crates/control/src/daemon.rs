@@ -466,8 +466,11 @@ pub fn daemon(
         balancers.push((u.name.clone(), b));
     }
     // BGP EVPN: the uplinks' shadows and their syncs, and FRR if asked.
-    match crate::evpn::start(&sw, &topo, &dir, &mut state) {
-        Ok(t) => threads.extend(t),
+    let advertised = match crate::evpn::start(&sw, &topo, &dir, &mut state) {
+        Ok((t, a)) => {
+            threads.extend(t);
+            a
+        }
         Err(e) => {
             tracing::error!(error = %e, "EVPN bring-up failed");
             sw.stop();
@@ -479,11 +482,19 @@ pub fn daemon(
             }
             return Err(e);
         }
-    }
+    };
+    let netns_watch = Arc::new(Mutex::new(NetnsWatch::new(
+        topo.vms
+            .iter()
+            .filter(|v| v.kind == VmKind::Netns)
+            .map(|v| (v.name.clone(), topo.netns(v))),
+    )));
     let cx = Arc::new(Ctl {
         sw: sw.clone(),
+        netns_watch: netns_watch.clone(),
         topo: Mutex::new(topo.clone()),
         changes: Mutex::new(()),
+        advertised,
         guests: guests.clone(),
         unprivileged: drop_privileges,
         balancers,
@@ -522,12 +533,6 @@ pub fn daemon(
         ),
     }
     let mut watch = Watch::new(&sw);
-    let mut netns_watch = NetnsWatch::new(
-        topo.vms
-            .iter()
-            .filter(|v| v.kind == VmKind::Netns)
-            .map(|v| (v.name.clone(), topo.netns(v))),
-    );
     let mut turn = 0u32;
     while !sw.stopping() {
         if term.load(Ordering::Relaxed) {
@@ -545,7 +550,7 @@ pub fn daemon(
             watch.check(&sw, &threads);
         }
         if turn.is_multiple_of(10) {
-            netns_watch.check();
+            netns_watch.lock().expect("netns watch lock").check();
         }
     }
     // QEMU guests run on and reconnect to the next daemon; the others

@@ -200,6 +200,18 @@ fn add_port(cx: &Ctl, topo: &Topology, i: usize, state: &mut State) -> Result<Va
             return Err(CtlError::refused(e.to_string()));
         }
     };
+    if vm.kind == VmKind::Netns {
+        let ns = topo.netns(vm);
+        cx.netns_watch
+            .lock()
+            .expect("netns watch lock")
+            .add(&vm.name, &ns);
+    }
+    for (vlan, vms) in &cx.advertised {
+        if *vlan == vm.vlan {
+            vms.add(crate::evpn::local_vm(vm, port.id));
+        }
+    }
     tracing::info!(vm = %vm.name, port = port.id, "vm added");
     Ok(json!({"vm": vm.name, "port": port.id, "mac": vm.mac.to_string(), "kind": vm.kind.name()}))
 }
@@ -241,6 +253,13 @@ fn del_port(cx: &Ctl, topo: &Topology, i: usize, state: &mut State) -> Result<Va
         }
         guest::record(state, &all);
     }
+    for (_, vms) in &cx.advertised {
+        vms.remove(vm.mac);
+    }
+    cx.netns_watch
+        .lock()
+        .expect("netns watch lock")
+        .remove(name);
     undo_netns(topo, i, state);
     if vm.kind.is_vhost_user() && vm.vhost.mode == SocketMode::Server {
         let sock = vm

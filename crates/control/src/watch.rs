@@ -85,6 +85,17 @@ impl NetnsWatch {
         }
     }
 
+    /// Watches one more VM's namespace (a VM added at run time).
+    pub fn add(&mut self, vm: &str, ns: &str) {
+        self.vms
+            .extend(NetnsWatch::new([(vm.to_string(), ns.to_string())]).vms);
+    }
+
+    /// Stops watching VM `vm` (removed: its namespace goes on purpose).
+    pub fn remove(&mut self, vm: &str) {
+        self.vms.retain(|(v, ..)| v != vm);
+    }
+
     /// Removes the NIC of each VM whose namespace's name no longer names
     /// the namespace the daemon holds.
     pub fn check(&mut self) {

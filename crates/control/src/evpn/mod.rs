@@ -67,8 +67,9 @@ pub fn start(
     topo: &Topology,
     dir: &Path,
     state: &mut State,
-) -> Result<Vec<JoinHandle<()>>, DaemonError> {
+) -> Result<(Vec<JoinHandle<()>>, Advertised), DaemonError> {
     let mut threads = Vec::new();
+    let mut advertised = Vec::new();
     let marker = state.marker();
     for u in &topo.uplinks {
         let Some(v) = u.vxlan.as_ref().filter(|v| v.evpn) else {
@@ -117,18 +118,16 @@ pub fn start(
             .expect("the uplink is a port");
         let vms = topo
             .vms_on(u)
-            .map(|vm| sync::LocalVm {
-                port: sw.port(&vm.name).map(|p| p.id).expect("the VM is a port"),
-                mac: vm.mac,
-                ips: vm
-                    .ipv4
-                    .map(|(a, _)| IpAddr::V4(a))
-                    .into_iter()
-                    .chain(vm.ipv6.map(|(a, _)| IpAddr::V6(a)))
-                    .collect(),
+            .map(|vm| {
+                local_vm(
+                    vm,
+                    sw.port(&vm.name).map(|p| p.id).expect("the VM is a port"),
+                )
             })
             .collect();
-        let t = sync::spawn(sw.clone(), uplink, names, vms).map_err(|e| {
+        let shared = sync::LocalVms::new(vms);
+        advertised.push((u.vlan, Arc::clone(&shared)));
+        let t = sync::spawn(sw.clone(), uplink, names, shared).map_err(|e| {
             DaemonError::Other(format!("uplink {}: start the EVPN sync: {e}", u.name))
         })?;
         threads.push(t);
@@ -138,5 +137,24 @@ pub fn start(
             .start(frr, &topo.name)
             .map_err(DaemonError::Other)?;
     }
-    Ok(threads)
+    Ok((threads, advertised))
+}
+
+/// Per EVPN uplink, its segment (VLAN) and the VMs it advertises (VMs
+/// added and removed at run time join and leave them).
+pub type Advertised = Vec<(u16, Arc<sync::LocalVms>)>;
+
+/// What an EVPN uplink advertises of a VM: its port, MAC and addresses.
+pub fn local_vm(vm: &crate::topology::Vm, port: usize) -> sync::LocalVm {
+    sync::LocalVm {
+        port,
+        mac: vm.mac,
+        ips: vm
+            .ipv4
+            .map(|(a, _)| IpAddr::V4(a))
+            .into_iter()
+            .chain(vm.ipv6.map(|(a, _)| IpAddr::V6(a)))
+            .collect(),
+        gone: false,
+    }
 }

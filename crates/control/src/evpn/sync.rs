@@ -30,6 +30,57 @@ const LOCAL_EVERY: Duration = Duration::from_millis(10);
 /// How soon a write to the shadow that failed is tried again.
 const RETRY_EVERY: Duration = Duration::from_secs(1);
 
+/// The VMs an EVPN uplink advertises, shared with the control socket:
+/// VMs added at run time join it, removed ones are marked gone (withdrawn,
+/// then forgotten). The sync copies it only when its generation moved.
+#[derive(Default)]
+pub struct LocalVms {
+    list: std::sync::Mutex<Vec<LocalVm>>,
+    gen: std::sync::atomic::AtomicU64,
+}
+
+impl LocalVms {
+    /// A list of `vms`.
+    pub fn new(vms: Vec<LocalVm>) -> Arc<LocalVms> {
+        Arc::new(LocalVms {
+            list: std::sync::Mutex::new(vms),
+            gen: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    /// A VM added at run time.
+    pub fn add(&self, vm: LocalVm) {
+        let mut l = self.list.lock().expect("local vms lock");
+        l.retain(|v| v.mac != vm.mac);
+        l.push(vm);
+        self.gen.fetch_add(1, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The VM with `mac` removed at run time: withdrawn, then forgotten.
+    pub fn remove(&self, mac: MacAddr) {
+        let mut l = self.list.lock().expect("local vms lock");
+        for v in l.iter_mut().filter(|v| v.mac == mac) {
+            v.gone = true;
+        }
+        self.gen.fetch_add(1, std::sync::atomic::Ordering::Release);
+    }
+
+    fn forget(&self, mac: MacAddr) {
+        self.list
+            .lock()
+            .expect("local vms lock")
+            .retain(|v| !(v.mac == mac && v.gone));
+    }
+
+    fn generation(&self) -> u64 {
+        self.gen.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn snapshot(&self) -> Vec<LocalVm> {
+        self.list.lock().expect("local vms lock").clone()
+    }
+}
+
 /// A VM on the uplink's segment, as advertised.
 #[derive(Clone, Debug)]
 pub struct LocalVm {
@@ -39,6 +90,8 @@ pub struct LocalVm {
     pub mac: MacAddr,
     /// Its addresses (MAC/IP routes).
     pub ips: Vec<IpAddr>,
+    /// Removed from the switch (`hvnet vm del`): withdrawn, then forgotten.
+    pub gone: bool,
 }
 
 /// Starts the sync of uplink port `uplink` with its shadow `names`
@@ -47,7 +100,7 @@ pub fn spawn(
     sw: Arc<Switch>,
     uplink: usize,
     names: ShadowNames,
-    vms: Vec<LocalVm>,
+    shared: Arc<LocalVms>,
 ) -> io::Result<JoinHandle<()>> {
     let mut monitor = Socket::new(NETLINK_ROUTE)?;
     monitor.bind_auto()?;
@@ -62,7 +115,9 @@ pub fn spawn(
         sw,
         uplink,
         names,
-        vms,
+        vms: shared.snapshot(),
+        vms_gen: shared.generation(),
+        shared,
         rtnl,
         monitor,
         advertised: HashMap::new(),
@@ -85,15 +140,19 @@ struct Sync {
     sw: Arc<Switch>,
     uplink: usize,
     names: ShadowNames,
+    /// The VMs, as copied from `shared` at generation `vms_gen`.
     vms: Vec<LocalVm>,
+    vms_gen: u64,
+    shared: Arc<LocalVms>,
     rtnl: Rtnl,
     monitor: Socket,
-    /// Per VM port, whether the shadow has it now (none yet: written
-    /// either way, as after a daemon restart the shadow may hold a VM that
-    /// left meanwhile).
-    advertised: HashMap<usize, bool>,
-    /// Per VM port whose write failed, when to try again.
-    retry_at: HashMap<usize, Instant>,
+    /// Per VM (by MAC: a removed VM's port index may be another's since),
+    /// whether the shadow has it now (none yet: written either way, as
+    /// after a daemon restart the shadow may hold a VM that left
+    /// meanwhile).
+    advertised: HashMap<MacAddr, bool>,
+    /// Per VM whose write failed, when to try again.
+    retry_at: HashMap<MacAddr, Instant>,
     idx: Indices,
 }
 
@@ -182,24 +241,29 @@ impl Sync {
     /// Writes each VM that is present (its port up and connected, its
     /// guest here) to the shadow, and removes each that is not.
     fn advertise_local(&mut self) {
+        let gen = self.shared.generation();
+        if gen != self.vms_gen {
+            self.vms = self.shared.snapshot();
+            self.vms_gen = gen;
+        }
+        let ports = self.sw.ports();
+        let mut forgotten = Vec::new();
         for i in 0..self.vms.len() {
             let vm = &self.vms[i];
-            // A port removed from the switch is withdrawn.
-            let present = self
-                .sw
-                .ports()
-                .get(vm.port)
-                .is_some_and(|p| p.is_up() && p.present());
-            let was = self.advertised.get(&vm.port).copied();
-            if was == Some(present)
-                || self
-                    .retry_at
-                    .get(&vm.port)
-                    .is_some_and(|t| Instant::now() < *t)
+            let present = !vm.gone
+                && ports
+                    .get(vm.port)
+                    .is_some_and(|p| p.mac == vm.mac && p.is_up() && p.present());
+            let (mac, gone) = (vm.mac, vm.gone);
+            let was = self.advertised.get(&mac).copied();
+            if was == Some(present) || self.retry_at.get(&mac).is_some_and(|t| Instant::now() < *t)
             {
+                if gone && was == Some(false) {
+                    forgotten.push(mac);
+                }
                 continue;
             }
-            let (mac, ips, port) = (vm.mac, vm.ips.clone(), vm.port);
+            let ips = vm.ips.clone();
             let mut ok = shadow::set_local_mac(&mut self.rtnl, self.idx.port, mac, present)
                 .map_err(|e| tracing::warn!(error = %e, %mac, "EVPN: cannot write the VM's MAC to the shadow"))
                 .is_ok();
@@ -211,17 +275,23 @@ impl Sync {
             // Withdrawn entries that were already gone are fine; a write
             // that failed is tried again a second later.
             if present && !ok {
-                self.retry_at.insert(port, Instant::now() + RETRY_EVERY);
+                self.retry_at.insert(mac, Instant::now() + RETRY_EVERY);
                 continue;
             }
-            self.retry_at.remove(&port);
-            self.advertised.insert(port, present);
-            tracing::info!(port, %mac, present, "EVPN: VM advertised (present) or withdrawn");
+            self.retry_at.remove(&mac);
+            self.advertised.insert(mac, present);
+            tracing::info!(%mac, present, "EVPN: VM advertised (present) or withdrawn");
             if !present {
                 // Where the VM went (another host), the fabric may have
                 // said already, and been refused while it was here.
                 self.recheck(mac);
             }
+        }
+        // A removed VM, withdrawn: forgotten.
+        for mac in forgotten {
+            self.shared.forget(mac);
+            self.advertised.remove(&mac);
+            self.vms.retain(|v| !(v.mac == mac && v.gone));
         }
     }
 

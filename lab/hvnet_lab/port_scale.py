@@ -1,0 +1,181 @@
+"""A host's switch: many ports, and ports that come and go (datapath v4).
+
+- `port-scale`: N namespace VMs of one queue each on one switch, nothing
+  sent: the daemon's threads, its idle CPU, its memory per port, and how
+  long `hvnet up` and `hvnet down` take; with `HVNET_LAB_BASELINE` another
+  build beside this one (where it takes that many VMs).
+- `port-churn`: two VMs carry an iperf3 stream and a file checked by
+  SHA-256 while VMs are added one by one (`hvnet vm add`, each pinged until
+  it answers) and removed again (`hvnet vm del`), against the same traffic
+  with no churn, interleaved: retransmits, drops, and the time from `vm
+  add` returning to the new VM's first ping answered.
+"""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import hvlab
+
+from .figures import measured
+from .runners import interleaved
+from .verdict import median
+
+XFER = Path(__file__).resolve().parents[2] / "tests" / "py" / "xfer.py"
+
+
+def builds():
+    """(label, binary): this build, and the baseline if one is given."""
+    out = [("hvnet", hvlab.hvnet_bin())]
+    base = os.environ.get("HVNET_LAB_BASELINE")
+    if base:
+        out.append(("hvnet-base", str(Path(base).resolve())))
+    return out
+
+
+def daemon(t):
+    return json.loads(Path(f"/run/hvnet/{t.name}/state.json").read_text())["pid"]
+
+
+def cpu_ticks(pid):
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(f[11]) + int(f[12])
+
+
+def resident_kib(pid):
+    return next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                if line.startswith("VmRSS"))
+
+
+def one_scale(tmp, binary, n, idle_secs):
+    """Brings up `n` VMs with `binary`, measures, brings them down."""
+    old = os.environ.get("HVNET_BIN")
+    os.environ["HVNET_BIN"] = binary
+    try:
+        vms = [dict(name=f"v{i}", ipv4=f"198.18.{i // 250}.{i % 250 + 1}/16", queues=1) for i in range(n)]
+        t0 = time.time()
+        t = hvlab.Topology(tmp, vms, prefix="ps")
+        with t:
+            up = time.time() - t0
+            pid = daemon(t)
+            threads = len(os.listdir(f"/proc/{pid}/task"))
+            time.sleep(2)
+            c0, w0 = cpu_ticks(pid), time.time()
+            time.sleep(idle_secs)
+            c1, w1 = cpu_ticks(pid), time.time()
+            mem = resident_kib(pid)
+            t1 = time.time()
+        down = time.time() - t1
+    finally:
+        if old is None:
+            os.environ.pop("HVNET_BIN", None)
+        else:
+            os.environ["HVNET_BIN"] = old
+    return dict(threads=threads, idle_pct=(c1 - c0) / os.sysconf("SC_CLK_TCK") / (w1 - w0) * 100,
+                kib_per_port=mem / n, resident_mib=mem / 1024, up_s=up, down_s=down)
+
+
+def port_scale(tmp, quick, reps, log):
+    sizes = [64, 256] if quick else [64, 1000]
+    idle_secs = 5 if quick else 10
+
+    def one(c):
+        (label, binary), n = c
+        r = one_scale(tmp, binary, n, idle_secs)
+        log.append({"command": f"{label}: hvnet up of {n} namespace VMs (1 queue), {idle_secs} s idle, hvnet down",
+                    "build": label, "vms": n, **r})
+        return r
+
+    # The baseline takes at most 64 VMs.
+    configs = [(b, n) for n in sizes for b in builds() if b[0] == "hvnet" or n <= 64]
+    runs = interleaved(configs, reps, one)
+    place = lambda c: (c[0][0], f"{c[1]} VMs")  # noqa: E731
+    per = lambda n, k: median([r[k] for r in runs[(builds()[0], n)]])  # noqa: E731
+    said = "; ".join(f"{n} VMs: {per(n, 'threads'):.0f} threads, {per(n, 'idle_pct'):.2f} % of a core idle, "
+                     f"{per(n, 'kib_per_port'):.0f} KiB per port, up {per(n, 'up_s'):.1f} s, down {per(n, 'down_s'):.1f} s"
+                     for n in sizes)
+    note = ("Namespace VMs with one queue each, nothing sent; the daemon's threads from /proc/PID/task, its CPU over "
+            f"{idle_secs} s after 2 s of rest, its resident memory divided by the ports.")
+    figs = [
+        measured("port-scale-threads", "The daemon's threads by VMs", "VMs", "threads", runs, "threads", place,
+                 "does the thread count grow with ports?", said, note),
+        measured("port-scale-idle", "The idle daemon's CPU by VMs", "VMs", "% of a core", runs, "idle_pct", place,
+                 "what does an idle switch cost as ports grow?", said, note),
+        measured("port-scale-memory", "The daemon's memory per port", "VMs", "KiB per port", runs, "kib_per_port",
+                 place, "how much memory does a port take?", said, note),
+        measured("port-scale-bringup", "hvnet up of N VMs", "VMs", "seconds", runs, "up_s", place,
+                 "how long does hvnet up of many VMs take?", said, note),
+    ]
+    return figs, {f"{c[0][0]} {c[1]}": rs for c, rs in runs.items()}
+
+
+def retransmits(t, vm):
+    out = t.sh(vm, "nstat -az TcpRetransSegs", check=False).stdout.split()
+    return int(out[out.index("TcpRetransSegs") + 1]) if "TcpRetransSegs" in out else 0
+
+
+def one_churn(tmp, n, churn, data, want, secs):
+    vms = [dict(name="a", ipv4="198.18.0.1/16", queues=1), dict(name="b", ipv4="198.18.0.2/16", queues=1)]
+    with hvlab.Topology(tmp, vms, prefix="pc") as t:
+        t.popen("b", "iperf3 -s -1 -p 5201")
+        t.wait_listening("b", 5201)
+        server = t.popen("b", f"{sys.executable} {XFER} serve 198.18.0.2 5555", stdout=subprocess.PIPE, text=True)
+        t.wait_listening("b", 5555)
+        r0 = retransmits(t, "a")
+        iperf = t.popen("a", f"iperf3 -c 198.18.0.2 -p 5201 -t {secs} -b 2G -J", stdout=subprocess.PIPE, text=True)
+        rate = data.stat().st_size // max(secs - 5, 1)
+        sender = t.popen("a", f"{sys.executable} {XFER} paced 198.18.0.2 5555 {data} {rate}")
+        lat = []
+        if churn:
+            for i in range(n):
+                ip = f"198.18.{1 + i // 250}.{i % 250 + 1}"
+                t.hv("vm", "add", f"c{i}", f"ipv4={ip}/16", "queues=1")
+                s = time.time()
+                while t.sh("a", f"ping -c 1 -W 1 {ip}", check=False).returncode != 0:
+                    pass
+                lat.append((time.time() - s) * 1000)
+            for i in range(n):
+                t.hv("vm", "del", f"c{i}")
+        sender.wait(timeout=secs + 300)
+        digest, size = server.communicate(timeout=60)[0].split()
+        ip = json.loads(iperf.communicate(timeout=secs + 60)[0])
+        drops = sum(t.stats(f"/ports/{p}/accounting")[w]["drops"] for p in ("a", "b") for w in ("ingress", "egress"))
+        return dict(retransmits=retransmits(t, "a") - r0, iperf_retransmits=ip["end"]["sum_sent"].get("retransmits", 0),
+                    drops=drops, sha_ok=int(digest == want and int(size) == data.stat().st_size),
+                    ping_ms_median=median(lat) if lat else 0.0, ping_ms_worst=max(lat) if lat else 0.0)
+
+
+def port_churn(tmp, quick, reps, log):
+    n = 50 if quick else 200
+    secs = 20 if quick else 60
+    data = Path(tmp) / "churn-data"
+    data.write_bytes(os.urandom((16 if quick else 64) << 20))
+    want = hashlib.sha256(data.read_bytes()).hexdigest()
+
+    def one(churn):
+        r = one_churn(tmp, n, churn, data, want, secs)
+        log.append({"command": f"iperf3 -b 2G -t {secs} and a paced SHA-256 transfer between two VMs; "
+                               + (f"{n} VMs added and removed meanwhile" if churn else "no churn"),
+                    "churn": churn, **r})
+        return r
+
+    runs = interleaved([False, True], reps, one)
+    place = lambda c: ("with churn" if c else "without churn", "a to b")  # noqa: E731
+    get = lambda c, k: median([r[k] for r in runs[c]])  # noqa: E731
+    said = (f"retransmits at a: {get(False, 'retransmits'):.0f} without churn, {get(True, 'retransmits'):.0f} with "
+            f"{n} VMs added and removed; hvnet's drops at a and b {get(True, 'drops'):.0f}; SHA-256 intact in "
+            f"{sum(r['sha_ok'] for rs in runs.values() for r in rs)} of {sum(len(rs) for rs in runs.values())} runs; "
+            f"vm add to first ping answered: median {get(True, 'ping_ms_median'):.1f} ms, worst "
+            f"{max(r['ping_ms_worst'] for r in runs[True]):.1f} ms")
+    note = "Both VMs and the switch on this machine's cores; each new VM pinged from a until it answers."
+    figs = [
+        measured("port-churn-retransmits", "TCP retransmits while VMs come and go", "", "retransmits", runs,
+                 "retransmits", place, "do ports added and removed disturb another VM's traffic?", said, note),
+        measured("port-churn-ping", "vm add to the new VM's first ping answered", "", "ms (median of a run)",
+                 {True: runs[True]}, "ping_ms_median", place, "how soon is a new VM on the network?", said, note),
+    ]
+    return figs, {("churn" if c else "none"): rs for c, rs in runs.items()}

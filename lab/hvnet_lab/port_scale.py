@@ -94,10 +94,10 @@ def port_scale(tmp, quick, reps, log):
     configs = [(b, n) for n in sizes for b in builds() if b[0] == "hvnet" or n <= 64]
     runs = interleaved(configs, reps, one)
     place = lambda c: (c[0][0], f"{c[1]} VMs")  # noqa: E731
-    per = lambda n, k: median([r[k] for r in runs[(builds()[0], n)]])  # noqa: E731
-    said = "; ".join(f"{n} VMs: {per(n, 'threads'):.0f} threads, {per(n, 'idle_pct'):.2f} % of a core idle, "
-                     f"{per(n, 'kib_per_port'):.0f} KiB per port, up {per(n, 'up_s'):.1f} s, down {per(n, 'down_s'):.1f} s"
-                     for n in sizes)
+    per = lambda c, k: median([r[k] for r in runs[c]])  # noqa: E731
+    said = "; ".join(f"{c[0][0]}, {c[1]} VMs: {per(c, 'threads'):.0f} threads, {per(c, 'idle_pct'):.2f} % of a core "
+                     f"idle, {per(c, 'kib_per_port'):.0f} KiB per port, up {per(c, 'up_s'):.1f} s, down "
+                     f"{per(c, 'down_s'):.1f} s" for c in configs)
     note = ("Namespace VMs with one queue each, nothing sent; the daemon's threads from /proc/PID/task, its CPU over "
             f"{idle_secs} s after 2 s of rest, its resident memory divided by the ports.")
     figs = [
@@ -121,7 +121,7 @@ def retransmits(t, vm):
 def one_churn(tmp, n, churn, data, want, secs):
     vms = [dict(name="a", ipv4="198.18.0.1/16", queues=1), dict(name="b", ipv4="198.18.0.2/16", queues=1)]
     with hvlab.Topology(tmp, vms, prefix="pc") as t:
-        t.popen("b", "iperf3 -s -1 -p 5201")
+        t.popen("b", "iperf3 -s -1 -p 5201", stdout=subprocess.DEVNULL)
         t.wait_listening("b", 5201)
         server = t.popen("b", f"{sys.executable} {XFER} serve 198.18.0.2 5555", stdout=subprocess.PIPE, text=True)
         t.wait_listening("b", 5555)

@@ -31,6 +31,7 @@ use hvnet_port::Link;
 use hvnet_sys::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use hvnet_sys::{EventFd, EFD_NONBLOCK};
 use serde::Serialize;
+use std::collections::HashMap;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -120,7 +121,7 @@ pub struct Workers {
     workers: Vec<Arc<WorkerShared>>,
     /// Each queue's share of a CPU over the last interval the
     /// housekeeping thread measured.
-    last: Mutex<Vec<(QueueId, f64)>>,
+    last: Mutex<HashMap<QueueId, f64>>,
 }
 
 /// One queue in a worker's view (`hvnet workers --json`).
@@ -180,7 +181,7 @@ impl Workers {
         }
         Ok(Workers {
             workers,
-            last: Mutex::new(Vec::new()),
+            last: Mutex::new(HashMap::new()),
         })
     }
 
@@ -277,8 +278,7 @@ impl Workers {
             .collect();
         let mut out = Vec::new();
         for (w, list) in self.workers.iter().zip(&owned) {
-            for ((p, q), _) in list.iter().filter(|((p, _), _)| *p == port) {
-                debug_assert_eq!(*p, port);
+            for ((_, q), _) in list.iter().filter(|((p, _), _)| *p == port) {
                 out.push(ThreadInfo {
                     name: w.name(),
                     tid: w.tid(),
@@ -327,7 +327,7 @@ impl Workers {
     }
 
     /// Records each queue's load over the last interval (for the views).
-    pub(crate) fn set_last_loads(&self, loads: Vec<(QueueId, f64)>) {
+    pub(crate) fn set_last_loads(&self, loads: HashMap<QueueId, f64>) {
         *self.last.lock().expect("loads lock") = loads;
     }
 
@@ -335,7 +335,7 @@ impl Workers {
     pub fn view(&self, sw: &Switch) -> Vec<WorkerView> {
         let last = self.last.lock().expect("loads lock").clone();
         let ports = sw.ports();
-        let load_of = |id: QueueId| last.iter().find(|(q, _)| *q == id).map_or(0.0, |x| x.1);
+        let load_of = |id: QueueId| last.get(&id).copied().unwrap_or(0.0);
         let pct = |x: f64| (x.max(0.0) * 1000.0).round() / 10.0;
         self.workers
             .iter()

@@ -76,7 +76,14 @@ fn list_or_none(v: &[String]) -> String {
 pub(crate) fn call(t: &Target, req: Request) -> Result<Value, String> {
     let name = pick(t)?;
     let sock = daemon::state_dir(&name).join("ctl.sock");
-    let r = proto::call(&sock, &req).map_err(|e| match e.kind() {
+    // A request that boots a guest waits as long as the guest takes.
+    let wait = match req {
+        Request::VmAdd { .. } | Request::Restart { .. } => {
+            hvnet_control::guest::BOOT_TIMEOUT + std::time::Duration::from_secs(30)
+        }
+        _ => std::time::Duration::from_secs(10),
+    };
+    let r = proto::call_waiting(&sock, &req, wait).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
             format!("the daemon of topology {name} is not running (its VMs are kept: `hvnet up FILE` re-attaches to them, `hvnet down {name}` removes them)")
         }

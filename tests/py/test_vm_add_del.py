@@ -5,7 +5,7 @@ fixed pool of workers (`[switch] cpus`, `hvnet workers`)."""
 import hashlib
 import json
 import os
-import time
+import shutil
 from pathlib import Path
 
 import pytest
@@ -138,3 +138,21 @@ def test_up_of_an_edited_file_applies_the_difference(tmp_path):
         assert sorted(ports(t)) == ["a", "b"]
         assert not Path(f"/run/netns/{t.ns('c')}").exists()
         t.sh("a", "ping -c 1 -W 5 10.76.0.2")
+
+
+@pytest.mark.parametrize("kind", [
+    pytest.param("uml", marks=pytest.mark.skipif(not os.path.exists("/usr/bin/linux.uml"),
+                                                 reason="needs user-mode-linux (scripts/install-deps.sh)")),
+    pytest.param("qemu", marks=pytest.mark.skipif(not shutil.which("qemu-system-x86_64"),
+                                                  reason="needs qemu-system-x86 (scripts/install-deps.sh)")),
+])
+def test_a_real_guest_comes_and_goes(tmp_path, kind):
+    with hvlab.Topology(tmp_path, [vm("a", "10.75.0.1", queues=1)], prefix="vg") as t:
+        out = json.loads(t.hv("vm", "add", "g", f"kind={kind}", "ipv4=10.75.0.2/24", "--json").stdout)
+        assert out["kind"] == kind and out["pid"] > 0, out
+        t.sh("a", "ping -c 2 -i 0.2 -W 5 10.75.0.2")
+        assert "10.75.0.2" in hvlab.hvnet("exec", "-t", t.name, "g", "--", "ip", "-br", "addr").stdout
+        t.hv("vm", "del", "g")
+        assert "g" not in ports(t)
+        assert not Path(f"/proc/{out['pid']}").exists() or hvlab.eventually(
+            lambda: not Path(f"/proc/{out['pid']}").exists(), timeout=20)

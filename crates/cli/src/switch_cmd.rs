@@ -625,7 +625,10 @@ pub fn exec(t: &Target, vm: &str, stdin: bool, argv: &[String]) -> Result<i32, S
     let dir = daemon::state_dir(&name);
     let state = hvnet_control::state::read_state(&dir)
         .ok_or_else(|| format!("topology {name} has no state"))?;
-    let topo = topology::load(&state.file).map_err(|e| e.to_string())?;
+    // What runs: VMs added at run time too.
+    let topo = state
+        .running_topology()
+        .or_else(|_| topology::load(&state.file).map_err(|e| e.to_string()))?;
     let v = topo.vms.iter().find(|v| v.name == vm).ok_or_else(|| {
         let names: Vec<String> = topo.vms.iter().map(|v| v.name.clone()).collect();
         format!(

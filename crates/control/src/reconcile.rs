@@ -37,8 +37,11 @@ pub(crate) fn add_vm(cx: &Ctl, table: &str) -> Result<Value, CtlError> {
     state.added_vms.push(stored);
     write_state(&dir, &state).map_err(CtlError::failed)?;
     cx.set_topology(next.clone());
-    start_guest(cx, &next, i)?;
-    Ok(port)
+    let mut reply = port;
+    if let Some(pid) = start_guest(cx, &next, i)? {
+        reply["pid"] = json!(pid);
+    }
+    Ok(reply)
 }
 
 /// `hvnet vm del`: the VM's port leaves the switch (its counters, FDB
@@ -217,22 +220,23 @@ fn add_port(cx: &Ctl, topo: &Topology, i: usize, state: &mut State) -> Result<Va
 }
 
 /// Starts VM `i`'s real guest, if hvnet starts it, and waits until it is
-/// up.
-fn start_guest(cx: &Ctl, topo: &Topology, i: usize) -> Result<(), CtlError> {
+/// up; its process id.
+fn start_guest(cx: &Ctl, topo: &Topology, i: usize) -> Result<Option<u32>, CtlError> {
     let vm = &topo.vms[i];
     if !vm.kind.started_by_hvnet() {
-        return Ok(());
+        return Ok(None);
     }
     let dir = state_dir(&topo.name);
     let mut g = guest::start(topo, vm, &dir).map_err(CtlError::failed)?;
     let ready = guest::wait_ready(&mut g, &dir);
+    let pid = g.pid();
     let mut all = cx.guests.lock().expect("guests lock");
     all.push(g);
     if let Some(mut s) = read_state(&dir) {
         guest::record(&mut s, &all);
         let _ = write_state(&dir, &s);
     }
-    ready.map_err(CtlError::failed)
+    ready.map_err(CtlError::failed).map(|()| Some(pid))
 }
 
 /// Removes VM `i` of `topo`'s port, stops its guest and deletes what hvnet

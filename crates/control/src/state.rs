@@ -60,6 +60,16 @@ pub struct State {
     pub removed_vms: Vec<String>,
 }
 
+impl State {
+    /// The topology as it runs: the text brought up (or last applied),
+    /// with the VMs added and removed at run time since.
+    pub fn running_topology(&self) -> Result<crate::topology::Topology, String> {
+        crate::topology::parse(&self.topology_text)
+            .map_err(|(line, reason)| format!("line {line}: {reason}"))?
+            .with_changes(&self.added_vms, &self.removed_vms)
+    }
+}
+
 /// A guest left running by a daemon that stopped or died.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeptGuest {

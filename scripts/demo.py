@@ -67,9 +67,10 @@ def live(a):
             print()
             print(f"LRO on / LRO off (wire-sized frames from the sender): {rows[1][1] / base:.2f}x the throughput, "
                   f"{rows[0][2] / max(rows[1][2], 1):.1f}x fewer frames into the receiving VM")
-            print("(a 64 KiB coalesced frame takes 16 ring-2 pages of the 256-entry rings. By default an idle queue is "
-                  "written by the sender's worker and a full ring makes the sender wait (rx_overflow = backpressure); in the "
-                  "VMXNET3 model the VM's delivery thread drains the rings and a full ring drops — the effect of seed 002)")
+            print("(by default the sender's worker writes each frame into the receiving VM itself, run to completion, and "
+                  "a receiver that cannot take more holds the sender (rx_overflow = backpressure); in the VMXNET3 model the "
+                  "VM's delivery thread drains 256-entry rings, where a 64 KiB coalesced frame takes 16 ring-2 pages, and a "
+                  "full ring drops — the effect of seed 002)")
             acc = t.stats("/ports/b/accounting")
             print(f"every frame accounted for at b: offered {acc['egress']['offered']:,} = delivered "
                   f"{acc['egress']['delivered_source_frames']:,} + dropped {acc['egress']['drops']:,} + in flight {acc['egress']['in_flight']}")

@@ -40,11 +40,6 @@ const GRO_IDLE: Duration = Duration::from_secs(1);
 /// call, so not per batch).
 const KERNEL_DROPS_EVERY: Duration = Duration::from_millis(100);
 
-/// How often an idle queue's kernel drops and link are looked at (a
-/// device going away is seen at once by its reads; carrier lost on an
-/// idle uplink, within this).
-const IDLE_LOOK_EVERY: Duration = Duration::from_secs(1);
-
 /// Longest a queue is watched before its thread sleeps.
 const BUSY_POLL_MAX: Duration = Duration::from_micros(50);
 /// Where the watch starts again after it found nothing.
@@ -251,18 +246,20 @@ impl Rxq {
         self.cx.q == 0 && self.cx.port.tunnel.is_some()
     }
 
-    /// The worker's periodic look at an idle queue (every
-    /// [`crate::workers::TICK`]): for a tunnel endpoint's first queue the
-    /// resolution of its peers; every [`IDLE_LOOK_EVERY`], the kernel's
-    /// drops at it and its link.
-    pub(crate) fn tick(&mut self, now: Instant) {
+    /// The worker's periodic look at an idle queue: for a tunnel
+    /// endpoint's first queue (every [`crate::workers::TICK`]) the
+    /// resolution of its peers; with `look` (the worker's idle look, once
+    /// a second), the kernel's drops at it and its link (a device going
+    /// away is seen at once by its reads; carrier lost on an idle uplink,
+    /// at the next look).
+    pub(crate) fn tick(&mut self, now: Instant, look: bool) {
         if let Some(vtep) = self.cx.port.tunnel.as_ref().filter(|_| self.cx.q == 0) {
             if now >= self.st.next_solicit || vtep.take_flood_changed() {
                 vtep.solicit(self.st.tunnel_tx(&self.cx));
                 self.st.next_solicit = now + SOLICIT_EVERY;
             }
         }
-        if now.duration_since(self.st.kernel_drops_read) >= IDLE_LOOK_EVERY / 2 {
+        if look {
             self.st.count_kernel_drops(&self.cx, now);
             if self.cx.port.is_up() {
                 self.check_link();

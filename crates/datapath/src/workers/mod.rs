@@ -596,7 +596,7 @@ impl Worker<'_> {
                 // touched in between: thousands of queues stay cheap), a
                 // tunnel endpoint's resolver every tick.
                 if look || o.rxq.resolves_peers() {
-                    o.rxq.tick(now);
+                    o.rxq.tick(now, look);
                     if !o.rxq.port().is_up() {
                         self.park(t);
                     }

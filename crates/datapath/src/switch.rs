@@ -218,6 +218,21 @@ impl Port {
         let s = self.settings();
         self.rxq.len() * (s.ring1 * ring::ring1_buf_size(s.mtu) + s.ring2 * ring::RING2_BUF)
     }
+    /// Counts a failure (a panic) of `what` — one of its threads, or one
+    /// of its queues' turns — and says whether `what` may start again:
+    /// after [`crate::MAX_RESTARTS`] the port is marked failed instead,
+    /// never silently dead.
+    pub(crate) fn failed(&self, what: &str) -> bool {
+        let n = self.thread_failures.fetch_add(1, Ordering::Relaxed) + 1;
+        if n >= crate::threads::MAX_RESTARTS {
+            tracing::error!(port = %self.name, what, failures = n, "failed again; the port is marked failed");
+            self.set_state(PortState::Failed);
+            return false;
+        }
+        tracing::error!(port = %self.name, what, failures = n, "failed; starting it again");
+        true
+    }
+
     /// Marks the port's delivery threads started; false if they were.
     pub(crate) fn claim_delivery_threads(&self) -> bool {
         !self.delivery_threads.swap(true, Ordering::AcqRel)

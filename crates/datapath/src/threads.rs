@@ -17,7 +17,7 @@
 //! way, and goes on with its other queues.
 
 use crate::settings::Delivery;
-use crate::switch::{Port, PortState, Switch, ThreadInfo};
+use crate::switch::{Port, Switch, ThreadInfo};
 use crate::workers::placement::{self, QueueLoad};
 use crate::workers::QueueId;
 use std::collections::HashMap;
@@ -171,13 +171,9 @@ fn supervise(
         if r.is_ok() || sw.stopping() {
             return;
         }
-        let n = port.thread_failures.fetch_add(1, Ordering::Relaxed) + 1;
-        if n >= MAX_RESTARTS {
-            tracing::error!(port = %port.name, thread = %name, failures = n, "thread failed again; the port is marked failed");
-            port.set_state(PortState::Failed);
+        if !port.failed(&format!("thread {name}")) {
             return;
         }
-        tracing::error!(port = %port.name, thread = %name, failures = n, "thread failed; starting it again");
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -187,7 +183,7 @@ mod tests {
     use super::*;
     use crate::harness::Harness;
     use crate::settings::PortSettings;
-    use crate::switch::SwitchConfig;
+    use crate::switch::{PortState, SwitchConfig};
     use hvnet_wire::MacAddr;
     use std::sync::atomic::AtomicU64;
 

@@ -24,8 +24,7 @@
 pub mod placement;
 
 use crate::counters::add;
-use crate::switch::{Port, PortState, Switch, ThreadInfo};
-use crate::threads::MAX_RESTARTS;
+use crate::switch::{Port, Switch, ThreadInfo};
 use crate::worker::{Rxq, Turn};
 use hvnet_port::Link;
 use hvnet_sys::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
@@ -108,6 +107,15 @@ impl WorkerShared {
     /// The queues it owns now.
     pub fn queues(&self) -> Vec<(QueueId, String)> {
         self.owned.lock().expect("owned lock").clone()
+    }
+
+    /// Takes queue `id` from this worker at the end of its current turn,
+    /// with its state; `None` if the worker does not give it within
+    /// `wait`.
+    fn take(&self, id: QueueId, wait: Duration) -> Option<Box<Rxq>> {
+        let (tx, rx) = mpsc::channel();
+        self.send(Command::Release(id, tx));
+        rx.recv_timeout(wait).ok()
     }
 
     fn send(&self, c: Command) {
@@ -244,10 +252,8 @@ impl Workers {
         if from == to {
             return false;
         }
-        let (tx, rx) = mpsc::channel();
-        src.send(Command::Release(id, tx));
-        match rx.recv_timeout(Duration::from_secs(5)) {
-            Ok(rxq) => {
+        match src.take(id, Duration::from_secs(5)) {
+            Some(rxq) => {
                 // Both lists at once, locked in index order (as the views
                 // lock them), so a view sees the queue on one worker.
                 let (mut a, mut b) = if from < to {
@@ -264,7 +270,7 @@ impl Workers {
                 dst.send(Command::Adopt(rxq));
                 true
             }
-            Err(_) => false,
+            None => false,
         }
     }
 
@@ -300,11 +306,9 @@ impl Workers {
                 continue;
             };
             let w = &self.workers[w];
-            let (tx, rx) = mpsc::channel();
-            w.send(Command::Release(id, tx));
-            match rx.recv_timeout(wait) {
-                Ok(mut rxq) => rxq.finish(),
-                Err(_) => {
+            match w.take(id, wait) {
+                Some(mut rxq) => rxq.finish(),
+                None => {
                     tracing::warn!(port = %port.name, queue = q, "a worker did not let the queue go in time")
                 }
             }
@@ -558,14 +562,10 @@ impl Worker<'_> {
             .epoll
             .ctl(ControlOperation::Delete, o.fd, EpollEvent::default());
         drop(o);
-        let n = port.thread_failures.fetch_add(1, Ordering::Relaxed) + 1;
-        if n >= MAX_RESTARTS {
-            tracing::error!(port = %port.name, queue = q, failures = n, "queue failed again; the port is marked failed");
-            port.set_state(PortState::Failed);
+        if !port.failed(&format!("queue {q}")) {
             self.forget(&port, q);
             return;
         }
-        tracing::error!(port = %port.name, queue = q, failures = n, "queue failed; starting it again");
         self.adopt(Box::new(Rxq::new(Arc::clone(self.sw), port, q)));
     }
 

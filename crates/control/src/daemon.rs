@@ -404,18 +404,17 @@ pub fn daemon(
             s
         }
     };
-    // VMs added and removed at run time, as the last daemon left them.
+    // VMs added and removed at run time, as the last daemon left them
+    // (the text is the file's: `prepare` checked).
     let topo = if state.added_vms.is_empty() && state.removed_vms.is_empty() {
         topo
     } else {
-        let t = Topology::clone(&topo)
-            .with_changes(&state.added_vms, &state.removed_vms)
-            .map_err(|e| {
-                DaemonError::Other(format!(
-                    "topology {}: VMs added at run time: {e}",
-                    topo.name
-                ))
-            })?;
+        let t = state.running_topology().map_err(|e| {
+            DaemonError::Other(format!(
+                "topology {}: VMs added at run time: {e}",
+                topo.name
+            ))
+        })?;
         Arc::new(t)
     };
     state.file = file

@@ -86,29 +86,13 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
     let now = cx.topology();
     let file = crate::topology::parse(text)
         .map_err(|(line, reason)| CtlError::refused(format!("line {line}: {reason}")))?;
-    let same = |a: String, b: String| a == b;
     let sections = [
-        ("name", same(now.name.clone(), file.name.clone())),
-        (
-            "[[uplink]]",
-            same(format!("{:?}", now.uplinks), format!("{:?}", file.uplinks)),
-        ),
-        (
-            "[[host]]",
-            same(format!("{:?}", now.hosts), format!("{:?}", file.hosts)),
-        ),
-        (
-            "[frr]",
-            same(format!("{:?}", now.frr), format!("{:?}", file.frr)),
-        ),
-        (
-            "netns",
-            same(format!("{:?}", now.netns), format!("{:?}", file.netns)),
-        ),
-        (
-            "[switch]",
-            same(format!("{:?}", now.switch), format!("{:?}", file.switch)),
-        ),
+        ("name", now.name == file.name),
+        ("[[uplink]]", now.uplinks == file.uplinks),
+        ("[[host]]", now.hosts == file.hosts),
+        ("[frr]", now.frr == file.frr),
+        ("netns", now.netns == file.netns),
+        ("[switch]", now.switch == file.switch),
         ("fdb_aging_secs", now.fdb_aging_secs == file.fdb_aging_secs),
     ];
     if let Some((what, _)) = sections.iter().find(|(_, same)| !same) {
@@ -124,7 +108,7 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
         };
         let mut as_running = v.clone();
         as_running.settings = r.settings.clone();
-        if format!("{as_running:?}") != format!("{r:?}") {
+        if as_running != *r {
             let why = if v.mac != r.mac {
                 format!(" (its MAC would become {}, its place in the file having moved: give it mac = \"{}\")", v.mac, r.mac)
             } else {

@@ -344,7 +344,7 @@ fn d_ring() -> usize {
 }
 
 /// A VM of a validated topology.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Vm {
     /// Its name.
     pub name: String,
@@ -433,7 +433,7 @@ pub enum UplinkLro {
 }
 
 /// An uplink of a validated topology.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Uplink {
     /// The port's name.
     pub name: String,
@@ -484,7 +484,7 @@ pub struct Vxlan {
 }
 
 /// An external host: a namespace on an uplink's wire.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Host {
     /// Its name.
     pub name: String,

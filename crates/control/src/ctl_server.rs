@@ -8,7 +8,6 @@ use crate::guest::{self, Guest};
 use crate::proto::{CtlError, Reply, Request};
 use crate::rtnl::{LinkChange, Rtnl};
 use crate::state::state_dir;
-use crate::state::{read_state, write_state};
 use crate::topology::Topology;
 use crate::views;
 use hvnet_datapath::settings::{setting_range, SettingError};
@@ -123,15 +122,7 @@ fn restart_guest(
     if !start {
         return Ok(json!({"vm": vm, "running": false}));
     }
-    let mut g = guest::start(topo, spec, &dir).map_err(CtlError::failed)?;
-    let r = guest::wait_ready(&mut g, &dir);
-    let pid = g.pid();
-    all.push(g);
-    if let Some(mut s) = read_state(&dir) {
-        guest::record(&mut s, &all);
-        let _ = write_state(&dir, &s);
-    }
-    r.map_err(CtlError::failed)?;
+    let pid = guest::boot(topo, spec, &dir, &mut all).map_err(CtlError::failed)?;
     Ok(json!({"vm": vm, "running": true, "pid": pid}))
 }
 

@@ -211,16 +211,10 @@ fn start_guest(cx: &Ctl, topo: &Topology, i: usize) -> Result<Option<u32>, CtlEr
         return Ok(None);
     }
     let dir = state_dir(&topo.name);
-    let mut g = guest::start(topo, vm, &dir).map_err(CtlError::failed)?;
-    let ready = guest::wait_ready(&mut g, &dir);
-    let pid = g.pid();
     let mut all = cx.guests.lock().expect("guests lock");
-    all.push(g);
-    if let Some(mut s) = read_state(&dir) {
-        guest::record(&mut s, &all);
-        let _ = write_state(&dir, &s);
-    }
-    ready.map_err(CtlError::failed).map(|()| Some(pid))
+    guest::boot(topo, vm, &dir, &mut all)
+        .map(Some)
+        .map_err(CtlError::failed)
 }
 
 /// Removes VM `i` of `topo`'s port, stops its guest and deletes what hvnet

@@ -204,6 +204,27 @@ pub fn start(topo: &Topology, vm: &Vm, state_dir: &Path) -> Result<Guest, Daemon
     }
 }
 
+/// Starts VM `vm`'s guest ([`start`]), waits until it is up
+/// ([`wait_ready`]), and adds it to `guests`, recorded in the topology's
+/// state (a guest that did not come up is kept there too, to be stopped);
+/// its process id.
+pub fn boot(
+    topo: &Topology,
+    vm: &Vm,
+    state_dir: &Path,
+    guests: &mut Vec<Guest>,
+) -> Result<u32, DaemonError> {
+    let mut g = start(topo, vm, state_dir)?;
+    let ready = wait_ready(&mut g, state_dir);
+    let pid = g.pid();
+    guests.push(g);
+    if let Some(mut s) = crate::state::read_state(state_dir) {
+        record(&mut s, guests);
+        let _ = crate::state::write_state(state_dir, &s);
+    }
+    ready.map(|()| pid)
+}
+
 /// Takes over VM `vm`'s guest, left running by a daemon that stopped or
 /// died, if it is still that guest: its process runs, leads or belongs to
 /// the recorded group, and is a QEMU serving this VM's port socket (a

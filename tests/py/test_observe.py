@@ -110,7 +110,7 @@ def test_metrics_endpoint_matches_hvnet_stats(tmp_path):
         assert f"metrics endpoint: GET /metrics addr=127.0.0.1:{port}" in log, log
         # The drop is logged once, with its port and reason; the settings
         # change once, with its port.
-        assert log.count("first drop port=b reason=drop_mtu_exceeded") == 1, log
+        assert log.count("first drop port=b reason=mtu_exceeded") == 1, log
         assert re.search(r"settings changed port=b .*\"mtu\":1280", log), log
 
 

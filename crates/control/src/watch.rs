@@ -5,12 +5,14 @@
 //! once each, never per frame.
 
 use hvnet_datapath::Switch;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::thread::JoinHandle;
 
 /// The last state seen.
 pub struct Watch {
-    dropped: HashSet<(String, String)>,
+    /// Per port, the reasons already logged (a bit per
+    /// [`DropReason`](hvnet_datapath::DropReason)).
+    dropped: HashMap<String, u32>,
     ended: HashSet<String>,
 }
 
@@ -18,7 +20,7 @@ impl Watch {
     /// Starts from the switch's current counters (drops so far logged).
     pub fn new(sw: &Switch) -> Watch {
         let mut w = Watch {
-            dropped: HashSet::new(),
+            dropped: HashMap::new(),
             ended: HashSet::new(),
         };
         w.check(sw, &[]);
@@ -28,19 +30,20 @@ impl Watch {
     /// Logs what changed since the last call.
     pub fn check(&mut self, sw: &Switch, threads: &[JoinHandle<()>]) {
         for p in sw.ports().iter() {
-            let ingress = p.ingress_stats();
-            let egress = p.egress_stats();
-            let counters = [
-                ("from the port", ingress.named().collect::<Vec<_>>()),
-                ("to the port", egress.named().collect::<Vec<_>>()),
+            let ways = [
+                ("from the port", p.ingress_stats().dropped),
+                ("to the port", p.egress_stats().dropped),
             ];
-            for (way, c) in counters {
-                for (reason, _) in c
-                    .into_iter()
-                    .filter(|(k, n)| *n > 0 && k.starts_with("drop_"))
-                {
-                    if self.dropped.insert((p.name.clone(), reason.to_string())) {
-                        tracing::warn!(port = %p.name, reason = %reason, way, "first drop");
+            for (way, dropped) in ways {
+                for (reason, _) in dropped.nonzero() {
+                    let bit = 1u32 << reason as usize;
+                    let seen = match self.dropped.get_mut(&p.name) {
+                        Some(seen) => seen,
+                        None => self.dropped.entry(p.name.clone()).or_default(),
+                    };
+                    if *seen & bit == 0 {
+                        *seen |= bit;
+                        tracing::warn!(port = %p.name, reason = %reason.name(), way, "first drop");
                     }
                 }
             }

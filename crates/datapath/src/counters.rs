@@ -16,37 +16,71 @@
 //! `{"offered": 6290, "delivered_frames": 801, "delivered_source_frames": 6290,
 //!   "lro_frames": 144, "lro_segments": 5645, "drop_ring1_full": 0, ...}`
 
+use hvnet_port::{RecvError, SendError};
+use serde::ser::SerializeMap;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 macro_rules! counters {
-    ($(#[$m:meta])* $name:ident / $snap:ident { $($(#[$fm:meta])* $f:ident),* $(,)? }) => {
+    ($(#[$m:meta])* $name:ident / $snap:ident, $way:expr, { $($(#[$fm:meta])* $f:ident),* $(,)? }) => {
         $(#[$m])*
         #[derive(Default, Debug)]
-        pub struct $name { $($(#[$fm])* pub $f: AtomicU64),* }
+        pub struct $name {
+            $($(#[$fm])* pub $f: AtomicU64,)*
+            /// Frames dropped, by reason.
+            pub dropped: Drops,
+        }
 
         $(#[$m])*
-        #[derive(Default, Debug, Clone, Copy, Serialize, PartialEq, Eq)]
-        pub struct $snap { $($(#[$fm])* pub $f: u64),* }
+        #[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+        pub struct $snap {
+            $($(#[$fm])* pub $f: u64,)*
+            /// Frames dropped, by reason (serialized as `drop_REASON`).
+            pub dropped: DropStats,
+        }
 
         impl $name {
             /// Reads every counter.
             pub fn snapshot(&self) -> $snap {
-                $snap { $($f: self.$f.load(Relaxed)),* }
+                $snap { $($f: self.$f.load(Relaxed),)* dropped: self.dropped.snapshot() }
+            }
+            /// Counts `n` frames dropped for `reason`, one of this way's.
+            #[inline]
+            pub fn count_drop(&self, reason: DropReason, n: u64) {
+                debug_assert_eq!(reason.way(), $way, "{reason:?}");
+                add(&self.dropped.0[reason as usize], n);
             }
         }
 
         impl $snap {
-            /// Every counter with its name, in declaration order (for
-            /// views that look at them by name without serializing).
-            pub fn named(&self) -> impl Iterator<Item = (&'static str, u64)> {
-                [$((stringify!($f), self.$f)),*].into_iter()
+            /// Every counter with its name, in declaration order, then
+            /// this way's drops as `drop_REASON` (for views that look at
+            /// them by name without serializing).
+            pub fn named(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+                [$((stringify!($f), self.$f)),*]
+                    .into_iter()
+                    .chain(DropReason::of_way($way).map(|r| (r.key(), self.dropped[r])))
+            }
+            /// All drops.
+            pub fn drops(&self) -> u64 {
+                self.dropped.total()
+            }
+        }
+
+        impl Serialize for $snap {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut m = s.serialize_map(None)?;
+                for (k, v) in self.named() {
+                    m.serialize_entry(k, &v)?;
+                }
+                m.end()
             }
         }
 
         impl std::ops::AddAssign for $snap {
             fn add_assign(&mut self, o: $snap) {
                 $(self.$f += o.$f;)*
+                self.dropped += o.dropped;
             }
         }
     };
@@ -58,9 +92,218 @@ pub fn add(c: &AtomicU64, n: u64) {
     c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
 }
 
+/// Which way a frame was going when it was dropped: from the port into
+/// the switch (ingress), or from the switch to the port (egress).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Way {
+    /// Read from the port (a guest's transmit, the wire's receive).
+    FromPort,
+    /// Offered to the port (a guest's receive, the wire's transmit).
+    ToPort,
+}
+
+/// Why the switch dropped a frame: one vocabulary for every port kind,
+/// each reason counted in its own slot and exported with the reason as a
+/// label (`hvnet_rx_summary_drops_total{reason="ring1_full"}`). Every
+/// receive, send and tunnel error converts to one (or, for errors about
+/// the queue rather than a frame, to none) by an exhaustive match.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// Virtio-net header malformed or not fitting the frame.
+    BadVnetHeader,
+    /// A header of the frame is malformed.
+    BadFrame,
+    /// A GSO frame asking for too many segments (tiny gso_size).
+    GsoSegments,
+    /// Security policy (forged source MAC, tagged frame on an access port).
+    Policy,
+    /// No port to send to.
+    NoRoute,
+    /// The port is disconnected (`connected = off`, a vNIC's cable pulled).
+    Disconnected,
+    /// At a tunnel endpoint: neither VXLAN to it nor ARP for it.
+    NotTunnel,
+    /// VXLAN without the I flag, truncated, or with an inner frame whose
+    /// headers lie.
+    BadVxlan,
+    /// VXLAN for another VNI.
+    Vni,
+    /// By the kernel before hvnet could read them: an uplink socket's
+    /// buffer was full, or a frame could not be handed over with the
+    /// socket's header (`PACKET_STATISTICS`).
+    Kernel,
+    /// A vhost-user guest's transmit descriptor chain outside its memory,
+    /// device-writable, longer than any frame or changed while read.
+    BadDescriptor,
+    /// No ring-1 buffer.
+    Ring1Full,
+    /// Not enough ring-2 buffers.
+    Ring2Full,
+    /// Larger than this port's MTU (a GSO frame: its segments would be).
+    MtuExceeded,
+    /// The write into the guest or the wire failed.
+    WriteError,
+    /// The port was down.
+    PortDown,
+    /// A vhost-user guest's receive virtqueue had no free buffer (the
+    /// guest is not keeping up: its ring is full).
+    VirtqueueFull,
+    /// No remote tunnel endpoint for the frame is resolved yet (ARP
+    /// pending).
+    TunnelUnresolved,
+}
+
+impl DropReason {
+    /// How many reasons there are (the counters' array length).
+    pub const COUNT: usize = 18;
+    /// Every reason, in counter order.
+    pub const ALL: [DropReason; DropReason::COUNT] = {
+        use DropReason::*;
+        [
+            BadVnetHeader,
+            BadFrame,
+            GsoSegments,
+            Policy,
+            NoRoute,
+            Disconnected,
+            NotTunnel,
+            BadVxlan,
+            Vni,
+            Kernel,
+            BadDescriptor,
+            Ring1Full,
+            Ring2Full,
+            MtuExceeded,
+            WriteError,
+            PortDown,
+            VirtqueueFull,
+            TunnelUnresolved,
+        ]
+    };
+
+    /// The reason's name, as views and metrics label it.
+    pub fn name(self) -> &'static str {
+        self.names().0
+    }
+
+    /// The counter's key in `hvnet stats`: `drop_` and the name.
+    pub fn key(self) -> &'static str {
+        self.names().1
+    }
+
+    fn names(self) -> (&'static str, &'static str) {
+        use DropReason::*;
+        match self {
+            BadVnetHeader => ("bad_vnet_header", "drop_bad_vnet_header"),
+            BadFrame => ("bad_frame", "drop_bad_frame"),
+            GsoSegments => ("gso_segments", "drop_gso_segments"),
+            Policy => ("policy", "drop_policy"),
+            NoRoute => ("no_route", "drop_no_route"),
+            Disconnected => ("disconnected", "drop_disconnected"),
+            NotTunnel => ("not_tunnel", "drop_not_tunnel"),
+            BadVxlan => ("bad_vxlan", "drop_bad_vxlan"),
+            Vni => ("vni", "drop_vni"),
+            Kernel => ("kernel", "drop_kernel"),
+            BadDescriptor => ("bad_descriptor", "drop_bad_descriptor"),
+            Ring1Full => ("ring1_full", "drop_ring1_full"),
+            Ring2Full => ("ring2_full", "drop_ring2_full"),
+            MtuExceeded => ("mtu_exceeded", "drop_mtu_exceeded"),
+            WriteError => ("write_error", "drop_write_error"),
+            PortDown => ("port_down", "drop_port_down"),
+            VirtqueueFull => ("virtqueue_full", "drop_virtqueue_full"),
+            TunnelUnresolved => ("tunnel_unresolved", "drop_tunnel_unresolved"),
+        }
+    }
+
+    /// The way a frame dropped for this reason was going.
+    pub fn way(self) -> Way {
+        use DropReason::*;
+        match self {
+            BadVnetHeader | BadFrame | GsoSegments | Policy | NoRoute | Disconnected
+            | NotTunnel | BadVxlan | Vni | Kernel | BadDescriptor => Way::FromPort,
+            Ring1Full | Ring2Full | MtuExceeded | WriteError | PortDown | VirtqueueFull
+            | TunnelUnresolved => Way::ToPort,
+        }
+    }
+
+    /// The reasons of one way, in counter order.
+    pub fn of_way(way: Way) -> impl Iterator<Item = DropReason> {
+        DropReason::ALL.into_iter().filter(move |r| r.way() == way)
+    }
+
+    /// The reason a frame a receiver refused is dropped for, or `None`
+    /// when the error is about the queue (nothing ready, no buffer, the
+    /// link, a failed read), not a frame.
+    pub fn of_refused(e: &RecvError) -> Option<DropReason> {
+        match e {
+            RecvError::BadVnetHeader | RecvError::BadOffload(_) => Some(DropReason::BadVnetHeader),
+            RecvError::BadFrame(_) => Some(DropReason::BadFrame),
+            RecvError::TooManySegments => Some(DropReason::GsoSegments),
+            RecvError::BadDescriptor => Some(DropReason::BadDescriptor),
+            RecvError::WouldBlock
+            | RecvError::NoBuffer
+            | RecvError::Gone
+            | RecvError::LinkDown
+            | RecvError::Read(_) => None,
+        }
+    }
+}
+
+impl From<SendError> for DropReason {
+    fn from(e: SendError) -> DropReason {
+        match e {
+            SendError::Full => DropReason::VirtqueueFull,
+            SendError::Failed => DropReason::WriteError,
+        }
+    }
+}
+
+/// Drop counters, one per reason (only one way's are ever added to).
+#[derive(Default, Debug)]
+pub struct Drops([AtomicU64; DropReason::COUNT]);
+
+impl Drops {
+    fn snapshot(&self) -> DropStats {
+        DropStats(std::array::from_fn(|i| self.0[i].load(Relaxed)))
+    }
+}
+
+/// A snapshot of [`Drops`], indexed by reason.
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DropStats([u64; DropReason::COUNT]);
+
+impl DropStats {
+    /// All drops, whatever the reason.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+    /// The reasons with at least one drop.
+    pub fn nonzero(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
+        DropReason::ALL
+            .into_iter()
+            .map(|r| (r, self[r]))
+            .filter(|(_, n)| *n > 0)
+    }
+}
+
+impl std::ops::Index<DropReason> for DropStats {
+    type Output = u64;
+    fn index(&self, r: DropReason) -> &u64 {
+        &self.0[r as usize]
+    }
+}
+
+impl std::ops::AddAssign for DropStats {
+    fn add_assign(&mut self, o: DropStats) {
+        for (a, b) in self.0.iter_mut().zip(o.0) {
+            *a += b;
+        }
+    }
+}
+
 counters! {
     /// Frames a guest sent (read from one TAP queue).
-    IngressCounters / IngressStats {
+    IngressCounters / IngressStats, Way::FromPort, {
         /// Frames read.
         frames,
         /// Bytes read (frames, without the virtio-net header).
@@ -71,16 +314,6 @@ counters! {
         forwarded,
         /// Frames flooded (broadcast, multicast, unknown unicast).
         flooded,
-        /// Dropped: virtio-net header malformed or not fitting the frame.
-        drop_bad_vnet_header,
-        /// Dropped: a header of the frame is malformed.
-        drop_bad_frame,
-        /// Dropped: a GSO frame asking for too many segments (tiny gso_size).
-        drop_gso_segments,
-        /// Dropped: security policy (forged source MAC, tagged frame on an access port).
-        drop_policy,
-        /// Dropped: no port to send to.
-        drop_no_route,
         /// Reads put off because the port's buffer cap was reached
         /// (backpressure on the guest, not a drop).
         no_buffer_stalls,
@@ -103,27 +336,9 @@ counters! {
         arp_suppressed,
         /// IPv6 neighbor solicitations answered the same way.
         nd_suppressed,
-        /// Dropped: the port is disconnected (`connected = off`, a vNIC's
-        /// cable pulled).
-        drop_disconnected,
         /// VXLAN frames decapsulated (their inner frames then forwarded or
         /// dropped as any frame).
         decapsulated,
-        /// Dropped at a tunnel endpoint: neither VXLAN to it nor ARP for it.
-        drop_not_tunnel,
-        /// Dropped: VXLAN without the I flag, truncated, or with an inner
-        /// frame whose headers lie.
-        drop_bad_vxlan,
-        /// Dropped: VXLAN for another VNI.
-        drop_vni,
-        /// Dropped by the kernel before hvnet could read them: an uplink
-        /// socket's buffer was full, or a frame could not be handed over
-        /// with the socket's header (`PACKET_STATISTICS`).
-        drop_kernel,
-        /// Dropped: a vhost-user guest's transmit descriptor chain outside
-        /// its memory, device-writable, longer than any frame or changed
-        /// while read.
-        drop_bad_descriptor,
         /// Coalesced frames an uplink's software LRO forwarded.
         lro_frames,
         /// Frames from the wire inside them (each of the others merged
@@ -140,7 +355,7 @@ counters! {
 
 counters! {
     /// Frames the switch delivers to a guest receive queue.
-    EgressCounters / EgressStats {
+    EgressCounters / EgressStats, Way::ToPort, {
         /// Frames handed to this queue by the forwarding stage.
         offered,
         /// Frames written into the guest.
@@ -165,23 +380,6 @@ counters! {
         csum_completed,
         /// Frames delivered with DATA_VALID (checksum verified by hvnet).
         data_valid_frames,
-        /// Dropped: no ring-1 buffer.
-        drop_ring1_full,
-        /// Dropped: not enough ring-2 buffers.
-        drop_ring2_full,
-        /// Dropped: larger than this port's MTU (a GSO frame: its segments
-        /// would be).
-        drop_mtu_exceeded,
-        /// Dropped: the write into the guest failed.
-        drop_write_error,
-        /// Dropped: the port was down.
-        drop_port_down,
-        /// Dropped: a vhost-user guest's receive virtqueue had no free
-        /// buffer (the guest is not keeping up: its ring is full).
-        drop_virtqueue_full,
-        /// Dropped: no remote tunnel endpoint for the frame is resolved yet
-        /// (ARP pending).
-        drop_tunnel_unresolved,
         /// Times a sender waited for ring space (`rx_overflow = "backpressure"`).
         backpressure_waits,
         /// Batches the sender's worker delivered itself (the queue was idle).
@@ -194,33 +392,9 @@ impl EgressStats {
     pub fn in_flight(&self) -> i64 {
         self.offered as i64 - self.delivered_source_frames as i64 - self.drops() as i64
     }
-    /// All drops.
-    pub fn drops(&self) -> u64 {
-        self.drop_ring1_full
-            + self.drop_ring2_full
-            + self.drop_mtu_exceeded
-            + self.drop_write_error
-            + self.drop_port_down
-            + self.drop_virtqueue_full
-            + self.drop_tunnel_unresolved
-    }
 }
 
 impl IngressStats {
-    /// All drops.
-    pub fn drops(&self) -> u64 {
-        self.drop_bad_vnet_header
-            + self.drop_bad_frame
-            + self.drop_gso_segments
-            + self.drop_policy
-            + self.drop_no_route
-            + self.drop_not_tunnel
-            + self.drop_bad_vxlan
-            + self.drop_vni
-            + self.drop_bad_descriptor
-            + self.drop_kernel
-            + self.drop_disconnected
-    }
     /// Frames merged into another by software LRO at an uplink (forwarded
     /// inside it).
     pub fn lro_merged(&self) -> u64 {
@@ -236,5 +410,54 @@ impl IngressStats {
                 + self.arp_suppressed
                 + self.nd_suppressed
                 + self.lro_merged()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_reason_has_its_own_slot_and_name() {
+        let mut names = std::collections::HashSet::new();
+        for (i, r) in DropReason::ALL.into_iter().enumerate() {
+            assert_eq!(r as usize, i, "{r:?} out of order");
+            assert!(names.insert(r.name()), "{r:?} named twice");
+            assert_eq!(r.key(), format!("drop_{}", r.name()));
+        }
+    }
+
+    #[test]
+    fn a_snapshot_serializes_its_way_s_drops_by_key() {
+        let c = EgressCounters::default();
+        add(&c.offered, 3);
+        c.count_drop(DropReason::Ring1Full, 2);
+        c.count_drop(DropReason::PortDown, 1);
+        let s = c.snapshot();
+        assert_eq!((s.drops(), s.in_flight()), (3, 0));
+        let v = serde_json::to_value(s).unwrap();
+        assert_eq!(v["drop_ring1_full"], 2);
+        assert_eq!(v["drop_port_down"], 1);
+        assert_eq!(v["drop_virtqueue_full"], 0);
+        assert!(v.get("drop_bad_frame").is_none(), "an ingress reason: {v}");
+        let nonzero: Vec<_> = s.dropped.nonzero().collect();
+        assert_eq!(
+            nonzero,
+            [(DropReason::Ring1Full, 2), (DropReason::PortDown, 1)]
+        );
+    }
+
+    #[test]
+    fn refused_frames_convert_and_queue_errors_do_not() {
+        assert_eq!(
+            DropReason::of_refused(&RecvError::TooManySegments),
+            Some(DropReason::GsoSegments)
+        );
+        assert_eq!(DropReason::of_refused(&RecvError::WouldBlock), None);
+        assert_eq!(DropReason::from(SendError::Full), DropReason::VirtqueueFull);
+        for r in DropReason::ALL {
+            let way = r.way();
+            assert!(DropReason::of_way(way).any(|x| x == r));
+        }
     }
 }

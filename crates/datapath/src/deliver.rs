@@ -11,7 +11,7 @@
 //! submission at a TAP when asked for). Buffers go home as the items are
 //! dropped.
 
-use crate::counters::{add, EgressCounters};
+use crate::counters::{add, DropReason, EgressCounters};
 use crate::item::{RingItem, BATCH};
 use crate::ring::{Consumer, Slot};
 use crate::settings::{PortSettings, RxOverflow, BACKPRESSURE_WAIT};
@@ -87,14 +87,14 @@ pub(crate) fn deliver_loop(sw: &Switch, port: &Port, q: usize) {
             deliver_batch(port, &mut *tx, c, &s, hold(&s), &mut batch, &mut scratch);
         } else {
             for x in batch.drain(..) {
-                add(&c.drop_port_down, x.item.sources());
+                c.count_drop(DropReason::PortDown, x.item.sources());
             }
         }
         ring.release(r1, r2);
     }
     consumer.drain(ring, &mut batch);
     for x in batch.drain(..) {
-        add(&c.drop_port_down, x.item.sources());
+        c.count_drop(DropReason::PortDown, x.item.sources());
     }
 }
 
@@ -252,10 +252,8 @@ fn push_iov<'a>(iov: &mut impl Extend<IoSlice<'a>>, item: &'a RingItem, vnet: &'
 
 fn count(c: &EgressCounters, item: &RingItem, r: Result<(), SendError>) {
     let n = item.sources();
-    match r {
-        Ok(()) => {}
-        Err(SendError::Full) => return add(&c.drop_virtqueue_full, n),
-        Err(SendError::Failed) => return add(&c.drop_write_error, n),
+    if let Err(e) = r {
+        return c.count_drop(e.into(), n);
     }
     match item {
         RingItem::Frame { pkt, .. } => {
@@ -314,8 +312,8 @@ fn deliver_segmented(
         }
     });
     match (r, failed) {
-        (_, Some(SendError::Full)) => add(&c.drop_virtqueue_full, 1),
-        (Err(_), _) | (_, Some(SendError::Failed)) => add(&c.drop_write_error, 1),
+        (_, Some(e)) => c.count_drop(e.into(), 1),
+        (Err(_), None) => c.count_drop(DropReason::WriteError, 1),
         (Ok(_), None) => {
             add(&c.segmented_frames, 1);
             add(&c.segments_out, written);

@@ -293,6 +293,7 @@ fn socket_queues(n: usize) -> (Vec<FrameQueue>, Vec<FrameQueue>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::counters::DropReason;
     use hvnet_offload::testutil::TcpSpec;
 
     fn mac(i: u8) -> MacAddr {
@@ -386,7 +387,11 @@ mod tests {
         assert_eq!(out.iter().filter(|(p, _)| *p == 1).count(), 10);
         assert_eq!(out.iter().filter(|(p, _)| *p == 2).count(), 10);
         let i = h.sw.ports()[0].ingress_stats();
-        assert_eq!((i.frames, i.drop_bad_vnet_header), (11, 1), "{i:?}");
+        assert_eq!(
+            (i.frames, i.dropped[DropReason::BadVnetHeader]),
+            (11, 1),
+            "{i:?}"
+        );
         assert_eq!(h.sw.ports()[0].dev.kind(), "replay");
     }
 
@@ -425,7 +430,11 @@ mod tests {
         };
         assert_eq!(seqs(b.take_sent()), vec![1000 + 100, 1000 + 200]);
         let e = h.sw.ports()[1].egress_stats();
-        assert_eq!(e.drop_virtqueue_full, 0, "kept, not dropped: {e:?}");
+        assert_eq!(
+            e.dropped[DropReason::VirtqueueFull],
+            0,
+            "kept, not dropped: {e:?}"
+        );
         b.set_room(0, None);
         out.clear();
         h.settle(10, &mut out);
@@ -442,7 +451,10 @@ mod tests {
         h.settle(10, &mut out);
         let e = h.sw.ports()[1].egress_stats();
         assert_eq!(
-            (e.delivered_source_frames, e.drop_virtqueue_full),
+            (
+                e.delivered_source_frames,
+                e.dropped[DropReason::VirtqueueFull]
+            ),
             (6, 1),
             "{e:?}"
         );
@@ -477,7 +489,10 @@ mod tests {
         h.check_accounting().unwrap();
         let e = h.sw.ports()[1].egress_stats();
         assert_eq!(
-            (e.delivered_source_frames, e.drop_virtqueue_full),
+            (
+                e.delivered_source_frames,
+                e.dropped[DropReason::VirtqueueFull]
+            ),
             (3, 5),
             "{e:?}"
         );
@@ -582,7 +597,10 @@ mod tests {
             out.iter().all(|(_, f)| f[12 + 6..][..6] != mac(3).0),
             "{out:?}"
         );
-        assert_eq!(h.sw.ports()[2].ingress_stats().drop_disconnected, 1);
+        assert_eq!(
+            h.sw.ports()[2].ingress_stats().dropped[DropReason::Disconnected],
+            1
+        );
         h.check_accounting().unwrap();
     }
 }

@@ -25,6 +25,7 @@ pub mod tunnel;
 mod worker;
 pub mod workers;
 
+pub use counters::DropReason;
 pub use item::{RingItem, BATCH};
 pub use port_table::{PortTable, TableError};
 pub use settings::{

@@ -18,7 +18,7 @@
 //! producers add to once per batch and the consumer subtracts from once per
 //! delivered batch; no lock is taken on the path.
 
-use crate::counters::EgressCounters;
+use crate::counters::{DropReason, EgressCounters};
 use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::Thread;
@@ -55,6 +55,15 @@ pub enum Full {
     Ring1,
     /// Not enough ring-2 buffers.
     Ring2,
+}
+
+impl From<Full> for DropReason {
+    fn from(f: Full) -> DropReason {
+        match f {
+            Full::Ring1 => DropReason::Ring1Full,
+            Full::Ring2 => DropReason::Ring2Full,
+        }
+    }
 }
 
 /// Occupancy, for `rxqueues/N/status`.

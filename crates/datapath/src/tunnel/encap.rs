@@ -4,7 +4,7 @@
 //! payload never copied.
 
 use super::{Vtep, SOURCE_PORTS};
-use crate::counters::{add, EgressCounters};
+use crate::counters::{add, DropReason, EgressCounters};
 use crate::item::RingItem;
 use hvnet_offload::csum;
 use hvnet_offload::gso::{self, CsumMode};
@@ -85,7 +85,7 @@ impl Vtep {
     ) {
         let RingItem::Frame { pkt, .. } = item else {
             // Nothing is coalesced toward an uplink.
-            add(&c.drop_write_error, item.sources());
+            c.count_drop(DropReason::WriteError, item.sources());
             return;
         };
         let info = &mut pkt.meta.offload;
@@ -133,9 +133,9 @@ impl Vtep {
             add(&c.delivered_frames, copies);
             add(&c.delivered_source_frames, 1);
         } else if failed {
-            add(&c.drop_write_error, 1);
+            c.count_drop(DropReason::WriteError, 1);
         } else {
-            add(&c.drop_tunnel_unresolved, 1);
+            c.count_drop(DropReason::TunnelUnresolved, 1);
         }
     }
 

@@ -22,6 +22,7 @@
 //!   Partial inner checksums stay partial (the kernel or the NIC completes
 //!   them on the way out).
 
+use crate::counters::DropReason;
 use hvnet_offload::rss::{Rss, DEFAULT_KEY};
 use hvnet_offload::vxlan::VxlanError;
 use hvnet_port::Packet;
@@ -114,6 +115,16 @@ pub enum TunnelDrop {
     BadVxlan,
     /// VXLAN for another VNI.
     Vni,
+}
+
+impl From<TunnelDrop> for DropReason {
+    fn from(d: TunnelDrop) -> DropReason {
+        match d {
+            TunnelDrop::NotTunnel => DropReason::NotTunnel,
+            TunnelDrop::BadVxlan => DropReason::BadVxlan,
+            TunnelDrop::Vni => DropReason::Vni,
+        }
+    }
 }
 
 /// A remote endpoint as the views show it.

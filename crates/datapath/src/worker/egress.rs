@@ -3,7 +3,7 @@
 //! passed whole or marked for segmenting.
 
 use super::{Ctx, State, GRO_MAX_SEGMENTS};
-use crate::counters::add;
+use crate::counters::{add, DropReason};
 use crate::item::RingItem;
 use hvnet_offload::gro::{GroConfig, GroOutput, GroTable};
 use hvnet_offload::vxlan::OUTER_LEN;
@@ -47,7 +47,7 @@ impl State {
                 // wire's, whoever segments) are refused here rather than
                 // written for a driver to drop.
                 if (!whole || uplink) && g.size as usize + pkt.header_len() > limit {
-                    add(&c.drop_mtu_exceeded, 1);
+                    c.count_drop(DropReason::MtuExceeded, 1);
                     return;
                 }
                 // Segments of its flow held for coalescing go first: a
@@ -59,7 +59,7 @@ impl State {
                 self.stage(cx, dst, q, RingItem::Frame { pkt, segment });
             }
             None if pkt.len() > limit => {
-                add(&c.drop_mtu_exceeded, 1);
+                c.count_drop(DropReason::MtuExceeded, 1);
             }
             None if lro => {
                 self.dest(cx, dst, q);

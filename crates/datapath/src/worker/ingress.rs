@@ -5,10 +5,10 @@
 
 use super::ingress_lro::IngressLro;
 use super::{Ctx, State};
-use crate::counters::add;
+use crate::counters::{add, DropReason};
 use crate::fdb::Learn;
 use crate::forward::{self, Action, Ingress};
-use crate::tunnel::{Received, TunnelDrop, Vtep};
+use crate::tunnel::{Received, Vtep};
 use hvnet_port::Packet;
 use std::time::Instant;
 
@@ -66,9 +66,7 @@ impl State {
                     vtep.send_reply(self.tunnel_tx(cx), &r);
                 }
             }
-            Received::Drop(TunnelDrop::NotTunnel) => add(&c.drop_not_tunnel, 1),
-            Received::Drop(TunnelDrop::BadVxlan) => add(&c.drop_bad_vxlan, 1),
-            Received::Drop(TunnelDrop::Vni) => add(&c.drop_vni, 1),
+            Received::Drop(why) => c.count_drop(why.into(), 1),
         }
     }
 
@@ -77,7 +75,7 @@ impl State {
     pub(super) fn switch_frame(&mut self, cx: &Ctx, pkt: Packet, now: Instant) {
         let c = &cx.port.ingress[cx.q];
         if !self.settings[cx.port.id].connected {
-            add(&c.drop_disconnected, 1);
+            c.count_drop(DropReason::Disconnected, 1);
             return;
         }
         let ingress = Ingress {
@@ -86,7 +84,7 @@ impl State {
             allow_forged_transmits: self.settings[cx.port.id].allow_forged_transmits,
         };
         if !forward::admit(&ingress, &pkt) {
-            add(&c.drop_policy, 1);
+            c.count_drop(DropReason::Policy, 1);
             return;
         }
         let (src, dst) = (pkt.src(), pkt.dst());
@@ -118,7 +116,7 @@ impl State {
         let (ports, settings) = (&cx.ports, &self.settings);
         let link_up = |p: usize| ports.get(p).is_some_and(|x| x.is_up()) && settings[p].connected;
         match forward::route(&ingress, learned, link_up) {
-            Action::NoRoute => add(&c.drop_no_route, 1),
+            Action::NoRoute => c.count_drop(DropReason::NoRoute, 1),
             Action::Unicast(p) => {
                 add(&c.forwarded, 1);
                 self.egress(cx, p, pkt);
@@ -130,7 +128,7 @@ impl State {
                     .map(|p| p.id)
                     .collect();
                 let Some((&last, rest)) = targets.split_last() else {
-                    add(&c.drop_no_route, 1);
+                    c.count_drop(DropReason::NoRoute, 1);
                     return;
                 };
                 add(&c.forwarded, 1);

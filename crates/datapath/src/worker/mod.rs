@@ -12,7 +12,7 @@ mod ingress_lro;
 mod ingress_suppress;
 mod staging;
 
-use crate::counters::add;
+use crate::counters::{add, DropReason};
 use crate::deliver::Scratch;
 use crate::item::{RingItem, BATCH};
 use crate::port_table::PortTable;
@@ -436,18 +436,16 @@ impl State {
         if n > 0 {
             let c = &cx.port.ingress[cx.q];
             add(&c.frames, n);
-            add(&c.drop_kernel, n);
+            c.count_drop(DropReason::Kernel, n);
         }
     }
 
     fn count_refused(&self, cx: &Ctx, e: &RecvError) {
-        let c = &cx.port.ingress[cx.q];
-        add(&c.frames, 1);
-        match e {
-            RecvError::BadFrame(_) => add(&c.drop_bad_frame, 1),
-            RecvError::TooManySegments => add(&c.drop_gso_segments, 1),
-            RecvError::BadDescriptor => add(&c.drop_bad_descriptor, 1),
-            _ => add(&c.drop_bad_vnet_header, 1),
+        // An error about the queue ends the batch (`end`), never is a frame.
+        if let Some(why) = DropReason::of_refused(e) {
+            let c = &cx.port.ingress[cx.q];
+            add(&c.frames, 1);
+            c.count_drop(why, 1);
         }
     }
 

@@ -4,7 +4,7 @@
 //! from the worker itself when the queue is idle.
 
 use super::{Ctx, Dest, State};
-use crate::counters::add;
+use crate::counters::{add, DropReason};
 use crate::deliver;
 use crate::item::RingItem;
 use crate::ring::{self, Full, Lane};
@@ -49,7 +49,7 @@ impl State {
         self.mark_active(cx, dst, q);
         let lane = self.lane(cx, dst, q);
         if !port.is_up() {
-            add(&lane.counters.drop_port_down, sources);
+            lane.counters.count_drop(DropReason::PortDown, sources);
             return;
         }
         let (mut item, mut full) = match lane.stage(ring, item, r1, r2) {
@@ -72,10 +72,7 @@ impl State {
             }
         }
         let c = &self.lane(cx, dst, q).counters;
-        match full {
-            Full::Ring1 => add(&c.drop_ring1_full, sources),
-            Full::Ring2 => add(&c.drop_ring2_full, sources),
-        }
+        c.count_drop(full.into(), sources);
     }
 
     /// Hands over everything staged so far (so the receivers have work),
@@ -143,7 +140,8 @@ impl State {
         lane.take_staged(&mut self.inline);
         if !port.is_up() {
             for x in self.inline.drain(..) {
-                add(&lane.counters.drop_port_down, x.item.sources());
+                lane.counters
+                    .count_drop(DropReason::PortDown, x.item.sources());
             }
             return;
         }
@@ -201,7 +199,8 @@ impl State {
                 if let Some(lane) = self.dests[dst][q].lane.as_mut() {
                     lane.take_staged(&mut self.inline);
                     for x in self.inline.drain(..) {
-                        add(&lane.counters.drop_virtqueue_full, x.item.sources());
+                        lane.counters
+                            .count_drop(DropReason::VirtqueueFull, x.item.sources());
                     }
                 }
             }

@@ -298,10 +298,10 @@ pub fn spawn(
     threshold_pct: u32,
 ) -> std::io::Result<(std::thread::JoinHandle<()>, Shared)> {
     let port = sw.port(&uplink).expect("the uplink is a port");
-    let (queues, tunnel) = {
-        let u = port.dev.uplink().expect("an uplink");
-        (u.num_queues() as u32, u.filters().and_then(|f| f.tunnel))
-    };
+    let (queues, tunnel) = (
+        port.dev.num_queues() as u32,
+        port.dev.filters().and_then(|f| f.tunnel),
+    );
     let macs: Vec<MacAddr> = vms.iter().map(|(_, m)| *m).collect();
     let shared = Arc::new(Mutex::new(Balancer::new(
         &macs,
@@ -340,8 +340,7 @@ pub fn spawn(
                     .collect();
                 let mut bal = b.lock().expect("balancer lock");
                 if let Some(d) = bal.step(start.elapsed().as_secs(), &load, &delta) {
-                    let u = port.dev.uplink().expect("an uplink");
-                    match u.set_filters(bal.filters()) {
+                    match port.dev.set_filters(bal.filters()) {
                         Ok(()) => tracing::info!(
                             uplink = %uplink, action = d.action, filters = ?d.macs,
                             from = d.from, to = d.to, reason = %d.reason, "netqueue balancer"

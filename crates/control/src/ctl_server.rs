@@ -356,7 +356,7 @@ fn handle(
             // guest's MTU as it was.
             sw.check_settings(&name, &new).map_err(setting_error)?;
             let mtu_changes = new.mtu != old.mtu;
-            if mtu_changes && p.dev.vhost_user().is_some() {
+            if mtu_changes && p.dev.other_side_sets_mtu() {
                 return Err(CtlError::refused("a real guest sets its own MTU (ip link set eth0 mtu … inside it); its port's mtu is what the switch takes"));
             }
             if mtu_changes && !p.is_uplink() && unprivileged {

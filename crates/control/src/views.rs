@@ -88,37 +88,10 @@ fn rx_queue_status(p: &Port, q: usize) -> Option<Value> {
         "counters": rx.counters(),
     });
     // A real guest's receive virtqueue is the last ring a frame meets.
-    if let Some(vu) = p.dev.vhost_user() {
-        v["virtqueue_size"] = json!(vu.queue_sizes(q).0);
+    if let Some((rx, _)) = p.dev.status().virtqueue_sizes(q) {
+        v["virtqueue_size"] = json!(rx);
     }
     Some(v)
-}
-
-/// A vhost-user port's connection: what the guest's driver accepted and
-/// its virtqueues.
-fn vhost_user_view(vu: &hvnet_port::VhostUserPort) -> Value {
-    let queues: Vec<Value> = (0..vu.num_queues())
-        .map(|q| {
-            let (rx, tx) = vu.queue_sizes(q);
-            json!({"rx": rx, "tx": tx})
-        })
-        .collect();
-    let (tables, regions, bytes) = vu.memory();
-    json!({
-        "socket": vu.socket(),
-        "mode": vu.mode().name(),
-        "connected": vu.is_connected(),
-        "connections": vu.connections(),
-        "memory_tables": tables,
-        "memory_regions": regions,
-        "memory_bytes": bytes,
-        "acked_features": format!("{:#x}", vu.acked_features()),
-        "guest_offloads": vu.guest_offloads(),
-        "guest_present": vu.guest_present(),
-        "dirty_logging": vu.dirty_logging(),
-        "announcements": vu.announcements(),
-        "virtqueues": queues,
-    })
 }
 
 /// Every frame accounted for: the identities of `counters.rs`.
@@ -150,8 +123,8 @@ pub fn port_settings(sw: &Switch, p: &Port) -> Value {
     v["buffers"] = json!(p.buffers());
     v["thread_failures"] = json!(p.thread_failures.load(std::sync::atomic::Ordering::Relaxed));
     v["threads"] = json!(sw.port_threads(p));
-    if let Some(vu) = p.dev.vhost_user() {
-        v["vhost_user"] = vhost_user_view(vu);
+    if let Some(vu) = p.dev.status().vhost_user {
+        v["vhost_user"] = serde_json::to_value(vu).expect("status serializes");
         // What the datapath applies: LRO and checksum offload only where
         // the guest's driver accepted them.
         let e = p.effective_settings();
@@ -242,15 +215,14 @@ pub fn stats(sw: &Switch, path: &str) -> Result<Value, CtlError> {
         }
         ["uplinks", p, "filters"] => {
             let port = uplink(p)?;
-            let u = port.dev.uplink().expect("an uplink");
-            Ok(match u.filters() {
+            Ok(match port.dev.filters() {
                 Some(f) => json!({
                     "spread": "netqueue",
                     "default_queue": 0,
                     "tunnel": f.tunnel,
                     "filters": f.entries,
                 }),
-                None if u.spreads_by_rss() => json!({
+                None if port.dev.status().spread == Some("rss") => json!({
                     "spread": "rss",
                     "hash": "toeplitz",
                     "key": "microsoft default",
@@ -289,7 +261,7 @@ pub fn stats(sw: &Switch, path: &str) -> Result<Value, CtlError> {
             let p = uplink(p)?;
             let q = queue(q, p.ingress.len())?;
             // How the queue is read: frames per system call, at most.
-            let batch = p.dev.uplink().map_or(1, |u| u.read_batch());
+            let batch = p.dev.status().frames_per_read.unwrap_or(1);
             Ok(json!({ "frames_per_read": batch, "counters": p.ingress[q].snapshot() }))
         }
         _ => Err(CtlError::NotFound {

@@ -14,7 +14,8 @@
 use crate::packet::Packet;
 use crate::pool::Pool;
 use crate::vnet::RecvError;
-use std::any::Any;
+use crate::netqueue::Filters;
+use serde::Serialize;
 use std::fmt;
 use std::io::IoSlice;
 use std::os::fd::RawFd;
@@ -23,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// A port's device.
-pub trait Device: Send + Sync + fmt::Debug + Any {
+pub trait Device: Send + Sync + fmt::Debug {
     /// The port type as `hvnet ports` shows it (`tap+vnet_hdr`, …).
     fn kind(&self) -> &'static str;
 
@@ -88,26 +89,52 @@ pub trait Device: Send + Sync + fmt::Debug + Any {
     /// A transmitter for queue `q`: it writes frames to the other side.
     fn transmitter(self: Arc<Self>, q: usize, opts: TxOptions) -> Box<dyn Transmitter>;
 
-    /// The device as `Any`, for views and controls that know one kind
-    /// (an uplink's filters, a guest's memory table).
-    fn as_any(&self) -> &dyn Any;
+    /// What the device says of itself for views (as Open vSwitch's
+    /// `netdev_get_status`): the parts its kind has.
+    fn status(&self) -> DeviceStatus {
+        DeviceStatus::default()
+    }
+
+    /// True when the other side sets its own MTU (a real guest's driver):
+    /// the switch takes it and cannot change it.
+    fn other_side_sets_mtu(&self) -> bool {
+        false
+    }
+
+    /// The receive filters steering frames to queues (NetQueue), where
+    /// the device has them.
+    fn filters(&self) -> Option<Filters> {
+        None
+    }
+
+    /// Installs receive filters; refused by a device without them.
+    fn set_filters(&self, _f: Filters) -> Result<(), String> {
+        Err(format!("a {} port has no receive filters", self.kind()))
+    }
 }
 
-impl dyn Device {
-    /// The device as a `T`, if it is one.
-    pub fn downcast_ref<T: Device>(&self) -> Option<&T> {
-        self.as_any().downcast_ref::<T>()
-    }
+/// What a device says of itself, each part typed ([`Device::status`]).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DeviceStatus {
+    /// A real guest's connection: what its driver accepted, its memory,
+    /// its virtqueues.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vhost_user: Option<crate::vhost_user::VhostUserStatus>,
+    /// How a queue is read: frames per system call, at most.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frames_per_read: Option<usize>,
+    /// How frames are spread over receive queues (`netqueue`, `rss`,
+    /// `flow hash`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spread: Option<&'static str>,
+}
 
-    /// The uplink, for the controls only an uplink has (filters, RSS).
-    pub fn uplink(&self) -> Option<&crate::UplinkPort> {
-        self.downcast_ref()
-    }
-
-    /// The vhost-user port, for the views only a guest's has (its memory
-    /// table, features, virtqueue sizes).
-    pub fn vhost_user(&self) -> Option<&crate::VhostUserPort> {
-        self.downcast_ref()
+impl DeviceStatus {
+    /// The sizes of queue `q`'s virtqueues (receive, transmit), for a
+    /// real guest's port.
+    pub fn virtqueue_sizes(&self, q: usize) -> Option<(u16, u16)> {
+        let vq = self.vhost_user.as_ref()?.virtqueues.get(q)?;
+        Some((vq.rx, vq.tx))
     }
 }
 

@@ -45,7 +45,7 @@ pub mod virtq;
 pub mod vnet;
 pub mod whole_frame;
 
-pub use device::{Caps, Device, Link, Receiver, SendError, Transmitter, TxOptions};
+pub use device::{Caps, Device, DeviceStatus, Link, Receiver, SendError, Transmitter, TxOptions};
 pub use packet::{Meta, Packet};
 pub use pool::{Buf, Home, Pool, PoolCaps, PoolStatus, SizeClass};
 pub use pool::{HEADROOM, SMALL_FRAME};
@@ -53,6 +53,6 @@ pub use replay::{ReplayError, ReplayPort};
 pub use socket_batch::{Framing, SocketBatchReader};
 pub use tap::{tap_offload_flags, TapError, TapPort, TapReader};
 pub use uplink::{LinkState, Spread, UplinkPort, UplinkRead};
-pub use vhost_user::{GuestOffloads, SocketMode, VhostUserPort};
+pub use vhost_user::{GuestOffloads, SocketMode, VhostUserPort, VhostUserStatus, VirtqueueSizes};
 pub use virtq::VirtqError;
 pub use vnet::{check, send, vnet_bytes, write_frame, RecvError, MAX_GSO_SEGMENTS, VNET_HDR_LEN};

@@ -179,10 +179,6 @@ impl Device for ReplayPort {
     fn transmitter(self: Arc<Self>, q: usize, _opts: TxOptions) -> Box<dyn Transmitter> {
         Box::new(ReplayTransmitter { port: self, q })
     }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
 }
 
 struct ReplayReceiver {

@@ -246,10 +246,6 @@ impl Device for TapPort {
     fn transmitter(self: Arc<Self>, q: usize, opts: TxOptions) -> Box<dyn Transmitter> {
         Box::new(FdTransmitter::writev(self, TapPort::queue, q, opts.uring))
     }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
 }
 
 /// Reads one TAP queue: a frame per `read(2)`, the only way a TAP hands

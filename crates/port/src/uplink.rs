@@ -12,7 +12,7 @@
 //! sockets see `ENETDOWN` and then nothing), up again when the device comes
 //! back, and gone for good when the device is deleted.
 
-use crate::device::{Device, Link, Receiver, Transmitter, TxOptions};
+use crate::device::{Device, DeviceStatus, Link, Receiver, Transmitter, TxOptions};
 use crate::fd_tx::FdTransmitter;
 use crate::netqueue::{self, Filters};
 use crate::packet::Packet;
@@ -298,8 +298,27 @@ impl Device for UplinkPort {
         Box::new(FdTransmitter::mmsg(self, UplinkPort::sender, q))
     }
 
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
+    fn status(&self) -> DeviceStatus {
+        let spread = if self.filters.is_some() {
+            "netqueue"
+        } else if self.spreads_by_rss() {
+            "rss"
+        } else {
+            "flow hash"
+        };
+        DeviceStatus {
+            frames_per_read: Some(self.read_batch()),
+            spread: Some(spread),
+            ..DeviceStatus::default()
+        }
+    }
+
+    fn filters(&self) -> Option<Filters> {
+        UplinkPort::filters(self)
+    }
+
+    fn set_filters(&self, f: Filters) -> Result<(), String> {
+        UplinkPort::set_filters(self, f).map_err(|e| e.to_string())
     }
 }
 

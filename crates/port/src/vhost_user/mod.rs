@@ -120,6 +120,46 @@ impl GuestOffloads {
     }
 }
 
+/// A real guest's connection as views show it ([`crate::Device::status`]).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct VhostUserStatus {
+    /// The socket's path.
+    pub socket: PathBuf,
+    /// Who listens (`server`: hvnet; `client`: the guest's VMM).
+    pub mode: &'static str,
+    /// A front end is connected now.
+    pub connected: bool,
+    /// Connections so far (a reconnecting guest adds one each time).
+    pub connections: u64,
+    /// Memory tables set so far.
+    pub memory_tables: u64,
+    /// Regions of the current memory table.
+    pub memory_regions: usize,
+    /// Guest memory the current table maps.
+    pub memory_bytes: u64,
+    /// The virtio features the driver acknowledged, in hex.
+    pub acked_features: String,
+    /// The offloads the driver takes now.
+    pub guest_offloads: GuestOffloads,
+    /// The guest is here (not migrated away with its rings stopped).
+    pub guest_present: bool,
+    /// The front end logs dirty pages (live migration under way).
+    pub dirty_logging: bool,
+    /// RARP announcements sent for the guest after a migration.
+    pub announcements: u64,
+    /// Each queue pair's virtqueue sizes.
+    pub virtqueues: Vec<VirtqueueSizes>,
+}
+
+/// One queue pair's virtqueue sizes (0 until the driver set them).
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct VirtqueueSizes {
+    /// The guest's receive virtqueue.
+    pub rx: u16,
+    /// The guest's transmit virtqueue.
+    pub tx: u16,
+}
+
 /// Everything the protocol handler and the datapath share.
 struct Shared {
     name: String,
@@ -491,6 +531,31 @@ impl VhostUserPort {
     pub fn consume_kicks(&self, q: usize) {
         let _ = self.sh.tx_kick[q].0.consume();
         let _ = self.sh.rx_kick[q].0.consume();
+    }
+
+    /// The connection as views show it.
+    pub fn status(&self) -> VhostUserStatus {
+        let (memory_tables, memory_regions, memory_bytes) = self.memory();
+        VhostUserStatus {
+            socket: self.socket.clone(),
+            mode: self.mode.name(),
+            connected: self.is_connected(),
+            connections: self.connections(),
+            memory_tables,
+            memory_regions,
+            memory_bytes,
+            acked_features: format!("{:#x}", self.acked_features()),
+            guest_offloads: self.guest_offloads(),
+            guest_present: self.guest_present(),
+            dirty_logging: self.dirty_logging(),
+            announcements: self.announcements(),
+            virtqueues: (0..self.num_queues())
+                .map(|q| {
+                    let (rx, tx) = self.queue_sizes(q);
+                    VirtqueueSizes { rx, tx }
+                })
+                .collect(),
+        }
     }
 
     /// Virtqueue sizes of pair `q` as the guest set them up: (receive,

@@ -6,7 +6,7 @@
 //! after it.
 
 use super::VhostUserPort;
-use crate::device::{Caps, Device, Link, Receiver, SendError, Transmitter, TxOptions};
+use crate::device::{Caps, Device, DeviceStatus, Link, Receiver, SendError, Transmitter, TxOptions};
 use crate::packet::Packet;
 use crate::pool::{Pool, SizeClass, HEADROOM};
 use crate::virtq::{self, VirtqError};
@@ -63,6 +63,18 @@ impl Device for VhostUserPort {
         VhostUserPort::guest_present(self)
     }
 
+    fn status(&self) -> DeviceStatus {
+        DeviceStatus {
+            vhost_user: Some(VhostUserPort::status(self)),
+            ..DeviceStatus::default()
+        }
+    }
+
+    /// The guest's driver sets its MTU (`ip link set eth0 mtu …` inside it).
+    fn other_side_sets_mtu(&self) -> bool {
+        true
+    }
+
     /// A disconnect and a reconnect both kick.
     fn wait_link(&self, q: usize, timeout: Duration) {
         let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
@@ -76,10 +88,6 @@ impl Device for VhostUserPort {
 
     fn transmitter(self: Arc<Self>, q: usize, _opts: TxOptions) -> Box<dyn Transmitter> {
         Box::new(VirtqTransmitter { port: self, q })
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
     }
 }
 

@@ -330,7 +330,4 @@ def main():
 
 
 if __name__ == "__main__":
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parent))
     main()

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "lab"))
 
 import hvlab  # noqa: E402
-from hvnet_lab import measure, report, seed002  # noqa: E402
+from hvnet_lab import cpu_and_rings, measure, report  # noqa: E402
 
 DATA = Path(__file__).with_name("data")
 
@@ -219,7 +219,7 @@ def test_sack_rate_is_judged_only_where_losses_give_one():
     and the verdict says so instead of flipping with one lost segment (as
     the two runs of 2026-11-23 did: 0-302 then 141-1090 blocks with LRO
     on, none with LRO off)."""
-    from hvnet_lab.seed003 import sack_verdict
+    from hvnet_lab.lro_rate import sack_verdict
     from hvnet_lab.verdict import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
 
     def runs(*blocks, acks=1000):
@@ -392,7 +392,7 @@ def test_report_without_results_says_what_to_run(tmp_path):
 
 
 def test_linear_fit_of_the_published_table():
-    slope, icpt, r2 = seed002.linear_fit(seed002.PUB_002_CPU)
+    slope, icpt, r2 = cpu_and_rings.linear_fit(cpu_and_rings.PUB_002_CPU)
     assert 0.2 < slope < 0.25 and r2 > 0.98
 
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every hvnet test, as root: formatting and lints, the Rust unit,
 # property and doc tests, the fuzz corpora (replayed, then explored for a
-# few seconds per target), and the system tests that drive real Linux
-# traffic in network namespaces they create and remove.
+# few seconds per target), the lab's statistics (no root needed), and the
+# system tests that drive real Linux traffic in network namespaces they
+# create and remove.
 #
 #   HVNET_FUZZ_SECONDS   exploration time per fuzz target (default 5; 0 skips)
 set -euo pipefail
@@ -47,6 +48,9 @@ if [ "$fuzz_seconds" -gt 0 ]; then
         test "${PIPESTATUS[0]}" -eq 0
     done
 fi
+
+step "lab statistics, parsers and report (no root, no namespaces)"
+python3 -m pytest -q lab/tests
 
 step "system tests (network namespaces, real traffic)"
 HVNET_BIN="$PWD/target/release/hvnet" python3 -m pytest -q tests/py

@@ -1,6 +1,6 @@
 """What the lab reads, parsed: iperf3's JSON, nstat, /proc/stat,
 per-thread schedstat, `perf stat -x,` and ping's replies. Each parser is
-tested on real output captured from this machine (`tests/py/data/`)."""
+tested on real output captured from this machine (`lab/tests/data/`)."""
 
 import json
 import os

@@ -17,6 +17,5 @@ mod reconcile;
 pub mod rtnl;
 pub mod state;
 pub mod topology;
-pub mod vhost_socket;
 pub mod views;
 pub mod watch;

@@ -89,8 +89,10 @@
 //! At most [`MAX_VMS`] VMs. A bad file is refused with its path, the line
 //! and the reason before anything is created.
 
-pub use crate::vhost_socket::VhostSocket;
-use crate::vhost_socket::{ModeRepr, SocketRepr};
+mod vhost_socket;
+
+pub use vhost_socket::VhostSocket;
+use vhost_socket::{ModeRepr, SocketRepr};
 use hvnet_datapath::settings::validate_settings;
 use hvnet_datapath::{Delivery, PortSettings, RxOverflow};
 use hvnet_wire::MacAddr;

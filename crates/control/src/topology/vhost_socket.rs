@@ -11,14 +11,14 @@ use std::path::{Path, PathBuf};
 /// `mode` as a topology spells it.
 #[derive(Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
-pub(crate) enum ModeRepr {
+pub(super) enum ModeRepr {
     Server,
     Client,
 }
 
 /// The socket settings of a `[[vm]]`, as written.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct SocketRepr {
+pub(super) struct SocketRepr {
     pub mode: Option<ModeRepr>,
     pub socket: Option<String>,
     pub owner: Option<String>,
@@ -57,7 +57,7 @@ impl Default for VhostSocket {
 
 impl VhostSocket {
     /// Checks what a `[[vm]]` of kind `kind` says of its socket.
-    pub(crate) fn from_repr(kind: &str, r: &SocketRepr) -> Result<VhostSocket, String> {
+    pub(super) fn from_repr(kind: &str, r: &SocketRepr) -> Result<VhostSocket, String> {
         let set: Vec<&str> = [
             ("mode", r.mode.is_some()),
             ("socket", r.socket.is_some()),

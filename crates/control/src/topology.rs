@@ -89,16 +89,18 @@
 //! At most [`MAX_VMS`] VMs. A bad file is refused with its path, the line
 //! and the reason before anything is created.
 
+mod frr;
 mod vhost_socket;
 
-pub use vhost_socket::VhostSocket;
-use vhost_socket::{ModeRepr, SocketRepr};
+pub use frr::{Frr, SHADOW_PORT};
 use hvnet_datapath::settings::validate_settings;
 use hvnet_datapath::{Delivery, PortSettings, RxOverflow};
 use hvnet_wire::MacAddr;
 use serde::{Deserialize, Serialize};
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
+pub use vhost_socket::VhostSocket;
+use vhost_socket::{ModeRepr, SocketRepr};
 
 /// A refused topology.
 #[derive(Debug, thiserror::Error)]
@@ -124,7 +126,7 @@ struct FileRepr {
     uplink: Vec<toml::Spanned<UplinkRepr>>,
     #[serde(default)]
     host: Vec<toml::Spanned<HostRepr>>,
-    frr: Option<toml::Spanned<crate::evpn::FrrRepr>>,
+    frr: Option<toml::Spanned<frr::FrrRepr>>,
     netns: Option<toml::Spanned<String>>,
     switch: Option<toml::Spanned<SwitchRepr>>,
 }
@@ -518,7 +520,7 @@ pub struct Topology {
     /// External hosts on the uplinks' wires.
     pub hosts: Vec<Host>,
     /// FRR's daemons, when `hvnet up` starts them for EVPN.
-    pub frr: Option<crate::evpn::Frr>,
+    pub frr: Option<Frr>,
     /// The network namespace the switch runs in (its uplinks' devices,
     /// EVPN's shadow, FRR), where it is not the caller's: a host of its
     /// own on this machine (tests, demos, the lab).
@@ -836,38 +838,7 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
     }
     let uplinks = parse_uplinks(text, &f.uplink, &vms)?;
     let hosts = parse_hosts(&name, text, &f.host, &vms, &uplinks)?;
-    let frr = match &f.frr {
-        None => None,
-        Some(r) => {
-            let line = line_of(text, r.span().start);
-            let evpn_uplinks = uplinks
-                .iter()
-                .filter(|u| u.vxlan.as_ref().is_some_and(|v| v.evpn))
-                .count();
-            if evpn_uplinks == 0 {
-                return Err((
-                    line,
-                    "[frr] is for EVPN: no uplink has [uplink.vxlan] evpn = true".into(),
-                ));
-            }
-            Some(
-                r.get_ref()
-                    .validate()
-                    .map_err(|e| (line, format!("frr: {e}")))?,
-            )
-        }
-    };
-    let mut vnis: Vec<u32> = uplinks
-        .iter()
-        .filter_map(|u| u.vxlan.as_ref().filter(|v| v.evpn).map(|v| v.vni))
-        .collect();
-    vnis.sort_unstable();
-    if vnis.windows(2).any(|w| w[0] == w[1]) {
-        return Err((
-            1,
-            "two EVPN uplinks have the same VNI (FRR knows a VNI by one device)".into(),
-        ));
-    }
+    let frr = frr::parse_frr(text, f.frr.as_ref(), &uplinks)?;
     let netns = match f.netns {
         None => None,
         Some(n) => {
@@ -1114,7 +1085,7 @@ fn parse_uplinks(
                 if remotes.contains(&local.0) {
                     return Err(vbad("a remote is the local address".into()));
                 }
-                if v.evpn && v.port == crate::evpn::SHADOW_PORT {
+                if v.evpn && v.port == SHADOW_PORT {
                     return Err(vbad(format!(
                         "port {} is the port of the EVPN shadow device; choose another",
                         v.port

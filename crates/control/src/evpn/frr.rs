@@ -6,9 +6,8 @@
 //! down`. A host that runs FRR already needs none of this: its own FRR
 //! picks up the shadow devices (see `docs/guide/evpn.md`).
 
-use serde::Deserialize;
+use crate::topology::Frr;
 use serde_json::Value;
-use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -17,74 +16,6 @@ use std::time::{Duration, Instant};
 const FRR_LIBEXEC: &str = "/usr/lib/frr";
 /// Where FRR's daemons keep their sockets and PID files.
 const FRR_RUN: &str = "/var/run/frr";
-
-/// `[frr]` as written in a topology file.
-#[derive(Deserialize, Clone, Debug)]
-#[serde(deny_unknown_fields)]
-pub struct FrrRepr {
-    asn: u32,
-    router_id: String,
-    #[serde(default)]
-    neighbors: Vec<String>,
-    #[serde(default = "d_keepalive")]
-    keepalive_secs: u16,
-}
-
-fn d_keepalive() -> u16 {
-    3
-}
-
-/// FRR as `hvnet up` starts it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Frr {
-    /// The BGP AS (iBGP with every neighbour).
-    pub asn: u32,
-    /// BGP's router ID: the host's own underlay address, whose IP stack
-    /// runs BGP.
-    pub router_id: Ipv4Addr,
-    /// The BGP neighbours (the other VTEPs, or route reflectors).
-    pub neighbors: Vec<Ipv4Addr>,
-    /// BGP keepalive interval (hold time three times it): how soon a host
-    /// that stops without a word is withdrawn.
-    pub keepalive_secs: u16,
-}
-
-impl FrrRepr {
-    /// Checked: addresses parse, the AS is not 0, a neighbour is not the
-    /// host itself.
-    pub fn validate(&self) -> Result<Frr, String> {
-        if self.asn == 0 {
-            return Err("asn 0 is reserved (1..4294967295)".into());
-        }
-        let router_id: Ipv4Addr = self
-            .router_id
-            .parse()
-            .map_err(|_| format!("router_id {:?} is not an IPv4 address", self.router_id))?;
-        let neighbors = self
-            .neighbors
-            .iter()
-            .map(|n| {
-                n.parse::<Ipv4Addr>()
-                    .map_err(|_| format!("neighbor {n:?} is not an IPv4 address"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        if neighbors.contains(&router_id) {
-            return Err("a neighbor is the router_id (this host)".into());
-        }
-        if !(1..=600).contains(&self.keepalive_secs) {
-            return Err(format!(
-                "keepalive_secs {} is outside 1..600",
-                self.keepalive_secs
-            ));
-        }
-        Ok(Frr {
-            asn: self.asn,
-            router_id,
-            neighbors,
-            keepalive_secs: self.keepalive_secs,
-        })
-    }
-}
 
 impl Frr {
     /// The configuration applied through vtysh.
@@ -288,13 +219,13 @@ mod tests {
 
     #[test]
     fn the_configuration_is_frrs_documented_evpn_set_up() {
-        let r = FrrRepr {
+        let frr = Frr {
             asn: 65000,
-            router_id: "198.18.60.11".into(),
-            neighbors: vec!["198.18.60.12".into()],
+            router_id: "198.18.60.11".parse().unwrap(),
+            neighbors: vec!["198.18.60.12".parse().unwrap()],
             keepalive_secs: 3,
         };
-        let c = r.validate().unwrap().config("h1");
+        let c = frr.config("h1");
         for line in [
             "router bgp 65000",
             " bgp router-id 198.18.60.11",
@@ -305,28 +236,5 @@ mod tests {
         ] {
             assert!(c.lines().any(|l| l == line), "{line:?} in\n{c}");
         }
-    }
-
-    #[test]
-    fn bad_settings_are_named() {
-        let r = |asn, id: &str, n: &[&str]| FrrRepr {
-            asn,
-            router_id: id.into(),
-            neighbors: n.iter().map(|s| s.to_string()).collect(),
-            keepalive_secs: 3,
-        };
-        assert!(r(0, "1.1.1.1", &[])
-            .validate()
-            .unwrap_err()
-            .contains("asn 0"));
-        assert!(r(1, "x", &[]).validate().unwrap_err().contains("router_id"));
-        assert!(r(1, "1.1.1.1", &["1.1.1.1"])
-            .validate()
-            .unwrap_err()
-            .contains("this host"));
-        assert!(r(1, "1.1.1.1", &["nope"])
-            .validate()
-            .unwrap_err()
-            .contains("neighbor"));
     }
 }

@@ -12,7 +12,7 @@
 //!   static neighbour (advertised as MAC/IP, route type 2);
 //! - a `vxlan` device `hvx-VNI` on the VNI with hvnet's VTEP address as
 //!   its local address (advertised as the VTEP, route type 3), on UDP port
-//!   [`SHADOW_PORT`] with learning off, so that the kernel never takes the
+//!   [`SHADOW_PORT`](crate::topology::SHADOW_PORT) with learning off, so that the kernel never takes the
 //!   real VXLAN traffic (hvnet does, on the uplink);
 //! - a veth pair `hvp-VNI`/`hvq-VNI`, `hvp` a port of the bridge carrying
 //!   each present VM's MAC as a static entry (advertised as a MAC).
@@ -40,7 +40,7 @@ mod frr;
 mod shadow;
 mod sync;
 
-pub use frr::{bgp_summary, Frr, FrrRepr, FrrRun};
+pub use frr::{bgp_summary, FrrRun};
 pub use shadow::{shadow_names, ShadowNames};
 
 use crate::error::DaemonError;
@@ -51,11 +51,6 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-
-/// The UDP port of the shadow `vxlan` devices: never hvnet's VXLAN port,
-/// so the kernel's socket on it sees no traffic (a private port, outside
-/// Linux's ephemeral range).
-pub const SHADOW_PORT: u16 = 65330;
 
 /// Brings EVPN up for every uplink that asks for it: its shadow created
 /// (or, after a daemon restart, found again), its sync started, and FRR

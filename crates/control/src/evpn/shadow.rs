@@ -74,7 +74,7 @@ pub fn create(
                 LinkInfo::Data(InfoData::Vxlan(vec![
                     InfoVxlan::Id(vni),
                     InfoVxlan::Local(local),
-                    InfoVxlan::Port(super::SHADOW_PORT),
+                    InfoVxlan::Port(crate::topology::SHADOW_PORT),
                     InfoVxlan::Learning(false),
                 ])),
             ],

@@ -1,0 +1,150 @@
+//! `[frr]`: FRR's daemons for BGP EVPN as a topology file sets them, and
+//! what EVPN asks of the uplinks. How `hvnet up` runs FRR with them is
+//! the `evpn` module's.
+
+use super::{line_of, Uplink};
+use serde::Deserialize;
+use std::net::Ipv4Addr;
+
+/// The UDP port of the shadow `vxlan` devices: never hvnet's VXLAN port,
+/// so the kernel's socket on it sees no traffic (a private port, outside
+/// Linux's ephemeral range).
+pub const SHADOW_PORT: u16 = 65330;
+
+/// `[frr]` as written in a topology file.
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FrrRepr {
+    asn: u32,
+    router_id: String,
+    #[serde(default)]
+    neighbors: Vec<String>,
+    #[serde(default = "d_keepalive")]
+    keepalive_secs: u16,
+}
+
+fn d_keepalive() -> u16 {
+    3
+}
+
+/// FRR as `hvnet up` starts it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frr {
+    /// The BGP AS (iBGP with every neighbour).
+    pub asn: u32,
+    /// BGP's router ID: the host's own underlay address, whose IP stack
+    /// runs BGP.
+    pub router_id: Ipv4Addr,
+    /// The BGP neighbours (the other VTEPs, or route reflectors).
+    pub neighbors: Vec<Ipv4Addr>,
+    /// BGP keepalive interval (hold time three times it): how soon a host
+    /// that stops without a word is withdrawn.
+    pub keepalive_secs: u16,
+}
+
+impl FrrRepr {
+    /// Checked: addresses parse, the AS is not 0, a neighbour is not the
+    /// host itself.
+    fn validate(&self) -> Result<Frr, String> {
+        if self.asn == 0 {
+            return Err("asn 0 is reserved (1..4294967295)".into());
+        }
+        let router_id: Ipv4Addr = self
+            .router_id
+            .parse()
+            .map_err(|_| format!("router_id {:?} is not an IPv4 address", self.router_id))?;
+        let neighbors = self
+            .neighbors
+            .iter()
+            .map(|n| {
+                n.parse::<Ipv4Addr>()
+                    .map_err(|_| format!("neighbor {n:?} is not an IPv4 address"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if neighbors.contains(&router_id) {
+            return Err("a neighbor is the router_id (this host)".into());
+        }
+        if !(1..=600).contains(&self.keepalive_secs) {
+            return Err(format!(
+                "keepalive_secs {} is outside 1..600",
+                self.keepalive_secs
+            ));
+        }
+        Ok(Frr {
+            asn: self.asn,
+            router_id,
+            neighbors,
+            keepalive_secs: self.keepalive_secs,
+        })
+    }
+}
+
+/// `[frr]`, for a topology whose uplinks use EVPN; and those uplinks'
+/// VNIs, one each.
+pub(super) fn parse_frr(
+    text: &str,
+    repr: Option<&toml::Spanned<FrrRepr>>,
+    uplinks: &[Uplink],
+) -> Result<Option<Frr>, (usize, String)> {
+    let frr = match repr {
+        None => None,
+        Some(r) => {
+            let line = line_of(text, r.span().start);
+            let evpn_uplinks = uplinks
+                .iter()
+                .filter(|u| u.vxlan.as_ref().is_some_and(|v| v.evpn))
+                .count();
+            if evpn_uplinks == 0 {
+                return Err((
+                    line,
+                    "[frr] is for EVPN: no uplink has [uplink.vxlan] evpn = true".into(),
+                ));
+            }
+            Some(
+                r.get_ref()
+                    .validate()
+                    .map_err(|e| (line, format!("frr: {e}")))?,
+            )
+        }
+    };
+    let mut vnis: Vec<u32> = uplinks
+        .iter()
+        .filter_map(|u| u.vxlan.as_ref().filter(|v| v.evpn).map(|v| v.vni))
+        .collect();
+    vnis.sort_unstable();
+    if vnis.windows(2).any(|w| w[0] == w[1]) {
+        return Err((
+            1,
+            "two EVPN uplinks have the same VNI (FRR knows a VNI by one device)".into(),
+        ));
+    }
+    Ok(frr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_settings_are_named() {
+        let r = |asn, id: &str, n: &[&str]| FrrRepr {
+            asn,
+            router_id: id.into(),
+            neighbors: n.iter().map(|s| s.to_string()).collect(),
+            keepalive_secs: 3,
+        };
+        assert!(r(0, "1.1.1.1", &[])
+            .validate()
+            .unwrap_err()
+            .contains("asn 0"));
+        assert!(r(1, "x", &[]).validate().unwrap_err().contains("router_id"));
+        assert!(r(1, "1.1.1.1", &["1.1.1.1"])
+            .validate()
+            .unwrap_err()
+            .contains("this host"));
+        assert!(r(1, "1.1.1.1", &["nope"])
+            .validate()
+            .unwrap_err()
+            .contains("neighbor"));
+    }
+}

@@ -1,0 +1,461 @@
+//! `[[vm]]`: a VM as a topology file writes it, checked into a [`Vm`];
+//! and one more `[[vm]]` table for a topology that runs (`hvnet vm add`).
+
+use super::vhost_socket::{ModeRepr, SocketRepr};
+use super::{
+    auto_mac, d_mtu, d_ring, d_true, line_of, parse, parse_cidr4, parse_cidr6, valid_name,
+    Topology, VhostSocket, MAX_VMS,
+};
+use hvnet_datapath::settings::validate_settings;
+use hvnet_datapath::{Delivery, PortSettings, RxOverflow};
+use hvnet_wire::MacAddr;
+use serde::{Deserialize, Serialize};
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+/// A `[[vm]]` table as written.
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub(super) struct VmRepr {
+    name: String,
+    #[serde(default)]
+    kind: VmKind,
+    #[serde(default = "d_memory")]
+    memory: u32,
+    accel: Option<Accel>,
+    ipv4: Option<String>,
+    ipv6: Option<String>,
+    mac: Option<String>,
+    #[serde(default = "d_mtu")]
+    mtu: u16,
+    queues: Option<usize>,
+    #[serde(default)]
+    vlan: u16,
+    #[serde(default = "d_true", deserialize_with = "hvnet_datapath::on_off")]
+    lro: bool,
+    #[serde(default = "d_true", deserialize_with = "hvnet_datapath::on_off")]
+    tso: bool,
+    #[serde(default = "d_true", deserialize_with = "hvnet_datapath::on_off")]
+    csum: bool,
+    #[serde(default = "d_ring")]
+    ring1: usize,
+    #[serde(default = "d_ring")]
+    ring2: usize,
+    #[serde(default = "d_overflow")]
+    rx_overflow: RxOverflow,
+    #[serde(default = "d_delivery")]
+    delivery: Delivery,
+    #[serde(default)]
+    rx_usecs: u32,
+    #[serde(default = "d_true", deserialize_with = "hvnet_datapath::on_off")]
+    connected: bool,
+    mode: Option<ModeRepr>,
+    socket: Option<String>,
+    socket_owner: Option<String>,
+    socket_group: Option<String>,
+    socket_mode: Option<String>,
+}
+
+fn d_overflow() -> RxOverflow {
+    PortSettings::default().rx_overflow
+}
+fn d_delivery() -> Delivery {
+    PortSettings::default().delivery
+}
+
+fn d_memory() -> u32 {
+    256
+}
+
+/// What a VM is.
+#[derive(Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VmKind {
+    /// A network namespace behind a TAP device (shares the host's kernel).
+    #[default]
+    Netns,
+    /// A User-Mode Linux guest (its own kernel and virtio-net driver)
+    /// attached over vhost-user, started by hvnet.
+    Uml,
+    /// A QEMU guest (Debian's cloud kernel, its virtio-net-pci driver)
+    /// attached over vhost-user, started by hvnet.
+    Qemu,
+    /// A vhost-user socket for a guest started by someone else (QEMU,
+    /// cloud-hypervisor, DPDK's virtio_user).
+    VhostUser,
+}
+
+impl VmKind {
+    /// As the topology file spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            VmKind::Netns => "netns",
+            VmKind::Uml => "uml",
+            VmKind::Qemu => "qemu",
+            VmKind::VhostUser => "vhost-user",
+        }
+    }
+    /// A real guest hvnet starts, stops and restarts (and runs `hvnet
+    /// exec` in).
+    pub fn started_by_hvnet(self) -> bool {
+        matches!(self, VmKind::Uml | VmKind::Qemu)
+    }
+    /// Attached over vhost-user.
+    pub fn is_vhost_user(self) -> bool {
+        self != VmKind::Netns
+    }
+}
+/// How a QEMU guest's vCPU runs.
+#[derive(Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Accel {
+    /// KVM where `/dev/kvm` opens and can run the guest, else TCG (a KVM
+    /// guest that fails while booting is started again under TCG).
+    #[default]
+    Auto,
+    /// Hardware virtualization only.
+    Kvm,
+    /// QEMU's binary translation only (slow, runs anywhere).
+    Tcg,
+}
+
+impl Accel {
+    /// As the topology file spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Accel::Auto => "auto",
+            Accel::Kvm => "kvm",
+            Accel::Tcg => "tcg",
+        }
+    }
+}
+
+/// One queue per core, up to 4: several flows from one VM then use every
+/// core (measured in `docs/perf/live-switch.md`: 4 streams, 2 cores, +16 %
+/// with 2 queues; 1 stream unchanged).
+pub fn default_queues() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 4)
+}
+/// A VM of a validated topology.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Vm {
+    /// Its name.
+    pub name: String,
+    /// What it is.
+    pub kind: VmKind,
+    /// Guest memory in MiB (real guests).
+    pub memory_mib: u32,
+    /// How a QEMU guest's vCPU runs.
+    pub accel: Accel,
+    /// IPv4 address and prefix length.
+    pub ipv4: Option<(Ipv4Addr, u8)>,
+    /// IPv6 address and prefix length.
+    pub ipv6: Option<(Ipv6Addr, u8)>,
+    /// MAC address.
+    pub mac: MacAddr,
+    /// TAP queues.
+    pub queues: usize,
+    /// Access VLAN.
+    pub vlan: u16,
+    /// vNIC settings.
+    pub settings: PortSettings,
+    /// A `kind = "vhost-user"` VM's socket: server or client, where, and
+    /// who may connect.
+    pub vhost: VhostSocket,
+}
+
+/// The `[[vm]]` tables, each checked (and against the ones before it)
+/// into a [`Vm`]; errors carry the line of the VM's table.
+pub(super) fn parse_vms(
+    topology: &str,
+    text: &str,
+    reprs: &[toml::Spanned<VmRepr>],
+) -> Result<Vec<Vm>, (usize, String)> {
+    if reprs.is_empty() {
+        return Err((line_of(text, text.len()), "no [[vm]] entries".into()));
+    }
+    if reprs.len() > MAX_VMS {
+        let line = line_of(text, reprs[MAX_VMS].span().start);
+        return Err((line, format!("at most {MAX_VMS} VMs")));
+    }
+    let mut vms: Vec<Vm> = Vec::new();
+    for (i, sv) in reprs.iter().enumerate() {
+        let line = line_of(text, sv.span().start);
+        let v = sv.get_ref().clone();
+        let bad = |r: String| (line, format!("vm {:?}: {r}", v.name));
+        if !valid_name(&v.name) {
+            return Err(bad(
+                "name must be 1-24 characters of a-z, 0-9 and '-'".into()
+            ));
+        }
+        if vms.iter().any(|o| o.name == v.name) {
+            return Err(bad("duplicate VM name".into()));
+        }
+        let ipv4 = v
+            .ipv4
+            .as_deref()
+            .map(parse_cidr4)
+            .transpose()
+            .map_err(bad)?;
+        let ipv6 = v
+            .ipv6
+            .as_deref()
+            .map(parse_cidr6)
+            .transpose()
+            .map_err(bad)?;
+        let mac = match v.mac.as_deref() {
+            Some(m) => {
+                let mac: MacAddr = m
+                    .parse()
+                    .map_err(|_| bad(format!("mac {m:?} is not a MAC address")))?;
+                if mac.is_multicast() {
+                    return Err(bad(format!("mac {m} is a group address")));
+                }
+                mac
+            }
+            None => auto_mac(topology, 0, i),
+        };
+        if vms.iter().any(|o| o.mac == mac) {
+            return Err(bad(format!("mac {mac} is used twice")));
+        }
+        // A real guest's queue pairs are what its driver is offered (it
+        // sets how many it uses); one unless asked.
+        let queues = match (v.kind, v.queues) {
+            (VmKind::Netns, q) => q.unwrap_or_else(default_queues),
+            (_, q) => q.unwrap_or(1),
+        };
+        if !(1..=16).contains(&queues) {
+            return Err(bad(format!("queues {queues} is outside 1..16")));
+        }
+        if v.kind.is_vhost_user() && !(64..=4096).contains(&v.memory) {
+            return Err(bad(format!("memory {} MiB is outside 64..4096", v.memory)));
+        }
+        if v.accel.is_some() && v.kind != VmKind::Qemu {
+            return Err(bad(format!(
+                "accel is for kind = \"qemu\" VMs, not {:?}",
+                v.kind.name()
+            )));
+        }
+        // A QEMU guest's receive virtqueue is its ring 1: QEMU takes
+        // powers of two from 256 to 1024.
+        if v.kind == VmKind::Qemu && ![256, 512, 1024].contains(&v.ring1) {
+            return Err(bad(format!(
+                "ring1 {} for a qemu guest (its receive virtqueue) must be 256, 512 or 1024",
+                v.ring1
+            )));
+        }
+        if v.vlan > 4094 {
+            return Err(bad(format!("vlan {} is outside 0..4094", v.vlan)));
+        }
+        let vhost = VhostSocket::from_repr(
+            v.kind.name(),
+            &SocketRepr {
+                mode: v.mode,
+                socket: v.socket.clone(),
+                owner: v.socket_owner.clone(),
+                group: v.socket_group.clone(),
+                perm: v.socket_mode.clone(),
+            },
+        )
+        .map_err(bad)?;
+        if let Some(p) = &vhost.path {
+            if vms.iter().any(|o| o.vhost.path.as_ref() == Some(p)) {
+                return Err(bad(format!("socket {p:?} is used twice")));
+            }
+        }
+        let settings = PortSettings {
+            lro: v.lro,
+            tso: v.tso,
+            csum: v.csum,
+            mtu: v.mtu,
+            ring1: v.ring1,
+            ring2: v.ring2,
+            allow_forged_transmits: false,
+            rx_overflow: v.rx_overflow,
+            delivery: v.delivery,
+            rx_usecs: v.rx_usecs,
+            connected: v.connected,
+        };
+        validate_settings(&settings).map_err(|e| bad(e.to_string()))?;
+        vms.push(Vm {
+            name: v.name.clone(),
+            kind: v.kind,
+            memory_mib: v.memory,
+            accel: v.accel.unwrap_or_default(),
+            ipv4,
+            ipv6,
+            mac,
+            queues,
+            vlan: v.vlan,
+            settings,
+            vhost,
+        });
+    }
+    Ok(vms)
+}
+
+impl Topology {
+    /// The topology as it runs after VMs were added and removed at run
+    /// time (`hvnet vm add|del`): `added`, each one `[[vm]]` table (with
+    /// its MAC written in, so that it never depends on its place), after
+    /// the file's VMs; the VMs named in `removed` gone.
+    pub fn with_changes(
+        mut self,
+        added: &[String],
+        removed: &[String],
+    ) -> Result<Topology, String> {
+        self.vms.retain(|v| !removed.contains(&v.name));
+        for table in added {
+            let vm = self.parse_vm(table)?;
+            if !removed.contains(&vm.name) {
+                self.vms.push(vm);
+            }
+        }
+        if self.vms.len() > MAX_VMS {
+            return Err(format!("at most {MAX_VMS} VMs"));
+        }
+        Ok(self)
+    }
+
+    /// The name a `[[vm]]` table gives its VM, if it names one.
+    pub fn parse_vm_name(&self, table: &str) -> Option<String> {
+        let t: toml::Table = toml::from_str(table).ok()?;
+        let vm = t.get("vm")?.as_array()?.first()?;
+        Some(vm.get("name")?.as_str()?.to_string())
+    }
+
+    /// One `[[vm]]` table (`hvnet vm add`), checked as the file's VMs are
+    /// and against them: a name of its own, and a MAC — the one it gives,
+    /// else the one its place among every VM ever added gives.
+    pub fn parse_vm(&self, table: &str) -> Result<Vm, String> {
+        let text = format!("name = {:?}\n{table}", self.name);
+        let mut t = parse(&text).map_err(|(line, reason)| {
+            format!("line {}: {reason}", line.saturating_sub(1).max(1))
+        })?;
+        let [mut vm]: [Vm; 1] = t
+            .vms
+            .drain(..)
+            .collect::<Vec<_>>()
+            .try_into()
+            .map_err(|_| "give exactly one [[vm]] table".to_string())?;
+        if self.vms.iter().any(|v| v.name == vm.name) {
+            return Err(format!("vm {:?}: a VM of that name runs already", vm.name));
+        }
+        if !table.lines().any(|l| l.trim_start().starts_with("mac")) {
+            let free = (self.vms.len()..)
+                .map(|i| auto_mac(&self.name, 0, i))
+                .find(|m| self.vms.iter().all(|v| v.mac != *m));
+            vm.mac = free.expect("a free MAC");
+        }
+        if let Some(o) = self.vms.iter().find(|v| v.mac == vm.mac) {
+            return Err(format!(
+                "vm {:?}: mac {} is VM {}'s",
+                vm.name, vm.mac, o.name
+            ));
+        }
+        Ok(vm)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::GOOD;
+    use super::*;
+
+    /// `n` VMs with addresses in 198.18.0.0/15.
+    fn many(n: usize) -> String {
+        let mut t = String::from("name = \"many\"\n");
+        for i in 0..n {
+            t += &format!(
+                "[[vm]]\nname = \"v{i}\"\nipv4 = \"198.18.{}.{}/15\"\n",
+                i / 250,
+                i % 250 + 1
+            );
+        }
+        t
+    }
+
+    #[test]
+    fn thousands_of_vms_each_with_a_mac_of_its_own_and_no_more_than_the_limit() {
+        let t = parse(&many(MAX_VMS)).unwrap();
+        let macs: std::collections::HashSet<_> = t.vms.iter().map(|v| v.mac).collect();
+        assert_eq!(macs.len(), MAX_VMS);
+        // The first VMs keep the addresses they always had.
+        assert_eq!(t.vms[0].mac, auto_mac("many", 0, 0));
+        assert_eq!(t.vms[0].mac.0[4..], [0, 1]);
+        assert_eq!(t.vms[254].mac.0[4..], [0, 255]);
+        let (line, reason) = parse(&many(MAX_VMS + 1)).err().unwrap();
+        assert_eq!(reason, format!("at most {MAX_VMS} VMs"));
+        assert_eq!(line, 2 + 3 * MAX_VMS, "the line of the first VM too many");
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let bad_mtu = GOOD.replace("mtu = 9000", "mtu = 9001");
+        let (line, reason) = parse(&bad_mtu).unwrap_err();
+        assert_eq!(line, 9, "{reason}");
+        assert!(reason.contains("mtu 9001"), "{reason}");
+        let unknown = GOOD.replace("lro = false", "lro = false\nspeed = 10");
+        let (line, reason) = parse(&unknown).unwrap_err();
+        assert_eq!(line, 15, "{reason}");
+        assert!(reason.contains("speed"), "{reason}");
+        let dup = GOOD.replace("name = \"vm2\"", "name = \"vm1\"");
+        assert!(parse(&dup).unwrap_err().1.contains("duplicate"));
+        let cidr = GOOD.replace("10.1.0.1/24", "10.1.0.1");
+        assert_eq!(parse(&cidr).unwrap_err().0, 5);
+        let ring = GOOD.replace("queues = 4", "queues = 4\nring1 = 8192");
+        assert!(parse(&ring)
+            .unwrap_err()
+            .1
+            .contains("ring1 8192 is outside 32..4096"));
+        assert!(parse("name = \"x\"").unwrap_err().1.contains("no [[vm]]"));
+        assert!(parse("name = 3").is_err());
+    }
+
+    #[test]
+    fn qemu_guests_take_an_accelerator_and_a_virtqueue_size() {
+        let q = GOOD.replace(
+            "name = \"vm1\"",
+            "name = \"vm1\"\nkind = \"qemu\"\naccel = \"tcg\"\nring1 = 1024",
+        );
+        let t = parse(&q).unwrap();
+        assert_eq!((t.vms[0].kind, t.vms[0].accel), (VmKind::Qemu, Accel::Tcg));
+        assert!(t.vms[0].kind.started_by_hvnet() && !VmKind::VhostUser.started_by_hvnet());
+        assert_eq!(t.vms[1].accel, Accel::Auto);
+        let (line, reason) = parse(&q.replace("ring1 = 1024", "ring1 = 4096")).unwrap_err();
+        assert_eq!(line, 5);
+        assert!(reason.contains("must be 256, 512 or 1024"), "{reason}");
+        let (_, reason) = parse(&q.replace("kind = \"qemu\"\n", "")).unwrap_err();
+        assert!(reason.contains("accel is for kind = \"qemu\""), "{reason}");
+        let (_, reason) = parse(&q.replace("\"tcg\"", "\"hvf\"")).unwrap_err();
+        assert!(
+            reason.contains("auto") && reason.contains("tcg"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn a_vhost_user_vms_socket_is_checked_with_its_line() {
+        let vm = |extra: &str| {
+            format!("name = \"t\"\n\n[[vm]]\nname = \"g\"\nkind = \"vhost-user\"\n{extra}\n")
+        };
+        let t = parse(&vm("mode = \"client\"\nsocket = \"/run/qemu/g.sock\"")).unwrap();
+        assert_eq!(t.vms[0].vhost.mode, hvnet_port::SocketMode::Client);
+        let (line, reason) = parse(&vm("mode = \"client\"")).unwrap_err();
+        assert_eq!(line, 3, "{reason}");
+        assert!(reason.contains("needs socket"), "{reason}");
+        let (_, reason) = parse(&vm("mode = \"both\"")).unwrap_err();
+        assert!(
+            reason.contains("server") && reason.contains("client"),
+            "{reason}"
+        );
+        let (_, reason) = parse(&vm("socket_mode = \"0999\"")).unwrap_err();
+        assert!(reason.contains("octal"), "{reason}");
+        let two = format!(
+            "{}[[vm]]\nname = \"h\"\nkind = \"vhost-user\"\nsocket = \"/run/x.sock\"\n",
+            vm("socket = \"/run/x.sock\"")
+        );
+        assert!(parse(&two).unwrap_err().1.contains("used twice"));
+    }
+}

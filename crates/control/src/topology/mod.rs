@@ -90,16 +90,19 @@
 //! and the reason before anything is created.
 
 mod frr;
+mod host;
+mod uplink;
 mod vhost_socket;
 mod vm;
 
 pub use frr::{Frr, SHADOW_PORT};
-use hvnet_datapath::settings::validate_settings;
-use hvnet_datapath::PortSettings;
+pub use host::Host;
 use hvnet_wire::MacAddr;
 use serde::Deserialize;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
+use uplink::VXLAN_OVERHEAD;
+pub use uplink::{NetQueueMode, Uplink, UplinkLro, Vxlan};
 pub use vhost_socket::VhostSocket;
 pub use vm::{default_queues, Accel, Vm, VmKind};
 
@@ -124,9 +127,9 @@ struct FileRepr {
     #[serde(default)]
     vm: Vec<toml::Spanned<vm::VmRepr>>,
     #[serde(default)]
-    uplink: Vec<toml::Spanned<UplinkRepr>>,
+    uplink: Vec<toml::Spanned<uplink::UplinkRepr>>,
     #[serde(default)]
-    host: Vec<toml::Spanned<HostRepr>>,
+    host: Vec<toml::Spanned<host::HostRepr>>,
     frr: Option<toml::Spanned<frr::FrrRepr>>,
     netns: Option<toml::Spanned<String>>,
     switch: Option<toml::Spanned<SwitchRepr>>,
@@ -138,76 +141,6 @@ struct SwitchRepr {
     cpus: Option<String>,
     #[serde(default = "d_true", deserialize_with = "hvnet_datapath::on_off")]
     rebalance: bool,
-}
-
-#[derive(Deserialize, Clone)]
-#[serde(deny_unknown_fields)]
-struct UplinkRepr {
-    name: String,
-    device: toml::Spanned<String>,
-    #[serde(default = "default_queues")]
-    queues: usize,
-    #[serde(default = "d_hardware")]
-    lro: toml::Spanned<String>,
-    #[serde(default = "d_hardware")]
-    tso: toml::Spanned<String>,
-    #[serde(default = "d_hardware")]
-    csum: toml::Spanned<String>,
-    #[serde(default = "d_mtu")]
-    mtu: u16,
-    #[serde(default)]
-    vlan: u16,
-    #[serde(default = "d_ring")]
-    ring1: usize,
-    #[serde(default = "d_ring")]
-    ring2: usize,
-    #[serde(default, deserialize_with = "netqueue_mode")]
-    netqueue: NetQueueMode,
-    #[serde(default = "d_netqueue_threshold")]
-    netqueue_threshold: u32,
-    #[serde(default, deserialize_with = "hvnet_datapath::on_off")]
-    rss: bool,
-    #[serde(default = "d_read_batch")]
-    batch: usize,
-    #[serde(default)]
-    rx_usecs: u32,
-    vxlan: Option<toml::Spanned<VxlanRepr>>,
-}
-
-#[derive(Deserialize, Clone)]
-#[serde(deny_unknown_fields)]
-struct VxlanRepr {
-    vni: u32,
-    local: String,
-    #[serde(default)]
-    remotes: Vec<String>,
-    #[serde(default = "d_vxlan_port")]
-    port: u16,
-    #[serde(default)]
-    udp_csum: bool,
-    #[serde(default, deserialize_with = "hvnet_datapath::on_off")]
-    evpn: bool,
-}
-
-fn d_vxlan_port() -> u16 {
-    hvnet_wire::vxlan::PORT
-}
-
-/// A field's default; errors about it point at its table's line.
-fn d_hardware() -> toml::Spanned<String> {
-    toml::Spanned::new(0..0, "hardware".into())
-}
-
-#[derive(Deserialize, Clone)]
-#[serde(deny_unknown_fields)]
-struct HostRepr {
-    name: String,
-    uplink: String,
-    ipv4: Option<String>,
-    ipv6: Option<String>,
-    mac: Option<String>,
-    #[serde(default)]
-    tso: bool,
 }
 
 fn default_aging() -> u64 {
@@ -222,135 +155,6 @@ fn d_true() -> bool {
 }
 fn d_ring() -> usize {
     256
-}
-
-/// How an uplink's NetQueue places VM filters on its queues.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum NetQueueMode {
-    /// No NetQueue: the queues are spread by hash.
-    #[default]
-    Off,
-    /// Each VM's filter on a queue of its own, for good.
-    Static,
-    /// Filters packed on few queues and spread as load demands
-    /// ([`crate::balancer`]).
-    Dynamic,
-}
-
-fn d_netqueue_threshold() -> u32 {
-    60
-}
-
-fn d_read_batch() -> usize {
-    hvnet_port::uplink::READ_BATCH
-}
-
-/// `netqueue = true | false | "on" | "off" | "static" | "dynamic"`.
-fn netqueue_mode<'de, D: serde::Deserializer<'de>>(d: D) -> Result<NetQueueMode, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Repr {
-        Bool(bool),
-        Word(String),
-    }
-    match Repr::deserialize(d) {
-        Ok(Repr::Bool(true)) => Ok(NetQueueMode::Static),
-        Ok(Repr::Bool(false)) => Ok(NetQueueMode::Off),
-        Ok(Repr::Word(w)) => match w.as_str() {
-            "on" | "static" => Ok(NetQueueMode::Static),
-            "off" => Ok(NetQueueMode::Off),
-            "dynamic" => Ok(NetQueueMode::Dynamic),
-            _ => Err(serde::de::Error::custom(format!(
-                "{w:?} is not one of on, off, \"static\", \"dynamic\""
-            ))),
-        },
-        Err(_) => Err(serde::de::Error::custom(
-            "expected on, off, \"static\" or \"dynamic\"",
-        )),
-    }
-}
-
-/// Who coalesces what arrives from the wire.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum UplinkLro {
-    /// The device's own GRO (a NIC's hardware LRO; on a veth, its GRO):
-    /// frames reach the switch coalesced, with their GSO metadata.
-    Hardware,
-    /// hvnet's GRO at the uplink (a hypervisor's software LRO): the
-    /// device's GRO off, what each receive queue reads in a batch
-    /// coalesced before it is switched.
-    Software,
-    /// Nobody at the uplink: frames reach the switch as they crossed the
-    /// wire (a VM's own LRO may still coalesce them on delivery).
-    Off,
-}
-
-/// An uplink of a validated topology.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Uplink {
-    /// The port's name.
-    pub name: String,
-    /// The interface.
-    pub device: String,
-    /// Receive queues.
-    pub queues: usize,
-    /// Who coalesces at the uplink.
-    pub lro: UplinkLro,
-    /// Access VLAN.
-    pub vlan: u16,
-    /// The port's settings (`tso`: GSO frames go to the device whole).
-    pub settings: PortSettings,
-    /// When the uplink is a VXLAN tunnel endpoint: its settings.
-    pub vxlan: Option<Vxlan>,
-    /// Spread received frames by NetQueue's filters (each VM's MAC to a
-    /// queue, the rest to queue 0) instead of by flow hash: each VM its
-    /// own queue (static), or as a load balancer decides (dynamic).
-    pub netqueue: NetQueueMode,
-    /// Dynamic NetQueue: the share of a core (percent) a queue's thread
-    /// may use before its filters are spread.
-    pub netqueue_threshold: u32,
-    /// Spread received frames by RSS (the Toeplitz hash of the flow)
-    /// instead of by the kernel's flow hash.
-    pub rss: bool,
-    /// Frames read per system call where the queues are read in batches
-    /// (a VXLAN endpoint whose frames fit a small buffer); 1: one frame
-    /// per call, the per-packet API (seed 001, Figure 10).
-    pub batch: usize,
-}
-
-/// An uplink's VXLAN tunnel endpoint.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Vxlan {
-    /// VNI, 1..16777215.
-    pub vni: u32,
-    /// The endpoint's underlay address and prefix length.
-    pub local: (Ipv4Addr, u8),
-    /// Static remote endpoints (the flood list).
-    pub remotes: Vec<Ipv4Addr>,
-    /// UDP port.
-    pub port: u16,
-    /// Outer UDP checksum.
-    pub udp_csum: bool,
-    /// Remote endpoints and MACs from BGP EVPN too, through FRR (see
-    /// [`crate::evpn`]); the VMs' MACs and IPs advertised.
-    pub evpn: bool,
-}
-
-/// An external host: a namespace on an uplink's wire.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Host {
-    /// Its name.
-    pub name: String,
-    /// Index of its uplink in [`Topology::uplinks`].
-    pub uplink: usize,
-    /// IPv4 address and prefix length.
-    pub ipv4: Option<(Ipv4Addr, u8)>,
-    /// IPv6 address and prefix length.
-    pub ipv6: Option<(Ipv6Addr, u8)>,
-    /// Its NIC's MAC.
-    pub mac: MacAddr,
-    /// Its NIC sends TSO frames (false: wire-sized frames).
-    pub tso: bool,
 }
 
 /// A validated topology.
@@ -505,8 +309,8 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
         ));
     }
     let vms = vm::parse_vms(&name, text, &f.vm)?;
-    let uplinks = parse_uplinks(text, &f.uplink, &vms)?;
-    let hosts = parse_hosts(&name, text, &f.host, &vms, &uplinks)?;
+    let uplinks = uplink::parse_uplinks(text, &f.uplink, &vms)?;
+    let hosts = host::parse_hosts(&name, text, &f.host, &vms, &uplinks)?;
     let frr = frr::parse_frr(text, f.frr.as_ref(), &uplinks)?;
     let netns = match f.netns {
         None => None,
@@ -635,249 +439,6 @@ fn auto_mac(topology: &str, kind: u8, i: usize) -> MacAddr {
     ])
 }
 
-/// What VXLAN takes from the underlay's MTU: outer IPv4, UDP and VXLAN
-/// headers and the inner Ethernet header.
-const VXLAN_OVERHEAD: usize = 20 + 8 + 8 + 14;
-
-/// Interface names the kernel takes: 1-15 bytes, no '/', ':' or space.
-fn valid_ifname(s: &str) -> bool {
-    (1..=15).contains(&s.len())
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
-}
-
-fn parse_uplinks(
-    text: &str,
-    reprs: &[toml::Spanned<UplinkRepr>],
-    vms: &[Vm],
-) -> Result<Vec<Uplink>, (usize, String)> {
-    let mut out: Vec<Uplink> = Vec::new();
-    for su in reprs {
-        let line = line_of(text, su.span().start);
-        let u = su.get_ref();
-        let bad = |r: String| (line, format!("uplink {:?}: {r}", u.name));
-        // A field's own line where it was written, else the table's.
-        let bad_at = |field: &toml::Spanned<String>, r: String| {
-            let at = field.span();
-            let l = if at.is_empty() {
-                line
-            } else {
-                line_of(text, at.start)
-            };
-            (l, format!("uplink {:?}: {r}", u.name))
-        };
-        if !valid_name(&u.name) {
-            return Err(bad(
-                "name must be 1-24 characters of a-z, 0-9 and '-'".into()
-            ));
-        }
-        if vms.iter().any(|v| v.name == u.name) || out.iter().any(|o| o.name == u.name) {
-            return Err(bad("a VM or another uplink has this name".into()));
-        }
-        let device = u.device.get_ref();
-        if !valid_ifname(device) {
-            return Err(bad_at(&u.device, format!(
-                "device {device:?} is not an interface name (1-15 characters of a-z, A-Z, 0-9, '-', '_', '.')"
-            )));
-        }
-        if out.iter().any(|o| &o.device == device) {
-            return Err(bad_at(
-                &u.device,
-                format!("device {device} has another uplink"),
-            ));
-        }
-        let lro = match u.lro.get_ref().as_str() {
-            "hardware" => UplinkLro::Hardware,
-            "off" => UplinkLro::Off,
-            "software" => UplinkLro::Software,
-            o => {
-                return Err(bad_at(
-                    &u.lro,
-                    format!("lro {o:?} is not one of \"hardware\", \"software\", \"off\""),
-                ))
-            }
-        };
-        // Who does an offload: the device ("hardware": true) or hvnet.
-        let by_device = |field: &toml::Spanned<String>, name: &str| match field.get_ref().as_str() {
-            "hardware" => Ok(true),
-            "software" => Ok(false),
-            o => Err(bad_at(
-                field,
-                format!("{name} {o:?} is not one of \"hardware\", \"software\""),
-            )),
-        };
-        let tso = by_device(&u.tso, "tso")?;
-        let csum = by_device(&u.csum, "csum")?;
-        if !(1..=16).contains(&u.queues) {
-            return Err(bad(format!("queues {} is outside 1..16", u.queues)));
-        }
-        if u.vlan > 4094 {
-            return Err(bad(format!("vlan {} is outside 0..4094", u.vlan)));
-        }
-        let settings = PortSettings {
-            // At an uplink, `lro` is software LRO at its ingress.
-            lro: lro == UplinkLro::Software,
-            tso,
-            // "software": checksums completed before the wire and checked
-            // in hvnet on receive, the device's word not taken.
-            csum,
-            mtu: u.mtu,
-            ring1: u.ring1,
-            ring2: u.ring2,
-            // The wire carries every host's addresses.
-            allow_forged_transmits: true,
-            rx_usecs: u.rx_usecs,
-            ..PortSettings::default()
-        };
-        validate_settings(&settings).map_err(|e| bad(e.to_string()))?;
-        let vxlan = match &u.vxlan {
-            None => None,
-            Some(sv) => {
-                let vline = line_of(text, sv.span().start);
-                let vbad = |r: String| (vline, format!("uplink {:?}: vxlan: {r}", u.name));
-                let v = sv.get_ref();
-                if !(1..(1 << 24)).contains(&v.vni) {
-                    return Err(vbad(format!("vni {} is outside 1..16777215", v.vni)));
-                }
-                if v.port == 0 {
-                    return Err(vbad("port 0 is not a UDP port (1..65535)".into()));
-                }
-                let local = parse_cidr4(&v.local).map_err(|e| vbad(format!("local: {e}")))?;
-                let remotes = v
-                    .remotes
-                    .iter()
-                    .map(|r| {
-                        r.parse::<Ipv4Addr>()
-                            .map_err(|_| vbad(format!("remote {r:?} is not an IPv4 address")))
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                if remotes.contains(&local.0) {
-                    return Err(vbad("a remote is the local address".into()));
-                }
-                if v.evpn && v.port == SHADOW_PORT {
-                    return Err(vbad(format!(
-                        "port {} is the port of the EVPN shadow device; choose another",
-                        v.port
-                    )));
-                }
-                Some(Vxlan {
-                    vni: v.vni,
-                    local,
-                    remotes,
-                    port: v.port,
-                    udp_csum: v.udp_csum,
-                    evpn: v.evpn,
-                })
-            }
-        };
-        if u.netqueue != NetQueueMode::Off && u.queues < 2 {
-            return Err(bad(
-                "netqueue needs queues = 2 or more (queue 0 is the default queue)".into(),
-            ));
-        }
-        if !(1..=100).contains(&u.netqueue_threshold) {
-            return Err(bad(format!(
-                "netqueue_threshold {} is outside 1..100 (percent of a core)",
-                u.netqueue_threshold
-            )));
-        }
-        if u.netqueue != NetQueueMode::Off && u.rss {
-            return Err(bad(
-                "netqueue and rss both spread the queues; choose one (netqueue = true or rss = true)"
-                    .into(),
-            ));
-        }
-        if !(1..=hvnet_port::uplink::READ_BATCH).contains(&u.batch) {
-            return Err(bad(format!(
-                "batch {} is outside 1..{} (frames per system call)",
-                u.batch,
-                hvnet_port::uplink::READ_BATCH
-            )));
-        }
-        out.push(Uplink {
-            batch: u.batch,
-            netqueue: u.netqueue,
-            netqueue_threshold: u.netqueue_threshold,
-            rss: u.rss,
-            vxlan,
-            name: u.name.clone(),
-            device: device.clone(),
-            queues: u.queues,
-            lro,
-            vlan: u.vlan,
-            settings,
-        });
-    }
-    Ok(out)
-}
-
-fn parse_hosts(
-    topology: &str,
-    text: &str,
-    reprs: &[toml::Spanned<HostRepr>],
-    vms: &[Vm],
-    uplinks: &[Uplink],
-) -> Result<Vec<Host>, (usize, String)> {
-    let mut out: Vec<Host> = Vec::new();
-    for (i, sh) in reprs.iter().enumerate() {
-        let line = line_of(text, sh.span().start);
-        let h = sh.get_ref();
-        let bad = |r: String| (line, format!("host {:?}: {r}", h.name));
-        if !valid_name(&h.name) {
-            return Err(bad(
-                "name must be 1-24 characters of a-z, 0-9 and '-'".into()
-            ));
-        }
-        if vms.iter().any(|v| v.name == h.name) || out.iter().any(|o| o.name == h.name) {
-            return Err(bad(
-                "a VM or another host has this name (each is a namespace)".into(),
-            ));
-        }
-        let uplink = uplinks
-            .iter()
-            .position(|u| u.name == h.uplink)
-            .ok_or_else(|| bad(format!("no [[uplink]] named {:?}", h.uplink)))?;
-        if out.iter().any(|o| o.uplink == uplink) {
-            return Err(bad(format!(
-                "uplink {} has a host already (one veth pair per uplink)",
-                h.uplink
-            )));
-        }
-        let ipv4 = h
-            .ipv4
-            .as_deref()
-            .map(parse_cidr4)
-            .transpose()
-            .map_err(bad)?;
-        let ipv6 = h
-            .ipv6
-            .as_deref()
-            .map(parse_cidr6)
-            .transpose()
-            .map_err(bad)?;
-        let mac = match h.mac.as_deref() {
-            Some(m) => m
-                .parse::<MacAddr>()
-                .ok()
-                .filter(|m| !m.is_multicast())
-                .ok_or_else(|| bad(format!("mac {m:?} is not a unicast MAC address")))?,
-            None => auto_mac(topology, 1, i),
-        };
-        if vms.iter().any(|v| v.mac == mac) {
-            return Err(bad(format!("mac {mac} is a VM's")));
-        }
-        out.push(Host {
-            name: h.name.clone(),
-            uplink,
-            ipv4,
-            ipv6,
-            mac,
-            tso: h.tso,
-        });
-    }
-    Ok(out)
-}
-
 fn parse_cidr4(s: &str) -> Result<(Ipv4Addr, u8), String> {
     let (a, p) = s
         .split_once('/')
@@ -911,6 +472,7 @@ fn parse_cidr6(s: &str) -> Result<(Ipv6Addr, u8), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hvnet_datapath::PortSettings;
 
     pub(super) const GOOD: &str = r#"
 name = "t1"
@@ -971,7 +533,7 @@ lro = false
         );
     }
 
-    const UPLINK: &str = r#"
+    pub(super) const UPLINK: &str = r#"
 [[uplink]]
 name = "up0"
 device = "hvx0"
@@ -984,92 +546,6 @@ name = "ext"
 uplink = "up0"
 ipv4 = "10.1.0.100/24"
 "#;
-
-    #[test]
-    fn uplinks_and_hosts() {
-        let t = parse(&format!("{GOOD}{UPLINK}")).unwrap();
-        let u = &t.uplinks[0];
-        assert_eq!(
-            (u.name.as_str(), u.device.as_str(), u.queues),
-            ("up0", "hvx0", 2)
-        );
-        assert_eq!(u.lro, UplinkLro::Off);
-        assert!(!u.settings.tso && !u.settings.lro && u.settings.allow_forged_transmits);
-        assert_eq!(t.hosts[0].uplink, 0);
-        assert!(!t.hosts[0].tso, "a host sends wire-sized frames by default");
-        assert_eq!(t.namespaces(), ["t1-vm1", "t1-vm2", "t1-ext"]);
-        let err = |from: &str, to: &str| {
-            parse(&format!("{GOOD}{}", UPLINK.replace(from, to))).unwrap_err()
-        };
-        let (line, reason) = err("lro = \"off\"", "lro = \"maybe\"");
-        assert_eq!(line, 20, "the lro line: {reason}");
-        assert!(
-            reason.contains("\"hardware\", \"software\", \"off\""),
-            "{reason}"
-        );
-        assert!(err("tso = \"software\"", "tso = \"on\"")
-            .1
-            .contains("\"hardware\", \"software\""));
-        let (line, reason) = err(
-            "tso = \"software\"",
-            "tso = \"software\"\ncsum = \"partial\"",
-        );
-        assert_eq!(line, 22, "the csum line: {reason}");
-        assert!(
-            reason.contains("csum \"partial\" is not one of"),
-            "{reason}"
-        );
-        assert!(u.settings.csum, "the device checksums by default");
-        let vx = |port: &str| {
-            parse(&format!(
-                "{GOOD}{UPLINK}\n[uplink.vxlan]\nvni = 7\nlocal = \"10.9.0.1/24\"\n{port}"
-            ))
-        };
-        assert_eq!(
-            vx("port = 8472").unwrap().uplinks[0]
-                .vxlan
-                .as_ref()
-                .unwrap()
-                .port,
-            8472
-        );
-        assert!(vx("port = 0").unwrap_err().1.contains("port 0"));
-        assert_eq!(
-            parse(&format!(
-                "{GOOD}{}",
-                UPLINK.replace("queues = 2", "queues = 2\nbatch = 4")
-            ))
-            .unwrap()
-            .uplinks[0]
-                .batch,
-            4
-        );
-        assert!(err("queues = 2", "queues = 2\nbatch = 0")
-            .1
-            .contains("batch 0 is outside 1..32"));
-        let sw = parse(&format!(
-            "{GOOD}{}",
-            UPLINK.replace("lro = \"off\"", "lro = \"software\"")
-        ))
-        .unwrap();
-        assert_eq!(sw.uplinks[0].lro, UplinkLro::Software);
-        assert!(
-            sw.uplinks[0].settings.lro,
-            "software LRO at the uplink's ingress"
-        );
-        assert!(err("device = \"hvx0\"", "device = \"../x\"")
-            .1
-            .contains("not an interface name"));
-        assert!(err("uplink = \"up0\"", "uplink = \"up9\"")
-            .1
-            .contains("no [[uplink]] named"));
-        assert!(err("name = \"ext\"", "name = \"vm1\"")
-            .1
-            .contains("a VM or another host"));
-        assert!(err("name = \"up0\"", "name = \"vm2\"")
-            .1
-            .contains("a VM or another uplink"));
-    }
 
     #[test]
     fn evpn_frr_and_a_hosts_namespace_are_read_and_checked_with_their_line() {

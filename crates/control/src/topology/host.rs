@@ -1,0 +1,130 @@
+//! `[[host]]`: an external host on an uplink's wire (tests, demos, the
+//! lab), as a topology file writes it, checked into a [`Host`].
+
+use super::{auto_mac, line_of, parse_cidr4, parse_cidr6, valid_name, Uplink, Vm};
+use hvnet_wire::MacAddr;
+use serde::Deserialize;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+/// A `[[host]]` table as written.
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub(super) struct HostRepr {
+    name: String,
+    uplink: String,
+    ipv4: Option<String>,
+    ipv6: Option<String>,
+    mac: Option<String>,
+    #[serde(default)]
+    tso: bool,
+}
+
+/// An external host: a namespace on an uplink's wire.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Host {
+    /// Its name.
+    pub name: String,
+    /// Index of its uplink in [`Topology::uplinks`](super::Topology::uplinks).
+    pub uplink: usize,
+    /// IPv4 address and prefix length.
+    pub ipv4: Option<(Ipv4Addr, u8)>,
+    /// IPv6 address and prefix length.
+    pub ipv6: Option<(Ipv6Addr, u8)>,
+    /// Its NIC's MAC.
+    pub mac: MacAddr,
+    /// Its NIC sends TSO frames (false: wire-sized frames).
+    pub tso: bool,
+}
+
+/// The `[[host]]` tables, each checked (against the VMs, the uplinks and
+/// the hosts before it) into a [`Host`]; errors carry the line of the
+/// host's table.
+pub(super) fn parse_hosts(
+    topology: &str,
+    text: &str,
+    reprs: &[toml::Spanned<HostRepr>],
+    vms: &[Vm],
+    uplinks: &[Uplink],
+) -> Result<Vec<Host>, (usize, String)> {
+    let mut out: Vec<Host> = Vec::new();
+    for (i, sh) in reprs.iter().enumerate() {
+        let line = line_of(text, sh.span().start);
+        let h = sh.get_ref();
+        let bad = |r: String| (line, format!("host {:?}: {r}", h.name));
+        if !valid_name(&h.name) {
+            return Err(bad(
+                "name must be 1-24 characters of a-z, 0-9 and '-'".into()
+            ));
+        }
+        if vms.iter().any(|v| v.name == h.name) || out.iter().any(|o| o.name == h.name) {
+            return Err(bad(
+                "a VM or another host has this name (each is a namespace)".into(),
+            ));
+        }
+        let uplink = uplinks
+            .iter()
+            .position(|u| u.name == h.uplink)
+            .ok_or_else(|| bad(format!("no [[uplink]] named {:?}", h.uplink)))?;
+        if out.iter().any(|o| o.uplink == uplink) {
+            return Err(bad(format!(
+                "uplink {} has a host already (one veth pair per uplink)",
+                h.uplink
+            )));
+        }
+        let ipv4 = h
+            .ipv4
+            .as_deref()
+            .map(parse_cidr4)
+            .transpose()
+            .map_err(bad)?;
+        let ipv6 = h
+            .ipv6
+            .as_deref()
+            .map(parse_cidr6)
+            .transpose()
+            .map_err(bad)?;
+        let mac = match h.mac.as_deref() {
+            Some(m) => m
+                .parse::<MacAddr>()
+                .ok()
+                .filter(|m| !m.is_multicast())
+                .ok_or_else(|| bad(format!("mac {m:?} is not a unicast MAC address")))?,
+            None => auto_mac(topology, 1, i),
+        };
+        if vms.iter().any(|v| v.mac == mac) {
+            return Err(bad(format!("mac {mac} is a VM's")));
+        }
+        out.push(Host {
+            name: h.name.clone(),
+            uplink,
+            ipv4,
+            ipv6,
+            mac,
+            tso: h.tso,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse;
+    use super::super::tests::{GOOD, UPLINK};
+
+    #[test]
+    fn hosts_are_namespaces_on_an_uplinks_wire() {
+        let t = parse(&format!("{GOOD}{UPLINK}")).unwrap();
+        assert_eq!(t.hosts[0].uplink, 0);
+        assert!(!t.hosts[0].tso, "a host sends wire-sized frames by default");
+        assert_eq!(t.namespaces(), ["t1-vm1", "t1-vm2", "t1-ext"]);
+        let err = |from: &str, to: &str| {
+            parse(&format!("{GOOD}{}", UPLINK.replace(from, to))).unwrap_err()
+        };
+        assert!(err("uplink = \"up0\"", "uplink = \"up9\"")
+            .1
+            .contains("no [[uplink]] named"));
+        assert!(err("name = \"ext\"", "name = \"vm1\"")
+            .1
+            .contains("a VM or another host"));
+    }
+}

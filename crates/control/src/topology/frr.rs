@@ -123,7 +123,32 @@ pub(super) fn parse_frr(
 
 #[cfg(test)]
 mod tests {
+    use super::super::parse;
     use super::*;
+
+    #[test]
+    fn evpn_frr_and_a_hosts_namespace_are_read_and_checked_with_their_line() {
+        let file = |vxlan: &str, tail: &str| {
+            format!(
+                "name = \"t\"\nnetns = \"h1\"\n\n[[vm]]\nname = \"a\"\nconnected = \"off\"\n\n[[uplink]]\nname = \"up0\"\ndevice = \"u0\"\n\n[uplink.vxlan]\nvni = 42\nlocal = \"198.18.60.1/24\"\n{vxlan}\n{tail}"
+            )
+        };
+        let frr =
+            "[frr]\nasn = 65000\nrouter_id = \"198.18.60.11\"\nneighbors = [\"198.18.60.12\"]\n";
+        let t = parse(&file("evpn = true", frr)).unwrap();
+        assert!(t.uplinks[0].vxlan.as_ref().unwrap().evpn);
+        assert_eq!(t.netns.as_deref(), Some("h1"));
+        assert!(!t.vms[0].settings.connected);
+        let f = t.frr.unwrap();
+        assert_eq!((f.asn, f.neighbors.len(), f.keepalive_secs), (65000, 1, 3));
+        let (line, reason) = parse(&file("evpn = false", frr)).unwrap_err();
+        assert_eq!(line, 16, "{reason}");
+        assert!(reason.contains("no uplink has"), "{reason}");
+        let (_, reason) = parse(&file("evpn = true", &frr.replace("65000", "0"))).unwrap_err();
+        assert!(reason.contains("asn 0"), "{reason}");
+        let (_, reason) = parse(&file("evpn = true\nport = 65330", "")).unwrap_err();
+        assert!(reason.contains("shadow"), "{reason}");
+    }
 
     #[test]
     fn bad_settings_are_named() {

@@ -118,6 +118,8 @@ pub struct TopologyError {
     pub reason: String,
 }
 
+/// A topology file as written, each table with its place in the text
+/// (for the line an error names).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileRepr {
@@ -133,14 +135,6 @@ struct FileRepr {
     frr: Option<toml::Spanned<frr::FrrRepr>>,
     netns: Option<toml::Spanned<String>>,
     switch: Option<toml::Spanned<SwitchRepr>>,
-}
-
-#[derive(Deserialize, Clone, Default)]
-#[serde(deny_unknown_fields)]
-struct SwitchRepr {
-    cpus: Option<String>,
-    #[serde(default = "d_true", deserialize_with = "hvnet_datapath::on_off")]
-    rebalance: bool,
 }
 
 fn default_aging() -> u64 {
@@ -243,6 +237,7 @@ impl Topology {
     }
 }
 
+/// The 1-based line of byte `offset` of `text`.
 fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())]
         .bytes()
@@ -326,22 +321,7 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
             Some(n)
         }
     };
-    let switch = match &f.switch {
-        None => SwitchSettings::default(),
-        Some(sw) => {
-            let line = line_of(text, sw.span().start);
-            let r = sw.get_ref();
-            let cpus = match &r.cpus {
-                None => Vec::new(),
-                Some(list) => parse_cpu_list(list)
-                    .map_err(|e| (line, format!("switch: cpus {list:?}: {e}")))?,
-            };
-            SwitchSettings {
-                cpus,
-                rebalance: r.rebalance,
-            }
-        }
-    };
+    let switch = parse_switch(text, f.switch.as_ref())?;
     Ok(Topology {
         name,
         switch,
@@ -358,6 +338,15 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
 /// What bounds a switch is the memory its ports take, stated per port in
 /// docs/guide/operations.md.
 pub const MAX_VMS: usize = 4096;
+
+/// `[switch]` as written.
+#[derive(Deserialize, Clone, Default)]
+#[serde(deny_unknown_fields)]
+struct SwitchRepr {
+    cpus: Option<String>,
+    #[serde(default = "d_true", deserialize_with = "hvnet_datapath::on_off")]
+    rebalance: bool,
+}
 
 /// The switch's own settings (`[switch]`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -376,6 +365,29 @@ impl Default for SwitchSettings {
             rebalance: true,
         }
     }
+}
+
+/// `[switch]`, the switch's own settings; errors carry its table's line.
+fn parse_switch(
+    text: &str,
+    repr: Option<&toml::Spanned<SwitchRepr>>,
+) -> Result<SwitchSettings, (usize, String)> {
+    Ok(match repr {
+        None => SwitchSettings::default(),
+        Some(sw) => {
+            let line = line_of(text, sw.span().start);
+            let r = sw.get_ref();
+            let cpus = match &r.cpus {
+                None => Vec::new(),
+                Some(list) => parse_cpu_list(list)
+                    .map_err(|e| (line, format!("switch: cpus {list:?}: {e}")))?,
+            };
+            SwitchSettings {
+                cpus,
+                rebalance: r.rebalance,
+            }
+        }
+    })
 }
 
 /// A CPU list as `taskset -c` and the kernel's `cpuset` files write it
@@ -474,6 +486,7 @@ mod tests {
     use super::*;
     use hvnet_datapath::PortSettings;
 
+    /// A topology of two VMs, for the sections' tests too.
     pub(super) const GOOD: &str = r#"
 name = "t1"
 fdb_aging_secs = 5
@@ -488,6 +501,21 @@ ipv4 = "10.1.0.2/24"
 mtu = 9000
 queues = 4
 lro = false
+"#;
+
+    /// An uplink and a host on its wire, to follow [`GOOD`].
+    pub(super) const UPLINK: &str = r#"
+[[uplink]]
+name = "up0"
+device = "hvx0"
+queues = 2
+lro = "off"
+tso = "software"
+
+[[host]]
+name = "ext"
+uplink = "up0"
+ipv4 = "10.1.0.100/24"
 "#;
 
     #[test]
@@ -531,44 +559,6 @@ lro = false
             t.vms[0].mac, other.vms[0].mac,
             "another topology's VMs get other MACs"
         );
-    }
-
-    pub(super) const UPLINK: &str = r#"
-[[uplink]]
-name = "up0"
-device = "hvx0"
-queues = 2
-lro = "off"
-tso = "software"
-
-[[host]]
-name = "ext"
-uplink = "up0"
-ipv4 = "10.1.0.100/24"
-"#;
-
-    #[test]
-    fn evpn_frr_and_a_hosts_namespace_are_read_and_checked_with_their_line() {
-        let file = |vxlan: &str, tail: &str| {
-            format!(
-                "name = \"t\"\nnetns = \"h1\"\n\n[[vm]]\nname = \"a\"\nconnected = \"off\"\n\n[[uplink]]\nname = \"up0\"\ndevice = \"u0\"\n\n[uplink.vxlan]\nvni = 42\nlocal = \"198.18.60.1/24\"\n{vxlan}\n{tail}"
-            )
-        };
-        let frr =
-            "[frr]\nasn = 65000\nrouter_id = \"198.18.60.11\"\nneighbors = [\"198.18.60.12\"]\n";
-        let t = parse(&file("evpn = true", frr)).unwrap();
-        assert!(t.uplinks[0].vxlan.as_ref().unwrap().evpn);
-        assert_eq!(t.netns.as_deref(), Some("h1"));
-        assert!(!t.vms[0].settings.connected);
-        let f = t.frr.unwrap();
-        assert_eq!((f.asn, f.neighbors.len(), f.keepalive_secs), (65000, 1, 3));
-        let (line, reason) = parse(&file("evpn = false", frr)).unwrap_err();
-        assert_eq!(line, 16, "{reason}");
-        assert!(reason.contains("no uplink has"), "{reason}");
-        let (_, reason) = parse(&file("evpn = true", &frr.replace("65000", "0"))).unwrap_err();
-        assert!(reason.contains("asn 0"), "{reason}");
-        let (_, reason) = parse(&file("evpn = true\nport = 65330", "")).unwrap_err();
-        assert!(reason.contains("shadow"), "{reason}");
     }
 
     #[test]

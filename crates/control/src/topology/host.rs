@@ -1,7 +1,7 @@
 //! `[[host]]`: an external host on an uplink's wire (tests, demos, the
 //! lab), as a topology file writes it, checked into a [`Host`].
 
-use super::{auto_mac, line_of, parse_cidr4, parse_cidr6, valid_name, Uplink, Vm};
+use super::{auto_mac, check_name, line_of, parse_addrs, Uplink, Vm};
 use hvnet_wire::MacAddr;
 use serde::Deserialize;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -51,11 +51,7 @@ pub(super) fn parse_hosts(
         let line = line_of(text, sh.span().start);
         let h = sh.get_ref();
         let bad = |r: String| (line, format!("host {:?}: {r}", h.name));
-        if !valid_name(&h.name) {
-            return Err(bad(
-                "name must be 1-24 characters of a-z, 0-9 and '-'".into()
-            ));
-        }
+        check_name(&h.name).map_err(bad)?;
         if vms.iter().any(|v| v.name == h.name) || out.iter().any(|o| o.name == h.name) {
             return Err(bad(
                 "a VM or another host has this name (each is a namespace)".into(),
@@ -71,18 +67,7 @@ pub(super) fn parse_hosts(
                 h.uplink
             )));
         }
-        let ipv4 = h
-            .ipv4
-            .as_deref()
-            .map(parse_cidr4)
-            .transpose()
-            .map_err(bad)?;
-        let ipv6 = h
-            .ipv6
-            .as_deref()
-            .map(parse_cidr6)
-            .transpose()
-            .map_err(bad)?;
+        let (ipv4, ipv6) = parse_addrs(h.ipv4.as_deref(), h.ipv6.as_deref()).map_err(bad)?;
         let mac = match h.mac.as_deref() {
             Some(m) => m
                 .parse::<MacAddr>()

@@ -270,6 +270,8 @@ pub fn check_topology_name(s: &str) -> Result<(), String> {
     }
 }
 
+/// A VM's, an uplink's or a host's name: 1-24 characters of a-z, 0-9
+/// and '-', not starting with '-'.
 fn valid_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 24
@@ -449,6 +451,26 @@ fn auto_mac(topology: &str, kind: u8, i: usize) -> MacAddr {
         kind | ((n >> 8) << 1) as u8,
         (n & 0xff) as u8,
     ])
+}
+
+/// [`valid_name`], with the reason a name is refused.
+fn check_name(s: &str) -> Result<(), String> {
+    if valid_name(s) {
+        Ok(())
+    } else {
+        Err("name must be 1-24 characters of a-z, 0-9 and '-'".into())
+    }
+}
+
+/// A VM's or a host's IPv4 and IPv6 address, each with its prefix length.
+type Addrs = (Option<(Ipv4Addr, u8)>, Option<(Ipv6Addr, u8)>);
+
+/// A VM's or a host's `ipv4` and `ipv6`.
+fn parse_addrs(ipv4: Option<&str>, ipv6: Option<&str>) -> Result<Addrs, String> {
+    Ok((
+        ipv4.map(parse_cidr4).transpose()?,
+        ipv6.map(parse_cidr6).transpose()?,
+    ))
 }
 
 fn parse_cidr4(s: &str) -> Result<(Ipv4Addr, u8), String> {

@@ -2,7 +2,7 @@
 //! file writes it (with its VXLAN tunnel endpoint, `[uplink.vxlan]`),
 //! checked into an [`Uplink`].
 
-use super::{d_mtu, d_ring, default_queues, line_of, parse_cidr4, valid_name, Vm, SHADOW_PORT};
+use super::{check_name, d_mtu, d_ring, default_queues, line_of, parse_cidr4, Vm, SHADOW_PORT};
 use hvnet_datapath::settings::validate_settings;
 use hvnet_datapath::PortSettings;
 use serde::Deserialize;
@@ -213,11 +213,7 @@ pub(super) fn parse_uplinks(
             };
             (l, format!("uplink {:?}: {r}", u.name))
         };
-        if !valid_name(&u.name) {
-            return Err(bad(
-                "name must be 1-24 characters of a-z, 0-9 and '-'".into()
-            ));
-        }
+        check_name(&u.name).map_err(bad)?;
         if vms.iter().any(|v| v.name == u.name) || out.iter().any(|o| o.name == u.name) {
             return Err(bad("a VM or another uplink has this name".into()));
         }

@@ -3,8 +3,8 @@
 
 use super::vhost_socket::{ModeRepr, SocketRepr};
 use super::{
-    auto_mac, d_mtu, d_ring, d_true, line_of, parse, parse_cidr4, parse_cidr6, valid_name,
-    Topology, VhostSocket, MAX_VMS,
+    auto_mac, check_name, d_mtu, d_ring, d_true, line_of, parse, parse_addrs, Topology,
+    VhostSocket, MAX_VMS,
 };
 use hvnet_datapath::settings::validate_settings;
 use hvnet_datapath::{Delivery, PortSettings, RxOverflow};
@@ -184,26 +184,11 @@ pub(super) fn parse_vms(
         let line = line_of(text, sv.span().start);
         let v = sv.get_ref().clone();
         let bad = |r: String| (line, format!("vm {:?}: {r}", v.name));
-        if !valid_name(&v.name) {
-            return Err(bad(
-                "name must be 1-24 characters of a-z, 0-9 and '-'".into()
-            ));
-        }
+        check_name(&v.name).map_err(bad)?;
         if vms.iter().any(|o| o.name == v.name) {
             return Err(bad("duplicate VM name".into()));
         }
-        let ipv4 = v
-            .ipv4
-            .as_deref()
-            .map(parse_cidr4)
-            .transpose()
-            .map_err(bad)?;
-        let ipv6 = v
-            .ipv6
-            .as_deref()
-            .map(parse_cidr6)
-            .transpose()
-            .map_err(bad)?;
+        let (ipv4, ipv6) = parse_addrs(v.ipv4.as_deref(), v.ipv6.as_deref()).map_err(bad)?;
         let mac = match v.mac.as_deref() {
             Some(m) => {
                 let mac: MacAddr = m

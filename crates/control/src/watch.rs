@@ -66,16 +66,23 @@ impl Watch {
 /// (re-attached after a restart) holds the namespace alive, so deleting
 /// its name alone would leave the port up: the daemon deletes the NIC
 /// itself, through the handle it kept, and the port sees its device gone.
+///
+/// The names are looked at only after the kernel said a name left the
+/// namespace directory (inotify): an idle daemon with a thousand VMs makes
+/// no system call for them. Without inotify, every look `stat`s them all.
 pub struct NetnsWatch {
     /// VM, namespace name, the handle kept, and the handle's device and
     /// inode (read once: a look is one `stat` of the name).
     vms: Vec<(String, String, std::fs::File, (u64, u64))>,
+    /// Names deleted or moved away in the namespace directory.
+    departures: Option<inotify::Inotify>,
 }
 
 impl NetnsWatch {
     /// Keeps a handle on each VM's namespace (`(vm, namespace)` pairs).
     pub fn new(vms: impl IntoIterator<Item = (String, String)>) -> NetnsWatch {
         NetnsWatch {
+            departures: departures(),
             vms: vms
                 .into_iter()
                 .filter_map(|(vm, ns)| {
@@ -90,8 +97,12 @@ impl NetnsWatch {
 
     /// Watches one more VM's namespace (a VM added at run time).
     pub fn add(&mut self, vm: &str, ns: &str) {
-        self.vms
-            .extend(NetnsWatch::new([(vm.to_string(), ns.to_string())]).vms);
+        let mut one = NetnsWatch::new([(vm.to_string(), ns.to_string())]);
+        // Its namespace directory exists now, if it did not before.
+        if self.departures.is_none() {
+            self.departures = one.departures.take();
+        }
+        self.vms.append(&mut one.vms);
     }
 
     /// Stops watching VM `vm` (removed: its namespace goes on purpose).
@@ -103,6 +114,9 @@ impl NetnsWatch {
     /// the namespace the daemon holds.
     pub fn check(&mut self) {
         use std::os::unix::fs::MetadataExt;
+        if self.vms.is_empty() || !self.departed() {
+            return;
+        }
         let same = |ns: &str, held: (u64, u64)| {
             let now = std::fs::metadata(hvnet_sys::netns::path(ns));
             matches!(now, Ok(a) if (a.dev(), a.ino()) == held)
@@ -122,4 +136,56 @@ impl NetnsWatch {
             false
         });
     }
+
+    /// True if a name may have left the namespace directory since the last
+    /// call (always, without inotify).
+    fn departed(&mut self) -> bool {
+        let Some(ino) = self.departures.as_mut() else {
+            return true;
+        };
+        let mut buf = [0u8; 4096];
+        let mut any = false;
+        loop {
+            match ino.read_events(&mut buf) {
+                Ok(events) => {
+                    let mut read = false;
+                    for e in events {
+                        read = true;
+                        // The directory itself went: its watch with it.
+                        if e.mask.contains(inotify::EventMask::IGNORED) {
+                            self.departures = None;
+                            return true;
+                        }
+                    }
+                    if !read {
+                        return any;
+                    }
+                    any = true;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return any,
+                // The watch itself failed: look every time from now on.
+                Err(_) => {
+                    self.departures = None;
+                    return true;
+                }
+            }
+        }
+    }
+}
+
+/// An inotify watch on the namespace directory for names deleted or moved
+/// away (`ip netns del` unmounts and unlinks), or `None` if there is none.
+fn departures() -> Option<inotify::Inotify> {
+    use inotify::WatchMask;
+    let ino = inotify::Inotify::init().ok()?;
+    ino.watches()
+        .add(
+            hvnet_sys::netns::NETNS_RUN_DIR,
+            WatchMask::DELETE
+                | WatchMask::MOVED_FROM
+                | WatchMask::DELETE_SELF
+                | WatchMask::MOVE_SELF,
+        )
+        .ok()?;
+    Some(ino)
 }

@@ -398,6 +398,9 @@ struct Owned {
     rxq: Box<Rxq>,
     fd: RawFd,
     standing: Standing,
+    /// A tunnel endpoint's resolver, looked at every tick (kept here: a
+    /// tick reads this slot array only, not each queue's state).
+    resolves_peers: bool,
 }
 
 /// A worker's own state.
@@ -595,7 +598,7 @@ impl Worker<'_> {
                 // An idle queue is looked at once a second (its struct not
                 // touched in between: thousands of queues stay cheap), a
                 // tunnel endpoint's resolver every tick.
-                if look || o.rxq.resolves_peers() {
+                if look || o.resolves_peers {
                     o.rxq.tick(now, look);
                     if !o.rxq.port().is_up() {
                         self.park(t);
@@ -656,7 +659,13 @@ impl Worker<'_> {
         } else {
             Standing::Down
         };
-        self.slots[t] = Some(Owned { rxq, fd, standing });
+        let resolves_peers = rxq.resolves_peers();
+        self.slots[t] = Some(Owned {
+            rxq,
+            fd,
+            standing,
+            resolves_peers,
+        });
     }
 
     /// Gives up queue `id` between turns, its state kept.

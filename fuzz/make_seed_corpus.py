@@ -78,6 +78,13 @@ def main():
                 ops += b"\x05"
         ops += b"\x07\x31" + b"\x05"
         put("switch_ops", ops)
+    # Ports added (0x17 and a settings byte), removed (0x37, 0x77) and
+    # queues moved (0x1f, 0x3f) between frames, before steps.
+    ops = bytes([0x00, 0x00])
+    for i, vf in enumerate(vnet_frames[:8]):
+        ops += bytes([0x10, i % 3]) + struct.pack("<H", len(vf)) + vf
+        ops += [b"\x17\x00", b"\x1f", b"\x05", b"\x37", b"\x17\x31", b"\x3f", b"\x77", b"\x06"][i]
+    put("switch_ops", ops + b"\x05")
     print("corpus:", {d.name: len(list(d.iterdir())) for d in CORPUS.iterdir()})
 
 

@@ -38,9 +38,20 @@ pub fn wire_layers(data: &[u8]) {
         // answer to it is a well-formed advertisement of that target.
         if let Some(n) = l.net {
             if let Some(target) = hvnet_wire::nd::solicited_target(&data[n.offset..]) {
-                let src: [u8; 16] = data[n.offset + 8..n.offset + 24].try_into().expect("16 bytes");
-                let f = hvnet_wire::nd::advertisement(hvnet_wire::MacAddr([2; 6]), target, hvnet_wire::MacAddr([4; 6]), src);
-                assert_eq!(hvnet_wire::nd::solicited_target(&f[14..]), None, "an advertisement is no solicitation");
+                let src: [u8; 16] = data[n.offset + 8..n.offset + 24]
+                    .try_into()
+                    .expect("16 bytes");
+                let f = hvnet_wire::nd::advertisement(
+                    hvnet_wire::MacAddr([2; 6]),
+                    target,
+                    hvnet_wire::MacAddr([4; 6]),
+                    src,
+                );
+                assert_eq!(
+                    hvnet_wire::nd::solicited_target(&f[14..]),
+                    None,
+                    "an advertisement is no solicitation"
+                );
             }
         }
     }
@@ -174,7 +185,9 @@ pub fn rss_vxlan(data: &[u8]) {
 /// ports (one or two queues, settings from the input), then a sequence of
 /// operations decoded from the input — a guest sends a virtio-net header
 /// and a frame (source and destination MACs often set to real ports'),
-/// the switch runs a step, or a port's settings change. Small buffer caps,
+/// the switch runs a step, a port's settings change, a port is added or
+/// removed while frames are in flight, or queues move between workers
+/// (the harness's order of turns changes, each queue's state kept). Small buffer caps,
 /// so that the caps are hit. Invariants: no panic, every frame accounted
 /// (frames in = forwarded + named drops; offered = delivered + drops,
 /// nothing left in flight), buffers within each port's cap.
@@ -235,16 +248,21 @@ pub fn switch_ops(data: &[u8]) {
         })
         .collect();
     let mut h = Harness::with_backends(&ports, &backends, cfg);
+    // The ports present: id, name, MAC (ids of removed ports are reused).
+    let mut live: Vec<(usize, String, MacAddr)> =
+        (0..nports).map(|i| (i, format!("p{i}"), mac(i))).collect();
+    let mut added = 0u8;
     let mut out = Vec::new();
     let mut frame = Vec::with_capacity(70_000);
     while let Some((&op, tail)) = rest.split_first() {
         rest = tail;
         match op % 8 {
             0..=4 => {
-                if rest.len() < 3 {
+                if rest.len() < 3 || live.is_empty() {
                     break;
                 }
-                let port = rest[0] as usize % nports;
+                let at = rest[0] as usize % live.len();
+                let port = live[at].0;
                 let len = (u16::from_le_bytes([rest[1], rest[2]]) as usize).min(rest.len() - 3);
                 let (bytes, tail) = rest[3..].split_at(len);
                 rest = tail;
@@ -253,9 +271,9 @@ pub fn switch_ops(data: &[u8]) {
                 // Make most frames look like they come from their port and
                 // go to another, so that they get past policy and the FDB.
                 if op & 0x10 != 0 && frame.len() >= 12 + 12 {
-                    let dst = (port + 1 + (op >> 5) as usize) % nports;
-                    frame[12..18].copy_from_slice(&mac(dst).0);
-                    frame[18..24].copy_from_slice(&mac(port).0);
+                    let dst = &live[(at + 1 + (op >> 5) as usize) % live.len()];
+                    frame[12..18].copy_from_slice(&dst.2 .0);
+                    frame[18..24].copy_from_slice(&live[at].2 .0);
                 }
                 if op & 0x08 != 0 && frame.len() > 30_000 {
                     // A large frame, repeated from its head (a GSO frame).
@@ -269,18 +287,45 @@ pub fn switch_ops(data: &[u8]) {
                 out.clear();
                 h.settle(1, &mut out);
             }
-            _ => {
-                if let Some((&bits, tail)) = rest.split_first() {
+            // 7: a change at run time, by bits 3 and 4.
+            _ => match (op >> 3) & 3 {
+                0 | 1 => {
+                    let Some((&bits, tail)) = rest.split_first() else {
+                        continue;
+                    };
                     rest = tail;
-                    let port = (op >> 3) as usize % nports;
+                    let Some((port, name, _)) = live.get((op >> 4) as usize % live.len().max(1))
+                    else {
+                        continue;
+                    };
                     let mut s = settings(bits);
-                    let cur = h.sw.ports()[port].settings();
+                    let cur = h.sw.ports()[*port].settings();
                     // Offload flags are ioctls a socketpair cannot take.
                     s.tso = cur.tso;
                     s.csum = cur.csum;
-                    let _ = h.sw.set_port(&format!("p{port}"), s);
+                    let _ = h.sw.set_port(name, s);
                 }
-            }
+                2 if op & 0x20 != 0 && live.len() > 1 => {
+                    let (_, name, _) = live.remove((op >> 6) as usize % live.len());
+                    h.remove_port(&name).expect("a present port is removed");
+                }
+                2 if live.len() < 8 => {
+                    let Some((&bits, tail)) = rest.split_first() else {
+                        continue;
+                    };
+                    rest = tail;
+                    added = added.wrapping_add(1);
+                    let (name, m) = (format!("n{added}"), MacAddr([2, 0, 0, 0, 1, added]));
+                    // A name reused too soon (256 adds) is refused, and no
+                    // port is added.
+                    if let Ok(id) = h.add_port(&name, m, 1 + (op >> 6) as usize % 2, settings(bits))
+                    {
+                        live.push((id, name, m));
+                    }
+                }
+                2 => {}
+                _ => h.rebalance((op >> 5) as usize),
+            },
         }
     }
     out.clear();
@@ -343,12 +388,12 @@ pub fn vtep_receive(data: &[u8]) {
 /// `virtio-queue`'s mock queue in real guest memory): no panic, every
 /// chain taken is given back or left available, no buffer kept.
 pub fn virtqueue(data: &[u8]) {
+    use hvnet_port::virtq::GuestMemoryMmap;
     use hvnet_port::{virtq, Home, Pool, PoolCaps};
     use std::io::IoSlice;
     use virtio_queue::desc::{split::Descriptor, RawDescriptor};
     use virtio_queue::mock::MockSplitQueue;
     use virtio_queue::{Queue, QueueT};
-    use hvnet_port::virtq::GuestMemoryMmap;
     use vm_memory::{Bytes, GuestAddress};
 
     if data.len() < 2 {

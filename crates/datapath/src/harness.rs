@@ -228,6 +228,66 @@ impl Harness {
         any
     }
 
+    /// Adds a TAP port over socketpairs while frames flow, as the control
+    /// plane adds a VM: the switch's [`Switch::add_port`], then its queues'
+    /// stepped workers and deliveries. Its guest is `guests[id]` (an id a
+    /// removed port left is reused). Returns the port's id.
+    pub fn add_port(
+        &mut self,
+        name: &str,
+        mac: MacAddr,
+        queues: usize,
+        settings: PortSettings,
+    ) -> Result<usize, crate::TableError> {
+        let (spec, guest) = tap_port(name, mac, queues, settings);
+        let port = self.sw.add_port(spec)?;
+        if port.id == self.guests.len() {
+            self.guests.push(Guest::Tap(guest));
+        } else {
+            self.guests[port.id] = Guest::Tap(guest);
+        }
+        for q in 0..port.rxq.len() {
+            self.workers
+                .push(Rxq::new(Arc::clone(&self.sw), Arc::clone(&port), q));
+            self.consumers.push(Receive {
+                port: port.id,
+                q,
+                consumer: Consumer::attach(&port.rxq[q].rings),
+                tx: Arc::clone(&port.dev).transmitter(q, TxOptions::default()),
+            });
+        }
+        Ok(port.id)
+    }
+
+    /// Removes port `name` while frames flow: the switch's
+    /// [`Switch::remove_port`], then its queues leave their workers at a
+    /// batch boundary (what they held flushed) and its deliveries stop.
+    /// The other queues learn of it at their next batch.
+    pub fn remove_port(&mut self, name: &str) -> Result<usize, crate::TableError> {
+        let port = self.sw.remove_port(name)?;
+        let mut i = 0;
+        while i < self.workers.len() {
+            if Arc::ptr_eq(self.workers[i].port(), &port) {
+                self.workers.remove(i).finish();
+            } else {
+                i += 1;
+            }
+        }
+        // What its rings hold goes with it (its counters with it).
+        self.consumers.retain(|r| r.port != port.id);
+        Ok(port.id)
+    }
+
+    /// Moves queues between workers as the placement does: each keeps its
+    /// state and is read in a different order from now on (`k` turns the
+    /// order round).
+    pub fn rebalance(&mut self, k: usize) {
+        if !self.workers.is_empty() {
+            let n = self.workers.len();
+            self.workers.rotate_left(k % n);
+        }
+    }
+
     /// Checks the accounting identities of every port once settled:
     /// frames in = forwarded + named drops; offered = delivered + drops,
     /// nothing in flight; buffers within the cap. Returns what is wrong.
@@ -304,6 +364,70 @@ mod tests {
         let mut v = vec![0u8; 12];
         v.extend_from_slice(frame);
         v
+    }
+
+    #[test]
+    fn ports_come_and_go_while_a_flow_between_two_others_runs() {
+        let s = PortSettings {
+            lro: false,
+            ..PortSettings::default()
+        };
+        let mut h = Harness::new(
+            &[(mac(1), 1, s.clone()), (mac(2), 1, s.clone())],
+            SwitchConfig::default(),
+        );
+        let mut out = Vec::new();
+        let mut seq = 0u32;
+        for round in 0..12u8 {
+            let new = MacAddr([2, 0, 0, 0, 1, round]);
+            let id = h.add_port(
+                &format!("n{round}"),
+                new,
+                1 + usize::from(round % 2),
+                s.clone(),
+            );
+            let id = id.unwrap();
+            assert_eq!(id, 2, "the removed port's index is taken again");
+            for _ in 0..10 {
+                let f = TcpSpec {
+                    src_mac: mac(1).0,
+                    dst_mac: mac(2).0,
+                    seq: 1000 + seq * 100,
+                    payload: vec![seq as u8; 100],
+                    ..TcpSpec::default()
+                }
+                .build();
+                assert!(h.send(0, 0, &with_hdr(&f)));
+                seq += 1;
+            }
+            // A frame to the new port, one from it, and the queues moved.
+            let to_new = TcpSpec {
+                src_mac: mac(1).0,
+                dst_mac: new.0,
+                ..TcpSpec::default()
+            };
+            assert!(h.send(0, 0, &with_hdr(&to_new.build())));
+            h.step();
+            h.rebalance(usize::from(round));
+            h.settle(20, &mut out);
+            assert!(out.iter().any(|(p, f)| *p == id && f[12..18] == new.0));
+            out.retain(|(p, _)| *p == 1);
+            h.check_accounting().unwrap();
+            h.remove_port(&format!("n{round}")).unwrap();
+        }
+        h.settle(100, &mut out);
+        h.check_accounting().unwrap();
+        let got: Vec<u8> = out
+            .iter()
+            .filter(|(p, _)| *p == 1)
+            .map(|(_, f)| f[f.len() - 1])
+            .collect();
+        let want: Vec<u8> = (0..seq).map(|s| s as u8).collect();
+        assert_eq!(
+            got, want,
+            "the flow between the two others lost or reordered nothing"
+        );
+        assert_eq!(h.sw.ports().count(), 2);
     }
 
     #[test]

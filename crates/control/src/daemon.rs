@@ -622,6 +622,7 @@ fn build(
             fdb_aging: Duration::from_secs(topo.fdb_aging_secs),
             cpus: topo.switch.cpus.clone(),
             rebalance: topo.switch.rebalance,
+            busy_poll_max: Duration::from_micros(topo.switch.busy_poll_max_us.into()),
             ..SwitchConfig::default()
         },
     );

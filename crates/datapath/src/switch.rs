@@ -300,6 +300,9 @@ pub struct SwitchConfig {
     pub cpus: Vec<usize>,
     /// Queues moved between workers by their measured load.
     pub rebalance: bool,
+    /// The longest a worker watches a queue that went empty under load
+    /// (zero: it never watches, it asks for notifications at once).
+    pub busy_poll_max: Duration,
 }
 
 impl Default for SwitchConfig {
@@ -311,6 +314,7 @@ impl Default for SwitchConfig {
             io: IoMode::from_env(),
             cpus: Vec::new(),
             rebalance: true,
+            busy_poll_max: Duration::from_micros(50),
         }
     }
 }
@@ -338,6 +342,7 @@ pub struct Switch {
     /// The datapath's workers.
     pub workers: Workers,
     pub(crate) rebalance: bool,
+    pub(crate) busy_poll_max: Duration,
     /// The switch itself, for threads it starts after [`Switch::start`].
     me: std::sync::Weak<Switch>,
 }
@@ -373,6 +378,7 @@ impl Switch {
             settings_gen,
             workers: Workers::new(&cpus).expect("the workers' eventfds"),
             rebalance: cfg.rebalance,
+            busy_poll_max: cfg.busy_poll_max,
             me: me.clone(),
         })
     }

@@ -11,10 +11,10 @@
 //! ([`crate::vnet::check`]); a transmitter takes each frame as I/O slices,
 //! its 12-byte header first.
 
+use crate::netqueue::Filters;
 use crate::packet::Packet;
 use crate::pool::Pool;
 use crate::vnet::RecvError;
-use crate::netqueue::Filters;
 use serde::Serialize;
 use std::fmt;
 use std::io::IoSlice;

@@ -84,6 +84,7 @@
 //! cpus = "0-1"              # the CPUs its datapath workers run on, one worker each, pinned (as
 //!                           #   taskset -c writes them); default: every CPU the daemon may use
 //! rebalance = true          # queues moved between workers by their measured load
+//! busy_poll_max_us = 50      # longest watch of a queue gone empty under load (0-1000; 0: never)
 //! ```
 //!
 //! At most [`MAX_VMS`] VMs. A bad file is refused with its path, the line
@@ -348,7 +349,12 @@ struct SwitchRepr {
     cpus: Option<String>,
     #[serde(default = "d_true", deserialize_with = "hvnet_datapath::on_off")]
     rebalance: bool,
+    busy_poll_max_us: Option<u32>,
 }
+
+/// The longest a worker watches a queue that went empty under load
+/// (`[switch] busy_poll_max_us`), by default, and at most.
+pub const BUSY_POLL_MAX_US: (u32, u32) = (50, 1000);
 
 /// The switch's own settings (`[switch]`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -358,6 +364,9 @@ pub struct SwitchSettings {
     pub cpus: Vec<usize>,
     /// Queues moved between workers by their load.
     pub rebalance: bool,
+    /// The longest a worker watches a queue that went empty under load
+    /// before it asks for notifications and sleeps (0: never watches).
+    pub busy_poll_max_us: u32,
 }
 
 impl Default for SwitchSettings {
@@ -365,6 +374,7 @@ impl Default for SwitchSettings {
         SwitchSettings {
             cpus: Vec::new(),
             rebalance: true,
+            busy_poll_max_us: BUSY_POLL_MAX_US.0,
         }
     }
 }
@@ -384,9 +394,23 @@ fn parse_switch(
                 Some(list) => parse_cpu_list(list)
                     .map_err(|e| (line, format!("switch: cpus {list:?}: {e}")))?,
             };
+            let busy_poll_max_us = match r.busy_poll_max_us {
+                None => BUSY_POLL_MAX_US.0,
+                Some(us) if us <= BUSY_POLL_MAX_US.1 => us,
+                Some(us) => {
+                    return Err((
+                        line,
+                        format!(
+                            "switch: busy_poll_max_us {us} out of range: 0 (never watch) to {} microseconds",
+                            BUSY_POLL_MAX_US.1
+                        ),
+                    ))
+                }
+            };
             SwitchSettings {
                 cpus,
                 rebalance: r.rebalance,
+                busy_poll_max_us,
             }
         }
     })
@@ -551,7 +575,8 @@ ipv4 = "10.1.0.100/24"
             parse(GOOD).unwrap().switch,
             SwitchSettings {
                 cpus: Vec::new(),
-                rebalance: true
+                rebalance: true,
+                busy_poll_max_us: 50,
             }
         );
         for (bad, why) in [
@@ -565,6 +590,14 @@ ipv4 = "10.1.0.100/24"
         }
         let off = parse(&format!("{GOOD}\n[switch]\nrebalance = \"off\"\n")).unwrap();
         assert!(!off.switch.rebalance);
+        let poll = |us: u32| parse(&format!("{GOOD}\n[switch]\nbusy_poll_max_us = {us}\n"));
+        assert_eq!(poll(0).unwrap().switch.busy_poll_max_us, 0);
+        let (line, reason) = poll(1001).err().unwrap();
+        assert_eq!(line, 16);
+        assert!(
+            reason.contains("0 (never watch) to 1000 microseconds"),
+            "{reason}"
+        );
     }
 
     #[test]

@@ -40,8 +40,6 @@ const GRO_IDLE: Duration = Duration::from_secs(1);
 /// call, so not per batch).
 const KERNEL_DROPS_EVERY: Duration = Duration::from_millis(100);
 
-/// Longest a queue is watched before its thread sleeps.
-const BUSY_POLL_MAX: Duration = Duration::from_micros(50);
 /// Where the watch starts again after it found nothing.
 const BUSY_POLL_MIN: Duration = Duration::from_micros(2);
 
@@ -295,19 +293,20 @@ impl Rxq {
     /// Under load, a short adaptive poll before sleeping: a queue that
     /// just gave frames and can be watched without a system call (a
     /// guest's virtqueue) is watched for up to `poll_budget`, which
-    /// doubles (to [`BUSY_POLL_MAX`]) while watching finds frames and
+    /// doubles (to the switch's `busy_poll_max`) while watching finds frames and
     /// halves when it does not — so a steady stream costs no kicks or
     /// wake-ups, and a queue that went quiet costs next to nothing. Never
     /// while idle: only after a drain that read frames.
     fn busy_poll(&mut self) -> bool {
-        let budget = self.st.poll_budget;
+        let max = self.cx.sw.busy_poll_max;
+        let budget = self.st.poll_budget.min(max);
         if budget.is_zero() {
             self.st.poll_budget = BUSY_POLL_MIN;
             return false;
         }
         let found = self.st.rx.poll(budget);
         self.st.poll_budget = if found {
-            (budget * 2).min(BUSY_POLL_MAX)
+            (budget * 2).min(max)
         } else {
             budget / 2
         };

@@ -6,7 +6,9 @@
 //! after it.
 
 use super::VhostUserPort;
-use crate::device::{Caps, Device, DeviceStatus, Link, Receiver, SendError, Transmitter, TxOptions};
+use crate::device::{
+    Caps, Device, DeviceStatus, Link, Receiver, SendError, Transmitter, TxOptions,
+};
 use crate::packet::Packet;
 use crate::pool::{Pool, SizeClass, HEADROOM};
 use crate::virtq::{self, VirtqError};

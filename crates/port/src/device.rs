@@ -11,7 +11,7 @@
 //! ([`crate::vnet::check`]); a transmitter takes each frame as I/O slices,
 //! its 12-byte header first.
 
-use crate::netqueue::Filters;
+use crate::backends::uplink::netqueue::Filters;
 use crate::packet::Packet;
 use crate::pool::Pool;
 use crate::vnet::RecvError;
@@ -119,7 +119,7 @@ pub struct DeviceStatus {
     /// A real guest's connection: what its driver accepted, its memory,
     /// its virtqueues.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub vhost_user: Option<crate::vhost_user::VhostUserStatus>,
+    pub vhost_user: Option<crate::backends::vhost_user::VhostUserStatus>,
     /// How a queue is read: frames per system call, at most.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub frames_per_read: Option<usize>,

@@ -28,30 +28,24 @@
 
 #![forbid(unsafe_code)]
 
-mod bpf;
-pub mod ctrlq;
+pub mod backends;
 pub mod device;
 mod fd_tx;
-pub mod netqueue;
 pub mod packet;
 pub mod pool;
-pub mod replay;
-pub mod rss_fanout;
-pub mod socket_batch;
-pub mod tap;
-pub mod uplink;
-pub mod vhost_user;
-pub mod virtq;
 pub mod vnet;
-pub mod whole_frame;
+
+pub use backends::uplink::netqueue;
+pub use backends::vhost_user::virtq;
+pub use backends::{replay, tap, uplink, vhost_user};
 
 pub use device::{Caps, Device, DeviceStatus, Link, Receiver, SendError, Transmitter, TxOptions};
 pub use packet::{Meta, Packet};
 pub use pool::{Buf, Home, Pool, PoolCaps, PoolStatus, SizeClass};
 pub use pool::{HEADROOM, SMALL_FRAME};
 pub use replay::{ReplayError, ReplayPort};
-pub use socket_batch::{Framing, SocketBatchReader};
 pub use tap::{tap_offload_flags, TapError, TapPort, TapReader};
+pub use uplink::socket_batch::{Framing, SocketBatchReader};
 pub use uplink::{LinkState, Spread, UplinkPort, UplinkRead};
 pub use vhost_user::{GuestOffloads, SocketMode, VhostUserPort, VhostUserStatus, VirtqueueSizes};
 pub use virtq::VirtqError;

@@ -7,12 +7,12 @@
 //! A socket's frames come behind a virtio-net header (a plain uplink's,
 //! checked as a guest's are: [`crate::vnet::check`]) or whole, with the
 //! kernel's word on them in `PACKET_AUXDATA` (a tunnel endpoint's:
-//! [`crate::whole_frame`]).
+//! [`super::whole_frame`]).
 
+use super::whole_frame::offload_of;
 use crate::packet::Packet;
 use crate::pool::{Buf, Pool, SizeClass, HEADROOM, SMALL_FRAME};
 use crate::vnet::{check, read_result, RecvError};
-use crate::whole_frame::offload_of;
 use hvnet_offload::OffloadInfo;
 use hvnet_sys::{AuxStatus, FrameQueue};
 use smallvec::SmallVec;

@@ -9,7 +9,7 @@
 //! Loads are relative to the Ethernet header (`SKF_LL_OFF`): the kernel
 //! runs fanout programs with the frame's data at its network header.
 
-use crate::bpf::{insn, JEQ_K, LD_B_ABS, LD_H_ABS, LD_W_ABS, LL, RET_K};
+use super::bpf::{insn, JEQ_K, LD_B_ABS, LD_H_ABS, LD_W_ABS, LL, RET_K};
 use hvnet_sys::BpfInsn;
 use hvnet_wire::MacAddr;
 use serde::Serialize;
@@ -92,7 +92,7 @@ pub fn program(f: &Filters) -> Vec<BpfInsn> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bpf::run;
+    use crate::backends::uplink::bpf::run;
 
     fn filters(tunnel: bool) -> Filters {
         Filters {

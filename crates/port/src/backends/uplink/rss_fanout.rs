@@ -15,10 +15,10 @@
 //! frame) goes to queue 0. IPv6 extension headers are not walked: such a
 //! packet is hashed on its addresses.
 //! Loads are relative to the Ethernet header (`SKF_LL_OFF`), as in
-//! [`crate::netqueue`].
+//! [`super::netqueue`].
 
-use crate::bpf::*;
-use crate::netqueue;
+use super::bpf::*;
+use super::netqueue;
 use hvnet_offload::rss::window;
 use hvnet_sys::BpfInsn;
 
@@ -182,7 +182,7 @@ fn assemble(ops: &[Op]) -> Vec<BpfInsn> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bpf::run;
+    use crate::backends::uplink::bpf::run;
     use hvnet_offload::rss::{Rss, DEFAULT_KEY};
 
     fn eth(ethertype: u16, l3: &[u8]) -> Vec<u8> {

@@ -32,10 +32,11 @@
 //! reconnects to the same socket.
 
 mod backend;
+pub mod ctrlq;
 mod queues;
 mod relay;
+pub mod virtq;
 
-use crate::virtq::{self, GuestMemoryMmap, VirtqError};
 use backend::serve;
 use relay::{Front, Relay};
 use std::io::{self, IoSlice};
@@ -51,6 +52,7 @@ use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_net::*;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 use virtio_queue::QueueT;
+use virtq::{GuestMemoryMmap, VirtqError};
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryRegion};
 use vmm_sys_util::event::{
     new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,

@@ -7,9 +7,9 @@
 //! end, which must answer every command or the guest's driver waits
 //! forever.
 //!
-//! Pure over a `Queue` and guest memory, as [`crate::virtq`].
+//! Pure over a `Queue` and guest memory, as [`super::virtq`].
 
-use crate::virtq::GuestMemoryMmap;
+use super::virtq::GuestMemoryMmap;
 use virtio_bindings::virtio_net::*;
 use virtio_queue::{Queue, QueueT};
 use vm_memory::Bytes;

@@ -1,11 +1,11 @@
 //! The protocol handler: rust-vmm's back-end trait over the port's shared
 //! state, one per connection, and the thread that accepts front ends.
 
+use super::ctrlq::{self, Command};
 use super::relay::{relay, Front, Relay};
+use super::virtq::GuestMemoryMmap;
 use super::VringRwLock;
 use super::{offered_features, Memory, Shared, MAX_QUEUE_SIZE};
-use crate::ctrlq::{self, Command};
-use crate::virtq::GuestMemoryMmap;
 use std::io;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
@@ -38,7 +38,7 @@ pub(super) struct Exits {
 }
 
 impl VhostUserBackend for Backend {
-    type Bitmap = crate::virtq::DirtyLog;
+    type Bitmap = super::virtq::DirtyLog;
     type Vring = VringRwLock;
 
     fn num_queues(&self) -> usize {
@@ -63,7 +63,7 @@ impl VhostUserBackend for Backend {
         if let Some(mem) = self.sh.mem.read().expect("mem lock").as_ref() {
             for region in mem.memory().iter() {
                 // The region's own log (`MmapRegion::bitmap`), not a slice of it.
-                let log: &crate::virtq::DirtyLog = vm_memory::MmapRegion::bitmap(region);
+                let log: &super::virtq::DirtyLog = vm_memory::MmapRegion::bitmap(region);
                 log.set_logging(features & log_all != 0);
             }
         }

@@ -5,13 +5,13 @@
 //! receive virtqueues written a batch at a time, the guest signalled once
 //! after it.
 
+use super::virtq::{self, VirtqError};
 use super::VhostUserPort;
 use crate::device::{
     Caps, Device, DeviceStatus, Link, Receiver, SendError, Transmitter, TxOptions,
 };
 use crate::packet::Packet;
 use crate::pool::{Pool, SizeClass, HEADROOM};
-use crate::virtq::{self, VirtqError};
 use crate::vnet::{check, RecvError, VNET_HDR_LEN};
 use std::io::IoSlice;
 use std::os::fd::RawFd;

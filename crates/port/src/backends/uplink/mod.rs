@@ -4,7 +4,7 @@
 //! the same 12-byte virtio-net header as a TAP queue ([`hvnet_sys::packet`]),
 //! so frames are read and checked exactly as a guest's are
 //! ([`crate::vnet::check`]) — except at a tunnel endpoint, whose sockets
-//! read whole frames without the header ([`crate::whole_frame`]); the
+//! read whole frames without the header ([`whole_frame`]); the
 //! sockets form a fanout group, so the kernel spreads flows over the
 //! queues by their hash and each queue has its own thread.
 //!
@@ -12,15 +12,20 @@
 //! sockets see `ENETDOWN` and then nothing), up again when the device comes
 //! back, and gone for good when the device is deleted.
 
+mod bpf;
+pub mod netqueue;
+pub mod rss_fanout;
+pub mod socket_batch;
+pub mod whole_frame;
+
 use crate::device::{Device, DeviceStatus, Link, Receiver, Transmitter, TxOptions};
 use crate::fd_tx::FdTransmitter;
-use crate::netqueue::{self, Filters};
 use crate::packet::Packet;
 use crate::pool::Pool;
-use crate::rss_fanout;
-use crate::socket_batch::{Framing, SocketBatchReader};
 use crate::vnet::{read_up_to, RecvError};
 use hvnet_sys::{Fanout, FrameQueue, PacketError, RxHeader};
+use netqueue::Filters;
+use socket_batch::{Framing, SocketBatchReader};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU16, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -36,7 +41,7 @@ pub enum UplinkRead {
         batch: usize,
     },
     /// Whole frames, no header, up to `batch` per `recvmmsg(2)`
-    /// ([`crate::whole_frame`]): a tunnel endpoint on UDP port `tunnel`,
+    /// ([`whole_frame`]): a tunnel endpoint on UDP port `tunnel`,
     /// whose peers may hand over tunnelled GSO frames. Frames are sent
     /// through send-only sockets with a virtio-net header.
     Whole {
@@ -354,7 +359,7 @@ impl Receiver for UplinkReceiver {
     }
 }
 
-pub use crate::socket_batch::READ_BATCH;
+pub use socket_batch::READ_BATCH;
 
 /// The MTU of `device` in this namespace.
 pub fn device_mtu(device: &str) -> Option<u16> {

@@ -4,7 +4,7 @@
 //! device as `Arc<dyn Device>` and never asks which kind it is: it opens a
 //! [`Receiver`] and a [`Transmitter`] per queue, waits on what the receiver
 //! names, and asks the device for its link and what its other side takes.
-//! A new backend is written here alone.
+//! A new backend is written in [`crate::backends`] alone.
 //!
 //! Frames cross the interface as the virtio-net header describes them: a
 //! receiver hands over [`Packet`]s already checked and parsed

@@ -1,30 +1,41 @@
 //! Ports: where frames enter and leave the switch, and the packet type that
 //! carries them through it.
 //!
+//! The shared interface sits at the top, all the datapath sees of a port:
+//! - [`device`]: the port interface every backend implements — a
+//!   device, a receiver and a transmitter per queue, its capabilities,
+//!   link, what to wait on and its status for views;
+//! - [`packet`]: a buffer and its metadata, parsed once where the frame
+//!   enters;
 //! - [`pool`]: buffers in two size classes, per-thread LIFO caches over a
 //!   per-port account with a cap (memory stays bounded whatever a guest
 //!   sends);
-//! - [`packet`]: a buffer and its metadata, parsed once where the frame
-//!   enters;
 //! - [`vnet`]: the virtio-net header at the port boundary — receive
 //!   errors, the header's check against its frame, writing behind one —
 //!   for every backend;
-//! - [`tap`]: TAP ports (a VM's NIC as a hypervisor's device model holds
-//!   it), read and written with virtio-net headers checked at the boundary;
-//! - [`uplink`]: uplink ports, AF_PACKET sockets on an existing interface
-//!   with the same header, one per receive queue;
-//! - [`vhost_user`]: vhost-user ports, a real guest's virtio-net device
-//!   served over its shared memory and virtqueues;
-//! - [`virtq`]: frames in and out of a guest's virtqueues;
-//! - [`ctrlq`]: a guest's control virtqueue (queue pairs, offloads);
-//! - [`device`]: the port interface every backend implements — a
-//!   device, a receiver and a transmitter per queue — all the datapath
-//!   sees of a port;
-//! - [`whole_frame`]: whole frames from an uplink socket without a
-//!   virtio-net header (a tunnel endpoint's, whose peers send tunnelled
-//!   GSO frames);
-//! - [`netqueue`]: an uplink's receive filters, as the kernel runs them;
-//! - [`rss_fanout`]: RSS (Toeplitz) at an uplink, as the kernel runs it.
+//! - `fd_tx` (private): writing frames to a TAP queue or a packet socket
+//!   with the fewest system calls, for the two backends that have one.
+//!
+//! The [`backends`] implement it, one module each (a new kind of port is
+//! written there alone):
+//! - [`backends::tap`]: TAP ports (a VM's NIC as a hypervisor's device
+//!   model holds it), read and written with virtio-net headers checked at
+//!   the boundary;
+//! - [`backends::uplink`]: uplink ports, AF_PACKET sockets on an existing
+//!   interface with the same header, one per receive queue, and what only
+//!   they use: the fanout programs in classic BPF ([`uplink::netqueue`]'s
+//!   receive filters, [`uplink::rss_fanout`]'s RSS), reads a batch per
+//!   system call ([`uplink::socket_batch`]) and a tunnel endpoint's whole
+//!   frames without a header ([`uplink::whole_frame`]);
+//! - [`backends::vhost_user`]: vhost-user ports, a real guest's
+//!   virtio-net device served over its shared memory and virtqueues, with
+//!   its own engine for frames in and out of them ([`vhost_user::virtq`])
+//!   and the guest's control virtqueue ([`vhost_user::ctrlq`]);
+//! - [`backends::replay`]: a port over in-memory queues, what a test or a
+//!   capture replays into the switch.
+//!
+//! The backends' modules are re-exported at the top (`hvnet_port::uplink`,
+//! `hvnet_port::virtq`, …), as are the types other crates use.
 
 #![forbid(unsafe_code)]
 

@@ -11,11 +11,11 @@
 //! ([`crate::vnet::check`]); a transmitter takes each frame as I/O slices,
 //! its 12-byte header first.
 
-use crate::backends::uplink::netqueue::Filters;
+use crate::filters::Filters;
 use crate::packet::Packet;
 use crate::pool::Pool;
+use crate::status::DeviceStatus;
 use crate::vnet::RecvError;
-use serde::Serialize;
 use std::fmt;
 use std::io::IoSlice;
 use std::os::fd::RawFd;
@@ -110,31 +110,6 @@ pub trait Device: Send + Sync + fmt::Debug {
     /// Installs receive filters; refused by a device without them.
     fn set_filters(&self, _f: Filters) -> Result<(), String> {
         Err(format!("a {} port has no receive filters", self.kind()))
-    }
-}
-
-/// What a device says of itself, each part typed ([`Device::status`]).
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct DeviceStatus {
-    /// A real guest's connection: what its driver accepted, its memory,
-    /// its virtqueues.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub vhost_user: Option<crate::backends::vhost_user::VhostUserStatus>,
-    /// How a queue is read: frames per system call, at most.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub frames_per_read: Option<usize>,
-    /// How frames are spread over receive queues (`netqueue`, `rss`,
-    /// `flow hash`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub spread: Option<&'static str>,
-}
-
-impl DeviceStatus {
-    /// The sizes of queue `q`'s virtqueues (receive, transmit), for a
-    /// real guest's port.
-    pub fn virtqueue_sizes(&self, q: usize) -> Option<(u16, u16)> {
-        let vq = self.vhost_user.as_ref()?.virtqueues.get(q)?;
-        Some((vq.rx, vq.tx))
     }
 }
 

@@ -42,22 +42,25 @@
 pub mod backends;
 pub mod device;
 mod fd_tx;
+pub mod filters;
 pub mod packet;
 pub mod pool;
+pub mod status;
 pub mod vnet;
 
 pub use backends::uplink::netqueue;
 pub use backends::vhost_user::virtq;
 pub use backends::{replay, tap, uplink, vhost_user};
 
-pub use device::{Caps, Device, DeviceStatus, Link, Receiver, SendError, Transmitter, TxOptions};
+pub use device::{Caps, Device, Link, Receiver, SendError, Transmitter, TxOptions};
 pub use packet::{Meta, Packet};
 pub use pool::{Buf, Home, Pool, PoolCaps, PoolStatus, SizeClass};
 pub use pool::{HEADROOM, SMALL_FRAME};
 pub use replay::{ReplayError, ReplayPort};
+pub use status::{DeviceStatus, GuestOffloads, VhostUserStatus, VirtqueueSizes};
 pub use tap::{tap_offload_flags, TapError, TapPort, TapReader};
 pub use uplink::socket_batch::{Framing, SocketBatchReader};
 pub use uplink::{LinkState, Spread, UplinkPort, UplinkRead};
-pub use vhost_user::{GuestOffloads, SocketMode, VhostUserPort, VhostUserStatus, VirtqueueSizes};
+pub use vhost_user::{SocketMode, VhostUserPort};
 pub use virtq::VirtqError;
 pub use vnet::{check, send, vnet_bytes, write_frame, RecvError, MAX_GSO_SEGMENTS, VNET_HDR_LEN};

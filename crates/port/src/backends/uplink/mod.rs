@@ -18,10 +18,11 @@ pub mod rss_fanout;
 pub mod socket_batch;
 pub mod whole_frame;
 
-use crate::device::{Device, DeviceStatus, Link, Receiver, Transmitter, TxOptions};
+use crate::device::{Device, Link, Receiver, Transmitter, TxOptions};
 use crate::fd_tx::FdTransmitter;
 use crate::packet::Packet;
 use crate::pool::Pool;
+use crate::status::DeviceStatus;
 use crate::vnet::{read_up_to, RecvError};
 use hvnet_sys::{Fanout, FrameQueue, PacketError, RxHeader};
 use netqueue::Filters;

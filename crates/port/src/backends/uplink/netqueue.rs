@@ -10,9 +10,8 @@
 //! runs fanout programs with the frame's data at its network header.
 
 use super::bpf::{insn, JEQ_K, LD_B_ABS, LD_H_ABS, LD_W_ABS, LL, RET_K};
+pub use crate::filters::{Filter, Filters};
 use hvnet_sys::BpfInsn;
-use hvnet_wire::MacAddr;
-use serde::Serialize;
 
 /// Where a VXLAN frame's inner Ethernet header starts: outer Ethernet,
 /// IPv4 without options, UDP, VXLAN.
@@ -30,30 +29,6 @@ pub(crate) fn vxlan_checks(port: u16) -> [(u16, u32, u32); 4] {
 /// The most filters one program holds (5 instructions each, well under
 /// the kernel's 4096).
 pub const MAX_FILTERS: usize = 512;
-
-/// One filter: frames to `mac` go to `queue`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct Filter {
-    /// Destination MAC (inner, for a tunnel endpoint).
-    #[serde(serialize_with = "as_text")]
-    pub mac: MacAddr,
-    /// The receive queue.
-    pub queue: u32,
-}
-
-fn as_text<S: serde::Serializer>(m: &MacAddr, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_str(m)
-}
-
-/// An uplink's filter table.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct Filters {
-    /// Match the inner destination of VXLAN frames to this UDP port (the
-    /// uplink is a tunnel endpoint) instead of the frame's own.
-    pub tunnel: Option<u16>,
-    /// The filters, first match wins.
-    pub entries: Vec<Filter>,
-}
 
 /// The fanout program for a filter table (at most [`MAX_FILTERS`]
 /// entries are used).
@@ -93,6 +68,7 @@ pub fn program(f: &Filters) -> Vec<BpfInsn> {
 mod tests {
     use super::*;
     use crate::backends::uplink::bpf::run;
+    use hvnet_wire::MacAddr;
 
     fn filters(tunnel: bool) -> Filters {
         Filters {

@@ -37,6 +37,7 @@ mod queues;
 mod relay;
 pub mod virtq;
 
+pub use crate::status::{GuestOffloads, VhostUserStatus, VirtqueueSizes};
 use backend::serve;
 use relay::{Front, Relay};
 use std::io::{self, IoSlice};
@@ -98,17 +99,6 @@ pub fn offered_features() -> u64 {
         | VhostUserVirtioFeatures::LOG_ALL.bits()
 }
 
-/// What the guest's driver accepted, as the switch needs it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct GuestOffloads {
-    /// Takes frames with partial checksums (`GUEST_CSUM`).
-    pub csum: bool,
-    /// Takes TCP GSO frames whole (`GUEST_TSO4` and `GUEST_TSO6`).
-    pub tso: bool,
-    /// Its receive buffers may be chained into one frame (`MRG_RXBUF`).
-    pub mergeable: bool,
-}
-
 impl GuestOffloads {
     /// From the acknowledged features, and the offloads the guest set
     /// since through its control queue (the same bits).
@@ -120,46 +110,6 @@ impl GuestOffloads {
             mergeable: acked & (1u64 << VIRTIO_NET_F_MRG_RXBUF) != 0,
         }
     }
-}
-
-/// A real guest's connection as views show it ([`crate::Device::status`]).
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct VhostUserStatus {
-    /// The socket's path.
-    pub socket: PathBuf,
-    /// Who listens (`server`: hvnet; `client`: the guest's VMM).
-    pub mode: &'static str,
-    /// A front end is connected now.
-    pub connected: bool,
-    /// Connections so far (a reconnecting guest adds one each time).
-    pub connections: u64,
-    /// Memory tables set so far.
-    pub memory_tables: u64,
-    /// Regions of the current memory table.
-    pub memory_regions: usize,
-    /// Guest memory the current table maps.
-    pub memory_bytes: u64,
-    /// The virtio features the driver acknowledged, in hex.
-    pub acked_features: String,
-    /// The offloads the driver takes now.
-    pub guest_offloads: GuestOffloads,
-    /// The guest is here (not migrated away with its rings stopped).
-    pub guest_present: bool,
-    /// The front end logs dirty pages (live migration under way).
-    pub dirty_logging: bool,
-    /// RARP announcements sent for the guest after a migration.
-    pub announcements: u64,
-    /// Each queue pair's virtqueue sizes.
-    pub virtqueues: Vec<VirtqueueSizes>,
-}
-
-/// One queue pair's virtqueue sizes (0 until the driver set them).
-#[derive(Clone, Copy, Debug, serde::Serialize)]
-pub struct VirtqueueSizes {
-    /// The guest's receive virtqueue.
-    pub rx: u16,
-    /// The guest's transmit virtqueue.
-    pub tx: u16,
 }
 
 /// Everything the protocol handler and the datapath share.

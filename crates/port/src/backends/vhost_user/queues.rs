@@ -7,11 +7,10 @@
 
 use super::virtq::{self, VirtqError};
 use super::VhostUserPort;
-use crate::device::{
-    Caps, Device, DeviceStatus, Link, Receiver, SendError, Transmitter, TxOptions,
-};
+use crate::device::{Caps, Device, Link, Receiver, SendError, Transmitter, TxOptions};
 use crate::packet::Packet;
 use crate::pool::{Pool, SizeClass, HEADROOM};
+use crate::status::DeviceStatus;
 use crate::vnet::{check, RecvError, VNET_HDR_LEN};
 use std::io::IoSlice;
 use std::os::fd::RawFd;

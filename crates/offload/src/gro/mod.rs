@@ -17,12 +17,14 @@
 //!   at the end of each poll and [`GroTable::flush_expired`] on a timer, with
 //!   time passed in.
 
+mod flow;
 mod output;
 mod parse;
 mod rules;
 mod table;
 
-pub use output::{Coalesced, GroOutput, Segment};
+pub use flow::Segment;
+pub use output::{Coalesced, GroOutput};
 pub use parse::MAX_ENCAP_DEPTH;
 pub use table::GroTable;
 

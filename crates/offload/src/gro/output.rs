@@ -1,28 +1,10 @@
 //! What a GRO table hands back: a frame passed alone, or a coalesced run —
 //! one rewritten header and the payload pieces of its segments, in order.
 
-use super::parse::{NetCb, OuterCb};
+use super::flow::{NetCb, OuterCb, Segment};
 use super::MAX_HEADER;
 use crate::meta::{CsumState, OffloadInfo};
 use hvnet_wire::checksum::Sum;
-
-/// A payload piece of a coalesced frame: a range of a received buffer.
-#[derive(Clone, Debug)]
-pub struct Segment<B> {
-    /// The received buffer (the whole frame it arrived as).
-    pub buf: B,
-    /// Start of the piece in `buf`.
-    pub start: u32,
-    /// End of the piece in `buf`.
-    pub end: u32,
-}
-
-impl<B: AsRef<[u8]>> Segment<B> {
-    /// The bytes of this piece.
-    pub fn bytes(&self) -> &[u8] {
-        &self.buf.as_ref()[self.start as usize..self.end as usize]
-    }
-}
 
 /// Where the layers of a coalesced frame's header are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

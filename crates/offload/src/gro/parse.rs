@@ -7,91 +7,16 @@
 //! keeps the per-packet path free of indirect calls, while each layer keeps
 //! its own function, as `dev_add_offload`/`inet_add_offload` do in Linux.
 
+use super::flow::{Cb, NetCb, OuterCb};
 use super::PassReason;
 use crate::meta::{CsumState, OffloadInfo};
-use hvnet_wire::checksum::{self, Sum};
+use hvnet_wire::checksum;
 use hvnet_wire::layers::{ip_protocol, Layers, NetKind};
 use hvnet_wire::{ipv4, ipv6, tcp, udp, vxlan};
 
 /// Most encapsulation levels followed (Linux caps recursion at 15 callbacks;
 /// we follow one VXLAN level, which is all the switch produces).
 pub const MAX_ENCAP_DEPTH: usize = 1;
-
-/// One network header of the packet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NetCb {
-    pub kind: NetKind,
-    /// Offset of the IP header in the frame.
-    pub offset: usize,
-    /// IP header length including IPv6 extension headers.
-    pub header_len: usize,
-}
-
-impl NetCb {
-    /// The pseudo-header sum for `len` bytes of `proto` after this IP
-    /// header, read from `buf` (a frame or a header being rewritten).
-    pub fn pseudo_header(&self, buf: &[u8], proto: u8, len: usize) -> Sum {
-        crate::csum::pseudo_header_at(buf, self.kind, self.offset, proto, len)
-    }
-}
-
-/// The VXLAN outer headers of an encapsulated packet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OuterCb {
-    pub net: NetCb,
-    pub udp_offset: usize,
-    /// The outer UDP checksum was non-zero.
-    pub udp_csum: bool,
-    /// Offset of the inner Ethernet header.
-    pub inner_l2: usize,
-}
-
-/// Per-packet scratch state, filled in place by [`parse`] (one struct
-/// written through a reference: returning it by value through every layer
-/// cost more than the parsing itself).
-#[derive(Clone, Copy, Debug)]
-pub struct Cb {
-    /// Length of the (innermost) Ethernet header, tags included.
-    pub l2_len: usize,
-    pub outer: Option<OuterCb>,
-    /// The innermost IP header (the one TCP rides on).
-    pub net: NetCb,
-    pub tcp_offset: usize,
-    pub tcp_header_len: usize,
-    /// Offset of the TCP payload = length of all headers.
-    pub payload_offset: usize,
-    /// Bytes of TCP payload (Linux `skb_gro_len`: link padding included).
-    pub payload_len: usize,
-    pub seq: u32,
-    pub flags: u8,
-    /// The packet may not be merged (lengths disagree with the frame, or it
-    /// is already a GSO frame); a held packet of its flow is flushed.
-    pub flush: bool,
-    /// Checksum state after validation.
-    pub csum: CsumState,
-}
-
-impl Cb {
-    fn empty() -> Cb {
-        Cb {
-            l2_len: 0,
-            outer: None,
-            net: NetCb {
-                kind: NetKind::Ipv4,
-                offset: 0,
-                header_len: 0,
-            },
-            tcp_offset: 0,
-            tcp_header_len: 0,
-            payload_offset: 0,
-            payload_len: 0,
-            seq: 0,
-            flags: 0,
-            flush: false,
-            csum: CsumState::Unknown,
-        }
-    }
-}
 
 /// Runs the receive callbacks from the network layer down to TCP. `Err`
 /// means the packet is passed up unchanged and held flows are not touched

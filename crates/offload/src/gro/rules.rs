@@ -2,8 +2,7 @@
 //! `inet_gro_receive`, `ipv6_gro_receive`, `tcp_gro_receive`,
 //! `gro_receive_network_flush`), one function per question the table asks.
 
-use super::parse::{Cb, NetCb};
-use super::table::Flow;
+use super::flow::{Cb, Flow, NetCb};
 use super::FlushReason;
 use hvnet_wire::layers::NetKind;
 use hvnet_wire::{ipv4, ipv6, tcp};

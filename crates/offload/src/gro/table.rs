@@ -1,40 +1,14 @@
 //! The GRO flow table: held runs per flow, merged and flushed by Linux's
 //! rules ([`super::rules`]).
 
-use super::output::{Coalesced, GroOutput, Layout, Segment};
-use super::parse::{self, Cb, NetCb};
+use super::flow::{Cb, Flow, NetCb, Segment};
+use super::output::{Coalesced, GroOutput, Layout};
+use super::parse;
 use super::rules::{flow_hash, mergeable, same_flow};
 use super::{FlushReason, GroConfig, GroResult, GroStats, PassReason, MAX_HEADER};
 use crate::meta::{CsumState, GsoInfo, OffloadInfo};
 use hvnet_wire::layers::{Layers, NetKind};
 use hvnet_wire::{tcp, udp, GsoType};
-
-/// A held run.
-pub(super) struct Flow<B> {
-    pub(super) segments: Vec<Segment<B>>,
-    pub(super) cb: Cb,
-    pub(super) hash: u32,
-    /// Payload length of the first segment: the run's MSS.
-    pub(super) mss: usize,
-    pub(super) count: u16,
-    /// Payload bytes held.
-    pub(super) gro_len: usize,
-    /// Bytes from the outermost IP header to the end of the run (`p->len`).
-    pub(super) ip_len: usize,
-    /// FIN/PSH ORed in from merged segments.
-    pub(super) flags_or: u8,
-    /// Per encapsulation level (bit 0 outer/only, bit 1 inner): the run
-    /// uses a fixed IPv4 ID rather than an incrementing one.
-    pub(super) fixed_id: u8,
-    pub(super) age: u64,
-    pub(super) info: OffloadInfo,
-}
-
-impl<B: AsRef<[u8]>> Flow<B> {
-    pub(super) fn head(&self) -> &[u8] {
-        self.segments[0].buf.as_ref()
-    }
-}
 
 /// The GRO flow table.
 pub struct GroTable<B> {

@@ -115,12 +115,17 @@ pub fn gro_table(data: &[u8]) {
                 } else {
                     CsumState::Unknown
                 };
-                t.receive(
-                    frame.to_vec(),
-                    OffloadInfo { gso: None, csum },
-                    now,
-                    &mut sink,
-                );
+                // Parsed first, as the switch parses where a frame
+                // enters; one the parser refuses never reaches the table.
+                if let Ok(l) = Layers::parse(frame) {
+                    t.receive(
+                        frame.to_vec(),
+                        OffloadInfo { gso: None, csum },
+                        &l,
+                        now,
+                        &mut sink,
+                    );
+                }
             }
             2 => {
                 now += (op >> 2) as u64 * 10_000;

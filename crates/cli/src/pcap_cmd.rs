@@ -225,7 +225,10 @@ fn gro(a: GroArgs) -> Result<i32, CaptureError> {
         let chunk: Vec<_> = it
             .by_ref()
             .take(batch)
-            .map(|f| (f, OffloadInfo::NONE))
+            .map(|f| {
+                let l = Layers::parse(&f.data);
+                (f, OffloadInfo::NONE, l)
+            })
             .collect();
         table.coalesce_burst(chunk, 0, &mut sink);
     }

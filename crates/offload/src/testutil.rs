@@ -1,7 +1,10 @@
 //! Frame builders for tests, benchmarks and fuzz seeds. Compiled only for
 //! tests or with the `test-utils` feature.
 
-use hvnet_wire::{ipv4, ipv6, tcp, udp, vxlan, EtherType, EthernetFrame, EthernetRepr, MacAddr};
+use crate::meta::OffloadInfo;
+use hvnet_wire::{
+    ipv4, ipv6, tcp, udp, vxlan, EtherType, EthernetFrame, EthernetRepr, Layers, MacAddr,
+};
 
 /// ACK flag, re-exported for brevity in tests.
 pub const ACK: u8 = tcp::flags::ACK;
@@ -233,4 +236,15 @@ pub fn vxlan_wrap(inner: &[u8], vni: u32, src_port: u16, ident: u16, udp_csum: b
         udp::Packet::new_unchecked(&mut f[u_off..]).fill_checksum(ph);
     }
     f
+}
+
+/// A frame as a GRO burst takes it ([`crate::gro::GroTable::coalesce_burst`]):
+/// with its metadata and what the parser made of it, parsed here as the
+/// switch parses a frame where it enters.
+pub fn parsed<B: AsRef<[u8]>>(
+    frame: B,
+    info: OffloadInfo,
+) -> (B, OffloadInfo, hvnet_wire::Result<Layers>) {
+    let l = Layers::parse(frame.as_ref());
+    (frame, info, l)
 }

@@ -74,7 +74,7 @@ impl State {
                 d.gro_used = Some(self.now);
                 let (layers, info) = (pkt.meta.layers, pkt.meta.offload);
                 let out = &mut self.gro_out;
-                table.receive_parsed(pkt, info, &layers, 0, &mut |o| out.push(o));
+                table.receive(pkt, info, &layers, 0, &mut |o| out.push(o));
                 self.mark_active(cx, dst, q);
                 self.stage_gro_output(cx, dst, q);
             }

@@ -41,7 +41,7 @@ impl IngressLro {
         let (layers, info) = (pkt.meta.layers, pkt.meta.offload);
         let out = &mut self.out;
         self.table
-            .receive_parsed(pkt, info, &layers, 0, &mut |o| out.push(o));
+            .receive(pkt, info, &layers, 0, &mut |o| out.push(o));
         self.drain(pool, c, forward);
     }
 

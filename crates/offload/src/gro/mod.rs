@@ -13,7 +13,8 @@
 //! Linux 6.18; see `docs/design/gro.md` for the rule table and the tests
 //! that pin each rule. Two modes, as in DPDK:
 //! - burst: [`GroTable::coalesce_burst`] runs a batch and flushes it all;
-//! - table: [`GroTable::receive`] per packet, then [`GroTable::flush_all`]
+//! - table: [`GroTable::receive`] per packet (with the header stack the
+//!   switch parsed where it entered), then [`GroTable::flush_all`]
 //!   at the end of each poll and [`GroTable::flush_expired`] on a timer, with
 //!   time passed in.
 

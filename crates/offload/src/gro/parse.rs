@@ -225,11 +225,13 @@ fn udp_receive(
         gso: None,
         csum: info.csum,
     };
+    // The inner stack was parsed with the outer one, where the frame
+    // entered. A stack parsed for VXLAN on another port (a tunnel
+    // endpoint's own) has none for this frame: to it, this is plain UDP.
     let inner = match known {
-        Some((at, inner)) if at == inner_l2 => inner,
-        _ => Layers::parse(&frame[inner_l2..]),
-    }
-    .map_err(|_| PassReason::Malformed)?;
+        Some((at, inner)) if at == inner_l2 => inner.map_err(|_| PassReason::Malformed)?,
+        _ => return Err(PassReason::NotTcp),
+    };
     net_receive(frame, inner_l2, &inner, &inner_info, depth + 1, cb)?;
     cb.outer = Some(OuterCb {
         net,

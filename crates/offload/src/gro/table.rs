@@ -64,42 +64,34 @@ impl<B: AsRef<[u8]>> GroTable<B> {
     }
 
     /// Burst mode: coalesces a batch and flushes everything at the end
-    /// (`rte_gro_reassemble_burst`, or one NAPI poll).
+    /// (`rte_gro_reassemble_burst`, or one NAPI poll). Each frame comes with
+    /// what the parser (`hvnet_wire::Layers::parse`) made of it: a frame it
+    /// refused is passed on unchanged, counted as malformed, and held runs
+    /// are not touched.
     pub fn coalesce_burst<I>(&mut self, batch: I, now: u64, out: &mut impl FnMut(GroOutput<B>))
     where
-        I: IntoIterator<Item = (B, OffloadInfo)>,
+        I: IntoIterator<Item = (B, OffloadInfo, hvnet_wire::Result<Layers>)>,
     {
         let mut it = batch.into_iter().peekable();
-        while let Some((buf, info)) = it.next() {
+        while let Some((buf, info, layers)) = it.next() {
             // Touch the next frame's headers now: the load overlaps this
             // frame's work instead of stalling the next one.
-            if let Some((next, _)) = it.peek() {
+            if let Some((next, _, _)) = it.peek() {
                 touch_headers(next.as_ref());
             }
-            self.receive(buf, info, now, out);
+            match layers {
+                Ok(l) => self.receive(buf, info, &l, now, out),
+                Err(_) => self.pass(buf, info, PassReason::Malformed, out),
+            };
         }
         self.flush_all(out);
     }
 
-    /// Receives one packet at time `now`. Any output it causes (a run it
-    /// ends, an evicted run, the packet itself) is passed to `out` in the
-    /// order a receiver must see it.
+    /// Receives one packet at time `now`, with its header stack as parsed
+    /// where it entered (the switch parses each frame once). Any output it
+    /// causes (a run it ends, an evicted run, the packet itself) is passed
+    /// to `out` in the order a receiver must see it.
     pub fn receive(
-        &mut self,
-        buf: B,
-        info: OffloadInfo,
-        now: u64,
-        out: &mut impl FnMut(GroOutput<B>),
-    ) -> GroResult {
-        match Layers::parse(buf.as_ref()) {
-            Ok(l) => self.receive_parsed(buf, info, &l, now, out),
-            Err(_) => self.pass(buf, info, PassReason::Malformed, out),
-        }
-    }
-
-    /// [`GroTable::receive`] for a frame whose header stack was already
-    /// parsed (the switch parses each frame once, where it enters).
-    pub fn receive_parsed(
         &mut self,
         buf: B,
         info: OffloadInfo,

@@ -295,7 +295,8 @@ fn round_trip(f: &[u8], kind: GsoType, mss: u16) -> Vec<u8> {
     let mut t = GroTable::new(GroConfig::default());
     let mut outs = Vec::new();
     t.coalesce_burst(
-        segs.into_iter().map(|(s, _)| (s, OffloadInfo::NONE)),
+        segs.into_iter()
+            .map(|(s, _)| crate::testutil::parsed(s, OffloadInfo::NONE)),
         0,
         &mut |o| outs.push(o),
     );
@@ -329,7 +330,8 @@ fn cwr_frame_comes_back_as_its_first_segment_and_the_rest() {
     let mut t = GroTable::new(GroConfig::default());
     let mut outs = Vec::new();
     t.coalesce_burst(
-        segs.into_iter().map(|(s, _)| (s, OffloadInfo::NONE)),
+        segs.into_iter()
+            .map(|(s, _)| crate::testutil::parsed(s, OffloadInfo::NONE)),
         0,
         &mut |o| outs.push(o),
     );

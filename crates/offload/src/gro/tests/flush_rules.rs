@@ -135,7 +135,8 @@ fn eviction_of_oldest_when_bucket_full() {
             ..seg(0, P)
         }
         .build();
-        t.receive(f, OffloadInfo::NONE, 0, &mut |o| outs.push(o));
+        let l = hvnet_wire::Layers::parse(&f).unwrap();
+        t.receive(f, OffloadInfo::NONE, &l, 0, &mut |o| outs.push(o));
     }
     assert_eq!(outs.len(), 1);
     assert_eq!(t.stats().flushed(FlushReason::Evicted), 1);
@@ -153,7 +154,9 @@ fn timeout_flush_uses_passed_in_time() {
         ..GroConfig::default()
     });
     let mut n = 0;
-    t.receive(seg(0, P).build(), OffloadInfo::NONE, 10, &mut |_| n += 1);
+    let f = seg(0, P).build();
+    let l = hvnet_wire::Layers::parse(&f).unwrap();
+    t.receive(f, OffloadInfo::NONE, &l, 10, &mut |_| n += 1);
     t.flush_expired(59, &mut |_| n += 1);
     assert_eq!((n, t.held()), (0, 1));
     t.flush_expired(60, &mut |_| n += 1);
@@ -243,9 +246,12 @@ fn vxlan_inner_tcp_coalesces_and_outer_is_rewritten() {
 fn gso_input_is_never_merged_and_flushes_its_flow() {
     let mut t = GroTable::new(GroConfig::default());
     let mut outs = Vec::new();
-    t.receive(seg(0, P).build(), OffloadInfo::NONE, 0, &mut |o| {
-        outs.push(o)
-    });
+    let (f0, f1) = (seg(0, P).build(), seg(1, P).build());
+    let (l0, l1) = (
+        hvnet_wire::Layers::parse(&f0).unwrap(),
+        hvnet_wire::Layers::parse(&f1).unwrap(),
+    );
+    t.receive(f0, OffloadInfo::NONE, &l0, 0, &mut |o| outs.push(o));
     let gso = OffloadInfo {
         gso: Some(GsoInfo {
             kind: GsoType::TcpV4,
@@ -255,7 +261,7 @@ fn gso_input_is_never_merged_and_flushes_its_flow() {
         csum: CsumState::Good,
     };
     assert_eq!(
-        t.receive(seg(1, P).build(), gso, 0, &mut |o| outs.push(o)),
+        t.receive(f1, gso, &l1, 0, &mut |o| outs.push(o)),
         GroResult::Normal
     );
     assert_eq!(outs.len(), 2);
@@ -267,7 +273,7 @@ fn counters_account_for_every_frame() {
     let mut t = GroTable::new(GroConfig::default());
     let mut n = 0;
     t.coalesce_burst(
-        frames.into_iter().map(|f| (f, OffloadInfo::NONE)),
+        frames.into_iter().map(|f| parsed(f, OffloadInfo::NONE)),
         0,
         &mut |_| n += 1,
     );
@@ -311,7 +317,7 @@ proptest::proptest! {
         let n_in = frames.len();
         let mut t = GroTable::new(GroConfig { buckets: 2, flows_per_bucket: 2, ..GroConfig::default() });
         let mut outs = Vec::new();
-        t.coalesce_burst(frames.into_iter().map(|f| (f, OffloadInfo::NONE)), 0, &mut |o| outs.push(o));
+        t.coalesce_burst(frames.into_iter().map(|f| parsed(f, OffloadInfo::NONE)), 0, &mut |o| outs.push(o));
         let mut segments = 0;
         for o in &outs {
             let v = o.to_vec();
@@ -331,7 +337,7 @@ proptest::proptest! {
         let mut t = GroTable::new(GroConfig { buckets: 1, flows_per_bucket: 2, ..GroConfig::default() });
         let csum = if good { CsumState::Good } else { CsumState::Unknown };
         let mut n = 0u64;
-        t.coalesce_burst(frames.into_iter().map(|f| (f, OffloadInfo { gso: None, csum })), 0, &mut |_| n += 1);
+        t.coalesce_burst(frames.into_iter().map(|f| parsed(f, OffloadInfo { gso: None, csum })), 0, &mut |_| n += 1);
         proptest::prop_assert_eq!(t.stats().frames_out, n);
         proptest::prop_assert_eq!(t.stats().frames_in, n + t.stats().merged);
     }

@@ -1,6 +1,6 @@
 use super::*;
 use crate::meta::{CsumState, GsoInfo, OffloadInfo};
-use crate::testutil::{vxlan_wrap, TcpSpec, ACK};
+use crate::testutil::{parsed, vxlan_wrap, TcpSpec, ACK};
 use hvnet_wire::tcp::flags::*;
 use hvnet_wire::GsoType;
 
@@ -22,7 +22,7 @@ fn run_out(frames: &[Vec<u8>]) -> Vec<GroOutput<Vec<u8>>> {
     });
     let mut outs = Vec::new();
     t.coalesce_burst(
-        frames.iter().map(|f| (f.clone(), OffloadInfo::NONE)),
+        frames.iter().map(|f| parsed(f.clone(), OffloadInfo::NONE)),
         0,
         &mut |o| outs.push(o),
     );

@@ -68,10 +68,15 @@ pub fn vnet_hdr(data: &[u8]) {
         return;
     };
     let frame = &data[12..];
-    if let Ok(info) = gso::validate_vnet(frame, &h) {
+    // Parsed once, as at the port; a frame the parser refuses goes no
+    // further.
+    let Ok(l) = Layers::parse(frame) else {
+        return;
+    };
+    if let Ok(info) = gso::validate_vnet(frame, &h, &l) {
         if let Some(g) = info.gso {
             let mut n = 0;
-            if let Ok(count) = gso::segment(frame, g, CsumMode::Partial, &mut |_| n += 1) {
+            if let Ok(count) = gso::segment(frame, &l, g, CsumMode::Partial, &mut |_| n += 1) {
                 assert_eq!(count, n);
             }
         }
@@ -154,10 +159,14 @@ pub fn gso_segment(data: &[u8]) {
     ][data[0] as usize % 4];
     let size = u16::from_le_bytes([data[1], data[2]]);
     let frame = &data[3..];
+    let Ok(l) = Layers::parse(frame) else {
+        return;
+    };
     for mode in [CsumMode::Full, CsumMode::Partial] {
         let mut total = 0usize;
         if gso::segment(
             frame,
+            &l,
             GsoInfo {
                 kind,
                 size,

@@ -323,9 +323,9 @@ fn gso(a: GsoArgs) -> Result<i32, CaptureError> {
                 s.frames_out += 1;
                 s.oversize_not_tcp += 1;
             }
-            Plan::Segment(g) => {
+            Plan::Segment(g, l) => {
                 let mut res = Ok(());
-                let r = gso::segment(&f.data, g, CsumMode::Full, &mut |seg| {
+                let r = gso::segment(&f.data, &l, g, CsumMode::Full, &mut |seg| {
                     if res.is_ok() {
                         res = out.write(f.ts, &seg.to_vec());
                     }
@@ -372,7 +372,9 @@ fn gso(a: GsoArgs) -> Result<i32, CaptureError> {
 enum Plan {
     Pass,
     OversizeNotTcp,
-    Segment(GsoInfo),
+    /// Segmented with this GSO type and size; the frame's header stack
+    /// (parsed once, for the plan and the segmenting).
+    Segment(GsoInfo, Layers),
 }
 
 /// Decides whether a frame needs segmenting for `mtu` and with which MSS.
@@ -410,11 +412,14 @@ fn gso_plan(frame: &[u8], mtu: u16) -> Plan {
     } else {
         GsoType::TcpV6
     };
-    Plan::Segment(GsoInfo {
-        kind,
-        size: mss.min(u16::MAX as usize) as u16,
-        ecn: false,
-    })
+    Plan::Segment(
+        GsoInfo {
+            kind,
+            size: mss.min(u16::MAX as usize) as u16,
+            ecn: false,
+        },
+        l,
+    )
 }
 
 #[derive(Serialize)]

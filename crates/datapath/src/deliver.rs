@@ -293,7 +293,7 @@ fn deliver_segmented(
     };
     let mut written = 0u64;
     let mut failed = None;
-    let r = gso::segment_parsed(pkt.frame(), &pkt.meta.layers, g, mode, &mut |seg| {
+    let r = gso::segment(pkt.frame(), &pkt.meta.layers, g, mode, &mut |seg| {
         let vnet = hvnet_port::vnet_bytes(&seg.info.to_vnet(0));
         let iov = [
             IoSlice::new(&vnet),

@@ -122,8 +122,8 @@ pub fn check(buf: Buf, n: usize) -> Result<Packet, RecvError> {
     let vnet = VirtioNetHdr::parse(&buf.storage()[..VNET_HDR_LEN], VNET_HDR_LEN)
         .map_err(|_| RecvError::BadVnetHeader)?;
     let mut p = Packet::parse(buf, Default::default()).map_err(|(_, e)| RecvError::BadFrame(e))?;
-    let mut info = gso::validate_vnet_parsed(p.frame(), &vnet, &p.meta.layers)
-        .map_err(RecvError::BadOffload)?;
+    let mut info =
+        gso::validate_vnet(p.frame(), &vnet, &p.meta.layers).map_err(RecvError::BadOffload)?;
     if info.csum == CsumState::Good {
         info.csum = CsumState::Unknown;
     }

@@ -155,9 +155,13 @@ mod tests {
             (1, 8)
         );
         let mut back = Vec::new();
-        gso::segment(out[0].frame(), g, CsumMode::Full, &mut |s| {
-            back.push(s.to_vec())
-        })
+        gso::segment(
+            out[0].frame(),
+            &out[0].meta.layers,
+            g,
+            CsumMode::Full,
+            &mut |s| back.push(s.to_vec()),
+        )
         .unwrap();
         assert_eq!(back, wire);
     }

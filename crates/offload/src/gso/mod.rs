@@ -87,19 +87,9 @@ impl SegmentOut<'_> {
 /// Checks a virtio-net header against its frame, as Linux
 /// `virtio_net_hdr_to_skb` does for a TAP write, and returns the frame's
 /// offload metadata. This is the port-boundary check: past it, the engines
-/// may trust the offsets.
-pub fn validate_vnet(frame: &[u8], h: &VirtioNetHdr) -> Result<OffloadInfo, GsoError> {
-    let l = Layers::parse(frame).map_err(GsoError::Malformed)?;
-    validate_vnet_parsed(frame, h, &l)
-}
-
-/// [`validate_vnet`] for a frame whose header stack was already parsed
-/// (where it entered the switch).
-pub fn validate_vnet_parsed(
-    frame: &[u8],
-    h: &VirtioNetHdr,
-    l: &Layers,
-) -> Result<OffloadInfo, GsoError> {
+/// may trust the offsets. `l` is the frame's header stack, parsed where it
+/// entered (`hvnet_wire::Layers::parse`).
+pub fn validate_vnet(frame: &[u8], h: &VirtioNetHdr, l: &Layers) -> Result<OffloadInfo, GsoError> {
     let info = OffloadInfo::from_vnet(h);
     if let CsumState::Partial { start, offset } = info.csum {
         if start as usize + offset as usize + 2 > frame.len() {
@@ -115,7 +105,7 @@ pub fn validate_vnet_parsed(
     if h.hdr_len as usize > frame.len() {
         return Err(GsoError::HdrLenOutOfBounds);
     }
-    let (net, t) = gso_layers(frame, l, l.vxlan_inner_offset(frame), g.kind)?;
+    let (_, t) = segmented_layers(l, g.kind)?;
     match info.csum {
         CsumState::Partial { start, offset } => {
             let want = if t.protocol == ip_protocol::TCP {
@@ -130,31 +120,21 @@ pub fn validate_vnet_parsed(
         _ if g.kind == GsoType::UdpL4 => return Err(GsoError::BadCsumOffsets),
         _ => {}
     }
-    let _ = net;
     Ok(info)
 }
 
-/// Finds the network and transport layers the GSO type refers to (the
-/// inner ones for VXLAN, as parsed with the outer stack), checking that
-/// they match it.
-fn gso_layers(
-    frame: &[u8],
-    l: &Layers,
-    inner: Option<usize>,
-    kind: GsoType,
-) -> Result<(Net, Transport), GsoError> {
-    let (net, t) = match inner {
-        Some(inner) => {
-            let il = match l.vxlan {
-                // Parsed with the outer stack where the frame entered.
-                Some(v) if v.inner_offset as usize == inner => v.inner(),
-                _ => Layers::parse(&frame[inner..]),
-            }
-            .map_err(GsoError::Malformed)?;
-            let (Some(n), Some(t)) = (il.net, il.transport) else {
-                return Err(GsoError::TypeMismatch);
-            };
-            (
+/// The network and transport layers the GSO type refers to, in the
+/// frame's offsets, checked against it: for a VXLAN frame the inner ones,
+/// parsed with the outer stack (VXLAN as the parse found it: on IANA's
+/// port, or on a tunnel endpoint's own for a stack parsed there, as
+/// Linux's `SKB_GSO_UDP_TUNNEL` says "tunnelled" without a port).
+fn segmented_layers(l: &Layers, kind: GsoType) -> Result<(Net, Transport), GsoError> {
+    match l.vxlan {
+        Some(v) => {
+            let il = v.inner().map_err(GsoError::Malformed)?;
+            let (n, t) = gso_layers(&il, kind)?;
+            let inner = v.inner_offset as usize;
+            Ok((
                 Net {
                     offset: n.offset + inner,
                     end: n.end + inner,
@@ -164,14 +144,16 @@ fn gso_layers(
                     offset: t.offset + inner,
                     ..t
                 },
-            )
+            ))
         }
-        None => {
-            let (Some(n), Some(t)) = (l.net, l.transport) else {
-                return Err(GsoError::TypeMismatch);
-            };
-            (n, t)
-        }
+        None => gso_layers(l, kind),
+    }
+}
+
+/// The network and transport layers of `l`, checked against the GSO type.
+fn gso_layers(l: &Layers, kind: GsoType) -> Result<(Net, Transport), GsoError> {
+    let (Some(net), Some(t)) = (l.net, l.transport) else {
+        return Err(GsoError::TypeMismatch);
     };
     let ok = match kind {
         GsoType::TcpV4 => net.kind == NetKind::Ipv4 && t.protocol == ip_protocol::TCP,
@@ -189,51 +171,13 @@ fn gso_layers(
 /// Segments `frame` per `gso`, calling `out` once per segment in order.
 /// Returns the number of segments. A frame whose payload fits in one
 /// segment comes out as one segment with its checksum done per `mode`.
+/// `l` is the frame's header stack, parsed where it entered; a VXLAN frame
+/// (on the port the parse was given: a tunnel endpoint's own segments its
+/// encapsulation on that port) is segmented on its inner headers, read
+/// from the inner stack parsed with the outer one.
 pub fn segment(
     frame: &[u8],
-    gso: GsoInfo,
-    mode: CsumMode,
-    out: &mut impl FnMut(SegmentOut<'_>),
-) -> Result<usize, GsoError> {
-    let l = Layers::parse(frame).map_err(GsoError::Malformed)?;
-    segment_parsed(frame, &l, gso, mode, out)
-}
-
-/// [`segment`] for a frame whose header stack was already parsed.
-pub fn segment_parsed(
-    frame: &[u8],
     l: &Layers,
-    gso: GsoInfo,
-    mode: CsumMode,
-    out: &mut impl FnMut(SegmentOut<'_>),
-) -> Result<usize, GsoError> {
-    segment_inner(frame, l, l.vxlan_inner_offset(frame), gso, mode, out)
-}
-
-/// [`segment_parsed`] of a VXLAN frame whose inner frame starts at
-/// `inner` whatever its UDP port (a tunnel endpoint's own encapsulation,
-/// as Linux's `SKB_GSO_UDP_TUNNEL` says "tunnelled" without a port).
-pub fn segment_tunnelled(
-    frame: &[u8],
-    l: &Layers,
-    inner: usize,
-    gso: GsoInfo,
-    mode: CsumMode,
-    out: &mut impl FnMut(SegmentOut<'_>),
-) -> Result<usize, GsoError> {
-    let (Some(_), Some(t)) = (l.net, l.transport) else {
-        return Err(GsoError::TypeMismatch);
-    };
-    if t.protocol != ip_protocol::UDP || inner > frame.len() {
-        return Err(GsoError::TypeMismatch);
-    }
-    segment_inner(frame, l, Some(inner), gso, mode, out)
-}
-
-fn segment_inner(
-    frame: &[u8],
-    l: &Layers,
-    inner: Option<usize>,
     gso: GsoInfo,
     mode: CsumMode,
     out: &mut impl FnMut(SegmentOut<'_>),
@@ -241,8 +185,17 @@ fn segment_inner(
     if gso.size == 0 {
         return Err(GsoError::ZeroGsoSize);
     }
-    let (net, t) = gso_layers(frame, l, inner, gso.kind)?;
-    let outer = inner.map(|_| (l.net.expect("vxlan has IP"), l.transport.expect("and UDP")));
+    let (net, t) = segmented_layers(l, gso.kind)?;
+    let outer = match l.vxlan {
+        Some(_) => {
+            let (Some(on), Some(ot)) = (l.net, l.transport) else {
+                // The parser finds VXLAN only behind IP and UDP.
+                return Err(GsoError::TypeMismatch);
+            };
+            Some((on, ot))
+        }
+        None => None,
+    };
     let hlen = t.offset + t.header_len;
     if hlen > MAX_HEADER {
         return Err(GsoError::HeaderTooLong);
@@ -264,11 +217,11 @@ fn segment_inner(
 
 /// Segments an inner frame a tunnel endpoint is about to encapsulate
 /// behind `outer` (Ethernet, IPv4, UDP and VXLAN headers for the whole
-/// frame, as [`crate::vxlan::encap_header`] made them), as
-/// [`segment_tunnelled`] would segment `outer` followed by `inner`: but
-/// without putting the two together first. `l` is the inner frame's
-/// header stack, parsed where it entered; the payload is not copied (each
-/// segment's payload is a slice of `inner`).
+/// frame, as [`crate::vxlan::encap_header`] made them), as [`segment`]
+/// would segment `outer` followed by `inner`: but without putting the two
+/// together first. `l` is the inner frame's header stack, parsed where it
+/// entered; the payload is not copied (each segment's payload is a slice
+/// of `inner`).
 pub fn segment_encapsulated(
     outer: &[u8],
     inner: &[u8],
@@ -280,7 +233,7 @@ pub fn segment_encapsulated(
     if gso.size == 0 {
         return Err(GsoError::ZeroGsoSize);
     }
-    let (net, t) = gso_layers(inner, l, None, gso.kind)?;
+    let (net, t) = gso_layers(l, gso.kind)?;
     let (ol, il) = (outer.len(), t.offset + t.header_len);
     // The outer stack as encap_header writes it: Ethernet, IPv4 without
     // options, UDP, VXLAN.

@@ -187,10 +187,18 @@ pub fn rss_vxlan(data: &[u8]) {
     let rss = Rss::new(&DEFAULT_KEY, 4).expect("default key");
     let q = rss.queue_of(data);
     assert!(q < 4);
-    let _ = vxlan::decap(data, OffloadInfo::NONE);
+    // Parsed once, as where a frame enters; what the parser refuses is
+    // neither decapsulated nor encapsulated.
+    let Ok(l) = Layers::parse(data) else {
+        return;
+    };
+    let _ = vxlan::decap(data, &l, OffloadInfo::NONE, hvnet_wire::vxlan::PORT);
     let t = vxlan::Tunnel::new(1, [10, 0, 0, 1], [10, 0, 0, 2]);
-    if let Ok((f, info)) = vxlan::encap(&t, &rss, data, OffloadInfo::NONE) {
-        let d = vxlan::decap(&f, info).expect("what we encapsulate decapsulates");
+    let hash = rss.hash_layers(data, &l).map(|(h, _)| h);
+    if let Ok((f, info)) = vxlan::encap(&t, data, hash, OffloadInfo::NONE) {
+        let fl = Layers::parse(&f).expect("what we encapsulate parses");
+        let d = vxlan::decap(&f, &fl, info, hvnet_wire::vxlan::PORT)
+            .expect("what we encapsulate decapsulates");
         assert_eq!(&f[d.inner_offset..d.inner_end], data);
     }
 }

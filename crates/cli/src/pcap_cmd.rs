@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 use hvnet_offload::gro::{FlushReason, GroConfig, GroOutput, GroTable, PassReason};
 use hvnet_offload::gso::{self, CsumMode};
 use hvnet_offload::rss::{HashType, Rss, DEFAULT_KEY};
-use hvnet_offload::vxlan::{self, Tunnel};
+use hvnet_offload::vxlan::{self, Tunnel, VxlanError};
 use hvnet_offload::{GsoInfo, OffloadInfo};
 use hvnet_wire::layers::{ip_protocol, Layers, NetKind};
 use hvnet_wire::GsoType;
@@ -515,7 +515,13 @@ fn encap(a: EncapArgs) -> Result<i32, CaptureError> {
     let rss = Rss::new(&DEFAULT_KEY, 1).expect("default key is valid");
     let (mut done, mut failed) = (0, 0);
     for f in &cap.frames {
-        match vxlan::encap(&tunnel, &rss, &f.data, OffloadInfo::NONE) {
+        let encapsulated = Layers::parse(&f.data)
+            .map_err(VxlanError::Malformed)
+            .and_then(|l| {
+                let hash = rss.hash_layers(&f.data, &l).map(|(h, _)| h);
+                vxlan::encap(&tunnel, &f.data, hash, OffloadInfo::NONE)
+            });
+        match encapsulated {
             Ok((v, _)) => {
                 out.write(f.ts, &v)?;
                 done += 1;
@@ -540,7 +546,10 @@ fn decap(a: DecapArgs) -> Result<i32, CaptureError> {
     let mut out = capture::Writer::create(&a.output, &cap.header)?;
     let (mut done, mut other) = (0, 0);
     for f in &cap.frames {
-        match vxlan::decap(&f.data, OffloadInfo::NONE) {
+        let decapped = Layers::parse(&f.data)
+            .map_err(VxlanError::Malformed)
+            .and_then(|l| vxlan::decap(&f.data, &l, OffloadInfo::NONE, hvnet_wire::vxlan::PORT));
+        match decapped {
             Ok(d) => {
                 out.write(f.ts, &f.data[d.inner_offset..d.inner_end])?;
                 done += 1;

@@ -13,7 +13,6 @@
 //! `lco_csum`).
 
 use crate::meta::{CsumState, OffloadInfo};
-use crate::rss::Rss;
 use hvnet_wire::checksum::Sum;
 use hvnet_wire::layers::Layers;
 use hvnet_wire::{ipv4, udp, vxlan, EtherType, EthernetFrame, EthernetRepr, MacAddr};
@@ -65,7 +64,7 @@ impl Tunnel {
 /// Why a frame could not be encapsulated or decapsulated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum VxlanError {
-    /// The inner frame is malformed.
+    /// The inner frame is malformed (its header stack did not parse).
     #[error("inner frame is malformed: {0}")]
     Malformed(hvnet_wire::Error),
     /// The frame is not VXLAN (not UDP to the VXLAN port, or no I flag).
@@ -76,17 +75,12 @@ pub enum VxlanError {
     TooLarge,
 }
 
-/// The outer UDP source port for an inner frame: its flow hash scaled into
-/// `[min, max)` (Linux `udp_flow_src_port`).
-pub fn source_port(rss: &Rss, inner: &[u8], range: (u16, u16)) -> u16 {
-    let hash = rss
-        .hash_frame(inner)
-        .map_or_else(|| fallback_hash(inner), |(h, _)| h);
-    port_of_hash(hash, range)
-}
-
-/// The outer UDP source port for a flow hash, scaled into `[min, max)`.
-fn port_of_hash(hash: u32, range: (u16, u16)) -> u16 {
+/// The outer UDP source port for an inner frame: its flow hash (RSS's
+/// Toeplitz hash of the inner flow, [`crate::rss::Rss::hash_layers`], or `None`
+/// for a frame with no IP header: its Ethernet header is hashed instead)
+/// scaled into `[min, max)` (Linux `udp_flow_src_port`).
+pub fn source_port(hash: Option<u32>, inner: &[u8], range: (u16, u16)) -> u16 {
+    let hash = hash.unwrap_or_else(|| fallback_hash(inner));
     let hash = hash ^ (hash << 16);
     let (min, max) = range;
     let span = max.saturating_sub(min) as u64;
@@ -104,22 +98,11 @@ fn fallback_hash(inner: &[u8]) -> u32 {
 /// Builds the outer headers for `inner` into `out` (which must be
 /// [`OUTER_LEN`] bytes) and returns the metadata of the encapsulated frame.
 /// The caller sends `out` followed by `inner` (no copy of the inner frame).
+/// `hash` is the inner frame's flow hash (Toeplitz, the default key: the
+/// one RSS took, or took now from the header stack parsed where the frame
+/// entered), for the outer source port: nothing of the inner frame is
+/// parsed again.
 pub fn encap_header(
-    tunnel: &Tunnel,
-    rss: &Rss,
-    inner: &[u8],
-    info: OffloadInfo,
-    out: &mut [u8; OUTER_LEN],
-) -> Result<OffloadInfo, VxlanError> {
-    let l = Layers::parse(inner).map_err(VxlanError::Malformed)?;
-    let hash = rss.hash_layers(inner, &l).map(|(h, _)| h);
-    encap_header_parsed(tunnel, inner, hash, info, out)
-}
-
-/// [`encap_header`] for an inner frame parsed where it entered the
-/// switch, whose flow hash `hash` (Toeplitz, the default key) may be known
-/// already: nothing of the inner frame is parsed again.
-pub fn encap_header_parsed(
     tunnel: &Tunnel,
     inner: &[u8],
     hash: Option<u32>,
@@ -147,8 +130,7 @@ pub fn encap_header_parsed(
         dont_frag: true,
     }
     .emit(&mut ipv4::Packet::new_unchecked(&mut out[14..]));
-    let hash = hash.unwrap_or_else(|| fallback_hash(inner));
-    let sport = port_of_hash(hash, tunnel.src_port_range);
+    let sport = source_port(hash, inner, tunnel.src_port_range);
     let udp_len = ip_len - 20;
     {
         let mut u = udp::Packet::new_unchecked(&mut out[34..]);
@@ -187,15 +169,16 @@ pub fn encap_header_parsed(
     })
 }
 
-/// Encapsulates into a new buffer (for the pcap tool and tests).
+/// [`encap_header`] into a new buffer, the outer headers and the inner
+/// frame together (for the pcap tool and tests).
 pub fn encap(
     tunnel: &Tunnel,
-    rss: &Rss,
     inner: &[u8],
+    hash: Option<u32>,
     info: OffloadInfo,
 ) -> Result<(Vec<u8>, OffloadInfo), VxlanError> {
     let mut hdr = [0u8; OUTER_LEN];
-    let info = encap_header(tunnel, rss, inner, info, &mut hdr)?;
+    let info = encap_header(tunnel, inner, hash, info, &mut hdr)?;
     Ok(([&hdr[..], inner].concat(), info))
 }
 
@@ -215,24 +198,23 @@ pub struct Decapped {
     pub layers: hvnet_wire::Result<Layers>,
 }
 
-/// Finds the inner frame of a VXLAN frame and carries its metadata over.
-pub fn decap(frame: &[u8], info: OffloadInfo) -> Result<Decapped, VxlanError> {
-    let l = Layers::parse(frame).map_err(VxlanError::Malformed)?;
-    decap_parsed(frame, &l, info, vxlan::PORT)
-}
-
-/// [`decap`] of a frame whose header stack was parsed already (the
-/// switch's uplinks parse each frame once where it enters, the inner stack
-/// with the outer), for VXLAN on UDP port `port`.
-pub fn decap_parsed(
+/// Finds the inner frame of a VXLAN frame on UDP port `port` and carries
+/// its metadata over. `l` is the frame's header stack as parsed where it
+/// entered, on that port (`Layers::parse`, or `Layers::parse_on` at a
+/// tunnel endpoint's own): the inner frame and its stack are the ones
+/// parsed with the outer headers; a stack that found no VXLAN on `port`
+/// is [`VxlanError::NotVxlan`].
+pub fn decap(
     frame: &[u8],
     l: &Layers,
     info: OffloadInfo,
     port: u16,
 ) -> Result<Decapped, VxlanError> {
-    let inner_offset = l
-        .vxlan_inner_offset_on(frame, port)
+    let v = l
+        .vxlan
+        .filter(|v| v.port == port)
         .ok_or(VxlanError::NotVxlan)?;
+    let inner_offset = v.inner_offset as usize;
     let net = l.net.ok_or(VxlanError::NotVxlan)?;
     let vni = vxlan::Packet::new_unchecked(&frame[inner_offset - vxlan::HEADER_LEN..]).vni();
     let csum = match info.csum {
@@ -246,11 +228,9 @@ pub fn decap_parsed(
         other => other,
     };
     let inner = &frame[inner_offset..net.end.max(inner_offset)];
-    let layers = match l.vxlan {
-        // A VXLAN frame inside has headers not walked yet.
-        Some(v) if v.port == port => v.inner().map(|il| il.with_vxlan(inner, vxlan::PORT)),
-        _ => Layers::parse(inner),
-    };
+    // A VXLAN frame inside has headers not walked yet: the walk goes on
+    // into them.
+    let layers = v.inner().map(|il| il.with_vxlan(inner, vxlan::PORT));
     Ok(Decapped {
         inner_offset,
         inner_end: net.end,
@@ -266,11 +246,20 @@ pub fn decap_parsed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rss::DEFAULT_KEY;
+    use crate::rss::{Rss, DEFAULT_KEY};
     use crate::testutil::TcpSpec;
 
-    fn rss() -> Rss {
-        Rss::new(&DEFAULT_KEY, 1).unwrap()
+    /// The inner frame's flow hash, from its stack parsed here (as where
+    /// it enters the switch).
+    fn hash(inner: &[u8]) -> Option<u32> {
+        let rss = Rss::new(&DEFAULT_KEY, 1).unwrap();
+        rss.hash_layers(inner, &Layers::parse(inner).unwrap())
+            .map(|(h, _)| h)
+    }
+
+    /// Decapsulation of a frame parsed here, on IANA's port.
+    fn decap_bytes(f: &[u8], info: OffloadInfo) -> Result<Decapped, VxlanError> {
+        decap(f, &Layers::parse(f).unwrap(), info, vxlan::PORT)
     }
 
     #[test]
@@ -280,8 +269,8 @@ mod tests {
             udp_csum: true,
             ..Tunnel::new(0xabcdef, [10, 0, 0, 1], [10, 0, 0, 2])
         };
-        let (f, info) = encap(&t, &rss(), &inner, OffloadInfo::NONE).unwrap();
-        let d = decap(&f, info).unwrap();
+        let (f, info) = encap(&t, &inner, hash(&inner), OffloadInfo::NONE).unwrap();
+        let d = decap_bytes(&f, info).unwrap();
         assert_eq!(d.vni, 0xabcdef);
         assert_eq!(&f[d.inner_offset..d.inner_end], &inner[..]);
         // etherparse agrees on the outer headers and the UDP checksum.
@@ -316,7 +305,7 @@ mod tests {
             udp_csum: true,
             ..Tunnel::new(5, [10, 0, 0, 1], [10, 0, 0, 2])
         };
-        let (mut f, out_info) = encap(&t, &rss(), &partial, info).unwrap();
+        let (mut f, out_info) = encap(&t, &partial, hash(&partial), info).unwrap();
         assert_eq!(
             out_info.csum,
             CsumState::Partial {
@@ -330,7 +319,7 @@ mod tests {
         assert_eq!(&f[OUTER_LEN..], &inner[..]);
         let ol = Layers::parse(&f).unwrap();
         assert_eq!(crate::csum::validate_l4(&f, &ol).unwrap(), CsumState::Good);
-        let d = decap(&f, out_info).unwrap();
+        let d = decap_bytes(&f, out_info).unwrap();
         assert_eq!(d.info.csum, info.csum);
     }
 
@@ -343,23 +332,46 @@ mod tests {
             ..TcpSpec::default()
         }
         .build();
-        let pa = source_port(&rss(), &a, t.src_port_range);
-        assert_eq!(pa, source_port(&rss(), &a, t.src_port_range));
-        assert_ne!(pa, source_port(&rss(), &b, t.src_port_range));
+        let pa = source_port(hash(&a), &a, t.src_port_range);
+        assert_eq!(pa, source_port(hash(&a), &a, t.src_port_range));
+        assert_ne!(pa, source_port(hash(&b), &b, t.src_port_range));
     }
 
     #[test]
     fn not_vxlan_is_refused() {
         let f = TcpSpec::default().build();
-        assert_eq!(decap(&f, OffloadInfo::NONE), Err(VxlanError::NotVxlan));
-        assert!(matches!(
+        assert_eq!(
+            decap_bytes(&f, OffloadInfo::NONE),
+            Err(VxlanError::NotVxlan)
+        );
+        // A malformed inner frame is refused by its parse, before anything
+        // is encapsulated.
+        assert!(Layers::parse(&f[..20]).is_err());
+        // On another port than the one its stack was parsed for, VXLAN is
+        // not VXLAN.
+        let inner = TcpSpec::default().build();
+        let (v, _) = encap(
+            &Tunnel::new(1, [0; 4], [0; 4]),
+            &inner,
+            None,
+            OffloadInfo::NONE,
+        )
+        .unwrap();
+        let l = Layers::parse(&v).unwrap();
+        assert_eq!(
+            decap(&v, &l, OffloadInfo::NONE, 8472),
+            Err(VxlanError::NotVxlan)
+        );
+        // Too large to encapsulate.
+        let big = vec![0u8; 65535 - OUTER_LEN + 15];
+        assert_eq!(
             encap(
                 &Tunnel::new(1, [0; 4], [0; 4]),
-                &rss(),
-                &f[..20],
+                &big,
+                None,
                 OffloadInfo::NONE
             ),
-            Err(VxlanError::Malformed(_))
-        ));
+            Err(VxlanError::TooLarge)
+        );
     }
 }

@@ -8,7 +8,7 @@ use crate::counters::{add, DropReason, EgressCounters};
 use crate::item::RingItem;
 use hvnet_offload::csum;
 use hvnet_offload::gso::{self, CsumMode};
-use hvnet_offload::vxlan::{encap_header_parsed, Tunnel, OUTER_LEN};
+use hvnet_offload::vxlan::{encap_header, Tunnel, OUTER_LEN};
 use hvnet_offload::CsumState;
 use hvnet_port::{Packet, Transmitter};
 use hvnet_wire::MacAddr;
@@ -152,7 +152,7 @@ impl Vtep {
     ) -> Result<u64, ()> {
         let mut hdr = [0u8; OUTER_LEN];
         let (frame, layers) = (pkt.frame(), &pkt.meta.layers);
-        let info = encap_header_parsed(tunnel, frame, pkt.meta.hash, pkt.meta.offload, &mut hdr)
+        let info = encap_header(tunnel, frame, pkt.meta.hash, pkt.meta.offload, &mut hdr)
             .map_err(|_| ())?;
         let Some(g) = info.gso else {
             let vnet = hvnet_port::vnet_bytes(&info.to_vnet(0));

@@ -233,8 +233,7 @@ impl Vtep {
             return Received::Drop(TunnelDrop::NotTunnel);
         }
         let remote = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
-        let d = match hvnet_offload::vxlan::decap_parsed(frame, &l, pkt.meta.offload, self.cfg.port)
-        {
+        let d = match hvnet_offload::vxlan::decap(frame, &l, pkt.meta.offload, self.cfg.port) {
             Ok(d) => d,
             Err(VxlanError::Malformed(_) | VxlanError::NotVxlan | VxlanError::TooLarge) => {
                 return Received::Drop(TunnelDrop::BadVxlan)

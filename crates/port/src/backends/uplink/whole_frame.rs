@@ -148,7 +148,10 @@ mod tests {
             ..Tunnel::new(42, [198, 18, 9, 2], [198, 18, 9, 1])
         };
         let rss = Rss::new(&DEFAULT_KEY, 1).unwrap();
-        encap(&t, &rss, &inner, OffloadInfo::NONE).unwrap().0
+        let hash = rss
+            .hash_layers(&inner, &Layers::parse(&inner).unwrap())
+            .map(|(h, _)| h);
+        encap(&t, &inner, hash, OffloadInfo::NONE).unwrap().0
     }
 
     fn offload(frame: &[u8], status: u32, mtu: u16) -> Result<OffloadInfo, RecvError> {

@@ -185,16 +185,16 @@ pub fn gso_segment(data: &[u8]) {
 /// RSS hashing and VXLAN encap/decap of an arbitrary frame.
 pub fn rss_vxlan(data: &[u8]) {
     let rss = Rss::new(&DEFAULT_KEY, 4).expect("default key");
-    let q = rss.queue_of(data);
-    assert!(q < 4);
     // Parsed once, as where a frame enters; what the parser refuses is
-    // neither decapsulated nor encapsulated.
+    // neither hashed, decapsulated nor encapsulated.
     let Ok(l) = Layers::parse(data) else {
         return;
     };
+    let q = rss.queue_of(data, &l);
+    assert!(q < 4);
     let _ = vxlan::decap(data, &l, OffloadInfo::NONE, hvnet_wire::vxlan::PORT);
     let t = vxlan::Tunnel::new(1, [10, 0, 0, 1], [10, 0, 0, 2]);
-    let hash = rss.hash_layers(data, &l).map(|(h, _)| h);
+    let hash = rss.hash(data, &l).map(|(h, _)| h);
     if let Ok((f, info)) = vxlan::encap(&t, data, hash, OffloadInfo::NONE) {
         let fl = Layers::parse(&f).expect("what we encapsulate parses");
         let d = vxlan::decap(&f, &fl, info, hvnet_wire::vxlan::PORT)

@@ -455,7 +455,10 @@ fn rss(a: RssArgs) -> Result<i32, CaptureError> {
     let mut lock = std::io::BufWriter::new(stdout.lock());
     use std::io::Write;
     for (i, f) in cap.frames.iter().enumerate() {
-        let (hash, queue, kind) = match rss.hash_frame(&f.data) {
+        let hashed = Layers::parse(&f.data)
+            .ok()
+            .and_then(|l| rss.hash(&f.data, &l));
+        let (hash, queue, kind) = match hashed {
             Some((h, k)) => (h, rss.reta.queue(h), type_name(k)),
             None => (0, 0, "none"),
         };
@@ -518,7 +521,7 @@ fn encap(a: EncapArgs) -> Result<i32, CaptureError> {
         let encapsulated = Layers::parse(&f.data)
             .map_err(VxlanError::Malformed)
             .and_then(|l| {
-                let hash = rss.hash_layers(&f.data, &l).map(|(h, _)| h);
+                let hash = rss.hash(&f.data, &l).map(|(h, _)| h);
                 vxlan::encap(&tunnel, &f.data, hash, OffloadInfo::NONE)
             });
         match encapsulated {

@@ -2,6 +2,7 @@
 //! tests or with the `test-utils` feature.
 
 use crate::meta::OffloadInfo;
+use crate::rss::{HashType, Rss};
 use hvnet_wire::{
     ipv4, ipv6, tcp, udp, vxlan, EtherType, EthernetFrame, EthernetRepr, Layers, MacAddr,
 };
@@ -247,4 +248,16 @@ pub fn parsed<B: AsRef<[u8]>>(
 ) -> (B, OffloadInfo, hvnet_wire::Result<Layers>) {
     let l = Layers::parse(frame.as_ref());
     (frame, info, l)
+}
+
+/// RSS's hash of a frame parsed here (as the switch parses a frame where
+/// it enters): `None` for one the parser refuses or with no IP header.
+pub fn rss_hash(rss: &Rss, frame: &[u8]) -> Option<(u32, HashType)> {
+    rss.hash(frame, &Layers::parse(frame).ok()?)
+}
+
+/// The queue RSS gives a frame parsed here: 0 for one the parser refuses
+/// or with no IP header, as on a NIC.
+pub fn rss_queue(rss: &Rss, frame: &[u8]) -> u16 {
+    Layers::parse(frame).map_or(0, |l| rss.queue_of(frame, &l))
 }

@@ -76,7 +76,7 @@ pub enum VxlanError {
 }
 
 /// The outer UDP source port for an inner frame: its flow hash (RSS's
-/// Toeplitz hash of the inner flow, [`crate::rss::Rss::hash_layers`], or `None`
+/// Toeplitz hash of the inner flow, [`crate::rss::Rss::hash`], or `None`
 /// for a frame with no IP header: its Ethernet header is hashed instead)
 /// scaled into `[min, max)` (Linux `udp_flow_src_port`).
 pub fn source_port(hash: Option<u32>, inner: &[u8], range: (u16, u16)) -> u16 {
@@ -253,8 +253,7 @@ mod tests {
     /// it enters the switch).
     fn hash(inner: &[u8]) -> Option<u32> {
         let rss = Rss::new(&DEFAULT_KEY, 1).unwrap();
-        rss.hash_layers(inner, &Layers::parse(inner).unwrap())
-            .map(|(h, _)| h)
+        crate::testutil::rss_hash(&rss, inner).map(|(h, _)| h)
     }
 
     /// Decapsulation of a frame parsed here, on IANA's port.

@@ -100,7 +100,7 @@ impl Vtep {
         // frame entered; once for every remote it goes to.
         if pkt.meta.hash.is_none() {
             let (frame, layers) = (pkt.frame(), &pkt.meta.layers);
-            pkt.meta.hash = self.rss.hash_layers(frame, layers).map(|(h, _)| h);
+            pkt.meta.hash = self.rss.hash(frame, layers).map(|(h, _)| h);
         }
         let mode = if csum {
             CsumMode::Partial

@@ -20,7 +20,7 @@ impl State {
             let h = *pkt
                 .meta
                 .hash
-                .get_or_insert_with(|| sw.rss.hash_layers(frame, layers).map_or(0, |(h, _)| h));
+                .get_or_insert_with(|| sw.rss.hash(frame, layers).map_or(0, |(h, _)| h));
             h as usize % nq
         } else {
             0

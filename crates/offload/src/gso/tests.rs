@@ -397,7 +397,7 @@ fn encapsulated_both_ways(
         },
     };
     let mut hdr = [0u8; crate::vxlan::OUTER_LEN];
-    let hash = rss.hash_layers(inner, &il).map(|(h, _)| h);
+    let hash = rss.hash(inner, &il).map(|(h, _)| h);
     crate::vxlan::encap_header(&tunnel, inner, hash, info, &mut hdr).unwrap();
     let whole = [&hdr[..], inner].concat();
     let wl = Layers::parse(&whole).unwrap();

@@ -116,7 +116,7 @@ impl HashInput {
 }
 
 /// Extracts the RSS input of a parsed frame (the outer headers; see
-/// [`Rss::hash_frame`] for VXLAN).
+/// [`Rss::hash`] for VXLAN).
 pub fn hash_input(frame: &[u8], layers: &Layers, types: &HashTypes) -> Option<HashInput> {
     let net = layers.net?;
     let mut bytes = [0u8; 36];
@@ -192,15 +192,10 @@ impl Rss {
         })
     }
 
-    /// Hashes a frame: `None` for frames with no IP header (they go to
-    /// queue 0, as on a NIC).
-    pub fn hash_frame(&self, frame: &[u8]) -> Option<(u32, HashType)> {
-        self.hash_layers(frame, &Layers::parse(frame).ok()?)
-    }
-
-    /// [`Rss::hash_frame`] for a frame whose header stack (a VXLAN frame's
-    /// inner one with it) was already parsed.
-    pub fn hash_layers(&self, frame: &[u8], l: &Layers) -> Option<(u32, HashType)> {
+    /// Hashes a frame whose header stack (a VXLAN frame's inner one with
+    /// it) was parsed where it entered: `None` for frames with no IP header
+    /// (they go to queue 0, as on a NIC).
+    pub fn hash(&self, frame: &[u8], l: &Layers) -> Option<(u32, HashType)> {
         if self.inner {
             if let Some((off, il)) = l.inner() {
                 let inner = &frame[off..];
@@ -213,15 +208,10 @@ impl Rss {
         Some((self.toeplitz.hash(i.as_bytes()), i.kind))
     }
 
-    /// The hash of raw input bytes.
-    pub fn hash(&self, input: &[u8]) -> u32 {
-        self.toeplitz.hash(input)
-    }
-
-    /// The queue for a frame.
-    pub fn queue_of(&self, frame: &[u8]) -> u16 {
-        self.hash_frame(frame)
-            .map_or(0, |(h, _)| self.reta.queue(h))
+    /// The queue for a frame whose header stack was parsed where it
+    /// entered.
+    pub fn queue_of(&self, frame: &[u8], l: &Layers) -> u16 {
+        self.hash(frame, l).map_or(0, |(h, _)| self.reta.queue(h))
     }
 }
 

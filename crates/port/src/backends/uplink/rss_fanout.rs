@@ -184,6 +184,7 @@ mod tests {
     use super::*;
     use crate::backends::uplink::bpf::run;
     use hvnet_offload::rss::{Rss, DEFAULT_KEY};
+    use hvnet_offload::testutil::rss_queue;
 
     fn eth(ethertype: u16, l3: &[u8]) -> Vec<u8> {
         let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
@@ -288,7 +289,7 @@ mod tests {
                 for f in frames(seed) {
                     assert_eq!(
                         run(&p, &f),
-                        u32::from(rss.queue_of(&f)),
+                        u32::from(rss_queue(&rss, &f)),
                         "{queues} queues, {f:02x?}"
                     );
                 }
@@ -316,7 +317,7 @@ mod tests {
                 // An inner frame that is not IP (ARP) is the default
                 // queue's; `Rss` would hash the outer headers instead.
                 let ip = inner[12..14] != [0x08, 0x06];
-                let want = if ip { rss.queue_of(&f) } else { 0 };
+                let want = if ip { rss_queue(&rss, &f) } else { 0 };
                 assert_eq!(q, u32::from(want), "{f:02x?}");
                 used[q as usize] = true;
             }

@@ -132,7 +132,7 @@ fn partial(start: usize, offset: u16) -> CsumState {
 mod tests {
     use super::*;
     use hvnet_offload::rss::{Rss, DEFAULT_KEY};
-    use hvnet_offload::testutil::TcpSpec;
+    use hvnet_offload::testutil::{rss_hash, TcpSpec};
     use hvnet_offload::vxlan::{encap, Tunnel, OUTER_LEN};
 
     const INNER_HEADERS: usize = 14 + 20 + 20;
@@ -148,9 +148,7 @@ mod tests {
             ..Tunnel::new(42, [198, 18, 9, 2], [198, 18, 9, 1])
         };
         let rss = Rss::new(&DEFAULT_KEY, 1).unwrap();
-        let hash = rss
-            .hash_layers(&inner, &Layers::parse(&inner).unwrap())
-            .map(|(h, _)| h);
+        let hash = rss_hash(&rss, &inner).map(|(h, _)| h);
         encap(&t, &inner, hash, OffloadInfo::NONE).unwrap().0
     }
 

@@ -243,6 +243,24 @@ fn vxlan_inner_tcp_coalesces_and_outer_is_rewritten() {
 }
 
 #[test]
+fn vxlan_is_vxlan_to_gro_as_its_parse_found_it() {
+    // A stack parsed for a tunnel endpoint on another port has no VXLAN
+    // for a frame on IANA's: GRO takes it as the parse does, plain UDP.
+    let f = vxlan_wrap(&seg(0, P).build(), 42, 50000, 1, true);
+    let mut t = GroTable::new(GroConfig::default());
+    let l = hvnet_wire::Layers::parse_on(&f, 8472).unwrap();
+    assert!(l.vxlan.is_none());
+    let mut n = 0;
+    let r = t.receive(f.clone(), OffloadInfo::NONE, &l, 0, &mut |_| n += 1);
+    assert_eq!((r, n), (GroResult::Normal, 1));
+    assert_eq!(t.stats().passed(PassReason::NotTcp), 1);
+    // Parsed on IANA's port, its inner TCP is held.
+    let l = hvnet_wire::Layers::parse(&f).unwrap();
+    let r = t.receive(f, OffloadInfo::NONE, &l, 0, &mut |_| n += 1);
+    assert_eq!((r, n, t.held()), (GroResult::Held, 1, 1));
+}
+
+#[test]
 fn gso_input_is_never_merged_and_flushes_its_flow() {
     let mut t = GroTable::new(GroConfig::default());
     let mut outs = Vec::new();

@@ -504,7 +504,10 @@ impl Switch {
         }
         *p.settings.write().expect("settings lock") = new.clone();
         self.settings_gen.fetch_add(1, Ordering::Release);
-        if new.delivery == crate::settings::Delivery::Thread {
+        // A switch not started yet (or stepped by a test's harness) starts
+        // its delivery threads with its workers, not here.
+        if new.delivery == crate::settings::Delivery::Thread && self.running.load(Ordering::Acquire)
+        {
             if let Some(sw) = self.me.upgrade() {
                 sw.start_delivery(&p);
             }

@@ -386,4 +386,15 @@ def test_dynamic_netqueue_spreads_busy_filters_and_packs_them_again(tmp_path):
         f = filters()
         assert packed and f["balancer"]["decisions"][-1]["action"] == "pack", f
         assert "netqueue balancer" in hvlab.Path(f"/run/hvnet/{t.name}/daemon.log").read_text()
+        # A VM added at run time gets its filter at once, and the kernel
+        # steers its frames by it; removed, its filter goes.
+        mac_c = json.loads(t.hv("vm", "add", "c", "ipv4=198.18.7.3/24", "--json").stdout)["mac"]
+        queue_of = {e["mac"]: e["queue"] for e in filters()["filters"]}
+        assert queue_of.get(mac_c, 0) >= 1, queue_of
+        q = queue_of[mac_c]
+        before = t.stats(f"/uplinks/up0/rxqueues/{q}/status")["counters"]["frames"]
+        t.sh("ext", "ping -c 5 -i 0.05 -W 2 198.18.7.3")
+        assert t.stats(f"/uplinks/up0/rxqueues/{q}/status")["counters"]["frames"] - before >= 5
+        t.hv("vm", "del", "c")
+        assert mac_c not in {e["mac"] for e in filters()["filters"]}
         assert_accounted(t, ["a", "b", "up0"])

@@ -66,6 +66,9 @@ pub struct Balancer {
     decisions: VecDeque<Decision>,
     last_queue_load: Vec<f64>,
     last_filter_load: BTreeMap<MacAddr, f64>,
+    /// The VMs filtered, by port name (VMs added and removed at run time
+    /// join and leave).
+    vms: Vec<(String, MacAddr)>,
 }
 
 impl Balancer {
@@ -81,7 +84,38 @@ impl Balancer {
             decisions: VecDeque::new(),
             last_queue_load: vec![0.0; queues as usize],
             last_filter_load: BTreeMap::new(),
+            vms: Vec::new(),
         }
+    }
+
+    /// A VM added at run time gets a filter, on the least loaded of the
+    /// filtered queues at the last step (packed on queue 1 when all are
+    /// idle); the caller installs [`Balancer::filters`].
+    pub fn join(&mut self, name: &str, mac: MacAddr) {
+        if self.queues < 2 || self.assign.contains_key(&mac) {
+            return;
+        }
+        let q = (1..self.queues)
+            .min_by(|a, b| {
+                let load = |q: &u32| {
+                    self.last_queue_load
+                        .get(*q as usize)
+                        .copied()
+                        .unwrap_or(0.0)
+                };
+                load(a).total_cmp(&load(b))
+            })
+            .unwrap_or(1);
+        self.assign.insert(mac, q);
+        self.vms.push((name.to_string(), mac));
+    }
+
+    /// A VM removed at run time loses its filter (its frames, if any
+    /// still come, go to the default queue); true if it had one.
+    pub fn leave(&mut self, mac: MacAddr) -> bool {
+        self.vms.retain(|(_, m)| *m != mac);
+        self.last_filter_load.remove(&mac);
+        self.assign.remove(&mac).is_some()
     }
 
     /// The filter table now.
@@ -303,18 +337,16 @@ pub fn spawn(
         port.dev.filters().and_then(|f| f.tunnel),
     );
     let macs: Vec<MacAddr> = vms.iter().map(|(_, m)| *m).collect();
-    let shared = Arc::new(Mutex::new(Balancer::new(
-        &macs,
-        queues,
-        tunnel,
-        f64::from(threshold_pct) / 100.0,
-    )));
+    let mut balancer = Balancer::new(&macs, queues, tunnel, f64::from(threshold_pct) / 100.0);
+    balancer.vms = vms;
+    let shared = Arc::new(Mutex::new(balancer));
     let b = shared.clone();
     let handle = std::thread::Builder::new()
         .name(format!("{uplink}_balancer"))
         .spawn(move || {
             let start = Instant::now();
             let frames_now = || -> BTreeMap<MacAddr, u64> {
+                let vms = b.lock().expect("balancer lock").vms.clone();
                 vms.iter()
                     .filter_map(|(name, mac)| Some((*mac, sw.port(name)?.egress_stats().offered)))
                     .collect()
@@ -355,6 +387,34 @@ pub fn spawn(
     Ok((handle, shared))
 }
 
+/// A VM added (`joined`) or removed at run time on the uplink of
+/// `shared`: its filter installed or taken away now, not at the next
+/// step.
+pub fn vm_changed(
+    sw: &Switch,
+    uplink: &str,
+    shared: &Shared,
+    vm: &str,
+    mac: MacAddr,
+    joined: bool,
+) {
+    let Some(port) = sw.port(uplink) else {
+        return;
+    };
+    let mut bal = shared.lock().expect("balancer lock");
+    let changed = if joined {
+        bal.join(vm, mac);
+        true
+    } else {
+        bal.leave(mac)
+    };
+    if changed {
+        if let Err(e) = port.dev.set_filters(bal.filters()) {
+            tracing::warn!(uplink = %uplink, vm = %vm, error = %e, "netqueue: filters not installed");
+        }
+    }
+}
+
 /// How often the balancer looks.
 const INTERVAL: Duration = Duration::from_secs(1);
 
@@ -381,6 +441,24 @@ mod tests {
         assert_eq!((d.action, d.from, d.to), ("spread", 1, 2));
         assert_ne!(b.queue_of(&mac(1)), b.queue_of(&mac(2)));
         assert_eq!(b.view()["queues_used"], 2);
+    }
+
+    #[test]
+    fn a_vm_added_joins_the_least_loaded_queue_and_a_removed_one_leaves() {
+        let mut b = Balancer::new(&[mac(1), mac(2)], 3, None, 0.6);
+        b.step(1, &[0.0, 0.9, 0.0], &frames(&[(1, 1000), (2, 1000)]));
+        b.step(2, &[0.0, 0.5, 0.1], &frames(&[(1, 10), (2, 10)]));
+        b.join("v3", mac(3));
+        assert_eq!(b.queue_of(&mac(3)), Some(2), "queue 2 was the less loaded");
+        assert_eq!(b.vms, [("v3".to_string(), mac(3))]);
+        assert!(b.leave(mac(3)));
+        assert!(!b.leave(mac(3)), "once");
+        assert_eq!(b.queue_of(&mac(3)), None);
+        assert!(b.filters().entries.iter().all(|f| f.mac != mac(3)));
+        // One queue only (the default): no filters at all.
+        let mut one = Balancer::new(&[], 1, None, 0.6);
+        one.join("v4", mac(4));
+        assert!(one.filters().entries.is_empty());
     }
 
     #[test]

@@ -199,6 +199,16 @@ fn add_port(cx: &Ctl, topo: &Topology, i: usize, state: &mut State) -> Result<Va
             vms.add(crate::evpn::local_vm(vm, port.id));
         }
     }
+    // Dynamic NetQueue: a filter at each uplink of its VLAN.
+    for (uplink, b) in &cx.balancers {
+        if topo
+            .uplinks
+            .iter()
+            .any(|u| &u.name == uplink && u.vlan == vm.vlan)
+        {
+            crate::balancer::vm_changed(&cx.sw, uplink, b, &vm.name, vm.mac, true);
+        }
+    }
     tracing::info!(vm = %vm.name, port = port.id, "vm added");
     Ok(json!({"vm": vm.name, "port": port.id, "mac": vm.mac.to_string(), "kind": vm.kind.name()}))
 }
@@ -237,6 +247,9 @@ fn del_port(cx: &Ctl, topo: &Topology, i: usize, state: &mut State) -> Result<Va
     }
     for (_, vms) in &cx.advertised {
         vms.remove(vm.mac);
+    }
+    for (uplink, b) in &cx.balancers {
+        crate::balancer::vm_changed(&cx.sw, uplink, b, name, vm.mac, false);
     }
     cx.netns_watch
         .lock()

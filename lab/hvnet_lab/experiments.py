@@ -104,10 +104,14 @@ EXPERIMENTS = [
                  "hosts with them installed vs two with static remotes"},
     {"name": "port-scale", "reproduces": "measurement", "run": port_scale.port_scale,
      "workload": "64 and 1,000 namespace VMs (256 with --quick) of one queue on one switch, nothing sent: the daemon's "
-                 "threads, idle CPU, memory per port, hvnet up and down; with HVNET_LAB_BASELINE another build beside"},
+                 "threads, idle CPU, memory per port, hvnet up and down; then 500 broadcasts from one VM (CPU per "
+                 "copy); with HVNET_LAB_BASELINE another build beside"},
     {"name": "port-churn", "reproduces": "measurement", "run": port_scale.port_churn,
      "workload": "an iperf3 stream and a SHA-256-checked file between two VMs while 200 VMs (50 with --quick) are "
                  "added one by one with hvnet vm add and removed again, against the same traffic without churn"},
+    {"name": "port-load", "reproduces": "measurement", "run": port_scale.port_load,
+     "workload": "64 namespace VMs (16 with --quick) in pairs, each sender iperf3 -u -b 0 -l 64: frames forwarded per "
+                 "second, all together; with HVNET_LAB_BASELINE another build beside, interleaved"},
     {"name": "poll-budget", "reproduces": "measurement", "run": poll_budget.poll_budget,
      "workload": "a namespace VM pings testpmd --forward-mode=icmpecho on a vhost-user port, back to back (ping -f) "
                  "and every 5 ms, with [switch] busy_poll_max_us 0, 10, 50 and 200 (0 and 50 with --quick): round "

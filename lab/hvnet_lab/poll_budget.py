@@ -9,7 +9,9 @@ notify again and sleeps in `epoll`.
   back to back (`ping -f`, the next request as soon as the answer came:
   transactions per second and the round trip), and spaced every 5 ms (a
   queue gone cold each time: the round trip). The daemon's CPU per
-  transaction, and in % of a core, says what the watching costs.
+  transaction, and in % of a core, says what the watching costs. Then a
+  stream: `vhost-frames`' two testpmd front ends (txonly to rxonly, 64 B)
+  through two vhost-user ports, the daemon's CPU per frame taken.
 """
 
 import json
@@ -21,7 +23,7 @@ import hvlab
 
 from .figures import measured
 from .runners import interleaved
-from .vhost_compare import MAC_B, Pmd, hugepages, pin, task_ns
+from .vhost_compare import HUGEPAGES, MAC_B, Pmd, hugepages, pin, run_hvnet, task_ns
 from .verdict import median
 
 IP_A, IP_B = "198.18.27.1", "198.18.27.2"
@@ -66,12 +68,16 @@ def one_budget(tmp, huge, budget, flood):
 def poll_budget(tmp, quick, reps, log):
     budgets = [0, 50] if quick else [0, 10, 50, 200]
     flood = 5_000 if quick else 20_000
-    with hugepages(128) as huge:
+    secs = 3 if quick else 5
+    with hugepages(HUGEPAGES) as huge:
         def one(budget):
             r = one_budget(tmp, huge, budget, flood)
+            s = run_hvnet(tmp, huge, 64, secs, switch={"busy_poll_max_us": budget})
+            r.update(stream_mpps=s["mpps"], stream_ns_per_frame=s["ns_per_frame"])
             log.append({"command": f"[switch] busy_poll_max_us = {budget}; ping -f -q -c {flood} and ping -c 200 "
                                    f"-i 0.005 from a namespace VM to testpmd --forward-mode=icmpecho on a vhost-user "
-                                   f"port", "busy_poll_max_us": budget, **r})
+                                   f"port; testpmd txonly to rxonly, 64 B, {secs} s, through two vhost-user ports",
+                        "busy_poll_max_us": budget, **r})
             return r
 
         runs = interleaved(budgets, reps, one)
@@ -80,7 +86,8 @@ def poll_budget(tmp, quick, reps, log):
     said = "; ".join(f"{c} us: {get(c, 'transactions_per_s'):.0f} transactions/s, round trip "
                      f"{get(c, 'flood_rtt_us'):.0f} us back to back and {get(c, 'spaced_rtt_us'):.0f} us every 5 ms, "
                      f"{get(c, 'cpu_us_per_transaction'):.1f} us of the daemon's CPU per transaction "
-                     f"({get(c, 'cpu_pct'):.0f} % of a core)" for c in budgets)
+                     f"({get(c, 'cpu_pct'):.0f} % of a core); a 64 B stream {get(c, 'stream_mpps'):.2f} Mpps at "
+                     f"{get(c, 'stream_ns_per_frame'):.0f} ns of the daemon's CPU per frame" for c in budgets)
     note = ("The daemon pinned to CPU 0, testpmd to CPU 1, the namespace VM's ping wherever the kernel runs it; "
             "a transaction is one echo request and its answer, each crossing the switch once.")
     figs = [
@@ -91,5 +98,8 @@ def poll_budget(tmp, quick, reps, log):
                  "what CPU does each polling budget cost?", said, note),
         measured("poll-budget-spaced", "Round trip by busy-poll budget (every 5 ms)", "busy_poll_max_us", "us",
                  runs, "spaced_rtt_us", place, "does the budget matter once the queue has gone cold?", said, note),
+        measured("poll-budget-stream", "The daemon's CPU per frame of a 64 B stream by busy-poll budget",
+                 "busy_poll_max_us", "ns per frame", runs, "stream_ns_per_frame", place,
+                 "what does watching save on a stream?", said, note),
     ]
     return figs, {f"{c} us": rs for c, rs in runs.items()}

@@ -2,13 +2,19 @@
 
 - `port-scale`: N namespace VMs of one queue each on one switch, nothing
   sent: the daemon's threads, its idle CPU, its memory per port, and how
-  long `hvnet up` and `hvnet down` take; with `HVNET_LAB_BASELINE` another
-  build beside this one (where it takes that many VMs).
+  long `hvnet up` and `hvnet down` take; then one VM sends broadcasts
+  (ICMP echo to the subnet's broadcast address, which Linux does not
+  answer), each copied to every other port: the daemon's CPU per copy.
+  With `HVNET_LAB_BASELINE` another build beside this one (where it takes
+  that many VMs).
 - `port-churn`: two VMs carry an iperf3 stream and a file checked by
   SHA-256 while VMs are added one by one (`hvnet vm add`, each pinged until
   it answers) and removed again (`hvnet vm del`), against the same traffic
   with no churn, interleaved: retransmits, drops, and the time from `vm
   add` returning to the new VM's first ping answered.
+- `port-load`: 64 namespace VMs in pairs, each sending 64 B UDP as fast
+  as iperf3 can: the frames forwarded per second, all together, beside
+  the baseline build (`HVNET_LAB_BASELINE`), interleaved.
 """
 
 import hashlib
@@ -68,6 +74,7 @@ def one_scale(tmp, binary, n, idle_secs):
             time.sleep(idle_secs)
             c1, w1 = cpu_ticks(pid), time.time()
             mem = resident_kib(pid)
+            bcast = broadcast(t, pid, n)
             t1 = time.time()
         down = time.time() - t1
     finally:
@@ -76,7 +83,22 @@ def one_scale(tmp, binary, n, idle_secs):
         else:
             os.environ["HVNET_BIN"] = old
     return dict(threads=threads, idle_pct=(c1 - c0) / os.sysconf("SC_CLK_TCK") / (w1 - w0) * 100,
-                kib_per_port=mem / n, resident_mib=mem / 1024, up_s=up, down_s=down)
+                kib_per_port=mem / n, resident_mib=mem / 1024, up_s=up, down_s=down, **bcast)
+
+
+BROADCASTS = 500
+
+
+def broadcast(t, pid, n):
+    """v0 sends `BROADCASTS` broadcast frames, 2 ms apart: each goes to the
+    n - 1 other ports. The daemon's CPU (all its threads) per copy."""
+    flooded = lambda: t.stats("/ports/v0/tx_summary")["flooded"]  # noqa: E731
+    f0, c0 = flooded(), cpu_ticks(pid)
+    t.sh("v0", f"ping -q -b -c {BROADCASTS} -i 0.002 -W 1 198.18.255.255", check=False, timeout=120)
+    time.sleep(0.5)
+    frames, cpu = flooded() - f0, (cpu_ticks(pid) - c0) / os.sysconf("SC_CLK_TCK")
+    copies = max(frames * (n - 1), 1)
+    return dict(bcast_frames=frames, bcast_copies=copies, bcast_ns_per_copy=cpu * 1e9 / copies)
 
 
 def port_scale(tmp, quick, reps, log):
@@ -86,7 +108,8 @@ def port_scale(tmp, quick, reps, log):
     def one(c):
         (label, binary), n = c
         r = one_scale(tmp, binary, n, idle_secs)
-        log.append({"command": f"{label}: hvnet up of {n} namespace VMs (1 queue), {idle_secs} s idle, hvnet down",
+        log.append({"command": f"{label}: hvnet up of {n} namespace VMs (1 queue), {idle_secs} s idle, "
+                               f"{BROADCASTS} broadcasts from v0, hvnet down",
                     "build": label, "vms": n, **r})
         return r
 
@@ -97,7 +120,8 @@ def port_scale(tmp, quick, reps, log):
     per = lambda c, k: median([r[k] for r in runs[c]])  # noqa: E731
     said = "; ".join(f"{c[0][0]}, {c[1]} VMs: {per(c, 'threads'):.0f} threads, {per(c, 'idle_pct'):.2f} % of a core "
                      f"idle, {per(c, 'kib_per_port'):.0f} KiB per port, up {per(c, 'up_s'):.1f} s, down "
-                     f"{per(c, 'down_s'):.1f} s" for c in configs)
+                     f"{per(c, 'down_s'):.1f} s, {per(c, 'bcast_ns_per_copy'):.0f} ns of CPU per broadcast copy"
+                     for c in configs)
     note = ("Namespace VMs with one queue each, nothing sent; the daemon's threads from /proc/PID/task, its CPU over "
             f"{idle_secs} s after 2 s of rest, its resident memory divided by the ports.")
     figs = [
@@ -109,6 +133,9 @@ def port_scale(tmp, quick, reps, log):
                  place, "how much memory does a port take?", said, note),
         measured("port-scale-bringup", "hvnet up of N VMs", "VMs", "seconds", runs, "up_s", place,
                  "how long does hvnet up of many VMs take?", said, note),
+        measured("port-scale-broadcast", "The daemon's CPU per broadcast copy by VMs", "VMs", "ns per copy", runs,
+                 "bcast_ns_per_copy", place, "what does flooding to every port cost per copy?", said,
+                 note + f" Broadcasts: {BROADCASTS} ICMP echoes to 198.18.255.255 from v0, 2 ms apart."),
     ]
     return figs, {f"{c[0][0]} {c[1]}": rs for c, rs in runs.items()}
 
@@ -179,3 +206,65 @@ def port_churn(tmp, quick, reps, log):
                  {True: runs[True]}, "ping_ms_median", place, "how soon is a new VM on the network?", said, note),
     ]
     return figs, {("churn" if c else "none"): rs for c, rs in runs.items()}
+
+
+def one_load(tmp, binary, n, secs):
+    """`n` VMs in pairs, each even one sending 64 B UDP to the next as fast
+    as iperf3 can for `secs`: the frames the switch forwarded per second,
+    all pairs together, and the daemon's CPU."""
+    old = os.environ.get("HVNET_BIN")
+    os.environ["HVNET_BIN"] = binary
+    ip = lambda i: f"198.18.{i // 250}.{i % 250 + 1}"  # noqa: E731
+    try:
+        vms = [dict(name=f"v{i}", ipv4=f"{ip(i)}/16", queues=1) for i in range(n)]
+        with hvlab.Topology(tmp, vms, prefix="pl") as t:
+            pid = daemon(t)
+            for i in range(1, n, 2):
+                t.popen(f"v{i}", "iperf3 -s -1 -p 5201", stdout=subprocess.DEVNULL)
+            for i in range(1, n, 2):
+                t.wait_listening(f"v{i}", 5201)
+            senders = [f"v{i}" for i in range(0, n, 2)]
+            forwarded = lambda: sum(t.stats(f"/ports/{v}/tx_summary")["forwarded"] for v in senders)  # noqa: E731
+            clients = [t.popen(v, f"iperf3 -u -b 0 -l 64 -t {secs} -c {ip(i + 1)} -p 5201", stdout=subprocess.DEVNULL)
+                       for i, v in zip(range(0, n, 2), senders)]
+            # Past the start of every client, and done before the last ends.
+            time.sleep(2)
+            f0, c0, w0 = forwarded(), cpu_ticks(pid), time.time()
+            time.sleep(secs - 4)
+            f1, c1, w1 = forwarded(), cpu_ticks(pid), time.time()
+            for c in clients:
+                c.wait(timeout=secs + 60)
+    finally:
+        if old is None:
+            os.environ.pop("HVNET_BIN", None)
+        else:
+            os.environ["HVNET_BIN"] = old
+    wall = w1 - w0
+    return dict(aggregate_mpps=(f1 - f0) / wall / 1e6,
+                cpu_pct=(c1 - c0) / os.sysconf("SC_CLK_TCK") / wall * 100)
+
+
+def port_load(tmp, quick, reps, log):
+    n = 16 if quick else 64
+    secs = 8 if quick else 12
+
+    def one(c):
+        label, binary = c
+        r = one_load(tmp, binary, n, secs)
+        log.append({"command": f"{label}: {n} namespace VMs in {n // 2} pairs, iperf3 -u -b 0 -l 64 -t {secs} "
+                               f"each; frames forwarded from the senders over the middle {secs - 4} s",
+                    "build": label, "vms": n, **r})
+        return r
+
+    configs = builds()
+    runs = interleaved(configs, reps, one)
+    place = lambda c: (c[0], f"{n} VMs")  # noqa: E731
+    per = lambda c, k: median([r[k] for r in runs[c]])  # noqa: E731
+    said = "; ".join(f"{c[0]}: {per(c, 'aggregate_mpps'):.3f} M frames/s forwarded, the daemon at "
+                     f"{per(c, 'cpu_pct'):.0f} % of a core" for c in configs)
+    note = (f"{n // 2} iperf3 UDP senders (64 B, unlimited) and {n // 2} receivers in namespace VMs, all on this "
+            "machine's cores with the switch; the frames the senders' ports forwarded per second, all together.")
+    figs = [measured("port-load", f"Frames forwarded per second, {n} VMs each pair sending", "", "M frames/s",
+                     runs, "aggregate_mpps", place, "do many ports sending at once get at least what they did?",
+                     said, note)]
+    return figs, {c[0]: rs for c, rs in runs.items()}

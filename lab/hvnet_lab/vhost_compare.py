@@ -122,10 +122,10 @@ def tsc_mhz():
     return float(re.findall(r"cpu MHz\s*:\s*([\d.]+)", Path("/proc/cpuinfo").read_text())[0])
 
 
-def run_hvnet(tmp, huge, size, seconds):
+def run_hvnet(tmp, huge, size, seconds, switch=None):
     vms = [dict(name="a", kind="vhost-user", mac=MAC_A),
            dict(name="b", kind="vhost-user", mac=MAC_B, rx_overflow="drop")]
-    with hvlab.Topology(tmp, vms, prefix="bp") as t:
+    with hvlab.Topology(tmp, vms, prefix="bp", switch=switch) as t:
         pid = json.loads(Path(f"/run/hvnet/{t.name}/state.json").read_text())["pid"]
         pin(pid, "0")
         sock = lambda vm: f"/run/hvnet/{t.name}/{vm}.sock"  # noqa: E731

@@ -623,6 +623,7 @@ fn build(
             cpus: topo.switch.cpus.clone(),
             rebalance: topo.switch.rebalance,
             busy_poll_max: Duration::from_micros(topo.switch.busy_poll_max_us.into()),
+            worker_nice: topo.switch.nice,
             ..SwitchConfig::default()
         },
     );

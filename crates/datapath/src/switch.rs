@@ -303,6 +303,8 @@ pub struct SwitchConfig {
     /// The longest a worker watches a queue that went empty under load
     /// (zero: it never watches, it asks for notifications at once).
     pub busy_poll_max: Duration,
+    /// The workers' nice value (0: as any thread).
+    pub worker_nice: i32,
 }
 
 impl Default for SwitchConfig {
@@ -315,6 +317,7 @@ impl Default for SwitchConfig {
             cpus: Vec::new(),
             rebalance: true,
             busy_poll_max: Duration::from_micros(50),
+            worker_nice: 0,
         }
     }
 }
@@ -343,6 +346,7 @@ pub struct Switch {
     pub workers: Workers,
     pub(crate) rebalance: bool,
     pub(crate) busy_poll_max: Duration,
+    pub(crate) worker_nice: i32,
     /// The switch itself, for threads it starts after [`Switch::start`].
     me: std::sync::Weak<Switch>,
 }
@@ -379,6 +383,7 @@ impl Switch {
             workers: Workers::new(&cpus).expect("the workers' eventfds"),
             rebalance: cfg.rebalance,
             busy_poll_max: cfg.busy_poll_max,
+            worker_nice: cfg.worker_nice,
             me: me.clone(),
         })
     }

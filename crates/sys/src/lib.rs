@@ -439,6 +439,18 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// Sets the calling thread's nice value (`setpriority(2)` on its thread
+/// id: on Linux a nice value is per thread), the weight the scheduler
+/// gives it against the other threads of its CPU.
+pub fn set_thread_nice(nice: i32) -> io::Result<()> {
+    // SAFETY: no pointers; the thread id names the calling thread.
+    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, gettid() as libc::id_t, nice) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod cpu_tests {
     #[test]

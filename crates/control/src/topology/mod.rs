@@ -85,6 +85,7 @@
 //!                           #   taskset -c writes them); default: every CPU the daemon may use
 //! rebalance = true          # queues moved between workers by their measured load
 //! busy_poll_max_us = 50      # longest watch of a queue gone empty under load (0-1000; 0: never)
+//! nice = -20                 # the workers' nice value (-20 to 19), ahead of guests' processes
 //! ```
 //!
 //! At most [`MAX_VMS`] VMs. A bad file is refused with its path, the line
@@ -350,11 +351,19 @@ struct SwitchRepr {
     #[serde(default = "d_true", deserialize_with = "hvnet_datapath::on_off")]
     rebalance: bool,
     busy_poll_max_us: Option<u32>,
+    nice: Option<i32>,
 }
 
 /// The longest a worker watches a queue that went empty under load
 /// (`[switch] busy_poll_max_us`), by default, and at most.
 pub const BUSY_POLL_MAX_US: (u32, u32) = (50, 1000);
+
+/// The workers' nice value by default (`[switch] nice`): the highest
+/// weight, as the kernel's own datapath runs in softirq ahead of
+/// processes. A fixed pool of a few workers shares its CPUs with every
+/// guest process placed there; at a plain weight, 64 busy namespace VMs
+/// left the workers a sixty-fourth of their CPUs (docs/perf/live-switch.md).
+pub const DEFAULT_NICE: i32 = -20;
 
 /// The switch's own settings (`[switch]`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -367,6 +376,8 @@ pub struct SwitchSettings {
     /// The longest a worker watches a queue that went empty under load
     /// before it asks for notifications and sleeps (0: never watches).
     pub busy_poll_max_us: u32,
+    /// The workers' nice value, -20 to 19 (nice(1)).
+    pub nice: i32,
 }
 
 impl Default for SwitchSettings {
@@ -375,6 +386,7 @@ impl Default for SwitchSettings {
             cpus: Vec::new(),
             rebalance: true,
             busy_poll_max_us: BUSY_POLL_MAX_US.0,
+            nice: DEFAULT_NICE,
         }
     }
 }
@@ -407,10 +419,21 @@ fn parse_switch(
                     ))
                 }
             };
+            let nice = match r.nice {
+                None => DEFAULT_NICE,
+                Some(n) if (-20..=19).contains(&n) => n,
+                Some(n) => {
+                    return Err((
+                        line,
+                        format!("switch: nice {n} out of range: -20 (the highest weight) to 19, as nice(1) takes"),
+                    ))
+                }
+            };
             SwitchSettings {
                 cpus,
                 rebalance: r.rebalance,
                 busy_poll_max_us,
+                nice,
             }
         }
     })
@@ -577,6 +600,7 @@ ipv4 = "10.1.0.100/24"
                 cpus: Vec::new(),
                 rebalance: true,
                 busy_poll_max_us: 50,
+                nice: -20,
             }
         );
         for (bad, why) in [
@@ -598,6 +622,13 @@ ipv4 = "10.1.0.100/24"
             reason.contains("0 (never watch) to 1000 microseconds"),
             "{reason}"
         );
+        let nice = |n: i32| parse(&format!("{GOOD}\n[switch]\nnice = {n}\n"));
+        assert_eq!(nice(5).unwrap().switch.nice, 5);
+        assert!(nice(-21)
+            .err()
+            .unwrap()
+            .1
+            .contains("-20 (the highest weight) to 19"));
     }
 
     #[test]

@@ -422,6 +422,11 @@ fn run(me: &WorkerShared, sw: &Arc<Switch>) {
     if let Err(e) = hvnet_sys::pin_to_cpu(me.cpu) {
         tracing::warn!(worker = me.index, cpu = me.cpu, error = %e, "worker not pinned to its CPU");
     }
+    if sw.worker_nice != 0 {
+        if let Err(e) = hvnet_sys::set_thread_nice(sw.worker_nice) {
+            tracing::warn!(worker = me.index, nice = sw.worker_nice, error = %e, "worker's nice value not set");
+        }
+    }
     let epoll = Epoll::new().expect("epoll_create");
     epoll
         .ctl(

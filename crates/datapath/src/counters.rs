@@ -102,130 +102,91 @@ pub enum Way {
     ToPort,
 }
 
-/// Why the switch dropped a frame: one vocabulary for every port kind,
-/// each reason counted in its own slot and exported with the reason as a
-/// label (`hvnet_rx_summary_drops_total{reason="ring1_full"}`). Every
-/// receive, send and tunnel error converts to one (or, for errors about
-/// the queue rather than a frame, to none) by an exhaustive match.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DropReason {
-    /// Virtio-net header malformed or not fitting the frame.
-    BadVnetHeader,
-    /// A header of the frame is malformed.
-    BadFrame,
-    /// A GSO frame asking for too many segments (tiny gso_size).
-    GsoSegments,
-    /// Security policy (forged source MAC, tagged frame on an access port).
-    Policy,
-    /// No port to send to.
-    NoRoute,
-    /// The port is disconnected (`connected = off`, a vNIC's cable pulled).
-    Disconnected,
-    /// At a tunnel endpoint: neither VXLAN to it nor ARP for it.
-    NotTunnel,
-    /// VXLAN without the I flag, truncated, or with an inner frame whose
-    /// headers lie.
-    BadVxlan,
-    /// VXLAN for another VNI.
-    Vni,
-    /// By the kernel before hvnet could read them: an uplink socket's
-    /// buffer was full, or a frame could not be handed over with the
-    /// socket's header (`PACKET_STATISTICS`).
-    Kernel,
-    /// A vhost-user guest's transmit descriptor chain outside its memory,
-    /// device-writable, longer than any frame or changed while read.
-    BadDescriptor,
-    /// No ring-1 buffer.
-    Ring1Full,
-    /// Not enough ring-2 buffers.
-    Ring2Full,
-    /// Larger than this port's MTU (a GSO frame: its segments would be).
-    MtuExceeded,
-    /// The write into the guest or the wire failed.
-    WriteError,
-    /// The port was down.
-    PortDown,
-    /// A vhost-user guest's receive virtqueue had no free buffer (the
-    /// guest is not keeping up: its ring is full).
-    VirtqueueFull,
-    /// No remote tunnel endpoint for the frame is resolved yet (ARP
-    /// pending).
-    TunnelUnresolved,
+/// Declares the drop reasons once: each variant with its doc, its name as
+/// views and metrics show it, and the way its frames were going.
+macro_rules! drop_reasons {
+    ($(#[$m:meta])* pub enum DropReason { $($(#[$vm:meta])* $v:ident = $name:literal, $way:ident;)* }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum DropReason { $($(#[$vm])* $v,)* }
+
+        impl DropReason {
+            /// Every reason, in counter order.
+            pub const ALL: [DropReason; DropReason::COUNT] = [$(DropReason::$v),*];
+            /// How many reasons there are (the counters' array length).
+            pub const COUNT: usize = [$(DropReason::$v),*].len();
+
+            /// The reason's name, as views and metrics label it.
+            pub fn name(self) -> &'static str {
+                match self { $(DropReason::$v => $name,)* }
+            }
+
+            /// The counter's key in `hvnet stats`: `drop_` and the name.
+            pub fn key(self) -> &'static str {
+                match self { $(DropReason::$v => concat!("drop_", $name),)* }
+            }
+
+            /// The way a frame dropped for this reason was going.
+            pub fn way(self) -> Way {
+                match self { $(DropReason::$v => Way::$way,)* }
+            }
+        }
+    };
+}
+
+drop_reasons! {
+    /// Why the switch dropped a frame: one vocabulary for every port kind,
+    /// each reason counted in its own slot and exported with the reason as a
+    /// label (`hvnet_rx_summary_drops_total{reason="ring1_full"}`). Every
+    /// receive, send and tunnel error converts to one (or, for errors about
+    /// the queue rather than a frame, to none) by an exhaustive match.
+    pub enum DropReason {
+        /// Virtio-net header malformed or not fitting the frame.
+        BadVnetHeader = "bad_vnet_header", FromPort;
+        /// A header of the frame is malformed.
+        BadFrame = "bad_frame", FromPort;
+        /// A GSO frame asking for too many segments (tiny gso_size).
+        GsoSegments = "gso_segments", FromPort;
+        /// Security policy (forged source MAC, tagged frame on an access port).
+        Policy = "policy", FromPort;
+        /// No port to send to.
+        NoRoute = "no_route", FromPort;
+        /// The port is disconnected (`connected = off`, a vNIC's cable pulled).
+        Disconnected = "disconnected", FromPort;
+        /// At a tunnel endpoint: neither VXLAN to it nor ARP for it.
+        NotTunnel = "not_tunnel", FromPort;
+        /// VXLAN without the I flag, truncated, or with an inner frame whose
+        /// headers lie.
+        BadVxlan = "bad_vxlan", FromPort;
+        /// VXLAN for another VNI.
+        Vni = "vni", FromPort;
+        /// By the kernel before hvnet could read them: an uplink socket's
+        /// buffer was full, or a frame could not be handed over with the
+        /// socket's header (`PACKET_STATISTICS`).
+        Kernel = "kernel", FromPort;
+        /// A vhost-user guest's transmit descriptor chain outside its memory,
+        /// device-writable, longer than any frame or changed while read.
+        BadDescriptor = "bad_descriptor", FromPort;
+        /// No ring-1 buffer.
+        Ring1Full = "ring1_full", ToPort;
+        /// Not enough ring-2 buffers.
+        Ring2Full = "ring2_full", ToPort;
+        /// Larger than this port's MTU (a GSO frame: its segments would be).
+        MtuExceeded = "mtu_exceeded", ToPort;
+        /// The write into the guest or the wire failed.
+        WriteError = "write_error", ToPort;
+        /// The port was down.
+        PortDown = "port_down", ToPort;
+        /// A vhost-user guest's receive virtqueue had no free buffer (the
+        /// guest is not keeping up: its ring is full).
+        VirtqueueFull = "virtqueue_full", ToPort;
+        /// No remote tunnel endpoint for the frame is resolved yet (ARP
+        /// pending).
+        TunnelUnresolved = "tunnel_unresolved", ToPort;
+    }
 }
 
 impl DropReason {
-    /// How many reasons there are (the counters' array length).
-    pub const COUNT: usize = 18;
-    /// Every reason, in counter order.
-    pub const ALL: [DropReason; DropReason::COUNT] = {
-        use DropReason::*;
-        [
-            BadVnetHeader,
-            BadFrame,
-            GsoSegments,
-            Policy,
-            NoRoute,
-            Disconnected,
-            NotTunnel,
-            BadVxlan,
-            Vni,
-            Kernel,
-            BadDescriptor,
-            Ring1Full,
-            Ring2Full,
-            MtuExceeded,
-            WriteError,
-            PortDown,
-            VirtqueueFull,
-            TunnelUnresolved,
-        ]
-    };
-
-    /// The reason's name, as views and metrics label it.
-    pub fn name(self) -> &'static str {
-        self.names().0
-    }
-
-    /// The counter's key in `hvnet stats`: `drop_` and the name.
-    pub fn key(self) -> &'static str {
-        self.names().1
-    }
-
-    fn names(self) -> (&'static str, &'static str) {
-        use DropReason::*;
-        match self {
-            BadVnetHeader => ("bad_vnet_header", "drop_bad_vnet_header"),
-            BadFrame => ("bad_frame", "drop_bad_frame"),
-            GsoSegments => ("gso_segments", "drop_gso_segments"),
-            Policy => ("policy", "drop_policy"),
-            NoRoute => ("no_route", "drop_no_route"),
-            Disconnected => ("disconnected", "drop_disconnected"),
-            NotTunnel => ("not_tunnel", "drop_not_tunnel"),
-            BadVxlan => ("bad_vxlan", "drop_bad_vxlan"),
-            Vni => ("vni", "drop_vni"),
-            Kernel => ("kernel", "drop_kernel"),
-            BadDescriptor => ("bad_descriptor", "drop_bad_descriptor"),
-            Ring1Full => ("ring1_full", "drop_ring1_full"),
-            Ring2Full => ("ring2_full", "drop_ring2_full"),
-            MtuExceeded => ("mtu_exceeded", "drop_mtu_exceeded"),
-            WriteError => ("write_error", "drop_write_error"),
-            PortDown => ("port_down", "drop_port_down"),
-            VirtqueueFull => ("virtqueue_full", "drop_virtqueue_full"),
-            TunnelUnresolved => ("tunnel_unresolved", "drop_tunnel_unresolved"),
-        }
-    }
-
-    /// The way a frame dropped for this reason was going.
-    pub fn way(self) -> Way {
-        use DropReason::*;
-        match self {
-            BadVnetHeader | BadFrame | GsoSegments | Policy | NoRoute | Disconnected
-            | NotTunnel | BadVxlan | Vni | Kernel | BadDescriptor => Way::FromPort,
-            Ring1Full | Ring2Full | MtuExceeded | WriteError | PortDown | VirtqueueFull
-            | TunnelUnresolved => Way::ToPort,
-        }
-    }
-
     /// The reasons of one way, in counter order.
     pub fn of_way(way: Way) -> impl Iterator<Item = DropReason> {
         DropReason::ALL.into_iter().filter(move |r| r.way() == way)

@@ -360,6 +360,19 @@ mod tests {
         MacAddr([2, 0, 0, 0, 0, i])
     }
 
+    /// Data segment `seq` of a flow from port 1's MAC to port 2's, 100
+    /// bytes of `seq` each.
+    fn segment_1_to_2(seq: u32) -> Vec<u8> {
+        TcpSpec {
+            src_mac: mac(1).0,
+            dst_mac: mac(2).0,
+            seq: 1000 + seq * 100,
+            payload: vec![seq as u8; 100],
+            ..TcpSpec::default()
+        }
+        .build()
+    }
+
     fn with_hdr(frame: &[u8]) -> Vec<u8> {
         let mut v = vec![0u8; 12];
         v.extend_from_slice(frame);
@@ -389,15 +402,7 @@ mod tests {
             let id = id.unwrap();
             assert_eq!(id, 2, "the removed port's index is taken again");
             for _ in 0..10 {
-                let f = TcpSpec {
-                    src_mac: mac(1).0,
-                    dst_mac: mac(2).0,
-                    seq: 1000 + seq * 100,
-                    payload: vec![seq as u8; 100],
-                    ..TcpSpec::default()
-                }
-                .build();
-                assert!(h.send(0, 0, &with_hdr(&f)));
+                assert!(h.send(0, 0, &with_hdr(&segment_1_to_2(seq))));
                 seq += 1;
             }
             // A frame to the new port, one from it, and the queues moved.
@@ -443,15 +448,7 @@ mod tests {
         );
         // Unknown destination first (flooded to both), then learned.
         for seq in 0..20u32 {
-            let f = TcpSpec {
-                src_mac: mac(1).0,
-                dst_mac: mac(2).0,
-                seq: 1000 + seq * 100,
-                payload: vec![seq as u8; 100],
-                ..TcpSpec::default()
-            }
-            .build();
-            assert!(h.send(0, 0, &with_hdr(&f)));
+            assert!(h.send(0, 0, &with_hdr(&segment_1_to_2(seq))));
         }
         let mut out = Vec::new();
         h.settle(100, &mut out);

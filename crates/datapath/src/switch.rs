@@ -44,7 +44,7 @@ pub enum PortState {
     Up = 0,
     /// The guest's device is gone.
     Down = 1,
-    /// A thread of the port failed more than [`MAX_RESTARTS`] times.
+    /// A thread of the port failed more than [`MAX_RESTARTS`](crate::MAX_RESTARTS) times.
     Failed = 2,
     /// Removed from the switch (`hvnet vm del`): it never comes back.
     Removed = 3,

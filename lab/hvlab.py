@@ -25,6 +25,21 @@ def hvnet_bin() -> str:
     return b
 
 
+@contextlib.contextmanager
+def hvnet_binary(path: str):
+    """Runs what is inside with `path` as the hvnet binary under test (a
+    baseline build beside this one), then puts the previous one back."""
+    old = os.environ.get("HVNET_BIN")
+    os.environ["HVNET_BIN"] = path
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("HVNET_BIN", None)
+        else:
+            os.environ["HVNET_BIN"] = old
+
+
 def run(cmd, check=True, **kw):
     """Runs a command (list or string), capturing output as text."""
     if isinstance(cmd, str):

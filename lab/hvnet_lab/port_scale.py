@@ -59,9 +59,7 @@ def resident_kib(pid):
 
 def one_scale(tmp, binary, n, idle_secs):
     """Brings up `n` VMs with `binary`, measures, brings them down."""
-    old = os.environ.get("HVNET_BIN")
-    os.environ["HVNET_BIN"] = binary
-    try:
+    with hvlab.hvnet_binary(binary):
         vms = [dict(name=f"v{i}", ipv4=f"198.18.{i // 250}.{i % 250 + 1}/16", queues=1) for i in range(n)]
         t0 = time.time()
         t = hvlab.Topology(tmp, vms, prefix="ps")
@@ -77,11 +75,6 @@ def one_scale(tmp, binary, n, idle_secs):
             bcast = broadcast(t, pid, n)
             t1 = time.time()
         down = time.time() - t1
-    finally:
-        if old is None:
-            os.environ.pop("HVNET_BIN", None)
-        else:
-            os.environ["HVNET_BIN"] = old
     return dict(threads=threads, idle_pct=(c1 - c0) / os.sysconf("SC_CLK_TCK") / (w1 - w0) * 100,
                 kib_per_port=mem / n, resident_mib=mem / 1024, up_s=up, down_s=down, **bcast)
 
@@ -212,10 +205,8 @@ def one_load(tmp, binary, n, secs):
     """`n` VMs in pairs, each even one sending 64 B UDP to the next as fast
     as iperf3 can for `secs`: the frames the switch forwarded per second,
     all pairs together, and the daemon's CPU."""
-    old = os.environ.get("HVNET_BIN")
-    os.environ["HVNET_BIN"] = binary
     ip = lambda i: f"198.18.{i // 250}.{i % 250 + 1}"  # noqa: E731
-    try:
+    with hvlab.hvnet_binary(binary):
         vms = [dict(name=f"v{i}", ipv4=f"{ip(i)}/16", queues=1) for i in range(n)]
         with hvlab.Topology(tmp, vms, prefix="pl") as t:
             pid = daemon(t)
@@ -234,11 +225,6 @@ def one_load(tmp, binary, n, secs):
             f1, c1, w1 = forwarded(), cpu_ticks(pid), time.time()
             for c in clients:
                 c.wait(timeout=secs + 60)
-    finally:
-        if old is None:
-            os.environ.pop("HVNET_BIN", None)
-        else:
-            os.environ["HVNET_BIN"] = old
     wall = w1 - w0
     return dict(aggregate_mpps=(f1 - f0) / wall / 1e6,
                 cpu_pct=(c1 - c0) / os.sysconf("SC_CLK_TCK") / wall * 100)

@@ -236,28 +236,43 @@ def vhost_frames(tmp, quick, reps, log):
     ensure_ovs_dpdk()
     mhz = tsc_mhz()
 
+    base = os.environ.get("HVNET_LAB_BASELINE")
+    switches = ("hvnet", "hvnet-base", "ovs-dpdk") if base else ("hvnet", "ovs-dpdk")
+
     def one(c):
         switch, size = c
-        r = run_hvnet(tmp, huge, size, secs) if switch == "hvnet" else run_ovs(huge, size, secs, mhz)
+        if switch == "hvnet-base":
+            # Another build, in the same run (HVNET_LAB_BASELINE).
+            with hvlab.hvnet_binary(str(Path(base).resolve())):
+                r = run_hvnet(tmp, huge, size, secs)
+        elif switch == "hvnet":
+            r = run_hvnet(tmp, huge, size, secs)
+        else:
+            r = run_ovs(huge, size, secs, mhz)
         log.append({"command": f"{switch}: dpdk-testpmd txonly --txpkts={size} -> dpdk-testpmd rxonly, {secs} s "
                                "measured", "switch": switch, "size": size, **r})
         return r
 
     with hugepages(HUGEPAGES) as huge:
-        runs = interleaved([(sw, size) for size in sizes for sw in ("hvnet", "ovs-dpdk")], reps, one)
+        runs = interleaved([(sw, size) for size in sizes for sw in switches], reps, one)
     per = lambda sw, size, k: median([r[k] for r in runs[(sw, size)]])  # noqa: E731
     cost = {}
     for size in sizes:
         for series, sw, k in (("hvnet, all threads", "hvnet", "ns_per_frame"),
                               ("hvnet, a's ingress worker", "hvnet", "worker_ns_per_frame"),
                               ("ovs-dpdk, processing cycles", "ovs-dpdk", "processing_ns_per_frame"),
-                              ("ovs-dpdk, poll-mode thread", "ovs-dpdk", "ns_per_frame")):
-            cost[(series, f"{size} B")] = [{"ns": r[k]} for r in runs[(sw, size)]]
+                              ("ovs-dpdk, poll-mode thread", "ovs-dpdk", "ns_per_frame"),
+                              ("hvnet-base, all threads", "hvnet-base", "ns_per_frame")):
+            if (sw, size) in runs:
+                cost[(series, f"{size} B")] = [{"ns": r[k]} for r in runs[(sw, size)]]
     said = "; ".join(f"{size} B: hvnet {per('hvnet', size, 'ns_per_frame'):.0f} ns per frame, "
                      f"{per('hvnet', size, 'ns_per_frame') / per('ovs-dpdk', size, 'processing_ns_per_frame'):.2f}x "
                      "Open vSwitch with DPDK's processing cycles, "
                      f"{per('hvnet', size, 'ns_per_frame') / per('ovs-dpdk', size, 'ns_per_frame'):.2f}x its "
-                     "poll-mode thread's time" for size in sizes)
+                     "poll-mode thread's time"
+                     + (f", {per('hvnet', size, 'ns_per_frame') / per('hvnet-base', size, 'ns_per_frame'):.2f}x the "
+                        f"baseline build's {per('hvnet-base', size, 'ns_per_frame'):.0f} ns" if base else "")
+                     for size in sizes)
     idle = median([r["idle_cpu"] for size in sizes for r in runs[("hvnet", size)]])
     note = ("Both switches on core 0, both testpmd front ends on core 1; frames dropped at b's full receive ring "
             f"in both. With no frames flowing hvnet used {idle * 100:.1f} % of a core; the poll-mode thread uses all "

@@ -69,8 +69,10 @@ def test_vms_come_and_go_under_traffic_and_the_others_lose_nothing(tmp_path):
         t.hv("vm", "del", "a")
         os.kill(daemon_pid(t), 15)
         assert hvlab.eventually(lambda: not Path(f"/run/hvnet/{t.name}/ctl.sock").exists(), timeout=10)
-        hvlab.hvnet("up", t.file)
+        up = hvlab.hvnet("up", t.file).stdout
         assert sorted(ports(t)) == ["b", "n10", "n11"]
+        # It says what it re-attached to: what ran, not only the file.
+        assert "re-attached to its 3 VMs" in up and "n10" in up and "  a " not in up, up
         t.sh("n10", "ping -c 1 -W 5 10.77.0.2")
     for i in range(12):
         assert not Path(f"/run/netns/{t.ns(f'n{i}')}").exists()

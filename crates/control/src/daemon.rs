@@ -225,7 +225,13 @@ fn up_locked(
     let wait = Duration::from_secs(30) + boot + per_vm;
     let deadline = Instant::now() + wait;
     loop {
-        if read_state(&dir).is_some_and(|s| s.ready && s.pid == child.id()) {
+        if let Some(s) = read_state(&dir).filter(|s| s.ready && s.pid == child.id()) {
+            // A re-attached daemon runs what ran (VMs added and removed at
+            // run time included), not only what the file says.
+            let topo = match bringup {
+                Bringup::Reattach => s.running_topology().unwrap_or(topo),
+                _ => topo,
+            };
             return Ok(UpReport {
                 topo,
                 bringup,

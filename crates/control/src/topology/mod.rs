@@ -85,7 +85,7 @@
 //!                           #   taskset -c writes them); default: every CPU the daemon may use
 //! rebalance = true          # queues moved between workers by their measured load
 //! busy_poll_max_us = 50      # longest watch of a queue gone empty under load (0-1000; 0: never)
-//! nice = -20                 # the workers' nice value (-20 to 19), ahead of guests' processes
+//! nice = 0                   # the workers' nice value (-20 to 19); -20 puts them ahead of busy guests
 //! ```
 //!
 //! At most [`MAX_VMS`] VMs. A bad file is refused with its path, the line
@@ -358,12 +358,13 @@ struct SwitchRepr {
 /// (`[switch] busy_poll_max_us`), by default, and at most.
 pub const BUSY_POLL_MAX_US: (u32, u32) = (50, 1000);
 
-/// The workers' nice value by default (`[switch] nice`): the highest
-/// weight, as the kernel's own datapath runs in softirq ahead of
-/// processes. A fixed pool of a few workers shares its CPUs with every
-/// guest process placed there; at a plain weight, 64 busy namespace VMs
-/// left the workers a sixty-fourth of their CPUs (docs/perf/live-switch.md).
-pub const DEFAULT_NICE: i32 = -20;
+/// The workers' nice value by default (`[switch] nice`): a plain weight.
+/// A fixed pool of a few workers shares its CPUs with every guest process
+/// placed there: 64 busy namespace VMs leave them a sixty-fourth of their
+/// CPUs, and `nice = -20` takes it back, at a cost to one VM pair's stream,
+/// whose receiver the worker then preempts at every frame
+/// (docs/perf/live-switch.md).
+pub const DEFAULT_NICE: i32 = 0;
 
 /// The switch's own settings (`[switch]`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -600,7 +601,7 @@ ipv4 = "10.1.0.100/24"
                 cpus: Vec::new(),
                 rebalance: true,
                 busy_poll_max_us: 50,
-                nice: -20,
+                nice: 0,
             }
         );
         for (bad, why) in [

@@ -276,6 +276,18 @@ def test_netqueue_filters_each_vms_frames_to_its_own_queue(tmp_path):
         # A broadcast has no filter: the default queue.
         t.sh("ext", f"ip neigh flush dev eth0 && ping -c 1 -W 2 {VM_IP}")
         assert per_queue()[0] > q2[0]
+        # A VM added at run time gets the next queue in turn (1 again, of
+        # the two spare ones), the others' filters unmoved; removed, it
+        # loses its filter.
+        mac_c = json.loads(t.hv("vm", "add", "c", "ipv4=198.18.7.3/24", "--json").stdout)["mac"]
+        f = t.stats("/uplinks/up0/filters")
+        assert {e["mac"]: e["queue"] for e in f["filters"]} == {macs["a"]: 1, macs["b"]: 2, mac_c: 1}, f
+        t.sh("ext", "ping -c 1 -W 2 198.18.7.3")
+        q3 = per_queue()
+        t.sh("ext", "ping -c 10 -i 0.05 -W 2 198.18.7.3")
+        assert per_queue()[1] - q3[1] >= 10, (q3, per_queue())
+        t.hv("vm", "del", "c")
+        assert mac_c not in {e["mac"] for e in t.stats("/uplinks/up0/filters")["filters"]}
         assert_accounted(t, ["a", "b", "up0"])
 
 

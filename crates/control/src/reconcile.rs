@@ -10,7 +10,7 @@ use crate::guest;
 use crate::proto::CtlError;
 use crate::provision;
 use crate::state::{netns_marker, read_state, state_dir, write_state, State};
-use crate::topology::{Topology, VmKind};
+use crate::topology::{NetQueueMode, Topology, Vm, VmKind};
 use hvnet_port::SocketMode;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -209,8 +209,37 @@ fn add_port(cx: &Ctl, topo: &Topology, i: usize, state: &mut State) -> Result<Va
             crate::balancer::vm_changed(&cx.sw, uplink, b, &vm.name, vm.mac, true);
         }
     }
+    static_filters(cx, topo, vm, true);
     tracing::info!(vm = %vm.name, port = port.id, "vm added");
     Ok(json!({"vm": vm.name, "port": port.id, "mac": vm.mac.to_string(), "kind": vm.kind.name()}))
+}
+
+/// Static NetQueue (`netqueue = true`) at the uplinks of `vm`'s VLAN: a
+/// VM added gets the next queue in turn, as the file's VMs got theirs; a VM
+/// removed loses its filter. The other filters stay where they are.
+fn static_filters(cx: &Ctl, topo: &Topology, vm: &Vm, joined: bool) {
+    let uplinks = topo
+        .uplinks
+        .iter()
+        .filter(|u| u.netqueue == NetQueueMode::Static && u.vlan == vm.vlan);
+    for u in uplinks {
+        let Some(port) = cx.sw.port(&u.name) else {
+            continue;
+        };
+        let Some(mut f) = port.dev.filters() else {
+            continue;
+        };
+        f.entries.retain(|e| e.mac != vm.mac);
+        if joined {
+            let spare = (u.queues - 1).max(1);
+            let queue = 1 + (f.entries.len() % spare) as u32;
+            f.entries
+                .push(hvnet_port::filters::Filter { mac: vm.mac, queue });
+        }
+        if let Err(e) = port.dev.set_filters(f) {
+            tracing::warn!(uplink = %u.name, vm = %vm.name, error = %e, "netqueue: filters not installed");
+        }
+    }
 }
 
 /// Starts VM `i`'s real guest, if hvnet starts it, and waits until it is
@@ -251,6 +280,7 @@ fn del_port(cx: &Ctl, topo: &Topology, i: usize, state: &mut State) -> Result<Va
     for (uplink, b) in &cx.balancers {
         crate::balancer::vm_changed(&cx.sw, uplink, b, name, vm.mac, false);
     }
+    static_filters(cx, topo, vm, false);
     cx.netns_watch
         .lock()
         .expect("netns watch lock")

@@ -9,7 +9,7 @@ use crate::deliver::{self, Scratch};
 use crate::item::{RingItem, BATCH};
 use crate::ring::{Consumer, Slot};
 use crate::settings::PortSettings;
-use crate::switch::{PortSpec, Switch, SwitchConfig};
+use crate::switch::{Port, PortSpec, Switch, SwitchConfig};
 use crate::worker::{Batch, Rxq};
 use hvnet_port::{Device, ReplayPort, TapPort, Transmitter, TxOptions};
 use hvnet_sys::FrameQueue;
@@ -114,27 +114,31 @@ impl Harness {
             guests.push(guest);
         }
         let sw = Switch::new(specs, cfg);
-        let mut workers = Vec::new();
-        let mut consumers = Vec::new();
-        for p in sw.ports().iter() {
-            for q in 0..p.rxq.len() {
-                workers.push(Rxq::new(Arc::clone(&sw), Arc::clone(p), q));
-                let tx = Arc::clone(&p.dev).transmitter(q, TxOptions::default());
-                consumers.push(Receive {
-                    port: p.id,
-                    q,
-                    consumer: Consumer::attach(&p.rxq[q].rings),
-                    tx,
-                });
-            }
-        }
-        Harness {
-            sw,
+        let mut h = Harness {
+            sw: Arc::clone(&sw),
             guests,
-            workers,
-            consumers,
+            workers: Vec::new(),
+            consumers: Vec::new(),
             batch: Vec::with_capacity(BATCH),
             scratch: Scratch::default(),
+        };
+        for p in sw.ports().iter() {
+            h.attach(p);
+        }
+        h
+    }
+
+    /// Gives each queue of `port` its stepped worker and delivery.
+    fn attach(&mut self, port: &Arc<Port>) {
+        for q in 0..port.rxq.len() {
+            self.workers
+                .push(Rxq::new(Arc::clone(&self.sw), Arc::clone(port), q));
+            self.consumers.push(Receive {
+                port: port.id,
+                q,
+                consumer: Consumer::attach(&port.rxq[q].rings),
+                tx: Arc::clone(&port.dev).transmitter(q, TxOptions::default()),
+            });
         }
     }
 
@@ -246,16 +250,7 @@ impl Harness {
         } else {
             self.guests[port.id] = Guest::Tap(guest);
         }
-        for q in 0..port.rxq.len() {
-            self.workers
-                .push(Rxq::new(Arc::clone(&self.sw), Arc::clone(&port), q));
-            self.consumers.push(Receive {
-                port: port.id,
-                q,
-                consumer: Consumer::attach(&port.rxq[q].rings),
-                tx: Arc::clone(&port.dev).transmitter(q, TxOptions::default()),
-            });
-        }
+        self.attach(&port);
         Ok(port.id)
     }
 

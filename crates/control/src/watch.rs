@@ -73,7 +73,7 @@ impl Watch {
 pub struct NetnsWatch {
     /// VM, namespace name, the handle kept, and the handle's device and
     /// inode (read once: a look is one `stat` of the name).
-    vms: Vec<(String, String, std::fs::File, (u64, u64))>,
+    vms: Vec<Held>,
     /// Names deleted or moved away in the namespace directory.
     departures: Option<inotify::Inotify>,
 }
@@ -85,24 +85,18 @@ impl NetnsWatch {
             departures: departures(),
             vms: vms
                 .into_iter()
-                .filter_map(|(vm, ns)| {
-                    use std::os::unix::fs::MetadataExt;
-                    let handle = hvnet_sys::netns::open(&ns).ok()?;
-                    let m = handle.metadata().ok()?;
-                    Some((vm, ns.clone(), handle, (m.dev(), m.ino())))
-                })
+                .filter_map(|(vm, ns)| held(vm, ns))
                 .collect(),
         }
     }
 
     /// Watches one more VM's namespace (a VM added at run time).
     pub fn add(&mut self, vm: &str, ns: &str) {
-        let mut one = NetnsWatch::new([(vm.to_string(), ns.to_string())]);
         // Its namespace directory exists now, if it did not before.
         if self.departures.is_none() {
-            self.departures = one.departures.take();
+            self.departures = departures();
         }
-        self.vms.append(&mut one.vms);
+        self.vms.extend(held(vm.to_string(), ns.to_string()));
     }
 
     /// Stops watching VM `vm` (removed: its namespace goes on purpose).
@@ -171,6 +165,18 @@ impl NetnsWatch {
             }
         }
     }
+}
+
+/// A VM, its namespace's name, the handle kept, and the handle's device
+/// and inode (what the name must still lead to).
+type Held = (String, String, std::fs::File, (u64, u64));
+
+/// VM `vm`'s namespace `ns`, held.
+fn held(vm: String, ns: String) -> Option<Held> {
+    use std::os::unix::fs::MetadataExt;
+    let handle = hvnet_sys::netns::open(&ns).ok()?;
+    let m = handle.metadata().ok()?;
+    Some((vm, ns, handle, (m.dev(), m.ino())))
 }
 
 /// An inotify watch on the namespace directory for names deleted or moved

@@ -219,7 +219,6 @@ pub(crate) fn netqueue_filters(topo: &Topology, u: &Uplink) -> Option<Filters> {
     if u.netqueue == NetQueueMode::Off {
         return None;
     }
-    let spare = (u.queues - 1).max(1);
     let entries = topo
         .vms_on(u)
         .enumerate()
@@ -229,7 +228,7 @@ pub(crate) fn netqueue_filters(topo: &Topology, u: &Uplink) -> Option<Filters> {
             // spreads them as load demands).
             queue: match u.netqueue {
                 NetQueueMode::Dynamic => 1,
-                _ => 1 + (i % spare) as u32,
+                _ => static_queue(u, i),
             },
         })
         .collect();
@@ -237,6 +236,13 @@ pub(crate) fn netqueue_filters(topo: &Topology, u: &Uplink) -> Option<Filters> {
         tunnel: u.vxlan.as_ref().map(|v| v.port),
         entries,
     })
+}
+
+/// Static NetQueue's queue for the `i`-th filter of uplink `u`: the queues
+/// past the default one, in turn.
+pub(crate) fn static_queue(u: &Uplink, i: usize) -> u32 {
+    let spare = (u.queues - 1).max(1);
+    1 + (i % spare) as u32
 }
 
 /// How the uplink's receive queues share what arrives.

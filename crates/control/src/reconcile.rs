@@ -199,45 +199,42 @@ fn add_port(cx: &Ctl, topo: &Topology, i: usize, state: &mut State) -> Result<Va
             vms.add(crate::evpn::local_vm(vm, port.id));
         }
     }
-    // Dynamic NetQueue: a filter at each uplink of its VLAN.
-    for (uplink, b) in &cx.balancers {
-        if topo
-            .uplinks
-            .iter()
-            .any(|u| &u.name == uplink && u.vlan == vm.vlan)
-        {
-            crate::balancer::vm_changed(&cx.sw, uplink, b, &vm.name, vm.mac, true);
-        }
-    }
-    static_filters(cx, topo, vm, true);
+    netqueue_filters(cx, topo, vm, true);
     tracing::info!(vm = %vm.name, port = port.id, "vm added");
     Ok(json!({"vm": vm.name, "port": port.id, "mac": vm.mac.to_string(), "kind": vm.kind.name()}))
 }
 
-/// Static NetQueue (`netqueue = true`) at the uplinks of `vm`'s VLAN: a
-/// VM added gets the next queue in turn, as the file's VMs got theirs; a VM
-/// removed loses its filter. The other filters stay where they are.
-fn static_filters(cx: &Ctl, topo: &Topology, vm: &Vm, joined: bool) {
-    let uplinks = topo
-        .uplinks
-        .iter()
-        .filter(|u| u.netqueue == NetQueueMode::Static && u.vlan == vm.vlan);
-    for u in uplinks {
-        let Some(port) = cx.sw.port(&u.name) else {
-            continue;
-        };
-        let Some(mut f) = port.dev.filters() else {
-            continue;
-        };
-        f.entries.retain(|e| e.mac != vm.mac);
-        if joined {
-            let spare = (u.queues - 1).max(1);
-            let queue = 1 + (f.entries.len() % spare) as u32;
-            f.entries
-                .push(hvnet_port::filters::Filter { mac: vm.mac, queue });
-        }
-        if let Err(e) = port.dev.set_filters(f) {
-            tracing::warn!(uplink = %u.name, vm = %vm.name, error = %e, "netqueue: filters not installed");
+/// NetQueue at the uplinks of `vm`'s VLAN, for a VM added (`joined`) or
+/// removed: with Dynamic NetQueue its balancer gives it a filter on the
+/// least loaded queue (or takes it away); with a static table it gets the
+/// next queue in turn, as the file's VMs got theirs (or loses its filter).
+/// The other filters stay where they are.
+fn netqueue_filters(cx: &Ctl, topo: &Topology, vm: &Vm, joined: bool) {
+    for u in topo.uplinks.iter().filter(|u| u.vlan == vm.vlan) {
+        match u.netqueue {
+            NetQueueMode::Off => {}
+            NetQueueMode::Dynamic => {
+                if let Some((_, b)) = cx.balancers.iter().find(|(n, _)| *n == u.name) {
+                    crate::balancer::vm_changed(&cx.sw, &u.name, b, &vm.name, vm.mac, joined);
+                }
+            }
+            NetQueueMode::Static => {
+                let Some(port) = cx.sw.port(&u.name) else {
+                    continue;
+                };
+                let Some(mut f) = port.dev.filters() else {
+                    continue;
+                };
+                f.entries.retain(|e| e.mac != vm.mac);
+                if joined {
+                    let queue = provision::static_queue(u, f.entries.len());
+                    f.entries
+                        .push(hvnet_port::filters::Filter { mac: vm.mac, queue });
+                }
+                if let Err(e) = port.dev.set_filters(f) {
+                    tracing::warn!(uplink = %u.name, vm = %vm.name, error = %e, "netqueue: filters not installed");
+                }
+            }
         }
     }
 }
@@ -277,10 +274,7 @@ fn del_port(cx: &Ctl, topo: &Topology, i: usize, state: &mut State) -> Result<Va
     for (_, vms) in &cx.advertised {
         vms.remove(vm.mac);
     }
-    for (uplink, b) in &cx.balancers {
-        crate::balancer::vm_changed(&cx.sw, uplink, b, name, vm.mac, false);
-    }
-    static_filters(cx, topo, vm, false);
+    netqueue_filters(cx, topo, vm, false);
     cx.netns_watch
         .lock()
         .expect("netns watch lock")

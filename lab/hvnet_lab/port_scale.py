@@ -28,19 +28,10 @@ from pathlib import Path
 import hvlab
 
 from .figures import measured
-from .runners import interleaved
+from .runners import builds, interleaved
 from .verdict import median
 
 XFER = Path(__file__).resolve().parents[2] / "tests" / "py" / "xfer.py"
-
-
-def builds():
-    """(label, binary): this build, and the baseline if one is given."""
-    out = [("hvnet", hvlab.hvnet_bin())]
-    base = os.environ.get("HVNET_LAB_BASELINE")
-    if base:
-        out.append(("hvnet-base", str(Path(base).resolve())))
-    return out
 
 
 def daemon(t):

@@ -3,8 +3,23 @@
 interleaved (A, B, C, A, B, C, ...), with more rounds for a comparison
 still undecided."""
 
+import os
+from pathlib import Path
+
+import hvlab
+
 from . import measure
 from .fabrics import A_IP, B_IP
+
+
+def builds():
+    """(label, binary): this build, and the baseline if one is given
+    (`HVNET_LAB_BASELINE`), to run beside it."""
+    out = [("hvnet", hvlab.hvnet_bin())]
+    base = os.environ.get("HVNET_LAB_BASELINE")
+    if base:
+        out.append(("hvnet-base", str(Path(base).resolve())))
+    return out
 
 
 def link(f, vm):

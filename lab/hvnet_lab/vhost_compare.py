@@ -34,7 +34,7 @@ import hvlab
 
 from .fabrics import OvsDaemons, link_exists
 from .figures import measured
-from .runners import interleaved
+from .runners import builds, interleaved
 from .verdict import median
 
 MAC_A, MAC_B = "02:00:00:00:1b:0a", "02:00:00:00:1b:0b"
@@ -236,17 +236,16 @@ def vhost_frames(tmp, quick, reps, log):
     ensure_ovs_dpdk()
     mhz = tsc_mhz()
 
-    base = os.environ.get("HVNET_LAB_BASELINE")
-    switches = ("hvnet", "hvnet-base", "ovs-dpdk") if base else ("hvnet", "ovs-dpdk")
+    # This build and, with HVNET_LAB_BASELINE, the baseline beside it.
+    binaries = dict(builds())
+    switches = (*binaries, "ovs-dpdk")
+    base = "hvnet-base" in binaries
 
     def one(c):
         switch, size = c
-        if switch == "hvnet-base":
-            # Another build, in the same run (HVNET_LAB_BASELINE).
-            with hvlab.hvnet_binary(str(Path(base).resolve())):
+        if switch in binaries:
+            with hvlab.hvnet_binary(binaries[switch]):
                 r = run_hvnet(tmp, huge, size, secs)
-        elif switch == "hvnet":
-            r = run_hvnet(tmp, huge, size, secs)
         else:
             r = run_ovs(huge, size, secs, mhz)
         log.append({"command": f"{switch}: dpdk-testpmd txonly --txpkts={size} -> dpdk-testpmd rxonly, {secs} s "

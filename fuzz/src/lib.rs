@@ -363,7 +363,7 @@ pub fn switch_ops(data: &[u8]) {
 /// the rest dropped). Invariants: no panic; an inner frame is within the
 /// outer one and parses; an ARP reply is addressed to the asker.
 pub fn vtep_receive(data: &[u8]) {
-    use hvnet_datapath::tunnel::{Received, Vtep, VtepConfig};
+    use hvnet_port::vxlan::{Received, Vtep, VtepConfig};
     use hvnet_port::{check, Home, Pool, PoolCaps, SizeClass};
     use hvnet_wire::MacAddr;
     use std::net::Ipv4Addr;

@@ -11,10 +11,12 @@ use crate::guest;
 use crate::rtnl::{LinkChange, Rtnl};
 use crate::state::{check_owned_device, check_owned_netns, write_state, State};
 use crate::topology::{Host, NetQueueMode, Topology, Uplink, UplinkLro};
-use hvnet_datapath::tunnel::VtepConfig;
 use hvnet_datapath::PortSpec;
 use hvnet_port::netqueue::{Filter, Filters};
-use hvnet_port::{SocketMode, Spread, TapPort, UplinkPort, UplinkRead, VhostUserPort};
+use hvnet_port::vxlan::VtepConfig;
+use hvnet_port::{
+    Device, SocketMode, Spread, TapPort, UplinkPort, UplinkRead, VhostUserPort, VxlanPort,
+};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -59,7 +61,7 @@ pub(crate) fn create_vm(
             dev: Arc::new(port),
             mac: vm.mac,
             vlan: vm.vlan,
-            tunnel: None,
+            endpoint: None,
             settings: vm.settings.clone(),
         });
     }
@@ -107,7 +109,7 @@ pub(crate) fn create_vm(
         dev: Arc::new(tap),
         mac: vm.mac,
         vlan: vm.vlan,
-        tunnel: None,
+        endpoint: None,
         settings: vm.settings.clone(),
     })
 }
@@ -292,8 +294,9 @@ pub(crate) fn open_uplink(topo: &Topology, u: &Uplink) -> Result<PortSpec, Daemo
             source,
         }
     })?;
-    let tunnel = match &u.vxlan {
-        None => None,
+    let port: Arc<dyn Device> = Arc::new(port);
+    let (dev, endpoint) = match &u.vxlan {
+        None => (port, None),
         Some(v) => {
             // The endpoint speaks with the device's own address.
             let mac = Rtnl::new()
@@ -303,23 +306,28 @@ pub(crate) fn open_uplink(topo: &Topology, u: &Uplink) -> Result<PortSpec, Daemo
                 .ok_or_else(|| {
                     DaemonError::Other(format!("uplink {}: cannot read {dev}'s MAC", u.name))
                 })?;
-            Some(VtepConfig {
-                vni: v.vni,
-                local: v.local.0,
-                prefix: v.local.1,
-                mac,
-                remotes: v.remotes.clone(),
-                port: v.port,
-                udp_csum: v.udp_csum,
-            })
+            let vx = VxlanPort::new(
+                port,
+                VtepConfig {
+                    vni: v.vni,
+                    local: v.local.0,
+                    prefix: v.local.1,
+                    mac,
+                    remotes: v.remotes.clone(),
+                    port: v.port,
+                    udp_csum: v.udp_csum,
+                },
+            );
+            let endpoint = Arc::clone(vx.endpoint());
+            (Arc::new(vx) as Arc<dyn Device>, Some(endpoint))
         }
     };
     Ok(PortSpec {
         name: u.name.clone(),
-        dev: Arc::new(port),
+        dev,
         mac: hvnet_wire::MacAddr([0; 6]),
         vlan: u.vlan,
-        tunnel,
+        endpoint,
         settings: u.settings.clone(),
     })
 }

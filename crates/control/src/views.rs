@@ -201,7 +201,7 @@ pub fn stats(sw: &Switch, path: &str) -> Result<Value, CtlError> {
             Ok(json!([&summary[..], &["rxqueues/"]].concat()))
         }
         ["uplinks", p] => {
-            let tunnel: &[&str] = if uplink(p)?.tunnel.is_some() {
+            let tunnel: &[&str] = if sw.endpoint(uplink(p)?.id).is_some() {
                 &["vxlan"]
             } else {
                 &[]
@@ -227,7 +227,7 @@ pub fn stats(sw: &Switch, path: &str) -> Result<Value, CtlError> {
                     "hash": "toeplitz",
                     "key": "microsoft default",
                     "indirection_entries": 128,
-                    "inner": uplink(p)?.tunnel.is_some(),
+                    "inner": sw.endpoint(port.id).is_some(),
                     "filters": [],
                 }),
                 None => json!({"spread": "flow hash", "filters": []}),
@@ -235,7 +235,7 @@ pub fn stats(sw: &Switch, path: &str) -> Result<Value, CtlError> {
         }
         ["uplinks", p, "vxlan"] => {
             let port = uplink(p)?;
-            let v = port.tunnel.as_ref().ok_or_else(|| {
+            let v = sw.endpoint(port.id).ok_or_else(|| {
                 CtlError::refused(format!("uplink {p} is not a VXLAN tunnel endpoint"))
             })?;
             Ok(serde_json::to_value(v.view(std::time::Instant::now())).expect("serialize"))
@@ -283,7 +283,7 @@ pub fn evpn(sw: &Switch, topo: &crate::topology::Topology) -> Value {
         .filter_map(|u| u.vxlan.as_ref().filter(|v| v.evpn).map(|v| (u, v)))
         .filter_map(|(u, v)| {
             let port = sw.port(&u.name)?;
-            let vtep = port.tunnel.as_ref()?;
+            let vtep = sw.endpoint(port.id)?;
             let n = crate::evpn::shadow_names(v.vni);
             Some(json!({
                 "name": u.name,

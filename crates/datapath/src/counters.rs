@@ -194,13 +194,19 @@ impl DropReason {
 
     /// The reason a frame a receiver refused is dropped for, or `None`
     /// when the error is about the queue (nothing ready, no buffer, the
-    /// link, a failed read), not a frame.
+    /// link, a failed read), not a frame, or the device took the frame
+    /// itself ([`RecvError::Consumed`]).
     pub fn of_refused(e: &RecvError) -> Option<DropReason> {
         match e {
             RecvError::BadVnetHeader | RecvError::BadOffload(_) => Some(DropReason::BadVnetHeader),
             RecvError::BadFrame(_) => Some(DropReason::BadFrame),
             RecvError::TooManySegments => Some(DropReason::GsoSegments),
             RecvError::BadDescriptor => Some(DropReason::BadDescriptor),
+            RecvError::NotTunnel => Some(DropReason::NotTunnel),
+            RecvError::BadVxlan => Some(DropReason::BadVxlan),
+            RecvError::WrongVni => Some(DropReason::Vni),
+            // Taken by the device, counted as `tunnel_control`.
+            RecvError::Consumed => None,
             RecvError::WouldBlock
             | RecvError::NoBuffer
             | RecvError::Gone
@@ -215,6 +221,7 @@ impl From<SendError> for DropReason {
         match e {
             SendError::Full => DropReason::VirtqueueFull,
             SendError::Failed => DropReason::WriteError,
+            SendError::Unresolved => DropReason::TunnelUnresolved,
         }
     }
 }

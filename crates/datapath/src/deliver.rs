@@ -5,21 +5,20 @@
 //! Per item: a GSO frame for a guest that does not take it whole is
 //! segmented, each segment written as it is made; every other frame is
 //! prepared (partial checksums completed for a guest without checksum
-//! offload, `DATA_VALID` for checksums hvnet verified) and written through
-//! the port's transmitter, a run of such frames as one batch (one
-//! `sendmmsg` at an uplink, one lock of a guest's virtqueue, one io_uring
-//! submission at a TAP when asked for). Buffers go home as the items are
-//! dropped.
+//! offload, `DATA_VALID` for checksums hvnet verified) and handed to the
+//! port's transmitter with its metadata, a run of such frames as one batch
+//! (one `sendmmsg` at an uplink, one lock of a guest's virtqueue, one
+//! io_uring submission at a TAP when asked for; a tunnel endpoint
+//! encapsulates them). Buffers go home as the items are dropped.
 
 use crate::counters::{add, DropReason, EgressCounters};
 use crate::item::{RingItem, BATCH};
 use crate::ring::{Consumer, Slot};
 use crate::settings::{PortSettings, RxOverflow, BACKPRESSURE_WAIT};
 use crate::switch::{Port, Switch};
-use crate::tunnel::TunnelScratch;
 use hvnet_offload::gso::{self, CsumMode};
 use hvnet_offload::{csum, CsumState, GsoInfo};
-use hvnet_port::{Packet, SendError, Transmitter, TxOptions, VNET_HDR_LEN};
+use hvnet_port::{BatchOptions, OutFrame, Packet, SendError, Transmitter, TxOptions, Written};
 use std::io::IoSlice;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -29,12 +28,7 @@ use std::time::Duration;
 /// steady state.
 #[derive(Default)]
 pub(crate) struct Scratch {
-    vnets: Vec<[u8; VNET_HDR_LEN]>,
-    iov: Vec<IoSlice<'static>>,
-    spans: Vec<(usize, usize)>,
-    frames: Vec<&'static [IoSlice<'static>]>,
-    /// Tunnelled GSO frames and their segments.
-    pub(crate) tunnelled: TunnelScratch,
+    frames: Vec<OutFrame<'static>>,
 }
 
 /// How long a full receiver is waited on, by the port's settings, by a
@@ -84,7 +78,7 @@ pub(crate) fn deliver_loop(sw: &Switch, port: &Port, q: usize) {
             .iter()
             .fold((0, 0), |(a, b), x| (a + x.r1 as usize, b + x.r2 as usize));
         if port.is_up() {
-            deliver_batch(port, &mut *tx, c, &s, hold(&s), &mut batch, &mut scratch);
+            deliver_batch(&mut *tx, c, &s, hold(&s), &mut batch, &mut scratch);
         } else {
             for x in batch.drain(..) {
                 c.count_drop(DropReason::PortDown, x.item.sources());
@@ -98,8 +92,8 @@ pub(crate) fn deliver_loop(sw: &Switch, port: &Port, q: usize) {
     }
 }
 
-/// Reuses a vector's allocation for references of another lifetime. It
-/// must be empty; the in-place `collect` keeps the capacity.
+/// Reuses a vector's allocation for references of another lifetime. The
+/// in-place `collect` of an emptied vector keeps the capacity.
 fn recycle<T, U>(mut v: Vec<T>) -> Vec<U> {
     v.clear();
     v.into_iter().map(|_| unreachable!()).collect()
@@ -108,12 +102,10 @@ fn recycle<T, U>(mut v: Vec<T>) -> Vec<U> {
 /// Delivers `items` to `port` through `tx` (its transmitter for this
 /// queue), counting into `c`, and empties `items` — but for what a full
 /// receiver did not take with `hold` [`KEEP_WHEN_FULL`], which stays in
-/// `items`, in order, not counted. A tunnel endpoint's
-/// items go through its encapsulation; everyone else's are written in
-/// order, runs of whole frames a batch per call, GSO frames for a
-/// receiver that does not take them whole segmented in between.
+/// `items`, in order, not counted. Items are written in order, runs of
+/// whole frames a batch per call, GSO frames for a receiver that does not
+/// take them whole segmented in between.
 pub(crate) fn deliver_batch(
-    port: &Port,
     tx: &mut dyn Transmitter,
     c: &EgressCounters,
     s: &PortSettings,
@@ -121,13 +113,6 @@ pub(crate) fn deliver_batch(
     items: &mut Vec<Slot<RingItem>>,
     scratch: &mut Scratch,
 ) {
-    if let Some(vtep) = &port.tunnel {
-        for mut slot in items.drain(..) {
-            vtep.deliver(tx, c, &mut slot.item, s.csum, &mut scratch.tunnelled);
-        }
-        tx.flush();
-        return;
-    }
     let mut start = 0;
     while start < items.len() {
         let run = items[start..]
@@ -172,35 +157,27 @@ fn write_run(
     items: &mut [Slot<RingItem>],
     scratch: &mut Scratch,
 ) -> Option<usize> {
-    let vnets = &mut scratch.vnets;
-    vnets.clear();
     for slot in items.iter_mut() {
-        let vnet = match &mut slot.item {
+        match &mut slot.item {
             RingItem::Frame { pkt, .. } => prepare(pkt, s, c),
             RingItem::Coalesced(co) => {
                 if !s.csum {
                     co.fill_checksums();
                 }
-                hvnet_port::vnet_bytes(&co.info.to_vnet(co.header().len() as u16))
             }
-        };
-        vnets.push(vnet);
+        }
     }
-    let mut iov: Vec<IoSlice<'_>> = recycle(std::mem::take(&mut scratch.iov));
-    let spans = &mut scratch.spans;
-    spans.clear();
-    for (slot, vnet) in items.iter().zip(vnets.iter()) {
-        let start = iov.len();
-        push_iov(&mut iov, &slot.item, vnet);
-        spans.push((start, iov.len()));
-    }
-    let mut frames: Vec<&[IoSlice<'_>]> = recycle(std::mem::take(&mut scratch.frames));
-    frames.extend(spans.iter().map(|&(a, b)| &iov[a..b]));
+    let mut frames: Vec<OutFrame<'_>> = recycle(std::mem::take(&mut scratch.frames));
+    frames.extend(items.iter().map(|slot| match &slot.item {
+        RingItem::Frame { pkt, .. } => OutFrame::Packet(pkt),
+        RingItem::Coalesced(co) => OutFrame::Coalesced(co),
+    }));
     // Results come in the order the frames were written; a frame the
     // transmitter did not report on was not written.
     let keep = hold == Some(KEEP_WHEN_FULL);
     let (mut slots, mut at, mut kept) = (items.iter(), 0, None);
-    tx.send_batch(&frames, hold, &mut |r| {
+    let how = BatchOptions { hold, csum: s.csum };
+    tx.send_batch(&frames, how, &mut |r| {
         if let Some(slot) = slots.next() {
             if keep && r == Err(SendError::Full) {
                 kept.get_or_insert(at);
@@ -214,13 +191,12 @@ fn write_run(
         count(c, &slot.item, Err(SendError::Failed));
     }
     scratch.frames = recycle(frames);
-    scratch.iov = recycle(iov);
     kept
 }
 
-/// The virtio-net header for a frame, after completing its checksum if
-/// the guest cannot.
-fn prepare(pkt: &mut Packet, s: &PortSettings, c: &EgressCounters) -> [u8; VNET_HDR_LEN] {
+/// Readies a frame for a receiver: its partial checksum completed if the
+/// receiver cannot take it partial.
+fn prepare(pkt: &mut Packet, s: &PortSettings, c: &EgressCounters) {
     let info = &mut pkt.meta.offload;
     if let CsumState::Partial { start, offset } = info.csum {
         if !s.csum
@@ -231,36 +207,27 @@ fn prepare(pkt: &mut Packet, s: &PortSettings, c: &EgressCounters) -> [u8; VNET_
             pkt.meta.offload.csum = CsumState::Good;
         }
     }
-    let info = pkt.meta.offload;
-    if info.csum == CsumState::Good {
+    if pkt.meta.offload.csum == CsumState::Good {
         add(&c.data_valid_frames, 1);
     }
-    let hdr_len = info.gso.map_or(0, |_| pkt.header_len() as u16);
-    hvnet_port::vnet_bytes(&info.to_vnet(hdr_len))
 }
 
-fn push_iov<'a>(iov: &mut impl Extend<IoSlice<'a>>, item: &'a RingItem, vnet: &'a [u8]) {
-    iov.extend([IoSlice::new(vnet)]);
-    match item {
-        RingItem::Frame { pkt, .. } => iov.extend([IoSlice::new(pkt.frame())]),
-        RingItem::Coalesced(co) => {
-            iov.extend([IoSlice::new(co.header())]);
-            iov.extend(co.segments.iter().map(|seg| IoSlice::new(seg.bytes())));
-        }
-    }
-}
-
-fn count(c: &EgressCounters, item: &RingItem, r: Result<(), SendError>) {
+/// Counts one item by what its transmitter wrote of it.
+fn count(c: &EgressCounters, item: &RingItem, r: Result<Written, SendError>) {
     let n = item.sources();
-    if let Err(e) = r {
-        return c.count_drop(e.into(), n);
-    }
+    let w = match r {
+        Ok(w) => w,
+        Err(e) => return c.count_drop(e.into(), n),
+    };
     match item {
         RingItem::Frame { pkt, .. } => {
-            add(&c.delivered_frames, 1);
-            add(&c.delivered_bytes, pkt.len() as u64);
+            add(&c.delivered_frames, u64::from(w.frames));
+            add(&c.delivered_bytes, w.bytes);
             add(&c.delivered_source_frames, 1);
-            if pkt.meta.offload.gso.is_some() {
+            if w.segmented {
+                add(&c.segmented_frames, 1);
+                add(&c.segments_out, u64::from(w.frames));
+            } else if pkt.meta.offload.gso.is_some() {
                 add(&c.gso_intact_frames, 1);
             }
         }
@@ -293,20 +260,17 @@ fn deliver_segmented(
     };
     let mut written = 0u64;
     let mut failed = None;
+    let how = BatchOptions { hold, csum: s.csum };
     let r = gso::segment(pkt.frame(), &pkt.meta.layers, g, mode, &mut |seg| {
-        let vnet = hvnet_port::vnet_bytes(&seg.info.to_vnet(0));
-        let iov = [
-            IoSlice::new(&vnet),
-            IoSlice::new(seg.header),
-            IoSlice::new(seg.payload),
-        ];
-        match tx.send(&iov, hold) {
-            Ok(()) => {
-                written += 1;
-                add(
-                    &c.delivered_bytes,
-                    (seg.header.len() + seg.payload.len()) as u64,
-                );
+        let pieces = [IoSlice::new(seg.header), IoSlice::new(seg.payload)];
+        let frame = OutFrame::Pieces {
+            pieces: &pieces,
+            offload: seg.info,
+        };
+        match tx.send(frame, how) {
+            Ok(w) => {
+                written += u64::from(w.frames);
+                add(&c.delivered_bytes, w.bytes);
             }
             Err(e) => failed = Some(e),
         }

@@ -11,7 +11,8 @@ use crate::ring::{Consumer, Slot};
 use crate::settings::PortSettings;
 use crate::switch::{Port, PortSpec, Switch, SwitchConfig};
 use crate::worker::{Batch, Rxq};
-use hvnet_port::{Device, ReplayPort, TapPort, Transmitter, TxOptions};
+use hvnet_port::vxlan::VtepConfig;
+use hvnet_port::{Device, ReplayPort, TapPort, Transmitter, TxOptions, VxlanPort};
 use hvnet_sys::FrameQueue;
 use hvnet_wire::MacAddr;
 use std::io::{Read, Write};
@@ -73,12 +74,12 @@ impl Harness {
     }
 
     /// [`Harness::with_backends`], port `tunnel.0` a VXLAN tunnel endpoint
-    /// with settings `tunnel.1` (its tables filled by the test, as the
-    /// control plane fills them).
+    /// over its backend (the underlay) with settings `tunnel.1` (its
+    /// tables filled by the test, as the control plane fills them).
     pub fn with_tunnel(
         ports: &[(MacAddr, usize, PortSettings)],
         backends: &[Backend],
-        tunnel: Option<(usize, crate::tunnel::VtepConfig)>,
+        tunnel: Option<(usize, VtepConfig)>,
         cfg: SwitchConfig,
     ) -> Harness {
         let mut specs = Vec::new();
@@ -100,15 +101,20 @@ impl Harness {
                         (Arc::clone(&r) as Arc<dyn Device>, Guest::Replay(r))
                     }
                 };
+            let (dev, endpoint) = match tunnel.as_ref().filter(|(t, _)| *t == i) {
+                Some((_, cfg)) => {
+                    let vx = VxlanPort::new(dev, cfg.clone());
+                    let endpoint = Arc::clone(vx.endpoint());
+                    (Arc::new(vx) as Arc<dyn Device>, Some(endpoint))
+                }
+                None => (dev, None),
+            };
             specs.push(PortSpec {
                 name,
                 dev,
                 mac: *mac,
                 vlan: 0,
-                tunnel: tunnel
-                    .as_ref()
-                    .filter(|(t, _)| *t == i)
-                    .map(|(_, c)| c.clone()),
+                endpoint,
                 settings: settings.clone(),
             });
             guests.push(guest);
@@ -175,7 +181,6 @@ impl Harness {
                 .fold((0, 0), |(a, b), x| (a + x.r1 as usize, b + x.r2 as usize));
             let s = port.settings();
             deliver::deliver_batch(
-                port,
                 &mut *r.tx,
                 &ring.delivery,
                 &s,
@@ -323,7 +328,7 @@ pub fn tap_port(
         dev: Arc::new(TapPort::from_queues(name, sw_side)),
         mac,
         vlan: 0,
-        tunnel: None,
+        endpoint: None,
         settings,
     };
     (spec, guest)
@@ -631,13 +636,99 @@ mod tests {
         assert!(!h.sw.ports()[2].is_up(), "its receiver found the link gone");
     }
 
+    /// The VXLAN endpoint is a port like any other: ARP from the remote
+    /// for its address is answered by the endpoint itself (through its
+    /// underlay) and counted, not forwarded; what a VM floods leaves the
+    /// underlay encapsulated to the remote; VXLAN from the remote reaches
+    /// the VM decapsulated, counted as it arrived (outer headers on).
+    #[test]
+    fn a_tunnel_endpoint_is_a_device_that_encapsulates_and_decapsulates() {
+        use hvnet_offload::vxlan::{encap_header, Tunnel, OUTER_LEN};
+        use hvnet_wire::arp;
+        use std::net::Ipv4Addr;
+        let s = drop_settings();
+        // An uplink forwards whatever its side sends, as provisioning sets it.
+        let wire = PortSettings {
+            allow_forged_transmits: true,
+            ..s.clone()
+        };
+        let ports = [(mac(1), 1, s), (MacAddr([0; 6]), 1, wire)];
+        let (local, remote) = (Ipv4Addr::new(198, 18, 60, 1), Ipv4Addr::new(198, 18, 60, 9));
+        let vtep = VtepConfig {
+            vni: 42,
+            local,
+            prefix: 24,
+            mac: mac(9),
+            remotes: vec![remote],
+            port: 4789,
+            udp_csum: false,
+        };
+        let backends = [Backend::Tap, Backend::Replay];
+        let mut h =
+            Harness::with_tunnel(&ports, &backends, Some((1, vtep)), SwitchConfig::default());
+        let remote_mac = MacAddr([2, 0xee, 0, 0, 0, 9]);
+        let request = arp::Repr {
+            op: arp::Operation::Request,
+            sender_mac: remote_mac,
+            sender_ip: remote.octets(),
+            target_mac: MacAddr([0; 6]),
+            target_ip: local.octets(),
+        }
+        .frame();
+        h.send(1, 0, &with_hdr(&request));
+        let mut out = Vec::new();
+        h.settle(20, &mut out);
+        assert_eq!(out.len(), 1, "answered on the underlay only: {out:?}");
+        let reply = &out[0].1[12..];
+        assert_eq!((out[0].0, &reply[0..6]), (1, &remote_mac.0[..]));
+        let r = arp::Repr::parse(&arp::Packet::new_checked(&reply[14..]).unwrap()).unwrap();
+        assert_eq!((r.op, r.sender_mac), (arp::Operation::Reply, mac(9)));
+
+        // Unknown unicast from the VM: to the flood list, encapsulated.
+        let inner = &tcp(1, 0x42, 0)[12..];
+        h.send(0, 0, &with_hdr(inner));
+        out.clear();
+        h.settle(20, &mut out);
+        let sent: Vec<&Vec<u8>> = out
+            .iter()
+            .filter(|(p, _)| *p == 1)
+            .map(|(_, f)| f)
+            .collect();
+        assert_eq!(sent.len(), 1, "{out:?}");
+        let f = &sent[0][12..];
+        assert_eq!(&f[0..6], &remote_mac.0, "to the remote's resolved MAC");
+        assert_eq!(&f[30..34], &remote.octets());
+        assert_eq!(u16::from_be_bytes([f[36], f[37]]), 4789);
+        assert_eq!(&f[OUTER_LEN..], inner, "the inner frame intact");
+
+        // VXLAN from the remote: the VM gets its inner frame.
+        let back = &tcp(0x42, 1, 1)[12..];
+        let tunnel = Tunnel {
+            src_mac: remote_mac,
+            dst_mac: mac(9),
+            ..Tunnel::new(42, remote.octets(), local.octets())
+        };
+        let mut outer = [0u8; OUTER_LEN];
+        encap_header(&tunnel, back, None, Default::default(), &mut outer).unwrap();
+        h.send(1, 0, &with_hdr(&[&outer[..], back].concat()));
+        out.clear();
+        h.settle(20, &mut out);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!((out[0].0, &out[0].1[12..]), (0, back));
+        let i = h.sw.ports()[1].ingress_stats();
+        assert_eq!((i.frames, i.tunnel_control, i.decapsulated), (2, 1, 1));
+        assert_eq!(i.bytes, (OUTER_LEN + back.len()) as u64);
+        let e = h.sw.endpoint(1).unwrap().view(std::time::Instant::now());
+        assert_eq!(e.arp_replies_sent, 1);
+        assert_eq!(e.remotes[0].mac, Some(remote_mac.to_string()));
+    }
+
     /// An ARP request from a VM for an IP the fabric advertised is
     /// answered to that VM, not forwarded, and counted; one for another IP
     /// is flooded. A disconnected port's frames are dropped and counted,
     /// and nothing is flooded to it.
     #[test]
     fn arp_for_an_advertised_ip_is_answered_here_and_a_disconnected_port_is_cut_off() {
-        use crate::tunnel::VtepConfig;
         use hvnet_wire::arp;
         use std::net::{IpAddr, Ipv4Addr};
         let s = drop_settings();
@@ -660,8 +751,7 @@ mod tests {
             Harness::with_tunnel(&ports, &backends, Some((1, vtep)), SwitchConfig::default());
         let remote = MacAddr([2, 0xdd, 0, 0, 0, 7]);
         let sw = Arc::clone(&h.sw);
-        let ports = sw.ports();
-        let t = ports[1].tunnel.as_ref().unwrap();
+        let t = sw.endpoint(1).unwrap();
         t.evpn_neighbour(IpAddr::V4(Ipv4Addr::new(198, 19, 60, 2)), Some(remote))
             .unwrap();
         let request = |target: [u8; 4]| {

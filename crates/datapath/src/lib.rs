@@ -21,7 +21,7 @@ pub mod ring;
 pub mod settings;
 pub mod switch;
 pub mod threads;
-pub mod tunnel;
+
 mod worker;
 pub mod workers;
 

@@ -105,6 +105,10 @@ impl Switch {
                 return Err(TableError::Exists(spec.name));
             }
             let id = table.free_slot();
+            let mut spec = spec;
+            if let Some(e) = spec.endpoint.take() {
+                self.endpoints.write().expect("lock").insert(id, e);
+            }
             let port = Port::new(id, spec, self.pool_caps, &self.settings_gen);
             let mut next = PortTable::clone(&table);
             if id == next.slots.len() {
@@ -152,6 +156,7 @@ impl Switch {
         self.settings_gen.fetch_add(1, Ordering::Release);
         self.workers.release_port(&port, RELEASE_WAIT);
         self.fdb.remove_port(port.id);
+        self.endpoints.write().expect("lock").remove(&port.id);
         tracing::info!(port = %port.name, id = port.id, "port removed");
         Ok(port)
     }

@@ -12,9 +12,11 @@ use crate::ring::{self, RingStatus, RxRing};
 use crate::settings::{validate_settings, PortSettings, SettingError};
 use crate::workers::Workers;
 use hvnet_offload::rss::{Rss, DEFAULT_KEY};
+use hvnet_port::vxlan::Vtep;
 use hvnet_port::{Device, Home, PoolCaps, PoolStatus};
 use hvnet_wire::MacAddr;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -75,8 +77,6 @@ pub struct Port {
     pub mac: MacAddr,
     /// Access VLAN (0: untagged).
     pub vlan: u16,
-    /// The VXLAN tunnel endpoint an uplink is, if it is one.
-    pub tunnel: Option<crate::tunnel::Vtep>,
     settings: RwLock<PortSettings>,
     /// Guest receive queues, one per TAP queue.
     pub rxq: Vec<RxQueue>,
@@ -132,7 +132,6 @@ impl Port {
             dev: s.dev,
             mac: s.mac,
             vlan: s.vlan,
-            tunnel: s.tunnel.map(crate::tunnel::Vtep::new),
             settings: RwLock::new(s.settings),
             home: Home::new(pool_caps),
             state: AtomicU8::new(PortState::Up as u8),
@@ -258,8 +257,11 @@ pub struct PortSpec {
     pub mac: MacAddr,
     /// Access VLAN (0: none).
     pub vlan: u16,
-    /// For an uplink that is a VXLAN tunnel endpoint: its settings.
-    pub tunnel: Option<crate::tunnel::VtepConfig>,
+    /// For a VXLAN tunnel endpoint (its device a
+    /// [`hvnet_port::VxlanPort`]): the endpoint's tables, which the
+    /// control plane (BGP EVPN), the views and ARP suppression read and
+    /// write. Frames reach the endpoint only through the device.
+    pub endpoint: Option<Arc<Vtep>>,
     /// Settings.
     pub settings: PortSettings,
 }
@@ -347,6 +349,9 @@ pub struct Switch {
     pub(crate) rebalance: bool,
     pub(crate) busy_poll_max: Duration,
     pub(crate) worker_nice: i32,
+    /// The VXLAN tunnel endpoints among the ports, by port index
+    /// ([`PortSpec::endpoint`]).
+    pub(crate) endpoints: RwLock<BTreeMap<usize, Arc<Vtep>>>,
     /// The switch itself, for threads it starts after [`Switch::start`].
     me: std::sync::Weak<Switch>,
 }
@@ -355,10 +360,16 @@ impl Switch {
     /// Builds a switch over opened ports (not yet running).
     pub fn new(specs: Vec<PortSpec>, cfg: SwitchConfig) -> Arc<Switch> {
         let settings_gen = Arc::new(AtomicU64::new(0));
+        let mut endpoints = BTreeMap::new();
         let ports: Vec<Arc<Port>> = specs
             .into_iter()
             .enumerate()
-            .map(|(id, s)| Port::new(id, s, cfg.pool_caps, &settings_gen))
+            .map(|(id, mut s)| {
+                if let Some(e) = s.endpoint.take() {
+                    endpoints.insert(id, e);
+                }
+                Port::new(id, s, cfg.pool_caps, &settings_gen)
+            })
             .collect();
         let fdb = Fdb::new(cfg.fdb_aging, cfg.fdb_limits);
         for p in ports.iter().filter(|p| !p.is_uplink()) {
@@ -384,6 +395,7 @@ impl Switch {
             rebalance: cfg.rebalance,
             busy_poll_max: cfg.busy_poll_max,
             worker_nice: cfg.worker_nice,
+            endpoints: RwLock::new(endpoints),
             me: me.clone(),
         })
     }
@@ -406,6 +418,22 @@ impl Switch {
         true
     }
 
+    /// The VXLAN tunnel endpoint port `port` is, if it is one.
+    pub fn endpoint(&self, port: usize) -> Option<Arc<Vtep>> {
+        self.endpoints.read().expect("lock").get(&port).cloned()
+    }
+
+    /// The tunnel endpoint on access VLAN `vlan`, if there is one (the one
+    /// whose advertised addresses ARP suppression answers from).
+    pub(crate) fn endpoint_on(&self, vlan: u16) -> Option<Arc<Vtep>> {
+        let ports = self.ports();
+        let endpoints = self.endpoints.read().expect("lock");
+        endpoints
+            .iter()
+            .find(|(id, _)| ports.get(**id).is_some_and(|p| p.vlan == vlan))
+            .map(|(_, e)| Arc::clone(e))
+    }
+
     /// Installs what the fabric advertises for uplink `uplink`'s tunnel
     /// endpoint: `mac` behind remote endpoint `vtep`, or (`None`) its
     /// withdrawal. A MAC that is a local VM's own address, its guest here,
@@ -416,11 +444,11 @@ impl Switch {
         uplink: usize,
         mac: MacAddr,
         vtep: Option<std::net::Ipv4Addr>,
-    ) -> Result<(), crate::tunnel::EvpnRefusal> {
+    ) -> Result<(), hvnet_port::vxlan::EvpnRefusal> {
         let Some(up) = self.ports().get(uplink).cloned() else {
             return Ok(());
         };
-        let Some(tunnel) = &up.tunnel else {
+        let Some(tunnel) = self.endpoint(uplink) else {
             return Ok(());
         };
         if vtep.is_none() {
@@ -429,13 +457,13 @@ impl Switch {
         }
         if self.fdb.pinned_to(up.vlan, mac).is_some() && !self.release_address(up.vlan, mac) {
             tunnel.evpn_local_claim();
-            return Err(crate::tunnel::EvpnRefusal::LocalMac);
+            return Err(hvnet_port::vxlan::EvpnRefusal::LocalMac);
         }
         tunnel.evpn_mac(mac, vtep)?;
         if !self.fdb.add_remote(up.vlan, mac, uplink) {
             tunnel.evpn_mac(mac, None)?;
             tunnel.evpn_local_claim();
-            return Err(crate::tunnel::EvpnRefusal::LocalMac);
+            return Err(hvnet_port::vxlan::EvpnRefusal::LocalMac);
         }
         Ok(())
     }

@@ -6,18 +6,19 @@
 //! names, and asks the device for its link and what its other side takes.
 //! A new backend is written in [`crate::backends`] alone.
 //!
-//! Frames cross the interface as the virtio-net header describes them: a
-//! receiver hands over [`Packet`]s already checked and parsed
-//! ([`crate::vnet::check`]); a transmitter takes each frame as I/O slices,
-//! its 12-byte header first.
+//! Frames cross the interface with their metadata, both ways: a receiver
+//! hands over [`Packet`]s already checked and parsed
+//! ([`crate::vnet::check`]); a transmitter takes [`OutFrame`]s — packets
+//! with their metadata, coalesced frames, segments — and writes each as
+//! its device needs it (behind a virtio-net header, or inside a tunnel).
 
 use crate::filters::Filters;
+use crate::outgoing::{BatchOptions, OutFrame, Written};
 use crate::packet::Packet;
 use crate::pool::Pool;
 use crate::status::DeviceStatus;
 use crate::vnet::RecvError;
 use std::fmt;
-use std::io::IoSlice;
 use std::os::fd::RawFd;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -111,6 +112,13 @@ pub trait Device: Send + Sync + fmt::Debug {
     fn set_filters(&self, _f: Filters) -> Result<(), String> {
         Err(format!("a {} port has no receive filters", self.kind()))
     }
+
+    /// Bytes the device adds to every frame on the wire (a tunnel
+    /// endpoint's outer headers): the frames it takes are that much
+    /// shorter than its MTU.
+    fn overhead(&self) -> usize {
+        0
+    }
 }
 
 /// The other side's offloads, as far as the device knows them.
@@ -159,6 +167,8 @@ pub enum SendError {
     Full,
     /// The write failed.
     Failed,
+    /// A tunnel endpoint knows no remote's underlay MAC for it yet.
+    Unresolved,
 }
 
 /// Reads one queue of a device. It owns its spare buffers and whatever
@@ -207,30 +217,39 @@ pub trait Receiver: Send {
 
     /// Gives the spare buffers it holds back to `pool`'s cache.
     fn release(&mut self, _pool: &mut Pool) {}
+
+    /// True for a queue with periodic work of its own, which its worker
+    /// then looks at every tick even while idle (a tunnel endpoint's first
+    /// queue, resolving the endpoint's peers).
+    fn ticks(&self) -> bool {
+        false
+    }
+
+    /// The periodic work [`Receiver::ticks`] asked for.
+    fn tick(&mut self, _now: std::time::Instant) {}
 }
 
 /// Writes one queue of a device.
 pub trait Transmitter: Send {
-    /// Writes `frames`, each as I/O slices with its virtio-net header
-    /// first, telling `done` each frame's result, in order (a callback,
-    /// so that no caller needs a buffer for them). With `hold`, a full
-    /// queue on the other side is waited on for up to that long before a
-    /// frame is given up (`rx_overflow = "backpressure"`). A zero `hold`
-    /// never waits: the first frame that finds the queue full, and every
-    /// frame after it, is reported [`SendError::Full`] untried (a
-    /// datapath worker keeps them, in order, to write again, rather than
-    /// holding its other queues up).
+    /// Writes `frames`, telling `done` each frame's result, in order (a
+    /// callback, so that no caller needs a buffer for them). `how` says
+    /// whether a full queue on the other side is waited on and whether
+    /// partial checksums may leave partial ([`BatchOptions`]): with a
+    /// zero hold, the first frame that finds the queue full, and every
+    /// frame after it, is reported [`SendError::Full`] untried (a datapath
+    /// worker keeps them, in order, to write again, rather than holding
+    /// its other queues up).
     fn send_batch(
         &mut self,
-        frames: &[&[IoSlice<'_>]],
-        hold: Option<Duration>,
-        done: &mut dyn FnMut(Result<(), SendError>),
+        frames: &[OutFrame<'_>],
+        how: BatchOptions,
+        done: &mut dyn FnMut(Result<Written, SendError>),
     );
 
     /// Writes one frame (see [`Transmitter::send_batch`]).
-    fn send(&mut self, frame: &[IoSlice<'_>], hold: Option<Duration>) -> Result<(), SendError> {
+    fn send(&mut self, frame: OutFrame<'_>, how: BatchOptions) -> Result<Written, SendError> {
         let mut result = Err(SendError::Failed);
-        self.send_batch(&[frame], hold, &mut |r| result = r);
+        self.send_batch(&[frame], how, &mut |r| result = r);
         result
     }
 

@@ -5,10 +5,10 @@
 //! per frame (a TAP takes one frame per write).
 
 use crate::device::{SendError, Transmitter};
+use crate::outgoing::{BatchOptions, OutFrame, Slices, Written};
 use hvnet_sys::{BatchWriter, FrameQueue};
 use std::io::{self, IoSlice};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// How a queue's batches are written.
 enum Batching {
@@ -26,6 +26,7 @@ pub(crate) struct FdTransmitter<D> {
     queue: fn(&D, usize) -> &FrameQueue,
     q: usize,
     batching: Batching,
+    slices: Slices,
 }
 
 impl<D: Send + Sync + 'static> FdTransmitter<D> {
@@ -50,6 +51,7 @@ impl<D: Send + Sync + 'static> FdTransmitter<D> {
             queue,
             q,
             batching,
+            slices: Slices::default(),
         }
     }
 
@@ -64,6 +66,7 @@ impl<D: Send + Sync + 'static> FdTransmitter<D> {
             queue,
             q,
             batching: Batching::Mmsg,
+            slices: Slices::default(),
         }
     }
 }
@@ -71,45 +74,64 @@ impl<D: Send + Sync + 'static> FdTransmitter<D> {
 impl<D: Send + Sync + 'static> Transmitter for FdTransmitter<D> {
     fn send_batch(
         &mut self,
-        frames: &[&[IoSlice<'_>]],
-        _hold: Option<Duration>,
-        done: &mut dyn FnMut(Result<(), SendError>),
+        frames: &[OutFrame<'_>],
+        _how: BatchOptions,
+        done: &mut dyn FnMut(Result<Written, SendError>),
     ) {
         let fq = (self.queue)(&self.dev, self.q);
-        match &mut self.batching {
-            Batching::Writev => {
-                for f in frames {
-                    done(crate::vnet::write_frame(fq, f).map_err(|_| SendError::Failed));
+        let batching = &mut self.batching;
+        let mut lens = frames.iter().map(OutFrame::len);
+        let mut done = |r: Result<(), SendError>| {
+            let len = lens.next().unwrap_or(0);
+            done(r.map(|()| Written::one(len)));
+        };
+        self.slices.with(frames, |slices| {
+            write_slices(fq, batching, slices, &mut done)
+        });
+    }
+}
+
+/// Writes frames serialised behind their virtio-net headers, as the
+/// queue's batching says, telling `done` each one's result in order.
+fn write_slices(
+    fq: &FrameQueue,
+    batching: &mut Batching,
+    frames: &[&[IoSlice<'_>]],
+    done: &mut dyn FnMut(Result<(), SendError>),
+) {
+    match batching {
+        Batching::Writev => {
+            for f in frames {
+                done(crate::vnet::write_frame(fq, f).map_err(|_| SendError::Failed));
+            }
+        }
+        Batching::Mmsg => {
+            // A frame the kernel refused stops the call; it is counted
+            // failed and the rest are tried again after it.
+            let mut rest = frames;
+            while !rest.is_empty() {
+                let n = hvnet_sys::send_frames(fq, rest).unwrap_or(0);
+                (0..n).for_each(|_| done(Ok(())));
+                if n < rest.len() {
+                    done(Err(SendError::Failed));
+                    rest = &rest[n + 1..];
+                } else {
+                    rest = &[];
                 }
             }
-            Batching::Mmsg => {
-                // A frame the kernel refused stops the call; it is counted
-                // failed and the rest are tried again after it.
-                let mut rest = frames;
-                while !rest.is_empty() {
-                    let n = hvnet_sys::send_frames(fq, rest).unwrap_or(0);
-                    (0..n).for_each(|_| done(Ok(())));
-                    if n < rest.len() {
-                        done(Err(SendError::Failed));
-                        rest = &rest[n + 1..];
-                    } else {
-                        rest = &[];
-                    }
-                }
-            }
-            Batching::Uring(w, written) => {
-                // Nothing is written twice: a batch that failed part-way
-                // counts as failed writes for the frames it did not report
-                // on (and a short write as a failed one, as `writev` does).
-                let _ = w.write_batch(frames, written);
-                let total = |f: &&[IoSlice<'_>]| f.iter().map(|s| s.len()).sum::<usize>();
-                for (i, f) in frames.iter().enumerate() {
-                    let r = match written.get(i) {
-                        Some(Ok(n)) if *n == total(f) => Ok(()),
-                        _ => Err(SendError::Failed),
-                    };
-                    done(r);
-                }
+        }
+        Batching::Uring(w, written) => {
+            // Nothing is written twice: a batch that failed part-way
+            // counts as failed writes for the frames it did not report
+            // on (and a short write as a failed one, as `writev` does).
+            let _ = w.write_batch(frames, written);
+            let total = |f: &&[IoSlice<'_>]| f.iter().map(|s| s.len()).sum::<usize>();
+            for (i, f) in frames.iter().enumerate() {
+                let r = match written.get(i) {
+                    Some(Ok(n)) if *n == total(f) => Ok(()),
+                    _ => Err(SendError::Failed),
+                };
+                done(r);
             }
         }
     }

@@ -13,6 +13,8 @@
 //! - [`vnet`]: the virtio-net header at the port boundary — receive
 //!   errors, the header's check against its frame, writing behind one —
 //!   for every backend;
+//! - [`outgoing`]: what a transmitter takes — frames with their metadata
+//!   — and their serialisation behind a virtio-net header;
 //! - `fd_tx` (private): writing frames to a TAP queue or a packet socket
 //!   with the fewest system calls, for the two backends that have one.
 //!
@@ -31,6 +33,10 @@
 //!   virtio-net device served over its shared memory and virtqueues, with
 //!   its own engine for frames in and out of them ([`vhost_user::virtq`])
 //!   and the guest's control virtqueue ([`vhost_user::ctrlq`]);
+//! - [`backends::vxlan`]: VXLAN tunnel endpoints, a device over an
+//!   uplink's that decapsulates what it reads and encapsulates what it
+//!   writes, with the endpoint's tables (remotes, learned and advertised
+//!   MACs, its underlay neighbours);
 //! - [`backends::replay`]: a port over in-memory queues, what a test or a
 //!   capture replays into the switch.
 //!
@@ -43,6 +49,7 @@ pub mod backends;
 pub mod device;
 mod fd_tx;
 pub mod filters;
+pub mod outgoing;
 pub mod packet;
 pub mod pool;
 pub mod status;
@@ -50,10 +57,11 @@ pub mod vnet;
 
 pub use backends::uplink::netqueue;
 pub use backends::vhost_user::virtq;
-pub use backends::{replay, tap, uplink, vhost_user};
+pub use backends::{replay, tap, uplink, vhost_user, vxlan};
 
 pub use device::{Caps, Device, Link, Receiver, SendError, Transmitter, TxOptions};
-pub use packet::{Meta, Packet};
+pub use outgoing::{BatchOptions, OutFrame, Written};
+pub use packet::{Meta, Packet, TunnelMeta};
 pub use pool::{Buf, Home, Pool, PoolCaps, PoolStatus, SizeClass};
 pub use pool::{HEADROOM, SMALL_FRAME};
 pub use replay::{ReplayError, ReplayPort};
@@ -64,3 +72,4 @@ pub use uplink::{LinkState, Spread, UplinkPort, UplinkRead};
 pub use vhost_user::{SocketMode, VhostUserPort};
 pub use virtq::VirtqError;
 pub use vnet::{check, send, vnet_bytes, write_frame, RecvError, MAX_GSO_SEGMENTS, VNET_HDR_LEN};
+pub use vxlan::VxlanPort;

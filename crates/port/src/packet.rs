@@ -18,6 +18,18 @@ pub struct Meta {
     pub offload: OffloadInfo,
     /// RSS (Toeplitz) hash, once a stage computed it.
     pub hash: Option<u32>,
+    /// For a frame a tunnel endpoint decapsulated: where it came from (as
+    /// Open vSwitch's tunnel metadata, `flow_tnl`).
+    pub tunnel: Option<TunnelMeta>,
+}
+
+/// What a decapsulated frame's outer headers said.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TunnelMeta {
+    /// The VXLAN network identifier.
+    pub vni: u32,
+    /// Bytes of outer headers it arrived with.
+    pub outer_len: u16,
 }
 
 /// A frame and its metadata.
@@ -58,6 +70,7 @@ impl Packet {
                 layers,
                 offload,
                 hash: None,
+                tunnel: None,
             },
         }
     }

@@ -57,6 +57,21 @@ pub enum RecvError {
     /// while read (vhost-user ports).
     #[error("bad transmit descriptor chain")]
     BadDescriptor,
+    /// At a tunnel endpoint: neither VXLAN to it nor ARP for it.
+    #[error("neither VXLAN to the endpoint nor ARP for it")]
+    NotTunnel,
+    /// At a tunnel endpoint: VXLAN to its address and port that is
+    /// malformed (no I flag, a truncated header, an inner frame whose
+    /// headers lie).
+    #[error("malformed VXLAN")]
+    BadVxlan,
+    /// At a tunnel endpoint: VXLAN for another VNI.
+    #[error("VXLAN for another VNI")]
+    WrongVni,
+    /// Not refused but taken by the device itself: ARP for a tunnel
+    /// endpoint's own address (answered by it). Counted, never forwarded.
+    #[error("taken by the device (ARP for the tunnel endpoint)")]
+    Consumed,
     /// Any other read error.
     #[error("read from the TAP failed")]
     Read(#[source] io::Error),

@@ -9,7 +9,7 @@
 //! (the connection ends, the port takes the next one); nothing kills the
 //! switch.
 
-use hvnet_port::{Device, TxOptions, VhostUserPort};
+use hvnet_port::{BatchOptions, Device, OutFrame, TxOptions, VhostUserPort};
 use std::fs::File;
 use std::io::IoSlice;
 use std::os::fd::AsRawFd;
@@ -219,14 +219,16 @@ fn logged(log: &File, gpa: u64) -> bool {
 /// One frame into the guest's receive queue 0, as the switch delivers.
 fn deliver(port: &std::sync::Arc<VhostUserPort>) -> Result<(), hvnet_port::SendError> {
     let mut tx = Device::transmitter(std::sync::Arc::clone(port), 0, TxOptions::default());
-    let hdr = [0u8; hvnet_port::VNET_HDR_LEN];
     let mut frame = vec![0u8; 60];
     frame[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
     frame[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
     frame[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
-    let slices = [IoSlice::new(&hdr), IoSlice::new(&frame)];
-    let mut result = Ok(());
-    tx.send_batch(&[&slices[..]], None, &mut |r| result = r);
+    let pieces = [IoSlice::new(&frame)];
+    let frame = OutFrame::Pieces {
+        pieces: &pieces,
+        offload: Default::default(),
+    };
+    let result = tx.send(frame, BatchOptions::default()).map(|_| ());
     tx.flush();
     result
 }

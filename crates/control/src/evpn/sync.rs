@@ -207,10 +207,7 @@ impl Sync {
             }
         };
         self.idx = idx;
-        let Some(up) = self.sw.ports().get(self.uplink).cloned() else {
-            return true;
-        };
-        let Some(vtep) = up.tunnel.as_ref() else {
+        let Some(vtep) = self.sw.endpoint(self.uplink) else {
             return true;
         };
         for mac in vtep.evpn_clear() {
@@ -335,10 +332,7 @@ impl Sync {
 
     /// Installs or withdraws what one entry of the shadow says.
     fn apply(&mut self, n: &NeighbourMessage, new: bool) {
-        let Some(up) = self.sw.ports().get(self.uplink).cloned() else {
-            return;
-        };
-        let Some(vtep) = up.tunnel.as_ref() else {
+        let Some(vtep) = self.sw.endpoint(self.uplink) else {
             return;
         };
         let lladdr = n.attributes.iter().find_map(|a| match a {

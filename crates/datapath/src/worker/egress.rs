@@ -6,7 +6,6 @@ use super::{Ctx, State, GRO_MAX_SEGMENTS};
 use crate::counters::{add, DropReason};
 use crate::item::RingItem;
 use hvnet_offload::gro::{GroConfig, GroOutput, GroTable};
-use hvnet_offload::vxlan::OUTER_LEN;
 use hvnet_port::Packet;
 
 impl State {
@@ -37,7 +36,7 @@ impl State {
         };
         // Longest frame the receiver takes: its MTU and this frame's link
         // header; less the outer headers a tunnel endpoint adds on the wire.
-        let overhead = if port.tunnel.is_some() { OUTER_LEN } else { 0 };
+        let overhead = port.dev.overhead();
         let limit = (s.mtu as usize + pkt.meta.layers.l2.header_len).saturating_sub(overhead);
         let c = &self.lane(cx, dst, q).counters;
         add(&c.offered, 1);

@@ -1,5 +1,5 @@
-//! A worker's ingress steps, per frame read: a tunnel endpoint's
-//! decapsulation, an uplink's software checksum check and LRO, then the
+//! A worker's ingress steps, per frame read: an uplink's software
+//! checksum check and LRO, then the
 //! switching decision (policy, learning, ARP and ND suppression, lookup,
 //! flooding).
 
@@ -8,7 +8,6 @@ use super::{Ctx, State};
 use crate::counters::{add, DropReason};
 use crate::fdb::Learn;
 use crate::forward::{self, Action, Ingress};
-use crate::tunnel::{Received, Vtep};
 use hvnet_port::Packet;
 use std::time::Instant;
 
@@ -47,27 +46,6 @@ impl State {
             self.switch_frame(cx, p, now);
         }
         self.lro_ready = ready;
-    }
-
-    /// A frame from a tunnel endpoint's underlay: its inner frame is
-    /// forwarded, ARP for the endpoint answered, the rest dropped.
-    pub(super) fn receive_tunnel(&mut self, cx: &Ctx, vtep: &Vtep, pkt: Packet, now: Instant) {
-        self.count_in(cx, &pkt);
-        let c = &cx.port.ingress[cx.q];
-        match vtep.receive(pkt, now) {
-            Received::Inner(inner) => {
-                add(&c.decapsulated, 1);
-                self.coalesce_or_switch(cx, inner, now);
-            }
-            Received::Arp(reply) => {
-                add(&c.tunnel_control, 1);
-                if let Some(r) = reply {
-                    // A reply that cannot be written now is asked for again.
-                    vtep.send_reply(self.tunnel_tx(cx), &r);
-                }
-            }
-            Received::Drop(why) => c.count_drop(why.into(), 1),
-        }
     }
 
     /// The switching decision for a counted frame: policy, learning,

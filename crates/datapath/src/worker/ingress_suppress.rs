@@ -23,12 +23,7 @@ impl State {
         let Some(request) = Request::of(pkt) else {
             return false;
         };
-        let Some(vtep) = cx
-            .ports
-            .iter()
-            .find(|p| p.vlan == cx.port.vlan && p.tunnel.is_some())
-            .and_then(|p| p.tunnel.as_ref())
-        else {
+        let Some(vtep) = cx.sw.endpoint_on(cx.port.vlan) else {
             return false;
         };
         let Some(mac) = vtep.evpn_resolve(request.target()) else {

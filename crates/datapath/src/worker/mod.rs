@@ -19,9 +19,8 @@ use crate::port_table::PortTable;
 use crate::ring::{Lane, Slot};
 use crate::settings::PortSettings;
 use crate::switch::{Port, PortState, Switch};
-use crate::tunnel::SOLICIT_EVERY;
 use hvnet_offload::gro::{GroOutput, GroTable};
-use hvnet_port::{Link, Packet, Pool, Receiver, RecvError, Transmitter, TxOptions};
+use hvnet_port::{Link, Packet, Pool, Receiver, RecvError, Transmitter};
 use hvnet_wire::MacAddr;
 use ingress_lro::IngressLro;
 use std::sync::atomic::Ordering;
@@ -107,8 +106,6 @@ struct State {
     rx: Box<dyn Receiver>,
     /// What the last batch read: frames, and frames refused.
     frames: Vec<Result<Packet, RecvError>>,
-    /// A tunnel endpoint's own frames (ARP) go out through this.
-    tunnel_tx: Option<Box<dyn Transmitter>>,
     /// When the kernel's drops at this queue were last read.
     kernel_drops_read: Instant,
     /// When the queue's thread last woke to read.
@@ -121,8 +118,6 @@ struct State {
     /// (`rx_overflow = "backpressure"`), and since when.
     kept: Vec<(usize, usize)>,
     kept_since: Option<Instant>,
-    /// When a tunnel endpoint's first queue resolves its peers next.
-    next_solicit: Instant,
     /// Settings of every port, re-read when the switch's generation moves.
     gen: u64,
     settings: Vec<PortSettings>,
@@ -155,14 +150,12 @@ impl Rxq {
             pool: Pool::new(Arc::clone(&port.home)),
             rx: Arc::clone(&port.dev).receiver(q),
             frames: Vec::with_capacity(BATCH),
-            tunnel_tx: None,
             kernel_drops_read: Instant::now(),
             last_wake: Instant::now(),
             poll_budget: BUSY_POLL_MIN,
             read: false,
             kept: Vec::new(),
             kept_since: None,
-            next_solicit: Instant::now(),
             gen: u64::MAX,
             settings: Vec::new(),
             dests: Vec::new(),
@@ -238,24 +231,22 @@ impl Rxq {
         Turn::Hot
     }
 
-    /// True for a tunnel endpoint's first queue, which resolves the
-    /// endpoint's peers (looked at every tick).
-    pub(crate) fn resolves_peers(&self) -> bool {
-        self.cx.q == 0 && self.cx.port.tunnel.is_some()
+    /// True for a queue with periodic work of its own (a tunnel
+    /// endpoint's first queue, which resolves the endpoint's peers),
+    /// looked at every tick.
+    pub(crate) fn ticks(&self) -> bool {
+        self.st.rx.ticks()
     }
 
-    /// The worker's periodic look at an idle queue: for a tunnel
-    /// endpoint's first queue (every [`crate::workers::TICK`]) the
-    /// resolution of its peers; with `look` (the worker's idle look, once
+    /// The worker's periodic look at an idle queue: the receiver's own
+    /// periodic work where it has some (every [`crate::workers::TICK`]: a
+    /// tunnel endpoint's resolution of its peers); with `look` (the worker's idle look, once
     /// a second), the kernel's drops at it and its link (a device going
     /// away is seen at once by its reads; carrier lost on an idle uplink,
     /// at the next look).
     pub(crate) fn tick(&mut self, now: Instant, look: bool) {
-        if let Some(vtep) = self.cx.port.tunnel.as_ref().filter(|_| self.cx.q == 0) {
-            if now >= self.st.next_solicit || vtep.take_flood_changed() {
-                vtep.solicit(self.st.tunnel_tx(&self.cx));
-                self.st.next_solicit = now + SOLICIT_EVERY;
-            }
+        if self.st.rx.ticks() {
+            self.st.rx.tick(now);
         }
         if look {
             self.st.count_kernel_drops(&self.cx, now);
@@ -388,13 +379,10 @@ impl State {
         };
         for r in frames.drain(..) {
             match r {
-                Ok(pkt) => match &cx.port.tunnel {
-                    Some(vtep) => self.receive_tunnel(cx, vtep, pkt, now),
-                    None => {
-                        self.count_in(cx, &pkt);
-                        self.coalesce_or_switch(cx, pkt, now);
-                    }
-                },
+                Ok(pkt) => {
+                    self.count_in(cx, &pkt);
+                    self.coalesce_or_switch(cx, pkt, now);
+                }
                 Err(e) => self.count_refused(cx, &e),
             }
         }
@@ -409,14 +397,6 @@ impl State {
         }
         self.end_batch(cx);
         result
-    }
-
-    /// The transmitter of this worker's queue, for a tunnel endpoint's
-    /// own frames.
-    fn tunnel_tx(&mut self, cx: &Ctx) -> &mut dyn Transmitter {
-        &mut **self
-            .tunnel_tx
-            .get_or_insert_with(|| Arc::clone(&cx.port.dev).transmitter(cx.q, TxOptions::default()))
     }
 
     /// Flushes what is held and gives the spare buffers back.
@@ -441,10 +421,13 @@ impl State {
 
     fn count_refused(&self, cx: &Ctx, e: &RecvError) {
         // An error about the queue ends the batch (`end`), never is a frame.
+        let c = &cx.port.ingress[cx.q];
         if let Some(why) = DropReason::of_refused(e) {
-            let c = &cx.port.ingress[cx.q];
             add(&c.frames, 1);
             c.count_drop(why, 1);
+        } else if matches!(e, RecvError::Consumed) {
+            add(&c.frames, 1);
+            add(&c.tunnel_control, 1);
         }
     }
 
@@ -516,7 +499,12 @@ impl State {
     fn count_in(&self, cx: &Ctx, pkt: &Packet) {
         let c = &cx.port.ingress[cx.q];
         add(&c.frames, 1);
-        add(&c.bytes, pkt.len() as u64);
+        // A decapsulated frame counts as it arrived, outer headers on.
+        let outer = pkt.meta.tunnel.map_or(0, |t| {
+            add(&c.decapsulated, 1);
+            u64::from(t.outer_len)
+        });
+        add(&c.bytes, pkt.len() as u64 + outer);
         if pkt.meta.offload.gso.is_some() {
             add(&c.gso_frames, 1);
         }

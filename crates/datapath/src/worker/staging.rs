@@ -149,7 +149,6 @@ impl State {
         let tx =
             tx.get_or_insert_with(|| Arc::clone(&port.dev).transmitter(q, TxOptions::default()));
         deliver::deliver_batch(
-            port,
             &mut **tx,
             &lane.counters,
             s,

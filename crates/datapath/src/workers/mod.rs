@@ -400,7 +400,7 @@ struct Owned {
     standing: Standing,
     /// A tunnel endpoint's resolver, looked at every tick (kept here: a
     /// tick reads this slot array only, not each queue's state).
-    resolves_peers: bool,
+    ticks: bool,
 }
 
 /// A worker's own state.
@@ -603,7 +603,7 @@ impl Worker<'_> {
                 // An idle queue is looked at once a second (its struct not
                 // touched in between: thousands of queues stay cheap), a
                 // tunnel endpoint's resolver every tick.
-                if look || o.resolves_peers {
+                if look || o.ticks {
                     o.rxq.tick(now, look);
                     if !o.rxq.port().is_up() {
                         self.park(t);
@@ -664,12 +664,12 @@ impl Worker<'_> {
         } else {
             Standing::Down
         };
-        let resolves_peers = rxq.resolves_peers();
+        let ticks = rxq.ticks();
         self.slots[t] = Some(Owned {
             rxq,
             fd,
             standing,
-            resolves_peers,
+            ticks,
         });
     }
 

@@ -8,3 +8,4 @@ pub mod replay;
 pub mod tap;
 pub mod uplink;
 pub mod vhost_user;
+pub mod vxlan;

@@ -12,12 +12,13 @@
 //! [`SendError::Full`] as a guest's full receive virtqueue does.
 
 use crate::device::{Caps, Device, Link, Receiver, SendError, Transmitter, TxOptions};
+use crate::outgoing::{BatchOptions, OutFrame, Written};
 use crate::packet::Packet;
 use crate::pool::{Pool, SizeClass, HEADROOM};
 use crate::vnet::{check, RecvError, VNET_HDR_LEN};
 use hvnet_sys::FrameQueue;
 use std::collections::VecDeque;
-use std::io::{IoSlice, Read, Write};
+use std::io::{Read, Write};
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -248,9 +249,9 @@ struct ReplayTransmitter {
 impl Transmitter for ReplayTransmitter {
     fn send_batch(
         &mut self,
-        frames: &[&[IoSlice<'_>]],
-        _hold: Option<Duration>,
-        done: &mut dyn FnMut(Result<(), SendError>),
+        frames: &[OutFrame<'_>],
+        _how: BatchOptions,
+        done: &mut dyn FnMut(Result<Written, SendError>),
     ) {
         let mut s = self.port.lock();
         let up = s.link == Link::Up;
@@ -267,9 +268,14 @@ impl Transmitter for ReplayTransmitter {
             if let Some(r) = &mut q.room {
                 *r -= 1;
             }
-            q.sent
-                .push(f.iter().flat_map(|s| s.iter().copied()).collect());
-            done(Ok(()));
+            // As a TAP's reader gets it: the virtio-net header, then the
+            // frame.
+            let mut bytes = f.vnet_header().to_vec();
+            let mut pieces: Vec<std::io::IoSlice<'_>> = Vec::new();
+            f.push_pieces(&mut pieces);
+            pieces.iter().for_each(|p| bytes.extend_from_slice(p));
+            q.sent.push(bytes);
+            done(Ok(Written::one(f.len())));
         }
     }
 }
@@ -280,6 +286,7 @@ mod tests {
     use crate::pool::{Home, PoolCaps};
     use hvnet_offload::testutil::TcpSpec;
     use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+    use std::io::IoSlice;
 
     fn read_all(port: &Arc<ReplayPort>, pool: &mut Pool) -> Vec<Result<Packet, RecvError>> {
         let mut rx = Arc::clone(port).receiver(0);
@@ -359,15 +366,23 @@ mod tests {
         assert_eq!((out.len(), port.pending(1)), (1, 2));
         let mut tx = Arc::clone(&port).transmitter(0, TxOptions::default());
         port.set_room(0, Some(1));
-        let frame = [IoSlice::new(&bytes)];
-        assert_eq!(tx.send(&frame, None), Ok(()));
-        assert_eq!(tx.send(&frame, None), Err(SendError::Full));
+        let piece = [IoSlice::new(&f)];
+        let frame = OutFrame::Pieces {
+            pieces: &piece,
+            offload: Default::default(),
+        };
+        let how = BatchOptions::default();
+        assert_eq!(tx.send(frame, how), Ok(Written::one(f.len())));
+        assert_eq!(tx.send(frame, how), Err(SendError::Full));
         port.set_link(Link::Down);
-        assert_eq!(tx.send(&frame, None), Err(SendError::Failed));
+        assert_eq!(tx.send(frame, how), Err(SendError::Failed));
         assert!(matches!(
             rx.recv_batch(&mut pool, 8, &mut out),
             Err(RecvError::LinkDown)
         ));
-        assert_eq!(port.take_sent(), vec![(0, bytes)]);
+        // Written behind the header that describes it.
+        let mut want = frame.vnet_header().to_vec();
+        want.extend_from_slice(&f);
+        assert_eq!(port.take_sent(), vec![(0, want)]);
     }
 }

@@ -8,11 +8,11 @@
 use super::virtq::{self, VirtqError};
 use super::VhostUserPort;
 use crate::device::{Caps, Device, Link, Receiver, SendError, Transmitter, TxOptions};
+use crate::outgoing::{BatchOptions, OutFrame, Slices, Written};
 use crate::packet::Packet;
 use crate::pool::{Pool, SizeClass, HEADROOM};
 use crate::status::DeviceStatus;
 use crate::vnet::{check, RecvError, VNET_HDR_LEN};
-use std::io::IoSlice;
 use std::os::fd::RawFd;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -88,7 +88,11 @@ impl Device for VhostUserPort {
     }
 
     fn transmitter(self: Arc<Self>, q: usize, _opts: TxOptions) -> Box<dyn Transmitter> {
-        Box::new(VirtqTransmitter { port: self, q })
+        Box::new(VirtqTransmitter {
+            port: self,
+            q,
+            slices: Slices::default(),
+        })
     }
 }
 
@@ -169,57 +173,76 @@ fn announcement(pool: &mut Pool, mac: [u8; 6]) -> Result<Packet, RecvError> {
 struct VirtqTransmitter {
     port: Arc<VhostUserPort>,
     q: usize,
+    slices: Slices,
 }
 
 impl Transmitter for VirtqTransmitter {
     fn send_batch(
         &mut self,
-        frames: &[&[IoSlice<'_>]],
-        hold: Option<Duration>,
-        done: &mut dyn FnMut(Result<(), SendError>),
+        frames: &[OutFrame<'_>],
+        how: BatchOptions,
+        done: &mut dyn FnMut(Result<Written, SendError>),
     ) {
-        // Under one lock until the ring is full; then, holding, wait for
-        // room and go on from the frame that found it full. The clock is
-        // read only once the ring was found full; one deadline for the
-        // whole batch.
-        let mut deadline = None;
-        let mut at = 0;
-        while at < frames.len() {
-            let mut full = false;
-            let n = self
-                .port
-                .write_batch(self.q, &frames[at..], &mut |r| match r {
-                    Err(VirtqError::RingFull) => full = true,
-                    r => done(r.map_err(|_| SendError::Failed)),
-                });
-            at += n;
-            if !full {
-                continue;
-            }
-            if hold == Some(Duration::ZERO) {
-                // Kept by the caller, in order: this frame and the rest.
-                for _ in at - 1..frames.len() {
-                    done(Err(SendError::Full));
-                }
-                return;
-            }
-            // The frame that found the ring full: wait for room (if
-            // holding) and write it again, or give it up.
-            let retry = hold.is_some_and(|wait| {
-                let now = Instant::now();
-                let end = *deadline.get_or_insert(now + wait);
-                let left = end.saturating_duration_since(now);
-                !left.is_zero() && self.port.wait_for_room(self.q, left)
-            });
-            if retry {
-                at -= 1;
-            } else {
-                done(Err(SendError::Full));
-            }
-        }
+        let (port, q) = (&self.port, self.q);
+        let mut lens = frames.iter().map(OutFrame::len);
+        let mut done = |r: Result<(), SendError>| {
+            let len = lens.next().unwrap_or(0);
+            done(r.map(|()| Written::one(len)));
+        };
+        self.slices.with(frames, |slices| {
+            write_held(port, q, slices, how.hold, &mut done)
+        });
     }
 
     fn flush(&mut self) {
         self.port.signal_receive(self.q);
+    }
+}
+
+/// Writes serialised frames into queue `q`'s receive virtqueue, waiting
+/// for room for up to `hold` (one deadline for the whole batch).
+fn write_held(
+    port: &VhostUserPort,
+    q: usize,
+    frames: &[&[std::io::IoSlice<'_>]],
+    hold: Option<Duration>,
+    done: &mut dyn FnMut(Result<(), SendError>),
+) {
+    // Under one lock until the ring is full; then, holding, wait for
+    // room and go on from the frame that found it full. The clock is
+    // read only once the ring was found full; one deadline for the
+    // whole batch.
+    let mut deadline = None;
+    let mut at = 0;
+    while at < frames.len() {
+        let mut full = false;
+        let n = port.write_batch(q, &frames[at..], &mut |r| match r {
+            Err(VirtqError::RingFull) => full = true,
+            r => done(r.map_err(|_| SendError::Failed)),
+        });
+        at += n;
+        if !full {
+            continue;
+        }
+        if hold == Some(Duration::ZERO) {
+            // Kept by the caller, in order: this frame and the rest.
+            for _ in at - 1..frames.len() {
+                done(Err(SendError::Full));
+            }
+            return;
+        }
+        // The frame that found the ring full: wait for room (if
+        // holding) and write it again, or give it up.
+        let retry = hold.is_some_and(|wait| {
+            let now = Instant::now();
+            let end = *deadline.get_or_insert(now + wait);
+            let left = end.saturating_duration_since(now);
+            !left.is_zero() && port.wait_for_room(q, left)
+        });
+        if retry {
+            at -= 1;
+        } else {
+            done(Err(SendError::Full));
+        }
     }
 }

@@ -2,8 +2,9 @@
 //! its peers' MACs resolved and learned, as Linux's `vxlan` device does.
 
 use super::{Received, TunnelDrop, Vtep, MAX_NEIGHBOURS};
-use hvnet_port::Transmitter;
-use hvnet_wire::{arp, MacAddr, VirtioNetHdr};
+use crate::device::{SendError, Transmitter};
+use crate::outgoing::{BatchOptions, OutFrame, Written};
+use hvnet_wire::{arp, MacAddr};
 use std::io::IoSlice;
 use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering::Relaxed;
@@ -48,10 +49,9 @@ impl Vtep {
     }
 
     /// Sends an ARP request for each remote in the flood list still
-    /// unresolved;
-    /// the caller (the uplink's first queue thread) calls it every
-    /// [`SOLICIT_EVERY`], and at once when the fabric changed the flood
-    /// list, so a write that fails is tried at the next turn.
+    /// unresolved; the endpoint's first queue calls it every
+    /// [`super::SOLICIT_EVERY`], and at once when the fabric changed the
+    /// flood list, so a write that fails is tried at the next turn.
     pub fn solicit(&self, tx: &mut dyn Transmitter) {
         let unresolved: Vec<Ipv4Addr> = {
             let n = self.neighbours.read().expect("lock");
@@ -78,15 +78,18 @@ impl Vtep {
         }
     }
 
-    /// Sends an ARP reply the worker got from [`Vtep::receive`].
+    /// Sends an ARP reply [`Vtep::receive`] made.
     pub fn send_reply(&self, tx: &mut dyn Transmitter, reply: &[u8; 42]) {
         let _ = send_plain(tx, reply);
     }
 }
 
-/// Writes a frame the endpoint makes itself (ARP), with an empty
-/// virtio-net header.
-fn send_plain(tx: &mut dyn Transmitter, frame: &[u8]) -> Result<(), hvnet_port::SendError> {
-    let vnet = hvnet_port::vnet_bytes(&VirtioNetHdr::default());
-    tx.send(&[IoSlice::new(&vnet), IoSlice::new(frame)], None)
+/// Writes a frame the endpoint makes itself (ARP), without offloads.
+fn send_plain(tx: &mut dyn Transmitter, frame: &[u8]) -> Result<Written, SendError> {
+    let pieces = [IoSlice::new(frame)];
+    let frame = OutFrame::Pieces {
+        pieces: &pieces,
+        offload: Default::default(),
+    };
+    tx.send(frame, BatchOptions::default())
 }

@@ -104,7 +104,7 @@ impl Vtep {
 
     /// Installs `mac` behind remote endpoint `vtep`, or withdraws it
     /// (`None`). The caller has checked that it is no local VM's address.
-    pub(crate) fn evpn_mac(&self, mac: MacAddr, vtep: Option<Ipv4Addr>) -> Result<(), EvpnRefusal> {
+    pub fn evpn_mac(&self, mac: MacAddr, vtep: Option<Ipv4Addr>) -> Result<(), EvpnRefusal> {
         let mut t = self.evpn.macs.write().expect("lock");
         let Some(vtep) = vtep else {
             t.remove(&mac);
@@ -128,7 +128,7 @@ impl Vtep {
     }
 
     /// Counts an advertised MAC refused because it is a local VM's.
-    pub(crate) fn evpn_local_claim(&self) {
+    pub fn evpn_local_claim(&self) {
         self.evpn
             .counters
             .local_claims_refused
@@ -157,13 +157,13 @@ impl Vtep {
     }
 
     /// The MAC an advertised address resolves to.
-    pub(crate) fn evpn_resolve(&self, ip: IpAddr) -> Option<MacAddr> {
+    pub fn evpn_resolve(&self, ip: IpAddr) -> Option<MacAddr> {
         self.evpn.neighbours.read().expect("lock").get(&ip).copied()
     }
 
     /// Counts an ARP request (or, `nd`, a neighbor solicitation) answered
     /// from the advertised IPs.
-    pub(crate) fn count_suppressed(&self, nd: bool) {
+    pub fn count_suppressed(&self, nd: bool) {
         let c = &self.evpn.counters;
         if nd {
             &c.nd_suppressed
@@ -245,7 +245,7 @@ pub(super) struct AtomicCounters {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tunnel::VtepConfig;
+    use crate::vxlan::VtepConfig;
 
     fn vtep() -> Vtep {
         Vtep::new(VtepConfig {

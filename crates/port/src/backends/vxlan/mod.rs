@@ -1,7 +1,11 @@
-//! VXLAN tunnel endpoints (RFC 7348) on uplinks. The uplink's device is
-//! then the underlay: the VMs' frames cross it inside VXLAN, to remote
-//! endpoints named in the topology (the flood list) or learned from what
-//! arrives, and nothing else of the VMs' segment is bridged onto it.
+//! VXLAN tunnel endpoints (RFC 7348) on uplinks, a kind of port of their
+//! own ([`VxlanPort`]): the uplink's device is then the underlay, and the
+//! VMs' frames cross it inside VXLAN, to remote endpoints named in the
+//! topology (the flood list) or learned from what arrives; nothing else of
+//! the VMs' segment is bridged onto it. The datapath sees a device like
+//! any other: its receivers hand over inner frames (their outer headers
+//! in the packet's tunnel metadata), its transmitters take the frames to
+//! send and encapsulate them.
 //!
 //! What the endpoint does, as Linux's `vxlan` device does it:
 //! - it answers ARP for its own underlay address and resolves its peers'
@@ -22,10 +26,10 @@
 //!   Partial inner checksums stay partial (the kernel or the NIC completes
 //!   them on the way out).
 
-use crate::counters::DropReason;
+use crate::packet::{Packet, TunnelMeta};
+use crate::vnet::RecvError;
 use hvnet_offload::rss::{Rss, DEFAULT_KEY};
 use hvnet_offload::vxlan::VxlanError;
-use hvnet_port::Packet;
 use hvnet_wire::{ip_protocol, EtherType, MacAddr, UdpPacket};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -37,9 +41,10 @@ use std::time::{Duration, Instant};
 mod encap;
 mod evpn;
 mod neighbours;
+mod port;
 
-pub(crate) use encap::TunnelScratch;
 pub use evpn::{EvpnCounters, EvpnRefusal, Origin, MAX_EVPN_MACS, MAX_FLOOD};
+pub use port::VxlanPort;
 
 /// Inner MAC addresses remembered behind remote endpoints, at most (a
 /// guest behind a remote endpoint sending from random addresses must not
@@ -93,6 +98,12 @@ pub struct Vtep {
     remote_macs_refused: AtomicU64,
 }
 
+impl std::fmt::Debug for Vtep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Vtep").field("cfg", &self.cfg).finish()
+    }
+}
+
 /// What the endpoint made of a frame from the underlay.
 #[allow(clippy::large_enum_variant)]
 pub enum Received {
@@ -117,12 +128,12 @@ pub enum TunnelDrop {
     Vni,
 }
 
-impl From<TunnelDrop> for DropReason {
-    fn from(d: TunnelDrop) -> DropReason {
+impl From<TunnelDrop> for RecvError {
+    fn from(d: TunnelDrop) -> RecvError {
         match d {
-            TunnelDrop::NotTunnel => DropReason::NotTunnel,
-            TunnelDrop::BadVxlan => DropReason::BadVxlan,
-            TunnelDrop::Vni => DropReason::Vni,
+            TunnelDrop::NotTunnel => RecvError::NotTunnel,
+            TunnelDrop::BadVxlan => RecvError::BadVxlan,
+            TunnelDrop::Vni => RecvError::WrongVni,
         }
     }
 }
@@ -246,15 +257,20 @@ impl Vtep {
             return Received::Drop(TunnelDrop::BadVxlan);
         };
         let outer_src = pkt.src();
+        let outer_len = (pkt.len() - (d.inner_end - d.inner_offset)) as u16;
         pkt.buf.keep_range(d.inner_offset..d.inner_end);
-        let inner = Packet::parsed(pkt.buf, inner_layers, d.info);
+        let mut inner = Packet::parsed(pkt.buf, inner_layers, d.info);
+        inner.meta.tunnel = Some(TunnelMeta {
+            vni: d.vni,
+            outer_len,
+        });
         self.learn_neighbour(remote, outer_src);
         self.learn_remote_mac(inner.src(), remote, now);
         Received::Inner(inner)
     }
 
     /// True once after the flood list changed (the caller solicits).
-    pub(crate) fn take_flood_changed(&self) -> bool {
+    pub(super) fn take_flood_changed(&self) -> bool {
         self.flood_changed.swap(false, Relaxed)
     }
 

@@ -1,0 +1,275 @@
+//! What the switch sends into the tunnel: each inner frame to the remote
+//! its destination was learned behind, else to the flood list, behind
+//! one outer header per remote; an inner GSO frame segmented once, its
+//! payload never copied.
+
+use super::{Vtep, SOURCE_PORTS};
+use crate::device::{SendError, Transmitter};
+use crate::outgoing::{BatchOptions, OutFrame, Written};
+use crate::packet::Packet;
+use hvnet_offload::gso::{self, CsumMode};
+use hvnet_offload::vxlan::{encap_header, Tunnel, OUTER_LEN};
+use hvnet_offload::OffloadInfo;
+use hvnet_wire::{Layers, MacAddr};
+use std::io::IoSlice;
+use std::net::Ipv4Addr;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// Buffers a transmitter keeps for tunnelled GSO frames, so that
+/// segmenting them allocates nothing in steady state.
+#[derive(Default)]
+pub(super) struct TunnelScratch {
+    /// The segments' headers (outer and inner).
+    arena: Vec<u8>,
+    /// Where each segment is.
+    spans: Vec<SegmentSpan>,
+    /// A frame handed over in pieces, made one (a segment the datapath
+    /// cut: the port's TSO is off).
+    linear: Vec<u8>,
+}
+
+/// One segment of a tunnelled GSO frame: its headers in the arena, its
+/// payload in the packet's buffer.
+struct SegmentSpan {
+    header: (usize, usize),
+    payload: (usize, usize),
+    info: OffloadInfo,
+}
+
+/// The inner frame as encapsulation reads it.
+struct Inner<'a> {
+    frame: &'a [u8],
+    /// Its header stack, where parsed (a whole packet's): what a GSO
+    /// frame is segmented by.
+    layers: Option<&'a Layers>,
+    hash: Option<u32>,
+    offload: OffloadInfo,
+}
+
+impl Vtep {
+    /// The remote endpoints an inner frame to `dst` goes to, with their
+    /// MACs where resolved.
+    fn remotes_for(
+        &self,
+        dst: MacAddr,
+        out: &mut smallvec::SmallVec<[(Ipv4Addr, Option<MacAddr>); 8]>,
+    ) -> bool {
+        out.clear();
+        let known = (!dst.is_multicast())
+            .then(|| self.remote_of(&dst))
+            .flatten();
+        let n = self.neighbours.read().expect("lock");
+        match known {
+            Some(r) => {
+                out.push((r, n.get(&r).copied()));
+                false
+            }
+            None => {
+                let flood = self.flood.read().expect("lock");
+                out.extend(flood.iter().map(|r| (*r, n.get(r).copied())));
+                true
+            }
+        }
+    }
+
+    /// Counts a frame replicated to the flood list, by kind.
+    fn count_flooded(&self, dst: MacAddr, arp: bool) {
+        let c = &self.evpn.counters;
+        c.flooded.fetch_add(1, Relaxed);
+        if !dst.is_multicast() {
+            c.flooded_unknown_unicast.fetch_add(1, Relaxed);
+        } else if arp {
+            c.flooded_arp.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Encapsulates one frame the switch sends out and writes it through
+    /// the underlay's transmitter `tx` once per remote it goes to. With
+    /// `how.csum` the underlay takes partial inner checksums; else the
+    /// segments of a GSO frame leave with theirs done (the datapath
+    /// completed a whole frame's before). Written: every copy and segment
+    /// that left; the frame fails only when none did.
+    pub(super) fn send(
+        &self,
+        tx: &mut dyn Transmitter,
+        frame: &OutFrame<'_>,
+        how: BatchOptions,
+        scratch: &mut TunnelScratch,
+    ) -> Result<Written, SendError> {
+        let mut linear = std::mem::take(&mut scratch.linear);
+        let r = self.send_inner(tx, frame, how, scratch, &mut linear);
+        scratch.linear = linear;
+        r
+    }
+
+    fn send_inner(
+        &self,
+        tx: &mut dyn Transmitter,
+        frame: &OutFrame<'_>,
+        how: BatchOptions,
+        scratch: &mut TunnelScratch,
+        linear: &mut Vec<u8>,
+    ) -> Result<Written, SendError> {
+        let inner = match *frame {
+            OutFrame::Packet(pkt) => Inner {
+                frame: pkt.frame(),
+                layers: Some(&pkt.meta.layers),
+                hash: pkt.meta.hash.or_else(|| self.flow_hash(pkt)),
+                offload: pkt.meta.offload,
+            },
+            OutFrame::Pieces { pieces, offload } => {
+                linear.clear();
+                pieces.iter().for_each(|p| linear.extend_from_slice(p));
+                Inner {
+                    frame: linear,
+                    layers: None,
+                    hash: None,
+                    offload,
+                }
+            }
+            // Nothing is coalesced toward an uplink.
+            OutFrame::Coalesced(_) => return Err(SendError::Failed),
+        };
+        if inner.frame.len() < 14 {
+            return Err(SendError::Failed);
+        }
+        let dst = mac_at(inner.frame, 0);
+        let mut remotes = smallvec::SmallVec::new();
+        let flooded = self.remotes_for(dst, &mut remotes);
+        if flooded && !remotes.is_empty() {
+            let arp = inner.layers.map(|l| l.l2.ethertype) == Some(hvnet_wire::EtherType::Arp);
+            self.count_flooded(dst, arp);
+        }
+        let mode = if how.csum {
+            CsumMode::Partial
+        } else {
+            CsumMode::Full
+        };
+        let mut written = Written {
+            frames: 0,
+            bytes: 0,
+            segmented: false,
+        };
+        let mut failed = false;
+        for &(remote, mac) in &remotes {
+            let Some(mac) = mac else { continue };
+            let tunnel = Tunnel {
+                src_mac: self.cfg.mac,
+                dst_mac: mac,
+                dst_port: self.cfg.port,
+                src_port_range: SOURCE_PORTS,
+                udp_csum: self.cfg.udp_csum,
+                ..Tunnel::new(self.cfg.vni, self.cfg.local.octets(), remote.octets())
+            };
+            match write_encapsulated(tx, &tunnel, &inner, mode, scratch, &mut written) {
+                Ok(()) => {}
+                Err(()) => failed = true,
+            }
+        }
+        match (written.frames, failed) {
+            (0, true) => Err(SendError::Failed),
+            (0, false) => Err(SendError::Unresolved),
+            _ => Ok(written),
+        }
+    }
+
+    /// The inner flow's hash, for the outer source port: taken from the
+    /// headers parsed where the frame entered (once for every remote it
+    /// goes to), when RSS did not take it already.
+    fn flow_hash(&self, pkt: &Packet) -> Option<u32> {
+        self.rss.hash(pkt.frame(), &pkt.meta.layers).map(|(h, _)| h)
+    }
+}
+
+/// One copy of the inner frame to one remote, added to `written`; an error
+/// if it, or any of its segments, did not leave.
+fn write_encapsulated(
+    tx: &mut dyn Transmitter,
+    tunnel: &Tunnel,
+    inner: &Inner<'_>,
+    mode: CsumMode,
+    scratch: &mut TunnelScratch,
+    written: &mut Written,
+) -> Result<(), ()> {
+    let mut hdr = [0u8; OUTER_LEN];
+    let frame = inner.frame;
+    let info = encap_header(tunnel, frame, inner.hash, inner.offload, &mut hdr).map_err(|_| ())?;
+    let (Some(g), Some(layers)) = (info.gso, inner.layers) else {
+        if info.gso.is_some() {
+            // A GSO frame in pieces: never handed over (segments carry
+            // no segmentation).
+            return Err(());
+        }
+        let pieces = [IoSlice::new(&hdr), IoSlice::new(frame)];
+        tx.send(
+            OutFrame::Pieces {
+                pieces: &pieces,
+                offload: info,
+            },
+            BatchOptions::default(),
+        )
+        .map_err(|_| ())?;
+        written.frames += 1;
+        written.bytes += (OUTER_LEN + frame.len()) as u64;
+        return Ok(());
+    };
+    // Segmented once, without putting the outer header and the frame
+    // together: each segment's headers (outer and inner) go into the
+    // arena, its payload stays where it is in the packet's buffer; all of
+    // them are written as one batch.
+    let TunnelScratch { arena, spans, .. } = scratch;
+    arena.clear();
+    spans.clear();
+    let base = frame.as_ptr() as usize;
+    gso::segment_encapsulated(&hdr, frame, layers, g, mode, &mut |seg| {
+        let start = arena.len();
+        arena.extend_from_slice(seg.header);
+        let at = seg.payload.as_ptr() as usize - base;
+        spans.push(SegmentSpan {
+            header: (start, arena.len()),
+            payload: (at, at + seg.payload.len()),
+            info: seg.info,
+        });
+    })
+    .map_err(|_| ())?;
+    let iov: smallvec::SmallVec<[IoSlice<'_>; 128]> = spans
+        .iter()
+        .flat_map(|s| {
+            [
+                IoSlice::new(&arena[s.header.0..s.header.1]),
+                IoSlice::new(&frame[s.payload.0..s.payload.1]),
+            ]
+        })
+        .collect();
+    let frames: smallvec::SmallVec<[OutFrame<'_>; 64]> = iov
+        .chunks(2)
+        .zip(spans.iter())
+        .map(|(pieces, s)| OutFrame::Pieces {
+            pieces,
+            offload: s.info,
+        })
+        .collect();
+    // Segments count as sent up to the first that was not.
+    let (mut sent, mut failed) = (0, false);
+    tx.send_batch(&frames, BatchOptions::default(), &mut |r| {
+        failed |= r.is_err();
+        sent += usize::from(!failed);
+    });
+    let bytes: usize = spans[..sent]
+        .iter()
+        .map(|s| s.header.1 - s.header.0 + s.payload.1 - s.payload.0)
+        .sum();
+    written.frames += sent as u32;
+    written.bytes += bytes as u64;
+    written.segmented = true;
+    if sent < spans.len() {
+        return Err(());
+    }
+    Ok(())
+}
+
+fn mac_at(f: &[u8], at: usize) -> MacAddr {
+    let mut m = [0u8; 6];
+    m.copy_from_slice(&f[at..at + 6]);
+    MacAddr(m)
+}

@@ -8,19 +8,25 @@
 //! with `kind="uplink"`; every `drop_REASON` key of a node becomes one
 //! family with a `reason` label (`hvnet_tx_summary_drops_total{reason=…}`);
 //! queue nodes carry a `queue` label (`hvnet_rxqueue_…`, `hvnet_txqueue_…`,
-//! and `hvnet_uplink_rxqueue_…` for what an uplink receives). Levels
-//! (ring fill, sizes, frames in flight, memory) are gauges; the rest are
-//! counters. `docs/metrics.md` lists them.
+//! and `hvnet_uplink_rxqueue_…` for what an uplink receives). A number is
+//! a gauge when its type says it is a level ([`Level`]: ring fill, sizes,
+//! frames in flight, memory, the length of a table), and a counter
+//! otherwise, whatever its name: the views are walked as the typed
+//! structs they are, by a serializer of this module's own that sees the
+//! `Level` newtype JSON does not show. `docs/metrics.md` lists them.
 
 use crate::views;
-use hvnet_datapath::Switch;
+use hvnet_datapath::{Level, Switch};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
+use serde::ser;
+use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,25 +42,6 @@ struct Family {
     gauge: bool,
     help: String,
     samples: Vec<(Labels, f64)>,
-}
-
-/// Keys that are levels, not running totals (`key` is the flattened
-/// path, e.g. `egress_in_flight`).
-fn is_gauge(key: &str) -> bool {
-    [
-        "in_flight",
-        "balanced",
-        "lanes",
-        "_memory_bytes",
-        "_size",
-        "_used",
-        "_known",
-        "_per_read",
-    ]
-    .iter()
-    .any(|s| key.ends_with(s))
-        || key.starts_with("avg_")
-        || key.contains("_avg_")
 }
 
 fn snake(s: &str) -> String {
@@ -75,58 +62,280 @@ fn snake(s: &str) -> String {
     out
 }
 
-/// Adds every number (and boolean, as 0/1) under `v` to `families`,
-/// nested keys joined with `_`.
-fn flatten(
-    families: &mut BTreeMap<String, Family>,
-    node: &str,
-    path: &str,
-    prefix: &str,
-    v: &Value,
-    labels: &Labels,
-) {
-    match v {
-        Value::Object(m) => {
-            for (k, v) in m {
-                // A queue's counters are the queue's own.
-                let p = if k == "counters" {
-                    prefix.to_string()
-                } else {
-                    format!("{prefix}{}_", snake(k))
-                };
-                flatten(families, node, path, &p, v, labels);
+/// A node of the tree being read: its name in family names, its path
+/// (for help), the labels of its samples.
+struct Node {
+    name: &'static str,
+    path: String,
+    labels: Labels,
+}
+
+impl Node {
+    /// Adds every number (and boolean, as 0/1) of `view` to `families`,
+    /// nested keys joined with `_`: a gauge where its type is a
+    /// [`Level`], a counter otherwise.
+    fn add(&self, families: &mut BTreeMap<String, Family>, view: &impl Serialize) {
+        let walk = Walk {
+            node: self,
+            families,
+            prefix: String::new(),
+            gauge: false,
+            key: None,
+        };
+        // Nothing in a walk fails: strings and lists are passed over.
+        let _ = view.serialize(walk);
+    }
+
+    fn sample(&self, families: &mut BTreeMap<String, Family>, key: &str, gauge: bool, x: f64) {
+        let mut labels = self.labels.clone();
+        let node = self.name;
+        let path = &self.path;
+        let (name, help) = match key.strip_prefix("drop_") {
+            Some(reason) => {
+                labels.push(("reason".into(), reason.into()));
+                (
+                    format!("hvnet_{node}_drops"),
+                    format!("frames dropped, by reason (hvnet stats {path} drop_*)"),
+                )
             }
-        }
-        Value::Number(_) | Value::Bool(_) => {
-            let key = prefix.trim_end_matches('_');
-            let x = match v {
-                Value::Bool(b) => f64::from(u8::from(*b)),
-                n => n.as_f64().unwrap_or(0.0),
-            };
-            let mut labels = labels.clone();
-            let (name, help) = match key.strip_prefix("drop_") {
-                Some(reason) => {
-                    labels.push(("reason".into(), reason.into()));
-                    (
-                        format!("hvnet_{node}_drops"),
-                        format!("frames dropped, by reason (hvnet stats {path} drop_*)"),
-                    )
-                }
-                None => (
-                    format!("hvnet_{node}_{key}"),
-                    format!("hvnet stats {path} {key}"),
-                ),
-            };
-            let f = families.entry(name).or_default();
-            f.gauge = is_gauge(key);
-            f.help = help;
-            f.samples.push((labels, x));
-        }
-        _ => {}
+            None => (
+                format!("hvnet_{node}_{key}"),
+                format!("hvnet stats {path} {key}"),
+            ),
+        };
+        let f = families.entry(name).or_default();
+        debug_assert!(
+            f.samples.is_empty() || f.gauge == gauge,
+            "hvnet_{node}_{key}: a level in one view and a count in another"
+        );
+        f.gauge = gauge;
+        f.help = help;
+        f.samples.push((labels, x));
     }
 }
 
-/// Reads the whole tree, port by port.
+/// A serde serializer over one view (its own, not JSON's, so that it sees
+/// [`Level`]'s newtype): `prefix` is the key so far, `gauge` whether a
+/// `Level` holds the value, `key` a map's key waiting for its value.
+struct Walk<'a> {
+    node: &'a Node,
+    families: &'a mut BTreeMap<String, Family>,
+    prefix: String,
+    gauge: bool,
+    key: Option<String>,
+}
+
+impl Walk<'_> {
+    /// The walk into field `key` (a queue's `counters` are the queue's
+    /// own: no prefix).
+    fn field(&mut self, key: &str) -> Walk<'_> {
+        let prefix = if key == "counters" {
+            self.prefix.clone()
+        } else {
+            format!("{}{}_", self.prefix, snake(key))
+        };
+        Walk {
+            node: self.node,
+            families: &mut *self.families,
+            prefix,
+            gauge: self.gauge,
+            key: None,
+        }
+    }
+
+    fn number(self, x: f64) -> Result<(), fmt::Error> {
+        let key = self.prefix.trim_end_matches('_');
+        self.node.sample(self.families, key, self.gauge, x);
+        Ok(())
+    }
+}
+
+/// What a walk passes over (lists: a table's rows are not metrics).
+struct Skip;
+
+macro_rules! numbers {
+    ($($f:ident: $t:ty),*) => {
+        $(fn $f(self, v: $t) -> Result<(), fmt::Error> {
+            self.number(v as f64)
+        })*
+    };
+}
+
+impl<'a> ser::Serializer for Walk<'a> {
+    type Ok = ();
+    type Error = fmt::Error;
+    type SerializeSeq = Skip;
+    type SerializeTuple = Skip;
+    type SerializeTupleStruct = Skip;
+    type SerializeTupleVariant = Skip;
+    type SerializeMap = Walk<'a>;
+    type SerializeStruct = Walk<'a>;
+    type SerializeStructVariant = Walk<'a>;
+
+    numbers!(serialize_i8: i8, serialize_i16: i16, serialize_i32: i32, serialize_i64: i64,
+             serialize_u8: u8, serialize_u16: u16, serialize_u32: u32, serialize_u64: u64,
+             serialize_f32: f32, serialize_f64: f64);
+
+    fn serialize_bool(self, v: bool) -> Result<(), fmt::Error> {
+        self.number(f64::from(u8::from(v)))
+    }
+    fn serialize_char(self, _: char) -> Result<(), fmt::Error> {
+        Ok(())
+    }
+    fn serialize_str(self, _: &str) -> Result<(), fmt::Error> {
+        Ok(())
+    }
+    fn serialize_bytes(self, _: &[u8]) -> Result<(), fmt::Error> {
+        Ok(())
+    }
+    fn serialize_none(self) -> Result<(), fmt::Error> {
+        Ok(())
+    }
+    fn serialize_some<T: ?Sized + Serialize>(self, v: &T) -> Result<(), fmt::Error> {
+        v.serialize(self)
+    }
+    fn serialize_unit(self) -> Result<(), fmt::Error> {
+        Ok(())
+    }
+    fn serialize_unit_struct(self, _: &'static str) -> Result<(), fmt::Error> {
+        Ok(())
+    }
+    fn serialize_unit_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+    ) -> Result<(), fmt::Error> {
+        Ok(())
+    }
+    fn serialize_newtype_struct<T: ?Sized + Serialize>(
+        mut self,
+        name: &'static str,
+        v: &T,
+    ) -> Result<(), fmt::Error> {
+        self.gauge |= name == Level::NAME;
+        v.serialize(self)
+    }
+    fn serialize_newtype_variant<T: ?Sized + Serialize>(
+        mut self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+        v: &T,
+    ) -> Result<(), fmt::Error> {
+        v.serialize(self.field(variant))
+    }
+    fn serialize_seq(self, _: Option<usize>) -> Result<Skip, fmt::Error> {
+        Ok(Skip)
+    }
+    fn serialize_tuple(self, _: usize) -> Result<Skip, fmt::Error> {
+        Ok(Skip)
+    }
+    fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Skip, fmt::Error> {
+        Ok(Skip)
+    }
+    fn serialize_tuple_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Skip, fmt::Error> {
+        Ok(Skip)
+    }
+    fn serialize_map(self, _: Option<usize>) -> Result<Self, fmt::Error> {
+        Ok(self)
+    }
+    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self, fmt::Error> {
+        Ok(self)
+    }
+    fn serialize_struct_variant(
+        mut self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+        _: usize,
+    ) -> Result<Self, fmt::Error> {
+        self.prefix = format!("{}{}_", self.prefix, snake(variant));
+        Ok(self)
+    }
+}
+
+impl ser::SerializeStruct for Walk<'_> {
+    type Ok = ();
+    type Error = fmt::Error;
+    fn serialize_field<T: ?Sized + Serialize>(
+        &mut self,
+        key: &'static str,
+        v: &T,
+    ) -> Result<(), fmt::Error> {
+        v.serialize(self.field(key))
+    }
+    fn end(self) -> Result<(), fmt::Error> {
+        Ok(())
+    }
+}
+
+impl ser::SerializeStructVariant for Walk<'_> {
+    type Ok = ();
+    type Error = fmt::Error;
+    fn serialize_field<T: ?Sized + Serialize>(
+        &mut self,
+        key: &'static str,
+        v: &T,
+    ) -> Result<(), fmt::Error> {
+        v.serialize(self.field(key))
+    }
+    fn end(self) -> Result<(), fmt::Error> {
+        Ok(())
+    }
+}
+
+impl ser::SerializeMap for Walk<'_> {
+    type Ok = ();
+    type Error = fmt::Error;
+    fn serialize_key<T: ?Sized + Serialize>(&mut self, key: &T) -> Result<(), fmt::Error> {
+        // Keys are names (a view's, or a counter's `drop_REASON`).
+        self.key = serde_json::to_value(key)
+            .ok()
+            .and_then(|k| k.as_str().map(str::to_owned));
+        Ok(())
+    }
+    fn serialize_value<T: ?Sized + Serialize>(&mut self, v: &T) -> Result<(), fmt::Error> {
+        match self.key.take() {
+            Some(key) => v.serialize(self.field(&key)),
+            None => Ok(()),
+        }
+    }
+    fn end(self) -> Result<(), fmt::Error> {
+        Ok(())
+    }
+}
+
+macro_rules! skip {
+    ($($t:ident :: $f:ident),*) => {
+        $(impl ser::$t for Skip {
+            type Ok = ();
+            type Error = fmt::Error;
+            fn $f<T: ?Sized + Serialize>(&mut self, _: &T) -> Result<(), fmt::Error> {
+                Ok(())
+            }
+            fn end(self) -> Result<(), fmt::Error> {
+                Ok(())
+            }
+        })*
+    };
+}
+
+skip!(
+    SerializeSeq::serialize_element,
+    SerializeTuple::serialize_element,
+    SerializeTupleStruct::serialize_field,
+    SerializeTupleVariant::serialize_field
+);
+
+/// Reads the whole tree, port by port, from the views `hvnet stats`
+/// shows (typed, before they are JSON).
 fn collect(sw: &Switch) -> BTreeMap<String, Family> {
     let mut families = BTreeMap::new();
     for p in sw.ports().iter() {
@@ -139,38 +348,78 @@ fn collect(sw: &Switch) -> BTreeMap<String, Family> {
             ("port".into(), p.name.clone()),
             ("kind".into(), kind.into()),
         ];
-        for node in ["client_stats", "tx_summary", "rx_summary", "accounting"] {
-            let path = format!("/{dir}/{{port}}/{node}");
-            if let Ok(v) = views::stats(sw, &format!("/{dir}/{}/{node}", p.name)) {
-                flatten(&mut families, &snake(node), &path, "", &v, &labels);
-            }
-        }
-        let queue_nodes: &[(&str, &str)] = if p.is_uplink() {
-            &[("rxqueues", "uplink_rxqueue"), ("txqueues", "txqueue")]
-        } else {
-            &[("rxqueues", "rxqueue")]
+        let node = |name, path: &str, labels| Node {
+            name,
+            path: format!("/{dir}/{{port}}/{path}"),
+            labels,
         };
-        for &(q_dir, node) in queue_nodes {
-            let n = views::stats(sw, &format!("/{dir}/{}/{q_dir}", p.name))
-                .ok()
-                .and_then(|v| v.as_array().map(Vec::len))
-                .unwrap_or(0);
-            for q in 0..n {
-                let path = format!("/{dir}/{{port}}/{q_dir}/{{queue}}/status");
-                let Ok(v) = views::stats(sw, &format!("/{dir}/{}/{q_dir}/{q}/status", p.name))
-                else {
-                    continue;
-                };
-                let mut l = labels.clone();
-                l.push(("queue".into(), q.to_string()));
-                flatten(&mut families, node, &path, "", &v, &l);
+        let at = |name| node(name, name, labels.clone());
+        at("client_stats").add(&mut families, &views::client_stats(p));
+        at("tx_summary").add(&mut families, &views::tx_summary(p));
+        at("rx_summary").add(&mut families, &views::rx_summary(p));
+        at("accounting").add(&mut families, &views::accounting(p));
+        let queue = |q: usize| {
+            let mut l = labels.clone();
+            l.push(("queue".into(), q.to_string()));
+            l
+        };
+        // What the switch sends: to a VM's receive queues, or out of an
+        // uplink's transmit queues.
+        let (name, path) = if p.is_uplink() {
+            ("txqueue", "txqueues/{queue}/status")
+        } else {
+            ("rxqueue", "rxqueues/{queue}/status")
+        };
+        for q in 0..p.rxq.len() {
+            if let Some(v) = views::rx_queue_status(p, q) {
+                node(name, path, queue(q)).add(&mut families, &v);
             }
         }
         if p.is_uplink() {
+            // What an uplink receives from the wire.
+            for q in 0..p.ingress.len() {
+                if let Some(v) = views::uplink_rx_queue_status(p, q) {
+                    node("uplink_rxqueue", "rxqueues/{queue}/status", queue(q))
+                        .add(&mut families, &v);
+                }
+            }
             uplink_extras(sw, &p.name, &labels, &mut families);
         }
     }
     families
+}
+
+/// An uplink's VXLAN endpoint in metrics: its counters, and how many
+/// remotes and inner MACs it knows (levels).
+#[derive(Serialize)]
+struct VxlanSummary {
+    /// ARP requests sent for unresolved remotes.
+    arp_requests_sent: u64,
+    /// ARP replies sent for the endpoint's address.
+    arp_replies_sent: u64,
+    /// Inner MACs not learned: the table was full.
+    remote_macs_refused: u64,
+    /// Remote endpoints: configured, advertised and learned.
+    remotes_known: Level<usize>,
+    /// Inner MACs behind remotes, learned and advertised.
+    remote_macs_known: Level<usize>,
+    /// Endpoints head-end replication goes to.
+    flood_list_known: Level<usize>,
+    /// Remote endpoints the fabric advertised.
+    evpn_vteps_known: Level<usize>,
+    /// Inner MACs the fabric advertised.
+    evpn_macs_known: Level<usize>,
+    /// Remote IPs the fabric advertised with their MACs.
+    evpn_ips_known: Level<usize>,
+    /// The endpoint's EVPN counters, as its view has them (counts, all).
+    evpn: Value,
+}
+
+/// One NetQueue queue's filters in metrics.
+#[derive(Serialize)]
+struct NetqueueSummary {
+    /// The VM filters steering to the queue.
+    filters_known: Level<u64>,
 }
 
 /// An uplink's VXLAN endpoint (its counters, and how many remotes and
@@ -182,31 +431,32 @@ fn uplink_extras(
     families: &mut BTreeMap<String, Family>,
 ) {
     if let Ok(v) = views::stats(sw, &format!("/uplinks/{name}/vxlan")) {
-        let count = |k: &str| v[k].as_array().map_or(0, Vec::len);
+        let count = |k: &str| Level(v[k].as_array().map_or(0, Vec::len));
         let by_origin = |k: &str, origin: &str| {
-            v[k].as_array()
-                .map_or(0, |a| a.iter().filter(|x| x["origin"] == origin).count())
+            Level(
+                v[k].as_array()
+                    .map_or(0, |a| a.iter().filter(|x| x["origin"] == origin).count()),
+            )
         };
-        let summary = serde_json::json!({
-            "arp_requests_sent": v["arp_requests_sent"],
-            "arp_replies_sent": v["arp_replies_sent"],
-            "remote_macs_refused": v["remote_macs_refused"],
-            "remotes_known": count("remotes"),
-            "remote_macs_known": count("remote_macs"),
-            "flood_list_known": count("flood_list"),
-            "evpn_vteps_known": by_origin("remotes", "evpn"),
-            "evpn_macs_known": by_origin("remote_macs", "evpn"),
-            "evpn_ips_known": count("remote_ips"),
-            "evpn": v["evpn"],
-        });
-        flatten(
-            families,
-            "vxlan",
-            "/uplinks/{port}/vxlan",
-            "",
-            &summary,
-            labels,
-        );
+        let counter = |k: &str| v[k].as_u64().unwrap_or(0);
+        let summary = VxlanSummary {
+            arp_requests_sent: counter("arp_requests_sent"),
+            arp_replies_sent: counter("arp_replies_sent"),
+            remote_macs_refused: counter("remote_macs_refused"),
+            remotes_known: count("remotes"),
+            remote_macs_known: count("remote_macs"),
+            flood_list_known: count("flood_list"),
+            evpn_vteps_known: by_origin("remotes", "evpn"),
+            evpn_macs_known: by_origin("remote_macs", "evpn"),
+            evpn_ips_known: count("remote_ips"),
+            evpn: v["evpn"].clone(),
+        };
+        let node = Node {
+            name: "vxlan",
+            path: "/uplinks/{port}/vxlan".into(),
+            labels: labels.clone(),
+        };
+        node.add(families, &summary);
     }
     if let Ok(v) = views::stats(sw, &format!("/uplinks/{name}/filters")) {
         let mut per_queue: BTreeMap<u64, u64> = BTreeMap::new();
@@ -218,14 +468,16 @@ fn uplink_extras(
         for (q, n) in per_queue {
             let mut l = labels.clone();
             l.push(("queue".into(), q.to_string()));
-            let summary = serde_json::json!({ "filters_known": n });
-            flatten(
+            let node = Node {
+                name: "netqueue",
+                path: "/uplinks/{port}/filters".into(),
+                labels: l,
+            };
+            node.add(
                 families,
-                "netqueue",
-                "/uplinks/{port}/filters",
-                "",
-                &summary,
-                &l,
+                &NetqueueSummary {
+                    filters_known: Level(n),
+                },
             );
         }
     }
@@ -321,33 +573,163 @@ pub fn serve(ep: Endpoint, sw: Arc<Switch>) -> Result<std::thread::JoinHandle<()
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hvnet_datapath::counters::EgressStats;
+
+    #[derive(Serialize)]
+    struct Rings {
+        ring1_used: Level<usize>,
+    }
+
+    #[derive(Serialize)]
+    struct View {
+        #[serde(flatten)]
+        counters: EgressStats,
+        frames: u64,
+        drop_policy: u64,
+        drop_bad_frame: u64,
+        rings: Rings,
+        balanced: Level<bool>,
+        /// A name that once made a gauge.
+        buf_size: u64,
+        in_flight: Level<i64>,
+        name: &'static str,
+        rows: Vec<u64>,
+        virtqueue_size: Option<Level<u16>>,
+    }
+
+    fn walk(v: &impl Serialize) -> BTreeMap<String, Family> {
+        let mut f = BTreeMap::new();
+        let node = Node {
+            name: "tx_summary",
+            path: "/p".into(),
+            labels: vec![("port".into(), "a".into())],
+        };
+        node.add(&mut f, v);
+        f
+    }
 
     #[test]
-    fn names_follow_the_tree() {
+    fn names_follow_the_tree_and_types_say_gauge() {
         assert_eq!(snake("clientStats"), "client_stats");
         assert_eq!(snake("pktsTxOK"), "pkts_tx_ok");
         assert_eq!(snake("ring1_size"), "ring1_size");
-        let mut f = BTreeMap::new();
-        let v = serde_json::json!({"frames": 3, "drop_policy": 2, "drop_bad_frame": 1,
-                                   "rings": {"ring1_used": 5}, "balanced": true, "name": "x"});
-        flatten(
-            &mut f,
-            "tx_summary",
-            "/p",
-            "",
-            &v,
-            &vec![("port".into(), "a".into())],
-        );
+        let f = walk(&View {
+            counters: EgressStats::default(),
+            frames: 3,
+            drop_policy: 2,
+            drop_bad_frame: 1,
+            rings: Rings {
+                ring1_used: Level(5),
+            },
+            balanced: Level(true),
+            buf_size: 7,
+            in_flight: Level(-1),
+            name: "x",
+            rows: vec![1, 2],
+            virtqueue_size: Some(Level(256)),
+        });
         assert_eq!(f["hvnet_tx_summary_frames"].samples[0].1, 3.0);
         assert!(!f["hvnet_tx_summary_frames"].gauge);
         let drops = &f["hvnet_tx_summary_drops"].samples;
-        assert_eq!(drops.len(), 2);
+        assert!(!f["hvnet_tx_summary_drops"].gauge);
         assert!(drops
             .iter()
             .any(|(l, x)| l.contains(&("reason".into(), "policy".into())) && *x == 2.0));
+        assert!(drops
+            .iter()
+            .any(|(l, _)| l.contains(&("reason".into(), "ring1_full".into()))));
         assert!(f["hvnet_tx_summary_rings_ring1_used"].gauge);
+        assert_eq!(f["hvnet_tx_summary_rings_ring1_used"].samples[0].1, 5.0);
+        assert!(f["hvnet_tx_summary_balanced"].gauge);
         assert_eq!(f["hvnet_tx_summary_balanced"].samples[0].1, 1.0);
-        assert!(is_gauge("egress_in_flight") && is_gauge("avg_frame_bytes") && !is_gauge("frames"));
-        assert!(!f.keys().any(|k| k.contains("name")));
+        assert!(
+            !f["hvnet_tx_summary_buf_size"].gauge,
+            "a name is not a type"
+        );
+        assert!(f["hvnet_tx_summary_in_flight"].gauge);
+        assert_eq!(f["hvnet_tx_summary_in_flight"].samples[0].1, -1.0);
+        assert!(f["hvnet_tx_summary_virtqueue_size"].gauge);
+        assert!(!f["hvnet_tx_summary_offered"].gauge, "flattened counters");
+        assert!(!f.keys().any(|k| k.contains("name") || k.contains("rows")));
+    }
+
+    #[test]
+    fn counters_are_a_queue_s_own_and_json_values_are_counts() {
+        #[derive(Serialize)]
+        struct Queue {
+            counters: EgressStats,
+            evpn: Value,
+        }
+        let f = walk(&Queue {
+            counters: EgressStats::default(),
+            evpn: serde_json::json!({"flooded": 4, "known": 1}),
+        });
+        assert!(f.contains_key("hvnet_tx_summary_delivered_frames"));
+        assert_eq!(f["hvnet_tx_summary_evpn_flooded"].samples[0].1, 4.0);
+        assert!(!f["hvnet_tx_summary_evpn_known"].gauge);
+    }
+
+    /// `docs/metrics.md`'s families: `(hvnet_NODE_KEY, gauge)` for every
+    /// key listed in a node's section, a gauge where `(gauge` follows it.
+    fn documented() -> Vec<(String, bool)> {
+        let doc = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/metrics.md"
+        ));
+        let mut out = Vec::new();
+        for section in doc.split("\n### `hvnet_").skip(1) {
+            let (node, body) = section.split_once("_*`").expect("a family's heading");
+            let body = body.split("\n## ").next().unwrap_or_default();
+            let body = body.split_once('\n').map_or("", |(_, b)| b);
+            let parts: Vec<&str> = body.split('`').collect();
+            for (i, key) in parts.iter().enumerate().skip(1).step_by(2) {
+                let after = parts.get(i + 1).copied().unwrap_or_default();
+                out.push((format!("hvnet_{node}_{key}"), after.starts_with(" (gauge")));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_vm_port_s_families_are_the_documented_ones_typed_as_documented() {
+        use hvnet_datapath::harness::Harness;
+        use hvnet_datapath::{PortSettings, SwitchConfig};
+        use hvnet_wire::MacAddr;
+        let h = Harness::new(
+            &[
+                (MacAddr([2, 0, 0, 0, 0, 1]), 2, PortSettings::default()),
+                (MacAddr([2, 0, 0, 0, 0, 2]), 1, PortSettings::default()),
+            ],
+            SwitchConfig::default(),
+        );
+        let got = collect(&h.sw);
+        let doc = documented();
+        for (name, f) in &got {
+            let d = doc.iter().find(|(n, _)| n == name);
+            let Some((_, gauge)) = d else {
+                panic!("{name} is not in docs/metrics.md");
+            };
+            assert_eq!(f.gauge, *gauge, "{name}: a gauge in one and not the other");
+        }
+        // Every documented key of the nodes a VM port has is served (a
+        // virtqueue's size only for a vhost-user guest).
+        let nodes = [
+            "client_stats",
+            "tx_summary",
+            "rx_summary",
+            "accounting",
+            "rxqueue",
+        ];
+        for (name, _) in &doc {
+            let of_vm = nodes
+                .iter()
+                .any(|n| name.strip_prefix(&format!("hvnet_{n}_")).is_some());
+            if of_vm && name != "hvnet_rxqueue_virtqueue_size" {
+                assert!(
+                    got.contains_key(name),
+                    "{name} is documented but not served"
+                );
+            }
+        }
     }
 }

@@ -1,10 +1,16 @@
 //! The operator views, after vSphere's: `net-stats -l` (ports), the
 //! `vsish` tree of per-port client stats, rx summary and rx queue status,
 //! `ethtool -g/-k`-style port settings, and the FDB. Each is plain JSON;
-//! the CLI prints it as a table or, with `--json`, as is.
+//! the CLI prints it as a table or, with `--json`, as is. The nodes with
+//! numbers metrics export (`client_stats`, `tx_summary`, `rx_summary`,
+//! `accounting`, a queue's `status`) are typed structs first, their
+//! levels [`Level`]s, which `metrics` walks as they are.
 
 use crate::proto::CtlError;
-use hvnet_datapath::{Port, Switch};
+use hvnet_datapath::counters::{EgressStats, IngressStats};
+use hvnet_datapath::ring::RingStatus;
+use hvnet_datapath::{Level, Port, Switch};
+use serde::Serialize;
 use serde_json::{json, Value};
 
 /// `hvnet ports`: one row per port.
@@ -53,63 +59,199 @@ pub fn counters(sw: &Switch) -> Value {
     )
 }
 
-fn client_stats(p: &Port) -> Value {
+/// `client_stats`: vSphere's client stats, the port's traffic as its VM
+/// (or the wire) sees it: its transmits are what the switch read from it.
+#[derive(Debug, Serialize)]
+pub struct ClientStats {
+    /// Frames read from the port and forwarded.
+    pkts_tx_ok: u64,
+    /// Their bytes.
+    bytes_tx_ok: u64,
+    /// Frames read from the port and dropped.
+    dropped_tx: u64,
+    /// Frames read that were GSO.
+    pkts_tx_gso: u64,
+    /// Frames delivered to the port.
+    pkts_rx_ok: u64,
+    /// Their bytes.
+    bytes_rx_ok: u64,
+    /// Frames offered to the port and dropped.
+    dropped_rx: u64,
+    /// Coalesced frames delivered.
+    pkts_rx_lro: u64,
+    /// Their bytes.
+    bytes_rx_lro: u64,
+}
+
+/// A port's client stats.
+pub fn client_stats(p: &Port) -> ClientStats {
     let i = p.ingress_stats();
     let e = p.egress_stats();
-    json!({
-        "pkts_tx_ok": i.forwarded,
-        "bytes_tx_ok": i.bytes,
-        "dropped_tx": i.drops(),
-        "pkts_tx_gso": i.gso_frames,
-        "pkts_rx_ok": e.delivered_frames,
-        "bytes_rx_ok": e.delivered_bytes,
-        "dropped_rx": e.drops(),
-        "pkts_rx_lro": e.lro_frames,
-        "bytes_rx_lro": e.lro_bytes,
-    })
-}
-
-fn rx_summary(p: &Port) -> Value {
-    let e = p.egress_stats();
-    let mut v = serde_json::to_value(e).expect("counters serialize");
-    v["in_flight"] = json!(e.in_flight());
-    v["avg_frame_bytes"] = json!(e
-        .delivered_bytes
-        .checked_div(e.delivered_frames)
-        .unwrap_or(0));
-    v["ring_memory_bytes"] = json!(p.ring_memory());
-    v
-}
-
-fn rx_queue_status(p: &Port, q: usize) -> Option<Value> {
-    let rx = p.rxq.get(q)?;
-    let mut v = json!({
-        "rings": rx.rings.status(),
-        "counters": rx.counters(),
-    });
-    // A real guest's receive virtqueue is the last ring a frame meets.
-    if let Some((rx, _)) = p.dev.status().virtqueue_sizes(q) {
-        v["virtqueue_size"] = json!(rx);
+    ClientStats {
+        pkts_tx_ok: i.forwarded,
+        bytes_tx_ok: i.bytes,
+        dropped_tx: i.drops(),
+        pkts_tx_gso: i.gso_frames,
+        pkts_rx_ok: e.delivered_frames,
+        bytes_rx_ok: e.delivered_bytes,
+        dropped_rx: e.drops(),
+        pkts_rx_lro: e.lro_frames,
+        bytes_rx_lro: e.lro_bytes,
     }
-    Some(v)
 }
 
-/// Every frame accounted for: the identities of `counters.rs`.
-pub fn accounting(p: &Port) -> Value {
+/// `tx_summary`: what entered the switch from the port, summed over its
+/// queues.
+pub fn tx_summary(p: &Port) -> IngressStats {
+    p.ingress_stats()
+}
+
+/// `rx_summary`: what the switch delivered to the port, summed over its
+/// queues, with the levels read beside them.
+#[derive(Debug, Serialize)]
+pub struct RxSummary {
+    /// The counters.
+    #[serde(flatten)]
+    counters: EgressStats,
+    /// Frames offered but neither delivered nor dropped yet.
+    in_flight: Level<i64>,
+    /// Bytes per delivered frame, on average (0 before the first).
+    avg_frame_bytes: Level<u64>,
+    /// The memory the port's receive rings may hold.
+    ring_memory_bytes: Level<usize>,
+}
+
+/// A port's rx summary.
+pub fn rx_summary(p: &Port) -> RxSummary {
+    let e = p.egress_stats();
+    RxSummary {
+        counters: e,
+        in_flight: Level(e.in_flight()),
+        avg_frame_bytes: Level(
+            e.delivered_bytes
+                .checked_div(e.delivered_frames)
+                .unwrap_or(0),
+        ),
+        ring_memory_bytes: Level(p.ring_memory()),
+    }
+}
+
+/// `rxqueues/N/status` of a VM (or `txqueues/N/status` of an uplink): one
+/// queue the switch delivers to.
+#[derive(Debug, Serialize)]
+pub struct RxQueueStatus {
+    /// Its rings' sizes and fill.
+    rings: RingStatus,
+    /// What the switch delivered to it.
+    counters: EgressStats,
+    /// A real guest's receive virtqueue: the last ring a frame meets.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    virtqueue_size: Option<Level<u16>>,
+}
+
+/// The status of queue `q` the switch delivers to, if there is one.
+pub fn rx_queue_status(p: &Port, q: usize) -> Option<RxQueueStatus> {
+    let rx = p.rxq.get(q)?;
+    Some(RxQueueStatus {
+        rings: rx.rings.status(),
+        counters: rx.counters(),
+        virtqueue_size: p.dev.status().virtqueue_sizes(q).map(|(rx, _)| Level(rx)),
+    })
+}
+
+/// `rxqueues/N/status` of an uplink: one queue it receives from the wire.
+#[derive(Debug, Serialize)]
+pub struct UplinkRxQueueStatus {
+    /// How the queue is read: frames per system call, at most.
+    frames_per_read: Level<usize>,
+    /// What it read.
+    counters: IngressStats,
+}
+
+/// The status of queue `q` an uplink receives on, if there is one.
+pub fn uplink_rx_queue_status(p: &Port, q: usize) -> Option<UplinkRxQueueStatus> {
+    Some(UplinkRxQueueStatus {
+        frames_per_read: Level(p.dev.status().frames_per_read.unwrap_or(1)),
+        counters: p.ingress.get(q)?.snapshot(),
+    })
+}
+
+/// `accounting`: every frame accounted for, the identities of
+/// `counters.rs`.
+#[derive(Debug, Serialize)]
+pub struct Accounting {
+    /// Frames from the port.
+    ingress: IngressAccounting,
+    /// Frames to the port.
+    egress: EgressAccounting,
+}
+
+/// `frames_in = forwarded + drops + tunnel_control + arp_suppressed +
+/// nd_suppressed + lro_merged`.
+#[derive(Debug, Serialize)]
+struct IngressAccounting {
+    /// Frames read.
+    frames_in: u64,
+    /// Forwarded.
+    forwarded: u64,
+    /// Dropped.
+    drops: u64,
+    /// Consumed by a tunnel endpoint.
+    tunnel_control: u64,
+    /// ARP requests the switch answered.
+    arp_suppressed: u64,
+    /// Neighbor solicitations the switch answered.
+    nd_suppressed: u64,
+    /// Merged into another by software LRO.
+    lro_merged: u64,
+    /// The identity holds.
+    balanced: Level<bool>,
+}
+
+/// `offered = delivered_source_frames + drops + in_flight`.
+#[derive(Debug, Serialize)]
+struct EgressAccounting {
+    /// Frames offered.
+    offered: u64,
+    /// Offered frames delivered (alone, or inside a coalesced one).
+    delivered_source_frames: u64,
+    /// Dropped.
+    drops: u64,
+    /// What the identity leaves: never negative (nothing delivered or
+    /// dropped that was not offered), 0 once idle.
+    in_flight: Level<i64>,
+    /// `in_flight` is not negative.
+    balanced: Level<bool>,
+}
+
+/// A port's accounting.
+pub fn accounting(p: &Port) -> Accounting {
     let i = p.ingress_stats();
     let e = p.egress_stats();
-    json!({
-        "ingress": { "frames_in": i.frames, "forwarded": i.forwarded, "drops": i.drops(),
-                     "tunnel_control": i.tunnel_control, "arp_suppressed": i.arp_suppressed,
-                     "nd_suppressed": i.nd_suppressed,
-                     "lro_merged": i.lro_merged(),
-                     "balanced": i.balanced() },
-        // In flight is what the identity leaves: never negative (nothing
-        // delivered or dropped that was not offered), 0 once idle.
-        "egress": { "offered": e.offered, "delivered_source_frames": e.delivered_source_frames,
-                    "drops": e.drops(), "in_flight": e.in_flight(),
-                    "balanced": e.in_flight() >= 0 },
-    })
+    Accounting {
+        ingress: IngressAccounting {
+            frames_in: i.frames,
+            forwarded: i.forwarded,
+            drops: i.drops(),
+            tunnel_control: i.tunnel_control,
+            arp_suppressed: i.arp_suppressed,
+            nd_suppressed: i.nd_suppressed,
+            lro_merged: i.lro_merged(),
+            balanced: Level(i.balanced()),
+        },
+        egress: EgressAccounting {
+            offered: e.offered,
+            delivered_source_frames: e.delivered_source_frames,
+            drops: e.drops(),
+            in_flight: Level(e.in_flight()),
+            balanced: Level(e.in_flight() >= 0),
+        },
+    }
+}
+
+/// A view's node as JSON.
+fn value(v: impl Serialize) -> Value {
+    serde_json::to_value(v).expect("views serialize")
 }
 
 /// The settings of a port (`ethtool -g` and `-k` in one).
@@ -240,12 +382,10 @@ pub fn stats(sw: &Switch, path: &str) -> Result<Value, CtlError> {
             })?;
             Ok(serde_json::to_value(v.view(std::time::Instant::now())).expect("serialize"))
         }
-        ["ports" | "uplinks", p, "client_stats"] => Ok(client_stats(&*port(p)?)),
-        ["ports" | "uplinks", p, "tx_summary"] => {
-            Ok(serde_json::to_value(port(p)?.ingress_stats()).expect("serialize"))
-        }
-        ["ports" | "uplinks", p, "rx_summary"] => Ok(rx_summary(&*port(p)?)),
-        ["ports" | "uplinks", p, "accounting"] => Ok(accounting(&*port(p)?)),
+        ["ports" | "uplinks", p, "client_stats"] => Ok(value(client_stats(&*port(p)?))),
+        ["ports" | "uplinks", p, "tx_summary"] => Ok(value(tx_summary(&*port(p)?))),
+        ["ports" | "uplinks", p, "rx_summary"] => Ok(value(rx_summary(&*port(p)?))),
+        ["ports" | "uplinks", p, "accounting"] => Ok(value(accounting(&*port(p)?))),
         ["ports", p, "rxqueues"] | ["uplinks", p, "txqueues"] => Ok(queues(port(p)?.rxq.len())),
         ["uplinks", p, "rxqueues"] => Ok(queues(uplink(p)?.ingress.len())),
         ["ports", p, "rxqueues", q] | ["uplinks", p, "rxqueues" | "txqueues", q] => {
@@ -255,14 +395,14 @@ pub fn stats(sw: &Switch, path: &str) -> Result<Value, CtlError> {
         ["ports", p, "rxqueues", q, "status"] | ["uplinks", p, "txqueues", q, "status"] => {
             let p = port(p)?;
             rx_queue_status(&p, queue(q, p.rxq.len())?)
+                .map(value)
                 .ok_or_else(|| CtlError::not_found("queue", q, Vec::new()))
         }
         ["uplinks", p, "rxqueues", q, "status"] => {
             let p = uplink(p)?;
-            let q = queue(q, p.ingress.len())?;
-            // How the queue is read: frames per system call, at most.
-            let batch = p.dev.status().frames_per_read.unwrap_or(1);
-            Ok(json!({ "frames_per_read": batch, "counters": p.ingress[q].snapshot() }))
+            uplink_rx_queue_status(&p, queue(q, p.ingress.len())?)
+                .map(value)
+                .ok_or_else(|| CtlError::not_found("queue", q, Vec::new()))
         }
         _ => Err(CtlError::NotFound {
             what: "stats node".into(),
@@ -302,4 +442,36 @@ pub fn evpn(sw: &Switch, topo: &crate::topology::Topology) -> Value {
         Err(e) => v["bgp_error"] = json!(e),
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hvnet_datapath::harness::Harness;
+    use hvnet_datapath::{PortSettings, SwitchConfig};
+    use hvnet_wire::MacAddr;
+
+    #[test]
+    fn typed_nodes_are_plain_json() {
+        let h = Harness::new(
+            &[(MacAddr([2, 0, 0, 0, 0, 1]), 1, PortSettings::default())],
+            SwitchConfig::default(),
+        );
+        let rx = stats(&h.sw, "/ports/p0/rx_summary").unwrap();
+        assert_eq!((&rx["in_flight"], &rx["offered"]), (&json!(0), &json!(0)));
+        assert!(rx["ring_memory_bytes"].as_u64().unwrap() > 0, "{rx}");
+        assert_eq!(rx["drop_ring1_full"], 0);
+        let a = stats(&h.sw, "/ports/p0/accounting").unwrap();
+        assert_eq!(a["ingress"]["balanced"], true);
+        assert_eq!(a["egress"]["in_flight"], 0);
+        let q = stats(&h.sw, "/ports/p0/rxqueues/0/status").unwrap();
+        assert!(q["rings"]["ring1_size"].as_u64().unwrap() > 0, "{q}");
+        assert_eq!(q["counters"]["delivered_frames"], 0);
+        assert!(
+            q.get("virtqueue_size").is_none(),
+            "not a vhost-user port: {q}"
+        );
+        let c = stats(&h.sw, "/ports/p0/clientStats").unwrap();
+        assert_eq!(c["pkts_tx_ok"], 0);
+    }
 }

@@ -86,6 +86,28 @@ macro_rules! counters {
     };
 }
 
+/// A level read at one moment (ring fill, a size, frames in flight, a
+/// table's length, an identity that holds), not a running total: the
+/// type of a view's field says which it is, so that metrics export it as
+/// a gauge and every other number as a counter (none guessed from a
+/// key's name). It serializes as the bare value (`hvnet stats --json`
+/// shows `5`, not `{"Level": 5}`), as a newtype struct named
+/// [`Level::NAME`], which a serializer that cares can see.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Level<T>(pub T);
+
+impl Level<()> {
+    /// The newtype's name as serializers see it: distinctive, so that no
+    /// other newtype is taken for a level.
+    pub const NAME: &'static str = "hvnet::Level";
+}
+
+impl<T: Serialize> Serialize for Level<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_newtype_struct(Level::NAME, &self.0)
+    }
+}
+
 /// Adds `n` to a counter. Only the counter set's one writer calls this.
 #[inline]
 pub fn add(c: &AtomicU64, n: u64) {
@@ -413,6 +435,13 @@ mod tests {
             nonzero,
             [(DropReason::Ring1Full, 2), (DropReason::PortDown, 1)]
         );
+    }
+
+    #[test]
+    fn a_level_serializes_as_its_value() {
+        assert_eq!(serde_json::to_value(Level(5u64)).unwrap(), 5);
+        assert_eq!(serde_json::to_value(Level(-2i64)).unwrap(), -2);
+        assert_eq!(serde_json::to_value(Level(true)).unwrap(), true);
     }
 
     #[test]

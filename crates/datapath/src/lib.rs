@@ -25,7 +25,7 @@ pub mod threads;
 mod worker;
 pub mod workers;
 
-pub use counters::DropReason;
+pub use counters::{DropReason, Level};
 pub use item::{RingItem, BATCH};
 pub use port_table::{PortTable, TableError};
 pub use settings::{

@@ -18,7 +18,7 @@
 //! producers add to once per batch and the consumer subtracts from once per
 //! delivered batch; no lock is taken on the path.
 
-use crate::counters::{DropReason, EgressCounters};
+use crate::counters::{DropReason, EgressCounters, Level};
 use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::Thread;
@@ -66,19 +66,19 @@ impl From<Full> for DropReason {
     }
 }
 
-/// Occupancy, for `rxqueues/N/status`.
+/// Occupancy, for `rxqueues/N/status`: levels, every one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct RingStatus {
     /// Ring 1 size (buffers).
-    pub ring1_size: usize,
+    pub ring1_size: Level<usize>,
     /// Ring 2 size (buffers).
-    pub ring2_size: usize,
+    pub ring2_size: Level<usize>,
     /// Ring 1 buffers holding frames not yet delivered.
-    pub ring1_used: usize,
+    pub ring1_used: Level<usize>,
     /// Ring 2 buffers holding frames not yet delivered.
-    pub ring2_used: usize,
+    pub ring2_used: Level<usize>,
     /// Producer lanes into this queue (ingress workers that sent to it).
-    pub lanes: usize,
+    pub lanes: Level<usize>,
 }
 
 /// An item in a lane, with the ring buffers it holds.
@@ -177,11 +177,11 @@ impl<T> RxRing<T> {
     /// Current sizes and use.
     pub fn status(&self) -> RingStatus {
         RingStatus {
-            ring1_size: self.size1.load(Ordering::Relaxed),
-            ring2_size: self.size2.load(Ordering::Relaxed),
-            ring1_used: self.used1.load(Ordering::Relaxed),
-            ring2_used: self.used2.load(Ordering::Relaxed),
-            lanes: self.counters.lock().expect("counters lock").len() - 1,
+            ring1_size: Level(self.size1.load(Ordering::Relaxed)),
+            ring2_size: Level(self.size2.load(Ordering::Relaxed)),
+            ring1_used: Level(self.used1.load(Ordering::Relaxed)),
+            ring2_used: Level(self.used2.load(Ordering::Relaxed)),
+            lanes: Level(self.counters.lock().expect("counters lock").len() - 1),
         }
     }
 
@@ -441,7 +441,7 @@ mod tests {
         c.pop_batch(&r, &mut out, 8);
         assert!(out.is_empty(), "nothing is visible before it is published");
         lane.publish(&r);
-        assert_eq!(r.status().ring1_used, 2);
+        assert_eq!(r.status().ring1_used, Level(2));
         c.pop_batch(&r, &mut out, 8);
         assert_eq!(out.iter().map(|s| s.item).collect::<Vec<_>>(), vec![1, 2]);
         r.release(1, 0);
@@ -450,7 +450,7 @@ mod tests {
         lane.stage(&r, 4, 1, 1).unwrap();
         lane.publish(&r);
         r.resize(4096, 4096);
-        assert_eq!(r.status().ring1_size, 4096);
+        assert_eq!(r.status().ring1_size, Level(4096));
         let mut rest = Vec::new();
         c.drain(&r, &mut rest);
         assert_eq!(rest.len(), 1);

@@ -506,10 +506,11 @@ pub fn workers(t: &Target) -> Result<(), String> {
     }
     for w in v.as_array().into_iter().flatten() {
         println!(
-            "{} (cpu {}, tid {}): busy {} %, sleeps {}, wake-ups {}, turns {}",
+            "{} (cpu {}, tid {}, nice {}): busy {} %, sleeps {}, wake-ups {}, turns {}",
             s(&w["name"]),
             s(&w["cpu"]),
             s(&w["tid"]),
+            s(&w["nice"]),
             s(&w["busy_pct"]),
             s(&w["sleeps"]),
             s(&w["wakeups"]),

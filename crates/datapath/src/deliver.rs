@@ -18,6 +18,7 @@ use crate::settings::{PortSettings, RxOverflow, BACKPRESSURE_WAIT};
 use crate::switch::{Port, Switch};
 use hvnet_offload::gso::{self, CsumMode};
 use hvnet_offload::{csum, CsumState, GsoInfo};
+use hvnet_port::outgoing::recycle;
 use hvnet_port::{BatchOptions, OutFrame, Packet, SendError, Transmitter, TxOptions, Written};
 use std::io::IoSlice;
 use std::sync::atomic::Ordering;
@@ -92,15 +93,8 @@ pub(crate) fn deliver_loop(sw: &Switch, port: &Port, q: usize) {
     }
 }
 
-/// Reuses a vector's allocation for references of another lifetime. The
-/// in-place `collect` of an emptied vector keeps the capacity.
-fn recycle<T, U>(mut v: Vec<T>) -> Vec<U> {
-    v.clear();
-    v.into_iter().map(|_| unreachable!()).collect()
-}
-
-/// Delivers `items` to `port` through `tx` (its transmitter for this
-/// queue), counting into `c`, and empties `items` — but for what a full
+/// Delivers `items` through `tx` (a port's transmitter for this queue),
+/// counting into `c`, and empties `items` — but for what a full
 /// receiver did not take with `hold` [`KEEP_WHEN_FULL`], which stays in
 /// `items`, in order, not counted. Items are written in order, runs of
 /// whole frames a batch per call, GSO frames for a receiver that does not

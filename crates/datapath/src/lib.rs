@@ -34,3 +34,4 @@ pub use settings::{
 };
 pub use switch::{Port, PortSpec, PortState, Switch, SwitchConfig};
 pub use threads::MAX_RESTARTS;
+pub use workers::weight::WorkerNice;

@@ -10,6 +10,7 @@ use crate::item::RingItem;
 use crate::port_table::PortTable;
 use crate::ring::{self, RingStatus, RxRing};
 use crate::settings::{validate_settings, PortSettings, SettingError};
+use crate::workers::weight::WorkerNice;
 use crate::workers::Workers;
 use hvnet_offload::rss::{Rss, DEFAULT_KEY};
 use hvnet_port::vxlan::Vtep;
@@ -305,8 +306,8 @@ pub struct SwitchConfig {
     /// The longest a worker watches a queue that went empty under load
     /// (zero: it never watches, it asks for notifications at once).
     pub busy_poll_max: Duration,
-    /// The workers' nice value (0: as any thread).
-    pub worker_nice: i32,
+    /// The workers' nice value (`[switch] nice`).
+    pub worker_nice: WorkerNice,
 }
 
 impl Default for SwitchConfig {
@@ -319,7 +320,7 @@ impl Default for SwitchConfig {
             cpus: Vec::new(),
             rebalance: true,
             busy_poll_max: Duration::from_micros(50),
-            worker_nice: 0,
+            worker_nice: WorkerNice::Auto,
         }
     }
 }
@@ -348,7 +349,7 @@ pub struct Switch {
     pub workers: Workers,
     pub(crate) rebalance: bool,
     pub(crate) busy_poll_max: Duration,
-    pub(crate) worker_nice: i32,
+    pub(crate) worker_nice: WorkerNice,
     /// The VXLAN tunnel endpoints among the ports, by port index
     /// ([`PortSpec::endpoint`]).
     pub(crate) endpoints: RwLock<BTreeMap<usize, Arc<Vtep>>>,

@@ -150,9 +150,10 @@ impl Slices {
     }
 }
 
-/// Reuses a vector's allocation for references of another lifetime. The
+/// Reuses a vector's allocation for references of another lifetime (a
+/// batch of frames kept between calls, borrowing each call's buffers). The
 /// in-place `collect` of an emptied vector keeps the capacity.
-fn recycle<T, U>(mut v: Vec<T>) -> Vec<U> {
+pub fn recycle<T, U>(mut v: Vec<T>) -> Vec<U> {
     v.clear();
     v.into_iter().map(|_| unreachable!()).collect()
 }

@@ -85,7 +85,8 @@
 //!                           #   taskset -c writes them); default: every CPU the daemon may use
 //! rebalance = true          # queues moved between workers by their measured load
 //! busy_poll_max_us = 50      # longest watch of a queue gone empty under load (0-1000; 0: never)
-//! nice = 0                   # the workers' nice value (-20 to 19); -20 puts them ahead of busy guests
+//! nice = "auto"             # the workers' weight: "auto" (as many threads as they have queues
+//!                           #   with traffic) or a fixed nice value, -20 to 19
 //! ```
 //!
 //! At most [`MAX_VMS`] VMs. A bad file is refused with its path, the line
@@ -99,6 +100,7 @@ mod vm;
 
 pub use frr::{Frr, SHADOW_PORT};
 pub use host::Host;
+use hvnet_datapath::WorkerNice;
 use hvnet_wire::MacAddr;
 use serde::Deserialize;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -351,20 +353,29 @@ struct SwitchRepr {
     #[serde(default = "d_true", deserialize_with = "hvnet_datapath::on_off")]
     rebalance: bool,
     busy_poll_max_us: Option<u32>,
-    nice: Option<i32>,
+    nice: Option<NiceRepr>,
+}
+
+/// `nice` as written: a number, or a word (`"auto"`).
+#[derive(Deserialize, Clone)]
+#[serde(untagged)]
+enum NiceRepr {
+    Number(i64),
+    Word(String),
 }
 
 /// The longest a worker watches a queue that went empty under load
 /// (`[switch] busy_poll_max_us`), by default, and at most.
 pub const BUSY_POLL_MAX_US: (u32, u32) = (50, 1000);
 
-/// The workers' nice value by default (`[switch] nice`): a plain weight.
-/// A fixed pool of a few workers shares its CPUs with every guest process
-/// placed there: 64 busy namespace VMs leave them a sixty-fourth of their
-/// CPUs, and `nice = -20` takes it back, at a cost to one VM pair's stream,
-/// whose receiver the worker then preempts at every frame
+/// The workers' nice value by default (`[switch] nice`): `auto`, the
+/// weight of as many threads as a worker has queues with traffic
+/// ([`hvnet_datapath::workers::weight`]). A fixed pool of a few workers
+/// shares its CPUs with every guest process placed there: at a fixed 0, 64
+/// busy namespace VMs leave them a sixty-fourth of their CPUs; at a fixed
+/// -20, one VM pair's stream pays, its receiver preempted at every frame
 /// (docs/perf/live-switch.md).
-pub const DEFAULT_NICE: i32 = 0;
+pub const DEFAULT_NICE: WorkerNice = WorkerNice::Auto;
 
 /// The switch's own settings (`[switch]`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -377,8 +388,8 @@ pub struct SwitchSettings {
     /// The longest a worker watches a queue that went empty under load
     /// before it asks for notifications and sleeps (0: never watches).
     pub busy_poll_max_us: u32,
-    /// The workers' nice value, -20 to 19 (nice(1)).
-    pub nice: i32,
+    /// The workers' nice value: `auto`, or fixed, -20 to 19 (nice(1)).
+    pub nice: WorkerNice,
 }
 
 impl Default for SwitchSettings {
@@ -420,13 +431,20 @@ fn parse_switch(
                     ))
                 }
             };
-            let nice = match r.nice {
+            let nice = match &r.nice {
                 None => DEFAULT_NICE,
-                Some(n) if (-20..=19).contains(&n) => n,
-                Some(n) => {
+                Some(NiceRepr::Word(w)) if w == "auto" => WorkerNice::Auto,
+                Some(NiceRepr::Number(n)) if (-20..=19).contains(n) => WorkerNice::Fixed(*n as i32),
+                Some(NiceRepr::Number(n)) => {
                     return Err((
                         line,
-                        format!("switch: nice {n} out of range: -20 (the highest weight) to 19, as nice(1) takes"),
+                        format!("switch: nice {n} out of range: \"auto\", or -20 (the highest weight) to 19, as nice(1) takes"),
+                    ))
+                }
+                Some(NiceRepr::Word(w)) => {
+                    return Err((
+                        line,
+                        format!("switch: nice {w:?}: \"auto\" (the weight of the queues with traffic) or a number, -20 to 19"),
                     ))
                 }
             };
@@ -601,7 +619,7 @@ ipv4 = "10.1.0.100/24"
                 cpus: Vec::new(),
                 rebalance: true,
                 busy_poll_max_us: 50,
-                nice: 0,
+                nice: WorkerNice::Auto,
             }
         );
         for (bad, why) in [
@@ -623,13 +641,17 @@ ipv4 = "10.1.0.100/24"
             reason.contains("0 (never watch) to 1000 microseconds"),
             "{reason}"
         );
-        let nice = |n: i32| parse(&format!("{GOOD}\n[switch]\nnice = {n}\n"));
-        assert_eq!(nice(5).unwrap().switch.nice, 5);
-        assert!(nice(-21)
+        let nice = |n: &str| parse(&format!("{GOOD}\n[switch]\nnice = {n}\n"));
+        assert_eq!(nice("5").unwrap().switch.nice, WorkerNice::Fixed(5));
+        assert_eq!(nice("\"auto\"").unwrap().switch.nice, WorkerNice::Auto);
+        assert!(nice("-21")
             .err()
             .unwrap()
             .1
             .contains("-20 (the highest weight) to 19"));
+        let (line, reason) = nice("\"high\"").err().unwrap();
+        assert_eq!(line, 16);
+        assert!(reason.contains("\"auto\""), "{reason}");
     }
 
     #[test]

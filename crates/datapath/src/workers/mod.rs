@@ -22,6 +22,7 @@
 //! (`busy_ns`, as `ovs-appctl dpif-netdev/pmd-rxq-show` shows cycles).
 
 pub mod placement;
+pub mod weight;
 
 use crate::counters::add;
 use crate::switch::{Port, Switch, ThreadInfo};
@@ -37,6 +38,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use weight::{Weight, WorkerNice};
 
 /// How often a worker looks at its idle queues and its ports that are
 /// down, and wakes from `epoll` at the latest.
@@ -83,6 +85,8 @@ pub struct WorkerShared {
     /// The CPU it is pinned to.
     pub cpu: usize,
     tid: AtomicI32,
+    /// Its nice value now ([`weight`]).
+    nice: AtomicI32,
     wake: EventFd,
     inbox: Mutex<Vec<Command>>,
     /// Its counters.
@@ -168,6 +172,9 @@ pub struct WorkerView {
     pub wakeups: u64,
     /// Queue turns given.
     pub turns: u64,
+    /// Its nice value now (`[switch] nice`; with `auto`, as its queues
+    /// with traffic weigh).
+    pub nice: i32,
     /// Its queues.
     pub queues: Vec<QueueView>,
 }
@@ -181,6 +188,7 @@ impl Workers {
                 index,
                 cpu,
                 tid: AtomicI32::new(0),
+                nice: AtomicI32::new(0),
                 wake: EventFd::new(EFD_NONBLOCK)?,
                 inbox: Mutex::new(Vec::new()),
                 counters: WorkerCounters::default(),
@@ -357,6 +365,7 @@ impl Workers {
                     sleeps: c.sleeps.load(Ordering::Relaxed),
                     wakeups: c.wakeups.load(Ordering::Relaxed),
                     turns: c.turns.load(Ordering::Relaxed),
+                    nice: w.nice.load(Ordering::Relaxed),
                     queues: queues
                         .into_iter()
                         .map(|((p, q), name)| QueueView {
@@ -401,6 +410,8 @@ struct Owned {
     /// A tunnel endpoint's resolver, looked at every tick (kept here: a
     /// tick reads this slot array only, not each queue's state).
     ticks: bool,
+    /// The tick at which it last had traffic (for the worker's weight).
+    active_at: u64,
 }
 
 /// A worker's own state.
@@ -414,6 +425,11 @@ struct Worker<'a> {
     ready: Vec<(usize, bool)>,
     /// When the idle queues are looked at next.
     next_look: Instant,
+    /// Its weight, where it follows the queues with traffic
+    /// (`nice = "auto"`).
+    weight: Option<Weight>,
+    /// Ticks so far.
+    ticks: u64,
 }
 
 /// A worker thread's life.
@@ -422,10 +438,9 @@ fn run(me: &WorkerShared, sw: &Arc<Switch>) {
     if let Err(e) = hvnet_sys::pin_to_cpu(me.cpu) {
         tracing::warn!(worker = me.index, cpu = me.cpu, error = %e, "worker not pinned to its CPU");
     }
-    if sw.worker_nice != 0 {
-        if let Err(e) = hvnet_sys::set_thread_nice(sw.worker_nice) {
-            tracing::warn!(worker = me.index, nice = sw.worker_nice, error = %e, "worker's nice value not set");
-        }
+    match sw.worker_nice {
+        WorkerNice::Fixed(0) | WorkerNice::Auto => {}
+        WorkerNice::Fixed(nice) => set_nice(me, nice),
     }
     let epoll = Epoll::new().expect("epoll_create");
     epoll
@@ -442,11 +457,21 @@ fn run(me: &WorkerShared, sw: &Arc<Switch>) {
         slots: Vec::new(),
         ready: Vec::new(),
         next_look: Instant::now(),
+        weight: (sw.worker_nice == WorkerNice::Auto).then(Weight::default),
+        ticks: 1,
     };
     w.serve();
     for o in w.slots.iter_mut().flatten() {
         o.rxq.finish();
     }
+}
+
+/// Sets the calling worker's nice value.
+fn set_nice(me: &WorkerShared, nice: i32) {
+    if let Err(e) = hvnet_sys::set_thread_nice(nice) {
+        tracing::warn!(worker = me.index, nice, error = %e, "worker's nice value not set");
+    }
+    me.nice.store(nice, Ordering::Relaxed);
 }
 
 impl Worker<'_> {
@@ -540,6 +565,10 @@ impl Worker<'_> {
         add(&self.me.counters.turns, 1);
         match r {
             Ok(turn) => {
+                if let Some(w) = self.weight.as_mut().filter(|_| woken || turn == Turn::Hot) {
+                    w.active(o.active_at != self.ticks);
+                    o.active_at = self.ticks;
+                }
                 o.standing = match turn {
                     Turn::Cold => Standing::Cold,
                     Turn::Hot => Standing::Hot,
@@ -591,6 +620,10 @@ impl Worker<'_> {
     /// Every [`TICK`]: idle queues' periodic duties; a down port's queue
     /// read again once its link is back, let go once its device is gone.
     fn tick(&mut self, now: Instant) {
+        self.ticks += 1;
+        if let Some(nice) = self.weight.as_mut().and_then(Weight::look) {
+            set_nice(self.me, nice);
+        }
         let look = now >= self.next_look;
         if look {
             self.next_look = now + IDLE_LOOK;
@@ -670,6 +703,7 @@ impl Worker<'_> {
             fd,
             standing,
             ticks,
+            active_at: 0,
         });
     }
 

@@ -31,7 +31,9 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Create the VMs of a topology file and run the switch; returns when
-    /// traffic can flow.
+    /// traffic can flow. On a topology that runs, apply the file instead:
+    /// its new VMs and uplinks added, those it no longer has removed,
+    /// changed port settings applied, the rest untouched.
     Up {
         /// The topology (TOML; see examples/topologies/).
         file: PathBuf,

@@ -129,13 +129,16 @@ pub fn up(
                 }
             };
             println!(
-                "topology {} runs; applied {}: added {}; removed {}; settings changed {}; {} VMs now",
+                "topology {} runs; applied {}: added {}; removed {}; uplinks added {}; uplinks removed {}; settings changed {}; {} VMs and {} uplinks now",
                 report.topo.name,
                 file.display(),
                 list("added"),
                 list("removed"),
+                list("uplinks_added"),
+                list("uplinks_removed"),
                 list("changed"),
-                s(&a["vms"])
+                s(&a["vms"]),
+                s(&a["uplinks"])
             );
         }
         return Ok(());
@@ -167,7 +170,7 @@ pub fn up(
         let hosts: Vec<Value> = topo
             .hosts
             .iter()
-            .map(|h| json!({"host": h.name, "netns": topo.netns_of(&h.name), "uplink": topo.uplinks[h.uplink].name, "mac": h.mac.to_string()}))
+            .map(|h| json!({"host": h.name, "netns": topo.netns_of(&h.name), "uplink": h.uplink, "mac": h.mac.to_string()}))
             .collect();
         println!(
             "{}",
@@ -208,7 +211,7 @@ pub fn up(
                 topo.netns_of(&h.name),
                 h.mac,
                 addr,
-                topo.uplinks[h.uplink].name
+                h.uplink
             );
         }
         for w in topo.warnings() {

@@ -324,7 +324,9 @@ impl Balancer {
 pub type Shared = Arc<Mutex<Balancer>>;
 
 /// Runs the balancer of uplink `uplink` (its filters: the VMs `vms`, by
-/// name and MAC) once a second until the switch stops.
+/// name and MAC) once a second until the switch stops or the uplink's
+/// port leaves it (an uplink removed at run time; one added again under
+/// its name is a port of its own, with a balancer of its own).
 pub fn spawn(
     sw: Arc<Switch>,
     uplink: String,
@@ -357,8 +359,12 @@ pub fn spawn(
                     .collect()
             };
             let (mut frames0, mut cpu0, mut t0) = (frames_now(), cpu_now(), Instant::now());
+            let present = || sw.port(&uplink).is_some_and(|p| Arc::ptr_eq(&p, &port));
             while !sw.stopping() {
                 std::thread::sleep(INTERVAL);
+                if !present() {
+                    break;
+                }
                 let (frames1, cpu1, t1) = (frames_now(), cpu_now(), Instant::now());
                 let wall = t1.duration_since(t0).as_nanos().max(1) as f64;
                 let load: Vec<f64> = cpu1
@@ -385,6 +391,21 @@ pub fn spawn(
             }
         })?;
     Ok((handle, shared))
+}
+
+/// Starts the balancer of uplink `u` of `topo` where it asks for one
+/// (Dynamic NetQueue over two queues or more), over the VMs of its VLAN:
+/// at `hvnet up`, and for an uplink added at run time.
+pub(crate) fn start(
+    sw: &Arc<Switch>,
+    topo: &crate::topology::Topology,
+    u: &crate::topology::Uplink,
+) -> std::io::Result<Option<(std::thread::JoinHandle<()>, Shared)>> {
+    if u.netqueue != crate::topology::NetQueueMode::Dynamic || u.queues < 2 {
+        return Ok(None);
+    }
+    let vms = topo.vms_on(u).map(|v| (v.name.clone(), v.mac)).collect();
+    spawn(sw.clone(), u.name.clone(), vms, u.netqueue_threshold).map(Some)
 }
 
 /// A VM added (`joined`) or removed at run time on the uplink of

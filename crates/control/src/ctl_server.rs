@@ -32,7 +32,7 @@ pub(crate) struct Ctl {
     pub sw: Arc<Switch>,
     /// The topology as it runs (VMs come and go: [`crate::reconcile`]).
     pub topo: Mutex<Arc<Topology>>,
-    /// VMs are added and removed one at a time.
+    /// VMs and uplinks are added and removed one change at a time.
     pub changes: Mutex<()>,
     /// The namespace VMs whose namespace is watched (added and removed
     /// ones join and leave it).
@@ -43,8 +43,9 @@ pub(crate) struct Ctl {
     pub guests: Arc<Mutex<Vec<Guest>>>,
     /// The daemon gave up root after bring-up (`--drop-privileges`).
     pub unprivileged: bool,
-    /// Dynamic NetQueue's balancers, by uplink.
-    pub balancers: Vec<(String, crate::balancer::Shared)>,
+    /// Dynamic NetQueue's balancers, by uplink (uplinks added and removed
+    /// at run time bring and take theirs).
+    pub balancers: Mutex<Vec<(String, crate::balancer::Shared)>>,
 }
 
 /// Serves `listener` until the switch stops.
@@ -179,7 +180,8 @@ fn serve(cx: &Ctl, conn: UnixStream) {
             // An uplink's filters: its balancer too, when it has one.
             let parts: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
             if let ["uplinks", u, "filters"] = parts.as_slice() {
-                if let Some((_, b)) = cx.balancers.iter().find(|(n, _)| n == u) {
+                let all = cx.balancers.lock().expect("balancers lock");
+                if let Some((_, b)) = all.iter().find(|(n, _)| n == u) {
                     v["balancer"] = b.lock().expect("balancer lock").view();
                 }
             }

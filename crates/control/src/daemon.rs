@@ -20,8 +20,8 @@ use crate::state::{
     KeptGuest, State,
 };
 pub use crate::state::{state_dir, topologies, RUN_DIR};
+use crate::topology::VmKind;
 use crate::topology::{self, Topology};
-use crate::topology::{NetQueueMode, VmKind};
 use crate::watch::{NetnsWatch, Watch};
 use hvnet_datapath::{Switch, SwitchConfig};
 use hvnet_port::SocketMode;
@@ -102,7 +102,7 @@ pub fn prepare(topo: &Topology, text: &str) -> Result<Bringup, DaemonError> {
         }
     }
     for h in &topo.hosts {
-        let dev = &topo.uplinks[h.uplink].device;
+        let dev = &topo.uplink_of(h).device;
         if hvnet_sys::packet::ifindex(dev).is_some() {
             return Err(DaemonError::Other(format!(
                 "host {}: device {dev} exists already; an external host is joined to its uplink by a new veth pair of that name",
@@ -111,10 +111,7 @@ pub fn prepare(topo: &Topology, text: &str) -> Result<Bringup, DaemonError> {
         }
     }
     for u in &topo.uplinks {
-        let hosted = topo
-            .hosts
-            .iter()
-            .any(|h| topo.uplinks[h.uplink].name == u.name);
+        let hosted = topo.hosts.iter().any(|h| h.uplink == u.name);
         if !hosted && hvnet_sys::packet::ifindex(&u.device).is_none() {
             return Err(DaemonError::Other(format!(
                 "uplink {}: no network interface named {} (declare a [[host]] on it to make one)",
@@ -132,7 +129,8 @@ pub struct UpReport {
     /// Whether its VMs were created or re-attached to, or the file
     /// applied to a running topology.
     pub bringup: Bringup,
-    /// What applying the file did (VMs added, removed, changed).
+    /// What applying the file did (VMs and uplinks added, removed, their
+    /// port settings changed).
     pub applied: Option<serde_json::Value>,
 }
 
@@ -456,19 +454,19 @@ pub fn daemon(
     let _ = std::fs::remove_file(&sock);
     let listener = UnixListener::bind(&sock).map_err(io_err("bind the control socket"))?;
     let guests = Arc::new(Mutex::new(guests));
-    // Dynamic NetQueue: a balancer per uplink that asks for one.
+    // Dynamic NetQueue: a balancer per uplink that asks for one. Its
+    // thread ends when its uplink is removed at run time, so it is not one
+    // of the switch's threads that `watch` expects to run until the stop.
     let mut balancers = Vec::new();
+    let mut balancer_threads = Vec::new();
     let mut threads = threads;
-    for u in topo
-        .uplinks
-        .iter()
-        .filter(|u| u.netqueue == NetQueueMode::Dynamic && u.queues > 1)
-    {
-        let vms = topo.vms_on(u).map(|v| (v.name.clone(), v.mac)).collect();
-        let (t, b) = crate::balancer::spawn(sw.clone(), u.name.clone(), vms, u.netqueue_threshold)
-            .map_err(io_err("start the netqueue balancer"))?;
-        threads.push(t);
-        balancers.push((u.name.clone(), b));
+    for u in &topo.uplinks {
+        let started =
+            crate::balancer::start(&sw, &topo, u).map_err(io_err("start the netqueue balancer"))?;
+        if let Some((t, b)) = started {
+            balancer_threads.push(t);
+            balancers.push((u.name.clone(), b));
+        }
     }
     // BGP EVPN: the uplinks' shadows and their syncs, and FRR if asked.
     let advertised = match crate::evpn::start(&sw, &topo, &dir, &mut state) {
@@ -479,7 +477,7 @@ pub fn daemon(
         Err(e) => {
             tracing::error!(error = %e, "EVPN bring-up failed");
             sw.stop();
-            for t in threads {
+            for t in threads.into_iter().chain(balancer_threads) {
                 let _ = t.join();
             }
             if bringup == Bringup::Fresh && !locked {
@@ -502,7 +500,7 @@ pub fn daemon(
         advertised,
         guests: guests.clone(),
         unprivileged: drop_privileges,
-        balancers,
+        balancers: Mutex::new(balancers),
     });
     let ctl = ctl_server::spawn(listener, cx).map_err(io_err("serve the control socket"))?;
     let scrapes = endpoint
@@ -567,7 +565,9 @@ pub fn daemon(
         }
         all.drain(..).filter(Guest::outlives_daemon).collect()
     };
-    for t in threads {
+    // (The balancers of uplinks added at run time end with the switch too,
+    // on their own.)
+    for t in threads.into_iter().chain(balancer_threads) {
         let _ = t.join();
     }
     let _ = ctl.join();

@@ -177,7 +177,7 @@ pub(crate) fn create_host(
     reattach: bool,
 ) -> Result<(), DaemonError> {
     let ns = topo.netns_of(&h.name);
-    let u = &topo.uplinks[h.uplink];
+    let u = topo.uplink_of(h);
     if reattach {
         check_owned_netns(&ns, &state.marker())?;
         return check_owned_device(&u.device, &state.marker());

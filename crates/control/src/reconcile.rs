@@ -3,14 +3,18 @@
 //! and NIC, or its vhost-user socket, or its real guest booted), its port
 //! joins the switch, and the change is written to the topology's state so
 //! that a restarted daemon re-attaches to what runs, and `hvnet down`
-//! removes it. No other VM is touched.
+//! removes it. No other VM is touched. Uplinks come and go the same way
+//! through `hvnet up FILE` of an edited file ([`apply`]): the file
+//! applied becomes the state's topology text, so a restarted daemon opens
+//! the uplinks that run.
 
 use crate::ctl_server::Ctl;
 use crate::guest;
 use crate::proto::CtlError;
 use crate::provision;
 use crate::state::{netns_marker, read_state, state_dir, write_state, State};
-use crate::topology::{NetQueueMode, Topology, Vm, VmKind};
+use crate::topology::{NetQueueMode, Topology, Uplink, Vm, VmKind};
+use hvnet_datapath::{PortSettings, PortSpec};
 use hvnet_port::SocketMode;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -76,19 +80,28 @@ pub(crate) fn del_vm(cx: &Ctl, name: &str) -> Result<Value, CtlError> {
 }
 
 /// `hvnet up FILE` on a running topology: what runs is made what the file
-/// says, as `kubectl apply` or `netplan apply` do — its new VMs created,
-/// the VMs it no longer has deleted, changed port settings applied; the
-/// VMs it keeps as they are untouched. Everything is checked before
-/// anything changes: only `[[vm]]` tables may differ, and a kept VM only
-/// in what `hvnet port VM set` changes.
+/// says, as `kubectl apply` or `netplan apply` do — its new VMs and
+/// uplinks added, the VMs and uplinks it no longer has removed, changed
+/// port settings applied; what it keeps as it is untouched. Everything is
+/// checked before anything changes: only `[[vm]]` and `[[uplink]]` tables
+/// may differ, a kept VM or uplink only in what `hvnet port NAME set`
+/// changes, and an uplink comes or goes only where no `[[host]]` is on its
+/// wire and it has no BGP EVPN (`plan_uplinks`).
+///
+/// An uplink added is opened as at `hvnet up` (its device's GRO set, its
+/// receive queues spread by its NetQueue filters for the VMs of its VLAN,
+/// its balancer started), after the VMs the file adds, so that its filters
+/// are made once, for every VM. One removed leaves the switch with its
+/// queues, FDB entries and place in the flood lists; its device, which
+/// hvnet did not create, stays as it is (as at `hvnet down`).
 pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
     let _one = cx.changes.lock().expect("changes lock");
     let now = cx.topology();
     let file = crate::topology::parse(text)
         .map_err(|(line, reason)| CtlError::refused(format!("line {line}: {reason}")))?;
+    let uplinks = plan_uplinks(&now, &file).map_err(CtlError::refused)?;
     let sections = [
         ("name", now.name == file.name),
-        ("[[uplink]]", now.uplinks == file.uplinks),
         ("[[host]]", now.hosts == file.hosts),
         ("[frr]", now.frr == file.frr),
         ("netns", now.netns == file.netns),
@@ -97,7 +110,7 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
     ];
     if let Some((what, _)) = sections.iter().find(|(_, same)| !same) {
         return Err(CtlError::refused(format!(
-            "{what} differs from what runs: while the topology runs only its [[vm]] tables may change (`hvnet down {}` first)",
+            "{what} differs from what runs: while the topology runs only its [[vm]] and [[uplink]] tables may change (`hvnet down {}` first)",
             now.name
         )));
     }
@@ -132,6 +145,27 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
             changed.push((v.name.clone(), v.settings.clone()));
         }
     }
+    for (name, s) in &uplinks.changed {
+        cx.sw
+            .check_settings(name, s)
+            .map_err(|e| CtlError::refused(format!("uplink {name}: {e}")))?;
+    }
+    changed.extend(uplinks.changed.iter().cloned());
+    // The new uplinks' devices are opened before anything of the switch
+    // changes: one that is missing or will not open refuses the file.
+    let mut opened = Vec::new();
+    for &i in &uplinks.added {
+        let u = &file.uplinks[i];
+        if hvnet_sys::packet::ifindex(&u.device).is_none() {
+            return Err(CtlError::refused(format!(
+                "uplink {}: no network interface named {} here",
+                u.name, u.device
+            )));
+        }
+        let spec =
+            provision::open_uplink(&file, u).map_err(|e| CtlError::refused(e.to_string()))?;
+        opened.push((i, spec));
+    }
     let dir = state_dir(&now.name);
     let mut state =
         read_state(&dir).ok_or_else(|| CtlError::failed("the topology's state is gone"))?;
@@ -145,6 +179,9 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
         del_port(cx, &running, i, &mut state)?;
         removed.push(running.vms.remove(i).name);
     }
+    for name in &uplinks.removed {
+        del_uplink(cx, name)?;
+    }
     let mut added = Vec::new();
     for (i, v) in file.vms.iter().enumerate() {
         if !now.vms.iter().any(|r| r.name == v.name) {
@@ -152,10 +189,13 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
             added.push((i, v.name.clone()));
         }
     }
+    for (i, spec) in opened {
+        add_uplink(cx, &file, i, spec)?;
+    }
     for (name, s) in &changed {
         cx.sw
             .set_port(name, s.clone())
-            .map_err(|e| CtlError::failed(format!("vm {name}: {e}")))?;
+            .map_err(|e| CtlError::failed(format!("{name}: {e}")))?;
     }
     state.topology_text = text.to_string();
     state.added_vms.clear();
@@ -165,13 +205,153 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
     for &(i, _) in &added {
         start_guest(cx, &file, i)?;
     }
-    tracing::info!(added = ?added.iter().map(|a| &a.1).collect::<Vec<_>>(), removed = ?removed, changed = changed.len(), "topology file applied");
+    let uplinks_added: Vec<&str> = uplinks
+        .added
+        .iter()
+        .map(|&i| file.uplinks[i].name.as_str())
+        .collect();
+    tracing::info!(
+        added = ?added.iter().map(|a| &a.1).collect::<Vec<_>>(), removed = ?removed,
+        uplinks_added = ?uplinks_added, uplinks_removed = ?uplinks.removed,
+        changed = changed.len(), "topology file applied"
+    );
     Ok(json!({
         "added": added.into_iter().map(|a| a.1).collect::<Vec<_>>(),
         "removed": removed,
+        "uplinks_added": uplinks_added,
+        "uplinks_removed": uplinks.removed,
         "changed": changed.into_iter().map(|c| c.0).collect::<Vec<_>>(),
         "vms": file.vms.len(),
+        "uplinks": file.uplinks.len(),
     }))
+}
+
+/// What applying a file does to the uplinks: those it adds (their indices
+/// in the file), those it removes (by name), and the kept ones whose port
+/// settings change.
+#[derive(Debug, Default, PartialEq)]
+struct UplinkPlan {
+    added: Vec<usize>,
+    removed: Vec<String>,
+    changed: Vec<(String, PortSettings)>,
+}
+
+/// Compares the file's uplinks with those that run, by name, and refuses,
+/// with the reason, what does not change at run time: an uplink with an
+/// external host on its wire (`[[host]]` tables stay as they are), one
+/// with BGP EVPN (its shadow devices and FRR are made and removed with
+/// the topology), a new uplink on the device of one the file removes (one
+/// change at a time), and a kept uplink changed beyond the settings
+/// `hvnet port NAME set` changes on an uplink (ring1, ring2, rx_usecs).
+fn plan_uplinks(now: &Topology, file: &Topology) -> Result<UplinkPlan, String> {
+    let down = format!("`hvnet down {}` first", now.name);
+    let evpn = |u: &Uplink| u.vxlan.as_ref().is_some_and(|v| v.evpn);
+    let mut plan = UplinkPlan::default();
+    for r in &now.uplinks {
+        if file.uplinks.iter().any(|u| u.name == r.name) {
+            continue;
+        }
+        if let Some(h) = now.hosts.iter().find(|h| h.uplink == r.name) {
+            return Err(format!(
+                "uplink {}: host {} is on its wire, and [[host]] tables do not change while the topology runs ({down})",
+                r.name, h.name
+            ));
+        }
+        if evpn(r) {
+            return Err(format!(
+                "uplink {}: it has BGP EVPN ([uplink.vxlan] evpn = true), whose shadow devices and FRR come and go with the topology only ({down})",
+                r.name
+            ));
+        }
+        plan.removed.push(r.name.clone());
+    }
+    for (i, u) in file.uplinks.iter().enumerate() {
+        let Some(r) = now.uplinks.iter().find(|r| r.name == u.name) else {
+            if let Some(h) = file.hosts.iter().find(|h| h.uplink == u.name) {
+                return Err(format!(
+                    "uplink {}: host {} would be on its wire, and [[host]] tables do not change while the topology runs ({down})",
+                    u.name, h.name
+                ));
+            }
+            if evpn(u) {
+                return Err(format!(
+                    "uplink {}: it has BGP EVPN ([uplink.vxlan] evpn = true), whose shadow devices and FRR come and go with the topology only ({down})",
+                    u.name
+                ));
+            }
+            if let Some(o) = now.uplinks.iter().find(|o| o.device == u.device) {
+                return Err(format!(
+                    "uplink {}: device {} is uplink {}'s, which the file removes: remove {} first (`hvnet up` of a file without either), then add {}",
+                    u.name, u.device, o.name, o.name, u.name
+                ));
+            }
+            plan.added.push(i);
+            continue;
+        };
+        let mut as_running = u.clone();
+        as_running.settings = r.settings.clone();
+        let again = format!(
+            "remove it (`hvnet up` of the file without it) and add it again, or `hvnet down {}` first",
+            now.name
+        );
+        if as_running != *r {
+            return Err(format!(
+                "uplink {}: changed beyond its port settings (device, queues, lro, VLAN, netqueue, rss, batch or [uplink.vxlan]); {again}",
+                u.name
+            ));
+        }
+        if u.settings != r.settings {
+            let fixed = |s: &PortSettings| (s.tso, s.csum, s.mtu);
+            if fixed(&u.settings) != fixed(&r.settings) {
+                return Err(format!(
+                    "uplink {}: its tso, csum and mtu are set when it is added (ring1, ring2 and rx_usecs change at run time); {again}",
+                    u.name
+                ));
+            }
+            plan.changed.push((u.name.clone(), u.settings.clone()));
+        }
+    }
+    Ok(plan)
+}
+
+/// Adds uplink `i` of `topo`, its device opened (`spec`), as at `hvnet
+/// up`: its port joins the switch, and Dynamic NetQueue's balancer starts
+/// for it (its thread, not joined, ends when the port leaves or the
+/// switch stops).
+fn add_uplink(cx: &Ctl, topo: &Topology, i: usize, spec: PortSpec) -> Result<(), CtlError> {
+    let u = &topo.uplinks[i];
+    let port = cx
+        .sw
+        .add_port(spec)
+        .map_err(|e| CtlError::failed(format!("uplink {}: {e}", u.name)))?;
+    match crate::balancer::start(&cx.sw, topo, u) {
+        Ok(Some((_thread, b))) => cx
+            .balancers
+            .lock()
+            .expect("balancers lock")
+            .push((u.name.clone(), b)),
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(uplink = %u.name, error = %e, "netqueue: the balancer did not start")
+        }
+    }
+    tracing::info!(uplink = %u.name, device = %u.device, port = port.id, "uplink added");
+    Ok(())
+}
+
+/// Removes uplink `name`'s port (its queues, FDB entries and place in the
+/// flood lists with it) and its balancer.
+fn del_uplink(cx: &Ctl, name: &str) -> Result<(), CtlError> {
+    let port = cx
+        .sw
+        .remove_port(name)
+        .map_err(|e| CtlError::failed(format!("uplink {name}: {e}")))?;
+    cx.balancers
+        .lock()
+        .expect("balancers lock")
+        .retain(|(n, _)| n != name);
+    tracing::info!(uplink = %name, port = port.id, "uplink removed");
+    Ok(())
 }
 
 /// Creates VM `i` of `topo` and adds its port.
@@ -214,7 +394,8 @@ fn netqueue_filters(cx: &Ctl, topo: &Topology, vm: &Vm, joined: bool) {
         match u.netqueue {
             NetQueueMode::Off => {}
             NetQueueMode::Dynamic => {
-                if let Some((_, b)) = cx.balancers.iter().find(|(n, _)| *n == u.name) {
+                let all = cx.balancers.lock().expect("balancers lock");
+                if let Some((_, b)) = all.iter().find(|(n, _)| *n == u.name) {
                     crate::balancer::vm_changed(&cx.sw, &u.name, b, &vm.name, vm.mac, joined);
                 }
             }
@@ -317,5 +498,151 @@ impl Ctl {
 
     fn set_topology(&self, t: Topology) {
         *self.topo.lock().expect("topology lock") = Arc::new(t);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A VM, an uplink with an external host on its wire, and one without.
+    const RUNS: &str = r#"
+name = "t1"
+
+[[vm]]
+name = "vm1"
+ipv4 = "198.18.0.1/24"
+
+[[uplink]]
+name = "up0"
+device = "hvx0"
+
+[[uplink]]
+name = "up1"
+device = "hvx1"
+queues = 2
+
+[[host]]
+name = "ext"
+uplink = "up0"
+ipv4 = "198.18.0.100/24"
+"#;
+
+    const UP2: &str = "\n[[uplink]]\nname = \"up2\"\ndevice = \"hvx2\"\n";
+
+    fn plan(file: &str) -> Result<UplinkPlan, String> {
+        let now = crate::topology::parse(RUNS).unwrap();
+        let file = crate::topology::parse(file).unwrap_or_else(|e| panic!("{e:?}"));
+        plan_uplinks(&now, &file)
+    }
+
+    fn without_up1() -> String {
+        RUNS.replace(
+            "[[uplink]]\nname = \"up1\"\ndevice = \"hvx1\"\nqueues = 2\n",
+            "",
+        )
+    }
+
+    #[test]
+    fn uplinks_the_file_adds_and_removes_are_found_by_name() {
+        assert_eq!(plan(RUNS), Ok(UplinkPlan::default()));
+        let added = plan(&format!("{RUNS}{UP2}")).unwrap();
+        assert_eq!((added.added, added.removed), (vec![2], vec![]));
+        let removed = plan(&without_up1()).unwrap();
+        assert_eq!(
+            (removed.added, removed.removed),
+            (vec![], vec!["up1".to_string()])
+        );
+        // The host stays on up0 though up0's place in the file moved: hosts
+        // name their uplink.
+        let moved = RUNS
+            .replace(
+                "name = \"up0\"\ndevice = \"hvx0\"",
+                "name = \"up9\"\ndevice = \"hvx9\"",
+            )
+            .replace(
+                "name = \"up1\"\ndevice = \"hvx1\"",
+                "name = \"up0\"\ndevice = \"hvx0\"",
+            )
+            .replace(
+                "name = \"up9\"\ndevice = \"hvx9\"",
+                "name = \"up1\"\ndevice = \"hvx1\"",
+            );
+        assert_eq!(
+            crate::topology::parse(&moved).unwrap().hosts,
+            crate::topology::parse(RUNS).unwrap().hosts
+        );
+        // Rings and wake-up coalescing change at run time, as with `hvnet
+        // port up1 set`.
+        let rings =
+            plan(&RUNS.replace("queues = 2", "queues = 2\nring1 = 1024\nrx_usecs = 50")).unwrap();
+        assert_eq!(rings.changed.len(), 1);
+        assert_eq!(rings.changed[0].0, "up1");
+        assert_eq!(
+            (rings.changed[0].1.ring1, rings.changed[0].1.rx_usecs),
+            (1024, 50)
+        );
+    }
+
+    #[test]
+    fn what_does_not_change_at_run_time_is_refused_with_the_reason() {
+        // The host and its uplink both gone: the host is named.
+        let no_host = RUNS
+            .replace(
+                "[[host]]\nname = \"ext\"\nuplink = \"up0\"\nipv4 = \"198.18.0.100/24\"\n",
+                "",
+            )
+            .replace("[[uplink]]\nname = \"up0\"\ndevice = \"hvx0\"\n", "");
+        let e = plan(&no_host).unwrap_err();
+        assert!(e.contains("uplink up0: host ext is on its wire"), "{e}");
+        // A new uplink with a host of its own.
+        let hosted = format!("{RUNS}{UP2}\n[[host]]\nname = \"ext2\"\nuplink = \"up2\"\n");
+        let e = plan(&hosted).unwrap_err();
+        assert!(
+            e.contains("uplink up2: host ext2 would be on its wire"),
+            "{e}"
+        );
+        // EVPN, added.
+        let evpn = format!(
+            "{RUNS}{UP2}\n[uplink.vxlan]\nvni = 7\nlocal = \"198.18.60.1/24\"\nevpn = true\n"
+        );
+        let e = plan(&evpn).unwrap_err();
+        assert!(e.contains("uplink up2: it has BGP EVPN"), "{e}");
+        // A removed uplink's device taken by a new one in the same file.
+        let e = plan(&format!("{}{}", without_up1(), UP2.replace("hvx2", "hvx1"))).unwrap_err();
+        assert!(e.contains("device hvx1 is uplink up1's"), "{e}");
+        for (from, to, why) in [
+            (
+                "queues = 2",
+                "queues = 4",
+                "changed beyond its port settings",
+            ),
+            (
+                "device = \"hvx1\"",
+                "device = \"hvx7\"",
+                "changed beyond its port settings",
+            ),
+            (
+                "queues = 2",
+                "queues = 2\nlro = \"software\"",
+                "changed beyond its port settings",
+            ),
+            (
+                "queues = 2",
+                "queues = 2\nmtu = 9000",
+                "its tso, csum and mtu are set when it is added",
+            ),
+            (
+                "queues = 2",
+                "queues = 2\ntso = \"software\"",
+                "its tso, csum and mtu",
+            ),
+        ] {
+            let e = plan(&RUNS.replace(from, to)).unwrap_err();
+            assert!(
+                e.starts_with("uplink up1: ") && e.contains(why),
+                "{to}: {e}"
+            );
+        }
     }
 }

@@ -24,8 +24,10 @@ pub(super) struct HostRepr {
 pub struct Host {
     /// Its name.
     pub name: String,
-    /// Index of its uplink in [`Topology::uplinks`](super::Topology::uplinks).
-    pub uplink: usize,
+    /// Its uplink's name (uplinks come and go at run time: a name stays
+    /// right where an index into [`Topology::uplinks`](super::Topology::uplinks)
+    /// would move).
+    pub uplink: String,
     /// IPv4 address and prefix length.
     pub ipv4: Option<(Ipv4Addr, u8)>,
     /// IPv6 address and prefix length.
@@ -57,11 +59,10 @@ pub(super) fn parse_hosts(
                 "a VM or another host has this name (each is a namespace)".into(),
             ));
         }
-        let uplink = uplinks
-            .iter()
-            .position(|u| u.name == h.uplink)
-            .ok_or_else(|| bad(format!("no [[uplink]] named {:?}", h.uplink)))?;
-        if out.iter().any(|o| o.uplink == uplink) {
+        if !uplinks.iter().any(|u| u.name == h.uplink) {
+            return Err(bad(format!("no [[uplink]] named {:?}", h.uplink)));
+        }
+        if out.iter().any(|o| o.uplink == h.uplink) {
             return Err(bad(format!(
                 "uplink {} has a host already (one veth pair per uplink)",
                 h.uplink
@@ -81,7 +82,7 @@ pub(super) fn parse_hosts(
         }
         out.push(Host {
             name: h.name.clone(),
-            uplink,
+            uplink: h.uplink.clone(),
             ipv4,
             ipv6,
             mac,
@@ -99,7 +100,8 @@ mod tests {
     #[test]
     fn hosts_are_namespaces_on_an_uplinks_wire() {
         let t = parse(&format!("{GOOD}{UPLINK}")).unwrap();
-        assert_eq!(t.hosts[0].uplink, 0);
+        assert_eq!(t.hosts[0].uplink, "up0");
+        assert_eq!(t.uplink_of(&t.hosts[0]).device, "hvx0");
         assert!(!t.hosts[0].tso, "a host sends wire-sized frames by default");
         assert_eq!(t.namespaces(), ["t1-vm1", "t1-vm2", "t1-ext"]);
         let err = |from: &str, to: &str| {

@@ -187,6 +187,14 @@ impl Topology {
     pub fn netns_of(&self, name: &str) -> String {
         netns_name(&self.name, name)
     }
+    /// The uplink external host `h` is on (the topology was checked: it
+    /// has one of that name).
+    pub fn uplink_of(&self, h: &Host) -> &Uplink {
+        self.uplinks
+            .iter()
+            .find(|u| u.name == h.uplink)
+            .expect("a host's uplink is the topology's")
+    }
     /// The VMs on uplink `u`'s segment (its VLAN): whose frames it
     /// carries, and whom NetQueue gives filters.
     pub fn vms_on<'a>(&'a self, u: &'a Uplink) -> impl Iterator<Item = &'a Vm> + 'a {

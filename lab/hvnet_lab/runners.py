@@ -71,8 +71,13 @@ def most_runs(reps):
 
 
 def interleaved(configs, reps, run, settle=None, feeds=None):
-    """Runs every configuration `reps` times, interleaved (A, B, C, A, B,
-    C, ...), so that drift in the machine's speed hits all of them alike.
+    """Runs every configuration `reps` times, interleaved, every other
+    round in reverse (A, B, C, C, B, A, ...), so that drift in the
+    machine's speed hits all of them alike and none always follows the
+    same one: a run right after another switch's (Open vSwitch with DPDK
+    releasing its hugepages and cores, say) cost the configuration after
+    it about 7 % in CPU per frame when the order never changed
+    (`vhost-frames`, 2026-11-26).
     With `settle` (runs -> the labels of the points still undecided,
     `verdict.undecided`; empty once every verdict drawn from them is
     decided) and 3 or more repetitions, more rounds follow while a point
@@ -83,9 +88,16 @@ def interleaved(configs, reps, run, settle=None, feeds=None):
     point that needs 15 runs does not make the decided ones run 15 times.
     Returns {config: [run, ...]} with runs in repetition order."""
     runs = {c: [] for c in configs}
-    for _ in range(reps):
-        for c in configs:
+    rounds = 0
+
+    def in_turn(cs):
+        nonlocal rounds
+        for c in (cs if rounds % 2 == 0 else cs[::-1]):
             runs[c].append(run(c))
+        rounds += 1
+
+    for _ in range(reps):
+        in_turn(list(configs))
     most = most_runs(reps) if settle else reps
     while most > reps:
         pending = settle(runs)
@@ -98,6 +110,5 @@ def interleaved(configs, reps, run, settle=None, feeds=None):
         # repetition is a round of all of them.
         more = "one more round" if len(configs) == 1 else f"one more of {len(todo)} of {len(configs)} configurations"
         print(f"      undecided after {have} runs ({named}): {more} (at most {most} runs)", flush=True)
-        for c in todo:
-            runs[c].append(run(c))
+        in_turn(todo)
     return runs

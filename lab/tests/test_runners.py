@@ -10,12 +10,12 @@ from hvnet_lab.runners import most_runs
 def test_an_undecided_comparison_gets_more_runs_and_no_more_than_it_needs():
     from hvnet_lab.runners import interleaved
     from hvnet_lab.verdict import judge, undecided
-    samples = iter([1.0, 1.3, 1.0, 0.9, 1.0, 1.3, 1.0, 1.25, 1.0, 1.4, 1.0, 1.35, 1.0, 1.3, 1.0, 1.3])
+    b_samples = iter([1.3, 0.9, 1.3, 1.25, 1.4, 1.35, 1.3, 1.3])
     order = []
 
     def run(c):
         order.append(c)
-        return {"v": next(samples)}
+        return {"v": 1.0 if c == "A" else next(b_samples)}
 
     def settle(runs):
         gain = [b["v"] / a["v"] for a, b in zip(runs["A"], runs["B"])]
@@ -25,7 +25,8 @@ def test_an_undecided_comparison_gets_more_runs_and_no_more_than_it_needs():
     # Undecided while the interval is the min-max of 3 (0.9 among the
     # ratios), decided at the 4th, whose interval (2nd to 9th Walsh
     # average) leaves 0.9 out.
-    assert order == ["A", "B"] * 4 and len(runs["A"]) == len(runs["B"]) == 4, order
+    # Every other round in reverse: neither always runs after the other.
+    assert order == ["A", "B", "B", "A"] * 2 and len(runs["A"]) == len(runs["B"]) == 4, order
     # Never more than 5N rounds, and none more without a settle.
     assert len(interleaved(("A",), 3, lambda c: {"v": 1.0}, settle=lambda r: {None})["A"]) == 15
     assert len(interleaved(("A",), 3, lambda c: {"v": 1.0})["A"]) == 3
@@ -57,7 +58,10 @@ def test_more_runs_go_only_to_the_configurations_of_undecided_points():
                        feeds=lambda c, label: c[1] == label)
     assert len(runs[("off", "large")]) == len(runs[("on", "large")]) == 3
     assert len(runs[("off", "small")]) == len(runs[("on", "small")]) > 3
-    assert order[12:] == [("off", "small"), ("on", "small")] * ((len(order) - 12) // 2), order
+    # The extra rounds: the small size's two, every other one in reverse.
+    extra = [order[i:i + 2] for i in range(12, len(order), 2)]
+    small = [("off", "small"), ("on", "small")]
+    assert extra == [small if (3 + k) % 2 == 0 else small[::-1] for k in range(len(extra))], order
     assert undecided(figs(runs)) == set()
     # No judge calls to say which point: everything again.
     assert undecided([{"verdict": "inconclusive", "judged_by": []}]) == {None}

@@ -1,6 +1,6 @@
 """The shared runners: one iperf3 run between two VMs with what it cost
 (the machine's CPU, the receiver's NIC counters), and configurations run
-interleaved (A, B, C, A, B, C, ...), with more rounds for a comparison
+interleaved (A, B, C, then C, B, A, ...), with more rounds for a comparison
 still undecided."""
 
 import os

@@ -1,7 +1,7 @@
 """Verdicts that hold from one run to the next.
 
 Each compared configuration is measured N times, the configurations
-interleaved (A, B, A, B, ...) so that the machine's drift hits both. A
+interleaved (A, B, B, A, ...) so that the machine's drift hits both. A
 published effect is judged on the per-repetition ratios (or differences)
 at every point the study claims it, through a confidence interval of at
 least 75% for their centre: the Hodges-Lehmann interval (the Walsh

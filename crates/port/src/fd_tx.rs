@@ -80,13 +80,8 @@ impl<D: Send + Sync + 'static> Transmitter for FdTransmitter<D> {
     ) {
         let fq = (self.queue)(&self.dev, self.q);
         let batching = &mut self.batching;
-        let mut lens = frames.iter().map(OutFrame::len);
-        let mut done = |r: Result<(), SendError>| {
-            let len = lens.next().unwrap_or(0);
-            done(r.map(|()| Written::one(len)));
-        };
-        self.slices.with(frames, |slices| {
-            write_slices(fq, batching, slices, &mut done)
+        self.slices.write(frames, done, |slices, done| {
+            write_slices(fq, batching, slices, done)
         });
     }
 }

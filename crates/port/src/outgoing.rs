@@ -5,6 +5,7 @@
 //! socket or a guest's virtqueue ([`Slices`]); outer headers for a tunnel
 //! endpoint, which also needs the inner frame's parsed stack and flow hash.
 
+use crate::device::SendError;
 use crate::packet::Packet;
 use crate::vnet::{vnet_bytes, VNET_HDR_LEN};
 use hvnet_offload::gro::Coalesced;
@@ -125,12 +126,15 @@ pub(crate) struct Slices {
 }
 
 impl Slices {
-    /// Serialises `frames` and hands them to `write`, in order.
-    pub(crate) fn with<R>(
+    /// Serialises `frames` and hands them to `write`, in order, with a
+    /// callback for each one's result that tells `done` what left (the
+    /// frame as given).
+    pub(crate) fn write(
         &mut self,
         frames: &[OutFrame<'_>],
-        write: impl FnOnce(&[&[IoSlice<'_>]]) -> R,
-    ) -> R {
+        done: &mut dyn FnMut(Result<Written, SendError>),
+        write: impl FnOnce(&[&[IoSlice<'_>]], &mut dyn FnMut(Result<(), SendError>)),
+    ) {
         self.vnets.clear();
         self.vnets.extend(frames.iter().map(OutFrame::vnet_header));
         let mut iov: Vec<IoSlice<'_>> = recycle(std::mem::take(&mut self.iov));
@@ -143,10 +147,13 @@ impl Slices {
         }
         let mut out: Vec<&[IoSlice<'_>]> = recycle(std::mem::take(&mut self.frames));
         out.extend(self.spans.iter().map(|&(a, b)| &iov[a..b]));
-        let r = write(&out);
+        let mut lens = frames.iter().map(OutFrame::len);
+        write(&out, &mut |r| {
+            let len = lens.next().unwrap_or(0);
+            done(r.map(|()| Written::one(len)));
+        });
         self.frames = recycle(out);
         self.iov = recycle(iov);
-        r
     }
 }
 

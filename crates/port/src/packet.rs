@@ -104,7 +104,8 @@ impl Packet {
     }
 }
 
-fn mac_at(f: &[u8], at: usize) -> MacAddr {
+/// The MAC address at byte `at` of frame `f`.
+pub(crate) fn mac_at(f: &[u8], at: usize) -> MacAddr {
     let mut m = [0u8; 6];
     m.copy_from_slice(&f[at..at + 6]);
     MacAddr(m)

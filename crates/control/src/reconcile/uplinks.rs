@@ -27,7 +27,16 @@ pub(super) struct UplinkPlan {
 /// `hvnet port NAME set` changes on an uplink (ring1, ring2, rx_usecs).
 pub(super) fn plan_uplinks(now: &Topology, file: &Topology) -> Result<UplinkPlan, String> {
     let down = format!("`hvnet down {}` first", now.name);
-    let evpn = |u: &Uplink| u.vxlan.as_ref().is_some_and(|v| v.evpn);
+    // An uplink with BGP EVPN is neither added nor removed at run time.
+    let evpn = |u: &Uplink| {
+        match &u.vxlan {
+        Some(v) if v.evpn => Err(format!(
+            "uplink {}: it has BGP EVPN ([uplink.vxlan] evpn = true), whose shadow devices and FRR come and go with the topology only ({down})",
+            u.name
+        )),
+        _ => Ok(()),
+    }
+    };
     let mut plan = UplinkPlan::default();
     for r in &now.uplinks {
         if file.uplinks.iter().any(|u| u.name == r.name) {
@@ -39,12 +48,7 @@ pub(super) fn plan_uplinks(now: &Topology, file: &Topology) -> Result<UplinkPlan
                 r.name, h.name
             ));
         }
-        if evpn(r) {
-            return Err(format!(
-                "uplink {}: it has BGP EVPN ([uplink.vxlan] evpn = true), whose shadow devices and FRR come and go with the topology only ({down})",
-                r.name
-            ));
-        }
+        evpn(r)?;
         plan.removed.push(r.name.clone());
     }
     for (i, u) in file.uplinks.iter().enumerate() {
@@ -55,12 +59,7 @@ pub(super) fn plan_uplinks(now: &Topology, file: &Topology) -> Result<UplinkPlan
                     u.name, h.name
                 ));
             }
-            if evpn(u) {
-                return Err(format!(
-                    "uplink {}: it has BGP EVPN ([uplink.vxlan] evpn = true), whose shadow devices and FRR come and go with the topology only ({down})",
-                    u.name
-                ));
-            }
+            evpn(u)?;
             if let Some(o) = now.uplinks.iter().find(|o| o.device == u.device) {
                 return Err(format!(
                     "uplink {}: device {} is uplink {}'s, which the file removes: remove {} first (`hvnet up` of a file without either), then add {}",

@@ -184,13 +184,8 @@ impl Transmitter for VirtqTransmitter {
         done: &mut dyn FnMut(Result<Written, SendError>),
     ) {
         let (port, q) = (&self.port, self.q);
-        let mut lens = frames.iter().map(OutFrame::len);
-        let mut done = |r: Result<(), SendError>| {
-            let len = lens.next().unwrap_or(0);
-            done(r.map(|()| Written::one(len)));
-        };
-        self.slices.with(frames, |slices| {
-            write_held(port, q, slices, how.hold, &mut done)
+        self.slices.write(frames, done, |slices, done| {
+            write_held(port, q, slices, how.hold, done)
         });
     }
 

@@ -6,7 +6,7 @@
 use super::{Vtep, SOURCE_PORTS};
 use crate::device::{SendError, Transmitter};
 use crate::outgoing::{BatchOptions, OutFrame, Written};
-use crate::packet::Packet;
+use crate::packet::{mac_at, Packet};
 use hvnet_offload::gso::{self, CsumMode};
 use hvnet_offload::vxlan::{encap_header, Tunnel, OUTER_LEN};
 use hvnet_offload::OffloadInfo;
@@ -266,10 +266,4 @@ fn write_encapsulated(
         return Err(());
     }
     Ok(())
-}
-
-fn mac_at(f: &[u8], at: usize) -> MacAddr {
-    let mut m = [0u8; 6];
-    m.copy_from_slice(&f[at..at + 6]);
-    MacAddr(m)
 }

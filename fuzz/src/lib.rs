@@ -548,7 +548,11 @@ pub fn vhost_front_end(data: &[u8]) {
 
     static PORT: OnceLock<(VhostUserPort, std::path::PathBuf)> = OnceLock::new();
     let (port, sock) = PORT.get_or_init(|| {
-        let sock = std::env::temp_dir().join(format!("hvnet-fuzz-vu-{}.sock", std::process::id()));
+        // In the fuzz crate's target directory, not /tmp: the port lives
+        // as long as the process and leaves its socket behind.
+        let sock = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("target")
+            .join(format!("hvnet-fuzz-vu-{}.sock", std::process::id()));
         let port = VhostUserPort::listen("fuzz", &sock, 2, [2, 0, 0, 0, 0, 1], 1500).expect("port");
         (port, sock)
     });

@@ -534,10 +534,17 @@ impl VhostUserPort {
     /// Makes the guest's transmit queue `q` kick again when it has more
     /// (before the worker sleeps); true if frames arrived meanwhile.
     pub fn enable_tx_kicks(&self, q: usize) -> bool {
-        let Some((vring, _)) = self.vring(2 * q + 1) else {
+        self.set_kicks(2 * q + 1, true)
+    }
+
+    /// Asks the guest to kick virtqueue `index` when it makes buffers
+    /// available, or not to; on, true if some arrived meanwhile.
+    fn set_kicks(&self, index: usize, on: bool) -> bool {
+        let Some((vring, mem)) = self.vring(index) else {
             return false;
         };
-        vring.enable_notification().unwrap_or(false)
+        let st = vring.get_ref();
+        virtq::set_kicks(st.get_queue(), &mem.memory(), on)
     }
 
     /// Watches the guest's transmit queue `q` for up to `budget` without
@@ -550,14 +557,8 @@ impl VhostUserPort {
         let guard = mem.memory();
         let start = std::time::Instant::now();
         loop {
-            {
-                let st = vring.get_ref();
-                let queue = st.get_queue();
-                match queue.avail_idx(&*guard, Ordering::Acquire) {
-                    Ok(idx) if idx.0 != queue.next_avail() => return true,
-                    Ok(_) => {}
-                    Err(_) => return false,
-                }
+            if virtq::has_available(vring.get_ref().get_queue(), &guard) {
+                return true;
             }
             if start.elapsed() >= budget {
                 return false;
@@ -568,9 +569,7 @@ impl VhostUserPort {
 
     /// No kicks while the worker is reading anyway.
     pub fn disable_tx_kicks(&self, q: usize) {
-        if let Some((vring, _)) = self.vring(2 * q + 1) {
-            let _ = vring.disable_notification();
-        }
+        self.set_kicks(2 * q + 1, false);
     }
 
     /// Waits up to `timeout` for the guest to post receive buffers on
@@ -583,7 +582,8 @@ impl VhostUserPort {
         // Tell the guest what it has received so far (it frees buffers
         // only once it knows), then ask for a kick on new buffers.
         self.signal_receive(q);
-        if vring.enable_notification().unwrap_or(false) {
+        drop(vring);
+        if self.set_kicks(2 * q, true) {
             return true;
         }
         let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
@@ -637,14 +637,6 @@ impl VhostUserPort {
             return frames.len();
         }
         let guard = mem.memory();
-        for (i, f) in frames.iter().enumerate() {
-            let r = virtq::write_frame(st.get_queue_mut(), &guard, f, mergeable);
-            let full = matches!(r, Err(VirtqError::RingFull));
-            done(r);
-            if full {
-                return i + 1;
-            }
-        }
-        frames.len()
+        virtq::write_batch(st.get_queue_mut(), &guard, frames, mergeable, done)
     }
 }

@@ -120,7 +120,7 @@ impl Receiver for VirtqReceiver {
         let Some((vring, mem)) = self.port.vring(2 * self.q + 1) else {
             return Err(RecvError::WouldBlock);
         };
-        let (read, end) = {
+        let burst = {
             let mut st = vring.get_mut();
             if !st.get_queue().ready() || !st.is_enabled() {
                 return Err(RecvError::WouldBlock);
@@ -128,10 +128,10 @@ impl Receiver for VirtqReceiver {
             let guard = mem.memory();
             virtq::read_batch(st.get_queue_mut(), &guard, pool, max, out)
         };
-        if read > 0 && vring.needs_notification().unwrap_or(true) {
+        if burst.signal {
             let _ = vring.signal_used_queue();
         }
-        end
+        burst.end
     }
 
     fn wait_fd(&self) -> RawFd {

@@ -1,23 +1,34 @@
-//! Frames in and out of a guest's split virtqueues: a transmit chain
-//! copied into a pool buffer and checked, a frame written into the
-//! receive buffers the guest posted (several chains with mergeable
-//! buffers). Pure over a `Queue` and guest memory, so the protocol's
-//! threads, the tests and the fuzzer (with `virtio-queue`'s mock queues)
-//! run the same code. Every access to guest memory goes through
-//! `vm-memory`, which refuses addresses outside the guest's regions; a
-//! chain's length is bounded by the queue (the iterator's time to live)
-//! and by the largest frame.
+//! Frames in and out of a guest's virtqueues: a transmit chain copied
+//! into a pool buffer and checked, a frame written into the receive
+//! buffers the guest posted (several chains with mergeable buffers).
+//! Pure over a `Queue` and guest memory, so the protocol's threads, the
+//! tests and the fuzzer (with `virtio-queue`'s mock queues as the
+//! independent driver) run the same code.
+//!
+//! The rings are hvnet's own ([`split`]) rather than `virtio-queue`'s:
+//! that crate reads the available index, translates a guest address and
+//! writes a used element one access at a time, each through
+//! `vm-memory`'s region search, and has no packed rings; a burst here
+//! loads the index once, reads the heads in one copy, translates through
+//! a view of the regions made once per burst ([`memory`]) and publishes
+//! the used ring with one store. The protocol (`vhost-user-backend`)
+//! still owns the queue's set-up and position. Every access stays inside
+//! the guest's regions; a chain's length is bounded by its table (loops
+//! refused) and by the largest frame.
 
 use crate::packet::Packet;
 use crate::pool::{Buf, Pool, SizeClass, HEADROOM};
-use crate::vnet::{check, read_up_to, RecvError, VNET_HDR_LEN};
+use crate::vnet::{check, RecvError, VNET_HDR_LEN};
+use memory::GuestView;
+use split::{Chain, Desc, SplitRing};
 use std::io::IoSlice;
-use std::sync::atomic::Ordering;
-use virtio_queue::{DescriptorChain, Queue, QueueT};
-use vm_memory::{Address, Bytes, GuestAddress};
+use virtio_queue::Queue;
 
 mod dirty_log;
+mod memory;
+mod split;
 pub use dirty_log::DirtyLog;
+pub use split::ChainError;
 
 /// A guest's memory as a vhost-user port maps it: each region with a
 /// dirty log that is empty until a migrating front end hands over its log
@@ -26,8 +37,6 @@ pub use dirty_log::DirtyLog;
 /// the front end's log.
 pub type GuestMemoryMmap = vm_memory::GuestMemoryMmap<DirtyLog>;
 
-type Chain<'m> = DescriptorChain<&'m GuestMemoryMmap>;
-
 /// Longest frame a guest may hand over: a 64 KiB GSO frame, its link
 /// header and the virtio-net header (the large buffer class).
 const MAX_TX_CHAIN: usize = SizeClass::Large.storage();
@@ -35,9 +44,8 @@ const MAX_TX_CHAIN: usize = SizeClass::Large.storage();
 /// Offset of `num_buffers` in `struct virtio_net_hdr_v1`.
 const NUM_BUFFERS_OFFSET: u64 = 10;
 
-/// The used ring: flags and index, then 8-byte elements (id, len).
-const USED_RING_HEADER: u64 = 4;
-const USED_ELEMENT: u64 = 8;
+/// Heads read from the available ring in one copy.
+const BURST: usize = 32;
 
 /// Why a virtqueue write did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -58,56 +66,147 @@ pub enum VirtqError {
     TooSmall,
 }
 
-/// Takes the next transmit chain, copies it into a buffer of `pool` and
-/// checks it as a TAP read is checked; the chain goes back to the guest
-/// used (length 0: the device wrote nothing), whatever it held. With no
-/// buffer free under the port's cap the chain stays available, unread (a
-/// TAP read that finds no buffer does not read either): the frame is
-/// taken later, not lost.
-pub fn read_frame(
-    queue: &mut Queue,
-    mem: &GuestMemoryMmap,
-    pool: &mut Pool,
-) -> Result<Packet, RecvError> {
-    let Some(chain) = queue.pop_descriptor_chain(mem) else {
-        return Err(RecvError::WouldBlock);
-    };
-    let head = chain.head_index();
-    let r = copy_chain(chain, mem, pool);
-    if let Err(RecvError::NoBuffer) = r {
-        queue.set_next_avail(queue.next_avail().wrapping_sub(1));
-        return Err(RecvError::NoBuffer);
-    }
-    let _ = queue.add_used(mem, head, 0);
-    let (buf, n) = r?;
-    check(buf, n)
+/// What a burst of reads did.
+#[derive(Debug)]
+pub struct ReadBurst {
+    /// Chains taken (frames and frames refused).
+    pub taken: usize,
+    /// Why reading stopped before `max`: [`RecvError::WouldBlock`] (the
+    /// guest has posted nothing more) or [`RecvError::NoBuffer`] (the
+    /// port's buffers ran out; the chain stays available).
+    pub end: Result<(), RecvError>,
+    /// The guest asked to be told of the chains returned.
+    pub signal: bool,
 }
 
-/// Reads up to `max` transmit chains ([`read_frame`] each) into `out`:
-/// frames, and frames refused (each counted by the caller). Returns how
-/// many chains were taken and, when fewer than `max`, why reading stopped
-/// ([`RecvError::WouldBlock`]: the guest has posted nothing more;
-/// [`RecvError::NoBuffer`]: the port's buffers ran out, the chain stays
-/// available).
+/// Reads up to `max` transmit chains into `out`, each copied into a
+/// buffer of `pool` and checked as a TAP read is checked ([`check`]), or
+/// refused (counted by the caller). Every chain taken goes back used
+/// (length 0: the device wrote nothing), whatever it held, in one
+/// publication for the burst. With no buffer free under the port's cap a
+/// chain stays available, unread (a TAP read that finds no buffer does
+/// not read either): the frame is taken later, not lost.
 pub fn read_batch(
     queue: &mut Queue,
     mem: &GuestMemoryMmap,
     pool: &mut Pool,
     max: usize,
     out: &mut Vec<Result<Packet, RecvError>>,
-) -> (usize, Result<(), RecvError>) {
-    let before = out.len();
-    let end = read_up_to(max, out, || read_frame(queue, mem, pool));
-    (out.len() - before, end)
+) -> ReadBurst {
+    let mut burst = ReadBurst {
+        taken: 0,
+        end: Err(RecvError::WouldBlock),
+        signal: false,
+    };
+    let Some(mut ring) = SplitRing::of(queue) else {
+        return burst;
+    };
+    let view = GuestView::new(mem);
+    let avail = match ring.available(&view) {
+        Ok(n) => usize::from(n),
+        Err(_) => {
+            out.push(Err(RecvError::BadDescriptor));
+            return burst;
+        }
+    };
+    let old = ring.next_used();
+    let want = avail.min(max);
+    let mut heads = [0u16; BURST];
+    'burst: while burst.taken < want {
+        let n = (want - burst.taken).min(BURST);
+        if ring.heads(&view, &mut heads[..n]).is_err() {
+            out.push(Err(RecvError::BadDescriptor));
+            break;
+        }
+        for &head in &heads[..n] {
+            let r = copy_chain(&ring, &view, head, pool);
+            if let Err(RecvError::NoBuffer) = r {
+                burst.end = Err(RecvError::NoBuffer);
+                break 'burst;
+            }
+            ring.next_avail = ring.next_avail.wrapping_add(1);
+            ring.push_used(&view, head, 0);
+            out.push(r.and_then(|(buf, n)| check(buf, n)));
+            burst.taken += 1;
+        }
+    }
+    if burst.taken == max {
+        burst.end = Ok(());
+    }
+    ring.publish(&view);
+    burst.signal = ring.wants_signal(&view, old);
+    ring.save(queue);
+    burst
 }
 
-/// Writes one frame (virtio-net header first) into the guest's receive
-/// queue: into one descriptor chain, or as many as it needs when the guest
-/// takes mergeable buffers. Nothing is written when the guest has too few
-/// buffers (the chains taken go back to the available side).
+/// Takes the next transmit chain ([`read_batch`] of one).
+pub fn read_frame(
+    queue: &mut Queue,
+    mem: &GuestMemoryMmap,
+    pool: &mut Pool,
+) -> Result<Packet, RecvError> {
+    let mut out = Vec::with_capacity(1);
+    let burst = read_batch(queue, mem, pool, 1, &mut out);
+    match out.pop() {
+        Some(r) => r,
+        None => Err(burst.end.err().unwrap_or(RecvError::WouldBlock)),
+    }
+}
+
+/// Writes frames (each virtio-net header first) into the guest's receive
+/// queue: each into one descriptor chain, or as many as it needs when
+/// the guest takes mergeable buffers; nothing of a frame when the guest
+/// has too few buffers (the chains taken go back to the available
+/// side). Each frame's result goes to `done`, in order; writing stops
+/// after the first frame that finds the ring full. The used elements are
+/// published once, at the end. Returns how many frames were reported.
+pub fn write_batch(
+    queue: &mut Queue,
+    mem: &GuestMemoryMmap,
+    frames: &[&[IoSlice<'_>]],
+    mergeable: bool,
+    done: &mut dyn FnMut(Result<(), VirtqError>),
+) -> usize {
+    let Some(mut ring) = SplitRing::of(queue) else {
+        frames.iter().for_each(|_| done(Err(VirtqError::NotReady)));
+        return frames.len();
+    };
+    let view = GuestView::new(mem);
+    let mut avail = 0u16;
+    let mut reported = frames.len();
+    for (i, f) in frames.iter().enumerate() {
+        let r = write_one(&mut ring, &view, &mut avail, f, mergeable);
+        let full = matches!(r, Err(VirtqError::RingFull));
+        done(r);
+        if full {
+            reported = i + 1;
+            break;
+        }
+    }
+    ring.publish(&view);
+    ring.save(queue);
+    reported
+}
+
+/// Writes one frame ([`write_batch`] of one).
 pub fn write_frame(
     queue: &mut Queue,
     mem: &GuestMemoryMmap,
+    iov: &[IoSlice<'_>],
+    mergeable: bool,
+) -> Result<(), VirtqError> {
+    let mut result = Err(VirtqError::NotReady);
+    write_batch(queue, mem, &[iov], mergeable, &mut |r| result = r);
+    result
+}
+
+/// Writes one frame into as many chains as it takes; `avail` counts the
+/// chains known available and not yet taken (the index is loaded again
+/// only when they run out).
+fn write_one(
+    ring: &mut SplitRing,
+    view: &GuestView<'_>,
+    avail: &mut u16,
     iov: &[IoSlice<'_>],
     mergeable: bool,
 ) -> Result<(), VirtqError> {
@@ -118,12 +217,20 @@ pub fn write_frame(
     let mut first_addr = None;
     let mut failed = None;
     while !src.done() {
-        let Some(chain) = queue.pop_descriptor_chain(mem) else {
-            failed = Some(VirtqError::RingFull);
-            break;
-        };
-        let head = chain.head_index();
-        match fill_chain(chain, mem, &mut src, &mut first_addr) {
+        if *avail == 0 {
+            *avail = ring
+                .available(view)
+                .map_err(|_| VirtqError::BadDescriptor)?;
+            if *avail == 0 {
+                failed = Some(VirtqError::RingFull);
+                break;
+            }
+        }
+        let head = ring
+            .take_head(view)
+            .map_err(|_| VirtqError::BadDescriptor)?;
+        *avail -= 1;
+        match fill_chain(ring.chain(view, head), view, &mut src, &mut first_addr) {
             Ok(n) => used.push((head, n as u32)),
             Err(e) => {
                 used.push((head, 0));
@@ -141,15 +248,14 @@ pub fn write_frame(
             // The guest sees none of this frame: the chains taken go
             // back to the available side, to be used by a later frame.
             VirtqError::RingFull => {
-                let back = queue.next_avail().wrapping_sub(used.len() as u16);
-                queue.set_next_avail(back);
+                ring.next_avail = ring.next_avail.wrapping_sub(used.len() as u16);
             }
             // A chain that cannot be used as it is goes back used and
             // empty, with those taken before it (the guest's driver
             // counts a too-short buffer as a receive error).
             _ => {
                 for &(h, _) in &used {
-                    let _ = queue.add_used(mem, h, 0);
+                    ring.push_used(view, h, 0);
                 }
             }
         }
@@ -158,64 +264,34 @@ pub fn write_frame(
     if mergeable {
         if let Some(addr) = first_addr {
             let n = (used.len() as u16).to_le_bytes();
-            let _ = mem.write_slice(&n, addr.unchecked_add(NUM_BUFFERS_OFFSET));
+            let _ = view.write(addr + NUM_BUFFERS_OFFSET, &n);
         }
     }
-    publish_used(queue, mem, &used);
+    // The guest's driver reads `num_buffers` from the first buffer and
+    // takes that many used elements at once: they are published together
+    // (at the end of the batch), never one chain at a time.
+    for &(h, n) in &used {
+        ring.push_used(view, h, n);
+    }
     Ok(())
 }
 
-/// Returns a frame's chains to the guest as used in one step: their
-/// elements first, then the used index once. The guest's driver reads
-/// `num_buffers` from the first buffer and takes that many used entries
-/// at once; `add_used` per chain moves the index per chain, and a driver
-/// polling on another CPU then finds buffers "missing" and drops the frame.
-fn publish_used(queue: &mut Queue, mem: &GuestMemoryMmap, used: &[(u16, u32)]) {
-    let size = queue.size();
-    let ring = GuestAddress(queue.used_ring());
-    let mut idx = queue.next_used();
-    for &(head, len) in used {
-        // The queue refuses heads past its table; so does this.
-        if head >= size || size == 0 {
-            continue;
-        }
-        let mut elem = [0u8; 8];
-        elem[..4].copy_from_slice(&u32::from(head).to_le_bytes());
-        elem[4..].copy_from_slice(&len.to_le_bytes());
-        let at = ring.unchecked_add(USED_RING_HEADER + USED_ELEMENT * u64::from(idx % size));
-        if mem.write_slice(&elem, at).is_err() {
-            return;
-        }
-        idx = idx.wrapping_add(1);
-    }
-    if mem
-        .store(idx.to_le(), ring.unchecked_add(2), Ordering::Release)
-        .is_ok()
-    {
-        queue.set_next_used(idx);
-    }
+/// Whether the guest wants to be told of used buffers now, the used
+/// index having moved since `old` (when it was last told).
+pub fn wants_signal(queue: &Queue, mem: &GuestMemoryMmap, old: u16) -> bool {
+    SplitRing::of(queue).is_some_and(|ring| ring.wants_signal(&GuestView::new(mem), old))
 }
 
-/// Whether the guest wants to be told of used buffers now: with the event
-/// index, when the used index passed its `used_event` since `old` (the
-/// index when it was last told); without it, unless it set
-/// `VRING_AVAIL_F_NO_INTERRUPT`.
-pub fn wants_signal(queue: &Queue, mem: &GuestMemoryMmap, old: u16) -> bool {
-    let new = queue.next_used();
-    let avail = GuestAddress(queue.avail_ring());
-    if queue.event_idx_enabled() {
-        let at = avail.unchecked_add(4 + 2 * u64::from(queue.size()));
-        let Ok(event) = mem.load::<u16>(at, Ordering::Acquire) else {
-            return true;
-        };
-        let event = u16::from_le(event);
-        new.wrapping_sub(event).wrapping_sub(1) < new.wrapping_sub(old)
-    } else {
-        let flags = mem
-            .load::<u16>(avail, Ordering::Acquire)
-            .map_or(0, u16::from_le);
-        flags & 1 == 0
-    }
+/// Asks the guest to kick when it makes more chains available, or not
+/// to; on, true when some arrived meanwhile.
+pub fn set_kicks(queue: &Queue, mem: &GuestMemoryMmap, on: bool) -> bool {
+    SplitRing::of(queue).is_some_and(|ring| ring.set_kicks(&GuestView::new(mem), on))
+}
+
+/// True when the guest made chains available that were not taken.
+pub fn has_available(queue: &Queue, mem: &GuestMemoryMmap) -> bool {
+    SplitRing::of(queue)
+        .is_some_and(|ring| ring.available(&GuestView::new(mem)).is_ok_and(|n| n > 0))
 }
 
 /// The bytes of a frame given as I/O slices, consumed in order.
@@ -262,28 +338,33 @@ impl<'a> Source<'a> {
 /// Copies what remains of `src` into a receive chain's writable buffers;
 /// the bytes written.
 fn fill_chain(
-    chain: Chain<'_>,
-    mem: &GuestMemoryMmap,
+    chain: Chain<'_, '_>,
+    view: &GuestView<'_>,
     src: &mut Source<'_>,
-    first: &mut Option<GuestAddress>,
+    first: &mut Option<u64>,
 ) -> Result<usize, VirtqError> {
     let mut n = 0;
     for desc in chain {
-        if !desc.is_write_only() {
+        let desc = desc.map_err(|_| VirtqError::BadDescriptor)?;
+        if !desc.write {
             return Err(VirtqError::BadDescriptor);
         }
         if first.is_none() {
-            if (desc.len() as usize) < VNET_HDR_LEN {
+            if (desc.len as usize) < VNET_HDR_LEN {
                 return Err(VirtqError::BadDescriptor);
             }
-            *first = Some(desc.addr());
+            *first = Some(desc.addr);
         }
         let mut off = 0usize;
-        while off < desc.len() as usize {
-            let Some(bytes) = src.next(desc.len() as usize - off) else {
+        while off < desc.len as usize {
+            let Some(bytes) = src.next(desc.len as usize - off) else {
                 return Ok(n);
             };
-            mem.write_slice(bytes, desc.addr().unchecked_add(off as u64))
+            let at = desc
+                .addr
+                .checked_add(off as u64)
+                .ok_or(VirtqError::BadDescriptor)?;
+            view.write(at, bytes)
                 .map_err(|_| VirtqError::BadDescriptor)?;
             off += bytes.len();
             n += bytes.len();
@@ -296,21 +377,27 @@ fn fill_chain(
 }
 
 /// Copies a transmit chain (virtio-net header and frame) into a pool
-/// buffer: the buffer and the bytes copied.
+/// buffer: the buffer and the bytes copied. The chain is walked once,
+/// its descriptors kept (a frame's few; a longer chain, bounded by the
+/// queue, spills to the heap).
 fn copy_chain(
-    chain: Chain<'_>,
-    mem: &GuestMemoryMmap,
+    ring: &SplitRing,
+    view: &GuestView<'_>,
+    head: u16,
     pool: &mut Pool,
 ) -> Result<(Buf, usize), RecvError> {
+    let mut descs: smallvec::SmallVec<[Desc; 4]> = smallvec::SmallVec::new();
     let mut total = 0usize;
-    for desc in chain.clone() {
-        if desc.is_write_only() {
+    for desc in ring.chain(view, head) {
+        let desc = desc.map_err(|_| RecvError::BadDescriptor)?;
+        if desc.write {
             return Err(RecvError::BadDescriptor);
         }
-        total = total.saturating_add(desc.len() as usize);
-    }
-    if total > MAX_TX_CHAIN {
-        return Err(RecvError::BadDescriptor);
+        total = total.saturating_add(desc.len as usize);
+        if total > MAX_TX_CHAIN {
+            return Err(RecvError::BadDescriptor);
+        }
+        descs.push(desc);
     }
     let class = if total <= SizeClass::Small.storage() {
         SizeClass::Small
@@ -319,14 +406,9 @@ fn copy_chain(
     };
     let mut buf = pool.take(class).ok_or(RecvError::NoBuffer)?;
     let mut at = 0usize;
-    for desc in chain {
-        let len = desc.len() as usize;
-        // The chain is read once more: a guest that changed it meanwhile
-        // gets no more than was measured.
-        if at + len > total {
-            return Err(RecvError::BadDescriptor);
-        }
-        mem.read_slice(&mut buf.storage_mut()[at..at + len], desc.addr())
+    for desc in descs {
+        let len = desc.len as usize;
+        view.read(desc.addr, &mut buf.storage_mut()[at..at + len])
             .map_err(|_| RecvError::BadDescriptor)?;
         at += len;
     }

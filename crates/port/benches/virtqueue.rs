@@ -1,0 +1,198 @@
+//! The virtqueue engine alone: frames from one guest's transmit ring to
+//! another guest's receive ring (mergeable buffers), bursts of 32, both
+//! rings in memory, the guests' drivers reduced to moving their indices.
+//! Beside it, the same loop over `virtio-queue` 0.18 (the crate the
+//! engine replaced), so a regression of either shows without root or
+//! guests. Run: `cargo bench -p hvnet-port --bench virtqueue`.
+
+use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
+use hvnet_port::virtq::{self, GuestMemoryMmap};
+use hvnet_port::{check, Home, Pool, PoolCaps, SizeClass, HEADROOM, VNET_HDR_LEN};
+use std::io::IoSlice;
+use virtio_queue::{Queue, QueueT};
+use vm_memory::{Bytes, GuestAddress};
+
+const SIZE: u16 = 256;
+const BURST: usize = 32;
+const TX: u64 = 0x0;
+const RX: u64 = 0x4000;
+const TX_BUFS: u64 = 0x10_0000;
+const RX_BUFS: u64 = 0x20_0000;
+const BUF: u64 = 0x800;
+
+/// Two guests' rings: a transmit ring whose chains each hold `frame`,
+/// and a receive ring of 2 KiB buffers; every descriptor `i` is posted
+/// as head `i`, so a driver re-posts by moving its available index.
+struct Rings {
+    mem: GuestMemoryMmap,
+    tx: Queue,
+    rx: Queue,
+    tx_avail: u16,
+    rx_avail: u16,
+}
+
+fn queue(base: u64) -> Queue {
+    let mut q = Queue::new(SIZE).unwrap();
+    q.set_size(SIZE);
+    q.set_desc_table_address(Some(base as u32), Some(0));
+    q.set_avail_ring_address(Some((base + 0x1000) as u32), Some(0));
+    q.set_used_ring_address(Some((base + 0x2000) as u32), Some(0));
+    q.set_ready(true);
+    q
+}
+
+fn desc(mem: &GuestMemoryMmap, table: u64, i: u16, addr: u64, len: u32, flags: u16) {
+    let mut raw = [0u8; 16];
+    raw[..8].copy_from_slice(&addr.to_le_bytes());
+    raw[8..12].copy_from_slice(&len.to_le_bytes());
+    raw[12..14].copy_from_slice(&flags.to_le_bytes());
+    mem.write_slice(&raw, GuestAddress(table + 16 * u64::from(i)))
+        .unwrap();
+}
+
+impl Rings {
+    fn new(frame: &[u8]) -> Rings {
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x40_0000)]).unwrap();
+        for i in 0..SIZE {
+            let at = TX_BUFS + BUF * u64::from(i);
+            mem.write_slice(frame, GuestAddress(at)).unwrap();
+            desc(&mem, TX, i, at, frame.len() as u32, 0);
+            desc(&mem, RX, i, RX_BUFS + BUF * u64::from(i), BUF as u32, 2);
+            for base in [TX, RX] {
+                mem.write_obj(
+                    i.to_le(),
+                    GuestAddress(base + 0x1000 + 4 + 2 * u64::from(i)),
+                )
+                .unwrap();
+            }
+        }
+        Rings {
+            mem,
+            tx: queue(TX),
+            rx: queue(RX),
+            tx_avail: 0,
+            rx_avail: 0,
+        }
+    }
+
+    /// The guests post a burst: the sender's frames, the receiver's
+    /// buffers.
+    fn post(&mut self) {
+        self.tx_avail = self.tx_avail.wrapping_add(BURST as u16);
+        self.rx_avail = self.rx_avail.wrapping_add(BURST as u16);
+        self.mem
+            .write_obj(self.tx_avail.to_le(), GuestAddress(TX + 0x1002))
+            .unwrap();
+        self.mem
+            .write_obj(self.rx_avail.to_le(), GuestAddress(RX + 0x1002))
+            .unwrap();
+    }
+}
+
+/// A frame of `len` bytes behind a virtio-net header.
+fn frame(len: usize) -> Vec<u8> {
+    let mut f = vec![0u8; VNET_HDR_LEN];
+    let payload = len - 54;
+    f.extend(hvnet_offload::testutil::tcp4_frame(1, 1, payload, 0x18));
+    f
+}
+
+/// hvnet's engine: a burst read, checked, written into the other ring.
+fn hvnet_burst(
+    r: &mut Rings,
+    pool: &mut Pool,
+    out: &mut Vec<Result<hvnet_port::Packet, hvnet_port::RecvError>>,
+) {
+    r.post();
+    let burst = virtq::read_batch(&mut r.tx, &r.mem, pool, BURST, out);
+    black_box(burst.signal);
+    let hdr = [0u8; VNET_HDR_LEN];
+    let iovs: Vec<[IoSlice<'_>; 2]> = out
+        .iter()
+        .map(|p| {
+            [
+                IoSlice::new(&hdr),
+                IoSlice::new(p.as_ref().unwrap().frame()),
+            ]
+        })
+        .collect();
+    let frames: Vec<&[IoSlice<'_>]> = iovs.iter().map(|f| &f[..]).collect();
+    virtq::write_batch(&mut r.rx, &r.mem, &frames, true, &mut |res| {
+        res.unwrap();
+    });
+    black_box(virtq::wants_signal(
+        &r.rx,
+        &r.mem,
+        r.rx.next_used().wrapping_sub(BURST as u16),
+    ));
+    drop(frames);
+    drop(iovs);
+    out.clear();
+}
+
+/// The same loop over `virtio-queue`: a chain popped, its descriptors
+/// copied into a buffer and checked, returned used one by one; each
+/// frame written into a popped receive chain and added used.
+fn virtio_queue_burst(r: &mut Rings, pool: &mut Pool, out: &mut Vec<hvnet_port::Packet>) {
+    r.post();
+    let mem = &r.mem;
+    while out.len() < BURST {
+        let Some(chain) = r.tx.pop_descriptor_chain(mem) else {
+            break;
+        };
+        let head = chain.head_index();
+        let mut buf = pool.take(SizeClass::Small).unwrap();
+        let mut at = 0;
+        for d in chain {
+            let len = d.len() as usize;
+            mem.read_slice(&mut buf.storage_mut()[at..at + len], d.addr())
+                .unwrap();
+            at += len;
+        }
+        buf.set_len(at - HEADROOM);
+        r.tx.add_used(mem, head, 0).unwrap();
+        out.push(check(buf, at).unwrap());
+    }
+    black_box(r.tx.needs_notification(mem).unwrap());
+    let hdr = [0u8; VNET_HDR_LEN];
+    for p in out.iter() {
+        let chain = r.rx.pop_descriptor_chain(mem).unwrap();
+        let head = chain.head_index();
+        let d = chain.into_iter().next().unwrap();
+        mem.write_slice(&hdr, d.addr()).unwrap();
+        mem.write_slice(p.frame(), GuestAddress(d.addr().0 + VNET_HDR_LEN as u64))
+            .unwrap();
+        mem.write_slice(&1u16.to_le_bytes(), GuestAddress(d.addr().0 + 10))
+            .unwrap();
+        r.rx.add_used(mem, head, (VNET_HDR_LEN + p.len()) as u32)
+            .unwrap();
+    }
+    black_box(r.rx.needs_notification(mem).unwrap());
+    out.clear();
+}
+
+fn ring_to_ring(c: &mut Criterion) {
+    let mut g = c.benchmark_group("virtqueue_ring_to_ring");
+    g.throughput(Throughput::Elements(BURST as u64));
+    for len in [64usize, 1500] {
+        let f = frame(len);
+        let mut pool = Pool::new(Home::new(PoolCaps {
+            small: 256,
+            large: 4,
+        }));
+        let mut rings = Rings::new(&f);
+        let mut out = Vec::with_capacity(BURST);
+        g.bench_function(format!("hvnet_split/{len}B"), |b| {
+            b.iter(|| hvnet_burst(&mut rings, &mut pool, &mut out))
+        });
+        let mut rings = Rings::new(&f);
+        let mut out = Vec::with_capacity(BURST);
+        g.bench_function(format!("virtio_queue/{len}B"), |b| {
+            b.iter(|| virtio_queue_burst(&mut rings, &mut pool, &mut out))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, ring_to_ring);
+criterion_main!(benches);

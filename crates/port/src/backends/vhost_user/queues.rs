@@ -204,9 +204,9 @@ fn write_held(
     done: &mut dyn FnMut(Result<(), SendError>),
 ) {
     // Under one lock until the ring is full; then, holding, wait for
-    // room and go on from the frame that found it full. The clock is
-    // read only once the ring was found full; one deadline for the
-    // whole batch.
+    // room and go on from the frame that found it full, or else give up
+    // the rest of the batch. The clock is read only once the ring was
+    // found full; one deadline for the whole batch.
     let mut deadline = None;
     let mut at = 0;
     while at < frames.len() {
@@ -237,7 +237,13 @@ fn write_held(
         if retry {
             at -= 1;
         } else {
-            done(Err(SendError::Full));
+            // The guest has posted nothing since: this frame and the rest
+            // of the batch find the ring as full (DPDK's enqueue burst
+            // stops there too), without a pass over the ring each.
+            for _ in at - 1..frames.len() {
+                done(Err(SendError::Full));
+            }
+            return;
         }
     }
 }

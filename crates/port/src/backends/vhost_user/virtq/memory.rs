@@ -1,6 +1,8 @@
 //! A guest's memory as one burst sees it: the regions table translated
 //! once, then each access a lookup in it, the last region hit tried
 //! first (DPDK's `gpa_to_vva`, VPP's `map_guest_mem` with its hint).
+//! Nothing is built per burst: the table is the memory's own list of
+//! regions.
 //!
 //! `vm-memory`'s own accessors find the region again on every access
 //! through an iterator of closures (`try_access`) the compiler does not
@@ -18,7 +20,8 @@ use std::cell::Cell;
 use std::sync::atomic::Ordering;
 use vm_memory::bitmap::BS;
 use vm_memory::{
-    AtomicAccess, ByteValued, Bytes, GuestMemoryBackend, GuestMemoryRegion, VolatileSlice,
+    AtomicAccess, ByteValued, Bytes, GuestMemoryBackend, GuestMemoryRegion, GuestRegionMmap,
+    VolatileSlice,
 };
 
 type Slice<'m> = VolatileSlice<'m, BS<'m, super::DirtyLog>>;
@@ -28,53 +31,37 @@ type Slice<'m> = VolatileSlice<'m, BS<'m, super::DirtyLog>>;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OutOfRange;
 
-/// One region: where it starts in the guest's physical space, and its
-/// bytes.
-struct Region<'m> {
-    start: u64,
-    len: u64,
-    bytes: Slice<'m>,
-}
-
-/// The regions of one memory table, and the last one an access hit.
+/// A guest's memory table, and the region an access hit last.
 pub struct GuestView<'m> {
-    regions: SmallVec<[Region<'m>; 8]>,
+    mem: &'m GuestMemoryMmap,
     hint: Cell<usize>,
 }
 
 impl<'m> GuestView<'m> {
-    /// The view of `mem`'s regions (a guest has a few: QEMU two or three,
+    /// The view of `mem` (a guest has a few regions: QEMU two or three,
     /// DPDK one per hugepage segment).
     pub fn new(mem: &'m GuestMemoryMmap) -> GuestView<'m> {
-        let regions = mem
-            .iter()
-            .filter_map(|r| {
-                Some(Region {
-                    start: r.start_addr().0,
-                    len: r.len(),
-                    bytes: r.as_volatile_slice().ok()?,
-                })
-            })
-            .collect();
         GuestView {
-            regions,
+            mem,
             hint: Cell::new(0),
         }
     }
 
-    /// The region holding `addr`, and the offset in it.
+    /// The bytes of the region holding `addr`, and the offset in it.
     #[inline]
-    fn region(&self, addr: u64) -> Result<(&Region<'m>, usize), OutOfRange> {
+    fn region(&self, addr: u64) -> Result<(Slice<'m>, usize), OutOfRange> {
+        let within = |r: &'m GuestRegionMmap<super::DirtyLog>| {
+            let off = addr.checked_sub(r.start_addr().0).filter(|&o| o < r.len())?;
+            Some((r.as_volatile_slice().ok()?, off as usize))
+        };
         let hint = self.hint.get();
-        if let Some(r) = self.regions.get(hint) {
-            if let Some(off) = addr.checked_sub(r.start).filter(|&o| o < r.len) {
-                return Ok((r, off as usize));
-            }
+        if let Some(found) = self.mem.iter().nth(hint).and_then(within) {
+            return Ok(found);
         }
-        for (i, r) in self.regions.iter().enumerate() {
-            if let Some(off) = addr.checked_sub(r.start).filter(|&o| o < r.len) {
+        for (i, r) in self.mem.iter().enumerate() {
+            if let Some(found) = within(r) {
                 self.hint.set(i);
-                return Ok((r, off as usize));
+                return Ok(found);
             }
         }
         Err(OutOfRange)
@@ -86,7 +73,7 @@ impl<'m> GuestView<'m> {
     #[inline]
     fn slice(&self, addr: u64, len: usize) -> Result<Slice<'m>, OutOfRange> {
         let (r, off) = self.region(addr)?;
-        r.bytes.subslice(off, len).map_err(|_| OutOfRange)
+        r.subslice(off, len).map_err(|_| OutOfRange)
     }
 
     /// Copies `out.len()` bytes from `addr`.
@@ -117,7 +104,7 @@ impl<'m> GuestView<'m> {
     #[inline]
     pub fn read_obj<T: ByteValued>(&self, addr: u64) -> Result<T, OutOfRange> {
         let (r, off) = self.region(addr)?;
-        r.bytes.read_obj(off).map_err(|_| OutOfRange)
+        r.read_obj(off).map_err(|_| OutOfRange)
     }
 
     /// An atomic load of a ring index or flags (aligned, as the virtio
@@ -125,7 +112,7 @@ impl<'m> GuestView<'m> {
     #[inline]
     pub fn load<T: AtomicAccess>(&self, addr: u64, order: Ordering) -> Result<T, OutOfRange> {
         let (r, off) = self.region(addr)?;
-        r.bytes.load(off, order).map_err(|_| OutOfRange)
+        r.load(off, order).map_err(|_| OutOfRange)
     }
 
     /// An atomic store of a ring index or flags, marking the dirty log.
@@ -137,7 +124,7 @@ impl<'m> GuestView<'m> {
         order: Ordering,
     ) -> Result<(), OutOfRange> {
         let (r, off) = self.region(addr)?;
-        r.bytes.store(value, off, order).map_err(|_| OutOfRange)
+        r.store(value, off, order).map_err(|_| OutOfRange)
     }
 
     /// Calls `each` with the consecutive pieces (within one region each)
@@ -154,8 +141,8 @@ impl<'m> GuestView<'m> {
         while at < len {
             let a = addr.checked_add(at as u64).ok_or(OutOfRange)?;
             let (r, off) = self.region(a)?;
-            let n = (len - at).min(r.len as usize - off);
-            found.push(r.bytes.subslice(off, n).map_err(|_| OutOfRange)?);
+            let n = (len - at).min(r.len() - off);
+            found.push(r.subslice(off, n).map_err(|_| OutOfRange)?);
             at += n;
         }
         let mut at = 0;

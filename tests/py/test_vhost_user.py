@@ -32,6 +32,9 @@ KINDS = ["uml", pytest.param("qemu", marks=needs_qemu)]
 
 
 def topology(tmp_path, kind="uml", **a_settings):
+    if kind == "qemu-packed":
+        # A QEMU guest started with packed=on: packed virtqueues.
+        kind, a_settings = "qemu", dict(a_settings, packed=True)
     vms = [
         dict(name="a", kind=kind, ipv4=A + "/24", ipv6="fd18:9::1/64", **a_settings),
         dict(name="b", kind="uml", ipv4=B + "/24", ipv6="fd18:9::2/64"),
@@ -117,7 +120,7 @@ def test_exec_passes_output_status_and_input_through(tmp_path, kind):
         assert r.returncode != 0 and "no VM named" in r.stderr
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", [*KINDS, pytest.param("qemu-packed", marks=needs_qemu)])
 @pytest.mark.parametrize("offloads", ["on", "off"])
 def test_file_arrives_intact_both_ways(tmp_path, shared_dir, offloads, kind):
     data = os.path.join(shared_dir, "random.bin")
@@ -126,6 +129,8 @@ def test_file_arrives_intact_both_ways(tmp_path, shared_dir, offloads, kind):
         f.write(blob)
     want = (hashlib.sha256(blob).hexdigest(), 24 << 20)
     with topology(tmp_path, kind) as t:
+        layout = json.loads(t.hv("port", "a", "--json").stdout)["vhost_user"]["ring_layout"]
+        assert layout == ("packed" if kind == "qemu-packed" else "split")
         if offloads == "off":
             # The guests' own drivers stop offering TSO and checksum
             # offload: every frame is wire-sized and fully checksummed.
@@ -179,12 +184,13 @@ class Pmd:
     """DPDK testpmd with a `net_virtio_user` front end on a vhost-user
     socket: a second, independent virtio driver (a poll-mode one)."""
 
-    def __init__(self, name, sock, mac, mode, extra=(), server=False):
+    def __init__(self, name, sock, mac, mode, extra=(), server=False, packed=False):
         self.log = tempfile.NamedTemporaryFile("w+", prefix=f"testpmd-{name}-", suffix=".log")
         # server: the front end listens on `sock` (and waits there for the
         # back end before it starts forwarding), as a hypervisor serving
-        # the socket does.
-        vdev = f"net_virtio_user0,path={sock},mac={mac}" + (",server=1" if server else "")
+        # the socket does. packed: packed virtqueues (virtio 1.1).
+        vdev = (f"net_virtio_user0,path={sock},mac={mac}" + (",server=1" if server else "")
+                + (",packed_vq=1" if packed else ""))
         # Line-buffered, so that its statistics can be read while it runs.
         self.proc = subprocess.Popen(
             ["stdbuf", "-oL", "dpdk-testpmd", "--no-huge", "-m", "512", "--no-pci", f"--file-prefix=hvt{os.getpid()}{name}",
@@ -221,16 +227,21 @@ def pmd_count(log: str, what: str, nic: bool = False) -> int:
 
 
 @pytest.mark.skipif(not shutil.which("dpdk-testpmd"), reason="needs dpdk-testpmd (scripts/install-deps.sh)")
-def test_testpmd_virtio_user_front_ends_exchange_frames(tmp_path):
+@pytest.mark.parametrize("layout", ["split", "packed"])
+def test_testpmd_virtio_user_front_ends_exchange_frames(tmp_path, layout):
     mac_a, mac_b = "02:00:00:00:18:0a", "02:00:00:00:18:0b"
     vms = [dict(name="a", kind="vhost-user", mac=mac_a), dict(name="b", kind="vhost-user", mac=mac_b)]
+    packed = layout == "packed"
     with hvlab.Topology(tmp_path, vms, prefix="vp") as t:
         sock = lambda vm: f"/run/hvnet/{t.name}/{vm}.sock"  # noqa: E731
-        rx = Pmd("b", sock("b"), mac_b, "rxonly", ["--stats-period=1"])
+        rx = Pmd("b", sock("b"), mac_b, "rxonly", ["--stats-period=1"], packed=packed)
         tx = None
         try:
             assert hvlab.eventually(lambda: ports(t)["b"]["link"] == "up", timeout=30)
-            tx = Pmd("a", sock("a"), mac_a, "txonly", ["--eth-peer=0," + mac_b])
+            tx = Pmd("a", sock("a"), mac_a, "txonly", ["--eth-peer=0," + mac_b], packed=packed)
+            # Each front end negotiated the layout it was given.
+            layout_of = lambda vm: json.loads(t.hv("port", vm, "--json").stdout)["vhost_user"]["ring_layout"]  # noqa: E731
+            assert hvlab.eventually(lambda: layout_of("a") == layout == layout_of("b"), timeout=30)
             assert hvlab.eventually(lambda: t.stats("/ports/b/rx_summary")["delivered_frames"] > 10000, timeout=30)
         finally:
             tx_log = tx.stop() if tx else ""

@@ -56,6 +56,7 @@ pub(crate) fn create_vm(
                 VhostUserPort::connect(&vm.name, &sock, pairs, mac, mtu).map_err(vm_err)?
             }
         };
+        port.offer_packed(vm.packed);
         return Ok(PortSpec {
             name: vm.name.clone(),
             dev: Arc::new(port),

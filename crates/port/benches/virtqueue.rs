@@ -6,7 +6,7 @@
 //! guests. Run: `cargo bench -p hvnet-port --bench virtqueue`.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
-use hvnet_port::virtq::{self, GuestMemoryMmap};
+use hvnet_port::virtq::{self, GuestMemoryMmap, Layout};
 use hvnet_port::{check, Home, Pool, PoolCaps, SizeClass, HEADROOM, VNET_HDR_LEN};
 use std::io::IoSlice;
 use virtio_queue::{Queue, QueueT};
@@ -104,7 +104,7 @@ fn hvnet_burst(
     out: &mut Vec<Result<hvnet_port::Packet, hvnet_port::RecvError>>,
 ) {
     r.post();
-    let burst = virtq::read_batch(&mut r.tx, &r.mem, pool, BURST, out);
+    let burst = virtq::read_batch(&mut r.tx, &r.mem, Layout::Split, pool, BURST, out);
     black_box(burst.signal);
     let hdr = [0u8; VNET_HDR_LEN];
     let iovs: Vec<[IoSlice<'_>; 2]> = out
@@ -117,12 +117,20 @@ fn hvnet_burst(
         })
         .collect();
     let frames: Vec<&[IoSlice<'_>]> = iovs.iter().map(|f| &f[..]).collect();
-    virtq::write_batch(&mut r.rx, &r.mem, &frames, true, &mut |res| {
-        res.unwrap();
-    });
+    virtq::write_batch(
+        &mut r.rx,
+        &r.mem,
+        Layout::Split,
+        &frames,
+        true,
+        &mut |res| {
+            res.unwrap();
+        },
+    );
     black_box(virtq::wants_signal(
         &r.rx,
         &r.mem,
+        Layout::Split,
         r.rx.next_used().wrapping_sub(BURST as u16),
     ));
     drop(frames);

@@ -49,6 +49,8 @@ pub struct VhostUserStatus {
     pub memory_bytes: u64,
     /// The virtio features the driver acknowledged, in hex.
     pub acked_features: String,
+    /// The virtqueue layout negotiated: `split` or `packed`.
+    pub ring_layout: &'static str,
     /// The offloads the driver takes now.
     pub guest_offloads: GuestOffloads,
     /// The guest is here (not migrated away with its rings stopped).

@@ -308,8 +308,10 @@ fn argv(vm: &Vm, state_dir: &Path, vmlinuz: &Path, initrd: &Path, kvm: bool) -> 
         format!("vhost-user,id=net0,chardev=net,queues={q}"),
         "-device".into(),
         format!(
-            "virtio-net-pci,netdev=net0,mac={},romfile={vectors},mrg_rxbuf=on,rx_queue_size={}{mq}",
-            vm.mac, vm.settings.ring1
+            "virtio-net-pci,netdev=net0,mac={},romfile={vectors},mrg_rxbuf=on,rx_queue_size={}{mq}{packed}",
+            vm.mac,
+            vm.settings.ring1,
+            packed = if vm.packed { ",packed=on" } else { "" },
         ),
         "-qmp".into(),
         format!("unix:{},server=on,wait=off", s(gdir.join("qmp.sock"))),

@@ -36,6 +36,9 @@
 //! socket_owner = "root"     # server: who owns the socket, and its group and mode (default root's,
 //! socket_group = "kvm"      #   0600), so that a hypervisor not run as root (libvirt's QEMU) can
 //! socket_mode = "0660"      #   connect
+//! packed = true             # real guests: offer packed virtqueues (default: on for kind = "vhost-user",
+//!                           #   whose front end chooses; off for "qemu", which then asks for them
+//!                           #   with packed=on; "uml" guests take split rings only)
 //!
 //! [[uplink]]                # the physical side: an existing interface
 //! name = "up0"              # the port's name (as a VM's)

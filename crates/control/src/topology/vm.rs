@@ -53,6 +53,7 @@ pub(super) struct VmRepr {
     socket_owner: Option<String>,
     socket_group: Option<String>,
     socket_mode: Option<String>,
+    packed: Option<bool>,
 }
 
 fn d_overflow() -> RxOverflow {
@@ -163,6 +164,9 @@ pub struct Vm {
     /// A `kind = "vhost-user"` VM's socket: server or client, where, and
     /// who may connect.
     pub vhost: VhostSocket,
+    /// A real guest's device offers packed virtqueues (the front end
+    /// chooses; a QEMU guest hvnet starts asks for them).
+    pub packed: bool,
 }
 
 /// The `[[vm]]` tables, each checked (and against the ones before it)
@@ -244,6 +248,20 @@ pub(super) fn parse_vms(
             },
         )
         .map_err(bad)?;
+        let packed = match (v.kind, v.packed) {
+            (VmKind::Netns, Some(_)) => {
+                return Err(bad("packed is for real guests (kind uml, qemu or vhost-user): a netns VM has no virtqueues".into()))
+            }
+            (VmKind::Uml, Some(true)) => {
+                return Err(bad("packed = true is not for kind = \"uml\": User-Mode Linux starts every ring at base 0, which a packed ring (wrap counter 1 at the start) cannot take".into()))
+            }
+            // What a front end is offered unless told: a guest someone
+            // else starts chooses (QEMU's packed=on, DPDK's packed_vq=1);
+            // a QEMU guest hvnet starts asks for split rings, as QEMU does
+            // by default.
+            (VmKind::VhostUser, p) => p.unwrap_or(true),
+            (_, p) => p.unwrap_or(false),
+        };
         if let Some(p) = &vhost.path {
             if vms.iter().any(|o| o.vhost.path.as_ref() == Some(p)) {
                 return Err(bad(format!("socket {p:?} is used twice")));
@@ -275,6 +293,7 @@ pub(super) fn parse_vms(
             vlan: v.vlan,
             settings,
             vhost,
+            packed,
         });
     }
     Ok(vms)
@@ -418,6 +437,24 @@ mod tests {
             reason.contains("auto") && reason.contains("tcg"),
             "{reason}"
         );
+    }
+
+    #[test]
+    fn packed_virtqueues_are_offered_by_kind_unless_set() {
+        let vm = |kind: &str, extra: &str| {
+            format!("name = \"t\"\n\n[[vm]]\nname = \"g\"\nkind = \"{kind}\"\n{extra}\n")
+        };
+        let packed = |kind: &str, extra: &str| parse(&vm(kind, extra)).unwrap().vms[0].packed;
+        assert!(packed("vhost-user", ""));
+        assert!(!packed("vhost-user", "packed = false"));
+        assert!(!packed("qemu", ""));
+        assert!(packed("qemu", "packed = true"));
+        assert!(!packed("uml", ""));
+        let (line, reason) = parse(&vm("uml", "packed = true")).unwrap_err();
+        assert_eq!(line, 3, "{reason}");
+        assert!(reason.contains("base 0"), "{reason}");
+        let (_, reason) = parse(&vm("netns", "packed = true")).unwrap_err();
+        assert!(reason.contains("real guests"), "{reason}");
     }
 
     #[test]

@@ -51,7 +51,7 @@ impl VhostUserBackend for Backend {
     }
 
     fn features(&self) -> u64 {
-        offered_features()
+        offered_features(self.sh.packed.load(Ordering::Acquire))
     }
 
     fn acked_features(&self, features: u64) {
@@ -196,7 +196,9 @@ impl Backend {
         };
         let mut st = vring.get_mut();
         let queue = st.get_queue_mut();
-        if !queue.ready() {
+        // A packed ring has no used index: its base is where both sides
+        // stand.
+        if !queue.ready() || self.sh.layout() == super::Layout::Packed {
             return;
         }
         let Ok(used) = queue.used_idx(&*mem.memory(), Ordering::Acquire) else {

@@ -49,11 +49,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use vhost::vhost_user::message::VhostUserVirtioFeatures;
 use vhost_user_backend::VringT;
-use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
+use virtio_bindings::virtio_config::{VIRTIO_F_RING_PACKED, VIRTIO_F_VERSION_1};
 use virtio_bindings::virtio_net::*;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 use virtio_queue::QueueT;
-use virtq::{GuestMemoryMmap, VirtqError};
+use virtq::{GuestMemoryMmap, Layout, VirtqError};
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryRegion};
 use vmm_sys_util::event::{
     new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
@@ -70,8 +70,9 @@ pub const MAX_QUEUE_SIZE: u16 = 4096;
 /// The device features offered: what a hypervisor's switch offers a guest
 /// (checksum and TSO both ways, ECN with TSO, mergeable receive buffers,
 /// MTU, link status, several queue pairs, a control queue for what the
-/// guest may change, event index), and dirty logging for live migration.
-pub fn offered_features() -> u64 {
+/// guest may change, event index, packed virtqueues unless `packed` is
+/// off), and dirty logging for live migration.
+pub fn offered_features(packed: bool) -> u64 {
     [
         VIRTIO_NET_F_CSUM,
         VIRTIO_NET_F_GUEST_CSUM,
@@ -95,6 +96,11 @@ pub fn offered_features() -> u64 {
     ]
     .iter()
     .fold(0u64, |f, &b| f | (1u64 << b))
+        | if packed {
+            1u64 << VIRTIO_F_RING_PACKED
+        } else {
+            0
+        }
         | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
         | VhostUserVirtioFeatures::LOG_ALL.bits()
 }
@@ -152,6 +158,8 @@ struct Shared {
     announcing: AtomicBool,
     /// Announcements asked for so far.
     announcements: AtomicU64,
+    /// Packed virtqueues are offered.
+    packed: AtomicBool,
 }
 
 impl Shared {
@@ -174,6 +182,15 @@ impl Shared {
             return Vec::new();
         }
         std::mem::take(&mut *self.announce.lock().expect("announce lock"))
+    }
+
+    /// The virtqueue layout the front end negotiated.
+    fn layout(&self) -> Layout {
+        if self.acked.load(Ordering::Acquire) & (1u64 << VIRTIO_F_RING_PACKED) != 0 {
+            Layout::Packed
+        } else {
+            Layout::Split
+        }
     }
 
     fn changed(&self) {
@@ -334,6 +351,7 @@ impl VhostUserPort {
             announce: Mutex::new(Vec::new()),
             announcing: AtomicBool::new(false),
             announcements: AtomicU64::new(0),
+            packed: AtomicBool::new(true),
         });
         let listen_err = |e: io::Error| VhostUserError::Listen(socket.to_path_buf(), e.to_string());
         // The crate's side of the relay: an abstract socket, private to
@@ -435,6 +453,19 @@ impl VhostUserPort {
             .max(1)
     }
 
+    /// The virtqueue layout the front end negotiated.
+    pub fn layout(&self) -> Layout {
+        self.sh.layout()
+    }
+
+    /// Whether packed virtqueues are offered to the front ends that
+    /// connect from now on (on unless turned off: User-Mode Linux's
+    /// driver negotiates them and then starts its rings at base 0, which
+    /// a packed ring cannot take).
+    pub fn offer_packed(&self, on: bool) {
+        self.sh.packed.store(on, Ordering::Release);
+    }
+
     /// The feature bits the guest acknowledged.
     pub fn acked_features(&self) -> u64 {
         self.sh.acked.load(Ordering::Acquire)
@@ -497,6 +528,7 @@ impl VhostUserPort {
             memory_regions,
             memory_bytes,
             acked_features: format!("{:#x}", self.acked_features()),
+            ring_layout: self.layout().name(),
             guest_offloads: self.guest_offloads(),
             guest_present: self.guest_present(),
             dirty_logging: self.dirty_logging(),
@@ -544,7 +576,7 @@ impl VhostUserPort {
             return false;
         };
         let st = vring.get_ref();
-        virtq::set_kicks(st.get_queue(), &mem.memory(), on)
+        virtq::set_kicks(st.get_queue(), &mem.memory(), self.layout(), on)
     }
 
     /// Watches the guest's transmit queue `q` for up to `budget` without
@@ -555,9 +587,10 @@ impl VhostUserPort {
             return false;
         };
         let guard = mem.memory();
+        let layout = self.layout();
         let start = std::time::Instant::now();
         loop {
-            if virtq::has_available(vring.get_ref().get_queue(), &guard) {
+            if virtq::has_available(vring.get_ref().get_queue(), &guard, layout) {
                 return true;
             }
             if start.elapsed() >= budget {
@@ -602,14 +635,16 @@ impl VhostUserPort {
         };
         let st = vring.get_ref();
         let queue = st.get_queue();
+        let layout = self.layout();
         let old = self.sh.rx_signalled[q].load(Ordering::Relaxed);
-        if queue.next_used() == old {
+        let now = virtq::used_mark(queue, layout);
+        if now == old {
             return;
         }
-        if virtq::wants_signal(queue, &mem.memory(), old) {
+        if virtq::wants_signal(queue, &mem.memory(), layout, old) {
             let _ = st.signal_used_queue();
         }
-        self.sh.rx_signalled[q].store(queue.next_used(), Ordering::Relaxed);
+        self.sh.rx_signalled[q].store(now, Ordering::Relaxed);
     }
 
     /// Writes frames (each virtio-net header first) into the guest's
@@ -637,6 +672,13 @@ impl VhostUserPort {
             return frames.len();
         }
         let guard = mem.memory();
-        virtq::write_batch(st.get_queue_mut(), &guard, frames, mergeable, done)
+        virtq::write_batch(
+            st.get_queue_mut(),
+            &guard,
+            self.layout(),
+            frames,
+            mergeable,
+            done,
+        )
     }
 }

@@ -120,13 +120,14 @@ impl Receiver for VirtqReceiver {
         let Some((vring, mem)) = self.port.vring(2 * self.q + 1) else {
             return Err(RecvError::WouldBlock);
         };
+        let layout = self.port.layout();
         let burst = {
             let mut st = vring.get_mut();
             if !st.get_queue().ready() || !st.is_enabled() {
                 return Err(RecvError::WouldBlock);
             }
             let guard = mem.memory();
-            virtq::read_batch(st.get_queue_mut(), &guard, pool, max, out)
+            virtq::read_batch(st.get_queue_mut(), &guard, layout, pool, max, out)
         };
         if burst.signal {
             let _ = vring.signal_used_queue();

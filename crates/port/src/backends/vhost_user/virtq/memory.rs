@@ -51,7 +51,9 @@ impl<'m> GuestView<'m> {
     #[inline]
     fn region(&self, addr: u64) -> Result<(Slice<'m>, usize), OutOfRange> {
         let within = |r: &'m GuestRegionMmap<super::DirtyLog>| {
-            let off = addr.checked_sub(r.start_addr().0).filter(|&o| o < r.len())?;
+            let off = addr
+                .checked_sub(r.start_addr().0)
+                .filter(|&o| o < r.len())?;
             Some((r.as_volatile_slice().ok()?, off as usize))
         };
         let hint = self.hint.get();

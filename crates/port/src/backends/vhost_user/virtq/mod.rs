@@ -20,15 +20,18 @@ use crate::packet::Packet;
 use crate::pool::{Buf, Pool, SizeClass, HEADROOM};
 use crate::vnet::{check, RecvError, VNET_HDR_LEN};
 use memory::GuestView;
-use split::{Chain, Desc, SplitRing};
+use packed::PackedRing;
+use ring::{ChainError, Desc, Ring};
+use split::SplitRing;
 use std::io::IoSlice;
 use virtio_queue::Queue;
 
 mod dirty_log;
 mod memory;
+mod packed;
+mod ring;
 mod split;
 pub use dirty_log::DirtyLog;
-pub use split::ChainError;
 
 /// A guest's memory as a vhost-user port maps it: each region with a
 /// dirty log that is empty until a migrating front end hands over its log
@@ -43,9 +46,6 @@ const MAX_TX_CHAIN: usize = SizeClass::Large.storage();
 
 /// Offset of `num_buffers` in `struct virtio_net_hdr_v1`.
 const NUM_BUFFERS_OFFSET: u64 = 10;
-
-/// Heads read from the available ring in one copy.
-const BURST: usize = 32;
 
 /// Why a virtqueue write did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +64,43 @@ pub enum VirtqError {
     /// frame.
     #[error("receive buffer too small for the frame")]
     TooSmall,
+}
+
+/// Which virtqueue layout the front end negotiated
+/// (`VIRTIO_F_RING_PACKED`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Layout {
+    /// Descriptor table, available ring, used ring.
+    #[default]
+    Split,
+    /// One ring of descriptors both sides write.
+    Packed,
+}
+
+impl Layout {
+    /// As views name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Split => "split",
+            Layout::Packed => "packed",
+        }
+    }
+}
+
+/// Runs `$body` with `$ring` bound to the type of ring `$layout` names.
+macro_rules! on_ring {
+    ($layout:expr, $ring:ident => $body:expr) => {
+        match $layout {
+            Layout::Split => {
+                type $ring = SplitRing;
+                $body
+            }
+            Layout::Packed => {
+                type $ring = PackedRing;
+                $body
+            }
+        }
+    };
 }
 
 /// What a burst of reads did.
@@ -89,6 +126,17 @@ pub struct ReadBurst {
 pub fn read_batch(
     queue: &mut Queue,
     mem: &GuestMemoryMmap,
+    layout: Layout,
+    pool: &mut Pool,
+    max: usize,
+    out: &mut Vec<Result<Packet, RecvError>>,
+) -> ReadBurst {
+    on_ring!(layout, R => read_on::<R>(queue, mem, pool, max, out))
+}
+
+fn read_on<R: Ring>(
+    queue: &mut Queue,
+    mem: &GuestMemoryMmap,
     pool: &mut Pool,
     max: usize,
     out: &mut Vec<Result<Packet, RecvError>>,
@@ -98,37 +146,30 @@ pub fn read_batch(
         end: Err(RecvError::WouldBlock),
         signal: false,
     };
-    let Some(mut ring) = SplitRing::of(queue) else {
+    let Some(mut ring) = R::of(queue) else {
         return burst;
     };
     let view = GuestView::new(mem);
-    let avail = match ring.available(&view) {
-        Ok(n) => usize::from(n),
-        Err(_) => {
-            out.push(Err(RecvError::BadDescriptor));
-            return burst;
-        }
-    };
-    let old = ring.next_used();
-    let want = avail.min(max);
-    let mut heads = [0u16; BURST];
-    'burst: while burst.taken < want {
-        let n = (want - burst.taken).min(BURST);
-        if ring.heads(&view, &mut heads[..n]).is_err() {
-            out.push(Err(RecvError::BadDescriptor));
+    let old = ring.used_mark();
+    while burst.taken < max {
+        let mark = ring.mark();
+        let head = match ring.take(&view) {
+            Ok(Some(head)) => head,
+            Ok(None) => break,
+            Err(_) => {
+                out.push(Err(RecvError::BadDescriptor));
+                break;
+            }
+        };
+        let r = copy_chain(&ring, &view, &head, pool);
+        if let Err(RecvError::NoBuffer) = r {
+            ring.rewind(mark);
+            burst.end = Err(RecvError::NoBuffer);
             break;
         }
-        for &head in &heads[..n] {
-            let r = copy_chain(&ring, &view, head, pool);
-            if let Err(RecvError::NoBuffer) = r {
-                burst.end = Err(RecvError::NoBuffer);
-                break 'burst;
-            }
-            ring.next_avail = ring.next_avail.wrapping_add(1);
-            ring.push_used(&view, head, 0);
-            out.push(r.and_then(|(buf, n)| check(buf, n)));
-            burst.taken += 1;
-        }
+        ring.push_used(&view, &head, 0);
+        out.push(r.and_then(|(buf, n)| check(buf, n)));
+        burst.taken += 1;
     }
     if burst.taken == max {
         burst.end = Ok(());
@@ -139,14 +180,14 @@ pub fn read_batch(
     burst
 }
 
-/// Takes the next transmit chain ([`read_batch`] of one).
+/// Takes the next transmit chain of a split ring ([`read_batch`] of one).
 pub fn read_frame(
     queue: &mut Queue,
     mem: &GuestMemoryMmap,
     pool: &mut Pool,
 ) -> Result<Packet, RecvError> {
     let mut out = Vec::with_capacity(1);
-    let burst = read_batch(queue, mem, pool, 1, &mut out);
+    let burst = read_batch(queue, mem, Layout::Split, pool, 1, &mut out);
     match out.pop() {
         Some(r) => r,
         None => Err(burst.end.err().unwrap_or(RecvError::WouldBlock)),
@@ -163,19 +204,29 @@ pub fn read_frame(
 pub fn write_batch(
     queue: &mut Queue,
     mem: &GuestMemoryMmap,
+    layout: Layout,
     frames: &[&[IoSlice<'_>]],
     mergeable: bool,
     done: &mut dyn FnMut(Result<(), VirtqError>),
 ) -> usize {
-    let Some(mut ring) = SplitRing::of(queue) else {
+    on_ring!(layout, R => write_on::<R>(queue, mem, frames, mergeable, done))
+}
+
+fn write_on<R: Ring>(
+    queue: &mut Queue,
+    mem: &GuestMemoryMmap,
+    frames: &[&[IoSlice<'_>]],
+    mergeable: bool,
+    done: &mut dyn FnMut(Result<(), VirtqError>),
+) -> usize {
+    let Some(mut ring) = R::of(queue) else {
         frames.iter().for_each(|_| done(Err(VirtqError::NotReady)));
         return frames.len();
     };
     let view = GuestView::new(mem);
-    let mut avail = 0u16;
     let mut reported = frames.len();
     for (i, f) in frames.iter().enumerate() {
-        let r = write_one(&mut ring, &view, &mut avail, f, mergeable);
+        let r = write_one(&mut ring, &view, f, mergeable);
         let full = matches!(r, Err(VirtqError::RingFull));
         done(r);
         if full {
@@ -188,7 +239,7 @@ pub fn write_batch(
     reported
 }
 
-/// Writes one frame ([`write_batch`] of one).
+/// Writes one frame into a split ring ([`write_batch`] of one).
 pub fn write_frame(
     queue: &mut Queue,
     mem: &GuestMemoryMmap,
@@ -196,41 +247,39 @@ pub fn write_frame(
     mergeable: bool,
 ) -> Result<(), VirtqError> {
     let mut result = Err(VirtqError::NotReady);
-    write_batch(queue, mem, &[iov], mergeable, &mut |r| result = r);
+    write_batch(queue, mem, Layout::Split, &[iov], mergeable, &mut |r| {
+        result = r
+    });
     result
 }
 
-/// Writes one frame into as many chains as it takes; `avail` counts the
-/// chains known available and not yet taken (the index is loaded again
-/// only when they run out).
-fn write_one(
-    ring: &mut SplitRing,
+/// Writes one frame into as many chains as it takes.
+fn write_one<R: Ring>(
+    ring: &mut R,
     view: &GuestView<'_>,
-    avail: &mut u16,
     iov: &[IoSlice<'_>],
     mergeable: bool,
 ) -> Result<(), VirtqError> {
     let mut src = Source::new(iov);
-    // (head, bytes written) per chain used; a 64 KiB frame in 1.5 KiB
-    // buffers takes 44.
-    let mut used: smallvec::SmallVec<[(u16, u32); 64]> = smallvec::SmallVec::new();
+    let mark = ring.mark();
+    // Each chain used and the bytes written into it; a 64 KiB frame in
+    // 1.5 KiB buffers takes 44.
+    let mut used: smallvec::SmallVec<[(R::Head, u32); 8]> = smallvec::SmallVec::new();
     let mut first_addr = None;
     let mut failed = None;
     while !src.done() {
-        if *avail == 0 {
-            *avail = ring
-                .available(view)
-                .map_err(|_| VirtqError::BadDescriptor)?;
-            if *avail == 0 {
+        let head = match ring.take(view) {
+            Ok(Some(head)) => head,
+            Ok(None) => {
                 failed = Some(VirtqError::RingFull);
                 break;
             }
-        }
-        let head = ring
-            .take_head(view)
-            .map_err(|_| VirtqError::BadDescriptor)?;
-        *avail -= 1;
-        match fill_chain(ring.chain(view, head), view, &mut src, &mut first_addr) {
+            Err(_) => {
+                ring.rewind(mark);
+                return Err(VirtqError::BadDescriptor);
+            }
+        };
+        match fill_chain(ring.descs(view, &head), view, &mut src, &mut first_addr) {
             Ok(n) => used.push((head, n as u32)),
             Err(e) => {
                 used.push((head, 0));
@@ -247,14 +296,12 @@ fn write_one(
         match e {
             // The guest sees none of this frame: the chains taken go
             // back to the available side, to be used by a later frame.
-            VirtqError::RingFull => {
-                ring.next_avail = ring.next_avail.wrapping_sub(used.len() as u16);
-            }
+            VirtqError::RingFull => ring.rewind(mark),
             // A chain that cannot be used as it is goes back used and
             // empty, with those taken before it (the guest's driver
             // counts a too-short buffer as a receive error).
             _ => {
-                for &(h, _) in &used {
+                for (h, _) in &used {
                     ring.push_used(view, h, 0);
                 }
             }
@@ -270,28 +317,32 @@ fn write_one(
     // The guest's driver reads `num_buffers` from the first buffer and
     // takes that many used elements at once: they are published together
     // (at the end of the batch), never one chain at a time.
-    for &(h, n) in &used {
-        ring.push_used(view, h, n);
+    for (h, n) in &used {
+        ring.push_used(view, h, *n);
     }
     Ok(())
 }
 
-/// Whether the guest wants to be told of used buffers now, the used
-/// index having moved since `old` (when it was last told).
-pub fn wants_signal(queue: &Queue, mem: &GuestMemoryMmap, old: u16) -> bool {
-    SplitRing::of(queue).is_some_and(|ring| ring.wants_signal(&GuestView::new(mem), old))
+/// Whether the guest wants to be told of used buffers now, the used side
+/// having moved since `old` ([`used_mark`] when it was last told).
+pub fn wants_signal(queue: &Queue, mem: &GuestMemoryMmap, layout: Layout, old: u16) -> bool {
+    on_ring!(layout, R => R::of(queue).is_some_and(|ring| ring.wants_signal(&GuestView::new(mem), old)))
+}
+
+/// Where the used side of `queue` stands.
+pub fn used_mark(queue: &Queue, layout: Layout) -> u16 {
+    on_ring!(layout, R => R::of(queue).map_or(0, |ring| ring.used_mark()))
 }
 
 /// Asks the guest to kick when it makes more chains available, or not
 /// to; on, true when some arrived meanwhile.
-pub fn set_kicks(queue: &Queue, mem: &GuestMemoryMmap, on: bool) -> bool {
-    SplitRing::of(queue).is_some_and(|ring| ring.set_kicks(&GuestView::new(mem), on))
+pub fn set_kicks(queue: &Queue, mem: &GuestMemoryMmap, layout: Layout, on: bool) -> bool {
+    on_ring!(layout, R => R::of(queue).is_some_and(|ring| ring.set_kicks(&GuestView::new(mem), on)))
 }
 
 /// True when the guest made chains available that were not taken.
-pub fn has_available(queue: &Queue, mem: &GuestMemoryMmap) -> bool {
-    SplitRing::of(queue)
-        .is_some_and(|ring| ring.available(&GuestView::new(mem)).is_ok_and(|n| n > 0))
+pub fn has_available(queue: &Queue, mem: &GuestMemoryMmap, layout: Layout) -> bool {
+    on_ring!(layout, R => R::of(queue).is_some_and(|ring| ring.has_available(&GuestView::new(mem))))
 }
 
 /// The bytes of a frame given as I/O slices, consumed in order.
@@ -338,7 +389,7 @@ impl<'a> Source<'a> {
 /// Copies what remains of `src` into a receive chain's writable buffers;
 /// the bytes written.
 fn fill_chain(
-    chain: Chain<'_, '_>,
+    chain: impl Iterator<Item = Result<Desc, ChainError>>,
     view: &GuestView<'_>,
     src: &mut Source<'_>,
     first: &mut Option<u64>,
@@ -380,15 +431,15 @@ fn fill_chain(
 /// buffer: the buffer and the bytes copied. The chain is walked once,
 /// its descriptors kept (a frame's few; a longer chain, bounded by the
 /// queue, spills to the heap).
-fn copy_chain(
-    ring: &SplitRing,
+fn copy_chain<R: Ring>(
+    ring: &R,
     view: &GuestView<'_>,
-    head: u16,
+    head: &R::Head,
     pool: &mut Pool,
 ) -> Result<(Buf, usize), RecvError> {
     let mut descs: smallvec::SmallVec<[Desc; 4]> = smallvec::SmallVec::new();
     let mut total = 0usize;
-    for desc in ring.chain(view, head) {
+    for desc in ring.descs(view, head) {
         let desc = desc.map_err(|_| RecvError::BadDescriptor)?;
         if desc.write {
             return Err(RecvError::BadDescriptor);

@@ -1,6 +1,6 @@
 //! A split virtqueue (virtio 1.x, 2.7) as a burst works it: the
-//! available index loaded once (acquire) and the heads behind it read in
-//! one copy, each descriptor chain walked and checked as DPDK's
+//! available index loaded once (acquire) for as many chains as it
+//! shows, each descriptor chain walked and checked as DPDK's
 //! `lib/vhost` checks it, used elements kept in a shadow and published
 //! with one release store of the used index, and the guest's interrupt
 //! suppression (flags or event index) read once per burst.
@@ -10,7 +10,8 @@
 //! `SET_VRING_BASE`: a burst starts from it ([`SplitRing::of`]) and
 //! leaves it where the burst ended ([`SplitRing::save`]).
 
-use super::memory::{GuestView, OutOfRange};
+use super::memory::GuestView;
+use super::ring::{max_indirect, ChainError, Desc, Mark, Ring};
 use smallvec::SmallVec;
 use std::sync::atomic::{fence, Ordering};
 use virtio_queue::{Queue, QueueT};
@@ -23,55 +24,8 @@ const USED_F_NO_NOTIFY: u16 = 1;
 /// `VRING_AVAIL_F_NO_INTERRUPT`: the driver asks not to be interrupted.
 const AVAIL_F_NO_INTERRUPT: u16 = 1;
 const DESC_SIZE: u64 = 16;
-/// The longest indirect table taken: the queue's size, and no fewer
-/// than 256 (a small queue still takes a 64 KiB frame's pieces).
-fn max_indirect(queue_size: u16) -> u32 {
-    u32::from(queue_size).max(256)
-}
-
 /// Used elements kept before they are written out (a burst is smaller).
 const SHADOW: usize = 64;
-
-/// One descriptor: a buffer in guest memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Desc {
-    pub addr: u64,
-    pub len: u32,
-    /// The device writes it (a receive buffer); otherwise it reads it.
-    pub write: bool,
-}
-
-/// Why a chain (or the ring) was refused; each is a descriptor the guest
-/// got wrong.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ChainError {
-    /// A descriptor index past the table.
-    #[error("descriptor index outside the table")]
-    Index,
-    /// More descriptors than the table holds: the chain loops.
-    #[error("descriptor chain loops")]
-    Loop,
-    /// An indirect descriptor inside an indirect table, one with `NEXT`
-    /// set, or one that is not the chain's first.
-    #[error("misplaced indirect descriptor")]
-    Indirect,
-    /// An indirect table whose length is not a whole number of
-    /// descriptors, or longer than the queue (and 256).
-    #[error("bad indirect table length")]
-    IndirectLen,
-    /// A descriptor, table or ring outside the guest's memory.
-    #[error("address outside the guest's memory")]
-    Memory,
-    /// The available index moved by more than the queue holds.
-    #[error("available index out of range")]
-    AvailIndex,
-}
-
-impl From<OutOfRange> for ChainError {
-    fn from(_: OutOfRange) -> ChainError {
-        ChainError::Memory
-    }
-}
 
 /// A split ring's addresses and position for one burst.
 pub struct SplitRing {
@@ -81,47 +35,20 @@ pub struct SplitRing {
     size: u16,
     event_idx: bool,
     /// The next head to take, and the next used slot to fill.
-    pub next_avail: u16,
+    next_avail: u16,
     next_used: u16,
+    /// Chains known available and not taken (the index is loaded again
+    /// when they run out).
+    known: u16,
     /// Used elements (head, bytes written) not yet written out.
     shadow: SmallVec<[(u16, u32); SHADOW]>,
 }
 
 impl SplitRing {
-    /// The ring `queue` describes, when the front end set it up.
-    pub fn of(queue: &Queue) -> Option<SplitRing> {
-        let size = queue.size();
-        if !queue.ready() || size == 0 {
-            return None;
-        }
-        Some(SplitRing {
-            desc: queue.desc_table(),
-            avail: queue.avail_ring(),
-            used: queue.used_ring(),
-            size,
-            event_idx: queue.event_idx_enabled(),
-            next_avail: queue.next_avail(),
-            next_used: queue.next_used(),
-            shadow: SmallVec::new(),
-        })
-    }
-
-    /// Leaves the ring's position where the burst ended (after
-    /// [`SplitRing::publish`]).
-    pub fn save(&self, queue: &mut Queue) {
-        queue.set_next_avail(self.next_avail);
-        queue.set_next_used(self.next_used);
-    }
-
-    /// The used index published so far.
-    pub fn next_used(&self) -> u16 {
-        self.next_used
-    }
-
     /// Chains the guest made available and the device has not taken:
     /// one acquire load, which orders the reads of the heads and
     /// descriptors after it.
-    pub fn available(&self, view: &GuestView<'_>) -> Result<u16, ChainError> {
+    fn available(&self, view: &GuestView<'_>) -> Result<u16, ChainError> {
         let idx = u16::from_le(view.load::<u16>(self.avail + 2, Ordering::Acquire)?);
         let n = idx.wrapping_sub(self.next_avail);
         if n > self.size {
@@ -130,28 +57,8 @@ impl SplitRing {
         Ok(n)
     }
 
-    /// The next `out.len()` heads from the available ring, in one copy
-    /// (two where the ring wraps); the position does not move.
-    pub fn heads(&self, view: &GuestView<'_>, out: &mut [u16]) -> Result<(), ChainError> {
-        let mut raw = [0u8; 2 * SHADOW];
-        let mut done = 0;
-        while done < out.len() {
-            let slot = self.next_avail.wrapping_add(done as u16) % self.size;
-            let n = (out.len() - done)
-                .min(usize::from(self.size - slot))
-                .min(SHADOW);
-            let bytes = &mut raw[..2 * n];
-            view.read(self.avail + 4 + 2 * u64::from(slot), bytes)?;
-            for (i, h) in bytes.chunks_exact(2).enumerate() {
-                out[done + i] = u16::from_le_bytes([h[0], h[1]]);
-            }
-            done += n;
-        }
-        Ok(())
-    }
-
     /// The next head, taken.
-    pub fn take_head(&mut self, view: &GuestView<'_>) -> Result<u16, ChainError> {
+    fn take_head(&mut self, view: &GuestView<'_>) -> Result<u16, ChainError> {
         let slot = self.next_avail % self.size;
         let head = u16::from_le(view.read_obj::<u16>(self.avail + 4 + 2 * u64::from(slot))?);
         self.next_avail = self.next_avail.wrapping_add(1);
@@ -159,7 +66,7 @@ impl SplitRing {
     }
 
     /// The descriptors of the chain at `head`, checked as they are read.
-    pub fn chain<'v, 'm>(&self, view: &'v GuestView<'m>, head: u16) -> Chain<'v, 'm> {
+    fn chain<'v, 'm>(&self, view: &'v GuestView<'m>, head: u16) -> Chain<'v, 'm> {
         Chain {
             view,
             table: self.desc,
@@ -170,15 +77,6 @@ impl SplitRing {
             indirect: false,
             queue_size: self.size,
         }
-    }
-
-    /// Returns chain `head` to the guest, `len` bytes written into it.
-    /// Written out at [`SplitRing::publish`] (or when the shadow fills).
-    pub fn push_used(&mut self, view: &GuestView<'_>, head: u16, len: u32) {
-        if self.shadow.len() == SHADOW {
-            self.write_used(view);
-        }
-        self.shadow.push((head, len));
     }
 
     /// Writes the shadow's elements into the used ring (without moving
@@ -201,11 +99,88 @@ impl SplitRing {
         }
         self.shadow.clear();
     }
+}
+
+impl Ring for SplitRing {
+    /// The head's index in the descriptor table.
+    type Head = u16;
+
+    fn of(queue: &Queue) -> Option<SplitRing> {
+        let size = queue.size();
+        if !queue.ready() || size == 0 {
+            return None;
+        }
+        Some(SplitRing {
+            desc: queue.desc_table(),
+            avail: queue.avail_ring(),
+            used: queue.used_ring(),
+            size,
+            event_idx: queue.event_idx_enabled(),
+            next_avail: queue.next_avail(),
+            next_used: queue.next_used(),
+            known: 0,
+            shadow: SmallVec::new(),
+        })
+    }
+
+    fn save(&self, queue: &mut Queue) {
+        queue.set_next_avail(self.next_avail);
+        queue.set_next_used(self.next_used);
+    }
+
+    fn take(&mut self, view: &GuestView<'_>) -> Result<Option<u16>, ChainError> {
+        if self.known == 0 {
+            self.known = self.available(view)?;
+            if self.known == 0 {
+                return Ok(None);
+            }
+        }
+        let head = self.take_head(view)?;
+        self.known -= 1;
+        Ok(Some(head))
+    }
+
+    fn descs<'a>(
+        &'a self,
+        view: &'a GuestView<'_>,
+        head: &'a u16,
+    ) -> impl Iterator<Item = Result<Desc, ChainError>> + 'a {
+        self.chain(view, *head)
+    }
+
+    /// Written out at [`Ring::publish`] (or when the shadow fills).
+    fn push_used(&mut self, view: &GuestView<'_>, head: &u16, len: u32) {
+        if self.shadow.len() == SHADOW {
+            self.write_used(view);
+        }
+        self.shadow.push((*head, len));
+    }
+
+    fn mark(&self) -> Mark {
+        Mark {
+            next_avail: self.next_avail,
+            wrap: false,
+            known: self.known,
+        }
+    }
+
+    fn rewind(&mut self, mark: Mark) {
+        self.next_avail = mark.next_avail;
+        self.known = mark.known;
+    }
+
+    fn used_mark(&self) -> u16 {
+        self.next_used
+    }
+
+    fn has_available(&self, view: &GuestView<'_>) -> bool {
+        self.available(view).is_ok_and(|n| n > 0)
+    }
 
     /// Writes the used elements out and publishes them with one release
     /// store of the used index: the guest sees the chains with the bytes
     /// written into them.
-    pub fn publish(&mut self, view: &GuestView<'_>) {
+    fn publish(&mut self, view: &GuestView<'_>) {
         let before = self.next_used;
         self.write_used(view);
         if self.next_used != before {
@@ -217,7 +192,7 @@ impl SplitRing {
     /// or not to; on, true when chains arrived meanwhile (the caller
     /// reads them rather than sleeping). With the event index the device
     /// never kicks past its avail event, so off leaves it as it is.
-    pub fn set_kicks(&self, view: &GuestView<'_>, on: bool) -> bool {
+    fn set_kicks(&self, view: &GuestView<'_>, on: bool) -> bool {
         let r = if self.event_idx {
             if !on {
                 return false;
@@ -233,14 +208,14 @@ impl SplitRing {
         }
         // The flag or event written before the index is read again.
         fence(Ordering::SeqCst);
-        self.available(view).is_ok_and(|n| n > 0)
+        self.has_available(view)
     }
 
     /// Whether the guest wants an interrupt for the used index moving
     /// from `old` to where it is now: with the event index, when it passed
     /// the guest's `used_event`; without, unless the guest set
     /// `VRING_AVAIL_F_NO_INTERRUPT`.
-    pub fn wants_signal(&self, view: &GuestView<'_>, old: u16) -> bool {
+    fn wants_signal(&self, view: &GuestView<'_>, old: u16) -> bool {
         let new = self.next_used;
         if new == old {
             return false;
@@ -315,7 +290,10 @@ impl Chain<'_, '_> {
                 return Err(ChainError::Indirect);
             }
             let n = len / DESC_SIZE as u32;
-            if len == 0 || len % DESC_SIZE as u32 != 0 || n > max_indirect(self.queue_size) {
+            if len == 0
+                || !len.is_multiple_of(DESC_SIZE as u32)
+                || n > max_indirect(self.queue_size)
+            {
                 return Err(ChainError::IndirectLen);
             }
             self.table = addr;

@@ -249,7 +249,7 @@ proptest::proptest! {
         let mut out = Vec::new();
         let mut seen = Vec::new();
         for _ in 0..200 {
-            let ReadBurst { taken, end, .. } = read_batch(&mut q, &mem, &mut small, max, &mut out);
+            let ReadBurst { taken, end, .. } = read_batch(&mut q, &mem, Layout::Split, &mut small, max, &mut out);
             proptest::prop_assert_eq!(taken, out.len());
             proptest::prop_assert!(taken <= max);
             proptest::prop_assert_eq!(q.next_used() as usize, seen.len() + taken);
@@ -271,7 +271,7 @@ proptest::proptest! {
         let want: Vec<Option<u8>> = (0..n).map(|i| (!bad[i]).then_some(i as u8)).collect();
         proptest::prop_assert_eq!(seen, want);
         // Nothing new: nothing taken, nothing used.
-        let ReadBurst { taken, end, .. } = read_batch(&mut q, &mem, &mut pool(), max, &mut out);
+        let ReadBurst { taken, end, .. } = read_batch(&mut q, &mem, Layout::Split, &mut pool(), max, &mut out);
         proptest::prop_assert_eq!(taken, 0);
         proptest::prop_assert!(matches!(end, Err(RecvError::WouldBlock)));
         proptest::prop_assert_eq!(q.next_used() as usize, n);
@@ -452,7 +452,7 @@ proptest::proptest! {
             }
             let mut out = Vec::new();
             let max = bursts[round % bursts.len()];
-            let burst = read_batch(&mut q, &mem, &mut p, max, &mut out);
+            let burst = read_batch(&mut q, &mem, Layout::Split, &mut p, max, &mut out);
             proptest::prop_assert_eq!(burst.taken, out.len());
             for r in out {
                 got.push(r.map(|pkt| pkt.frame().to_vec()).expect("a good frame"));

@@ -1,0 +1,344 @@
+//! A packed virtqueue (virtio 1.1, 2.8) as a burst works it: one ring of
+//! descriptors the driver and the device both write, a descriptor
+//! available when its `AVAIL` flag matches the device's wrap counter and
+//! its `USED` flag does not; used descriptors written back in place, a
+//! burst's ids and lengths first and its first descriptor's flags last
+//! (one release store publishes them all, as DPDK's shadow used ring
+//! does); event suppression read from the driver's area and written to
+//! the device's.
+//!
+//! The protocol crate keeps one 16-bit position per queue, as
+//! `SET_VRING_BASE` gives it for packed rings: the index in bits 0–14
+//! and the wrap counter in bit 15 (DPDK's `lib/vhost` reads it so). The
+//! used side is not kept: every burst returns what it took, in order,
+//! so it starts where the available side does.
+
+use super::memory::GuestView;
+use super::ring::{max_indirect, ChainError, Desc, Mark, Ring};
+use smallvec::SmallVec;
+use std::sync::atomic::{fence, Ordering};
+use virtio_queue::{Queue, QueueT};
+
+const F_NEXT: u16 = 1;
+const F_WRITE: u16 = 2;
+const F_INDIRECT: u16 = 4;
+const F_AVAIL: u16 = 1 << 7;
+const F_USED: u16 = 1 << 15;
+const DESC_SIZE: u64 = 16;
+/// Event suppression (`desc_event_flags`).
+const EVENT_ENABLE: u16 = 0;
+const EVENT_DISABLE: u16 = 1;
+const EVENT_DESC: u16 = 2;
+/// The wrap counter's bit in a position.
+const WRAP: u16 = 1 << 15;
+/// Used elements kept before they are written out.
+const SHADOW: usize = 64;
+
+/// A chain taken from the ring.
+#[derive(Debug)]
+pub struct Head {
+    /// Buffer id (the last descriptor's), given back with the used one.
+    id: u16,
+    /// Ring slots the chain took (an indirect table takes one).
+    slots: u16,
+    descs: SmallVec<[Desc; 4]>,
+    /// Why the chain cannot be used, after the descriptors read.
+    bad: Option<ChainError>,
+}
+
+/// A packed ring's addresses and position for one burst.
+pub struct PackedRing {
+    desc: u64,
+    /// The driver's event suppression area (where the driver says when
+    /// to interrupt it) and the device's (when to be kicked).
+    driver_area: u64,
+    device_area: u64,
+    size: u16,
+    next_avail: u16,
+    avail_wrap: bool,
+    next_used: u16,
+    used_wrap: bool,
+    /// Used elements (id, bytes written, slots) not yet written out.
+    shadow: SmallVec<[(u16, u32, u16); SHADOW]>,
+}
+
+impl PackedRing {
+    fn desc_at(&self, i: u16) -> u64 {
+        self.desc + DESC_SIZE * u64::from(i)
+    }
+
+    /// Whether the descriptor at the next available slot is available:
+    /// its flags loaded with acquire, which orders the reads of the rest
+    /// after them.
+    fn peek(&self, view: &GuestView<'_>) -> Result<bool, ChainError> {
+        let flags =
+            u16::from_le(view.load::<u16>(self.desc_at(self.next_avail) + 14, Ordering::Acquire)?);
+        Ok(is_available(flags, self.avail_wrap))
+    }
+
+    fn read_desc(view: &GuestView<'_>, at: u64) -> Result<(Desc, u16, u16), ChainError> {
+        let raw: [u8; 16] = view.read_obj(at)?;
+        let addr = u64::from_le_bytes(raw[0..8].try_into().expect("8 bytes"));
+        let len = u32::from_le_bytes(raw[8..12].try_into().expect("4 bytes"));
+        let id = u16::from_le_bytes([raw[12], raw[13]]);
+        let flags = u16::from_le_bytes([raw[14], raw[15]]);
+        let desc = Desc {
+            addr,
+            len,
+            write: flags & F_WRITE != 0,
+        };
+        Ok((desc, id, flags))
+    }
+
+    /// Moves the available position on by one slot.
+    fn step_avail(&mut self) {
+        self.next_avail += 1;
+        if self.next_avail == self.size {
+            self.next_avail = 0;
+            self.avail_wrap = !self.avail_wrap;
+        }
+    }
+
+    /// Reads an indirect table (every entry is a buffer, in order).
+    fn indirect(
+        view: &GuestView<'_>,
+        table: u64,
+        len: u32,
+        size: u16,
+        out: &mut SmallVec<[Desc; 4]>,
+    ) -> Result<(), ChainError> {
+        let n = len / DESC_SIZE as u32;
+        if len == 0 || !len.is_multiple_of(DESC_SIZE as u32) || n > max_indirect(size) {
+            return Err(ChainError::IndirectLen);
+        }
+        for i in 0..u64::from(n) {
+            let (d, _, flags) = Self::read_desc(view, table + DESC_SIZE * i)?;
+            if flags & F_INDIRECT != 0 {
+                return Err(ChainError::Indirect);
+            }
+            out.push(d);
+        }
+        Ok(())
+    }
+
+    /// Writes the shadow's used descriptors: ids and lengths, then the
+    /// flags of all but the first, then the first's (release): the driver
+    /// reads the first's flags before the rest.
+    fn write_used(&mut self, view: &GuestView<'_>) {
+        let Some(&(_, _, _)) = self.shadow.first() else {
+            return;
+        };
+        let (first_at, first_flags) = (
+            self.next_used,
+            self.used_flags(self.used_wrap, self.shadow[0].1),
+        );
+        let mut at = self.next_used;
+        let mut wrap = self.used_wrap;
+        for (k, &(id, len, slots)) in self.shadow.iter().enumerate() {
+            let d = self.desc_at(at);
+            let _ = view.write(d + 8, &len.to_le_bytes());
+            let _ = view.write(d + 12, &id.to_le_bytes());
+            if k > 0 {
+                let flags = self.used_flags(wrap, len);
+                let _ = view.store(d + 14, flags.to_le(), Ordering::Release);
+            }
+            let next = u32::from(at) + u32::from(slots);
+            if next >= u32::from(self.size) {
+                wrap = !wrap;
+            }
+            at = (next % u32::from(self.size)) as u16;
+        }
+        let _ = view.store(
+            self.desc_at(first_at) + 14,
+            first_flags.to_le(),
+            Ordering::Release,
+        );
+        self.next_used = at;
+        self.used_wrap = wrap;
+        self.shadow.clear();
+    }
+
+    /// A used descriptor's flags: `AVAIL` and `USED` both the used wrap
+    /// counter; `WRITE` when the device wrote into it (as DPDK sets it).
+    fn used_flags(&self, wrap: bool, len: u32) -> u16 {
+        let mut f = if wrap { F_AVAIL | F_USED } else { 0 };
+        if len > 0 {
+            f |= F_WRITE;
+        }
+        f
+    }
+}
+
+/// A descriptor the driver made available in the round `wrap`.
+fn is_available(flags: u16, wrap: bool) -> bool {
+    (flags & F_AVAIL != 0) == wrap && (flags & F_USED != 0) != wrap
+}
+
+impl Ring for PackedRing {
+    type Head = Head;
+
+    fn of(queue: &Queue) -> Option<PackedRing> {
+        let size = queue.size();
+        if !queue.ready() || size == 0 {
+            return None;
+        }
+        let base = queue.next_avail();
+        let (at, wrap) = ((base & !WRAP) % size, base & WRAP != 0);
+        Some(PackedRing {
+            desc: queue.desc_table(),
+            driver_area: queue.avail_ring(),
+            device_area: queue.used_ring(),
+            size,
+            next_avail: at,
+            avail_wrap: wrap,
+            next_used: at,
+            used_wrap: wrap,
+            shadow: SmallVec::new(),
+        })
+    }
+
+    fn save(&self, queue: &mut Queue) {
+        let pos = self.next_avail | if self.avail_wrap { WRAP } else { 0 };
+        queue.set_next_avail(pos);
+        queue.set_next_used(pos);
+    }
+
+    /// The chain at the next available slot: its descriptors in
+    /// consecutive slots while `NEXT` is set (at most the ring's size),
+    /// or one indirect descriptor and its table. A chain that is
+    /// malformed is still taken (its slots are the guest's to get back),
+    /// with why.
+    fn take(&mut self, view: &GuestView<'_>) -> Result<Option<Head>, ChainError> {
+        if !self.peek(view)? {
+            return Ok(None);
+        }
+        let mut head = Head {
+            id: 0,
+            slots: 0,
+            descs: SmallVec::new(),
+            bad: None,
+        };
+        loop {
+            if head.slots == self.size {
+                head.bad = Some(ChainError::Loop);
+                break;
+            }
+            let at = self.desc_at(self.next_avail);
+            let (d, id, flags) = match Self::read_desc(view, at) {
+                Ok(r) => r,
+                Err(e) => {
+                    head.bad = Some(e);
+                    break;
+                }
+            };
+            head.slots += 1;
+            head.id = id;
+            self.step_avail();
+            if flags & F_INDIRECT != 0 {
+                if !head.descs.is_empty() || flags & F_NEXT != 0 {
+                    head.bad = Some(ChainError::Indirect);
+                } else if let Err(e) =
+                    Self::indirect(view, d.addr, d.len, self.size, &mut head.descs)
+                {
+                    head.bad = Some(e);
+                }
+                break;
+            }
+            head.descs.push(d);
+            if flags & F_NEXT == 0 {
+                break;
+            }
+        }
+        Ok(Some(head))
+    }
+
+    fn descs<'a>(
+        &'a self,
+        _view: &'a GuestView<'_>,
+        head: &'a Head,
+    ) -> impl Iterator<Item = Result<Desc, ChainError>> + 'a {
+        head.descs.iter().map(|&d| Ok(d)).chain(head.bad.map(Err))
+    }
+
+    fn push_used(&mut self, view: &GuestView<'_>, head: &Head, len: u32) {
+        if self.shadow.len() == SHADOW {
+            self.write_used(view);
+        }
+        self.shadow.push((head.id, len, head.slots));
+    }
+
+    fn publish(&mut self, view: &GuestView<'_>) {
+        self.write_used(view);
+    }
+
+    fn mark(&self) -> Mark {
+        Mark {
+            next_avail: self.next_avail,
+            wrap: self.avail_wrap,
+            known: 0,
+        }
+    }
+
+    fn rewind(&mut self, mark: Mark) {
+        self.next_avail = mark.next_avail;
+        self.avail_wrap = mark.wrap;
+    }
+
+    fn used_mark(&self) -> u16 {
+        self.next_used | if self.used_wrap { WRAP } else { 0 }
+    }
+
+    /// As DPDK's `vhost_vring_call_packed`: the driver's flags say
+    /// always, never, or (with the event index) once the used side passed
+    /// the position it gave.
+    fn wants_signal(&self, view: &GuestView<'_>, old: u16) -> bool {
+        let now = self.used_mark();
+        if now == old {
+            return false;
+        }
+        fence(Ordering::SeqCst);
+        let Ok(flags) = view.load::<u16>(self.driver_area + 2, Ordering::Relaxed) else {
+            return true;
+        };
+        match u16::from_le(flags) {
+            EVENT_DISABLE => false,
+            EVENT_DESC => {
+                let Ok(off_wrap) = view.load::<u16>(self.driver_area, Ordering::Relaxed) else {
+                    return true;
+                };
+                let off_wrap = u16::from_le(off_wrap);
+                let size = i32::from(self.size);
+                let new = i32::from(now & !WRAP);
+                let mut old = i32::from(old & !WRAP);
+                if new <= old {
+                    old -= size;
+                }
+                let mut off = i32::from(off_wrap & !WRAP);
+                if (off_wrap & WRAP != 0) != self.used_wrap {
+                    off -= size;
+                }
+                // vring_need_event(off, new, old), in positions that may
+                // have gone negative by a ring.
+                ((new - off - 1) as u16) < ((new - old) as u16)
+            }
+            _ => true,
+        }
+    }
+
+    fn set_kicks(&self, view: &GuestView<'_>, on: bool) -> bool {
+        let flags = if on { EVENT_ENABLE } else { EVENT_DISABLE };
+        if view
+            .store(self.device_area + 2, flags.to_le(), Ordering::Relaxed)
+            .is_err()
+            || !on
+        {
+            return false;
+        }
+        fence(Ordering::SeqCst);
+        self.has_available(view)
+    }
+
+    fn has_available(&self, view: &GuestView<'_>) -> bool {
+        self.peek(view).unwrap_or(false)
+    }
+}

@@ -1,0 +1,115 @@
+//! What the frame-level code needs of a virtqueue, split or packed: the
+//! next chain the guest made available, its descriptors, the chain
+//! returned used, and the guest's notification settings. Both layouts
+//! are read a burst at a time ([`super::split`], [`super::packed`]).
+
+use super::memory::{GuestView, OutOfRange};
+use virtio_queue::Queue;
+
+/// One descriptor: a buffer in guest memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Desc {
+    pub addr: u64,
+    pub len: u32,
+    /// The device writes it (a receive buffer); otherwise it reads it.
+    pub write: bool,
+}
+
+/// Why a chain (or the ring) was refused; each is something the guest's
+/// driver got wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ChainError {
+    /// A descriptor index past the table.
+    #[error("descriptor index outside the table")]
+    Index,
+    /// More descriptors than the ring holds: the chain loops.
+    #[error("descriptor chain loops")]
+    Loop,
+    /// An indirect descriptor inside an indirect table, one with `NEXT`
+    /// set, or one that is not the chain's first.
+    #[error("misplaced indirect descriptor")]
+    Indirect,
+    /// An indirect table whose length is not a whole number of
+    /// descriptors, or longer than the queue (and 256).
+    #[error("bad indirect table length")]
+    IndirectLen,
+    /// A descriptor, table or ring outside the guest's memory.
+    #[error("address outside the guest's memory")]
+    Memory,
+    /// The available index moved by more than the queue holds.
+    #[error("available index out of range")]
+    AvailIndex,
+}
+
+impl From<OutOfRange> for ChainError {
+    fn from(_: OutOfRange) -> ChainError {
+        ChainError::Memory
+    }
+}
+
+/// The longest indirect table taken: the queue's size, and no fewer
+/// than 256 (a small queue still takes a 64 KiB frame's pieces).
+pub fn max_indirect(queue_size: u16) -> u32 {
+    u32::from(queue_size).max(256)
+}
+
+/// Where a ring's reading stands, to go back to (a frame that found too
+/// few buffers leaves them available).
+#[derive(Clone, Copy, Debug)]
+pub struct Mark {
+    pub(super) next_avail: u16,
+    pub(super) wrap: bool,
+    pub(super) known: u16,
+}
+
+/// A virtqueue as a burst works it.
+pub trait Ring: Sized {
+    /// A chain taken: what [`Ring::descs`] and [`Ring::push_used`] need.
+    type Head;
+
+    /// The ring `queue` describes, where the last burst left it; `None`
+    /// until the front end set it up.
+    fn of(queue: &Queue) -> Option<Self>;
+
+    /// Leaves the ring's position where the burst ended (after
+    /// [`Ring::publish`]).
+    fn save(&self, queue: &mut Queue);
+
+    /// Takes the next chain the guest made available; `None` when there
+    /// is none. An error is about the ring, not one chain.
+    fn take(&mut self, view: &GuestView<'_>) -> Result<Option<Self::Head>, ChainError>;
+
+    /// The chain's descriptors, checked as they are read.
+    fn descs<'a>(
+        &'a self,
+        view: &'a GuestView<'_>,
+        head: &'a Self::Head,
+    ) -> impl Iterator<Item = Result<Desc, ChainError>> + 'a;
+
+    /// Returns a chain to the guest, `len` bytes written into it; the
+    /// guest sees it at [`Ring::publish`].
+    fn push_used(&mut self, view: &GuestView<'_>, head: &Self::Head, len: u32);
+
+    /// Publishes what [`Ring::push_used`] returned, in order.
+    fn publish(&mut self, view: &GuestView<'_>);
+
+    /// Where reading stands.
+    fn mark(&self) -> Mark;
+
+    /// Goes back to `mark` (the chains taken since are available again).
+    fn rewind(&mut self, mark: Mark);
+
+    /// Where the used side stands, for [`Ring::wants_signal`].
+    fn used_mark(&self) -> u16;
+
+    /// Whether the guest wants an interrupt for what was published since
+    /// the used side stood at `old`.
+    fn wants_signal(&self, view: &GuestView<'_>, old: u16) -> bool;
+
+    /// Asks the guest to kick when it makes chains available (`on`) or
+    /// not to; on, true when some arrived meanwhile.
+    fn set_kicks(&self, view: &GuestView<'_>, on: bool) -> bool;
+
+    /// True when the guest made a chain available that was not taken.
+    fn has_available(&self, view: &GuestView<'_>) -> bool;
+}

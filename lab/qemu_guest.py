@@ -85,11 +85,12 @@ def initramfs(work: Path, mac: str, ip: str, cmd: str, binaries=()) -> Path:
 
 
 def argv(sock: str = None, mac: str = "", initrd: Path = None, mem_mb=256, rx_queue_size=256, hotplug_mb=0,
-         tap=None) -> list:
+         tap=None, packed=False) -> list:
     """QEMU's command line: the NIC on vhost-user socket `sock`, or on TAP
     device `tap` (QEMU's own virtio-net back end, vnet headers on);
     `hotplug_mb`: room for that much memory to be plugged in later
-    (pc-dimm), as a hypervisor grows a guest."""
+    (pc-dimm), as a hypervisor grows a guest; `packed`: packed virtqueues
+    (QEMU's packed=on)."""
     vmlinuz = next((kernel() / "boot").glob("vmlinuz-*"))
     accel = "kvm" if os.environ.get("HVNET_QEMU_KVM") else "tcg"
     mem = f"{mem_mb}M" + (f",slots=2,maxmem={mem_mb + hotplug_mb}M" if hotplug_mb else "")
@@ -102,7 +103,7 @@ def argv(sock: str = None, mac: str = "", initrd: Path = None, mem_mb=256, rx_qu
             # vectors=0: QEMU 7.2 under TCG crashes starting a vhost-user
             # device with MSI-X (REFERENCE.md).
             "-device", f"virtio-net-pci,netdev=n0,mac={mac},romfile=,vectors=0,mrg_rxbuf=on,"
-                       f"rx_queue_size={rx_queue_size}"]
+                       f"rx_queue_size={rx_queue_size}" + (",packed=on" if packed else "")]
 
 
 class Qemu:

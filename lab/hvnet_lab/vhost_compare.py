@@ -2,8 +2,8 @@
 same front ends, same run — a measurement (no study, no verdict).
 
 Two DPDK testpmd `net_virtio_user` front ends — a sends (`txonly`, frames
-of 64 or 1500 bytes to b's MAC), b receives (`rxonly`) — on vhost-user
-ports of:
+of 64 or 1500 bytes to b's MAC), b receives (`rxonly`), on split or on
+packed virtqueues (`packed_vq=1`) — on vhost-user ports of:
 - hvnet: two `kind = "vhost-user"` VMs, b with `rx_overflow = "drop"`;
 - ovs-dpdk: Open vSwitch's DPDK build (`ovs-vswitchd-dpdk`, Debian's
   `openvswitch-switch-dpdk`, installed here if missing, its service never
@@ -122,23 +122,30 @@ def tsc_mhz():
     return float(re.findall(r"cpu MHz\s*:\s*([\d.]+)", Path("/proc/cpuinfo").read_text())[0])
 
 
-def run_hvnet(tmp, huge, size, seconds, switch=None):
+def run_hvnet(tmp, huge, size, seconds, switch=None, layout="split"):
     vms = [dict(name="a", kind="vhost-user", mac=MAC_A),
            dict(name="b", kind="vhost-user", mac=MAC_B, rx_overflow="drop")]
     with hvlab.Topology(tmp, vms, prefix="bp", switch=switch) as t:
         pid = json.loads(Path(f"/run/hvnet/{t.name}/state.json").read_text())["pid"]
         pin(pid, "0")
         sock = lambda vm: f"/run/hvnet/{t.name}/{vm}.sock"  # noqa: E731
-        b = Pmd("b", huge, f"net_virtio_user0,path={sock('b')},mac={MAC_B},queue_size=1024", "rxonly")
+        vq = ",packed_vq=1" if layout == "packed" else ""
+        b = Pmd("b", huge, f"net_virtio_user0,path={sock('b')},mac={MAC_B},queue_size=1024{vq}", "rxonly")
         a = None
         try:
             up = lambda: any(p["name"] == "b" and p["link"] == "up"  # noqa: E731
                              for p in json.loads(t.hv("ports", "--json").stdout))
             hvlab.eventually(up, timeout=30)
-            a = Pmd("a", huge, f"net_virtio_user0,path={sock('a')},mac={MAC_A},queue_size=1024", "txonly",
+            a = Pmd("a", huge, f"net_virtio_user0,path={sock('a')},mac={MAC_A},queue_size=1024{vq}", "txonly",
                     [f"--eth-peer=0,{MAC_B}", f"--txpkts={size}"])
             frames = lambda: t.stats("/ports/a/accounting")["ingress"]["frames_in"]  # noqa: E731
             hvlab.eventually(lambda: frames() > 100_000, timeout=60)
+            # The layout asked for is the one the front ends negotiated (a
+            # build without packed rings would fall back to split ones).
+            got = {vm: json.loads(t.hv("port", vm, "--json").stdout)["vhost_user"].get("ring_layout", "split")
+                   for vm in ("a", "b")}
+            if set(got.values()) != {layout}:
+                raise RuntimeError(f"asked for {layout} virtqueues, the front ends negotiated {got}")
             time.sleep(1)
             # The threads that read a's queue: its queue thread (before the
             # worker pool), or the datapath's workers.
@@ -162,7 +169,7 @@ def run_hvnet(tmp, huge, size, seconds, switch=None):
                 idle_cpu=idle, ring_full_drops=drops)
 
 
-def run_ovs(huge, size, seconds, mhz):
+def run_ovs(huge, size, seconds, mhz, layout="split"):
     ovs = OvsDaemons(None)
     had_netdev = link_exists("ovs-netdev")
     socks = {vm: f"{ovs.dir}/{vm}.sock" for vm in ("a", "b")}
@@ -182,8 +189,9 @@ def run_ovs(huge, size, seconds, mhz):
         # Named after the binary: ovs-vswitchd-dpdk.PID.ctl.
         ctl = next(ovs.dir.glob(f"ovs-vswitchd*.{pid}.ctl"))
         appctl = lambda *a: ovs.run("ovs-appctl", "-t", str(ctl), *a).stdout  # noqa: E731
-        b = Pmd("b", huge, f"net_virtio_user0,path={socks['b']},server=1,mac={MAC_B},queue_size=1024", "rxonly")
-        a = Pmd("a", huge, f"net_virtio_user0,path={socks['a']},server=1,mac={MAC_A},queue_size=1024", "txonly",
+        vq = ",packed_vq=1" if layout == "packed" else ""
+        b = Pmd("b", huge, f"net_virtio_user0,path={socks['b']},server=1,mac={MAC_B},queue_size=1024{vq}", "rxonly")
+        a = Pmd("a", huge, f"net_virtio_user0,path={socks['a']},server=1,mac={MAC_A},queue_size=1024{vq}", "txonly",
                 [f"--eth-peer=0,{MAC_B}", f"--txpkts={size}"])
 
         def fdb_add():
@@ -232,58 +240,74 @@ def run_ovs(huge, size, seconds, mhz):
 
 def vhost_frames(tmp, quick, reps, log):
     sizes = [64] if quick else [64, 1500]
+    layouts = ["split"] if quick else ["split", "packed"]
     secs = 2 if quick else 4
     ensure_ovs_dpdk()
     mhz = tsc_mhz()
 
-    # This build and, with HVNET_LAB_BASELINE, the baseline beside it.
+    # This build and, with HVNET_LAB_BASELINE, the baseline beside it (on
+    # split rings: a build before packed ones would fall back to split).
     binaries = dict(builds())
     switches = (*binaries, "ovs-dpdk")
     base = "hvnet-base" in binaries
 
     def one(c):
-        switch, size = c
+        switch, size, layout = c
         if switch in binaries:
             with hvlab.hvnet_binary(binaries[switch]):
-                r = run_hvnet(tmp, huge, size, secs)
+                r = run_hvnet(tmp, huge, size, secs, layout=layout)
         else:
-            r = run_ovs(huge, size, secs, mhz)
-        log.append({"command": f"{switch}: dpdk-testpmd txonly --txpkts={size} -> dpdk-testpmd rxonly, {secs} s "
-                               "measured", "switch": switch, "size": size, **r})
+            r = run_ovs(huge, size, secs, mhz, layout=layout)
+        vq = ",packed_vq=1" if layout == "packed" else ""
+        log.append({"command": f"{switch}: dpdk-testpmd txonly --txpkts={size} -> dpdk-testpmd rxonly "
+                               f"(net_virtio_user{vq}), {secs} s measured",
+                    "switch": switch, "size": size, "layout": layout, **r})
         return r
 
+    configs = [(sw, size, layout) for size in sizes for layout in layouts for sw in switches
+               if not (sw == "hvnet-base" and layout == "packed")]
     with hugepages(HUGEPAGES) as huge:
-        runs = interleaved([(sw, size) for size in sizes for sw in switches], reps, one)
-    per = lambda sw, size, k: median([r[k] for r in runs[(sw, size)]])  # noqa: E731
+        runs = interleaved(configs, reps, one)
+    per = lambda sw, size, layout, k: median([r[k] for r in runs[(sw, size, layout)]])  # noqa: E731
+    points = [(size, layout) for size in sizes for layout in layouts]
+    label = lambda size, layout: f"{size} B {layout}"  # noqa: E731
     cost = {}
-    for size in sizes:
+    for size, layout in points:
         for series, sw, k in (("hvnet, all threads", "hvnet", "ns_per_frame"),
                               ("hvnet, a's ingress worker", "hvnet", "worker_ns_per_frame"),
                               ("ovs-dpdk, processing cycles", "ovs-dpdk", "processing_ns_per_frame"),
                               ("ovs-dpdk, poll-mode thread", "ovs-dpdk", "ns_per_frame"),
                               ("hvnet-base, all threads", "hvnet-base", "ns_per_frame")):
-            if (sw, size) in runs:
-                cost[(series, f"{size} B")] = [{"ns": r[k]} for r in runs[(sw, size)]]
-    said = "; ".join(f"{size} B: hvnet {per('hvnet', size, 'ns_per_frame'):.0f} ns per frame, "
-                     f"{per('hvnet', size, 'ns_per_frame') / per('ovs-dpdk', size, 'processing_ns_per_frame'):.2f}x "
-                     "Open vSwitch with DPDK's processing cycles, "
-                     f"{per('hvnet', size, 'ns_per_frame') / per('ovs-dpdk', size, 'ns_per_frame'):.2f}x its "
-                     "poll-mode thread's time"
-                     + (f", {per('hvnet', size, 'ns_per_frame') / per('hvnet-base', size, 'ns_per_frame'):.2f}x the "
-                        f"baseline build's {per('hvnet-base', size, 'ns_per_frame'):.0f} ns" if base else "")
-                     for size in sizes)
-    idle = median([r["idle_cpu"] for size in sizes for r in runs[("hvnet", size)]])
+            if (sw, size, layout) in runs:
+                cost[(series, label(size, layout))] = [{"ns": r[k]} for r in runs[(sw, size, layout)]]
+
+    def said_cost(size, layout):
+        ns = per("hvnet", size, layout, "ns_per_frame")
+        s = (f"{label(size, layout)}: hvnet {ns:.0f} ns per frame, "
+             f"{ns / per('ovs-dpdk', size, layout, 'processing_ns_per_frame'):.2f}x Open vSwitch with DPDK's "
+             f"processing cycles, {ns / per('ovs-dpdk', size, layout, 'ns_per_frame'):.2f}x its poll-mode "
+             "thread's time")
+        if base and ("hvnet-base", size, layout) in runs:
+            b = per("hvnet-base", size, layout, "ns_per_frame")
+            s += f", {ns / b:.2f}x the baseline build's {b:.0f} ns"
+        return s
+
+    said = "; ".join(said_cost(size, layout) for size, layout in points)
+    idle = median([r["idle_cpu"] for (sw, _, _), rs in runs.items() if sw == "hvnet" for r in rs])
     note = ("Both switches on core 0, both testpmd front ends on core 1; frames dropped at b's full receive ring "
             f"in both. With no frames flowing hvnet used {idle * 100:.1f} % of a core; the poll-mode thread uses all "
-            f"of its core at any load. The TSC runs at {mhz:.0f} MHz.")
+            f"of its core at any load. The TSC runs at {mhz:.0f} MHz. Split and packed: the front ends' "
+            "virtqueue layout (net_virtio_user's packed_vq).")
     figs = [
         measured("vhost-cpu-per-frame", "CPU per frame at vhost-user ports: hvnet and Open vSwitch with DPDK",
-                 "frame size", "ns per frame", cost, "ns", lambda c: c,
+                 "frame size and virtqueue layout", "ns per frame", cost, "ns", lambda c: c,
                  "how much CPU does hvnet spend per vhost-user frame beside Open vSwitch with DPDK?", said, note),
-        measured("vhost-frame-rate", "Frames per second taken from the sending front end", "frame size", "Mpps",
-                 runs, "mpps", lambda c: (c[0], f"{c[1]} B"),
+        measured("vhost-frame-rate", "Frames per second taken from the sending front end",
+                 "frame size and virtqueue layout", "Mpps",
+                 runs, "mpps", lambda c: (c[0], label(c[1], c[2])),
                  "how many frames per second does each switch take from a testpmd front end?",
-                 "; ".join(f"{size} B: hvnet {per('hvnet', size, 'mpps'):.2f} Mpps, Open vSwitch with DPDK "
-                           f"{per('ovs-dpdk', size, 'mpps'):.2f}" for size in sizes), note),
+                 "; ".join(f"{label(size, layout)}: hvnet {per('hvnet', size, layout, 'mpps'):.2f} Mpps, "
+                           f"Open vSwitch with DPDK {per('ovs-dpdk', size, layout, 'mpps'):.2f}"
+                           for size, layout in points), note),
     ]
-    return figs, {f"{sw} {size}": rs for (sw, size), rs in runs.items()}
+    return figs, {f"{sw} {size} {layout}": rs for (sw, size, layout), rs in runs.items()}

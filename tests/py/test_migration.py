@@ -62,16 +62,19 @@ def vu(t):
     return json.loads(t.hv("port", "q", "--json").stdout)["vhost_user"]
 
 
-def source_and_destination(tmp_path, a, b, guests, cmd):
+def source_and_destination(tmp_path, a, b, guests, cmd, packed=False):
     """The guest running `cmd` on switch a's port, and a QEMU waiting for
-    it on switch b's; the migration socket."""
+    it on switch b's; the migration socket. `packed`: on packed
+    virtqueues."""
     import qemu_guest  # lab/qemu_guest.py
 
     initrd = qemu_guest.initramfs(tmp_path, MAC, GUEST + "/24", cmd)
     mig = tmp_path / "migrate.sock"
-    src = qemu_guest.Qemu(tmp_path, "src", qemu_guest.argv(f"/run/hvnet/{a.name}/q.sock", MAC, initrd))
+    src = qemu_guest.Qemu(tmp_path, "src", qemu_guest.argv(f"/run/hvnet/{a.name}/q.sock", MAC, initrd,
+                                                           packed=packed))
     guests.append(src)
-    dst = qemu_guest.Qemu(tmp_path, "dst", qemu_guest.argv(f"/run/hvnet/{b.name}/q.sock", MAC, initrd)
+    dst = qemu_guest.Qemu(tmp_path, "dst", qemu_guest.argv(f"/run/hvnet/{b.name}/q.sock", MAC, initrd,
+                                                           packed=packed)
                + ["-incoming", f"unix:{mig}"])
     guests.append(dst)
     return src, dst, mig
@@ -81,8 +84,9 @@ def migration_status(src):
     return src.migration().get("status")
 
 
+@pytest.mark.parametrize("layout", ["split", "packed"])
 def test_a_guest_migrates_between_switches_under_a_transfer_and_the_wire_learns_where_it_went(
-        tmp_path, two_switches, guests):
+        tmp_path, two_switches, guests, layout):
     import qemu_guest  # lab/qemu_guest.py
 
     a, b = two_switches
@@ -91,16 +95,19 @@ def test_a_guest_migrates_between_switches_under_a_transfer_and_the_wire_learns_
     want = hashlib.sha256(data.read_bytes()).hexdigest()
     cmd = ("echo UPTIME $(cut -d\" \" -f1 /proc/uptime); nc -l -p 5555 | sha256sum; "
            "echo UPTIME $(cut -d\" \" -f1 /proc/uptime)")
-    src, dst, mig = source_and_destination(tmp_path, a, b, guests, cmd)
+    src, dst, mig = source_and_destination(tmp_path, a, b, guests, cmd, packed=layout == "packed")
     sender = a.popen("c", f"python3 {XFER} paced {GUEST} 5555 {data} {RATE}",
                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     # The transfer is under way: the guest acknowledges.
     guest_sent = lambda: a.stats("/ports/q/tx_summary")["frames"]  # noqa: E731
     assert hvlab.eventually(lambda: guest_sent() >= 100, timeout=240, every=0.2), src.text()[-2000:]
+    assert vu(a)["ring_layout"] == layout, vu(a)
     src.qmp(("migrate", {"uri": f"unix:{mig}"}))
     assert hvlab.eventually(lambda: migration_status(src) in ("completed", "failed", "cancelled"), timeout=180,
                             every=0.2), migration_status(src)
     assert migration_status(src) == "completed", src.qmp(("query-migrate", {}))
+    # The guest runs on at the destination, on the same kind of rings.
+    assert vu(b)["ring_layout"] == layout, vu(b)
     out, _ = sender.communicate(timeout=240)
     assert sender.returncode == 0, out
     dst.proc.wait(timeout=120)

@@ -581,23 +581,14 @@ impl VhostUserPort {
 
     /// Watches the guest's transmit queue `q` for up to `budget` without
     /// a system call or a kick; true as soon as it holds a chain not yet
-    /// taken.
+    /// taken. The vring stays read-locked meanwhile (the protocol's
+    /// messages wait at most the budget).
     pub fn poll_tx(&self, q: usize, budget: std::time::Duration) -> bool {
         let Some((vring, mem)) = self.vring(2 * q + 1) else {
             return false;
         };
-        let guard = mem.memory();
-        let layout = self.layout();
-        let start = std::time::Instant::now();
-        loop {
-            if virtq::has_available(vring.get_ref().get_queue(), &guard, layout) {
-                return true;
-            }
-            if start.elapsed() >= budget {
-                return false;
-            }
-            std::hint::spin_loop();
-        }
+        let st = vring.get_ref();
+        virtq::wait_available(st.get_queue(), &mem.memory(), self.layout(), budget)
     }
 
     /// No kicks while the worker is reading anyway.

@@ -19,7 +19,7 @@
 use crate::packet::Packet;
 use crate::pool::{Buf, Pool, SizeClass, HEADROOM};
 use crate::vnet::{check, RecvError, VNET_HDR_LEN};
-use memory::GuestView;
+use memory::{GuestView, OutOfRange};
 use packed::PackedRing;
 use ring::{ChainError, Desc, Ring};
 use split::SplitRing;
@@ -43,6 +43,10 @@ pub type GuestMemoryMmap = vm_memory::GuestMemoryMmap<DirtyLog>;
 /// Longest frame a guest may hand over: a 64 KiB GSO frame, its link
 /// header and the virtio-net header (the large buffer class).
 const MAX_TX_CHAIN: usize = SizeClass::Large.storage();
+
+/// Chains a burst reads at most without spilling to the heap (the
+/// datapath's batch).
+const BATCH: usize = 64;
 
 /// Offset of `num_buffers` in `struct virtio_net_hdr_v1`.
 const NUM_BUFFERS_OFFSET: u64 = 10;
@@ -151,7 +155,13 @@ fn read_on<R: Ring>(
     };
     let view = GuestView::new(mem);
     let old = ring.used_mark();
-    while burst.taken < max {
+    // Three passes over the burst, as DPDK's dequeue batches its small
+    // copies: the chains walked and a buffer taken for each, then every
+    // copy (independent, so the CPU overlaps their cache misses: the
+    // bytes were just written on the guest's CPU), then each frame
+    // checked and its chain returned.
+    let mut taken: smallvec::SmallVec<[Taken<R>; BATCH]> = smallvec::SmallVec::new();
+    while taken.len() < max {
         let mark = ring.mark();
         let head = match ring.take(&view) {
             Ok(Some(head)) => head,
@@ -161,15 +171,25 @@ fn read_on<R: Ring>(
                 break;
             }
         };
-        let r = copy_chain(&ring, &view, &head, pool);
-        if let Err(RecvError::NoBuffer) = r {
+        let staged = stage_chain(&ring, &view, &head, pool);
+        if let Err(RecvError::NoBuffer) = staged {
             ring.rewind(mark);
             burst.end = Err(RecvError::NoBuffer);
             break;
         }
+        taken.push((head, staged));
+    }
+    for (_, staged) in taken.iter_mut() {
+        if let Ok(s) = staged {
+            if copy_chain(&view, s).is_err() {
+                *staged = Err(RecvError::BadDescriptor);
+            }
+        }
+    }
+    burst.taken = taken.len();
+    for (head, staged) in taken {
         ring.push_used(&view, &head, 0);
-        out.push(r.and_then(|(buf, n)| check(buf, n)));
-        burst.taken += 1;
+        out.push(staged.and_then(|s| check(s.buf, s.bytes)));
     }
     if burst.taken == max {
         burst.end = Ok(());
@@ -340,9 +360,32 @@ pub fn set_kicks(queue: &Queue, mem: &GuestMemoryMmap, layout: Layout, on: bool)
     on_ring!(layout, R => R::of(queue).is_some_and(|ring| ring.set_kicks(&GuestView::new(mem), on)))
 }
 
-/// True when the guest made chains available that were not taken.
-pub fn has_available(queue: &Queue, mem: &GuestMemoryMmap, layout: Layout) -> bool {
-    on_ring!(layout, R => R::of(queue).is_some_and(|ring| ring.has_available(&GuestView::new(mem))))
+/// Watches the ring for up to `budget` without a system call; true as
+/// soon as the guest made a chain available that was not taken. The
+/// clock is read every 32 looks (a read costs more than a look).
+pub fn wait_available(
+    queue: &Queue,
+    mem: &GuestMemoryMmap,
+    layout: Layout,
+    budget: std::time::Duration,
+) -> bool {
+    on_ring!(layout, R => {
+        let Some(ring) = R::of(queue) else {
+            return false;
+        };
+        let view = GuestView::new(mem);
+        let start = std::time::Instant::now();
+        for looks in 1u32.. {
+            if ring.has_available(&view) {
+                return true;
+            }
+            if looks % 32 == 0 && start.elapsed() >= budget {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        false
+    })
 }
 
 /// The bytes of a frame given as I/O slices, consumed in order.
@@ -427,16 +470,27 @@ fn fill_chain(
     Ok(n)
 }
 
-/// Copies a transmit chain (virtio-net header and frame) into a pool
-/// buffer: the buffer and the bytes copied. The chain is walked once,
-/// its descriptors kept (a frame's few; a longer chain, bounded by the
-/// queue, spills to the heap).
-fn copy_chain<R: Ring>(
+/// A chain a burst took, and what was staged for it (or why not).
+type Taken<R> = (<R as Ring>::Head, Result<Staged, RecvError>);
+
+/// A transmit chain taken: its descriptors, the pool buffer its bytes go
+/// to, and how many were copied.
+struct Staged {
+    descs: smallvec::SmallVec<[Desc; 4]>,
+    buf: Buf,
+    bytes: usize,
+}
+
+/// Walks a transmit chain (virtio-net header and frame) and takes a pool
+/// buffer its size. The chain is walked once, its descriptors kept (a
+/// frame's few; a longer chain, bounded by the queue, spills to the
+/// heap).
+fn stage_chain<R: Ring>(
     ring: &R,
     view: &GuestView<'_>,
     head: &R::Head,
     pool: &mut Pool,
-) -> Result<(Buf, usize), RecvError> {
+) -> Result<Staged, RecvError> {
     let mut descs: smallvec::SmallVec<[Desc; 4]> = smallvec::SmallVec::new();
     let mut total = 0usize;
     for desc in ring.descs(view, head) {
@@ -455,16 +509,25 @@ fn copy_chain<R: Ring>(
     } else {
         SizeClass::Large
     };
-    let mut buf = pool.take(class).ok_or(RecvError::NoBuffer)?;
+    let buf = pool.take(class).ok_or(RecvError::NoBuffer)?;
+    Ok(Staged {
+        descs,
+        buf,
+        bytes: 0,
+    })
+}
+
+/// Copies a staged chain's bytes into its buffer.
+fn copy_chain(view: &GuestView<'_>, s: &mut Staged) -> Result<(), OutOfRange> {
     let mut at = 0usize;
-    for desc in descs {
+    for desc in &s.descs {
         let len = desc.len as usize;
-        view.read(desc.addr, &mut buf.storage_mut()[at..at + len])
-            .map_err(|_| RecvError::BadDescriptor)?;
+        view.read(desc.addr, &mut s.buf.storage_mut()[at..at + len])?;
         at += len;
     }
-    buf.set_len(at.saturating_sub(HEADROOM));
-    Ok((buf, at))
+    s.buf.set_len(at.saturating_sub(HEADROOM));
+    s.bytes = at;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -6,15 +6,18 @@ the references: measurements (no study, no verdict).
   one QEMU helper, lab/qemu_guest.py), one iperf3 stream from a to b,
   through hvnet's vhost-user ports, through QEMU's own virtio-net on TAPs
   joined by a Linux bridge, and through DPDK testpmd's vhost back end
-  (`net_vhost`, io forwarding); fresh guests every run, interleaved.
+  (`net_vhost`, io forwarding); fresh guests every run, interleaved;
+  through hvnet on packed virtqueues too (QEMU's `packed=on`).
 - frame-rate: DPDK testpmd front ends (`net_virtio_user`) at both ends,
   64-byte frames from `txonly` to `rxonly`, through hvnet or through
-  testpmd's own vhost back end.
+  testpmd's own vhost back end, on split and on packed virtqueues
+  (`packed_vq=1`).
 
 The same comparison with User-Mode Linux guests on TAPs (their vector
 driver) is not here: hvnet starts UML guests only on its own ports."""
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -70,10 +73,10 @@ def bridged_taps(prefix: str, *tap_flags):
 QMAC_A, QMAC_B = "02:00:00:00:21:0a", "02:00:00:00:21:0b"
 
 
-def qemu_pair(work: Path, nics, seconds: int) -> dict:
+def qemu_pair(work: Path, nics, seconds: int, packed=False) -> dict:
     """Boots server guest b and client guest a on `nics` ({"sock": path}
-    or {"tap": device} each, a first); returns the client's transfer with
-    the machine's CPU while it ran."""
+    or {"tap": device} each, a first), on packed virtqueues if `packed`;
+    returns the client's transfer with the machine's CPU while it ran."""
     client = (f"until ping -c 1 -W 1 {B_IP} > /dev/null 2>&1; do :; done; echo HVNET-GO; "
               f"iperf3 -c {B_IP} -t {seconds} -J")
     procs, logs = [], []
@@ -84,7 +87,8 @@ def qemu_pair(work: Path, nics, seconds: int) -> dict:
             d.mkdir()
             initrd = qemu_guest.initramfs(d, mac, f"{ip}/24", cmd, binaries=["/usr/bin/iperf3"])
             logs.append(d / "console.log")
-            procs.append(subprocess.Popen(qemu_guest.argv(nic.get("sock"), mac, initrd, tap=nic.get("tap")),
+            procs.append(subprocess.Popen(qemu_guest.argv(nic.get("sock"), mac, initrd, tap=nic.get("tap"),
+                                                          packed=packed),
                                           stdin=subprocess.DEVNULL, stdout=open(logs[-1], "w"),
                                           stderr=subprocess.STDOUT, start_new_session=True))
         a, log = procs[1], logs[1]
@@ -106,11 +110,11 @@ def qemu_pair(work: Path, nics, seconds: int) -> dict:
             p.wait()
 
 
-def qemu_hvnet_run(work: Path, seconds: int) -> dict:
+def qemu_hvnet_run(work: Path, seconds: int, packed=False) -> dict:
     vms = [dict(name="a", kind="vhost-user", mac=QMAC_A), dict(name="b", kind="vhost-user", mac=QMAC_B)]
     with hvlab.Topology(work, vms, prefix="hvq") as t:
         d = Path(f"/run/hvnet/{t.name}")
-        return qemu_pair(work, [{"sock": str(d / "a.sock")}, {"sock": str(d / "b.sock")}], seconds)
+        return qemu_pair(work, [{"sock": str(d / "a.sock")}, {"sock": str(d / "b.sock")}], seconds, packed)
 
 
 def qemu_bridge_run(work: Path, seconds: int) -> dict:
@@ -147,14 +151,17 @@ def rx_pps(log: Path) -> list:
     return [int(x) for x in re.findall(r"Rx-pps:\s+(\d+)", log.read_text())]
 
 
-def frames_between(work: Path, sock_a: Path, sock_b: Path, seconds: int, ready) -> dict:
-    """txonly into `sock_a`, rxonly on `sock_b`: the receiver's frames/s
-    (median of testpmd's per-second rates over the measured span)."""
-    rx = pmd(work, "rx", [f"--vdev=net_virtio_user0,path={sock_b},mac={MAC_B},queue_size=1024"], ["--forward-mode=rxonly"])
+def frames_between(work: Path, sock_a: Path, sock_b: Path, seconds: int, ready, packed=False) -> dict:
+    """txonly into `sock_a`, rxonly on `sock_b` (on packed virtqueues if
+    `packed`): the receiver's frames/s (median of testpmd's per-second
+    rates over the measured span)."""
+    vq = ",packed_vq=1" if packed else ""
+    rx = pmd(work, "rx", [f"--vdev=net_virtio_user0,path={sock_b},mac={MAC_B},queue_size=1024{vq}"],
+             ["--forward-mode=rxonly"])
     tx = None
     try:
         hvlab.eventually(ready, timeout=30)
-        tx = pmd(work, "tx", [f"--vdev=net_virtio_user0,path={sock_a},mac={MAC_A},queue_size=1024"],
+        tx = pmd(work, "tx", [f"--vdev=net_virtio_user0,path={sock_a},mac={MAC_A},queue_size=1024{vq}"],
                  ["--forward-mode=txonly", f"--eth-peer=0,{MAC_B}"])
         time.sleep(3)  # past start-up
         skip = len(rx_pps(work / "rx.log"))
@@ -169,7 +176,7 @@ def frames_between(work: Path, sock_a: Path, sock_b: Path, seconds: int, ready) 
     return {"fps": fps, "busy_cores": cpu.cores, "fps_per_core": fps / max(cpu.cores, 1e-9)}
 
 
-def hvnet_frames(work: Path, seconds: int) -> dict:
+def hvnet_frames(work: Path, seconds: int, packed=False) -> dict:
     vms = [dict(name="a", kind="vhost-user", mac=MAC_A), dict(name="b", kind="vhost-user", mac=MAC_B)]
     with hvlab.Topology(work, vms, prefix="hvf") as t:
         d = Path(f"/run/hvnet/{t.name}")
@@ -177,7 +184,7 @@ def hvnet_frames(work: Path, seconds: int) -> dict:
         def ready():
             return any(p["name"] == "b" and p["link"] == "up" for p in json.loads(t.hv("ports", "--json").stdout))
 
-        return frames_between(work, d / "a.sock", d / "b.sock", seconds, ready)
+        return frames_between(work, d / "a.sock", d / "b.sock", seconds, ready, packed)
 
 
 @contextlib.contextmanager
@@ -194,13 +201,17 @@ def testpmd_forwarder(work: Path):
         hvlab.interrupt_group(fwd)
 
 
-def testpmd_frames(work: Path, seconds: int) -> dict:
+def testpmd_frames(work: Path, seconds: int, packed=False) -> dict:
     with testpmd_forwarder(work) as socks:
-        return frames_between(work, socks[0], socks[1], seconds, lambda: True)
+        return frames_between(work, socks[0], socks[1], seconds, lambda: True, packed)
 
 
-GUEST_FABRICS = {"hvnet": qemu_hvnet_run, "bridge": qemu_bridge_run, "testpmd": qemu_testpmd_run}
-FRAME_FABRICS = {"hvnet": hvnet_frames, "testpmd": testpmd_frames}
+# "-packed": the same on packed virtqueues (QEMU's packed=on, testpmd's
+# packed_vq=1).
+GUEST_FABRICS = {"hvnet": qemu_hvnet_run, "hvnet-packed": functools.partial(qemu_hvnet_run, packed=True),
+                 "bridge": qemu_bridge_run, "testpmd": qemu_testpmd_run}
+FRAME_FABRICS = {"hvnet": hvnet_frames, "hvnet-packed": functools.partial(hvnet_frames, packed=True),
+                 "testpmd": testpmd_frames, "testpmd-packed": functools.partial(testpmd_frames, packed=True)}
 GUEST_NOTE = ("VMs are real guests: QEMU machines (one vCPU, 256 MiB, TCG: no KVM here); the guests, the switch and "
               "the references share this machine's 2 cores.")
 

@@ -408,7 +408,8 @@ pub fn vtep_receive(data: &[u8]) {
 /// any available ring, and memory contents from the input. hvnet's
 /// transmit reader and receive writer run over them (with
 /// `virtio-queue`'s mock queue in real guest memory): no panic, every
-/// chain taken is given back or left available, no buffer kept.
+/// chain taken is given back or left available, no buffer kept. Bit 7
+/// of the second byte picks a packed ring instead ([`virtqueue_packed`]).
 pub fn virtqueue(data: &[u8]) {
     use hvnet_port::virtq::GuestMemoryMmap;
     use hvnet_port::{virtq, Home, Pool, PoolCaps};
@@ -420,6 +421,9 @@ pub fn virtqueue(data: &[u8]) {
 
     if data.len() < 2 {
         return;
+    }
+    if data[1] & 0x80 != 0 {
+        return virtqueue_packed(data);
     }
     let size = 1u16 << (1 + data[0] % 6); // 2..64
     let mergeable = data[1] & 1 != 0;
@@ -486,6 +490,171 @@ pub fn virtqueue(data: &[u8]) {
         // including heads the guest's own buffers overwrote (buffers may
         // overlap its rings).
         assert!(q2.next_avail().wrapping_sub(q2.next_used()) <= size);
+    }
+    drop(pool);
+    let st = home.status();
+    assert_eq!(st.small_alive - st.small_idle, 0, "a buffer was kept");
+}
+
+/// A packed ring (virtio 1.1, 2.8) as a hostile front end writes it,
+/// for [`virtqueue`]: descriptors of any flags (`AVAIL` and `USED` for
+/// either wrap counter, `NEXT` chains running around the ring, indirect
+/// tables nested or of any length), ids and addresses (outside memory,
+/// near the top of the address space, over the ring itself), the
+/// position and wrap counter to start at, the ring partly or wholly
+/// outside memory, and the driver's event suppression. The ring is read
+/// a burst at a time, then, laid again, written into as a receive ring:
+/// no panic, no hang (each burst and each frame bounded by the ring), the
+/// position always a slot of the ring, no buffer kept.
+///
+/// Input: the size byte and the flags byte (bit 0 mergeable, bit 6 the
+/// wrap counter, bit 5 the event areas outside memory) as for split
+/// rings; the start index, the ring's placement (bit 7: the last `b & 63`
+/// slots' worth of memory, so the rest lies past its end), the driver's
+/// event flags and `off_wrap`, the burst size; ten bytes a slot (address,
+/// length, id, flags, length multiplier and high address bit); the rest
+/// fills the buffer area at 1 MiB (frames and indirect tables).
+fn virtqueue_packed(data: &[u8]) {
+    use hvnet_port::virtq::{self, GuestMemoryMmap, Layout};
+    use hvnet_port::{Home, Pool, PoolCaps};
+    use std::io::IoSlice;
+    use virtio_queue::{Queue, QueueT};
+    use vm_memory::{Bytes, GuestAddress};
+
+    const MEM: u64 = 0x20_0000;
+    const WRAP: u16 = 1 << 15;
+    if data.len() < 8 {
+        return;
+    }
+    let size = 1u16 << (1 + data[0] % 6); // 2..64
+    let mergeable = data[1] & 1 != 0;
+    let wrap = data[1] & 0x40 != 0;
+    let start = (u16::from(data[2]) % size) | if wrap { WRAP } else { 0 };
+    let ring = if data[3] & 0x80 != 0 {
+        MEM - 16 * u64::from(data[3] & 0x3f)
+    } else {
+        0
+    };
+    let (driver_area, device_area) = if data[1] & 0x20 != 0 {
+        (MEM, MEM + 0x1000)
+    } else {
+        (0x1000, 0x2000)
+    };
+    let event_flags = u16::from(data[4] & 3);
+    let off_wrap = u16::from_le_bytes([data[5], data[6]]);
+    let max = 1 + usize::from(data[7] % 16);
+    let mut rest = &data[8..];
+    // Each slot: address, length, id, flags (NEXT, WRITE, INDIRECT;
+    // bit 3 AVAIL, bit 4 USED), the length's multiplier and, in bit 7
+    // of that byte, an address near the top of the address space.
+    let mut slots: Vec<[u8; 16]> = Vec::with_capacity(usize::from(size));
+    for _ in 0..size {
+        let Some((b, r)) = rest.split_first_chunk::<10>() else {
+            break;
+        };
+        rest = r;
+        let mut addr = u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]])) % 0x30_0000;
+        if b[9] & 0x80 != 0 {
+            addr |= 0xffff_ffff_0000_0000;
+        }
+        let len = u32::from(u16::from_le_bytes([b[4], b[5]])) * (1 + u32::from(b[9] & 3));
+        let flags = u16::from(b[8] & 0x7)
+            | if b[8] & 0x08 != 0 { 1 << 7 } else { 0 }
+            | if b[8] & 0x10 != 0 { 1 << 15 } else { 0 };
+        let mut raw = [0u8; 16];
+        raw[0..8].copy_from_slice(&addr.to_le_bytes());
+        raw[8..12].copy_from_slice(&len.to_le_bytes());
+        raw[12..14].copy_from_slice(&b[6..8]);
+        raw[14..16].copy_from_slice(&flags.to_le_bytes());
+        slots.push(raw);
+    }
+    let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM as usize)]).expect("memory");
+    // The ring and the driver's event area as the input has them (slots
+    // past the end of memory are not written); laid again before the
+    // receive pass.
+    let lay = || {
+        for i in 0..u64::from(size) {
+            let raw = slots.get(i as usize).copied().unwrap_or([0; 16]);
+            let _ = mem.write_slice(&raw, GuestAddress(ring + 16 * i));
+        }
+        let _ = mem.write_obj(off_wrap.to_le(), GuestAddress(driver_area));
+        let _ = mem.write_obj(event_flags.to_le(), GuestAddress(driver_area + 2));
+    };
+    // The rest fills the guest's buffer area (frames and indirect tables
+    // to read).
+    let _ = mem.write_slice(rest, GuestAddress(0x10_0000));
+    lay();
+    let queue = || -> Option<Queue> {
+        let mut q = Queue::new(size).ok()?;
+        q.set_size(size);
+        let split = |a: u64| (Some(a as u32), Some((a >> 32) as u32));
+        let (l, h) = split(ring);
+        q.set_desc_table_address(l, h);
+        let (l, h) = split(driver_area);
+        q.set_avail_ring_address(l, h);
+        let (l, h) = split(device_area);
+        q.set_used_ring_address(l, h);
+        q.set_next_avail(start);
+        q.set_next_used(start);
+        q.set_ready(true);
+        Some(q)
+    };
+    // The queue keeps one position for both sides: a slot of the ring
+    // and a wrap counter.
+    let check = |q: &Queue| {
+        assert!(q.next_avail() & !WRAP < size, "position past the ring");
+        assert_eq!(q.next_used(), q.next_avail());
+    };
+    let Some(mut q) = queue() else {
+        return;
+    };
+    let home = Home::new(PoolCaps {
+        small: 16,
+        large: 2,
+    });
+    let mut pool = Pool::new(std::sync::Arc::clone(&home));
+    let mut out = Vec::new();
+    for _ in 0..(2 * size + 2) {
+        let old = virtq::used_mark(&q, Layout::Packed);
+        let burst = virtq::read_batch(&mut q, &mem, Layout::Packed, &mut pool, max, &mut out);
+        assert!(burst.taken <= max);
+        // A ring that cannot be read adds one refusal for the burst.
+        assert!(out.len() <= burst.taken + 1);
+        check(&q);
+        let _ = virtq::wants_signal(&q, &mem, Layout::Packed, old);
+        out.clear();
+        if burst.taken == 0 {
+            break;
+        }
+    }
+    let _ = virtq::set_kicks(&q, &mem, Layout::Packed, true);
+    let _ = virtq::set_kicks(&q, &mem, Layout::Packed, false);
+    // The same ring, laid again, as a receive ring: frames written into
+    // whatever chains it offers, two batches.
+    lay();
+    let Some(mut q) = queue() else {
+        return;
+    };
+    let hdr = [0u8; 12];
+    let body = vec![0xabu8; 3000];
+    let iovs: Vec<[IoSlice<'_>; 2]> = [60usize, 1500, 3000]
+        .iter()
+        .map(|&len| [IoSlice::new(&hdr), IoSlice::new(&body[..len])])
+        .collect();
+    let frames: Vec<&[IoSlice<'_>]> = iovs.iter().map(|v| &v[..]).collect();
+    for _ in 0..2 {
+        let mut results = 0;
+        let n = virtq::write_batch(
+            &mut q,
+            &mem,
+            Layout::Packed,
+            &frames,
+            mergeable,
+            &mut |_| results += 1,
+        );
+        assert!(n <= frames.len());
+        assert_eq!(n, results);
+        check(&q);
     }
     drop(pool);
     let st = home.status();

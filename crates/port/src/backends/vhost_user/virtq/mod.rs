@@ -161,13 +161,16 @@ fn read_on<R: Ring>(
     // bytes were just written on the guest's CPU), then each frame
     // checked and its chain returned.
     let mut taken: smallvec::SmallVec<[Taken<R>; BATCH]> = smallvec::SmallVec::new();
+    // A ring the guest got wrong (its index past the ring), refused after
+    // the frames taken before it.
+    let mut bad_ring = false;
     while taken.len() < max {
         let mark = ring.mark();
         let head = match ring.take(&view) {
             Ok(Some(head)) => head,
             Ok(None) => break,
             Err(_) => {
-                out.push(Err(RecvError::BadDescriptor));
+                bad_ring = true;
                 break;
             }
         };
@@ -190,6 +193,9 @@ fn read_on<R: Ring>(
     for (head, staged) in taken {
         ring.push_used(&view, &head, 0);
         out.push(staged.and_then(|s| check(s.buf, s.bytes)));
+    }
+    if bad_ring {
+        out.push(Err(RecvError::BadDescriptor));
     }
     if burst.taken == max {
         burst.end = Ok(());

@@ -224,27 +224,32 @@ impl Ring for PackedRing {
                 break;
             }
             let at = self.desc_at(self.next_avail);
-            let (d, id, flags) = match Self::read_desc(view, at) {
+            // The slot is the chain's whatever it holds: it goes back used
+            // with the rest.
+            head.slots += 1;
+            let read = Self::read_desc(view, at);
+            self.step_avail();
+            let (d, id, flags) = match read {
                 Ok(r) => r,
                 Err(e) => {
                     head.bad = Some(e);
                     break;
                 }
             };
-            head.slots += 1;
             head.id = id;
-            self.step_avail();
             if flags & F_INDIRECT != 0 {
-                if !head.descs.is_empty() || flags & F_NEXT != 0 {
-                    head.bad = Some(ChainError::Indirect);
+                if head.slots > 1 || flags & F_NEXT != 0 {
+                    head.bad.get_or_insert(ChainError::Indirect);
                 } else if let Err(e) =
                     Self::indirect(view, d.addr, d.len, self.size, &mut head.descs)
                 {
                     head.bad = Some(e);
                 }
-                break;
+            } else if head.bad.is_none() {
+                head.descs.push(d);
             }
-            head.descs.push(d);
+            // A refused chain is still followed to its end: every slot
+            // of it goes back with one used descriptor (as DPDK does).
             if flags & F_NEXT == 0 {
                 break;
             }

@@ -14,25 +14,22 @@
 //! so it starts where the available side does.
 
 use super::memory::GuestView;
-use super::ring::{max_indirect, ChainError, Desc, Mark, Ring};
+use super::ring::{
+    indirect_entries, read_raw, ChainError, Desc, Mark, Ring, DESC_SIZE, F_INDIRECT, F_NEXT,
+    F_WRITE, SHADOW,
+};
 use smallvec::SmallVec;
 use std::sync::atomic::{fence, Ordering};
 use virtio_queue::{Queue, QueueT};
 
-const F_NEXT: u16 = 1;
-const F_WRITE: u16 = 2;
-const F_INDIRECT: u16 = 4;
 const F_AVAIL: u16 = 1 << 7;
 const F_USED: u16 = 1 << 15;
-const DESC_SIZE: u64 = 16;
 /// Event suppression (`desc_event_flags`).
 const EVENT_ENABLE: u16 = 0;
 const EVENT_DISABLE: u16 = 1;
 const EVENT_DESC: u16 = 2;
 /// The wrap counter's bit in a position.
 const WRAP: u16 = 1 << 15;
-/// Used elements kept before they are written out.
-const SHADOW: usize = 64;
 
 /// A chain taken from the ring.
 #[derive(Debug)]
@@ -77,11 +74,7 @@ impl PackedRing {
     }
 
     fn read_desc(view: &GuestView<'_>, at: u64) -> Result<(Desc, u16, u16), ChainError> {
-        let raw: [u8; 16] = view.read_obj(at)?;
-        let addr = u64::from_le_bytes(raw[0..8].try_into().expect("8 bytes"));
-        let len = u32::from_le_bytes(raw[8..12].try_into().expect("4 bytes"));
-        let id = u16::from_le_bytes([raw[12], raw[13]]);
-        let flags = u16::from_le_bytes([raw[14], raw[15]]);
+        let (addr, len, id, flags) = read_raw(view, at)?;
         let desc = Desc {
             addr,
             len,
@@ -107,10 +100,7 @@ impl PackedRing {
         size: u16,
         out: &mut SmallVec<[Desc; 4]>,
     ) -> Result<(), ChainError> {
-        let n = len / DESC_SIZE as u32;
-        if len == 0 || !len.is_multiple_of(DESC_SIZE as u32) || n > max_indirect(size) {
-            return Err(ChainError::IndirectLen);
-        }
+        let n = indirect_entries(len, size)?;
         for i in 0..u64::from(n) {
             let (d, _, flags) = Self::read_desc(view, table + DESC_SIZE * i)?;
             if flags & F_INDIRECT != 0 {

@@ -47,10 +47,35 @@ impl From<OutOfRange> for ChainError {
     }
 }
 
-/// The longest indirect table taken: the queue's size, and no fewer
-/// than 256 (a small queue still takes a 64 KiB frame's pieces).
-pub fn max_indirect(queue_size: u16) -> u32 {
-    u32::from(queue_size).max(256)
+/// Descriptor flags both layouts share.
+pub(super) const F_NEXT: u16 = 1;
+pub(super) const F_WRITE: u16 = 2;
+pub(super) const F_INDIRECT: u16 = 4;
+/// Bytes of a descriptor, in a table, a packed ring or an indirect table.
+pub(super) const DESC_SIZE: u64 = 16;
+/// Used elements kept before they are written out (a burst is smaller).
+pub(super) const SHADOW: usize = 64;
+
+/// A descriptor's address and length, and the two 16-bit fields after
+/// them (split: flags, next; packed: buffer id, flags).
+pub(super) fn read_raw(view: &GuestView<'_>, at: u64) -> Result<(u64, u32, u16, u16), ChainError> {
+    let raw: [u8; 16] = view.read_obj(at)?;
+    let addr = u64::from_le_bytes(raw[0..8].try_into().expect("8 bytes"));
+    let len = u32::from_le_bytes(raw[8..12].try_into().expect("4 bytes"));
+    let a = u16::from_le_bytes([raw[12], raw[13]]);
+    let b = u16::from_le_bytes([raw[14], raw[15]]);
+    Ok((addr, len, a, b))
+}
+
+/// The entries of an indirect table `len` bytes long: whole descriptors,
+/// at least one, no more than the queue's size (and no fewer than 256 may
+/// be asked for: a small queue still takes a 64 KiB frame's pieces).
+pub(super) fn indirect_entries(len: u32, queue_size: u16) -> Result<u32, ChainError> {
+    let n = len / DESC_SIZE as u32;
+    if len == 0 || !len.is_multiple_of(DESC_SIZE as u32) || n > u32::from(queue_size).max(256) {
+        return Err(ChainError::IndirectLen);
+    }
+    Ok(n)
 }
 
 /// Where a ring's reading stands, to go back to (a frame that found too

@@ -11,21 +11,18 @@
 //! leaves it where the burst ended ([`SplitRing::save`]).
 
 use super::memory::GuestView;
-use super::ring::{max_indirect, ChainError, Desc, Mark, Ring};
+use super::ring::{
+    indirect_entries, read_raw, ChainError, Desc, Mark, Ring, DESC_SIZE, F_INDIRECT, F_NEXT,
+    F_WRITE, SHADOW,
+};
 use smallvec::SmallVec;
 use std::sync::atomic::{fence, Ordering};
 use virtio_queue::{Queue, QueueT};
 
-const F_NEXT: u16 = 1;
-const F_WRITE: u16 = 2;
-const F_INDIRECT: u16 = 4;
 /// `VRING_USED_F_NO_NOTIFY`: the device asks not to be kicked.
 const USED_F_NO_NOTIFY: u16 = 1;
 /// `VRING_AVAIL_F_NO_INTERRUPT`: the driver asks not to be interrupted.
 const AVAIL_F_NO_INTERRUPT: u16 = 1;
-const DESC_SIZE: u64 = 16;
-/// Used elements kept before they are written out (a burst is smaller).
-const SHADOW: usize = 64;
 
 /// A split ring's addresses and position for one burst.
 pub struct SplitRing {
@@ -279,23 +276,13 @@ impl Chain<'_, '_> {
             return Err(ChainError::Loop);
         }
         self.ttl -= 1;
-        let raw: [u8; 16] = self.view.read_obj(self.table + DESC_SIZE * u64::from(i))?;
-        let addr = u64::from_le_bytes(raw[0..8].try_into().expect("8 bytes"));
-        let len = u32::from_le_bytes(raw[8..12].try_into().expect("4 bytes"));
-        let flags = u16::from_le_bytes([raw[12], raw[13]]);
-        let next = u16::from_le_bytes([raw[14], raw[15]]);
+        let (addr, len, flags, next) = read_raw(self.view, self.table + DESC_SIZE * u64::from(i))?;
         let first = std::mem::replace(&mut self.first, false);
         if flags & F_INDIRECT != 0 {
             if self.indirect || !first || flags & F_NEXT != 0 {
                 return Err(ChainError::Indirect);
             }
-            let n = len / DESC_SIZE as u32;
-            if len == 0
-                || !len.is_multiple_of(DESC_SIZE as u32)
-                || n > max_indirect(self.queue_size)
-            {
-                return Err(ChainError::IndirectLen);
-            }
+            let n = indirect_entries(len, self.queue_size)?;
             self.table = addr;
             self.entries = n;
             self.ttl = n;

@@ -22,7 +22,21 @@ fn pool() -> Pool {
     Pool::new(Home::new(PoolCaps { small: 8, large: 2 }))
 }
 
-/// A UDP frame behind a zeroed virtio-net header.
+/// TCP frames of the given payload lengths, frame `i` numbered `i`, each
+/// behind a zeroed virtio-net header.
+fn numbered_frames(lens: impl Iterator<Item = usize>) -> Vec<Vec<u8>> {
+    lens.enumerate()
+        .map(|(i, len)| {
+            let mut f = vec![0u8; VNET_HDR_LEN];
+            f.extend(hvnet_offload::testutil::tcp4_frame(
+                i as u32, i as u16, len, 0x18,
+            ));
+            f
+        })
+        .collect()
+}
+
+/// A TCP frame behind a zeroed virtio-net header.
 fn frame() -> Vec<u8> {
     let mut f = vec![0u8; VNET_HDR_LEN];
     f.extend(hvnet_offload::testutil::tcp4_frame(1, 1, 100, 0x18));
@@ -439,11 +453,7 @@ proptest::proptest! {
     ) {
         let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x40_0000)]).unwrap();
         let (mut drv, mut q) = Driver::new(&mem, 16, start);
-        let sent: Vec<Vec<u8>> = frames.iter().enumerate().map(|(i, &(len, _, _))| {
-            let mut f = vec![0u8; VNET_HDR_LEN];
-            f.extend(hvnet_offload::testutil::tcp4_frame(i as u32, i as u16, len, 0x18));
-            f
-        }).collect();
+        let sent = numbered_frames(frames.iter().map(|&(len, _, _)| len));
         let (mut posted, mut got, mut used) = (0, Vec::new(), 0);
         let mut p = Pool::new(Home::new(PoolCaps { small: 4096, large: 4 }));
         for round in 0..2000 {
@@ -808,11 +818,7 @@ proptest::proptest! {
         let mem = packed_memory();
         let (mut drv, mut q) = PackedDriver::new(&mem, 16, index, wrap);
         drv.id_in_last_only = id_in_last_only;
-        let sent: Vec<Vec<u8>> = frames.iter().enumerate().map(|(i, &(len, _, _))| {
-            let mut f = vec![0u8; VNET_HDR_LEN];
-            f.extend(hvnet_offload::testutil::tcp4_frame(i as u32, i as u16, len, 0x18));
-            f
-        }).collect();
+        let sent = numbered_frames(frames.iter().map(|&(len, _, _)| len));
         let (mut posted, mut got, mut used) = (0, Vec::new(), 0);
         let mut p = Pool::new(Home::new(PoolCaps { small: 4096, large: 4 }));
         for round in 0..2000 {

@@ -9,7 +9,8 @@ machine while a namespace VM on the first pings it every 10 ms:
   veth pair; the guest's NIC on a vhost-user port of each. hvnet logs the
   pages it writes while QEMU copies memory, and announces the guest on
   the destination (SEND_RARP); the first switch learns it behind its
-  uplink.
+  uplink. Once on split virtqueues, once on packed ones (QEMU's
+  packed=on).
 - QEMU's own virtio-net on a TAP, joined by a Linux bridge: two bridges
   joined by a veth pair, a TAP of each QEMU in its host's bridge; QEMU
   announces the guest itself.
@@ -19,6 +20,7 @@ two seconds after QEMU reports it completed; QEMU's total time and
 downtime are kept beside it."""
 
 import contextlib
+import functools
 import re
 import signal
 import subprocess
@@ -64,11 +66,13 @@ def two_switches(tmp, mac, peer_ip, prefix="lm"):
 
 
 @contextlib.contextmanager
-def hvnet_hosts(tmp):
+def hvnet_hosts(tmp, packed=False):
     """The guest's ports on two switches, the pinging VM on the first:
-    (sockets (source, destination), ping argv)."""
+    (sockets (source, destination), ping argv); `packed`: the guest's
+    NIC on packed virtqueues (QEMU's packed=on)."""
     with two_switches(tmp, MAC, PEER) as (a, b):
-        yield (dict(sock=f"/run/hvnet/{a.name}/q.sock"), dict(sock=f"/run/hvnet/{b.name}/q.sock")), \
+        yield (dict(sock=f"/run/hvnet/{a.name}/q.sock", packed=packed),
+               dict(sock=f"/run/hvnet/{b.name}/q.sock", packed=packed)), \
             ["ip", "netns", "exec", a.ns("c")]
 
 
@@ -108,7 +112,9 @@ def bridged_hosts(tmp):
             hvlab.run(["ip", "link", "del", dev], check=False)
 
 
-BACKENDS = {"hvnet (vhost-user)": hvnet_hosts, "Linux bridge (QEMU virtio-net on TAP)": bridged_hosts}
+HVNET, BRIDGE = "hvnet (vhost-user)", "Linux bridge (QEMU virtio-net on TAP)"
+BACKENDS = {HVNET: hvnet_hosts, "hvnet (vhost-user, packed)": functools.partial(hvnet_hosts, packed=True),
+            BRIDGE: bridged_hosts}
 
 
 def pings(text):
@@ -164,7 +170,7 @@ def migrate_once(tmp, backend, log):
 
 def migration_loss(tmp, quick, reps, log):
     runs = interleaved(list(BACKENDS), reps, lambda b: migrate_once(tmp, b, log))
-    hv, br = (median([r["lost"] for r in runs[b]]) for b in BACKENDS)
+    hv, br = (median([r["lost"] for r in runs[b]]) for b in (HVNET, BRIDGE))
     times = {(b, label): [{"ms": r[k]} for r in runs[b]]
              for b in BACKENDS for k, label in (("downtime_ms", "downtime"), ("total_ms", "total"))}
     figs = [

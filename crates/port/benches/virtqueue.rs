@@ -1,9 +1,11 @@
 //! The virtqueue engine alone: frames from one guest's transmit ring to
 //! another guest's receive ring (mergeable buffers), bursts of 32, both
-//! rings in memory, the guests' drivers reduced to moving their indices.
-//! Beside it, the same loop over `virtio-queue` 0.18 (the crate the
-//! engine replaced), so a regression of either shows without root or
-//! guests. Run: `cargo bench -p hvnet-port --bench virtqueue`.
+//! rings in memory, split or packed, the guests' drivers reduced to
+//! moving their indices (split) or marking the burst's descriptors
+//! available again (packed, as a driver must). Beside it, the same loop
+//! over `virtio-queue` 0.18 (the crate the engine replaced; split rings
+//! only), so a regression of either shows without root or guests. Run:
+//! `cargo bench -p hvnet-port --bench virtqueue`.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use hvnet_port::virtq::{self, GuestMemoryMmap, Layout};
@@ -97,14 +99,104 @@ fn frame(len: usize) -> Vec<u8> {
     f
 }
 
+/// Two guests' packed rings: every slot `i` a buffer of its own (the
+/// sender's holding `frame`), made available again a burst at a time.
+struct PackedRings {
+    mem: GuestMemoryMmap,
+    tx: Queue,
+    rx: Queue,
+    /// The drivers' next slot and wrap counter.
+    tx_pos: (u16, bool),
+    rx_pos: (u16, bool),
+    frame_len: u32,
+}
+
+impl PackedRings {
+    fn new(frame: &[u8]) -> PackedRings {
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x40_0000)]).unwrap();
+        for i in 0..SIZE {
+            mem.write_slice(frame, GuestAddress(TX_BUFS + BUF * u64::from(i)))
+                .unwrap();
+        }
+        let mut tx = queue(TX);
+        let mut rx = queue(RX);
+        // Index 0, wrap counter 1: a fresh packed ring.
+        tx.set_next_avail(1 << 15);
+        rx.set_next_avail(1 << 15);
+        PackedRings {
+            mem,
+            tx,
+            rx,
+            tx_pos: (0, true),
+            rx_pos: (0, true),
+            frame_len: frame.len() as u32,
+        }
+    }
+
+    /// A driver makes `BURST` descriptors available from `pos`.
+    fn post_ring(
+        mem: &GuestMemoryMmap,
+        ring: u64,
+        bufs: u64,
+        pos: &mut (u16, bool),
+        len: u32,
+        write: bool,
+    ) {
+        for _ in 0..BURST {
+            let (slot, wrap) = *pos;
+            let flags: u16 = if write { 2 } else { 0 } | if wrap { 1 << 7 } else { 1 << 15 };
+            let mut raw = [0u8; 16];
+            raw[..8].copy_from_slice(&(bufs + BUF * u64::from(slot)).to_le_bytes());
+            raw[8..12].copy_from_slice(&len.to_le_bytes());
+            raw[12..14].copy_from_slice(&slot.to_le_bytes());
+            raw[14..16].copy_from_slice(&flags.to_le_bytes());
+            mem.write_slice(&raw, GuestAddress(ring + 16 * u64::from(slot)))
+                .unwrap();
+            *pos = if slot + 1 == SIZE {
+                (0, !wrap)
+            } else {
+                (slot + 1, wrap)
+            };
+        }
+    }
+
+    fn post(&mut self) {
+        Self::post_ring(
+            &self.mem,
+            TX,
+            TX_BUFS,
+            &mut self.tx_pos,
+            self.frame_len,
+            false,
+        );
+        Self::post_ring(&self.mem, RX, RX_BUFS, &mut self.rx_pos, BUF as u32, true);
+    }
+}
+
+type Frames = Vec<Result<hvnet_port::Packet, hvnet_port::RecvError>>;
+
 /// hvnet's engine: a burst read, checked, written into the other ring.
-fn hvnet_burst(
-    r: &mut Rings,
-    pool: &mut Pool,
-    out: &mut Vec<Result<hvnet_port::Packet, hvnet_port::RecvError>>,
-) {
+fn hvnet_burst(r: &mut Rings, pool: &mut Pool, out: &mut Frames) {
     r.post();
-    let burst = virtq::read_batch(&mut r.tx, &r.mem, Layout::Split, pool, BURST, out);
+    engine_burst(&r.mem, &mut r.tx, &mut r.rx, Layout::Split, pool, out);
+}
+
+/// The same on packed rings.
+fn hvnet_burst_packed(r: &mut PackedRings, pool: &mut Pool, out: &mut Frames) {
+    r.post();
+    engine_burst(&r.mem, &mut r.tx, &mut r.rx, Layout::Packed, pool, out);
+}
+
+fn engine_burst(
+    mem: &GuestMemoryMmap,
+    tx: &mut Queue,
+    rx: &mut Queue,
+    layout: Layout,
+    pool: &mut Pool,
+    out: &mut Frames,
+) {
+    let old = virtq::used_mark(rx, layout);
+    let burst = virtq::read_batch(tx, mem, layout, pool, BURST, out);
     black_box(burst.signal);
     let hdr = [0u8; VNET_HDR_LEN];
     let iovs: Vec<[IoSlice<'_>; 2]> = out
@@ -117,22 +209,10 @@ fn hvnet_burst(
         })
         .collect();
     let frames: Vec<&[IoSlice<'_>]> = iovs.iter().map(|f| &f[..]).collect();
-    virtq::write_batch(
-        &mut r.rx,
-        &r.mem,
-        Layout::Split,
-        &frames,
-        true,
-        &mut |res| {
-            res.unwrap();
-        },
-    );
-    black_box(virtq::wants_signal(
-        &r.rx,
-        &r.mem,
-        Layout::Split,
-        r.rx.next_used().wrapping_sub(BURST as u16),
-    ));
+    virtq::write_batch(rx, mem, layout, &frames, true, &mut |res| {
+        res.unwrap();
+    });
+    black_box(virtq::wants_signal(rx, mem, layout, old));
     drop(frames);
     drop(iovs);
     out.clear();
@@ -192,6 +272,11 @@ fn ring_to_ring(c: &mut Criterion) {
         let mut out = Vec::with_capacity(BURST);
         g.bench_function(format!("hvnet_split/{len}B"), |b| {
             b.iter(|| hvnet_burst(&mut rings, &mut pool, &mut out))
+        });
+        let mut rings = PackedRings::new(&f);
+        let mut out = Vec::with_capacity(BURST);
+        g.bench_function(format!("hvnet_packed/{len}B"), |b| {
+            b.iter(|| hvnet_burst_packed(&mut rings, &mut pool, &mut out))
         });
         let mut rings = Rings::new(&f);
         let mut out = Vec::with_capacity(BURST);

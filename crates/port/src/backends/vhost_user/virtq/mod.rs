@@ -44,10 +44,6 @@ pub type GuestMemoryMmap = vm_memory::GuestMemoryMmap<DirtyLog>;
 /// header and the virtio-net header (the large buffer class).
 const MAX_TX_CHAIN: usize = SizeClass::Large.storage();
 
-/// Chains a burst reads at most without spilling to the heap (the
-/// datapath's batch).
-const BATCH: usize = 64;
-
 /// Offset of `num_buffers` in `struct virtio_net_hdr_v1`.
 const NUM_BUFFERS_OFFSET: u64 = 10;
 
@@ -155,16 +151,14 @@ fn read_on<R: Ring>(
     };
     let view = GuestView::new(mem);
     let old = ring.used_mark();
-    // Three passes over the burst, as DPDK's dequeue batches its small
-    // copies: the chains walked and a buffer taken for each, then every
-    // copy (independent, so the CPU overlaps their cache misses: the
-    // bytes were just written on the guest's CPU), then each frame
-    // checked and its chain returned.
-    let mut taken: smallvec::SmallVec<[Taken<R>; BATCH]> = smallvec::SmallVec::new();
-    // A ring the guest got wrong (its index past the ring), refused after
-    // the frames taken before it.
+    // One pass, each chain walked, copied, checked and returned in turn.
+    // (Three passes over the burst — walk, every copy, every check — as
+    // DPDK batches its small copies, cost 18 % more in the benchmark and
+    // saved nothing measurable at the ports: 359 against 363 ns a frame.)
+    // A ring the guest got wrong (its index past the ring) is refused
+    // after the frames taken before it.
     let mut bad_ring = false;
-    while taken.len() < max {
+    while burst.taken < max {
         let mark = ring.mark();
         let head = match ring.take(&view) {
             Ok(Some(head)) => head,
@@ -174,25 +168,20 @@ fn read_on<R: Ring>(
                 break;
             }
         };
-        let staged = stage_chain(&ring, &view, &head, pool);
+        let mut staged = stage_chain(&ring, &view, &head, pool);
         if let Err(RecvError::NoBuffer) = staged {
             ring.rewind(mark);
             burst.end = Err(RecvError::NoBuffer);
             break;
         }
-        taken.push((head, staged));
-    }
-    for (_, staged) in taken.iter_mut() {
-        if let Ok(s) = staged {
+        if let Ok(s) = &mut staged {
             if copy_chain(&view, s).is_err() {
-                *staged = Err(RecvError::BadDescriptor);
+                staged = Err(RecvError::BadDescriptor);
             }
         }
-    }
-    burst.taken = taken.len();
-    for (head, staged) in taken {
         ring.push_used(&view, &head, 0);
         out.push(staged.and_then(|s| check(s.buf, s.bytes)));
+        burst.taken += 1;
     }
     if bad_ring {
         out.push(Err(RecvError::BadDescriptor));
@@ -475,9 +464,6 @@ fn fill_chain(
     }
     Ok(n)
 }
-
-/// A chain a burst took, and what was staged for it (or why not).
-type Taken<R> = (<R as Ring>::Head, Result<Staged, RecvError>);
 
 /// A transmit chain taken: its descriptors, the pool buffer its bytes go
 /// to, and how many were copied.

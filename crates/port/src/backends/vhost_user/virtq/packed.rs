@@ -126,8 +126,11 @@ impl PackedRing {
         let mut wrap = self.used_wrap;
         for (k, &(id, len, slots)) in self.shadow.iter().enumerate() {
             let d = self.desc_at(at);
-            let _ = view.write(d + 8, &len.to_le_bytes());
-            let _ = view.write(d + 12, &id.to_le_bytes());
+            // Length and id are side by side: one write.
+            let mut len_id = [0u8; 6];
+            len_id[..4].copy_from_slice(&len.to_le_bytes());
+            len_id[4..].copy_from_slice(&id.to_le_bytes());
+            let _ = view.write(d + 8, &len_id);
             if k > 0 {
                 let flags = self.used_flags(wrap, len);
                 let _ = view.store(d + 14, flags.to_le(), Ordering::Release);

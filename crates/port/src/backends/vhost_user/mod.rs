@@ -600,13 +600,12 @@ impl VhostUserPort {
     /// queue `q` (its receive virtqueue was full); true if it may have.
     /// The guest is asked to kick when it adds buffers.
     pub fn wait_for_room(&self, q: usize, timeout: std::time::Duration) -> bool {
-        let Some((vring, _)) = self.vring(2 * q) else {
+        if self.vring(2 * q).is_none() {
             return false;
-        };
+        }
         // Tell the guest what it has received so far (it frees buffers
         // only once it knows), then ask for a kick on new buffers.
         self.signal_receive(q);
-        drop(vring);
         if self.set_kicks(2 * q, true) {
             return true;
         }

@@ -220,16 +220,12 @@ fn write_held(
         if !full {
             continue;
         }
-        if hold == Some(Duration::ZERO) {
-            // Kept by the caller, in order: this frame and the rest.
-            for _ in at - 1..frames.len() {
-                done(Err(SendError::Full));
-            }
-            return;
-        }
         // The frame that found the ring full: wait for room (if
         // holding) and write it again, or give it up.
         let retry = hold.is_some_and(|wait| {
+            if wait.is_zero() {
+                return false;
+            }
             let now = Instant::now();
             let end = *deadline.get_or_insert(now + wait);
             let left = end.saturating_duration_since(now);
@@ -238,9 +234,11 @@ fn write_held(
         if retry {
             at -= 1;
         } else {
-            // The guest has posted nothing since: this frame and the rest
-            // of the batch find the ring as full (DPDK's enqueue burst
-            // stops there too), without a pass over the ring each.
+            // This frame and the rest of the batch: the guest has posted
+            // nothing since, so they find the ring as full (DPDK's
+            // enqueue burst stops there too) without a pass over the
+            // ring each; with a zero hold the caller keeps them, in
+            // order.
             for _ in at - 1..frames.len() {
                 done(Err(SendError::Full));
             }

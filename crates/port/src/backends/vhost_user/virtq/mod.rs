@@ -19,7 +19,7 @@
 use crate::packet::Packet;
 use crate::pool::{Buf, Pool, SizeClass, HEADROOM};
 use crate::vnet::{check, RecvError, VNET_HDR_LEN};
-use memory::{GuestView, OutOfRange};
+use memory::GuestView;
 use packed::PackedRing;
 use ring::{ChainError, Desc, Ring};
 use split::SplitRing;
@@ -168,19 +168,14 @@ fn read_on<R: Ring>(
                 break;
             }
         };
-        let mut staged = stage_chain(&ring, &view, &head, pool);
-        if let Err(RecvError::NoBuffer) = staged {
+        let copied = copy_chain(&ring, &view, &head, pool);
+        if let Err(RecvError::NoBuffer) = copied {
             ring.rewind(mark);
             burst.end = Err(RecvError::NoBuffer);
             break;
         }
-        if let Ok(s) = &mut staged {
-            if copy_chain(&view, s).is_err() {
-                staged = Err(RecvError::BadDescriptor);
-            }
-        }
         ring.push_used(&view, &head, 0);
-        out.push(staged.and_then(|s| check(s.buf, s.bytes)));
+        out.push(copied.and_then(|(buf, n)| check(buf, n)));
         burst.taken += 1;
     }
     if bad_ring {
@@ -465,24 +460,17 @@ fn fill_chain(
     Ok(n)
 }
 
-/// A transmit chain taken: its descriptors, the pool buffer its bytes go
-/// to, and how many were copied.
-struct Staged {
-    descs: smallvec::SmallVec<[Desc; 4]>,
-    buf: Buf,
-    bytes: usize,
-}
-
-/// Walks a transmit chain (virtio-net header and frame) and takes a pool
-/// buffer its size. The chain is walked once, its descriptors kept (a
-/// frame's few; a longer chain, bounded by the queue, spills to the
-/// heap).
-fn stage_chain<R: Ring>(
+/// Copies a transmit chain (virtio-net header and frame) into a pool
+/// buffer: the buffer and the bytes copied. The chain is walked once,
+/// its descriptors kept (a frame's few; a longer chain, bounded by the
+/// queue, spills to the heap), and a buffer its size taken before any
+/// byte is copied (none free: [`RecvError::NoBuffer`], the chain left).
+fn copy_chain<R: Ring>(
     ring: &R,
     view: &GuestView<'_>,
     head: &R::Head,
     pool: &mut Pool,
-) -> Result<Staged, RecvError> {
+) -> Result<(Buf, usize), RecvError> {
     let mut descs: smallvec::SmallVec<[Desc; 4]> = smallvec::SmallVec::new();
     let mut total = 0usize;
     for desc in ring.descs(view, head) {
@@ -501,25 +489,16 @@ fn stage_chain<R: Ring>(
     } else {
         SizeClass::Large
     };
-    let buf = pool.take(class).ok_or(RecvError::NoBuffer)?;
-    Ok(Staged {
-        descs,
-        buf,
-        bytes: 0,
-    })
-}
-
-/// Copies a staged chain's bytes into its buffer.
-fn copy_chain(view: &GuestView<'_>, s: &mut Staged) -> Result<(), OutOfRange> {
+    let mut buf = pool.take(class).ok_or(RecvError::NoBuffer)?;
     let mut at = 0usize;
-    for desc in &s.descs {
+    for desc in descs {
         let len = desc.len as usize;
-        view.read(desc.addr, &mut s.buf.storage_mut()[at..at + len])?;
+        view.read(desc.addr, &mut buf.storage_mut()[at..at + len])
+            .map_err(|_| RecvError::BadDescriptor)?;
         at += len;
     }
-    s.buf.set_len(at.saturating_sub(HEADROOM));
-    s.bytes = at;
-    Ok(())
+    buf.set_len(at.saturating_sub(HEADROOM));
+    Ok((buf, at))
 }
 
 #[cfg(test)]

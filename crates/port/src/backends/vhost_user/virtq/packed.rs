@@ -115,9 +115,9 @@ impl PackedRing {
     /// flags of all but the first, then the first's (release): the driver
     /// reads the first's flags before the rest.
     fn write_used(&mut self, view: &GuestView<'_>) {
-        let Some(&(_, _, _)) = self.shadow.first() else {
+        if self.shadow.is_empty() {
             return;
-        };
+        }
         let (first_at, first_flags) = (
             self.next_used,
             self.used_flags(self.used_wrap, self.shadow[0].1),

@@ -16,6 +16,7 @@
 //! `{"offered": 6290, "delivered_frames": 801, "delivered_source_frames": 6290,
 //!   "lro_frames": 144, "lro_segments": 5645, "drop_ring1_full": 0, ...}`
 
+use hvnet_port::virtq::DescriptorFault;
 use hvnet_port::{RecvError, SendError};
 use serde::ser::SerializeMap;
 use serde::Serialize;
@@ -186,9 +187,23 @@ drop_reasons! {
         /// buffer was full, or a frame could not be handed over with the
         /// socket's header (`PACKET_STATISTICS`).
         Kernel = "kernel", FromPort;
-        /// A vhost-user guest's transmit descriptor chain outside its memory,
-        /// device-writable, longer than any frame or changed while read.
-        BadDescriptor = "bad_descriptor", FromPort;
+        /// A vhost-user guest's transmit chain refused: a descriptor index past the table.
+        TxDescIndex = "tx_desc_index", FromPort;
+        /// A vhost-user guest's transmit chain refused: a chain that loops.
+        TxDescLoop = "tx_desc_loop", FromPort;
+        /// A vhost-user guest's transmit chain refused: a misplaced indirect descriptor (nested, with `NEXT`, not first).
+        TxDescIndirect = "tx_desc_indirect", FromPort;
+        /// A vhost-user guest's transmit chain refused: an indirect table of a bad length.
+        TxDescIndirectLen = "tx_desc_indirect_len", FromPort;
+        /// A vhost-user guest's transmit chain refused: a descriptor, table or ring outside the guest's memory.
+        TxDescMemory = "tx_desc_memory", FromPort;
+        /// A vhost-user guest's transmit chain refused: an available index moved by more than the queue holds.
+        TxDescAvailIndex = "tx_desc_avail_index", FromPort;
+        /// A vhost-user guest's transmit chain refused: a device-writable
+        /// buffer in it.
+        TxDescDirection = "tx_desc_direction", FromPort;
+        /// A vhost-user guest's transmit chain refused: longer than any frame.
+        TxDescTooLong = "tx_desc_too_long", FromPort;
         /// No ring-1 buffer.
         Ring1Full = "ring1_full", ToPort;
         /// Not enough ring-2 buffers.
@@ -205,6 +220,30 @@ drop_reasons! {
         /// No remote tunnel endpoint for the frame is resolved yet (ARP
         /// pending).
         TunnelUnresolved = "tunnel_unresolved", ToPort;
+        /// A vhost-user guest's receive chain refused (given back empty):
+        /// a descriptor index past the table.
+        RxDescIndex = "rx_desc_index", ToPort;
+        /// A vhost-user guest's receive chain refused (given back empty):
+        /// a chain that loops.
+        RxDescLoop = "rx_desc_loop", ToPort;
+        /// A vhost-user guest's receive chain refused (given back empty):
+        /// a misplaced indirect descriptor (nested, with `NEXT`, not first).
+        RxDescIndirect = "rx_desc_indirect", ToPort;
+        /// A vhost-user guest's receive chain refused (given back empty):
+        /// an indirect table of a bad length.
+        RxDescIndirectLen = "rx_desc_indirect_len", ToPort;
+        /// A vhost-user guest's receive chain refused (given back empty):
+        /// a descriptor, table or ring outside the guest's memory.
+        RxDescMemory = "rx_desc_memory", ToPort;
+        /// A vhost-user guest's receive chain refused (given back empty):
+        /// an available index moved by more than the queue holds.
+        RxDescAvailIndex = "rx_desc_avail_index", ToPort;
+        /// A vhost-user guest's receive chain refused (given back empty): a
+        /// read-only buffer in it.
+        RxDescDirection = "rx_desc_direction", ToPort;
+        /// A vhost-user guest's receive chain refused (given back empty):
+        /// its first buffer shorter than the virtio-net header.
+        RxDescShort = "rx_desc_short", ToPort;
     }
 }
 
@@ -223,7 +262,7 @@ impl DropReason {
             RecvError::BadVnetHeader | RecvError::BadOffload(_) => Some(DropReason::BadVnetHeader),
             RecvError::BadFrame(_) => Some(DropReason::BadFrame),
             RecvError::TooManySegments => Some(DropReason::GsoSegments),
-            RecvError::BadDescriptor => Some(DropReason::BadDescriptor),
+            RecvError::BadDescriptor(f) => Some(DropReason::of_fault(*f, Way::FromPort)),
             RecvError::NotTunnel => Some(DropReason::NotTunnel),
             RecvError::BadVxlan => Some(DropReason::BadVxlan),
             RecvError::WrongVni => Some(DropReason::Vni),
@@ -238,19 +277,56 @@ impl DropReason {
     }
 }
 
+impl DropReason {
+    /// The reason a descriptor chain refused for `fault` is dropped for:
+    /// a transmit chain's (`FromPort`) or a receive chain's (`ToPort`).
+    /// A fault one side cannot have (a receive chain is never too long; a
+    /// transmit chain has no first buffer to be short) counts as the
+    /// other fault of the same kind.
+    pub fn of_fault(fault: DescriptorFault, way: Way) -> DropReason {
+        use DescriptorFault as F;
+        let tx = way == Way::FromPort;
+        match fault {
+            F::Index if tx => DropReason::TxDescIndex,
+            F::Index => DropReason::RxDescIndex,
+            F::Loop if tx => DropReason::TxDescLoop,
+            F::Loop => DropReason::RxDescLoop,
+            F::Indirect if tx => DropReason::TxDescIndirect,
+            F::Indirect => DropReason::RxDescIndirect,
+            F::IndirectLen if tx => DropReason::TxDescIndirectLen,
+            F::IndirectLen => DropReason::RxDescIndirectLen,
+            F::Memory if tx => DropReason::TxDescMemory,
+            F::Memory => DropReason::RxDescMemory,
+            F::AvailIndex if tx => DropReason::TxDescAvailIndex,
+            F::AvailIndex => DropReason::RxDescAvailIndex,
+            F::Direction if tx => DropReason::TxDescDirection,
+            F::Direction => DropReason::RxDescDirection,
+            F::TooLong | F::Short if tx => DropReason::TxDescTooLong,
+            F::TooLong | F::Short => DropReason::RxDescShort,
+        }
+    }
+}
+
 impl From<SendError> for DropReason {
     fn from(e: SendError) -> DropReason {
         match e {
             SendError::Full => DropReason::VirtqueueFull,
             SendError::Failed => DropReason::WriteError,
             SendError::Unresolved => DropReason::TunnelUnresolved,
+            SendError::BadDescriptor(f) => DropReason::of_fault(f, Way::ToPort),
         }
     }
 }
 
 /// Drop counters, one per reason (only one way's are ever added to).
-#[derive(Default, Debug)]
+#[derive(Debug)]
 pub struct Drops([AtomicU64; DropReason::COUNT]);
+
+impl Default for Drops {
+    fn default() -> Drops {
+        Drops(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
 
 impl Drops {
     fn snapshot(&self) -> DropStats {
@@ -259,8 +335,14 @@ impl Drops {
 }
 
 /// A snapshot of [`Drops`], indexed by reason.
-#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DropStats([u64; DropReason::COUNT]);
+
+impl Default for DropStats {
+    fn default() -> DropStats {
+        DropStats([0; DropReason::COUNT])
+    }
+}
 
 impl DropStats {
     /// All drops, whatever the reason.
@@ -434,6 +516,28 @@ mod tests {
         assert_eq!(
             nonzero,
             [(DropReason::Ring1Full, 2), (DropReason::PortDown, 1)]
+        );
+    }
+
+    #[test]
+    fn each_descriptor_fault_has_a_reason_of_its_way() {
+        for way in [Way::FromPort, Way::ToPort] {
+            let mut seen = std::collections::HashSet::new();
+            for f in DescriptorFault::ALL {
+                let r = DropReason::of_fault(f, way);
+                assert_eq!(r.way(), way, "{f:?}");
+                seen.insert(r);
+            }
+            // Every fault but the one the side cannot have is told apart.
+            assert_eq!(seen.len(), DescriptorFault::ALL.len() - 1, "{way:?}");
+        }
+        assert_eq!(
+            DropReason::of_refused(&RecvError::BadDescriptor(DescriptorFault::Loop)),
+            Some(DropReason::TxDescLoop)
+        );
+        assert_eq!(
+            DropReason::from(SendError::BadDescriptor(DescriptorFault::Short)),
+            DropReason::RxDescShort
         );
     }
 

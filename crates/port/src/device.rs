@@ -169,6 +169,9 @@ pub enum SendError {
     Failed,
     /// A tunnel endpoint knows no remote's underlay MAC for it yet.
     Unresolved,
+    /// A guest's receive descriptor chain that cannot be written (its
+    /// chain is given back used and empty).
+    BadDescriptor(crate::virtq::DescriptorFault),
 }
 
 /// Reads one queue of a device. It owns its spare buffers and whatever

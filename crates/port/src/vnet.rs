@@ -55,8 +55,8 @@ pub enum RecvError {
     /// A guest's transmit descriptor chain that cannot be read: outside
     /// its memory, device-writable, longer than any frame, or changed
     /// while read (vhost-user ports).
-    #[error("bad transmit descriptor chain")]
-    BadDescriptor,
+    #[error("bad transmit descriptor chain: {0}")]
+    BadDescriptor(crate::virtq::DescriptorFault),
     /// At a tunnel endpoint: neither VXLAN to it nor ARP for it.
     #[error("neither VXLAN to the endpoint nor ARP for it")]
     NotTunnel,

@@ -214,7 +214,10 @@ fn write_held(
         let mut full = false;
         let n = port.write_batch(q, &frames[at..], &mut |r| match r {
             Err(VirtqError::RingFull) => full = true,
-            r => done(r.map_err(|_| SendError::Failed)),
+            r => done(r.map_err(|e| match e {
+                VirtqError::BadDescriptor(f) => SendError::BadDescriptor(f),
+                _ => SendError::Failed,
+            })),
         });
         at += n;
         if !full {

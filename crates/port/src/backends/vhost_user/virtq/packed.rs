@@ -15,7 +15,7 @@
 
 use super::memory::GuestView;
 use super::ring::{
-    indirect_entries, read_raw, ChainError, Desc, Mark, Ring, DESC_SIZE, F_INDIRECT, F_NEXT,
+    indirect_entries, read_raw, Desc, DescriptorFault, Mark, Ring, DESC_SIZE, F_INDIRECT, F_NEXT,
     F_WRITE, SHADOW,
 };
 use smallvec::SmallVec;
@@ -40,7 +40,7 @@ pub struct Head {
     slots: u16,
     descs: SmallVec<[Desc; 4]>,
     /// Why the chain cannot be used, after the descriptors read.
-    bad: Option<ChainError>,
+    bad: Option<DescriptorFault>,
 }
 
 /// A packed ring's addresses and position for one burst.
@@ -67,13 +67,13 @@ impl PackedRing {
     /// Whether the descriptor at the next available slot is available:
     /// its flags loaded with acquire, which orders the reads of the rest
     /// after them.
-    fn peek(&self, view: &GuestView<'_>) -> Result<bool, ChainError> {
+    fn peek(&self, view: &GuestView<'_>) -> Result<bool, DescriptorFault> {
         let flags =
             u16::from_le(view.load::<u16>(self.desc_at(self.next_avail) + 14, Ordering::Acquire)?);
         Ok(is_available(flags, self.avail_wrap))
     }
 
-    fn read_desc(view: &GuestView<'_>, at: u64) -> Result<(Desc, u16, u16), ChainError> {
+    fn read_desc(view: &GuestView<'_>, at: u64) -> Result<(Desc, u16, u16), DescriptorFault> {
         let (addr, len, id, flags) = read_raw(view, at)?;
         let desc = Desc {
             addr,
@@ -99,12 +99,12 @@ impl PackedRing {
         len: u32,
         size: u16,
         out: &mut SmallVec<[Desc; 4]>,
-    ) -> Result<(), ChainError> {
+    ) -> Result<(), DescriptorFault> {
         let n = indirect_entries(len, size)?;
         for i in 0..u64::from(n) {
             let (d, _, flags) = Self::read_desc(view, table + DESC_SIZE * i)?;
             if flags & F_INDIRECT != 0 {
-                return Err(ChainError::Indirect);
+                return Err(DescriptorFault::Indirect);
             }
             out.push(d);
         }
@@ -201,7 +201,7 @@ impl Ring for PackedRing {
     /// or one indirect descriptor and its table. A chain that is
     /// malformed is still taken (its slots are the guest's to get back),
     /// with why.
-    fn take(&mut self, view: &GuestView<'_>) -> Result<Option<Head>, ChainError> {
+    fn take(&mut self, view: &GuestView<'_>) -> Result<Option<Head>, DescriptorFault> {
         if !self.peek(view)? {
             return Ok(None);
         }
@@ -213,7 +213,7 @@ impl Ring for PackedRing {
         };
         loop {
             if head.slots == self.size {
-                head.bad = Some(ChainError::Loop);
+                head.bad = Some(DescriptorFault::Loop);
                 break;
             }
             let at = self.desc_at(self.next_avail);
@@ -232,7 +232,7 @@ impl Ring for PackedRing {
             head.id = id;
             if flags & F_INDIRECT != 0 {
                 if head.slots > 1 || flags & F_NEXT != 0 {
-                    head.bad.get_or_insert(ChainError::Indirect);
+                    head.bad.get_or_insert(DescriptorFault::Indirect);
                 } else if let Err(e) =
                     Self::indirect(view, d.addr, d.len, self.size, &mut head.descs)
                 {
@@ -254,7 +254,7 @@ impl Ring for PackedRing {
         &'a self,
         _view: &'a GuestView<'_>,
         head: &'a Head,
-    ) -> impl Iterator<Item = Result<Desc, ChainError>> + 'a {
+    ) -> impl Iterator<Item = Result<Desc, DescriptorFault>> + 'a {
         head.descs.iter().map(|&d| Ok(d)).chain(head.bad.map(Err))
     }
 

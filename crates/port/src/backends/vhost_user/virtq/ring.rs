@@ -15,10 +15,11 @@ pub struct Desc {
     pub write: bool,
 }
 
-/// Why a chain (or the ring) was refused; each is something the guest's
-/// driver got wrong.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ChainError {
+/// Why a descriptor chain (or the ring) was refused; each is something
+/// the guest's driver got wrong, and each is its own drop reason
+/// (`tx_desc_loop`, `rx_desc_memory`, …), so that an operator sees which.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum DescriptorFault {
     /// A descriptor index past the table.
     #[error("descriptor index outside the table")]
     Index,
@@ -39,11 +40,37 @@ pub enum ChainError {
     /// The available index moved by more than the queue holds.
     #[error("available index out of range")]
     AvailIndex,
+    /// A device-writable buffer in a transmit chain, or a read-only one
+    /// in a receive chain.
+    #[error("buffer of the wrong direction")]
+    Direction,
+    /// A transmit chain longer than any frame (64 KiB and a header).
+    #[error("transmit chain longer than any frame")]
+    TooLong,
+    /// A receive chain whose first buffer cannot hold the virtio-net
+    /// header.
+    #[error("receive buffer shorter than the virtio-net header")]
+    Short,
 }
 
-impl From<OutOfRange> for ChainError {
-    fn from(_: OutOfRange) -> ChainError {
-        ChainError::Memory
+impl DescriptorFault {
+    /// Every fault, in order.
+    pub const ALL: [DescriptorFault; 9] = [
+        DescriptorFault::Index,
+        DescriptorFault::Loop,
+        DescriptorFault::Indirect,
+        DescriptorFault::IndirectLen,
+        DescriptorFault::Memory,
+        DescriptorFault::AvailIndex,
+        DescriptorFault::Direction,
+        DescriptorFault::TooLong,
+        DescriptorFault::Short,
+    ];
+}
+
+impl From<OutOfRange> for DescriptorFault {
+    fn from(_: OutOfRange) -> DescriptorFault {
+        DescriptorFault::Memory
     }
 }
 
@@ -58,7 +85,10 @@ pub(super) const SHADOW: usize = 64;
 
 /// A descriptor's address and length, and the two 16-bit fields after
 /// them (split: flags, next; packed: buffer id, flags).
-pub(super) fn read_raw(view: &GuestView<'_>, at: u64) -> Result<(u64, u32, u16, u16), ChainError> {
+pub(super) fn read_raw(
+    view: &GuestView<'_>,
+    at: u64,
+) -> Result<(u64, u32, u16, u16), DescriptorFault> {
     let raw: [u8; 16] = view.read_obj(at)?;
     let addr = u64::from_le_bytes(raw[0..8].try_into().expect("8 bytes"));
     let len = u32::from_le_bytes(raw[8..12].try_into().expect("4 bytes"));
@@ -70,10 +100,10 @@ pub(super) fn read_raw(view: &GuestView<'_>, at: u64) -> Result<(u64, u32, u16, 
 /// The entries of an indirect table `len` bytes long: whole descriptors,
 /// at least one, no more than the queue's size (and no fewer than 256 may
 /// be asked for: a small queue still takes a 64 KiB frame's pieces).
-pub(super) fn indirect_entries(len: u32, queue_size: u16) -> Result<u32, ChainError> {
+pub(super) fn indirect_entries(len: u32, queue_size: u16) -> Result<u32, DescriptorFault> {
     let n = len / DESC_SIZE as u32;
     if len == 0 || !len.is_multiple_of(DESC_SIZE as u32) || n > u32::from(queue_size).max(256) {
-        return Err(ChainError::IndirectLen);
+        return Err(DescriptorFault::IndirectLen);
     }
     Ok(n)
 }
@@ -102,14 +132,14 @@ pub trait Ring: Sized {
 
     /// Takes the next chain the guest made available; `None` when there
     /// is none. An error is about the ring, not one chain.
-    fn take(&mut self, view: &GuestView<'_>) -> Result<Option<Self::Head>, ChainError>;
+    fn take(&mut self, view: &GuestView<'_>) -> Result<Option<Self::Head>, DescriptorFault>;
 
     /// The chain's descriptors, checked as they are read.
     fn descs<'a>(
         &'a self,
         view: &'a GuestView<'_>,
         head: &'a Self::Head,
-    ) -> impl Iterator<Item = Result<Desc, ChainError>> + 'a;
+    ) -> impl Iterator<Item = Result<Desc, DescriptorFault>> + 'a;
 
     /// Returns a chain to the guest, `len` bytes written into it; the
     /// guest sees it at [`Ring::publish`].

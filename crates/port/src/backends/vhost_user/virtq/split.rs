@@ -12,7 +12,7 @@
 
 use super::memory::GuestView;
 use super::ring::{
-    indirect_entries, read_raw, ChainError, Desc, Mark, Ring, DESC_SIZE, F_INDIRECT, F_NEXT,
+    indirect_entries, read_raw, Desc, DescriptorFault, Mark, Ring, DESC_SIZE, F_INDIRECT, F_NEXT,
     F_WRITE, SHADOW,
 };
 use smallvec::SmallVec;
@@ -45,17 +45,17 @@ impl SplitRing {
     /// Chains the guest made available and the device has not taken:
     /// one acquire load, which orders the reads of the heads and
     /// descriptors after it.
-    fn available(&self, view: &GuestView<'_>) -> Result<u16, ChainError> {
+    fn available(&self, view: &GuestView<'_>) -> Result<u16, DescriptorFault> {
         let idx = u16::from_le(view.load::<u16>(self.avail + 2, Ordering::Acquire)?);
         let n = idx.wrapping_sub(self.next_avail);
         if n > self.size {
-            return Err(ChainError::AvailIndex);
+            return Err(DescriptorFault::AvailIndex);
         }
         Ok(n)
     }
 
     /// The next head, taken.
-    fn take_head(&mut self, view: &GuestView<'_>) -> Result<u16, ChainError> {
+    fn take_head(&mut self, view: &GuestView<'_>) -> Result<u16, DescriptorFault> {
         let slot = self.next_avail % self.size;
         let head = u16::from_le(view.read_obj::<u16>(self.avail + 4 + 2 * u64::from(slot))?);
         self.next_avail = self.next_avail.wrapping_add(1);
@@ -125,7 +125,7 @@ impl Ring for SplitRing {
         queue.set_next_used(self.next_used);
     }
 
-    fn take(&mut self, view: &GuestView<'_>) -> Result<Option<u16>, ChainError> {
+    fn take(&mut self, view: &GuestView<'_>) -> Result<Option<u16>, DescriptorFault> {
         if self.known == 0 {
             self.known = self.available(view)?;
             if self.known == 0 {
@@ -141,7 +141,7 @@ impl Ring for SplitRing {
         &'a self,
         view: &'a GuestView<'_>,
         head: &'a u16,
-    ) -> impl Iterator<Item = Result<Desc, ChainError>> + 'a {
+    ) -> impl Iterator<Item = Result<Desc, DescriptorFault>> + 'a {
         self.chain(view, *head)
     }
 
@@ -251,7 +251,7 @@ pub struct Chain<'v, 'm> {
 }
 
 impl Iterator for Chain<'_, '_> {
-    type Item = Result<Desc, ChainError>;
+    type Item = Result<Desc, DescriptorFault>;
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
@@ -268,19 +268,19 @@ impl Iterator for Chain<'_, '_> {
 impl Chain<'_, '_> {
     /// Reads descriptor `i`: a buffer, or `None` for an indirect
     /// descriptor (the walk goes on in its table).
-    fn step(&mut self, i: u16) -> Result<Option<Desc>, ChainError> {
+    fn step(&mut self, i: u16) -> Result<Option<Desc>, DescriptorFault> {
         if u32::from(i) >= self.entries {
-            return Err(ChainError::Index);
+            return Err(DescriptorFault::Index);
         }
         if self.ttl == 0 {
-            return Err(ChainError::Loop);
+            return Err(DescriptorFault::Loop);
         }
         self.ttl -= 1;
         let (addr, len, flags, next) = read_raw(self.view, self.table + DESC_SIZE * u64::from(i))?;
         let first = std::mem::replace(&mut self.first, false);
         if flags & F_INDIRECT != 0 {
             if self.indirect || !first || flags & F_NEXT != 0 {
-                return Err(ChainError::Indirect);
+                return Err(DescriptorFault::Indirect);
             }
             let n = indirect_entries(len, self.queue_size)?;
             self.table = addr;

@@ -109,11 +109,16 @@ fn hostile_transmit_chains_are_refused_and_given_back() {
     .unwrap();
     let mut q: Queue = vq.create_queue().unwrap();
     let mut p = pool();
-    for _ in 0..3 {
-        assert!(matches!(
-            read_frame(&mut q, &mem, &mut p),
-            Err(RecvError::BadDescriptor)
-        ));
+    // Each refused for what is wrong with it (each its own drop reason).
+    for want in [
+        DescriptorFault::Memory,
+        DescriptorFault::Direction,
+        DescriptorFault::TooLong,
+    ] {
+        match read_frame(&mut q, &mem, &mut p) {
+            Err(RecvError::BadDescriptor(f)) => assert_eq!(f, want),
+            other => panic!("{want:?}: {other:?}"),
+        }
     }
     assert_eq!(q.next_used(), 3, "every chain goes back used");
     drop(p);
@@ -211,7 +216,7 @@ fn a_full_ring_takes_nothing_and_a_short_buffer_is_refused() {
     vq.add_desc_chains(&[d(BUF, 4096, 0, 0)], 1).unwrap();
     assert!(matches!(
         write_frame(&mut q, &mem, &iov, true),
-        Err(VirtqError::BadDescriptor)
+        Err(VirtqError::BadDescriptor(DescriptorFault::Direction))
     ));
 }
 
@@ -959,7 +964,7 @@ fn outcomes(frames: &[Result<Vec<u8>, RecvError>], good: &[u8]) -> Vec<&'static 
         .map(|r| match r {
             Ok(f) if f[..] == good[VNET_HDR_LEN..] => "frame",
             Ok(_) => "another frame",
-            Err(RecvError::BadDescriptor) => "refused",
+            Err(RecvError::BadDescriptor(_)) => "refused",
             Err(_) => "another error",
         })
         .collect()
@@ -976,32 +981,49 @@ type Hostile = fn(&GuestMemoryMmap, &PackedDriver) -> Vec<(u64, u32, u16)>;
 /// goes on with the next chain.
 #[test]
 fn hostile_packed_transmit_chains_are_refused_and_given_back() {
-    let cases: [(&str, Hostile); 8] = [
-        ("a buffer outside guest memory", |_, _| {
-            vec![(0x4000_0000, 64, 0)]
-        }),
-        ("a buffer crossing the end of guest memory", |_, _| {
-            vec![(BUF, 16, P_NEXT), (0x40_0000 - 32, 64, 0)]
-        }),
-        ("a device-writable buffer", |mem, _| {
-            mem.write_slice(&frame(), GuestAddress(BUF)).unwrap();
-            vec![(BUF, frame().len() as u32, P_WRITE)]
-        }),
-        ("a device-writable second piece", |mem, _| {
-            mem.write_slice(&frame(), GuestAddress(BUF)).unwrap();
-            vec![
-                (BUF, 20, P_NEXT),
-                (BUF + 20, frame().len() as u32 - 20, P_WRITE),
-            ]
-        }),
-        ("a nested indirect table", |mem, drv| {
-            let table = PackedDriver::table(drv.next_id());
-            PackedDriver::desc(mem, table, BUF, 64, 0);
-            PackedDriver::flags(mem, table, P_INDIRECT);
-            vec![(table, 16, P_INDIRECT)]
-        }),
+    let cases: [(&str, DescriptorFault, Hostile); 8] = [
+        (
+            "a buffer outside guest memory",
+            DescriptorFault::Memory,
+            |_, _| vec![(0x4000_0000, 64, 0)],
+        ),
+        (
+            "a buffer crossing the end of guest memory",
+            DescriptorFault::Memory,
+            |_, _| vec![(BUF, 16, P_NEXT), (0x40_0000 - 32, 64, 0)],
+        ),
+        (
+            "a device-writable buffer",
+            DescriptorFault::Direction,
+            |mem, _| {
+                mem.write_slice(&frame(), GuestAddress(BUF)).unwrap();
+                vec![(BUF, frame().len() as u32, P_WRITE)]
+            },
+        ),
+        (
+            "a device-writable second piece",
+            DescriptorFault::Direction,
+            |mem, _| {
+                mem.write_slice(&frame(), GuestAddress(BUF)).unwrap();
+                vec![
+                    (BUF, 20, P_NEXT),
+                    (BUF + 20, frame().len() as u32 - 20, P_WRITE),
+                ]
+            },
+        ),
+        (
+            "a nested indirect table",
+            DescriptorFault::Indirect,
+            |mem, drv| {
+                let table = PackedDriver::table(drv.next_id());
+                PackedDriver::desc(mem, table, BUF, 64, 0);
+                PackedDriver::flags(mem, table, P_INDIRECT);
+                vec![(table, 16, P_INDIRECT)]
+            },
+        ),
         (
             "an indirect table length not a multiple of 16",
+            DescriptorFault::IndirectLen,
             |mem, drv| {
                 let table = PackedDriver::table(drv.next_id());
                 PackedDriver::desc(mem, table, BUF, 64, 0);
@@ -1009,18 +1031,24 @@ fn hostile_packed_transmit_chains_are_refused_and_given_back() {
                 vec![(table, 24, P_INDIRECT)]
             },
         ),
-        ("an indirect table outside guest memory", |_, _| {
-            vec![(0x4000_0000, 32, P_INDIRECT)]
-        }),
-        ("an indirect descriptor after the first", |mem, drv| {
-            let table = PackedDriver::table(drv.next_id());
-            PackedDriver::desc(mem, table, BUF, 64, 0);
-            PackedDriver::flags(mem, table, 0);
-            vec![(BUF, 12, P_NEXT), (table, 16, P_INDIRECT)]
-        }),
+        (
+            "an indirect table outside guest memory",
+            DescriptorFault::Memory,
+            |_, _| vec![(0x4000_0000, 32, P_INDIRECT)],
+        ),
+        (
+            "an indirect descriptor after the first",
+            DescriptorFault::Indirect,
+            |mem, drv| {
+                let table = PackedDriver::table(drv.next_id());
+                PackedDriver::desc(mem, table, BUF, 64, 0);
+                PackedDriver::flags(mem, table, 0);
+                vec![(BUF, 12, P_NEXT), (table, 16, P_INDIRECT)]
+            },
+        ),
     ];
     let good = frame();
-    for (name, hostile) in cases {
+    for (name, fault, hostile) in cases {
         for (index, wrap) in [(15, false), (15, true), (0, true), (7, false)] {
             let mem = packed_memory();
             let (mut drv, mut q) = PackedDriver::new(&mem, 16, index, wrap);
@@ -1033,6 +1061,11 @@ fn hostile_packed_transmit_chains_are_refused_and_given_back() {
                 outcomes(&frames, &good),
                 ["frame", "refused", "frame"],
                 "{name} at {index}/{wrap}"
+            );
+            assert!(
+                matches!(frames[1], Err(RecvError::BadDescriptor(f)) if f == fault),
+                "{name}: {:?}",
+                frames[1]
             );
             assert_eq!(used.len(), 3, "{name}: every chain goes back used");
             assert_eq!((used[1].id, used[1].len), (bad, 0), "{name}");
@@ -1147,7 +1180,7 @@ fn packed_receive_refuses_unusable_buffers_and_gives_them_back() {
     assert!(drv.post(&mem, &[0u8; 4096], 2, false, false));
     assert!(matches!(
         write(&mut q, true),
-        Err(VirtqError::BadDescriptor)
+        Err(VirtqError::BadDescriptor(DescriptorFault::Direction))
     ));
     assert!(drv.post(&mem, &[0u8; 1024], 1, true, true));
     assert!(matches!(write(&mut q, false), Err(VirtqError::TooSmall)));

@@ -187,13 +187,14 @@ class Pmd:
     """DPDK testpmd with a `net_virtio_user` front end on a vhost-user
     socket: a second, independent virtio driver (a poll-mode one)."""
 
-    def __init__(self, name, sock, mac, mode, extra=(), server=False, packed=False):
+    def __init__(self, name, sock, mac, mode, extra=(), server=False, packed=False, devargs=""):
         self.log = tempfile.NamedTemporaryFile("w+", prefix=f"testpmd-{name}-", suffix=".log")
         # server: the front end listens on `sock` (and waits there for the
         # back end before it starts forwarding), as a hypervisor serving
         # the socket does. packed: packed virtqueues (virtio 1.1).
+        # devargs: more of the front end's (",mrg_rxbuf=0,in_order=0").
         vdev = (f"net_virtio_user0,path={sock},mac={mac}" + (",server=1" if server else "")
-                + (",packed_vq=1" if packed else ""))
+                + (",packed_vq=1" if packed else "") + devargs)
         # Line-buffered, so that its statistics can be read while it runs.
         self.proc = subprocess.Popen(
             ["stdbuf", "-oL", "dpdk-testpmd", "--no-huge", "-m", "512", "--no-pci", f"--file-prefix=hvt{os.getpid()}{name}",
@@ -230,21 +231,32 @@ def pmd_count(log: str, what: str, nic: bool = False) -> int:
 
 
 @pytest.mark.skipif(not shutil.which("dpdk-testpmd"), reason="needs dpdk-testpmd (scripts/install-deps.sh)")
-@pytest.mark.parametrize("layout", ["split", "packed"])
-def test_testpmd_virtio_user_front_ends_exchange_frames(tmp_path, layout):
+# DPDK's virtio front end at its defaults (mergeable receive buffers and
+# in-order use both on), and with each turned the other way.
+@pytest.mark.parametrize("layout,devargs", [
+    ("split", ""), ("packed", ""), ("split", ",mrg_rxbuf=0,in_order=0"), ("packed", ",mrg_rxbuf=0,in_order=0"),
+], ids=["split", "packed", "split-no-mrg-no-in-order", "packed-no-mrg-no-in-order"])
+def test_testpmd_virtio_user_front_ends_exchange_frames(tmp_path, layout, devargs):
     mac_a, mac_b = "02:00:00:00:18:0a", "02:00:00:00:18:0b"
     vms = [dict(name="a", kind="vhost-user", mac=mac_a), dict(name="b", kind="vhost-user", mac=mac_b)]
     packed = layout == "packed"
     with hvlab.Topology(tmp_path, vms, prefix="vp") as t:
         sock = lambda vm: f"/run/hvnet/{t.name}/{vm}.sock"  # noqa: E731
-        rx = Pmd("b", sock("b"), mac_b, "rxonly", ["--stats-period=1"], packed=packed)
+        rx = Pmd("b", sock("b"), mac_b, "rxonly", ["--stats-period=1"], packed=packed, devargs=devargs)
         tx = None
         try:
             assert hvlab.eventually(lambda: ports(t)["b"]["link"] == "up", timeout=30)
-            tx = Pmd("a", sock("a"), mac_a, "txonly", ["--eth-peer=0," + mac_b], packed=packed)
-            # Each front end negotiated the layout it was given.
-            layout_of = lambda vm: json.loads(t.hv("port", vm, "--json").stdout)["vhost_user"]["ring_layout"]  # noqa: E731
-            assert hvlab.eventually(lambda: layout_of("a") == layout == layout_of("b"), timeout=30)
+            tx = Pmd("a", sock("a"), mac_a, "txonly", ["--eth-peer=0," + mac_b], packed=packed, devargs=devargs)
+            # Each front end negotiated the layout it was given, and
+            # mergeable buffers (bit 15) and in-order use (bit 35) as asked.
+            show = lambda vm: json.loads(t.hv("port", vm, "--json").stdout)["vhost_user"]  # noqa: E731
+            negotiated = lambda vm: show(vm)["connected"] and int(show(vm)["acked_features"], 16) != 0  # noqa: E731
+            assert hvlab.eventually(lambda: negotiated("a") and negotiated("b"), timeout=30)
+            assert show("a")["ring_layout"] == layout == show("b")["ring_layout"]
+            for vm in "ab":
+                acked = int(show(vm)["acked_features"], 16)
+                assert bool(acked & 1 << 15) == ("mrg_rxbuf=0" not in devargs), (vm, hex(acked))
+                assert bool(acked & 1 << 35) == ("in_order=0" not in devargs), (vm, hex(acked))
             assert hvlab.eventually(lambda: t.stats("/ports/b/rx_summary")["delivered_frames"] > 10000, timeout=30)
         finally:
             tx_log = tx.stop() if tx else ""

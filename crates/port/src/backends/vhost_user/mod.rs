@@ -49,7 +49,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use vhost::vhost_user::message::VhostUserVirtioFeatures;
 use vhost_user_backend::VringT;
-use virtio_bindings::virtio_config::{VIRTIO_F_RING_PACKED, VIRTIO_F_VERSION_1};
+use virtio_bindings::virtio_config::{VIRTIO_F_IN_ORDER, VIRTIO_F_RING_PACKED, VIRTIO_F_VERSION_1};
 use virtio_bindings::virtio_net::*;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 use virtio_queue::QueueT;
@@ -71,7 +71,13 @@ pub const MAX_QUEUE_SIZE: u16 = 4096;
 /// (checksum and TSO both ways, ECN with TSO, mergeable receive buffers,
 /// MTU, link status, several queue pairs, a control queue for what the
 /// guest may change, event index, packed virtqueues unless `packed` is
-/// off), and dirty logging for live migration.
+/// off, in-order use of buffers), and dirty logging for live migration.
+///
+/// `VIRTIO_F_IN_ORDER` costs the engine nothing: it takes chains in the
+/// order they were made available and gives them back used in that order
+/// (a frame that found too few receive buffers gives back the ones it
+/// took as still available, not used), so a driver that negotiates it
+/// (DPDK's `in_order=1`, its default) may free its descriptors in bulk.
 pub fn offered_features(packed: bool) -> u64 {
     [
         VIRTIO_NET_F_CSUM,
@@ -93,6 +99,7 @@ pub fn offered_features(packed: bool) -> u64 {
         VIRTIO_RING_F_EVENT_IDX,
         VIRTIO_RING_F_INDIRECT_DESC,
         VIRTIO_F_VERSION_1,
+        VIRTIO_F_IN_ORDER,
     ]
     .iter()
     .fold(0u64, |f, &b| f | (1u64 << b))

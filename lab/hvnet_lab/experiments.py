@@ -113,9 +113,12 @@ EXPERIMENTS = [
      "workload": "64 namespace VMs (16 with --quick) in pairs, each sender iperf3 -u -b 0 -l 64: frames forwarded per "
                  "second, all together; with HVNET_LAB_BASELINE another build beside, interleaved"},
     {"name": "poll-budget", "reproduces": "measurement", "run": poll_budget.poll_budget,
-     "workload": "a namespace VM pings testpmd --forward-mode=icmpecho on a vhost-user port, back to back (ping -f) "
-                 "and every 5 ms, with [switch] busy_poll_max_us 0, 10, 50 and 200 (0 and 50 with --quick): round "
-                 "trip, transactions per second, the daemon's CPU per transaction"},
+     "workload": "a namespace VM pings a peer on a vhost-user port, back to back (ping -f) and every 5 ms: testpmd "
+                 "--forward-mode=icmpecho with [switch] busy_poll_max_us 0, 10, 50 and 200 (0 and 50 with --quick), "
+                 "and real guests hvnet starts answering with their own kernel, User-Mode Linux and QEMU (TCG), with "
+                 "0, 50 and 200 (0 and 50 with --quick) and a smaller flood: round trip, transactions per second, the "
+                 "daemon's CPU (its own threads) per transaction; a 64 B testpmd stream (txonly to rxonly) through two "
+                 "vhost-user ports per budget: the daemon's CPU per frame"},
 ]
 
 

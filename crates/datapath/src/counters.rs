@@ -422,6 +422,10 @@ counters! {
         /// Of those, found wrong (passed on without DATA_VALID, for the
         /// receiver to drop).
         csum_bad,
+        /// Frames read with their payload left in the guest's memory (a
+        /// vhost-user guest's frame longer than its parsed head), to be
+        /// copied once, straight into the receiving guest.
+        payloads_left,
     }
 }
 
@@ -456,6 +460,9 @@ counters! {
         backpressure_waits,
         /// Batches the sender's worker delivered itself (the queue was idle).
         inline_batches,
+        /// Frames copied once, from the sending guest's buffers straight
+        /// into this guest's (the rest went through a switch buffer).
+        one_copy_frames,
     }
 }
 

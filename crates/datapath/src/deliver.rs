@@ -218,6 +218,9 @@ fn count(c: &EgressCounters, item: &RingItem, r: Result<Written, SendError>) {
             add(&c.delivered_frames, u64::from(w.frames));
             add(&c.delivered_bytes, w.bytes);
             add(&c.delivered_source_frames, 1);
+            if pkt.buf.pending().is_some() {
+                add(&c.one_copy_frames, 1);
+            }
             if w.segmented {
                 add(&c.segmented_frames, 1);
                 add(&c.segments_out, u64::from(w.frames));

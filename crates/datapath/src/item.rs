@@ -11,7 +11,9 @@ pub const BATCH: usize = 64;
 
 /// What a frame in a guest receive ring is. Items are moved several
 /// times on their way (staged, published, popped), so the rare, large
-/// coalesced frame is boxed and a plain frame moves only its packet.
+/// coalesced frame is boxed and a plain frame moves only its packet
+/// (boxing that too would allocate per frame).
+#[allow(clippy::large_enum_variant)]
 pub enum RingItem {
     /// A frame as received (possibly a GSO frame).
     Frame {
@@ -30,6 +32,14 @@ impl RingItem {
         match self {
             RingItem::Coalesced(c) => c.count as u64,
             RingItem::Frame { .. } => 1,
+        }
+    }
+
+    /// Copies a payload left in a sending guest's memory into the frame's
+    /// buffer (before the item outlives the batch that read it).
+    pub fn fill_pending(&mut self) {
+        if let RingItem::Frame { pkt, .. } = self {
+            pkt.buf.fill_pending();
         }
     }
 }

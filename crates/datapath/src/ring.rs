@@ -290,6 +290,11 @@ impl<T> Lane<T> {
         self.staged.len()
     }
 
+    /// The staged items, to change in place.
+    pub fn staged_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.staged.iter_mut().map(|s| &mut s.item)
+    }
+
     /// Takes the staged frames back (to deliver them from this thread when
     /// the queue is idle).
     pub fn take_staged(&mut self, out: &mut Vec<Slot<T>>) {

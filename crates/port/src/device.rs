@@ -119,6 +119,14 @@ pub trait Device: Send + Sync + fmt::Debug {
     fn overhead(&self) -> usize {
         0
     }
+
+    /// True when its transmitters copy a frame's payload from where it is
+    /// still pending (a sending guest's memory: [`crate::pool::Pending`])
+    /// themselves: a guest's receive virtqueue, written straight from the
+    /// other guest's buffers. Every other device gets whole buffers.
+    fn writes_pending(&self) -> bool {
+        false
+    }
 }
 
 /// The other side's offloads, as far as the device knows them.
@@ -211,6 +219,12 @@ pub trait Receiver: Send {
     fn rearm(&mut self) -> bool {
         false
     }
+
+    /// After the frames of the last batch were switched and written: gives
+    /// back what the batch still held of the other side's (a guest's
+    /// transmit chains whose payloads were left in its memory, copied
+    /// since straight into their receivers or into buffers).
+    fn end_batch(&mut self) {}
 
     /// Frames the kernel dropped at this queue before they could be read
     /// (an uplink socket's full buffer), since the last call.

@@ -52,7 +52,10 @@ impl<'a> OutFrame<'a> {
     /// Appends the frame's bytes as I/O slices.
     pub fn push_pieces(&self, out: &mut impl Extend<IoSlice<'a>>) {
         match *self {
-            OutFrame::Packet(p) => out.extend([IoSlice::new(p.frame())]),
+            // The bytes in place: a frame whose payload is pending in a
+            // sending guest's memory reaches only a guest's receive
+            // virtqueue, which copies that from there.
+            OutFrame::Packet(p) => out.extend([IoSlice::new(p.buf.held())]),
             OutFrame::Coalesced(co) => {
                 out.extend([IoSlice::new(co.header())]);
                 out.extend(co.segments.iter().map(|s| IoSlice::new(s.bytes())));

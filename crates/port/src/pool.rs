@@ -159,6 +159,25 @@ impl Home {
     }
 }
 
+/// Frame bytes a buffer does not hold yet: the payload of a frame a
+/// guest sent, left in the guest's memory until the end of the batch that
+/// read it, so that a frame for another guest is copied once, straight
+/// from one guest's buffers into the other's. Whatever else reads the
+/// payload fills the buffer first ([`Buf::fill_pending`]).
+pub trait Pending: Send + Sync {
+    /// Copies the bytes into `into` (as long as they are).
+    fn fill(&self, into: &mut [u8]);
+    /// How many bytes.
+    fn len(&self) -> usize;
+    /// True for none (never made so).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// For the one writer that takes them as they are (a guest's receive
+    /// virtqueue).
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
 /// A frame buffer: [`HEADROOM`] bytes, then the frame. Returns to its
 /// port's [`Home`] when dropped.
 pub struct Buf {
@@ -168,12 +187,15 @@ pub struct Buf {
     start: usize,
     len: usize,
     home: Option<Arc<Home>>,
+    /// The frame's last bytes, not in `data` yet (a guest's payload).
+    pending: Option<Box<dyn Pending>>,
 }
 
 impl std::fmt::Debug for Buf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Buf")
             .field("len", &self.len)
+            .field("pending", &self.pending.as_ref().map(|p| p.len()))
             .field("class", &self.class())
             .finish()
     }
@@ -196,16 +218,45 @@ impl Buf {
     pub fn capacity(&self) -> usize {
         self.data.len() - self.start
     }
-    /// The frame.
+    /// The frame. With bytes pending ([`Buf::pending`]) only its head is
+    /// in place: readers of the payload fill the buffer first.
     pub fn frame(&self) -> &[u8] {
         &self.data[self.start..self.start + self.len]
     }
-    /// The frame, writable (for completing a checksum in place).
+    /// The frame, writable (for completing a checksum in place): the
+    /// pending bytes filled in first.
     pub fn frame_mut(&mut self) -> &mut [u8] {
+        self.fill_pending();
         &mut self.data[self.start..self.start + self.len]
+    }
+    /// The bytes of the frame in place: all of it, or its head while the
+    /// rest is pending.
+    pub fn held(&self) -> &[u8] {
+        let pending = self.pending.as_ref().map_or(0, |p| p.len());
+        &self.data[self.start..self.start + self.len - pending]
+    }
+    /// The frame's last bytes, still in the sending guest's memory.
+    pub fn pending(&self) -> Option<&dyn Pending> {
+        self.pending.as_deref()
+    }
+    /// Leaves the frame's last `pending.len()` bytes where they are (the
+    /// frame's length already counts them).
+    pub fn set_pending(&mut self, pending: Box<dyn Pending>) {
+        debug_assert!(pending.len() <= self.len);
+        self.pending = Some(pending);
+    }
+    /// Copies the pending bytes into place, if any: true if there were.
+    pub fn fill_pending(&mut self) -> bool {
+        let Some(p) = self.pending.take() else {
+            return false;
+        };
+        let end = self.start + self.len;
+        p.fill(&mut self.data[end - p.len()..end]);
+        true
     }
     /// Replaces the frame with a copy of `bytes` (cut at the capacity).
     pub fn fill(&mut self, bytes: &[u8]) {
+        self.pending = None;
         self.start = HEADROOM;
         let n = bytes.len().min(self.capacity());
         self.data[HEADROOM..HEADROOM + n].copy_from_slice(&bytes[..n]);
@@ -215,6 +266,7 @@ impl Buf {
     /// inner frame): the frame now starts further in, and no byte moves.
     /// A range past the frame is cut to it.
     pub fn keep_range(&mut self, range: std::ops::Range<usize>) {
+        self.fill_pending();
         let end = range.end.min(self.len);
         let start = range.start.min(end);
         self.start += start;
@@ -223,6 +275,7 @@ impl Buf {
     /// The whole storage (headroom and frame area), for a read to fill:
     /// the frame starts at [`HEADROOM`] again.
     pub fn storage_mut(&mut self) -> &mut [u8] {
+        self.pending = None;
         self.start = HEADROOM;
         &mut self.data
     }
@@ -305,6 +358,7 @@ impl Pool {
             start: HEADROOM,
             len: 0,
             home: Some(Arc::clone(&self.home)),
+            pending: None,
         })
     }
 

@@ -131,21 +131,30 @@ const ENETDOWN: i32 = 100;
 /// `DATA_VALID` is not believed: virtio defines it only from device to
 /// driver.
 pub fn check(buf: Buf, n: usize) -> Result<Packet, RecvError> {
+    check_parts(buf, n).map_err(|(_, e)| e)
+}
+
+/// [`check`], the buffer given back with the error (a reader that parsed
+/// only a frame's head reads the rest and checks it again).
+pub fn check_parts(buf: Buf, n: usize) -> Result<Packet, (Buf, RecvError)> {
     if n < VNET_HDR_LEN {
-        return Err(RecvError::BadVnetHeader);
+        return Err((buf, RecvError::BadVnetHeader));
     }
-    let vnet = VirtioNetHdr::parse(&buf.storage()[..VNET_HDR_LEN], VNET_HDR_LEN)
-        .map_err(|_| RecvError::BadVnetHeader)?;
-    let mut p = Packet::parse(buf, Default::default()).map_err(|(_, e)| RecvError::BadFrame(e))?;
-    let mut info =
-        gso::validate_vnet(p.frame(), &vnet, &p.meta.layers).map_err(RecvError::BadOffload)?;
+    let Ok(vnet) = VirtioNetHdr::parse(&buf.storage()[..VNET_HDR_LEN], VNET_HDR_LEN) else {
+        return Err((buf, RecvError::BadVnetHeader));
+    };
+    let mut p = Packet::parse(buf, Default::default()).map_err(|(b, e)| (b, RecvError::BadFrame(e)))?;
+    let mut info = match gso::validate_vnet(p.frame(), &vnet, &p.meta.layers) {
+        Ok(info) => info,
+        Err(e) => return Err((p.buf, RecvError::BadOffload(e))),
+    };
     if info.csum == CsumState::Good {
         info.csum = CsumState::Unknown;
     }
     if let Some(g) = info.gso {
         let payload = p.len().saturating_sub(p.header_len());
         if payload.div_ceil(g.size as usize) > MAX_GSO_SEGMENTS {
-            return Err(RecvError::TooManySegments);
+            return Err((p.buf, RecvError::TooManySegments));
         }
     }
     p.meta.offload = info;

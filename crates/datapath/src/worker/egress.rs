@@ -38,6 +38,22 @@ impl State {
         // header; less the outer headers a tunnel endpoint adds on the wire.
         let overhead = port.dev.overhead();
         let limit = (s.mtu as usize + pkt.meta.layers.l2.header_len).saturating_sub(overhead);
+        // A payload left in the sending guest's memory is copied from
+        // there only into a guest's virtqueue written from this worker,
+        // whole (no segmenting, no coalescing, no checksum to complete);
+        // for anything else it is copied into the frame's buffer now.
+        if pkt.buf.pending().is_some() {
+            let passes = match pkt.meta.offload.gso {
+                Some(_) => whole && !uplink,
+                None => !lro,
+            };
+            let partial = matches!(pkt.meta.offload.csum, hvnet_offload::CsumState::Partial { .. });
+            let csum_done = s.csum || !partial || pkt.meta.offload.gso.is_some();
+            let inline = !port.rxq[q].rings.has_consumer();
+            if !(passes && csum_done && inline && port.dev.writes_pending()) {
+                pkt.buf.fill_pending();
+            }
+        }
         let c = &self.lane(cx, dst, q).counters;
         add(&c.offered, 1);
         match pkt.meta.offload.gso {

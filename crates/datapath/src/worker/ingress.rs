@@ -50,7 +50,7 @@ impl State {
 
     /// The switching decision for a counted frame: policy, learning,
     /// lookup, and the offload stage for each destination.
-    pub(super) fn switch_frame(&mut self, cx: &Ctx, pkt: Packet, now: Instant) {
+    pub(super) fn switch_frame(&mut self, cx: &Ctx, mut pkt: Packet, now: Instant) {
         let c = &cx.port.ingress[cx.q];
         if !self.settings[cx.port.id].connected {
             c.count_drop(DropReason::Disconnected, 1);
@@ -88,8 +88,13 @@ impl State {
                 port
             }
         };
-        if dst.is_multicast() && self.suppress(cx, &pkt) {
-            return;
+        if dst.is_multicast() {
+            // Copies for every port, or an answer made from it: its
+            // payload is read here (one copy is for one receiver).
+            pkt.buf.fill_pending();
+            if self.suppress(cx, &pkt) {
+                return;
+            }
         }
         let (ports, settings) = (&cx.ports, &self.settings);
         let link_up = |p: usize| ports.get(p).is_some_and(|x| x.is_up()) && settings[p].connected;
@@ -100,6 +105,7 @@ impl State {
                 self.egress(cx, p, pkt);
             }
             Action::Flood => {
+                pkt.buf.fill_pending();
                 let targets: smallvec::SmallVec<[usize; 16]> = ports
                     .iter()
                     .filter(|p| p.id != cx.port.id && p.vlan == vlan && link_up(p.id))

@@ -396,12 +396,16 @@ impl State {
             _ => {}
         }
         self.end_batch(cx);
+        // Everything read was written or copied out: the guest's chains
+        // whose payloads were left in place go back.
+        self.rx.end_batch();
         result
     }
 
     /// Flushes what is held and gives the spare buffers back.
     pub(crate) fn finish(&mut self, cx: &Ctx) {
         self.end_batch(cx);
+        self.rx.end_batch();
         self.count_kernel_drops(cx, Instant::now());
         self.rx.release(&mut self.pool);
     }
@@ -507,6 +511,9 @@ impl State {
         add(&c.bytes, pkt.len() as u64 + outer);
         if pkt.meta.offload.gso.is_some() {
             add(&c.gso_frames, 1);
+        }
+        if pkt.buf.pending().is_some() {
+            add(&c.payloads_left, 1);
         }
     }
 

@@ -134,6 +134,9 @@ impl State {
         }
         let inline = !ring.has_consumer() || (s.delivery == Delivery::Auto && ring.idle());
         if !inline {
+            // Another thread writes them, after this batch: payloads
+            // left in a sending guest's memory are copied out first.
+            lane.staged_mut().for_each(RingItem::fill_pending);
             lane.publish(ring);
             return;
         }
@@ -159,7 +162,11 @@ impl State {
         if !self.inline.is_empty() {
             // A full receiver under backpressure: what it did not take is
             // kept, in order, and this queue reads nothing more until it
-            // is written ([`State::retry_kept`]).
+            // is written ([`State::retry_kept`]) — past this batch, so
+            // with its payloads in its buffers.
+            for x in &mut self.inline {
+                x.item.fill_pending();
+            }
             lane.restage(&mut self.inline);
             if !self.kept.contains(&(dst, q)) {
                 self.kept.push((dst, q));

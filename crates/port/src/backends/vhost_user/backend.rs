@@ -98,6 +98,24 @@ impl VhostUserBackend for Backend {
 
     fn set_event_idx(&self, _enabled: bool) {}
 
+    /// `GET_VRING_BASE`: a transmit queue whose reader holds chains back
+    /// (payloads it left in the guest's memory until the end of its
+    /// batch) is stopped once they went back used, so that the position
+    /// the front end is told and the used ring agree. A worker's batch
+    /// takes microseconds; a second at most is waited.
+    fn stop_vring(&self, queue_index: u32) -> io::Result<()> {
+        let q = queue_index as usize;
+        if q % 2 == 1 {
+            if let Some(holding) = self.sh.tx_holding.get(q / 2) {
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+                while holding.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
+                    std::thread::sleep(std::time::Duration::from_micros(20));
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn set_backend_req_fd(&self, channel: vhost::vhost_user::Backend) {
         // Kept open for the connection's life: User-Mode Linux takes the
         // channel's end of file for a broken connection and removes its

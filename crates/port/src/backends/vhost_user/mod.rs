@@ -167,6 +167,10 @@ struct Shared {
     announcements: AtomicU64,
     /// Packed virtqueues are offered.
     packed: AtomicBool,
+    /// Per queue pair: its transmit queue's reader holds chains back
+    /// until the end of its batch (payloads left in place); stopping the
+    /// queue waits for them to go back used.
+    tx_holding: Vec<AtomicBool>,
 }
 
 impl Shared {
@@ -359,6 +363,7 @@ impl VhostUserPort {
             announcing: AtomicBool::new(false),
             announcements: AtomicU64::new(0),
             packed: AtomicBool::new(true),
+            tx_holding: (0..pairs).map(|_| AtomicBool::new(false)).collect(),
         });
         let listen_err = |e: io::Error| VhostUserError::Listen(socket.to_path_buf(), e.to_string());
         // The crate's side of the relay: an abstract socket, private to
@@ -656,6 +661,7 @@ impl VhostUserPort {
         &self,
         q: usize,
         frames: &[&[IoSlice<'_>]],
+        tails: &[Option<&virtq::GuestTail>],
         done: &mut dyn FnMut(Result<(), VirtqError>),
     ) -> usize {
         let Some((vring, mem)) = self.vring(2 * q) else {
@@ -669,11 +675,12 @@ impl VhostUserPort {
             return frames.len();
         }
         let guard = mem.memory();
-        virtq::write_batch(
+        virtq::write_batch_from(
             st.get_queue_mut(),
             &guard,
             self.layout(),
             frames,
+            tails,
             mergeable,
             done,
         )

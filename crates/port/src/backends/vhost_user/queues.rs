@@ -5,7 +5,7 @@
 //! receive virtqueues written a batch at a time, the guest signalled once
 //! after it.
 
-use super::virtq::{self, VirtqError};
+use super::virtq::{self, GuestTail, VirtqError};
 use super::VhostUserPort;
 use crate::device::{Caps, Device, Link, Receiver, SendError, Transmitter, TxOptions};
 use crate::outgoing::{BatchOptions, OutFrame, Slices, Written};
@@ -14,7 +14,7 @@ use crate::pool::{Pool, SizeClass, HEADROOM};
 use crate::status::DeviceStatus;
 use crate::vnet::{check, RecvError, VNET_HDR_LEN};
 use std::os::fd::RawFd;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vhost_user_backend::VringT;
@@ -76,6 +76,12 @@ impl Device for VhostUserPort {
         true
     }
 
+    /// One copy guest to guest: the receive virtqueue's writer copies a
+    /// payload left in the sending guest's memory from there.
+    fn writes_pending(&self) -> bool {
+        true
+    }
+
     /// A disconnect and a reconnect both kick.
     fn wait_link(&self, q: usize, timeout: Duration) {
         let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
@@ -84,7 +90,12 @@ impl Device for VhostUserPort {
     }
 
     fn receiver(self: Arc<Self>, q: usize) -> Box<dyn Receiver> {
-        Box::new(VirtqReceiver { port: self, q })
+        Box::new(VirtqReceiver {
+            port: self,
+            q,
+            held: virtq::Held::default(),
+            held_on: 0,
+        })
     }
 
     fn transmitter(self: Arc<Self>, q: usize, _opts: TxOptions) -> Box<dyn Transmitter> {
@@ -100,12 +111,18 @@ impl Device for VhostUserPort {
 struct VirtqReceiver {
     port: Arc<VhostUserPort>,
     q: usize,
+    /// Chains the last batch holds back until its end.
+    held: virtq::Held,
+    /// The connection they came on.
+    held_on: u64,
 }
 
 impl Receiver for VirtqReceiver {
     /// Up to `max` chains under one lock of the virtqueue, each copied
-    /// into a buffer and returned used at once; the guest is signalled
-    /// once after them.
+    /// into a buffer (or its head only, its payload left in the guest's
+    /// memory until [`Receiver::end_batch`]: one copy guest to guest) and
+    /// returned used at once (or at the end of the batch); the guest is
+    /// signalled once after them.
     fn recv_batch(
         &mut self,
         pool: &mut Pool,
@@ -121,18 +138,59 @@ impl Receiver for VirtqReceiver {
             return Err(RecvError::WouldBlock);
         };
         let layout = self.port.layout();
+        let holding = &self.port.sh.tx_holding[self.q];
         let burst = {
             let mut st = vring.get_mut();
             if !st.get_queue().ready() || !st.is_enabled() {
                 return Err(RecvError::WouldBlock);
             }
-            let guard = mem.memory();
-            virtq::read_batch(st.get_queue_mut(), &guard, layout, pool, max, out)
+            // Said before the chains are taken: a stop of the queue from
+            // now on waits for them.
+            holding.store(true, Ordering::Release);
+            let mem = mem.memory().into_inner();
+            self.held_on = self.port.connections();
+            virtq::read_batch_leaving(
+                st.get_queue_mut(),
+                &mem,
+                layout,
+                pool,
+                max,
+                out,
+                &mut self.held,
+            )
         };
+        if self.held.is_empty() {
+            holding.store(false, Ordering::Release);
+        }
         if burst.signal {
             let _ = vring.signal_used_queue();
         }
         burst.end
+    }
+
+    /// The chains the batch held go back used, in one publication (unless
+    /// the front end reconnected meanwhile: they belong to a ring that
+    /// is no more).
+    fn end_batch(&mut self) {
+        if self.held.is_empty() {
+            return;
+        }
+        let holding = &self.port.sh.tx_holding[self.q];
+        let vring = self.port.vring(2 * self.q + 1);
+        let signal = match vring.as_ref() {
+            Some((vring, mem)) if self.port.connections() == self.held_on => {
+                let mut st = vring.get_mut();
+                let guard = mem.memory();
+                let layout = self.port.layout();
+                virtq::complete_batch(st.get_queue_mut(), &guard, layout, &mut self.held)
+            }
+            _ => false,
+        };
+        self.held.clear();
+        holding.store(false, Ordering::Release);
+        if let (true, Some((vring, _))) = (signal, vring) {
+            let _ = vring.signal_used_queue();
+        }
     }
 
     fn wait_fd(&self) -> RawFd {
@@ -185,13 +243,30 @@ impl Transmitter for VirtqTransmitter {
         done: &mut dyn FnMut(Result<Written, SendError>),
     ) {
         let (port, q) = (&self.port, self.q);
+        // The payloads frames left in a sending guest's memory, copied
+        // from there (the slices hold the rest of each frame).
+        let tails: smallvec::SmallVec<[Option<&GuestTail>; 64]> =
+            frames.iter().map(guest_tail).collect();
+        let tails = if tails.iter().any(Option::is_some) {
+            &tails[..]
+        } else {
+            &[]
+        };
         self.slices.write(frames, done, |slices, done| {
-            write_held(port, q, slices, how.hold, done)
+            write_held(port, q, slices, tails, how.hold, done)
         });
     }
 
     fn flush(&mut self) {
         self.port.signal_receive(self.q);
+    }
+}
+
+/// The payload a frame left in a sending guest's memory, if any.
+fn guest_tail<'a>(f: &OutFrame<'a>) -> Option<&'a GuestTail> {
+    match f {
+        OutFrame::Packet(p) => p.buf.pending()?.as_any().downcast_ref::<GuestTail>(),
+        _ => None,
     }
 }
 
@@ -201,6 +276,7 @@ fn write_held(
     port: &VhostUserPort,
     q: usize,
     frames: &[&[std::io::IoSlice<'_>]],
+    tails: &[Option<&GuestTail>],
     hold: Option<Duration>,
     done: &mut dyn FnMut(Result<(), SendError>),
 ) {
@@ -212,7 +288,7 @@ fn write_held(
     let mut at = 0;
     while at < frames.len() {
         let mut full = false;
-        let n = port.write_batch(q, &frames[at..], &mut |r| match r {
+        let n = port.write_batch(q, &frames[at..], tails.get(at..).unwrap_or(&[]), &mut |r| match r {
             Err(VirtqError::RingFull) => full = true,
             r => done(r.map_err(|e| match e {
                 VirtqError::BadDescriptor(f) => SendError::BadDescriptor(f),

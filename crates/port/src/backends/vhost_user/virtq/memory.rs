@@ -132,6 +132,35 @@ impl<'m> GuestView<'m> {
     /// Calls `each` with the consecutive pieces (within one region each)
     /// covering `len` bytes at `addr`, and the offset of each piece; out
     /// of range, before any piece, when one is missing.
+    /// Copies `len` bytes at `src` in this guest's memory to `dst_addr`
+    /// in `dst`'s, in as many pieces as the two region layouts cut them
+    /// into (the destination's pages marked dirty, as every write).
+    pub fn copy_to_guest(
+        &self,
+        src: u64,
+        dst: &GuestView<'_>,
+        dst_addr: u64,
+        len: usize,
+    ) -> Result<(), OutOfRange> {
+        let mut at = 0usize;
+        while at < len {
+            let a = src.checked_add(at as u64).ok_or(OutOfRange)?;
+            let b = dst_addr.checked_add(at as u64).ok_or(OutOfRange)?;
+            let (from, off) = self.region(a)?;
+            let (to, to_off) = dst.region(b)?;
+            let n = (len - at).min(from.len() - off).min(to.len() - to_off);
+            let from = from.subslice(off, n).map_err(|_| OutOfRange)?;
+            from.copy_to_volatile_slice(to.subslice(to_off, n).map_err(|_| OutOfRange)?);
+            at += n;
+        }
+        Ok(())
+    }
+
+    /// True if `len` bytes at `addr` are all inside the guest's memory.
+    pub fn contains(&self, addr: u64, len: usize) -> bool {
+        self.slice(addr, len).is_ok() || self.pieces(addr, len, |_, _| {}).is_ok()
+    }
+
     fn pieces(
         &self,
         addr: u64,

@@ -17,12 +17,13 @@
 //! refused) and by the largest frame.
 
 use crate::packet::Packet;
-use crate::pool::{Buf, Pool, SizeClass, HEADROOM};
-use crate::vnet::{check, RecvError, VNET_HDR_LEN};
+use crate::pool::{Buf, Pending, Pool, SizeClass, HEADROOM};
+use crate::vnet::{check, check_parts, RecvError, VNET_HDR_LEN};
 use memory::GuestView;
 use packed::PackedRing;
 pub use ring::DescriptorFault;
-use ring::{Desc, Ring};
+use ring::{Desc, Ring, UsedEntry};
+use std::sync::Arc;
 use split::SplitRing;
 use std::io::IoSlice;
 use virtio_queue::Queue;
@@ -32,7 +33,9 @@ mod memory;
 mod packed;
 mod ring;
 mod split;
+mod tail;
 pub use dirty_log::DirtyLog;
+pub use tail::{GuestTail, HEAD};
 
 /// A guest's memory as a vhost-user port maps it: each region with a
 /// dirty log that is empty until a migrating front end hands over its log
@@ -49,7 +52,7 @@ const MAX_TX_CHAIN: usize = SizeClass::Large.storage();
 const NUM_BUFFERS_OFFSET: u64 = 10;
 
 /// Why a virtqueue write did not happen.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum VirtqError {
     /// The guest posted no (or too few) receive buffers: its ring is full.
     #[error("the guest's receive virtqueue has no free buffers")]
@@ -132,15 +135,62 @@ pub fn read_batch(
     max: usize,
     out: &mut Vec<Result<Packet, RecvError>>,
 ) -> ReadBurst {
-    on_ring!(layout, R => read_on::<R>(queue, mem, pool, max, out))
+    let mut held = Held::default();
+    on_ring!(layout, R => read_on::<R>(queue, mem, None, pool, max, out, &mut held))
 }
 
-fn read_on<R: Ring>(
+/// [`read_batch`] leaving payloads in place: a frame longer than [`HEAD`]
+/// bytes is parsed from its head, its payload left in the guest's memory
+/// (`mem`, kept mapped by each frame that needs it: [`GuestTail`]); its
+/// chain, and every chain after it (the guest may have asked for them in
+/// order), go back used only at [`complete_batch`], into `held` until
+/// then.
+pub fn read_batch_leaving(
     queue: &mut Queue,
-    mem: &GuestMemoryMmap,
+    mem: &Arc<GuestMemoryMmap>,
+    layout: Layout,
     pool: &mut Pool,
     max: usize,
     out: &mut Vec<Result<Packet, RecvError>>,
+    held: &mut Held,
+) -> ReadBurst {
+    on_ring!(layout, R => read_on::<R>(queue, mem, Some(mem), pool, max, out, held))
+}
+
+/// Transmit chains given back used only once the payloads left in their
+/// buffers were copied: where the used side stood, and the chains.
+#[derive(Debug, Default)]
+pub struct Held {
+    mark: u16,
+    entries: Vec<UsedEntry>,
+}
+
+impl Held {
+    /// Chains held.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when none is.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Forgets them (the ring they came from was reset).
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn read_on<R: Ring>(
+    queue: &mut Queue,
+    mem: &GuestMemoryMmap,
+    tails: Option<&Arc<GuestMemoryMmap>>,
+    pool: &mut Pool,
+    max: usize,
+    out: &mut Vec<Result<Packet, RecvError>>,
+    held: &mut Held,
 ) -> ReadBurst {
     let mut burst = ReadBurst {
         taken: 0,
@@ -159,6 +209,8 @@ fn read_on<R: Ring>(
     // A ring the guest got wrong (its index past the ring) is refused
     // after the frames taken before it.
     let mut bad_ring = None;
+    let holding = !held.is_empty();
+    let mut hold = holding;
     while burst.taken < max {
         let mark = ring.mark();
         let head = match ring.take(&view) {
@@ -169,14 +221,22 @@ fn read_on<R: Ring>(
                 break;
             }
         };
-        let copied = copy_chain(&ring, &view, &head, pool);
+        let copied = copy_chain(&ring, &view, &head, pool, tails);
         if let Err(RecvError::NoBuffer) = copied {
             ring.rewind(mark);
             burst.end = Err(RecvError::NoBuffer);
             break;
         }
-        ring.push_used(&view, &head, 0);
-        out.push(copied.and_then(|(buf, n)| check(buf, n)));
+        let frame = copied.and_then(|(buf, n)| check_head(buf, n));
+        hold |= frame
+            .as_ref()
+            .is_ok_and(|p| p.buf.pending().is_some());
+        if hold {
+            held.entries.push(ring.used_entry(&head));
+        } else {
+            ring.push_used(&view, &head, 0);
+        }
+        out.push(frame);
         burst.taken += 1;
     }
     if let Some(f) = bad_ring {
@@ -187,8 +247,61 @@ fn read_on<R: Ring>(
     }
     ring.publish(&view);
     burst.signal = ring.wants_signal(&view, old);
+    if hold && !holding {
+        held.mark = ring.used_mark();
+    }
     ring.save(queue);
     burst
+}
+
+/// [`check`] of a frame whose payload may be pending: one whose headers
+/// reach past its head (or whose head did not parse: its headers may)
+/// is copied whole and checked again.
+fn check_head(buf: Buf, n: usize) -> Result<Packet, RecvError> {
+    if buf.pending().is_none() {
+        return check(buf, n);
+    }
+    let mut whole = match check_parts(buf, n) {
+        Ok(p) if p.meta.layers.vxlan.is_none() && p.header_len() <= p.buf.held().len() => {
+            return Ok(p)
+        }
+        Ok(p) => p.buf,
+        Err((b, _)) => b,
+    };
+    whole.fill_pending();
+    check(whole, n)
+}
+
+/// Gives back used the chains [`read_batch`] held, in order, in one
+/// publication; true if the guest asked to be told.
+pub fn complete_batch(
+    queue: &mut Queue,
+    mem: &GuestMemoryMmap,
+    layout: Layout,
+    held: &mut Held,
+) -> bool {
+    on_ring!(layout, R => complete_on::<R>(queue, mem, held))
+}
+
+fn complete_on<R: Ring>(queue: &mut Queue, mem: &GuestMemoryMmap, held: &mut Held) -> bool {
+    if held.is_empty() {
+        return false;
+    }
+    // Given back even to a queue being stopped: its front end is told
+    // where the ring stands once they are.
+    let Some(mut ring) = R::open(queue) else {
+        held.clear();
+        return false;
+    };
+    let view = GuestView::new(mem);
+    ring.set_used_mark(held.mark);
+    for e in held.entries.drain(..) {
+        ring.push_entry(&view, e, 0);
+    }
+    ring.publish(&view);
+    let signal = ring.wants_signal(&view, held.mark);
+    ring.save(queue);
+    signal
 }
 
 /// Takes the next transmit chain of a split ring ([`read_batch`] of one).
@@ -220,13 +333,30 @@ pub fn write_batch(
     mergeable: bool,
     done: &mut dyn FnMut(Result<(), VirtqError>),
 ) -> usize {
-    on_ring!(layout, R => write_on::<R>(queue, mem, frames, mergeable, done))
+    write_batch_from(queue, mem, layout, frames, &[], mergeable, done)
+}
+
+/// [`write_batch`] of frames that may end in bytes still in the sending
+/// guest's memory (`tails[i]`, the frame's [`GuestTail`]; `tails` may be
+/// shorter than `frames`): those are copied from there straight into this
+/// guest's buffers.
+pub fn write_batch_from(
+    queue: &mut Queue,
+    mem: &GuestMemoryMmap,
+    layout: Layout,
+    frames: &[&[IoSlice<'_>]],
+    tails: &[Option<&GuestTail>],
+    mergeable: bool,
+    done: &mut dyn FnMut(Result<(), VirtqError>),
+) -> usize {
+    on_ring!(layout, R => write_on::<R>(queue, mem, frames, tails, mergeable, done))
 }
 
 fn write_on<R: Ring>(
     queue: &mut Queue,
     mem: &GuestMemoryMmap,
     frames: &[&[IoSlice<'_>]],
+    tails: &[Option<&GuestTail>],
     mergeable: bool,
     done: &mut dyn FnMut(Result<(), VirtqError>),
 ) -> usize {
@@ -237,7 +367,8 @@ fn write_on<R: Ring>(
     let view = GuestView::new(mem);
     let mut reported = frames.len();
     for (i, f) in frames.iter().enumerate() {
-        let r = write_one(&mut ring, &view, f, mergeable);
+        let src = Source::new(f, tails.get(i).copied().flatten());
+        let r = write_one(&mut ring, &view, src, mergeable);
         let full = matches!(r, Err(VirtqError::RingFull));
         done(r);
         if full {
@@ -268,10 +399,9 @@ pub fn write_frame(
 fn write_one<R: Ring>(
     ring: &mut R,
     view: &GuestView<'_>,
-    iov: &[IoSlice<'_>],
+    mut src: Source<'_>,
     mergeable: bool,
 ) -> Result<(), VirtqError> {
-    let mut src = Source::new(iov);
     let mark = ring.mark();
     // Each chain used and the bytes written into it; a 64 KiB frame in
     // 1.5 KiB buffers takes 44.
@@ -379,27 +509,41 @@ pub fn wait_available(
     })
 }
 
-/// The bytes of a frame given as I/O slices, consumed in order.
+/// The bytes of a frame given as I/O slices, then the bytes it left in
+/// the sending guest's memory, consumed in order.
 struct Source<'a> {
     iov: &'a [IoSlice<'a>],
     /// Index of the slice and offset in it.
     at: (usize, usize),
+    tail: Option<&'a GuestTail>,
+    /// Bytes of the tail taken.
+    tail_at: usize,
     written: usize,
     total: usize,
 }
 
+/// The next piece of a [`Source`].
+enum Piece<'a> {
+    /// Bytes in hvnet's memory.
+    Bytes(&'a [u8]),
+    /// `.2` bytes of a tail in the sending guest's memory, from `.1` on.
+    Guest(&'a GuestTail, usize, usize),
+}
+
 impl<'a> Source<'a> {
-    fn new(iov: &'a [IoSlice<'a>]) -> Source<'a> {
+    fn new(iov: &'a [IoSlice<'a>], tail: Option<&'a GuestTail>) -> Source<'a> {
         Source {
             iov,
             at: (0, 0),
+            tail,
+            tail_at: 0,
             written: 0,
-            total: iov.iter().map(|s| s.len()).sum(),
+            total: iov.iter().map(|s| s.len()).sum::<usize>() + tail.map_or(0, |t| t.len()),
         }
     }
 
     /// Up to `max` next bytes.
-    fn next(&mut self, max: usize) -> Option<&'a [u8]> {
+    fn next(&mut self, max: usize) -> Option<Piece<'a>> {
         while self.at.0 < self.iov.len() {
             let s: &'a [u8] = &self.iov[self.at.0];
             if self.at.1 < s.len() {
@@ -407,11 +551,19 @@ impl<'a> Source<'a> {
                 let out = &s[self.at.1..self.at.1 + n];
                 self.at.1 += n;
                 self.written += n;
-                return Some(out);
+                return Some(Piece::Bytes(out));
             }
             self.at = (self.at.0 + 1, 0);
         }
-        None
+        let t = self.tail?;
+        let n = (t.len() - self.tail_at).min(max);
+        if n == 0 {
+            return None;
+        }
+        let from = self.tail_at;
+        self.tail_at += n;
+        self.written += n;
+        Some(Piece::Guest(t, from, n))
     }
 
     /// Every byte was taken.
@@ -442,17 +594,23 @@ fn fill_chain(
         }
         let mut off = 0usize;
         while off < desc.len as usize {
-            let Some(bytes) = src.next(desc.len as usize - off) else {
+            let Some(piece) = src.next(desc.len as usize - off) else {
                 return Ok(n);
             };
-            let at = desc
-                .addr
-                .checked_add(off as u64)
-                .ok_or(VirtqError::BadDescriptor(DescriptorFault::Memory))?;
-            view.write(at, bytes)
-                .map_err(|_| VirtqError::BadDescriptor(DescriptorFault::Memory))?;
-            off += bytes.len();
-            n += bytes.len();
+            let outside = VirtqError::BadDescriptor(DescriptorFault::Memory);
+            let at = desc.addr.checked_add(off as u64).ok_or(outside)?;
+            let k = match piece {
+                Piece::Bytes(bytes) => {
+                    view.write(at, bytes).map_err(|_| outside)?;
+                    bytes.len()
+                }
+                Piece::Guest(tail, from, k) => {
+                    tail.copy_to(from, view, at, k).map_err(|_| outside)?;
+                    k
+                }
+            };
+            off += k;
+            n += k;
         }
         if src.done() {
             break;
@@ -466,11 +624,14 @@ fn fill_chain(
 /// its descriptors kept (a frame's few; a longer chain, bounded by the
 /// queue, spills to the heap), and a buffer its size taken before any
 /// byte is copied (none free: [`RecvError::NoBuffer`], the chain left).
+/// With `tails`, only the header and [`HEAD`] frame bytes are copied, the
+/// rest left pending in the guest's memory (checked inside it).
 fn copy_chain<R: Ring>(
     ring: &R,
     view: &GuestView<'_>,
     head: &R::Head,
     pool: &mut Pool,
+    tails: Option<&Arc<GuestMemoryMmap>>,
 ) -> Result<(Buf, usize), RecvError> {
     let mut descs: smallvec::SmallVec<[Desc; 4]> = smallvec::SmallVec::new();
     let mut total = 0usize;
@@ -490,15 +651,36 @@ fn copy_chain<R: Ring>(
     } else {
         SizeClass::Large
     };
+    let copy = match tails {
+        Some(_) if total > VNET_HDR_LEN + HEAD => VNET_HDR_LEN + HEAD,
+        _ => total,
+    };
     let mut buf = pool.take(class).ok_or(RecvError::NoBuffer)?;
     let mut at = 0usize;
+    let mut left: smallvec::SmallVec<[(u64, u32); 2]> = smallvec::SmallVec::new();
     for desc in descs {
         let len = desc.len as usize;
-        view.read(desc.addr, &mut buf.storage_mut()[at..at + len])
-            .map_err(|_| RecvError::BadDescriptor(DescriptorFault::Memory))?;
+        let here = len.min(copy.saturating_sub(at));
+        if here > 0 {
+            view.read(desc.addr, &mut buf.storage_mut()[at..at + here])
+                .map_err(|_| RecvError::BadDescriptor(DescriptorFault::Memory))?;
+        }
+        if here < len {
+            let addr = desc
+                .addr
+                .checked_add(here as u64)
+                .ok_or(RecvError::BadDescriptor(DescriptorFault::Memory))?;
+            if !view.contains(addr, len - here) {
+                return Err(RecvError::BadDescriptor(DescriptorFault::Memory));
+            }
+            left.push((addr, (len - here) as u32));
+        }
         at += len;
     }
     buf.set_len(at.saturating_sub(HEADROOM));
+    if let (Some(mem), false) = (tails, left.is_empty()) {
+        buf.set_pending(Box::new(GuestTail::new(Arc::clone(mem), left)));
+    }
     Ok((buf, at))
 }
 

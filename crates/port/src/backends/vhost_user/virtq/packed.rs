@@ -15,7 +15,7 @@
 
 use super::memory::GuestView;
 use super::ring::{
-    indirect_entries, read_raw, Desc, DescriptorFault, Mark, Ring, DESC_SIZE, F_INDIRECT, F_NEXT,
+    indirect_entries, read_raw, Desc, DescriptorFault, Mark, Ring, UsedEntry, DESC_SIZE, F_INDIRECT, F_NEXT,
     F_WRITE, SHADOW,
 };
 use smallvec::SmallVec;
@@ -170,9 +170,9 @@ fn is_available(flags: u16, wrap: bool) -> bool {
 impl Ring for PackedRing {
     type Head = Head;
 
-    fn of(queue: &Queue) -> Option<PackedRing> {
+    fn open(queue: &Queue) -> Option<PackedRing> {
         let size = queue.size();
-        if !queue.ready() || size == 0 {
+        if size == 0 {
             return None;
         }
         let base = queue.next_avail();
@@ -267,6 +267,25 @@ impl Ring for PackedRing {
 
     fn publish(&mut self, view: &GuestView<'_>) {
         self.write_used(view);
+    }
+
+    fn used_entry(&self, head: &Head) -> UsedEntry {
+        UsedEntry {
+            id: head.id,
+            slots: head.slots,
+        }
+    }
+
+    fn push_entry(&mut self, view: &GuestView<'_>, entry: UsedEntry, len: u32) {
+        if self.shadow.len() == SHADOW {
+            self.write_used(view);
+        }
+        self.shadow.push((entry.id, len, entry.slots));
+    }
+
+    fn set_used_mark(&mut self, mark: u16) {
+        self.next_used = mark & !WRAP;
+        self.used_wrap = mark & WRAP != 0;
     }
 
     fn mark(&self) -> Mark {

@@ -4,7 +4,7 @@
 //! are read a burst at a time ([`super::split`], [`super::packed`]).
 
 use super::memory::{GuestView, OutOfRange};
-use virtio_queue::Queue;
+use virtio_queue::{Queue, QueueT};
 
 /// One descriptor: a buffer in guest memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,6 +117,14 @@ pub struct Mark {
     pub(super) known: u16,
 }
 
+/// What giving a chain back used needs, kept past the burst that took
+/// it: its id (split: its head) and the ring slots it took (packed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UsedEntry {
+    pub(super) id: u16,
+    pub(super) slots: u16,
+}
+
 /// A virtqueue as a burst works it.
 pub trait Ring: Sized {
     /// A chain taken: what [`Ring::descs`] and [`Ring::push_used`] need.
@@ -124,7 +132,16 @@ pub trait Ring: Sized {
 
     /// The ring `queue` describes, where the last burst left it; `None`
     /// until the front end set it up.
-    fn of(queue: &Queue) -> Option<Self>;
+    fn of(queue: &Queue) -> Option<Self> {
+        if !queue.ready() {
+            return None;
+        }
+        Self::open(queue)
+    }
+
+    /// [`Ring::of`] of a queue being stopped too (its last chains given
+    /// back before it is).
+    fn open(queue: &Queue) -> Option<Self>;
 
     /// Leaves the ring's position where the burst ended (after
     /// [`Ring::publish`]).
@@ -144,6 +161,17 @@ pub trait Ring: Sized {
     /// Returns a chain to the guest, `len` bytes written into it; the
     /// guest sees it at [`Ring::publish`].
     fn push_used(&mut self, view: &GuestView<'_>, head: &Self::Head, len: u32);
+
+    /// What [`Ring::push_entry`] needs to give `head` back later.
+    fn used_entry(&self, head: &Self::Head) -> UsedEntry;
+
+    /// [`Ring::push_used`] of a chain a burst before this one took, its
+    /// used side put back first with [`Ring::set_used_mark`].
+    fn push_entry(&mut self, view: &GuestView<'_>, entry: UsedEntry, len: u32);
+
+    /// Puts the used side at `mark` (a [`Ring::used_mark`]): where a
+    /// burst that held its chains back left it.
+    fn set_used_mark(&mut self, mark: u16);
 
     /// Publishes what [`Ring::push_used`] returned, in order.
     fn publish(&mut self, view: &GuestView<'_>);

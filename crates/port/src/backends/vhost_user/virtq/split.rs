@@ -12,7 +12,7 @@
 
 use super::memory::GuestView;
 use super::ring::{
-    indirect_entries, read_raw, Desc, DescriptorFault, Mark, Ring, DESC_SIZE, F_INDIRECT, F_NEXT,
+    indirect_entries, read_raw, Desc, DescriptorFault, Mark, Ring, UsedEntry, DESC_SIZE, F_INDIRECT, F_NEXT,
     F_WRITE, SHADOW,
 };
 use smallvec::SmallVec;
@@ -102,9 +102,9 @@ impl Ring for SplitRing {
     /// The head's index in the descriptor table.
     type Head = u16;
 
-    fn of(queue: &Queue) -> Option<SplitRing> {
+    fn open(queue: &Queue) -> Option<SplitRing> {
         let size = queue.size();
-        if !queue.ready() || size == 0 {
+        if size == 0 {
             return None;
         }
         Some(SplitRing {
@@ -151,6 +151,21 @@ impl Ring for SplitRing {
             self.write_used(view);
         }
         self.shadow.push((*head, len));
+    }
+
+    fn used_entry(&self, head: &u16) -> UsedEntry {
+        UsedEntry {
+            id: *head,
+            slots: 1,
+        }
+    }
+
+    fn push_entry(&mut self, view: &GuestView<'_>, entry: UsedEntry, len: u32) {
+        self.push_used(view, &entry.id, len);
+    }
+
+    fn set_used_mark(&mut self, mark: u16) {
+        self.next_used = mark;
     }
 
     fn mark(&self) -> Mark {

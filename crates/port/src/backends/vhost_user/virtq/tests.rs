@@ -1277,3 +1277,5 @@ fn packed_event_suppression_decides_signals_and_kicks() {
     );
     assert_eq!(device_flags(), EVENT_ENABLE);
 }
+
+mod one_copy;

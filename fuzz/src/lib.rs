@@ -408,8 +408,10 @@ pub fn vtep_receive(data: &[u8]) {
 /// any available ring, and memory contents from the input. hvnet's
 /// transmit reader and receive writer run over them (with
 /// `virtio-queue`'s mock queue in real guest memory): no panic, every
-/// chain taken is given back or left available, no buffer kept. Bit 7
-/// of the second byte picks a packed ring instead ([`virtqueue_packed`]).
+/// chain taken is given back or left available, no buffer kept. Bit 1
+/// of the second byte reads with payloads left in the guest's memory
+/// (copied out after, the chains given back at the end of each batch);
+/// bit 7 picks a packed ring instead ([`virtqueue_packed`]).
 pub fn virtqueue(data: &[u8]) {
     use hvnet_port::virtq::GuestMemoryMmap;
     use hvnet_port::{virtq, Home, Pool, PoolCaps};
@@ -467,6 +469,25 @@ pub fn virtqueue(data: &[u8]) {
         large: 2,
     });
     let mut pool = Pool::new(std::sync::Arc::clone(&home));
+    if data[1] & 2 != 0 {
+        // Payloads left in the guest's memory (one copy guest to guest):
+        // each copied out as a stage that reads it would, the chains
+        // given back at the end of the batch.
+        let shared = std::sync::Arc::new(mem.clone());
+        let mut held = virtq::Held::default();
+        for _ in 0..(2 * size) {
+            let mut out = Vec::new();
+            let b = virtq::read_batch_leaving(&mut q, &shared, virtq::Layout::Split, &mut pool, 4, &mut out, &mut held);
+            for mut pkt in out.into_iter().flatten() {
+                pkt.buf.fill_pending();
+            }
+            virtq::complete_batch(&mut q, &shared, virtq::Layout::Split, &mut held);
+            assert!(held.is_empty());
+            if b.taken == 0 {
+                break;
+            }
+        }
+    }
     for _ in 0..(2 * size) {
         match virtq::read_frame(&mut q, &mem, &mut pool) {
             Err(hvnet_port::RecvError::WouldBlock) => break,

@@ -159,23 +159,44 @@ impl Home {
     }
 }
 
+/// Memory outside hvnet's buffers that frame bytes may still be in (a
+/// sending guest's), read by whoever needs them.
+pub trait PendingSource: Send + Sync {
+    /// Copies the bytes at `addr` into `into`; false if they are not
+    /// there (cannot happen for ranges checked when they were made).
+    fn read(&self, addr: u64, into: &mut [u8]) -> bool;
+    /// For the one writer that copies from it directly (a guest's
+    /// receive virtqueue, from another guest's memory).
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
 /// Frame bytes a buffer does not hold yet: the payload of a frame a
 /// guest sent, left in the guest's memory until the end of the batch that
 /// read it, so that a frame for another guest is copied once, straight
 /// from one guest's buffers into the other's. Whatever else reads the
 /// payload fills the buffer first ([`Buf::fill_pending`]).
-pub trait Pending: Send + Sync {
-    /// Copies the bytes into `into` (as long as they are).
-    fn fill(&self, into: &mut [u8]);
-    /// How many bytes.
-    fn len(&self) -> usize;
-    /// True for none (never made so).
-    fn is_empty(&self) -> bool {
-        self.len() == 0
+pub struct Pending {
+    /// Where the bytes are (kept mapped while the frame lives).
+    pub source: Arc<dyn PendingSource>,
+    /// Their ranges there, in order.
+    pub ranges: smallvec::SmallVec<[(u64, u32); 2]>,
+    /// Their total length.
+    pub len: usize,
+}
+
+impl Pending {
+    /// Copies the bytes into `into` (as long as they are); bytes that
+    /// cannot be read are left zero, never another frame's.
+    fn fill(&self, into: &mut [u8]) {
+        let mut at = 0;
+        for &(addr, len) in &self.ranges {
+            let len = len as usize;
+            if !self.source.read(addr, &mut into[at..at + len]) {
+                into[at..at + len].fill(0);
+            }
+            at += len;
+        }
     }
-    /// For the one writer that takes them as they are (a guest's receive
-    /// virtqueue).
-    fn as_any(&self) -> &dyn std::any::Any;
 }
 
 /// A frame buffer: [`HEADROOM`] bytes, then the frame. Returns to its
@@ -183,19 +204,22 @@ pub trait Pending: Send + Sync {
 pub struct Buf {
     data: Box<[u8]>,
     /// Where the frame starts: [`HEADROOM`], or further in once outer
-    /// headers were taken off ([`Buf::keep_range`]).
-    start: usize,
-    len: usize,
+    /// headers were taken off ([`Buf::keep_range`]). 32 bits, as the
+    /// length (a buffer is at most 64 KiB and a little): a buffer moves
+    /// with every packet, so it is kept small.
+    start: u32,
+    len: u32,
     home: Option<Arc<Home>>,
-    /// The frame's last bytes, not in `data` yet (a guest's payload).
-    pending: Option<Box<dyn Pending>>,
+    /// The frame's last bytes, not in `data` yet (a guest's payload);
+    /// boxed, so that every other frame's buffer stays small.
+    pending: Option<Box<Pending>>,
 }
 
 impl std::fmt::Debug for Buf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Buf")
             .field("len", &self.len)
-            .field("pending", &self.pending.as_ref().map(|p| p.len()))
+            .field("pending", &self.pending.as_ref().map(|p| p.len))
             .field("class", &self.class())
             .finish()
     }
@@ -216,33 +240,33 @@ impl Buf {
     }
     /// Most frame bytes it can hold.
     pub fn capacity(&self) -> usize {
-        self.data.len() - self.start
+        self.data.len() - self.start as usize
     }
     /// The frame. With bytes pending ([`Buf::pending`]) only its head is
     /// in place: readers of the payload fill the buffer first.
     pub fn frame(&self) -> &[u8] {
-        &self.data[self.start..self.start + self.len]
+        &self.data[self.start as usize..(self.start + self.len) as usize]
     }
     /// The frame, writable (for completing a checksum in place): the
     /// pending bytes filled in first.
     pub fn frame_mut(&mut self) -> &mut [u8] {
         self.fill_pending();
-        &mut self.data[self.start..self.start + self.len]
+        &mut self.data[self.start as usize..(self.start + self.len) as usize]
     }
     /// The bytes of the frame in place: all of it, or its head while the
     /// rest is pending.
     pub fn held(&self) -> &[u8] {
-        let pending = self.pending.as_ref().map_or(0, |p| p.len());
-        &self.data[self.start..self.start + self.len - pending]
+        let pending = self.pending.as_ref().map_or(0, |p| p.len);
+        &self.data[self.start as usize..(self.start + self.len) as usize - pending]
     }
     /// The frame's last bytes, still in the sending guest's memory.
-    pub fn pending(&self) -> Option<&dyn Pending> {
+    pub fn pending(&self) -> Option<&Pending> {
         self.pending.as_deref()
     }
-    /// Leaves the frame's last `pending.len()` bytes where they are (the
+    /// Leaves the frame's last `pending.len` bytes where they are (the
     /// frame's length already counts them).
-    pub fn set_pending(&mut self, pending: Box<dyn Pending>) {
-        debug_assert!(pending.len() <= self.len);
+    pub fn set_pending(&mut self, pending: Box<Pending>) {
+        debug_assert!(pending.len <= self.len as usize);
         self.pending = Some(pending);
     }
     /// Copies the pending bytes into place, if any: true if there were.
@@ -250,33 +274,33 @@ impl Buf {
         let Some(p) = self.pending.take() else {
             return false;
         };
-        let end = self.start + self.len;
-        p.fill(&mut self.data[end - p.len()..end]);
+        let end = (self.start + self.len) as usize;
+        p.fill(&mut self.data[end - p.len..end]);
         true
     }
     /// Replaces the frame with a copy of `bytes` (cut at the capacity).
     pub fn fill(&mut self, bytes: &[u8]) {
         self.pending = None;
-        self.start = HEADROOM;
+        self.start = HEADROOM as u32;
         let n = bytes.len().min(self.capacity());
         self.data[HEADROOM..HEADROOM + n].copy_from_slice(&bytes[..n]);
-        self.len = n;
+        self.len = n as u32;
     }
     /// Keeps only `frame()[range]` (what a tunnel endpoint does with an
     /// inner frame): the frame now starts further in, and no byte moves.
     /// A range past the frame is cut to it.
     pub fn keep_range(&mut self, range: std::ops::Range<usize>) {
         self.fill_pending();
-        let end = range.end.min(self.len);
+        let end = range.end.min(self.len as usize);
         let start = range.start.min(end);
-        self.start += start;
-        self.len = end - start;
+        self.start += start as u32;
+        self.len = (end - start) as u32;
     }
     /// The whole storage (headroom and frame area), for a read to fill:
     /// the frame starts at [`HEADROOM`] again.
     pub fn storage_mut(&mut self) -> &mut [u8] {
         self.pending = None;
-        self.start = HEADROOM;
+        self.start = HEADROOM as u32;
         &mut self.data
     }
     /// The whole storage, read-only.
@@ -285,11 +309,11 @@ impl Buf {
     }
     /// Sets the frame length after a read put `n` frame bytes in place.
     pub fn set_len(&mut self, n: usize) {
-        self.len = n.min(self.capacity());
+        self.len = n.min(self.capacity()) as u32;
     }
     /// Frame length.
     pub fn len(&self) -> usize {
-        self.len
+        self.len as usize
     }
     /// True when no frame is held.
     pub fn is_empty(&self) -> bool {
@@ -355,7 +379,7 @@ impl Pool {
         };
         Some(Buf {
             data,
-            start: HEADROOM,
+            start: HEADROOM as u32,
             len: 0,
             home: Some(Arc::clone(&self.home)),
             pending: None,

@@ -131,22 +131,32 @@ const ENETDOWN: i32 = 100;
 /// `DATA_VALID` is not believed: virtio defines it only from device to
 /// driver.
 pub fn check(buf: Buf, n: usize) -> Result<Packet, RecvError> {
-    check_parts(buf, n).map_err(|(_, e)| e)
+    check_with(buf, n, |_, e| e)
 }
 
 /// [`check`], the buffer given back with the error (a reader that parsed
 /// only a frame's head reads the rest and checks it again).
 pub fn check_parts(buf: Buf, n: usize) -> Result<Packet, (Buf, RecvError)> {
+    check_with(buf, n, |b, e| (b, e))
+}
+
+/// The one body of [`check`] and [`check_parts`], made twice by the
+/// compiler: the common one moves no buffer through its errors.
+#[inline(always)]
+fn check_with<E>(buf: Buf, n: usize, fail: impl Fn(Buf, RecvError) -> E) -> Result<Packet, E> {
     if n < VNET_HDR_LEN {
-        return Err((buf, RecvError::BadVnetHeader));
+        return Err(fail(buf, RecvError::BadVnetHeader));
     }
     let Ok(vnet) = VirtioNetHdr::parse(&buf.storage()[..VNET_HDR_LEN], VNET_HDR_LEN) else {
-        return Err((buf, RecvError::BadVnetHeader));
+        return Err(fail(buf, RecvError::BadVnetHeader));
     };
-    let mut p = Packet::parse(buf, Default::default()).map_err(|(b, e)| (b, RecvError::BadFrame(e)))?;
+    let mut p = match Packet::parse(buf, Default::default()) {
+        Ok(p) => p,
+        Err((b, e)) => return Err(fail(b, RecvError::BadFrame(e))),
+    };
     let mut info = match gso::validate_vnet(p.frame(), &vnet, &p.meta.layers) {
         Ok(info) => info,
-        Err(e) => return Err((p.buf, RecvError::BadOffload(e))),
+        Err(e) => return Err(fail(p.buf, RecvError::BadOffload(e))),
     };
     if info.csum == CsumState::Good {
         info.csum = CsumState::Unknown;
@@ -154,7 +164,7 @@ pub fn check_parts(buf: Buf, n: usize) -> Result<Packet, (Buf, RecvError)> {
     if let Some(g) = info.gso {
         let payload = p.len().saturating_sub(p.header_len());
         if payload.div_ceil(g.size as usize) > MAX_GSO_SEGMENTS {
-            return Err((p.buf, RecvError::TooManySegments));
+            return Err(fail(p.buf, RecvError::TooManySegments));
         }
     }
     p.meta.offload = info;

@@ -47,7 +47,10 @@ impl State {
                 Some(_) => whole && !uplink,
                 None => !lro,
             };
-            let partial = matches!(pkt.meta.offload.csum, hvnet_offload::CsumState::Partial { .. });
+            let partial = matches!(
+                pkt.meta.offload.csum,
+                hvnet_offload::CsumState::Partial { .. }
+            );
             let csum_done = s.csum || !partial || pkt.meta.offload.gso.is_some();
             let inline = !port.rxq[q].rings.has_consumer();
             if !(passes && csum_done && inline && port.dev.writes_pending()) {

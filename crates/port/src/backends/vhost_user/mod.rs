@@ -661,7 +661,7 @@ impl VhostUserPort {
         &self,
         q: usize,
         frames: &[&[IoSlice<'_>]],
-        tails: &[Option<&virtq::GuestTail>],
+        tails: &[Option<&crate::pool::Pending>],
         done: &mut dyn FnMut(Result<(), VirtqError>),
     ) -> usize {
         let Some((vring, mem)) = self.vring(2 * q) else {

@@ -5,11 +5,12 @@
 //! receive virtqueues written a batch at a time, the guest signalled once
 //! after it.
 
-use super::virtq::{self, GuestTail, VirtqError};
+use super::virtq::{self, VirtqError};
 use super::VhostUserPort;
 use crate::device::{Caps, Device, Link, Receiver, SendError, Transmitter, TxOptions};
 use crate::outgoing::{BatchOptions, OutFrame, Slices, Written};
 use crate::packet::Packet;
+use crate::pool::Pending;
 use crate::pool::{Pool, SizeClass, HEADROOM};
 use crate::status::DeviceStatus;
 use crate::vnet::{check, RecvError, VNET_HDR_LEN};
@@ -245,8 +246,8 @@ impl Transmitter for VirtqTransmitter {
         let (port, q) = (&self.port, self.q);
         // The payloads frames left in a sending guest's memory, copied
         // from there (the slices hold the rest of each frame).
-        let tails: smallvec::SmallVec<[Option<&GuestTail>; 64]> =
-            frames.iter().map(guest_tail).collect();
+        let tails: smallvec::SmallVec<[Option<&Pending>; 64]> =
+            frames.iter().map(pending).collect();
         let tails = if tails.iter().any(Option::is_some) {
             &tails[..]
         } else {
@@ -263,9 +264,9 @@ impl Transmitter for VirtqTransmitter {
 }
 
 /// The payload a frame left in a sending guest's memory, if any.
-fn guest_tail<'a>(f: &OutFrame<'a>) -> Option<&'a GuestTail> {
+fn pending<'a>(f: &OutFrame<'a>) -> Option<&'a Pending> {
     match f {
-        OutFrame::Packet(p) => p.buf.pending()?.as_any().downcast_ref::<GuestTail>(),
+        OutFrame::Packet(p) => p.buf.pending(),
         _ => None,
     }
 }
@@ -276,7 +277,7 @@ fn write_held(
     port: &VhostUserPort,
     q: usize,
     frames: &[&[std::io::IoSlice<'_>]],
-    tails: &[Option<&GuestTail>],
+    tails: &[Option<&Pending>],
     hold: Option<Duration>,
     done: &mut dyn FnMut(Result<(), SendError>),
 ) {
@@ -288,13 +289,18 @@ fn write_held(
     let mut at = 0;
     while at < frames.len() {
         let mut full = false;
-        let n = port.write_batch(q, &frames[at..], tails.get(at..).unwrap_or(&[]), &mut |r| match r {
-            Err(VirtqError::RingFull) => full = true,
-            r => done(r.map_err(|e| match e {
-                VirtqError::BadDescriptor(f) => SendError::BadDescriptor(f),
-                _ => SendError::Failed,
-            })),
-        });
+        let n = port.write_batch(
+            q,
+            &frames[at..],
+            tails.get(at..).unwrap_or(&[]),
+            &mut |r| match r {
+                Err(VirtqError::RingFull) => full = true,
+                r => done(r.map_err(|e| match e {
+                    VirtqError::BadDescriptor(f) => SendError::BadDescriptor(f),
+                    _ => SendError::Failed,
+                })),
+            },
+        );
         at += n;
         if !full {
             continue;

@@ -19,13 +19,14 @@
 use crate::packet::Packet;
 use crate::pool::{Buf, Pending, Pool, SizeClass, HEADROOM};
 use crate::vnet::{check, check_parts, RecvError, VNET_HDR_LEN};
-use memory::GuestView;
+use memory::{GuestView, OutOfRange};
 use packed::PackedRing;
 pub use ring::DescriptorFault;
 use ring::{Desc, Ring, UsedEntry};
-use std::sync::Arc;
 use split::SplitRing;
 use std::io::IoSlice;
+use std::sync::Arc;
+use tail::{copy_tail, guest_memory, guest_tail};
 use virtio_queue::Queue;
 
 mod dirty_log;
@@ -35,7 +36,7 @@ mod ring;
 mod split;
 mod tail;
 pub use dirty_log::DirtyLog;
-pub use tail::{GuestTail, HEAD};
+pub use tail::{HEAD, LEAVE_MIN};
 
 /// A guest's memory as a vhost-user port maps it: each region with a
 /// dirty log that is empty until a migrating front end hands over its log
@@ -139,9 +140,10 @@ pub fn read_batch(
     on_ring!(layout, R => read_on::<R>(queue, mem, None, pool, max, out, &mut held))
 }
 
-/// [`read_batch`] leaving payloads in place: a frame longer than [`HEAD`]
-/// bytes is parsed from its head, its payload left in the guest's memory
-/// (`mem`, kept mapped by each frame that needs it: [`GuestTail`]); its
+/// [`read_batch`] leaving payloads in place: a frame longer than
+/// [`LEAVE_MIN`] bytes is parsed from its first [`HEAD`], its payload left
+/// in the guest's memory
+/// (`mem`, kept mapped by each frame that needs it: [`Pending`]); its
 /// chain, and every chain after it (the guest may have asked for them in
 /// order), go back used only at [`complete_batch`], into `held` until
 /// then.
@@ -227,16 +229,13 @@ fn read_on<R: Ring>(
             burst.end = Err(RecvError::NoBuffer);
             break;
         }
-        let frame = copied.and_then(|(buf, n)| check_head(buf, n));
-        hold |= frame
-            .as_ref()
-            .is_ok_and(|p| p.buf.pending().is_some());
+        out.push(copied.and_then(|(buf, n)| check_head(buf, n)));
+        hold |= matches!(out.last(), Some(Ok(p)) if p.buf.pending().is_some());
         if hold {
             held.entries.push(ring.used_entry(&head));
         } else {
             ring.push_used(&view, &head, 0);
         }
-        out.push(frame);
         burst.taken += 1;
     }
     if let Some(f) = bad_ring {
@@ -257,6 +256,7 @@ fn read_on<R: Ring>(
 /// [`check`] of a frame whose payload may be pending: one whose headers
 /// reach past its head (or whose head did not parse: its headers may)
 /// is copied whole and checked again.
+#[inline(always)]
 fn check_head(buf: Buf, n: usize) -> Result<Packet, RecvError> {
     if buf.pending().is_none() {
         return check(buf, n);
@@ -337,7 +337,7 @@ pub fn write_batch(
 }
 
 /// [`write_batch`] of frames that may end in bytes still in the sending
-/// guest's memory (`tails[i]`, the frame's [`GuestTail`]; `tails` may be
+/// guest's memory (`tails[i]`, the frame's [`Pending`] tail; `tails` may be
 /// shorter than `frames`): those are copied from there straight into this
 /// guest's buffers.
 pub fn write_batch_from(
@@ -345,7 +345,7 @@ pub fn write_batch_from(
     mem: &GuestMemoryMmap,
     layout: Layout,
     frames: &[&[IoSlice<'_>]],
-    tails: &[Option<&GuestTail>],
+    tails: &[Option<&Pending>],
     mergeable: bool,
     done: &mut dyn FnMut(Result<(), VirtqError>),
 ) -> usize {
@@ -356,7 +356,7 @@ fn write_on<R: Ring>(
     queue: &mut Queue,
     mem: &GuestMemoryMmap,
     frames: &[&[IoSlice<'_>]],
-    tails: &[Option<&GuestTail>],
+    tails: &[Option<&Pending>],
     mergeable: bool,
     done: &mut dyn FnMut(Result<(), VirtqError>),
 ) -> usize {
@@ -367,7 +367,14 @@ fn write_on<R: Ring>(
     let view = GuestView::new(mem);
     let mut reported = frames.len();
     for (i, f) in frames.iter().enumerate() {
-        let src = Source::new(f, tails.get(i).copied().flatten());
+        let tail = tails.get(i).copied().flatten();
+        let from = tail.and_then(|t| Some((t, GuestView::new(guest_memory(t)?))));
+        debug_assert_eq!(
+            tail.is_some(),
+            from.is_some(),
+            "a tail not in a guest's memory"
+        );
+        let src = Source::new(f, from);
         let r = write_one(&mut ring, &view, src, mergeable);
         let full = matches!(r, Err(VirtqError::RingFull));
         done(r);
@@ -515,7 +522,8 @@ struct Source<'a> {
     iov: &'a [IoSlice<'a>],
     /// Index of the slice and offset in it.
     at: (usize, usize),
-    tail: Option<&'a GuestTail>,
+    /// The tail, and the sending guest's memory it is in.
+    tail: Option<(&'a Pending, GuestView<'a>)>,
     /// Bytes of the tail taken.
     tail_at: usize,
     written: usize,
@@ -526,19 +534,20 @@ struct Source<'a> {
 enum Piece<'a> {
     /// Bytes in hvnet's memory.
     Bytes(&'a [u8]),
-    /// `.2` bytes of a tail in the sending guest's memory, from `.1` on.
-    Guest(&'a GuestTail, usize, usize),
+    /// `.1` bytes of the tail, from `.0` on.
+    Tail(usize, usize),
 }
 
 impl<'a> Source<'a> {
-    fn new(iov: &'a [IoSlice<'a>], tail: Option<&'a GuestTail>) -> Source<'a> {
+    fn new(iov: &'a [IoSlice<'a>], tail: Option<(&'a Pending, GuestView<'a>)>) -> Source<'a> {
         Source {
             iov,
             at: (0, 0),
+            total: iov.iter().map(|s| s.len()).sum::<usize>()
+                + tail.as_ref().map_or(0, |t| t.0.len),
             tail,
             tail_at: 0,
             written: 0,
-            total: iov.iter().map(|s| s.len()).sum::<usize>() + tail.map_or(0, |t| t.len()),
         }
     }
 
@@ -555,15 +564,27 @@ impl<'a> Source<'a> {
             }
             self.at = (self.at.0 + 1, 0);
         }
-        let t = self.tail?;
-        let n = (t.len() - self.tail_at).min(max);
+        let (t, _) = self.tail.as_ref()?;
+        let n = (t.len - self.tail_at).min(max);
         if n == 0 {
             return None;
         }
         let from = self.tail_at;
         self.tail_at += n;
         self.written += n;
-        Some(Piece::Guest(t, from, n))
+        Some(Piece::Tail(from, n))
+    }
+
+    /// Copies `n` bytes of the tail from `from` on to `at` in `dst`.
+    fn copy_tail(
+        &self,
+        from: usize,
+        dst: &GuestView<'_>,
+        at: u64,
+        n: usize,
+    ) -> Result<(), OutOfRange> {
+        let (t, view) = self.tail.as_ref().ok_or(OutOfRange)?;
+        copy_tail(t, view, from, dst, at, n)
     }
 
     /// Every byte was taken.
@@ -604,8 +625,8 @@ fn fill_chain(
                     view.write(at, bytes).map_err(|_| outside)?;
                     bytes.len()
                 }
-                Piece::Guest(tail, from, k) => {
-                    tail.copy_to(from, view, at, k).map_err(|_| outside)?;
+                Piece::Tail(from, k) => {
+                    src.copy_tail(from, view, at, k).map_err(|_| outside)?;
                     k
                 }
             };
@@ -624,8 +645,9 @@ fn fill_chain(
 /// its descriptors kept (a frame's few; a longer chain, bounded by the
 /// queue, spills to the heap), and a buffer its size taken before any
 /// byte is copied (none free: [`RecvError::NoBuffer`], the chain left).
-/// With `tails`, only the header and [`HEAD`] frame bytes are copied, the
-/// rest left pending in the guest's memory (checked inside it).
+/// With `tails`, of a frame longer than [`LEAVE_MIN`] only the header and
+/// [`HEAD`] frame bytes are copied, the rest left pending in the guest's
+/// memory (checked inside it).
 fn copy_chain<R: Ring>(
     ring: &R,
     view: &GuestView<'_>,
@@ -652,7 +674,7 @@ fn copy_chain<R: Ring>(
         SizeClass::Large
     };
     let copy = match tails {
-        Some(_) if total > VNET_HDR_LEN + HEAD => VNET_HDR_LEN + HEAD,
+        Some(_) if total > VNET_HDR_LEN + LEAVE_MIN => VNET_HDR_LEN + HEAD,
         _ => total,
     };
     let mut buf = pool.take(class).ok_or(RecvError::NoBuffer)?;
@@ -679,7 +701,7 @@ fn copy_chain<R: Ring>(
     }
     buf.set_len(at.saturating_sub(HEADROOM));
     if let (Some(mem), false) = (tails, left.is_empty()) {
-        buf.set_pending(Box::new(GuestTail::new(Arc::clone(mem), left)));
+        buf.set_pending(guest_tail(mem, left));
     }
     Ok((buf, at))
 }

@@ -15,8 +15,8 @@
 
 use super::memory::GuestView;
 use super::ring::{
-    indirect_entries, read_raw, Desc, DescriptorFault, Mark, Ring, UsedEntry, DESC_SIZE, F_INDIRECT, F_NEXT,
-    F_WRITE, SHADOW,
+    indirect_entries, read_raw, Desc, DescriptorFault, Mark, Ring, UsedEntry, DESC_SIZE,
+    F_INDIRECT, F_NEXT, F_WRITE, SHADOW,
 };
 use smallvec::SmallVec;
 use std::sync::atomic::{fence, Ordering};

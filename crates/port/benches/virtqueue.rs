@@ -4,8 +4,11 @@
 //! moving their indices (split) or marking the burst's descriptors
 //! available again (packed, as a driver must). Beside it, the same loop
 //! over `virtio-queue` 0.18 (the crate the engine replaced; split rings
-//! only), so a regression of either shows without root or guests. Run:
-//! `cargo bench -p hvnet-port --bench virtqueue`.
+//! only), so a regression of either shows without root or guests. And
+//! frames that need a large buffer (9000 B, 32 KiB), copied twice
+//! (through a buffer) or once (their payload left in the sender's memory
+//! and copied from there into the receiver's: one copy guest to guest).
+//! Run: `cargo bench -p hvnet-port --bench virtqueue`.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use hvnet_port::virtq::{self, GuestMemoryMmap, Layout};
@@ -287,5 +290,126 @@ fn ring_to_ring(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, ring_to_ring);
+/// Rings for frames that need a large buffer: 64 entries, each chain one
+/// buffer of 64 KiB (the sender's holding the frame), split.
+struct LargeRings {
+    mem: std::sync::Arc<GuestMemoryMmap>,
+    tx: Queue,
+    rx: Queue,
+    tx_avail: u16,
+    rx_avail: u16,
+}
+
+const LARGE_SIZE: u16 = 64;
+const LARGE_BUF: u64 = 0x1_0000;
+const LARGE_TX_BUFS: u64 = 0x10_0000;
+const LARGE_RX_BUFS: u64 = 0x80_0000;
+
+impl LargeRings {
+    fn new(frame: &[u8]) -> LargeRings {
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x100_0000)]).unwrap();
+        for i in 0..LARGE_SIZE {
+            let at = LARGE_TX_BUFS + LARGE_BUF * u64::from(i);
+            mem.write_slice(frame, GuestAddress(at)).unwrap();
+            desc(&mem, TX, i, at, frame.len() as u32, 0);
+            let rx_at = LARGE_RX_BUFS + LARGE_BUF * u64::from(i);
+            desc(&mem, RX, i, rx_at, LARGE_BUF as u32, 2);
+            for base in [TX, RX] {
+                mem.write_obj(
+                    i.to_le(),
+                    GuestAddress(base + 0x1000 + 4 + 2 * u64::from(i)),
+                )
+                .unwrap();
+            }
+        }
+        let large = |base| {
+            let mut q = queue(base);
+            q.set_size(LARGE_SIZE);
+            q
+        };
+        LargeRings {
+            mem: std::sync::Arc::new(mem),
+            tx: large(TX),
+            rx: large(RX),
+            tx_avail: 0,
+            rx_avail: 0,
+        }
+    }
+
+    fn post(&mut self) {
+        self.tx_avail = self.tx_avail.wrapping_add(BURST as u16);
+        self.rx_avail = self.rx_avail.wrapping_add(BURST as u16);
+        self.mem
+            .write_obj(self.tx_avail.to_le(), GuestAddress(TX + 0x1002))
+            .unwrap();
+        self.mem
+            .write_obj(self.rx_avail.to_le(), GuestAddress(RX + 0x1002))
+            .unwrap();
+    }
+}
+
+/// A burst of large frames through a buffer each: read whole, written
+/// from the buffer.
+fn large_two_copies(r: &mut LargeRings, pool: &mut Pool, out: &mut Frames) {
+    r.post();
+    engine_burst(&r.mem, &mut r.tx, &mut r.rx, Layout::Split, pool, out);
+}
+
+/// A burst of large frames copied once: heads into buffers, payloads
+/// from the sender's memory straight into the receiver's, the sender's
+/// chains given back after.
+fn large_one_copy(r: &mut LargeRings, pool: &mut Pool, out: &mut Frames, held: &mut virtq::Held) {
+    r.post();
+    let mem = &r.mem;
+    let burst = virtq::read_batch_leaving(&mut r.tx, mem, Layout::Split, pool, BURST, out, held);
+    black_box(burst.signal);
+    {
+        let hdr = [0u8; VNET_HDR_LEN];
+        let pkts: Vec<&hvnet_port::Packet> = out.iter().map(|p| p.as_ref().unwrap()).collect();
+        let iovs: Vec<[IoSlice<'_>; 2]> = pkts
+            .iter()
+            .map(|p| [IoSlice::new(&hdr), IoSlice::new(p.buf.held())])
+            .collect();
+        let frames: Vec<&[IoSlice<'_>]> = iovs.iter().map(|f| &f[..]).collect();
+        let tails: Vec<_> = pkts.iter().map(|p| p.buf.pending()).collect();
+        virtq::write_batch_from(
+            &mut r.rx,
+            mem,
+            Layout::Split,
+            &frames,
+            &tails,
+            true,
+            &mut |res| {
+                res.unwrap();
+            },
+        );
+    }
+    out.clear();
+    black_box(virtq::complete_batch(&mut r.tx, mem, Layout::Split, held));
+}
+
+fn large_frames(c: &mut Criterion) {
+    let mut g = c.benchmark_group("virtqueue_large_frames");
+    g.throughput(Throughput::Elements(BURST as u64));
+    for len in [9000usize, 32768] {
+        let f = frame(len);
+        let mut pool = Pool::new(Home::new(PoolCaps {
+            small: 64,
+            large: 128,
+        }));
+        let mut rings = LargeRings::new(&f);
+        let mut out = Vec::with_capacity(BURST);
+        g.bench_function(format!("two_copies/{len}B"), |b| {
+            b.iter(|| large_two_copies(&mut rings, &mut pool, &mut out))
+        });
+        let mut rings = LargeRings::new(&f);
+        let mut held = virtq::Held::default();
+        g.bench_function(format!("one_copy/{len}B"), |b| {
+            b.iter(|| large_one_copy(&mut rings, &mut pool, &mut out, &mut held))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, ring_to_ring, large_frames);
 criterion_main!(benches);

@@ -246,13 +246,11 @@ impl Transmitter for VirtqTransmitter {
         let (port, q) = (&self.port, self.q);
         // The payloads frames left in a sending guest's memory, copied
         // from there (the slices hold the rest of each frame).
-        let tails: smallvec::SmallVec<[Option<&Pending>; 64]> =
-            frames.iter().map(pending).collect();
-        let tails = if tails.iter().any(Option::is_some) {
-            &tails[..]
-        } else {
-            &[]
-        };
+        let mut tails: smallvec::SmallVec<[Option<&Pending>; 64]> = smallvec::SmallVec::new();
+        if frames.iter().any(|f| pending(f).is_some()) {
+            tails.extend(frames.iter().map(pending));
+        }
+        let tails = &tails[..];
         self.slices.write(frames, done, |slices, done| {
             write_held(port, q, slices, tails, how.hold, done)
         });

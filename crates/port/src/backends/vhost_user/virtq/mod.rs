@@ -678,13 +678,14 @@ fn copy_chain<R: Ring>(
         _ => total,
     };
     let mut buf = pool.take(class).ok_or(RecvError::NoBuffer)?;
+    let storage = buf.storage_mut();
     let mut at = 0usize;
     let mut left: smallvec::SmallVec<[(u64, u32); 2]> = smallvec::SmallVec::new();
     for desc in descs {
         let len = desc.len as usize;
         let here = len.min(copy.saturating_sub(at));
         if here > 0 {
-            view.read(desc.addr, &mut buf.storage_mut()[at..at + here])
+            view.read(desc.addr, &mut storage[at..at + here])
                 .map_err(|_| RecvError::BadDescriptor(DescriptorFault::Memory))?;
         }
         if here < len {

@@ -25,6 +25,7 @@ import shutil
 import signal
 import statistics
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -224,8 +225,9 @@ def run_each(tmp, table, reps, secs, log, what):
         raise RuntimeError("needs dpdk-testpmd (scripts/install-deps.sh installs dpdk-dev)")
 
     def one(name):
-        work = tmp / hvlab.unique(name)
-        work.mkdir()
+        # A directory of its own (hvlab.unique cuts names to an interface
+        # name's 15 characters: "testpmd-packed" kept one hex digit).
+        work = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=tmp))
         r = table[name](work, secs)
         log.append({"command": f"{name}: {what}", **r})
         return r

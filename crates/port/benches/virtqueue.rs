@@ -26,15 +26,44 @@ const RX_BUFS: u64 = 0x20_0000;
 const BUF: u64 = 0x800;
 
 /// Two guests' rings: a transmit ring whose chains each hold `frame`,
-/// and a receive ring of 2 KiB buffers; every descriptor `i` is posted
-/// as head `i`, so a driver re-posts by moving its available index.
+/// and a receive ring of buffers as long as the layout's; every
+/// descriptor `i` is posted as head `i`, so a driver re-posts by moving
+/// its available index.
 struct Rings {
-    mem: GuestMemoryMmap,
+    mem: std::sync::Arc<GuestMemoryMmap>,
     tx: Queue,
     rx: Queue,
     tx_avail: u16,
     rx_avail: u16,
 }
+
+/// Where a [`Rings`] lays its buffers: ring size, each side's buffers
+/// and their size, the memory's.
+struct Lay {
+    size: u16,
+    tx_bufs: u64,
+    rx_bufs: u64,
+    buf: u64,
+    memory: usize,
+}
+
+/// 2 KiB buffers, a ring of 256.
+const SMALL: Lay = Lay {
+    size: SIZE,
+    tx_bufs: TX_BUFS,
+    rx_bufs: RX_BUFS,
+    buf: BUF,
+    memory: 0x40_0000,
+};
+
+/// 64 KiB buffers, a ring of 64.
+const LARGE: Lay = Lay {
+    size: 64,
+    tx_bufs: 0x10_0000,
+    rx_bufs: 0x80_0000,
+    buf: 0x1_0000,
+    memory: 0x100_0000,
+};
 
 fn queue(base: u64) -> Queue {
     let mut q = Queue::new(SIZE).unwrap();
@@ -56,13 +85,20 @@ fn desc(mem: &GuestMemoryMmap, table: u64, i: u16, addr: u64, len: u32, flags: u
 }
 
 impl Rings {
-    fn new(frame: &[u8]) -> Rings {
-        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x40_0000)]).unwrap();
-        for i in 0..SIZE {
-            let at = TX_BUFS + BUF * u64::from(i);
+    fn new(frame: &[u8], lay: &Lay) -> Rings {
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), lay.memory)]).unwrap();
+        for i in 0..lay.size {
+            let at = lay.tx_bufs + lay.buf * u64::from(i);
             mem.write_slice(frame, GuestAddress(at)).unwrap();
             desc(&mem, TX, i, at, frame.len() as u32, 0);
-            desc(&mem, RX, i, RX_BUFS + BUF * u64::from(i), BUF as u32, 2);
+            desc(
+                &mem,
+                RX,
+                i,
+                lay.rx_bufs + lay.buf * u64::from(i),
+                lay.buf as u32,
+                2,
+            );
             for base in [TX, RX] {
                 mem.write_obj(
                     i.to_le(),
@@ -71,10 +107,15 @@ impl Rings {
                 .unwrap();
             }
         }
+        let sized = |base| {
+            let mut q = queue(base);
+            q.set_size(lay.size);
+            q
+        };
         Rings {
-            mem,
-            tx: queue(TX),
-            rx: queue(RX),
+            mem: std::sync::Arc::new(mem),
+            tx: sized(TX),
+            rx: sized(RX),
             tx_avail: 0,
             rx_avail: 0,
         }
@@ -226,7 +267,7 @@ fn engine_burst(
 /// frame written into a popped receive chain and added used.
 fn virtio_queue_burst(r: &mut Rings, pool: &mut Pool, out: &mut Vec<hvnet_port::Packet>) {
     r.post();
-    let mem = &r.mem;
+    let mem = &*r.mem;
     while out.len() < BURST {
         let Some(chain) = r.tx.pop_descriptor_chain(mem) else {
             break;
@@ -271,7 +312,7 @@ fn ring_to_ring(c: &mut Criterion) {
             small: 256,
             large: 4,
         }));
-        let mut rings = Rings::new(&f);
+        let mut rings = Rings::new(&f, &SMALL);
         let mut out = Vec::with_capacity(BURST);
         g.bench_function(format!("hvnet_split/{len}B"), |b| {
             b.iter(|| hvnet_burst(&mut rings, &mut pool, &mut out))
@@ -281,7 +322,7 @@ fn ring_to_ring(c: &mut Criterion) {
         g.bench_function(format!("hvnet_packed/{len}B"), |b| {
             b.iter(|| hvnet_burst_packed(&mut rings, &mut pool, &mut out))
         });
-        let mut rings = Rings::new(&f);
+        let mut rings = Rings::new(&f, &SMALL);
         let mut out = Vec::with_capacity(BURST);
         g.bench_function(format!("virtio_queue/{len}B"), |b| {
             b.iter(|| virtio_queue_burst(&mut rings, &mut pool, &mut out))
@@ -290,67 +331,9 @@ fn ring_to_ring(c: &mut Criterion) {
     g.finish();
 }
 
-/// Rings for frames that need a large buffer: 64 entries, each chain one
-/// buffer of 64 KiB (the sender's holding the frame), split.
-struct LargeRings {
-    mem: std::sync::Arc<GuestMemoryMmap>,
-    tx: Queue,
-    rx: Queue,
-    tx_avail: u16,
-    rx_avail: u16,
-}
-
-const LARGE_SIZE: u16 = 64;
-const LARGE_BUF: u64 = 0x1_0000;
-const LARGE_TX_BUFS: u64 = 0x10_0000;
-const LARGE_RX_BUFS: u64 = 0x80_0000;
-
-impl LargeRings {
-    fn new(frame: &[u8]) -> LargeRings {
-        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x100_0000)]).unwrap();
-        for i in 0..LARGE_SIZE {
-            let at = LARGE_TX_BUFS + LARGE_BUF * u64::from(i);
-            mem.write_slice(frame, GuestAddress(at)).unwrap();
-            desc(&mem, TX, i, at, frame.len() as u32, 0);
-            let rx_at = LARGE_RX_BUFS + LARGE_BUF * u64::from(i);
-            desc(&mem, RX, i, rx_at, LARGE_BUF as u32, 2);
-            for base in [TX, RX] {
-                mem.write_obj(
-                    i.to_le(),
-                    GuestAddress(base + 0x1000 + 4 + 2 * u64::from(i)),
-                )
-                .unwrap();
-            }
-        }
-        let large = |base| {
-            let mut q = queue(base);
-            q.set_size(LARGE_SIZE);
-            q
-        };
-        LargeRings {
-            mem: std::sync::Arc::new(mem),
-            tx: large(TX),
-            rx: large(RX),
-            tx_avail: 0,
-            rx_avail: 0,
-        }
-    }
-
-    fn post(&mut self) {
-        self.tx_avail = self.tx_avail.wrapping_add(BURST as u16);
-        self.rx_avail = self.rx_avail.wrapping_add(BURST as u16);
-        self.mem
-            .write_obj(self.tx_avail.to_le(), GuestAddress(TX + 0x1002))
-            .unwrap();
-        self.mem
-            .write_obj(self.rx_avail.to_le(), GuestAddress(RX + 0x1002))
-            .unwrap();
-    }
-}
-
 /// A burst of large frames through a buffer each: read whole, written
 /// from the buffer.
-fn large_two_copies(r: &mut LargeRings, pool: &mut Pool, out: &mut Frames) {
+fn large_two_copies(r: &mut Rings, pool: &mut Pool, out: &mut Frames) {
     r.post();
     engine_burst(&r.mem, &mut r.tx, &mut r.rx, Layout::Split, pool, out);
 }
@@ -358,7 +341,7 @@ fn large_two_copies(r: &mut LargeRings, pool: &mut Pool, out: &mut Frames) {
 /// A burst of large frames copied once: heads into buffers, payloads
 /// from the sender's memory straight into the receiver's, the sender's
 /// chains given back after.
-fn large_one_copy(r: &mut LargeRings, pool: &mut Pool, out: &mut Frames, held: &mut virtq::Held) {
+fn large_one_copy(r: &mut Rings, pool: &mut Pool, out: &mut Frames, held: &mut virtq::Held) {
     r.post();
     let mem = &r.mem;
     let burst = virtq::read_batch_leaving(&mut r.tx, mem, Layout::Split, pool, BURST, out, held);
@@ -397,12 +380,12 @@ fn large_frames(c: &mut Criterion) {
             small: 64,
             large: 128,
         }));
-        let mut rings = LargeRings::new(&f);
+        let mut rings = Rings::new(&f, &LARGE);
         let mut out = Vec::with_capacity(BURST);
         g.bench_function(format!("two_copies/{len}B"), |b| {
             b.iter(|| large_two_copies(&mut rings, &mut pool, &mut out))
         });
-        let mut rings = LargeRings::new(&f);
+        let mut rings = Rings::new(&f, &LARGE);
         let mut held = virtq::Held::default();
         g.bench_function(format!("one_copy/{len}B"), |b| {
             b.iter(|| large_one_copy(&mut rings, &mut pool, &mut out, &mut held))

@@ -423,8 +423,8 @@ counters! {
         /// receiver to drop).
         csum_bad,
         /// Frames read with their payload left in the guest's memory (a
-        /// vhost-user guest's frame longer than its parsed head), to be
-        /// copied once, straight into the receiving guest.
+        /// vhost-user guest's frame that needs a large buffer: GSO,
+        /// jumbo), to be copied once, straight into the receiving guest.
         payloads_left,
     }
 }

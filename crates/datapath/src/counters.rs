@@ -285,24 +285,21 @@ impl DropReason {
     /// other fault of the same kind.
     pub fn of_fault(fault: DescriptorFault, way: Way) -> DropReason {
         use DescriptorFault as F;
-        let tx = way == Way::FromPort;
-        match fault {
-            F::Index if tx => DropReason::TxDescIndex,
-            F::Index => DropReason::RxDescIndex,
-            F::Loop if tx => DropReason::TxDescLoop,
-            F::Loop => DropReason::RxDescLoop,
-            F::Indirect if tx => DropReason::TxDescIndirect,
-            F::Indirect => DropReason::RxDescIndirect,
-            F::IndirectLen if tx => DropReason::TxDescIndirectLen,
-            F::IndirectLen => DropReason::RxDescIndirectLen,
-            F::Memory if tx => DropReason::TxDescMemory,
-            F::Memory => DropReason::RxDescMemory,
-            F::AvailIndex if tx => DropReason::TxDescAvailIndex,
-            F::AvailIndex => DropReason::RxDescAvailIndex,
-            F::Direction if tx => DropReason::TxDescDirection,
-            F::Direction => DropReason::RxDescDirection,
-            F::TooLong | F::Short if tx => DropReason::TxDescTooLong,
-            F::TooLong | F::Short => DropReason::RxDescShort,
+        use DropReason as D;
+        let (tx, rx) = match fault {
+            F::Index => (D::TxDescIndex, D::RxDescIndex),
+            F::Loop => (D::TxDescLoop, D::RxDescLoop),
+            F::Indirect => (D::TxDescIndirect, D::RxDescIndirect),
+            F::IndirectLen => (D::TxDescIndirectLen, D::RxDescIndirectLen),
+            F::Memory => (D::TxDescMemory, D::RxDescMemory),
+            F::AvailIndex => (D::TxDescAvailIndex, D::RxDescAvailIndex),
+            F::Direction => (D::TxDescDirection, D::RxDescDirection),
+            F::TooLong | F::Short => (D::TxDescTooLong, D::RxDescShort),
+        };
+        if way == Way::FromPort {
+            tx
+        } else {
+            rx
         }
     }
 }

@@ -17,7 +17,7 @@ use crate::ring::{Consumer, Slot};
 use crate::settings::{PortSettings, RxOverflow, BACKPRESSURE_WAIT};
 use crate::switch::{Port, Switch};
 use hvnet_offload::gso::{self, CsumMode};
-use hvnet_offload::{csum, CsumState, GsoInfo};
+use hvnet_offload::{csum, CsumState, GsoInfo, OffloadInfo};
 use hvnet_port::outgoing::recycle;
 use hvnet_port::{BatchOptions, OutFrame, Packet, SendError, Transmitter, TxOptions, Written};
 use std::io::IoSlice;
@@ -188,15 +188,19 @@ fn write_run(
     kept
 }
 
+/// True when a frame written whole to a receiver with these settings has
+/// its partial checksum completed first ([`prepare`]): the receiver does
+/// not take partial ones, and no segmenting completes it.
+pub(crate) fn completes_csum(info: &OffloadInfo, s: &PortSettings) -> bool {
+    !s.csum && info.gso.is_none() && matches!(info.csum, CsumState::Partial { .. })
+}
+
 /// Readies a frame for a receiver: its partial checksum completed if the
 /// receiver cannot take it partial.
 fn prepare(pkt: &mut Packet, s: &PortSettings, c: &EgressCounters) {
-    let info = &mut pkt.meta.offload;
-    if let CsumState::Partial { start, offset } = info.csum {
-        if !s.csum
-            && info.gso.is_none()
-            && csum::complete_partial(pkt.buf.frame_mut(), start, offset).is_ok()
-        {
+    let info = pkt.meta.offload;
+    if let (true, CsumState::Partial { start, offset }) = (completes_csum(&info, s), info.csum) {
+        if csum::complete_partial(pkt.buf.frame_mut(), start, offset).is_ok() {
             add(&c.csum_completed, 1);
             pkt.meta.offload.csum = CsumState::Good;
         }

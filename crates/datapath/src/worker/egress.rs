@@ -47,13 +47,9 @@ impl State {
                 Some(_) => whole && !uplink,
                 None => !lro,
             };
-            let partial = matches!(
-                pkt.meta.offload.csum,
-                hvnet_offload::CsumState::Partial { .. }
-            );
-            let csum_done = s.csum || !partial || pkt.meta.offload.gso.is_some();
+            let completes = crate::deliver::completes_csum(&pkt.meta.offload, s);
             let inline = !port.rxq[q].rings.has_consumer();
-            if !(passes && csum_done && inline && port.dev.writes_pending()) {
+            if !(passes && !completes && inline && port.dev.writes_pending()) {
                 pkt.buf.fill_pending();
             }
         }

@@ -129,9 +129,6 @@ impl<'m> GuestView<'m> {
         r.store(value, off, order).map_err(|_| OutOfRange)
     }
 
-    /// Calls `each` with the consecutive pieces (within one region each)
-    /// covering `len` bytes at `addr`, and the offset of each piece; out
-    /// of range, before any piece, when one is missing.
     /// Copies `len` bytes at `src` in this guest's memory to `dst_addr`
     /// in `dst`'s, in as many pieces as the two region layouts cut them
     /// into (the destination's pages marked dirty, as every write).
@@ -161,6 +158,9 @@ impl<'m> GuestView<'m> {
         self.slice(addr, len).is_ok() || self.pieces(addr, len, |_, _| {}).is_ok()
     }
 
+    /// Calls `each` with the consecutive pieces (within one region each)
+    /// covering `len` bytes at `addr`, and the offset of each piece; out
+    /// of range, before any piece, when one is missing.
     fn pieces(
         &self,
         addr: u64,

@@ -258,13 +258,6 @@ impl Ring for PackedRing {
         head.descs.iter().map(|&d| Ok(d)).chain(head.bad.map(Err))
     }
 
-    fn push_used(&mut self, view: &GuestView<'_>, head: &Head, len: u32) {
-        if self.shadow.len() == SHADOW {
-            self.write_used(view);
-        }
-        self.shadow.push((head.id, len, head.slots));
-    }
-
     fn publish(&mut self, view: &GuestView<'_>) {
         self.write_used(view);
     }

@@ -160,13 +160,17 @@ pub trait Ring: Sized {
 
     /// Returns a chain to the guest, `len` bytes written into it; the
     /// guest sees it at [`Ring::publish`].
-    fn push_used(&mut self, view: &GuestView<'_>, head: &Self::Head, len: u32);
+    fn push_used(&mut self, view: &GuestView<'_>, head: &Self::Head, len: u32) {
+        let entry = self.used_entry(head);
+        self.push_entry(view, entry, len);
+    }
 
-    /// What [`Ring::push_entry`] needs to give `head` back later.
+    /// What giving `head` back needs, kept as long as it must be (a chain
+    /// whose payload is read after its burst).
     fn used_entry(&self, head: &Self::Head) -> UsedEntry;
 
-    /// [`Ring::push_used`] of a chain a burst before this one took, its
-    /// used side put back first with [`Ring::set_used_mark`].
+    /// Returns the chain `entry` stands for (see [`Ring::push_used`]); one
+    /// an earlier burst took goes back after [`Ring::set_used_mark`].
     fn push_entry(&mut self, view: &GuestView<'_>, entry: UsedEntry, len: u32);
 
     /// Puts the used side at `mark` (a [`Ring::used_mark`]): where a

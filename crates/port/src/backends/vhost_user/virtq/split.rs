@@ -145,14 +145,6 @@ impl Ring for SplitRing {
         self.chain(view, *head)
     }
 
-    /// Written out at [`Ring::publish`] (or when the shadow fills).
-    fn push_used(&mut self, view: &GuestView<'_>, head: &u16, len: u32) {
-        if self.shadow.len() == SHADOW {
-            self.write_used(view);
-        }
-        self.shadow.push((*head, len));
-    }
-
     fn used_entry(&self, head: &u16) -> UsedEntry {
         UsedEntry {
             id: *head,
@@ -160,8 +152,12 @@ impl Ring for SplitRing {
         }
     }
 
+    /// Written out at [`Ring::publish`] (or when the shadow fills).
     fn push_entry(&mut self, view: &GuestView<'_>, entry: UsedEntry, len: u32) {
-        self.push_used(view, &entry.id, len);
+        if self.shadow.len() == SHADOW {
+            self.write_used(view);
+        }
+        self.shadow.push((entry.id, len));
     }
 
     fn set_used_mark(&mut self, mark: u16) {

@@ -99,3 +99,15 @@ if ! command -v ovs-vswitchd >/dev/null 2>&1; then
         rm -f /usr/sbin/policy-rc.d
     fi
 fi
+
+# libvirt's qemu hook for hvnet (packaging/libvirt/hvnet-hook): a guest's
+# ports the switch serves are made before QEMU starts, and a domain whose
+# interface cannot work on hvnet is refused in libvirt's own error. A
+# running libvirtd reads it at its next start (or SIGHUP).
+if [ -d /etc/libvirt ]; then
+    hook=/etc/libvirt/hooks/qemu.d/hvnet
+    if ! cmp -s "$(dirname "$0")/../packaging/libvirt/hvnet-hook" "$hook"; then
+        echo "install-deps: installing libvirt's hook for hvnet ($hook)"
+        install -D -m 0755 "$(dirname "$0")/../packaging/libvirt/hvnet-hook" "$hook"
+    fi
+fi

@@ -24,102 +24,23 @@ import pytest
 import hvlab
 from test_switch_e2e import XFER
 
-pytestmark = [
-    pytest.mark.root,
-    pytest.mark.skipif(not shutil.which("libvirtd") or not shutil.which("qemu-system-x86_64"),
-                       reason="needs libvirt-daemon-system and qemu-system-x86 (scripts/install-deps.sh)"),
-]
+from libvirt_host import Daemons, domain, interface, needs_libvirt, virsh
 
-SYSTEM_SOCKET = "/run/libvirt/libvirt-sock"
-VIRSH = ["virsh", "-q", "-c", "qemu:///system"]
+pytestmark = [pytest.mark.root, needs_libvirt]
+
 PEER, GUEST = "198.18.61.1", "198.18.61.2"
-
-DOMAIN = """<domain type='qemu' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>
-  <name>{name}</name>
-  <memory unit='MiB'>256</memory>
-  <vcpu>1</vcpu>
-  <memoryBacking><source type='memfd'/><access mode='shared'/></memoryBacking>
-  <os>
-    <type arch='x86_64' machine='pc'>hvm</type>
-    <kernel>{kernel}</kernel>
-    <initrd>{initrd}</initrd>
-    <cmdline>console=ttyS0 quiet panic=-1</cmdline>
-  </os>
-  <features><acpi/></features>
-  <cpu mode='maximum' migratable='off'/>
-  <on_poweroff>destroy</on_poweroff>
-  <on_reboot>destroy</on_reboot>
-  <on_crash>destroy</on_crash>
-  <devices>
-    <emulator>/usr/bin/qemu-system-x86_64</emulator>
-    <controller type='usb' model='none'/>
-    <serial type='file'><source path='{console}' append='off'/><target port='0'/></serial>
-    <console type='file'><source path='{console}' append='off'/><target type='serial' port='0'/></console>
-    <interface type='vhostuser'>
-      <mac address='{mac}'/>
-      <source type='unix' path='{socket}' mode='{mode}'/>
-      <model type='virtio'/>
-      <driver queues='2' rx_queue_size='256'><host mrg_rxbuf='on'/></driver>
-      <alias name='ua-net0'/>
-      <rom enabled='no'/>
-    </interface>
-    <memballoon model='none'/>
-  </devices>
-  <qemu:override>
-    <qemu:device alias='ua-net0'>
-      <qemu:frontend>
-        <!-- QEMU 7.2 under TCG crashes starting a vhost-user device with MSI-X (REFERENCE.md) -->
-        <qemu:property name='vectors' type='unsigned' value='0'/>
-      </qemu:frontend>
-    </qemu:device>
-  </qemu:override>
-</domain>
-"""
-
-
-def virsh(*args, check=True):
-    return hvlab.run(VIRSH + list(args), check=check)
-
-
-def alive(sock: str) -> bool:
-    import socket
-
-    try:
-        with socket.socket(socket.AF_UNIX) as s:
-            s.connect(sock)
-        return True
-    except OSError:
-        return False
 
 
 @pytest.fixture(scope="module")
 def libvirtd(tmp_path_factory):
     """The system libvirtd: one already running, or virtlogd and libvirtd
-    started here in the foreground and stopped by PID."""
-    if alive(SYSTEM_SOCKET):
-        yield
-        return
-    logs = tmp_path_factory.mktemp("libvirt")
-    procs = []
+    started here and stopped by PID."""
+    d = Daemons(tmp_path_factory.mktemp("libvirt"))
     try:
-        if not alive("/run/libvirt/virtlogd-sock"):
-            procs.append(subprocess.Popen(["/usr/sbin/virtlogd"], stdout=subprocess.DEVNULL,
-                                          stderr=open(logs / "virtlogd.log", "w")))
-        env = dict(os.environ, LIBVIRT_LOG_OUTPUTS=f"3:file:{logs}/libvirtd.log")
-        procs.append(subprocess.Popen(["/usr/sbin/libvirtd"], env=env, stdout=subprocess.DEVNULL,
-                                      stderr=open(logs / "libvirtd.err", "w")))
-        ok = hvlab.eventually(lambda: alive(SYSTEM_SOCKET) or any(p.poll() is not None for p in procs),
-                              timeout=60, every=0.1)
-        assert ok and alive(SYSTEM_SOCKET), (logs / "libvirtd.err").read_text()
-        yield
+        d.start()
+        yield d
     finally:
-        hvlab.stop_procs(procs)
-        # libvirt's cgroup partition for machines, if it left it empty.
-        for c in Path("/sys/fs/cgroup").glob("*/machine"):
-            try:
-                c.rmdir()
-            except OSError:
-                pass
+        d.stop()
 
 
 @pytest.fixture
@@ -163,8 +84,8 @@ def test_a_libvirt_guest_pings_and_moves_files_both_ways_through_hvnet(tmp_path,
         f.chmod(0o644)
     console = guest_dir / "console.log"
     xml = tmp_path / "domain.xml"
-    xml.write_text(DOMAIN.format(name=name, kernel=kernel, initrd=guest_dir / "initramfs.cpio", console=console,
-                                 mac=mac, socket=sock, mode=libvirt_mode))
+    xml.write_text(domain(name, kernel, guest_dir / "initramfs.cpio", console,
+                          interface(mac, sock, mode=libvirt_mode, queues=2)))
     with hvlab.Topology(tmp_path, vms, prefix="lv") as t:
         receiver = t.popen("n1", f"python3 {XFER} serve {PEER} 5556", stdout=subprocess.PIPE, text=True)
         t.wait_listening("n1", 5556)

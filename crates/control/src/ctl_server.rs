@@ -193,6 +193,7 @@ fn serve(cx: &Ctl, conn: UnixStream) {
         Ok(Request::VmAdd { table }) => crate::reconcile::add_vm(cx, &table),
         Ok(Request::VmDel { name }) => crate::reconcile::del_vm(cx, &name),
         Ok(Request::Apply { text }) => crate::reconcile::apply(cx, &text),
+        Ok(Request::LibvirtHook { op, xml }) => crate::libvirt::hook(cx, &op, &xml),
         Ok(req) => handle(sw, topo, req, cx.unprivileged),
         Err(e) => Err(e),
     };
@@ -401,6 +402,7 @@ fn handle(
         | Request::Evpn
         | Request::VmAdd { .. }
         | Request::VmDel { .. }
-        | Request::Apply { .. } => Err(CtlError::refused("served by the daemon")),
+        | Request::Apply { .. }
+        | Request::LibvirtHook { .. } => Err(CtlError::refused("served by the daemon")),
     }
 }

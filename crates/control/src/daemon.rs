@@ -355,6 +355,11 @@ fn down_locked(name: &str) -> Result<DownReport, DaemonError> {
         }
     }
     std::fs::remove_dir_all(&dir).map_err(io_err(format!("remove {}", dir.display())))?;
+    // libvirt's socket directory, where its guests have all gone (a
+    // socket of a guest still running stays for the next switch).
+    if let Some(lv) = state.running_topology().ok().and_then(|t| t.libvirt) {
+        let _ = std::fs::remove_dir(&lv.sockets);
+    }
     Ok(report)
 }
 
@@ -382,6 +387,11 @@ pub fn daemon(
                 vm.kind.name()
             )));
         }
+    }
+    if drop_privileges && topo.libvirt.is_some() {
+        return Err(DaemonError::Other(
+            "--drop-privileges: [libvirt] adds and removes ports as libvirt's guests come and go, which needs root".into(),
+        ));
     }
     let lock = if locked {
         None
@@ -502,6 +512,18 @@ pub fn daemon(
         unprivileged: drop_privileges,
         balancers: Mutex::new(balancers),
     });
+    // libvirt's guests: their socket directory watched from here on.
+    if let Some(lv) = topo.libvirt.clone() {
+        crate::libvirt::agent::prepare_directory(&lv)
+            .map_err(io_err(format!("create {}", lv.sockets.display())))?;
+        let cx = cx.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("libvirt".into())
+                .spawn(move || crate::libvirt::agent::run(cx, lv))
+                .map_err(io_err("start the libvirt watch"))?,
+        );
+    }
     let ctl = ctl_server::spawn(listener, cx).map_err(io_err("serve the control socket"))?;
     let scrapes = endpoint
         .map(|ep| crate::metrics::serve(ep, sw.clone()))

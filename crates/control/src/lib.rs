@@ -10,6 +10,7 @@ pub mod daemon;
 pub mod error;
 pub mod evpn;
 pub mod guest;
+pub mod libvirt;
 pub mod metrics;
 pub mod proto;
 mod provision;

@@ -66,6 +66,15 @@ pub enum Request {
         /// The VM.
         vm: String,
     },
+    /// libvirt's `qemu` hook, for a domain (`packaging/libvirt/hvnet-hook`):
+    /// at `prepare` its interfaces on this switch are checked and the
+    /// ones the switch serves get their ports; at `release` they go.
+    LibvirtHook {
+        /// The hook's operation (`prepare`, `release`, ...).
+        op: String,
+        /// The domain's XML, as libvirt gives it to the hook.
+        xml: String,
+    },
     /// `hvnet kill VM`: a real guest's process ended, as a crash would
     /// end it (its port goes down; the switch goes on).
     Kill {

@@ -90,6 +90,12 @@
 //! busy_poll_max_us = 50      # longest watch of a queue gone empty under load (0-1000; 0: never)
 //! nice = "auto"             # the workers' weight: "auto" (as many threads as they have queues
 //!                           #   with traffic) or a fixed nice value, -20 to 19
+//!
+//! [libvirt]                 # optional: libvirt's guests get ports as they start (docs/guide/libvirt.md)
+//! sockets = "/run/hvnet-libvirt/lab" # their vhost-user sockets' directory (default
+//!                           #   /run/hvnet-libvirt/TOPOLOGY)
+//! group = "libvirt-qemu"    # the group that may create sockets there (QEMU's, for hot-plug)
+//! uri = "qemu:///system"    # the libvirt connection whose domains are looked up, read-only
 //! ```
 //!
 //! At most [`MAX_VMS`] VMs. A bad file is refused with its path, the line
@@ -97,6 +103,7 @@
 
 mod frr;
 mod host;
+mod libvirt;
 mod uplink;
 mod vhost_socket;
 mod vm;
@@ -105,6 +112,7 @@ pub use frr::{Frr, SHADOW_PORT};
 pub use host::Host;
 use hvnet_datapath::WorkerNice;
 use hvnet_wire::MacAddr;
+pub use libvirt::{Libvirt, SOCKETS_ROOT};
 use serde::Deserialize;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
@@ -142,6 +150,7 @@ struct FileRepr {
     frr: Option<toml::Spanned<frr::FrrRepr>>,
     netns: Option<toml::Spanned<String>>,
     switch: Option<toml::Spanned<SwitchRepr>>,
+    libvirt: Option<toml::Spanned<libvirt::LibvirtRepr>>,
 }
 
 fn default_aging() -> u64 {
@@ -179,6 +188,8 @@ pub struct Topology {
     /// EVPN's shadow, FRR), where it is not the caller's: a host of its
     /// own on this machine (tests, demos, the lab).
     pub netns: Option<String>,
+    /// Where libvirt's guests find the switch (`[libvirt]`).
+    pub libvirt: Option<Libvirt>,
 }
 
 impl Topology {
@@ -339,6 +350,14 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
         }
     };
     let switch = parse_switch(text, f.switch.as_ref())?;
+    let libvirt = libvirt::parse_libvirt(&name, text, f.libvirt.as_ref())?;
+    if vms.is_empty() && libvirt.is_none() {
+        // A switch of libvirt's guests alone starts with none.
+        return Err((
+            line_of(text, text.len()),
+            "no [[vm]] entries (a switch whose VMs all come from libvirt says [libvirt])".into(),
+        ));
+    }
     Ok(Topology {
         name,
         switch,
@@ -348,6 +367,7 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
         hosts,
         frr,
         netns,
+        libvirt,
     })
 }
 

@@ -140,7 +140,7 @@ fn id_named(file: &str, key: &str, what: &str, name: Option<&str>) -> Result<Opt
 
 /// A user's or group's id: a number as it is, else the name looked up in
 /// `file` (`/etc/passwd` or `/etc/group`: name, password, id, ...).
-fn id_of(file: &Path, name: &str) -> Option<u32> {
+pub(super) fn id_of(file: &Path, name: &str) -> Option<u32> {
     if let Ok(n) = name.parse::<u32>() {
         return Some(n);
     }

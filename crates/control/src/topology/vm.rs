@@ -176,9 +176,6 @@ pub(super) fn parse_vms(
     text: &str,
     reprs: &[toml::Spanned<VmRepr>],
 ) -> Result<Vec<Vm>, (usize, String)> {
-    if reprs.is_empty() {
-        return Err((line_of(text, text.len()), "no [[vm]] entries".into()));
-    }
     if reprs.len() > MAX_VMS {
         let line = line_of(text, reprs[MAX_VMS].span().start);
         return Err((line, format!("at most {MAX_VMS} VMs")));

@@ -277,15 +277,20 @@ const RECONNECT_MAX: Duration = Duration::from_secs(2);
 /// The next front end: accepted on the port's socket, or, for a client
 /// port, connected to the hypervisor's (again and again, the wait doubling
 /// while the socket is missing or refuses).
-fn next_front(sh: &Shared, public: &Front) -> UnixStream {
+/// `None` once the port is closed.
+fn next_front(sh: &Shared, public: &Front) -> Option<UnixStream> {
     let mut wait = RECONNECT_FIRST;
     loop {
+        if sh.closed.load(Ordering::Acquire) {
+            return None;
+        }
         let r = match public {
             Front::Listen(l) => l.accept().map(|(s, _)| s),
             Front::Connect(path) => UnixStream::connect(path),
         };
         match r {
-            Ok(s) => return s,
+            Ok(s) => return Some(s),
+            Err(_) if sh.closed.load(Ordering::Acquire) => return None,
             Err(e) => {
                 match public {
                     Front::Listen(_) => {
@@ -308,8 +313,7 @@ fn next_front(sh: &Shared, public: &Front) -> UnixStream {
 /// Takes front ends one after another, each served by a fresh handler
 /// through the relay.
 pub(super) fn serve(sh: Arc<Shared>, mut relay_ends: Relay) {
-    loop {
-        let front = next_front(&sh, &relay_ends.public);
+    while let Some(front) = next_front(&sh, &relay_ends.public) {
         let back = match UnixStream::connect_addr(&relay_ends.inner_addr) {
             Ok(s) => s,
             Err(e) => {
@@ -361,8 +365,8 @@ fn connection(
     }
     // Front end to crate through the relay; the crate's replies go
     // back as they are.
-    let (f2, b2) = match (front.try_clone(), back.try_clone()) {
-        (Ok(f), Ok(b)) => (f, b),
+    let (f2, b2, held) = match (front.try_clone(), back.try_clone(), front.try_clone()) {
+        (Ok(f), Ok(b), Ok(h)) => (f, b, h),
         _ => return,
     };
     let sh2 = Arc::clone(sh);
@@ -384,7 +388,15 @@ fn connection(
     sh.connected.store(true, Ordering::Release);
     sh.connections.fetch_add(1, Ordering::Release);
     tracing::info!(port = %sh.name, "guest connected");
+    if let Ok(f) = held.try_clone() {
+        *sh.front.lock().expect("front lock") = Some(f);
+    }
+    if sh.closed.load(Ordering::Acquire) {
+        // Removed while it connected: what the removal missed.
+        let _ = held.shutdown(std::net::Shutdown::Both);
+    }
     let r = daemon.wait();
+    sh.front.lock().expect("front lock").take();
     sh.connected.store(false, Ordering::Release);
     for v in sh.vrings.write().expect("vrings lock").iter_mut() {
         *v = None;

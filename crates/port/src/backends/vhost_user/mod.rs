@@ -171,6 +171,14 @@ struct Shared {
     /// until the end of its batch (payloads left in place); stopping the
     /// queue waits for them to go back used.
     tx_holding: Vec<AtomicBool>,
+    /// The port was removed: its socket's thread ends.
+    closed: AtomicBool,
+    /// The listening socket (a server port's), to wake its thread's
+    /// `accept` when the port is removed.
+    listener: Option<UnixListener>,
+    /// The current front end's connection, to end it when the port is
+    /// removed.
+    front: Mutex<Option<std::os::unix::net::UnixStream>>,
 }
 
 impl Shared {
@@ -261,6 +269,23 @@ pub enum VhostUserError {
     /// An eventfd or the serving thread could not be made.
     #[error("vhost-user port: {0}")]
     Io(#[from] io::Error),
+}
+
+impl Drop for VhostUserPort {
+    /// A port removed (`hvnet vm del`, a libvirt guest gone) takes its
+    /// socket's thread, its connection and its descriptors with it: the
+    /// thread, waiting for a front end or between attempts to reach one,
+    /// sees the port closed and ends.
+    fn drop(&mut self) {
+        self.sh.closed.store(true, Ordering::Release);
+        if let Some(l) = &self.sh.listener {
+            // Wakes `accept` (EINVAL), which nothing else would.
+            let _ = rustix::net::shutdown(l, rustix::net::Shutdown::Both);
+        }
+        if let Some(f) = self.sh.front.lock().expect("front lock").take() {
+            let _ = f.shutdown(std::net::Shutdown::Both);
+        }
+    }
 }
 
 impl VhostUserPort {
@@ -364,6 +389,12 @@ impl VhostUserPort {
             announcements: AtomicU64::new(0),
             packed: AtomicBool::new(true),
             tx_holding: (0..pairs).map(|_| AtomicBool::new(false)).collect(),
+            closed: AtomicBool::new(false),
+            listener: match &front {
+                Front::Listen(l) => Some(l.try_clone()?),
+                Front::Connect(_) => None,
+            },
+            front: Mutex::new(None),
         });
         let listen_err = |e: io::Error| VhostUserError::Listen(socket.to_path_buf(), e.to_string());
         // The crate's side of the relay: an abstract socket, private to

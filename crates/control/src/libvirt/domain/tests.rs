@@ -1,0 +1,138 @@
+use super::*;
+
+/// A domain as `virsh dumpxml` gives it (trimmed to what hvnet reads and
+/// what sits around it).
+fn domain(interfaces: &str, metadata: &str) -> String {
+    format!(
+        r#"<domain type='qemu' id='7'>
+  <name>web1</name>
+  <uuid>4dea22b3-1d52-d8f3-2516-782e98ab3fa0</uuid>
+  <metadata>{metadata}</metadata>
+  <devices>
+    <interface type='network'><mac address='52:54:00:00:00:99'/><source network='default'/></interface>
+    {interfaces}
+  </devices>
+</domain>"#
+    )
+}
+
+const NIC: &str = r#"<interface type='vhostuser'>
+      <mac address='52:54:00:00:00:01'/>
+      <source type='unix' path='/run/hvnet-libvirt/lab/web1.sock' mode='server'/>
+      <target dev='web1-eth0'/>
+      <model type='virtio'/>
+      <driver queues='2'/>
+      <alias name='ua-net0'/>
+    </interface>"#;
+
+#[test]
+fn reads_a_vhost_user_interface_and_nothing_else() {
+    let d = parse(&domain(NIC, "")).unwrap();
+    assert_eq!((d.name.as_str(), d.nics.len()), ("web1", 1));
+    let n = &d.nics[0];
+    assert_eq!(n.mac.to_string(), "52:54:00:00:00:01");
+    assert_eq!(n.socket, PathBuf::from("/run/hvnet-libvirt/lab/web1.sock"));
+    assert!(n.qemu_listens && n.link_up && !n.claimed);
+    assert_eq!((n.queues, n.name.as_deref()), (2, Some("web1-eth0")));
+    assert_eq!(n.vlan, Vlan::None);
+}
+
+#[test]
+fn link_state_client_mode_and_defaults() {
+    let nic = r#"<interface type='vhostuser'><mac address='52:54:00:00:00:02'/>
+      <source type='unix' path='/run/x/a.sock' mode='client'/><link state='down'/></interface>"#;
+    let n = &parse(&domain(nic, "")).unwrap().nics[0];
+    assert!(!n.qemu_listens && !n.link_up);
+    assert_eq!((n.queues, n.name.as_deref()), (1, None));
+}
+
+fn with_vlan(vlan: &str) -> Result<Vlan, String> {
+    let meta = format!(
+        r#"<hvnet:ports xmlns:hvnet="{NAMESPACE}"><hvnet:port mac="52:54:00:00:00:01" name="web">{vlan}</hvnet:port></hvnet:ports>"#
+    );
+    let d = parse(&domain(NIC, &meta))?;
+    assert!(d.nics[0].claimed);
+    assert_eq!(
+        d.nics[0].name.as_deref(),
+        Some("web"),
+        "metadata's name first"
+    );
+    Ok(d.nics[0].vlan.clone())
+}
+
+#[test]
+fn vlans_read_as_libvirt_reads_them() {
+    let tag = |id: &str, native: &str| format!("<hvnet:tag id='{id}'{native}/>");
+    let v = |trunk: &str, tags: &[String]| {
+        with_vlan(&format!(
+            "<hvnet:vlan{trunk}>{}</hvnet:vlan>",
+            tags.concat()
+        ))
+    };
+    assert_eq!(v("", &[tag("42", "")]), Ok(Vlan::Access(42)));
+    assert_eq!(
+        v(" trunk='yes'", &[tag("42", "")]),
+        Ok(Vlan::Trunk {
+            vlans: vec!["42".into()],
+            native: None
+        })
+    );
+    assert_eq!(
+        v("", &[tag("10", ""), tag("20", "")]),
+        Ok(Vlan::Trunk {
+            vlans: vec!["10".into(), "20".into()],
+            native: None
+        })
+    );
+    assert_eq!(
+        v(
+            " trunk='yes'",
+            &[tag("100-199", ""), tag("5", " nativeMode='untagged'")]
+        ),
+        Ok(Vlan::Trunk {
+            vlans: vec!["100-199".into(), "5".into()],
+            native: Some(5)
+        })
+    );
+    assert_eq!(with_vlan(""), Ok(Vlan::None));
+}
+
+#[test]
+fn bad_vlans_are_refused_with_the_reason() {
+    let cases = [
+        ("<hvnet:vlan><hvnet:tag id='4095'/></hvnet:vlan>", "outside 1..4094"),
+        ("<hvnet:vlan><hvnet:tag id='0'/></hvnet:vlan>", "outside 1..4094"),
+        ("<hvnet:vlan><hvnet:tag id='ten'/></hvnet:vlan>", "outside 1..4094"),
+        ("<hvnet:vlan trunk='yes'><hvnet:tag id='30-20'/></hvnet:vlan>", "backwards"),
+        ("<hvnet:vlan><hvnet:tag id='10-20'/></hvnet:vlan>", "needs trunk='yes'"),
+        ("<hvnet:vlan trunk='maybe'><hvnet:tag id='1'/></hvnet:vlan>", "yes or no"),
+        ("<hvnet:vlan/>", "without a <tag>"),
+        (
+            "<hvnet:vlan trunk='yes'><hvnet:tag id='1' nativeMode='tagged'/></hvnet:vlan>",
+            "not supported",
+        ),
+        (
+            "<hvnet:vlan trunk='yes'><hvnet:tag id='1' nativeMode='untagged'/><hvnet:tag id='2' nativeMode='untagged'/></hvnet:vlan>",
+            "one native VLAN",
+        ),
+    ];
+    for (xml, why) in cases {
+        let e = with_vlan(xml).unwrap_err();
+        assert!(e.contains(why), "{xml}: {e}");
+        assert!(e.contains("52:54:00:00:00:01"), "names the interface: {e}");
+    }
+}
+
+#[test]
+fn xml_that_is_not_a_domain_is_refused() {
+    assert!(parse("<domain").unwrap_err().contains("domain XML"));
+    assert!(parse("<network/>").unwrap_err().contains("not <domain>"));
+    let no_mac = r#"<interface type='vhostuser'><source path='/a' mode='server'/></interface>"#;
+    assert!(parse(&domain(no_mac, ""))
+        .unwrap_err()
+        .contains("without <mac"));
+    let bad_mode = r#"<interface type='vhostuser'><mac address='52:54:00:00:00:03'/><source path='/a' mode='both'/></interface>"#;
+    assert!(parse(&domain(bad_mode, ""))
+        .unwrap_err()
+        .contains("server or client"));
+}

@@ -1,25 +1,28 @@
-"""libvirt's daemons for the tests, and the domain XML they define.
+"""libvirt's daemons for the tests and the lab, and the domain XML they
+define.
 
 This machine has no systemd: where no libvirtd serves the system socket,
 virtlogd and libvirtd are started here and stopped by PID (and libvirtd
 can be restarted, as an upgrade or a crash restarts it)."""
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 from pathlib import Path
-
-import pytest
 
 import hvlab
 
 SYSTEM_SOCKET = "/run/libvirt/libvirt-sock"
 VIRSH = ["virsh", "-q", "-c", "qemu:///system"]
 
-needs_libvirt = pytest.mark.skipif(
-    not shutil.which("libvirtd") or not shutil.which("qemu-system-x86_64"),
-    reason="needs libvirt-daemon-system and qemu-system-x86 (scripts/install-deps.sh)")
+
+
+def available() -> bool:
+    """libvirt's daemon and QEMU are installed (scripts/install-deps.sh)."""
+    return bool(shutil.which("libvirtd") and shutil.which("qemu-system-x86_64"))
 
 # A domain as a platform engineer writes one for hvnet: QEMU (TCG here)
 # with its memory shared (memfd) for the vhost-user back end, the kernel
@@ -137,3 +140,70 @@ class Daemons:
                 c.rmdir()
             except OSError:
                 pass
+
+
+class SecondHost:
+    """A second libvirt "host" on this machine, for live migration
+    between two: virtlogd and libvirtd in a private mount namespace, with
+    their own run, state, configuration (a host UUID of their own: libvirt
+    refuses to migrate a guest to the host it runs on), log and cache
+    directories under `root`, and no cgroups (the first host's machine
+    cgroups would clash). `uri` reaches it from here."""
+
+    MOUNTS = ("/run/libvirt", "/var/lib/libvirt", "/etc/libvirt", "/var/log/libvirt", "/var/cache/libvirt")
+
+    def __init__(self, root: Path):
+        import uuid
+
+        self.root = root
+        self.dirs = {m: root / m.strip("/").replace("/", "-") for m in self.MOUNTS}
+        for m, d in self.dirs.items():
+            d.mkdir(parents=True, exist_ok=True)
+            if m in ("/etc/libvirt", "/var/lib/libvirt"):
+                # Its configuration (and the hooks in it) and its state's
+                # layout, the first host's.
+                hvlab.run(["cp", "-a", f"{m}/.", str(d)])
+        (self.dirs["/var/log/libvirt"] / "qemu").mkdir(exist_ok=True)
+        for f in (self.dirs["/var/lib/libvirt"] / "qemu").rglob("*"):
+            if f.is_file():
+                f.unlink()  # the first host's domains' state, not this one's
+        etc = self.dirs["/etc/libvirt"]
+        with open(etc / "libvirtd.conf", "a") as f:
+            f.write(f'\nhost_uuid = "{uuid.uuid4()}"\n')
+        with open(etc / "qemu.conf", "a") as f:
+            f.write("\ncgroup_controllers = [ ]\nmigration_port_min = 49400\nmigration_port_max = 49499\n")
+        for qemu_dir in (etc / "qemu").glob("*.xml"):
+            qemu_dir.unlink()  # the first host's persistent domains
+        self.socket = self.dirs["/run/libvirt"] / "libvirt-sock"
+        self.uri = f"qemu+unix:///system?socket={self.socket}"
+        mounts = "; ".join(f"mount --bind {d} {m}" for m, d in self.dirs.items())
+        script = (f"set -e; mount --make-rprivate /; {mounts}; "
+                  f"/usr/sbin/virtlogd -p {root}/virtlogd.pid & "
+                  f"LIBVIRT_LOG_OUTPUTS=3:file:{root}/libvirtd.log exec /usr/sbin/libvirtd -p {root}/libvirtd.pid")
+        self.proc = subprocess.Popen(["unshare", "-m", "sh", "-c", script], stdout=subprocess.DEVNULL,
+                                     stderr=open(root / "libvirtd.err", "w"), start_new_session=True)
+        ok = hvlab.eventually(lambda: alive(str(self.socket)) or self.proc.poll() is not None, timeout=60, every=0.1)
+        if not (ok and alive(str(self.socket))):
+            self.stop()
+            raise RuntimeError(f"the second libvirtd did not start: {(root / 'libvirtd.err').read_text()}")
+
+    def virsh(self, *args, check=True):
+        return hvlab.run(["virsh", "-q", "-c", self.uri, *args], check=check)
+
+    def stop(self):
+        """Its daemons ended (their process group, which this started)."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+def migrate(domain_name: str, dest: "SecondHost", dest_xml: Path):
+    """`virsh migrate --live` to `dest`, the guest's XML there `dest_xml`
+    (its sockets or bridges are the destination's)."""
+    return hvlab.run(VIRSH + ["migrate", "--live", "--domain", domain_name, "--desturi", dest.uri,
+                              "--migrateuri", "tcp://127.0.0.1", "--xml", str(dest_xml)], check=False)

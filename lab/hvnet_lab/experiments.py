@@ -21,7 +21,7 @@ server, not a hypervisor's scheduler.
 import math
 
 from . import (cpu_and_rings, evpn_compare, fabric_compare, guest_compare, jumbo_frames, lro_gain, lro_rate, migration,
-               neighbours, poll_budget, port_scale, queues, uplink_offload, vhost_compare, wire_compare)
+               migration_libvirt, neighbours, poll_budget, port_scale, queues, uplink_offload, vhost_compare, wire_compare)
 
 EXPERIMENTS = [
     {"name": "lro-native", "reproduces": "000, Figures 1-3", "run": lro_gain.lro_native,
@@ -94,6 +94,11 @@ EXPERIMENTS = [
     {"name": "migration-loss", "reproduces": "measurement", "run": migration.migration_loss,
      "workload": "a QEMU guest live-migrated to another host under pings every 10 ms from a namespace VM; hvnet's "
                  "vhost-user ports on two switches vs QEMU's own virtio-net on TAPs in two Linux bridges"},
+    {"name": "migration-libvirt", "reproduces": "measurement", "run": migration_libvirt.libvirt_migration_loss,
+     "workload": "a QEMU guest started and live-migrated by libvirt (virsh migrate --live, to a second libvirtd in a "
+                 "mount namespace of its own) under pings every 10 ms from a namespace VM; hvnet's vhost-user ports "
+                 "made and removed as libvirt binds and drops the sockets vs QEMU's own virtio-net on TAPs in two "
+                 "Linux bridges"},
     {"name": "evpn-install", "reproduces": "measurement", "run": evpn_compare.evpn_install,
      "workload": "a BGP EVPN fabric of two hvnet hosts and two Linux VTEPs with FRR: a VM connected on an hvnet host, "
                  "and a VM appearing on a Linux VTEP, timed from the source's FDB to the others' (kernel FDB events), "

@@ -21,7 +21,7 @@ server, not a hypervisor's scheduler.
 import math
 
 from . import (cpu_and_rings, evpn_compare, fabric_compare, guest_compare, jumbo_frames, lro_gain, lro_rate, migration,
-               migration_libvirt, neighbours, poll_budget, port_scale, queues, uplink_offload, vhost_compare, wire_compare)
+               libvirt_churn, migration_libvirt, neighbours, poll_budget, port_scale, queues, uplink_offload, vhost_compare, wire_compare)
 
 EXPERIMENTS = [
     {"name": "lro-native", "reproduces": "000, Figures 1-3", "run": lro_gain.lro_native,
@@ -99,6 +99,10 @@ EXPERIMENTS = [
                  "mount namespace of its own) under pings every 10 ms from a namespace VM; hvnet's vhost-user ports "
                  "made and removed as libvirt binds and drops the sockets vs QEMU's own virtio-net on TAPs in two "
                  "Linux bridges"},
+    {"name": "libvirt-churn", "reproduces": "measurement", "run": libvirt_churn.libvirt_churn,
+     "workload": "20 QEMU guests (4 with --quick) started at once by libvirt on ports hvnet makes as libvirt binds their "
+                 "sockets, each pinging a namespace VM, then destroyed; 5 rounds (2 with --quick): time from eth0 up to "
+                 "the first answer, and what is left after each round"},
     {"name": "evpn-install", "reproduces": "measurement", "run": evpn_compare.evpn_install,
      "workload": "a BGP EVPN fabric of two hvnet hosts and two Linux VTEPs with FRR: a VM connected on an hvnet host, "
                  "and a VM appearing on a Linux VTEP, timed from the source's FDB to the others' (kernel FDB events), "

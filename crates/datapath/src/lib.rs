@@ -21,6 +21,8 @@ pub mod ring;
 pub mod settings;
 pub mod switch;
 pub mod threads;
+#[cfg(test)]
+mod trunk_tests;
 pub mod vlan;
 
 mod worker;

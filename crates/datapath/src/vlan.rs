@@ -87,11 +87,12 @@ impl VlanSet {
         }
     }
 
-    /// Parses the items of a list (`10`, `"20"`, `"100-199"`), each
-    /// checked: an error names the item and what is wrong with it.
+    /// Parses the items of a list (`10`, `"20"`, `"100-199"`, or several
+    /// in one, `"10,20"`), each checked: an error names the item and what
+    /// is wrong with it.
     pub fn parse_items<'a>(items: impl IntoIterator<Item = &'a str>) -> Result<VlanSet, String> {
         let mut ranges = Vec::new();
-        for item in items {
+        for item in items.into_iter().flat_map(|i| i.split(',')) {
             let item = item.trim();
             if item.is_empty() {
                 continue;
@@ -123,7 +124,7 @@ impl VlanSet {
 
     /// Parses what an operator writes: `"10,20,100-199"`.
     pub fn parse(s: &str) -> Result<VlanSet, String> {
-        VlanSet::parse_items(s.split(','))
+        VlanSet::parse_items([s])
     }
 
     /// The set as ranges, lowest first.

@@ -290,22 +290,38 @@ pub fn ports(t: &Target) -> Result<(), String> {
         return Ok(());
     }
     println!(
-        "PORT   TYPE              SWITCH     MAC                CLIENT         QUEUES VLAN  LINK"
+        "PORT   TYPE              SWITCH     MAC                CLIENT         QUEUES LINK    VLAN"
     );
     for p in v.as_array().into_iter().flatten() {
         println!(
-            "{:<6} {:<17} {:<10} {:<18} {:<14} {:<6} {:<5} {}",
+            "{:<6} {:<17} {:<10} {:<18} {:<14} {:<6} {:<7} {}",
             s(&p["port"]),
             s(&p["type"]),
             s(&p["switch"]),
             s(&p["mac"]),
             s(&p["client"]),
             s(&p["queues"]),
-            s(&p["vlan"]),
-            s(&p["link"])
+            s(&p["link"]),
+            vlan_column(p)
         );
     }
     Ok(())
+}
+
+/// A port's VLANs in `hvnet ports`: an access port's VLAN (`10`); a
+/// trunk's allowed VLANs and native VLAN (`T:10,20,100-199/n5`, `T:all`).
+fn vlan_column(p: &Value) -> String {
+    if p["vlan_mode"] != "trunk" {
+        return s(&p["vlan"]);
+    }
+    let vlans = match s(&p["vlans"]) {
+        v if v == "1-4094" => "all".to_string(),
+        v => v,
+    };
+    match p["native_vlan"].as_u64() {
+        Some(n) => format!("T:{vlans}/n{n}"),
+        None => format!("T:{vlans}"),
+    }
 }
 
 fn s(v: &Value) -> String {

@@ -11,7 +11,7 @@ use crate::state::state_dir;
 use crate::topology::Topology;
 use crate::views;
 use hvnet_datapath::settings::{setting_range, SettingError};
-use hvnet_datapath::{PortSettings, Switch};
+use hvnet_datapath::{PortSettings, Switch, VlanSet};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsRawFd;
@@ -268,6 +268,36 @@ pub fn merge_settings(cur: &PortSettings, changes: Value) -> Result<PortSettings
             value: shown.clone(),
             allowed,
         };
+        // A trunk's VLANs: a list as an operator writes it (one number
+        // is a list too); its native VLAN: a number, or none.
+        match (k.as_str(), &v) {
+            ("vlans", Value::Number(_) | Value::String(_)) => {
+                VlanSet::parse(&shown)
+                    .map_err(|e| bad(format!("VLAN ids and low-high ranges ({e})")))?;
+                cur[&k] = json!(shown);
+                continue;
+            }
+            ("vlans", _) => return Err(bad(allowed(&k))),
+            ("native_vlan", Value::String(w)) if w == "none" => {
+                cur[&k] = Value::Null;
+                continue;
+            }
+            ("native_vlan", Value::Number(n)) if n.as_u64() == Some(0) => {
+                cur[&k] = Value::Null;
+                continue;
+            }
+            ("native_vlan", Value::Number(_)) => {
+                if let (Some((_, max)), Some(n)) = (setting_range(&k), v.as_u64()) {
+                    if n > max {
+                        return Err(bad(allowed(&k)));
+                    }
+                }
+                cur[&k] = v;
+                continue;
+            }
+            ("native_vlan", _) => return Err(bad(allowed(&k))),
+            _ => {}
+        }
         // Past the top of its range before its type could overflow.
         if let (Some((_, max)), Some(n)) = (setting_range(&k), v.as_u64()) {
             if n > max {
@@ -300,6 +330,7 @@ fn words_of(k: &str) -> &'static [&'static str] {
     match k {
         "rx_overflow" => &["drop", "backpressure"],
         "delivery" => &["auto", "thread"],
+        "vlan_mode" => &["access", "trunk"],
         _ => &[],
     }
 }
@@ -307,6 +338,11 @@ fn words_of(k: &str) -> &'static [&'static str] {
 /// What a number or word setting takes, for errors: its range, or its
 /// words.
 fn allowed(k: &str) -> String {
+    match k {
+        "vlans" => return "VLAN ids and low-high ranges, 1..4094 (10,20,100-199)".into(),
+        "native_vlan" => return format!("{} or none", number_in(1, 4094)),
+        _ => {}
+    }
     match (setting_range(k), words_of(k)) {
         (Some((min, max)), _) => number_in(min, max),
         (None, []) => "see `hvnet port PORT`".into(),
@@ -404,5 +440,47 @@ fn handle(
         | Request::VmDel { .. }
         | Request::Apply { .. }
         | Request::LibvirtHook { .. } => Err(CtlError::refused("served by the daemon")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hvnet_datapath::VlanMode;
+
+    #[test]
+    fn port_set_takes_a_trunk_s_vlans_as_an_operator_writes_them() {
+        let cur = PortSettings::default();
+        let new = merge_settings(
+            &cur,
+            json!({"vlan_mode": "trunk", "vlans": "10,20,100-199", "native_vlan": 5}),
+        )
+        .unwrap();
+        assert_eq!(new.vlan_mode, VlanMode::Trunk);
+        assert_eq!(new.vlans.to_string(), "10,20,100-199");
+        assert_eq!(new.native_vlan, Some(5));
+        // One VLAN comes as a number; native_vlan=none (or 0) clears it.
+        let one = merge_settings(&new, json!({"vlans": 30, "native_vlan": "none"})).unwrap();
+        assert_eq!(
+            (one.vlans.to_string(), one.native_vlan),
+            ("30".into(), None)
+        );
+        let zero = merge_settings(&new, json!({"native_vlan": 0})).unwrap();
+        assert_eq!(zero.native_vlan, None);
+        let back = merge_settings(&new, json!({"vlan_mode": "access"})).unwrap();
+        assert_eq!(back.vlan_mode, VlanMode::Access);
+        for (changes, why) in [
+            (json!({"vlans": "10,5000"}), "vlan 5000 is outside 1..4094"),
+            (json!({"vlans": true}), "VLAN ids and low-high ranges"),
+            (json!({"native_vlan": 5000}), "a number (1..4094) or none"),
+            (json!({"native_vlan": "five"}), "or none"),
+            (json!({"vlan_mode": "hybrid"}), "access or trunk"),
+        ] {
+            let e = merge_settings(&cur, changes.clone()).unwrap_err();
+            let CtlError::BadValue { allowed, .. } = &e else {
+                panic!("{changes}: {e:?}");
+            };
+            assert!(allowed.contains(why), "{changes}: {allowed}");
+        }
     }
 }

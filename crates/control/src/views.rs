@@ -19,6 +19,7 @@ pub fn ports(sw: &Switch, switch_name: &str) -> Value {
         sw.ports()
             .iter()
             .map(|p| {
+                let s = p.settings();
                 json!({
                     "port": p.id,
                     "name": p.name,
@@ -29,6 +30,9 @@ pub fn ports(sw: &Switch, switch_name: &str) -> Value {
                     "device": p.dev.name(),
                     "queues": p.dev.num_queues(),
                     "vlan": p.vlan,
+                    "vlan_mode": s.vlan_mode,
+                    "vlans": s.vlans,
+                    "native_vlan": s.native_vlan,
                     "link": p.state().name(),
                 })
             })
@@ -258,6 +262,9 @@ fn value(v: impl Serialize) -> Value {
 pub fn port_settings(sw: &Switch, p: &Port) -> Value {
     let s = p.settings();
     let mut v = serde_json::to_value(&s).expect("settings serialize");
+    // The access VLAN (fixed in the topology), beside the settings'
+    // vlan_mode, vlans and native_vlan.
+    v["vlan"] = json!(p.vlan);
     v["queues"] = json!(p.dev.num_queues());
     v["ring_max"] = json!(hvnet_datapath::ring::MAX_RING);
     v["ring_memory_bytes"] = json!(p.ring_memory());

@@ -170,8 +170,12 @@ drop_reasons! {
         BadFrame = "bad_frame", FromPort;
         /// A GSO frame asking for too many segments (tiny gso_size).
         GsoSegments = "gso_segments", FromPort;
-        /// Security policy (forged source MAC, tagged frame on an access port).
+        /// Security policy (a forged source MAC).
         Policy = "policy", FromPort;
+        /// A VLAN the port does not carry: a tagged frame at an access
+        /// port; at a trunk, a tag of a VLAN it does not allow (or an
+        /// 802.1ad tag), or an untagged frame without a native VLAN.
+        VlanNotAllowed = "vlan_not_allowed", FromPort;
         /// No port to send to.
         NoRoute = "no_route", FromPort;
         /// The port is disconnected (`connected = off`, a vNIC's cable pulled).

@@ -283,6 +283,24 @@ impl Fdb {
         before - t.map.len()
     }
 
+    /// Removes what `port` learned in the VLANs for which `keep` says
+    /// no (a port whose VLANs changed: what it learned in those it no
+    /// longer carries). Returns how many went.
+    pub fn flush_vlans(&self, port: usize, keep: impl Fn(u16) -> bool) -> usize {
+        let mut t = self.table.write().expect("fdb lock");
+        let before = t.map.len();
+        let mut gone = 0;
+        t.map.retain(|(vlan, _), e| {
+            let go = e.port == port && e.ages() && !keep(*vlan);
+            gone += usize::from(go);
+            !go
+        });
+        for _ in 0..gone {
+            t.forget_learned(port);
+        }
+        before - t.map.len()
+    }
+
     /// Learned entries now (for the views).
     pub fn learned(&self) -> usize {
         self.table.read().expect("fdb lock").learned_total

@@ -2,6 +2,7 @@
 //! ingress port's policy and what the FDB knows. No I/O, no counters: the
 //! worker acts on the answer and counts it.
 
+use crate::vlan::PortVlans;
 use hvnet_port::Packet;
 use hvnet_wire::MacAddr;
 
@@ -28,9 +29,26 @@ pub enum Action {
     NoRoute,
 }
 
-/// Whether the ingress port's policy admits the frame.
+/// Whether the ingress port's policy admits the frame (its source
+/// address; its VLAN is [`ingress_vlan`]'s).
 pub fn admit(ingress: &Ingress, pkt: &Packet) -> bool {
-    !pkt.tagged() && (pkt.src() == ingress.mac || ingress.allow_forged_transmits)
+    pkt.src() == ingress.mac || ingress.allow_forged_transmits
+}
+
+/// The VLAN a frame from a port of VLANs `vlans` belongs to (its outer
+/// 802.1Q tag's as parsed at the port, a trunk's native VLAN, an access
+/// port's own), or `None` when the port does not take it: dropped as
+/// `vlan_not_allowed`.
+#[inline]
+pub fn ingress_vlan(vlans: &PortVlans<'_>, pkt: &Packet) -> Option<u16> {
+    vlans.ingress(pkt.outer_tag())
+}
+
+/// The tag a frame wears out of a port of VLANs `vlans` (which carries
+/// its VLAN): `None` untagged.
+#[inline]
+pub fn egress_tag(vlans: &PortVlans<'_>, pkt: &Packet) -> Option<u16> {
+    vlans.egress_tag(pkt.meta.vlan)
 }
 
 /// Where a frame goes, given where its destination was learned (`None`

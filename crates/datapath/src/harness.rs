@@ -82,6 +82,26 @@ impl Harness {
         tunnel: Option<(usize, VtepConfig)>,
         cfg: SwitchConfig,
     ) -> Harness {
+        Harness::build(ports, backends, tunnel, &[], cfg)
+    }
+
+    /// [`Harness::new`], port `i` on access VLAN `vlans[i]` (0 where the
+    /// list is short).
+    pub fn with_access_vlans(
+        ports: &[(MacAddr, usize, PortSettings)],
+        vlans: &[u16],
+        cfg: SwitchConfig,
+    ) -> Harness {
+        Harness::build(ports, &[], None, vlans, cfg)
+    }
+
+    fn build(
+        ports: &[(MacAddr, usize, PortSettings)],
+        backends: &[Backend],
+        tunnel: Option<(usize, VtepConfig)>,
+        vlans: &[u16],
+        cfg: SwitchConfig,
+    ) -> Harness {
         let mut specs = Vec::new();
         let mut guests = Vec::new();
         for (i, (mac, nq, settings)) in ports.iter().enumerate() {
@@ -113,7 +133,7 @@ impl Harness {
                 name,
                 dev,
                 mac: *mac,
-                vlan: 0,
+                vlan: vlans.get(i).copied().unwrap_or(0),
                 endpoint,
                 settings: settings.clone(),
             });

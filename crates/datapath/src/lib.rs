@@ -21,6 +21,9 @@ pub mod ring;
 pub mod settings;
 pub mod switch;
 pub mod threads;
+#[cfg(test)]
+mod trunk_tests;
+pub mod vlan;
 
 mod worker;
 pub mod workers;
@@ -34,4 +37,5 @@ pub use settings::{
 };
 pub use switch::{Port, PortSpec, PortState, Switch, SwitchConfig};
 pub use threads::MAX_RESTARTS;
+pub use vlan::{VlanMode, VlanSet};
 pub use workers::weight::WorkerNice;

@@ -2,6 +2,7 @@
 //! change — and how they are checked.
 
 use crate::ring;
+use crate::vlan::{PortVlans, VlanMode, VlanSet, MAX_VID, MIN_VID};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -98,6 +99,17 @@ pub struct PortSettings {
     /// "Connected", QEMU's `set_link`). Default on.
     #[serde(default = "connected", deserialize_with = "on_off")]
     pub connected: bool,
+    /// How the port carries VLANs: `access` (its `vlan`, untagged; the
+    /// default) or `trunk` (802.1Q tags).
+    #[serde(default)]
+    pub vlan_mode: VlanMode,
+    /// A trunk's allowed VLANs (default: every one, 1..4094).
+    #[serde(default)]
+    pub vlans: VlanSet,
+    /// A trunk's native VLAN: untagged frames in and out belong to it
+    /// (without one, untagged frames from the port are dropped).
+    #[serde(default)]
+    pub native_vlan: Option<u16>,
 }
 
 fn connected() -> bool {
@@ -118,6 +130,23 @@ impl Default for PortSettings {
             delivery: Delivery::Auto,
             rx_usecs: 0,
             connected: true,
+            vlan_mode: VlanMode::Access,
+            vlans: VlanSet::ALL,
+            native_vlan: None,
+        }
+    }
+}
+
+impl PortSettings {
+    /// The port's VLANs as the datapath applies them, `access` its
+    /// access VLAN (the port's `vlan`).
+    #[inline]
+    pub fn vlans_of(&self, access: u16) -> PortVlans<'_> {
+        PortVlans {
+            mode: self.vlan_mode,
+            access,
+            vlans: &self.vlans,
+            native: self.native_vlan,
         }
     }
 }
@@ -159,6 +188,7 @@ pub fn setting_range(setting: &str) -> Option<(u64, u64)> {
         "mtu" => Some((68, 9000)),
         "ring1" | "ring2" => Some((32, ring::MAX_RING as u64)),
         "rx_usecs" => Some((0, u64::from(MAX_RX_USECS))),
+        "native_vlan" => Some((u64::from(MIN_VID), u64::from(MAX_VID))),
         _ => None,
     }
 }
@@ -170,6 +200,7 @@ pub fn validate_settings(s: &PortSettings) -> Result<(), SettingError> {
         ("ring1", s.ring1 as u64),
         ("ring2", s.ring2 as u64),
         ("rx_usecs", u64::from(s.rx_usecs)),
+        ("native_vlan", u64::from(s.native_vlan.unwrap_or(MIN_VID))),
     ] {
         let (min, max) = setting_range(setting).expect("a numeric setting");
         if !(min..=max).contains(&value) {

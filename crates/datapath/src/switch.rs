@@ -538,6 +538,16 @@ impl Switch {
         }
         *p.settings.write().expect("settings lock") = new.clone();
         self.settings_gen.fetch_add(1, Ordering::Release);
+        // What the port learned in VLANs it no longer carries goes (the
+        // workers see the new VLANs from their next batch on; a frame
+        // switched meanwhile may learn one again, which ages out).
+        if (old.vlan_mode, &old.vlans, old.native_vlan)
+            != (new.vlan_mode, &new.vlans, new.native_vlan)
+        {
+            let vlans = new.vlans_of(p.vlan);
+            let n = self.fdb.flush_vlans(p.id, |v| vlans.carries(v));
+            tracing::info!(port = %p.name, flushed = n, "VLANs changed");
+        }
         // A switch not started yet (or stepped by a test's harness) starts
         // its delivery threads with its workers, not here.
         if new.delivery == crate::settings::Delivery::Thread && self.running.load(Ordering::Acquire)

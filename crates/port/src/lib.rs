@@ -61,7 +61,7 @@ pub use backends::{replay, tap, uplink, vhost_user, vxlan};
 
 pub use device::{Caps, Device, Link, Receiver, SendError, Transmitter, TxOptions};
 pub use outgoing::{BatchOptions, OutFrame, Written};
-pub use packet::{Meta, Packet, TunnelMeta};
+pub use packet::{Meta, OuterTag, Packet, TunnelMeta};
 pub use pool::{Buf, Home, Pool, PoolCaps, PoolStatus, SizeClass};
 pub use pool::{HEADROOM, SMALL_FRAME};
 pub use replay::{ReplayError, ReplayPort};

@@ -296,6 +296,31 @@ impl Buf {
         self.start += start as u32;
         self.len = (end - start) as u32;
     }
+    /// Moves the frame's start `n` bytes back into the headroom (the
+    /// frame is `n` bytes longer, its new first bytes whatever was
+    /// there); false, and nothing changed, without the room.
+    pub fn grow_front(&mut self, n: usize) -> bool {
+        if (self.start as usize) < n {
+            return false;
+        }
+        self.start -= n as u32;
+        self.len += n as u32;
+        true
+    }
+    /// Moves the frame's start `n` bytes on (its first `n` bytes are no
+    /// longer the frame's); the pending bytes, at its end, stay where
+    /// they are.
+    pub fn shrink_front(&mut self, n: usize) {
+        let n = n.min(self.held().len());
+        self.start += n as u32;
+        self.len -= n as u32;
+    }
+    /// The frame's bytes in place, writable (its head while the rest is
+    /// pending: for headers, with no payload copied).
+    pub fn held_mut(&mut self) -> &mut [u8] {
+        let pending = self.pending.as_ref().map_or(0, |p| p.len);
+        &mut self.data[self.start as usize..(self.start + self.len) as usize - pending]
+    }
     /// The whole storage (headroom and frame area), for a read to fill:
     /// the frame starts at [`HEADROOM`] again.
     pub fn storage_mut(&mut self) -> &mut [u8] {

@@ -4,7 +4,7 @@
 //! and malformed input is refused in one place.
 
 use crate::error::Result;
-use crate::ethernet::{EtherType, Frame, L2, MAX_VLAN_TAGS};
+use crate::ethernet::{EtherType, Frame, L2, MAX_VLAN_TAGS, VLAN_TAG_LEN};
 use crate::{ipv4, ipv6, tcp, udp, vxlan};
 
 /// IP protocol numbers we act on.
@@ -274,6 +274,49 @@ impl Layers {
         })
     }
 
+    /// The stack once an 802.1Q tag of VLAN `vid` was pushed in front of
+    /// the frame's tags (at byte 12): one more tag, every later header 4
+    /// bytes further on. Metadata only; the caller moves the bytes.
+    pub fn push_vlan(&mut self, vid: u16) {
+        debug_assert!(
+            self.l2.vlans[MAX_VLAN_TAGS - 1].is_none(),
+            "no room for a tag"
+        );
+        self.l2.vlans.copy_within(0..MAX_VLAN_TAGS - 1, 1);
+        self.l2.vlans[0] = Some(vid & 0x0fff);
+        self.shift(VLAN_TAG_LEN, true);
+    }
+
+    /// The stack once the frame's outer tag was taken off: every later
+    /// header 4 bytes nearer. Metadata only; the caller moves the bytes.
+    pub fn pop_vlan(&mut self) {
+        debug_assert!(self.l2.vlans[0].is_some(), "no tag to take off");
+        self.l2.vlans.copy_within(1.., 0);
+        self.l2.vlans[MAX_VLAN_TAGS - 1] = None;
+        self.shift(VLAN_TAG_LEN, false);
+    }
+
+    /// Moves every offset after the Ethernet addresses `by` bytes on
+    /// (`later`) or back.
+    fn shift(&mut self, by: usize, later: bool) {
+        let mv = |x: &mut usize| {
+            *x = if later { *x + by } else { x.saturating_sub(by) };
+        };
+        mv(&mut self.l2.header_len);
+        if let Some(n) = self.net.as_mut() {
+            mv(&mut n.offset);
+            mv(&mut n.end);
+        }
+        if let Some(t) = self.transport.as_mut() {
+            mv(&mut t.offset);
+        }
+        if let Some(v) = self.vxlan.as_mut() {
+            let mut at = v.inner_offset as usize;
+            mv(&mut at);
+            v.inner_offset = at as u32;
+        }
+    }
+
     /// Offset of the first byte after all headers (the L4 payload), or of
     /// whatever follows the last header we understood.
     pub fn payload_offset(&self) -> usize {
@@ -352,6 +395,39 @@ mod tests {
         assert_eq!((t.offset, t.header_len), (34, 20));
         assert_eq!(l.payload_offset(), 54);
         assert!(l.vxlan_inner_offset(&f).is_none());
+    }
+
+    /// `f` with an 802.1Q tag of `vid` after its addresses.
+    fn tag(f: &[u8], vid: u16) -> Vec<u8> {
+        let mut t = f[..12].to_vec();
+        t.extend_from_slice(&[0x81, 0x00]);
+        t.extend_from_slice(&vid.to_be_bytes());
+        t.extend_from_slice(&f[12..]);
+        t
+    }
+
+    #[test]
+    fn pushing_and_popping_a_tag_keeps_the_stack_true() {
+        let f = v4_tcp_frame(100, 0);
+        let plain = Layers::parse(&f).unwrap();
+        let tagged = Layers::parse(&tag(&f, 10)).unwrap();
+        assert_eq!(tagged.l2.header_len, 18);
+        let mut l = plain;
+        l.push_vlan(10);
+        assert_eq!(l, tagged);
+        // Pushed in front: the outer tag is the new one.
+        let mut twice = tagged;
+        twice.push_vlan(20);
+        assert_eq!(twice, Layers::parse(&tag(&tag(&f, 10), 20)).unwrap());
+        assert_eq!(twice.l2.vlans, [Some(20), Some(10)]);
+        let mut back = tagged;
+        back.pop_vlan();
+        assert_eq!(back, plain);
+        let inner = v4_tcp_frame(10, 0);
+        let vx = vxlan_frame(&inner, vxlan::PORT);
+        let mut l = Layers::parse(&vx).unwrap();
+        l.push_vlan(7);
+        assert_eq!(l, Layers::parse(&tag(&vx, 7)).unwrap());
     }
 
     #[test]

@@ -264,7 +264,7 @@ fn add_port(cx: &Ctl, topo: &Topology, i: usize, state: &mut State) -> Result<Va
 /// next queue in turn, as the file's VMs got theirs (or loses its filter).
 /// The other filters stay where they are.
 fn netqueue_filters(cx: &Ctl, topo: &Topology, vm: &Vm, joined: bool) {
-    for u in topo.uplinks.iter().filter(|u| u.vlan == vm.vlan) {
+    for u in topo.uplinks.iter().filter(|u| vm.shares_vlan_with(u)) {
         match u.netqueue {
             NetQueueMode::Off => {}
             NetQueueMode::Dynamic => {

@@ -18,7 +18,15 @@
 //! mtu = 1500                # 68..9000
 //! queues = 2                # 1..16 (TAP queues, receive queues, workers);
 //!                           # default: the host's cores, at most 4
-//! vlan = 0                  # access VLAN, 0 = untagged
+//! vlan = 0                  # access VLAN, 0 = untagged (the default domain), 1..4094
+//! vlan_mode = "access"      # or "trunk": 802.1Q tags (Open vSwitch's trunk / native-untagged);
+//!                           #   a tagged frame's VLAN is its tag's, allowed VLANs pass, the rest
+//!                           #   are dropped (drop_vlan_not_allowed); frames go out tagged, access
+//!                           #   ports get theirs untagged. A trunk takes no `vlan` (see native_vlan)
+//! vlans = [10, 20, "100-199"] # a trunk's allowed VLANs, ids and "low-high" ranges in 1..4094;
+//!                           #   absent or empty: every VLAN
+//! native_vlan = 5           # a trunk's untagged VLAN: untagged frames in and out belong to it
+//!                           #   (also taken tagged); without it, untagged frames are dropped
 //! lro = true                # software LRO into this VM (and GSO frames taken whole)
 //! tso = true                # the VM may send TSO frames
 //! csum = true               # checksum offload both ways
@@ -51,7 +59,8 @@
 //!                           #   receive taken); "software": hvnet completes them before the wire and
 //!                           #   checks every received one (the inner one at a VXLAN endpoint)
 //! mtu = 1500                # the wire's MTU (the device's must be at least this)
-//! vlan = 0                  # access VLAN, as on a VM's port
+//! vlan = 0                  # access VLAN, as on a VM's port; or vlan_mode = "trunk" with vlans
+//!                           #   and native_vlan, as on a VM's port (frames to the wire tagged)
 //! netqueue = false          # true ("static"): each VM's MAC filtered to a queue of its own, the rest
 //!                           #   to queue 0; "dynamic": filters packed, spread by load (Dynamic NetQueue)
 //! netqueue_threshold = 60   # dynamic: % of a core a queue's thread may use before filters are spread
@@ -110,7 +119,8 @@ mod vm;
 
 pub use frr::{Frr, SHADOW_PORT};
 pub use host::Host;
-use hvnet_datapath::WorkerNice;
+use hvnet_datapath::vlan::{VlanMode, VlanSet, MAX_VID, MIN_VID};
+use hvnet_datapath::{PortSettings, WorkerNice};
 use hvnet_wire::MacAddr;
 pub use libvirt::{Libvirt, SOCKETS_ROOT};
 use serde::Deserialize;
@@ -120,6 +130,68 @@ use uplink::VXLAN_OVERHEAD;
 pub use uplink::{NetQueueMode, Uplink, UplinkLro, Vxlan};
 pub use vhost_socket::VhostSocket;
 pub use vm::{default_queues, Accel, Vm, VmKind};
+
+/// One item of a `vlans` list: a VLAN id or a `"low-high"` range.
+#[derive(Deserialize, Clone, Debug)]
+#[serde(untagged)]
+pub(super) enum VlanItem {
+    Id(i64),
+    Range(String),
+}
+
+/// The VLAN keys of a VM's or an uplink's table (`vlan`, `vlan_mode`,
+/// `vlans`, `native_vlan`), checked: the access VLAN, and default
+/// settings with the port's VLAN mode, VLANs and native VLAN in them.
+pub(super) fn check_vlans(
+    vlan: Option<u16>,
+    mode: Option<&str>,
+    vlans: Option<&[VlanItem]>,
+    native: Option<i64>,
+) -> Result<(u16, PortSettings), String> {
+    let mode = match mode {
+        None | Some("access") => VlanMode::Access,
+        Some("trunk") => VlanMode::Trunk,
+        Some(o) => return Err(format!("vlan_mode {o:?} is not \"access\" or \"trunk\"")),
+    };
+    if let Some(v) = vlan.filter(|v| *v > 4094) {
+        return Err(format!("vlan {v} is outside 0..4094"));
+    }
+    match mode {
+        VlanMode::Trunk if vlan.is_some() => return Err(
+            "vlan is an access port's VLAN; a trunk's untagged frames belong to its native_vlan"
+                .into(),
+        ),
+        VlanMode::Access if vlans.is_some() || native.is_some() => {
+            return Err("vlans and native_vlan are a trunk's: set vlan_mode = \"trunk\"".into())
+        }
+        _ => {}
+    }
+    let range = |v: i64, what: &str| {
+        u16::try_from(v)
+            .ok()
+            .filter(|v| (MIN_VID..=MAX_VID).contains(v))
+            .ok_or_else(|| format!("{what} {v} is outside {MIN_VID}..{MAX_VID}"))
+    };
+    let items = vlans
+        .unwrap_or_default()
+        .iter()
+        .map(|i| match i {
+            VlanItem::Id(v) => range(*v, "vlan").map(|v| v.to_string()),
+            VlanItem::Range(r) => Ok(r.clone()),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let set = VlanSet::parse_items(items.iter().map(String::as_str))?;
+    let native_vlan = native.map(|n| range(n, "native_vlan")).transpose()?;
+    Ok((
+        vlan.unwrap_or(0),
+        PortSettings {
+            vlan_mode: mode,
+            vlans: set,
+            native_vlan,
+            ..PortSettings::default()
+        },
+    ))
+}
 
 /// A refused topology.
 #[derive(Debug, thiserror::Error)]
@@ -212,7 +284,7 @@ impl Topology {
     /// The VMs on uplink `u`'s segment (its VLAN): whose frames it
     /// carries, and whom NetQueue gives filters.
     pub fn vms_on<'a>(&'a self, u: &'a Uplink) -> impl Iterator<Item = &'a Vm> + 'a {
-        self.vms.iter().filter(move |v| v.vlan == u.vlan)
+        self.vms.iter().filter(move |v| v.shares_vlan_with(u))
     }
     /// What works but will not do what a user may expect: a tunnel
     /// endpoint whose underlay MTU leaves less than a VM's MTU for the

@@ -24,8 +24,10 @@ pub(super) struct UplinkRepr {
     csum: toml::Spanned<String>,
     #[serde(default = "d_mtu")]
     mtu: u16,
-    #[serde(default)]
-    vlan: u16,
+    vlan: Option<u16>,
+    vlan_mode: Option<String>,
+    vlans: Option<Vec<super::VlanItem>>,
+    native_vlan: Option<i64>,
     #[serde(default = "d_ring")]
     ring1: usize,
     #[serde(default = "d_ring")]
@@ -254,9 +256,13 @@ pub(super) fn parse_uplinks(
         if !(1..=16).contains(&u.queues) {
             return Err(bad(format!("queues {} is outside 1..16", u.queues)));
         }
-        if u.vlan > 4094 {
-            return Err(bad(format!("vlan {} is outside 0..4094", u.vlan)));
-        }
+        let (vlan, vlans) = super::check_vlans(
+            u.vlan,
+            u.vlan_mode.as_deref(),
+            u.vlans.as_deref(),
+            u.native_vlan,
+        )
+        .map_err(bad)?;
         let settings = PortSettings {
             // At an uplink, `lro` is software LRO at its ingress.
             lro: lro == UplinkLro::Software,
@@ -270,7 +276,7 @@ pub(super) fn parse_uplinks(
             // The wire carries every host's addresses.
             allow_forged_transmits: true,
             rx_usecs: u.rx_usecs,
-            ..PortSettings::default()
+            ..vlans
         };
         validate_settings(&settings).map_err(|e| bad(e.to_string()))?;
         let vxlan = match &u.vxlan {
@@ -347,7 +353,7 @@ pub(super) fn parse_uplinks(
             device: device.clone(),
             queues: u.queues,
             lro,
-            vlan: u.vlan,
+            vlan,
             settings,
         });
     }

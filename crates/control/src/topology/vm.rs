@@ -28,8 +28,10 @@ pub(super) struct VmRepr {
     #[serde(default = "d_mtu")]
     mtu: u16,
     queues: Option<usize>,
-    #[serde(default)]
-    vlan: u16,
+    vlan: Option<u16>,
+    vlan_mode: Option<String>,
+    vlans: Option<Vec<super::VlanItem>>,
+    native_vlan: Option<i64>,
     #[serde(default = "d_true", deserialize_with = "hvnet_datapath::on_off")]
     lro: bool,
     #[serde(default = "d_true", deserialize_with = "hvnet_datapath::on_off")]
@@ -169,6 +171,18 @@ pub struct Vm {
     pub packed: bool,
 }
 
+impl Vm {
+    /// True if the VM's port and uplink `u` carry a VLAN in common (the
+    /// uplink then carries the VM's frames in it).
+    pub fn shares_vlan_with(&self, u: &super::Uplink) -> bool {
+        let (a, b) = (
+            self.settings.vlans_of(self.vlan),
+            u.settings.vlans_of(u.vlan),
+        );
+        (0..=hvnet_datapath::vlan::MAX_VID).any(|v| a.carries(v) && b.carries(v))
+    }
+}
+
 /// The `[[vm]]` tables, each checked (and against the ones before it)
 /// into a [`Vm`]; errors carry the line of the VM's table.
 pub(super) fn parse_vms(
@@ -231,9 +245,13 @@ pub(super) fn parse_vms(
                 v.ring1
             )));
         }
-        if v.vlan > 4094 {
-            return Err(bad(format!("vlan {} is outside 0..4094", v.vlan)));
-        }
+        let (vlan, vlans) = super::check_vlans(
+            v.vlan,
+            v.vlan_mode.as_deref(),
+            v.vlans.as_deref(),
+            v.native_vlan,
+        )
+        .map_err(bad)?;
         let vhost = VhostSocket::from_repr(
             v.kind.name(),
             &SocketRepr {
@@ -276,6 +294,7 @@ pub(super) fn parse_vms(
             delivery: v.delivery,
             rx_usecs: v.rx_usecs,
             connected: v.connected,
+            ..vlans
         };
         validate_settings(&settings).map_err(|e| bad(e.to_string()))?;
         vms.push(Vm {
@@ -287,7 +306,7 @@ pub(super) fn parse_vms(
             ipv6,
             mac,
             queues,
-            vlan: v.vlan,
+            vlan,
             settings,
             vhost,
             packed,
@@ -476,5 +495,121 @@ mod tests {
             vm("socket = \"/run/x.sock\"")
         );
         assert!(parse(&two).unwrap_err().1.contains("used twice"));
+    }
+}
+
+#[cfg(test)]
+mod vlan_tests {
+    use super::super::tests::{GOOD, UPLINK};
+    use super::*;
+    use hvnet_datapath::{VlanMode, VlanSet};
+
+    /// GOOD with `keys` in vm1's table (line 5).
+    fn vm1(keys: &str) -> String {
+        GOOD.replace("name = \"vm1\"\n", &format!("name = \"vm1\"\n{keys}\n"))
+    }
+
+    #[test]
+    fn a_trunk_takes_vlans_and_ranges_and_a_native_vlan() {
+        let t = parse(&vm1(
+            "vlan_mode = \"trunk\"\nvlans = [10, 20, \"100-199\"]\nnative_vlan = 5",
+        ))
+        .unwrap();
+        let s = &t.vms[0].settings;
+        assert_eq!(s.vlan_mode, VlanMode::Trunk);
+        assert_eq!(s.vlans, VlanSet::parse("10,20,100-199").unwrap());
+        assert_eq!(s.native_vlan, Some(5));
+        assert_eq!(t.vms[0].vlan, 0);
+        // No list (or an empty one): every VLAN; no native VLAN.
+        for keys in ["vlan_mode = \"trunk\"", "vlan_mode = \"trunk\"\nvlans = []"] {
+            let t = parse(&vm1(keys)).unwrap();
+            assert!(t.vms[0].settings.vlans.is_all(), "{keys}");
+            assert_eq!(t.vms[0].settings.native_vlan, None);
+        }
+        // Access stays the default, with its vlan.
+        let t = parse(&vm1("vlan = 7")).unwrap();
+        assert_eq!(
+            (t.vms[0].vlan, t.vms[0].settings.vlan_mode),
+            (7, VlanMode::Access)
+        );
+        let t = parse(&vm1("vlan_mode = \"access\"\nvlan = 7")).unwrap();
+        assert_eq!(t.vms[0].vlan, 7);
+    }
+
+    #[test]
+    fn bad_vlan_keys_are_refused_with_the_line_and_the_reason() {
+        for (keys, why) in [
+            ("vlan = 5000", "vlan 5000 is outside 0..4094"),
+            (
+                "vlan_mode = \"trunk\"\nvlans = [10, 5000]",
+                "vlan 5000 is outside 1..4094",
+            ),
+            (
+                "vlan_mode = \"trunk\"\nvlans = [0]",
+                "vlan 0 is outside 1..4094",
+            ),
+            (
+                "vlan_mode = \"trunk\"\nvlans = [\"100-5000\"]",
+                "vlan 5000 is outside 1..4094",
+            ),
+            (
+                "vlan_mode = \"trunk\"\nvlans = [\"200-100\"]",
+                "vlans \"200-100\": 200 is above 100",
+            ),
+            (
+                "vlan_mode = \"trunk\"\nvlans = [\"ten\"]",
+                "vlans \"ten\" is not a VLAN id or a range low-high",
+            ),
+            (
+                "vlan_mode = \"trunk\"\nnative_vlan = 4095",
+                "native_vlan 4095 is outside 1..4094",
+            ),
+            (
+                "vlan_mode = \"trunk\"\nnative_vlan = 0",
+                "native_vlan 0 is outside 1..4094",
+            ),
+            (
+                "vlan_mode = \"trunk\"\nvlan = 10",
+                "vlan is an access port's VLAN; a trunk's untagged frames belong to its native_vlan",
+            ),
+            (
+                "vlans = [10]",
+                "vlans and native_vlan are a trunk's: set vlan_mode = \"trunk\"",
+            ),
+            ("native_vlan = 3", "vlans and native_vlan are a trunk's"),
+            (
+                "vlan_mode = \"hybrid\"",
+                "vlan_mode \"hybrid\" is not \"access\" or \"trunk\"",
+            ),
+        ] {
+            let (line, reason) = parse(&vm1(keys)).unwrap_err();
+            assert_eq!(line, 5, "{keys}: {reason}");
+            assert!(
+                reason.starts_with("vm \"vm1\": ") && reason.contains(why),
+                "{keys}: {reason}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_uplink_may_be_a_trunk_and_is_checked_the_same_way() {
+        let up = |keys: &str| {
+            format!(
+                "{GOOD}{}",
+                UPLINK.replace("name = \"up0\"\n", &format!("name = \"up0\"\n{keys}\n"))
+            )
+        };
+        let t = parse(&up("vlan_mode = \"trunk\"\nvlans = [10, 20]")).unwrap();
+        let u = &t.uplinks[0];
+        assert_eq!(u.settings.vlan_mode, VlanMode::Trunk);
+        assert_eq!(u.settings.vlans.to_string(), "10,20");
+        // The access VMs of VLAN 0 share no VLAN with it; a trunk VM does.
+        assert_eq!(t.vms_on(u).count(), 0);
+        let (line, reason) = parse(&up("vlan_mode = \"trunk\"\nvlans = [4095]")).unwrap_err();
+        assert!(
+            reason.contains("uplink \"up0\": vlan 4095 is outside 1..4094"),
+            "{reason}"
+        );
+        assert_eq!(line, GOOD.lines().count() + 2, "{reason}");
     }
 }

@@ -4,6 +4,7 @@
 
 use super::{Ctx, State, GRO_MAX_SEGMENTS};
 use crate::counters::{add, DropReason};
+use crate::forward;
 use crate::item::RingItem;
 use hvnet_offload::gro::{GroConfig, GroOutput, GroTable};
 use hvnet_port::Packet;
@@ -25,6 +26,11 @@ impl State {
             0
         };
         let s = &self.settings[dst];
+        // The tag the frame wears to this port: none to an access port
+        // (nothing to do for an untagged frame, the common case), its
+        // VLAN's to a trunk, none for a trunk's native VLAN.
+        let tag = forward::egress_tag(&s.vlans_of(port.vlan), &pkt);
+        let retag = tag != pkt.meta.layers.l2.vlans[0];
         // A guest with LRO takes GSO frames whole and gets MTU-sized ones
         // coalesced; an uplink with TSO "hardware" hands GSO frames to its
         // device whole, and nothing is coalesced toward the wire.
@@ -34,10 +40,7 @@ impl State {
         } else {
             (s.lro, s.lro)
         };
-        // Longest frame the receiver takes: its MTU and this frame's link
-        // header; less the outer headers a tunnel endpoint adds on the wire.
-        let overhead = port.dev.overhead();
-        let limit = (s.mtu as usize + pkt.meta.layers.l2.header_len).saturating_sub(overhead);
+        let (mtu, overhead) = (s.mtu as usize, port.dev.overhead());
         // A payload left in the sending guest's memory is copied from
         // there only into a guest's virtqueue written from this worker,
         // whole (no segmenting, no coalescing, no checksum to complete);
@@ -55,6 +58,16 @@ impl State {
         }
         let c = &self.lane(cx, dst, q).counters;
         add(&c.offered, 1);
+        // Every buffer has headroom for a tag, and a frame is pushed one
+        // only when it has none: never refused, but counted if it were.
+        if retag && !pkt.set_vlan_tag(tag) {
+            c.count_drop(DropReason::WriteError, 1);
+            return;
+        }
+        // Longest frame the receiver takes: its MTU and this frame's link
+        // header (its tag counted); less the outer headers a tunnel
+        // endpoint adds on the wire.
+        let limit = (mtu + pkt.meta.layers.l2.header_len).saturating_sub(overhead);
         match pkt.meta.offload.gso {
             Some(g) => {
                 // Segments that would not fit the receiver's MTU (or the

@@ -65,9 +65,17 @@ impl State {
             c.count_drop(DropReason::Policy, 1);
             return;
         }
+        // The frame's VLAN, from its tag and the port's mode (an access
+        // port's untagged frame: its VLAN, in one branch).
+        let Some(vlan) =
+            forward::ingress_vlan(&self.settings[cx.port.id].vlans_of(cx.port.vlan), &pkt)
+        else {
+            c.count_drop(DropReason::VlanNotAllowed, 1);
+            return;
+        };
+        pkt.meta.vlan = vlan;
         let (src, dst) = (pkt.src(), pkt.dst());
-        let vlan = cx.port.vlan;
-        if self.learned != Some(src) {
+        if self.learned != Some((vlan, src)) {
             let fdb = &cx.sw.fdb;
             let mut learn = fdb.learn(vlan, src, cx.port.id, now);
             if learn == Learn::Refused && cx.sw.release_address(vlan, src) {
@@ -76,15 +84,15 @@ impl State {
             if learn == Learn::Refused {
                 add(&c.fdb_learn_refused, 1);
             }
-            self.learned = Some(src);
+            self.learned = Some((vlan, src));
         }
         let learned = match self.route {
-            Some((mac, port)) if mac == dst => port,
+            Some((v, mac, port)) if (v, mac) == (vlan, dst) => port,
             _ => {
                 let port = (!dst.is_multicast())
                     .then(|| cx.sw.fdb.lookup(vlan, dst, now))
                     .flatten();
-                self.route = Some((dst, port));
+                self.route = Some((vlan, dst, port));
                 port
             }
         };
@@ -97,7 +105,12 @@ impl State {
             }
         }
         let (ports, settings) = (&cx.ports, &self.settings);
-        let link_up = |p: usize| ports.get(p).is_some_and(|x| x.is_up()) && settings[p].connected;
+        // A port takes the frame if it is up and carries its VLAN.
+        let link_up = |p: usize| {
+            ports.get(p).is_some_and(|x| {
+                x.is_up() && settings[p].connected && settings[p].vlans_of(x.vlan).carries(vlan)
+            })
+        };
         match forward::route(&ingress, learned, link_up) {
             Action::NoRoute => c.count_drop(DropReason::NoRoute, 1),
             Action::Unicast(p) => {
@@ -108,7 +121,7 @@ impl State {
                 pkt.buf.fill_pending();
                 let targets: smallvec::SmallVec<[usize; 16]> = ports
                     .iter()
-                    .filter(|p| p.id != cx.port.id && p.vlan == vlan && link_up(p.id))
+                    .filter(|p| p.id != cx.port.id && link_up(p.id))
                     .map(|p| p.id)
                     .collect();
                 let Some((&last, rest)) = targets.split_last() else {

@@ -23,7 +23,7 @@ impl State {
         let Some(request) = Request::of(pkt) else {
             return false;
         };
-        let Some(vtep) = cx.sw.endpoint_on(cx.port.vlan) else {
+        let Some(vtep) = cx.sw.endpoint_on(pkt.meta.vlan) else {
             return false;
         };
         let Some(mac) = vtep.evpn_resolve(request.target()) else {
@@ -48,9 +48,11 @@ impl State {
                 buf.fill(&nd::advertisement(mac, target, pkt.src(), from))
             }
         }
-        let Ok(answer) = Packet::parse(buf, OffloadInfo::default()) else {
+        let Ok(mut answer) = Packet::parse(buf, OffloadInfo::default()) else {
             return false;
         };
+        // In the request's VLAN (tagged back to a trunk as it came).
+        answer.meta.vlan = pkt.meta.vlan;
         let c = &cx.port.ingress[cx.q];
         add(
             if nd {

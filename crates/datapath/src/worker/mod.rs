@@ -127,11 +127,11 @@ struct State {
     /// another port gets fresh state).
     dest_ports: Vec<Option<Arc<Port>>>,
     active: Vec<(usize, usize)>,
-    /// The source address learned last (learning it again would only take
-    /// the FDB lock).
-    learned: Option<MacAddr>,
-    /// The last destination looked up, and its port.
-    route: Option<(MacAddr, Option<usize>)>,
+    /// The source address learned last, and its VLAN (learning it again
+    /// would only take the FDB lock).
+    learned: Option<(u16, MacAddr)>,
+    /// The last destination looked up, its VLAN, and its port.
+    route: Option<(u16, MacAddr, Option<usize>)>,
     gro_out: Vec<GroOutput<Packet>>,
     inline: Vec<Slot<RingItem>>,
     scratch: Scratch,

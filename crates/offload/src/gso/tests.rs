@@ -1,4 +1,5 @@
 use super::*;
+use crate::csum;
 use crate::gro::{GroConfig, GroOutput, GroTable};
 use crate::testutil::{vxlan_wrap, TcpSpec, ACK};
 use hvnet_wire::tcp::flags::*;
@@ -452,4 +453,112 @@ proptest::proptest! {
         let (a, b) = encapsulated_both_ways(&inner, tcp_gso(kind, mss), mode, udp_csum);
         proptest::prop_assert_eq!(a, b);
     }
+}
+
+// ---- Tagged frames (802.1Q, an 18-byte link header): what a trunk port
+// hands the engines.
+
+/// `f` with an 802.1Q tag of `vid` after its addresses.
+fn tagged(f: &[u8], vid: u16) -> Vec<u8> {
+    let mut t = f[..12].to_vec();
+    t.extend_from_slice(&[0x81, 0x00]);
+    t.extend_from_slice(&vid.to_be_bytes());
+    t.extend_from_slice(&f[12..]);
+    t
+}
+
+#[test]
+fn a_tagged_tso_frame_is_segmented_with_its_tag_on_every_segment() {
+    for v6 in [false, true] {
+        let plain = big(v6, 20000, ACK | PSH);
+        let f = tagged(&plain, 10);
+        let kind = if v6 { GsoType::TcpV6 } else { GsoType::TcpV4 };
+        let segs = collect(&f, tcp_gso(kind, 1448), CsumMode::Full);
+        let want = collect(&plain, tcp_gso(kind, 1448), CsumMode::Full);
+        assert_eq!(segs.len(), want.len());
+        for ((s, info), (w, winfo)) in segs.iter().zip(&want) {
+            // Each segment is the untagged one's, tagged: lengths and
+            // checksums (which the tag does not enter) the same.
+            assert_eq!(*s, tagged(w, 10), "v6 {v6}");
+            assert_eq!(info, winfo);
+            let l = Layers::parse(s).unwrap();
+            assert_eq!((l.l2.header_len, l.l2.vlans[0]), (18, Some(10)));
+            assert_eq!(csum::validate_l4(s, &l), Ok(CsumState::Good));
+        }
+        // Partial mode: the checksum start counts the tag.
+        let partial = collect(&f, tcp_gso(kind, 1448), CsumMode::Partial);
+        let l = Layers::parse(&partial[0].0).unwrap();
+        assert_eq!(
+            partial[0].1.csum,
+            CsumState::Partial {
+                start: l.transport.unwrap().offset as u16,
+                offset: 16
+            }
+        );
+        assert_eq!(round_trip(&f, kind, 1448), f, "GSO then GRO, tagged");
+    }
+}
+
+#[test]
+fn tagged_segments_coalesce_with_their_tag_and_vlans_never_mix() {
+    let seg = |vid: u16, seq: u32| {
+        tagged(
+            &TcpSpec {
+                seq: 1000 + seq * 500,
+                payload: vec![seq as u8; 500],
+                ..TcpSpec::default()
+            }
+            .build(),
+            vid,
+        )
+    };
+    // Interleaved VLANs 10 and 20 of one 5-tuple: two runs, each its own.
+    let frames = [seg(10, 0), seg(20, 0), seg(10, 1), seg(20, 1), seg(10, 2)];
+    let mut t = GroTable::new(GroConfig::default());
+    let mut outs = Vec::new();
+    t.coalesce_burst(
+        frames
+            .iter()
+            .map(|f| crate::testutil::parsed(f.clone(), OffloadInfo::NONE)),
+        0,
+        &mut |o| outs.push(o),
+    );
+    let mut got: Vec<(u16, usize)> = outs
+        .into_iter()
+        .map(|o| {
+            let f = match o {
+                GroOutput::Coalesced(mut c) => {
+                    c.fill_checksums();
+                    c.to_vec()
+                }
+                GroOutput::Single { frame, .. } => frame,
+            };
+            let l = Layers::parse(&f).unwrap();
+            assert_eq!(l.l2.header_len, 18);
+            assert_eq!(csum::validate_l4(&f, &l), Ok(CsumState::Good));
+            let ip = l.net.unwrap();
+            (l.l2.vlans[0].unwrap(), ip.end - l.payload_offset())
+        })
+        .collect();
+    got.sort();
+    assert_eq!(got, [(10, 1500), (20, 1000)]);
+}
+
+#[test]
+fn checksums_and_rss_read_past_the_tag() {
+    let plain = big(false, 1000, ACK);
+    let f = tagged(&plain, 100);
+    let (lp, lt) = (Layers::parse(&plain).unwrap(), Layers::parse(&f).unwrap());
+    // A partial checksum completed at the tagged offsets is the untagged
+    // frame's.
+    let mut half = f.clone();
+    let t = lt.transport.unwrap();
+    let sum = csum::pseudo_header(&half, &lt.net.unwrap(), 6, (half.len() - t.offset) as u32);
+    half[t.offset + 16..t.offset + 18].copy_from_slice(&sum.fold().to_be_bytes());
+    csum::complete_partial(&mut half, t.offset as u16, 16).unwrap();
+    assert_eq!(half, f);
+    // RSS hashes the same flow to the same value, tag or not.
+    let rss = crate::rss::Rss::new(&crate::rss::DEFAULT_KEY, 4).unwrap();
+    assert_eq!(rss.hash(&f, &lt), rss.hash(&plain, &lp));
+    assert!(rss.hash(&f, &lt).is_some());
 }

@@ -53,7 +53,15 @@ def copy_binary(tree: Path, path: str):
         shutil.copy(f, dst)
 
 
-def initramfs(work: Path, mac: str, ip: str, cmd: str, binaries=()) -> Path:
+# 802.1Q sub-interfaces in a guest (`ip link add link eth0 name eth0.10
+# type vlan id 10`): the module and what it needs, loaded in this order.
+VLAN_MODULES = ["llc", "stp", "garp", "mrp", "8021q"]
+
+
+def initramfs(work: Path, mac: str, ip: str, cmd: str, binaries=(), modules=()) -> Path:
+    """A busybox initramfs whose init loads virtio-net (and `modules`
+    after it), brings eth0 up with `mac` and `ip`, runs `cmd` and powers
+    off; `binaries` are copied in with their libraries."""
     root = kernel()
     rel = next((root / "lib/modules").iterdir())
     tree = work / "initramfs"
@@ -65,7 +73,7 @@ def initramfs(work: Path, mac: str, ip: str, cmd: str, binaries=()) -> Path:
     for applet in ("sh", "mount", "insmod", "ip", "ping", "sleep", "poweroff", "echo", "cat", "seq", "wc", "head",
                    "nc", "sha256sum"):
         os.symlink("busybox", tree / "bin" / applet)
-    for m in MODULES:
+    for m in [*MODULES, *modules]:
         src = next(rel.rglob(f"{m}.ko*"))
         data = src.read_bytes()
         if src.suffix == ".xz":
@@ -74,7 +82,7 @@ def initramfs(work: Path, mac: str, ip: str, cmd: str, binaries=()) -> Path:
     for b in binaries:
         copy_binary(tree, b)
     init = tree / "init"
-    init.write_text(INIT.format(modules=" ".join(MODULES), mac=mac, ip=ip, cmd=cmd.replace("'", "'\\''")))
+    init.write_text(INIT.format(modules=" ".join([*MODULES, *modules]), mac=mac, ip=ip, cmd=cmd.replace("'", "'\\''")))
     init.chmod(0o755)
     files = subprocess.run(["find", "."], cwd=tree, capture_output=True, text=True, check=True).stdout
     out = work / "initramfs.cpio"

@@ -88,6 +88,9 @@ EXPERIMENTS = [
     {"name": "guests", "reproduces": "measurement", "run": guest_compare.guests,
      "workload": "QEMU guest to QEMU guest, one stream, through hvnet's vhost-user ports, QEMU's own virtio-net on TAPs in "
                  "a Linux bridge, and DPDK testpmd's vhost back end; fresh guests every run"},
+    {"name": "guests-vlan", "reproduces": "measurement", "run": guest_compare.guests_vlan,
+     "workload": "QEMU guest to QEMU guest, one stream, through hvnet's trunk ports (VLAN 10, native VLAN 1): over "
+                 "802.1Q sub-interfaces the guests' kernels make vs untagged; fresh guests every run"},
     {"name": "frame-rate", "reproduces": "measurement", "run": guest_compare.frame_rate,
      "workload": "64-byte frames from a DPDK testpmd front end (txonly) to another (rxonly), through hvnet or through "
                  "testpmd's own vhost back end"},

@@ -38,6 +38,7 @@ from .runners import interleaved
 from .verdict import median
 
 A_IP, B_IP = "198.18.20.1", "198.18.20.2"
+VLAN_A_IP, VLAN_B_IP = "198.18.22.1", "198.18.22.2"
 
 
 def summary(out: str, cpu) -> dict:
@@ -74,19 +75,25 @@ def bridged_taps(prefix: str, *tap_flags):
 QMAC_A, QMAC_B = "02:00:00:00:21:0a", "02:00:00:00:21:0b"
 
 
-def qemu_pair(work: Path, nics, seconds: int, packed=False) -> dict:
+def qemu_pair(work: Path, nics, seconds: int, packed=False, vlan=None) -> dict:
     """Boots server guest b and client guest a on `nics` ({"sock": path}
     or {"tap": device} each, a first), on packed virtqueues if `packed`;
-    returns the client's transfer with the machine's CPU while it ran."""
-    client = (f"until ping -c 1 -W 1 {B_IP} > /dev/null 2>&1; do :; done; echo HVNET-GO; "
-              f"iperf3 -c {B_IP} -t {seconds} -J")
+    returns the client's transfer with the machine's CPU while it ran.
+    With `vlan`, the stream crosses an 802.1Q sub-interface of that VLAN
+    in each guest (eth0.VLAN, made by the guest's own kernel)."""
+    dst = VLAN_B_IP if vlan else B_IP
+    sub = lambda ip: (f"ip link add link eth0 name eth0.{vlan} type vlan id {vlan} && "  # noqa: E731
+                      f"ip addr add {ip}/24 dev eth0.{vlan} && ip link set eth0.{vlan} up && " if vlan else "")
+    client = (sub(VLAN_A_IP) + f"until ping -c 1 -W 1 {dst} > /dev/null 2>&1; do :; done; echo HVNET-GO; "
+              f"iperf3 -c {dst} -t {seconds} -J")
     procs, logs = [], []
     try:
-        for name, mac, ip, cmd, nic in (("b", QMAC_B, B_IP, "iperf3 -s -1", nics[1]),
+        for name, mac, ip, cmd, nic in (("b", QMAC_B, B_IP, sub(VLAN_B_IP) + "iperf3 -s -1", nics[1]),
                                         ("a", QMAC_A, A_IP, client, nics[0])):
             d = work / f"guest-{name}"
             d.mkdir()
-            initrd = qemu_guest.initramfs(d, mac, f"{ip}/24", cmd, binaries=["/usr/bin/iperf3"])
+            initrd = qemu_guest.initramfs(d, mac, f"{ip}/24", cmd, binaries=["/usr/bin/iperf3"],
+                                          modules=qemu_guest.VLAN_MODULES if vlan else ())
             logs.append(d / "console.log")
             procs.append(subprocess.Popen(qemu_guest.argv(nic.get("sock"), mac, initrd, tap=nic.get("tap"),
                                                           packed=packed),
@@ -116,6 +123,24 @@ def qemu_hvnet_run(work: Path, seconds: int, packed=False) -> dict:
     with hvlab.Topology(work, vms, prefix="hvq") as t:
         d = Path(f"/run/hvnet/{t.name}")
         return qemu_pair(work, [{"sock": str(d / "a.sock")}, {"sock": str(d / "b.sock")}], seconds, packed)
+
+
+def qemu_trunk_run(work: Path, seconds: int, vlan=None) -> dict:
+    """Two guests on trunk ports (VLAN 10, native VLAN 1): the stream
+    untagged (the native VLAN) or, with `vlan`, tagged by the guests; with
+    the receiving port's average delivered frame (larger than the wire's:
+    TSO at the sender, delivered whole)."""
+    trunk = dict(kind="vhost-user", vlan_mode="trunk", vlans=[10], native_vlan=1)
+    vms = [dict(name="a", mac=QMAC_A, **trunk), dict(name="b", mac=QMAC_B, **trunk)]
+    with hvlab.Topology(work, vms, prefix="hvv") as t:
+        d = Path(f"/run/hvnet/{t.name}")
+        r = qemu_pair(work, [{"sock": str(d / "a.sock")}, {"sock": str(d / "b.sock")}], seconds, vlan=vlan)
+        r["avg_frame_bytes"] = t.stats("/ports/b/rx_summary")["avg_frame_bytes"]
+        return r
+
+
+VLAN_FABRICS = {"untagged (native VLAN)": qemu_trunk_run,
+                "tagged (VLAN 10)": functools.partial(qemu_trunk_run, vlan=10)}
 
 
 def qemu_bridge_run(work: Path, seconds: int) -> dict:
@@ -253,6 +278,25 @@ def guests(tmp, quick, reps, log):
         measured("guests-efficiency", "QEMU guest to QEMU guest: Gbit/s per busy core", "", "Gbit/s per busy core",
                  runs, "gbps_per_core", lambda n: (n, "1 stream"), "how much CPU does each spend for it?",
                  ratios_said(runs, "gbps_per_core", "Gbit/s per core"), GUEST_NOTE),
+    ]
+    return figs, runs
+
+
+def guests_vlan(tmp, quick, reps, log):
+    secs = 3 if quick else 5
+    runs = run_each(tmp, VLAN_FABRICS, reps, secs, log,
+                    f"QEMU guest a: iperf3 -c {B_IP} (untagged) or {VLAN_B_IP} (eth0.10) -t {secs} -J, trunk ports")
+    med = {n: median([r["gbps"] for r in rs]) for n, rs in runs.items()}
+    size = {n: median([r["avg_frame_bytes"] for r in rs]) for n, rs in runs.items()}
+    tagged, untagged = med["tagged (VLAN 10)"], med["untagged (native VLAN)"]
+    figs = [
+        measured("guests-vlan", "QEMU guest to QEMU guest on trunk ports: tagged by the guests vs untagged", "",
+                 "Gbit/s", runs, "gbps", lambda n: (n, "1 stream"),
+                 "does a stream the guests tag themselves (802.1Q sub-interfaces on trunk ports) run as fast as "
+                 "the same stream untagged, with TSO and LRO in effect?",
+                 f"tagged {tagged:.2f} Gbit/s, untagged {untagged:.2f} (tagged / untagged {tagged / untagged:.2f}); "
+                 "average frame delivered to the receiver: "
+                 + ", ".join(f"{n} {b:,.0f} B" for n, b in size.items()), GUEST_NOTE),
     ]
     return figs, runs
 

@@ -10,6 +10,7 @@ Real guests (Debian's cloud kernel and its virtio-net driver; TCG here),
 QEMU run by libvirt as `libvirt-qemu`, libvirt's daemons started here where
 none runs (docs/guide/libvirt.md)."""
 
+import contextlib
 import json
 import os
 import pwd
@@ -59,13 +60,13 @@ class Guest:
     undefined."""
 
     def __init__(self, tmp: Path, gdir: Path, mac: str, cmd: str, interfaces: str, aliases=("ua-net0",),
-                 metadata="", cmdline=""):
+                 metadata="", cmdline="", ip=GUEST, modules=()):
         import qemu_guest  # lab/qemu_guest.py
 
         self.name = hvlab.unique("hvnet-lvp")
         work = tmp / self.name
         work.mkdir()
-        initrd = qemu_guest.initramfs(work, mac, GUEST + "/24", cmd)
+        initrd = qemu_guest.initramfs(work, mac, ip + "/24", cmd, modules=modules)
         self.kernel = gdir / "vmlinuz"
         if not self.kernel.exists():
             shutil.copy(next((qemu_guest.kernel() / "boot").glob("vmlinuz-*")), self.kernel)
@@ -295,3 +296,57 @@ def test_virsh_migrate_live_moves_the_port_to_the_destinations_switch(tmp_path, 
     finally:
         hvlab.run(["ip", "link", "del", wire_a], check=False)
         second.stop()
+
+
+TRUNK = ("<hvnet:ports xmlns:hvnet='urn:hvnet:libvirt:1'><hvnet:port mac='{mac}'><hvnet:vlan trunk='yes'>"
+         "<hvnet:tag id='10'/><hvnet:tag id='20'/><hvnet:tag id='1' nativeMode='untagged'/>"
+         "</hvnet:vlan></hvnet:port></hvnet:ports>")
+
+
+def test_guests_tag_their_own_traffic_on_trunk_ports_from_the_domains_metadata(tmp_path, libvirtd, guest_dir):
+    """Virtual guest tagging: two guests whose ports are trunks of VLANs
+    10 and 20 with native VLAN 1 (hvnet's metadata in their domains, as
+    libvirt's `<vlan>` writes it), each with an 802.1Q sub-interface made
+    by its own kernel (`ip link add link eth0 name eth0.10 type vlan id
+    10`). A SHA-256-checked file crosses VLAN 10 from one guest to the
+    other in GSO frames (TSO at the sender, delivered whole: the
+    receiving port's average frame is larger than the wire's); a namespace
+    VM on an access port of VLAN 10 answers the guest untagged; the guests
+    still reach each other untagged (the native VLAN); a VLAN the trunk
+    does not carry (30) is dropped and counted."""
+    import qemu_guest
+
+    macs = {"a": "52:54:00:66:00:0a", "b": "52:54:00:66:00:0b"}
+    vlan_ip = {"a": "198.18.66.2", "b": "198.18.66.3"}
+    sub = ("ip link add link eth0 name eth0.{vid} type vlan id {vid} && ip addr add {ip}/24 dev eth0.{vid} && "
+           "ip link set eth0.{vid} up")
+    b_cmd = (sub.format(vid=10, ip=vlan_ip["b"]) + " && nc -l -p 5555 | sha256sum && echo B-DONE; sleep 3600")
+    a_cmd = (sub.format(vid=10, ip=vlan_ip["a"]) + " && " + sub.format(vid=30, ip="198.18.67.2")
+             + f" && until ping -c 1 -W 1 {vlan_ip['b']} > /dev/null; do :; done"
+             + " && head -c 20000000 /dev/urandom > /tmp/f && sha256sum /tmp/f"
+             + f" && nc -w 5 {vlan_ip['b']} 5555 < /tmp/f"
+             + " && ping -c 3 -W 5 198.18.66.1 && echo ACCESS-OK"
+             + " && ping -c 3 -W 5 198.18.62.3 && echo NATIVE-OK"
+             + "; ping -c 3 -W 1 198.18.67.3; echo A-DONE; sleep 3600")
+    vms = [dict(name="n10", ipv4="198.18.66.1/24", queues=1, vlan=10)]
+    with hvlab.Topology(tmp_path, vms, prefix="lvt", libvirt={}) as t:
+        guests = {}
+        with contextlib.ExitStack() as stack:
+            for g, cmd, ip in (("b", b_cmd, "198.18.62.3"), ("a", a_cmd, GUEST)):
+                nic = interface(macs[g], sockets(t) / f"{g}.sock", target=f"trunk-{g}")
+                guests[g] = stack.enter_context(Guest(tmp_path, guest_dir, macs[g], cmd, nic, ip=ip,
+                                                      metadata=TRUNK.format(mac=macs[g]),
+                                                      modules=qemu_guest.VLAN_MODULES))
+                assert guests[g].start().returncode == 0
+            show = json.loads(t.hv("port", "trunk-a", "--json").stdout)
+            assert show["vlan_mode"] == "trunk" and show["native_vlan"] == 1, show
+            guests["a"].wait_for("A-DONE")
+            guests["b"].wait_for("B-DONE")
+            a_out, b_out = guests["a"].text(), guests["b"].text()
+            sent = re.search(r"([0-9a-f]{64})  /tmp/f", a_out)
+            assert sent and f"{sent.group(1)}  -" in b_out, (a_out[-2000:], b_out[-2000:])
+            assert "ACCESS-OK" in a_out and "NATIVE-OK" in a_out, a_out[-2000:]
+            rx = t.stats("/ports/trunk-b/rx_summary")
+            assert rx["avg_frame_bytes"] > 1518, rx  # GSO frames whole, tag and all
+            tx = t.stats("/ports/trunk-a/tx_summary")
+            assert tx["drop_vlan_not_allowed"] >= 3, tx  # VLAN 30: ARP requests at least

@@ -253,6 +253,15 @@ impl Rxq {
             if self.cx.port.is_up() {
                 self.check_link();
             }
+            // A port removed lives on in the table an idle queue read
+            // last (its socket's thread, its descriptors, its guest's
+            // memory) until that queue's next batch: let it go within a
+            // second, not at the next frame, which may never come.
+            let gen = self.cx.sw.settings_gen.load(Ordering::Acquire);
+            if gen != self.st.gen {
+                self.cx.ports = self.cx.sw.ports();
+                self.st.refresh(&self.cx, gen);
+            }
         }
     }
 

@@ -42,10 +42,10 @@ class Trunks:
     """The topology, with its VMs quiet (no IPv6 of their own, so that
     every frame the ports count is one the test sent)."""
 
-    def __init__(self, t):
+    def __init__(self, t, names=None):
         self.t = t
-        for v in VMS:
-            t.sh(v["name"], "sysctl -qw net.ipv6.conf.all.disable_ipv6=1")
+        for v in names or [v["name"] for v in VMS]:
+            t.sh(v, "sysctl -qw net.ipv6.conf.all.disable_ipv6=1")
         self.macs = {p["client"]: p["mac"] for p in json.loads(t.hv("ports", "--json").stdout)}
 
     def probe(self, receivers, sends):
@@ -169,3 +169,31 @@ def test_a_run_time_change_of_vlans_takes_effect(tmp_path):
         before = n.drops("t1")
         t.sh("t1", f"{os.sys.executable} {PROBE} send eth0 {BCAST} 10 x tagged")
         assert hvlab.eventually(lambda: n.drops("t1") - before == 1), n.drops("t1") - before
+
+
+def test_a_trunk_uplink_carries_the_vlans_to_the_wire_tagged(tmp_path):
+    """An uplink in trunk mode (VLANs 10 and 20, native VLAN 5): frames
+    of those VLANs leave on the wire tagged, the native VLAN's untagged;
+    tagged frames from the wire enter their VLAN (Linux takes a received
+    frame's tag off before a packet socket sees it: the uplink puts it
+    back from PACKET_AUXDATA), an untagged one the native VLAN, one of a
+    VLAN the uplink does not carry is dropped and counted."""
+    vms = [vm("a10", 3, vlan=10), vm("a5", 4, vlan=5), vm("t1", 1, vlan_mode="trunk", vlans=[20])]
+    uplinks = [dict(name="up0", device="", queues=1, vlan_mode="trunk", vlans=[10, 20], native_vlan=5)]
+    hosts = [dict(name="ext", uplink="up0", ipv4="198.18.70.9/24")]
+    with hvlab.Topology(tmp_path, vms, prefix="tu", uplinks=uplinks, hosts=hosts) as t:
+        n = Trunks(t, ["a10", "a5", "t1", "ext"])
+        # To the wire: VLAN 10 from an access port, 20 from a trunk, tagged;
+        # the native VLAN's untagged.
+        got = n.probe(["ext"], [("a10", BCAST, None, ["b10"]), ("t1", BCAST, 20, ["b20"]),
+                                ("a5", BCAST, None, ["b5"]), ("a5", BCAST, None, ["end"])])
+        assert got == {"ext": [("b10", 10), ("b20", 20), ("b5", None)]}
+        drops = lambda: t.stats("/uplinks/up0/tx_summary")["drop_vlan_not_allowed"]  # noqa: E731
+        before = drops()
+        # From the wire: each frame to its VLAN; VLAN 30 dropped.
+        got = n.probe(["a10", "a5", "t1"], [("ext", BCAST, 10, ["w10"]), ("ext", BCAST, 30, ["w30"]),
+                                            ("ext", BCAST, 20, ["w20"]), ("ext", BCAST, None, ["w5"]),
+                                            ("ext", BCAST, 10, ["end"]), ("ext", BCAST, 20, ["end"]),
+                                            ("ext", BCAST, None, ["end"])])
+        assert got == {"a10": [("w10", None)], "t1": [("w20", 20)], "a5": [("w5", None)]}
+        assert drops() - before == 1

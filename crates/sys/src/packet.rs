@@ -188,12 +188,11 @@ pub fn open_uplink(
         // Protocol 0: nothing is received until bind names ETH_P_ALL, after
         // the header options are set.
         let fd = packet_socket().map_err(sys("socket(AF_PACKET)"))?;
-        match header {
-            RxHeader::Vnet => set_vnet_hdr(&fd, device)?,
-            RxHeader::Aux => {
-                setsockopt(&fd, SOL_PACKET, PACKET_AUXDATA, &1i32).map_err(sys("PACKET_AUXDATA"))?
-            }
+        if header == RxHeader::Vnet {
+            set_vnet_hdr(&fd, device)?;
         }
+        // Both: the tag Linux took off a received frame is only here.
+        setsockopt(&fd, SOL_PACKET, PACKET_AUXDATA, &1i32).map_err(sys("PACKET_AUXDATA"))?;
         setsockopt(&fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &1i32)
             .map_err(sys("PACKET_IGNORE_OUTGOING"))?;
         setsockopt(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &SOCKET_BUFFER)
@@ -331,12 +330,49 @@ pub fn socket_drops(q: &FrameQueue) -> io::Result<u32> {
     Ok(st[1])
 }
 
-/// What the kernel says of a frame read from an [`RxHeader::Aux`] socket
-/// (`struct tpacket_auxdata`'s status bits).
+/// What the kernel says of a frame read from an uplink's packet socket
+/// (`struct tpacket_auxdata`): its status bits, and the 802.1Q tag the
+/// kernel took off the frame (Linux moves a received frame's outer tag out
+/// of its bytes before any packet socket sees it).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AuxStatus(pub u32);
+pub struct AuxStatus {
+    /// `tp_status`.
+    pub bits: u32,
+    /// `tp_vlan_tci`, valid with [`AuxStatus::VLAN_VALID`].
+    pub vlan_tci: u16,
+    /// `tp_vlan_tpid`, valid with [`AuxStatus::VLAN_TPID_VALID`].
+    pub vlan_tpid: u16,
+}
 
 impl AuxStatus {
+    /// `TP_STATUS_VLAN_VALID`: the frame had an outer tag, now in
+    /// `vlan_tci`.
+    pub const VLAN_VALID: u32 = 1 << 4;
+    /// `TP_STATUS_VLAN_TPID_VALID`: `vlan_tpid` says which kind of tag.
+    pub const VLAN_TPID_VALID: u32 = 1 << 6;
+
+    /// Status bits alone (no tag).
+    pub fn of(bits: u32) -> AuxStatus {
+        AuxStatus {
+            bits,
+            ..AuxStatus::default()
+        }
+    }
+
+    /// The outer tag the kernel took off: (TPID, TCI). An older kernel that
+    /// does not say the TPID took off an 802.1Q tag.
+    pub fn vlan(self) -> Option<(u16, u16)> {
+        if !self.has(Self::VLAN_VALID) {
+            return None;
+        }
+        let tpid = if self.has(Self::VLAN_TPID_VALID) {
+            self.vlan_tpid
+        } else {
+            0x8100
+        };
+        Some((tpid, self.vlan_tci))
+    }
+
     /// `TP_STATUS_CSUMNOTREADY`: the transport checksum is partial (the
     /// sender left it to the device).
     pub const CSUM_NOT_READY: u32 = 1 << 3;
@@ -347,7 +383,7 @@ impl AuxStatus {
 
     /// True if every bit of `bits` is set.
     pub fn has(self, bits: u32) -> bool {
-        self.0 & bits == bits
+        self.bits & bits == bits
     }
 }
 
@@ -434,7 +470,14 @@ fn aux_status(m: &libc::msghdr) -> AuxStatus {
             let enough = (*c).cmsg_len as usize >= libc::CMSG_LEN(4) as usize;
             if (*c).cmsg_level == SOL_PACKET && (*c).cmsg_type == PACKET_AUXDATA && enough {
                 let data = libc::CMSG_DATA(c);
-                return AuxStatus(std::ptr::read_unaligned(data.cast::<u32>()));
+                let mut a = AuxStatus::of(std::ptr::read_unaligned(data.cast::<u32>()));
+                // tp_vlan_tci and tp_vlan_tpid follow tp_status, tp_len,
+                // tp_snaplen, tp_mac and tp_net (bytes 16..20).
+                if (*c).cmsg_len as usize >= libc::CMSG_LEN(20) as usize {
+                    a.vlan_tci = std::ptr::read_unaligned(data.add(16).cast::<u16>());
+                    a.vlan_tpid = std::ptr::read_unaligned(data.add(18).cast::<u16>());
+                }
+                return a;
             }
             c = libc::CMSG_NXTHDR(m, c);
         }

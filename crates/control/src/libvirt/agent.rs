@@ -92,6 +92,11 @@ pub(crate) fn run(cx: Arc<Ctl>, lv: Libvirt) {
             }
         };
         unclaimed.retain(|p, _| sockets.iter().any(|(s, _)| s == p));
+        // Ports gone (a `release`, `hvnet vm del`): what was known of
+        // their sockets goes too.
+        let has_port = |p: &Path| topo.vms.iter().any(|v| v.vhost.path.as_deref() == Some(p));
+        made.retain(|p, _| has_port(p));
+        lost.retain(|p, _| has_port(p));
         for (path, ino) in &sockets {
             let vm = topo
                 .vms

@@ -35,6 +35,20 @@ pub enum Framing {
     },
 }
 
+/// Puts back the outer tag Linux took off a received frame (the wire's
+/// 802.1Q tag: a trunk uplink's VLAN), into the buffer's headroom, the
+/// parsed layers kept true. A frame whose tag cannot be put back (an
+/// 802.1ad outer tag, or a tag behind which another remains) is refused
+/// as a bad frame: switched untagged, it would enter the wrong VLAN.
+fn retag(mut p: Packet, (tpid, tci): (u16, u16), pool: &mut Pool) -> Result<Packet, RecvError> {
+    let vid = tci & 0x0fff;
+    if tpid == 0x8100 && !p.tagged() && (vid == 0 || p.set_vlan_tag(Some(vid))) {
+        return Ok(p);
+    }
+    pool.keep(p.buf);
+    Err(RecvError::BadFrame(hvnet_wire::Error::TooDeep))
+}
+
 /// A frame read and not yet taken: its buffer, whether the kernel cut it,
 /// and the kernel's status word.
 type Ready = (Buf, bool, AuxStatus);
@@ -78,17 +92,21 @@ impl SocketBatchReader {
             pool.keep(buf);
             return Err(RecvError::BadFrame(hvnet_wire::Error::Truncated));
         }
-        match self.framing {
+        let p = match self.framing {
             Framing::Vnet => {
                 let n = buf.len() + HEADROOM;
-                check(buf, n)
+                check(buf, n)?
             }
             Framing::Whole { tunnel } => {
                 let mut p = Packet::parse_on(buf, OffloadInfo::NONE, tunnel)
                     .map_err(|(_, e)| RecvError::BadFrame(e))?;
                 p.meta.offload = offload_of(p.frame(), &p.meta.layers, status, tunnel, mtu)?;
-                Ok(p)
+                p
             }
+        };
+        match status.vlan() {
+            Some(tag) => retag(p, tag, pool),
+            None => Ok(p),
         }
     }
 

@@ -154,7 +154,7 @@ mod tests {
 
     fn offload(frame: &[u8], status: u32, mtu: u16) -> Result<OffloadInfo, RecvError> {
         let l = Layers::parse(frame).unwrap();
-        offload_of(frame, &l, AuxStatus(status), 4789, mtu)
+        offload_of(frame, &l, AuxStatus::of(status), 4789, mtu)
     }
 
     #[test]

@@ -77,39 +77,50 @@ def hvnet_hosts(tmp, packed=False):
 
 
 @contextlib.contextmanager
-def bridged_hosts(tmp):
-    """Two Linux bridges joined by a veth pair, a TAP for the guest in
-    each (QEMU's own virtio-net back end, vnet headers on), the pinging
-    namespace on the first: (TAPs (source, destination), ping argv)."""
+def joined_bridges(prefix="lm"):
+    """Two Linux bridges joined by a veth pair (two hosts' switches and
+    the wire between them), the pinging namespace on the first: (bridges,
+    ping argv, the devices made, to which a caller adds its own: all are
+    deleted at the end)."""
     made = []
     try:
         bridges = []
         for _ in range(2):
-            br = hvlab.unique("lmbr")
+            br = hvlab.unique(prefix + "br")
             hvlab.run(["ip", "link", "add", br, "type", "bridge"])
             made.append(br)
             hvlab.run(["ip", "link", "set", br, "up"])
             bridges.append(br)
-        wire_a, wire_b = veth_pair("lw")
+        wire_a, wire_b = veth_pair(prefix + "w")
         made.append(wire_a)
-        taps = []
         for br, wire in zip(bridges, (wire_a, wire_b)):
             hvlab.run(["ip", "link", "set", wire, "master", br])
+        with hvlab.Netns(prefix + "c") as c:
+            outside = hvlab.unique(prefix + "v")
+            hvlab.run(["ip", "link", "add", outside, "type", "veth", "peer", "name", "eth0", "netns", c.name])
+            made.append(outside)
+            hvlab.run(["ip", "link", "set", outside, "master", bridges[0], "up"])
+            c.sh(f"ip addr add {PEER}/24 dev eth0 && ip link set eth0 up")
+            yield bridges, ["ip", "netns", "exec", c.name], made
+    finally:
+        for dev in reversed(made):
+            hvlab.run(["ip", "link", "del", dev], check=False)
+
+
+@contextlib.contextmanager
+def bridged_hosts(tmp):
+    """`joined_bridges` with a TAP for the guest in each (QEMU's own
+    virtio-net back end, vnet headers on): (TAPs (source, destination),
+    ping argv)."""
+    with joined_bridges() as (bridges, ns, made):
+        taps = []
+        for br in bridges:
             tap = hvlab.unique("lmt")
             hvlab.run(["ip", "tuntap", "add", "dev", tap, "mode", "tap", "vnet_hdr"])
             made.append(tap)
             hvlab.run(["ip", "link", "set", tap, "master", br, "up"])
             taps.append(dict(tap=tap))
-        with hvlab.Netns("lmc") as c:
-            outside, inside = hvlab.unique("lmv"), "eth0"
-            hvlab.run(["ip", "link", "add", outside, "type", "veth", "peer", "name", inside, "netns", c.name])
-            made.append(outside)
-            hvlab.run(["ip", "link", "set", outside, "master", bridges[0], "up"])
-            c.sh(f"ip addr add {PEER}/24 dev eth0 && ip link set eth0 up")
-            yield tuple(taps), ["ip", "netns", "exec", c.name]
-    finally:
-        for dev in reversed(made):
-            hvlab.run(["ip", "link", "del", dev], check=False)
+        yield tuple(taps), ns
 
 
 HVNET, BRIDGE = "hvnet (vhost-user)", "Linux bridge (QEMU virtio-net on TAP)"

@@ -34,7 +34,7 @@ import libvirt_host
 import qemu_guest
 
 from .figures import measured
-from .migration import GUEST, PEER, pings, veth_pair
+from .migration import GUEST, PEER, joined_bridges, pings, veth_pair
 from .runners import interleaved
 from .verdict import median
 
@@ -76,30 +76,8 @@ BRIDGED = """<interface type='bridge'>
 def bridged_hosts(tmp, second):
     """Two Linux bridges joined by a veth pair, the pinging namespace on
     the first: as `hvnet_hosts` (the bridge in place of the bridge)."""
-    made = []
-    try:
-        bridges = []
-        for _ in range(2):
-            br = hvlab.unique("lxbr")
-            hvlab.run(["ip", "link", "add", br, "type", "bridge"])
-            made.append(br)
-            hvlab.run(["ip", "link", "set", br, "up"])
-            bridges.append(br)
-        wire_a, wire_b = veth_pair("lxw")
-        made.append(wire_a)
-        for br, wire in zip(bridges, (wire_a, wire_b)):
-            hvlab.run(["ip", "link", "set", wire, "master", br])
-        with hvlab.Netns("lxc") as c:
-            outside = hvlab.unique("lxv")
-            hvlab.run(["ip", "link", "add", outside, "type", "veth", "peer", "name", "eth0", "netns", c.name])
-            made.append(outside)
-            hvlab.run(["ip", "link", "set", outside, "master", bridges[0], "up"])
-            c.sh(f"ip addr add {PEER}/24 dev eth0 && ip link set eth0 up")
-            yield (BRIDGED.format(mac=MAC, bridge=bridges[0]), (f"'{bridges[0]}'", f"'{bridges[1]}'"),
-                   ["ip", "netns", "exec", c.name])
-    finally:
-        for dev in reversed(made):
-            hvlab.run(["ip", "link", "del", dev], check=False)
+    with joined_bridges("lx") as (bridges, ns, _):
+        yield BRIDGED.format(mac=MAC, bridge=bridges[0]), (f"'{bridges[0]}'", f"'{bridges[1]}'"), ns
 
 
 BACKENDS = {HVNET: hvnet_hosts, BRIDGE: bridged_hosts}

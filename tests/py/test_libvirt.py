@@ -25,7 +25,7 @@ import hvlab
 from test_switch_e2e import XFER
 
 import libvirt_host
-from libvirt_host import Daemons, domain, interface, virsh
+from libvirt_host import domain, interface, virsh
 
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(not libvirt_host.available(),
@@ -34,28 +34,8 @@ pytestmark = [pytest.mark.root,
 PEER, GUEST = "198.18.61.1", "198.18.61.2"
 
 
-@pytest.fixture(scope="module")
-def libvirtd(tmp_path_factory):
-    """The system libvirtd: one already running, or virtlogd and libvirtd
-    started here and stopped by PID."""
-    d = Daemons(tmp_path_factory.mktemp("libvirt"))
-    try:
-        d.start()
-        yield d
-    finally:
-        d.stop()
 
 
-@pytest.fixture
-def guest_dir():
-    """Kernel, initramfs, console and sockets, where libvirt's QEMU (user
-    libvirt-qemu) may read and create them."""
-    d = Path(hvlab.run(["mktemp", "-d", "/var/tmp/hvnet-lv-XXXXXX"]).stdout.strip())
-    qemu = pwd.getpwnam("libvirt-qemu")
-    os.chown(d, qemu.pw_uid, qemu.pw_gid)
-    d.chmod(0o755)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.mark.parametrize("libvirt_mode", ["client", "server"])

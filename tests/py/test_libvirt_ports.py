@@ -13,7 +13,6 @@ none runs (docs/guide/libvirt.md)."""
 import contextlib
 import json
 import os
-import pwd
 import re
 import shutil
 import signal
@@ -24,7 +23,7 @@ import pytest
 
 import hvlab
 import libvirt_host
-from libvirt_host import Daemons, domain, interface, virsh
+from libvirt_host import domain, interface, virsh
 
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(not libvirt_host.available(),
@@ -34,25 +33,8 @@ PEER, GUEST = "198.18.62.1", "198.18.62.2"
 PEER2, GUEST2 = "198.18.63.1", "198.18.63.2"
 
 
-@pytest.fixture(scope="module")
-def libvirtd(tmp_path_factory):
-    d = Daemons(tmp_path_factory.mktemp("libvirt"))
-    try:
-        d.start()
-        yield d
-    finally:
-        d.stop()
 
 
-@pytest.fixture
-def guest_dir():
-    """Kernel, initramfs and console where libvirt's QEMU (user
-    libvirt-qemu) may read and write them."""
-    d = Path(hvlab.run(["mktemp", "-d", "/var/tmp/hvnet-lvp-XXXXXX"]).stdout.strip())
-    os.chown(d, pwd.getpwnam("libvirt-qemu").pw_uid, -1)
-    d.chmod(0o755)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 class Guest:

@@ -809,3 +809,38 @@ fn shared_file(len: u64) -> std::fs::File {
     f.set_len(len).expect("size");
     f
 }
+
+/// A domain's XML, as libvirt's hook hands it to the control socket (any
+/// bytes a domain's author wrote): read, or refused with a reason; each
+/// vhost-user interface read makes a `[[vm]]` table that is TOML, names
+/// the interface's socket and MAC as the XML did, and injects no key of
+/// its own (a domain's name or a socket's path with quotes, newlines or
+/// `]]` in it stays a value).
+pub fn libvirt_domain(data: &[u8]) {
+    let Ok(xml) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(dom) = hvnet_control::libvirt::domain::parse(xml) else {
+        return;
+    };
+    let lv = hvnet_control::topology::Libvirt {
+        sockets: "/run/hvnet-libvirt/fuzz".into(),
+        group: "root".into(),
+        gid: 0,
+        uri: "qemu:///system".into(),
+    };
+    for nic in &dom.nics {
+        let table = hvnet_control::libvirt::vm_table(&lv, &dom, nic);
+        let t: toml::Table = toml::from_str(&table).unwrap_or_else(|e| panic!("{e}\n{table}"));
+        let vm = t["vm"].as_array().expect("[[vm]]")[0].as_table().expect("a table");
+        assert_eq!(t.len(), 1, "one [[vm]] and nothing else: {table}");
+        assert_eq!(vm["socket"].as_str(), nic.socket.to_str(), "{table}");
+        assert_eq!(vm["mac"].as_str(), Some(nic.mac.to_string().as_str()));
+        assert_eq!(vm["name"].as_str(), Some(hvnet_control::libvirt::port_name(nic).as_str()));
+        let allowed = [
+            "name", "kind", "mac", "queues", "connected", "socket", "mode", "socket_group",
+            "socket_mode", "vlan", "vlan_mode", "vlans", "native_vlan",
+        ];
+        assert!(vm.keys().all(|k| allowed.contains(&k.as_str())), "{table}");
+    }
+}

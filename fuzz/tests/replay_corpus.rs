@@ -67,3 +67,8 @@ fn ctl_request() {
 fn vhost_front_end() {
     replay("vhost_front_end", hvnet_fuzz::vhost_front_end);
 }
+
+#[test]
+fn libvirt_domain() {
+    replay("libvirt_domain", hvnet_fuzz::libvirt_domain);
+}

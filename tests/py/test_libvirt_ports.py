@@ -177,9 +177,11 @@ def test_an_interface_attached_to_a_running_guest_gets_a_port_and_loses_it_when_
 
 def test_libvirtd_and_hvnet_restarts_leave_a_running_guest_on_the_network(tmp_path, libvirtd, guest_dir):
     """The guest pings every 0.1 s throughout: libvirtd restarted (its
-    guests run on), then the switch's daemon stopped and `hvnet up` again
-    (it re-attaches to the port libvirt's guest got, and connects to the
-    socket QEMU still listens on). Pings answered after each."""
+    guests run on); the topology file applied again to the running switch
+    (which leaves libvirt's guests' ports alone); then the switch's daemon
+    stopped and `hvnet up` again (it re-attaches to the port libvirt's
+    guest got, and connects to the socket QEMU still listens on). Pings
+    answered after each."""
     if not libvirtd.ours:
         pytest.skip("a libvirtd this test did not start runs; it is not the test's to restart")
     mac = "52:54:00:62:00:02"
@@ -194,6 +196,10 @@ def test_libvirtd_and_hvnet_restarts_leave_a_running_guest_on_the_network(tmp_pa
             mark = max(replies())
             assert hvlab.eventually(lambda: max(replies()) > mark + 10, timeout=30, every=0.2), g.text()[-2000:]
             assert "app1-eth0" in ports(t)
+            # `hvnet up FILE` on the running switch (the file has no such
+            # port): libvirt's guest's port is libvirt's, and stays.
+            hvlab.hvnet("up", t.file)
+            assert "app1-eth0" in ports(t)
             os.kill(daemon_pid(t), signal.SIGTERM)
             assert hvlab.eventually(lambda: not Path(f"/run/hvnet/{t.name}/ctl.sock").exists(), timeout=30)
             hvlab.hvnet("up", t.file)
@@ -201,6 +207,12 @@ def test_libvirtd_and_hvnet_restarts_leave_a_running_guest_on_the_network(tmp_pa
             assert hvlab.eventually(lambda: max(replies()) > mark + 10, timeout=60, every=0.2), g.text()[-2000:]
             assert ports(t)["app1-eth0"]["mac"] == mac
             assert g.state() == "running"
+            # A port removed by hand is not made again while its guest runs
+            # on (as `ovs-vsctl del-port`).
+            t.hv("vm", "del", "app1-eth0")
+            log = Path(f"/run/hvnet/{t.name}/daemon.log")
+            assert hvlab.eventually(lambda: "port removed by hand" in log.read_text(), timeout=10), log.read_text()[-2000:]
+            assert "app1-eth0" not in ports(t)
 
 
 def test_a_domain_that_cannot_work_is_refused_in_libvirts_error_and_nothing_is_made(

@@ -80,6 +80,9 @@ pub(crate) fn run(cx: Arc<Ctl>, lv: Libvirt) {
     // port was made).
     let mut lost: HashMap<PathBuf, Wait> = HashMap::new();
     let mut made: HashMap<PathBuf, u64> = HashMap::new();
+    // Sockets whose port someone else removed (`hvnet vm del`) while the
+    // guest ran on: not given a port again until bound again.
+    let mut dismissed: HashMap<PathBuf, u64> = HashMap::new();
     while !cx.sw.stopping() {
         std::thread::sleep(LOOK);
         let now = Instant::now();
@@ -95,7 +98,17 @@ pub(crate) fn run(cx: Arc<Ctl>, lv: Libvirt) {
         // Ports gone (a `release`, `hvnet vm del`): what was known of
         // their sockets goes too.
         let has_port = |p: &Path| topo.vms.iter().any(|v| v.vhost.path.as_deref() == Some(p));
-        made.retain(|p, _| has_port(p));
+        made.retain(|p, ino| {
+            if has_port(p) {
+                return true;
+            }
+            if sockets.iter().any(|(s, i)| s == p && i == ino) {
+                tracing::info!(socket = %p.display(), "libvirt: port removed by hand; not made again until its socket is bound again");
+                dismissed.insert(p.clone(), *ino);
+            }
+            false
+        });
+        dismissed.retain(|p, ino| sockets.iter().any(|(s, i)| s == p && i == ino));
         lost.retain(|p, _| has_port(p));
         for (path, ino) in &sockets {
             let vm = topo
@@ -113,6 +126,9 @@ pub(crate) fn run(cx: Arc<Ctl>, lv: Libvirt) {
                     made.remove(path);
                     lost.remove(path);
                 }
+                continue;
+            }
+            if dismissed.contains_key(path) {
                 continue;
             }
             let w = unclaimed

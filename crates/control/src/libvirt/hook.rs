@@ -98,6 +98,11 @@ fn carry_out(cx: &Ctl, op: &str, xml: &str) -> Result<Value, CtlError> {
         "release" => {
             let mut gone = Vec::new();
             for n in &ours {
+                // The socket first: a port gone while its socket stays
+                // is one removed by hand, to the watch.
+                if n.qemu_listens {
+                    remove_left_over(&n.socket);
+                }
                 if let Some(vm) = cx
                     .topology()
                     .vms
@@ -106,9 +111,6 @@ fn carry_out(cx: &Ctl, op: &str, xml: &str) -> Result<Value, CtlError> {
                 {
                     crate::reconcile::del_vm(cx, &vm.name)?;
                     gone.push(vm.name.clone());
-                }
-                if n.qemu_listens {
-                    remove_left_over(&n.socket);
                 }
             }
             if !gone.is_empty() {

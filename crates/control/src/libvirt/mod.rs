@@ -66,8 +66,8 @@ pub fn vm_table(lv: &Libvirt, dom: &Domain, nic: &Nic) -> String {
     let q = |s: &str| toml::Value::String(s.into()).to_string();
     let mut t = format!(
         "[[vm]]\n# libvirt domain {} ({})\nname = {}\nkind = \"vhost-user\"\nmac = \"{}\"\nqueues = {}\nconnected = {}\nsocket = {}\n",
-        dom.name.replace('\n', " "),
-        dom.uuid.replace('\n', " "),
+        printable(&dom.name),
+        printable(&dom.uuid),
         q(&port_name(nic)),
         nic.mac,
         nic.queues,
@@ -100,4 +100,11 @@ pub fn vm_table(lv: &Libvirt, dom: &Domain, nic: &Nic) -> String {
         }
     }
     t
+}
+
+/// `s` with its control characters as spaces (a comment's text).
+fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
 }

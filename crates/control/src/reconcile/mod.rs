@@ -108,6 +108,7 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
         ("[frr]", now.frr == file.frr),
         ("netns", now.netns == file.netns),
         ("[switch]", now.switch == file.switch),
+        ("[libvirt]", now.libvirt == file.libvirt),
         ("fdb_aging_secs", now.fdb_aging_secs == file.fdb_aging_secs),
     ];
     if let Some((what, _)) = sections.iter().find(|(_, same)| !same) {
@@ -171,12 +172,27 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
     let dir = state_dir(&now.name);
     let mut state =
         read_state(&dir).ok_or_else(|| CtlError::failed("the topology's state is gone"))?;
+    // libvirt's guests' ports are libvirt's, not the file's: kept.
+    let libvirts = |v: &Vm| {
+        now.libvirt.as_ref().is_some_and(|lv| {
+            v.vhost
+                .path
+                .as_deref()
+                .is_some_and(|p| crate::libvirt::in_directory(lv, p))
+        })
+    };
+    let kept: Vec<Vm> = now
+        .vms
+        .iter()
+        .filter(|r| libvirts(r) && !file.vms.iter().any(|v| v.name == r.name))
+        .cloned()
+        .collect();
     let mut removed = Vec::new();
     let mut running = Topology::clone(&now);
     while let Some(i) = running
         .vms
         .iter()
-        .position(|r| !file.vms.iter().any(|v| v.name == r.name))
+        .position(|r| !file.vms.iter().any(|v| v.name == r.name) && !libvirts(r))
     {
         del_port(cx, &running, i, &mut state)?;
         removed.push(running.vms.remove(i).name);
@@ -200,10 +216,15 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
             .map_err(|e| CtlError::failed(format!("{name}: {e}")))?;
     }
     state.topology_text = text.to_string();
-    state.added_vms.clear();
+    state.added_vms.retain(|t| {
+        kept.iter()
+            .any(|k| now.parse_vm_name(t).as_deref() == Some(&k.name))
+    });
     state.removed_vms.clear();
     write_state(&dir, &state).map_err(CtlError::failed)?;
-    cx.set_topology(file.clone());
+    let mut next = file.clone();
+    next.vms.extend(kept);
+    cx.set_topology(next);
     for &(i, _) in &added {
         start_guest(cx, &file, i)?;
     }

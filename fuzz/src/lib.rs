@@ -386,6 +386,7 @@ pub fn vtep_receive(data: &[u8]) {
         remotes: vec![Ipv4Addr::new(198, 18, 9, 2)],
         port: 4789,
         udp_csum: false,
+        vlans: Vec::new(),
     });
     match vtep.receive(pkt, std::time::Instant::now()) {
         Received::Inner(inner) => {

@@ -409,3 +409,53 @@ def test_tcp_with_open_vswitch_vxlan(tmp_path):
         finally:
             ovs.stop()
 
+
+
+def test_a_tunnel_carries_several_vlans_each_in_its_vni(tmp_path):
+    """`[uplink.vxlan] vlans = { 10 = 5010, 20 = 5020 }` on an uplink of
+    VLAN 5 (its own VNI, 42): against three of Linux's vxlan devices on
+    the external host, one per VNI. VMs on access ports of VLANs 5, 10 and
+    20 each reach theirs; a file crosses VNI 5010 both ways (TSO frames of
+    VLAN 10, tagged inside the switch, untagged in the tunnel); a trunk
+    VM's tagged frames of VLAN 20 arrive in VNI 5020 untagged and come back
+    tagged; nothing crosses from one VNI to another."""
+    import os
+    import subprocess
+
+    probe = os.path.join(os.path.dirname(__file__), "vlan_probe.py")
+    vms = [dict(name="a5", ipv4="10.79.0.1/24", vlan=5), dict(name="a10", ipv4="10.79.10.1/24", vlan=10),
+           dict(name="a20", ipv4="10.79.20.1/24", vlan=20),
+           dict(name="t", ipv4="10.79.30.1/24", queues=1, vlan_mode="trunk", vlans=[20])]
+    data, want = random_file(tmp_path)
+    with hvlab.Topology(
+            tmp_path, vms, prefix="vv",
+            uplinks=[dict(name="up0", device="", mtu=1550, vlan=5,
+                          vxlan=dict(vni=VNI, local=LOCAL + "/24", remotes=[REMOTE], vlans={"10": 5010, "20": 5020}))],
+            hosts=[dict(name="ext", uplink="up0", ipv4=REMOTE + "/24")]) as t:
+        for vni, net in ((VNI, "10.79.0"), (5010, "10.79.10"), (5020, "10.79.20")):
+            t.sh("ext", f"ip link add vx{vni} type vxlan id {vni} local {REMOTE} remote {LOCAL} dstport 4789 dev eth0 "
+                        f"&& ip addr add {net}.100/24 dev vx{vni} && ip link set vx{vni} up")
+        show = json.loads(t.hv("port", "up0", "--json").stdout)
+        assert (show["vlan_mode"], show["vlans"], show["native_vlan"]) == ("trunk", "10,20", 5), show
+        for vm, net in (("a5", "10.79.0"), ("a10", "10.79.10"), ("a20", "10.79.20")):
+            t.sh(vm, f"ping -c 2 -i 0.2 -W 2 {net}.100")
+        assert transfer(t, "a10", "ext", "10.79.10.100", data) == want
+        assert transfer(t, "ext", "a10", "10.79.10.1", data, port=5556) == want
+        # A trunk VM's own tags: VLAN 20 leaves in VNI 5020, untagged.
+        recv = t.popen("ext", f"{os.sys.executable} {probe} recv vx5020 tok", stdout=subprocess.PIPE, text=True)
+        assert recv.stdout.readline().strip() == "ready"
+        t.sh("t", f"{os.sys.executable} {probe} send eth0 ff:ff:ff:ff:ff:ff 20 tok v20 end")
+        out, _ = recv.communicate(timeout=60)
+        assert json.loads(out.strip().splitlines()[-1]) == [{"label": "v20", "vlan": None}]
+        # And back: VNI 5020 to the trunk, tagged 20.
+        recv = t.popen("t", f"{os.sys.executable} {probe} recv eth0 tok2", stdout=subprocess.PIPE, text=True)
+        assert recv.stdout.readline().strip() == "ready"
+        t.sh("ext", f"{os.sys.executable} {probe} send vx5020 ff:ff:ff:ff:ff:ff - tok2 w20 end")
+        out, _ = recv.communicate(timeout=60)
+        assert json.loads(out.strip().splitlines()[-1]) == [{"label": "w20", "vlan": 20}]
+        # Each VNI's traffic stayed in its VLAN: a5 and a20 saw none of
+        # VLAN 10's stream.
+        for vm in ("a5", "a20"):
+            assert t.stats(f"/ports/{vm}/rx_summary")["delivered_frames"] < 100, vm
+        assert t.stats("/uplinks/up0/tx_summary")["drop_vni"] == 0
+        assert_accounted(t, ["a10", "up0"])

@@ -317,6 +317,7 @@ pub(crate) fn open_uplink(topo: &Topology, u: &Uplink) -> Result<PortSpec, Daemo
                     remotes: v.remotes.clone(),
                     port: v.port,
                     udp_csum: v.udp_csum,
+                    vlans: v.vlans.clone(),
                 },
             );
             let endpoint = Arc::clone(vx.endpoint());

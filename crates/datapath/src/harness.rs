@@ -682,6 +682,7 @@ mod tests {
             remotes: vec![remote],
             port: 4789,
             udp_csum: false,
+            vlans: Vec::new(),
         };
         let backends = [Backend::Tap, Backend::Replay];
         let mut h =
@@ -765,6 +766,7 @@ mod tests {
             remotes: vec![],
             port: 4789,
             udp_csum: false,
+            vlans: Vec::new(),
         };
         let backends = [Backend::Tap, Backend::Replay, Backend::Replay];
         let mut h =

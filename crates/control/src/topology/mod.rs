@@ -77,6 +77,8 @@
 //! remotes = []              # static peers (the flood list)
 //! evpn = false              # true: peers, remote MACs and IPs from BGP EVPN through FRR as well, the
 //!                           #   VMs' MACs and IPs advertised (docs/guide/evpn.md)
+//! vlans = { 10 = 5010 }     # more VLANs the tunnel carries, each in a VNI of its own (the uplink's
+//!                           #   own vlan, 1..4094, is vni's; the uplink becomes a trunk of them)
 //!
 //! [frr]                     # optional, with evpn: `hvnet up` starts FRR's zebra and bgpd (stopped by down)
 //! asn = 65000

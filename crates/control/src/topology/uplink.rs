@@ -58,6 +58,9 @@ struct VxlanRepr {
     udp_csum: bool,
     #[serde(default, deserialize_with = "hvnet_datapath::on_off")]
     evpn: bool,
+    /// More VLANs the tunnel carries: `{ 10 = 5010, 20 = 5020 }`.
+    #[serde(default)]
+    vlans: std::collections::BTreeMap<String, u32>,
 }
 
 fn d_vxlan_port() -> u16 {
@@ -179,6 +182,9 @@ pub struct Vxlan {
     /// Remote endpoints and MACs from BGP EVPN too, through FRR (see the
     /// control crate's `evpn`); the VMs' MACs and IPs advertised.
     pub evpn: bool,
+    /// More VLANs the tunnel carries, each in a VNI of its own (VLAN,
+    /// VNI); `vni` carries the uplink's own VLAN.
+    pub vlans: Vec<(u16, u32)>,
 }
 
 /// What VXLAN takes from the underlay's MTU: outer IPv4, UDP and VXLAN
@@ -263,7 +269,7 @@ pub(super) fn parse_uplinks(
             u.native_vlan,
         )
         .map_err(bad)?;
-        let settings = PortSettings {
+        let mut settings = PortSettings {
             // At an uplink, `lro` is software LRO at its ingress.
             lro: lro == UplinkLro::Software,
             tso,
@@ -309,6 +315,50 @@ pub(super) fn parse_uplinks(
                         v.port
                     )));
                 }
+                let mut vlans = Vec::new();
+                for (key, &vni) in &v.vlans {
+                    let id = key
+                        .parse::<u16>()
+                        .ok()
+                        .filter(|id| (1..=4094).contains(id))
+                        .ok_or_else(|| vbad(format!("vlans: VLAN {key:?} is outside 1..4094")))?;
+                    if !(1..(1 << 24)).contains(&vni) {
+                        return Err(vbad(format!(
+                            "vlans: VNI {vni} (VLAN {id}) is outside 1..16777215"
+                        )));
+                    }
+                    if vni == v.vni || vlans.iter().any(|&(_, n)| n == vni) {
+                        return Err(vbad(format!(
+                            "vlans: VNI {vni} carries two VLANs (the uplink's own, vni, is {})",
+                            v.vni
+                        )));
+                    }
+                    if id == vlan {
+                        return Err(vbad(format!(
+                            "vlans: VLAN {id} is the uplink's own (vlan), which vni {} carries",
+                            v.vni
+                        )));
+                    }
+                    vlans.push((id, vni));
+                }
+                if !vlans.is_empty() {
+                    if u.vlan_mode.is_some() || u.vlans.is_some() || u.native_vlan.is_some() {
+                        return Err(vbad("vlans makes the uplink a trunk of those VLANs (its own, vlan, untagged): give it no vlan_mode, vlans or native_vlan".into()));
+                    }
+                    if vlan == 0 {
+                        return Err(vbad("vlans needs the uplink's own VLAN (vlan, 1..4094): the one vni carries".into()));
+                    }
+                    if v.evpn {
+                        return Err(vbad("vlans with evpn: not supported yet (EVPN advertises the uplink's own VNI only)".into()));
+                    }
+                    // The switch's side of it: a trunk of those VLANs whose
+                    // native VLAN is the uplink's own; the endpoint turns
+                    // each tag into its VNI and back.
+                    let ranges: Vec<(u16, u16)> = vlans.iter().map(|&(id, _)| (id, id)).collect();
+                    settings.vlan_mode = hvnet_datapath::VlanMode::Trunk;
+                    settings.vlans = hvnet_datapath::VlanSet::from_ranges(&ranges);
+                    settings.native_vlan = Some(vlan);
+                }
                 Some(Vxlan {
                     vni: v.vni,
                     local,
@@ -316,6 +366,7 @@ pub(super) fn parse_uplinks(
                     port: v.port,
                     udp_csum: v.udp_csum,
                     evpn: v.evpn,
+                    vlans,
                 })
             }
         };
@@ -365,6 +416,47 @@ mod tests {
     use super::super::parse;
     use super::super::tests::{GOOD, UPLINK};
     use super::*;
+
+    #[test]
+    fn a_tunnel_of_several_vlans_is_a_trunk_of_them() {
+        let vx = |vlan: &str, extra: &str, vlans: &str| {
+            parse(&format!(
+                "{GOOD}{}{extra}\n[uplink.vxlan]\nvni = 7\nlocal = \"10.9.0.1/24\"\nvlans = {vlans}\n",
+                UPLINK.replace("queues = 2", &format!("queues = 2\n{vlan}"))
+            ))
+        };
+        let t = vx("vlan = 5", "", "{ 10 = 5010, 20 = 5020 }").unwrap();
+        let u = &t.uplinks[0];
+        assert_eq!(
+            u.vxlan.as_ref().unwrap().vlans,
+            vec![(10, 5010), (20, 5020)]
+        );
+        assert_eq!(u.settings.vlan_mode, hvnet_datapath::VlanMode::Trunk);
+        assert_eq!(u.settings.native_vlan, Some(5));
+        assert!(u.settings.vlans.contains(10) && u.settings.vlans.contains(20));
+        assert!(!u.settings.vlans.contains(30));
+        let bad = |vlan: &str, extra: &str, vlans: &str, why: &str| {
+            let (_, reason) = vx(vlan, extra, vlans).unwrap_err();
+            assert!(reason.contains(why), "{vlans}: {reason}");
+        };
+        bad(
+            "vlan = 5",
+            "",
+            "{ 5000 = 5010 }",
+            "VLAN \"5000\" is outside 1..4094",
+        );
+        bad("vlan = 5", "", "{ 10 = 16777216 }", "outside 1..16777215");
+        bad("vlan = 5", "", "{ 10 = 7 }", "carries two VLANs");
+        bad("vlan = 5", "", "{ 10 = 9, 20 = 9 }", "carries two VLANs");
+        bad("vlan = 5", "", "{ 5 = 9 }", "is the uplink's own");
+        bad("", "", "{ 10 = 9 }", "needs the uplink's own VLAN");
+        bad(
+            "vlan_mode = \"trunk\"",
+            "",
+            "{ 10 = 9 }",
+            "give it no vlan_mode",
+        );
+    }
 
     #[test]
     fn uplinks_are_read_and_checked_with_their_line() {

@@ -9,7 +9,7 @@ use crate::outgoing::{BatchOptions, OutFrame, Written};
 use crate::packet::{mac_at, Packet};
 use hvnet_offload::gso::{self, CsumMode};
 use hvnet_offload::vxlan::{encap_header, Tunnel, OUTER_LEN};
-use hvnet_offload::OffloadInfo;
+use hvnet_offload::{CsumState, OffloadInfo};
 use hvnet_wire::{Layers, MacAddr};
 use std::io::IoSlice;
 use std::net::Ipv4Addr;
@@ -26,6 +26,9 @@ pub(super) struct TunnelScratch {
     /// A frame handed over in pieces, made one (a segment the datapath
     /// cut: the port's TSO is off).
     linear: Vec<u8>,
+    /// A tagged frame of one of the endpoint's VLANs, its tag taken off
+    /// (it crosses untagged, in its VLAN's VNI).
+    untagged: Vec<u8>,
 }
 
 /// One segment of a tunnelled GSO frame: its headers in the arena, its
@@ -97,9 +100,53 @@ impl Vtep {
         scratch: &mut TunnelScratch,
     ) -> Result<Written, SendError> {
         let mut linear = std::mem::take(&mut scratch.linear);
-        let r = self.send_inner(tx, frame, how, scratch, &mut linear);
+        let mut untagged = std::mem::take(&mut scratch.untagged);
+        let r = self.send_inner(tx, frame, how, scratch, &mut linear, &mut untagged);
         scratch.linear = linear;
+        scratch.untagged = untagged;
         r
+    }
+
+    /// A tagged inner frame of one of the endpoint's VLANs, as it crosses:
+    /// untagged (a copy, its parsed layers and partial checksum moved with
+    /// it), in that VLAN's VNI. `None`: the frame as it is, in the uplink's
+    /// own VNI. An error for a tag of a VLAN the endpoint does not carry
+    /// (the switch sends it none).
+    fn untag<'a>(
+        &self,
+        inner: &Inner<'_>,
+        untagged: &'a mut Vec<u8>,
+        layers: &'a mut Option<Layers>,
+    ) -> Result<Option<(u32, Inner<'a>)>, SendError> {
+        let f = inner.frame;
+        if self.cfg.vlans.is_empty() || f.len() < 18 || f[12..14] != [0x81, 0x00] {
+            return Ok(None);
+        }
+        let vid = u16::from_be_bytes([f[14], f[15]]) & 0x0fff;
+        let Some(&(_, vni)) = self.cfg.vlans.iter().find(|(v, _)| *v == vid) else {
+            return Err(SendError::Failed);
+        };
+        untagged.clear();
+        untagged.extend_from_slice(&f[..12]);
+        untagged.extend_from_slice(&f[16..]);
+        *layers = inner.layers.map(|l| {
+            let mut l = *l;
+            l.pop_vlan();
+            l
+        });
+        let mut offload = inner.offload;
+        if let CsumState::Partial { start, .. } = &mut offload.csum {
+            *start = start.saturating_sub(4);
+        }
+        Ok(Some((
+            vni,
+            Inner {
+                frame: untagged,
+                layers: layers.as_ref(),
+                hash: inner.hash,
+                offload,
+            },
+        )))
     }
 
     fn send_inner(
@@ -109,6 +156,7 @@ impl Vtep {
         how: BatchOptions,
         scratch: &mut TunnelScratch,
         linear: &mut Vec<u8>,
+        untagged: &mut Vec<u8>,
     ) -> Result<Written, SendError> {
         let inner = match *frame {
             OutFrame::Packet(pkt) => Inner {
@@ -133,6 +181,11 @@ impl Vtep {
         if inner.frame.len() < 14 {
             return Err(SendError::Failed);
         }
+        let mut popped = None;
+        let (vni, inner) = match self.untag(&inner, untagged, &mut popped)? {
+            Some((vni, bare)) => (vni, bare),
+            None => (self.cfg.vni, inner),
+        };
         let dst = mac_at(inner.frame, 0);
         let mut remotes = smallvec::SmallVec::new();
         let flooded = self.remotes_for(dst, &mut remotes);
@@ -159,7 +212,7 @@ impl Vtep {
                 dst_port: self.cfg.port,
                 src_port_range: SOURCE_PORTS,
                 udp_csum: self.cfg.udp_csum,
-                ..Tunnel::new(self.cfg.vni, self.cfg.local.octets(), remote.octets())
+                ..Tunnel::new(vni, self.cfg.local.octets(), remote.octets())
             };
             match write_encapsulated(tx, &tunnel, &inner, mode, scratch, &mut written) {
                 Ok(()) => {}

@@ -256,6 +256,7 @@ mod tests {
             remotes: vec![Ipv4Addr::new(198, 18, 60, 9)],
             port: 4789,
             udp_csum: false,
+            vlans: Vec::new(),
         })
     }
 

@@ -78,6 +78,11 @@ pub struct VtepConfig {
     pub port: u16,
     /// Compute the outer UDP checksum (off: zero, as Linux's default).
     pub udp_csum: bool,
+    /// More VLANs the tunnel carries, each in a VNI of its own (VLAN,
+    /// VNI): a frame of one of them crosses untagged in its VNI, and comes
+    /// back tagged with its VLAN. `vni` carries the switch's untagged
+    /// frames (the uplink's own VLAN).
+    pub vlans: Vec<(u16, u32)>,
 }
 
 /// A VXLAN tunnel endpoint.
@@ -250,9 +255,16 @@ impl Vtep {
                 return Received::Drop(TunnelDrop::BadVxlan)
             }
         };
-        if d.vni != self.cfg.vni {
-            return Received::Drop(TunnelDrop::Vni);
-        }
+        // The uplink's own VNI, untagged; another of its VNIs, tagged
+        // with that VNI's VLAN; any other, not the endpoint's.
+        let vlan = if d.vni == self.cfg.vni {
+            None
+        } else {
+            match self.cfg.vlans.iter().find(|(_, vni)| *vni == d.vni) {
+                Some(&(vlan, _)) => Some(vlan),
+                None => return Received::Drop(TunnelDrop::Vni),
+            }
+        };
         let Ok(inner_layers) = d.layers else {
             return Received::Drop(TunnelDrop::BadVxlan);
         };
@@ -264,6 +276,9 @@ impl Vtep {
             vni: d.vni,
             outer_len,
         });
+        if vlan.is_some() && !inner.set_vlan_tag(vlan) {
+            return Received::Drop(TunnelDrop::BadVxlan);
+        }
         self.learn_neighbour(remote, outer_src);
         self.learn_remote_mac(inner.src(), remote, now);
         Received::Inner(inner)

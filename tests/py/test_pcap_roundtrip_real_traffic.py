@@ -26,7 +26,12 @@ def test_gro_then_gso_preserves_stream(iperf_capture, tmp_path):
     summary = json.loads(r.stdout)
     assert summary["frames_in"] > 1000
     assert summary["coalesced_frames"] > 0
-    assert summary["frames_out"] < summary["frames_in"] / 3, summary
+    # Most of the stream's ~2,900 data segments end in coalesced frames of
+    # many segments each. (Not frames out against frames in: the ACKs the
+    # receiver sent, one per segment or two depending on how loaded the
+    # machine was while it captured, pass through as they are.)
+    assert summary["coalesced_segments"] > 2000, summary
+    assert summary["coalesced_segments"] >= 10 * summary["coalesced_frames"], summary
     hvlab.hvnet("pcap", "gso", gro, gso, "--mtu", 1500)
 
     original = capture_lab.tcp_streams(iperf_capture)

@@ -389,6 +389,16 @@ fn handle(
         Request::PortShow { name } => Ok(views::port_settings(sw, &*port(&name)?)),
         Request::PortSet { name, changes } => {
             let p = port(&name)?;
+            let tunnel_of_vlans = topo
+                .uplinks
+                .iter()
+                .any(|u| u.name == name && u.vxlan.as_ref().is_some_and(|v| !v.vlans.is_empty()));
+            let vlan_keys = ["vlan_mode", "vlans", "native_vlan"];
+            if tunnel_of_vlans && vlan_keys.iter().any(|k| changes.get(k).is_some()) {
+                return Err(CtlError::refused(format!(
+                    "uplink {name}: its VLANs are its tunnel's ([uplink.vxlan] vlans, each with its VNI): change them in the topology file"
+                )));
+            }
             let old = p.settings();
             let new = merge_settings(&old, changes)?;
             // Checked before anything changes: a refused value leaves the

@@ -155,6 +155,7 @@ impl Switch {
         };
         self.settings_gen.fetch_add(1, Ordering::Release);
         self.workers.release_port(&port, RELEASE_WAIT);
+        port.dev.close();
         self.fdb.remove_port(port.id);
         self.endpoints.write().expect("lock").remove(&port.id);
         tracing::info!(port = %port.name, id = port.id, "port removed");

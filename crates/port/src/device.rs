@@ -42,6 +42,12 @@ pub trait Device: Send + Sync + fmt::Debug {
         self.num_queues()
     }
 
+    /// The port leaves the switch: what its device runs for it (a
+    /// vhost-user socket's thread, its front end's connection) ends now,
+    /// not when the last reference to it goes (a worker's table may hold
+    /// one a while longer). Nothing by default.
+    fn close(&self) {}
+
     /// True for the physical side (an uplink), false for a VM's NIC: the
     /// side whose checksums are verified in software, whose LRO coalesces
     /// before switching, and whose MAC is not learned statically.

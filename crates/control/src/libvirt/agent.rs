@@ -31,7 +31,8 @@ const LOOK_AGAIN_MAX: Duration = Duration::from_secs(5);
 const LEFT_OVER: Duration = Duration::from_secs(10);
 
 /// Creates the socket directory: the switch's, and writable by QEMU's
-/// group (QEMU binds a hot-plugged interface's socket itself).
+/// group (QEMU binds a hot-plugged interface's socket itself), sticky (a
+/// QEMU removes no socket but its own, nor one the switch serves).
 pub fn prepare_directory(lv: &Libvirt) -> std::io::Result<()> {
     let root = Path::new(SOCKETS_ROOT);
     if lv.sockets.starts_with(root) {
@@ -40,15 +41,17 @@ pub fn prepare_directory(lv: &Libvirt) -> std::io::Result<()> {
     }
     std::fs::create_dir_all(&lv.sockets)?;
     std::os::unix::fs::chown(&lv.sockets, Some(0), Some(lv.gid))?;
-    std::fs::set_permissions(&lv.sockets, std::fs::Permissions::from_mode(0o770))
+    std::fs::set_permissions(&lv.sockets, std::fs::Permissions::from_mode(0o1770))
 }
 
-/// When a path is looked up next, and since when it waits.
+/// When a path is looked up next, since when it waits, and how many
+/// look-ups in a row found no owner.
 struct Wait {
     ino: u64,
     since: Instant,
     next: Instant,
     delay: Duration,
+    misses: u32,
 }
 
 impl Wait {
@@ -58,6 +61,7 @@ impl Wait {
             since: now,
             next: now,
             delay: LOOK,
+            misses: 0,
         }
     }
 
@@ -189,32 +193,54 @@ pub(crate) fn run(cx: Arc<Ctl>, lv: Libvirt) {
             let Some(status) = cx.sw.port(&vm.name).and_then(|p| p.dev.status().vhost_user) else {
                 continue;
             };
-            if status.connected || (!qemu_listens && status.connections == 0) {
-                // Connected, or served and not yet connected to: its
-                // guest is starting (the `release` hook ends a start that
-                // fails).
+            if status.connected {
                 lost.remove(path);
                 continue;
             }
             let w = lost
                 .entry(path.to_path_buf())
                 .or_insert_with(|| Wait::new(0, now));
-            if !w.due(now) {
+            // Not yet connected to: its guest is starting (the `release`
+            // hook ends a start that fails); looked up only after a while.
+            if (status.connections == 0 && now - w.since < LEFT_OVER) || !w.due(now) {
                 continue;
             }
             match virsh.owner(path) {
-                Ok(None) => {
+                // Twice in a row, a second or more apart: a guest that has
+                // gone, not a look-up that raced its start.
+                Ok(None) if w.misses >= 1 => {
                     tracing::info!(vm = %vm.name, "libvirt: no running domain has the interface any more: port removed");
-                    remove(&cx, &vm.name);
+                    remove_if(&cx, &vm.name, path, vm.mac);
                     lost.remove(path);
                     made.remove(path);
                     if qemu_listens && !listened(path) {
                         let _ = std::fs::remove_file(path);
                     }
                 }
-                Ok(Some(_)) | Err(_) => w.later(now),
+                Ok(None) => {
+                    w.misses += 1;
+                    w.next = now + Duration::from_secs(1);
+                }
+                Ok(Some(_)) | Err(_) => {
+                    w.misses = 0;
+                    w.later(now);
+                }
             }
         }
+    }
+}
+
+/// Port `name` removed if it is still the one on `socket` with `mac` (a
+/// look-up takes a while; a guest started again meanwhile may have a port
+/// of that name already).
+fn remove_if(cx: &Ctl, name: &str, socket: &Path, mac: hvnet_wire::MacAddr) {
+    let same = cx
+        .topology()
+        .vms
+        .iter()
+        .any(|v| v.name == name && v.vhost.path.as_deref() == Some(socket) && v.mac == mac);
+    if same {
+        remove(cx, name);
     }
 }
 

@@ -31,7 +31,17 @@ fn carry_out(cx: &Ctl, op: &str, xml: &str) -> Result<Value, CtlError> {
     let Some(lv) = topo.libvirt.clone() else {
         return Ok(json!({"ports": []}));
     };
-    let dom = domain::parse(xml).map_err(|e| CtlError::refused(format!("hvnet: {e}")))?;
+    let dom = match domain::parse(xml) {
+        Ok(d) => d,
+        // Refused only where it is the switch's: another switch's guest,
+        // or one on no switch at all, starts as libvirt says.
+        Err(e)
+            if xml.contains(domain::NAMESPACE) || xml.contains(&*lv.sockets.to_string_lossy()) =>
+        {
+            return Err(CtlError::refused(format!("hvnet: {e}")))
+        }
+        Err(_) => return Ok(json!({"ports": []})),
+    };
     let ours: Vec<&Nic> = dom
         .nics
         .iter()
@@ -80,7 +90,8 @@ fn carry_out(cx: &Ctl, op: &str, xml: &str) -> Result<Value, CtlError> {
                     .find(|v| v.vhost.path.as_deref() == Some(&n.socket))
                     .map(|v| v.name.clone());
                 if let Some(old) = stale {
-                    crate::reconcile::del_vm(cx, &old)?;
+                    // (Gone meanwhile is as good.)
+                    let _ = crate::reconcile::del_vm(cx, &old);
                 }
                 match crate::reconcile::add_vm(cx, &vm_table(&lv, &dom, n)) {
                     Ok(_) => made.push(port_name(n)),
@@ -103,14 +114,14 @@ fn carry_out(cx: &Ctl, op: &str, xml: &str) -> Result<Value, CtlError> {
                 if n.qemu_listens {
                     remove_left_over(&n.socket);
                 }
-                if let Some(vm) = cx
-                    .topology()
-                    .vms
-                    .iter()
-                    .find(|v| v.vhost.path.as_deref() == Some(n.socket.as_path()))
+                if let Some(vm) =
+                    cx.topology().vms.iter().find(|v| {
+                        v.vhost.path.as_deref() == Some(n.socket.as_path()) && v.mac == n.mac
+                    })
                 {
-                    crate::reconcile::del_vm(cx, &vm.name)?;
-                    gone.push(vm.name.clone());
+                    if crate::reconcile::del_vm(cx, &vm.name).is_ok() {
+                        gone.push(vm.name.clone());
+                    }
                 }
             }
             if !gone.is_empty() {

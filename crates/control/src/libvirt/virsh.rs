@@ -54,12 +54,6 @@ impl Virsh {
             .collect())
     }
 
-    /// A running domain, as it runs now.
-    pub fn domain(&self, name: &str) -> Result<Domain, String> {
-        let xml = self.run(&["dumpxml", "--domain", name])?;
-        domain::parse(&xml)
-    }
-
     /// `<target dev>` of interface `nic` as the domain's configuration
     /// gives it: a running vhost-user interface's is blanked where
     /// `ovs-vsctl` is installed (libvirt asks Open vSwitch for the name,
@@ -77,16 +71,25 @@ impl Virsh {
     }
 
     /// The running domain with an interface on `socket`, and that
-    /// interface (`None`: no running domain has one). A domain whose XML
-    /// does not read is skipped (and said).
+    /// interface (`None`: no running domain has one). A domain gone
+    /// meanwhile, or whose hvnet metadata does not read, is skipped; any
+    /// other failure is an error (libvirt could not say).
     pub fn owner(&self, socket: &Path) -> Result<Option<(Domain, Nic)>, String> {
         for name in self.running()? {
-            let dom = match self.domain(&name) {
+            let xml = match self.run(&["dumpxml", "--domain", &name]) {
+                Ok(x) => x,
+                // Gone between the list and the look.
+                Err(e) if e.contains("failed to get domain") || e.contains("not found") => continue,
+                // libvirt did not answer (restarting, busy): nobody can
+                // say the socket has no owner.
+                Err(e) => return Err(e),
+            };
+            let dom = match domain::parse(&xml) {
                 Ok(d) => d,
+                // An XML whose hvnet metadata is wrong (the hook refuses
+                // those at a start; a hot-plug has no hook): not one of
+                // the switch's guests.
                 Err(e) => {
-                    // Gone between the list and the look, or an XML whose
-                    // hvnet metadata is wrong (the hook refuses those at a
-                    // start; a hot-plug has no hook).
                     tracing::warn!(domain = %name, error = %e, "libvirt: domain not read");
                     continue;
                 }

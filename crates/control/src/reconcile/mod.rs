@@ -187,6 +187,19 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
         .filter(|r| libvirts(r) && !file.vms.iter().any(|v| v.name == r.name))
         .cloned()
         .collect();
+    // ... and nothing of the file may take what they have.
+    for v in &file.vms {
+        if let Some(k) = kept.iter().find(|k| {
+            k.name == v.name
+                || k.mac == v.mac
+                || (k.vhost.path.is_some() && k.vhost.path == v.vhost.path)
+        }) {
+            return Err(CtlError::refused(format!(
+                "vm {}: its name, MAC or socket is libvirt's guest's port {} (`hvnet ports`)",
+                v.name, k.name
+            )));
+        }
+    }
     let mut removed = Vec::new();
     let mut running = Topology::clone(&now);
     while let Some(i) = running

@@ -60,10 +60,16 @@ pub(super) fn parse_libvirt(
         None => PathBuf::from(SOCKETS_ROOT).join(topology),
         Some(s) => {
             let p = PathBuf::from(s);
-            if !p.is_absolute() || s.contains("..") || s.len() > 80 {
+            // Its own directory: the switch sets its owner and mode and
+            // removes sockets left in it.
+            if !p.starts_with(SOCKETS_ROOT)
+                || p == std::path::Path::new(SOCKETS_ROOT)
+                || s.contains("..")
+                || s.len() > 80
+            {
                 return Err((
                     line,
-                    format!("libvirt: sockets {s:?} must be an absolute directory path without '..', at most 80 characters (a socket's path, under it, has 108)"),
+                    format!("libvirt: sockets {s:?} must be a directory under {SOCKETS_ROOT}, without '..', at most 80 characters (a socket's path, under it, has 108)"),
                 ));
             }
             p
@@ -95,4 +101,46 @@ pub(super) fn parse_libvirt(
         gid,
         uri: r.uri.clone(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse;
+
+    const VM: &str = "name = \"lv\"\n[[vm]]\nname = \"a\"\nipv4 = \"198.18.0.1/24\"\n";
+
+    #[test]
+    fn a_switch_of_libvirts_guests_and_its_directory() {
+        // No [[vm]] at all: every port from libvirt.
+        let t = parse("name = \"lv\"\n[libvirt]\ngroup = \"root\"\n").unwrap();
+        let lv = t.libvirt.unwrap();
+        assert_eq!(lv.sockets, std::path::Path::new("/run/hvnet-libvirt/lv"));
+        assert_eq!((lv.gid, lv.uri.as_str()), (0, "qemu:///system"));
+        assert!(parse("name = \"lv\"\n")
+            .unwrap_err()
+            .1
+            .contains("[libvirt]"));
+        let refused = |table: &str, why: &str| {
+            let (line, reason) =
+                parse(&format!("{VM}[libvirt]\ngroup = \"root\"\n{table}")).unwrap_err();
+            assert!(reason.contains(why), "{table}: {reason}");
+            assert_eq!(line, 5, "the [libvirt] table's line: {reason}");
+        };
+        refused("sockets = \"/run\"", "under /run/hvnet-libvirt");
+        refused(
+            "sockets = \"/run/hvnet-libvirt\"",
+            "under /run/hvnet-libvirt",
+        );
+        refused("sockets = \"/run/hvnet-libvirt/../etc\"", "without '..'");
+        refused("uri = \"xen:///\"", "qemu:///system");
+        let (_, reason) =
+            parse(&format!("{VM}[libvirt]\ngroup = \"no-such-group-here\"\n")).unwrap_err();
+        assert!(reason.contains("not a group on this host"), "{reason}");
+        // A VM of the file may not put its socket where libvirt's go.
+        let (_, reason) = parse(
+            "name = \"lv\"\n[[vm]]\nname = \"g\"\nkind = \"vhost-user\"\nsocket = \"/run/hvnet-libvirt/lv/g.sock\"\n[libvirt]\ngroup = \"root\"\n",
+        )
+        .unwrap_err();
+        assert!(reason.contains("libvirt's guests'"), "{reason}");
+    }
 }

@@ -103,8 +103,8 @@
 //!                           #   with traffic) or a fixed nice value, -20 to 19
 //!
 //! [libvirt]                 # optional: libvirt's guests get ports as they start (docs/guide/libvirt.md)
-//! sockets = "/run/hvnet-libvirt/lab" # their vhost-user sockets' directory (default
-//!                           #   /run/hvnet-libvirt/TOPOLOGY)
+//! sockets = "/run/hvnet-libvirt/lab" # their vhost-user sockets' directory, under /run/hvnet-libvirt
+//!                           #   (default /run/hvnet-libvirt/TOPOLOGY); no [[vm]]'s socket may be in it
 //! group = "libvirt-qemu"    # the group that may create sockets there (QEMU's, for hot-plug)
 //! uri = "qemu:///system"    # the libvirt connection whose domains are looked up, read-only
 //! ```
@@ -425,6 +425,22 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
     };
     let switch = parse_switch(text, f.switch.as_ref())?;
     let libvirt = libvirt::parse_libvirt(&name, text, f.libvirt.as_ref())?;
+    if let (Some(lv), Some(table)) = (&libvirt, &f.libvirt) {
+        // libvirt's guests' sockets: their ports come and go with them.
+        if let Some(v) = vms
+            .iter()
+            .find(|v| v.vhost.path.as_deref().and_then(Path::parent) == Some(lv.sockets.as_path()))
+        {
+            return Err((
+                line_of(text, table.span().start),
+                format!(
+                    "vm {}: its socket is in [libvirt] sockets ({}), whose sockets are libvirt's guests'; put it elsewhere",
+                    v.name,
+                    lv.sockets.display()
+                ),
+            ));
+        }
+    }
     if vms.is_empty() && libvirt.is_none() {
         // A switch of libvirt's guests alone starts with none.
         return Err((

@@ -253,15 +253,20 @@ impl Rxq {
             if self.cx.port.is_up() {
                 self.check_link();
             }
-            // A port removed lives on in the table an idle queue read
-            // last (its socket's thread, its descriptors, its guest's
-            // memory) until that queue's next batch: let it go within a
-            // second, not at the next frame, which may never come.
-            let gen = self.cx.sw.settings_gen.load(Ordering::Acquire);
-            if gen != self.st.gen {
-                self.cx.ports = self.cx.sw.ports();
-                self.st.refresh(&self.cx, gen);
-            }
+            self.read_table();
+        }
+    }
+
+    /// The port table read again if the switch's generation moved. A port
+    /// removed lives on in the table an idle or parked queue read last
+    /// (its guest's memory mapped, its transmitters) until that queue's
+    /// next batch: the worker's idle look lets it go within a second, not
+    /// at the next frame, which may never come.
+    pub(crate) fn read_table(&mut self) {
+        let gen = self.cx.sw.settings_gen.load(Ordering::Acquire);
+        if gen != self.st.gen {
+            self.cx.ports = self.cx.sw.ports();
+            self.st.refresh(&self.cx, gen);
         }
     }
 

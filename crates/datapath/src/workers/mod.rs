@@ -644,6 +644,9 @@ impl Worker<'_> {
                 }
                 continue;
             }
+            if look {
+                o.rxq.read_table();
+            }
             match o.rxq.link_while_down() {
                 Link::Up => {
                     o.standing = Standing::Hot;

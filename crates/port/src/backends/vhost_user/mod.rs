@@ -272,11 +272,17 @@ pub enum VhostUserError {
 }
 
 impl Drop for VhostUserPort {
+    fn drop(&mut self) {
+        self.close_socket();
+    }
+}
+
+impl VhostUserPort {
     /// A port removed (`hvnet vm del`, a libvirt guest gone) takes its
     /// socket's thread, its connection and its descriptors with it: the
     /// thread, waiting for a front end or between attempts to reach one,
-    /// sees the port closed and ends.
-    fn drop(&mut self) {
+    /// sees the port closed and ends ([`crate::device::Device::close`], and the drop).
+    pub(crate) fn close_socket(&self) {
         self.sh.closed.store(true, Ordering::Release);
         if let Some(l) = &self.sh.listener {
             // Wakes `accept` (EINVAL), which nothing else would.

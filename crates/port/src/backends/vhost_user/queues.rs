@@ -26,6 +26,9 @@ impl Device for VhostUserPort {
     fn kind(&self) -> &'static str {
         "vhost-user"
     }
+    fn close(&self) {
+        self.close_socket();
+    }
 
     fn name(&self) -> &str {
         self.socket().to_str().unwrap_or("?")

@@ -276,8 +276,16 @@ impl Vtep {
             vni: d.vni,
             outer_len,
         });
-        if vlan.is_some() && !inner.set_vlan_tag(vlan) {
-            return Received::Drop(TunnelDrop::BadVxlan);
+        if !self.cfg.vlans.is_empty() {
+            // A tunnel of several VLANs carries them untagged, each in its
+            // VNI: an inner tag would choose its own VLAN (a hop into
+            // another VNI's segment).
+            if inner.tagged() {
+                return Received::Drop(TunnelDrop::Vni);
+            }
+            if vlan.is_some() && !inner.set_vlan_tag(vlan) {
+                return Received::Drop(TunnelDrop::BadVxlan);
+            }
         }
         self.learn_neighbour(remote, outer_src);
         self.learn_remote_mac(inner.src(), remote, now);

@@ -10,7 +10,7 @@
 //! is a guest's start that much longer, never a frame lost.
 
 use super::virsh::Virsh;
-use super::{in_directory, vm_table};
+use super::{in_directory, remove_left_over, vm_table};
 use crate::ctl_server::Ctl;
 use crate::topology::{Libvirt, SOCKETS_ROOT};
 use hvnet_port::SocketMode;
@@ -163,9 +163,8 @@ pub(crate) fn run(cx: Arc<Ctl>, lv: Libvirt) {
                 Ok(found) => {
                     // No running domain has it (yet, or any more), or one
                     // whose QEMU connects: not a socket to connect to.
-                    if found.is_none() && now - w.since > LEFT_OVER && !listened(path) {
+                    if found.is_none() && now - w.since > LEFT_OVER && remove_left_over(path) {
                         tracing::info!(socket = %path.display(), "libvirt: socket left over by a guest that has gone: removed");
-                        let _ = std::fs::remove_file(path);
                     }
                     w.later(now);
                 }
@@ -213,8 +212,8 @@ pub(crate) fn run(cx: Arc<Ctl>, lv: Libvirt) {
                     remove_if(&cx, &vm.name, path, vm.mac);
                     lost.remove(path);
                     made.remove(path);
-                    if qemu_listens && !listened(path) {
-                        let _ = std::fs::remove_file(path);
+                    if qemu_listens {
+                        remove_left_over(path);
                     }
                 }
                 Ok(None) => {
@@ -263,10 +262,4 @@ fn list(dir: &Path) -> std::io::Result<Vec<(PathBuf, u64)>> {
         }
     }
     Ok(out)
-}
-
-/// Whether something listens on `path` (a connection attempt: only for a
-/// socket no running domain has, whose QEMU is gone or never was).
-fn listened(path: &Path) -> bool {
-    std::os::unix::net::UnixStream::connect(path).is_ok()
 }

@@ -8,12 +8,11 @@
 //! migration).
 
 use super::domain::{self, Nic};
-use super::{in_directory, port_name, vm_table};
+use super::{in_directory, port_name, remove_left_over, vm_table};
 use crate::ctl_server::Ctl;
 use crate::proto::CtlError;
 use crate::topology::SOCKETS_ROOT;
 use serde_json::{json, Value};
-use std::path::Path;
 
 /// The hook's operation `op` (libvirt's: `prepare`, `start`, `started`,
 /// `stopped`, `release`, `migrate`, `restore`, `reconnect`) for the domain
@@ -140,12 +139,4 @@ fn refusal(domain: &str, n: &Nic, why: &str) -> CtlError {
         n.mac,
         n.socket.display()
     ))
-}
-
-/// A socket libvirt bound for a guest that has gone: removed when nothing
-/// listens on it any more.
-fn remove_left_over(path: &Path) {
-    if std::os::unix::net::UnixStream::connect(path).is_err() {
-        let _ = std::fs::remove_file(path);
-    }
 }

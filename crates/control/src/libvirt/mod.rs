@@ -47,6 +47,13 @@ pub fn in_directory(lv: &Libvirt, socket: &Path) -> bool {
     socket.parent() == Some(lv.sockets.as_path())
 }
 
+/// A socket libvirt bound for a guest that has gone, removed when nothing
+/// listens on it any more (a connection attempt: only for a socket no
+/// running domain has, whose QEMU is gone or never was). True if removed.
+fn remove_left_over(path: &Path) -> bool {
+    std::os::unix::net::UnixStream::connect(path).is_err() && std::fs::remove_file(path).is_ok()
+}
+
 /// The port's name: hvnet's metadata `name`, else `<target dev>`, else
 /// the socket file's name without `.sock`.
 pub fn port_name(nic: &Nic) -> String {

@@ -82,6 +82,11 @@ EXPERIMENTS = [
      "workload": "external host to a VM and back through an uplink: hvnet's uplink vs a Linux bridge on the wire, hvnet's "
                  "VXLAN endpoint vs Linux's vxlan device and Open vSwitch's; 1 and 4 streams, host to VM (the host's NIC "
                  "sending wire-sized frames, or left at its default offloads) and VM to host"},
+    {"name": "tunnel", "reproduces": "measurement", "run": wire_compare.tunnel,
+     "workload": "VM to external host and back over VXLAN, the host's NIC at its default offloads: hvnet's endpoint "
+                 "handing the kernel tunnelled GSO frames and segmenting them itself, beside Linux's bridge and vxlan "
+                 "device with the wire's near end at its defaults and without VXLAN segmentation offload; 1 and 4 "
+                 "streams"},
     {"name": "vhost-frames", "reproduces": "measurement", "run": vhost_compare.vhost_frames,
      "workload": "DPDK testpmd front ends (txonly to rxonly) on vhost-user ports of hvnet and of Open vSwitch with DPDK, "
                  "64 and 1500 B frames: CPU per frame and frames per second"},

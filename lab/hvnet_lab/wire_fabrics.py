@@ -79,12 +79,16 @@ class HvnetVxlan(Hvnet):
     vxlan device over the wire (underlay MTU 1550, overlay 1500)."""
 
     name = "hvnet-vxlan"
+    # Who segments the VM's TSO frames: the kernel (one tunnelled GSO frame
+    # per write into the endpoint's TAP) or hvnet.
+    gso = "kernel"
+    prefix = "bv"
 
     def __init__(self, tmp, mtu, **_):
         self.t = hvlab.Topology(
-            Path(tmp), [dict(name="b", ipv4=B_IP + "/24", mtu=mtu)], prefix="bv",
+            Path(tmp), [dict(name="b", ipv4=B_IP + "/24", mtu=mtu)], prefix=self.prefix,
             uplinks=[dict(name="up0", device="", mtu=mtu + 50, lro="hardware", tso="hardware",
-                          vxlan=dict(vni=VNI, local=UNDERLAY_SW + "/24", remotes=[UNDERLAY_A]))],
+                          vxlan=dict(vni=VNI, local=UNDERLAY_SW + "/24", remotes=[UNDERLAY_A], gso=self.gso))],
             hosts=[dict(name="a", uplink="up0", ipv4=UNDERLAY_A + "/24")])
 
     def __enter__(self):
@@ -95,6 +99,15 @@ class HvnetVxlan(Hvnet):
             self.__exit__(None, None, None)
             raise
         return self
+
+
+class HvnetVxlanSoftwareGso(HvnetVxlan):
+    """As hvnet-vxlan, the endpoint segmenting the VM's TSO frames itself
+    (`gso = "software"`: how it sent before Linux 6.17's tunnel header)."""
+
+    name = "hvnet-vxlan-swgso"
+    gso = "software"
+    prefix = "bs"
 
 
 class BridgeUplink(Bridge):
@@ -162,17 +175,22 @@ class LinuxVxlan(Bridge):
     device over the wire to host a, which runs one too."""
 
     name = "linux-vxlan"
+    # The switch's end of the wire at its default offloads (tunnelled GSO
+    # frames cross it whole), or without VXLAN segmentation offload.
+    tunnel_gso = False
 
     def _up(self):
         for n in self.nss.values():
             n.__enter__()
         a, b, sw = self.nss["a"], self.nss["b"], self.nss["sw"]
         under = vxlan_host_on_a_wire(a, sw, self.mtu)
-        # The switch's end of the wire is a NIC without VXLAN segmentation
-        # offload, as hvnet's uplink is (an AF_PACKET socket takes no
-        # tunnelled GSO frame): both send wire-sized frames to the host.
-        sw.sh(f"ip link set pa mtu {under} up && ip addr add {UNDERLAY_SW}/24 dev pa && ethtool -K pa gro on tso off "
-              "tx-udp_tnl-segmentation off tx-udp_tnl-csum-segmentation off >/dev/null")
+        # The switch's end of the wire: by default a NIC without VXLAN
+        # segmentation offload (wire-sized frames to the host, as hvnet
+        # sent before the kernel took tunnelled GSO frames from it).
+        offloads = "" if self.tunnel_gso else \
+            "tso off tx-udp_tnl-segmentation off tx-udp_tnl-csum-segmentation off"
+        sw.sh(f"ip link set pa mtu {under} up && ip addr add {UNDERLAY_SW}/24 dev pa && ethtool -K pa gro on "
+              f"{offloads} >/dev/null")
         sw.sh("ip link add br0 type bridge && ip link set br0 up")
         linux_vxlan(sw.sh, UNDERLAY_SW, UNDERLAY_A, None, dev="pa")
         sw.sh(f"ip link set vx{VNI} master br0")
@@ -180,3 +198,12 @@ class LinuxVxlan(Bridge):
         sw.sh(f"ip link set pb mtu {self.mtu} master br0 up")
         b.sh(f"ip link set eth0 mtu {self.mtu} up && ip addr add {B_IP}/24 dev eth0")
         return self
+
+
+class LinuxVxlanDefault(LinuxVxlan):
+    """As linux-vxlan, the switch's end of the wire left at its default
+    offloads, as users leave them: the VM's TSO frames leave its vxlan
+    device as tunnelled GSO frames and cross the wire whole."""
+
+    name = "linux-vxlan-default"
+    tunnel_gso = True

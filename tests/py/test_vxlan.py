@@ -22,11 +22,12 @@ VM_IP, EXT_IP = "10.79.0.1", "10.79.0.100"
 
 
 def vxlan_topology(tmp_path, udp_csum=False, vm=None, mtu=1550, lro="hardware", port=4789, host_tso=False,
-                   **uplink):
+                   vxlan=None, **uplink):
     return hvlab.Topology(
         tmp_path, [dict(name="a", ipv4=VM_IP + "/24", **(vm or {}))], prefix="vx",
         uplinks=[dict(name="up0", device="", mtu=mtu, lro=lro,
-                      vxlan=dict(vni=VNI, local=LOCAL + "/24", remotes=[REMOTE], port=port, udp_csum=udp_csum),
+                      vxlan=dict(vni=VNI, local=LOCAL + "/24", remotes=[REMOTE], port=port, udp_csum=udp_csum,
+                                 **(vxlan or {})),
                       **uplink)],
         hosts=[dict(name="ext", uplink="up0", ipv4=REMOTE + "/24", tso=host_tso)])
 
@@ -44,14 +45,23 @@ def random_file(tmp_path):
     return data, (hashlib.sha256(data.read_bytes()).hexdigest(), 24 << 20)
 
 
-@pytest.mark.parametrize("tso,udp_csum", [(True, False), (False, False), (True, True)],
-                         ids=["tso-on", "tso-off", "tso-on-udpcsum"])
-def test_tcp_with_linux_vxlan_both_ways(tmp_path, tso, udp_csum):
+def rx_counters(t, vm, dev="eth0"):
+    """(packets, bytes) the device `dev` of `vm` has received."""
+    out = t.sh(vm, f"cat /sys/class/net/{dev}/statistics/rx_packets /sys/class/net/{dev}/statistics/rx_bytes")
+    return tuple(int(x) for x in out.stdout.split())
+
+
+@pytest.mark.parametrize("tso,udp_csum,gso", [(True, False, "kernel"), (False, False, "kernel"),
+                                              (True, True, "kernel"), (True, False, "software")],
+                         ids=["tso-on", "tso-off", "tso-on-udpcsum", "tso-on-software-gso"])
+def test_tcp_with_linux_vxlan_both_ways(tmp_path, tso, udp_csum, gso):
     data, want = random_file(tmp_path)
-    with vxlan_topology(tmp_path, udp_csum, vm=dict(tso=tso)) as t:
+    with vxlan_topology(tmp_path, udp_csum, vm=dict(tso=tso), vxlan=dict(gso=gso)) as t:
         linux_vxlan(t, udp_csum)
         t.sh("a", f"ping -c 2 -i 0.2 -W 2 {EXT_IP}")
+        before = rx_counters(t, "ext")
         assert transfer(t, "a", "ext", EXT_IP, data) == want
+        packets, nbytes = (a - b for a, b in zip(rx_counters(t, "ext"), before))
         assert transfer(t, "ext", "a", VM_IP, data, port=5556) == want
         v = t.stats("/uplinks/up0/vxlan")
         assert v["vni"] == VNI and v["remotes"][0]["mac"], v
@@ -60,9 +70,19 @@ def test_tcp_with_linux_vxlan_both_ways(tmp_path, tso, udp_csum):
         up_in = t.stats("/uplinks/up0/tx_summary")
         assert up_in["decapsulated"] > 1000 and up_in["drop_bad_vxlan"] == 0, up_in
         out = t.stats("/uplinks/up0/rx_summary")
-        # The VM's TSO frames cross the tunnel whole to the endpoint, which
-        # segments them (the underlay socket takes no tunnelled GSO frame).
-        assert (out["segmented_frames"] > 0) == tso, out
+        whole = tso and gso == "kernel"
+        # The VM's TSO frames cross the tunnel whole to the endpoint. With
+        # the kernel's tunnel GSO (Linux >= 6.17) they go on whole, one
+        # write each into the endpoint's TAP, and reach the peer's veth
+        # whole; else the endpoint segments them.
+        assert (out["segmented_frames"] > 0) == (tso and not whole), out
+        kg = v["kernel_gso"]
+        assert (kg is not None) == (gso == "kernel"), v
+        if kg:
+            assert (kg["gso_frames"] > 0) == tso and kg["errors"] == 0, kg
+        # What the peer's NIC received, frames larger than its MTU where
+        # they crossed whole.
+        assert (nbytes / packets > 3000) == whole, (nbytes, packets)
         # The inner frames were coalesced for the VM (its LRO).
         assert t.stats("/ports/a/rx_summary")["lro_frames"] > 0
         assert_accounted(t, ["a", "up0"])
@@ -115,7 +135,7 @@ print(n)'""")
 
 def test_tcp_with_linux_vxlan_on_another_udp_port(tmp_path):
     """VXLAN on 8472 (Linux's port before IANA's): the VM's TSO frames
-    segmented across the tunnel, the inner frames coalesced, RSS over the
+    across the tunnel whole, the inner frames coalesced, RSS over the
     inner flow on two queues, each read one frame per system call
     (`batch = 1`); frames to 4789 are no longer ours."""
     data, want = random_file(tmp_path)
@@ -126,7 +146,7 @@ def test_tcp_with_linux_vxlan_on_another_udp_port(tmp_path):
         assert transfer(t, "a", "ext", EXT_IP, data) == want
         assert transfer(t, "ext", "a", VM_IP, data, port=5556) == want
         assert t.stats("/uplinks/up0/vxlan")["port"] == 8472
-        assert t.stats("/uplinks/up0/rx_summary")["segmented_frames"] > 0
+        assert t.stats("/uplinks/up0/vxlan")["kernel_gso"]["gso_frames"] > 0
         assert t.stats("/ports/a/rx_summary")["lro_frames"] > 0
         up_mac = bytes.fromhex(t.stats("/uplinks/up0/vxlan")["mac"].replace(":", ""))
         ext_mac = bytes.fromhex(t.sh("ext", "cat /sys/class/net/eth0/address").stdout.strip().replace(":", ""))

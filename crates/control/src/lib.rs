@@ -17,6 +17,7 @@ mod provision;
 mod reconcile;
 pub mod rtnl;
 pub mod state;
+pub mod tc;
 pub mod topology;
 pub mod views;
 pub mod watch;

@@ -259,6 +259,54 @@ fn spread(topo: &Topology, u: &Uplink) -> Spread {
     }
 }
 
+/// The TAP a tunnel endpoint on `dev` hands its frames to the kernel
+/// through, whole (GSO frames not segmented by hvnet): made with the
+/// 24-byte virtio-net header, up, with `dev`'s MTU and no IPv6 of its
+/// own, its ingress redirected to `dev`'s egress. `None` where the kernel
+/// cannot (before Linux 6.17 the tunnel offloads are refused): the
+/// endpoint then segments, as with `gso = "software"`, and says why in the
+/// log.
+fn kernel_gso_tap(uplink: &str, dev: &str) -> Option<hvnet_port::vxlan::TunnelTap> {
+    let made = (|| -> Result<hvnet_port::vxlan::TunnelTap, String> {
+        let mut rtnl = Rtnl::new().map_err(|e| e.to_string())?;
+        let index = rtnl.index(dev).map_err(|e| e.to_string())?;
+        let name = format!("hvx{index}");
+        let tap = hvnet_port::vxlan::TunnelTap::open(&name)
+            .map_err(|e| format!("TAP {name} with the tunnel header: {e}"))?;
+        // Nothing of the kernel's own (router solicitations, MLD) is to
+        // queue up on a TAP nobody reads.
+        let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"), "1");
+        let mtu = hvnet_port::uplink::device_mtu(dev)
+            .ok_or_else(|| format!("cannot read {dev}'s MTU"))?;
+        rtnl.set_link(
+            &name,
+            &LinkChange {
+                mtu: Some(mtu),
+                up: Some(true),
+                ..LinkChange::default()
+            },
+        )
+        .map_err(|e| e.to_string())?;
+        rtnl.redirect_ingress(&name, dev)
+            .map_err(|e| e.to_string())?;
+        Ok(tap)
+    })();
+    match made {
+        Ok(tap) => {
+            tracing::info!(
+                uplink,
+                device = tap.name(),
+                "VXLAN: GSO frames go whole to the kernel"
+            );
+            Some(tap)
+        }
+        Err(why) => {
+            tracing::warn!(uplink, %why, "VXLAN: the kernel takes no tunnelled GSO frames here; hvnet segments them");
+            None
+        }
+    }
+}
+
 /// Takes over an uplink's device: up, its GRO as the uplink's `lro`
 /// says, an MTU at least the uplink's; then opens its receive queues.
 pub(crate) fn open_uplink(topo: &Topology, u: &Uplink) -> Result<PortSpec, DaemonError> {
@@ -307,6 +355,7 @@ pub(crate) fn open_uplink(topo: &Topology, u: &Uplink) -> Result<PortSpec, Daemo
                 .ok_or_else(|| {
                     DaemonError::Other(format!("uplink {}: cannot read {dev}'s MAC", u.name))
                 })?;
+            let tap = v.kernel_gso.then(|| kernel_gso_tap(&u.name, dev)).flatten();
             let vx = VxlanPort::new(
                 port,
                 VtepConfig {
@@ -319,6 +368,7 @@ pub(crate) fn open_uplink(topo: &Topology, u: &Uplink) -> Result<PortSpec, Daemo
                     udp_csum: v.udp_csum,
                     vlans: v.vlans.clone(),
                 },
+                tap,
             );
             let endpoint = Arc::clone(vx.endpoint());
             (Arc::new(vx) as Arc<dyn Device>, Some(endpoint))

@@ -123,7 +123,7 @@ impl Harness {
                 };
             let (dev, endpoint) = match tunnel.as_ref().filter(|(t, _)| *t == i) {
                 Some((_, cfg)) => {
-                    let vx = VxlanPort::new(dev, cfg.clone());
+                    let vx = VxlanPort::new(dev, cfg.clone(), None);
                     let endpoint = Arc::clone(vx.endpoint());
                     (Arc::new(vx) as Arc<dyn Device>, Some(endpoint))
                 }

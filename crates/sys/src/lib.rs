@@ -58,6 +58,10 @@ pub mod offload {
     pub const USO4: u32 = 0x20;
     /// UDP segmentation offload, IPv6.
     pub const USO6: u32 = 0x40;
+    /// GSO frames inside a UDP tunnel (Linux 6.17; needs a 24-byte header).
+    pub const UDP_TUNNEL_GSO: u32 = 0x80;
+    /// ... whose outer UDP checksum is partial.
+    pub const UDP_TUNNEL_GSO_CSUM: u32 = 0x100;
 }
 
 /// Builds the `struct ifreq` for `TUNSETIFF` (name and flags only).

@@ -61,6 +61,9 @@ struct VxlanRepr {
     /// More VLANs the tunnel carries: `{ 10 = 5010, 20 = 5020 }`.
     #[serde(default)]
     vlans: std::collections::BTreeMap<String, u32>,
+    /// Who segments the VMs' TSO frames: "kernel" or "software".
+    #[serde(default)]
+    gso: Option<String>,
 }
 
 fn d_vxlan_port() -> u16 {
@@ -185,6 +188,11 @@ pub struct Vxlan {
     /// More VLANs the tunnel carries, each in a VNI of its own (VLAN,
     /// VNI); `vni` carries the uplink's own VLAN.
     pub vlans: Vec<(u16, u32)>,
+    /// The VMs' TSO frames leave as tunnelled GSO frames, segmented by the
+    /// kernel or the NIC (`gso = "kernel"`, the default, where the kernel
+    /// takes them: Linux 6.17 and later); else the endpoint segments them
+    /// (`"software"`).
+    pub kernel_gso: bool,
 }
 
 /// What VXLAN takes from the underlay's MTU: outer IPv4, UDP and VXLAN
@@ -315,6 +323,15 @@ pub(super) fn parse_uplinks(
                         v.port
                     )));
                 }
+                let kernel_gso = match v.gso.as_deref() {
+                    None | Some("kernel") => true,
+                    Some("software") => false,
+                    Some(other) => {
+                        return Err(vbad(format!(
+                            "gso {other:?}: allowed values are \"kernel\" (tunnelled GSO frames to the kernel, the default) and \"software\" (segmented by hvnet)"
+                        )))
+                    }
+                };
                 let mut vlans = Vec::new();
                 for (key, &vni) in &v.vlans {
                     let id = key
@@ -367,6 +384,7 @@ pub(super) fn parse_uplinks(
                     udp_csum: v.udp_csum,
                     evpn: v.evpn,
                     vlans,
+                    kernel_gso,
                 })
             }
         };

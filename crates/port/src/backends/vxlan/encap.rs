@@ -3,6 +3,7 @@
 //! one outer header per remote; an inner GSO frame segmented once, its
 //! payload never copied.
 
+use super::kernel_gso::TunnelTap;
 use super::{Vtep, SOURCE_PORTS};
 use crate::device::{SendError, Transmitter};
 use crate::outgoing::{BatchOptions, OutFrame, Written};
@@ -29,6 +30,8 @@ pub(super) struct TunnelScratch {
     /// A tagged frame of one of the endpoint's VLANs, its tag taken off
     /// (it crosses untagged, in its VLAN's VNI).
     untagged: Vec<u8>,
+    /// The inner headers of a GSO frame written whole.
+    head: Vec<u8>,
 }
 
 /// One segment of a tunnelled GSO frame: its headers in the arena, its
@@ -40,13 +43,13 @@ struct SegmentSpan {
 }
 
 /// The inner frame as encapsulation reads it.
-struct Inner<'a> {
-    frame: &'a [u8],
+pub(super) struct Inner<'a> {
+    pub(super) frame: &'a [u8],
     /// Its header stack, where parsed (a whole packet's): what a GSO
     /// frame is segmented by.
-    layers: Option<&'a Layers>,
-    hash: Option<u32>,
-    offload: OffloadInfo,
+    pub(super) layers: Option<&'a Layers>,
+    pub(super) hash: Option<u32>,
+    pub(super) offload: OffloadInfo,
 }
 
 impl Vtep {
@@ -204,6 +207,15 @@ impl Vtep {
             segmented: false,
         };
         let mut failed = false;
+        // Whole through the kernel where it takes the frame; else
+        // segmented here, to the underlay's socket. Segments whose inner
+        // checksums must leave complete (the uplink's `csum = "software"`)
+        // are made here too: the kernel leaves them partial wherever the
+        // next device takes partial checksums.
+        let tap = self
+            .tap
+            .as_ref()
+            .filter(|_| TunnelTap::takes(&inner) && (how.csum || inner.offload.gso.is_none()));
         for &(remote, mac) in &remotes {
             let Some(mac) = mac else { continue };
             let tunnel = Tunnel {
@@ -214,10 +226,11 @@ impl Vtep {
                 udp_csum: self.cfg.udp_csum,
                 ..Tunnel::new(vni, self.cfg.local.octets(), remote.octets())
             };
-            match write_encapsulated(tx, &tunnel, &inner, mode, scratch, &mut written) {
-                Ok(()) => {}
-                Err(()) => failed = true,
-            }
+            let r = match tap {
+                Some(tap) => tap.write(&tunnel, &inner, &mut scratch.head, &mut written),
+                None => write_encapsulated(tx, &tunnel, &inner, mode, scratch, &mut written),
+            };
+            failed |= r.is_err();
         }
         match (written.frames, failed) {
             (0, true) => Err(SendError::Failed),

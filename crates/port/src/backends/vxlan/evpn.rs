@@ -248,16 +248,19 @@ mod tests {
     use crate::vxlan::VtepConfig;
 
     fn vtep() -> Vtep {
-        Vtep::new(VtepConfig {
-            vni: 42,
-            local: Ipv4Addr::new(198, 18, 60, 1),
-            prefix: 24,
-            mac: MacAddr([2, 0, 0, 0, 0, 1]),
-            remotes: vec![Ipv4Addr::new(198, 18, 60, 9)],
-            port: 4789,
-            udp_csum: false,
-            vlans: Vec::new(),
-        })
+        Vtep::new(
+            VtepConfig {
+                vni: 42,
+                local: Ipv4Addr::new(198, 18, 60, 1),
+                prefix: 24,
+                mac: MacAddr([2, 0, 0, 0, 0, 1]),
+                remotes: vec![Ipv4Addr::new(198, 18, 60, 9)],
+                port: 4789,
+                udp_csum: false,
+                vlans: Vec::new(),
+            },
+            None,
+        )
     }
 
     #[test]

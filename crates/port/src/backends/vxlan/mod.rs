@@ -40,10 +40,12 @@ use std::time::{Duration, Instant};
 
 mod encap;
 mod evpn;
+mod kernel_gso;
 mod neighbours;
 mod port;
 
 pub use evpn::{EvpnCounters, EvpnRefusal, Origin, MAX_EVPN_MACS, MAX_FLOOD};
+pub use kernel_gso::{KernelGsoView, TunnelTap};
 pub use port::VxlanPort;
 
 /// Inner MAC addresses remembered behind remote endpoints, at most (a
@@ -101,6 +103,9 @@ pub struct Vtep {
     arp_requests_sent: AtomicU64,
     arp_replies_sent: AtomicU64,
     remote_macs_refused: AtomicU64,
+    /// Where the kernel takes tunnelled GSO frames whole: the TAP they
+    /// are written into.
+    tap: Option<TunnelTap>,
 }
 
 impl std::fmt::Debug for Vtep {
@@ -208,11 +213,16 @@ pub struct VtepView {
     pub remote_ips: Vec<RemoteIpView>,
     /// What the fabric's advertisements did, and what was flooded.
     pub evpn: EvpnCounters,
+    /// Frames handed to the kernel whole (a TAP with the tunnel header),
+    /// where it takes them; absent: the endpoint segments GSO frames
+    /// itself.
+    pub kernel_gso: Option<KernelGsoView>,
 }
 
 impl Vtep {
-    /// An endpoint with nothing resolved or learned yet.
-    pub fn new(cfg: VtepConfig) -> Vtep {
+    /// An endpoint with nothing resolved or learned yet, writing its
+    /// frames into `tap` where there is one.
+    pub fn new(cfg: VtepConfig, tap: Option<TunnelTap>) -> Vtep {
         Vtep {
             flood: RwLock::new(cfg.remotes.clone()),
             flood_changed: std::sync::atomic::AtomicBool::new(false),
@@ -224,6 +234,7 @@ impl Vtep {
             arp_requests_sent: AtomicU64::new(0),
             arp_replies_sent: AtomicU64::new(0),
             remote_macs_refused: AtomicU64::new(0),
+            tap,
         }
     }
 
@@ -411,6 +422,7 @@ impl Vtep {
             flood_list: flood,
             remote_ips,
             evpn: self.evpn_counters(),
+            kernel_gso: self.tap.as_ref().map(TunnelTap::view),
         }
     }
 }

@@ -5,7 +5,7 @@
 //! the underlay's.
 
 use super::encap::TunnelScratch;
-use super::{Received, Vtep, VtepConfig, SOLICIT_EVERY};
+use super::{Received, TunnelTap, Vtep, VtepConfig, SOLICIT_EVERY};
 use crate::device::{Caps, Device, Link, Receiver, SendError, Transmitter, TxOptions};
 use crate::filters::Filters;
 use crate::outgoing::{BatchOptions, OutFrame, Written};
@@ -28,11 +28,13 @@ pub struct VxlanPort {
 
 impl VxlanPort {
     /// An endpoint with `cfg`'s settings over `underlay`, nothing resolved
-    /// or learned yet.
-    pub fn new(underlay: Arc<dyn Device>, cfg: VtepConfig) -> VxlanPort {
+    /// or learned yet; its frames written into `tap` (whole, the kernel
+    /// segmenting them where needed) where there is one, else segmented
+    /// here and sent through the underlay's sockets.
+    pub fn new(underlay: Arc<dyn Device>, cfg: VtepConfig, tap: Option<TunnelTap>) -> VxlanPort {
         VxlanPort {
             underlay,
-            vtep: Arc::new(Vtep::new(cfg)),
+            vtep: Arc::new(Vtep::new(cfg, tap)),
         }
     }
 

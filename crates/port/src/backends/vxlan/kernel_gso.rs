@@ -1,0 +1,230 @@
+//! Tunnelled frames handed to the kernel whole: a TAP that takes the
+//! 24-byte virtio-net header (Linux 6.17's `TUNSETVNETHDRSZ` 24) accepts
+//! a VXLAN frame around a 64 KiB inner TCP GSO frame as one write, and the
+//! kernel carries it as Linux's own `vxlan` device would (one
+//! `SKB_GSO_UDP_TUNNEL` buffer, segmented only where a device cannot take
+//! it whole; across a veth it is not segmented at all). The TAP's ingress
+//! is redirected to the underlay's egress by a `tc` filter the control
+//! plane puts on it (`mirred egress redirect`), so nothing reaches the
+//! TAP's own stack. An AF_PACKET socket cannot do this: its virtio-net
+//! header is 10 or 12 bytes and knows no tunnel GSO type.
+//!
+//! Every frame of the endpoint goes this way while the TAP is there (one
+//! path, so a flow's frames keep their order); ARP stays on the
+//! underlay's socket.
+
+use super::encap::Inner;
+use crate::outgoing::Written;
+use hvnet_offload::csum::pseudo_header_at;
+use hvnet_offload::vxlan::{encap_header, Tunnel, OUTER_LEN};
+use hvnet_offload::CsumState;
+use hvnet_sys::{offload, FrameQueue};
+use hvnet_wire::checksum::Sum;
+use hvnet_wire::ip_protocol;
+use hvnet_wire::virtio_net::{self, flags, GsoType, Repr, TunnelRepr, LEN_TUNNEL};
+use serde::Serialize;
+use std::io::{self, IoSlice};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Where the outer UDP header starts (outer Ethernet and IPv4, no options).
+const OUTER_TH: usize = 34;
+
+/// The TAP a tunnel endpoint writes whole tunnelled frames into.
+#[derive(Debug)]
+pub struct TunnelTap {
+    queue: FrameQueue,
+    counters: KernelGsoCounters,
+}
+
+/// What went through the TAP.
+#[derive(Debug, Default)]
+struct KernelGsoCounters {
+    gso_frames: AtomicU64,
+    frames: AtomicU64,
+    errors: AtomicU64,
+}
+
+/// The TAP path as the views show it.
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelGsoView {
+    /// The TAP's name.
+    pub device: String,
+    /// Tunnelled GSO frames written whole (each one write, however many
+    /// segments the kernel or the wire makes of it).
+    pub gso_frames: u64,
+    /// Frames written that needed no segmentation.
+    pub frames: u64,
+    /// Writes the kernel refused.
+    pub errors: u64,
+}
+
+impl TunnelTap {
+    /// Opens (creating) TAP `name` with the 24-byte header. Fails where the
+    /// kernel has no tunnel GSO (before 6.17): the header size is refused.
+    pub fn open(name: &str) -> io::Result<TunnelTap> {
+        let queue = FrameQueue::open_tap(name)?;
+        queue.set_vnet_hdr_size(LEN_TUNNEL as i32)?;
+        // What the kernel may hand the TAP to read; nothing is read from
+        // it, but the tunnel bits are refused by kernels without them.
+        queue.set_offload(
+            offload::CSUM
+                | offload::TSO4
+                | offload::TSO6
+                | offload::UDP_TUNNEL_GSO
+                | offload::UDP_TUNNEL_GSO_CSUM,
+        )?;
+        queue.set_nonblocking(true)?;
+        Ok(TunnelTap {
+            queue,
+            counters: KernelGsoCounters::default(),
+        })
+    }
+
+    /// The device's name.
+    pub fn name(&self) -> &str {
+        self.queue.name()
+    }
+
+    /// The path as the views show it.
+    pub fn view(&self) -> KernelGsoView {
+        let c = &self.counters;
+        KernelGsoView {
+            device: self.name().to_string(),
+            gso_frames: c.gso_frames.load(Relaxed),
+            frames: c.frames.load(Relaxed),
+            errors: c.errors.load(Relaxed),
+        }
+    }
+
+    /// True when `inner` can go whole: it fits one outer IPv4 packet, and a
+    /// GSO frame is TCP whose headers were parsed where it entered. Else
+    /// the endpoint segments it itself, as without the TAP.
+    pub(super) fn takes(inner: &Inner<'_>) -> bool {
+        if OUTER_LEN - 14 + inner.frame.len() > 65535 {
+            return false;
+        }
+        let Some(g) = inner.offload.gso else {
+            return true;
+        };
+        matches!(g.kind, GsoType::TcpV4 | GsoType::TcpV6)
+            && inner.layers.is_some_and(|l| {
+                l.net.is_some() && l.transport.is_some_and(|t| t.protocol == ip_protocol::TCP)
+            })
+    }
+
+    /// Writes one copy of `inner` to one remote, whole, added to `written`.
+    /// A GSO frame leaves as one tunnelled GSO frame: its inner checksum
+    /// partial at its TCP header, the outer UDP checksum partial too where
+    /// the tunnel has one. `head` is scratch for the inner headers.
+    pub(super) fn write(
+        &self,
+        tunnel: &Tunnel,
+        inner: &Inner<'_>,
+        head: &mut Vec<u8>,
+        written: &mut Written,
+    ) -> Result<(), ()> {
+        let r = self.write_inner(tunnel, inner, head, written);
+        if r.is_err() {
+            self.counters.errors.fetch_add(1, Relaxed);
+        }
+        r
+    }
+
+    fn write_inner(
+        &self,
+        tunnel: &Tunnel,
+        inner: &Inner<'_>,
+        head: &mut Vec<u8>,
+        written: &mut Written,
+    ) -> Result<(), ()> {
+        let frame = inner.frame;
+        let mut outer = [0u8; OUTER_LEN];
+        let mut vnet = [0u8; LEN_TUNNEL];
+        let gso = inner.offload.gso;
+        if gso.is_none() {
+            // One frame, as the underlay's socket would send it: the
+            // outer checksum done here, an inner partial one left to the
+            // kernel.
+            let info =
+                encap_header(tunnel, frame, inner.hash, inner.offload, &mut outer).map_err(drop)?;
+            let mut hdr = Repr::default();
+            if let CsumState::Partial { start, offset } = info.csum {
+                hdr.flags = flags::NEEDS_CSUM;
+                hdr.csum_start = start;
+                hdr.csum_offset = offset;
+            }
+            TunnelRepr {
+                inner: hdr,
+                ..TunnelRepr::default()
+            }
+            .emit(&mut vnet);
+            self.send(&[&vnet, &outer, frame])?;
+            self.counters.frames.fetch_add(1, Relaxed);
+            written.frames += 1;
+            written.bytes += (OUTER_LEN + frame.len()) as u64;
+            return Ok(());
+        }
+        // A GSO frame: TCP whose headers were parsed where it entered.
+        let (Some(g), Some(l)) = (gso, inner.layers) else {
+            return Err(());
+        };
+        let (Some(net), Some(t)) = (l.net, l.transport) else {
+            return Err(());
+        };
+        if t.protocol != ip_protocol::TCP || !matches!(g.kind, GsoType::TcpV4 | GsoType::TcpV6) {
+            return Err(());
+        }
+        // The outer UDP checksum is the kernel's to make per segment: here
+        // its field gets the pseudo-header sum only.
+        let plain = Tunnel {
+            udp_csum: false,
+            ..tunnel.clone()
+        };
+        encap_header(&plain, frame, inner.hash, inner.offload, &mut outer).map_err(drop)?;
+        let udp_len = OUTER_LEN - OUTER_TH + frame.len();
+        if tunnel.udp_csum {
+            let ph =
+                hvnet_wire::ipv4::Packet::new_unchecked(&outer[14..]).pseudo_header(udp_len as u32);
+            outer[OUTER_TH + 6..OUTER_TH + 8].copy_from_slice(&ph.fold().to_be_bytes());
+        }
+        // The inner headers, copied so that the TCP checksum field holds
+        // what a partial checksum needs (the pseudo-header sum over the
+        // whole frame's TCP length), whatever the datapath left in it.
+        let headers = l.payload_offset();
+        head.clear();
+        head.extend_from_slice(&frame[..headers]);
+        let tcp_len = frame.len() - t.offset;
+        let ph: Sum = pseudo_header_at(head, net.kind, net.offset, ip_protocol::TCP, tcp_len);
+        head[t.offset + 16..t.offset + 18].copy_from_slice(&ph.fold().to_be_bytes());
+        TunnelRepr {
+            inner: Repr {
+                flags: flags::NEEDS_CSUM,
+                gso_type: g.kind,
+                gso_ecn: g.ecn,
+                hdr_len: (OUTER_LEN + headers) as u16,
+                gso_size: g.size,
+                csum_start: (OUTER_LEN + t.offset) as u16,
+                csum_offset: 16,
+                num_buffers: 0,
+            },
+            outer_ipv6: false,
+            outer_csum: tunnel.udp_csum,
+            outer_th_offset: OUTER_TH as u16,
+            inner_nh_offset: (OUTER_LEN + net.offset) as u16,
+        }
+        .emit(&mut vnet);
+        self.send(&[&vnet, &outer, head, &frame[headers..]])?;
+        self.counters.gso_frames.fetch_add(1, Relaxed);
+        written.frames += 1;
+        written.bytes += (OUTER_LEN + frame.len()) as u64;
+        Ok(())
+    }
+
+    fn send(&self, pieces: &[&[u8]]) -> Result<(), ()> {
+        let iov: smallvec::SmallVec<[IoSlice<'_>; 4]> =
+            pieces.iter().map(|p| IoSlice::new(p)).collect();
+        crate::vnet::write_frame(&self.queue, &iov).map_err(drop)
+    }
+}
+
+const _: () = assert!(virtio_net::LEN_TUNNEL == 24);

@@ -107,6 +107,38 @@ def test_linux_vxlan_peer_with_its_default_offloads(tmp_path, udp_csum):
         assert_accounted(t, ["a", "up0"])
 
 
+def test_an_ipv6_underlay_with_a_linux_peer_at_its_default_offloads(tmp_path):
+    """VXLAN over IPv6 (`local = "2001:db8::1/64"`), against Linux's own
+    vxlan device over IPv6 with its defaults (outer UDP checksums made and
+    required, its NIC's TSO on): the endpoint resolves the peer with
+    neighbour discovery and answers its solicitations; TCP both ways,
+    byte-exact; the VM's TSO frames leave whole as tunnelled GSO frames,
+    the peer's arrive whole."""
+    local6, remote6 = "2001:db8:9::1", "2001:db8:9::2"
+    data, want = random_file(tmp_path)
+    with hvlab.Topology(
+            tmp_path, [dict(name="a", ipv4=VM_IP + "/24")], prefix="v6",
+            uplinks=[dict(name="up0", device="", mtu=1570,
+                          vxlan=dict(vni=VNI, local=local6 + "/64", remotes=[remote6]))],
+            hosts=[dict(name="ext", uplink="up0", ipv6=remote6 + "/64", tso=True)]) as t:
+        t.sh("ext", f"ip link add vx{VNI} type vxlan id {VNI} local {remote6} remote {local6} dstport 4789 dev eth0"
+                    f" && ip addr add {EXT_IP}/24 dev vx{VNI} && ip link set vx{VNI} up")
+        assert hvlab.eventually(lambda: t.sh("a", f"ping -c 1 -W 1 {EXT_IP}", check=False).returncode == 0,
+                                timeout=30)
+        before = rx_counters(t, "ext")
+        assert transfer(t, "a", "ext", EXT_IP, data) == want
+        packets, nbytes = (a - b for a, b in zip(rx_counters(t, "ext"), before))
+        assert transfer(t, "ext", "a", VM_IP, data, port=5556) == want
+        v = t.stats("/uplinks/up0/vxlan")
+        assert v["local"] == local6 + "/64" and v["remotes"][0]["mac"], v
+        assert v["kernel_gso"]["gso_frames"] > 0 and v["kernel_gso"]["errors"] == 0, v
+        assert nbytes / packets > 3000, (nbytes, packets)
+        up_in = t.stats("/uplinks/up0/tx_summary")
+        assert up_in["decapsulated"] > 100 and up_in["gso_frames"] > 0 and up_in["drop_bad_vxlan"] == 0, up_in
+        assert t.stats("/ports/a/rx_summary")["gso_intact_frames"] > 0
+        assert_accounted(t, ["a", "up0"])
+
+
 def test_frames_a_tunnel_endpoint_sends_do_not_come_back_to_it(tmp_path):
     """A tunnel endpoint sends through sockets of its own, outside its
     receive queues' fanout group: the group must still be told to ignore

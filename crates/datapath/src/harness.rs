@@ -676,10 +676,10 @@ mod tests {
         let (local, remote) = (Ipv4Addr::new(198, 18, 60, 1), Ipv4Addr::new(198, 18, 60, 9));
         let vtep = VtepConfig {
             vni: 42,
-            local,
+            local: local.into(),
             prefix: 24,
             mac: mac(9),
-            remotes: vec![remote],
+            remotes: vec![remote.into()],
             port: 4789,
             udp_csum: false,
             vlans: Vec::new(),
@@ -760,7 +760,7 @@ mod tests {
         ];
         let vtep = VtepConfig {
             vni: 42,
-            local: Ipv4Addr::new(198, 18, 60, 1),
+            local: Ipv4Addr::new(198, 18, 60, 1).into(),
             prefix: 24,
             mac: mac(9),
             remotes: vec![],

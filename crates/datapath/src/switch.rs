@@ -444,7 +444,7 @@ impl Switch {
         &self,
         uplink: usize,
         mac: MacAddr,
-        vtep: Option<std::net::Ipv4Addr>,
+        vtep: Option<std::net::IpAddr>,
     ) -> Result<(), hvnet_port::vxlan::EvpnRefusal> {
         let Some(up) = self.ports().get(uplink).cloned() else {
             return Ok(());

@@ -14,11 +14,17 @@
 
 use crate::meta::{CsumState, OffloadInfo};
 use hvnet_wire::checksum::Sum;
+use hvnet_wire::checksum::{pseudo_header_v4, pseudo_header_v6};
 use hvnet_wire::layers::Layers;
-use hvnet_wire::{ipv4, udp, vxlan, EtherType, EthernetFrame, EthernetRepr, MacAddr};
+use hvnet_wire::{ipv4, ipv6, udp, vxlan, EtherType, EthernetFrame, EthernetRepr, MacAddr};
+use std::net::IpAddr;
 
 /// Outer header length for IPv4 underlay: Ethernet + IPv4 + UDP + VXLAN.
 pub const OUTER_LEN: usize = 14 + 20 + 8 + 8;
+/// Outer header length for IPv6 underlay: Ethernet + IPv6 + UDP + VXLAN.
+pub const OUTER_LEN_V6: usize = 14 + 40 + 8 + 8;
+/// The longer of the two: room for either.
+pub const MAX_OUTER_LEN: usize = OUTER_LEN_V6;
 
 /// The underlay end of a VXLAN tunnel.
 #[derive(Clone, Debug)]
@@ -26,9 +32,9 @@ pub struct Tunnel {
     /// VXLAN network identifier (24 bits).
     pub vni: u32,
     /// Local (source) underlay address.
-    pub local: [u8; 4],
-    /// Remote (destination) underlay address.
-    pub remote: [u8; 4],
+    pub local: IpAddr,
+    /// Remote (destination) underlay address, of the same family.
+    pub remote: IpAddr,
     /// Outer source MAC.
     pub src_mac: MacAddr,
     /// Outer destination MAC (the next hop).
@@ -37,20 +43,23 @@ pub struct Tunnel {
     pub dst_port: u16,
     /// Outer UDP source ports are drawn from `[min, max)`.
     pub src_port_range: (u16, u16),
-    /// Outer TTL.
+    /// Outer TTL (hop limit).
     pub ttl: u8,
-    /// Compute the outer UDP checksum.
+    /// Compute the outer UDP checksum over IPv4. Over IPv6 it is always
+    /// computed: a zero UDP checksum is refused there unless both ends
+    /// agree (RFC 6935), and Linux's `vxlan` refuses it by default
+    /// (`udp6zerocsumrx` off).
     pub udp_csum: bool,
 }
 
 impl Tunnel {
     /// A tunnel with Linux's defaults: port 4789, source ports 32768..61000,
-    /// TTL 64, no outer UDP checksum.
-    pub fn new(vni: u32, local: [u8; 4], remote: [u8; 4]) -> Tunnel {
+    /// TTL 64, no outer UDP checksum over IPv4.
+    pub fn new(vni: u32, local: impl Into<IpAddr>, remote: impl Into<IpAddr>) -> Tunnel {
         Tunnel {
             vni,
-            local,
-            remote,
+            local: local.into(),
+            remote: remote.into(),
             src_mac: MacAddr([0x02, 0, 0, 0, 0, 1]),
             dst_mac: MacAddr([0x02, 0, 0, 0, 0, 2]),
             dst_port: vxlan::PORT,
@@ -58,6 +67,53 @@ impl Tunnel {
             ttl: 64,
             udp_csum: false,
         }
+    }
+
+    /// True over an IPv6 underlay.
+    pub fn ipv6(&self) -> bool {
+        self.local.is_ipv6()
+    }
+
+    /// The outer headers' length: [`OUTER_LEN`] or [`OUTER_LEN_V6`].
+    pub fn outer_len(&self) -> usize {
+        if self.ipv6() {
+            OUTER_LEN_V6
+        } else {
+            OUTER_LEN
+        }
+    }
+
+    /// Where the outer UDP header starts.
+    pub fn outer_udp(&self) -> usize {
+        self.outer_len() - 16
+    }
+
+    /// True when the outer UDP checksum is made (always over IPv6).
+    pub fn outer_csum(&self) -> bool {
+        self.udp_csum || self.ipv6()
+    }
+
+    /// The outer UDP pseudo-header sum for a UDP datagram of `udp_len`
+    /// bytes.
+    pub fn pseudo_header(&self, udp_len: usize) -> Sum {
+        match (self.local, self.remote) {
+            (IpAddr::V6(l), IpAddr::V6(r)) => {
+                pseudo_header_v6(l.octets(), r.octets(), 17, udp_len as u32)
+            }
+            (IpAddr::V4(l), IpAddr::V4(r)) => {
+                pseudo_header_v4(l.octets(), r.octets(), 17, udp_len as u32)
+            }
+            // Mixed families never make a tunnel (the topology refuses
+            // them); an IPv4 sum of the mapped addresses keeps this total.
+            (l, r) => pseudo_header_v4(v4_of(l), v4_of(r), 17, udp_len as u32),
+        }
+    }
+}
+
+fn v4_of(a: IpAddr) -> [u8; 4] {
+    match a {
+        IpAddr::V4(a) => a.octets(),
+        IpAddr::V6(a) => a.to_ipv4_mapped().map_or([0; 4], |a| a.octets()),
     }
 }
 
@@ -73,6 +129,9 @@ pub enum VxlanError {
     /// The encapsulated frame would exceed 65535 bytes of IP packet.
     #[error("encapsulated frame too large")]
     TooLarge,
+    /// The tunnel's two ends are of different address families.
+    #[error("the tunnel's local and remote addresses are of different families")]
+    MixedFamilies,
 }
 
 /// The outer UDP source port for an inner frame: its flow hash (RSS's
@@ -95,8 +154,9 @@ fn fallback_hash(inner: &[u8]) -> u32 {
     })
 }
 
-/// Builds the outer headers for `inner` into `out` (which must be
-/// [`OUTER_LEN`] bytes) and returns the metadata of the encapsulated frame.
+/// Builds the outer headers for `inner` into `out` (at least
+/// [`Tunnel::outer_len`] bytes: [`OUTER_LEN`] over IPv4, [`OUTER_LEN_V6`]
+/// over IPv6) and returns the metadata of the encapsulated frame.
 /// The caller sends `out` followed by `inner` (no copy of the inner frame).
 /// `hash` is the inner frame's flow hash (Toeplitz, the default key: the
 /// one RSS took, or took now from the header stack parsed where the frame
@@ -107,48 +167,71 @@ pub fn encap_header(
     inner: &[u8],
     hash: Option<u32>,
     info: OffloadInfo,
-    out: &mut [u8; OUTER_LEN],
+    out: &mut [u8],
 ) -> Result<OffloadInfo, VxlanError> {
-    let ip_len = OUTER_LEN - 14 + inner.len();
-    if ip_len > 65535 {
-        return Err(VxlanError::TooLarge);
-    }
+    let outer_len = tunnel.outer_len();
+    let at_udp = tunnel.outer_udp();
+    let udp_len = outer_len - at_udp + inner.len();
+    let ethertype = match (tunnel.local, tunnel.remote) {
+        (IpAddr::V4(local), IpAddr::V4(remote)) => {
+            if 20 + udp_len > 65535 {
+                return Err(VxlanError::TooLarge);
+            }
+            ipv4::Repr {
+                src: local.octets(),
+                dst: remote.octets(),
+                protocol: 17,
+                payload_len: udp_len,
+                ttl: tunnel.ttl,
+                tos: 0,
+                ident: 0,
+                dont_frag: true,
+            }
+            .emit(&mut ipv4::Packet::new_unchecked(&mut out[14..]));
+            EtherType::Ipv4
+        }
+        (IpAddr::V6(local), IpAddr::V6(remote)) => {
+            if udp_len > 65535 {
+                return Err(VxlanError::TooLarge);
+            }
+            ipv6::Repr {
+                src: local.octets(),
+                dst: remote.octets(),
+                next_header: 17,
+                payload_len: udp_len,
+                hop_limit: tunnel.ttl,
+                traffic_class: 0,
+                flow_label: 0,
+            }
+            .emit(&mut ipv6::Packet::new_unchecked(&mut out[14..]));
+            EtherType::Ipv6
+        }
+        _ => return Err(VxlanError::MixedFamilies),
+    };
     EthernetRepr {
         dst: tunnel.dst_mac,
         src: tunnel.src_mac,
-        ethertype: EtherType::Ipv4,
+        ethertype,
     }
     .emit(&mut EthernetFrame::new_unchecked(&mut out[..]));
-    ipv4::Repr {
-        src: tunnel.local,
-        dst: tunnel.remote,
-        protocol: 17,
-        payload_len: ip_len - 20,
-        ttl: tunnel.ttl,
-        tos: 0,
-        ident: 0,
-        dont_frag: true,
-    }
-    .emit(&mut ipv4::Packet::new_unchecked(&mut out[14..]));
     let sport = source_port(hash, inner, tunnel.src_port_range);
-    let udp_len = ip_len - 20;
     {
-        let mut u = udp::Packet::new_unchecked(&mut out[34..]);
+        let mut u = udp::Packet::new_unchecked(&mut out[at_udp..]);
         u.set_src_port(sport);
         u.set_dst_port(tunnel.dst_port);
         u.set_len(udp_len as u16);
         u.set_checksum(0);
     }
-    vxlan::Packet::new_unchecked(&mut out[42..]).emit(tunnel.vni);
+    vxlan::Packet::new_unchecked(&mut out[at_udp + 8..]).emit(tunnel.vni);
     let csum = match info.csum {
         CsumState::Partial { start, offset } => CsumState::Partial {
-            start: start + OUTER_LEN as u16,
+            start: start + outer_len as u16,
             offset,
         },
         other => other,
     };
-    if tunnel.udp_csum {
-        let ph = ipv4::Packet::new_unchecked(&out[14..]).pseudo_header(udp_len as u32);
+    if tunnel.outer_csum() {
+        let ph = tunnel.pseudo_header(udp_len);
         let inner_sum = match info.csum {
             // LCO: once the inner checksum is filled in, the inner packet
             // from csum_start sums to the complement of the pseudo-header
@@ -160,8 +243,15 @@ pub fn encap_header(
             }
             _ => Sum::ZERO.add_bytes(inner),
         };
-        let c = ph.add_bytes(&out[34..]).combine(inner_sum).finish();
-        udp::Packet::new_unchecked(&mut out[34..]).set_checksum(if c == 0 { 0xffff } else { c });
+        let c = ph
+            .add_bytes(&out[at_udp..outer_len])
+            .combine(inner_sum)
+            .finish();
+        udp::Packet::new_unchecked(&mut out[at_udp..]).set_checksum(if c == 0 {
+            0xffff
+        } else {
+            c
+        });
     }
     Ok(OffloadInfo {
         gso: info.gso,
@@ -177,9 +267,9 @@ pub fn encap(
     hash: Option<u32>,
     info: OffloadInfo,
 ) -> Result<(Vec<u8>, OffloadInfo), VxlanError> {
-    let mut hdr = [0u8; OUTER_LEN];
+    let mut hdr = [0u8; MAX_OUTER_LEN];
     let info = encap_header(tunnel, inner, hash, info, &mut hdr)?;
-    Ok(([&hdr[..], inner].concat(), info))
+    Ok(([&hdr[..tunnel.outer_len()], inner].concat(), info))
 }
 
 /// A decapsulated frame: where the inner frame is and its metadata.
@@ -278,6 +368,36 @@ mod tests {
         assert_eq!(uh.destination_port, 4789);
         assert_eq!(uh.checksum, uh.calc_checksum_ipv4(&ip, data).unwrap());
         assert!((32768..61000).contains(&uh.source_port));
+    }
+
+    #[test]
+    fn over_ipv6_the_outer_checksum_is_always_made() {
+        let inner = TcpSpec::default().build();
+        let (l, r): (std::net::Ipv6Addr, std::net::Ipv6Addr) = (
+            "2001:db8::1".parse().unwrap(),
+            "2001:db8::2".parse().unwrap(),
+        );
+        // udp_csum off, as Linux's IPv4 default: over IPv6 it is made anyway.
+        let t = Tunnel::new(0x1234, l, r);
+        let (f, info) = encap(&t, &inner, hash(&inner), OffloadInfo::NONE).unwrap();
+        assert_eq!(f.len(), OUTER_LEN_V6 + inner.len());
+        let d = decap_bytes(&f, info).unwrap();
+        assert_eq!(
+            (d.vni, &f[d.inner_offset..d.inner_end]),
+            (0x1234, &inner[..])
+        );
+        let (ip, rest) = etherparse::Ipv6Header::from_slice(&f[14..]).unwrap();
+        let (uh, data) = etherparse::UdpHeader::from_slice(rest).unwrap();
+        assert_eq!((ip.source, ip.destination), (l.octets(), r.octets()));
+        assert_eq!(uh.destination_port, 4789);
+        assert_ne!(uh.checksum, 0);
+        assert_eq!(uh.checksum, uh.calc_checksum_ipv6(&ip, data).unwrap());
+        // Mixed families make no tunnel.
+        let mixed = Tunnel::new(1, l, [10, 0, 0, 2]);
+        assert_eq!(
+            encap(&mixed, &inner, None, OffloadInfo::NONE).unwrap_err(),
+            VxlanError::MixedFamilies
+        );
     }
 
     #[test]

@@ -15,6 +15,78 @@ pub const ADVERTISEMENT: u8 = 136;
 /// IPv6, the advertisement and one target link-layer address option.
 pub const ADVERTISEMENT_FRAME: usize = 14 + 40 + 24 + 8;
 
+/// Length of the solicitation frame [`solicitation`] builds: Ethernet,
+/// IPv6, the solicitation and one source link-layer address option.
+pub const SOLICITATION_FRAME: usize = 14 + 40 + 24 + 8;
+
+/// A neighbor solicitation from `src_mac`/`src_ip` for `target`, to its
+/// solicited-node multicast group (how a tunnel endpoint resolves an IPv6
+/// remote, as Linux's neighbour code does).
+pub fn solicitation(
+    src_mac: MacAddr,
+    src_ip: [u8; 16],
+    target: [u8; 16],
+) -> [u8; SOLICITATION_FRAME] {
+    let mut group = [0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0, 0, 0];
+    group[13..].copy_from_slice(&target[13..]);
+    let mut f = [0u8; SOLICITATION_FRAME];
+    f[0..6].copy_from_slice(&[0x33, 0x33, group[12], group[13], group[14], group[15]]);
+    f[6..12].copy_from_slice(&src_mac.0);
+    f[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
+    let ip = &mut f[14..];
+    ip[0] = 0x60;
+    ip[4..6].copy_from_slice(&32u16.to_be_bytes());
+    ip[6] = ICMPV6;
+    ip[7] = 255;
+    ip[8..24].copy_from_slice(&src_ip);
+    ip[24..40].copy_from_slice(&group);
+    let icmp = &mut ip[40..];
+    icmp[0] = SOLICITATION;
+    icmp[8..24].copy_from_slice(&target);
+    icmp[24] = 1; // source link-layer address
+    icmp[25] = 1; // 8 bytes
+    icmp[26..32].copy_from_slice(&src_mac.0);
+    let sum = pseudo_header_v6(src_ip, group, ICMPV6, 32)
+        .add_bytes(icmp)
+        .finish();
+    icmp[2..4].copy_from_slice(&sum.to_be_bytes());
+    f
+}
+
+/// The target of a well-formed neighbor advertisement `ip` (header
+/// first: hop limit 255, code 0, checksum right, no extension headers) and
+/// the link-layer address its option gives, if any.
+pub fn advertised(ip: &[u8]) -> Option<([u8; 16], Option<MacAddr>)> {
+    if ip.len() < 40 + 24 || ip[0] >> 4 != 6 || ip[6] != ICMPV6 || ip[7] != 255 {
+        return None;
+    }
+    let len = usize::from(u16::from_be_bytes([ip[4], ip[5]]));
+    let icmp = ip.get(40..40 + len)?;
+    if len < 24 || icmp[0] != ADVERTISEMENT || icmp[1] != 0 {
+        return None;
+    }
+    let (src, dst): ([u8; 16], [u8; 16]) =
+        (ip[8..24].try_into().ok()?, ip[24..40].try_into().ok()?);
+    if !verifies(pseudo_header_v6(src, dst, ICMPV6, len as u32).add_bytes(icmp)) {
+        return None;
+    }
+    let target: [u8; 16] = icmp[8..24].try_into().ok()?;
+    // Options: type, length in units of 8 bytes; the target link-layer
+    // address is type 2.
+    let mut opts = &icmp[24..];
+    while opts.len() >= 8 && opts[1] != 0 {
+        let n = usize::from(opts[1]) * 8;
+        if n > opts.len() {
+            break;
+        }
+        if opts[0] == 2 {
+            return Some((target, Some(MacAddr(opts[2..8].try_into().ok()?))));
+        }
+        opts = &opts[n..];
+    }
+    Some((target, None))
+}
+
 /// The address an IPv6 packet `ip` (header first) solicits, if it is a
 /// well-formed neighbor solicitation (hop limit 255, code 0, checksum
 /// right, no extension headers) from an address: a duplicate address
@@ -98,6 +170,21 @@ mod tests {
 
     const VM: [u8; 16] = [0xfd, 0x60, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
     const REMOTE: [u8; 16] = [0xfd, 0x60, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+
+    #[test]
+    fn a_solicitation_built_here_is_read_and_answered() {
+        let mac = MacAddr([2, 0, 0, 0, 0, 1]);
+        let f = super::solicitation(mac, VM, REMOTE);
+        assert_eq!(&f[0..6], &[0x33, 0x33, 0xff, 0, 0, 2]);
+        assert_eq!(solicited_target(&f[14..]), Some(REMOTE));
+        let peer = MacAddr([2, 0, 0, 0, 0, 2]);
+        let na = advertisement(peer, REMOTE, mac, VM);
+        assert_eq!(advertised(&na[14..]), Some((REMOTE, Some(peer))));
+        let mut bad = na;
+        bad[14 + 40 + 10] ^= 1;
+        assert_eq!(advertised(&bad[14..]), None, "checksum");
+        assert_eq!(advertised(&f[14..]), None, "a solicitation");
+    }
 
     #[test]
     fn a_solicitation_is_read_and_a_probe_or_a_lie_is_not() {

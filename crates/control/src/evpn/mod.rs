@@ -104,7 +104,14 @@ pub fn start(
             for d in names.all() {
                 let _ = rtnl.del_link(d);
             }
-            shadow::create(&mut rtnl, &names, v.vni, v.local.0, &marker)?;
+            // The topology refuses EVPN over an IPv6 underlay.
+            let std::net::IpAddr::V4(local) = v.local.0 else {
+                return Err(DaemonError::Other(format!(
+                    "uplink {}: EVPN needs an IPv4 underlay",
+                    u.name
+                )));
+            };
+            shadow::create(&mut rtnl, &names, v.vni, local, &marker)?;
             tracing::info!(uplink = %u.name, vni = v.vni, bridge = %names.bridge, vxlan = %names.vxlan, "EVPN shadow devices created");
         }
         let uplink = sw

@@ -358,7 +358,7 @@ impl Sync {
             AddressFamily::Bridge
                 if h.ifindex == self.idx.vxlan && h.flags.contains(NeighbourFlags::Own) =>
             {
-                let (Some(mac), Some(IpAddr::V4(remote))) = (lladdr, dst) else {
+                let (Some(mac), Some(remote)) = (lladdr, dst) else {
                     return;
                 };
                 let r = if mac.0 == [0; 6] {

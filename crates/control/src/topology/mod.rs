@@ -312,12 +312,13 @@ impl Topology {
             }
         }
         for u in self.uplinks.iter().filter(|u| u.vxlan.is_some()) {
-            let room = (u.settings.mtu as usize).saturating_sub(VXLAN_OVERHEAD);
+            let overhead = u.vxlan.as_ref().map_or(VXLAN_OVERHEAD, |v| v.overhead());
+            let room = (u.settings.mtu as usize).saturating_sub(overhead);
             for vm in self.vms_on(u) {
                 if vm.settings.mtu as usize > room {
                     w.push(format!(
-                        "uplink {}: VXLAN adds 50 bytes; its MTU {} leaves {room} for VM {}'s MTU {}: larger frames are dropped (drop_mtu_exceeded). Give the uplink mtu = {} (and its device that MTU), or the VM mtu = {room}",
-                        u.name, u.settings.mtu, vm.name, vm.settings.mtu, vm.settings.mtu as usize + VXLAN_OVERHEAD
+                        "uplink {}: VXLAN adds {overhead} bytes; its MTU {} leaves {room} for VM {}'s MTU {}: larger frames are dropped (drop_mtu_exceeded). Give the uplink mtu = {} (and its device that MTU), or the VM mtu = {room}",
+                        u.name, u.settings.mtu, vm.name, vm.settings.mtu, vm.settings.mtu as usize + overhead
                     ));
                 }
             }

@@ -2,11 +2,13 @@
 //! file writes it (with its VXLAN tunnel endpoint, `[uplink.vxlan]`),
 //! checked into an [`Uplink`].
 
-use super::{check_name, d_mtu, d_ring, default_queues, line_of, parse_cidr4, Vm, SHADOW_PORT};
+use super::{
+    check_name, d_mtu, d_ring, default_queues, line_of, parse_cidr4, parse_cidr6, Vm, SHADOW_PORT,
+};
 use hvnet_datapath::settings::validate_settings;
 use hvnet_datapath::PortSettings;
 use serde::Deserialize;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 /// An `[[uplink]]` table as written.
 #[derive(Deserialize, Clone)]
@@ -174,10 +176,10 @@ pub struct Uplink {
 pub struct Vxlan {
     /// VNI, 1..16777215.
     pub vni: u32,
-    /// The endpoint's underlay address and prefix length.
-    pub local: (Ipv4Addr, u8),
-    /// Static remote endpoints (the flood list).
-    pub remotes: Vec<Ipv4Addr>,
+    /// The endpoint's underlay address and prefix length: IPv4 or IPv6.
+    pub local: (IpAddr, u8),
+    /// Static remote endpoints (the flood list), of `local`'s family.
+    pub remotes: Vec<IpAddr>,
     /// UDP port.
     pub port: u16,
     /// Outer UDP checksum.
@@ -198,6 +200,14 @@ pub struct Vxlan {
 /// What VXLAN takes from the underlay's MTU: outer IPv4, UDP and VXLAN
 /// headers and the inner Ethernet header.
 pub(super) const VXLAN_OVERHEAD: usize = 20 + 8 + 8 + 14;
+
+impl Vxlan {
+    /// What the tunnel takes from the underlay's MTU: 50 bytes over IPv4,
+    /// 70 over IPv6.
+    pub fn overhead(&self) -> usize {
+        VXLAN_OVERHEAD + if self.local.0.is_ipv6() { 20 } else { 0 }
+    }
+}
 
 /// Interface names the kernel takes: 1-15 bytes, no '/', ':' or space.
 fn valid_ifname(s: &str) -> bool {
@@ -305,13 +315,25 @@ pub(super) fn parse_uplinks(
                 if v.port == 0 {
                     return Err(vbad("port 0 is not a UDP port (1..65535)".into()));
                 }
-                let local = parse_cidr4(&v.local).map_err(|e| vbad(format!("local: {e}")))?;
+                let local: (IpAddr, u8) = if v.local.contains(':') {
+                    parse_cidr6(&v.local).map(|(a, l)| (a.into(), l))
+                } else {
+                    parse_cidr4(&v.local).map(|(a, l)| (a.into(), l))
+                }
+                .map_err(|e| vbad(format!("local: {e}")))?;
+                let family = if local.0.is_ipv6() { "IPv6" } else { "IPv4" };
                 let remotes = v
                     .remotes
                     .iter()
                     .map(|r| {
-                        r.parse::<Ipv4Addr>()
-                            .map_err(|_| vbad(format!("remote {r:?} is not an IPv4 address")))
+                        r.parse::<IpAddr>()
+                            .ok()
+                            .filter(|a| a.is_ipv6() == local.0.is_ipv6())
+                            .ok_or_else(|| {
+                                vbad(format!(
+                                    "remote {r:?} is not an {family} address (local is {family})"
+                                ))
+                            })
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 if remotes.contains(&local.0) {
@@ -322,6 +344,14 @@ pub(super) fn parse_uplinks(
                         "port {} is the port of the EVPN shadow device; choose another",
                         v.port
                     )));
+                }
+                if local.0.is_ipv6() {
+                    if v.evpn {
+                        return Err(vbad("evpn over an IPv6 underlay: not supported yet (FRR 8.4's EVPN advertises IPv4 VTEPs)".into()));
+                    }
+                    if u.rss || u.netqueue != NetQueueMode::Off {
+                        return Err(vbad("rss and netqueue over an IPv6 underlay: not supported yet (their kernel programs read an IPv4 outer header); use queues = 1".into()));
+                    }
                 }
                 let kernel_gso = match v.gso.as_deref() {
                     None | Some("kernel") => true,
@@ -474,6 +504,33 @@ mod tests {
             "{ 10 = 9 }",
             "give it no vlan_mode",
         );
+    }
+
+    #[test]
+    fn a_tunnel_over_ipv6_and_its_gso() {
+        let vx = |body: &str| {
+            parse(&format!(
+                "{GOOD}{}\n[uplink.vxlan]\nvni = 7\n{body}",
+                UPLINK.replace("queues = 2", "queues = 1")
+            ))
+        };
+        let t = vx("local = \"2001:db8::1/64\"\nremotes = [\"2001:db8::2\"]").unwrap();
+        let v = t.uplinks[0].vxlan.as_ref().unwrap();
+        assert_eq!(v.local, ("2001:db8::1".parse().unwrap(), 64));
+        assert_eq!((v.overhead(), v.kernel_gso), (70, true));
+        let reason = |body: &str| vx(body).unwrap_err().1;
+        assert!(
+            reason("local = \"2001:db8::1/64\"\nremotes = [\"10.0.0.2\"]")
+                .contains("not an IPv6 address (local is IPv6)"),
+        );
+        assert!(reason("local = \"2001:db8::1/64\"\nevpn = true").contains("IPv6 underlay"));
+        assert!(
+            reason("local = \"10.9.0.1/24\"\ngso = \"hardware\"").contains(
+                "\"kernel\" (tunnelled GSO frames to the kernel, the default) and \"software\""
+            )
+        );
+        let sw = vx("local = \"10.9.0.1/24\"\ngso = \"software\"").unwrap();
+        assert!(!sw.uplinks[0].vxlan.as_ref().unwrap().kernel_gso);
     }
 
     #[test]

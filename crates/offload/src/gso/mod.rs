@@ -236,10 +236,14 @@ pub fn segment_encapsulated(
     let (net, t) = gso_layers(l, gso.kind)?;
     let (ol, il) = (outer.len(), t.offset + t.header_len);
     // The outer stack as encap_header writes it: Ethernet, IPv4 without
-    // options, UDP, VXLAN.
+    // options or IPv6 without extension headers, UDP, VXLAN.
     const OUTER_IP: usize = 14;
-    const OUTER_UDP: usize = OUTER_IP + 20;
-    if ol < OUTER_UDP + udp::HEADER_LEN || ol + il > MAX_HEADER {
+    let (outer_kind, outer_ip_len) = match outer.get(12..14) {
+        Some([0x86, 0xdd]) => (NetKind::Ipv6, 40),
+        _ => (NetKind::Ipv4, 20),
+    };
+    let outer_udp = OUTER_IP + outer_ip_len;
+    if ol < outer_udp + udp::HEADER_LEN || ol + il > MAX_HEADER {
         return Err(GsoError::HeaderTooLong);
     }
     if net.end > inner.len() || il > net.end {
@@ -261,16 +265,16 @@ pub fn segment_encapsulated(
         },
         outer: Some((
             Net {
-                kind: NetKind::Ipv4,
+                kind: outer_kind,
                 offset: OUTER_IP,
-                header_len: 20,
+                header_len: outer_ip_len,
                 end: ol + net.end,
                 protocol: ip_protocol::UDP,
                 fragment: false,
             },
             Transport {
                 protocol: ip_protocol::UDP,
-                offset: OUTER_UDP,
+                offset: outer_udp,
                 header_len: udp::HEADER_LEN,
             },
         )),

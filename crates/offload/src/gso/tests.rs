@@ -342,6 +342,35 @@ fn cwr_frame_comes_back_as_its_first_segment_and_the_rest() {
     assert_eq!(lens, vec![1448, 9 * 1448]);
 }
 
+#[test]
+fn encapsulated_segments_over_ipv6_are_valid_on_the_wire() {
+    let inner = big(false, 9000, ACK | PSH);
+    let tunnel = crate::vxlan::Tunnel::new(
+        42,
+        "2001:db8::1".parse::<std::net::Ipv6Addr>().unwrap(),
+        "2001:db8::2".parse::<std::net::Ipv6Addr>().unwrap(),
+    );
+    for mode in [CsumMode::Full, CsumMode::Partial] {
+        let (whole, segs) =
+            encapsulated_both_ways_in(&tunnel, &inner, tcp_gso(GsoType::TcpV4, 1400), mode);
+        assert_eq!(whole, segs, "cut apart as put together");
+        assert_eq!(segs.len(), 7);
+        let mut stream = Vec::new();
+        for (s, _) in &segs {
+            let (oip, orest) = etherparse::Ipv6Header::from_slice(&s[14..]).unwrap();
+            assert_eq!(oip.payload_length as usize, s.len() - 54);
+            let (uh, vx) = etherparse::UdpHeader::from_slice(orest).unwrap();
+            assert_eq!(uh.length as usize, vx.len() + 8);
+            assert_eq!(uh.checksum, uh.calc_checksum_ipv6(&oip, vx).unwrap());
+            let (iip, irest) = etherparse::Ipv4Header::from_slice(&vx[8 + 14..]).unwrap();
+            let (th, payload) = etherparse::TcpHeader::from_slice(irest).unwrap();
+            assert_eq!(th.checksum, th.calc_checksum_ipv4(&iip, payload).unwrap());
+            stream.extend_from_slice(payload);
+        }
+        assert_eq!(stream, inner[54..]);
+    }
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
     #[test]
@@ -388,6 +417,16 @@ fn encapsulated_both_ways(
         udp_csum,
         ..crate::vxlan::Tunnel::new(42, [198, 18, 0, 1], [198, 18, 0, 2])
     };
+    encapsulated_both_ways_in(&tunnel, inner, g, mode)
+}
+
+/// [`encapsulated_both_ways`] through `tunnel`.
+fn encapsulated_both_ways_in(
+    tunnel: &crate::vxlan::Tunnel,
+    inner: &[u8],
+    g: GsoInfo,
+    mode: CsumMode,
+) -> (Segments, Segments) {
     let rss = crate::rss::Rss::new(&crate::rss::DEFAULT_KEY, 1).unwrap();
     let il = Layers::parse(inner).unwrap();
     let info = OffloadInfo {
@@ -397,15 +436,16 @@ fn encapsulated_both_ways(
             offset: tcp::CHECKSUM_OFFSET as u16,
         },
     };
-    let mut hdr = [0u8; crate::vxlan::OUTER_LEN];
+    let mut hdr = [0u8; crate::vxlan::MAX_OUTER_LEN];
+    let hdr = &mut hdr[..tunnel.outer_len()];
     let hash = rss.hash(inner, &il).map(|(h, _)| h);
-    crate::vxlan::encap_header(&tunnel, inner, hash, info, &mut hdr).unwrap();
+    crate::vxlan::encap_header(tunnel, inner, hash, info, hdr).unwrap();
     let whole = [&hdr[..], inner].concat();
     let wl = Layers::parse(&whole).unwrap();
     let mut a = Vec::new();
     segment(&whole, &wl, g, mode, &mut |s| a.push((s.to_vec(), s.info))).unwrap();
     let mut b = Vec::new();
-    segment_encapsulated(&hdr, inner, &il, g, mode, &mut |s| {
+    segment_encapsulated(hdr, inner, &il, g, mode, &mut |s| {
         // The payload is the inner frame's own bytes, not a copy.
         let at = s.payload.as_ptr() as usize - inner.as_ptr() as usize;
         assert!(at + s.payload.len() <= inner.len());

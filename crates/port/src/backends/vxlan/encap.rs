@@ -9,11 +9,11 @@ use crate::device::{SendError, Transmitter};
 use crate::outgoing::{BatchOptions, OutFrame, Written};
 use crate::packet::{mac_at, Packet};
 use hvnet_offload::gso::{self, CsumMode};
-use hvnet_offload::vxlan::{encap_header, Tunnel, OUTER_LEN};
+use hvnet_offload::vxlan::{encap_header, Tunnel, MAX_OUTER_LEN};
 use hvnet_offload::{CsumState, OffloadInfo};
 use hvnet_wire::{Layers, MacAddr};
 use std::io::IoSlice;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// Buffers a transmitter keeps for tunnelled GSO frames, so that
@@ -58,7 +58,7 @@ impl Vtep {
     fn remotes_for(
         &self,
         dst: MacAddr,
-        out: &mut smallvec::SmallVec<[(Ipv4Addr, Option<MacAddr>); 8]>,
+        out: &mut smallvec::SmallVec<[(IpAddr, Option<MacAddr>); 8]>,
     ) -> bool {
         out.clear();
         let known = (!dst.is_multicast())
@@ -212,10 +212,9 @@ impl Vtep {
         // checksums must leave complete (the uplink's `csum = "software"`)
         // are made here too: the kernel leaves them partial wherever the
         // next device takes partial checksums.
-        let tap = self
-            .tap
-            .as_ref()
-            .filter(|_| TunnelTap::takes(&inner) && (how.csum || inner.offload.gso.is_none()));
+        let tap = self.tap.as_ref().filter(|_| {
+            TunnelTap::takes(&inner, self.cfg.local) && (how.csum || inner.offload.gso.is_none())
+        });
         for &(remote, mac) in &remotes {
             let Some(mac) = mac else { continue };
             let tunnel = Tunnel {
@@ -224,7 +223,7 @@ impl Vtep {
                 dst_port: self.cfg.port,
                 src_port_range: SOURCE_PORTS,
                 udp_csum: self.cfg.udp_csum,
-                ..Tunnel::new(vni, self.cfg.local.octets(), remote.octets())
+                ..Tunnel::new(vni, self.cfg.local, remote)
             };
             let r = match tap {
                 Some(tap) => tap.write(&tunnel, &inner, &mut scratch.head, &mut written),
@@ -257,16 +256,17 @@ fn write_encapsulated(
     scratch: &mut TunnelScratch,
     written: &mut Written,
 ) -> Result<(), ()> {
-    let mut hdr = [0u8; OUTER_LEN];
+    let mut hdr = [0u8; MAX_OUTER_LEN];
+    let hdr = &mut hdr[..tunnel.outer_len()];
     let frame = inner.frame;
-    let info = encap_header(tunnel, frame, inner.hash, inner.offload, &mut hdr).map_err(|_| ())?;
+    let info = encap_header(tunnel, frame, inner.hash, inner.offload, hdr).map_err(|_| ())?;
     let (Some(g), Some(layers)) = (info.gso, inner.layers) else {
         if info.gso.is_some() {
             // A GSO frame in pieces: never handed over (segments carry
             // no segmentation).
             return Err(());
         }
-        let pieces = [IoSlice::new(&hdr), IoSlice::new(frame)];
+        let pieces = [IoSlice::new(hdr), IoSlice::new(frame)];
         tx.send(
             OutFrame::Pieces {
                 pieces: &pieces,
@@ -276,7 +276,7 @@ fn write_encapsulated(
         )
         .map_err(|_| ())?;
         written.frames += 1;
-        written.bytes += (OUTER_LEN + frame.len()) as u64;
+        written.bytes += (hdr.len() + frame.len()) as u64;
         return Ok(());
     };
     // Segmented once, without putting the outer header and the frame
@@ -287,7 +287,7 @@ fn write_encapsulated(
     arena.clear();
     spans.clear();
     let base = frame.as_ptr() as usize;
-    gso::segment_encapsulated(&hdr, frame, layers, g, mode, &mut |seg| {
+    gso::segment_encapsulated(hdr, frame, layers, g, mode, &mut |seg| {
         let start = arena.len();
         arena.extend_from_slice(seg.header);
         let at = seg.payload.as_ptr() as usize - base;

@@ -14,7 +14,7 @@
 use super::Vtep;
 use hvnet_wire::MacAddr;
 use serde::Serialize;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// Advertised MACs (and, separately, advertised IPs) a tunnel endpoint
@@ -82,7 +82,8 @@ pub struct EvpnCounters {
 impl Vtep {
     /// Installs (`present`) or withdraws remote endpoint `ip` in the flood
     /// list.
-    pub fn evpn_vtep(&self, ip: Ipv4Addr, present: bool) -> Result<(), EvpnRefusal> {
+    pub fn evpn_vtep(&self, ip: impl Into<IpAddr>, present: bool) -> Result<(), EvpnRefusal> {
+        let ip = ip.into();
         let mut v = self.evpn.vteps.write().expect("lock");
         if !present {
             v.remove(&ip);
@@ -104,7 +105,7 @@ impl Vtep {
 
     /// Installs `mac` behind remote endpoint `vtep`, or withdraws it
     /// (`None`). The caller has checked that it is no local VM's address.
-    pub fn evpn_mac(&self, mac: MacAddr, vtep: Option<Ipv4Addr>) -> Result<(), EvpnRefusal> {
+    pub fn evpn_mac(&self, mac: MacAddr, vtep: Option<IpAddr>) -> Result<(), EvpnRefusal> {
         let mut t = self.evpn.macs.write().expect("lock");
         let Some(vtep) = vtep else {
             t.remove(&mac);
@@ -174,18 +175,24 @@ impl Vtep {
     }
 
     /// The remote endpoint `mac` is advertised behind.
-    pub(super) fn evpn_remote_of(&self, mac: &MacAddr) -> Option<Ipv4Addr> {
+    pub(super) fn evpn_remote_of(&self, mac: &MacAddr) -> Option<IpAddr> {
         self.evpn.macs.read().expect("lock").get(mac).copied()
     }
 
-    /// True for an address a remote endpoint may have.
-    fn is_remote_address(&self, ip: Ipv4Addr) -> bool {
-        !(ip.is_unspecified()
-            || ip.is_multicast()
-            || ip.is_broadcast()
-            || ip.is_loopback()
-            || ip.octets()[0] >= 240
-            || ip == self.cfg.local)
+    /// True for an address a remote endpoint may have: of the endpoint's
+    /// own family, unicast, not its own.
+    fn is_remote_address(&self, ip: IpAddr) -> bool {
+        let unicast = match ip {
+            IpAddr::V4(a) => {
+                !(a.is_unspecified()
+                    || a.is_multicast()
+                    || a.is_broadcast()
+                    || a.is_loopback()
+                    || a.octets()[0] >= 240)
+            }
+            IpAddr::V6(a) => !(a.is_unspecified() || a.is_multicast() || a.is_loopback()),
+        };
+        unicast && ip.is_ipv6() == self.cfg.local.is_ipv6() && ip != self.cfg.local
     }
 
     /// Forgets everything the fabric advertised (the control plane lost
@@ -223,8 +230,8 @@ impl Vtep {
 /// The advertised tables and their counters.
 #[derive(Default)]
 pub(super) struct EvpnTables {
-    pub(super) vteps: std::sync::RwLock<std::collections::BTreeSet<Ipv4Addr>>,
-    pub(super) macs: std::sync::RwLock<std::collections::HashMap<MacAddr, Ipv4Addr>>,
+    pub(super) vteps: std::sync::RwLock<std::collections::BTreeSet<IpAddr>>,
+    pub(super) macs: std::sync::RwLock<std::collections::HashMap<MacAddr, IpAddr>>,
     pub(super) neighbours: std::sync::RwLock<std::collections::HashMap<IpAddr, MacAddr>>,
     pub(super) counters: AtomicCounters,
 }
@@ -246,15 +253,16 @@ pub(super) struct AtomicCounters {
 mod tests {
     use super::*;
     use crate::vxlan::VtepConfig;
+    use std::net::Ipv4Addr;
 
     fn vtep() -> Vtep {
         Vtep::new(
             VtepConfig {
                 vni: 42,
-                local: Ipv4Addr::new(198, 18, 60, 1),
+                local: Ipv4Addr::new(198, 18, 60, 1).into(),
                 prefix: 24,
                 mac: MacAddr([2, 0, 0, 0, 0, 1]),
-                remotes: vec![Ipv4Addr::new(198, 18, 60, 9)],
+                remotes: vec![Ipv4Addr::new(198, 18, 60, 9).into()],
                 port: 4789,
                 udp_csum: false,
                 vlans: Vec::new(),
@@ -275,7 +283,10 @@ mod tests {
             "a configured remote is listed once"
         );
         v.evpn_vtep(b, false).unwrap();
-        assert_eq!(v.flood_list(), [Ipv4Addr::new(198, 18, 60, 9)]);
+        assert_eq!(
+            v.flood_list(),
+            [IpAddr::from(Ipv4Addr::new(198, 18, 60, 9))]
+        );
     }
 
     #[test]
@@ -290,18 +301,21 @@ mod tests {
             "250.0.0.1",
         ] {
             assert_eq!(
-                v.evpn_vtep(bad.parse().unwrap(), true),
+                v.evpn_vtep(bad.parse::<Ipv4Addr>().unwrap(), true),
                 Err(EvpnRefusal::BadVtep),
                 "{bad}"
             );
         }
         let m = MacAddr([2, 0, 0, 0, 0, 7]);
         assert_eq!(
-            v.evpn_mac(m, Some(Ipv4Addr::UNSPECIFIED)),
+            v.evpn_mac(m, Some(Ipv4Addr::UNSPECIFIED.into())),
             Err(EvpnRefusal::BadVtep)
         );
         assert_eq!(
-            v.evpn_mac(MacAddr::BROADCAST, Some(Ipv4Addr::new(198, 18, 60, 2))),
+            v.evpn_mac(
+                MacAddr::BROADCAST,
+                Some(Ipv4Addr::new(198, 18, 60, 2).into())
+            ),
             Err(EvpnRefusal::BadMac)
         );
         let c = v.evpn_counters();
@@ -317,7 +331,7 @@ mod tests {
         for i in 0..(MAX_EVPN_MACS as u32 + 10) {
             let b = i.to_be_bytes();
             let m = MacAddr([2, 1, b[0], b[1], b[2], b[3]]);
-            refused += u32::from(v.evpn_mac(m, Some(remote)) == Err(EvpnRefusal::Full));
+            refused += u32::from(v.evpn_mac(m, Some(remote.into())) == Err(EvpnRefusal::Full));
         }
         assert_eq!(refused, 10);
         for i in 0..(MAX_FLOOD as u32 + 5) {
@@ -337,10 +351,14 @@ mod tests {
         let v = vtep();
         let m = MacAddr([2, 0, 0, 0, 0, 7]);
         let (b, c) = (Ipv4Addr::new(198, 18, 60, 2), Ipv4Addr::new(198, 18, 60, 3));
-        v.evpn_mac(m, Some(b)).unwrap();
-        v.learn_remote_mac(m, c, std::time::Instant::now());
-        assert_eq!(v.remote_of(&m), Some(b));
+        v.evpn_mac(m, Some(b.into())).unwrap();
+        v.learn_remote_mac(m, c.into(), std::time::Instant::now());
+        assert_eq!(v.remote_of(&m), Some(b.into()));
         v.evpn_mac(m, None).unwrap();
-        assert_eq!(v.remote_of(&m), Some(c), "learned again once withdrawn");
+        assert_eq!(
+            v.remote_of(&m),
+            Some(c.into()),
+            "learned again once withdrawn"
+        );
     }
 }

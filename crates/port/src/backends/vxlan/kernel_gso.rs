@@ -16,7 +16,7 @@
 use super::encap::Inner;
 use crate::outgoing::Written;
 use hvnet_offload::csum::pseudo_header_at;
-use hvnet_offload::vxlan::{encap_header, Tunnel, OUTER_LEN};
+use hvnet_offload::vxlan::{encap_header, Tunnel, MAX_OUTER_LEN};
 use hvnet_offload::CsumState;
 use hvnet_sys::{offload, FrameQueue};
 use hvnet_wire::checksum::Sum;
@@ -24,10 +24,8 @@ use hvnet_wire::ip_protocol;
 use hvnet_wire::virtio_net::{self, flags, GsoType, Repr, TunnelRepr, LEN_TUNNEL};
 use serde::Serialize;
 use std::io::{self, IoSlice};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-
-/// Where the outer UDP header starts (outer Ethernet and IPv4, no options).
-const OUTER_TH: usize = 34;
 
 /// The TAP a tunnel endpoint writes whole tunnelled frames into.
 #[derive(Debug)]
@@ -96,11 +94,15 @@ impl TunnelTap {
         }
     }
 
-    /// True when `inner` can go whole: it fits one outer IPv4 packet, and a
-    /// GSO frame is TCP whose headers were parsed where it entered. Else
-    /// the endpoint segments it itself, as without the TAP.
-    pub(super) fn takes(inner: &Inner<'_>) -> bool {
-        if OUTER_LEN - 14 + inner.frame.len() > 65535 {
+    /// True when `inner` can go whole to endpoints at `local`'s family: it
+    /// fits one outer IP packet (no jumbograms), and a GSO frame is TCP
+    /// whose headers were parsed where it entered. Else the endpoint
+    /// segments it itself, as without the TAP.
+    pub(super) fn takes(inner: &Inner<'_>, local: IpAddr) -> bool {
+        // The outer IP header's length field covers the outer UDP and
+        // VXLAN headers and the inner frame (and an IPv4 header).
+        let ip_overhead = if local.is_ipv6() { 16 } else { 36 };
+        if ip_overhead + inner.frame.len() > 65535 {
             return false;
         }
         let Some(g) = inner.offload.gso else {
@@ -138,7 +140,10 @@ impl TunnelTap {
         written: &mut Written,
     ) -> Result<(), ()> {
         let frame = inner.frame;
-        let mut outer = [0u8; OUTER_LEN];
+        let outer_len = tunnel.outer_len();
+        let outer_th = tunnel.outer_udp();
+        let mut outer = [0u8; MAX_OUTER_LEN];
+        let outer = &mut outer[..outer_len];
         let mut vnet = [0u8; LEN_TUNNEL];
         let gso = inner.offload.gso;
         if gso.is_none() {
@@ -146,7 +151,7 @@ impl TunnelTap {
             // outer checksum done here, an inner partial one left to the
             // kernel.
             let info =
-                encap_header(tunnel, frame, inner.hash, inner.offload, &mut outer).map_err(drop)?;
+                encap_header(tunnel, frame, inner.hash, inner.offload, outer).map_err(drop)?;
             let mut hdr = Repr::default();
             if let CsumState::Partial { start, offset } = info.csum {
                 hdr.flags = flags::NEEDS_CSUM;
@@ -158,10 +163,10 @@ impl TunnelTap {
                 ..TunnelRepr::default()
             }
             .emit(&mut vnet);
-            self.send(&[&vnet, &outer, frame])?;
+            self.send(&[&vnet, outer, frame])?;
             self.counters.frames.fetch_add(1, Relaxed);
             written.frames += 1;
-            written.bytes += (OUTER_LEN + frame.len()) as u64;
+            written.bytes += (outer_len + frame.len()) as u64;
             return Ok(());
         }
         // A GSO frame: TCP whose headers were parsed where it entered.
@@ -175,18 +180,17 @@ impl TunnelTap {
             return Err(());
         }
         // The outer UDP checksum is the kernel's to make per segment: here
-        // its field gets the pseudo-header sum only.
-        let plain = Tunnel {
-            udp_csum: false,
-            ..tunnel.clone()
+        // its field gets the pseudo-header sum only (put over whatever
+        // encap_header left in it).
+        encap_header(tunnel, frame, inner.hash, inner.offload, outer).map_err(drop)?;
+        let udp_len = outer_len - outer_th + frame.len();
+        let outer_csum = tunnel.outer_csum();
+        let field = if outer_csum {
+            tunnel.pseudo_header(udp_len).fold()
+        } else {
+            0
         };
-        encap_header(&plain, frame, inner.hash, inner.offload, &mut outer).map_err(drop)?;
-        let udp_len = OUTER_LEN - OUTER_TH + frame.len();
-        if tunnel.udp_csum {
-            let ph =
-                hvnet_wire::ipv4::Packet::new_unchecked(&outer[14..]).pseudo_header(udp_len as u32);
-            outer[OUTER_TH + 6..OUTER_TH + 8].copy_from_slice(&ph.fold().to_be_bytes());
-        }
+        outer[outer_th + 6..outer_th + 8].copy_from_slice(&field.to_be_bytes());
         // The inner headers, copied so that the TCP checksum field holds
         // what a partial checksum needs (the pseudo-header sum over the
         // whole frame's TCP length), whatever the datapath left in it.
@@ -201,22 +205,22 @@ impl TunnelTap {
                 flags: flags::NEEDS_CSUM,
                 gso_type: g.kind,
                 gso_ecn: g.ecn,
-                hdr_len: (OUTER_LEN + headers) as u16,
+                hdr_len: (outer_len + headers) as u16,
                 gso_size: g.size,
-                csum_start: (OUTER_LEN + t.offset) as u16,
+                csum_start: (outer_len + t.offset) as u16,
                 csum_offset: 16,
                 num_buffers: 0,
             },
-            outer_ipv6: false,
-            outer_csum: tunnel.udp_csum,
-            outer_th_offset: OUTER_TH as u16,
-            inner_nh_offset: (OUTER_LEN + net.offset) as u16,
+            outer_ipv6: tunnel.ipv6(),
+            outer_csum,
+            outer_th_offset: outer_th as u16,
+            inner_nh_offset: (outer_len + net.offset) as u16,
         }
         .emit(&mut vnet);
-        self.send(&[&vnet, &outer, head, &frame[headers..]])?;
+        self.send(&[&vnet, outer, head, &frame[headers..]])?;
         self.counters.gso_frames.fetch_add(1, Relaxed);
         written.frames += 1;
-        written.bytes += (OUTER_LEN + frame.len()) as u64;
+        written.bytes += (outer_len + frame.len()) as u64;
         Ok(())
     }
 

@@ -33,7 +33,7 @@ use hvnet_offload::vxlan::VxlanError;
 use hvnet_wire::{ip_protocol, EtherType, MacAddr, UdpPacket};
 use serde::Serialize;
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
@@ -68,14 +68,14 @@ pub struct VtepConfig {
     /// The VXLAN network identifier (24 bits).
     pub vni: u32,
     /// Its underlay address.
-    pub local: Ipv4Addr,
+    pub local: IpAddr,
     /// The underlay prefix length (shown; peers are on the same link).
     pub prefix: u8,
     /// The underlay device's MAC (the outer source).
     pub mac: MacAddr,
     /// Static remote endpoints: the flood list (with those the fabric
     /// advertises, where BGP EVPN is on).
-    pub remotes: Vec<Ipv4Addr>,
+    pub remotes: Vec<IpAddr>,
     /// UDP destination port.
     pub port: u16,
     /// Compute the outer UDP checksum (off: zero, as Linux's default).
@@ -93,13 +93,13 @@ pub struct Vtep {
     pub cfg: VtepConfig,
     rss: Rss,
     /// The flood list: the configured remotes, then the advertised ones.
-    flood: RwLock<Vec<Ipv4Addr>>,
+    flood: RwLock<Vec<IpAddr>>,
     /// Set when the fabric changed the flood list: its new members are
     /// asked for at once, not at the next turn.
     flood_changed: std::sync::atomic::AtomicBool,
     evpn: evpn::EvpnTables,
-    neighbours: RwLock<HashMap<Ipv4Addr, MacAddr>>,
-    remote_macs: RwLock<HashMap<MacAddr, (Ipv4Addr, Instant)>>,
+    neighbours: RwLock<HashMap<IpAddr, MacAddr>>,
+    remote_macs: RwLock<HashMap<MacAddr, (IpAddr, Instant)>>,
     arp_requests_sent: AtomicU64,
     arp_replies_sent: AtomicU64,
     remote_macs_refused: AtomicU64,
@@ -120,8 +120,9 @@ pub enum Received {
     /// The inner frame of a VXLAN packet, for the switch to forward as
     /// coming from the uplink.
     Inner(Packet),
-    /// ARP for the endpoint, consumed; a reply to send back, if any.
-    Arp(Option<[u8; 42]>),
+    /// ARP or neighbour discovery for the endpoint, consumed; a reply to
+    /// send back, if any.
+    Neighbour(Option<neighbours::Reply>),
     /// Dropped, for this reason.
     Drop(TunnelDrop),
 }
@@ -152,7 +153,7 @@ impl From<TunnelDrop> for RecvError {
 #[derive(Clone, Debug, Serialize)]
 pub struct RemoteView {
     /// Underlay address.
-    pub ip: Ipv4Addr,
+    pub ip: IpAddr,
     /// Its MAC, once resolved.
     pub mac: Option<String>,
     /// In the flood list (configured) or only learned.
@@ -168,7 +169,7 @@ pub struct RemoteMacView {
     /// The inner MAC.
     pub mac: String,
     /// The remote endpoint it is behind.
-    pub remote: Ipv4Addr,
+    pub remote: IpAddr,
     /// Seconds since it was last seen (0 for an advertised one).
     pub age_secs: u64,
     /// "evpn" (advertised; never ages while it is) or "learned".
@@ -208,7 +209,7 @@ pub struct VtepView {
     /// Inner MACs not learned: the table was full.
     pub remote_macs_refused: u64,
     /// The flood list (head-end replication), in order.
-    pub flood_list: Vec<Ipv4Addr>,
+    pub flood_list: Vec<IpAddr>,
     /// Remote IPs advertised with their MACs (ARP answered from them).
     pub remote_ips: Vec<RemoteIpView>,
     /// What the fabric's advertisements did, and what was flooded.
@@ -244,27 +245,43 @@ impl Vtep {
     pub fn receive(&self, mut pkt: Packet, now: Instant) -> Received {
         let l = pkt.meta.layers;
         let frame = pkt.frame();
-        match l.l2.ethertype {
-            EtherType::Arp => return self.receive_arp(&frame[l.l2.header_len..]),
-            EtherType::Ipv4 => {}
-            _ => return Received::Drop(TunnelDrop::NotTunnel),
-        }
         let (Some(net), Some(t)) = (l.net, l.transport) else {
-            return Received::Drop(TunnelDrop::NotTunnel);
+            return match l.l2.ethertype {
+                EtherType::Arp => self.receive_arp(&frame[l.l2.header_len..]),
+                _ => Received::Drop(TunnelDrop::NotTunnel),
+            };
         };
         let ip = &frame[net.offset..];
-        if ip[16..20] != self.cfg.local.octets()
+        let (dst, remote) = match (l.l2.ethertype, self.cfg.local) {
+            (EtherType::Ipv4, IpAddr::V4(_)) => (
+                IpAddr::from(<[u8; 4]>::try_from(&ip[16..20]).expect("4 bytes")),
+                IpAddr::from(<[u8; 4]>::try_from(&ip[12..16]).expect("4 bytes")),
+            ),
+            (EtherType::Ipv6, IpAddr::V6(_)) => {
+                if t.protocol == hvnet_wire::nd::ICMPV6 {
+                    return self.receive_nd(frame, net.offset);
+                }
+                (
+                    IpAddr::from(<[u8; 16]>::try_from(&ip[24..40]).expect("16 bytes")),
+                    IpAddr::from(<[u8; 16]>::try_from(&ip[8..24]).expect("16 bytes")),
+                )
+            }
+            _ => return Received::Drop(TunnelDrop::NotTunnel),
+        };
+        if dst != self.cfg.local
             || t.protocol != ip_protocol::UDP
             || UdpPacket::new_unchecked(&frame[t.offset..]).dst_port() != self.cfg.port
         {
             return Received::Drop(TunnelDrop::NotTunnel);
         }
-        let remote = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
         let d = match hvnet_offload::vxlan::decap(frame, &l, pkt.meta.offload, self.cfg.port) {
             Ok(d) => d,
-            Err(VxlanError::Malformed(_) | VxlanError::NotVxlan | VxlanError::TooLarge) => {
-                return Received::Drop(TunnelDrop::BadVxlan)
-            }
+            Err(
+                VxlanError::Malformed(_)
+                | VxlanError::NotVxlan
+                | VxlanError::TooLarge
+                | VxlanError::MixedFamilies,
+            ) => return Received::Drop(TunnelDrop::BadVxlan),
         };
         // The uplink's own VNI, untagged; another of its VNIs, tagged
         // with that VNI's VLAN; any other, not the endpoint's.
@@ -309,12 +326,12 @@ impl Vtep {
     }
 
     /// The flood list now.
-    pub fn flood_list(&self) -> Vec<Ipv4Addr> {
+    pub fn flood_list(&self) -> Vec<IpAddr> {
         self.flood.read().expect("lock").clone()
     }
 
     /// The remote endpoint `mac` is behind: as advertised, else as learned.
-    pub fn remote_of(&self, mac: &MacAddr) -> Option<Ipv4Addr> {
+    pub fn remote_of(&self, mac: &MacAddr) -> Option<IpAddr> {
         self.evpn_remote_of(mac).or_else(|| {
             self.remote_macs
                 .read()
@@ -324,7 +341,7 @@ impl Vtep {
         })
     }
 
-    fn learn_remote_mac(&self, mac: MacAddr, remote: Ipv4Addr, now: Instant) {
+    fn learn_remote_mac(&self, mac: MacAddr, remote: IpAddr, now: Instant) {
         if mac.is_multicast() {
             return;
         }

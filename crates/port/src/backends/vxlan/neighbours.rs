@@ -1,29 +1,52 @@
-//! The endpoint's own underlay neighbours: ARP for its address answered,
-//! its peers' MACs resolved and learned, as Linux's `vxlan` device does.
+//! The endpoint's own underlay neighbours, as Linux's `vxlan` device has
+//! the kernel do it: over IPv4 ARP for its address answered and its
+//! peers' MACs resolved with ARP; over IPv6 the same with neighbour
+//! solicitations and advertisements (RFC 4861); and learned from both.
 
 use super::{Received, TunnelDrop, Vtep, MAX_NEIGHBOURS};
 use crate::device::{SendError, Transmitter};
 use crate::outgoing::{BatchOptions, OutFrame, Written};
-use hvnet_wire::{arp, MacAddr};
+use hvnet_wire::{arp, nd, MacAddr};
 use std::io::IoSlice;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::sync::atomic::Ordering::Relaxed;
+
+/// A frame the endpoint answers with: an ARP reply or a neighbour
+/// advertisement.
+pub enum Reply {
+    /// To an ARP request for the endpoint's IPv4 address.
+    Arp([u8; 14 + arp::LEN]),
+    /// To a neighbour solicitation for its IPv6 address.
+    Nd([u8; nd::ADVERTISEMENT_FRAME]),
+}
+
+impl Reply {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Reply::Arp(f) => f,
+            Reply::Nd(f) => f,
+        }
+    }
+}
 
 impl Vtep {
     pub(super) fn receive_arp(&self, bytes: &[u8]) -> Received {
+        let IpAddr::V4(local) = self.cfg.local else {
+            return Received::Drop(TunnelDrop::NotTunnel);
+        };
         let Ok(r) = arp::Packet::new_checked(bytes).and_then(|p| arp::Repr::parse(&p)) else {
             return Received::Drop(TunnelDrop::NotTunnel);
         };
-        let local = self.cfg.local.octets();
+        let local = local.octets();
         if r.target_ip != local {
             return Received::Drop(TunnelDrop::NotTunnel);
         }
-        self.learn_neighbour(Ipv4Addr::from(r.sender_ip), r.sender_mac);
+        self.learn_neighbour(IpAddr::from(r.sender_ip), r.sender_mac);
         if r.op != arp::Operation::Request {
-            return Received::Arp(None);
+            return Received::Neighbour(None);
         }
         self.arp_replies_sent.fetch_add(1, Relaxed);
-        Received::Arp(Some(
+        Received::Neighbour(Some(Reply::Arp(
             arp::Repr {
                 op: arp::Operation::Reply,
                 sender_mac: self.cfg.mac,
@@ -32,10 +55,45 @@ impl Vtep {
                 target_ip: r.sender_ip,
             }
             .frame(),
-        ))
+        )))
     }
 
-    pub(super) fn learn_neighbour(&self, ip: Ipv4Addr, mac: MacAddr) {
+    /// ICMPv6 from the underlay (`ip` the IPv6 header's offset): a
+    /// solicitation for the endpoint's address answered (its sender
+    /// learned), an advertisement learned from; anything else is not the
+    /// endpoint's.
+    pub(super) fn receive_nd(&self, frame: &[u8], ip: usize) -> Received {
+        let IpAddr::V6(local) = self.cfg.local else {
+            return Received::Drop(TunnelDrop::NotTunnel);
+        };
+        let local = local.octets();
+        let packet = &frame[ip..];
+        if let Some(target) = nd::solicited_target(packet) {
+            if target != local {
+                return Received::Drop(TunnelDrop::NotTunnel);
+            }
+            let src: [u8; 16] = packet[8..24].try_into().expect("16 bytes");
+            let src_mac = MacAddr(frame[6..12].try_into().expect("6 bytes"));
+            self.learn_neighbour(IpAddr::from(src), src_mac);
+            self.arp_replies_sent.fetch_add(1, Relaxed);
+            return Received::Neighbour(Some(Reply::Nd(nd::advertisement(
+                self.cfg.mac,
+                local,
+                src_mac,
+                src,
+            ))));
+        }
+        match nd::advertised(packet) {
+            Some((target, mac)) => {
+                let mac = mac.unwrap_or(MacAddr(frame[6..12].try_into().expect("6 bytes")));
+                self.learn_neighbour(IpAddr::from(target), mac);
+                Received::Neighbour(None)
+            }
+            None => Received::Drop(TunnelDrop::NotTunnel),
+        }
+    }
+
+    pub(super) fn learn_neighbour(&self, ip: IpAddr, mac: MacAddr) {
         if mac.is_multicast() {
             return;
         }
@@ -48,12 +106,13 @@ impl Vtep {
         }
     }
 
-    /// Sends an ARP request for each remote in the flood list still
-    /// unresolved; the endpoint's first queue calls it every
-    /// [`super::SOLICIT_EVERY`], and at once when the fabric changed the
-    /// flood list, so a write that fails is tried at the next turn.
+    /// Asks for each remote in the flood list still unresolved (ARP, or a
+    /// neighbour solicitation over IPv6); the endpoint's first queue calls
+    /// it every [`super::SOLICIT_EVERY`], and at once when the fabric
+    /// changed the flood list, so a write that fails is tried at the next
+    /// turn.
     pub fn solicit(&self, tx: &mut dyn Transmitter) {
-        let unresolved: Vec<Ipv4Addr> = {
+        let unresolved: Vec<IpAddr> = {
             let n = self.neighbours.read().expect("lock");
             self.flood
                 .read()
@@ -64,27 +123,38 @@ impl Vtep {
                 .collect()
         };
         for ip in unresolved {
-            let f = arp::Repr {
-                op: arp::Operation::Request,
-                sender_mac: self.cfg.mac,
-                sender_ip: self.cfg.local.octets(),
-                target_mac: MacAddr([0; 6]),
-                target_ip: ip.octets(),
-            }
-            .frame();
-            if send_plain(tx, &f).is_ok() {
+            let sent = match (self.cfg.local, ip) {
+                (IpAddr::V4(local), IpAddr::V4(ip)) => {
+                    let f = arp::Repr {
+                        op: arp::Operation::Request,
+                        sender_mac: self.cfg.mac,
+                        sender_ip: local.octets(),
+                        target_mac: MacAddr([0; 6]),
+                        target_ip: ip.octets(),
+                    }
+                    .frame();
+                    send_plain(tx, &f)
+                }
+                (IpAddr::V6(local), IpAddr::V6(ip)) => send_plain(
+                    tx,
+                    &nd::solicitation(self.cfg.mac, local.octets(), ip.octets()),
+                ),
+                // A remote of the other family is never reached.
+                _ => continue,
+            };
+            if sent.is_ok() {
                 self.arp_requests_sent.fetch_add(1, Relaxed);
             }
         }
     }
 
-    /// Sends an ARP reply [`Vtep::receive`] made.
-    pub fn send_reply(&self, tx: &mut dyn Transmitter, reply: &[u8; 42]) {
-        let _ = send_plain(tx, reply);
+    /// Sends a reply [`Vtep::receive`] made.
+    pub fn send_reply(&self, tx: &mut dyn Transmitter, reply: &Reply) {
+        let _ = send_plain(tx, reply.bytes());
     }
 }
 
-/// Writes a frame the endpoint makes itself (ARP), without offloads.
+/// Writes a frame the endpoint makes itself (ARP, ND), without offloads.
 fn send_plain(tx: &mut dyn Transmitter, frame: &[u8]) -> Result<Written, SendError> {
     let pieces = [IoSlice::new(frame)];
     let frame = OutFrame::Pieces {

@@ -13,7 +13,7 @@ use crate::packet::Packet;
 use crate::pool::Pool;
 use crate::status::DeviceStatus;
 use crate::vnet::RecvError;
-use hvnet_offload::vxlan::OUTER_LEN;
+use hvnet_offload::vxlan::{OUTER_LEN, OUTER_LEN_V6};
 use std::os::fd::RawFd;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -87,7 +87,11 @@ impl Device for VxlanPort {
         self.underlay.set_filters(f)
     }
     fn overhead(&self) -> usize {
-        OUTER_LEN
+        if self.vtep.cfg.local.is_ipv6() {
+            OUTER_LEN_V6
+        } else {
+            OUTER_LEN
+        }
     }
 
     fn receiver(self: Arc<Self>, q: usize) -> Box<dyn Receiver> {
@@ -147,7 +151,7 @@ impl Receiver for VxlanReceiver {
         for r in read.drain(..) {
             let r = r.and_then(|pkt| match self.vtep.receive(pkt, now) {
                 Received::Inner(inner) => Ok(inner),
-                Received::Arp(reply) => {
+                Received::Neighbour(reply) => {
                     if let Some(reply) = reply {
                         // A reply that cannot be written now is asked for
                         // again.

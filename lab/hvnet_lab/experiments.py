@@ -85,8 +85,8 @@ EXPERIMENTS = [
     {"name": "tunnel", "reproduces": "measurement", "run": wire_compare.tunnel,
      "workload": "VM to external host and back over VXLAN, the host's NIC at its default offloads: hvnet's endpoint "
                  "handing the kernel tunnelled GSO frames and segmenting them itself, beside Linux's bridge and vxlan "
-                 "device with the wire's near end at its defaults and without VXLAN segmentation offload; 1 and 4 "
-                 "streams"},
+                 "device with the wire's near end at its defaults and without VXLAN segmentation offload, and both over an IPv6 "
+                 "underlay; 1 and 4 streams"},
     {"name": "vhost-frames", "reproduces": "measurement", "run": vhost_compare.vhost_frames,
      "workload": "DPDK testpmd front ends (txonly to rxonly) on vhost-user ports of hvnet and of Open vSwitch with DPDK, "
                  "64 and 1500 B frames: CPU per frame and frames per second"},

@@ -19,8 +19,8 @@ from .fabric_compare import ratio_range
 from .fabrics import A_IP, B_IP
 from .figures import measured
 from .runners import interleaved, iperf
-from .wire_fabrics import (BridgeUplink, HvnetUplink, HvnetVxlan, HvnetVxlanSoftwareGso, LinuxVxlan,
-                           LinuxVxlanDefault, OvsVxlan)
+from .wire_fabrics import (BridgeUplink, HvnetUplink, HvnetVxlan, HvnetVxlan6, HvnetVxlanSoftwareGso, LinuxVxlan,
+                           LinuxVxlan6Default, LinuxVxlanDefault, OvsVxlan)
 
 FABRICS = (HvnetUplink, BridgeUplink, HvnetVxlan, LinuxVxlan, OvsVxlan)
 PAIRS = [("hvnet-uplink", "bridge-uplink"), ("hvnet-vxlan", "linux-vxlan"), ("hvnet-vxlan", "ovs-vxlan")]
@@ -69,8 +69,9 @@ def uplinks(tmp, quick, reps, log):
     return figs, {" ".join(map(str, c)): rs for c, rs in runs.items()}
 
 
-TUNNEL_FABRICS = (HvnetVxlan, HvnetVxlanSoftwareGso, LinuxVxlanDefault, LinuxVxlan)
-TUNNEL_PAIRS = [("hvnet-vxlan", "linux-vxlan-default"), ("hvnet-vxlan", "hvnet-vxlan-swgso")]
+TUNNEL_FABRICS = (HvnetVxlan, HvnetVxlanSoftwareGso, LinuxVxlanDefault, LinuxVxlan, HvnetVxlan6, LinuxVxlan6Default)
+TUNNEL_PAIRS = [("hvnet-vxlan", "linux-vxlan-default"), ("hvnet-vxlan6", "linux-vxlan6-default"),
+                ("hvnet-vxlan6", "hvnet-vxlan"), ("hvnet-vxlan", "hvnet-vxlan-swgso")]
 
 
 def tunnel(tmp, quick, reps, log):

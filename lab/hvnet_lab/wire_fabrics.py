@@ -18,24 +18,37 @@ from .fabrics import A_IP, B_IP, VNI, Bridge, Fabric, Hvnet, OvsDaemons
 # is the NIC's "hardware LRO") and "b" is a VM behind the switch.
 
 UNDERLAY_A, UNDERLAY_SW = "198.18.1.2", "198.18.1.1"
+# The same wire with an IPv6 underlay (the documentation prefix).
+UNDERLAY6_A, UNDERLAY6_SW = "2001:db8:1::2", "2001:db8:1::1"
+
+
+def underlay(ipv6):
+    """(host a's address, the switch's, prefix length, VXLAN's overhead)."""
+    return (UNDERLAY6_A, UNDERLAY6_SW, 64, 70) if ipv6 else (UNDERLAY_A, UNDERLAY_SW, 24, 50)
 
 
 def linux_vxlan(sh, local, remote, ip, dev="eth0"):
-    """Linux's own VXLAN device in a namespace (`sh` runs a command there)."""
-    sh(f"ip link add vx{VNI} type vxlan id {VNI} local {local} remote {remote} dstport 4789 dev {dev} noudpcsum"
+    """Linux's own VXLAN device in a namespace (`sh` runs a command there),
+    at its defaults (over IPv4 without outer UDP checksums; over IPv6 with
+    them, as Linux requires by default)."""
+    csum = "" if ":" in local else " noudpcsum"
+    sh(f"ip link add vx{VNI} type vxlan id {VNI} local {local} remote {remote} dstport 4789 dev {dev}{csum}"
        f" && ip link set vx{VNI} up" + (f" && ip addr add {ip}/24 dev vx{VNI}" if ip else ""))
 
 
-def vxlan_host_on_a_wire(a, sw, mtu, offloads=""):
+def vxlan_host_on_a_wire(a, sw, mtu, offloads="", ipv6=False):
     """Host a on a veth wire into namespace `sw` (whose end is `pa`): its
-    eth0 with the underlay address and room for VXLAN, TSO off (wire-sized
-    frames, as a physical NIC sends) and `offloads` also off, and Linux's
-    vxlan device with the overlay address. Returns the underlay MTU."""
-    under = mtu + 50
+    eth0 with the underlay address (IPv4, or `ipv6`) and room for VXLAN,
+    TSO off (wire-sized frames, as a physical NIC sends) and `offloads`
+    also off, and Linux's vxlan device with the overlay address. Returns
+    the underlay MTU."""
+    host, switch, plen, overhead = underlay(ipv6)
+    under = mtu + overhead
     hvlab.run(["ip", "link", "add", "eth0", "netns", a.name, "type", "veth", "peer", "name", "pa", "netns", sw.name])
-    a.sh(f"ip link set eth0 mtu {under} up && ip addr add {UNDERLAY_A}/24 dev eth0 "
+    nodad = " nodad" if ipv6 else ""
+    a.sh(f"ip link set eth0 mtu {under} up && ip addr add {host}/{plen} dev eth0{nodad} "
          f"&& ethtool -K eth0 tso off {offloads} >/dev/null")
-    linux_vxlan(a.sh, UNDERLAY_A, UNDERLAY_SW, A_IP)
+    linux_vxlan(a.sh, host, switch, A_IP)
     return under
 
 
@@ -83,22 +96,38 @@ class HvnetVxlan(Hvnet):
     # per write into the endpoint's TAP) or hvnet.
     gso = "kernel"
     prefix = "bv"
+    ipv6 = False
 
     def __init__(self, tmp, mtu, **_):
+        host, switch, plen, overhead = underlay(self.ipv6)
         self.t = hvlab.Topology(
             Path(tmp), [dict(name="b", ipv4=B_IP + "/24", mtu=mtu)], prefix=self.prefix,
-            uplinks=[dict(name="up0", device="", mtu=mtu + 50, lro="hardware", tso="hardware",
-                          vxlan=dict(vni=VNI, local=UNDERLAY_SW + "/24", remotes=[UNDERLAY_A], gso=self.gso))],
-            hosts=[dict(name="a", uplink="up0", ipv4=UNDERLAY_A + "/24")])
+            uplinks=[dict(name="up0", device="", mtu=mtu + overhead, lro="hardware", tso="hardware",
+                          vxlan=dict(vni=VNI, local=f"{switch}/{plen}", remotes=[host], gso=self.gso))],
+            hosts=[dict(name="a", uplink="up0", **{"ipv6" if self.ipv6 else "ipv4": f"{host}/{plen}"})])
 
     def __enter__(self):
         super().__enter__()
         try:
-            linux_vxlan(lambda c: self.sh("a", c), UNDERLAY_A, UNDERLAY_SW, A_IP)
+            host, switch, _, _ = underlay(self.ipv6)
+            linux_vxlan(lambda c: self.sh("a", c), host, switch, A_IP)
+            # An IPv6 underlay answers once duplicate address detection
+            # is over.
+            hvlab.eventually(lambda: self.sh("a", f"ping -c 1 -W 1 {B_IP}", check=False).returncode == 0,
+                             timeout=20)
         except BaseException:
             self.__exit__(None, None, None)
             raise
         return self
+
+
+class HvnetVxlan6(HvnetVxlan):
+    """As hvnet-vxlan over an IPv6 underlay (host a's vxlan device over
+    IPv6 too)."""
+
+    name = "hvnet-vxlan6"
+    prefix = "b6"
+    ipv6 = True
 
 
 class HvnetVxlanSoftwareGso(HvnetVxlan):
@@ -178,21 +207,24 @@ class LinuxVxlan(Bridge):
     # The switch's end of the wire at its default offloads (tunnelled GSO
     # frames cross it whole), or without VXLAN segmentation offload.
     tunnel_gso = False
+    ipv6 = False
 
     def _up(self):
         for n in self.nss.values():
             n.__enter__()
         a, b, sw = self.nss["a"], self.nss["b"], self.nss["sw"]
-        under = vxlan_host_on_a_wire(a, sw, self.mtu)
+        under = vxlan_host_on_a_wire(a, sw, self.mtu, ipv6=self.ipv6)
+        host, switch, plen, _ = underlay(self.ipv6)
         # The switch's end of the wire: by default a NIC without VXLAN
         # segmentation offload (wire-sized frames to the host, as hvnet
         # sent before the kernel took tunnelled GSO frames from it).
         offloads = "" if self.tunnel_gso else \
             "tso off tx-udp_tnl-segmentation off tx-udp_tnl-csum-segmentation off"
-        sw.sh(f"ip link set pa mtu {under} up && ip addr add {UNDERLAY_SW}/24 dev pa && ethtool -K pa gro on "
+        nodad = " nodad" if self.ipv6 else ""
+        sw.sh(f"ip link set pa mtu {under} up && ip addr add {switch}/{plen} dev pa{nodad} && ethtool -K pa gro on "
               f"{offloads} >/dev/null")
         sw.sh("ip link add br0 type bridge && ip link set br0 up")
-        linux_vxlan(sw.sh, UNDERLAY_SW, UNDERLAY_A, None, dev="pa")
+        linux_vxlan(sw.sh, switch, host, None, dev="pa")
         sw.sh(f"ip link set vx{VNI} master br0")
         hvlab.run(["ip", "link", "add", "eth0", "netns", b.name, "type", "veth", "peer", "name", "pb", "netns", sw.name])
         sw.sh(f"ip link set pb mtu {self.mtu} master br0 up")
@@ -207,3 +239,10 @@ class LinuxVxlanDefault(LinuxVxlan):
 
     name = "linux-vxlan-default"
     tunnel_gso = True
+
+
+class LinuxVxlan6Default(LinuxVxlanDefault):
+    """As linux-vxlan-default over an IPv6 underlay."""
+
+    name = "linux-vxlan6-default"
+    ipv6 = True

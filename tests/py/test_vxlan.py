@@ -136,6 +136,14 @@ def test_an_ipv6_underlay_with_a_linux_peer_at_its_default_offloads(tmp_path):
         up_in = t.stats("/uplinks/up0/tx_summary")
         assert up_in["decapsulated"] > 100 and up_in["gso_frames"] > 0 and up_in["drop_bad_vxlan"] == 0, up_in
         assert t.stats("/ports/a/rx_summary")["gso_intact_frames"] > 0
+        # The peer forgets the endpoint's MAC and asks again: the endpoint
+        # answers its neighbour solicitation (as it must its reachability
+        # probes, or the peer marks it failed).
+        replies = v["arp_replies_sent"]
+        t.sh("ext", f"ip -6 neigh del {local6} dev eth0")
+        t.sh("a", f"ping -c 2 -i 0.2 -W 2 {EXT_IP}")
+        assert "REACHABLE" in t.sh("ext", f"ip -6 neigh show {local6} dev eth0").stdout
+        assert t.stats("/uplinks/up0/vxlan")["arp_replies_sent"] > replies
         assert_accounted(t, ["a", "up0"])
 
 

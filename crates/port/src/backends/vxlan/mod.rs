@@ -30,7 +30,7 @@ use crate::packet::{Packet, TunnelMeta};
 use crate::vnet::RecvError;
 use hvnet_offload::rss::{Rss, DEFAULT_KEY};
 use hvnet_offload::vxlan::VxlanError;
-use hvnet_wire::{ip_protocol, EtherType, MacAddr, UdpPacket};
+use hvnet_wire::{ip_protocol, EtherType, MacAddr, NetKind, UdpPacket};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -202,9 +202,11 @@ pub struct VtepView {
     pub remotes: Vec<RemoteView>,
     /// Inner MACs learned behind remotes.
     pub remote_macs: Vec<RemoteMacView>,
-    /// ARP requests sent for unresolved remotes.
+    /// ARP requests (neighbour solicitations over IPv6) sent for
+    /// unresolved remotes.
     pub arp_requests_sent: u64,
-    /// ARP replies sent for the endpoint's address.
+    /// ARP replies (neighbour advertisements over IPv6) sent for the
+    /// endpoint's address.
     pub arp_replies_sent: u64,
     /// Inner MACs not learned: the table was full.
     pub remote_macs_refused: u64,
@@ -245,6 +247,13 @@ impl Vtep {
     pub fn receive(&self, mut pkt: Packet, now: Instant) -> Received {
         let l = pkt.meta.layers;
         let frame = pkt.frame();
+        // Neighbour discovery for the endpoint's IPv6 address (ICMPv6 is
+        // no transport the parse walks into).
+        if let Some(net) = l.net.filter(|n| n.kind == NetKind::Ipv6) {
+            if net.protocol == hvnet_wire::nd::ICMPV6 && self.cfg.local.is_ipv6() {
+                return self.receive_nd(frame, net.offset);
+            }
+        }
         let (Some(net), Some(t)) = (l.net, l.transport) else {
             return match l.l2.ethertype {
                 EtherType::Arp => self.receive_arp(&frame[l.l2.header_len..]),
@@ -257,15 +266,10 @@ impl Vtep {
                 IpAddr::from(<[u8; 4]>::try_from(&ip[16..20]).expect("4 bytes")),
                 IpAddr::from(<[u8; 4]>::try_from(&ip[12..16]).expect("4 bytes")),
             ),
-            (EtherType::Ipv6, IpAddr::V6(_)) => {
-                if t.protocol == hvnet_wire::nd::ICMPV6 {
-                    return self.receive_nd(frame, net.offset);
-                }
-                (
-                    IpAddr::from(<[u8; 16]>::try_from(&ip[24..40]).expect("16 bytes")),
-                    IpAddr::from(<[u8; 16]>::try_from(&ip[8..24]).expect("16 bytes")),
-                )
-            }
+            (EtherType::Ipv6, IpAddr::V6(_)) => (
+                IpAddr::from(<[u8; 16]>::try_from(&ip[24..40]).expect("16 bytes")),
+                IpAddr::from(<[u8; 16]>::try_from(&ip[8..24]).expect("16 bytes")),
+            ),
             _ => return Received::Drop(TunnelDrop::NotTunnel),
         };
         if dst != self.cfg.local

@@ -28,6 +28,23 @@ NOTE = ("The external host and the VM are network namespaces, the wire a veth pa
         "share this machine's 2 cores.")
 
 
+def compare(tmp, fabrics, points, reps, secs, log):
+    """Every fabric up at once, each point run `reps` times on each,
+    interleaved: (runs by configuration, fabrics that could not start and
+    why)."""
+    failed = {}
+    with contextlib.ExitStack() as stack:
+        up = {}
+        for F in fabrics:
+            try:
+                up[F.name] = stack.enter_context(F(tmp, 1500))
+            except Exception as e:  # a reference that cannot run is reported, not hidden
+                failed[F.name] = str(e)
+        configs = [(name, *pt) for pt in points for name in up]
+        runs = interleaved(configs, reps, lambda c: run_one(up[c[0]], *c[1:], secs, log))
+    return runs, failed
+
+
 def run_one(f, peer, direction, streams, secs, log):
     f.sh("a", f"ethtool -K eth0 tso {'off' if peer == 'wire-sized' else 'on'} >/dev/null")
     reverse = direction == "vm->host"
@@ -43,16 +60,7 @@ def uplinks(tmp, quick, reps, log):
     pairs = [("default offloads", "host->vm")] if quick else \
         [("wire-sized", "host->vm"), ("default offloads", "host->vm"), ("default offloads", "vm->host")]
     points = [(p, d, s) for p, d in pairs for s in (1, 4)]
-    failed = {}
-    with contextlib.ExitStack() as stack:
-        up = {}
-        for F in FABRICS:
-            try:
-                up[F.name] = stack.enter_context(F(tmp, 1500))
-            except Exception as e:  # a reference that cannot run is reported, not hidden
-                failed[F.name] = str(e)
-        configs = [(name, *pt) for pt in points for name in up]
-        runs = interleaved(configs, reps, lambda c: run_one(up[c[0]], *c[1:], secs, log))
+    runs, failed = compare(tmp, FABRICS, points, reps, secs, log)
     place = lambda c: (c[0], f"{c[1]}, {c[2]}, {c[3]} stream{'s' if c[3] > 1 else ''}")  # noqa: E731
     note = NOTE + "".join(f" {n} could not run: {e}" for n, e in failed.items())
     said = lambda key: "; ".join(f"{h} / {o} {ratio_range(runs, h, o, key)}" for h, o in PAIRS) \
@@ -82,16 +90,7 @@ def tunnel(tmp, quick, reps, log):
     VXLAN segmentation offload."""
     secs = 2 if quick else 3
     points = [("default offloads", d, s) for d in ("vm->host", "host->vm") for s in ((1,) if quick else (1, 4))]
-    failed = {}
-    with contextlib.ExitStack() as stack:
-        up = {}
-        for F in TUNNEL_FABRICS:
-            try:
-                up[F.name] = stack.enter_context(F(tmp, 1500))
-            except Exception as e:  # a reference that cannot run is reported, not hidden
-                failed[F.name] = str(e)
-        configs = [(name, *pt) for pt in points for name in up]
-        runs = interleaved(configs, reps, lambda c: run_one(up[c[0]], *c[1:], secs, log))
+    runs, failed = compare(tmp, TUNNEL_FABRICS, points, reps, secs, log)
     place = lambda c: (c[0], f"{c[2]}, {c[3]} stream{'s' if c[3] > 1 else ''}")  # noqa: E731
     note = NOTE + " Host a's NIC at its default offloads (TSO on)." \
         + "".join(f" {n} could not run: {e}" for n, e in failed.items())

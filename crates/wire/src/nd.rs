@@ -29,8 +29,24 @@ pub fn solicitation(
 ) -> [u8; SOLICITATION_FRAME] {
     let mut group = [0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0, 0, 0];
     group[13..].copy_from_slice(&target[13..]);
-    let mut f = [0u8; SOLICITATION_FRAME];
-    f[0..6].copy_from_slice(&[0x33, 0x33, group[12], group[13], group[14], group[15]]);
+    let dst_mac = MacAddr([0x33, 0x33, group[12], group[13], group[14], group[15]]);
+    // Flags clear; the source link-layer address option (type 1).
+    message(SOLICITATION, 0, (src_mac, src_ip), (dst_mac, group), target, 1)
+}
+
+/// One ND message of one 8-byte link-layer address option (`option`: 1
+/// source, 2 target) carrying the sender's MAC, in its frame: hop limit
+/// 255, the ICMPv6 checksum made.
+fn message(
+    kind: u8,
+    flags: u8,
+    (src_mac, src_ip): (MacAddr, [u8; 16]),
+    (dst_mac, dst_ip): (MacAddr, [u8; 16]),
+    target: [u8; 16],
+    option: u8,
+) -> [u8; ADVERTISEMENT_FRAME] {
+    let mut f = [0u8; ADVERTISEMENT_FRAME];
+    f[0..6].copy_from_slice(&dst_mac.0);
     f[6..12].copy_from_slice(&src_mac.0);
     f[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
     let ip = &mut f[14..];
@@ -39,14 +55,15 @@ pub fn solicitation(
     ip[6] = ICMPV6;
     ip[7] = 255;
     ip[8..24].copy_from_slice(&src_ip);
-    ip[24..40].copy_from_slice(&group);
+    ip[24..40].copy_from_slice(&dst_ip);
     let icmp = &mut ip[40..];
-    icmp[0] = SOLICITATION;
+    icmp[0] = kind;
+    icmp[4] = flags;
     icmp[8..24].copy_from_slice(&target);
-    icmp[24] = 1; // source link-layer address
+    icmp[24] = option;
     icmp[25] = 1; // 8 bytes
     icmp[26..32].copy_from_slice(&src_mac.0);
-    let sum = pseudo_header_v6(src_ip, group, ICMPV6, 32)
+    let sum = pseudo_header_v6(src_ip, dst_ip, ICMPV6, 32)
         .add_bytes(icmp)
         .finish();
     icmp[2..4].copy_from_slice(&sum.to_be_bytes());
@@ -117,30 +134,11 @@ pub fn advertisement(
     dst_mac: MacAddr,
     dst_ip: [u8; 16],
 ) -> [u8; ADVERTISEMENT_FRAME] {
-    let mut f = [0u8; ADVERTISEMENT_FRAME];
-    f[0..6].copy_from_slice(&dst_mac.0);
-    f[6..12].copy_from_slice(&mac.0);
-    f[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
-    let ip = &mut f[14..];
-    ip[0] = 0x60;
-    ip[4..6].copy_from_slice(&32u16.to_be_bytes());
-    ip[6] = ICMPV6;
-    ip[7] = 255;
-    ip[8..24].copy_from_slice(&target);
-    ip[24..40].copy_from_slice(&dst_ip);
-    let icmp = &mut ip[40..];
-    icmp[0] = ADVERTISEMENT;
-    icmp[4] = 0x60; // solicited, override
-    icmp[8..24].copy_from_slice(&target);
-    icmp[24] = 2; // target link-layer address
-    icmp[25] = 1; // 8 bytes
-    icmp[26..32].copy_from_slice(&mac.0);
-    let sum = pseudo_header_v6(target, dst_ip, ICMPV6, 32)
-        .add_bytes(icmp)
-        .finish();
-    icmp[2..4].copy_from_slice(&sum.to_be_bytes());
-    f
+    // Solicited and override; the target link-layer address option.
+    message(ADVERTISEMENT, 0x60, (mac, target), (dst_mac, dst_ip), target, 2)
 }
+
+const _: () = assert!(SOLICITATION_FRAME == ADVERTISEMENT_FRAME);
 
 #[cfg(test)]
 mod tests {

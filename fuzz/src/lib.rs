@@ -52,6 +52,16 @@ pub fn wire_layers(data: &[u8]) {
                     None,
                     "an advertisement is no solicitation"
                 );
+                assert_eq!(
+                    hvnet_wire::nd::advertised(&f[14..]),
+                    Some((target, Some(hvnet_wire::MacAddr([2; 6])))),
+                    "and reads back as the advertisement it is"
+                );
+            }
+            // An advertisement as a tunnel endpoint reads it: its target
+            // from within the packet.
+            if let Some((target, _)) = hvnet_wire::nd::advertised(&data[n.offset..]) {
+                assert_eq!(&data[n.offset + 48..n.offset + 64], &target[..]);
             }
         }
     }
@@ -366,8 +376,12 @@ pub fn vtep_receive(data: &[u8]) {
     use hvnet_port::vxlan::{Received, Vtep, VtepConfig};
     use hvnet_port::{check, Home, Pool, PoolCaps, SizeClass};
     use hvnet_wire::MacAddr;
-    use std::net::Ipv4Addr;
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+    // The first byte picks the underlay's family.
+    let Some((&family, data)) = data.split_first() else {
+        return;
+    };
     let home = Home::new(PoolCaps { small: 1, large: 1 });
     let mut pool = Pool::new(home);
     let mut buf = pool.take(SizeClass::Large).expect("one buffer");
@@ -378,27 +392,45 @@ pub fn vtep_receive(data: &[u8]) {
         return;
     };
     let outer_len = pkt.len();
-    let vtep = Vtep::new(VtepConfig {
-        vni: 42,
-        local: Ipv4Addr::new(198, 18, 9, 1),
-        prefix: 24,
-        mac: MacAddr([2, 0, 0, 0, 9, 1]),
-        remotes: vec![Ipv4Addr::new(198, 18, 9, 2)],
-        port: 4789,
-        udp_csum: false,
-        vlans: Vec::new(),
-    });
+    let (local, remote, overhead): (IpAddr, IpAddr, usize) = if family & 1 == 0 {
+        (
+            Ipv4Addr::new(198, 18, 9, 1).into(),
+            Ipv4Addr::new(198, 18, 9, 2).into(),
+            50,
+        )
+    } else {
+        (
+            Ipv6Addr::new(0x2001, 0xdb8, 9, 0, 0, 0, 0, 1).into(),
+            Ipv6Addr::new(0x2001, 0xdb8, 9, 0, 0, 0, 0, 2).into(),
+            70,
+        )
+    };
+    let vtep = Vtep::new(
+        VtepConfig {
+            vni: 42,
+            local,
+            prefix: 24,
+            mac: MacAddr([2, 0, 0, 0, 9, 1]),
+            remotes: vec![remote],
+            port: 4789,
+            udp_csum: false,
+            vlans: Vec::new(),
+        },
+        None,
+    );
     match vtep.receive(pkt, std::time::Instant::now()) {
         Received::Inner(inner) => {
-            assert!(inner.len() + 50 <= outer_len);
+            assert!(inner.len() + overhead <= outer_len);
             // The stack it carries is what parsing it afresh gives.
             assert_eq!(Layers::parse(inner.frame()), Ok(inner.meta.layers));
         }
-        Received::Arp(Some(reply)) => {
+        Received::Neighbour(Some(reply)) => {
+            let reply = reply.bytes();
             assert_eq!(&reply[6..12], &[2, 0, 0, 0, 9, 1]);
-            assert_eq!(&reply[12..14], &[8, 6]);
+            let ethertype = if local.is_ipv6() { [0x86, 0xdd] } else { [8, 6] };
+            assert_eq!(&reply[12..14], &ethertype);
         }
-        Received::Arp(None) | Received::Drop(_) => {}
+        Received::Neighbour(None) | Received::Drop(_) => {}
     }
     let _ = vtep.view(std::time::Instant::now());
 }

@@ -31,7 +31,14 @@ pub fn solicitation(
     group[13..].copy_from_slice(&target[13..]);
     let dst_mac = MacAddr([0x33, 0x33, group[12], group[13], group[14], group[15]]);
     // Flags clear; the source link-layer address option (type 1).
-    message(SOLICITATION, 0, (src_mac, src_ip), (dst_mac, group), target, 1)
+    message(
+        SOLICITATION,
+        0,
+        (src_mac, src_ip),
+        (dst_mac, group),
+        target,
+        1,
+    )
 }
 
 /// One ND message of one 8-byte link-layer address option (`option`: 1
@@ -135,7 +142,14 @@ pub fn advertisement(
     dst_ip: [u8; 16],
 ) -> [u8; ADVERTISEMENT_FRAME] {
     // Solicited and override; the target link-layer address option.
-    message(ADVERTISEMENT, 0x60, (mac, target), (dst_mac, dst_ip), target, 2)
+    message(
+        ADVERTISEMENT,
+        0x60,
+        (mac, target),
+        (dst_mac, dst_ip),
+        target,
+        2,
+    )
 }
 
 const _: () = assert!(SOLICITATION_FRAME == ADVERTISEMENT_FRAME);

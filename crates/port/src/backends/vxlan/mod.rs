@@ -46,6 +46,7 @@ mod port;
 
 pub use evpn::{EvpnCounters, EvpnRefusal, Origin, MAX_EVPN_MACS, MAX_FLOOD};
 pub use kernel_gso::{KernelGsoView, TunnelTap};
+pub use neighbours::Reply;
 pub use port::VxlanPort;
 
 /// Inner MAC addresses remembered behind remote endpoints, at most (a

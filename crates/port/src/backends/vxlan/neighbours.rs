@@ -21,7 +21,8 @@ pub enum Reply {
 }
 
 impl Reply {
-    fn bytes(&self) -> &[u8] {
+    /// The frame as it is sent.
+    pub fn bytes(&self) -> &[u8] {
         match self {
             Reply::Arp(f) => f,
             Reply::Nd(f) => f,

@@ -352,7 +352,9 @@ impl Layers {
             return None;
         }
         let v_off = t.offset + udp::HEADER_LEN;
-        vxlan::Packet::new_checked(&frame[v_off..]).ok()?;
+        // Within the IP packet: what follows its end is padding.
+        let end = self.net.map_or(frame.len(), |n| n.end.min(frame.len()));
+        vxlan::Packet::new_checked(frame.get(v_off..end)?).ok()?;
         Some(v_off + vxlan::HEADER_LEN)
     }
 }

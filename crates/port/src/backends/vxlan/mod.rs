@@ -7,11 +7,13 @@
 //! in the packet's tunnel metadata), its transmitters take the frames to
 //! send and encapsulate them.
 //!
-//! What the endpoint does, as Linux's `vxlan` device does it:
-//! - it answers ARP for its own underlay address and resolves its peers'
-//!   MAC addresses with ARP (asking again every [`SOLICIT_EVERY`] while one
-//!   is unresolved), and learns a peer's address from the outer header of
-//!   each frame it decapsulates;
+//! What the endpoint does, as Linux's `vxlan` device does it, over an IPv4
+//! or an IPv6 underlay:
+//! - it answers ARP (over IPv6: neighbour solicitations) for its own
+//!   underlay address and resolves its peers' MAC addresses the same way
+//!   (asking again every [`SOLICIT_EVERY`] while one is unresolved), and
+//!   learns a peer's address from the outer header of each frame it
+//!   decapsulates;
 //! - it decapsulates VXLAN to its address and port, for its VNI, moving the
 //!   inner frame to the front of its buffer (no copy into a new buffer),
 //!   and learns which remote endpoint each inner source MAC lives behind
@@ -19,12 +21,13 @@
 //! - it encapsulates what the switch sends out: to the remote its inner
 //!   destination was learned behind, else to every remote in the flood
 //!   list (head-end replication), with the outer UDP source port from the
-//!   inner flow's hash and the outer checksum as configured. An inner GSO
-//!   frame is segmented here: an AF_PACKET socket takes no tunnelled GSO
-//!   frames (`virtio_net_hdr_to_skb` knows no UDP-tunnel GSO type), so
-//!   this is the one place that cannot leave segmentation to the device.
-//!   Partial inner checksums stay partial (the kernel or the NIC completes
-//!   them on the way out).
+//!   inner flow's hash and the outer checksum as configured (always over
+//!   IPv6). An inner GSO frame leaves whole, as a tunnelled GSO frame
+//!   written into a TAP of the endpoint's own ([`TunnelTap`], Linux 6.17's
+//!   tunnel header), where the kernel takes it; else it is segmented here:
+//!   an AF_PACKET socket takes no tunnelled GSO frames (its virtio-net
+//!   header knows no UDP-tunnel GSO type). Partial inner checksums stay
+//!   partial (the kernel or the NIC completes them on the way out).
 
 use crate::packet::{Packet, TunnelMeta};
 use crate::vnet::RecvError;

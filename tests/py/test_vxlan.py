@@ -147,6 +147,31 @@ def test_an_ipv6_underlay_with_a_linux_peer_at_its_default_offloads(tmp_path):
         assert_accounted(t, ["a", "up0"])
 
 
+def test_a_tunnel_endpoint_added_again_gets_its_tap_again(tmp_path):
+    """A VXLAN uplink removed while the switch runs takes its TAP (the
+    kernel's way for tunnelled GSO frames) with it at once, so the same
+    uplink added again makes its own and sends whole frames again."""
+    dev = hvlab.unique("hvu")
+    with hvlab.Netns("vxa") as ext:
+        try:
+            hvlab.run(["ip", "link", "add", dev, "mtu", "1600", "type", "veth", "peer", "name", "eth0", "netns",
+                       ext.name])
+            with hvlab.Topology(tmp_path, [dict(name="a", ipv4=VM_IP + "/24")], prefix="vr") as t:
+                base = t.file.read_text()
+                up = (f'\n[[uplink]]\nname = "up0"\ndevice = "{dev}"\nmtu = 1550\n\n[uplink.vxlan]\nvni = {VNI}\n'
+                      f'local = "{LOCAL}/24"\nremotes = ["{REMOTE}"]\n')
+                for _ in range(2):
+                    t.file.write_text(base + up)
+                    assert json.loads(hvlab.hvnet("up", "--json", t.file).stdout)["applied"]["uplinks_added"] == ["up0"]
+                    tap = t.stats("/uplinks/up0/vxlan")["kernel_gso"]["device"]
+                    assert os.path.exists(f"/sys/class/net/{tap}")
+                    t.file.write_text(base)
+                    assert json.loads(hvlab.hvnet("up", "--json", t.file).stdout)["applied"]["uplinks_removed"] == ["up0"]
+                    assert not os.path.exists(f"/sys/class/net/{tap}")
+        finally:
+            hvlab.run(["ip", "link", "del", dev], check=False)
+
+
 def test_frames_a_tunnel_endpoint_sends_do_not_come_back_to_it(tmp_path):
     """A tunnel endpoint sends through sockets of its own, outside its
     receive queues' fanout group: the group must still be told to ignore

@@ -212,8 +212,10 @@ impl Vtep {
         // checksums must leave complete (the uplink's `csum = "software"`)
         // are made here too: the kernel leaves them partial wherever the
         // next device takes partial checksums.
-        let tap = self.tap.as_ref().filter(|_| {
-            TunnelTap::takes(&inner, self.cfg.local) && (how.csum || inner.offload.gso.is_none())
+        let tap = self.tap.as_ref().filter(|tap| {
+            TunnelTap::takes(&inner, self.cfg.local)
+                && (how.csum || inner.offload.gso.is_none())
+                && tap.is_open()
         });
         for &(remote, mac) in &remotes {
             let Some(mac) = mac else { continue };

@@ -26,11 +26,15 @@ use serde::Serialize;
 use std::io::{self, IoSlice};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::RwLock;
 
 /// The TAP a tunnel endpoint writes whole tunnelled frames into.
 #[derive(Debug)]
 pub struct TunnelTap {
-    queue: FrameQueue,
+    /// The TAP's one queue; `None` once closed (the port left the switch:
+    /// the device goes at once, not when the last reference does).
+    queue: RwLock<Option<FrameQueue>>,
+    name: String,
     counters: KernelGsoCounters,
 }
 
@@ -73,14 +77,25 @@ impl TunnelTap {
         )?;
         queue.set_nonblocking(true)?;
         Ok(TunnelTap {
-            queue,
+            name: queue.name().to_string(),
+            queue: RwLock::new(Some(queue)),
             counters: KernelGsoCounters::default(),
         })
     }
 
     /// The device's name.
     pub fn name(&self) -> &str {
-        self.queue.name()
+        &self.name
+    }
+
+    /// Closes the TAP (the kernel removes the device); writes fail after.
+    pub(super) fn close(&self) {
+        self.queue.write().expect("lock").take();
+    }
+
+    /// True while the TAP is open.
+    pub(super) fn is_open(&self) -> bool {
+        self.queue.read().expect("lock").is_some()
     }
 
     /// The path as the views show it.
@@ -227,7 +242,10 @@ impl TunnelTap {
     fn send(&self, pieces: &[&[u8]]) -> Result<(), ()> {
         let iov: smallvec::SmallVec<[IoSlice<'_>; 4]> =
             pieces.iter().map(|p| IoSlice::new(p)).collect();
-        crate::vnet::write_frame(&self.queue, &iov).map_err(drop)
+        match &*self.queue.read().expect("lock") {
+            Some(q) => crate::vnet::write_frame(q, &iov).map_err(drop),
+            None => Err(()),
+        }
     }
 }
 

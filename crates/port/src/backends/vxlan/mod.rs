@@ -328,6 +328,14 @@ impl Vtep {
         Received::Inner(inner)
     }
 
+    /// Closes the endpoint's TAP, if it has one: its frames are then
+    /// segmented here, as without it.
+    pub(crate) fn close_tap(&self) {
+        if let Some(tap) = &self.tap {
+            tap.close();
+        }
+    }
+
     /// True once after the flood list changed (the caller solicits).
     pub(super) fn take_flood_changed(&self) -> bool {
         self.flood_changed.swap(false, Relaxed)

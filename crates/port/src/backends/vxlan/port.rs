@@ -86,6 +86,12 @@ impl Device for VxlanPort {
     fn set_filters(&self, f: Filters) -> Result<(), String> {
         self.underlay.set_filters(f)
     }
+    /// The endpoint's TAP goes with the port (an uplink added again later
+    /// makes its own), and so do the underlay's.
+    fn close(&self) {
+        self.vtep.close_tap();
+        self.underlay.close();
+    }
     fn overhead(&self) -> usize {
         if self.vtep.cfg.local.is_ipv6() {
             OUTER_LEN_V6

@@ -7,7 +7,7 @@
 //! - `{port}_rx{n}` ([`crate::deliver`]), only for a port with `delivery =
 //!   "thread"` (a lab option): the guest's "vCPU" for receive, draining
 //!   receive queue `n`'s lanes into the device;
-//! - `housekeeping`: sweeps the FDB, pins guests' addresses back, and
+//! - `housekeeping`: sweeps the FDB and the multicast database, pins guests' addresses back, and
 //!   moves queues between workers by their load, a few times a second.
 //!
 //! A delivery thread runs under a supervisor: a panic is logged and
@@ -55,6 +55,7 @@ impl Switch {
                     while !sw.stopping() {
                         std::thread::sleep(Duration::from_millis(200));
                         sw.fdb.sweep(Instant::now(), None);
+                        sw.mdb.sweep(Instant::now());
                         if last.0.elapsed() >= REBALANCE_EVERY {
                             // A guest back from a migration is pinned again
                             // within a second (a frame from it is learned

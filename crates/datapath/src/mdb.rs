@@ -348,6 +348,13 @@ impl Mdb {
         self.querier_here(&t, vlan, fam, now)
     }
 
+    /// True when another querier is heard in `vlan` (its group-specific
+    /// queries decide leaves).
+    pub fn querier_heard(&self, vlan: u16, fam: Family, now: Instant) -> bool {
+        let t = self.table.read().expect("mdb lock");
+        t.queriers.get(&(vlan, fam)).is_some_and(|q| q.until > now)
+    }
+
     fn querier_here(&self, t: &Table, vlan: u16, fam: Family, now: Instant) -> bool {
         self.cfg.querier
             || t.queriers

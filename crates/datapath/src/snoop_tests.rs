@@ -280,3 +280,97 @@ fn the_own_querier_queries_every_port_once_per_interval() {
     h.settle(100, &mut out);
     assert!(out.is_empty(), "not due again");
 }
+
+/// Head-end replication pruned: a group's frames cross the tunnel only to
+/// the remote endpoint a member's report came from; a group nobody behind
+/// the tunnel reported goes to the whole flood list.
+#[test]
+fn group_frames_cross_the_tunnel_only_to_remotes_with_members() {
+    use crate::harness::Backend;
+    use hvnet_offload::vxlan::{encap_header, Tunnel, OUTER_LEN};
+    use hvnet_port::vxlan::VtepConfig;
+    use hvnet_wire::arp;
+    use std::net::Ipv4Addr;
+    let s = PortSettings {
+        lro: false,
+        ..PortSettings::default()
+    };
+    let wire = PortSettings {
+        allow_forged_transmits: true,
+        ..s.clone()
+    };
+    let local = Ipv4Addr::new(198, 18, 60, 1);
+    let remotes = [Ipv4Addr::new(198, 18, 60, 8), Ipv4Addr::new(198, 18, 60, 9)];
+    let vtep = VtepConfig {
+        vni: 42,
+        local: local.into(),
+        prefix: 24,
+        mac: mac(9),
+        remotes: remotes.iter().map(|r| (*r).into()).collect(),
+        port: 4789,
+        udp_csum: false,
+        vlans: Vec::new(),
+    };
+    let mut h = Harness::with_tunnel(
+        &[(mac(1), 1, s), (MacAddr([0; 6]), 1, wire)],
+        &[Backend::Tap, Backend::Replay],
+        Some((1, vtep)),
+        SwitchConfig {
+            multicast: querier(),
+            ..SwitchConfig::default()
+        },
+    );
+    let mut out = Vec::new();
+    for (i, r) in remotes.iter().enumerate() {
+        let request = arp::Repr {
+            op: arp::Operation::Request,
+            sender_mac: MacAddr([2, 0xee, 0, 0, 0, i as u8]),
+            sender_ip: r.octets(),
+            target_mac: MacAddr([0; 6]),
+            target_ip: local.octets(),
+        }
+        .frame();
+        h.send(1, 0, &hdr(request.to_vec()));
+    }
+    h.settle(20, &mut out);
+    // A host behind the second remote joins G1.
+    let host = MacAddr([2, 0x77, 0, 0, 0, 1]);
+    let report = igmp::frame(
+        host.0,
+        [198, 18, 61, 9],
+        G1,
+        &igmp::message(igmp::kind::V2_REPORT, 0, G1),
+    );
+    let tunnel = Tunnel {
+        src_mac: MacAddr([2, 0xee, 0, 0, 0, 1]),
+        dst_mac: mac(9),
+        ..Tunnel::new(42, remotes[1].octets(), local.octets())
+    };
+    let mut outer = [0u8; OUTER_LEN];
+    encap_header(&tunnel, &report, None, Default::default(), &mut outer).unwrap();
+    h.send(1, 0, &hdr([&outer[..], &report].concat()));
+    h.settle(20, &mut out);
+    h.sw.tunnel_group_pruning(std::time::Instant::now());
+    let crossed = |h: &mut Harness, group: [u8; 4]| {
+        let mut out = Vec::new();
+        h.send(0, 0, &udp_to(0, group));
+        h.settle(20, &mut out);
+        let mut to: Vec<[u8; 4]> = out
+            .iter()
+            .filter(|(p, _)| *p == 1)
+            .map(|(_, f)| f[12 + 30..12 + 34].try_into().unwrap())
+            .collect();
+        to.sort();
+        to
+    };
+    assert_eq!(crossed(&mut h, G1), [remotes[1].octets()]);
+    assert_eq!(
+        crossed(&mut h, [239, 9, 9, 9]),
+        [remotes[0].octets(), remotes[1].octets()]
+    );
+    let (groups, refused) =
+        h.sw.endpoint(1)
+            .unwrap()
+            .group_remotes(std::time::Instant::now());
+    assert_eq!((groups.len(), refused), (1, 0));
+}

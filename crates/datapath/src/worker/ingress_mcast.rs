@@ -54,9 +54,31 @@ impl State {
                 return Snooped::Dropped;
             }
             GroupFrame::Membership { msg, src } => {
+                // From behind a tunnel: the remote endpoint it came from
+                // is told too (its head-end replication is pruned).
+                let tunnel = pkt
+                    .meta
+                    .tunnel
+                    .and_then(|t| Some((t.vni, cx.sw.endpoint(port)?)));
+                let cfg = mdb.config();
+                let remote = |g: IpAddr, until: Instant| {
+                    if let Some((vni, vtep)) = &tunnel {
+                        vtep.group_member(*vni, g, pkt.src(), until);
+                    }
+                };
                 let join = |g: IpAddr| {
-                    if !is_link_local(g) && mdb.join(vlan, g, port, now) == Join::Refused {
+                    if is_link_local(g) {
+                        return;
+                    }
+                    if mdb.join(vlan, g, port, now) == Join::Refused {
                         add(&c.mdb_refused, 1);
+                    }
+                    remote(g, now + cfg.membership_interval);
+                };
+                let leave = |g: IpAddr| {
+                    mdb.leave(vlan, g, port, now);
+                    if !mdb.querier_heard(vlan, Family::of(g), now) {
+                        remote(g, now + cfg.last_member);
                     }
                 };
                 match msg {
@@ -66,15 +88,18 @@ impl State {
                         add(&c.mcast_queries, 1);
                         let wait = std::time::Duration::from_millis(max_resp_ms.into());
                         mdb.query(vlan, port, src, group, wait, now);
+                        if let Some((_, vtep)) = &tunnel {
+                            vtep.group_router(pkt.src(), now + cfg.other_querier);
+                        }
                         return Snooped::Flood;
                     }
                     Message::Join(g) => join(g),
-                    Message::Leave(g) => mdb.leave(vlan, g, port, now),
+                    Message::Leave(g) => leave(g),
                     Message::Report(records) => {
                         for r in records {
                             match r.effect() {
                                 Effect::Join => join(r.group),
-                                Effect::Leave => mdb.leave(vlan, r.group, port, now),
+                                Effect::Leave => leave(r.group),
                                 Effect::None => {}
                             }
                         }

@@ -510,7 +510,15 @@ pub fn virtqueue(data: &[u8]) {
         let mut held = virtq::Held::default();
         for _ in 0..(2 * size) {
             let mut out = Vec::new();
-            let b = virtq::read_batch_leaving(&mut q, &shared, virtq::Layout::Split, &mut pool, 4, &mut out, &mut held);
+            let b = virtq::read_batch_leaving(
+                &mut q,
+                &shared,
+                virtq::Layout::Split,
+                &mut pool,
+                4,
+                &mut out,
+                &mut held,
+            );
             for mut pkt in out.into_iter().flatten() {
                 pkt.buf.fill_pending();
             }
@@ -865,15 +873,107 @@ pub fn libvirt_domain(data: &[u8]) {
     for nic in &dom.nics {
         let table = hvnet_control::libvirt::vm_table(&lv, &dom, nic);
         let t: toml::Table = toml::from_str(&table).unwrap_or_else(|e| panic!("{e}\n{table}"));
-        let vm = t["vm"].as_array().expect("[[vm]]")[0].as_table().expect("a table");
+        let vm = t["vm"].as_array().expect("[[vm]]")[0]
+            .as_table()
+            .expect("a table");
         assert_eq!(t.len(), 1, "one [[vm]] and nothing else: {table}");
         assert_eq!(vm["socket"].as_str(), nic.socket.to_str(), "{table}");
         assert_eq!(vm["mac"].as_str(), Some(nic.mac.to_string().as_str()));
-        assert_eq!(vm["name"].as_str(), Some(hvnet_control::libvirt::port_name(nic).as_str()));
+        assert_eq!(
+            vm["name"].as_str(),
+            Some(hvnet_control::libvirt::port_name(nic).as_str())
+        );
         let allowed = [
-            "name", "kind", "mac", "queues", "connected", "socket", "mode", "socket_group",
-            "socket_mode", "vlan", "vlan_mode", "vlans", "native_vlan",
+            "name",
+            "kind",
+            "mac",
+            "queues",
+            "connected",
+            "socket",
+            "mode",
+            "socket_group",
+            "socket_mode",
+            "vlan",
+            "vlan_mode",
+            "vlans",
+            "native_vlan",
         ];
         assert!(vm.keys().all(|k| allowed.contains(&k.as_str())), "{table}");
+    }
+}
+
+/// IGMP and MLD messages as snooping reads them, from a whole frame: the
+/// header stack, then the message behind it — never a panic; a report's
+/// records are as many as it says and each names a group; and what they
+/// say, applied to a small multicast database, stays within its limits.
+pub fn membership(data: &[u8]) {
+    use hvnet_datapath::mdb::{Mdb, MdbLimits, SnoopConfig};
+    use hvnet_wire::membership::{is_group, Effect, Message};
+    use hvnet_wire::{igmp, mld, NetKind};
+    let check = |m: Message<'_>| {
+        let mdb = Mdb::new(SnoopConfig {
+            querier: true,
+            limits: MdbLimits {
+                per_port: 4,
+                total: 6,
+            },
+            ..SnoopConfig::default()
+        });
+        let now = std::time::Instant::now();
+        match m {
+            Message::Report(r) => {
+                let n = r.len();
+                let mut seen = 0;
+                for (i, rec) in r.enumerate() {
+                    assert!(is_group(rec.group));
+                    seen += 1;
+                    match rec.effect() {
+                        Effect::Join => {
+                            mdb.join(0, rec.group, i % 3, now);
+                        }
+                        Effect::Leave => mdb.leave(0, rec.group, i % 3, now),
+                        Effect::None => {}
+                    }
+                }
+                assert_eq!(seen, n);
+                assert!(mdb.len() <= 6);
+            }
+            Message::Join(g) | Message::Leave(g) => assert!(is_group(g)),
+            Message::Query { group, .. } => assert!(group.is_none_or(is_group)),
+            Message::Other => {}
+        }
+    };
+    if let Ok(m) = igmp::parse(data) {
+        check(m);
+    }
+    if let Ok(Some(m)) = mld::parse(data, [0; 16], [0; 16]) {
+        check(m);
+    }
+    let Ok(l) = Layers::parse(data) else {
+        return;
+    };
+    let Some(n) = l.net else {
+        return;
+    };
+    let Some(body) = data.get(n.offset + n.header_len..n.end) else {
+        return;
+    };
+    match n.kind {
+        NetKind::Ipv4 if n.protocol == igmp::PROTOCOL => {
+            if let Ok(m) = igmp::parse(body) {
+                check(m);
+            }
+        }
+        NetKind::Ipv6 => {
+            let ip = &data[n.offset..];
+            let (s, d) = (
+                ip[8..24].try_into().unwrap(),
+                ip[24..40].try_into().unwrap(),
+            );
+            if let Ok(Some(m)) = mld::parse(body, s, d) {
+                check(m);
+            }
+        }
+        _ => {}
     }
 }

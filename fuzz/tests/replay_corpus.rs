@@ -72,3 +72,8 @@ fn vhost_front_end() {
 fn libvirt_domain() {
     replay("libvirt_domain", hvnet_fuzz::libvirt_domain);
 }
+
+#[test]
+fn membership() {
+    replay("membership", hvnet_fuzz::membership);
+}

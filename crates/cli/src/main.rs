@@ -81,6 +81,11 @@ enum Cmd {
     },
     /// Show the learned MAC addresses.
     Fdb(#[command(flatten)] switch_cmd::Target),
+    /// Show multicast snooping's table, as `bridge mdb show`: each group's
+    /// member ports per VLAN with the seconds until they expire, the
+    /// router ports (uplinks always; ports a query was heard on), the
+    /// queriers heard, and the `[switch] multicast_*` settings.
+    Mdb(#[command(flatten)] switch_cmd::Target),
     /// Show the datapath's workers (one per CPU of `[switch] cpus`, each
     /// pinned): the receive queues each owns, each queue's share of its
     /// worker's time and of a CPU over the last second, the worker's busy
@@ -268,6 +273,7 @@ fn main() {
         Cmd::Stats { path, target } => switch_cmd::stats(&target, path),
         Cmd::Port { args, target } => switch_cmd::port(&target, args),
         Cmd::Fdb(t) => switch_cmd::fdb(&t),
+        Cmd::Mdb(t) => switch_cmd::mdb(&t),
         Cmd::Workers(t) => switch_cmd::workers(&t),
         Cmd::Vm(c) => switch_cmd::vm(c),
         Cmd::Evpn(t) => switch_cmd::evpn(&t),

@@ -419,6 +419,58 @@ pub fn fdb(t: &Target) -> Result<(), String> {
     Ok(())
 }
 
+/// `hvnet mdb`
+pub fn mdb(t: &Target) -> Result<(), String> {
+    let v = call(t, Request::Mdb)?;
+    if t.json {
+        println!("{v}");
+        return Ok(());
+    }
+    let on = |k: &str| if v[k] == true { "on" } else { "off" };
+    println!(
+        "snooping {}, querier {}, flood unknown {}",
+        on("multicast_snooping"),
+        on("multicast_querier"),
+        on("multicast_flood_unknown")
+    );
+    println!("VLAN  GROUP                     PORT  NAME         STATE  EXPIRES(s)");
+    for r in v["mdb"].as_array().into_iter().flatten() {
+        println!(
+            "{:<5} {:<25} {:<5} {:<12} {:<6} {}",
+            s(&r["vlan"]),
+            s(&r["group"]),
+            s(&r["port"]),
+            s(&r["port_name"]),
+            s(&r["state"]),
+            s(&r["expires_secs"])
+        );
+    }
+    for r in v["router"].as_array().into_iter().flatten() {
+        let vlan = if r["vlan"].is_null() {
+            "every VLAN".to_string()
+        } else {
+            format!("VLAN {}", s(&r["vlan"]))
+        };
+        println!(
+            "router port {} ({}), {vlan}, {}",
+            s(&r["port_name"]),
+            s(&r["port"]),
+            s(&r["state"])
+        );
+    }
+    for q in v["queriers"].as_array().into_iter().flatten() {
+        println!(
+            "querier {} ({}) on {}, VLAN {}, {} s left",
+            s(&q["addr"]),
+            s(&q["family"]),
+            s(&q["port_name"]),
+            s(&q["vlan"]),
+            s(&q["expires_secs"])
+        );
+    }
+    Ok(())
+}
+
 /// `hvnet vm add|del`
 #[derive(Debug, clap::Subcommand)]
 pub enum VmCmd {

@@ -437,6 +437,7 @@ fn handle(
                 })
                 .collect(),
         )),
+        Request::Mdb => Ok(crate::mdb_view::mdb(sw)),
         Request::Workers => Ok(json!(sw.workers.view(sw))),
         Request::Shutdown => {
             sw.stop();

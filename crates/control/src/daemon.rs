@@ -652,6 +652,12 @@ fn build(
             rebalance: topo.switch.rebalance,
             busy_poll_max: Duration::from_micros(topo.switch.busy_poll_max_us.into()),
             worker_nice: topo.switch.nice,
+            multicast: hvnet_datapath::mdb::SnoopConfig {
+                enabled: topo.switch.multicast_snooping,
+                querier: topo.switch.multicast_querier,
+                flood_unknown: topo.switch.multicast_flood_unknown,
+                ..Default::default()
+            },
             ..SwitchConfig::default()
         },
     );

@@ -11,6 +11,7 @@ pub mod error;
 pub mod evpn;
 pub mod guest;
 pub mod libvirt;
+pub mod mdb_view;
 pub mod metrics;
 pub mod proto;
 mod provision;

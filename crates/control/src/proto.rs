@@ -34,6 +34,9 @@ pub enum Request {
     },
     /// `hvnet fdb`
     Fdb,
+    /// `hvnet mdb`: multicast snooping's groups, router ports and
+    /// queriers.
+    Mdb,
     /// `hvnet workers`: the datapath's workers, their queues and loads.
     Workers,
     /// `hvnet vm add`: a VM created and its port added while the switch

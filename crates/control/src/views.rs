@@ -191,7 +191,7 @@ pub struct Accounting {
 }
 
 /// `frames_in = forwarded + drops + tunnel_control + arp_suppressed +
-/// nd_suppressed + lro_merged`.
+/// nd_suppressed + mcast_consumed + lro_merged`.
 #[derive(Debug, Serialize)]
 struct IngressAccounting {
     /// Frames read.
@@ -206,6 +206,8 @@ struct IngressAccounting {
     arp_suppressed: u64,
     /// Neighbor solicitations the switch answered.
     nd_suppressed: u64,
+    /// IGMP/MLD reports no other port needed (snooping).
+    mcast_consumed: u64,
     /// Merged into another by software LRO.
     lro_merged: u64,
     /// The identity holds.
@@ -240,6 +242,7 @@ pub fn accounting(p: &Port) -> Accounting {
             tunnel_control: i.tunnel_control,
             arp_suppressed: i.arp_suppressed,
             nd_suppressed: i.nd_suppressed,
+            mcast_consumed: i.mcast_consumed,
             lro_merged: i.lro_merged(),
             balanced: Level(i.balanced()),
         },

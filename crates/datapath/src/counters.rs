@@ -6,7 +6,7 @@
 //! Accounting, per port:
 //! - as ingress (frames from the guest or the wire): `frames = forwarded +
 //!   drop_* + tunnel_control + arp_suppressed + nd_suppressed +
-//!   (lro_segments - lro_frames)`, the last the
+//!   mcast_consumed + (lro_segments - lro_frames)`, the last the
 //!   frames an uplink's software LRO merged into others;
 //! - as egress (frames to the guest): `offered = delivered_source_frames +
 //!   drop_* + in_flight`, where a coalesced frame delivers as many source
@@ -180,6 +180,11 @@ drop_reasons! {
         NoRoute = "no_route", FromPort;
         /// The port is disconnected (`connected = off`, a vNIC's cable pulled).
         Disconnected = "disconnected", FromPort;
+        /// An IGMP message malformed (truncated, its checksum wrong, a
+        /// report of no group): dropped, as the Linux bridge drops it.
+        BadIgmp = "bad_igmp", FromPort;
+        /// An MLD message malformed, likewise.
+        BadMld = "bad_mld", FromPort;
         /// At a tunnel endpoint: neither VXLAN to it nor ARP for it.
         NotTunnel = "not_tunnel", FromPort;
         /// VXLAN without the I flag, truncated, or with an inner frame whose
@@ -423,6 +428,21 @@ counters! {
         /// Of those, found wrong (passed on without DATA_VALID, for the
         /// receiver to drop).
         csum_bad,
+        /// IGMP and MLD reports and leaves read (multicast snooping): each
+        /// goes on to the router ports, or everywhere without a querier.
+        mcast_reports,
+        /// IGMP and MLD queries read (flooded; the port becomes a router
+        /// port).
+        mcast_queries,
+        /// Group frames forwarded to their members and the router ports
+        /// only, not flooded.
+        mcast_to_members,
+        /// Reports and leaves no other port needed (no router port in
+        /// their VLAN: the switch's own querier took them).
+        mcast_consumed,
+        /// Memberships not recorded: the multicast database's per-port or
+        /// total limit (the group's frames then go as unknown multicast).
+        mdb_refused,
         /// Frames read with their payload left in the guest's memory (a
         /// vhost-user guest's frame that needs a large buffer: GSO,
         /// jumbo), to be copied once, straight into the receiving guest.
@@ -489,6 +509,7 @@ impl IngressStats {
                 + self.tunnel_control
                 + self.arp_suppressed
                 + self.nd_suppressed
+                + self.mcast_consumed
                 + self.lro_merged()
     }
 }

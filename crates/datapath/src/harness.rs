@@ -298,6 +298,15 @@ impl Harness {
         Ok(port.id)
     }
 
+    /// Gives every queue its worker's idle look (the kernel's drops, the
+    /// link, the own querier's queries), as a worker does once a second.
+    pub fn look(&mut self) {
+        let now = std::time::Instant::now();
+        for w in &mut self.workers {
+            w.tick(now, true);
+        }
+    }
+
     /// Moves queues between workers as the placement does: each keeps its
     /// state and is read in a different order from now on (`k` turns the
     /// order round).

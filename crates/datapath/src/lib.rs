@@ -16,9 +16,13 @@ pub mod forward;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod harness;
 pub mod item;
+pub mod mdb;
 pub mod port_table;
 pub mod ring;
 pub mod settings;
+pub mod snoop;
+#[cfg(test)]
+mod snoop_tests;
 pub mod switch;
 pub mod threads;
 #[cfg(test)]

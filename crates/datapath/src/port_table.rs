@@ -135,7 +135,7 @@ impl Switch {
     /// Removes a port while the switch runs: it goes down (frames to it
     /// are dropped and counted as `drop_port_down`), leaves the table, its
     /// queues leave their workers at the end of their current turn, and
-    /// its FDB entries go. Returns the port (its counters stay readable as
+    /// its FDB entries and multicast memberships go. Returns the port (its counters stay readable as
     /// long as the caller keeps it).
     pub fn remove_port(&self, name: &str) -> Result<Arc<Port>, TableError> {
         let _one = self.table_changes.lock().expect("table changes lock");
@@ -157,6 +157,7 @@ impl Switch {
         self.workers.release_port(&port, RELEASE_WAIT);
         port.dev.close();
         self.fdb.remove_port(port.id);
+        self.mdb.forget_port(port.id);
         self.endpoints.write().expect("lock").remove(&port.id);
         tracing::info!(port = %port.name, id = port.id, "port removed");
         Ok(port)

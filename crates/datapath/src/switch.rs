@@ -7,6 +7,7 @@
 use crate::counters::{EgressStats, IngressCounters, IngressStats};
 use crate::fdb::{Fdb, FdbLimits};
 use crate::item::RingItem;
+use crate::mdb::{Mdb, SnoopConfig};
 use crate::port_table::PortTable;
 use crate::ring::{self, RingStatus, RxRing};
 use crate::settings::{validate_settings, PortSettings, SettingError};
@@ -308,6 +309,8 @@ pub struct SwitchConfig {
     pub busy_poll_max: Duration,
     /// The workers' nice value (`[switch] nice`).
     pub worker_nice: WorkerNice,
+    /// IGMP/MLD snooping (`[switch] multicast_*`).
+    pub multicast: SnoopConfig,
 }
 
 impl Default for SwitchConfig {
@@ -321,6 +324,7 @@ impl Default for SwitchConfig {
             rebalance: true,
             busy_poll_max: Duration::from_micros(50),
             worker_nice: WorkerNice::Auto,
+            multicast: SnoopConfig::default(),
         }
     }
 }
@@ -338,6 +342,8 @@ pub struct Switch {
     pub(crate) running: AtomicBool,
     /// Learned and static addresses.
     pub fdb: Fdb,
+    /// Multicast groups' members, router ports and queriers (snooping).
+    pub mdb: Mdb,
     pub(crate) rss: Rss,
     stop: AtomicBool,
     started: Instant,
@@ -387,6 +393,7 @@ impl Switch {
             pool_caps: cfg.pool_caps,
             running: AtomicBool::new(false),
             fdb,
+            mdb: Mdb::new(cfg.multicast),
             rss: Rss::new(&DEFAULT_KEY, 1).expect("default RSS key"),
             stop: AtomicBool::new(false),
             started: Instant::now(),

@@ -7,7 +7,7 @@
 //! - `{port}_rx{n}` ([`crate::deliver`]), only for a port with `delivery =
 //!   "thread"` (a lab option): the guest's "vCPU" for receive, draining
 //!   receive queue `n`'s lanes into the device;
-//! - `housekeeping`: sweeps the FDB, pins guests' addresses back, and
+//! - `housekeeping`: sweeps the FDB and the multicast database, pins guests' addresses back, and
 //!   moves queues between workers by their load, a few times a second.
 //!
 //! A delivery thread runs under a supervisor: a panic is logged and
@@ -55,6 +55,8 @@ impl Switch {
                     while !sw.stopping() {
                         std::thread::sleep(Duration::from_millis(200));
                         sw.fdb.sweep(Instant::now(), None);
+                        sw.mdb.sweep(Instant::now());
+                        sw.tunnel_group_pruning(Instant::now());
                         if last.0.elapsed() >= REBALANCE_EVERY {
                             // A guest back from a migration is pinned again
                             // within a second (a frame from it is learned
@@ -67,6 +69,26 @@ impl Switch {
                 .expect("spawn housekeeping"),
         );
         handles
+    }
+
+    /// Tells each tunnel endpoint whether a querier keeps its segment's
+    /// memberships true (its head-end replication of group frames is
+    /// pruned only then), and sweeps its expired group remotes.
+    pub(crate) fn tunnel_group_pruning(&self, now: Instant) {
+        let ports = self.ports();
+        for (id, vtep) in self.endpoints.read().expect("lock").iter() {
+            let Some(p) = ports.get(*id) else {
+                continue;
+            };
+            for (fam, kind) in [
+                (crate::mdb::Family::Ipv4, hvnet_wire::NetKind::Ipv4),
+                (crate::mdb::Family::Ipv6, hvnet_wire::NetKind::Ipv6),
+            ] {
+                let on = self.mdb.config().enabled && self.mdb.querier_exists(p.vlan, fam, now);
+                vtep.set_group_pruning(kind, on);
+            }
+            vtep.sweep_groups(now);
+        }
     }
 
     /// Starts the delivery threads of `port`'s queues, once.

@@ -1,6 +1,7 @@
 //! Zero-copy views and builders for the headers a virtual switch sees:
 //! Ethernet with 802.1Q tags, ARP, IPv4 with options, IPv6 with extension
-//! headers, TCP with options, UDP, VXLAN, and the virtio-net header.
+//! headers, TCP with options, UDP, VXLAN, the virtio-net header, and the
+//! IGMP and MLD messages multicast snooping reads.
 //!
 //! # Why these are written here
 //!
@@ -40,9 +41,12 @@ pub mod arp;
 pub mod checksum;
 pub mod error;
 pub mod ethernet;
+pub mod igmp;
 pub mod ipv4;
 pub mod ipv6;
 pub mod layers;
+pub mod membership;
+pub mod mld;
 pub mod nd;
 pub mod pretty;
 pub mod tcp;

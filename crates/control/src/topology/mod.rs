@@ -476,6 +476,12 @@ struct SwitchRepr {
     rebalance: bool,
     busy_poll_max_us: Option<u32>,
     nice: Option<NiceRepr>,
+    #[serde(default = "d_true", deserialize_with = "hvnet_datapath::on_off")]
+    multicast_snooping: bool,
+    #[serde(default, deserialize_with = "hvnet_datapath::on_off")]
+    multicast_querier: bool,
+    #[serde(default, deserialize_with = "hvnet_datapath::on_off")]
+    multicast_flood_unknown: bool,
 }
 
 /// `nice` as written: a number, or a word (`"auto"`).
@@ -512,6 +518,14 @@ pub struct SwitchSettings {
     pub busy_poll_max_us: u32,
     /// The workers' nice value: `auto`, or fixed, -20 to 19 (nice(1)).
     pub nice: WorkerNice,
+    /// IGMP/MLD snooping (the Linux bridge's `mcast_snooping`): on.
+    pub multicast_snooping: bool,
+    /// The switch queries where no querier is heard (`mcast_querier`):
+    /// off.
+    pub multicast_querier: bool,
+    /// Group frames nobody reported are flooded (on) or sent to the
+    /// router ports only (off, the Linux bridge's way).
+    pub multicast_flood_unknown: bool,
 }
 
 impl Default for SwitchSettings {
@@ -521,6 +535,9 @@ impl Default for SwitchSettings {
             rebalance: true,
             busy_poll_max_us: BUSY_POLL_MAX_US.0,
             nice: DEFAULT_NICE,
+            multicast_snooping: true,
+            multicast_querier: false,
+            multicast_flood_unknown: false,
         }
     }
 }
@@ -575,6 +592,9 @@ fn parse_switch(
                 rebalance: r.rebalance,
                 busy_poll_max_us,
                 nice,
+                multicast_snooping: r.multicast_snooping,
+                multicast_querier: r.multicast_querier,
+                multicast_flood_unknown: r.multicast_flood_unknown,
             }
         }
     })
@@ -742,8 +762,17 @@ ipv4 = "10.1.0.100/24"
                 rebalance: true,
                 busy_poll_max_us: 50,
                 nice: WorkerNice::Auto,
+                multicast_snooping: true,
+                multicast_querier: false,
+                multicast_flood_unknown: false,
             }
         );
+        let mc = parse(&format!(
+            "{GOOD}\n[switch]\nmulticast_snooping = false\nmulticast_querier = true\nmulticast_flood_unknown = \"on\"\n"
+        ))
+        .unwrap()
+        .switch;
+        assert!(!mc.multicast_snooping && mc.multicast_querier && mc.multicast_flood_unknown);
         for (bad, why) in [
             ("4095", "CPU 4095 is not one this process may use"),
             ("1-0", "runs backwards"),

@@ -1,9 +1,10 @@
 //! A worker's ingress steps, per frame read: an uplink's software
 //! checksum check and LRO, then the
 //! switching decision (policy, learning, ARP and ND suppression, lookup,
-//! flooding).
+//! multicast snooping, flooding).
 
 use super::ingress_lro::IngressLro;
+use super::ingress_mcast::{Snooped, Targets};
 use super::{Ctx, State};
 use crate::counters::{add, DropReason};
 use crate::fdb::Learn;
@@ -96,6 +97,7 @@ impl State {
                 port
             }
         };
+        let mut snooped = Snooped::Flood;
         if dst.is_multicast() {
             // Copies for every port, or an answer made from it: its
             // payload is read here (one copy is for one receiver).
@@ -103,6 +105,7 @@ impl State {
             if self.suppress(cx, &pkt) {
                 return;
             }
+            snooped = self.snoop(cx, &pkt, now);
         }
         let (ports, settings) = (&cx.ports, &self.settings);
         // A port takes the frame if it is up and carries its VLAN.
@@ -119,17 +122,38 @@ impl State {
             }
             Action::Flood => {
                 pkt.buf.fill_pending();
-                let targets: smallvec::SmallVec<[usize; 16]> = ports
-                    .iter()
-                    .filter(|p| p.id != cx.port.id && link_up(p.id))
-                    .map(|p| p.id)
-                    .collect();
+                let (targets, flooded) = match snooped {
+                    Snooped::Dropped => return,
+                    Snooped::Flood => (
+                        ports
+                            .iter()
+                            .filter(|p| p.id != cx.port.id && link_up(p.id))
+                            .map(|p| p.id)
+                            .collect::<Targets>(),
+                        true,
+                    ),
+                    Snooped::To {
+                        ports: mut to,
+                        report,
+                    } => {
+                        to.sort_unstable();
+                        to.dedup();
+                        to.retain(|p| *p != cx.port.id && link_up(*p));
+                        if to.is_empty() && report {
+                            add(&c.mcast_consumed, 1);
+                            return;
+                        }
+                        (to, false)
+                    }
+                };
                 let Some((&last, rest)) = targets.split_last() else {
                     c.count_drop(DropReason::NoRoute, 1);
                     return;
                 };
                 add(&c.forwarded, 1);
-                add(&c.flooded, 1);
+                if flooded {
+                    add(&c.flooded, 1);
+                }
                 for &p in rest {
                     // A copy counts against this port's buffers too; with
                     // none left, that destination does not get one.

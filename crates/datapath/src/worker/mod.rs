@@ -9,6 +9,7 @@ mod egress;
 mod ingress;
 mod ingress_csum;
 mod ingress_lro;
+mod ingress_mcast;
 mod ingress_suppress;
 mod staging;
 
@@ -254,6 +255,7 @@ impl Rxq {
                 self.check_link();
             }
             self.read_table();
+            self.st.send_queries(&self.cx, now);
         }
     }
 
@@ -512,6 +514,7 @@ impl State {
     fn port_gone(&self, cx: &Ctx) {
         cx.port.set_state_if(PortState::Up, PortState::Down);
         cx.sw.fdb.sweep(Instant::now(), Some(cx.port.id));
+        cx.sw.mdb.forget_port(cx.port.id);
     }
 
     fn count_in(&self, cx: &Ctx, pkt: &Packet) {

@@ -192,6 +192,9 @@ impl Vtep {
         let dst = mac_at(inner.frame, 0);
         let mut remotes = smallvec::SmallVec::new();
         let flooded = self.remotes_for(dst, &mut remotes);
+        if flooded {
+            self.prune_to_members(vni, inner.frame, inner.layers, &mut remotes);
+        }
         if flooded && !remotes.is_empty() {
             let arp = inner.layers.map(|l| l.l2.ethertype) == Some(hvnet_wire::EtherType::Arp);
             self.count_flooded(dst, arp);

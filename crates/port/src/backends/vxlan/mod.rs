@@ -29,6 +29,8 @@
 //!   header knows no UDP-tunnel GSO type). Partial inner checksums stay
 //!   partial (the kernel or the NIC completes them on the way out).
 
+mod groups;
+
 use crate::packet::{Packet, TunnelMeta};
 use crate::vnet::RecvError;
 use hvnet_offload::rss::{Rss, DEFAULT_KEY};
@@ -110,6 +112,8 @@ pub struct Vtep {
     /// Where the kernel takes tunnelled GSO frames whole: the TAP they
     /// are written into.
     tap: Option<TunnelTap>,
+    /// Multicast snooping's remotes per group (`groups.rs`).
+    groups: groups::GroupRemotes,
 }
 
 impl std::fmt::Debug for Vtep {
@@ -242,6 +246,7 @@ impl Vtep {
             arp_replies_sent: AtomicU64::new(0),
             remote_macs_refused: AtomicU64::new(0),
             tap,
+            groups: Default::default(),
         }
     }
 

@@ -42,6 +42,7 @@ pub mod error;
 pub mod ethernet;
 pub mod ipv4;
 pub mod ipv6;
+pub mod lacp;
 pub mod layers;
 pub mod nd;
 pub mod pretty;

@@ -81,6 +81,11 @@ enum Cmd {
     },
     /// Show the learned MAC addresses.
     Fdb(#[command(flatten)] switch_cmd::Target),
+    /// Show each NIC team: its members and their state (active, standby,
+    /// down; with LACP distributing, collecting, not in aggregate), the
+    /// LACP partner's system and key, the ports each member carries, its
+    /// failovers and the frames it dropped by reason.
+    Team(#[command(flatten)] switch_cmd::Target),
     /// Show the datapath's workers (one per CPU of `[switch] cpus`, each
     /// pinned): the receive queues each owns, each queue's share of its
     /// worker's time and of a CPU over the last second, the worker's busy
@@ -268,6 +273,7 @@ fn main() {
         Cmd::Stats { path, target } => switch_cmd::stats(&target, path),
         Cmd::Port { args, target } => switch_cmd::port(&target, args),
         Cmd::Fdb(t) => switch_cmd::fdb(&t),
+        Cmd::Team(t) => switch_cmd::team(&t),
         Cmd::Workers(t) => switch_cmd::workers(&t),
         Cmd::Vm(c) => switch_cmd::vm(c),
         Cmd::Evpn(t) => switch_cmd::evpn(&t),

@@ -437,6 +437,7 @@ fn handle(
                 })
                 .collect(),
         )),
+        Request::Team => Ok(views::teams(sw)),
         Request::Workers => Ok(json!(sw.workers.view(sw))),
         Request::Shutdown => {
             sw.stop();

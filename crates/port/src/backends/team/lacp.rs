@@ -238,18 +238,18 @@ impl Lacp {
                     && me.partner.state.has(State::AGGREGATION)
             })
             .map(|(_, me)| (me.partner.system, me.partner.key));
+        let (mode, rate) = (self.mode, self.rate);
         let mut changed = false;
-        for m in 0..self.members.len() {
-            let me = &self.members[m];
+        for (me, &up) in self.members.iter_mut().zip(up) {
             let before = (me.attached, me.distributing());
-            let attached = up[m]
+            let attached = up
                 && me.status != PartnerStatus::Defaulted
                 && lead == Some((me.partner.system, me.partner.key));
             let mut state = State::AGGREGATION;
-            if self.mode == LacpMode::Active {
+            if mode == LacpMode::Active {
                 state |= State::ACTIVITY;
             }
-            if self.rate == LacpRate::Fast {
+            if rate == LacpRate::Fast {
                 state |= State::TIMEOUT;
             }
             if attached {
@@ -260,7 +260,6 @@ impl Lacp {
                 PartnerStatus::Expired => state |= State::EXPIRED,
                 PartnerStatus::Current => {}
             }
-            let me = &mut self.members[m];
             if me.actor_state.0 != state {
                 me.actor_state = State(state);
                 me.ntt = true;

@@ -22,7 +22,7 @@ use hvnet_wire::lacp;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Reads queue `q` of every member.
 pub(super) struct TeamReceiver {
@@ -67,6 +67,11 @@ impl TeamReceiver {
     }
 }
 
+/// How long a VM must have sent nothing through the team before its
+/// announcement from the wire is taken as a move (Open vSwitch locks a
+/// gratuitous ARP's MAC as long).
+const MOVED_AFTER: Duration = Duration::from_secs(5);
+
 /// What becomes of a frame from member `m`.
 enum Verdict {
     Take,
@@ -92,11 +97,10 @@ impl TeamReceiver {
         }
         let team = &self.team;
         match team.teaming() {
-            Teaming::Lacp => {
-                if !d.collecting[m] {
-                    return Verdict::Drop(|d| &d.not_collecting);
-                }
+            Teaming::Lacp if !d.collecting[m] => {
+                return Verdict::Drop(|d| &d.not_collecting);
             }
+            Teaming::Lacp => {}
             Teaming::IpHash => {}
             Teaming::ActiveBackup if d.active != Some(m) => {
                 return Verdict::Drop(|d| &d.not_active_member);
@@ -107,10 +111,22 @@ impl TeamReceiver {
             _ => {}
         }
         if team.teaming().switch_independent() && own.contains(&pkt.src()) {
+            // One of the team's VMs: a reflection, unless it announces
+            // itself from the wire and has sent nothing here for a while
+            // (it migrated away; its own announcements, and the team's
+            // for it, come back while it is still here).
             if !announces_itself(f) {
                 return Verdict::Drop(|d| &d.looped);
             }
             let mut inner = team.inner.lock().expect("team lock");
+            let quiet = inner
+                .placements
+                .by_mac
+                .get(&pkt.src())
+                .is_none_or(|p| p.seen.elapsed() >= MOVED_AFTER);
+            if !quiet {
+                return Verdict::Drop(|d| &d.looped);
+            }
             if inner.placements.forget(&pkt.src()) {
                 team.publish_own(&inner.placements);
             }

@@ -144,9 +144,9 @@ impl Inner {
                 })
                 .collect(),
         };
-        for m in 0..up.len() {
-            if self.was_usable[m] && !usable[m] {
-                self.downs[m] += 1;
+        for ((downs, was), now) in self.downs.iter_mut().zip(&self.was_usable).zip(&usable) {
+            if *was && !now {
+                *downs += 1;
             }
         }
         if d == self.current {
@@ -154,7 +154,9 @@ impl Inner {
             return;
         }
         let lost = (0..up.len()).any(|m| self.was_usable[m] && !usable[m]);
-        let came_back = (0..up.len()).any(|m| !self.was_usable[m] && usable[m]);
+        // A member usable again after it went down (not one seen first).
+        let came_back =
+            (0..up.len()).any(|m| !self.was_usable[m] && usable[m] && self.downs[m] > 0);
         self.was_usable = usable;
         let moved = match self.teaming {
             Teaming::ActiveBackup => self.placements.replace(&d.usable, false),

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 import hvlab
+from test_observe import scrape
 
 pytestmark = pytest.mark.root
 
@@ -134,7 +135,7 @@ def ovs(tmp_path_factory):
         o.stop()
 
 
-def topology(tmp_path, ovs, teaming, vms=1, **keys):
+def topology(tmp_path, ovs, teaming, vms=1, up_args=(), **keys):
     # The host forgets the VMs of the module's earlier tests (same
     # addresses, other MACs).
     ovs.ext_sh("ip neigh flush all")
@@ -143,7 +144,7 @@ def topology(tmp_path, ovs, teaming, vms=1, **keys):
     # virtio-net header: it takes whole, checksummed frames (a NIC's job,
     # done by hvnet here).
     up = dict(name="up0", devices=ovs.members, teaming=teaming, queues=2, tso="software", csum="software", **keys)
-    return hvlab.Topology(tmp_path, vm, prefix="tm", uplinks=[up])
+    return hvlab.Topology(tmp_path, vm, prefix="tm", uplinks=[up], up_args=up_args)
 
 
 def team(t):
@@ -223,7 +224,10 @@ def test_active_backup_fails_over_and_back_under_a_transfer(tmp_path, ovs):
 @needs_ovs
 def test_port_id_spreads_vms_and_a_flapping_member_moves_them_and_back(tmp_path, ovs):
     ovs.plain()
-    with topology(tmp_path, ovs, "port-id", vms=2) as t:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with topology(tmp_path, ovs, "port-id", vms=2, up_args=[f"--metrics=127.0.0.1:{port}"]) as t:
         a, b = ovs.members
         for ip in [VM_A, VM_B]:
             assert hvlab.eventually(lambda: reaches(ovs, ip), timeout=15), ip
@@ -247,6 +251,12 @@ def test_port_id_spreads_vms_and_a_flapping_member_moves_them_and_back(tmp_path,
         assert tm["failovers"] >= 3 and tm["failbacks"] >= 3, tm
         assert member(t, 1, ovs)["downs"] >= 3
         assert placed() == first
+        # Prometheus has them too.
+        _, samples = scrape(port)
+        got = {(name, dict(labels).get("member")): v for (name, labels), v in samples.items()}
+        assert got[("hvnet_team_failovers_total", None)] >= 3, got
+        assert got[("hvnet_team_member_downs_total", b)] >= 3, got
+        assert got[("hvnet_team_members_usable", None)] == 2, got
         t.sh("a", f"ping -c 2 -i 0.2 -W 2 {EXT_IP}")
         t.sh("b", f"ping -c 2 -i 0.2 -W 2 {EXT_IP}")
 

@@ -102,6 +102,8 @@ pub struct TeamStatus {
     pub failovers: u64,
     /// Times it moved back to a member usable again (`failback`).
     pub failbacks: u64,
+    /// VMs moved off a member busier than 75 % (`load-based`).
+    pub rebalances: u64,
     /// Announcements sent for VMs whose traffic moved (frames).
     pub announcements: u64,
     /// Frames from the wire and from the switch dropped, by reason.

@@ -15,6 +15,7 @@
 //! and whenever the switch asks the team's link.
 
 pub mod lacp;
+pub mod load;
 pub mod notify;
 pub mod policy;
 mod rx;
@@ -68,6 +69,7 @@ pub(crate) struct Member {
     pub(crate) tx_frames: AtomicU64,
     pub(crate) tx_bytes: AtomicU64,
     pub(crate) rx_frames: AtomicU64,
+    pub(crate) rx_bytes: AtomicU64,
 }
 
 const CARRIER_UP: u8 = 0;
@@ -123,6 +125,7 @@ impl TeamPort {
                 tx_frames: AtomicU64::new(0),
                 tx_bytes: AtomicU64::new(0),
                 rx_frames: AtomicU64::new(0),
+                rx_bytes: AtomicU64::new(0),
             });
         }
         let label = cfg

@@ -49,6 +49,7 @@ mod tests {
             now: 1,
             frames: 0,
             bytes: 0,
+            bytes_at_look: 0,
             tag: None,
             ipv4: Some([198, 18, 0, 5]),
             ipv6: Some([0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5]),

@@ -77,6 +77,8 @@ pub struct Placement {
     pub frames: u64,
     /// Bytes sent.
     pub bytes: u64,
+    /// `bytes` at the last load look (`load-based`).
+    pub bytes_at_look: u64,
     /// Its outer 802.1Q tag (a trunk uplink's VLAN), for announcements.
     pub tag: Option<u16>,
     /// Its last IPv4 and IPv6 source addresses, for announcements.
@@ -251,6 +253,7 @@ impl Placements {
                 now: now_member,
                 frames: 0,
                 bytes: 0,
+                bytes_at_look: 0,
                 tag: src.tag,
                 ipv4: src.ipv4,
                 ipv6: src.ipv6,

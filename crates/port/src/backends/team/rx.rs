@@ -183,11 +183,12 @@ impl Receiver for TeamReceiver {
             }
             let member = &self.team.members[m];
             let (fq, mtu) = (member.port.queue(self.q), member.port.mtu());
-            let mut taken = 0;
+            let (mut taken, mut bytes) = (0, 0);
             while got < max {
                 match self.readers[m].read(fq, pool, mtu) {
                     Ok(pkt) => match self.verdict(m, &pkt, &d, &own) {
                         Verdict::Take => {
+                            bytes += pkt.len() as u64;
                             out.push(Ok(pkt));
                             got += 1;
                             taken += 1;
@@ -215,6 +216,7 @@ impl Receiver for TeamReceiver {
                     }
                     Err(RecvError::NoBuffer) => {
                         member.rx_frames.fetch_add(taken, Relaxed);
+                        member.rx_bytes.fetch_add(bytes, Relaxed);
                         return Err(RecvError::NoBuffer);
                     }
                     Err(e) => {
@@ -224,6 +226,7 @@ impl Receiver for TeamReceiver {
                 }
             }
             member.rx_frames.fetch_add(taken, Relaxed);
+            member.rx_bytes.fetch_add(bytes, Relaxed);
         }
         if got >= max {
             Ok(())

@@ -4,6 +4,7 @@
 //! [`Distribution`], with the moves it caused announced.
 
 use super::lacp::{Lacp, PartnerStatus};
+use super::load::LoadLook;
 use super::notify::announcements;
 use super::policy::{Placements, Teaming};
 use super::{TeamConfig, TeamPort};
@@ -53,6 +54,10 @@ pub struct Inner {
     failback: bool,
     pub(crate) lacp: Option<Lacp>,
     pub(crate) placements: Placements,
+    /// `load-based`: its looks at the members' load.
+    load: Option<LoadLook>,
+    /// VMs moved off a busy member (`load-based`).
+    rebalances: u64,
     current: Distribution,
     next_refresh: Option<Instant>,
     /// Each member was usable at the last refresh.
@@ -76,6 +81,9 @@ impl Inner {
             failback: cfg.failback,
             lacp,
             placements: Placements::default(),
+            load: (cfg.teaming == Teaming::LoadBased)
+                .then(|| LoadLook::new(cfg.members.iter().map(|(d, _)| speed(d)).collect())),
+            rebalances: 0,
             current: Distribution::none(n),
             next_refresh: None,
             was_usable: vec![false; n],
@@ -151,6 +159,7 @@ impl Inner {
         }
         if d == self.current {
             self.was_usable = usable;
+            self.look_at_load(team, now);
             return;
         }
         let lost = (0..up.len()).any(|m| self.was_usable[m] && !usable[m]);
@@ -188,6 +197,31 @@ impl Inner {
         );
         self.current = d.clone();
         team.publish(d);
+    }
+
+    /// `load-based`: a VM moved off a busy member, announced there.
+    fn look_at_load(&mut self, team: &TeamPort, now: Instant) {
+        let Some(load) = self.load.as_mut() else {
+            return;
+        };
+        let bytes: Vec<u64> = team
+            .members
+            .iter()
+            .map(|m| m.tx_bytes.load(Relaxed) + m.rx_bytes.load(Relaxed))
+            .collect();
+        let Some((mac, to)) = load.look(now, &bytes, &mut self.placements, &self.current.usable)
+        else {
+            return;
+        };
+        self.rebalances += 1;
+        tracing::info!(team = %team.label, %mac, member = to, "load-based: a VM moved off a busy member");
+        if let Some(p) = self.placements.by_mac.get(&mac) {
+            for f in announcements(mac, p) {
+                if team.send_own(to, &f) {
+                    self.announced += 1;
+                }
+            }
+        }
     }
 
     /// The team as views show it.
@@ -260,6 +294,7 @@ impl Inner {
             partner,
             failovers: self.failovers,
             failbacks: self.failbacks,
+            rebalances: self.rebalances,
             announcements: self.announced,
             drops: TeamDrops {
                 not_active_member: d.not_active_member.load(Relaxed),
@@ -273,4 +308,14 @@ impl Inner {
             placements,
         }
     }
+}
+
+/// A member's speed in bits a second, as its driver reports it (10 Gbit/s
+/// where it reports none: a veth, a device in another namespace).
+fn speed(device: &str) -> u64 {
+    std::fs::read_to_string(format!("/sys/class/net/{device}/speed"))
+        .ok()
+        .and_then(|s| s.trim().parse::<i64>().ok())
+        .filter(|&mbps| mbps > 0)
+        .map_or(10_000_000_000, |mbps| mbps as u64 * 1_000_000)
 }

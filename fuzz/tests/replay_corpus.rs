@@ -72,3 +72,8 @@ fn vhost_front_end() {
 fn libvirt_domain() {
     replay("libvirt_domain", hvnet_fuzz::libvirt_domain);
 }
+
+#[test]
+fn lacpdu() {
+    replay("lacpdu", hvnet_fuzz::lacpdu);
+}

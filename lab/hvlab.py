@@ -193,7 +193,9 @@ class Topology:
         self.name = unique(prefix)[:12]
         self.up_args = list(up_args)
         self.vms = vms
-        self.uplinks = [dict(u, device=u.get("device") or unique("hvu")) for u in uplinks]
+        # A team (devices = [..]) names its members itself.
+        self.uplinks = [dict(u) if "devices" in u else dict(u, device=u.get("device") or unique("hvu"))
+                        for u in uplinks]
         self.hosts = [dict(h) for h in hosts]
         doc = {"name": self.name, "fdb_aging_secs": fdb_aging_secs, "vm": [dict(vm) for vm in vms]}
         # The switch in a namespace of its own (a host on this machine),

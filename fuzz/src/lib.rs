@@ -977,3 +977,34 @@ pub fn membership(data: &[u8]) {
         _ => {}
     }
 }
+
+/// A LACPDU from the wire (after its Ethernet header), as a team member
+/// reads one: refused for a reason or parsed; a parsed one written again
+/// reads the same, and taken by LACP's state machine (whatever it says of
+/// itself) leaves it able to answer.
+pub fn lacpdu(data: &[u8]) {
+    use hvnet_port::team::lacp::{Lacp, LacpMode, LacpRate};
+    use hvnet_wire::lacp::{Packet, Repr, LEN};
+    let Ok(p) = Packet::new_checked(data) else {
+        return;
+    };
+    let pdu = Repr::parse(&p);
+    let mut out = [0u8; LEN];
+    pdu.emit(&mut Packet::new_unchecked(&mut out[..]));
+    let back = Repr::parse(&Packet::new_checked(&out[..]).expect("what was emitted parses"));
+    assert_eq!(back, pdu);
+    let now = std::time::Instant::now();
+    let mut l = Lacp::new(
+        hvnet_wire::MacAddr([2, 0, 0, 0, 0, 1]),
+        1,
+        LacpRate::Fast,
+        LacpMode::Passive,
+        2,
+    );
+    let _ = l.receive(0, &pdu, now);
+    let _ = l.receive(1, &pdu, now);
+    l.run(&[true, false], now);
+    let _ = l.due(0, now);
+    assert!(!l.members[1].attached, "a member without carrier is never attached");
+}
+

@@ -77,3 +77,8 @@ fn libvirt_domain() {
 fn membership() {
     replay("membership", hvnet_fuzz::membership);
 }
+
+#[test]
+fn lacpdu() {
+    replay("lacpdu", hvnet_fuzz::lacpdu);
+}

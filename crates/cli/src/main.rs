@@ -86,6 +86,11 @@ enum Cmd {
     /// router ports (uplinks always; ports a query was heard on), the
     /// queriers heard, and the `[switch] multicast_*` settings.
     Mdb(#[command(flatten)] switch_cmd::Target),
+    /// Show each NIC team: its members and their state (active, standby,
+    /// down; with LACP distributing, collecting, not in aggregate), the
+    /// LACP partner's system and key, the ports each member carries, its
+    /// failovers and the frames it dropped by reason.
+    Team(#[command(flatten)] switch_cmd::Target),
     /// Show the datapath's workers (one per CPU of `[switch] cpus`, each
     /// pinned): the receive queues each owns, each queue's share of its
     /// worker's time and of a CPU over the last second, the worker's busy
@@ -274,6 +279,7 @@ fn main() {
         Cmd::Port { args, target } => switch_cmd::port(&target, args),
         Cmd::Fdb(t) => switch_cmd::fdb(&t),
         Cmd::Mdb(t) => switch_cmd::mdb(&t),
+        Cmd::Team(t) => switch_cmd::team(&t),
         Cmd::Workers(t) => switch_cmd::workers(&t),
         Cmd::Vm(c) => switch_cmd::vm(c),
         Cmd::Evpn(t) => switch_cmd::evpn(&t),

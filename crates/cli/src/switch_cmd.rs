@@ -756,3 +756,77 @@ pub fn guest_ctl(t: &Target, vm: String, start: bool) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// `hvnet team`
+pub fn team(t: &Target) -> Result<(), String> {
+    let v = call(t, Request::Team)?;
+    if t.json {
+        println!("{v}");
+        return Ok(());
+    }
+    for tm in v["teams"].as_array().into_iter().flatten() {
+        println!(
+            "team {}  teaming {}  link {}  active {}  failovers {}  failbacks {}  announcements {}",
+            s(&tm["name"]),
+            s(&tm["teaming"]),
+            s(&tm["link"]),
+            s(&tm["active"]),
+            s(&tm["failovers"]),
+            s(&tm["failbacks"]),
+            s(&tm["announcements"])
+        );
+        if tm["partner"].is_object() {
+            let p = &tm["partner"];
+            println!(
+                "  LACP partner: system {},{}  key {}",
+                s(&p["system_priority"]),
+                s(&p["system"]),
+                s(&p["key"])
+            );
+        }
+        println!("  MEMBER           MAC                STATE             TX FRAMES    RX FRAMES  DOWNS  PORTS");
+        for m in tm["members"].as_array().into_iter().flatten() {
+            let dev = s(&m["device"]);
+            let carried: Vec<String> = tm["placements"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|p| s(&p["member"]) == dev)
+                .map(|p| match p["port"].as_str() {
+                    Some(port) => port.to_string(),
+                    None => s(&p["mac"]),
+                })
+                .collect();
+            println!(
+                "  {:<16} {:<18} {:<17} {:>9} {:>12} {:>6}  {}",
+                dev,
+                s(&m["mac"]),
+                s(&m["state"]),
+                s(&m["tx_frames"]),
+                s(&m["rx_frames"]),
+                s(&m["downs"]),
+                carried.join(",")
+            );
+            if let Some(l) = m["lacp"].as_object() {
+                println!(
+                    "      lacp: partner {} {},{} key {} port {}  actor state {}  partner state {}  pdus in {} out {}",
+                    s(&l["partner_status"]),
+                    s(&l["partner"]["system_priority"]),
+                    s(&l["partner"]["system"]),
+                    s(&l["partner"]["key"]),
+                    s(&l["partner_port"]),
+                    s(&l["actor_state"]),
+                    s(&l["partner_state"]),
+                    s(&l["rx"]),
+                    s(&l["tx"])
+                );
+            }
+        }
+        print!("  drops:");
+        for (k, c) in tm["drops"].as_object().into_iter().flatten() {
+            print!(" {k} {c}");
+        }
+        println!();
+    }
+    Ok(())
+}

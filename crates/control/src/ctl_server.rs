@@ -438,6 +438,7 @@ fn handle(
                 .collect(),
         )),
         Request::Mdb => Ok(crate::mdb_view::mdb(sw)),
+        Request::Team => Ok(views::teams(sw)),
         Request::Workers => Ok(json!(sw.workers.view(sw))),
         Request::Shutdown => {
             sw.stop();

@@ -112,11 +112,16 @@ pub fn prepare(topo: &Topology, text: &str) -> Result<Bringup, DaemonError> {
     }
     for u in &topo.uplinks {
         let hosted = topo.hosts.iter().any(|h| h.uplink == u.name);
-        if !hosted && hvnet_sys::packet::ifindex(&u.device).is_none() {
-            return Err(DaemonError::Other(format!(
-                "uplink {}: no network interface named {} (declare a [[host]] on it to make one)",
-                u.name, u.device
-            )));
+        if hosted {
+            continue;
+        }
+        for d in u.devices() {
+            if hvnet_sys::packet::ifindex(d).is_none() {
+                return Err(DaemonError::Other(format!(
+                    "uplink {}: no network interface named {d} (declare a [[host]] on it to make one)",
+                    u.name
+                )));
+            }
         }
     }
     Ok(Bringup::Fresh)

@@ -37,6 +37,9 @@ pub enum Request {
     /// `hvnet mdb`: multicast snooping's groups, router ports and
     /// queriers.
     Mdb,
+    /// `hvnet team`: each team uplink's members, their state, its LACP
+    /// partner, the ports each member carries, its failovers and drops.
+    Team,
     /// `hvnet workers`: the datapath's workers, their queues and loads.
     Workers,
     /// `hvnet vm add`: a VM created and its port added while the switch

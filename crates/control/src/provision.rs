@@ -17,6 +17,7 @@ use hvnet_port::vxlan::VtepConfig;
 use hvnet_port::{
     Device, SocketMode, Spread, TapPort, UplinkPort, UplinkRead, VhostUserPort, VxlanPort,
 };
+use hvnet_port::{TeamConfig, TeamPort};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -310,13 +311,14 @@ fn kernel_gso_tap(uplink: &str, dev: &str) -> Option<hvnet_port::vxlan::TunnelTa
 /// Takes over an uplink's device: up, its GRO as the uplink's `lro`
 /// says, an MTU at least the uplink's; then opens its receive queues.
 pub(crate) fn open_uplink(topo: &Topology, u: &Uplink) -> Result<PortSpec, DaemonError> {
-    let dev = &u.device;
-    let mtu = hvnet_port::uplink::device_mtu(dev).unwrap_or(0);
-    if mtu < u.settings.mtu {
-        return Err(DaemonError::Other(format!(
-            "uplink {}: device {dev} has MTU {mtu}, below the uplink's {}",
-            u.name, u.settings.mtu
-        )));
+    for dev in u.devices() {
+        let mtu = hvnet_port::uplink::device_mtu(dev).unwrap_or(0);
+        if mtu < u.settings.mtu {
+            return Err(DaemonError::Other(format!(
+                "uplink {}: device {dev} has MTU {mtu}, below the uplink's {}",
+                u.name, u.settings.mtu
+            )));
+        }
     }
     // A tunnel endpoint's device has nothing of the tunnel's to coalesce
     // (no kernel VXLAN socket on its port): its GRO stays off. Its peers
@@ -335,26 +337,48 @@ pub(crate) fn open_uplink(topo: &Topology, u: &Uplink) -> Result<PortSpec, Daemo
         },
         None => UplinkRead::Vnet { batch: u.batch },
     };
-    run(&["ethtool", "-K", dev, "gro", gro])?;
-    Rtnl::new()?.set_link(dev, &up())?;
-    let port = UplinkPort::open(dev, u.queues, spread(topo, u), read).map_err(|source| {
-        DaemonError::Uplink {
-            name: u.name.clone(),
-            source,
+    for dev in u.devices() {
+        run(&["ethtool", "-K", dev, "gro", gro])?;
+        Rtnl::new()?.set_link(dev, &up())?;
+    }
+    let uplink_err = |source| DaemonError::Uplink {
+        name: u.name.clone(),
+        source,
+    };
+    if let Some(t) = &u.team {
+        let mut members = Vec::new();
+        for d in &t.devices {
+            members.push((d.clone(), device_mac(u, d)?));
         }
-    })?;
+        let team = TeamPort::open(TeamConfig {
+            members,
+            teaming: t.teaming,
+            order: t.order.clone(),
+            failback: t.failback,
+            lacp_rate: t.lacp_rate,
+            lacp_mode: t.lacp_mode,
+            queues: u.queues,
+            spread: spread(topo, u),
+            read,
+        })
+        .map_err(uplink_err)?;
+        return Ok(PortSpec {
+            name: u.name.clone(),
+            dev: Arc::new(team),
+            mac: hvnet_wire::MacAddr([0; 6]),
+            vlan: u.vlan,
+            endpoint: None,
+            settings: u.settings.clone(),
+        });
+    }
+    let dev = &u.device;
+    let port = UplinkPort::open(dev, u.queues, spread(topo, u), read).map_err(uplink_err)?;
     let port: Arc<dyn Device> = Arc::new(port);
     let (dev, endpoint) = match &u.vxlan {
         None => (port, None),
         Some(v) => {
             // The endpoint speaks with the device's own address.
-            let mac = Rtnl::new()
-                .and_then(|mut r| r.mac(dev))
-                .ok()
-                .flatten()
-                .ok_or_else(|| {
-                    DaemonError::Other(format!("uplink {}: cannot read {dev}'s MAC", u.name))
-                })?;
+            let mac = device_mac(u, dev)?;
             let tap = v.kernel_gso.then(|| kernel_gso_tap(&u.name, dev)).flatten();
             let vx = VxlanPort::new(
                 port,
@@ -382,4 +406,13 @@ pub(crate) fn open_uplink(topo: &Topology, u: &Uplink) -> Result<PortSpec, Daemo
         endpoint,
         settings: u.settings.clone(),
     })
+}
+
+/// Device `dev`'s own address (uplink `u`'s device or team member).
+fn device_mac(u: &Uplink, dev: &str) -> Result<hvnet_wire::MacAddr, DaemonError> {
+    Rtnl::new()
+        .and_then(|mut r| r.mac(dev))
+        .ok()
+        .flatten()
+        .ok_or_else(|| DaemonError::Other(format!("uplink {}: cannot read {dev}'s MAC", u.name)))
 }

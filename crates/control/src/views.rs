@@ -358,10 +358,16 @@ pub fn stats(sw: &Switch, path: &str) -> Result<Value, CtlError> {
             } else {
                 &[]
             };
+            let team: &[&str] = if uplink(p)?.dev.status().team.is_some() {
+                &["team"]
+            } else {
+                &[]
+            };
             Ok(json!([
                 &summary[..],
                 &["rxqueues/", "txqueues/", "filters"],
-                tunnel
+                tunnel,
+                team
             ]
             .concat()))
         }
@@ -384,6 +390,15 @@ pub fn stats(sw: &Switch, path: &str) -> Result<Value, CtlError> {
                 }),
                 None => json!({"spread": "flow hash", "filters": []}),
             })
+        }
+        ["uplinks", p, "team"] => {
+            let port = uplink(p)?;
+            let t = port
+                .dev
+                .status()
+                .team
+                .ok_or_else(|| CtlError::refused(format!("uplink {p} is not a team")))?;
+            Ok(serde_json::to_value(t).expect("serialize"))
         }
         ["uplinks", p, "vxlan"] => {
             let port = uplink(p)?;
@@ -420,6 +435,34 @@ pub fn stats(sw: &Switch, path: &str) -> Result<Value, CtlError> {
             choices: vec!["/ports".into(), "/uplinks".into()],
         }),
     }
+}
+
+/// `hvnet team`: each team uplink's status (members, their state, the LACP
+/// partner, failovers, drops), its placements named by the port whose
+/// address they are.
+pub fn teams(sw: &Switch) -> Value {
+    let ports = sw.ports();
+    let owner = |mac: &str| {
+        ports
+            .iter()
+            .find(|p| !p.is_uplink() && p.mac.to_string() == mac)
+            .map(|p| p.name.clone())
+    };
+    let teams: Vec<Value> = ports
+        .iter()
+        .filter(|p| p.is_uplink())
+        .filter_map(|p| Some((p, p.dev.status().team?)))
+        .map(|(p, t)| {
+            let mut v = json!(t);
+            for (i, pl) in t.placements.iter().enumerate() {
+                v["placements"][i]["port"] = json!(owner(&pl.mac));
+            }
+            v["name"] = json!(p.name);
+            v["link"] = json!(format!("{:?}", p.dev.link()).to_lowercase());
+            v
+        })
+        .collect();
+    json!({ "teams": teams })
 }
 
 /// `hvnet evpn`: each EVPN uplink's endpoint as the fabric made it, its

@@ -29,6 +29,9 @@
 //!   receive filters, [`uplink::rss_fanout`]'s RSS), reads a batch per
 //!   system call ([`uplink::socket_batch`]) and a tunnel endpoint's whole
 //!   frames without a header ([`uplink::whole_frame`]);
+//! - [`backends::team`]: NIC teams, one uplink port over several
+//!   devices, each an uplink of its own, with vSphere's and Open vSwitch's
+//!   policies, failover and LACP ([`team::lacp`]);
 //! - [`backends::vhost_user`]: vhost-user ports, a real guest's
 //!   virtio-net device served over its shared memory and virtqueues, with
 //!   its own engine for frames in and out of them ([`vhost_user::virtq`])
@@ -57,7 +60,7 @@ pub mod vnet;
 
 pub use backends::uplink::netqueue;
 pub use backends::vhost_user::virtq;
-pub use backends::{replay, tap, uplink, vhost_user, vxlan};
+pub use backends::{replay, tap, team, uplink, vhost_user, vxlan};
 
 pub use device::{Caps, Device, Link, Receiver, SendError, Transmitter, TxOptions};
 pub use outgoing::{BatchOptions, OutFrame, Written};
@@ -65,8 +68,9 @@ pub use packet::{Meta, OuterTag, Packet, TunnelMeta};
 pub use pool::{Buf, Home, Pool, PoolCaps, PoolStatus, SizeClass};
 pub use pool::{HEADROOM, SMALL_FRAME};
 pub use replay::{ReplayError, ReplayPort};
-pub use status::{DeviceStatus, GuestOffloads, VhostUserStatus, VirtqueueSizes};
+pub use status::{DeviceStatus, GuestOffloads, TeamStatus, VhostUserStatus, VirtqueueSizes};
 pub use tap::{tap_offload_flags, TapError, TapPort, TapReader};
+pub use team::{TeamConfig, TeamPort};
 pub use uplink::socket_batch::{Framing, SocketBatchReader};
 pub use uplink::{LinkState, Spread, UplinkPort, UplinkRead};
 pub use vhost_user::{SocketMode, VhostUserPort};

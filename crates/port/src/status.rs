@@ -19,6 +19,9 @@ pub struct DeviceStatus {
     /// `flow hash`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spread: Option<&'static str>,
+    /// A team's members, their state, its partner and placements.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub team: Option<TeamStatus>,
 }
 
 impl DeviceStatus {
@@ -81,4 +84,121 @@ pub struct GuestOffloads {
     pub tso: bool,
     /// Its receive buffers may be chained into one frame (`MRG_RXBUF`).
     pub mergeable: bool,
+}
+
+/// A team of uplink devices as views show it (`hvnet team`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TeamStatus {
+    /// The policy (`port-id`, `lacp`, …).
+    pub teaming: &'static str,
+    /// The members, in the team's order.
+    pub members: Vec<TeamMemberStatus>,
+    /// The member broadcasts and multicasts are taken from (and, for
+    /// `active-backup`, the one member in use).
+    pub active: Option<String>,
+    /// With LACP: the aggregate's partner system and key.
+    pub partner: Option<TeamPartner>,
+    /// Times traffic moved off a member that stopped being usable.
+    pub failovers: u64,
+    /// Times it moved back to a member usable again (`failback`).
+    pub failbacks: u64,
+    /// VMs moved off a member busier than 75 % (`load-based`).
+    pub rebalances: u64,
+    /// Announcements sent for VMs whose traffic moved (frames).
+    pub announcements: u64,
+    /// Frames from the wire and from the switch dropped, by reason.
+    pub drops: TeamDrops,
+    /// The VM addresses it carries, each on its member.
+    pub placements: Vec<TeamPlacement>,
+}
+
+/// One member's state.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TeamMemberStatus {
+    /// The device.
+    pub device: String,
+    /// Its address.
+    pub mac: String,
+    /// Up with carrier.
+    pub carrier: bool,
+    /// In the field's words: `active`, `standby`, `down`, or with LACP
+    /// `distributing`, `collecting`, `not in aggregate`, `no partner`.
+    pub state: &'static str,
+    /// Frames and bytes sent and received.
+    pub tx_frames: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Frames received (LACPDUs aside).
+    pub rx_frames: u64,
+    /// Times it stopped being usable.
+    pub downs: u64,
+    /// With LACP: the actor's and the partner's side.
+    pub lacp: Option<TeamMemberLacp>,
+}
+
+/// A member's LACP state.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TeamMemberLacp {
+    /// `current`, `expired` or `defaulted`.
+    pub partner_status: &'static str,
+    /// The partner's system, priority, key and port.
+    pub partner: TeamPartner,
+    /// The partner's port number.
+    pub partner_port: u16,
+    /// The actor's state octet, in hex (802.1AX bits).
+    pub actor_state: String,
+    /// The partner's state octet.
+    pub partner_state: String,
+    /// LACPDUs received and taken.
+    pub rx: u64,
+    /// LACPDUs sent.
+    pub tx: u64,
+}
+
+/// A LACP partner.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct TeamPartner {
+    /// System identifier.
+    pub system: String,
+    /// System priority.
+    pub system_priority: u16,
+    /// Operational key.
+    pub key: u16,
+}
+
+/// A VM address the team carries.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TeamPlacement {
+    /// The address.
+    pub mac: String,
+    /// The member it leaves by.
+    pub member: String,
+    /// The member it belongs on (it is elsewhere while that is down).
+    pub home: String,
+    /// Frames and bytes it sent through the team.
+    pub frames: u64,
+    /// Bytes.
+    pub bytes: u64,
+}
+
+/// A team's own drops, each reason counted apart.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct TeamDrops {
+    /// From the wire on a member that is not the active one
+    /// (`active-backup`; broadcasts and multicasts for the other
+    /// switch-independent policies).
+    pub not_active_member: u64,
+    /// From the wire, sent by one of the team's own VMs: a frame the team
+    /// sent on one member and the physical switch sent back on another.
+    pub looped: u64,
+    /// From the wire on a member LACP does not collect from.
+    pub not_collecting: u64,
+    /// To the wire with no usable member.
+    pub no_member: u64,
+    /// LACPDUs that did not parse.
+    pub lacp_malformed: u64,
+    /// LACPDUs from a second partner on a member whose partner is current.
+    pub lacp_second_partner: u64,
+    /// LACPDUs on a team that does not run LACP.
+    pub lacp_not_running: u64,
 }

@@ -44,6 +44,7 @@ pub mod ethernet;
 pub mod igmp;
 pub mod ipv4;
 pub mod ipv6;
+pub mod lacp;
 pub mod layers;
 pub mod membership;
 pub mod mld;

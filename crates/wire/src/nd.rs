@@ -154,6 +154,24 @@ pub fn advertisement(
 
 const _: () = assert!(SOLICITATION_FRAME == ADVERTISEMENT_FRAME);
 
+/// The unsolicited advertisement `mac` sends for its own `target` to every
+/// node (RFC 4861 §7.2.6: after its link changed, so that neighbours and
+/// switches learn where it is now): to `ff02::1`, override set, solicited
+/// and router flags clear, its link-layer address as the target option.
+pub fn unsolicited_advertisement(mac: MacAddr, target: [u8; 16]) -> [u8; ADVERTISEMENT_FRAME] {
+    const ALL_NODES: [u8; 16] = [0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+    let all_nodes = MacAddr([0x33, 0x33, 0, 0, 0, 1]);
+    // Override only.
+    message(
+        ADVERTISEMENT,
+        0x20,
+        (mac, target),
+        (all_nodes, ALL_NODES),
+        target,
+        2,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,6 +252,23 @@ mod tests {
         assert_eq!(
             (ip[40], ip[44], &ip[48..64], &ip[66..72]),
             (ADVERTISEMENT, 0x60, &REMOTE[..], &mac.0[..])
+        );
+    }
+
+    #[test]
+    fn an_unsolicited_advertisement_goes_to_all_nodes_and_checksums() {
+        let mac = MacAddr([2, 0xdd, 0, 0, 0, 2]);
+        let f = unsolicited_advertisement(mac, VM);
+        assert_eq!(&f[0..6], &[0x33, 0x33, 0, 0, 0, 1]);
+        let ip = &f[14..];
+        let all = [0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+        assert_eq!((&ip[8..24], &ip[24..40]), (&VM[..], &all[..]));
+        let sum = pseudo_header_v6(VM, all, ICMPV6, 32).add_bytes(&ip[40..]);
+        assert!(verifies(sum), "{:04x}", Sum::fold(sum));
+        assert_eq!(
+            (ip[40], ip[44]),
+            (ADVERTISEMENT, 0x20),
+            "override, not solicited"
         );
     }
 }

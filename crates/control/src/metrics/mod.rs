@@ -119,6 +119,93 @@ struct VxlanSummary {
     evpn: Value,
 }
 
+/// A NIC team in metrics: how often traffic moved, and its own drops.
+#[derive(Serialize)]
+struct TeamSummary {
+    /// Times traffic moved off a member that stopped being usable.
+    failovers: u64,
+    /// Times it moved back to a member usable again.
+    failbacks: u64,
+    /// Announcements sent for VMs whose traffic moved.
+    announcements: u64,
+    /// Members usable now.
+    members_usable: Level<usize>,
+    /// VM addresses placed on members.
+    placements_known: Level<usize>,
+    /// The team's drops, `drop_REASON` each.
+    #[serde(flatten)]
+    drops: BTreeMap<String, u64>,
+}
+
+/// One team member in metrics.
+#[derive(Serialize)]
+struct TeamMemberSummary {
+    /// 1 while the member has carrier.
+    carrier: Level<u64>,
+    /// 1 while frames may leave by it (active, or distributing).
+    usable: Level<u64>,
+    /// Frames sent by it.
+    tx_frames: u64,
+    /// Bytes sent by it.
+    tx_bytes: u64,
+    /// Frames received from it (LACPDUs aside).
+    rx_frames: u64,
+    /// Times it stopped being usable.
+    downs: u64,
+    /// LACPDUs received and taken.
+    lacpdus_rx: u64,
+    /// LACPDUs sent.
+    lacpdus_tx: u64,
+}
+
+/// An uplink's team: its summary and each member's.
+fn team_metrics(v: &Value, labels: &Labels, families: &mut BTreeMap<String, Family>) {
+    let members = v["members"].as_array().cloned().unwrap_or_default();
+    let usable = |m: &Value| matches!(m["state"].as_str(), Some("active" | "distributing"));
+    let drops = v["drops"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, n)| (format!("drop_{k}"), n.as_u64().unwrap_or(0)))
+        .collect();
+    let summary = TeamSummary {
+        failovers: v["failovers"].as_u64().unwrap_or(0),
+        failbacks: v["failbacks"].as_u64().unwrap_or(0),
+        announcements: v["announcements"].as_u64().unwrap_or(0),
+        members_usable: Level(members.iter().filter(|m| usable(m)).count()),
+        placements_known: Level(v["placements"].as_array().map_or(0, Vec::len)),
+        drops,
+    };
+    Node {
+        name: "team",
+        path: "/uplinks/{port}/team".into(),
+        labels: labels.clone(),
+    }
+    .add(families, &summary);
+    for m in &members {
+        let mut l = labels.clone();
+        l.push(("member".into(), m["device"].as_str().unwrap_or("").into()));
+        let n = |k: &str| m[k].as_u64().unwrap_or(0);
+        let lacp = |k: &str| m["lacp"][k].as_u64().unwrap_or(0);
+        let member = TeamMemberSummary {
+            carrier: Level(u64::from(m["carrier"].as_bool().unwrap_or(false))),
+            usable: Level(u64::from(usable(m))),
+            tx_frames: n("tx_frames"),
+            tx_bytes: n("tx_bytes"),
+            rx_frames: n("rx_frames"),
+            downs: n("downs"),
+            lacpdus_rx: lacp("rx"),
+            lacpdus_tx: lacp("tx"),
+        };
+        Node {
+            name: "team_member",
+            path: "/uplinks/{port}/team".into(),
+            labels: l,
+        }
+        .add(families, &member);
+    }
+}
+
 /// One NetQueue queue's filters in metrics.
 #[derive(Serialize)]
 struct NetqueueSummary {
@@ -161,6 +248,9 @@ fn uplink_extras(
             labels: labels.clone(),
         };
         node.add(families, &summary);
+    }
+    if let Ok(v) = views::stats(sw, &format!("/uplinks/{name}/team")) {
+        team_metrics(&v, labels, families);
     }
     if let Ok(v) = views::stats(sw, &format!("/uplinks/{name}/filters")) {
         let mut per_queue: BTreeMap<u64, u64> = BTreeMap::new();

@@ -159,10 +159,14 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
     let mut opened = Vec::new();
     for &i in &uplinks.added {
         let u = &file.uplinks[i];
-        if hvnet_sys::packet::ifindex(&u.device).is_none() {
+        if let Some(d) = u
+            .devices()
+            .into_iter()
+            .find(|d| hvnet_sys::packet::ifindex(d).is_none())
+        {
             return Err(CtlError::refused(format!(
-                "uplink {}: no network interface named {} here",
-                u.name, u.device
+                "uplink {}: no network interface named {d} here",
+                u.name
             )));
         }
         let spec =

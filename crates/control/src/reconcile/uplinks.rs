@@ -60,7 +60,8 @@ pub(super) fn plan_uplinks(now: &Topology, file: &Topology) -> Result<UplinkPlan
                 ));
             }
             evpn(u)?;
-            if let Some(o) = now.uplinks.iter().find(|o| o.device == u.device) {
+            let shared = |o: &&Uplink| o.devices().iter().any(|d| u.devices().contains(d));
+            if let Some(o) = now.uplinks.iter().find(shared) {
                 return Err(format!(
                     "uplink {}: device {} is uplink {}'s, which the file removes: remove {} first (`hvnet up` of a file without either), then add {}",
                     u.name, u.device, o.name, o.name, u.name

@@ -62,6 +62,15 @@ pub(super) fn parse_hosts(
         if !uplinks.iter().any(|u| u.name == h.uplink) {
             return Err(bad(format!("no [[uplink]] named {:?}", h.uplink)));
         }
+        if uplinks
+            .iter()
+            .any(|u| u.name == h.uplink && u.team.is_some())
+        {
+            return Err(bad(format!(
+                "uplink {} is a team: a host joins a single-device uplink (put a switch, such as Open vSwitch, on the team's devices)",
+                h.uplink
+            )));
+        }
         if out.iter().any(|o| o.uplink == h.uplink) {
             return Err(bad(format!(
                 "uplink {} has a host already (one veth pair per uplink)",

@@ -70,6 +70,13 @@
 //!                           #   per-packet API)
 //! rx_usecs = 0              # wake-up coalescing, 0..10000 µs (ethtool's rx-usecs): a queue's thread
 //!                           #   waking again within this long of its last wake-up waits out the rest
+//! # devices = ["eth1", "eth2"] instead of device: a NIC team (docs/guide/teams.md), with
+//! # teaming = "port-id"      #   "port-id" (default), "source-mac", "ip-hash", "load-based",
+//! #                          #   "active-backup" or "lacp"
+//! # order = ["eth1", "eth2"] #   switch-independent: the first usable is the active member
+//! # failback = true          #   traffic goes back to a member usable again
+//! # lacp_rate = "fast"       #   lacp: "fast" (a LACPDU a second asked for) or "slow" (30 s)
+//! # lacp_mode = "active"     #   lacp: "active" or "passive"
 //!
 //! [uplink.vxlan]            # the uplink is a VXLAN tunnel endpoint (docs/guide/uplinks.md)
 //! vni = 42
@@ -115,6 +122,7 @@
 mod frr;
 mod host;
 mod libvirt;
+mod team;
 mod uplink;
 mod vhost_socket;
 mod vm;
@@ -128,6 +136,7 @@ pub use libvirt::{Libvirt, SOCKETS_ROOT};
 use serde::Deserialize;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
+pub use team::Team;
 use uplink::VXLAN_OVERHEAD;
 pub use uplink::{NetQueueMode, Uplink, UplinkLro, Vxlan};
 pub use vhost_socket::VhostSocket;

@@ -2,6 +2,7 @@
 //! file writes it (with its VXLAN tunnel endpoint, `[uplink.vxlan]`),
 //! checked into an [`Uplink`].
 
+use super::team::{parse_team, Team, TeamRepr};
 use super::{
     check_name, d_mtu, d_ring, default_queues, line_of, parse_cidr4, parse_cidr6, Vm, SHADOW_PORT,
 };
@@ -15,7 +16,13 @@ use std::net::IpAddr;
 #[serde(deny_unknown_fields)]
 pub(super) struct UplinkRepr {
     name: String,
-    device: toml::Spanned<String>,
+    device: Option<toml::Spanned<String>>,
+    devices: Option<toml::Spanned<Vec<String>>>,
+    teaming: Option<toml::Spanned<String>>,
+    order: Option<toml::Spanned<Vec<String>>>,
+    failback: Option<toml::Spanned<bool>>,
+    lacp_rate: Option<toml::Spanned<String>>,
+    lacp_mode: Option<toml::Spanned<String>>,
     #[serde(default = "default_queues")]
     queues: usize,
     #[serde(default = "d_hardware")]
@@ -143,8 +150,11 @@ pub enum UplinkLro {
 pub struct Uplink {
     /// The port's name.
     pub name: String,
-    /// The interface.
+    /// The interface (a team's: its members joined by `+`, as its port's
+    /// device is named).
     pub device: String,
+    /// A team of devices (`devices = [..]`) instead of one.
+    pub team: Option<Team>,
     /// Receive queues.
     pub queues: usize,
     /// Who coalesces at the uplink.
@@ -169,6 +179,16 @@ pub struct Uplink {
     /// (a VXLAN endpoint whose frames fit a small buffer); 1: one frame
     /// per call, the per-packet API (seed 001, Figure 10).
     pub batch: usize,
+}
+
+impl Uplink {
+    /// Its devices: the one, or a team's members.
+    pub fn devices(&self) -> Vec<&str> {
+        match &self.team {
+            Some(t) => t.devices.iter().map(String::as_str).collect(),
+            None => vec![self.device.as_str()],
+        }
+    }
 }
 
 /// An uplink's VXLAN tunnel endpoint.
@@ -243,17 +263,54 @@ pub(super) fn parse_uplinks(
         if vms.iter().any(|v| v.name == u.name) || out.iter().any(|o| o.name == u.name) {
             return Err(bad("a VM or another uplink has this name".into()));
         }
-        let device = u.device.get_ref();
-        if !valid_ifname(device) {
-            return Err(bad_at(&u.device, format!(
-                "device {device:?} is not an interface name (1-15 characters of a-z, A-Z, 0-9, '-', '_', '.')"
-            )));
-        }
-        if out.iter().any(|o| &o.device == device) {
-            return Err(bad_at(
-                &u.device,
-                format!("device {device} has another uplink"),
-            ));
+        let team_keys = TeamRepr {
+            devices: u.devices.clone(),
+            teaming: u.teaming.clone(),
+            order: u.order.clone(),
+            failback: u.failback.clone(),
+            lacp_rate: u.lacp_rate.clone(),
+            lacp_mode: u.lacp_mode.clone(),
+        };
+        let team = parse_team(&team_keys, valid_ifname).map_err(|(w, r)| {
+            let l = w.map_or(line, |start| line_of(text, start));
+            (l, format!("uplink {:?}: {r}", u.name))
+        })?;
+        let device = match (&u.device, &team) {
+            (Some(d), None) => {
+                if !valid_ifname(d.get_ref()) {
+                    return Err(bad_at(d, format!(
+                        "device {:?} is not an interface name (1-15 characters of a-z, A-Z, 0-9, '-', '_', '.')",
+                        d.get_ref()
+                    )));
+                }
+                d.get_ref().clone()
+            }
+            (None, Some(t)) => t.devices.join("+"),
+            (Some(d), Some(_)) => {
+                return Err(bad_at(
+                    d,
+                    "device and devices both given: a team lists its members in devices only"
+                        .into(),
+                ))
+            }
+            (None, None) => {
+                return Err(bad(
+                    "no device: give device = \"..\" (or devices = [..] for a team)".into(),
+                ))
+            }
+        };
+        let mine: Vec<&str> = match &team {
+            Some(t) => t.devices.iter().map(String::as_str).collect(),
+            None => vec![device.as_str()],
+        };
+        for d in &mine {
+            if let Some(o) = out.iter().find(|o| o.devices().contains(d)) {
+                let r = format!("device {d} has another uplink ({})", o.name);
+                return Err(match &u.device {
+                    Some(at) => bad_at(at, r),
+                    None => bad(r),
+                });
+            }
         }
         let lro = match u.lro.get_ref().as_str() {
             "hardware" => UplinkLro::Hardware,
@@ -435,6 +492,11 @@ pub(super) fn parse_uplinks(
                     .into(),
             ));
         }
+        if team.is_some() && vxlan.is_some() {
+            return Err(bad(
+                "a VXLAN endpoint over a team is not supported yet: give [uplink.vxlan] a single-device uplink".into(),
+            ));
+        }
         if !(1..=hvnet_port::uplink::READ_BATCH).contains(&u.batch) {
             return Err(bad(format!(
                 "batch {} is outside 1..{} (frames per system call)",
@@ -449,7 +511,8 @@ pub(super) fn parse_uplinks(
             rss: u.rss,
             vxlan,
             name: u.name.clone(),
-            device: device.clone(),
+            device,
+            team,
             queues: u.queues,
             lro,
             vlan,

@@ -6,6 +6,7 @@
 
 pub mod replay;
 pub mod tap;
+pub mod team;
 pub mod uplink;
 pub mod vhost_user;
 pub mod vxlan;

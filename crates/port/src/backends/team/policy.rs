@@ -1,0 +1,360 @@
+//! Which member a frame leaves by: vSphere's and Open vSwitch's teaming
+//! policies. The switch-independent ones place each VM (its address: a
+//! port's frames carry its MAC unless forged transmits are allowed) on one
+//! member, so the physical switch learns it in one place; `ip-hash` and
+//! `lacp` spread flows over the members of one port channel, which the
+//! switch treats as one port.
+
+use crate::outgoing::OutFrame;
+use crate::packet::Meta;
+use hvnet_wire::{MacAddr, NetKind};
+use std::collections::HashMap;
+use std::time::Instant;
+
+/// A team's policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Teaming {
+    /// Each VM port on one member, the ports spread evenly as they appear
+    /// (vSphere's "route based on originating virtual port").
+    PortId,
+    /// A VM's member by a hash of its MAC ("route based on source MAC hash").
+    SourceMac,
+    /// Per flow, by a hash of its IP addresses: the switch needs a static
+    /// port channel ("route based on IP hash").
+    IpHash,
+    /// As `port-id`, and a VM moved off a member busier than 75 % over
+    /// 30 s ("route based on physical NIC load").
+    LoadBased,
+    /// One member at a time, the first usable in the team's order.
+    ActiveBackup,
+    /// Per flow over the members LACP has in the aggregate.
+    Lacp,
+}
+
+impl Teaming {
+    /// The word a topology file and the views use.
+    pub fn word(self) -> &'static str {
+        match self {
+            Teaming::PortId => "port-id",
+            Teaming::SourceMac => "source-mac",
+            Teaming::IpHash => "ip-hash",
+            Teaming::LoadBased => "load-based",
+            Teaming::ActiveBackup => "active-backup",
+            Teaming::Lacp => "lacp",
+        }
+    }
+
+    /// The policy a word names.
+    pub fn from_word(w: &str) -> Option<Teaming> {
+        [
+            Teaming::PortId,
+            Teaming::SourceMac,
+            Teaming::IpHash,
+            Teaming::LoadBased,
+            Teaming::ActiveBackup,
+            Teaming::Lacp,
+        ]
+        .into_iter()
+        .find(|t| t.word() == w)
+    }
+
+    /// True where the switch sees each member as a port of its own: a VM
+    /// is placed on one member, moves are announced, and frames coming back
+    /// on another member are dropped.
+    pub fn switch_independent(self) -> bool {
+        !matches!(self, Teaming::IpHash | Teaming::Lacp)
+    }
+}
+
+/// A VM's address as the team knows it from what it sent.
+#[derive(Clone, Debug)]
+pub struct Placement {
+    /// The member it was given (`port-id`, `load-based`) or hashes to.
+    pub home: usize,
+    /// The member it leaves by now (`home` unless that is not usable).
+    pub now: usize,
+    /// Frames and bytes sent, and bytes at the last load look.
+    pub frames: u64,
+    /// Bytes sent.
+    pub bytes: u64,
+    /// `bytes` at the last load look (`load-based`).
+    pub bytes_at_look: u64,
+    /// Its outer 802.1Q tag (a trunk uplink's VLAN), for announcements.
+    pub tag: Option<u16>,
+    /// Its last IPv4 and IPv6 source addresses, for announcements.
+    pub ipv4: Option<[u8; 4]>,
+    /// Its last IPv6 source address (not link-local if it has another).
+    pub ipv6: Option<[u8; 16]>,
+    /// When it last sent.
+    pub seen: Instant,
+}
+
+/// The MAC a frame leaves from, and for a parsed packet its outer tag and
+/// source addresses.
+pub struct Source {
+    /// The source MAC.
+    pub mac: MacAddr,
+    /// The outer tag's VID.
+    pub tag: Option<u16>,
+    /// The IPv4 source.
+    pub ipv4: Option<[u8; 4]>,
+    /// The IPv6 source.
+    pub ipv6: Option<[u8; 16]>,
+}
+
+/// Reads a frame's source from its first bytes and, for a packet, the
+/// metadata parsed where it entered (nothing is parsed again).
+pub fn source(f: &OutFrame<'_>) -> Option<Source> {
+    let (head, meta): (&[u8], Option<&Meta>) = match f {
+        OutFrame::Packet(p) => (p.frame(), Some(&p.meta)),
+        OutFrame::Coalesced(c) => (c.header(), None),
+        OutFrame::Pieces { pieces, .. } => (pieces.first()?, None),
+    };
+    let mac = MacAddr(head.get(6..12)?.try_into().ok()?);
+    let mut s = Source {
+        mac,
+        tag: None,
+        ipv4: None,
+        ipv6: None,
+    };
+    if let Some(m) = meta {
+        s.tag = m.layers.l2.vlans[0];
+        if let Some(n) = m.layers.net {
+            match n.kind {
+                NetKind::Ipv4 => {
+                    s.ipv4 = head.get(n.offset + 12..n.offset + 16)?.try_into().ok();
+                }
+                NetKind::Ipv6 => {
+                    s.ipv6 = head.get(n.offset + 8..n.offset + 24)?.try_into().ok();
+                }
+            }
+        }
+    }
+    Some(s)
+}
+
+/// A flow's hash for `ip-hash` (its IP addresses) or `lacp` (its IP
+/// addresses and ports, as Open vSwitch's `balance-tcp`). Frames without
+/// parsed metadata (a segment, a coalesced frame) and frames that are not
+/// IP hash by their MAC addresses.
+pub fn flow_hash(f: &OutFrame<'_>, ports: bool) -> u32 {
+    let head: &[u8] = match f {
+        OutFrame::Packet(p) => p.frame(),
+        OutFrame::Coalesced(c) => c.header(),
+        OutFrame::Pieces { pieces, .. } => pieces.first().map_or(&[][..], |s| &s[..]),
+    };
+    let meta = match f {
+        OutFrame::Packet(p) => Some(&p.meta),
+        _ => None,
+    };
+    let mut h = Fnv::default();
+    match meta.and_then(|m| m.layers.net.map(|n| (m, n))) {
+        Some((m, n)) => {
+            let (a, len) = match n.kind {
+                NetKind::Ipv4 => (n.offset + 12, 8),
+                NetKind::Ipv6 => (n.offset + 8, 32),
+            };
+            h.add(head.get(a..a + len).unwrap_or(&[]));
+            if let Some(t) = m.layers.transport.filter(|_| ports && !n.fragment) {
+                h.add(&[n.protocol]);
+                h.add(head.get(t.offset..t.offset + 4).unwrap_or(&[]));
+            }
+        }
+        None => h.add(head.get(0..12).unwrap_or(&[])),
+    }
+    h.finish()
+}
+
+/// A MAC's hash (`source-mac`).
+pub fn mac_hash(mac: MacAddr) -> u32 {
+    let mut h = Fnv::default();
+    h.add(&mac.0);
+    h.finish()
+}
+
+/// FNV-1a, then mixed: small, and spreads a few address bits well.
+struct Fnv(u32);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0x811c_9dc5)
+    }
+}
+
+impl Fnv {
+    fn add(&mut self, b: &[u8]) {
+        for &x in b {
+            self.0 = (self.0 ^ u32::from(x)).wrapping_mul(0x0100_0193);
+        }
+    }
+    fn finish(&self) -> u32 {
+        let mut x = self.0;
+        x ^= x >> 16;
+        x = x.wrapping_mul(0x7feb_352d);
+        x ^= x >> 15;
+        x
+    }
+}
+
+/// The placements of a switch-independent team: each VM address it has
+/// sent from, on which member.
+#[derive(Default, Debug)]
+pub struct Placements {
+    /// By source MAC.
+    pub by_mac: HashMap<MacAddr, Placement>,
+}
+
+impl Placements {
+    /// The member `src` leaves by under `teaming`, placing it if it is new
+    /// (`port-id`, `load-based`: on the usable member with the fewest; else
+    /// by its hash), with `usable` the members that may send now (in the
+    /// team's order, never empty) and `n` the team's size.
+    pub fn member_of(
+        &mut self,
+        teaming: Teaming,
+        src: &Source,
+        usable: &[usize],
+        n: usize,
+        now: Instant,
+    ) -> usize {
+        if let Some(p) = self.by_mac.get_mut(&src.mac) {
+            p.seen = now;
+            if src.tag.is_some() {
+                p.tag = src.tag;
+            }
+            if src.ipv4.is_some() {
+                p.ipv4 = src.ipv4;
+            }
+            if let Some(a) = src.ipv6.filter(|a| !(a[0] == 0xfe && a[1] & 0xc0 == 0x80)) {
+                p.ipv6 = Some(a);
+            } else if p.ipv6.is_none() {
+                p.ipv6 = src.ipv6;
+            }
+            return p.now;
+        }
+        let home = match teaming {
+            Teaming::PortId | Teaming::LoadBased => {
+                let mut count = vec![0usize; n];
+                for p in self.by_mac.values() {
+                    count[p.home] += 1;
+                }
+                *usable
+                    .iter()
+                    .min_by_key(|&&m| (count[m], m))
+                    .expect("usable is not empty")
+            }
+            _ => mac_hash(src.mac) as usize % n,
+        };
+        let now_member = pick_usable(home, src.mac, usable);
+        self.by_mac.insert(
+            src.mac,
+            Placement {
+                home,
+                now: now_member,
+                frames: 0,
+                bytes: 0,
+                bytes_at_look: 0,
+                tag: src.tag,
+                ipv4: src.ipv4,
+                ipv6: src.ipv6,
+                seen: now,
+            },
+        );
+        now_member
+    }
+
+    /// Places every address again after the usable members changed (a
+    /// failover, or `failback`): each on its home member if usable (with
+    /// `failback`, or if its present member is not), else on a usable one
+    /// by its hash. Returns the addresses that moved, with their new member.
+    pub fn replace(&mut self, usable: &[usize], failback: bool) -> Vec<(MacAddr, usize)> {
+        let mut moved = Vec::new();
+        for (mac, p) in self.by_mac.iter_mut() {
+            let stays = usable.contains(&p.now) && (!failback || p.now == p.home);
+            let want = if stays {
+                p.now
+            } else {
+                pick_usable(p.home, *mac, usable)
+            };
+            if want != p.now && !usable.is_empty() {
+                p.now = want;
+                moved.push((*mac, want));
+            }
+        }
+        moved
+    }
+
+    /// Forgets an address (it moved behind the wire: its announcement came
+    /// back from there).
+    pub fn forget(&mut self, mac: &MacAddr) -> bool {
+        self.by_mac.remove(mac).is_some()
+    }
+}
+
+/// `home` if usable, else a usable member by the address's hash.
+fn pick_usable(home: usize, mac: MacAddr, usable: &[usize]) -> usize {
+    if usable.contains(&home) || usable.is_empty() {
+        return home;
+    }
+    usable[mac_hash(mac) as usize % usable.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn src(i: u8) -> Source {
+        Source {
+            mac: MacAddr([2, 0, 0, 0, 0, i]),
+            tag: None,
+            ipv4: Some([198, 18, 0, i]),
+            ipv6: None,
+        }
+    }
+
+    #[test]
+    fn port_id_spreads_ports_evenly_and_they_come_back_on_failback() {
+        let now = Instant::now();
+        let mut p = Placements::default();
+        let members: Vec<usize> = (0..4)
+            .map(|i| p.member_of(Teaming::PortId, &src(i), &[0, 1], 2, now))
+            .collect();
+        assert_eq!(members, vec![0, 1, 0, 1]);
+        let moved = p.replace(&[0], true);
+        assert_eq!(moved.len(), 2, "member 1's two ports fail over");
+        assert!(moved.iter().all(|&(_, m)| m == 0));
+        let back = p.replace(&[0, 1], true);
+        assert_eq!(back.len(), 2, "and fail back");
+        p.replace(&[0], true);
+        assert!(
+            p.replace(&[0, 1], false).is_empty(),
+            "no failback: they stay"
+        );
+    }
+
+    #[test]
+    fn words_name_each_policy_once() {
+        for w in [
+            "port-id",
+            "source-mac",
+            "ip-hash",
+            "load-based",
+            "active-backup",
+            "lacp",
+        ] {
+            assert_eq!(Teaming::from_word(w).unwrap().word(), w);
+        }
+        assert!(Teaming::from_word("round-robin").is_none());
+        assert!(!Teaming::Lacp.switch_independent());
+        assert!(Teaming::ActiveBackup.switch_independent());
+    }
+
+    #[test]
+    fn source_mac_keeps_an_address_on_its_hash() {
+        let now = Instant::now();
+        let mut p = Placements::default();
+        let a = p.member_of(Teaming::SourceMac, &src(7), &[0, 1], 2, now);
+        assert_eq!(a, mac_hash(src(7).mac) as usize % 2);
+        assert_eq!(p.member_of(Teaming::SourceMac, &src(7), &[0, 1], 2, now), a);
+    }
+}

@@ -113,8 +113,13 @@ pub fn prepare(topo: &Topology, text: &str) -> Result<Bringup, DaemonError> {
     for u in &topo.uplinks {
         let hosted = topo.hosts.iter().any(|h| h.uplink == u.name);
         if !hosted && hvnet_sys::packet::ifindex(&u.device).is_none() {
+            let here = topo
+                .netns
+                .as_ref()
+                .map(|ns| format!(" in network namespace {ns} (the topology's `netns`): make it or move it there first"))
+                .unwrap_or_else(|| ": make it first".into());
             return Err(DaemonError::Other(format!(
-                "uplink {}: no network interface named {} (declare a [[host]] on it to make one)",
+                "uplink {}: no network interface named {}{here}, or declare a [[host]] on it to make one",
                 u.name, u.device
             )));
         }

@@ -21,6 +21,7 @@ pytestmark = [pytest.mark.root,
               pytest.mark.skipif(not ef.have_frr(), reason="FRR is not installed (apt-get install frr)")]
 
 MOBILE = "02:ee:00:00:00:05"
+WANDERER = "02:ee:00:00:00:08"
 XFER = Path(__file__).with_name("xfer.py")
 
 
@@ -30,7 +31,8 @@ def fabric(tmp_path_factory):
     vms = [
         [dict(name="a", ipv4=f"{ef.OVERLAY}.1/24", ipv6="fd60::1/64"),
          dict(name="m", ipv4=f"{ef.OVERLAY}.5/24", mac=MOBILE),
-         dict(name="r", ipv4=f"{ef.OVERLAY}.6/24")],
+         dict(name="r", ipv4=f"{ef.OVERLAY}.6/24"),
+         dict(name="w", ipv4=f"{ef.OVERLAY}.8/24", mac=WANDERER)],
         [dict(name="b", ipv4=f"{ef.OVERLAY}.2/24", ipv6="fd60::2/64"),
          dict(name="m", ipv4=f"{ef.OVERLAY}.5/24", mac=MOBILE, connected=False)],
     ]
@@ -165,6 +167,52 @@ def test_a_mac_that_moves_follows_the_higher_sequence_number(fabric):
     ef.wait_until(lambda: h1.remote_macs().get(MOBILE) == h2.vtep)
     ping(lin.vm_ns, f"{ef.OVERLAY}.5")
     ping(vm_ns(f, 0, "a"), f"{ef.OVERLAY}.5")
+
+
+def test_a_mac_that_moves_to_a_linux_vtep_and_back_is_local_again(fabric):
+    """VM w leaves host 1 for the Linux VTEP (a namespace on its bridge with
+    w's MAC) and comes back while the Linux host still has it: host 1 lists
+    w as its own again, as its FRR does, whatever stale entry zebra leaves
+    on the shadow's vxlan device, and it stays so when w leaves again."""
+    f = fabric
+    h1, h2, lin = f.hvnet[0], f.hvnet[1], f.linux[0]
+    vtysh = ["vtysh", "-N", f"hvnet-{h1.topo.name}", "--config_dir", "/var/run/frr"]
+
+    def frr_says():
+        out = hvlab.run(vtysh + ["-c", f"show evpn mac vni {ef.VNI} mac {WANDERER} json"]).stdout
+        return json.loads(out or "{}").get(WANDERER, {})
+
+    def seen():
+        return (f"hvx: {ef.sh(h1.ns, f'bridge fdb show dev hvx-{ef.VNI}').stdout}"
+                f"FRR: {frr_says()}\nhvnet: {h1.remote_macs().get(WANDERER)}")
+    ef.wait_until(lambda: lin.fdb().get(WANDERER) == h1.vtep)
+    h1.topo.hv("port", "w", "set", "connected=off")
+    away = hvlab.unique("evw")
+    hvlab.run(["ip", "netns", "add", away])
+    try:
+        hvlab.run(["ip", "-n", lin.ns, "link", "add", "vw", "type", "veth", "peer", "name", "eth0", "netns", away])
+        ef.sh(away, f"sysctl -qw net.ipv6.conf.all.disable_ipv6=1 && ip link set eth0 address {WANDERER}"
+                    f" && ip addr add {ef.OVERLAY}.8/24 dev eth0 && ip link set eth0 up")
+        ef.sh(lin.ns, f"ip link set vw master br{ef.VNI} up")
+        ping(away, f"{ef.OVERLAY}.1")
+        ef.wait_until(lambda: h1.remote_macs().get(WANDERER) == lin.vtep
+                      and h2.remote_macs().get(WANDERER) == lin.vtep)
+        # Back on host 1 while the Linux host still has it learned.
+        h1.topo.hv("port", "w", "set", "connected=on")
+        ef.wait_until(lambda: lin.fdb().get(WANDERER) == h1.vtep and h2.remote_macs().get(WANDERER) == h1.vtep)
+    finally:
+        hvlab.run(["ip", "netns", "del", away], check=False)
+    ef.wait_until(lambda: frr_says().get("type") == "local", timeout=30)
+    assert hvlab.eventually(lambda: WANDERER not in h1.remote_macs(), timeout=30), seen()
+    rows = json.loads(h1.topo.hv("fdb", "--json").stdout)
+    assert not any(r["mac"] == WANDERER and r["kind"] == "evpn" for r in rows), (rows, seen())
+    ping(lin.vm_ns, f"{ef.OVERLAY}.8")
+    ping(vm_ns(f, 1, "b"), f"{ef.OVERLAY}.8")
+    # Gone from host 1 again (nowhere now): not installed behind the
+    # Linux VTEP from what zebra left on the shadow.
+    h1.topo.hv("port", "w", "set", "connected=off")
+    ef.wait_until(lambda: WANDERER not in lin.fdb() and WANDERER not in h2.remote_macs())
+    assert WANDERER not in h1.remote_macs(), seen()
 
 
 def test_hostile_entries_are_refused_bounded_and_counted(fabric):

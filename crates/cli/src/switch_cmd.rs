@@ -608,8 +608,16 @@ pub fn enter_netns(topo: &topology::Topology) -> Result<(), String> {
     let Some(ns) = &topo.netns else {
         return Ok(());
     };
-    let handle = hvnet_sys::netns::open(ns)
-        .map_err(|e| format!("topology {}: network namespace {ns}: {e}", topo.name))?;
+    let handle = hvnet_sys::netns::open(ns).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            format!(
+                "topology {}: network namespace {ns} does not exist: `netns` names the namespace the switch runs in, with its uplinks' devices; make it first (ip netns add {ns}) and its uplinks' devices in it",
+                topo.name
+            )
+        } else {
+            format!("topology {}: network namespace {ns}: {e}", topo.name)
+        }
+    })?;
     hvnet_sys::netns::enter(&handle).map_err(|e| format!("enter network namespace {ns}: {e}"))
 }
 

@@ -115,10 +115,15 @@ pub fn prepare(topo: &Topology, text: &str) -> Result<Bringup, DaemonError> {
         if hosted {
             continue;
         }
+        let here = topo
+            .netns
+            .as_ref()
+            .map(|ns| format!(" in network namespace {ns} (the topology's `netns`): make it or move it there first"))
+            .unwrap_or_else(|| ": make it first".into());
         for d in u.devices() {
             if hvnet_sys::packet::ifindex(d).is_none() {
                 return Err(DaemonError::Other(format!(
-                    "uplink {}: no network interface named {d} (declare a [[host]] on it to make one)",
+                    "uplink {}: no network interface named {d}{here}, or declare a [[host]] on it to make one",
                     u.name
                 )));
             }

@@ -37,6 +37,7 @@
 //! hvnet carries the VXLAN traffic to its VTEP address).
 
 mod frr;
+mod remote;
 mod shadow;
 mod sync;
 

@@ -2,8 +2,10 @@
 //! step: each present VM's MAC and IPs written to the shadow (zebra
 //! advertises them), and what zebra installs there from the fabric read
 //! back over rtnetlink into the endpoint (remote MACs, the flood list,
-//! remote IPs for ARP and ND suppression).
+//! remote IPs for ARP and ND suppression). Remote MACs are those BGP still
+//! backs, not every entry the kernel keeps ([`super::remote`]).
 
+use super::remote::RemoteMacs;
 use super::shadow::{self, ShadowNames};
 use crate::rtnl::Rtnl;
 use hvnet_datapath::Switch;
@@ -14,7 +16,7 @@ use netlink_packet_route::neighbour::{
 };
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
@@ -122,6 +124,7 @@ pub fn spawn(
         monitor,
         advertised: HashMap::new(),
         retry_at: HashMap::new(),
+        remote: RemoteMacs::default(),
         idx: Indices::default(),
     };
     std::thread::Builder::new()
@@ -153,6 +156,8 @@ struct Sync {
     advertised: HashMap<MacAddr, bool>,
     /// Per VM whose write failed, when to try again.
     retry_at: HashMap<MacAddr, Instant>,
+    /// The shadow's remote MAC entries, and which BGP backs.
+    remote: RemoteMacs,
     idx: Indices,
 }
 
@@ -215,6 +220,8 @@ impl Sync {
         }
         // What this thread wrote is written again.
         self.advertised.clear();
+        self.remote.clear();
+        let mut on_vxlan = HashSet::new();
         for family in [
             AddressFamily::Bridge,
             AddressFamily::Inet,
@@ -223,7 +230,15 @@ impl Sync {
             match shadow::dump(&mut self.rtnl, family) {
                 Ok(list) => {
                     for m in list {
-                        self.apply(&m, true);
+                        match self.entry(&m) {
+                            Entry::Remote(mac, vtep) => {
+                                self.remote.vxlan_entry(mac, Some(vtep));
+                            }
+                            Entry::Bridge(mac, true) => {
+                                on_vxlan.insert(mac);
+                            }
+                            _ => self.apply(&m, true),
+                        }
                     }
                 }
                 Err(e) => {
@@ -231,6 +246,11 @@ impl Sync {
                     return false;
                 }
             }
+        }
+        self.remote.settle(&on_vxlan);
+        let backed: Vec<_> = self.remote.backed().collect();
+        for (mac, vtep) in backed {
+            self.install(mac, Some(vtep));
         }
         true
     }
@@ -292,19 +312,15 @@ impl Sync {
         }
     }
 
-    /// Installs again what the shadow says of `mac`.
+    /// Installs again what BGP says of `mac`.
     fn recheck(&mut self, mac: MacAddr) {
-        let Ok(list) = shadow::dump(&mut self.rtnl, AddressFamily::Bridge) else {
-            return;
-        };
-        for m in list {
-            let is_mac = m
-                .attributes
-                .iter()
-                .any(|a| matches!(a, NeighbourAttribute::LinkLayerAddress(b) if b[..] == mac.0));
-            if is_mac {
-                self.apply(&m, true);
-            }
+        self.install(mac, self.remote.remote(mac));
+    }
+
+    /// Installs `mac` behind `vtep`, or withdraws it (`None`).
+    fn install(&mut self, mac: MacAddr, vtep: Option<IpAddr>) {
+        if let Err(e) = self.sw.evpn_mac(self.uplink, mac, vtep) {
+            tracing::debug!(%mac, ?vtep, reason = %e, "EVPN: advertisement refused");
         }
     }
 
@@ -330,59 +346,108 @@ impl Sync {
         }
     }
 
+    /// What one bridge-family entry of the shadow is.
+    fn entry(&self, n: &NeighbourMessage) -> Entry {
+        let h = &n.header;
+        if h.family != AddressFamily::Bridge {
+            return Entry::Other;
+        }
+        let Some(mac) = lladdr(n) else {
+            return Entry::Other;
+        };
+        let own = h.flags.contains(NeighbourFlags::Own);
+        if own && h.ifindex == self.idx.vxlan {
+            match destination(n) {
+                Some(vtep) if mac.0 == [0; 6] => Entry::Flood(vtep),
+                Some(vtep) => Entry::Remote(mac, vtep),
+                None => Entry::Other,
+            }
+        } else if !own && (h.ifindex == self.idx.vxlan || h.ifindex == self.idx.port) {
+            Entry::Bridge(mac, h.ifindex == self.idx.vxlan)
+        } else {
+            Entry::Other
+        }
+    }
+
     /// Installs or withdraws what one entry of the shadow says.
     fn apply(&mut self, n: &NeighbourMessage, new: bool) {
         let Some(vtep) = self.sw.endpoint(self.uplink) else {
             return;
         };
-        let lladdr = n.attributes.iter().find_map(|a| match a {
-            NeighbourAttribute::LinkLayerAddress(b) if b.len() == 6 => {
-                Some(MacAddr(b[..6].try_into().expect("6 bytes")))
-            }
-            _ => None,
-        });
-        let dst = n.attributes.iter().find_map(|a| match a {
-            NeighbourAttribute::Destination(NeighbourAddress::Inet(ip)) => Some(IpAddr::V4(*ip)),
-            NeighbourAttribute::Destination(NeighbourAddress::Inet6(ip)) => Some(IpAddr::V6(*ip)),
-            // A bridge FDB entry's `dst` comes undecoded (its family is
-            // AF_BRIDGE): 4 bytes, an IPv4 VTEP.
-            NeighbourAttribute::Destination(NeighbourAddress::Other(b)) if b.len() == 4 => {
-                Some(IpAddr::V4(std::net::Ipv4Addr::new(b[0], b[1], b[2], b[3])))
-            }
-            _ => None,
-        });
-        let h = &n.header;
-        match h.family {
-            // The vxlan device's own entries: `MAC dst VTEP` (a remote MAC)
-            // and `00:00:00:00:00:00 dst VTEP` (the flood list).
-            AddressFamily::Bridge
-                if h.ifindex == self.idx.vxlan && h.flags.contains(NeighbourFlags::Own) =>
-            {
-                let (Some(mac), Some(remote)) = (lladdr, dst) else {
-                    return;
-                };
-                let r = if mac.0 == [0; 6] {
-                    vtep.evpn_vtep(remote, new)
-                } else {
-                    self.sw.evpn_mac(self.uplink, mac, new.then_some(remote))
-                };
-                if let Err(e) = r {
-                    tracing::debug!(%mac, %remote, reason = %e, "EVPN: advertisement refused");
+        match self.entry(n) {
+            // The vxlan device's own entries: `00:00:00:00:00:00 dst VTEP`
+            // (the flood list) and `MAC dst VTEP` (a remote MAC).
+            Entry::Flood(remote) => {
+                if let Err(e) = vtep.evpn_vtep(remote, new) {
+                    tracing::debug!(%remote, reason = %e, "EVPN: advertisement refused");
                 }
             }
-            // Remote IPs zebra installs on the SVI (extern_learn).
-            // (A withdrawal is taken whatever its flags say: an IP not
-            // installed is not there to remove.)
-            AddressFamily::Inet | AddressFamily::Inet6
-                if h.ifindex == self.idx.bridge
-                    && (!new || h.flags.contains(NeighbourFlags::ExtLearned)) =>
-            {
-                let Some(ip) = dst else { return };
-                let usable =
-                    new && !matches!(h.state, NeighbourState::Failed | NeighbourState::Incomplete);
-                let _ = vtep.evpn_neighbour(ip, lladdr.filter(|_| usable));
+            Entry::Remote(mac, remote) => {
+                let now = self.remote.vxlan_entry(mac, new.then_some(remote));
+                self.install(mac, now);
             }
-            _ => {}
+            // The bridge's entry for a MAC moved (a deletion changes
+            // nothing: the entry is where it was until written elsewhere).
+            Entry::Bridge(mac, on_vxlan) => {
+                if new && self.remote.bridge_entry(mac, on_vxlan) {
+                    if !on_vxlan {
+                        tracing::info!(%mac, "EVPN: the MAC is local again; its remote entry on the shadow is left over, withdrawn");
+                    }
+                    self.recheck(mac);
+                }
+            }
+            Entry::Other => {
+                let h = &n.header;
+                // Remote IPs zebra installs on the SVI (extern_learn).
+                // (A withdrawal is taken whatever its flags say: an IP not
+                // installed is not there to remove.)
+                if matches!(h.family, AddressFamily::Inet | AddressFamily::Inet6)
+                    && h.ifindex == self.idx.bridge
+                    && (!new || h.flags.contains(NeighbourFlags::ExtLearned))
+                {
+                    let Some(ip) = destination(n) else { return };
+                    let usable = new
+                        && !matches!(h.state, NeighbourState::Failed | NeighbourState::Incomplete);
+                    let _ = vtep.evpn_neighbour(ip, lladdr(n).filter(|_| usable));
+                }
+            }
         }
     }
+}
+
+/// What one entry of the shadow's tables is to the sync.
+enum Entry {
+    /// The vxlan device's `00:00:00:00:00:00 dst VTEP`: a flood-list entry.
+    Flood(IpAddr),
+    /// The vxlan device's `MAC dst VTEP`: a remote MAC.
+    Remote(MacAddr, IpAddr),
+    /// The bridge's entry for a MAC, on the vxlan device (true: zebra's
+    /// remote MAC) or on the shadow port (a local VM's).
+    Bridge(MacAddr, bool),
+    /// Anything else (IP neighbours, other devices' entries).
+    Other,
+}
+
+/// An entry's link-layer address, if a MAC.
+fn lladdr(n: &NeighbourMessage) -> Option<MacAddr> {
+    n.attributes.iter().find_map(|a| match a {
+        NeighbourAttribute::LinkLayerAddress(b) if b.len() == 6 => {
+            Some(MacAddr(b[..6].try_into().expect("6 bytes")))
+        }
+        _ => None,
+    })
+}
+
+/// An entry's destination: a neighbour's IP, or a vxlan entry's VTEP.
+fn destination(n: &NeighbourMessage) -> Option<IpAddr> {
+    n.attributes.iter().find_map(|a| match a {
+        NeighbourAttribute::Destination(NeighbourAddress::Inet(ip)) => Some(IpAddr::V4(*ip)),
+        NeighbourAttribute::Destination(NeighbourAddress::Inet6(ip)) => Some(IpAddr::V6(*ip)),
+        // A bridge FDB entry's `dst` comes undecoded (its family is
+        // AF_BRIDGE): 4 bytes, an IPv4 VTEP.
+        NeighbourAttribute::Destination(NeighbourAddress::Other(b)) if b.len() == 4 => {
+            Some(IpAddr::V4(std::net::Ipv4Addr::new(b[0], b[1], b[2], b[3])))
+        }
+        _ => None,
+    })
 }

@@ -43,6 +43,8 @@ const IFF_TAP: libc::c_short = 0x0002;
 const IFF_NO_PI: libc::c_short = 0x1000;
 const IFF_VNET_HDR: libc::c_short = 0x4000;
 const IFF_MULTI_QUEUE: libc::c_short = 0x0100;
+/// `IFF_TUN_EXCL` (0x8000): the device must be new.
+const IFF_TUN_EXCL: libc::c_short = 0x8000u16 as libc::c_short;
 
 /// `TUNSETOFFLOAD` flags: what the kernel may hand us from the guest.
 pub mod offload {
@@ -121,6 +123,17 @@ impl FrameQueue {
     /// `IFF_TAP | IFF_NO_PI | IFF_VNET_HDR | IFF_MULTI_QUEUE`. Open it once
     /// per queue. Needs CAP_NET_ADMIN.
     pub fn open_tap(name: &str) -> io::Result<FrameQueue> {
+        FrameQueue::open_tap_flags(name, 0)
+    }
+
+    /// As [`FrameQueue::open_tap`], for a device that must not exist yet
+    /// (`IFF_TUN_EXCL`: `EBUSY` if one of that name does), so that hvnet
+    /// never takes over someone else's TAP.
+    pub fn open_new_tap(name: &str) -> io::Result<FrameQueue> {
+        FrameQueue::open_tap_flags(name, IFF_TUN_EXCL)
+    }
+
+    fn open_tap_flags(name: &str, extra: libc::c_short) -> io::Result<FrameQueue> {
         let path = CString::new("/dev/net/tun").expect("static path");
         // SAFETY: `path` is a valid NUL-terminated string; open has no other
         // preconditions. The result is checked before use.
@@ -130,8 +143,8 @@ impl FrameQueue {
         }
         // SAFETY: `fd` was just returned by open and is owned by nobody else.
         let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-        let mut req =
-            IfReqBuilder::new(name)?.flags(IFF_TAP | IFF_NO_PI | IFF_VNET_HDR | IFF_MULTI_QUEUE);
+        let mut req = IfReqBuilder::new(name)?
+            .flags(IFF_TAP | IFF_NO_PI | IFF_VNET_HDR | IFF_MULTI_QUEUE | extra);
         // SAFETY: TUNSETIFF reads and writes one `struct ifreq`, which `req`
         // is, and it lives for the duration of the call.
         let r = unsafe {

@@ -211,15 +211,15 @@ impl Vtep {
         };
         let mut failed = false;
         // Whole through the kernel where it takes the frame; else
-        // segmented here, to the underlay's socket. Segments whose inner
-        // checksums must leave complete (the uplink's `csum = "software"`)
-        // are made here too: the kernel leaves them partial wherever the
-        // next device takes partial checksums.
-        let tap = self.tap.as_ref().filter(|tap| {
-            TunnelTap::takes(&inner, self.cfg.local)
-                && (how.csum || inner.offload.gso.is_none())
-                && tap.is_open()
-        });
+        // segmented here, to the underlay's socket. Where inner checksums
+        // must leave complete (the uplink's `csum = "software"`) every
+        // frame goes the socket's way: the kernel leaves them partial
+        // wherever the next device takes partial checksums, and one path
+        // keeps a flow's frames in order.
+        let tap = self
+            .tap
+            .as_ref()
+            .filter(|tap| how.csum && TunnelTap::takes(&inner, self.cfg.local) && tap.is_open());
         for &(remote, mac) in &remotes {
             let Some(mac) = mac else { continue };
             let tunnel = Tunnel {

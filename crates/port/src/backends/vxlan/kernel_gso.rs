@@ -10,8 +10,11 @@
 //! header is 10 or 12 bytes and knows no tunnel GSO type.
 //!
 //! Every frame of the endpoint goes this way while the TAP is there (one
-//! path, so a flow's frames keep their order); ARP stays on the
-//! underlay's socket.
+//! path, so a flow's frames keep their order), except where checksums
+//! must leave complete (`csum = "software"`: all go the socket's way) and
+//! GSO frames the kernel takes no tunnel GSO for (UDP segmentation; an
+//! inner frame too long for one outer IP packet), segmented here; ARP and
+//! neighbour discovery stay on the underlay's socket.
 
 use super::encap::Inner;
 use crate::outgoing::Written;
@@ -61,10 +64,11 @@ pub struct KernelGsoView {
 }
 
 impl TunnelTap {
-    /// Opens (creating) TAP `name` with the 24-byte header. Fails where the
-    /// kernel has no tunnel GSO (before 6.17): the header size is refused.
+    /// Creates TAP `name` with the 24-byte header; fails where a device of
+    /// that name exists, and where the kernel has no tunnel GSO (before
+    /// 6.17: the tunnel offloads are refused).
     pub fn open(name: &str) -> io::Result<TunnelTap> {
-        let queue = FrameQueue::open_tap(name)?;
+        let queue = FrameQueue::open_new_tap(name)?;
         queue.set_vnet_hdr_size(LEN_TUNNEL as i32)?;
         // What the kernel may hand the TAP to read; nothing is read from
         // it, but the tunnel bits are refused by kernels without them.

@@ -42,7 +42,7 @@ impl Vtep {
         if r.target_ip != local {
             return Received::Drop(TunnelDrop::NotTunnel);
         }
-        self.learn_neighbour(IpAddr::from(r.sender_ip), r.sender_mac);
+        self.learn_if_wanted(IpAddr::from(r.sender_ip), r.sender_mac);
         if r.op != arp::Operation::Request {
             return Received::Neighbour(None);
         }
@@ -75,7 +75,7 @@ impl Vtep {
             }
             let src: [u8; 16] = packet[8..24].try_into().expect("16 bytes");
             let src_mac = MacAddr(frame[6..12].try_into().expect("6 bytes"));
-            self.learn_neighbour(IpAddr::from(src), src_mac);
+            self.learn_if_wanted(IpAddr::from(src), src_mac);
             self.arp_replies_sent.fetch_add(1, Relaxed);
             return Received::Neighbour(Some(Reply::Nd(nd::advertisement(
                 self.cfg.mac,
@@ -87,13 +87,27 @@ impl Vtep {
         match nd::advertised(packet) {
             Some((target, mac)) => {
                 let mac = mac.unwrap_or(MacAddr(frame[6..12].try_into().expect("6 bytes")));
-                self.learn_neighbour(IpAddr::from(target), mac);
+                self.learn_if_wanted(IpAddr::from(target), mac);
                 Received::Neighbour(None)
             }
             None => Received::Drop(TunnelDrop::NotTunnel),
         }
     }
 
+    /// Learns from ARP and neighbour discovery only what the endpoint asks
+    /// for or knows already (RFC 4861 §7.2.5: an advertisement for an
+    /// address without an entry is not taken): a host on the underlay
+    /// cannot fill the table with addresses it makes up.
+    fn learn_if_wanted(&self, ip: IpAddr, mac: MacAddr) {
+        let known = self.neighbours.read().expect("lock").contains_key(&ip);
+        if known || self.flood.read().expect("lock").contains(&ip) {
+            self.learn_neighbour(ip, mac);
+        }
+    }
+
+    /// Remembers `ip`'s MAC. When the table is full, a remote of the flood
+    /// list takes the place of one that is not (learned only from the
+    /// frames it sent): the remotes frames are flooded to always resolve.
     pub(super) fn learn_neighbour(&self, ip: IpAddr, mac: MacAddr) {
         if mac.is_multicast() {
             return;
@@ -101,10 +115,19 @@ impl Vtep {
         if self.neighbours.read().expect("lock").get(&ip) == Some(&mac) {
             return;
         }
+        // The neighbours before the flood list, as everywhere.
         let mut n = self.neighbours.write().expect("lock");
-        if n.len() < MAX_NEIGHBOURS || n.contains_key(&ip) {
-            n.insert(ip, mac);
+        let flood = self.flood.read().expect("lock");
+        if n.len() >= MAX_NEIGHBOURS && !n.contains_key(&ip) {
+            if !flood.contains(&ip) {
+                return;
+            }
+            let Some(other) = n.keys().find(|k| !flood.contains(k)).copied() else {
+                return;
+            };
+            n.remove(&other);
         }
+        n.insert(ip, mac);
     }
 
     /// Asks for each remote in the flood list still unresolved (ARP, or a
@@ -163,4 +186,70 @@ fn send_plain(tx: &mut dyn Transmitter, frame: &[u8]) -> Result<Written, SendErr
         offload: Default::default(),
     };
     tx.send(frame, BatchOptions::default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vxlan::VtepConfig;
+    use std::net::Ipv6Addr;
+
+    fn vtep() -> Vtep {
+        Vtep::new(
+            VtepConfig {
+                vni: 42,
+                local: Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1).into(),
+                prefix: 64,
+                mac: MacAddr([2, 0, 0, 0, 0, 1]),
+                remotes: vec![Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2).into()],
+                port: 4789,
+                udp_csum: false,
+                vlans: Vec::new(),
+            },
+            None,
+        )
+    }
+
+    fn ip(i: u16) -> IpAddr {
+        Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, i).into()
+    }
+
+    #[test]
+    fn advertisements_for_made_up_addresses_are_not_learned() {
+        let v = vtep();
+        let local = [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+        let peer = MacAddr([2, 0, 0, 0, 0, 9]);
+        for i in 0..300 {
+            let IpAddr::V6(t) = ip(i) else { unreachable!() };
+            let na = nd::advertisement(peer, t.octets(), v.cfg.mac, local);
+            assert!(matches!(v.receive_nd(&na, 14), Received::Neighbour(None)));
+        }
+        assert!(v.neighbours.read().unwrap().is_empty());
+        // The flood list's remote is learned from its advertisement.
+        let IpAddr::V6(r) = v.cfg.remotes[0] else {
+            unreachable!()
+        };
+        let na = nd::advertisement(peer, r.octets(), v.cfg.mac, local);
+        v.receive_nd(&na, 14);
+        assert_eq!(
+            v.neighbours.read().unwrap().get(&v.cfg.remotes[0]),
+            Some(&peer)
+        );
+    }
+
+    #[test]
+    fn a_full_table_still_resolves_the_flood_list() {
+        let v = vtep();
+        for i in 0..MAX_NEIGHBOURS as u16 + 10 {
+            v.learn_neighbour(ip(i), MacAddr([2, 0, 0, 0, 1, i as u8]));
+        }
+        assert_eq!(v.neighbours.read().unwrap().len(), MAX_NEIGHBOURS);
+        let mac = MacAddr([2, 0, 0, 0, 0, 2]);
+        v.learn_neighbour(v.cfg.remotes[0], mac);
+        let n = v.neighbours.read().unwrap();
+        assert_eq!(
+            (n.len(), n.get(&v.cfg.remotes[0])),
+            (MAX_NEIGHBOURS, Some(&mac))
+        );
+    }
 }

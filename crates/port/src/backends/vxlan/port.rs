@@ -86,8 +86,8 @@ impl Device for VxlanPort {
     fn set_filters(&self, f: Filters) -> Result<(), String> {
         self.underlay.set_filters(f)
     }
-    /// The endpoint's TAP goes with the port (an uplink added again later
-    /// makes its own), and so do the underlay's.
+    /// The endpoint's TAP goes with the port at once (an uplink added
+    /// again later makes its own); the underlay closes what it closes.
     fn close(&self) {
         self.vtep.close_tap();
         self.underlay.close();

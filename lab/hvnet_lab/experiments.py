@@ -20,6 +20,8 @@ server, not a hypervisor's scheduler.
 
 import math
 
+from . import multicast
+
 from . import (cpu_and_rings, evpn_compare, fabric_compare, guest_compare, jumbo_frames, lro_gain, lro_rate, migration,
                libvirt_churn, migration_libvirt, neighbours, poll_budget, port_scale, queues, uplink_offload, vhost_compare, wire_compare)
 
@@ -129,6 +131,12 @@ EXPERIMENTS = [
     {"name": "port-load", "reproduces": "measurement", "run": port_scale.port_load,
      "workload": "64 namespace VMs (16 with --quick) in pairs, each sender iperf3 -u -b 0 -l 64: frames forwarded per "
                  "second, all together; with HVNET_LAB_BASELINE another build beside, interleaved"},
+    {"name": "multicast", "reproduces": "measurement", "run": multicast.multicast,
+     "workload": "seed 001's multicast case: one VM sends a 100 Mbit/s UDP group stream to 16 namespace VMs (8 with "
+                 "--quick) of which a quarter joined; hvnet with IGMP/MLD snooping (its querier on) and flooding, each "
+                 "with SplitRxMode off and on, and the Linux bridge with mcast_snooping 1 and mcast_querier 1 and with "
+                 "0, all up at once: frames at the members and at the others, the switch's and the machine's CPU per "
+                 "delivered frame"},
     {"name": "poll-budget", "reproduces": "measurement", "run": poll_budget.poll_budget,
      "workload": "a namespace VM pings a peer on a vhost-user port, back to back (ping -f) and every 5 ms: testpmd "
                  "--forward-mode=icmpecho with [switch] busy_poll_max_us 0, 10, 50 and 200 (0 and 50 with --quick), "

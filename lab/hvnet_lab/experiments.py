@@ -24,6 +24,7 @@ from . import multicast
 
 from . import (cpu_and_rings, evpn_compare, fabric_compare, guest_compare, jumbo_frames, lro_gain, lro_rate, migration,
                libvirt_churn, migration_libvirt, neighbours, poll_budget, port_scale, queues, uplink_offload, vhost_compare, wire_compare)
+from . import teams
 
 EXPERIMENTS = [
     {"name": "lro-native", "reproduces": "000, Figures 1-3", "run": lro_gain.lro_native,
@@ -144,6 +145,12 @@ EXPERIMENTS = [
                  "0, 50 and 200 (0 and 50 with --quick) and a smaller flood: round trip, transactions per second, the "
                  "daemon's CPU (its own threads) per transaction; a 64 B testpmd stream (txonly to rxonly) through two "
                  "vhost-user ports per budget: the daemon's CPU per frame"},
+    {"name": "teams", "reproduces": "measurement", "run": teams.teams,
+     "workload": "hvnet's NIC teams on two veth members limited to 1 Gbit/s each (tc TBF) into Open vSwitch userspace "
+                 "with a host behind it (a plain bridge; an LACP balance-tcp bond for lacp): VMs to the host, one VM "
+                 "one stream, two VMs (port-id), one VM 4 streams (port-id, lacp); a member's carrier pulled under "
+                 "pings every 10 ms: pings lost and time to recover, hvnet active-backup and lacp vs Open vSwitch "
+                 "userspace with an active-backup bond in hvnet's place"},
 ]
 
 

@@ -134,9 +134,10 @@ pub fn source(f: &OutFrame<'_>) -> Option<Source> {
 }
 
 /// A flow's hash for `ip-hash` (its IP addresses) or `lacp` (its IP
-/// addresses and ports, as Open vSwitch's `balance-tcp`). Frames without
-/// parsed metadata (a segment, a coalesced frame) and frames that are not
-/// IP hash by their MAC addresses.
+/// addresses and ports, as Open vSwitch's `balance-tcp`). A frame without
+/// parsed metadata (a segment made on the way out, a coalesced frame) is
+/// read from its headers, so a flow's segments hash as its whole packets
+/// do; frames that are not IP hash by their MAC addresses.
 pub fn flow_hash(f: &OutFrame<'_>, ports: bool) -> u32 {
     let head: &[u8] = match f {
         OutFrame::Packet(p) => p.frame(),
@@ -160,9 +161,58 @@ pub fn flow_hash(f: &OutFrame<'_>, ports: bool) -> u32 {
                 h.add(head.get(t.offset..t.offset + 4).unwrap_or(&[]));
             }
         }
-        None => h.add(head.get(0..12).unwrap_or(&[])),
+        None => match read_flow(head) {
+            Some((addrs, l4)) => {
+                h.add(addrs);
+                if let Some((protocol, p)) = l4.filter(|_| ports) {
+                    h.add(&[protocol]);
+                    h.add(p);
+                }
+            }
+            None => h.add(head.get(0..12).unwrap_or(&[])),
+        },
     }
     h.finish()
+}
+
+/// A frame's IP addresses and, for an unfragmented TCP or UDP packet
+/// (what segmentation makes), its protocol and ports, read from its
+/// headers (behind up to two VLAN tags); None if it is not IP.
+fn read_flow(head: &[u8]) -> Option<(&[u8], Option<(u8, &[u8])>)> {
+    let mut at = 12;
+    let mut ethertype = u16::from_be_bytes(head.get(at..at + 2)?.try_into().ok()?);
+    for _ in 0..2 {
+        if ethertype != 0x8100 && ethertype != 0x88a8 {
+            break;
+        }
+        at += 4;
+        ethertype = u16::from_be_bytes(head.get(at..at + 2)?.try_into().ok()?);
+    }
+    let net = at + 2;
+    let (addrs, protocol, transport, fragment) = match ethertype {
+        0x0800 => {
+            let ihl = usize::from(head.get(net)? & 0x0f) * 4;
+            let frag = u16::from_be_bytes(head.get(net + 6..net + 8)?.try_into().ok()?) & 0x3fff;
+            (
+                head.get(net + 12..net + 20)?,
+                *head.get(net + 9)?,
+                net + ihl,
+                frag != 0,
+            )
+        }
+        0x86dd => (
+            head.get(net + 8..net + 40)?,
+            *head.get(net + 6)?,
+            net + 40,
+            false,
+        ),
+        _ => return None,
+    };
+    let l4 = match protocol {
+        6 | 17 if !fragment => head.get(transport..transport + 4).map(|p| (protocol, p)),
+        _ => None,
+    };
+    Some((addrs, l4))
 }
 
 /// A MAC's hash (`source-mac`).
@@ -347,6 +397,62 @@ mod tests {
         assert!(Teaming::from_word("round-robin").is_none());
         assert!(!Teaming::Lacp.switch_independent());
         assert!(Teaming::ActiveBackup.switch_independent());
+    }
+
+    /// An IPv4 TCP frame's headers (behind a VLAN tag if `tag`).
+    fn tcp_head(sport: u16, tag: bool) -> Vec<u8> {
+        let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
+        if tag {
+            f.extend([0x81, 0x00, 0x00, 0x0a]);
+        }
+        f.extend([0x08, 0x00, 0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0]);
+        f.extend([198, 18, 0, 1, 198, 18, 0, 100]);
+        f.extend(sport.to_be_bytes());
+        f.extend(5201u16.to_be_bytes());
+        f.extend([0; 16]);
+        f
+    }
+
+    #[test]
+    fn segments_hash_by_their_flow_not_their_addresses() {
+        // What a TSO frame segmented on the way out is: its headers, then
+        // its payload.
+        let hash = |head: &[u8], ports| {
+            let pieces = [
+                std::io::IoSlice::new(head),
+                std::io::IoSlice::new(&[0; 100]),
+            ];
+            flow_hash(
+                &OutFrame::Pieces {
+                    pieces: &pieces,
+                    offload: Default::default(),
+                },
+                ports,
+            )
+        };
+        let flows: Vec<u32> = (40000..40016)
+            .map(|p| hash(&tcp_head(p, false), true))
+            .collect();
+        let on_one = flows.iter().filter(|&&h| h % 2 == 0).count();
+        assert!(
+            on_one > 0 && on_one < 16,
+            "16 flows over two members: {flows:?}"
+        );
+        // ip-hash leaves the ports out; a tag is skipped.
+        assert_eq!(
+            hash(&tcp_head(40000, false), false),
+            hash(&tcp_head(40001, false), false)
+        );
+        assert_eq!(
+            hash(&tcp_head(40000, true), true),
+            hash(&tcp_head(40000, false), true)
+        );
+        // Not IP: by the MAC addresses.
+        let mut arp = tcp_head(1, false);
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        let mut arp2 = arp.clone();
+        arp2[20] = 9;
+        assert_eq!(hash(&arp, true), hash(&arp2, true));
     }
 
     #[test]

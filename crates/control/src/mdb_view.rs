@@ -59,6 +59,7 @@ pub fn mdb(sw: &Switch) -> Value {
         "multicast_querier": cfg.querier,
         "multicast_flood_unknown": cfg.flood_unknown,
         "memberships": groups.len(),
+        "refused_groups": sw.mdb.refused_groups(now),
         "mdb": mdb,
         "router": router,
         "queriers": heard,

@@ -11,8 +11,10 @@
 //! again and memberships would lapse, so everything is flooded.
 //! Memberships are limited per port and in all, as the FDB's learned
 //! entries are: a guest reporting thousands of groups fills its own share;
-//! what is refused is counted by the caller, and the refused group's
-//! frames go as unknown multicast.
+//! what is refused is counted by the caller, and the refused group is
+//! flooded in its VLAN for the membership interval (as the Linux bridge
+//! stops snooping at `hash_max`): as unknown multicast it would reach the
+//! router ports only, and the refused listener would hear nothing.
 //!
 //! Workers read the table under a read lock per group frame and write it
 //! per membership message; expired entries are swept by the switch's
@@ -88,6 +90,12 @@ impl Default for MdbLimits {
     }
 }
 
+/// Refused groups remembered, each flooded for the membership interval.
+/// Past this many, every group nobody reported is flooded instead, for the
+/// membership interval since the last refusal: the set stays small, and a
+/// refused listener is never cut off.
+pub const MAX_REFUSED_GROUPS: usize = 1024;
+
 /// IPv4 (IGMP) or IPv6 (MLD): each has its own querier.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -136,6 +144,12 @@ struct Table {
     /// Ports a query was heard on, per VLAN, until when.
     routers: HashMap<(u16, usize), Instant>,
     queriers: HashMap<(u16, Family), Heard>,
+    /// Groups a join was refused for, flooded until when: their listener
+    /// is not in the table, so members-only would leave it out.
+    refused: HashMap<(u16, IpAddr), Instant>,
+    /// More groups were refused than [`MAX_REFUSED_GROUPS`]: every group
+    /// nobody reported is flooded until then.
+    refused_overflow: Option<Instant>,
 }
 
 impl Table {
@@ -213,6 +227,9 @@ pub enum Lookup {
     /// Nobody reported the group: to the router ports, or everywhere with
     /// `flood_unknown`.
     Unknown,
+    /// Everywhere: a join to the group was refused (the table full), so
+    /// a listener the table does not know may be anywhere.
+    Refused,
 }
 
 fn secs_left(until: Instant, now: Instant) -> u64 {
@@ -246,6 +263,11 @@ impl Mdb {
         }
         let mine = t.per_port.get(&port).copied().unwrap_or(0);
         if mine >= self.cfg.limits.per_port || t.total >= self.cfg.limits.total {
+            if t.refused.len() < MAX_REFUSED_GROUPS || t.refused.contains_key(&(vlan, group)) {
+                t.refused.insert((vlan, group), until);
+            } else {
+                t.refused_overflow = Some(until);
+            }
             return Join::Refused;
         }
         t.groups
@@ -332,11 +354,15 @@ impl Mdb {
         if !self.querier_here(&t, vlan, Family::of(group), now) {
             return Lookup::Flood;
         }
+        if t.refused.get(&(vlan, group)).is_some_and(|u| *u > now) {
+            return Lookup::Refused;
+        }
         match t.groups.get(&(vlan, group)) {
             Some(m) if m.iter().any(|(_, u)| *u > now) => {
                 out.extend(m.iter().filter(|(_, u)| *u > now).map(|(p, _)| *p));
                 Lookup::Members
             }
+            _ if t.refused_overflow.is_some_and(|u| u > now) => Lookup::Refused,
             _ => Lookup::Unknown,
         }
     }
@@ -408,6 +434,16 @@ impl Mdb {
         }
         t.routers.retain(|_, u| *u > now);
         t.queriers.retain(|_, q| q.until > now);
+        t.refused.retain(|_, u| *u > now);
+        if t.refused_overflow.is_some_and(|u| u <= now) {
+            t.refused_overflow = None;
+        }
+    }
+
+    /// Groups flooded now because a join was refused (`hvnet mdb`).
+    pub fn refused_groups(&self, now: Instant) -> usize {
+        let t = self.table.read().expect("mdb lock");
+        t.refused.values().filter(|u| **u > now).count()
     }
 
     /// The (VLAN, family) pairs of `vlans` the own querier must query
@@ -623,6 +659,52 @@ mod tests {
         m.forget_port(1);
         assert_eq!(m.len(), 2);
         assert_eq!(m.join(0, grp(2), 2, now), Join::Member);
+    }
+
+    #[test]
+    fn a_refused_group_floods_until_its_membership_would_have_lapsed() {
+        let m = Mdb::new(SnoopConfig {
+            limits: MdbLimits {
+                per_port: 1,
+                total: 8,
+            },
+            ..with_querier().cfg
+        });
+        let now = Instant::now();
+        assert_eq!(m.join(0, g("239.1.1.1"), 1, now), Join::Member);
+        assert_eq!(m.join(0, g("239.1.1.2"), 1, now), Join::Refused);
+        // Port 2's member of the refused group is in the table; port 1's
+        // is not, so the group floods rather than go to port 2 only.
+        assert_eq!(m.join(0, g("239.1.1.2"), 2, now), Join::Member);
+        assert_eq!(members(&m, 0, "239.1.1.2", now).0, Lookup::Refused);
+        assert_eq!(members(&m, 0, "239.1.1.1", now).0, Lookup::Members);
+        assert_eq!(members(&m, 0, "239.1.1.3", now).0, Lookup::Unknown);
+        assert_eq!(members(&m, 10, "239.1.1.2", now).0, Lookup::Unknown);
+        assert_eq!(m.refused_groups(now), 1);
+        let late = now + Duration::from_secs(261);
+        m.sweep(late);
+        assert_eq!(m.refused_groups(late), 0);
+    }
+
+    #[test]
+    fn past_the_refused_groups_kept_every_unknown_group_floods() {
+        let m = Mdb::new(SnoopConfig {
+            limits: MdbLimits {
+                per_port: 0,
+                total: 8,
+            },
+            ..with_querier().cfg
+        });
+        let now = Instant::now();
+        for i in 0..=MAX_REFUSED_GROUPS {
+            let grp = IpAddr::V4([239, 3, (i >> 8) as u8, i as u8].into());
+            assert_eq!(m.join(0, grp, 1, now), Join::Refused);
+        }
+        assert_eq!(m.refused_groups(now), MAX_REFUSED_GROUPS);
+        assert_eq!(members(&m, 0, "239.9.9.9", now).0, Lookup::Refused);
+        let late = now + Duration::from_secs(261);
+        m.sweep(late);
+        assert_eq!(members(&m, 0, "239.9.9.9", late).0, Lookup::Unknown);
     }
 
     #[test]

@@ -253,6 +253,32 @@ fn malformed_reports_and_floods_of_groups_are_counted_and_bounded() {
     assert_eq!(h.sw.mdb.len(), 1);
 }
 
+/// A full table refuses a join: the group is flooded (counted), not sent
+/// to the router ports and the members it knows only.
+#[test]
+fn a_group_refused_for_a_full_table_is_flooded() {
+    let mut h = switch(
+        4,
+        SnoopConfig {
+            limits: MdbLimits {
+                per_port: 1,
+                total: 8,
+            },
+            ..querier()
+        },
+    );
+    const G2: [u8; 4] = [239, 1, 1, 2];
+    run(&mut h, 1, &igmp2(1, igmp::kind::V2_REPORT, G1));
+    run(&mut h, 1, &igmp2(1, igmp::kind::V2_REPORT, G2));
+    run(&mut h, 2, &igmp2(2, igmp::kind::V2_REPORT, G2));
+    assert_eq!(h.sw.ports()[1].ingress_stats().mdb_refused, 1);
+    assert_eq!(run(&mut h, 0, &udp_to(0, G2)), [1, 2, 3]);
+    assert_eq!(h.sw.ports()[0].ingress_stats().mcast_refused_flooded, 1);
+    // The group that was not refused is still pruned.
+    assert_eq!(run(&mut h, 0, &udp_to(0, G1)), [1]);
+    assert_eq!(run(&mut h, 0, &udp_to(0, [239, 9, 9, 9])), [0usize; 0]);
+}
+
 #[test]
 fn the_own_querier_queries_every_port_once_per_interval() {
     let mut h = switch(3, querier());

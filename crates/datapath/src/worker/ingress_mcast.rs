@@ -126,6 +126,10 @@ impl State {
         match mdb.lookup(vlan, group, now, &mut ports) {
             Lookup::Flood => return Snooped::Flood,
             Lookup::Unknown if mdb.config().flood_unknown => return Snooped::Flood,
+            Lookup::Refused => {
+                add(&c.mcast_refused_flooded, 1);
+                return Snooped::Flood;
+            }
             Lookup::Members => add(&c.mcast_to_members, 1),
             Lookup::Unknown => {}
         }

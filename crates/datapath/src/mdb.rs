@@ -283,6 +283,8 @@ impl Mdb {
     /// sources). With a querier heard, its group-specific query will ask
     /// and the answers (or none) decide; otherwise the member is kept
     /// for the last member time, for another behind the port to report.
+    /// The caller reads leaves of guests' ports only: behind an uplink
+    /// many hosts may be members, and nobody asks them again.
     pub fn leave(&self, vlan: u16, group: IpAddr, port: usize, now: Instant) {
         let mut t = self.table.write().expect("mdb lock");
         if t.queriers

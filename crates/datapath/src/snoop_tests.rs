@@ -307,13 +307,11 @@ fn the_own_querier_queries_every_port_once_per_interval() {
     assert!(out.is_empty(), "not due again");
 }
 
-/// Head-end replication pruned: a group's frames cross the tunnel only to
-/// the remote endpoint a member's report came from; a group nobody behind
-/// the tunnel reported goes to the whole flood list.
-#[test]
-fn group_frames_cross_the_tunnel_only_to_remotes_with_members() {
+/// A switch with a VM (port 0) and a tunnel endpoint (port 1, VNI 42 for
+/// the untagged frames, and `vlans` more) with two remotes, each of which
+/// has announced itself (its inner MAC 02:ee::i is known).
+fn tunnel_switch(snoop: SnoopConfig, vlans: Vec<(u16, u32)>) -> (Harness, [std::net::Ipv4Addr; 2]) {
     use crate::harness::Backend;
-    use hvnet_offload::vxlan::{encap_header, Tunnel, OUTER_LEN};
     use hvnet_port::vxlan::VtepConfig;
     use hvnet_wire::arp;
     use std::net::Ipv4Addr;
@@ -335,14 +333,14 @@ fn group_frames_cross_the_tunnel_only_to_remotes_with_members() {
         remotes: remotes.iter().map(|r| (*r).into()).collect(),
         port: 4789,
         udp_csum: false,
-        vlans: Vec::new(),
+        vlans,
     };
     let mut h = Harness::with_tunnel(
         &[(mac(1), 1, s), (MacAddr([0; 6]), 1, wire)],
         &[Backend::Tap, Backend::Replay],
         Some((1, vtep)),
         SwitchConfig {
-            multicast: querier(),
+            multicast: snoop,
             ..SwitchConfig::default()
         },
     );
@@ -359,36 +357,59 @@ fn group_frames_cross_the_tunnel_only_to_remotes_with_members() {
         h.send(1, 0, &hdr(request.to_vec()));
     }
     h.settle(20, &mut out);
-    // A host behind the second remote joins G1.
-    let host = MacAddr([2, 0x77, 0, 0, 0, 1]);
-    let report = igmp::frame(
-        host.0,
-        [198, 18, 61, 9],
-        G1,
-        &igmp::message(igmp::kind::V2_REPORT, 0, G1),
+    (h, remotes)
+}
+
+/// An IGMPv2 message of `kind` about `group` from host `host` behind
+/// remote `remote` of [`tunnel_switch`], in VNI 42, through the tunnel.
+fn from_remote(h: &mut Harness, remote: std::net::Ipv4Addr, host: u8, kind: u8, group: [u8; 4]) {
+    use hvnet_offload::vxlan::{encap_header, Tunnel, OUTER_LEN};
+    let dst = if kind == igmp::kind::LEAVE {
+        [224, 0, 0, 2]
+    } else {
+        group
+    };
+    let msg = igmp::frame(
+        [2, 0x77, 0, 0, 0, host],
+        [198, 18, 61, host],
+        dst,
+        &igmp::message(kind, 0, group),
     );
     let tunnel = Tunnel {
-        src_mac: MacAddr([2, 0xee, 0, 0, 0, 1]),
+        src_mac: MacAddr([2, 0xee, 0, 0, 0, remote.octets()[3] - 8]),
         dst_mac: mac(9),
-        ..Tunnel::new(42, remotes[1].octets(), local.octets())
+        ..Tunnel::new(42, remote.octets(), [198, 18, 60, 1])
     };
     let mut outer = [0u8; OUTER_LEN];
-    encap_header(&tunnel, &report, None, Default::default(), &mut outer).unwrap();
-    h.send(1, 0, &hdr([&outer[..], &report].concat()));
+    encap_header(&tunnel, &msg, None, Default::default(), &mut outer).unwrap();
+    h.send(1, 0, &hdr([&outer[..], &msg].concat()));
+    let mut out = Vec::new();
     h.settle(20, &mut out);
+}
+
+/// The remotes a frame from port 0 to `group` crossed the tunnel to.
+fn crossed(h: &mut Harness, group: [u8; 4]) -> Vec<[u8; 4]> {
+    let mut out = Vec::new();
+    h.send(0, 0, &udp_to(0, group));
+    h.settle(20, &mut out);
+    let mut to: Vec<[u8; 4]> = out
+        .iter()
+        .filter(|(p, _)| *p == 1)
+        .map(|(_, f)| f[12 + 30..12 + 34].try_into().unwrap())
+        .collect();
+    to.sort();
+    to
+}
+
+/// Head-end replication pruned: a group's frames cross the tunnel only to
+/// the remote endpoint a member's report came from; a group nobody behind
+/// the tunnel reported goes to the whole flood list.
+#[test]
+fn group_frames_cross_the_tunnel_only_to_remotes_with_members() {
+    let (mut h, remotes) = tunnel_switch(querier(), Vec::new());
+    // A host behind the second remote joins G1.
+    from_remote(&mut h, remotes[1], 1, igmp::kind::V2_REPORT, G1);
     h.sw.tunnel_group_pruning(std::time::Instant::now());
-    let crossed = |h: &mut Harness, group: [u8; 4]| {
-        let mut out = Vec::new();
-        h.send(0, 0, &udp_to(0, group));
-        h.settle(20, &mut out);
-        let mut to: Vec<[u8; 4]> = out
-            .iter()
-            .filter(|(p, _)| *p == 1)
-            .map(|(_, f)| f[12 + 30..12 + 34].try_into().unwrap())
-            .collect();
-        to.sort();
-        to
-    };
     assert_eq!(crossed(&mut h, G1), [remotes[1].octets()]);
     assert_eq!(
         crossed(&mut h, [239, 9, 9, 9]),
@@ -399,4 +420,26 @@ fn group_frames_cross_the_tunnel_only_to_remotes_with_members() {
             .unwrap()
             .group_remotes(std::time::Instant::now());
     assert_eq!((groups.len(), refused), (1, 0));
+}
+
+/// One host's leave behind a remote endpoint (nobody asks the others
+/// again: the switch's querier sends no group-specific query) keeps the
+/// remote in the group, and the uplink's membership as it was.
+#[test]
+fn a_leave_from_behind_the_tunnel_keeps_the_remote_in_the_group() {
+    use std::time::{Duration, Instant};
+    let (mut h, remotes) = tunnel_switch(querier(), Vec::new());
+    from_remote(&mut h, remotes[1], 1, igmp::kind::V2_REPORT, G1);
+    from_remote(&mut h, remotes[1], 2, igmp::kind::V2_REPORT, G1);
+    from_remote(&mut h, remotes[1], 1, igmp::kind::LEAVE, G1);
+    let later = Instant::now() + Duration::from_secs(5);
+    let (groups, _) = h.sw.endpoint(1).unwrap().group_remotes(later);
+    assert_eq!(
+        groups,
+        [(42, IpAddr::from(G1), vec![IpAddr::from(remotes[1])])]
+    );
+    let (rows, _, _) = h.sw.mdb.rows(later);
+    assert_eq!(rows.len(), 1, "the uplink's membership is kept");
+    h.sw.tunnel_group_pruning(Instant::now());
+    assert_eq!(crossed(&mut h, G1), [remotes[1].octets()]);
 }

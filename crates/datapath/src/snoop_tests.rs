@@ -443,3 +443,27 @@ fn a_leave_from_behind_the_tunnel_keeps_the_remote_in_the_group() {
     h.sw.tunnel_group_pruning(Instant::now());
     assert_eq!(crossed(&mut h, G1), [remotes[1].octets()]);
 }
+
+/// A tunnel carrying several VNIs prunes each by its own VLAN's querier:
+/// one heard in the uplink's VLAN (VNI 42) says nothing of VLAN 10's (VNI
+/// 43).
+#[test]
+fn tunnel_pruning_is_decided_per_vni_by_its_vlans_querier() {
+    use hvnet_wire::NetKind;
+    use std::time::{Duration, Instant};
+    let (mut h, _) = tunnel_switch(SnoopConfig::default(), vec![(10, 43)]);
+    let q = igmp::message(igmp::kind::QUERY, 10, [0; 4]);
+    let q = hdr(igmp::frame(mac(1).0, ip(254), [224, 0, 0, 1], &q));
+    run(&mut h, 0, &q);
+    let after = Instant::now() + Duration::from_secs(2);
+    h.sw.tunnel_group_pruning(after);
+    let vtep = h.sw.endpoint(1).unwrap();
+    assert!(vtep.group_pruning(42, NetKind::Ipv4));
+    assert!(!vtep.group_pruning(42, NetKind::Ipv6));
+    assert!(!vtep.group_pruning(43, NetKind::Ipv4));
+    // A query heard in VLAN 10 too: VNI 43 is pruned.
+    h.sw.mdb
+        .query(10, 0, ip(254).into(), None, Duration::ZERO, Instant::now());
+    h.sw.tunnel_group_pruning(after);
+    assert!(vtep.group_pruning(43, NetKind::Ipv4));
+}

@@ -144,6 +144,10 @@ struct Table {
     /// Ports a query was heard on, per VLAN, until when.
     routers: HashMap<(u16, usize), Instant>,
     queriers: HashMap<(u16, Family), Heard>,
+    /// From when the own querier prunes, per VLAN and family: its first
+    /// query's response time after it was sent (the Linux bridge's delay
+    /// timer), for the hosts to report first. Never queried: no pruning.
+    own_from: HashMap<(u16, Family), Instant>,
     /// Groups a join was refused for, flooded until when: their listener
     /// is not in the table, so members-only would leave it out.
     refused: HashMap<(u16, IpAddr), Instant>,
@@ -384,7 +388,7 @@ impl Mdb {
     }
 
     fn querier_here(&self, t: &Table, vlan: u16, fam: Family, now: Instant) -> bool {
-        self.cfg.querier
+        (self.cfg.querier && t.own_from.get(&(vlan, fam)).is_some_and(|f| *f <= now))
             || t.queriers
                 .get(&(vlan, fam))
                 .is_some_and(|q| q.until > now && q.from <= now)
@@ -469,6 +473,7 @@ impl Mdb {
         };
         let mut own = self.own.lock().expect("querier lock");
         let mut due = Vec::new();
+        let mut first = Vec::new();
         for vlan in vlans {
             for fam in [Family::Ipv4, Family::Ipv6] {
                 if heard.contains(&(vlan, fam)) {
@@ -480,6 +485,9 @@ impl Mdb {
                 }
                 // Robustness (2) startup queries, then the query interval.
                 e.1 += 1;
+                if e.1 == 1 {
+                    first.push((vlan, fam));
+                }
                 let gap = if e.1 < 2 {
                     self.cfg.startup_query_interval
                 } else {
@@ -489,7 +497,28 @@ impl Mdb {
                 due.push((vlan, fam));
             }
         }
+        drop(own);
+        if !first.is_empty() {
+            let mut t = self.table.write().expect("mdb lock");
+            for k in first {
+                t.own_from.entry(k).or_insert(now + self.cfg.query_response);
+            }
+        }
         due
+    }
+
+    /// Where the own querier has queried: per VLAN and family, whether it
+    /// prunes yet (its first query's response time is over), for the
+    /// views.
+    pub fn own_querier(&self, now: Instant) -> Vec<(u16, Family, bool)> {
+        let t = self.table.read().expect("mdb lock");
+        let mut v: Vec<_> = t
+            .own_from
+            .iter()
+            .map(|(&(vlan, fam), f)| (vlan, fam, *f <= now))
+            .collect();
+        v.sort_unstable();
+        v
     }
 
     /// The VLANs with members.
@@ -572,11 +601,51 @@ mod tests {
         (l, v)
     }
 
+    /// With the own querier, which has queried VLANs 0, 10 and 20 a
+    /// response time ago.
     fn with_querier() -> Mdb {
-        Mdb::new(SnoopConfig {
+        queried(SnoopConfig::default())
+    }
+
+    /// `cfg` with the own querier, as [`with_querier`].
+    fn queried(cfg: SnoopConfig) -> Mdb {
+        let m = Mdb::new(SnoopConfig {
+            querier: true,
+            ..cfg
+        });
+        let then = Instant::now() - Duration::from_secs(10);
+        m.queries_due([0, 10, 20], then);
+        m
+    }
+
+    #[test]
+    fn the_own_querier_prunes_from_its_first_querys_response_time_on() {
+        let m = Mdb::new(SnoopConfig {
             querier: true,
             ..SnoopConfig::default()
-        })
+        });
+        let now = Instant::now();
+        m.join(0, g("239.1.1.1"), 3, now);
+        assert_eq!(members(&m, 0, "239.1.1.1", now).0, Lookup::Flood);
+        assert_eq!(m.queries_due([0], now).len(), 2);
+        let soon = now + Duration::from_secs(9);
+        assert_eq!(members(&m, 0, "239.1.1.1", soon).0, Lookup::Flood);
+        assert!(!m.querier_exists(0, Family::Ipv6, soon));
+        let ready = now + Duration::from_secs(10);
+        assert_eq!(
+            members(&m, 0, "239.1.1.1", ready),
+            (Lookup::Members, vec![3])
+        );
+        assert!(m.querier_exists(0, Family::Ipv6, ready));
+        // A VLAN not queried yet is flooded.
+        m.join(30, g("239.1.1.1"), 3, now);
+        assert_eq!(members(&m, 30, "239.1.1.1", ready).0, Lookup::Flood);
+        // Later queries do not move the start.
+        m.queries_due([0], now + Duration::from_secs(40));
+        assert_eq!(
+            m.own_querier(ready),
+            [(0, Family::Ipv4, true), (0, Family::Ipv6, true)]
+        );
     }
 
     #[test]
@@ -665,12 +734,12 @@ mod tests {
 
     #[test]
     fn a_refused_group_floods_until_its_membership_would_have_lapsed() {
-        let m = Mdb::new(SnoopConfig {
+        let m = queried(SnoopConfig {
             limits: MdbLimits {
                 per_port: 1,
                 total: 8,
             },
-            ..with_querier().cfg
+            ..SnoopConfig::default()
         });
         let now = Instant::now();
         assert_eq!(m.join(0, g("239.1.1.1"), 1, now), Join::Member);
@@ -690,12 +759,12 @@ mod tests {
 
     #[test]
     fn past_the_refused_groups_kept_every_unknown_group_floods() {
-        let m = Mdb::new(SnoopConfig {
+        let m = queried(SnoopConfig {
             limits: MdbLimits {
                 per_port: 0,
                 total: 8,
             },
-            ..with_querier().cfg
+            ..SnoopConfig::default()
         });
         let now = Instant::now();
         for i in 0..=MAX_REFUSED_GROUPS {
@@ -711,7 +780,10 @@ mod tests {
 
     #[test]
     fn a_heard_querier_decides_leaves_and_silences_the_own() {
-        let m = with_querier();
+        let m = Mdb::new(SnoopConfig {
+            querier: true,
+            ..SnoopConfig::default()
+        });
         let now = Instant::now();
         assert_eq!(m.queries_due([0, 10], now).len(), 4);
         assert!(m.queries_due([0, 10], now).is_empty(), "claimed");
@@ -737,7 +809,7 @@ mod tests {
             now,
         );
         assert_eq!(
-            members(&m, 0, "239.1.1.1", now + Duration::from_secs(3)).0,
+            members(&m, 0, "239.1.1.1", now + Duration::from_secs(11)).0,
             Lookup::Unknown
         );
         let t = startup + Duration::from_secs(126);

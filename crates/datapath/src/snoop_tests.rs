@@ -36,20 +36,32 @@ fn ports(n: u8) -> Vec<(MacAddr, usize, PortSettings)> {
 }
 
 fn switch(n: u8, snoop: SnoopConfig) -> Harness {
-    Harness::new(
+    let mut h = Harness::new(
         &ports(n),
         SwitchConfig {
             multicast: snoop,
             ..SwitchConfig::default()
         },
-    )
+    );
+    querier_ready(&mut h);
+    h
 }
 
+/// The own querier on, its queries answered at once: it prunes from its
+/// first query on ([`querier_ready`]).
 fn querier() -> SnoopConfig {
     SnoopConfig {
         querier: true,
+        query_response: std::time::Duration::ZERO,
         ..SnoopConfig::default()
     }
+}
+
+/// The own querier's first queries sent (and dropped here), so that it
+/// prunes from now on.
+fn querier_ready(h: &mut Harness) {
+    h.look();
+    h.settle(100, &mut Vec::new());
 }
 
 /// With a zero virtio-net header in front.
@@ -281,7 +293,20 @@ fn a_group_refused_for_a_full_table_is_flooded() {
 
 #[test]
 fn the_own_querier_queries_every_port_once_per_interval() {
-    let mut h = switch(3, querier());
+    let mut h = Harness::new(
+        &ports(3),
+        SwitchConfig {
+            multicast: SnoopConfig {
+                querier: true,
+                ..SnoopConfig::default()
+            },
+            ..SwitchConfig::default()
+        },
+    );
+    // Before its first query, and its response time after, it does not
+    // prune: the hosts have not been asked to report.
+    run(&mut h, 1, &igmp2(1, igmp::kind::V2_REPORT, G1));
+    assert_eq!(run(&mut h, 0, &udp_to(0, G1)), [1, 2]);
     h.look();
     let mut out = Vec::new();
     h.settle(100, &mut out);
@@ -305,6 +330,11 @@ fn the_own_querier_queries_every_port_once_per_interval() {
     out.clear();
     h.settle(100, &mut out);
     assert!(out.is_empty(), "not due again");
+    assert_eq!(run(&mut h, 0, &udp_to(0, G1)), [1, 2]);
+    assert!(!h
+        .sw
+        .mdb
+        .querier_exists(0, crate::mdb::Family::Ipv4, std::time::Instant::now()));
 }
 
 /// A switch with a VM (port 0) and a tunnel endpoint (port 1, VNI 42 for
@@ -357,6 +387,7 @@ fn tunnel_switch(snoop: SnoopConfig, vlans: Vec<(u16, u32)>) -> (Harness, [std::
         h.send(1, 0, &hdr(request.to_vec()));
     }
     h.settle(20, &mut out);
+    querier_ready(&mut h);
     (h, remotes)
 }
 

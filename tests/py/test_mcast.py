@@ -78,6 +78,10 @@ def test_snooping_against_the_kernels_igmp_and_mld(tmp_path):
             recv[(who, g)] = Lines(p)
             recv[(who, g)].expect("joined")
         assert hvlab.eventually(lambda: set(recv) <= members(t), timeout=15), mdb(t)
+        # The switch's querier prunes once its first query's response time
+        # (10 s) is over; group frames flood until then.
+        ready = lambda: {(q["family"], q["pruning"]) for q in mdb(t)["own_querier"] if q["vlan"] == 0}
+        assert hvlab.eventually(lambda: ready() == {("ipv4", True), ("ipv6", True)}, timeout=20), mdb(t)
         token = uuid.uuid4().hex
         sniff = Lines(t.popen("n", f"{PY} {PROBE} sniff {token} {MACS}", stdout=subprocess.PIPE, text=True))
         sniff.expect("ready")

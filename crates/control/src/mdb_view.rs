@@ -54,11 +54,21 @@ pub fn mdb(sw: &Switch) -> Value {
             })
         })
         .collect();
+    // Where the own querier has queried, and whether it prunes yet (its
+    // first query's response time over): until then group frames flood.
+    let own: Vec<Value> = sw
+        .mdb
+        .own_querier(now)
+        .iter()
+        .map(|(vlan, family, pruning)| json!({"vlan": vlan, "family": family, "pruning": pruning}))
+        .collect();
     json!({
+        "own_querier": own,
         "multicast_snooping": cfg.enabled,
         "multicast_querier": cfg.querier,
         "multicast_flood_unknown": cfg.flood_unknown,
         "memberships": groups.len(),
+        "refused_groups": sw.mdb.refused_groups(now),
         "mdb": mdb,
         "router": router,
         "queriers": heard,

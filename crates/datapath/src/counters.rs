@@ -441,8 +441,12 @@ counters! {
         /// their VLAN: the switch's own querier took them).
         mcast_consumed,
         /// Memberships not recorded: the multicast database's per-port or
-        /// total limit (the group's frames then go as unknown multicast).
+        /// total limit (the group's frames are then flooded).
         mdb_refused,
+        /// Group frames flooded because a join to their group was refused
+        /// (the table full): a listener the table does not know may be
+        /// anywhere.
+        mcast_refused_flooded,
         /// Frames read with their payload left in the guest's memory (a
         /// vhost-user guest's frame that needs a large buffer: GSO,
         /// jumbo), to be copied once, straight into the receiving guest.

@@ -11,8 +11,10 @@
 //! again and memberships would lapse, so everything is flooded.
 //! Memberships are limited per port and in all, as the FDB's learned
 //! entries are: a guest reporting thousands of groups fills its own share;
-//! what is refused is counted by the caller, and the refused group's
-//! frames go as unknown multicast.
+//! what is refused is counted by the caller, and the refused group is
+//! flooded in its VLAN for the membership interval (as the Linux bridge
+//! stops snooping at `hash_max`): as unknown multicast it would reach the
+//! router ports only, and the refused listener would hear nothing.
 //!
 //! Workers read the table under a read lock per group frame and write it
 //! per membership message; expired entries are swept by the switch's
@@ -88,6 +90,12 @@ impl Default for MdbLimits {
     }
 }
 
+/// Refused groups remembered, each flooded for the membership interval.
+/// Past this many, every group nobody reported is flooded instead, for the
+/// membership interval since the last refusal: the set stays small, and a
+/// refused listener is never cut off.
+pub const MAX_REFUSED_GROUPS: usize = 1024;
+
 /// IPv4 (IGMP) or IPv6 (MLD): each has its own querier.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -136,6 +144,16 @@ struct Table {
     /// Ports a query was heard on, per VLAN, until when.
     routers: HashMap<(u16, usize), Instant>,
     queriers: HashMap<(u16, Family), Heard>,
+    /// From when the own querier prunes, per VLAN and family: its first
+    /// query's response time after it was sent (the Linux bridge's delay
+    /// timer), for the hosts to report first. Never queried: no pruning.
+    own_from: HashMap<(u16, Family), Instant>,
+    /// Groups a join was refused for, flooded until when: their listener
+    /// is not in the table, so members-only would leave it out.
+    refused: HashMap<(u16, IpAddr), Instant>,
+    /// More groups were refused than [`MAX_REFUSED_GROUPS`]: every group
+    /// nobody reported is flooded until then.
+    refused_overflow: Option<Instant>,
 }
 
 impl Table {
@@ -213,6 +231,9 @@ pub enum Lookup {
     /// Nobody reported the group: to the router ports, or everywhere with
     /// `flood_unknown`.
     Unknown,
+    /// Everywhere: a join to the group was refused (the table full), so
+    /// a listener the table does not know may be anywhere.
+    Refused,
 }
 
 fn secs_left(until: Instant, now: Instant) -> u64 {
@@ -246,6 +267,11 @@ impl Mdb {
         }
         let mine = t.per_port.get(&port).copied().unwrap_or(0);
         if mine >= self.cfg.limits.per_port || t.total >= self.cfg.limits.total {
+            if t.refused.len() < MAX_REFUSED_GROUPS || t.refused.contains_key(&(vlan, group)) {
+                t.refused.insert((vlan, group), until);
+            } else {
+                t.refused_overflow = Some(until);
+            }
             return Join::Refused;
         }
         t.groups
@@ -261,6 +287,8 @@ impl Mdb {
     /// sources). With a querier heard, its group-specific query will ask
     /// and the answers (or none) decide; otherwise the member is kept
     /// for the last member time, for another behind the port to report.
+    /// The caller reads leaves of guests' ports only: behind an uplink
+    /// many hosts may be members, and nobody asks them again.
     pub fn leave(&self, vlan: u16, group: IpAddr, port: usize, now: Instant) {
         let mut t = self.table.write().expect("mdb lock");
         if t.queriers
@@ -332,11 +360,15 @@ impl Mdb {
         if !self.querier_here(&t, vlan, Family::of(group), now) {
             return Lookup::Flood;
         }
+        if t.refused.get(&(vlan, group)).is_some_and(|u| *u > now) {
+            return Lookup::Refused;
+        }
         match t.groups.get(&(vlan, group)) {
             Some(m) if m.iter().any(|(_, u)| *u > now) => {
                 out.extend(m.iter().filter(|(_, u)| *u > now).map(|(p, _)| *p));
                 Lookup::Members
             }
+            _ if t.refused_overflow.is_some_and(|u| u > now) => Lookup::Refused,
             _ => Lookup::Unknown,
         }
     }
@@ -356,7 +388,7 @@ impl Mdb {
     }
 
     fn querier_here(&self, t: &Table, vlan: u16, fam: Family, now: Instant) -> bool {
-        self.cfg.querier
+        (self.cfg.querier && t.own_from.get(&(vlan, fam)).is_some_and(|f| *f <= now))
             || t.queriers
                 .get(&(vlan, fam))
                 .is_some_and(|q| q.until > now && q.from <= now)
@@ -408,6 +440,16 @@ impl Mdb {
         }
         t.routers.retain(|_, u| *u > now);
         t.queriers.retain(|_, q| q.until > now);
+        t.refused.retain(|_, u| *u > now);
+        if t.refused_overflow.is_some_and(|u| u <= now) {
+            t.refused_overflow = None;
+        }
+    }
+
+    /// Groups flooded now because a join was refused (`hvnet mdb`).
+    pub fn refused_groups(&self, now: Instant) -> usize {
+        let t = self.table.read().expect("mdb lock");
+        t.refused.values().filter(|u| **u > now).count()
     }
 
     /// The (VLAN, family) pairs of `vlans` the own querier must query
@@ -431,6 +473,7 @@ impl Mdb {
         };
         let mut own = self.own.lock().expect("querier lock");
         let mut due = Vec::new();
+        let mut first = Vec::new();
         for vlan in vlans {
             for fam in [Family::Ipv4, Family::Ipv6] {
                 if heard.contains(&(vlan, fam)) {
@@ -442,6 +485,9 @@ impl Mdb {
                 }
                 // Robustness (2) startup queries, then the query interval.
                 e.1 += 1;
+                if e.1 == 1 {
+                    first.push((vlan, fam));
+                }
                 let gap = if e.1 < 2 {
                     self.cfg.startup_query_interval
                 } else {
@@ -451,7 +497,28 @@ impl Mdb {
                 due.push((vlan, fam));
             }
         }
+        drop(own);
+        if !first.is_empty() {
+            let mut t = self.table.write().expect("mdb lock");
+            for k in first {
+                t.own_from.entry(k).or_insert(now + self.cfg.query_response);
+            }
+        }
         due
+    }
+
+    /// Where the own querier has queried: per VLAN and family, whether it
+    /// prunes yet (its first query's response time is over), for the
+    /// views.
+    pub fn own_querier(&self, now: Instant) -> Vec<(u16, Family, bool)> {
+        let t = self.table.read().expect("mdb lock");
+        let mut v: Vec<_> = t
+            .own_from
+            .iter()
+            .map(|(&(vlan, fam), f)| (vlan, fam, *f <= now))
+            .collect();
+        v.sort_unstable();
+        v
     }
 
     /// The VLANs with members.
@@ -534,11 +601,51 @@ mod tests {
         (l, v)
     }
 
+    /// With the own querier, which has queried VLANs 0, 10 and 20 a
+    /// response time ago.
     fn with_querier() -> Mdb {
-        Mdb::new(SnoopConfig {
+        queried(SnoopConfig::default())
+    }
+
+    /// `cfg` with the own querier, as [`with_querier`].
+    fn queried(cfg: SnoopConfig) -> Mdb {
+        let m = Mdb::new(SnoopConfig {
+            querier: true,
+            ..cfg
+        });
+        let then = Instant::now() - Duration::from_secs(10);
+        m.queries_due([0, 10, 20], then);
+        m
+    }
+
+    #[test]
+    fn the_own_querier_prunes_from_its_first_querys_response_time_on() {
+        let m = Mdb::new(SnoopConfig {
             querier: true,
             ..SnoopConfig::default()
-        })
+        });
+        let now = Instant::now();
+        m.join(0, g("239.1.1.1"), 3, now);
+        assert_eq!(members(&m, 0, "239.1.1.1", now).0, Lookup::Flood);
+        assert_eq!(m.queries_due([0], now).len(), 2);
+        let soon = now + Duration::from_secs(9);
+        assert_eq!(members(&m, 0, "239.1.1.1", soon).0, Lookup::Flood);
+        assert!(!m.querier_exists(0, Family::Ipv6, soon));
+        let ready = now + Duration::from_secs(10);
+        assert_eq!(
+            members(&m, 0, "239.1.1.1", ready),
+            (Lookup::Members, vec![3])
+        );
+        assert!(m.querier_exists(0, Family::Ipv6, ready));
+        // A VLAN not queried yet is flooded.
+        m.join(30, g("239.1.1.1"), 3, now);
+        assert_eq!(members(&m, 30, "239.1.1.1", ready).0, Lookup::Flood);
+        // Later queries do not move the start.
+        m.queries_due([0], now + Duration::from_secs(40));
+        assert_eq!(
+            m.own_querier(ready),
+            [(0, Family::Ipv4, true), (0, Family::Ipv6, true)]
+        );
     }
 
     #[test]
@@ -626,8 +733,57 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_group_floods_until_its_membership_would_have_lapsed() {
+        let m = queried(SnoopConfig {
+            limits: MdbLimits {
+                per_port: 1,
+                total: 8,
+            },
+            ..SnoopConfig::default()
+        });
+        let now = Instant::now();
+        assert_eq!(m.join(0, g("239.1.1.1"), 1, now), Join::Member);
+        assert_eq!(m.join(0, g("239.1.1.2"), 1, now), Join::Refused);
+        // Port 2's member of the refused group is in the table; port 1's
+        // is not, so the group floods rather than go to port 2 only.
+        assert_eq!(m.join(0, g("239.1.1.2"), 2, now), Join::Member);
+        assert_eq!(members(&m, 0, "239.1.1.2", now).0, Lookup::Refused);
+        assert_eq!(members(&m, 0, "239.1.1.1", now).0, Lookup::Members);
+        assert_eq!(members(&m, 0, "239.1.1.3", now).0, Lookup::Unknown);
+        assert_eq!(members(&m, 10, "239.1.1.2", now).0, Lookup::Unknown);
+        assert_eq!(m.refused_groups(now), 1);
+        let late = now + Duration::from_secs(261);
+        m.sweep(late);
+        assert_eq!(m.refused_groups(late), 0);
+    }
+
+    #[test]
+    fn past_the_refused_groups_kept_every_unknown_group_floods() {
+        let m = queried(SnoopConfig {
+            limits: MdbLimits {
+                per_port: 0,
+                total: 8,
+            },
+            ..SnoopConfig::default()
+        });
+        let now = Instant::now();
+        for i in 0..=MAX_REFUSED_GROUPS {
+            let grp = IpAddr::V4([239, 3, (i >> 8) as u8, i as u8].into());
+            assert_eq!(m.join(0, grp, 1, now), Join::Refused);
+        }
+        assert_eq!(m.refused_groups(now), MAX_REFUSED_GROUPS);
+        assert_eq!(members(&m, 0, "239.9.9.9", now).0, Lookup::Refused);
+        let late = now + Duration::from_secs(261);
+        m.sweep(late);
+        assert_eq!(members(&m, 0, "239.9.9.9", late).0, Lookup::Unknown);
+    }
+
+    #[test]
     fn a_heard_querier_decides_leaves_and_silences_the_own() {
-        let m = with_querier();
+        let m = Mdb::new(SnoopConfig {
+            querier: true,
+            ..SnoopConfig::default()
+        });
         let now = Instant::now();
         assert_eq!(m.queries_due([0, 10], now).len(), 4);
         assert!(m.queries_due([0, 10], now).is_empty(), "claimed");
@@ -653,7 +809,7 @@ mod tests {
             now,
         );
         assert_eq!(
-            members(&m, 0, "239.1.1.1", now + Duration::from_secs(3)).0,
+            members(&m, 0, "239.1.1.1", now + Duration::from_secs(11)).0,
             Lookup::Unknown
         );
         let t = startup + Duration::from_secs(126);

@@ -36,20 +36,32 @@ fn ports(n: u8) -> Vec<(MacAddr, usize, PortSettings)> {
 }
 
 fn switch(n: u8, snoop: SnoopConfig) -> Harness {
-    Harness::new(
+    let mut h = Harness::new(
         &ports(n),
         SwitchConfig {
             multicast: snoop,
             ..SwitchConfig::default()
         },
-    )
+    );
+    querier_ready(&mut h);
+    h
 }
 
+/// The own querier on, its queries answered at once: it prunes from its
+/// first query on ([`querier_ready`]).
 fn querier() -> SnoopConfig {
     SnoopConfig {
         querier: true,
+        query_response: std::time::Duration::ZERO,
         ..SnoopConfig::default()
     }
+}
+
+/// The own querier's first queries sent (and dropped here), so that it
+/// prunes from now on.
+fn querier_ready(h: &mut Harness) {
+    h.look();
+    h.settle(100, &mut Vec::new());
 }
 
 /// With a zero virtio-net header in front.
@@ -253,9 +265,48 @@ fn malformed_reports_and_floods_of_groups_are_counted_and_bounded() {
     assert_eq!(h.sw.mdb.len(), 1);
 }
 
+/// A full table refuses a join: the group is flooded (counted), not sent
+/// to the router ports and the members it knows only.
+#[test]
+fn a_group_refused_for_a_full_table_is_flooded() {
+    let mut h = switch(
+        4,
+        SnoopConfig {
+            limits: MdbLimits {
+                per_port: 1,
+                total: 8,
+            },
+            ..querier()
+        },
+    );
+    const G2: [u8; 4] = [239, 1, 1, 2];
+    run(&mut h, 1, &igmp2(1, igmp::kind::V2_REPORT, G1));
+    run(&mut h, 1, &igmp2(1, igmp::kind::V2_REPORT, G2));
+    run(&mut h, 2, &igmp2(2, igmp::kind::V2_REPORT, G2));
+    assert_eq!(h.sw.ports()[1].ingress_stats().mdb_refused, 1);
+    assert_eq!(run(&mut h, 0, &udp_to(0, G2)), [1, 2, 3]);
+    assert_eq!(h.sw.ports()[0].ingress_stats().mcast_refused_flooded, 1);
+    // The group that was not refused is still pruned.
+    assert_eq!(run(&mut h, 0, &udp_to(0, G1)), [1]);
+    assert_eq!(run(&mut h, 0, &udp_to(0, [239, 9, 9, 9])), [0usize; 0]);
+}
+
 #[test]
 fn the_own_querier_queries_every_port_once_per_interval() {
-    let mut h = switch(3, querier());
+    let mut h = Harness::new(
+        &ports(3),
+        SwitchConfig {
+            multicast: SnoopConfig {
+                querier: true,
+                ..SnoopConfig::default()
+            },
+            ..SwitchConfig::default()
+        },
+    );
+    // Before its first query, and its response time after, it does not
+    // prune: the hosts have not been asked to report.
+    run(&mut h, 1, &igmp2(1, igmp::kind::V2_REPORT, G1));
+    assert_eq!(run(&mut h, 0, &udp_to(0, G1)), [1, 2]);
     h.look();
     let mut out = Vec::new();
     h.settle(100, &mut out);
@@ -279,15 +330,18 @@ fn the_own_querier_queries_every_port_once_per_interval() {
     out.clear();
     h.settle(100, &mut out);
     assert!(out.is_empty(), "not due again");
+    assert_eq!(run(&mut h, 0, &udp_to(0, G1)), [1, 2]);
+    assert!(!h
+        .sw
+        .mdb
+        .querier_exists(0, crate::mdb::Family::Ipv4, std::time::Instant::now()));
 }
 
-/// Head-end replication pruned: a group's frames cross the tunnel only to
-/// the remote endpoint a member's report came from; a group nobody behind
-/// the tunnel reported goes to the whole flood list.
-#[test]
-fn group_frames_cross_the_tunnel_only_to_remotes_with_members() {
+/// A switch with a VM (port 0) and a tunnel endpoint (port 1, VNI 42 for
+/// the untagged frames, and `vlans` more) with two remotes, each of which
+/// has announced itself (its inner MAC 02:ee::i is known).
+fn tunnel_switch(snoop: SnoopConfig, vlans: Vec<(u16, u32)>) -> (Harness, [std::net::Ipv4Addr; 2]) {
     use crate::harness::Backend;
-    use hvnet_offload::vxlan::{encap_header, Tunnel, OUTER_LEN};
     use hvnet_port::vxlan::VtepConfig;
     use hvnet_wire::arp;
     use std::net::Ipv4Addr;
@@ -309,14 +363,14 @@ fn group_frames_cross_the_tunnel_only_to_remotes_with_members() {
         remotes: remotes.iter().map(|r| (*r).into()).collect(),
         port: 4789,
         udp_csum: false,
-        vlans: Vec::new(),
+        vlans,
     };
     let mut h = Harness::with_tunnel(
         &[(mac(1), 1, s), (MacAddr([0; 6]), 1, wire)],
         &[Backend::Tap, Backend::Replay],
         Some((1, vtep)),
         SwitchConfig {
-            multicast: querier(),
+            multicast: snoop,
             ..SwitchConfig::default()
         },
     );
@@ -333,36 +387,60 @@ fn group_frames_cross_the_tunnel_only_to_remotes_with_members() {
         h.send(1, 0, &hdr(request.to_vec()));
     }
     h.settle(20, &mut out);
-    // A host behind the second remote joins G1.
-    let host = MacAddr([2, 0x77, 0, 0, 0, 1]);
-    let report = igmp::frame(
-        host.0,
-        [198, 18, 61, 9],
-        G1,
-        &igmp::message(igmp::kind::V2_REPORT, 0, G1),
+    querier_ready(&mut h);
+    (h, remotes)
+}
+
+/// An IGMPv2 message of `kind` about `group` from host `host` behind
+/// remote `remote` of [`tunnel_switch`], in VNI 42, through the tunnel.
+fn from_remote(h: &mut Harness, remote: std::net::Ipv4Addr, host: u8, kind: u8, group: [u8; 4]) {
+    use hvnet_offload::vxlan::{encap_header, Tunnel, OUTER_LEN};
+    let dst = if kind == igmp::kind::LEAVE {
+        [224, 0, 0, 2]
+    } else {
+        group
+    };
+    let msg = igmp::frame(
+        [2, 0x77, 0, 0, 0, host],
+        [198, 18, 61, host],
+        dst,
+        &igmp::message(kind, 0, group),
     );
     let tunnel = Tunnel {
-        src_mac: MacAddr([2, 0xee, 0, 0, 0, 1]),
+        src_mac: MacAddr([2, 0xee, 0, 0, 0, remote.octets()[3] - 8]),
         dst_mac: mac(9),
-        ..Tunnel::new(42, remotes[1].octets(), local.octets())
+        ..Tunnel::new(42, remote.octets(), [198, 18, 60, 1])
     };
     let mut outer = [0u8; OUTER_LEN];
-    encap_header(&tunnel, &report, None, Default::default(), &mut outer).unwrap();
-    h.send(1, 0, &hdr([&outer[..], &report].concat()));
+    encap_header(&tunnel, &msg, None, Default::default(), &mut outer).unwrap();
+    h.send(1, 0, &hdr([&outer[..], &msg].concat()));
+    let mut out = Vec::new();
     h.settle(20, &mut out);
+}
+
+/// The remotes a frame from port 0 to `group` crossed the tunnel to.
+fn crossed(h: &mut Harness, group: [u8; 4]) -> Vec<[u8; 4]> {
+    let mut out = Vec::new();
+    h.send(0, 0, &udp_to(0, group));
+    h.settle(20, &mut out);
+    let mut to: Vec<[u8; 4]> = out
+        .iter()
+        .filter(|(p, _)| *p == 1)
+        .map(|(_, f)| f[12 + 30..12 + 34].try_into().unwrap())
+        .collect();
+    to.sort();
+    to
+}
+
+/// Head-end replication pruned: a group's frames cross the tunnel only to
+/// the remote endpoint a member's report came from; a group nobody behind
+/// the tunnel reported goes to the whole flood list.
+#[test]
+fn group_frames_cross_the_tunnel_only_to_remotes_with_members() {
+    let (mut h, remotes) = tunnel_switch(querier(), Vec::new());
+    // A host behind the second remote joins G1.
+    from_remote(&mut h, remotes[1], 1, igmp::kind::V2_REPORT, G1);
     h.sw.tunnel_group_pruning(std::time::Instant::now());
-    let crossed = |h: &mut Harness, group: [u8; 4]| {
-        let mut out = Vec::new();
-        h.send(0, 0, &udp_to(0, group));
-        h.settle(20, &mut out);
-        let mut to: Vec<[u8; 4]> = out
-            .iter()
-            .filter(|(p, _)| *p == 1)
-            .map(|(_, f)| f[12 + 30..12 + 34].try_into().unwrap())
-            .collect();
-        to.sort();
-        to
-    };
     assert_eq!(crossed(&mut h, G1), [remotes[1].octets()]);
     assert_eq!(
         crossed(&mut h, [239, 9, 9, 9]),
@@ -373,4 +451,50 @@ fn group_frames_cross_the_tunnel_only_to_remotes_with_members() {
             .unwrap()
             .group_remotes(std::time::Instant::now());
     assert_eq!((groups.len(), refused), (1, 0));
+}
+
+/// One host's leave behind a remote endpoint (nobody asks the others
+/// again: the switch's querier sends no group-specific query) keeps the
+/// remote in the group, and the uplink's membership as it was.
+#[test]
+fn a_leave_from_behind_the_tunnel_keeps_the_remote_in_the_group() {
+    use std::time::{Duration, Instant};
+    let (mut h, remotes) = tunnel_switch(querier(), Vec::new());
+    from_remote(&mut h, remotes[1], 1, igmp::kind::V2_REPORT, G1);
+    from_remote(&mut h, remotes[1], 2, igmp::kind::V2_REPORT, G1);
+    from_remote(&mut h, remotes[1], 1, igmp::kind::LEAVE, G1);
+    let later = Instant::now() + Duration::from_secs(5);
+    let (groups, _) = h.sw.endpoint(1).unwrap().group_remotes(later);
+    assert_eq!(
+        groups,
+        [(42, IpAddr::from(G1), vec![IpAddr::from(remotes[1])])]
+    );
+    let (rows, _, _) = h.sw.mdb.rows(later);
+    assert_eq!(rows.len(), 1, "the uplink's membership is kept");
+    h.sw.tunnel_group_pruning(Instant::now());
+    assert_eq!(crossed(&mut h, G1), [remotes[1].octets()]);
+}
+
+/// A tunnel carrying several VNIs prunes each by its own VLAN's querier:
+/// one heard in the uplink's VLAN (VNI 42) says nothing of VLAN 10's (VNI
+/// 43).
+#[test]
+fn tunnel_pruning_is_decided_per_vni_by_its_vlans_querier() {
+    use hvnet_wire::NetKind;
+    use std::time::{Duration, Instant};
+    let (mut h, _) = tunnel_switch(SnoopConfig::default(), vec![(10, 43)]);
+    let q = igmp::message(igmp::kind::QUERY, 10, [0; 4]);
+    let q = hdr(igmp::frame(mac(1).0, ip(254), [224, 0, 0, 1], &q));
+    run(&mut h, 0, &q);
+    let after = Instant::now() + Duration::from_secs(2);
+    h.sw.tunnel_group_pruning(after);
+    let vtep = h.sw.endpoint(1).unwrap();
+    assert!(vtep.group_pruning(42, NetKind::Ipv4));
+    assert!(!vtep.group_pruning(42, NetKind::Ipv6));
+    assert!(!vtep.group_pruning(43, NetKind::Ipv4));
+    // A query heard in VLAN 10 too: VNI 43 is pruned.
+    h.sw.mdb
+        .query(10, 0, ip(254).into(), None, Duration::ZERO, Instant::now());
+    h.sw.tunnel_group_pruning(after);
+    assert!(vtep.group_pruning(43, NetKind::Ipv4));
 }

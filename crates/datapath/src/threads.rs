@@ -71,21 +71,27 @@ impl Switch {
         handles
     }
 
-    /// Tells each tunnel endpoint whether a querier keeps its segment's
-    /// memberships true (its head-end replication of group frames is
-    /// pruned only then), and sweeps its expired group remotes.
+    /// Tells each tunnel endpoint, per VNI it carries, whether a querier
+    /// keeps that segment's memberships true (its head-end replication of
+    /// group frames is pruned only then), and sweeps its expired group
+    /// remotes. Its own VNI carries the uplink's VLAN; `vlans` maps the
+    /// others: each VLAN has its own querier, or none.
     pub(crate) fn tunnel_group_pruning(&self, now: Instant) {
         let ports = self.ports();
         for (id, vtep) in self.endpoints.read().expect("lock").iter() {
             let Some(p) = ports.get(*id) else {
                 continue;
             };
-            for (fam, kind) in [
-                (crate::mdb::Family::Ipv4, hvnet_wire::NetKind::Ipv4),
-                (crate::mdb::Family::Ipv6, hvnet_wire::NetKind::Ipv6),
-            ] {
-                let on = self.mdb.config().enabled && self.mdb.querier_exists(p.vlan, fam, now);
-                vtep.set_group_pruning(kind, on);
+            let segments =
+                std::iter::once((p.vlan, vtep.cfg.vni)).chain(vtep.cfg.vlans.iter().copied());
+            for (vlan, vni) in segments {
+                for (fam, kind) in [
+                    (crate::mdb::Family::Ipv4, hvnet_wire::NetKind::Ipv4),
+                    (crate::mdb::Family::Ipv6, hvnet_wire::NetKind::Ipv6),
+                ] {
+                    let on = self.mdb.config().enabled && self.mdb.querier_exists(vlan, fam, now);
+                    vtep.set_group_pruning(vni, kind, on);
+                }
             }
             vtep.sweep_groups(now);
         }

@@ -76,6 +76,16 @@ impl State {
                     remote(g, now + cfg.membership_interval);
                 };
                 let leave = |g: IpAddr| {
+                    // An uplink (a tunnel's remote, too) has many hosts
+                    // behind it and the switch asks none of them again
+                    // (its querier sends no group-specific query): a leave
+                    // there is one host's, and the others keep the group
+                    // until their membership lapses. Uplinks are router
+                    // ports and get every group anyway; a remote costs at
+                    // most a membership interval of frames nobody wants.
+                    if cx.port.is_uplink() {
+                        return;
+                    }
                     mdb.leave(vlan, g, port, now);
                     if !mdb.querier_heard(vlan, Family::of(g), now) {
                         remote(g, now + cfg.last_member);
@@ -126,6 +136,10 @@ impl State {
         match mdb.lookup(vlan, group, now, &mut ports) {
             Lookup::Flood => return Snooped::Flood,
             Lookup::Unknown if mdb.config().flood_unknown => return Snooped::Flood,
+            Lookup::Refused => {
+                add(&c.mcast_refused_flooded, 1);
+                return Snooped::Flood;
+            }
             Lookup::Members => add(&c.mcast_to_members, 1),
             Lookup::Unknown => {}
         }

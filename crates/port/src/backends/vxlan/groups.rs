@@ -12,7 +12,7 @@ use hvnet_wire::membership::is_link_local;
 use hvnet_wire::{Layers, MacAddr, NetKind};
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::RwLock;
 use std::time::Instant;
 
@@ -24,8 +24,6 @@ pub const MAX_GROUPS: usize = 4096;
 /// behind which a querier was heard.
 #[derive(Default)]
 pub(super) struct GroupRemotes {
-    /// Pruning on, for IPv4 and IPv6 groups: a querier is there.
-    pruning: [AtomicBool; 2],
     table: RwLock<Table>,
     refused: AtomicU64,
 }
@@ -34,6 +32,9 @@ pub(super) struct GroupRemotes {
 struct Table {
     groups: HashMap<(u32, IpAddr), Vec<(IpAddr, Instant)>>,
     routers: HashMap<IpAddr, Instant>,
+    /// Per VNI, pruning on for IPv4 and IPv6 groups: a querier is there
+    /// in the VLAN the VNI carries (each VNI is a segment of its own).
+    pruning: HashMap<u32, [bool; 2]>,
 }
 
 impl Vtep {
@@ -77,10 +78,23 @@ impl Vtep {
         }
     }
 
-    /// Whether a querier keeps the memberships of `family`'s groups true
-    /// (set by the switch's snooping): pruning only then.
-    pub fn set_group_pruning(&self, family: NetKind, on: bool) {
-        self.groups.pruning[usize::from(family == NetKind::Ipv6)].store(on, Relaxed);
+    /// Whether a querier keeps the memberships of `family`'s groups in
+    /// `vni` true (set by the switch's snooping, from the VLAN `vni`
+    /// carries): pruning only then.
+    pub fn set_group_pruning(&self, vni: u32, family: NetKind, on: bool) {
+        let i = usize::from(family == NetKind::Ipv6);
+        let mut t = self.groups.table.write().expect("lock");
+        if t.pruning.get(&vni).is_some_and(|p| p[i]) != on {
+            t.pruning.entry(vni).or_default()[i] = on;
+        }
+    }
+
+    /// Whether `family`'s group frames in `vni` are pruned now.
+    pub fn group_pruning(&self, vni: u32, family: NetKind) -> bool {
+        let t = self.groups.table.read().expect("lock");
+        t.pruning
+            .get(&vni)
+            .is_some_and(|p| p[usize::from(family == NetKind::Ipv6)])
     }
 
     /// Forgets what expired.
@@ -144,11 +158,15 @@ impl Vtep {
         let Some(group) = group.filter(|g| g.is_multicast() && !is_link_local(*g)) else {
             return;
         };
-        if !self.groups.pruning[usize::from(n.kind == NetKind::Ipv6)].load(Relaxed) {
-            return;
-        }
         let now = Instant::now();
         let t = self.groups.table.read().expect("lock");
+        if !t
+            .pruning
+            .get(&vni)
+            .is_some_and(|p| p[usize::from(n.kind == NetKind::Ipv6)])
+        {
+            return;
+        }
         let Some(m) = t.groups.get(&(vni, group)) else {
             return;
         };

@@ -110,6 +110,10 @@ pub struct TeamStatus {
     pub drops: TeamDrops,
     /// The VM addresses it carries, each on its member.
     pub placements: Vec<TeamPlacement>,
+    /// Frames from a new address not placed because the team had as many
+    /// as it keeps (4096): they left by the address's hash, and the
+    /// address is not the team's own (its frames back are not `looped`).
+    pub placements_refused: u64,
 }
 
 /// One member's state.

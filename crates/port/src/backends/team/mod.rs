@@ -105,7 +105,7 @@ pub struct TeamPort {
     /// Some member's carrier was up at the last look.
     any_up: AtomicBool,
     /// The addresses the team's VMs send from, as the receivers check
-    /// them (replaced whole when one comes or goes).
+    /// them (the placements' addresses, changed as they come and go).
     own: RwLock<Arc<OwnMacs>>,
     /// How the members' queues are read.
     pub(crate) read: UplinkRead,
@@ -179,10 +179,22 @@ impl TeamPort {
         Arc::clone(&self.own.read().expect("team addresses lock"))
     }
 
-    /// Publishes the addresses the placements hold now.
-    pub(crate) fn publish_own(&self, p: &policy::Placements) {
-        let set: OwnMacs = p.by_mac.keys().copied().collect();
-        *self.own.write().expect("team addresses lock") = Arc::new(set);
+    /// Adds newly placed addresses to the team's own, and takes away
+    /// forgotten ones (called under the team's lock, so in the order the
+    /// placements changed). The set is changed in place unless a receiver
+    /// holds it for its batch, then copied once (at most
+    /// [`policy::MAX_PLACEMENTS`] addresses) — receivers read it without
+    /// a lock per frame.
+    pub(crate) fn change_own(&self, add: &[MacAddr], remove: &[MacAddr]) {
+        if add.is_empty() && remove.is_empty() {
+            return;
+        }
+        let mut own = self.own.write().expect("team addresses lock");
+        let set = Arc::make_mut(&mut own);
+        set.extend(add.iter().copied());
+        for mac in remove {
+            set.remove(mac);
+        }
     }
 
     /// The member set's periodic work, at most every

@@ -121,14 +121,13 @@ impl TeamReceiver {
             let mut inner = team.inner.lock().expect("team lock");
             let quiet = inner
                 .placements
-                .by_mac
                 .get(&pkt.src())
                 .is_none_or(|p| p.seen.elapsed() >= MOVED_AFTER);
             if !quiet {
                 return Verdict::Drop(|d| &d.looped);
             }
             if inner.placements.forget(&pkt.src()) {
-                team.publish_own(&inner.placements);
+                team.change_own(&[], &[pkt.src()]);
             }
         }
         Verdict::Take

@@ -120,12 +120,9 @@ impl Inner {
                 }
             }
         }
-        let known = self.placements.by_mac.len();
-        self.placements
-            .by_mac
-            .retain(|_, p| now.duration_since(p.seen) < PLACEMENT_AGE);
-        if self.placements.by_mac.len() != known {
-            team.publish_own(&self.placements);
+        if let Some(before) = now.checked_sub(PLACEMENT_AGE) {
+            let gone = self.placements.age_out(before);
+            team.change_own(&[], &gone);
         }
         let usable: Vec<bool> = (0..up.len())
             .map(|m| {
@@ -178,7 +175,7 @@ impl Inner {
         }
         if self.teaming.switch_independent() {
             for (mac, m) in &moved {
-                let Some(p) = self.placements.by_mac.get(mac) else {
+                let Some(p) = self.placements.get(mac) else {
                     continue;
                 };
                 for f in announcements(*mac, p) {
@@ -215,7 +212,7 @@ impl Inner {
         };
         self.rebalances += 1;
         tracing::info!(team = %team.label, %mac, member = to, "load-based: a VM moved off a busy member");
-        if let Some(p) = self.placements.by_mac.get(&mac) {
+        if let Some(p) = self.placements.get(&mac) {
             for f in announcements(mac, p) {
                 if team.send_own(to, &f) {
                     self.announced += 1;
@@ -275,7 +272,6 @@ impl Inner {
         });
         let mut placements: Vec<TeamPlacement> = self
             .placements
-            .by_mac
             .iter()
             .map(|(mac, p)| TeamPlacement {
                 mac: mac.to_string(),
@@ -306,6 +302,7 @@ impl Inner {
                 lacp_not_running: d.lacp_not_running.load(Relaxed),
             },
             placements,
+            placements_refused: self.placements.refused,
         }
     }
 }

@@ -205,4 +205,7 @@ pub struct TeamDrops {
     pub lacp_second_partner: u64,
     /// LACPDUs on a team that does not run LACP.
     pub lacp_not_running: u64,
+    /// LACPDUs past three a second on one member (802.1AX's limit for a
+    /// sender): a flood, not read.
+    pub lacp_too_many: u64,
 }

@@ -86,6 +86,7 @@ pub(crate) struct Drops {
     pub(crate) lacp_malformed: AtomicU64,
     pub(crate) lacp_second_partner: AtomicU64,
     pub(crate) lacp_not_running: AtomicU64,
+    pub(crate) lacp_too_many: AtomicU64,
 }
 
 /// A team of uplink devices.
@@ -109,6 +110,8 @@ pub struct TeamPort {
     own: RwLock<Arc<OwnMacs>>,
     /// How the members' queues are read.
     pub(crate) read: UplinkRead,
+    /// Announcements sent for VMs whose traffic moved (frames).
+    pub(crate) announced: AtomicU64,
 }
 
 impl TeamPort {
@@ -147,6 +150,7 @@ impl TeamPort {
             any_up: AtomicBool::new(false),
             own: RwLock::new(Arc::default()),
             read: cfg.read,
+            announced: AtomicU64::new(0),
         };
         team.refresh(Instant::now());
         Ok(team)
@@ -219,7 +223,21 @@ impl TeamPort {
             up.push(c == CARRIER_UP);
         }
         self.any_up.store(up.iter().any(|&u| u), Relaxed);
+        inner.age_out(self, now);
         inner.update(self, &up, now);
+        let out = inner.take_outbox();
+        drop(inner);
+        self.send_outbox(out);
+    }
+
+    /// Sends what the member set's work made (LACPDUs, announcements),
+    /// after the team's lock is let go: transmitters wait on it.
+    fn send_outbox(&self, out: Vec<state::Outgoing>) {
+        for o in out {
+            if self.send_own(o.member, &o.frame) && o.announcement {
+                self.announced.fetch_add(1, Relaxed);
+            }
+        }
     }
 
     /// Sends `frame` (without a virtio-net header) on member `m`, from the

@@ -774,14 +774,16 @@ pub fn team(t: &Target) -> Result<(), String> {
     }
     for tm in v["teams"].as_array().into_iter().flatten() {
         println!(
-            "team {}  teaming {}  link {}  active {}  failovers {}  failbacks {}  announcements {}",
+            "team {}  teaming {}  link {}  active {}  failovers {}  failbacks {}  announcements {}  placements {} (refused {})",
             s(&tm["name"]),
             s(&tm["teaming"]),
             s(&tm["link"]),
             s(&tm["active"]),
             s(&tm["failovers"]),
             s(&tm["failbacks"]),
-            s(&tm["announcements"])
+            s(&tm["announcements"]),
+            tm["placements"].as_array().map_or(0, Vec::len),
+            s(&tm["placements_refused"])
         );
         if tm["partner"].is_object() {
             let p = &tm["partner"];

@@ -110,6 +110,10 @@ pub struct TeamStatus {
     pub drops: TeamDrops,
     /// The VM addresses it carries, each on its member.
     pub placements: Vec<TeamPlacement>,
+    /// Frames from a new address not placed because the team had as many
+    /// as it keeps (4096): they left by the address's hash, and the
+    /// address is not the team's own (its frames back are not `looped`).
+    pub placements_refused: u64,
 }
 
 /// One member's state.
@@ -201,4 +205,7 @@ pub struct TeamDrops {
     pub lacp_second_partner: u64,
     /// LACPDUs on a team that does not run LACP.
     pub lacp_not_running: u64,
+    /// LACPDUs past three a second on one member (802.1AX's limit for a
+    /// sender): a flood, not read.
+    pub lacp_too_many: u64,
 }

@@ -132,6 +132,9 @@ struct TeamSummary {
     members_usable: Level<usize>,
     /// VM addresses placed on members.
     placements_known: Level<usize>,
+    /// Frames from new addresses not placed: the team had as many as it
+    /// keeps.
+    placements_refused: u64,
     /// The team's drops, `drop_REASON` each.
     #[serde(flatten)]
     drops: BTreeMap<String, u64>,
@@ -174,6 +177,7 @@ fn team_metrics(v: &Value, labels: &Labels, families: &mut BTreeMap<String, Fami
         announcements: v["announcements"].as_u64().unwrap_or(0),
         members_usable: Level(members.iter().filter(|m| usable(m)).count()),
         placements_known: Level(v["placements"].as_array().map_or(0, Vec::len)),
+        placements_refused: v["placements_refused"].as_u64().unwrap_or(0),
         drops,
     };
     Node {

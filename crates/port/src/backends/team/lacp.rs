@@ -67,7 +67,14 @@ pub enum Refusal {
     /// second switch on the same link, or a forged PDU): the current one
     /// stays until it expires.
     SecondPartner,
+    /// More than [`MAX_PER_SECOND`] came on the member within a second:
+    /// 802.1AX lets a sender send no more, so the rest is a flood.
+    TooMany,
 }
+
+/// LACPDUs taken from one member per second: 802.1AX limits a sender to
+/// three in any Fast_Periodic_Time (1 s).
+pub const MAX_PER_SECOND: u8 = 3;
 
 /// One member's LACP state.
 #[derive(Clone, Debug)]
@@ -87,6 +94,10 @@ pub struct MemberLacp {
     rx_until: Option<Instant>,
     next_tx: Option<Instant>,
     ntt: bool,
+    /// The second LACPDUs are being counted in, from its first one, and
+    /// how many came in it.
+    window: Option<Instant>,
+    in_window: u8,
 }
 
 impl Default for MemberLacp {
@@ -101,6 +112,8 @@ impl Default for MemberLacp {
             rx_until: None,
             next_tx: None,
             ntt: true,
+            window: None,
+            in_window: 0,
         }
     }
 }
@@ -159,8 +172,12 @@ impl Lacp {
         }
     }
 
-    /// A LACPDU received on member `m`.
-    pub fn receive(&mut self, m: usize, pdu: &Repr, now: Instant) -> Result<(), Refusal> {
+    /// A LACPDU received on member `m`. True if it changed something the
+    /// aggregate depends on or that must be told back (the partner's
+    /// information or its standing, or its view of the actor): only then
+    /// is the member set looked at again — a partner repeating itself
+    /// costs no more than its timer being restarted.
+    pub fn receive(&mut self, m: usize, pdu: &Repr, now: Instant) -> Result<bool, Refusal> {
         let actor = self.actor(m);
         let rate = self.rate;
         let me = &mut self.members[m];
@@ -170,21 +187,38 @@ impl Lacp {
         {
             return Err(Refusal::SecondPartner);
         }
+        // After the second-partner check, so that another system's flood
+        // does not use up the current partner's LACPDUs.
+        match me.window {
+            Some(t) if now.duration_since(t) < Duration::from_secs(1) => {
+                if me.in_window >= MAX_PER_SECOND {
+                    return Err(Refusal::TooMany);
+                }
+                me.in_window += 1;
+            }
+            _ => {
+                me.window = Some(now);
+                me.in_window = 1;
+            }
+        }
         me.rx += 1;
+        let mut changed = me.status != PartnerStatus::Current;
         // What the partner believes of us is stale: tell it again now.
         let believes = pdu.partner;
         if (believes.system, believes.key, believes.port, believes.state)
             != (actor.system, actor.key, actor.port, actor.state)
         {
             me.ntt = true;
+            changed = true;
         }
         if me.partner != pdu.actor {
             me.ntt = true;
+            changed = true;
         }
         me.partner = pdu.actor;
         me.status = PartnerStatus::Current;
         me.rx_until = Some(now + 3 * rate.interval());
-        Ok(())
+        Ok(changed)
     }
 
     /// Member `m`'s carrier went: its partner is forgotten at once.
@@ -414,5 +448,36 @@ mod tests {
         let pdu = l.due(0, t0).expect("answers an active partner");
         assert!(!pdu.actor.state.has(State::ACTIVITY));
         assert!(!pdu.actor.state.has(State::TIMEOUT), "slow rate asked");
+    }
+
+    #[test]
+    fn a_partner_repeating_itself_changes_nothing_and_a_flood_is_refused() {
+        let t0 = Instant::now();
+        let mut l = Lacp::new(US, 1, LacpRate::Fast, LacpMode::Active, 1);
+        let mut pdu = switch_pdu(1, IN_SYNC, SWITCH);
+        assert_eq!(l.receive(0, &pdu, t0), Ok(true), "a new partner");
+        l.run(&[true], t0);
+        l.due(0, t0).expect("told what it is");
+        // The partner now says what the actor says of itself.
+        pdu.partner = l.actor(0);
+        for k in 1..6 {
+            let t = t0 + Duration::from_secs(k);
+            assert_eq!(l.receive(0, &pdu, t), Ok(false), "the same again");
+            assert!(!l.run(&[true], t));
+        }
+        // A partner that says something new is looked at again.
+        pdu.actor.state = State(IN_SYNC & !State::DISTRIBUTING);
+        let t = t0 + Duration::from_secs(6);
+        assert_eq!(l.receive(0, &pdu, t), Ok(true));
+        // Past three in one second, LACPDUs are not read.
+        let t = t0 + Duration::from_secs(10);
+        let rx = l.members[0].rx;
+        for _ in 0..MAX_PER_SECOND {
+            assert_eq!(l.receive(0, &pdu, t), Ok(false));
+        }
+        assert_eq!(l.receive(0, &pdu, t), Err(Refusal::TooMany));
+        assert_eq!(l.members[0].rx, rx + u64::from(MAX_PER_SECOND));
+        let later = t + Duration::from_secs(1);
+        assert_eq!(l.receive(0, &pdu, later), Ok(false), "the next second");
     }
 }

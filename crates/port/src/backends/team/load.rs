@@ -72,15 +72,12 @@ impl LoadLook {
         let mut moved = None;
         if let (Some(from), Some(to)) = (busy, target) {
             let vm = placements
-                .by_mac
                 .iter()
                 .filter(|(_, p)| p.now == from)
                 .map(|(mac, p)| (*mac, rate(p.bytes.saturating_sub(p.bytes_at_look))))
                 .max_by_key(|&(_, r)| r);
             if let Some((mac, _)) = vm.filter(|&(_, r)| to != from && load[to] + r <= limit(to)) {
-                let p = placements.by_mac.get_mut(&mac).expect("just found");
-                p.home = to;
-                p.now = to;
+                placements.rehome(&mac, to);
                 moved = Some((mac, to));
             }
         }
@@ -91,9 +88,7 @@ impl LoadLook {
     fn start(&mut self, now: Instant, member_bytes: &[u64], placements: &mut Placements) {
         self.last = Some(now);
         self.bytes = member_bytes.to_vec();
-        for p in placements.by_mac.values_mut() {
-            p.bytes_at_look = p.bytes;
-        }
+        placements.mark_look();
     }
 }
 
@@ -112,7 +107,7 @@ mod tests {
             ipv4: None,
             ipv6: None,
         };
-        p.member_of(Teaming::LoadBased, &s, usable, 2, now);
+        p.member_of(Teaming::LoadBased, &s, 0, usable, 2, now);
         mac
     }
 
@@ -126,15 +121,19 @@ mod tests {
         let b = place(&mut p, 2, &[0, 1], t0);
         let c = place(&mut p, 3, &[0, 1], t0);
         assert_eq!(
-            (p.by_mac[&a].now, p.by_mac[&b].now, p.by_mac[&c].now),
+            (
+                p.get(&a).unwrap().now,
+                p.get(&b).unwrap().now,
+                p.get(&c).unwrap().now
+            ),
             (0, 1, 0)
         );
         let mut l = LoadLook::new(vec![GBIT, GBIT]);
         assert_eq!(l.look(t0, &[0, 0], &mut p, &[0, 1]), None);
         // In 30 s member 0 carried 0.9 Gbit/s (a: 0.6, c: 0.3), member 1 little.
         let bytes = |gbit: f64| (gbit * 30.0 * GBIT as f64 / 8.0) as u64;
-        p.by_mac.get_mut(&a).unwrap().bytes = bytes(0.6);
-        p.by_mac.get_mut(&c).unwrap().bytes = bytes(0.3);
+        p.get_mut(&a).unwrap().bytes = bytes(0.6);
+        p.get_mut(&c).unwrap().bytes = bytes(0.3);
         let t30 = t0 + WINDOW;
         assert_eq!(
             l.look(
@@ -148,7 +147,7 @@ mod tests {
         );
         let moved = l.look(t30, &[bytes(0.9), bytes(0.05)], &mut p, &[0, 1]);
         assert_eq!(moved, Some((a, 1)));
-        assert_eq!((p.by_mac[&a].home, p.by_mac[&a].now), (1, 1));
+        assert_eq!((p.get(&a).unwrap().home, p.get(&a).unwrap().now), (1, 1));
         // Under the mark, nothing moves.
         let t60 = t30 + WINDOW;
         assert_eq!(
@@ -165,7 +164,7 @@ mod tests {
         let mut l = LoadLook::new(vec![GBIT, GBIT]);
         l.look(t0, &[0, 0], &mut p, &[0, 1]);
         let bytes = |gbit: f64| (gbit * 30.0 * GBIT as f64 / 8.0) as u64;
-        p.by_mac.get_mut(&a).unwrap().bytes = bytes(0.95);
+        p.get_mut(&a).unwrap().bytes = bytes(0.95);
         assert_eq!(
             l.look(t0 + WINDOW, &[bytes(0.95), 0], &mut p, &[0, 1]),
             None

@@ -86,6 +86,7 @@ pub(crate) struct Drops {
     pub(crate) lacp_malformed: AtomicU64,
     pub(crate) lacp_second_partner: AtomicU64,
     pub(crate) lacp_not_running: AtomicU64,
+    pub(crate) lacp_too_many: AtomicU64,
 }
 
 /// A team of uplink devices.
@@ -105,10 +106,12 @@ pub struct TeamPort {
     /// Some member's carrier was up at the last look.
     any_up: AtomicBool,
     /// The addresses the team's VMs send from, as the receivers check
-    /// them (replaced whole when one comes or goes).
+    /// them (the placements' addresses, changed as they come and go).
     own: RwLock<Arc<OwnMacs>>,
     /// How the members' queues are read.
     pub(crate) read: UplinkRead,
+    /// Announcements sent for VMs whose traffic moved (frames).
+    pub(crate) announced: AtomicU64,
 }
 
 impl TeamPort {
@@ -147,6 +150,7 @@ impl TeamPort {
             any_up: AtomicBool::new(false),
             own: RwLock::new(Arc::default()),
             read: cfg.read,
+            announced: AtomicU64::new(0),
         };
         team.refresh(Instant::now());
         Ok(team)
@@ -179,10 +183,22 @@ impl TeamPort {
         Arc::clone(&self.own.read().expect("team addresses lock"))
     }
 
-    /// Publishes the addresses the placements hold now.
-    pub(crate) fn publish_own(&self, p: &policy::Placements) {
-        let set: OwnMacs = p.by_mac.keys().copied().collect();
-        *self.own.write().expect("team addresses lock") = Arc::new(set);
+    /// Adds newly placed addresses to the team's own, and takes away
+    /// forgotten ones (called under the team's lock, so in the order the
+    /// placements changed). The set is changed in place unless a receiver
+    /// holds it for its batch, then copied once (at most
+    /// [`policy::MAX_PLACEMENTS`] addresses) — receivers read it without
+    /// a lock per frame.
+    pub(crate) fn change_own(&self, add: &[MacAddr], remove: &[MacAddr]) {
+        if add.is_empty() && remove.is_empty() {
+            return;
+        }
+        let mut own = self.own.write().expect("team addresses lock");
+        let set = Arc::make_mut(&mut own);
+        set.extend(add.iter().copied());
+        for mac in remove {
+            set.remove(mac);
+        }
     }
 
     /// The member set's periodic work, at most every
@@ -207,7 +223,21 @@ impl TeamPort {
             up.push(c == CARRIER_UP);
         }
         self.any_up.store(up.iter().any(|&u| u), Relaxed);
+        inner.age_out(self, now);
         inner.update(self, &up, now);
+        let out = inner.take_outbox();
+        drop(inner);
+        self.send_outbox(out);
+    }
+
+    /// Sends what the member set's work made (LACPDUs, announcements),
+    /// after the team's lock is let go: transmitters wait on it.
+    fn send_outbox(&self, out: Vec<state::Outgoing>) {
+        for o in out {
+            if self.send_own(o.member, &o.frame) && o.announcement {
+                self.announced.fetch_add(1, Relaxed);
+            }
+        }
     }
 
     /// Sends `frame` (without a virtio-net header) on member `m`, from the

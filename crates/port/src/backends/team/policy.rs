@@ -246,29 +246,60 @@ impl Fnv {
     }
 }
 
+/// At most this many addresses are placed (remembered) per team: as many
+/// VMs as a topology may hold (`MAX_VMS`), and well under the switch's
+/// learned FDB entries in all (8192). A team carries its own VMs' frames,
+/// but forwarded frames too (flooded from the wire, or forged by a VM
+/// allowed forged transmits), so random source addresses would otherwise
+/// grow the placements at their rate for [`PLACEMENT_AGE`](super::state)
+/// and slow every transmitter that waits on the team's lock.
+pub const MAX_PLACEMENTS: usize = 4096;
+
 /// The placements of a switch-independent team: each VM address it has
-/// sent from, on which member.
+/// sent from, on which member, at most [`MAX_PLACEMENTS`].
 #[derive(Default, Debug)]
 pub struct Placements {
     /// By source MAC.
-    pub by_mac: HashMap<MacAddr, Placement>,
+    by_mac: HashMap<MacAddr, Placement>,
+    /// How many placements each member is home to, kept as they come, go
+    /// and move (`port-id` and `load-based` place a new address on the
+    /// usable member with the fewest without counting them all again).
+    homes: Vec<usize>,
+    /// New addresses not remembered because [`MAX_PLACEMENTS`] were (each
+    /// frame from one counts): their frames leave by their hash.
+    pub refused: u64,
+}
+
+/// Where a frame leaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pick {
+    /// Its member.
+    pub member: usize,
+    /// Its source address was placed now (it is the team's own from now on).
+    pub new: bool,
 }
 
 impl Placements {
-    /// The member `src` leaves by under `teaming`, placing it if it is new
-    /// (`port-id`, `load-based`: on the usable member with the fewest; else
-    /// by its hash), with `usable` the members that may send now (in the
-    /// team's order, never empty) and `n` the team's size.
+    /// The member a frame of `bytes` from `src` leaves by under
+    /// `teaming`, placing its address if it is new (`port-id`,
+    /// `load-based`: on the usable member with the fewest; else by its
+    /// hash), with `usable` the members that may send now (in the team's
+    /// order, never empty) and `n` the team's size. Past
+    /// [`MAX_PLACEMENTS`] a new address is not placed, only given a
+    /// member by its hash, and counted in `refused`.
     pub fn member_of(
         &mut self,
         teaming: Teaming,
         src: &Source,
+        bytes: u64,
         usable: &[usize],
         n: usize,
         now: Instant,
-    ) -> usize {
+    ) -> Pick {
         if let Some(p) = self.by_mac.get_mut(&src.mac) {
             p.seen = now;
+            p.frames += 1;
+            p.bytes += bytes;
             if src.tag.is_some() {
                 p.tag = src.tag;
             }
@@ -280,29 +311,37 @@ impl Placements {
             } else if p.ipv6.is_none() {
                 p.ipv6 = src.ipv6;
             }
-            return p.now;
+            return Pick {
+                member: p.now,
+                new: false,
+            };
+        }
+        if self.by_mac.len() >= MAX_PLACEMENTS {
+            self.refused += 1;
+            return Pick {
+                member: usable[mac_hash(src.mac) as usize % usable.len()],
+                new: false,
+            };
+        }
+        if self.homes.len() < n {
+            self.homes.resize(n, 0);
         }
         let home = match teaming {
-            Teaming::PortId | Teaming::LoadBased => {
-                let mut count = vec![0usize; n];
-                for p in self.by_mac.values() {
-                    count[p.home] += 1;
-                }
-                *usable
-                    .iter()
-                    .min_by_key(|&&m| (count[m], m))
-                    .expect("usable is not empty")
-            }
+            Teaming::PortId | Teaming::LoadBased => *usable
+                .iter()
+                .min_by_key(|&&m| (self.homes[m], m))
+                .expect("usable is not empty"),
             _ => mac_hash(src.mac) as usize % n,
         };
         let now_member = pick_usable(home, src.mac, usable);
+        self.homes[home] += 1;
         self.by_mac.insert(
             src.mac,
             Placement {
                 home,
                 now: now_member,
-                frames: 0,
-                bytes: 0,
+                frames: 1,
+                bytes,
                 bytes_at_look: 0,
                 tag: src.tag,
                 ipv4: src.ipv4,
@@ -310,7 +349,10 @@ impl Placements {
                 seen: now,
             },
         );
-        now_member
+        Pick {
+            member: now_member,
+            new: true,
+        }
     }
 
     /// Places every address again after the usable members changed (a
@@ -334,10 +376,85 @@ impl Placements {
         moved
     }
 
+    /// Gives an address a new home, where it leaves from now on
+    /// (`load-based`). False if it is not placed.
+    pub fn rehome(&mut self, mac: &MacAddr, to: usize) -> bool {
+        let Some(p) = self.by_mac.get_mut(mac) else {
+            return false;
+        };
+        if let Some(c) = self.homes.get_mut(p.home) {
+            *c -= 1;
+        }
+        if self.homes.len() <= to {
+            self.homes.resize(to + 1, 0);
+        }
+        self.homes[to] += 1;
+        p.home = to;
+        p.now = to;
+        true
+    }
+
+    /// Forgets the addresses not heard from since `before`; returns them.
+    pub fn age_out(&mut self, before: Instant) -> Vec<MacAddr> {
+        let mut gone = Vec::new();
+        let homes = &mut self.homes;
+        self.by_mac.retain(|mac, p| {
+            if p.seen >= before {
+                return true;
+            }
+            if let Some(c) = homes.get_mut(p.home) {
+                *c -= 1;
+            }
+            gone.push(*mac);
+            false
+        });
+        gone
+    }
+
     /// Forgets an address (it moved behind the wire: its announcement came
     /// back from there).
     pub fn forget(&mut self, mac: &MacAddr) -> bool {
-        self.by_mac.remove(mac).is_some()
+        let Some(p) = self.by_mac.remove(mac) else {
+            return false;
+        };
+        if let Some(c) = self.homes.get_mut(p.home) {
+            *c -= 1;
+        }
+        true
+    }
+
+    /// An address's placement.
+    pub fn get(&self, mac: &MacAddr) -> Option<&Placement> {
+        self.by_mac.get(mac)
+    }
+
+    /// Every placement.
+    pub fn iter(&self) -> impl Iterator<Item = (&MacAddr, &Placement)> {
+        self.by_mac.iter()
+    }
+
+    /// How many addresses are placed.
+    pub fn len(&self) -> usize {
+        self.by_mac.len()
+    }
+
+    /// No address is placed.
+    pub fn is_empty(&self) -> bool {
+        self.by_mac.is_empty()
+    }
+
+    /// An address's placement to change, for tests that set its traffic
+    /// (a home changed here would leave `homes` wrong).
+    #[cfg(test)]
+    pub(crate) fn get_mut(&mut self, mac: &MacAddr) -> Option<&mut Placement> {
+        self.by_mac.get_mut(mac)
+    }
+
+    /// Each placement's bytes so far taken as the start of a load look.
+    pub fn mark_look(&mut self) {
+        for p in self.by_mac.values_mut() {
+            p.bytes_at_look = p.bytes;
+        }
     }
 }
 
@@ -367,7 +484,10 @@ mod tests {
         let now = Instant::now();
         let mut p = Placements::default();
         let members: Vec<usize> = (0..4)
-            .map(|i| p.member_of(Teaming::PortId, &src(i), &[0, 1], 2, now))
+            .map(|i| {
+                p.member_of(Teaming::PortId, &src(i), 60, &[0, 1], 2, now)
+                    .member
+            })
             .collect();
         assert_eq!(members, vec![0, 1, 0, 1]);
         let moved = p.replace(&[0], true);
@@ -380,6 +500,53 @@ mod tests {
             p.replace(&[0, 1], false).is_empty(),
             "no failback: they stay"
         );
+    }
+
+    #[test]
+    fn a_flood_of_new_addresses_stays_bounded_and_is_counted() {
+        let now = Instant::now();
+        let mut p = Placements::default();
+        let mut placed = 0;
+        for i in 0..(MAX_PLACEMENTS as u32 + 1000) {
+            let b = i.to_be_bytes();
+            let s = Source {
+                mac: MacAddr([2, 0xee, b[0], b[1], b[2], b[3]]),
+                tag: None,
+                ipv4: None,
+                ipv6: None,
+            };
+            let pick = p.member_of(Teaming::PortId, &s, 60, &[0, 1], 2, now);
+            assert!(pick.member < 2);
+            placed += usize::from(pick.new);
+        }
+        assert_eq!(p.len(), MAX_PLACEMENTS);
+        assert_eq!(placed, MAX_PLACEMENTS, "only what is remembered is new");
+        assert_eq!(p.refused, 1000);
+        assert_eq!(p.homes, vec![MAX_PLACEMENTS / 2; 2], "spread evenly");
+        // A placed address still has its member; age-out makes room again.
+        let first = MacAddr([2, 0xee, 0, 0, 0, 0]);
+        assert!(p.get(&first).is_some());
+        let gone = p.age_out(now + std::time::Duration::from_secs(1));
+        assert_eq!(gone.len(), MAX_PLACEMENTS);
+        assert_eq!(p.homes, vec![0, 0]);
+        assert!(
+            p.member_of(Teaming::PortId, &src(1), 60, &[0, 1], 2, now)
+                .new
+        );
+    }
+
+    #[test]
+    fn homes_follow_forgets_and_moves() {
+        let now = Instant::now();
+        let mut p = Placements::default();
+        for i in 0..4 {
+            p.member_of(Teaming::PortId, &src(i), 60, &[0, 1], 2, now);
+        }
+        assert!(p.forget(&src(0).mac));
+        assert!(p.rehome(&src(1).mac, 0));
+        assert_eq!(p.homes, vec![2, 1]);
+        let next = p.member_of(Teaming::PortId, &src(9), 60, &[0, 1], 2, now);
+        assert_eq!(next.member, 1, "the member with the fewest");
     }
 
     #[test]
@@ -459,8 +626,17 @@ mod tests {
     fn source_mac_keeps_an_address_on_its_hash() {
         let now = Instant::now();
         let mut p = Placements::default();
-        let a = p.member_of(Teaming::SourceMac, &src(7), &[0, 1], 2, now);
+        let a = p
+            .member_of(Teaming::SourceMac, &src(7), 60, &[0, 1], 2, now)
+            .member;
         assert_eq!(a, mac_hash(src(7).mac) as usize % 2);
-        assert_eq!(p.member_of(Teaming::SourceMac, &src(7), &[0, 1], 2, now), a);
+        let again = p.member_of(Teaming::SourceMac, &src(7), 60, &[0, 1], 2, now);
+        assert_eq!(
+            again,
+            Pick {
+                member: a,
+                new: false
+            }
+        );
     }
 }

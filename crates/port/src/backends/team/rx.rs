@@ -121,14 +121,13 @@ impl TeamReceiver {
             let mut inner = team.inner.lock().expect("team lock");
             let quiet = inner
                 .placements
-                .by_mac
                 .get(&pkt.src())
                 .is_none_or(|p| p.seen.elapsed() >= MOVED_AFTER);
             if !quiet {
                 return Verdict::Drop(|d| &d.looped);
             }
             if inner.placements.forget(&pkt.src()) {
-                team.publish_own(&inner.placements);
+                team.change_own(&[], &[pkt.src()]);
             }
         }
         Verdict::Take
@@ -150,9 +149,18 @@ impl TeamPort {
             self.drops.lacp_not_running.fetch_add(1, Relaxed);
             return;
         };
-        if l.receive(m, &pdu, now).is_err() {
-            self.drops.lacp_second_partner.fetch_add(1, Relaxed);
-            return;
+        match l.receive(m, &pdu, now) {
+            Ok(true) => {}
+            // The partner said again what it said: its timer restarted.
+            Ok(false) => return,
+            Err(super::lacp::Refusal::SecondPartner) => {
+                self.drops.lacp_second_partner.fetch_add(1, Relaxed);
+                return;
+            }
+            Err(super::lacp::Refusal::TooMany) => {
+                self.drops.lacp_too_many.fetch_add(1, Relaxed);
+                return;
+            }
         }
         let up: Vec<bool> = self
             .members
@@ -160,6 +168,9 @@ impl TeamPort {
             .map(|x| x.carrier.load(Relaxed) == super::CARRIER_UP)
             .collect();
         inner.update(self, &up, now);
+        let out = inner.take_outbox();
+        drop(inner);
+        self.send_outbox(out);
     }
 }
 

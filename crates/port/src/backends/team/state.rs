@@ -65,7 +65,20 @@ pub struct Inner {
     downs: Vec<u64>,
     failovers: u64,
     failbacks: u64,
-    announced: u64,
+    /// Frames to send once the lock is let go.
+    outbox: Vec<Outgoing>,
+}
+
+/// A frame the member set's work sends on a member (a LACPDU, an
+/// announcement), held until the team's lock is let go.
+#[derive(Debug)]
+pub struct Outgoing {
+    /// The member.
+    pub member: usize,
+    /// The frame, without a virtio-net header.
+    pub frame: Vec<u8>,
+    /// An announcement (counted when it left).
+    pub announcement: bool,
 }
 
 impl Inner {
@@ -90,7 +103,7 @@ impl Inner {
             downs: vec![0; n],
             failovers: 0,
             failbacks: 0,
-            announced: 0,
+            outbox: Vec::new(),
         }
     }
 
@@ -101,6 +114,19 @@ impl Inner {
         }
         self.next_refresh = Some(now + REFRESH_EVERY);
         true
+    }
+
+    /// Forgets the VM addresses not heard from for [`PLACEMENT_AGE`].
+    pub(super) fn age_out(&mut self, team: &TeamPort, now: Instant) {
+        if let Some(before) = now.checked_sub(PLACEMENT_AGE) {
+            let gone = self.placements.age_out(before);
+            team.change_own(&[], &gone);
+        }
+    }
+
+    /// What the last work made to send.
+    pub(super) fn take_outbox(&mut self) -> Vec<Outgoing> {
+        std::mem::take(&mut self.outbox)
     }
 
     /// LACP's timers and LACPDUs, then the distribution made again from
@@ -116,16 +142,13 @@ impl Inner {
             l.run(up, now);
             for (m, &u) in up.iter().enumerate() {
                 if let Some(pdu) = u.then(|| l.due(m, now)).flatten() {
-                    team.send_own(m, &pdu.frame(team.members[m].mac));
+                    self.outbox.push(Outgoing {
+                        member: m,
+                        frame: pdu.frame(team.members[m].mac).to_vec(),
+                        announcement: false,
+                    });
                 }
             }
-        }
-        let known = self.placements.by_mac.len();
-        self.placements
-            .by_mac
-            .retain(|_, p| now.duration_since(p.seen) < PLACEMENT_AGE);
-        if self.placements.by_mac.len() != known {
-            team.publish_own(&self.placements);
         }
         let usable: Vec<bool> = (0..up.len())
             .map(|m| {
@@ -178,13 +201,15 @@ impl Inner {
         }
         if self.teaming.switch_independent() {
             for (mac, m) in &moved {
-                let Some(p) = self.placements.by_mac.get(mac) else {
+                let Some(p) = self.placements.get(mac) else {
                     continue;
                 };
-                for f in announcements(*mac, p) {
-                    if team.send_own(*m, &f) {
-                        self.announced += 1;
-                    }
+                for frame in announcements(*mac, p) {
+                    self.outbox.push(Outgoing {
+                        member: *m,
+                        frame,
+                        announcement: true,
+                    });
                 }
             }
         }
@@ -215,11 +240,13 @@ impl Inner {
         };
         self.rebalances += 1;
         tracing::info!(team = %team.label, %mac, member = to, "load-based: a VM moved off a busy member");
-        if let Some(p) = self.placements.by_mac.get(&mac) {
-            for f in announcements(mac, p) {
-                if team.send_own(to, &f) {
-                    self.announced += 1;
-                }
+        if let Some(p) = self.placements.get(&mac) {
+            for frame in announcements(mac, p) {
+                self.outbox.push(Outgoing {
+                    member: to,
+                    frame,
+                    announcement: true,
+                });
             }
         }
     }
@@ -275,7 +302,6 @@ impl Inner {
         });
         let mut placements: Vec<TeamPlacement> = self
             .placements
-            .by_mac
             .iter()
             .map(|(mac, p)| TeamPlacement {
                 mac: mac.to_string(),
@@ -295,7 +321,7 @@ impl Inner {
             failovers: self.failovers,
             failbacks: self.failbacks,
             rebalances: self.rebalances,
-            announcements: self.announced,
+            announcements: team.announced.load(Relaxed),
             drops: TeamDrops {
                 not_active_member: d.not_active_member.load(Relaxed),
                 looped: d.looped.load(Relaxed),
@@ -304,8 +330,10 @@ impl Inner {
                 lacp_malformed: d.lacp_malformed.load(Relaxed),
                 lacp_second_partner: d.lacp_second_partner.load(Relaxed),
                 lacp_not_running: d.lacp_not_running.load(Relaxed),
+                lacp_too_many: d.lacp_too_many.load(Relaxed),
             },
             placements,
+            placements_refused: self.placements.refused,
         }
     }
 }

@@ -19,6 +19,8 @@ pub(super) struct TeamTransmitter {
     dist: Arc<Distribution>,
     gen: u64,
     picks: Vec<Option<usize>>,
+    /// Addresses the last batch placed (kept for its allocation).
+    placed: Vec<hvnet_wire::MacAddr>,
 }
 
 impl TeamTransmitter {
@@ -35,6 +37,7 @@ impl TeamTransmitter {
             dist,
             gen,
             picks: Vec::new(),
+            placed: Vec::new(),
         }
     }
 
@@ -58,25 +61,25 @@ impl TeamTransmitter {
         }
         let n = self.team.members.len();
         let now = Instant::now();
+        self.placed.clear();
         let mut inner = self.team.inner.lock().expect("team lock");
-        let known = inner.placements.by_mac.len();
         for f in frames {
             let pick = match source(f) {
                 Some(s) => {
-                    let m = inner.placements.member_of(teaming, &s, usable, n, now);
-                    if let Some(p) = inner.placements.by_mac.get_mut(&s.mac) {
-                        p.frames += 1;
-                        p.bytes += f.len() as u64;
+                    let pick =
+                        inner
+                            .placements
+                            .member_of(teaming, &s, f.len() as u64, usable, n, now);
+                    if pick.new {
+                        self.placed.push(s.mac);
                     }
-                    m
+                    pick.member
                 }
                 None => usable[0],
             };
             self.picks.push(Some(pick));
         }
-        if inner.placements.by_mac.len() != known {
-            self.team.publish_own(&inner.placements);
-        }
+        self.team.change_own(&self.placed, &[]);
     }
 }
 

@@ -175,10 +175,17 @@ pub fn flow_hash(f: &OutFrame<'_>, ports: bool) -> u32 {
     h.finish()
 }
 
+/// A flow as hashed: the IP addresses and, where hashed, the transport
+/// protocol and its ports (as bytes of the frame).
+type FlowBytes<'a> = (&'a [u8], Option<(u8, &'a [u8])>);
+
 /// A frame's IP addresses and, for an unfragmented TCP or UDP packet
 /// (what segmentation makes), its protocol and ports, read from its
-/// headers (behind up to two VLAN tags); None if it is not IP.
-fn read_flow(head: &[u8]) -> Option<(&[u8], Option<(u8, &[u8])>)> {
+/// headers (behind up to two VLAN tags); None if it is not IP. Only the
+/// first piece of a segment is at hand here (its headers, without the
+/// payload the IP length counts), which the wire crate's parser would
+/// refuse as truncated.
+fn read_flow(head: &[u8]) -> Option<FlowBytes<'_>> {
     let mut at = 12;
     let mut ethertype = u16::from_be_bytes(head.get(at..at + 2)?.try_into().ok()?);
     for _ in 0..2 {

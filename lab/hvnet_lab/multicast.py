@@ -125,8 +125,14 @@ class McHvnet:
         return cpu_ticks(self.pid)
 
     def members_known(self):
-        """The ports the switch has as the group's members."""
-        return {r["port_name"] for r in json.loads(self.t.hv("mdb", "--json").stdout)["mdb"] if r["group"] == GROUP}
+        """The ports the switch has as the group's members, once it prunes
+        (its own querier counts only after its first query's response
+        time: until then the group is flooded)."""
+        v = json.loads(self.t.hv("mdb", "--json").stdout)
+        queriers = [q for q in v.get("own_querier", []) if q["family"] == "ipv4"]
+        if not queriers or not all(q["pruning"] for q in queriers):
+            return set()
+        return {r["port_name"] for r in v["mdb"] if r["group"] == GROUP}
 
 
 class McBridge(Fabric):

@@ -252,22 +252,13 @@ pub(super) struct AtomicCounters {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vxlan::VtepConfig;
     use std::net::Ipv4Addr;
 
     fn vtep() -> Vtep {
-        Vtep::new(
-            VtepConfig {
-                vni: 42,
-                local: Ipv4Addr::new(198, 18, 60, 1).into(),
-                prefix: 24,
-                mac: MacAddr([2, 0, 0, 0, 0, 1]),
-                remotes: vec![Ipv4Addr::new(198, 18, 60, 9).into()],
-                port: 4789,
-                udp_csum: false,
-                vlans: Vec::new(),
-            },
-            None,
+        Vtep::for_test(
+            Ipv4Addr::new(198, 18, 60, 1).into(),
+            24,
+            Ipv4Addr::new(198, 18, 60, 9).into(),
         )
     }
 

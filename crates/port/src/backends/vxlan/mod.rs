@@ -333,6 +333,26 @@ impl Vtep {
         Received::Inner(inner)
     }
 
+    /// An endpoint on VNI 42, UDP 4789, between `local`/`prefix` and the
+    /// one static remote `remote`, without a TAP: what the unit tests of
+    /// its parts start from.
+    #[cfg(test)]
+    pub(super) fn for_test(local: IpAddr, prefix: u8, remote: IpAddr) -> Vtep {
+        Vtep::new(
+            VtepConfig {
+                vni: 42,
+                local,
+                prefix,
+                mac: MacAddr([2, 0, 0, 0, 0, 1]),
+                remotes: vec![remote],
+                port: 4789,
+                udp_csum: false,
+                vlans: Vec::new(),
+            },
+            None,
+        )
+    }
+
     /// Closes the endpoint's TAP, if it has one: its frames are then
     /// segmented here, as without it.
     pub(crate) fn close_tap(&self) {

@@ -191,22 +191,13 @@ fn send_plain(tx: &mut dyn Transmitter, frame: &[u8]) -> Result<Written, SendErr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vxlan::VtepConfig;
     use std::net::Ipv6Addr;
 
     fn vtep() -> Vtep {
-        Vtep::new(
-            VtepConfig {
-                vni: 42,
-                local: Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1).into(),
-                prefix: 64,
-                mac: MacAddr([2, 0, 0, 0, 0, 1]),
-                remotes: vec![Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2).into()],
-                port: 4789,
-                udp_csum: false,
-                vlans: Vec::new(),
-            },
-            None,
+        Vtep::for_test(
+            Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1).into(),
+            64,
+            Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2).into(),
         )
     }
 

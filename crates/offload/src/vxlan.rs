@@ -154,6 +154,14 @@ fn fallback_hash(inner: &[u8]) -> u32 {
     })
 }
 
+/// True when an inner frame of `inner_len` bytes fits one outer IP packet
+/// (its length field: the outer UDP and VXLAN headers and the inner frame,
+/// and over IPv4 the IP header too; no jumbograms).
+pub fn fits(ipv6: bool, inner_len: usize) -> bool {
+    let udp_len = 8 + vxlan::HEADER_LEN + inner_len;
+    udp_len + if ipv6 { 0 } else { 20 } <= 65535
+}
+
 /// Builds the outer headers for `inner` into `out` (at least
 /// [`Tunnel::outer_len`] bytes: [`OUTER_LEN`] over IPv4, [`OUTER_LEN_V6`]
 /// over IPv6) and returns the metadata of the encapsulated frame.
@@ -172,11 +180,11 @@ pub fn encap_header(
     let outer_len = tunnel.outer_len();
     let at_udp = tunnel.outer_udp();
     let udp_len = outer_len - at_udp + inner.len();
+    if !fits(tunnel.ipv6(), inner.len()) {
+        return Err(VxlanError::TooLarge);
+    }
     let ethertype = match (tunnel.local, tunnel.remote) {
         (IpAddr::V4(local), IpAddr::V4(remote)) => {
-            if 20 + udp_len > 65535 {
-                return Err(VxlanError::TooLarge);
-            }
             ipv4::Repr {
                 src: local.octets(),
                 dst: remote.octets(),
@@ -191,9 +199,6 @@ pub fn encap_header(
             EtherType::Ipv4
         }
         (IpAddr::V6(local), IpAddr::V6(remote)) => {
-            if udp_len > 65535 {
-                return Err(VxlanError::TooLarge);
-            }
             ipv6::Repr {
                 src: local.octets(),
                 dst: remote.octets(),

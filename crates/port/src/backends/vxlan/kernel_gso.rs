@@ -19,7 +19,7 @@
 use super::encap::Inner;
 use crate::outgoing::Written;
 use hvnet_offload::csum::pseudo_header_at;
-use hvnet_offload::vxlan::{encap_header, Tunnel, MAX_OUTER_LEN};
+use hvnet_offload::vxlan::{encap_header, fits, Tunnel, MAX_OUTER_LEN};
 use hvnet_offload::CsumState;
 use hvnet_sys::{offload, FrameQueue};
 use hvnet_wire::checksum::Sum;
@@ -118,10 +118,7 @@ impl TunnelTap {
     /// whose headers were parsed where it entered. Else the endpoint
     /// segments it itself, as without the TAP.
     pub(super) fn takes(inner: &Inner<'_>, local: IpAddr) -> bool {
-        // The outer IP header's length field covers the outer UDP and
-        // VXLAN headers and the inner frame (and an IPv4 header).
-        let ip_overhead = if local.is_ipv6() { 16 } else { 36 };
-        if ip_overhead + inner.frame.len() > 65535 {
+        if !fits(local.is_ipv6(), inner.frame.len()) {
             return false;
         }
         let Some(g) = inner.offload.gso else {

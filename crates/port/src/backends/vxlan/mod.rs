@@ -35,7 +35,7 @@ use crate::packet::{Packet, TunnelMeta};
 use crate::vnet::RecvError;
 use hvnet_offload::rss::{Rss, DEFAULT_KEY};
 use hvnet_offload::vxlan::VxlanError;
-use hvnet_wire::{ip_protocol, EtherType, MacAddr, NetKind, UdpPacket};
+use hvnet_wire::{ip_protocol, EtherType, Ipv4Packet, Ipv6Packet, MacAddr, NetKind, UdpPacket};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -271,14 +271,14 @@ impl Vtep {
         };
         let ip = &frame[net.offset..];
         let (dst, remote) = match (l.l2.ethertype, self.cfg.local) {
-            (EtherType::Ipv4, IpAddr::V4(_)) => (
-                IpAddr::from(<[u8; 4]>::try_from(&ip[16..20]).expect("4 bytes")),
-                IpAddr::from(<[u8; 4]>::try_from(&ip[12..16]).expect("4 bytes")),
-            ),
-            (EtherType::Ipv6, IpAddr::V6(_)) => (
-                IpAddr::from(<[u8; 16]>::try_from(&ip[24..40]).expect("16 bytes")),
-                IpAddr::from(<[u8; 16]>::try_from(&ip[8..24]).expect("16 bytes")),
-            ),
+            (EtherType::Ipv4, IpAddr::V4(_)) => {
+                let p = Ipv4Packet::new_unchecked(ip);
+                (IpAddr::from(p.dst()), IpAddr::from(p.src()))
+            }
+            (EtherType::Ipv6, IpAddr::V6(_)) => {
+                let p = Ipv6Packet::new_unchecked(ip);
+                (IpAddr::from(p.dst()), IpAddr::from(p.src()))
+            }
             _ => return Received::Drop(TunnelDrop::NotTunnel),
         };
         if dst != self.cfg.local

@@ -73,7 +73,7 @@ impl Vtep {
             if target != local {
                 return Received::Drop(TunnelDrop::NotTunnel);
             }
-            let src: [u8; 16] = packet[8..24].try_into().expect("16 bytes");
+            let src = hvnet_wire::Ipv6Packet::new_unchecked(packet).src();
             let src_mac = MacAddr(frame[6..12].try_into().expect("6 bytes"));
             self.learn_if_wanted(IpAddr::from(src), src_mac);
             self.arp_replies_sent.fetch_add(1, Relaxed);

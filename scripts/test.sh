@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 scripts/install-deps.sh
 
-step() { printf '\n== %s\n' "$*"; }
+started=$SECONDS
+step() { printf '\n== %s (at %dm%02ds)\n' "$*" $(((SECONDS - started) / 60)) $(((SECONDS - started) % 60)); }
 
 step "format"
 cargo fmt --all --check
@@ -53,4 +54,5 @@ step "lab statistics, parsers and report (no root, no namespaces)"
 python3 -m pytest -q lab/tests
 
 step "system tests (network namespaces, real traffic)"
-HVNET_BIN="$PWD/target/release/hvnet" python3 -m pytest -q tests/py
+HVNET_BIN="$PWD/target/release/hvnet" python3 -m pytest -q --durations=20 tests/py
+step "done"

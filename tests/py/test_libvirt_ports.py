@@ -109,7 +109,7 @@ def test_a_guest_gets_its_port_as_it_starts_and_loses_it_as_it_stops(tmp_path, l
     """`mode='server'` (QEMU listens; the switch sees the socket libvirt
     binds) and `mode='client'` (the switch listens; libvirt's `prepare`
     hook asks for the port): the port is named by `<target dev>`, has the
-    interface's MAC and queue pairs, and goes with the guest, whether
+    interface's MAC, queue pairs and `<bandwidth>`, and goes with the guest, whether
     `virsh destroy` ends it or it powers itself off (a shutdown). Nothing
     is left: no port, socket, thread or descriptor."""
     mac = "52:54:00:62:00:02"
@@ -118,11 +118,17 @@ def test_a_guest_gets_its_port_as_it_starts_and_loses_it_as_it_stops(tmp_path, l
     with hvlab.Topology(tmp_path, vms, prefix="lvp", libvirt={}) as t:
         before = footprint(t)
         nic = interface(mac, sockets(t) / "web1.sock", mode=mode, queues=2, target="web1-eth0")
+        # libvirt keeps <bandwidth> on a vhost-user interface without
+        # applying it; the port takes it as its rates.
+        nic = nic.replace("</interface>", "<bandwidth><inbound average='125000' burst='2048'/>"
+                                          "<outbound average='62500'/></bandwidth></interface>")
         with Guest(tmp_path, guest_dir, mac, cmd, nic) as g:
             r = g.start()
             assert r.returncode == 0, r.stderr
             p = ports(t)["web1-eth0"]
             assert p["mac"] == mac and p["queues"] == 2, p
+            s = json.loads(t.hv("port", "web1-eth0", "--json").stdout)
+            assert (s["rx_rate"], s["rx_burst"], s["tx_rate"]) == ("1gbit", "2mb", "500mbit"), s
             g.wait_for("PING-OK")
             show = json.loads(t.hv("port", "web1-eth0", "--json").stdout)["vhost_user"]
             # (A guest that powers off may be gone already.)

@@ -43,7 +43,9 @@ class Ovs:
         self.members = [hvlab.unique("hvta"), hvlab.unique("hvtb")]
         self.far = [hvlab.unique("hvfa"), hvlab.unique("hvfb")]
         self.hostport = hvlab.unique("hvfh")
-        self.bonded = None
+        # How the far ends are joined: None (not yet), "plain", "bond" or
+        # "linux" (a Linux bridge instead of Open vSwitch).
+        self.mode = None
 
     def sh(self, cmd, check=True):
         return hvlab.run(["ip", "netns", "exec", self.ns, "sh", "-c", cmd], check=check)
@@ -90,26 +92,45 @@ class Ovs:
         self.vsctl("add-br", "br", "--", "set", "bridge", "br", "datapath_type=netdev")
         self.vsctl("add-port", "br", self.hostport)
 
+    def _detach(self):
+        """The far ends out of whatever joins them now."""
+        if self.mode == "plain":
+            for f in self.far:
+                self.vsctl("del-port", "br", f)
+        elif self.mode == "bond":
+            self.vsctl("del-port", "br", "bond0")
+        elif self.mode == "linux":
+            self.sh("ip link del lbr")
+            self.vsctl("add-port", "br", self.hostport)
+        self.mode = None
+
     def plain(self):
         """The members as two ports of a plain bridge (switch independent)."""
-        if self.bonded is False:
-            return
-        if self.bonded:
-            self.vsctl("del-port", "br", "bond0")
-        for f in self.far:
-            self.vsctl("add-port", "br", f)
-        self.bonded = False
+        if self.mode != "plain":
+            self._detach()
+            for f in self.far:
+                self.vsctl("add-port", "br", f)
+            self.mode = "plain"
 
     def bond(self):
         """The members as one LACP bond (active, fast, balance-tcp)."""
-        if self.bonded:
-            return
-        if self.bonded is False:
-            for f in self.far:
-                self.vsctl("del-port", "br", f)
-        self.vsctl("add-bond", "br", "bond0", *self.far, "lacp=active", "bond_mode=balance-tcp",
-                   "other_config:lacp-time=fast")
-        self.bonded = True
+        if self.mode != "bond":
+            self._detach()
+            self.vsctl("add-bond", "br", "bond0", *self.far, "lacp=active", "bond_mode=balance-tcp",
+                       "other_config:lacp-time=fast")
+            self.mode = "bond"
+
+    def linux(self):
+        """The members and the host on a Linux bridge instead (switch
+        independent): it forwards GSO frames whole, where Open vSwitch
+        userspace reads whole, checksummed frames only."""
+        if self.mode != "linux":
+            self._detach()
+            self.vsctl("del-port", "br", self.hostport)
+            ports = " ".join([*self.far, self.hostport])
+            self.sh(f"ip link add lbr type bridge && ip link set lbr up && "
+                    f"for d in {ports}; do ip link set $d master lbr; done")
+            self.mode = "linux"
 
     def stop(self):
         for name in ["ovs-vswitchd", "ovsdb-server"]:
@@ -348,3 +369,82 @@ def test_lacp_negotiates_with_open_vswitch_and_survives_its_failures(tmp_path, o
             x.stop()
         t.sh("a", f"ping -c 2 -i 0.2 -W 2 {EXT_IP}")
         assert negotiated(ovs), bond_show(ovs)
+
+
+TUN_VM, TUN_EXT = "198.18.41.1", "198.18.41.100"
+VTEP = "198.18.40.50"
+
+
+@needs_ovs
+@pytest.mark.parametrize("teaming", ["lacp", "active-backup"])
+def test_a_team_underlays_a_vxlan_endpoint_with_a_linux_peer(tmp_path, ovs, teaming):
+    """The tunnel endpoint's outer frames leave by the team's members and
+    are read from all of them; a Linux `vxlan` device behind the switch is
+    the peer. `lacp`: Open vSwitch's bond, frames segmented by hvnet (it
+    takes only whole, checksummed frames). `active-backup`: a Linux
+    bridge, the VM's TSO frames written whole into a TAP per member. A
+    member's carrier goes under a transfer each way, byte-exact."""
+    if teaming == "lacp":
+        ovs.bond()
+        offloads = dict(tso="software", csum="software", lacp_rate="fast")
+    else:
+        ovs.linux()
+        offloads = dict(order=ovs.members, failback=True)
+    ovs.ext_sh("ip neigh flush all")
+    ovs.ext_sh(f"ip link add vxt type vxlan id 42 local {EXT_IP} remote {VTEP} dstport 4789 dev eth0 && "
+               f"ip addr add {TUN_EXT}/24 dev vxt && ip link set vxt up")
+    try:
+        up = dict(name="up0", devices=ovs.members, teaming=teaming, queues=2,
+                  vxlan=dict(vni=42, local=VTEP + "/24", remotes=[EXT_IP]), **offloads)
+        vm = [dict(name="a", ipv4=TUN_VM + "/24", mtu=1450)]
+        with hvlab.Topology(tmp_path, vm, prefix="tx", uplinks=[up]) as t:
+            a, b = ovs.members
+            usable = "distributing" if teaming == "lacp" else "active"
+            assert hvlab.eventually(lambda: member(t, 0, ovs)["state"] == usable, timeout=20), team(t)
+            assert hvlab.eventually(lambda: reaches(ovs, TUN_VM), timeout=20), team(t)
+            kg = t.stats("/uplinks/up0/vxlan")["kernel_gso"]
+            if teaming == "lacp":
+                assert kg is None or kg["gso_frames"] == 0, kg
+            else:
+                assert kg["device"].count("+") == 1, kg
+
+            # The peer to the VM, then the VM to the peer, each with the
+            # first member's carrier pulled and given back on the way.
+            data = tmp_path / "random.bin"
+            data.write_bytes(os.urandom(12 << 20))
+            want = f"{hashlib.sha256(data.read_bytes()).hexdigest()} {12 << 20}"
+            for src, dst in [("ext", "a"), ("a", "ext")]:
+                serve = f"{os.sys.executable} {XFER} serve {TUN_EXT if dst == 'ext' else TUN_VM} 5556"
+                send = f"{os.sys.executable} {XFER} paced {TUN_EXT if dst == 'ext' else TUN_VM} 5556 {data} {3 << 20}"
+                server = (ovs.ext_popen if dst == "ext" else lambda c, **kw: t.popen("a", c, **kw))(
+                    serve, stdout=subprocess.PIPE, text=True)
+                sender = None
+                try:
+                    if dst == "a":
+                        t.wait_listening("a", 5556)
+                    sender = ovs.ext_popen(send) if src == "ext" else t.popen("a", send)
+                    moved = lambda: sum(m["rx_frames"] + m["tx_frames"] for m in team(t)["members"])  # noqa: E731
+                    base = moved()
+                    assert hvlab.eventually(lambda: moved() > base + 300, timeout=30), team(t)
+                    ovs.sh(f"ip link set {ovs.far[0]} down")
+                    assert hvlab.eventually(lambda: member(t, 0, ovs)["state"] == "down", timeout=15), team(t)
+                    tx_b = member(t, 1, ovs)["tx_frames"]
+                    assert hvlab.eventually(lambda: member(t, 1, ovs)["tx_frames"] > tx_b + 50, timeout=30), team(t)
+                    ovs.sh(f"ip link set {ovs.far[0]} up")
+                    assert hvlab.eventually(lambda: member(t, 0, ovs)["state"] == usable, timeout=20), team(t)
+                    assert sender.wait(timeout=180) == 0
+                    assert server.communicate(timeout=60)[0].strip() == want
+                finally:
+                    hvlab.stop_procs([p for p in [sender, server] if p])
+            v = t.stats("/uplinks/up0/vxlan")
+            assert v["remotes"][0]["mac"], v
+            tm = team(t)
+            assert tm["failovers"] >= 2, tm
+            kg = v["kernel_gso"]
+            if teaming == "active-backup":
+                # The VM's TSO frames went whole, by both members' TAPs.
+                assert kg["gso_frames"] > 0 and kg["errors"] == 0, kg
+            up_in = t.stats("/uplinks/up0/tx_summary")
+            assert up_in["decapsulated"] > 1000 and up_in["drop_bad_vxlan"] == 0, up_in
+    finally:
+        ovs.ext_sh("ip link del vxt", check=False)

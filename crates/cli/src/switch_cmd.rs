@@ -36,7 +36,10 @@ pub enum PortAction {
     /// rx_overflow=drop|backpressure delivery=auto|thread rx_usecs=0..10000
     /// (wake-up coalescing at its receive queues, as ethtool's rx-usecs)
     /// connected=on|off (the vNIC's cable: off drops its traffic and
-    /// withdraws its addresses from an EVPN fabric).
+    /// withdraws its addresses from an EVPN fabric) tx_rate=RATE|off
+    /// tx_burst=BYTES|off (a policer on what the VM sends) rx_rate=RATE|off
+    /// rx_burst=BYTES|off (a shaper on what it receives), rates and bursts
+    /// as tc writes them (1gbit, 256kb).
     Set {
         /// KEY=VALUE pairs.
         #[arg(required = true, value_name = "KEY=VALUE")]

@@ -10,6 +10,7 @@ use crate::rtnl::{LinkChange, Rtnl};
 use crate::state::state_dir;
 use crate::topology::Topology;
 use crate::views;
+use hvnet_datapath::rate::{parse_burst, parse_rate};
 use hvnet_datapath::settings::{setting_range, SettingError};
 use hvnet_datapath::{PortSettings, Switch, VlanSet};
 use serde_json::{json, Value};
@@ -296,6 +297,26 @@ pub fn merge_settings(cur: &PortSettings, changes: Value) -> Result<PortSettings
                 continue;
             }
             ("native_vlan", _) => return Err(bad(allowed(&k))),
+            // Rates and bursts: as tc writes them, or off.
+            ("tx_rate" | "rx_rate" | "tx_burst" | "rx_burst", Value::Bool(false)) => {
+                cur[&k] = Value::Null;
+                continue;
+            }
+            ("tx_rate" | "rx_rate" | "tx_burst" | "rx_burst", Value::String(w)) if w == "none" => {
+                cur[&k] = Value::Null;
+                continue;
+            }
+            ("tx_rate" | "rx_rate", Value::String(_) | Value::Number(_)) => {
+                let r = parse_rate(&shown).map_err(|_| bad(allowed(&k)))?;
+                cur[&k] = json!(r);
+                continue;
+            }
+            ("tx_burst" | "rx_burst", Value::String(_) | Value::Number(_)) => {
+                let b = parse_burst(&shown).map_err(|_| bad(allowed(&k)))?;
+                cur[&k] = json!(b);
+                continue;
+            }
+            ("tx_rate" | "rx_rate" | "tx_burst" | "rx_burst", _) => return Err(bad(allowed(&k))),
             _ => {}
         }
         // Past the top of its range before its type could overflow.
@@ -341,6 +362,12 @@ fn allowed(k: &str) -> String {
     match k {
         "vlans" => return "VLAN ids and low-high ranges, 1..4094 (10,20,100-199)".into(),
         "native_vlan" => return format!("{} or none", number_in(1, 4094)),
+        "tx_rate" | "rx_rate" => {
+            return "a rate as tc writes it (1gbit, 500mbit, 64kbit), 1bit..1tbit, or off".into()
+        }
+        "tx_burst" | "rx_burst" => {
+            return "a burst in bytes as tc writes it (256kb, 2mb), 65kb..1gb, or off".into()
+        }
         _ => {}
     }
     match (setting_range(k), words_of(k)) {
@@ -368,7 +395,9 @@ fn setting_error(e: SettingError) -> CtlError {
             value: value.to_string(),
             allowed: number_in(min, max),
         },
-        SettingError::Fixed(reason) => CtlError::Refused { reason },
+        SettingError::Fixed(reason) | SettingError::Conflict(reason) => {
+            CtlError::Refused { reason }
+        }
         SettingError::Device(reason) => CtlError::Failed { reason },
     }
 }

@@ -13,7 +13,7 @@ use crate::state::{check_owned_device, check_owned_netns, write_state, State};
 use crate::topology::{Host, NetQueueMode, Topology, Uplink, UplinkLro};
 use hvnet_datapath::PortSpec;
 use hvnet_port::netqueue::{Filter, Filters};
-use hvnet_port::vxlan::VtepConfig;
+use hvnet_port::vxlan::{PickMember, VtepConfig};
 use hvnet_port::{
     Device, SocketMode, Spread, TapPort, UplinkPort, UplinkRead, VhostUserPort, VxlanPort,
 };
@@ -260,36 +260,49 @@ fn spread(topo: &Topology, u: &Uplink) -> Spread {
     }
 }
 
-/// The TAP a tunnel endpoint on `dev` hands its frames to the kernel
-/// through, whole (GSO frames not segmented by hvnet): made with the
-/// 24-byte virtio-net header, up, with `dev`'s MTU and no IPv6 of its
-/// own, its ingress redirected to `dev`'s egress. `None` where the kernel
+/// The TAP a tunnel endpoint on `devices` hands its frames to the kernel
+/// through, whole (GSO frames not segmented by hvnet): one per device (a
+/// team's members, `team` picking), each made with the 24-byte
+/// virtio-net header, up, with its device's MTU and no IPv6 of its own,
+/// its ingress redirected to its device's egress. `None` where the kernel
 /// cannot (before Linux 6.17 the tunnel offloads are refused): the
 /// endpoint then segments, as with `gso = "software"`, and says why in the
 /// log.
-fn kernel_gso_tap(uplink: &str, dev: &str) -> Option<hvnet_port::vxlan::TunnelTap> {
+fn kernel_gso_tap(
+    uplink: &str,
+    devices: &[&str],
+    team: Option<Arc<dyn PickMember>>,
+) -> Option<hvnet_port::vxlan::TunnelTap> {
     let made = (|| -> Result<hvnet_port::vxlan::TunnelTap, String> {
         let mut rtnl = Rtnl::new().map_err(|e| e.to_string())?;
-        let index = rtnl.index(dev).map_err(|e| e.to_string())?;
-        let name = format!("hvx{index}");
-        let tap = hvnet_port::vxlan::TunnelTap::open(&name)
-            .map_err(|e| format!("TAP {name} with the tunnel header: {e}"))?;
-        // Nothing of the kernel's own (router solicitations, MLD) is to
-        // queue up on a TAP nobody reads.
-        let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"), "1");
-        let mtu = hvnet_port::uplink::device_mtu(dev)
-            .ok_or_else(|| format!("cannot read {dev}'s MTU"))?;
-        rtnl.set_link(
-            &name,
-            &LinkChange {
-                mtu: Some(mtu),
-                up: Some(true),
-                ..LinkChange::default()
-            },
-        )
-        .map_err(|e| e.to_string())?;
-        rtnl.redirect_ingress(&name, dev)
+        let mut names = Vec::with_capacity(devices.len());
+        for dev in devices {
+            names.push(format!(
+                "hvx{}",
+                rtnl.index(dev).map_err(|e| e.to_string())?
+            ));
+        }
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let tap = hvnet_port::vxlan::TunnelTap::open_team(&refs, team)
+            .map_err(|e| format!("TAP {} with the tunnel header: {e}", names.join("+")))?;
+        for (name, dev) in names.iter().zip(devices) {
+            // Nothing of the kernel's own (router solicitations, MLD) is
+            // to queue up on a TAP nobody reads.
+            let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"), "1");
+            let mtu = hvnet_port::uplink::device_mtu(dev)
+                .ok_or_else(|| format!("cannot read {dev}'s MTU"))?;
+            rtnl.set_link(
+                name,
+                &LinkChange {
+                    mtu: Some(mtu),
+                    up: Some(true),
+                    ..LinkChange::default()
+                },
+            )
             .map_err(|e| e.to_string())?;
+            rtnl.redirect_ingress(name, dev)
+                .map_err(|e| e.to_string())?;
+        }
         Ok(tap)
     })();
     match made {
@@ -345,41 +358,50 @@ pub(crate) fn open_uplink(topo: &Topology, u: &Uplink) -> Result<PortSpec, Daemo
         name: u.name.clone(),
         source,
     };
-    if let Some(t) = &u.team {
-        let mut members = Vec::new();
-        for d in &t.devices {
-            members.push((d.clone(), device_mac(u, d)?));
+    // The device the switch (or the tunnel endpoint) sends by: the one,
+    // or a team over the members; a team's tunnel endpoint writes into a
+    // TAP per member, the team picking as for its own frames.
+    let (port, team): (Arc<dyn Device>, Option<Arc<dyn PickMember>>) = match &u.team {
+        Some(t) => {
+            let mut members = Vec::new();
+            for d in &t.devices {
+                members.push((d.clone(), device_mac(u, d)?));
+            }
+            let team = TeamPort::open(TeamConfig {
+                members,
+                teaming: t.teaming,
+                order: t.order.clone(),
+                failback: t.failback,
+                lacp_rate: t.lacp_rate,
+                lacp_mode: t.lacp_mode,
+                queues: u.queues,
+                spread: spread(topo, u),
+                read,
+            })
+            .map_err(uplink_err)?;
+            let team = Arc::new(team);
+            (
+                Arc::clone(&team) as Arc<dyn Device>,
+                Some(team as Arc<dyn PickMember>),
+            )
         }
-        let team = TeamPort::open(TeamConfig {
-            members,
-            teaming: t.teaming,
-            order: t.order.clone(),
-            failback: t.failback,
-            lacp_rate: t.lacp_rate,
-            lacp_mode: t.lacp_mode,
-            queues: u.queues,
-            spread: spread(topo, u),
-            read,
-        })
-        .map_err(uplink_err)?;
-        return Ok(PortSpec {
-            name: u.name.clone(),
-            dev: Arc::new(team),
-            mac: hvnet_wire::MacAddr([0; 6]),
-            vlan: u.vlan,
-            endpoint: None,
-            settings: u.settings.clone(),
-        });
-    }
-    let dev = &u.device;
-    let port = UplinkPort::open(dev, u.queues, spread(topo, u), read).map_err(uplink_err)?;
-    let port: Arc<dyn Device> = Arc::new(port);
+        None => {
+            let port =
+                UplinkPort::open(&u.device, u.queues, spread(topo, u), read).map_err(uplink_err)?;
+            (Arc::new(port) as Arc<dyn Device>, None)
+        }
+    };
     let (dev, endpoint) = match &u.vxlan {
         None => (port, None),
         Some(v) => {
-            // The endpoint speaks with the device's own address.
-            let mac = device_mac(u, dev)?;
-            let tap = v.kernel_gso.then(|| kernel_gso_tap(&u.name, dev)).flatten();
+            // The endpoint speaks with the device's own address (a team's:
+            // its first member's, as Linux's bonding driver takes it).
+            let devices = u.devices();
+            let mac = device_mac(u, devices[0])?;
+            let tap = v
+                .kernel_gso
+                .then(|| kernel_gso_tap(&u.name, &devices, team))
+                .flatten();
             let vx = VxlanPort::new(
                 port,
                 VtepConfig {

@@ -172,6 +172,8 @@ drop_reasons! {
         GsoSegments = "gso_segments", FromPort;
         /// Security policy (a forged source MAC).
         Policy = "policy", FromPort;
+        /// Over the port's `tx_rate` (its policer).
+        Policed = "policed", FromPort;
         /// A VLAN the port does not carry: a tagged frame at an access
         /// port; at a trunk, a tag of a VLAN it does not allow (or an
         /// 802.1ad tag), or an untagged frame without a native VLAN.
@@ -488,6 +490,8 @@ counters! {
         /// Frames copied once, from the sending guest's buffers straight
         /// into this guest's (the rest went through a switch buffer).
         one_copy_frames,
+        /// Times this queue's delivery waited for its `rx_rate` (shaper).
+        shaper_waits,
     }
 }
 

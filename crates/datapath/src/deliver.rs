@@ -15,7 +15,7 @@ use crate::counters::{add, DropReason, EgressCounters};
 use crate::item::{RingItem, BATCH};
 use crate::ring::{Consumer, Slot};
 use crate::settings::{PortSettings, RxOverflow, BACKPRESSURE_WAIT};
-use crate::switch::{Port, Switch};
+use crate::switch::{Port, PortState, Switch};
 use hvnet_offload::gso::{self, CsumMode};
 use hvnet_offload::{csum, CsumState, GsoInfo, OffloadInfo};
 use hvnet_port::outgoing::recycle;
@@ -23,7 +23,7 @@ use hvnet_port::{BatchOptions, OutFrame, Packet, SendError, Transmitter, TxOptio
 use std::io::IoSlice;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Scratch space kept between batches, so delivering allocates nothing in
 /// steady state.
@@ -64,7 +64,9 @@ pub(crate) fn deliver_loop(sw: &Switch, port: &Port, q: usize) {
     let mut scratch = Scratch::default();
     let mut gen = u64::MAX;
     let mut s = port.settings();
-    while !sw.stopping() {
+    // A port removed from the switch takes its delivery threads with it
+    // (what its ring still holds is dropped as the port's, below).
+    while !sw.stopping() && port.state() != PortState::Removed {
         consumer.pop_batch(ring, &mut batch, BATCH);
         if batch.is_empty() {
             consumer.wait(ring, Duration::from_millis(100));
@@ -78,6 +80,11 @@ pub(crate) fn deliver_loop(sw: &Switch, port: &Port, q: usize) {
         let (r1, r2) = batch
             .iter()
             .fold((0, 0), |(a, b), x| (a + x.r1 as usize, b + x.r2 as usize));
+        if s.rx_rate.is_some() {
+            // The shaper: the batch waits (in the ring, which holds what
+            // arrives meanwhile) until the rate allows it.
+            pace(sw, port, c, &batch);
+        }
         if port.is_up() {
             deliver_batch(&mut *tx, c, &s, hold(&s), &mut batch, &mut scratch);
         } else {
@@ -91,6 +98,21 @@ pub(crate) fn deliver_loop(sw: &Switch, port: &Port, q: usize) {
     for x in batch.drain(..) {
         c.count_drop(DropReason::PortDown, x.item.sources());
     }
+}
+
+/// Waits until `port`'s shaper lets `batch` go (in steps, so that a
+/// stopping switch is not kept waiting), then takes its bytes.
+fn pace(sw: &Switch, port: &Port, c: &EgressCounters, batch: &[Slot<RingItem>]) {
+    loop {
+        let wait = port.rates.shape_wait(Instant::now());
+        if wait.is_zero() || sw.stopping() {
+            break;
+        }
+        add(&c.shaper_waits, 1);
+        std::thread::sleep(wait.min(Duration::from_millis(20)));
+    }
+    let bytes = batch.iter().map(|x| x.item.bytes() as u64).sum();
+    port.rates.shaped(bytes, Instant::now());
 }
 
 /// Delivers `items` through `tx` (a port's transmitter for this queue),

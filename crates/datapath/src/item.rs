@@ -27,6 +27,14 @@ pub enum RingItem {
 }
 
 impl RingItem {
+    /// Bytes of the frame as delivered (a coalesced frame's whole length).
+    pub fn bytes(&self) -> usize {
+        match self {
+            RingItem::Coalesced(c) => c.len(),
+            RingItem::Frame { pkt, .. } => pkt.len(),
+        }
+    }
+
     /// Offered frames this item accounts for.
     pub fn sources(&self) -> u64 {
         match self {

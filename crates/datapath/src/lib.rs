@@ -18,6 +18,7 @@ pub mod harness;
 pub mod item;
 pub mod mdb;
 pub mod port_table;
+pub mod rate;
 pub mod ring;
 pub mod settings;
 pub mod snoop;

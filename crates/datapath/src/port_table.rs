@@ -124,7 +124,7 @@ impl Switch {
         self.settings_gen.fetch_add(1, Ordering::Release);
         if self.running.load(Ordering::Acquire) {
             self.workers.adopt_port(self, &port);
-            if port.settings().delivery == Delivery::Thread {
+            if port.settings().shaped().delivery == Delivery::Thread {
                 self.start_delivery(&port);
             }
         }

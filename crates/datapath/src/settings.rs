@@ -1,6 +1,7 @@
 //! A port's settings — what `hvnet port PORT set` and topology files
 //! change — and how they are checked.
 
+use crate::rate::{Burst, Rate};
 use crate::ring;
 use crate::vlan::{PortVlans, VlanMode, VlanSet, MAX_VID, MIN_VID};
 use serde::{Deserialize, Serialize};
@@ -110,6 +111,22 @@ pub struct PortSettings {
     /// (without one, untagged frames from the port are dropped).
     #[serde(default)]
     pub native_vlan: Option<u16>,
+    /// Policer on what the VM sends: a frame over the rate is dropped
+    /// (`policed`), as Open vSwitch's `ingress_policing_rate` and
+    /// libvirt's `<outbound>`. None: no limit.
+    #[serde(default)]
+    pub tx_rate: Option<Rate>,
+    /// The policer's burst (default: 10 ms of the rate, at least 65 KiB).
+    #[serde(default)]
+    pub tx_burst: Option<Burst>,
+    /// Shaper on what the VM receives: frames over the rate wait in its
+    /// receive ring and leave at the rate (the port's delivery thread
+    /// writes them; a full ring drops), as libvirt's `<inbound>`.
+    #[serde(default)]
+    pub rx_rate: Option<Rate>,
+    /// The shaper's burst (default: 10 ms of the rate, at least 65 KiB).
+    #[serde(default)]
+    pub rx_burst: Option<Burst>,
 }
 
 fn connected() -> bool {
@@ -133,11 +150,27 @@ impl Default for PortSettings {
             vlan_mode: VlanMode::Access,
             vlans: VlanSet::ALL,
             native_vlan: None,
+            tx_rate: None,
+            tx_burst: None,
+            rx_rate: None,
+            rx_burst: None,
         }
     }
 }
 
 impl PortSettings {
+    /// The settings the datapath goes by: a shaped port's frames are
+    /// written by its delivery thread, which waits out the rate, and a
+    /// sender finding its ring full drops rather than wait (a worker
+    /// waiting on a shaped port would hold every other port it serves).
+    pub fn shaped(mut self) -> PortSettings {
+        if self.rx_rate.is_some() {
+            self.delivery = Delivery::Thread;
+            self.rx_overflow = RxOverflow::Drop;
+        }
+        self
+    }
+
     /// The port's VLANs as the datapath applies them, `access` its
     /// access VLAN (the port's `vlan`).
     #[inline]
@@ -179,6 +212,9 @@ pub enum SettingError {
     /// The device refused the change.
     #[error("{0}")]
     Device(String),
+    /// Settings that do not go together.
+    #[error("{0}")]
+    Conflict(String),
 }
 
 /// The values a numeric setting takes, `(min, max)`; `None` for a setting
@@ -210,6 +246,16 @@ pub fn validate_settings(s: &PortSettings) -> Result<(), SettingError> {
                 min,
                 max,
             });
+        }
+    }
+    for (burst, rate, b, r) in [
+        ("tx_burst", "tx_rate", s.tx_burst, s.tx_rate),
+        ("rx_burst", "rx_rate", s.rx_burst, s.rx_rate),
+    ] {
+        if b.is_some() && r.is_none() {
+            return Err(SettingError::Conflict(format!(
+                "{burst} needs a {rate} (a burst is of a rate)"
+            )));
         }
     }
     Ok(())

@@ -9,6 +9,7 @@ use crate::fdb::{Fdb, FdbLimits};
 use crate::item::RingItem;
 use crate::mdb::{Mdb, SnoopConfig};
 use crate::port_table::PortTable;
+use crate::rate::PortRates;
 use crate::ring::{self, RingStatus, RxRing};
 use crate::settings::{validate_settings, PortSettings, SettingError};
 use crate::workers::weight::WorkerNice;
@@ -94,6 +95,8 @@ pub struct Port {
     /// earlier).
     delivery_threads: AtomicBool,
     pub(crate) threads: Mutex<Vec<ThreadInfo>>,
+    /// Its policer and shaper (`tx_rate`, `rx_rate`).
+    pub rates: PortRates,
 }
 
 /// One of a port's threads, for the views (`hvnet port VM --json`): what
@@ -122,6 +125,8 @@ impl Port {
     ) -> Arc<Port> {
         let nq = s.dev.num_queues();
         s.dev.notify_changes(Arc::clone(gen));
+        let rates = PortRates::default();
+        rates.apply(&s.settings, Instant::now());
         Arc::new(Port {
             id,
             rxq: (0..nq)
@@ -139,6 +144,7 @@ impl Port {
             state: AtomicU8::new(PortState::Up as u8),
             thread_failures: AtomicU64::new(0),
             delivery_threads: AtomicBool::new(false),
+            rates,
             threads: Mutex::new(Vec::new()),
         })
     }
@@ -151,7 +157,7 @@ impl Port {
     /// and checksum offload only where the other side takes them (a
     /// vhost-user guest's driver may have refused them).
     pub fn effective_settings(&self) -> PortSettings {
-        let mut s = self.settings();
+        let mut s = self.settings().shaped();
         let caps = self.dev.caps();
         s.lro &= caps.gso;
         s.csum &= caps.csum;
@@ -543,6 +549,7 @@ impl Switch {
         for q in &p.rxq {
             q.rings.resize(new.ring1, new.ring2);
         }
+        p.rates.apply(&new, Instant::now());
         *p.settings.write().expect("settings lock") = new.clone();
         self.settings_gen.fetch_add(1, Ordering::Release);
         // What the port learned in VLANs it no longer carries goes (the
@@ -557,7 +564,8 @@ impl Switch {
         }
         // A switch not started yet (or stepped by a test's harness) starts
         // its delivery threads with its workers, not here.
-        if new.delivery == crate::settings::Delivery::Thread && self.running.load(Ordering::Acquire)
+        if new.clone().shaped().delivery == crate::settings::Delivery::Thread
+            && self.running.load(Ordering::Acquire)
         {
             if let Some(sw) = self.me.upgrade() {
                 sw.start_delivery(&p);

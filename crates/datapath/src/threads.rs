@@ -42,7 +42,7 @@ impl Switch {
         self.running.store(true, Ordering::Release);
         for p in self.ports().iter() {
             self.workers.adopt_port(self, p);
-            if p.settings().delivery == Delivery::Thread {
+            if p.settings().shaped().delivery == Delivery::Thread {
                 handles.extend(self.start_delivery(p));
             }
         }

@@ -63,6 +63,28 @@ pub struct Nic {
     /// hvnet's metadata names this interface (by its MAC): the domain
     /// means it for an hvnet switch, wherever its socket is.
     pub claimed: bool,
+    /// `<bandwidth>`: libvirt keeps it on a vhost-user interface without
+    /// applying it ("not implemented yet" in its log); the switch does.
+    pub bandwidth: Bandwidth,
+}
+
+/// An interface's `<bandwidth>`, in libvirt's units.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Bandwidth {
+    /// `<inbound>`: what the guest receives (libvirt shapes it).
+    pub inbound: Option<BandwidthRate>,
+    /// `<outbound>`: what the guest sends (libvirt polices it).
+    pub outbound: Option<BandwidthRate>,
+}
+
+/// One direction of `<bandwidth>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BandwidthRate {
+    /// `average`, in kilobytes (1000 bytes) a second, as libvirt hands it
+    /// to `tc` (`kbps`).
+    pub average: u64,
+    /// `burst`, in KiB (`tc`'s `kb`).
+    pub burst: Option<u64>,
 }
 
 /// A port's VLANs, as libvirt's `<vlan>` writes them.
@@ -139,6 +161,10 @@ pub fn parse(xml: &str) -> Result<Domain, String> {
                 })?,
             };
         let link_up = at("link", "state") != Some("down");
+        let bandwidth = match child("bandwidth") {
+            Some(b) => bandwidth(b).map_err(|e| format!("interface {mac}: {e}"))?,
+            None => Bandwidth::default(),
+        };
         let mine = meta.iter().find(|m| m.mac == mac);
         let target = at("target", "dev").filter(|d| !d.is_empty());
         nics.push(Nic {
@@ -152,9 +178,43 @@ pub fn parse(xml: &str) -> Result<Domain, String> {
                 .or(target.map(str::to_string)),
             vlan: mine.map(|m| m.vlan.clone()).unwrap_or_default(),
             claimed: mine.is_some(),
+            bandwidth,
         });
     }
     Ok(Domain { name, uuid, nics })
+}
+
+/// Reads `<bandwidth>`'s `<inbound>` and `<outbound>` (`peak` and `floor`
+/// are libvirt's HTB ceiling and guarantee, which a port's rates do not
+/// have: not read).
+fn bandwidth(b: roxmltree::Node) -> Result<Bandwidth, String> {
+    let way = |tag: &str| -> Result<Option<BandwidthRate>, String> {
+        let Some(n) = b.children().find(|n| n.has_tag_name(tag)) else {
+            return Ok(None);
+        };
+        let number = |attr: &str| -> Result<Option<u64>, String> {
+            match n.attribute(attr) {
+                None => Ok(None),
+                Some(v) => v
+                    .trim()
+                    .parse::<u64>()
+                    .map(Some)
+                    .map_err(|_| format!("<bandwidth><{tag} {attr}='{v}'> is not a number")),
+            }
+        };
+        match number("average")? {
+            // libvirt takes 0 as no limit.
+            None | Some(0) => Ok(None),
+            Some(average) => Ok(Some(BandwidthRate {
+                average,
+                burst: number("burst")?.filter(|b| *b > 0),
+            })),
+        }
+    };
+    Ok(Bandwidth {
+        inbound: way("inbound")?,
+        outbound: way("outbound")?,
+    })
 }
 
 /// One `<hvnet:port>` of the metadata.

@@ -89,6 +89,20 @@ pub fn vm_table(lv: &Libvirt, dom: &Domain, nic: &Nic) -> String {
             q(&lv.group)
         );
     }
+    // libvirt's <outbound> is what the guest sends (a policer, as
+    // libvirt's own tc and Open vSwitch do it), <inbound> what it
+    // receives (a shaper); averages in kB/s, bursts in KiB.
+    for (way, r) in [
+        ("tx", nic.bandwidth.outbound),
+        ("rx", nic.bandwidth.inbound),
+    ] {
+        let Some(r) = r else { continue };
+        t += &format!("{way}_rate = \"{}kbit\"\n", r.average.saturating_mul(8));
+        if let Some(b) = r.burst {
+            let least = hvnet_datapath::rate::MIN_BURST.div_ceil(1024);
+            t += &format!("{way}_burst = \"{}kb\"\n", b.max(least));
+        }
+    }
     match &nic.vlan {
         Vlan::None => {}
         Vlan::Access(id) => t += &format!("vlan = {id}\n"),

@@ -262,10 +262,13 @@ mod tests {
             .contains("device tb has another uplink (up0)"));
         let vx =
             team("devices = [\"ta\", \"tb\"]\n[uplink.vxlan]\nvni = 7\nlocal = \"10.9.0.1/24\"");
-        assert!(vx
-            .unwrap_err()
-            .1
-            .contains("over a team is not supported yet"));
+        assert_eq!(
+            vx.expect("a tunnel endpoint over a team").uplinks[0]
+                .team
+                .as_ref()
+                .map(|t| t.devices.len()),
+            Some(2)
+        );
         let host = team("devices = [\"ta\", \"tb\"]\n\n[[host]]\nname = \"ext\"\nuplink = \"up0\"\nipv4 = \"10.1.0.100/24\"");
         assert!(host.unwrap_err().1.contains("is a team"));
     }

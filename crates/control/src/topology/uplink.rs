@@ -492,11 +492,6 @@ pub(super) fn parse_uplinks(
                     .into(),
             ));
         }
-        if team.is_some() && vxlan.is_some() {
-            return Err(bad(
-                "a VXLAN endpoint over a team is not supported yet: give [uplink.vxlan] a single-device uplink".into(),
-            ));
-        }
         if !(1..=hvnet_port::uplink::READ_BATCH).contains(&u.batch) {
             return Err(bad(format!(
                 "batch {} is outside 1..{} (frames per system call)",

@@ -6,6 +6,7 @@ use super::{
     auto_mac, check_name, d_mtu, d_ring, d_true, line_of, parse, parse_addrs, Topology,
     VhostSocket, MAX_VMS,
 };
+use hvnet_datapath::rate::{Burst, Rate};
 use hvnet_datapath::settings::validate_settings;
 use hvnet_datapath::{Delivery, PortSettings, RxOverflow};
 use hvnet_wire::MacAddr;
@@ -56,6 +57,10 @@ pub(super) struct VmRepr {
     socket_group: Option<String>,
     socket_mode: Option<String>,
     packed: Option<bool>,
+    tx_rate: Option<Rate>,
+    tx_burst: Option<Burst>,
+    rx_rate: Option<Rate>,
+    rx_burst: Option<Burst>,
 }
 
 fn d_overflow() -> RxOverflow {
@@ -294,6 +299,10 @@ pub(super) fn parse_vms(
             delivery: v.delivery,
             rx_usecs: v.rx_usecs,
             connected: v.connected,
+            tx_rate: v.tx_rate,
+            tx_burst: v.tx_burst,
+            rx_rate: v.rx_rate,
+            rx_burst: v.rx_burst,
             ..vlans
         };
         validate_settings(&settings).map_err(|e| bad(e.to_string()))?;
@@ -534,6 +543,36 @@ mod vlan_tests {
         );
         let t = parse(&vm1("vlan_mode = \"access\"\nvlan = 7")).unwrap();
         assert_eq!(t.vms[0].vlan, 7);
+    }
+
+    #[test]
+    fn rates_are_read_as_tc_writes_them_and_bad_ones_refused_with_the_line() {
+        let t = parse(&vm1(
+            "tx_rate = \"1gbit\"\ntx_burst = \"2mb\"\nrx_rate = 500000000",
+        ))
+        .unwrap();
+        let s = &t.vms[0].settings;
+        assert_eq!(
+            (s.tx_rate.map(|r| r.0), s.tx_burst.map(|b| b.0)),
+            (Some(1_000_000_000), Some(2 << 20))
+        );
+        assert_eq!(
+            (s.rx_rate.map(|r| r.0), s.rx_burst),
+            (Some(500_000_000), None)
+        );
+        for (keys, why) in [
+            ("tx_rate = \"fast\"", "as tc writes it"),
+            ("rx_rate = \"1gbps\"", "bit, kbit, mbit, gbit or tbit"),
+            (
+                "tx_rate = \"1gbit\"\ntx_burst = \"1kb\"",
+                "at least one largest GSO frame",
+            ),
+            ("rx_burst = \"1mb\"", "rx_burst needs a rx_rate"),
+        ] {
+            let (line, reason) = parse(&vm1(keys)).unwrap_err();
+            assert!(line >= 3, "{keys}: line {line}: {reason}");
+            assert!(reason.contains(why), "{keys}: {reason}");
+        }
     }
 
     #[test]

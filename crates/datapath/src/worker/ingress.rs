@@ -57,6 +57,10 @@ impl State {
             c.count_drop(DropReason::Disconnected, 1);
             return;
         }
+        if !cx.port.rates.police(pkt.len(), now) {
+            c.count_drop(DropReason::Policed, 1);
+            return;
+        }
         let ingress = Ingress {
             port: cx.port.id,
             mac: cx.port.mac,

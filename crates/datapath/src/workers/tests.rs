@@ -252,3 +252,59 @@ fn ports_added_and_removed_while_a_flow_runs_leave_it_whole_and_are_reachable() 
     h.check_accounting().unwrap();
     stop(h, threads);
 }
+
+#[test]
+fn a_shaped_port_is_delivered_by_its_threads_at_its_rate_and_takes_them_when_removed() {
+    let (h, threads) = running(2);
+    let s = PortSettings {
+        lro: false,
+        rx_rate: Some(crate::rate::Rate(8_000_000)), // 1 MB/s
+        ..PortSettings::default()
+    };
+    let mac = MacAddr([2, 0, 0, 0, 2, 1]);
+    let (spec, guest) = tap_port("shaped", mac, 1, s);
+    let port = h.sw.add_port(spec).unwrap();
+    // Its queue's delivery thread runs (the shaper's pace is kept there).
+    let named = |p: &crate::Port| {
+        p.threads
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|t| t.role == "delivery")
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !named(&port) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(named(&port), "a delivery thread for the shaped port");
+    // Frames from port 1 arrive, paced (the bucket's burst, then waits).
+    let mut to_shaped = frame(1, 0, 0);
+    to_shaped[12..18].copy_from_slice(&mac.0);
+    to_shaped.resize(1400, 0);
+    for _ in 0..100 {
+        send(&h, 0, &to_shaped);
+    }
+    let mut buf = vec![0u8; 2048];
+    let mut got = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while got < 100 && Instant::now() < deadline {
+        match guest[0].file().read(&mut buf) {
+            Ok(_) => got += 1,
+            Err(_) => std::thread::sleep(Duration::from_micros(200)),
+        }
+    }
+    assert_eq!(got, 100);
+    assert!(
+        port.egress_stats().shaper_waits > 0,
+        "{:?}",
+        port.egress_stats()
+    );
+    // Removed, it takes its delivery thread with it.
+    let gone = h.sw.remove_port("shaped").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while named(&gone) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!named(&gone), "the delivery thread ended with its port");
+    stop(h, threads);
+}

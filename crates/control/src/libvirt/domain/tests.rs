@@ -136,3 +136,64 @@ fn xml_that_is_not_a_domain_is_refused() {
         .unwrap_err()
         .contains("server or client"));
 }
+
+#[test]
+fn bandwidth_is_read_in_libvirts_units_and_becomes_the_ports_rates() {
+    let nic = NIC.replace(
+        "<model type='virtio'/>",
+        "<model type='virtio'/><bandwidth><inbound average='125000' peak='250000' burst='1024'/>\
+         <outbound average='12500' burst='8'/></bandwidth>",
+    );
+    let d = parse(&domain(&nic, "")).unwrap();
+    let b = &d.nics[0].bandwidth;
+    assert_eq!(
+        (b.inbound, b.outbound),
+        (
+            Some(BandwidthRate {
+                average: 125_000,
+                burst: Some(1024)
+            }),
+            Some(BandwidthRate {
+                average: 12_500,
+                burst: Some(8)
+            })
+        )
+    );
+    // 125,000 kB/s is 1 Gbit/s; a burst below one GSO frame is raised to
+    // one. The table is what `hvnet vm add` takes.
+    let lv = crate::topology::Libvirt {
+        sockets: "/run/hvnet-libvirt/t".into(),
+        group: "kvm".into(),
+        gid: 0,
+        uri: "qemu:///system".into(),
+    };
+    let t = super::super::vm_table(&lv, &d, &d.nics[0]);
+    assert!(
+        t.contains("rx_rate = \"1000000kbit\"\nrx_burst = \"1024kb\""),
+        "{t}"
+    );
+    assert!(
+        t.contains("tx_rate = \"100000kbit\"\ntx_burst = \"65kb\""),
+        "{t}"
+    );
+    let vm = crate::topology::parse(&format!("name = \"t\"\n{t}"));
+    let s = &vm.expect("the table parses").vms[0].settings;
+    assert_eq!(s.rx_rate.map(|r| r.to_string()).as_deref(), Some("1gbit"));
+    assert_eq!(s.tx_rate.map(|r| r.to_string()).as_deref(), Some("100mbit"));
+    // No average, or 0: no limit; a word: refused with the reason.
+    let none = NIC.replace(
+        "<model type='virtio'/>",
+        "<bandwidth><inbound average='0'/></bandwidth>",
+    );
+    assert_eq!(
+        parse(&domain(&none, "")).unwrap().nics[0].bandwidth,
+        Bandwidth::default()
+    );
+    let bad = NIC.replace(
+        "<model type='virtio'/>",
+        "<bandwidth><outbound average='fast'/></bandwidth>",
+    );
+    assert!(parse(&domain(&bad, ""))
+        .unwrap_err()
+        .contains("average='fast'> is not a number"));
+}

@@ -102,6 +102,34 @@ pub struct Source {
     pub ipv6: Option<[u8; 16]>,
 }
 
+/// True for an IGMP or MLD message to a group address (a VM's membership
+/// report or leave): a switch-independent team sends these by its active
+/// member, as Linux's bonding sends IGMP by its current active slave. A
+/// snooping physical switch then delivers the group to the member the
+/// team takes multicast from, not to the VM's own member, where the team
+/// would drop it. Read from the headers parsed where the frame entered.
+pub fn is_membership(f: &OutFrame<'_>) -> bool {
+    let OutFrame::Packet(p) = f else {
+        return false;
+    };
+    let frame = p.frame();
+    let Some(n) = p.meta.layers.net.filter(|n| !n.fragment) else {
+        return false;
+    };
+    if frame.first().is_none_or(|b| b & 1 == 0) {
+        return false;
+    }
+    match n.kind {
+        NetKind::Ipv4 => n.protocol == hvnet_wire::igmp::PROTOCOL,
+        // Queries (130) are the querier's; reports (131, 143) and
+        // done (132) are a listener's.
+        NetKind::Ipv6 => {
+            n.protocol == hvnet_wire::nd::ICMPV6
+                && matches!(frame.get(n.offset + n.header_len), Some(131 | 132 | 143))
+        }
+    }
+}
+
 /// Reads a frame's source from its first bytes and, for a packet, the
 /// metadata parsed where it entered (nothing is parsed again).
 pub fn source(f: &OutFrame<'_>) -> Option<Source> {
@@ -484,6 +512,37 @@ mod tests {
             ipv4: Some([198, 18, 0, i]),
             ipv6: None,
         }
+    }
+
+    #[test]
+    fn igmp_and_mld_reports_are_membership_messages_and_nothing_else_is() {
+        use crate::packet::Packet;
+        use crate::pool::{Home, Pool, PoolCaps, SizeClass};
+        use hvnet_offload::OffloadInfo;
+        use hvnet_wire::{igmp, mld};
+        let mut pool = Pool::new(Home::new(PoolCaps::DEFAULT));
+        let mut is = |frame: &[u8]| {
+            let mut b = pool.take(SizeClass::Small).expect("a buffer");
+            b.fill(frame);
+            let p = Packet::parse(b, OffloadInfo::default()).expect("parses");
+            is_membership(&OutFrame::Packet(&p))
+        };
+        let mac = [2, 0, 0, 0, 0, 1];
+        let group = [239, 1, 1, 1];
+        let report = igmp::message(0x16, 0, group);
+        assert!(is(&igmp::frame(mac, [198, 18, 0, 1], group, &report)));
+        let (src, dst) = (
+            [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+            [0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x16],
+        );
+        let report = mld::message(131, 0, dst, src, dst);
+        assert!(is(&mld::frame(mac, src, dst, &report)));
+        // A query is the querier's; a group's data is no message.
+        let query = mld::message(130, 0, [0; 16], src, dst);
+        assert!(!is(&mld::frame(mac, src, dst, &query)));
+        let mut data = igmp::frame(mac, [198, 18, 0, 1], group, &report);
+        data[23] = 99;
+        assert!(!is(&data));
     }
 
     #[test]

@@ -3,11 +3,15 @@
 //! that member's own transmitter for queue `q` (a batch per `sendmmsg`),
 //! results reported in order. The member set is read once per batch.
 
-use super::policy::{flow_hash, source, Teaming};
+use super::policy::{flow_hash, is_membership, source, Teaming};
 use super::state::Distribution;
 use super::TeamPort;
 use crate::device::{Device, SendError, Transmitter, TxOptions};
 use crate::outgoing::{BatchOptions, OutFrame, Written};
+use crate::vxlan::PickMember;
+use hvnet_offload::OffloadInfo;
+use hvnet_wire::MacAddr;
+use std::io::IoSlice;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
@@ -20,7 +24,7 @@ pub(super) struct TeamTransmitter {
     gen: u64,
     picks: Vec<Option<usize>>,
     /// Addresses the last batch placed (kept for its allocation).
-    placed: Vec<hvnet_wire::MacAddr>,
+    placed: Vec<MacAddr>,
 }
 
 impl TeamTransmitter {
@@ -44,42 +48,94 @@ impl TeamTransmitter {
     /// Each frame's member (`None`: no member may send).
     fn pick(&mut self, frames: &[OutFrame<'_>]) {
         self.picks.clear();
-        let usable = &self.dist.usable;
+        let with_len = frames.iter().map(|f| (f, f.len() as u64));
+        self.team
+            .pick(&self.dist, with_len, &mut self.picks, &mut self.placed);
+    }
+}
+
+impl TeamPort {
+    /// Each frame's member by the policy, pushed on `picks` (`None`: no
+    /// member may send): per flow for `ip-hash` and `lacp`, else by where
+    /// its source is placed (under the team's lock, once per batch), a
+    /// membership report by the active member.
+    /// Addresses placed for the first time join the team's own; `placed`
+    /// is scratch. Each frame comes with the bytes it counts for (a
+    /// frame in pieces may be given by its headers only).
+    fn pick<'f, 'a: 'f>(
+        &self,
+        dist: &Distribution,
+        frames: impl ExactSizeIterator<Item = (&'f OutFrame<'a>, u64)>,
+        picks: &mut Vec<Option<usize>>,
+        placed: &mut Vec<MacAddr>,
+    ) {
+        let usable = &dist.usable;
         if usable.is_empty() {
-            self.picks.resize(frames.len(), None);
+            picks.extend(frames.map(|_| None));
             return;
         }
-        let teaming = self.team.teaming();
+        let teaming = self.teaming();
         if !teaming.switch_independent() {
             let ports = teaming == Teaming::Lacp;
-            self.picks.extend(
-                frames
-                    .iter()
-                    .map(|f| Some(usable[flow_hash(f, ports) as usize % usable.len()])),
+            picks.extend(
+                frames.map(|(f, _)| Some(usable[flow_hash(f, ports) as usize % usable.len()])),
             );
             return;
         }
-        let n = self.team.members.len();
+        let n = self.members.len();
         let now = Instant::now();
-        self.placed.clear();
-        let mut inner = self.team.inner.lock().expect("team lock");
-        for f in frames {
+        placed.clear();
+        let mut inner = self.inner.lock().expect("team lock");
+        let active = dist.active.unwrap_or(usable[0]);
+        for (f, bytes) in frames {
+            if is_membership(f) {
+                picks.push(Some(active));
+                continue;
+            }
             let pick = match source(f) {
                 Some(s) => {
-                    let pick =
-                        inner
-                            .placements
-                            .member_of(teaming, &s, f.len() as u64, usable, n, now);
+                    let pick = inner
+                        .placements
+                        .member_of(teaming, &s, bytes, usable, n, now);
                     if pick.new {
-                        self.placed.push(s.mac);
+                        placed.push(s.mac);
                     }
                     pick.member
                 }
                 None => usable[0],
             };
-            self.picks.push(Some(pick));
+            picks.push(Some(pick));
         }
-        self.team.change_own(&self.placed, &[]);
+        drop(inner);
+        self.change_own(placed, &[]);
+    }
+}
+
+/// A tunnel endpoint over the team writes its whole GSO frames into a TAP
+/// per member: the team picks the member as for any frame of its own
+/// transmitters (by the outer headers), and counts it there.
+impl PickMember for TeamPort {
+    fn send_by(&self, head: &[u8], len: u64) -> Option<usize> {
+        let (dist, _) = self.distribution();
+        let pieces = [IoSlice::new(head)];
+        let f = OutFrame::Pieces {
+            pieces: &pieces,
+            offload: OffloadInfo::default(),
+        };
+        let (mut picks, mut placed) = (Vec::with_capacity(1), Vec::new());
+        self.pick(&dist, std::iter::once((&f, len)), &mut picks, &mut placed);
+        match picks.first().copied().flatten() {
+            Some(m) => {
+                let member = &self.members[m];
+                member.tx_frames.fetch_add(1, Relaxed);
+                member.tx_bytes.fetch_add(len, Relaxed);
+                Some(m)
+            }
+            None => {
+                self.drops.no_member.fetch_add(1, Relaxed);
+                None
+            }
+        }
     }
 }
 

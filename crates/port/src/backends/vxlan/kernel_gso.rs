@@ -15,6 +15,10 @@
 //! GSO frames the kernel takes no tunnel GSO for (UDP segmentation; an
 //! inner frame too long for one outer IP packet), segmented here; ARP and
 //! neighbour discovery stay on the underlay's socket.
+//!
+//! Over a team there is a TAP per member, each redirected to its member,
+//! and the team picks the member of each frame by its outer headers
+//! ([`PickMember`]), as its own transmitters would.
 
 use super::encap::Inner;
 use crate::outgoing::Written;
@@ -29,15 +33,29 @@ use serde::Serialize;
 use std::io::{self, IoSlice};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
-/// The TAP a tunnel endpoint writes whole tunnelled frames into.
+/// Which of several underlay devices (a team's members) an outer frame
+/// leaves by.
+pub trait PickMember: Send + Sync + std::fmt::Debug {
+    /// The member for the outer frame that starts with `head` (its
+    /// Ethernet, IP and UDP headers), `len` bytes in all, counted as sent
+    /// by it; `None` when no member may send.
+    fn send_by(&self, head: &[u8], len: u64) -> Option<usize>;
+}
+
+/// The TAPs a tunnel endpoint writes whole tunnelled frames into: one, or
+/// one per member of a team.
 #[derive(Debug)]
 pub struct TunnelTap {
-    /// The TAP's one queue; `None` once closed (the port left the switch:
-    /// the device goes at once, not when the last reference does).
-    queue: RwLock<Option<FrameQueue>>,
+    /// Each TAP's one queue, in member order; empty once closed (the port
+    /// left the switch: the devices go at once, not when the last
+    /// reference does).
+    queues: RwLock<Vec<FrameQueue>>,
+    /// The TAPs' names, joined by `+` as a team's members are.
     name: String,
+    /// Over a team: who picks each frame's TAP.
+    team: Option<Arc<dyn PickMember>>,
     counters: KernelGsoCounters,
 }
 
@@ -68,6 +86,29 @@ impl TunnelTap {
     /// that name exists, and where the kernel has no tunnel GSO (before
     /// 6.17: the tunnel offloads are refused).
     pub fn open(name: &str) -> io::Result<TunnelTap> {
+        TunnelTap::open_team(&[name], None)
+    }
+
+    /// Creates a TAP per name (a team's members, in order), `team` picking
+    /// which one each frame is written into.
+    pub fn open_team(names: &[&str], team: Option<Arc<dyn PickMember>>) -> io::Result<TunnelTap> {
+        let queues = names
+            .iter()
+            .map(|n| TunnelTap::open_one(n))
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok(TunnelTap {
+            name: queues
+                .iter()
+                .map(|q| q.name())
+                .collect::<Vec<_>>()
+                .join("+"),
+            queues: RwLock::new(queues),
+            team,
+            counters: KernelGsoCounters::default(),
+        })
+    }
+
+    fn open_one(name: &str) -> io::Result<FrameQueue> {
         let queue = FrameQueue::open_new_tap(name)?;
         queue.set_vnet_hdr_size(LEN_TUNNEL as i32)?;
         // What the kernel may hand the TAP to read; nothing is read from
@@ -80,26 +121,22 @@ impl TunnelTap {
                 | offload::UDP_TUNNEL_GSO_CSUM,
         )?;
         queue.set_nonblocking(true)?;
-        Ok(TunnelTap {
-            name: queue.name().to_string(),
-            queue: RwLock::new(Some(queue)),
-            counters: KernelGsoCounters::default(),
-        })
+        Ok(queue)
     }
 
-    /// The device's name.
+    /// The devices' names, joined by `+`.
     pub fn name(&self) -> &str {
         &self.name
     }
 
-    /// Closes the TAP (the kernel removes the device); writes fail after.
+    /// Closes the TAPs (the kernel removes the devices); writes fail after.
     pub(super) fn close(&self) {
-        self.queue.write().expect("lock").take();
+        self.queues.write().expect("lock").clear();
     }
 
-    /// True while the TAP is open.
+    /// True while the TAPs are open.
     pub(super) fn is_open(&self) -> bool {
-        self.queue.read().expect("lock").is_some()
+        !self.queues.read().expect("lock").is_empty()
     }
 
     /// The path as the views show it.
@@ -240,10 +277,19 @@ impl TunnelTap {
         Ok(())
     }
 
+    /// Writes one frame: `pieces` are its header, its outer headers and
+    /// the rest.
     fn send(&self, pieces: &[&[u8]]) -> Result<(), ()> {
+        let member = match &self.team {
+            Some(team) => {
+                let len = pieces[1..].iter().map(|p| p.len() as u64).sum();
+                team.send_by(pieces[1], len).ok_or(())?
+            }
+            None => 0,
+        };
         let iov: smallvec::SmallVec<[IoSlice<'_>; 4]> =
             pieces.iter().map(|p| IoSlice::new(p)).collect();
-        match &*self.queue.read().expect("lock") {
+        match self.queues.read().expect("lock").get(member) {
             Some(q) => crate::vnet::write_frame(q, &iov).map_err(drop),
             None => Err(()),
         }

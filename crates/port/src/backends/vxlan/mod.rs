@@ -50,7 +50,7 @@ mod neighbours;
 mod port;
 
 pub use evpn::{EvpnCounters, EvpnRefusal, Origin, MAX_EVPN_MACS, MAX_FLOOD};
-pub use kernel_gso::{KernelGsoView, TunnelTap};
+pub use kernel_gso::{KernelGsoView, PickMember, TunnelTap};
 pub use neighbours::Reply;
 pub use port::VxlanPort;
 

@@ -1,0 +1,366 @@
+//! A port's rates, as token buckets in bytes shared by its queues: a
+//! policer on what its VM sends (`tx_rate`, `tx_burst`: a frame over the
+//! rate is dropped and counted, as Open vSwitch's ingress policing and
+//! libvirt's `<outbound>` do it), and a shaper on what it receives
+//! (`rx_rate`, `rx_burst`: frames over the rate wait in the port's receive
+//! ring, released at the rate by its delivery thread, as libvirt's
+//! `<inbound>` does it with HTB). The names follow the port's own counters
+//! (`tx_summary`: what the VM sent), as a vNIC's do.
+//!
+//! A policer lets a frame through only if the bucket holds all of it: a
+//! GSO frame counts whole, so a burst smaller than the guest's largest
+//! TSO frame would pass none of them — the burst is at least
+//! [`MIN_BURST`]. A shaper lets a batch go when the bucket is not in debt
+//! and takes all of it, going into debt for a large one, so its long-run
+//! rate is exact whatever the frame sizes.
+
+use crate::settings::PortSettings;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The smallest burst a rate takes: one largest GSO frame and its headers.
+pub const MIN_BURST: u64 = 65_536 + 1024;
+/// The largest rate a port takes (1 Tbit/s).
+pub const MAX_RATE: u64 = 1_000_000_000_000;
+/// The longest a burst may be, at any rate (1 GiB).
+pub const MAX_BURST: u64 = 1 << 30;
+
+/// A rate in bits a second, written as `tc` writes it: `"1gbit"`,
+/// `"500mbit"`, `"64kbit"`, `"9600bit"` (SI multiples), or a number of
+/// bits a second.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Rate(pub u64);
+
+/// A burst in bytes: `"256kb"`, `"2mb"`, `"1500b"` (multiples of 1024, as
+/// `tc`), or a number of bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Burst(pub u64);
+
+/// Reads a rate as [`Rate`] says; the error names what it takes.
+pub fn parse_rate(s: &str) -> Result<Rate, String> {
+    let units = [
+        ("tbit", 1_000_000_000_000),
+        ("gbit", 1_000_000_000),
+        ("mbit", 1_000_000),
+        ("kbit", 1_000),
+        ("bit", 1),
+    ];
+    let r = scaled(s, &units).ok_or_else(|| {
+        format!("rate {s:?} is not a number with bit, kbit, mbit, gbit or tbit (as tc writes it, e.g. \"1gbit\")")
+    })?;
+    if !(1..=MAX_RATE).contains(&r) {
+        return Err(format!("rate {s:?} is outside 1bit..1tbit"));
+    }
+    Ok(Rate(r))
+}
+
+/// Reads a burst as [`Burst`] says; the error names what it takes.
+pub fn parse_burst(s: &str) -> Result<Burst, String> {
+    let units = [("gb", 1 << 30), ("mb", 1 << 20), ("kb", 1 << 10), ("b", 1)];
+    let b = scaled(s, &units).ok_or_else(|| {
+        format!("burst {s:?} is not a number with b, kb, mb or gb (bytes, as tc writes it, e.g. \"256kb\")")
+    })?;
+    if !(MIN_BURST..=MAX_BURST).contains(&b) {
+        return Err(format!(
+            "burst {s:?} is outside {}kb..1gb (at least one largest GSO frame)",
+            MIN_BURST.div_ceil(1024)
+        ));
+    }
+    Ok(Burst(b))
+}
+
+/// `s` as a number with one of `units` (case-insensitive), or a bare number.
+fn scaled(s: &str, units: &[(&str, u64)]) -> Option<u64> {
+    let t = s.trim().to_ascii_lowercase();
+    let (digits, mult) = units
+        .iter()
+        .find_map(|(u, m)| t.strip_suffix(u).map(|d| (d.trim(), *m)))
+        .unwrap_or((t.as_str(), 1));
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<u64>().ok()?.checked_mul(mult)
+}
+
+/// The rate as `tc` would print it (the largest unit it is a whole
+/// number of).
+impl std::fmt::Display for Rate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let r = self.0;
+        match [
+            (1_000_000_000_000, "tbit"),
+            (1_000_000_000, "gbit"),
+            (1_000_000, "mbit"),
+            (1_000, "kbit"),
+        ]
+        .into_iter()
+        .find(|(m, _)| r.is_multiple_of(*m))
+        {
+            Some((m, u)) => write!(f, "{}{u}", r / m),
+            None => write!(f, "{r}bit"),
+        }
+    }
+}
+
+impl std::fmt::Display for Burst {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let b = self.0;
+        match [(1 << 30, "gb"), (1 << 20, "mb"), (1 << 10, "kb")]
+            .into_iter()
+            .find(|(m, _)| b.is_multiple_of(*m))
+        {
+            Some((m, u)) => write!(f, "{}{u}", b / m),
+            None => write!(f, "{b}b"),
+        }
+    }
+}
+
+/// Written as `tc` writes it (`"1gbit"`), read as [`parse_rate`] reads it
+/// or as a number of bits a second.
+impl Serialize for Rate {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Rate {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match NumberOrWord::deserialize(d)? {
+            NumberOrWord::Number(n) => parse_rate(&n.to_string()),
+            NumberOrWord::Word(w) => parse_rate(&w),
+        }
+        .map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for Burst {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Burst {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match NumberOrWord::deserialize(d)? {
+            NumberOrWord::Number(n) => parse_burst(&n.to_string()),
+            NumberOrWord::Word(w) => parse_burst(&w),
+        }
+        .map_err(serde::de::Error::custom)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum NumberOrWord {
+    Number(u64),
+    Word(String),
+}
+
+/// The default burst of a rate: 10 ms of it, and at least [`MIN_BURST`]
+/// (Linux's `tc` takes a burst of at least a tick's worth of the rate).
+pub fn default_burst(rate: Rate) -> Burst {
+    Burst((rate.0 / 8 / 100).clamp(MIN_BURST, MAX_BURST))
+}
+
+/// A token bucket in bytes.
+#[derive(Debug)]
+pub struct TokenBucket {
+    /// Bytes a second.
+    rate: u64,
+    /// Most tokens it holds.
+    burst: i64,
+    /// Tokens now; below zero a shaper is in debt.
+    tokens: i64,
+    last: Instant,
+}
+
+impl TokenBucket {
+    /// A full bucket for `rate` with `burst`.
+    pub fn new(rate: Rate, burst: Burst, now: Instant) -> TokenBucket {
+        let burst = burst.0.max(MIN_BURST) as i64;
+        TokenBucket {
+            rate: (rate.0 / 8).max(1),
+            burst,
+            tokens: burst,
+            last: now,
+        }
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let dt = now.saturating_duration_since(self.last);
+        // Whole bytes only; the remainder of the interval stays for the
+        // next refill (the clock is not moved past what was credited).
+        let add = (dt.as_nanos() * u128::from(self.rate) / 1_000_000_000) as i64;
+        if add > 0 {
+            let credited =
+                Duration::from_nanos((add as u128 * 1_000_000_000 / u128::from(self.rate)) as u64);
+            self.last += credited;
+            self.tokens = self.tokens.saturating_add(add).min(self.burst);
+        }
+        if self.tokens == self.burst {
+            self.last = now;
+        }
+    }
+
+    /// A policer's decision for a frame of `bytes`: true (and the tokens
+    /// taken) if the bucket holds all of it.
+    pub fn police(&mut self, bytes: u64, now: Instant) -> bool {
+        self.refill(now);
+        let b = bytes as i64;
+        if self.tokens >= b {
+            self.tokens -= b;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// How long a shaper waits before it may send at all (zero: now).
+    pub fn wait(&mut self, now: Instant) -> Duration {
+        self.refill(now);
+        if self.tokens >= 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_nanos(
+            ((-self.tokens) as u128 * 1_000_000_000 / u128::from(self.rate)) as u64 + 1,
+        )
+    }
+
+    /// A shaper sent `bytes`: taken, into debt if need be.
+    pub fn spend(&mut self, bytes: u64, now: Instant) {
+        self.refill(now);
+        self.tokens = self.tokens.saturating_sub(bytes as i64);
+    }
+}
+
+/// A port's policer and shaper, made again when its rates change. A port
+/// without a rate pays one relaxed load per frame.
+#[derive(Debug, Default)]
+pub struct PortRates {
+    policing: AtomicBool,
+    police: Mutex<Option<(Rate, Burst, TokenBucket)>>,
+    shape: Mutex<Option<(Rate, Burst, TokenBucket)>>,
+}
+
+impl PortRates {
+    /// Takes `s`'s rates: a bucket whose rate or burst changed starts
+    /// again, full; one unchanged keeps its tokens.
+    pub fn apply(&self, s: &PortSettings, now: Instant) {
+        let remake = |slot: &Mutex<Option<(Rate, Burst, TokenBucket)>>,
+                      rate: Option<Rate>,
+                      burst: Option<Burst>| {
+            let mut slot = slot.lock().expect("rate lock");
+            let want = rate.map(|r| (r, burst.unwrap_or_else(|| default_burst(r))));
+            if slot.as_ref().map(|(r, b, _)| (*r, *b)) != want {
+                *slot = want.map(|(r, b)| (r, b, TokenBucket::new(r, b, now)));
+            }
+        };
+        remake(&self.police, s.tx_rate, s.tx_burst);
+        remake(&self.shape, s.rx_rate, s.rx_burst);
+        self.policing.store(s.tx_rate.is_some(), Relaxed);
+    }
+
+    /// The policer's decision for a frame of `bytes` the VM sent: true if
+    /// it conforms (or there is no policer).
+    #[inline]
+    pub fn police(&self, bytes: usize, now: Instant) -> bool {
+        if !self.policing.load(Relaxed) {
+            return true;
+        }
+        match &mut *self.police.lock().expect("rate lock") {
+            Some((_, _, b)) => b.police(bytes as u64, now),
+            None => true,
+        }
+    }
+
+    /// How long the shaper has the port's delivery wait before its next
+    /// batch (zero: none, or no shaper).
+    pub fn shape_wait(&self, now: Instant) -> Duration {
+        match &mut *self.shape.lock().expect("rate lock") {
+            Some((_, _, b)) => b.wait(now),
+            None => Duration::ZERO,
+        }
+    }
+
+    /// The port's delivery wrote `bytes`: the shaper's tokens taken.
+    pub fn shaped(&self, bytes: u64, now: Instant) {
+        if let Some((_, _, b)) = &mut *self.shape.lock().expect("rate lock") {
+            b.spend(bytes, now);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_and_bursts_read_as_tc_writes_them() {
+        assert_eq!(parse_rate("1gbit"), Ok(Rate(1_000_000_000)));
+        assert_eq!(parse_rate("500Mbit"), Ok(Rate(500_000_000)));
+        assert_eq!(parse_rate("64kbit"), Ok(Rate(64_000)));
+        assert_eq!(parse_rate("9600"), Ok(Rate(9600)));
+        assert!(parse_rate("1gbps").unwrap_err().contains("kbit, mbit"));
+        assert!(parse_rate("0").unwrap_err().contains("outside"));
+        assert!(parse_rate("2tbit").unwrap_err().contains("outside"));
+        assert!(parse_rate("-5mbit").is_err());
+        assert!(parse_rate("99999999999999999999999gbit").is_err());
+        assert_eq!(parse_burst("256kb"), Ok(Burst(256 << 10)));
+        assert_eq!(parse_burst("2mb"), Ok(Burst(2 << 20)));
+        assert!(parse_burst("1500b")
+            .unwrap_err()
+            .contains("at least one largest GSO frame"));
+        for r in ["1gbit", "1500mbit", "64kbit", "9601bit"] {
+            assert_eq!(parse_rate(r).unwrap().to_string(), r);
+        }
+        assert_eq!(Burst(3 << 20).to_string(), "3mb");
+        assert_eq!(default_burst(Rate(1_000_000_000)), Burst(1_250_000));
+        assert_eq!(default_burst(Rate(1_000_000)), Burst(MIN_BURST));
+    }
+
+    #[test]
+    fn a_policer_passes_the_rate_and_its_burst_and_drops_the_rest() {
+        let t0 = Instant::now();
+        let (rate, burst) = (Rate(8_000_000), Burst(100_000)); // 1 MB/s
+        let mut b = TokenBucket::new(rate, burst, t0);
+        // The burst at once, then nothing without time.
+        let mut passed = 0u64;
+        while b.police(1000, t0) {
+            passed += 1000;
+        }
+        assert_eq!(passed, 100_000);
+        // One second on: one second's worth (the bucket refills to its
+        // burst, no more).
+        let mut passed = 0u64;
+        for ms in 1..=1000u64 {
+            let now = t0 + Duration::from_millis(ms);
+            while b.police(1000, now) {
+                passed += 1000;
+            }
+        }
+        assert_eq!(passed, 1_000_000);
+        // A frame larger than the burst never passes.
+        let later = t0 + Duration::from_secs(10);
+        assert!(!b.police(200_000, later));
+        assert!(b.police(100_000, later));
+    }
+
+    #[test]
+    fn a_shaper_keeps_its_rate_in_the_long_run_whatever_the_frame_sizes() {
+        let t0 = Instant::now();
+        let mut b = TokenBucket::new(Rate(80_000_000), Burst(MIN_BURST), t0); // 10 MB/s
+        let mut now = t0;
+        let mut sent = 0u64;
+        // 64 KiB frames, each sent when the shaper lets it.
+        while now < t0 + Duration::from_secs(2) {
+            now += b.wait(now);
+            b.spend(65_536, now);
+            sent += 65_536;
+        }
+        let secs = now.duration_since(t0).as_secs_f64();
+        let rate = (sent - MIN_BURST) as f64 / secs;
+        assert!((rate - 10_000_000.0).abs() / 10_000_000.0 < 0.01, "{rate}");
+    }
+}

@@ -1,0 +1,110 @@
+"""Rates against real stacks: iperf3 TCP and UDP between namespace VMs
+through a port's policer (`tx_rate`: what its VM sends) and shaper
+(`rx_rate`: what it receives), set in the topology and at run time; bad
+values refused with what is allowed. What these tests assert of a rate
+is an upper bound — what got through is never more than the rate times
+the time plus the burst — which a slow machine meets as well as a fast
+one; nothing asserts a floor."""
+
+import json
+import time
+
+import pytest
+
+import hvlab
+
+pytestmark = pytest.mark.root
+
+A, B = "198.18.44.1", "198.18.44.2"
+RATE = 20_000_000  # bit/s
+
+
+def rx_bytes(t, vm):
+    return int(t.sh(vm, "cat /sys/class/net/eth0/statistics/rx_bytes").stdout)
+
+
+def through(t, dst, cmd, seconds=3):
+    """Runs iperf3 client `cmd` from `a` for `seconds`; returns (bytes
+    `dst` received meanwhile, wall seconds it took, iperf3's JSON)."""
+    before, start = rx_bytes(t, dst), time.monotonic()
+    out = t.sh("a", f"iperf3 -c {B} -t {seconds} -J {cmd}", timeout=seconds + 60)
+    took = time.monotonic() - start
+    return rx_bytes(t, dst) - before, took, json.loads(out.stdout)
+
+
+def bound(rate, burst, seconds):
+    """Most bytes a rate lets through in `seconds` (frames' Ethernet
+    headers counted by the bucket too), with 2 % for the clocks."""
+    return (rate / 8 * seconds + burst) * 1.02
+
+
+def drops(t, path, reason):
+    return t.stats(path).get(f"drop_{reason}", 0)
+
+
+def test_a_policer_limits_what_a_vm_sends_and_changes_at_run_time(tmp_path):
+    vms = [dict(name="a", ipv4=A + "/24", tx_rate="20mbit", tx_burst="128kb"), dict(name="b", ipv4=B + "/24")]
+    with hvlab.Topology(tmp_path, vms, prefix="rp") as t:
+        t.popen("b", f"iperf3 -s -B {B}", stdout=hvlab.subprocess.DEVNULL, stderr=hvlab.subprocess.DEVNULL)
+        t.wait_listening("b", 5201)
+        port = json.loads(t.hv("port", "a", "--json").stdout)
+        assert (port["tx_rate"], port["tx_burst"]) == ("20mbit", "128kb"), port
+
+        # UDP offered at ten times the rate: the excess is policed.
+        got, took, _ = through(t, "b", "-u -b 200M -l 1400")
+        assert 0 < got <= bound(RATE, 128 << 10, took), (got, took)
+        policed = drops(t, "/ports/a/tx_summary", "policed")
+        assert policed > 0
+
+        # TCP backs off and completes, within the rate.
+        got, took, j = through(t, "b", "")
+        assert 0 < got <= bound(RATE, 128 << 10, took), (got, took)
+        assert j["end"]["sum_received"]["bytes"] > 0
+
+        # Off at run time: nothing more is policed.
+        t.hv("port", "a", "set", "tx_rate=off", "tx_burst=off")
+        before = drops(t, "/ports/a/tx_summary", "policed")
+        through(t, "b", "-u -b 200M -l 1400", seconds=2)
+        assert drops(t, "/ports/a/tx_summary", "policed") == before
+
+        # On again, another rate; bad values are refused and change nothing.
+        t.hv("port", "a", "set", "tx_rate=5mbit")
+        got, took, _ = through(t, "b", "-u -b 100M -l 1400", seconds=2)
+        # The default burst: 10 ms of the rate, at least 65 KiB.
+        assert 0 < got <= bound(5_000_000, 66560, took), (got, took)
+        for change, says in [("tx_rate=fast", "as tc writes it"), ("tx_rate=2tbit", "1bit..1tbit"),
+                             ("rx_burst=1mb", "needs a rx_rate"), ("tx_burst=1kb", "65kb..1gb")]:
+            r = t.hv("port", "a", "set", change, check=False)
+            assert r.returncode != 0 and says in r.stderr, (change, r.stderr)
+        s = json.loads(t.hv("port", "a", "--json").stdout)
+        assert (s["tx_rate"], s["tx_burst"], s["rx_rate"]) == ("5mbit", None, None), s
+
+
+def test_a_shaper_paces_what_a_vm_receives(tmp_path):
+    vms = [dict(name="a", ipv4=A + "/24"), dict(name="b", ipv4=B + "/24", rx_rate="20mbit")]
+    with hvlab.Topology(tmp_path, vms, prefix="rs") as t:
+        t.popen("b", f"iperf3 -s -B {B}", stdout=hvlab.subprocess.DEVNULL, stderr=hvlab.subprocess.DEVNULL)
+        t.wait_listening("b", 5201)
+        # The default burst: 10 ms of 20 Mbit/s is less than the least, 65 KiB.
+        burst = 66560
+
+        # TCP: held in b's ring and paced, nothing policed.
+        got, took, j = through(t, "b", "")
+        assert 0 < got <= bound(RATE, burst, took), (got, took)
+        rx = t.stats("/ports/b/rx_summary")
+        assert rx["shaper_waits"] > 0, rx
+        assert drops(t, "/ports/a/tx_summary", "policed") == 0
+
+        # UDP at ten times the rate: the ring fills and drops (it does not
+        # hold the sender's worker, whatever rx_overflow says).
+        got, took, _ = through(t, "b", "-u -b 200M -l 1400")
+        assert 0 < got <= bound(RATE, burst, took), (got, took)
+        rx = t.stats("/ports/b/rx_summary")
+        assert rx.get("drop_ring1_full", 0) + rx.get("drop_ring2_full", 0) > 0, rx
+        assert t.stats("/ports/b/rx_summary")["backpressure_waits"] == 0
+
+        # Off at run time: delivery as before.
+        t.hv("port", "b", "set", "rx_rate=off")
+        waits = t.stats("/ports/b/rx_summary")["shaper_waits"]
+        through(t, "b", "", seconds=2)
+        assert t.stats("/ports/b/rx_summary")["shaper_waits"] == waits

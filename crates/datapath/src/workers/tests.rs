@@ -289,7 +289,10 @@ fn a_shaped_port_is_delivered_by_its_threads_at_its_rate_and_takes_them_when_rem
     let deadline = Instant::now() + Duration::from_secs(60);
     while got < 100 && Instant::now() < deadline {
         match guest[0].file().read(&mut buf) {
-            Ok(_) => got += 1,
+            Ok(n) => {
+                assert_eq!(&buf[12..18], &mac.0, "{n} bytes to the shaped port");
+                got += 1
+            }
             Err(_) => std::thread::sleep(Duration::from_micros(200)),
         }
     }

@@ -371,6 +371,42 @@ def test_lacp_negotiates_with_open_vswitch_and_survives_its_failures(tmp_path, o
         assert negotiated(ovs), bond_show(ovs)
 
 
+@needs_ovs
+def test_a_switch_independent_team_behind_a_snooping_switch_gets_its_vms_groups(tmp_path, ovs):
+    """The switch (Open vSwitch with IGMP snooping) sends a group where the
+    reports came from; the team takes multicast from its active member
+    only. A VM placed on the other member joins: its reports leave by the
+    active member, so the group comes back where the team takes it."""
+    from test_mcast import PROBE, Lines
+    ovs.plain()
+    ovs.vsctl("set", "Bridge", "br", "mcast_snooping_enable=true")
+    recv = None
+    try:
+        with topology(tmp_path, ovs, "port-id", vms=2) as t:
+            for ip in [VM_A, VM_B]:
+                assert hvlab.eventually(lambda: reaches(ovs, ip), timeout=15), ip
+            tm = team(t)
+            placed = {p["port"]: p["member"] for p in tm["placements"]}
+            vm = next(v for v, m in placed.items() if m != tm["active"])
+            recv = Lines(t.popen(vm, f"{os.sys.executable} {PROBE} recv 239.9.9.9 5009 20",
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+            recv.expect("joined")
+            # The switch learned the group on the active member's port.
+            active_far = ovs.far[ovs.members.index(tm["active"])]
+            learned = lambda: [ln for ln in ovs.appctl("mdb/show", "br").stdout.splitlines()  # noqa: E731
+                               if "239.9.9.9" in ln]
+            assert hvlab.eventually(lambda: learned(), timeout=15), ovs.appctl("mdb/show", "br").stdout
+            port_no = ovs.vsctl("get", "Interface", active_far, "ofport").stdout.strip()
+            assert all(ln.split()[0] == port_no for ln in learned()), (learned(), port_no)
+            ovs.ext_sh(f"{os.sys.executable} {PROBE} send 239.9.9.9 5009 40")
+            recv.expect("got 20")
+            assert placed == {p["port"]: p["member"] for p in team(t)["placements"]}, "nothing moved"
+    finally:
+        if recv:
+            hvlab.stop_procs([recv.p])
+        ovs.vsctl("set", "Bridge", "br", "mcast_snooping_enable=false")
+
+
 TUN_VM, TUN_EXT = "198.18.41.1", "198.18.41.100"
 VTEP = "198.18.40.50"
 

@@ -104,12 +104,22 @@ class LinuxVtep:
 class HvnetHost:
     """An hvnet host: its switch (and FRR) inside namespace `ns`."""
 
-    def __init__(self, fabric, ns, index, vms):
+    def __init__(self, fabric, ns, index, vms, team=False):
         self.fabric, self.ns, self.index = fabric, ns, index
         self.ip = f"{UNDERLAY}.{10 + index}"
         self.vtep = f"{UNDERLAY}.{index}"
         self.vms = vms
         self.topo = None
+        # On a team: two members into the underlay, the tunnel's traffic
+        # by `u1` (active-backup, `u0` the backup), BGP from the host's own
+        # address on `u0`.
+        self.team = team
+
+    def uplink(self, vxlan):
+        if self.team:
+            return dict(name="up0", devices=["u0", "u1"], teaming="active-backup", order=["u1", "u0"],
+                        mtu=1550, vxlan=vxlan)
+        return dict(name="up0", device="u0", mtu=1550, vxlan=vxlan)
 
     def up(self, neighbors, remotes=None):
         """With `remotes`: the static set-up instead (no EVPN, no FRR)."""
@@ -118,7 +128,7 @@ class HvnetHost:
             vxlan["remotes"] = remotes
         self.topo = hvlab.Topology(
             self.fabric.tmp, self.vms, prefix=f"e{self.index}", netns=self.ns,
-            uplinks=[dict(name="up0", device="u0", mtu=1550, vxlan=vxlan)],
+            uplinks=[self.uplink(vxlan)],
             frr=dict(asn=ASN, router_id=self.ip, neighbors=neighbors) if remotes is None else None)
         self.topo.__enter__()
 
@@ -201,15 +211,17 @@ class EvpnFabric:
     """`hvnet_vms` lists, per hvnet host, its VMs (dicts as hvlab.Topology
     takes them); `linux` Linux VTEPs join them; with `injector`, a GoBGP
     speaker too (every FRR peers with it); with `evpn` False, the hvnet
-    hosts are the static set-up instead (each other's `remotes`)."""
+    hosts are the static set-up instead (each other's `remotes`); the
+    hvnet hosts whose indices `teams` lists have their uplink on a team."""
 
-    def __init__(self, tmp, hvnet_vms, linux=1, injector=False, evpn=True):
+    def __init__(self, tmp, hvnet_vms, linux=1, injector=False, evpn=True, teams=()):
         self.tmp = Path(tmp)
         p = hvlab.unique("ev")[:9]
         self.fab = f"{p}-fab"
         self.namespaces = []
         self.evpn = evpn
-        self.hvnet = [HvnetHost(self, f"{p}-h{i + 1}", i + 1, vms) for i, vms in enumerate(hvnet_vms)]
+        self.hvnet = [HvnetHost(self, f"{p}-h{i + 1}", i + 1, vms, team=i in teams)
+                      for i, vms in enumerate(hvnet_vms)]
         self.linux = [LinuxVtep(self, f"{p}-l{j + 1}", j + 1) for j in range(linux)]
         self.injector = Injector(self, f"{p}-g") if injector else None
 
@@ -240,6 +252,11 @@ class EvpnFabric:
             hvlab.run(["ip", "-n", self.fab, "link", "set", f"f{i}", "master", "ufab", "up"])
             sh(h.ns, f"sysctl -qw net.ipv6.conf.all.disable_ipv6=1 && ip link set lo up"
                      f" && ip addr add {h.ip}/24 dev u0 && ip link set u0 up")
+            if getattr(h, "team", False):
+                hvlab.run(["ip", "-n", self.fab, "link", "add", f"f{i}t", "mtu", "1600", "type", "veth",
+                           "peer", "name", "u1", "mtu", "1600", "netns", h.ns])
+                hvlab.run(["ip", "-n", self.fab, "link", "set", f"f{i}t", "master", "ufab", "up"])
+                sh(h.ns, "ip link set u1 up")
         everyone = [h.ip for h in self.bgp_hosts()]
         if self.injector:
             self.injector.start([h.ip for h in self.hosts()])

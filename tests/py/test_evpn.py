@@ -1,8 +1,9 @@
 """BGP EVPN through FRR, on a fabric of three hosts on one underlay: two
-hvnet hosts (each its switch and FRR in a namespace of its own) and Linux's
-own VTEP (bridge + vxlan + FRR, FRR's documented set-up), no static peer
-list anywhere. The tests run in order on one fabric; the last stops a
-host."""
+hvnet hosts (each its switch and FRR in a namespace of its own; the first
+one's uplink a team of two members, active-backup, BGP from the host's
+address on its backup member) and Linux's own VTEP (bridge + vxlan + FRR,
+FRR's documented set-up), no static peer list anywhere. The tests run in
+order on one fabric; the last stops a host."""
 
 import hashlib
 import json
@@ -36,7 +37,7 @@ def fabric(tmp_path_factory):
         [dict(name="b", ipv4=f"{ef.OVERLAY}.2/24", ipv6="fd60::2/64"),
          dict(name="m", ipv4=f"{ef.OVERLAY}.5/24", mac=MOBILE, connected=False)],
     ]
-    f = ef.EvpnFabric(tmp, vms, injector=True).__enter__()
+    f = ef.EvpnFabric(tmp, vms, injector=True, teams=[0]).__enter__()
     try:
         f.wait_established()
         # The Linux VM is advertised once its bridge has learned it.
@@ -326,6 +327,38 @@ def test_a_vm_added_at_run_time_is_advertised_and_withdrawn_when_removed(fabric)
         h1.topo.hv("vm", "del", "n")
     ef.wait_until(lambda: mac not in lin.fdb() and mac not in h2.remote_macs())
     ping(vm_ns(f, 0, "a"), f"{ef.OVERLAY}.2")
+
+
+def test_evpn_over_a_team_fails_over_and_back_under_traffic(fabric):
+    """The first host's tunnel goes by its team's active member (`u1`);
+    its carrier pulled, the backup (`u0`, where BGP runs) takes over, the
+    endpoint is announced there and the fabric keeps reaching the host's
+    VMs; given back, traffic fails back."""
+    f = fabric
+    h1, lin = f.hvnet[0], f.linux[0]
+    team = lambda: json.loads(h1.topo.hv("team", "--json").stdout)["teams"][0]  # noqa: E731
+    assert team()["active"] == "u1", team()
+    mac = h1.vxlan()["mac"]
+    u0 = ef.sh(h1.ns, "cat /sys/class/net/u0/address").stdout.strip()
+    assert mac != u0, "the endpoint's MAC is its own, not the host's"
+    a = vm_ns(f, 0, "a")
+    ping(a, lin.vm_ip)
+    pings = subprocess.Popen(["ip", "netns", "exec", lin.vm_ns, "ping", "-i", "0.05", "-W", "1", f"{ef.OVERLAY}.1"],
+                             stdout=subprocess.DEVNULL)
+    try:
+        hvlab.run(["ip", "-n", f.fab, "link", "set", "f0t", "down"])
+        ef.wait_until(lambda: team()["active"] == "u0", timeout=15)
+        ping(a, lin.vm_ip)
+        ping(a, f"{ef.OVERLAY}.2")
+        assert team()["failovers"] >= 1 and team()["announcements"] >= 1, team()
+        hvlab.run(["ip", "-n", f.fab, "link", "set", "f0t", "up"])
+        ef.wait_until(lambda: team()["active"] == "u1", timeout=15)
+        ping(a, lin.vm_ip)
+    finally:
+        hvlab.stop_procs([pings])
+        hvlab.run(["ip", "-n", f.fab, "link", "set", "f0t", "up"], check=False)
+    # BGP ran from the host's own address on u0 throughout.
+    f.wait_established(timeout=30)
 
 
 def test_a_host_that_stops_is_withdrawn(fabric):

@@ -394,10 +394,15 @@ pub(crate) fn open_uplink(topo: &Topology, u: &Uplink) -> Result<PortSpec, Daemo
     let (dev, endpoint) = match &u.vxlan {
         None => (port, None),
         Some(v) => {
-            // The endpoint speaks with the device's own address (a team's:
-            // its first member's, as Linux's bonding driver takes it).
+            // The endpoint speaks with the device's own address; a team's
+            // with one of its own (see `team_endpoint_mac`).
             let devices = u.devices();
             let mac = device_mac(u, devices[0])?;
+            let mac = if u.team.is_some() {
+                team_endpoint_mac(mac)
+            } else {
+                mac
+            };
             let tap = v
                 .kernel_gso
                 .then(|| kernel_gso_tap(&u.name, &devices, team))
@@ -428,6 +433,20 @@ pub(crate) fn open_uplink(topo: &Topology, u: &Uplink) -> Result<PortSpec, Daemo
         endpoint,
         settings: u.settings.clone(),
     })
+}
+
+/// A team's tunnel endpoint's MAC: its first member's, locally
+/// administered, its last byte's bits flipped. Not a member's own: the
+/// host's stack may keep its address (BGP, the management address) on a
+/// member, and once the physical switch saw that member's MAC arrive by
+/// another member (the endpoint's frames go by the team's policy) it
+/// would send the host's own frames there. The members are read in
+/// promiscuous mode, as for the VMs' addresses.
+fn team_endpoint_mac(first: hvnet_wire::MacAddr) -> hvnet_wire::MacAddr {
+    let mut m = first.0;
+    m[0] = (m[0] | 0x02) & !0x01;
+    m[5] ^= 0xff;
+    hvnet_wire::MacAddr(m)
 }
 
 /// Device `dev`'s own address (uplink `u`'s device or team member).

@@ -24,6 +24,7 @@ from . import multicast
 
 from . import (cpu_and_rings, evpn_compare, fabric_compare, guest_compare, jumbo_frames, lro_gain, lro_rate, migration,
                libvirt_churn, migration_libvirt, neighbours, poll_budget, port_scale, queues, uplink_offload, vhost_compare, wire_compare)
+from . import rates
 from . import teams
 
 EXPERIMENTS = [
@@ -145,6 +146,11 @@ EXPERIMENTS = [
                  "0, 50 and 200 (0 and 50 with --quick) and a smaller flood: round trip, transactions per second, the "
                  "daemon's CPU (its own threads) per transaction; a 64 B testpmd stream (txonly to rxonly) through two "
                  "vhost-user ports per budget: the daemon's CPU per frame"},
+    {"name": "rates", "reproduces": "measurement", "run": rates.rates,
+     "workload": "one TCP stream VM a to VM b through a 1 Gbit/s limit at its default burst: hvnet's policer on a "
+                 "(tx_rate) and shaper on b (rx_rate), the Linux bridge with tc TBF and with HTB on its port toward "
+                 "b, Open vSwitch userspace with an OpenFlow meter (drop band) on a's port; all up at once, runs "
+                 "interleaved: goodput and TCP retransmits"},
     {"name": "teams", "reproduces": "measurement", "run": teams.teams,
      "workload": "hvnet's NIC teams on two veth members limited to 1 Gbit/s each (tc TBF) into Open vSwitch userspace "
                  "with a host behind it (a plain bridge; an LACP balance-tcp bond for lacp): VMs to the host, one VM "

@@ -188,6 +188,8 @@ class Ovs(Fabric):
         self.daemons = OvsDaemons(None)
         self.nss = {k: hvlab.Netns("bo") for k in ("a", "b")}
         self.br = hvlab.unique("obr")[:12]
+        # Each VM's port (its TAP's name on the bridge).
+        self.taps = {}
 
     def vsctl(self, *args):
         return self.daemons.vsctl(*args)
@@ -202,6 +204,7 @@ class Ovs(Fabric):
         self.vsctl("add-br", self.br, "--", "set", "bridge", self.br, "datapath_type=netdev")
         for vm, ip in (("a", A_IP), ("b", B_IP)):
             tap = hvlab.unique(f"ot{vm}")[:12]
+            self.taps[vm] = tap
             self.vsctl("add-port", self.br, tap, "--", "set", "Interface", tap, "type=tap", f"mtu_request={self.mtu}")
             for _ in range(50):
                 if hvlab.run(["ip", "link", "show", tap], check=False).returncode == 0:

@@ -453,6 +453,9 @@ counters! {
         /// vhost-user guest's frame that needs a large buffer: GSO,
         /// jumbo), to be copied once, straight into the receiving guest.
         payloads_left,
+        /// TSO frames the port's policer cut to the segments its bucket
+        /// held (the rest dropped; the frame forwarded, not a drop).
+        policed_cut,
     }
 }
 

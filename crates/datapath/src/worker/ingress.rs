@@ -9,6 +9,7 @@ use super::{Ctx, State};
 use crate::counters::{add, DropReason};
 use crate::fdb::Learn;
 use crate::forward::{self, Action, Ingress};
+use crate::rate::Policed;
 use hvnet_port::Packet;
 use std::time::Instant;
 
@@ -57,9 +58,13 @@ impl State {
             c.count_drop(DropReason::Disconnected, 1);
             return;
         }
-        if !cx.port.rates.police(pkt.len(), now) {
-            c.count_drop(DropReason::Policed, 1);
-            return;
+        match cx.port.rates.police(&mut pkt, now) {
+            Policed::Pass => {}
+            Policed::Cut => add(&c.policed_cut, 1),
+            Policed::Drop => {
+                c.count_drop(DropReason::Policed, 1);
+                return;
+            }
         }
         let ingress = Ingress {
             port: cx.port.id,

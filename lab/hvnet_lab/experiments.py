@@ -80,8 +80,8 @@ EXPERIMENTS = [
      "workload": "VM to VM, wire-sized frames (sender TSO off, receiver LRO off): CPU time, cycles, instructions, system "
                  "calls and context switches of the hvnet daemon per frame (perf stat)"},
     {"name": "hostile-neighbour", "reproduces": "measurement", "run": neighbours.hostile_neighbour,
-     "workload": "VM c to VM b beside an idle VM a and one flooding b with 1-byte TCP segments and random source MACs, "
-                 "interleaved; the daemon's memory"},
+     "workload": "VM c to VM b beside an idle VM a, one flooding b with 1-byte TCP segments and random source MACs, "
+                 "and the same flood with a's port policed at 10 Mbit/s (tx_rate), interleaved; the daemon's memory"},
     {"name": "uplinks", "reproduces": "measurement", "run": wire_compare.uplinks,
      "workload": "external host to a VM and back through an uplink: hvnet's uplink vs a Linux bridge on the wire, hvnet's "
                  "VXLAN endpoint vs Linux's vxlan device and Open vSwitch's; 1 and 4 streams, host to VM (the host's NIC "

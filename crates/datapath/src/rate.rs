@@ -126,46 +126,36 @@ impl std::fmt::Display for Burst {
     }
 }
 
-/// Written as `tc` writes it (`"1gbit"`), read as [`parse_rate`] reads it
-/// or as a number of bits a second.
-impl Serialize for Rate {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for Rate {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        match NumberOrWord::deserialize(d)? {
-            NumberOrWord::Number(n) => parse_rate(&n.to_string()),
-            NumberOrWord::Word(w) => parse_rate(&w),
+/// Rates and bursts are written as `tc` writes them (`"1gbit"`,
+/// `"256kb"`) and read as [`parse_rate`] and [`parse_burst`] read them, or
+/// as a bare number (bits a second, bytes).
+macro_rules! tc_words {
+    ($t:ty, $parse:ident) => {
+        impl Serialize for $t {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
         }
-        .map_err(serde::de::Error::custom)
-    }
-}
 
-impl Serialize for Burst {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for Burst {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        match NumberOrWord::deserialize(d)? {
-            NumberOrWord::Number(n) => parse_burst(&n.to_string()),
-            NumberOrWord::Word(w) => parse_burst(&w),
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                #[derive(Deserialize)]
+                #[serde(untagged)]
+                enum NumberOrWord {
+                    Number(u64),
+                    Word(String),
+                }
+                match NumberOrWord::deserialize(d)? {
+                    NumberOrWord::Number(n) => $parse(&n.to_string()),
+                    NumberOrWord::Word(w) => $parse(&w),
+                }
+                .map_err(serde::de::Error::custom)
+            }
         }
-        .map_err(serde::de::Error::custom)
-    }
+    };
 }
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum NumberOrWord {
-    Number(u64),
-    Word(String),
-}
+tc_words!(Rate, parse_rate);
+tc_words!(Burst, parse_burst);
 
 /// The default burst of a rate: 10 ms of it, and at least [`MIN_BURST`]
 /// (Linux's `tc` takes a burst of at least a tick's worth of the rate).

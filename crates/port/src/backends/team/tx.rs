@@ -106,8 +106,9 @@ impl TeamPort {
             };
             picks.push(Some(pick));
         }
-        drop(inner);
+        // Under the team's lock, so in the order the placements changed.
         self.change_own(placed, &[]);
+        drop(inner);
     }
 }
 

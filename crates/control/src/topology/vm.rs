@@ -56,6 +56,8 @@ pub(super) struct VmRepr {
     socket_group: Option<String>,
     socket_mode: Option<String>,
     packed: Option<bool>,
+    #[serde(default)]
+    security_groups: Vec<String>,
 }
 
 fn d_overflow() -> RxOverflow {
@@ -169,6 +171,9 @@ pub struct Vm {
     /// A real guest's device offers packed virtqueues (the front end
     /// chooses; a QEMU guest hvnet starts asks for them).
     pub packed: bool,
+    /// Its port's security groups (`security_groups = [..]`), in the
+    /// order their rules are matched; none: no filtering.
+    pub security_groups: Vec<String>,
 }
 
 impl Vm {
@@ -310,6 +315,7 @@ pub(super) fn parse_vms(
             settings,
             vhost,
             packed,
+            security_groups: v.security_groups.clone(),
         });
     }
     Ok(vms)

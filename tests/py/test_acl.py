@@ -224,3 +224,55 @@ def test_rules_that_cannot_apply_are_refused_with_line_and_reason_nothing_applie
         assert after == before
         serve(t, "b", "serve-tcp", "0.0.0.0", 8080)
         assert probe(t, "a", "connect", "198.18.41.2", 8080) == "ok"
+
+
+# A million SYNs from a (source ports and addresses varied, checksums left
+# wrong so that no stack answers: every one stays half-open), written
+# straight to a's NIC.
+SYN_FLOOD = r"""
+import socket, struct, sys
+dst_mac, n = bytes.fromhex(sys.argv[1].replace(':', '')), int(sys.argv[2])
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+s.bind(('eth0', 0))
+src_mac = s.getsockname()[4]
+eth = dst_mac + src_mac + b'\x08\x00'
+for i in range(n):
+    src = bytes([198, 18, 41, 100 + i // 60000])
+    ip = struct.pack('>BBHHHBBH4s4s', 0x45, 0, 40, 1, 0, 64, 6, 0, src, bytes([198, 18, 41, 2]))
+    tcp = struct.pack('>HHIIBBHHH', 1024 + i % 60000, 8080, i, 0, 0x50, 0x02, 65535, 0, 0)
+    s.send(eth + ip + tcp)
+"""
+
+
+def rss_kib(pid):
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def test_a_million_half_open_connections_from_one_vm_are_bounded_and_others_keep_theirs(tmp_path):
+    limits = {"max": 40000, "max_per_port": 10000}
+    with with_tables(hvlab.Topology(tmp_path, VMS, prefix="acl"), GROUPS, conntrack=limits) as t:
+        serve(t, "b", "serve-tcp", "0.0.0.0", 8080)
+        progress = tmp_path / "progress"
+        client = t.popen("c", f"{PY} {PROBE} stream 198.18.41.2 8080 {progress}", stdout=subprocess.PIPE, text=True)
+        count = lambda: int(progress.read_text()) if progress.exists() else 0  # noqa: E731
+        hvlab.eventually(lambda: count() > 10, timeout=20)
+        pid = json.loads(Path(f"/run/hvnet/{t.name}/state.json").read_text())["pid"]
+        rss0 = rss_kib(pid)
+        b_mac = next(p["mac"] for p in json.loads(t.hv("ports", "--json").stdout) if p["name"] == "b")
+        t.sh("a", f"{PY} -c \"{SYN_FLOOD}\" {b_mac} 1000000", timeout=600)
+        a, b = port_view(t, "a"), port_view(t, "b")
+        assert a["connections"] <= 10000 and b["connections"] <= 10000, (a, b)
+        assert acl(t)["connections"] <= 40000
+        assert a["counters"]["new"] > 10000, "the flood went through a's stage"
+        # The table's memory is bounded, and so is the daemon's growth.
+        assert a["memory"] < 8 << 20, a["memory"]
+        assert rss_kib(pid) - rss0 < 64 << 10, (rss0, rss_kib(pid))
+        # c's connection to b went on, and a new one is taken.
+        seen = count()
+        hvlab.eventually(lambda: count() > seen + 10, timeout=20)
+        assert client.poll() is None
+        assert probe(t, "c", "connect", "198.18.41.2", 8080) == "ok"
+        assert drops(t, "c", "from", "conntrack_full_out") == 0

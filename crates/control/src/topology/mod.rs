@@ -47,6 +47,8 @@
 //! packed = true             # real guests: offer packed virtqueues (default: on for kind = "vhost-user",
 //!                           #   whose front end chooses; off for "qemu", which then asks for them
 //!                           #   with packed=on; "uml" guests take split rings only)
+//! security_groups = ["web"] # its port's security groups, their rules in this order (none: no
+//!                           #   filtering); [[security_group]] tables: docs/guide/security-groups.md
 //!
 //! [[uplink]]                # the physical side: an existing interface
 //! name = "up0"              # the port's name (as a VM's)

@@ -7,8 +7,9 @@
 //!
 //! Bounded: at most `max` entries in the table and a switch-wide total
 //! shared by every port's table. A full table first takes the place of
-//! an expired entry or of one never replied to (Linux's early drop of
-//! unassured connections), looking at a few slots from a rotating
+//! an expired entry or of one not assured — a TCP connection whose
+//! handshake never completed, a datagram flow never answered (Linux's
+//! early drop) — looking at a few slots from a rotating
 //! cursor; failing that the new connection is refused and counted. The
 //! same cursor expires a few slots at every insertion, so the table is
 //! swept as it is used, with no thread of its own. Memory is one slot
@@ -25,7 +26,7 @@ use std::sync::Arc;
 /// Seconds since the ACL's epoch.
 pub type Secs = u32;
 
-/// Slots looked at for an expired or unreplied entry when the table is
+/// Slots looked at for an expired or unassured entry when the table is
 /// full, and expired at every insertion.
 const SCAN: usize = 16;
 
@@ -67,11 +68,24 @@ pub struct Conn {
 }
 
 impl Conn {
-    /// Whether a reply was seen (Linux's `ASSURED`-ish: not an early-drop
-    /// candidate).
+    /// Whether a frame came back (conntrack's `[UNREPLIED]` when not).
     pub fn replied(&self) -> bool {
         match self.state {
             ConnState::Tcp(s) => !matches!(s, TcpState::SynSent | TcpState::SynSent2),
+            ConnState::Datagram { replied } => replied,
+        }
+    }
+
+    /// Linux's `ASSURED`: a TCP connection whose handshake completed, a
+    /// datagram flow that was answered. Only the others give their place
+    /// to a new connection in a full table (so a SYN flood, whose
+    /// connections stay half-open, cannot keep others out).
+    pub fn assured(&self) -> bool {
+        match self.state {
+            ConnState::Tcp(s) => !matches!(
+                s,
+                TcpState::SynSent | TcpState::SynSent2 | TcpState::SynRecv | TcpState::Close
+            ),
             ConnState::Datagram { replied } => replied,
         }
     }
@@ -274,7 +288,7 @@ impl Table {
         };
         self.sweep(now, SCAN);
         if self.map.len() >= self.max || !self.total.take() {
-            // Full: an unreplied connection's place, if one is near.
+            // Full: an unassured connection's place, if one is near.
             if !self.early_drop(now) {
                 return Err(Refused::Full);
             }
@@ -335,14 +349,14 @@ impl Table {
         self.sweep(now, n);
     }
 
-    /// Frees the place of an expired or unreplied connection near the
+    /// Frees the place of an expired or unassured connection near the
     /// cursor; false if none was found.
     fn early_drop(&mut self, now: Secs) -> bool {
         let n = self.slots.len();
         for _ in 0..SCAN.min(n) {
             self.cursor = (self.cursor + 1) % n;
             let i = self.cursor;
-            if self.slots[i].is_some_and(|c| c.expires <= now || !c.replied()) {
+            if self.slots[i].is_some_and(|c| c.expires <= now || !c.assured()) {
                 self.remove(i as u32);
                 return true;
             }

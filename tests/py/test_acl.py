@@ -276,3 +276,20 @@ def test_a_million_half_open_connections_from_one_vm_are_bounded_and_others_keep
         assert client.poll() is None
         assert probe(t, "c", "connect", "198.18.41.2", 8080) == "ok"
         assert drops(t, "c", "from", "conntrack_full_out") == 0
+
+
+def test_a_vm_added_at_run_time_takes_groups_and_joins_remote_groups(tmp_path):
+    groups = [GROUPS[0], {"name": "web", "rules": [{"direction": "in", "protocol": "tcp", "ports": 8080,
+                                                    "remote_group": "client"}]}]
+    with topology(tmp_path, groups=groups) as t:
+        serve(t, "b", "serve-tcp", "0.0.0.0", 8080)
+        assert probe(t, "c", "connect", "198.18.41.2", 8080) == "timeout", "c is no client"
+        r = t.hv("vm", "add", "d", "ipv4=198.18.41.4/24", 'security_groups=["client"]', check=False)
+        assert r.returncode == 0, r.stderr
+        assert port_view(t, "d")["groups"] == ["client"]
+        # d's address joined group client: b's rule lets it in.
+        assert probe(t, "d", "connect", "198.18.41.2", 8080) == "ok"
+        r = t.hv("vm", "add", "e", "ipv4=198.18.41.5/24", 'security_groups=["nobody"]', check=False)
+        assert r.returncode != 0 and "nobody" in r.stderr, r.stderr
+        t.hv("vm", "del", "d")
+        assert probe(t, "a", "connect", "198.18.41.2", 8080) == "ok"

@@ -355,7 +355,15 @@ impl Topology {
     /// and against them: a name of its own, and a MAC — the one it gives,
     /// else the one its place among every VM ever added gives.
     pub fn parse_vm(&self, table: &str) -> Result<Vm, String> {
-        let text = format!("name = {:?}\n{table}", self.name);
+        // The running topology's security groups, by name after the
+        // table: its `security_groups` may name them (their rules are
+        // the topology's).
+        let groups: String = self
+            .security_groups
+            .iter()
+            .map(|g| format!("\n[[security_group]]\nname = {:?}\n", g.name))
+            .collect();
+        let text = format!("name = {:?}\n{table}{groups}", self.name);
         let mut t = parse(&text).map_err(|(line, reason)| {
             format!("line {}: {reason}", line.saturating_sub(1).max(1))
         })?;

@@ -82,3 +82,13 @@ fn membership() {
 fn lacpdu() {
     replay("lacpdu", hvnet_fuzz::lacpdu);
 }
+
+#[test]
+fn acl_rules() {
+    replay("acl_rules", hvnet_fuzz::acl_rules);
+}
+
+#[test]
+fn conntrack() {
+    replay("conntrack", hvnet_fuzz::conntrack);
+}

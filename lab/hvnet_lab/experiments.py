@@ -26,6 +26,7 @@ from . import (cpu_and_rings, evpn_compare, fabric_compare, guest_compare, jumbo
                libvirt_churn, migration_libvirt, neighbours, poll_budget, port_scale, queues, uplink_offload, vhost_compare, wire_compare)
 from . import rates
 from . import teams
+from . import acl_cost
 
 EXPERIMENTS = [
     {"name": "lro-native", "reproduces": "000, Figures 1-3", "run": lro_gain.lro_native,
@@ -157,6 +158,11 @@ EXPERIMENTS = [
                  "one stream, two VMs (port-id), one VM 4 streams (port-id, lacp); a member's carrier pulled under "
                  "pings every 10 ms: pings lost and time to recover, hvnet active-backup and lacp vs Open vSwitch "
                  "userspace with an active-backup bond in hvnet's place"},
+    {"name": "acl-cost", "reproduces": "measurement", "run": acl_cost.acl_cost,
+     "workload": "VM to VM, one TCP stream of wire-sized frames: both VMs in a security group of 100 rules with "
+                 "10,000 UDP connections tracked between them, and without groups; the Linux bridge with a "
+                 "100-rule nftables forward chain (ct state established,related) and 10,000 connections, and "
+                 "without: CPU per frame (docs/guide/security-groups.md)"},
 ]
 
 

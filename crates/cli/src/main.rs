@@ -2,6 +2,7 @@
 
 #![forbid(unsafe_code)]
 
+mod acl_cmd;
 mod capture;
 mod pcap_cmd;
 mod switch_cmd;
@@ -129,6 +130,17 @@ enum Cmd {
     Kill {
         /// The VM (kind = "uml" or "qemu").
         vm: String,
+        #[command(flatten)]
+        target: switch_cmd::Target,
+    },
+    /// Show security groups: each port's rules in the order they are
+    /// matched with their hit counts, what its stages did and its
+    /// connection table; `--conntrack` lists the tracked connections as
+    /// `conntrack -L`; `--reapply` checks established ones against the
+    /// rules now.
+    Acl {
+        #[command(flatten)]
+        args: acl_cmd::AclArgs,
         #[command(flatten)]
         target: switch_cmd::Target,
     },
@@ -283,6 +295,7 @@ fn main() {
         Cmd::Workers(t) => switch_cmd::workers(&t),
         Cmd::Vm(c) => switch_cmd::vm(c),
         Cmd::Evpn(t) => switch_cmd::evpn(&t),
+        Cmd::Acl { args, target } => acl_cmd::acl(&target, args),
         Cmd::Top(a) => top::top(a),
         Cmd::Exec {
             vm,

@@ -474,6 +474,8 @@ fn handle(
             Ok(json!("stopping"))
         }
         Request::Counters => Ok(views::counters(sw)),
+        Request::Acl { port, conntrack } => crate::acl_view::acl(sw, port.as_deref(), conntrack),
+        Request::AclReapply { port, flush } => crate::acl_view::reapply(sw, port.as_deref(), flush),
         Request::Restart { .. }
         | Request::Kill { .. }
         | Request::Evpn

@@ -671,6 +671,7 @@ fn build(
             ..SwitchConfig::default()
         },
     );
+    sw.set_acl(topo.acl_config());
     let threads = sw.start();
     match start_guests(topo, dir, state, kept) {
         Ok(g) => Ok((sw, threads, g)),

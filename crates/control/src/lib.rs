@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod acl_view;
 pub mod balancer;
 pub mod ctl_server;
 pub mod daemon;

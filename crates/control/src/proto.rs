@@ -87,6 +87,26 @@ pub enum Request {
         /// The VM.
         vm: String,
     },
+    /// `hvnet acl [PORT] [--conntrack]`: security groups' rules with hit
+    /// counts, and the tracked connections.
+    Acl {
+        /// Only this port.
+        #[serde(default)]
+        port: Option<String>,
+        /// The connection tables too.
+        #[serde(default)]
+        conntrack: bool,
+    },
+    /// `hvnet acl reapply [PORT] [--flush]`: tracked connections checked
+    /// against the rules now (or all removed).
+    AclReapply {
+        /// Only this port.
+        #[serde(default)]
+        port: Option<String>,
+        /// Remove every tracked connection.
+        #[serde(default)]
+        flush: bool,
+    },
 }
 
 /// A reply.

@@ -255,6 +255,23 @@ drop_reasons! {
         /// A vhost-user guest's receive chain refused (given back empty):
         /// its first buffer shorter than the virtio-net header.
         RxDescShort = "rx_desc_short", ToPort;
+        /// Security groups: the sending port's out rules denied it (a
+        /// deny rule, or no rule allowed it).
+        AclOut = "acl_out", FromPort;
+        /// Security groups: a TCP segment its tracked connection's
+        /// state does not take, or an answer to nothing, from the port.
+        AclOutInvalid = "acl_out_invalid", FromPort;
+        /// Security groups: the sending port's connection table (or
+        /// every port's) was full.
+        ConntrackFullOut = "conntrack_full_out", FromPort;
+        /// Security groups: the receiving port's in rules denied it.
+        AclIn = "acl_in", ToPort;
+        /// Security groups: invalid for the receiving port's tracked
+        /// connection.
+        AclInInvalid = "acl_in_invalid", ToPort;
+        /// Security groups: the receiving port's connection table (or
+        /// every port's) was full.
+        ConntrackFullIn = "conntrack_full_in", ToPort;
     }
 }
 

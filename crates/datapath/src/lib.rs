@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod acl;
 pub mod counters;
 mod deliver;
 pub mod fdb;

@@ -367,6 +367,8 @@ pub struct Switch {
     pub(crate) endpoints: RwLock<BTreeMap<usize, Arc<Vtep>>>,
     /// The switch itself, for threads it starts after [`Switch::start`].
     me: std::sync::Weak<Switch>,
+    /// Security groups: each port's rules and connection table.
+    pub acl: crate::acl::Acl,
 }
 
 impl Switch {
@@ -411,6 +413,7 @@ impl Switch {
             worker_nice: cfg.worker_nice,
             endpoints: RwLock::new(endpoints),
             me: me.clone(),
+            acl: crate::acl::Acl::new(),
         })
     }
 
@@ -533,6 +536,13 @@ impl Switch {
             ));
         }
         Ok(())
+    }
+
+    /// Installs every port's security groups ([`crate::acl::Acl::install`]),
+    /// checked before: the workers take them at their next batch.
+    pub fn set_acl(&self, cfg: crate::acl::AclConfig) {
+        self.acl.install(cfg);
+        self.settings_gen.fetch_add(1, Ordering::Release);
     }
 
     /// Applies new settings to a port at run time. Everything is checked

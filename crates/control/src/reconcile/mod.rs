@@ -124,6 +124,7 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
         };
         let mut as_running = v.clone();
         as_running.settings = r.settings.clone();
+        as_running.security_groups = r.security_groups.clone();
         if as_running != *r {
             let why = if v.mac != r.mac {
                 format!(" (its MAC would become {}, its place in the file having moved: give it mac = \"{}\")", v.mac, r.mac)
@@ -409,6 +410,8 @@ impl Ctl {
     }
 
     fn set_topology(&self, t: Topology) {
+        // Security groups follow (a remote group's members too).
+        self.sw.set_acl(t.acl_config());
         *self.topo.lock().expect("topology lock") = Arc::new(t);
     }
 }

@@ -47,6 +47,8 @@
 //! packed = true             # real guests: offer packed virtqueues (default: on for kind = "vhost-user",
 //!                           #   whose front end chooses; off for "qemu", which then asks for them
 //!                           #   with packed=on; "uml" guests take split rings only)
+//! security_groups = ["web"] # its port's security groups, their rules in this order (none: no
+//!                           #   filtering); [[security_group]] tables: docs/guide/security-groups.md
 //!
 //! [[uplink]]                # the physical side: an existing interface
 //! name = "up0"              # the port's name (as a VM's)
@@ -122,6 +124,7 @@
 mod frr;
 mod host;
 mod libvirt;
+mod security_group;
 mod team;
 mod uplink;
 mod vhost_socket;
@@ -133,6 +136,7 @@ use hvnet_datapath::vlan::{VlanMode, VlanSet, MAX_VID, MIN_VID};
 use hvnet_datapath::{PortSettings, WorkerNice};
 use hvnet_wire::MacAddr;
 pub use libvirt::{Libvirt, SOCKETS_ROOT};
+pub use security_group::{GroupRule, Remote, SecurityGroup};
 use serde::Deserialize;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
@@ -234,6 +238,9 @@ struct FileRepr {
     netns: Option<toml::Spanned<String>>,
     switch: Option<toml::Spanned<SwitchRepr>>,
     libvirt: Option<toml::Spanned<libvirt::LibvirtRepr>>,
+    #[serde(default)]
+    security_group: Vec<toml::Spanned<security_group::GroupRepr>>,
+    conntrack: Option<toml::Spanned<security_group::ConntrackRepr>>,
 }
 
 fn default_aging() -> u64 {
@@ -273,9 +280,17 @@ pub struct Topology {
     pub netns: Option<String>,
     /// Where libvirt's guests find the switch (`[libvirt]`).
     pub libvirt: Option<Libvirt>,
+    /// Security groups (`[[security_group]]`), by name.
+    pub security_groups: Vec<SecurityGroup>,
+    /// The connection tables' bounds (`[conntrack]`).
+    pub conntrack: hvnet_datapath::acl::Limits,
 }
 
 impl Topology {
+    /// Every VM's security groups as the switch installs them.
+    pub fn acl_config(&self) -> hvnet_datapath::acl::AclConfig {
+        security_group::acl_config(&self.security_groups, self.conntrack, &self.vms)
+    }
     /// The network namespace that is VM `vm`.
     pub fn netns(&self, vm: &Vm) -> String {
         self.netns_of(&vm.name)
@@ -416,6 +431,14 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
         ));
     }
     let vms = vm::parse_vms(&name, text, &f.vm)?;
+    let vm_lines: Vec<usize> = f.vm.iter().map(|v| line_of(text, v.span().start)).collect();
+    let (security_groups, conntrack) = security_group::parse_groups(
+        text,
+        &f.security_group,
+        f.conntrack.as_ref(),
+        &vms,
+        &vm_lines,
+    )?;
     let uplinks = uplink::parse_uplinks(text, &f.uplink, &vms)?;
     let hosts = host::parse_hosts(&name, text, &f.host, &vms, &uplinks)?;
     let frr = frr::parse_frr(text, f.frr.as_ref(), &uplinks)?;
@@ -468,6 +491,8 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
         frr,
         netns,
         libvirt,
+        security_groups,
+        conntrack,
     })
 }
 

@@ -61,6 +61,8 @@ pub(super) struct VmRepr {
     tx_burst: Option<Burst>,
     rx_rate: Option<Rate>,
     rx_burst: Option<Burst>,
+    #[serde(default)]
+    security_groups: Vec<String>,
 }
 
 fn d_overflow() -> RxOverflow {
@@ -174,6 +176,9 @@ pub struct Vm {
     /// A real guest's device offers packed virtqueues (the front end
     /// chooses; a QEMU guest hvnet starts asks for them).
     pub packed: bool,
+    /// Its port's security groups (`security_groups = [..]`), in the
+    /// order their rules are matched; none: no filtering.
+    pub security_groups: Vec<String>,
 }
 
 impl Vm {
@@ -319,6 +324,7 @@ pub(super) fn parse_vms(
             settings,
             vhost,
             packed,
+            security_groups: v.security_groups.clone(),
         });
     }
     Ok(vms)
@@ -358,7 +364,15 @@ impl Topology {
     /// and against them: a name of its own, and a MAC — the one it gives,
     /// else the one its place among every VM ever added gives.
     pub fn parse_vm(&self, table: &str) -> Result<Vm, String> {
-        let text = format!("name = {:?}\n{table}", self.name);
+        // The running topology's security groups, by name after the
+        // table: its `security_groups` may name them (their rules are
+        // the topology's).
+        let groups: String = self
+            .security_groups
+            .iter()
+            .map(|g| format!("\n[[security_group]]\nname = {:?}\n", g.name))
+            .collect();
+        let text = format!("name = {:?}\n{table}{groups}", self.name);
         let mut t = parse(&text).map_err(|(line, reason)| {
             format!("line {}: {reason}", line.saturating_sub(1).max(1))
         })?;

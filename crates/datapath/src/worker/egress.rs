@@ -13,6 +13,11 @@ impl State {
     /// The offload stage for one destination: queue choice (RSS over the
     /// flow, hashed once), MTU, LRO, and staging into the lane.
     pub(super) fn egress(&mut self, cx: &Ctx, dst: usize, mut pkt: Packet) {
+        let to = crate::acl::Direction::In;
+        let acl = match self.acls.get(dst).and_then(Option::as_ref) {
+            Some(a) => a.check(to, pkt.buf.held(), &pkt.meta.layers, self.now),
+            None => Ok(()),
+        };
         let port = &cx.ports[dst];
         let nq = port.dev.active_queues().min(port.rxq.len());
         let q = if nq > 1 {
@@ -58,6 +63,10 @@ impl State {
         }
         let c = &self.lane(cx, dst, q).counters;
         add(&c.offered, 1);
+        if let Err(d) = acl {
+            c.count_drop(d.reason(to), 1);
+            return;
+        }
         // Every buffer has headroom for a tag, and a frame is pushed one
         // only when it has none: never refused, but counted if it were.
         if retag && !pkt.set_vlan_tag(tag) {

@@ -75,6 +75,13 @@ impl State {
             c.count_drop(DropReason::Policy, 1);
             return;
         }
+        if let Some(acl) = self.acls.get(cx.port.id).and_then(Option::as_ref) {
+            let out = crate::acl::Direction::Out;
+            if let Err(d) = acl.check(out, pkt.buf.held(), &pkt.meta.layers, now) {
+                c.count_drop(d.reason(out), 1);
+                return;
+            }
+        }
         // The frame's VLAN, from its tag and the port's mode (an access
         // port's untagged frame: its VLAN, in one branch).
         let Some(vlan) =

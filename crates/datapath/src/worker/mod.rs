@@ -143,6 +143,9 @@ struct State {
     /// and the frames it made ready to switch.
     ingress_lro: Option<IngressLro>,
     lro_ready: Vec<Packet>,
+    /// Each port's security groups, if it has any (read with the
+    /// settings).
+    acls: Vec<Option<Arc<crate::acl::PortAcl>>>,
 }
 
 impl Rxq {
@@ -171,6 +174,7 @@ impl Rxq {
             now: Instant::now(),
             ingress_lro: None,
             lro_ready: Vec::new(),
+            acls: Vec::new(),
         };
         Rxq {
             cx: Ctx {
@@ -462,6 +466,9 @@ impl State {
             t.get(i)
                 .map_or_else(PortSettings::default, |p| p.effective_settings())
         }));
+        self.acls.clear();
+        self.acls
+            .extend((0..t.len()).map(|i| t.get(i).and_then(|p| cx.sw.acl.port(&p.name))));
         self.dests.resize_with(t.len(), Vec::new);
         self.dest_ports.resize(t.len(), None);
         for i in 0..t.len() {

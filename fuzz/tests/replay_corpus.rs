@@ -82,3 +82,8 @@ fn membership() {
 fn lacpdu() {
     replay("lacpdu", hvnet_fuzz::lacpdu);
 }
+
+#[test]
+fn guard() {
+    replay("guard", hvnet_fuzz::guard);
+}

@@ -37,6 +37,8 @@ pub enum PortAction {
     /// (wake-up coalescing at its receive queues, as ethtool's rx-usecs)
     /// connected=on|off (the vNIC's cable: off drops its traffic and
     /// withdraws its addresses from an EVPN fabric).
+    /// Guards (docs/guide/guards.md): source_guard, arp_guard, nd_guard,
+    /// dhcp_guard, ra_guard =on|off; addresses=ADDR,PREFIX/LEN,…|none.
     Set {
         /// KEY=VALUE pairs.
         #[arg(required = true, value_name = "KEY=VALUE")]

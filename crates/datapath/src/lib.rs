@@ -13,6 +13,7 @@ pub mod counters;
 mod deliver;
 pub mod fdb;
 pub mod forward;
+pub mod guard;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod harness;
 pub mod item;

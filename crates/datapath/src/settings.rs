@@ -1,6 +1,7 @@
 //! A port's settings — what `hvnet port PORT set` and topology files
 //! change — and how they are checked.
 
+use crate::guard::Addresses;
 use crate::ring;
 use crate::vlan::{PortVlans, VlanMode, VlanSet, MAX_VID, MIN_VID};
 use serde::{Deserialize, Serialize};
@@ -110,9 +111,37 @@ pub struct PortSettings {
     /// (without one, untagged frames from the port are dropped).
     #[serde(default)]
     pub native_vlan: Option<u16>,
+    /// The port's addresses as the guards see them (docs/guide/guards.md):
+    /// its topology `ipv4` and `ipv6`, then its `addresses`. A family with
+    /// none here is not source-guarded.
+    #[serde(default)]
+    pub addresses: Addresses,
+    /// IP source guard: the port sends only from its addresses (where
+    /// it has some of that family). Default on.
+    #[serde(default = "guard_on", deserialize_with = "on_off")]
+    pub source_guard: bool,
+    /// ARP inspection: the port claims only its own addresses (another
+    /// port's never). Default on.
+    #[serde(default = "guard_on", deserialize_with = "on_off")]
+    pub arp_guard: bool,
+    /// ND inspection, ARP inspection's IPv6 twin. Default on.
+    #[serde(default = "guard_on", deserialize_with = "on_off")]
+    pub nd_guard: bool,
+    /// DHCP server guard: the port sends no DHCP or DHCPv6 server (or
+    /// relay) messages. Default on: off for a VM that serves DHCP.
+    #[serde(default = "guard_on", deserialize_with = "on_off")]
+    pub dhcp_guard: bool,
+    /// Router-advertisement guard (RFC 6105): the port sends no router
+    /// advertisement or redirect. Default on: off for a router VM.
+    #[serde(default = "guard_on", deserialize_with = "on_off")]
+    pub ra_guard: bool,
 }
 
 fn connected() -> bool {
+    true
+}
+
+fn guard_on() -> bool {
     true
 }
 
@@ -133,6 +162,12 @@ impl Default for PortSettings {
             vlan_mode: VlanMode::Access,
             vlans: VlanSet::ALL,
             native_vlan: None,
+            addresses: Addresses::default(),
+            source_guard: true,
+            arp_guard: true,
+            nd_guard: true,
+            dhcp_guard: true,
+            ra_guard: true,
         }
     }
 }

@@ -47,6 +47,13 @@
 //! packed = true             # real guests: offer packed virtqueues (default: on for kind = "vhost-user",
 //!                           #   whose front end chooses; off for "qemu", which then asks for them
 //!                           #   with packed=on; "uml" guests take split rings only)
+//! addresses = ["10.10.0.9", "10.10.8.0/24"] # more addresses and prefixes of the VM, beside ipv4
+//!                           #   and ipv6, for its guards (docs/guide/guards.md)
+//! source_guard = true       # guards, each a named drop (docs/guide/guards.md): sends only from its
+//! arp_guard = true          #   addresses; claims in ARP and ND only its own; sends no DHCP server
+//! nd_guard = true           #   messages (off for a DHCP server VM) and no router advertisements
+//! dhcp_guard = true         #   (off for a router VM)
+//! ra_guard = true
 //!
 //! [[uplink]]                # the physical side: an existing interface
 //! name = "up0"              # the port's name (as a VM's)

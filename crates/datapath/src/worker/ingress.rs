@@ -9,6 +9,7 @@ use super::{Ctx, State};
 use crate::counters::{add, DropReason};
 use crate::fdb::Learn;
 use crate::forward::{self, Action, Ingress};
+use crate::guard;
 use hvnet_port::Packet;
 use std::time::Instant;
 
@@ -49,6 +50,29 @@ impl State {
         self.lro_ready = ready;
     }
 
+    /// The guards of a VM's port (docs/guide/guards.md) on a frame from
+    /// it; its payload read in first where a guard looks into it.
+    fn guard(&self, cx: &Ctx, pkt: &mut Packet) -> Result<(), DropReason> {
+        let settings = &self.settings;
+        let port = guard::PortView {
+            mac: cx.port.mac,
+            settings: &settings[cx.port.id],
+            owned_elsewhere: |ip| {
+                settings
+                    .iter()
+                    .enumerate()
+                    .any(|(i, s)| i != cx.port.id && s.addresses.owns(ip))
+            },
+        };
+        if cx.port.is_uplink() || !port.any() {
+            return Ok(());
+        }
+        if guard::reads_payload(&pkt.meta.layers) {
+            pkt.buf.fill_pending();
+        }
+        guard::inspect(pkt.frame(), &pkt.meta.layers, &port)
+    }
+
     /// The switching decision for a counted frame: policy, learning,
     /// lookup, and the offload stage for each destination.
     pub(super) fn switch_frame(&mut self, cx: &Ctx, mut pkt: Packet, now: Instant) {
@@ -64,6 +88,10 @@ impl State {
         };
         if !forward::admit(&ingress, &pkt) {
             c.count_drop(DropReason::Policy, 1);
+            return;
+        }
+        if let Err(reason) = self.guard(cx, &mut pkt) {
+            c.count_drop(reason, 1);
             return;
         }
         // The frame's VLAN, from its tag and the port's mode (an access

@@ -103,7 +103,7 @@ def test_arp_and_nd_lies_for_another_vms_address_are_dropped(tmp_path):
 def test_rogue_dhcp_servers_and_router_advertisements_are_dropped(tmp_path):
     with hvlab.Topology(tmp_path, [vm("a", 1), vm("b", 2), vm("c", 3)], prefix="gd") as t:
         lab = Lab(t)
-        a_ll = json.loads(t.sh("a", "ip -6 -j addr show dev eth0 scope link").stdout)[0]["addr_info"][0]["local"]
+        a_ll = re.search(r"inet6 (fe80::[0-9a-f:]+)/", t.sh("a", "ip -6 -o addr show dev eth0 scope link").stdout)[1]
         c_mac = lab.macs["c"]
         offer = ("dhcp-offer", 2, dict(src=f"{NET}.1", client_mac=c_mac, offer=f"{NET}.99"))
         adv = ("dhcpv6-advertise", 2, dict(dst_mac=c_mac, src=a_ll, to=f"{NET6}3"))

@@ -825,7 +825,15 @@ ipv4 = "10.1.0.100/24"
     fn parses_with_defaults() {
         let t = parse(GOOD).unwrap();
         assert_eq!(t.vms.len(), 2);
-        assert_eq!(t.vms[0].settings, PortSettings::default());
+        // Defaults, and the VM's address its guards' (docs/guide/guards.md).
+        let addresses = hvnet_datapath::guard::Addresses::parse("10.1.0.1").unwrap();
+        assert_eq!(
+            t.vms[0].settings,
+            PortSettings {
+                addresses,
+                ..PortSettings::default()
+            }
+        );
         assert_eq!(t.vms[1].settings.mtu, 9000);
         assert!(!t.vms[1].settings.lro);
         assert_eq!(t.netns(&t.vms[1]), "t1-vm2");

@@ -1046,14 +1046,24 @@ pub fn guard(data: &[u8]) {
             mac,
             settings: &on,
             owned_elsewhere: elsewhere,
+            now: std::time::Instant::now(),
         };
         let _ = inspect(frame, &layers, &guarded);
         let open = PortView {
             mac,
             settings: &off,
             owned_elsewhere: elsewhere,
+            now: std::time::Instant::now(),
         };
         assert_eq!(inspect(frame, &layers, &open), Ok(()));
+        // DHCP snooping reads a server's ACK: the address it gives is
+        // never 0.0.0.0 and its lease is capped.
+        if let Some((_, ip, secs)) = hvnet_datapath::lease::acked(frame, &layers) {
+            assert!(!ip.is_unspecified() && secs <= hvnet_datapath::lease::MAX_LEASE);
+        }
+    }
+    if let Ok(m) = hvnet_wire::dhcp::Message::new_checked(frame) {
+        let _ = (m.message_type(), m.lease_secs(), m.option(pick));
     }
     if let Ok(text) = std::str::from_utf8(frame) {
         if let Ok(a) = Addresses::parse(text) {

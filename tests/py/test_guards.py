@@ -39,16 +39,17 @@ class Lab:
     """Three VMs: `a` lies, `b` is the victim whose addresses it claims,
     `c` is who it lies to."""
 
-    def __init__(self, t, probe=PROBE):
+    def __init__(self, t, probe=PROBE, vms=("a", "b", "c")):
         self.t, self.probe = t, probe
         self.macs = {p["client"]: p["mac"] for p in json.loads(t.hv("ports", "--json").stdout)}
         # Every VM's IPv6 addresses ready (DAD done), and c has met b.
-        for v in ("a", "b", "c"):
+        for v in vms:
             assert hvlab.eventually(lambda: "tentative" not in t.sh(v, "ip -6 addr show dev eth0").stdout,
                                     timeout=20)
-        t.sh("c", f"ping -c 1 -W 2 {NET}.2 && ping -6 -c 1 -W 2 {NET6}2")
+        if "b" in vms:
+            t.sh("c", f"ping -c 1 -W 2 {NET}.2 && ping -6 -c 1 -W 2 {NET6}2")
 
-    def lies_reaching(self, to, lies, liar="a"):
+    def lies_reaching(self, to, lies, liar="a", liar_ip=None):
         """Sends each `(kind, count, args)` of `lies` from `liar`, then the
         marker to `to`; returns the kinds `to` received before the marker."""
         t, token = self.t, uuid.uuid4().hex
@@ -60,7 +61,8 @@ class Lab:
             kv = " ".join(f"{k}={v}" for k, v in args.items())
             t.sh(liar, f"{PY} {self.probe} lie eth0 {kind} {count} {kv}", timeout=300)
         i = {"a": 1, "b": 2, "c": 3, "d": 4}
-        t.sh(liar, f"{PY} {self.probe} mark eth0 {self.macs[to]} {NET}.{i[liar]} {NET}.{i[to]} {token}", timeout=300)
+        src = liar_ip or f"{NET}.{i[liar]}"
+        t.sh(liar, f"{PY} {self.probe} mark eth0 {self.macs[to]} {src} {NET}.{i[to]} {token}", timeout=300)
         out, _ = p.communicate(timeout=300)
         return json.loads(out.strip().splitlines()[-1])
 
@@ -163,6 +165,55 @@ def test_settings_that_cannot_apply_are_refused_whole(tmp_path):
         assert r.returncode != 0 and "on or off" in r.stderr, r.stderr
         assert settings() == before, "nothing half-applied"
         t.sh("a", f"ping -c 1 -W 2 {NET}.2")
+
+
+UDHCPD = """start {net}.100
+end {net}.110
+interface eth0
+lease_file {dir}/leases
+pidfile {dir}/udhcpd.pid
+option subnet 255.255.255.0
+option lease 600
+"""
+
+# udhcpc's script: the address it was given, on eth0.
+UDHCPC = """#!/bin/sh
+[ "$1" = bound ] && ip addr add "$ip/$mask" dev "$interface"
+exit 0
+"""
+
+
+def test_dhcp_snooping_makes_a_leased_address_the_clients_own(tmp_path):
+    """A DHCP server VM (busybox udhcpd, its port's dhcp_guard off) leases
+    an address to a client VM the switch knows no address of (busybox
+    udhcpc): from the ACK on, the client's IPv4 is guarded to its lease.
+    Before it, the client was not source-guarded at all."""
+    vms = [vm("a", 1, dhcp_guard=False), dict(name="cl", queues=1), vm("c", 3)]
+    with hvlab.Topology(tmp_path, vms, prefix="gd") as t:
+        lab = Lab(t, vms=("a", "c"))
+        c_mac = lab.macs["c"]
+        # Any source passes from a port of no known address...
+        t.sh("cl", f"ip addr add {NET}.77/24 dev eth0")
+        free = ("spoof-udp", 1, dict(dst_mac=c_mac, src=f"{NET}.66", to=f"{NET}.3"))
+        assert lab.lies_reaching("c", [free], liar="cl", liar_ip=f"{NET}.77") == ["spoof-udp"]
+        t.sh("cl", f"ip addr del {NET}.77/24 dev eth0")
+        conf, script = tmp_path / "udhcpd.conf", tmp_path / "udhcpc.sh"
+        conf.write_text(UDHCPD.format(net=NET, dir=tmp_path))
+        script.write_text(UDHCPC)
+        script.chmod(0o755)
+        t.popen("a", f"busybox udhcpd -f {conf}", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        t.sh("cl", f"busybox udhcpc -i eth0 -n -q -t 10 -T 1 -s {script}", timeout=60)
+        leased = re.search(rf"inet ({re.escape(NET)}\.1\d\d)/24", t.sh("cl", "ip -4 addr show dev eth0").stdout)[1]
+        show = json.loads(t.hv("port", "cl", "--json").stdout)
+        assert [x["address"] for x in show["dhcp_leases"]] == [leased], show["dhcp_leases"]
+        assert 0 < show["dhcp_leases"][0]["secs_left"] <= 600
+        # ...and from the lease on, only the leased one.
+        t.sh("cl", f"ping -c 2 -i 0.2 -W 2 {NET}.3")
+        before = t.stats("/ports/cl/tx_summary")["drop_source_guard"]
+        assert lab.lies_reaching("c", [free], liar="cl", liar_ip=leased) == []
+        assert lab.drops("cl", "source_guard", before + 1) == before + 1
+        # A rogue server's ACK is never learned: its guard drops it first.
+        assert t.stats("/ports/a/tx_summary")["drop_dhcp_guard"] == 0
 
 
 @pytest.mark.skipif(not shutil.which("qemu-system-x86_64"), reason="needs qemu-system-x86 (scripts/install-deps.sh)")

@@ -38,7 +38,8 @@ pub enum PortAction {
     /// connected=on|off (the vNIC's cable: off drops its traffic and
     /// withdraws its addresses from an EVPN fabric).
     /// Guards (docs/guide/guards.md): source_guard, arp_guard, nd_guard,
-    /// dhcp_guard, ra_guard =on|off; addresses=ADDR,PREFIX/LEN,…|none.
+    /// dhcp_guard, ra_guard, dhcp_snooping =on|off;
+    /// addresses=ADDR,PREFIX/LEN,…|none.
     Set {
         /// KEY=VALUE pairs.
         #[arg(required = true, value_name = "KEY=VALUE")]

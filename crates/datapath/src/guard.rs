@@ -9,7 +9,8 @@
 //! address of it: `ipv4`/`ipv6` in its topology or its `addresses`. A
 //! port with none of a family is not held to addresses nobody told the
 //! switch, but it still may not claim in ARP or ND an address another
-//! port owns.
+//! port owns. A DHCP lease snooped for the port ([`crate::lease`]) is
+//! one of its IPv4 addresses while it lasts.
 
 use crate::counters::DropReason;
 use crate::settings::PortSettings;
@@ -17,6 +18,7 @@ use hvnet_wire::layers::Net;
 use hvnet_wire::{arp, ip_protocol, nd, EtherType, Layers, MacAddr};
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::time::Instant;
 
 /// ICMPv6 types the guards read.
 mod icmpv6 {
@@ -256,6 +258,8 @@ pub struct PortView<'a, F: Fn(IpAddr) -> bool> {
     /// True for an address another port owns (its `ipv4`, `ipv6` or a
     /// single address in its `addresses`).
     pub owned_elsewhere: F,
+    /// Now, for its DHCP leases (`settings.leases`).
+    pub now: Instant,
 }
 
 impl<F: Fn(IpAddr) -> bool> PortView<'_, F> {
@@ -269,10 +273,14 @@ impl<F: Fn(IpAddr) -> bool> PortView<'_, F> {
         }
     }
     fn guarded(&self, ip: IpAddr) -> bool {
-        self.settings.addresses.guards_family_of(ip)
+        self.settings.addresses.guards_family_of(ip) || (ip.is_ipv4() && self.settings.leases.any())
     }
     fn own(&self, ip: IpAddr) -> bool {
-        self.settings.addresses.contains(ip) || ip == IpAddr::V6(eui64_link_local(self.mac))
+        self.settings.addresses.contains(ip)
+            || match ip {
+                IpAddr::V4(v4) => self.settings.leases.holds(v4, self.now),
+                IpAddr::V6(v6) => v6 == eui64_link_local(self.mac),
+            }
     }
     /// True if any guard is on (a port with none pays one branch).
     pub fn any(&self) -> bool {

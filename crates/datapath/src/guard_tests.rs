@@ -3,6 +3,7 @@
 
 use super::*;
 use proptest::prelude::*;
+use std::time::Duration;
 
 const MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xa]);
 const OTHER_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xb]);
@@ -29,6 +30,7 @@ fn check(frame: &[u8], s: &PortSettings) -> Result<(), DropReason> {
         mac: MAC,
         settings: s,
         owned_elsewhere: |ip| victims.addresses.owns(ip),
+        now: Instant::now(),
     };
     let layers = Layers::parse(frame).expect("a well-formed frame");
     inspect(frame, &layers, &port)
@@ -373,8 +375,47 @@ proptest! {
             _ => ipv4(OWN4, 17, &tail),
         };
         if let Ok(layers) = Layers::parse(&f) {
-            let port = PortView { mac: MAC, settings: &s, owned_elsewhere: |_| true };
+            let port = PortView { mac: MAC, settings: &s, owned_elsewhere: |_| true, now: Instant::now() };
             let _ = inspect(&f, &layers, &port);
         }
     }
+}
+
+#[test]
+fn a_dhcp_lease_is_the_ports_address_while_it_lasts() {
+    let mut s = settings("");
+    let dns = udp(1000, 53);
+    assert_eq!(
+        check(&ipv4([198, 18, 0, 77], 17, &dns), &s),
+        Ok(()),
+        "unguarded"
+    );
+    let now = Instant::now();
+    s.leases
+        .learn(Ipv4Addr::from(OWN4), now + Duration::from_secs(60));
+    let at = |when, frame: &[u8]| {
+        let port = PortView {
+            mac: MAC,
+            settings: &s,
+            owned_elsewhere: |_| false,
+            now: when,
+        };
+        inspect(frame, &Layers::parse(frame).unwrap(), &port)
+    };
+    assert_eq!(at(now, &ipv4(OWN4, 17, &dns)), Ok(()));
+    assert_eq!(
+        at(now, &ipv4([198, 18, 0, 77], 17, &dns)),
+        Err(DropReason::SourceGuard)
+    );
+    let later = now + Duration::from_secs(61);
+    assert_eq!(
+        at(later, &ipv4(OWN4, 17, &dns)),
+        Err(DropReason::SourceGuard),
+        "the lease ended"
+    );
+    assert_eq!(
+        at(later, &ipv4([0; 4], 17, &udp(68, 67))),
+        Ok(()),
+        "DHCP again"
+    );
 }

@@ -17,6 +17,7 @@ pub mod guard;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod harness;
 pub mod item;
+pub mod lease;
 pub mod mdb;
 pub mod port_table;
 pub mod ring;

@@ -2,6 +2,7 @@
 //! change — and how they are checked.
 
 use crate::guard::Addresses;
+use crate::lease::Leases;
 use crate::ring;
 use crate::vlan::{PortVlans, VlanMode, VlanSet, MAX_VID, MIN_VID};
 use serde::{Deserialize, Serialize};
@@ -135,6 +136,15 @@ pub struct PortSettings {
     /// advertisement or redirect. Default on: off for a router VM.
     #[serde(default = "guard_on", deserialize_with = "on_off")]
     pub ra_guard: bool,
+    /// DHCP snooping: an address a DHCP server gives the port (its ACK
+    /// from an uplink, or from a VM whose `dhcp_guard` is off) is one of
+    /// its addresses while the lease lasts. Default on.
+    #[serde(default = "guard_on", deserialize_with = "on_off")]
+    pub dhcp_snooping: bool,
+    /// The leases snooped for the port, as the datapath applies them
+    /// ([`crate::Port::effective_settings`]; not a setting of its own).
+    #[serde(skip)]
+    pub leases: Leases,
 }
 
 fn connected() -> bool {
@@ -168,6 +178,8 @@ impl Default for PortSettings {
             nd_guard: true,
             dhcp_guard: true,
             ra_guard: true,
+            dhcp_snooping: true,
+            leases: Leases::default(),
         }
     }
 }

@@ -54,6 +54,7 @@
 //! nd_guard = true           #   messages (off for a DHCP server VM) and no router advertisements
 //! dhcp_guard = true         #   (off for a router VM)
 //! ra_guard = true
+//! dhcp_snooping = true      # an address a DHCP server gives the VM is its own while the lease lasts
 //!
 //! [[uplink]]                # the physical side: an existing interface
 //! name = "up0"              # the port's name (as a VM's)

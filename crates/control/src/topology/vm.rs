@@ -68,6 +68,8 @@ pub(super) struct VmRepr {
     dhcp_guard: bool,
     #[serde(default = "d_true", deserialize_with = "hvnet_datapath::on_off")]
     ra_guard: bool,
+    #[serde(default = "d_true", deserialize_with = "hvnet_datapath::on_off")]
+    dhcp_snooping: bool,
 }
 
 fn d_overflow() -> RxOverflow {
@@ -302,6 +304,7 @@ pub(super) fn parse_vms(
             nd_guard: v.nd_guard,
             dhcp_guard: v.dhcp_guard,
             ra_guard: v.ra_guard,
+            dhcp_snooping: v.dhcp_snooping,
             lro: v.lro,
             tso: v.tso,
             csum: v.csum,

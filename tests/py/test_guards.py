@@ -64,7 +64,9 @@ class Lab:
         src = liar_ip or f"{NET}.{i[liar]}"
         t.sh(liar, f"{PY} {self.probe} mark eth0 {self.macs[to]} {src} {NET}.{i[to]} {token}", timeout=300)
         out, _ = p.communicate(timeout=300)
-        return json.loads(out.strip().splitlines()[-1])
+        # Only the kinds sent: the liar's kernel answers c's own ARP and ND.
+        sent = {kind for kind, _, _ in lies}
+        return [k for k in json.loads(out.strip().splitlines()[-1]) if k in sent]
 
     def drops(self, vm_, reason, at_least):
         """The port's `drop_REASON` once it reaches `at_least`."""

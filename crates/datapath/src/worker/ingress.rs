@@ -9,10 +9,7 @@ use super::{Ctx, State};
 use crate::counters::{add, DropReason};
 use crate::fdb::Learn;
 use crate::forward::{self, Action, Ingress};
-use crate::guard;
-use crate::lease;
 use hvnet_port::Packet;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 impl State {
@@ -52,48 +49,6 @@ impl State {
         self.lro_ready = ready;
     }
 
-    /// The guards of a VM's port (docs/guide/guards.md) on a frame from
-    /// it; its payload read in first where a guard looks into it.
-    fn guard(&self, cx: &Ctx, pkt: &mut Packet) -> Result<(), DropReason> {
-        let settings = &self.settings;
-        let port = guard::PortView {
-            mac: cx.port.mac,
-            settings: &settings[cx.port.id],
-            owned_elsewhere: |ip| {
-                settings
-                    .iter()
-                    .enumerate()
-                    .any(|(i, s)| i != cx.port.id && s.addresses.owns(ip))
-            },
-            now: self.now,
-        };
-        if cx.port.is_uplink() || !port.any() {
-            return Ok(());
-        }
-        if guard::reads_payload(&pkt.meta.layers) {
-            pkt.buf.fill_pending();
-        }
-        guard::inspect(pkt.frame(), &pkt.meta.layers, &port)
-    }
-
-    /// DHCP snooping: an ACK crossing the switch gives its client's port
-    /// the address (`dhcp_snooping`), seen by every worker from its next
-    /// batch on.
-    fn snoop_lease(&self, cx: &Ctx, pkt: &mut Packet) {
-        if !lease::is_server_reply(pkt.frame(), &pkt.meta.layers) {
-            return;
-        }
-        pkt.buf.fill_pending();
-        let Some((mac, ip, secs)) = lease::acked(pkt.frame(), &pkt.meta.layers) else {
-            return;
-        };
-        let client = cx.ports.iter().find(|p| p.mac == mac && !p.is_uplink());
-        if let Some(p) = client.filter(|p| self.settings[p.id].dhcp_snooping) {
-            p.learn_lease(ip, self.now + secs);
-            cx.sw.settings_gen.fetch_add(1, Ordering::Release);
-        }
-    }
-
     /// The switching decision for a counted frame: policy, learning,
     /// lookup, and the offload stage for each destination.
     pub(super) fn switch_frame(&mut self, cx: &Ctx, mut pkt: Packet, now: Instant) {
@@ -115,7 +70,6 @@ impl State {
             c.count_drop(reason, 1);
             return;
         }
-        self.snoop_lease(cx, &mut pkt);
         // The frame's VLAN, from its tag and the port's mode (an access
         // port's untagged frame: its VLAN, in one branch).
         let Some(vlan) =

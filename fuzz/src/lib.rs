@@ -1119,3 +1119,71 @@ pub fn conntrack(data: &[u8]) {
     p.flush();
     assert_eq!(acl.total(), 0);
 }
+/// The guards (`hvnet_datapath::guard`) on any frame a guest sends: the
+/// first byte picks the port's guarded families and which other port owns
+/// what; the rest is the frame. A frame is passed or named, never a panic;
+/// a port with every guard off passes everything; and a port's addresses
+/// read from the same bytes as text are refused or read back the same.
+pub fn guard(data: &[u8]) {
+    use hvnet_datapath::guard::{inspect, Addresses, PortView};
+    use hvnet_datapath::PortSettings;
+    use hvnet_wire::MacAddr;
+    let Some((&pick, frame)) = data.split_first() else {
+        return;
+    };
+    let addresses = match pick & 3 {
+        0 => "",
+        1 => "198.18.0.1",
+        2 => "fd00::1, fe80::/64",
+        _ => "198.18.0.1, 198.18.8.0/24, fd00::1",
+    };
+    let on = PortSettings {
+        addresses: Addresses::parse(addresses).expect("valid"),
+        ..PortSettings::default()
+    };
+    let off = PortSettings {
+        source_guard: false,
+        arp_guard: false,
+        nd_guard: false,
+        dhcp_guard: false,
+        ra_guard: false,
+        ..on.clone()
+    };
+    let mac = MacAddr([2, 0, 0, 0, 0, pick]);
+    if let Ok(layers) = Layers::parse(frame) {
+        let elsewhere = |ip: std::net::IpAddr| pick & 4 != 0 && !ip.is_loopback();
+        let guarded = PortView {
+            mac,
+            settings: &on,
+            owned_elsewhere: elsewhere,
+            now: std::time::Instant::now(),
+        };
+        let _ = inspect(frame, &layers, &guarded);
+        let open = PortView {
+            mac,
+            settings: &off,
+            owned_elsewhere: elsewhere,
+            now: std::time::Instant::now(),
+        };
+        assert_eq!(inspect(frame, &layers, &open), Ok(()));
+        // DHCP snooping reads a server's ACK: the address it gives is
+        // never 0.0.0.0 and its lease is capped.
+        if let Some((_, ip, secs)) = hvnet_datapath::lease::acked(frame, &layers) {
+            assert!(!ip.is_unspecified() && secs <= hvnet_datapath::lease::MAX_LEASE);
+        }
+    }
+    if let Ok(m) = hvnet_wire::dhcp::Message::new_checked(frame) {
+        let _ = (m.message_type(), m.lease_secs(), m.option(pick));
+    }
+    if let Ok(text) = std::str::from_utf8(frame) {
+        if let Ok(a) = Addresses::parse(text) {
+            let again = a
+                .entries()
+                .iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(",");
+            assert_eq!(Addresses::parse(&again), Ok(a));
+        }
+    }
+}

@@ -91,4 +91,6 @@ fn acl_rules() {
 #[test]
 fn conntrack() {
     replay("conntrack", hvnet_fuzz::conntrack);
+fn guard() {
+    replay("guard", hvnet_fuzz::guard);
 }

@@ -40,6 +40,9 @@ pub enum PortAction {
     /// tx_burst=BYTES|off (a policer on what the VM sends) rx_rate=RATE|off
     /// rx_burst=BYTES|off (a shaper on what it receives), rates and bursts
     /// as tc writes them (1gbit, 256kb).
+    /// Guards (docs/guide/guards.md): source_guard, arp_guard, nd_guard,
+    /// dhcp_guard, ra_guard, dhcp_snooping =on|off;
+    /// addresses=ADDR,PREFIX/LEN,…|none.
     Set {
         /// KEY=VALUE pairs.
         #[arg(required = true, value_name = "KEY=VALUE")]

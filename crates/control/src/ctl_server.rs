@@ -317,6 +317,14 @@ pub fn merge_settings(cur: &PortSettings, changes: Value) -> Result<PortSettings
                 continue;
             }
             ("tx_rate" | "rx_rate" | "tx_burst" | "rx_burst", _) => return Err(bad(allowed(&k))),
+            // The guards' addresses: a list, or one string of them.
+            ("addresses", Value::String(_) | Value::Array(_)) => {
+                let a: hvnet_datapath::guard::Addresses = serde_json::from_value(v.clone())
+                    .map_err(|e| bad(format!("{} ({e})", allowed(&k))))?;
+                cur[&k] = serde_json::to_value(a).expect("addresses serialize");
+                continue;
+            }
+            ("addresses", _) => return Err(bad(allowed(&k))),
             _ => {}
         }
         // Past the top of its range before its type could overflow.
@@ -367,6 +375,9 @@ fn allowed(k: &str) -> String {
         }
         "tx_burst" | "rx_burst" => {
             return "a burst in bytes as tc writes it (256kb, 2mb), 65kb..1gb, or off".into()
+        }
+        "addresses" => {
+            return "addresses and prefixes, comma-separated (198.18.0.5,fd00::5,198.18.7.0/24), or none".into()
         }
         _ => {}
     }
@@ -518,6 +529,40 @@ mod tests {
             (json!({"native_vlan": 5000}), "a number (1..4094) or none"),
             (json!({"native_vlan": "five"}), "or none"),
             (json!({"vlan_mode": "hybrid"}), "access or trunk"),
+        ] {
+            let e = merge_settings(&cur, changes.clone()).unwrap_err();
+            let CtlError::BadValue { allowed, .. } = &e else {
+                panic!("{changes}: {e:?}");
+            };
+            assert!(allowed.contains(why), "{changes}: {allowed}");
+        }
+    }
+
+    #[test]
+    fn port_set_takes_a_ports_addresses_and_guards_or_refuses_the_whole_change() {
+        let cur = PortSettings::default();
+        let new = merge_settings(
+            &cur,
+            json!({"addresses": "198.18.0.5, fd00::5,198.18.8.0/24", "ra_guard": false}),
+        )
+        .unwrap();
+        let shown: Vec<String> = new
+            .addresses
+            .entries()
+            .iter()
+            .map(|c| c.to_string())
+            .collect();
+        assert_eq!(shown, ["198.18.0.5", "fd00::5", "198.18.8.0/24"]);
+        assert!(!new.ra_guard && new.dhcp_guard);
+        let none = merge_settings(&new, json!({"addresses": "none"})).unwrap();
+        assert!(none.addresses.entries().is_empty());
+        for (changes, why) in [
+            (
+                json!({"ra_guard": false, "addresses": "198.18.0.5,nonsense"}),
+                "not an IP address",
+            ),
+            (json!({"addresses": 5}), "comma-separated"),
+            (json!({"source_guard": "maybe"}), "on or off"),
         ] {
             let e = merge_settings(&cur, changes.clone()).unwrap_err();
             let CtlError::BadValue { allowed, .. } = &e else {

@@ -275,6 +275,14 @@ pub fn port_settings(sw: &Switch, p: &Port) -> Value {
     v["buffers"] = json!(p.buffers());
     v["thread_failures"] = json!(p.thread_failures.load(std::sync::atomic::Ordering::Relaxed));
     v["threads"] = json!(sw.port_threads(p));
+    // DHCP snooping's leases (docs/guide/guards.md): address, seconds left.
+    let now = std::time::Instant::now();
+    v["dhcp_leases"] = p
+        .leases()
+        .entries()
+        .iter()
+        .map(|l| json!({"address": l.ip, "secs_left": l.until.saturating_duration_since(now).as_secs()}))
+        .collect();
     if let Some(vu) = p.dev.status().vhost_user {
         v["vhost_user"] = serde_json::to_value(vu).expect("status serializes");
         // What the datapath applies: LRO and checksum offload only where

@@ -215,6 +215,22 @@ drop_reasons! {
         TxDescDirection = "tx_desc_direction", FromPort;
         /// A vhost-user guest's transmit chain refused: longer than any frame.
         TxDescTooLong = "tx_desc_too_long", FromPort;
+        /// IP source guard: sent from an address not the port's
+        /// (`source_guard`, docs/guide/guards.md).
+        SourceGuard = "source_guard", FromPort;
+        /// ARP inspection: an ARP message claiming an address not the
+        /// port's, or a sender MAC not the frame's (`arp_guard`).
+        ArpGuard = "arp_guard", FromPort;
+        /// ND inspection: a neighbor advertisement or solicitation
+        /// claiming an address not the port's, a link-layer address not
+        /// the frame's, or malformed options (`nd_guard`).
+        NdGuard = "nd_guard", FromPort;
+        /// DHCP server guard: a DHCP or DHCPv6 server or relay message
+        /// (`dhcp_guard`).
+        DhcpGuard = "dhcp_guard", FromPort;
+        /// Router-advertisement guard (RFC 6105): a router advertisement
+        /// or redirect (`ra_guard`).
+        RaGuard = "ra_guard", FromPort;
         /// No ring-1 buffer.
         Ring1Full = "ring1_full", ToPort;
         /// Not enough ring-2 buffers.

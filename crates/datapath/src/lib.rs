@@ -14,9 +14,11 @@ pub mod counters;
 mod deliver;
 pub mod fdb;
 pub mod forward;
+pub mod guard;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod harness;
 pub mod item;
+pub mod lease;
 pub mod mdb;
 pub mod port_table;
 pub mod rate;

@@ -1,6 +1,8 @@
 //! A port's settings — what `hvnet port PORT set` and topology files
 //! change — and how they are checked.
 
+use crate::guard::Addresses;
+use crate::lease::Leases;
 use crate::rate::{Burst, Rate};
 use crate::ring;
 use crate::vlan::{PortVlans, VlanMode, VlanSet, MAX_VID, MIN_VID};
@@ -127,9 +129,46 @@ pub struct PortSettings {
     /// The shaper's burst (default: 10 ms of the rate, at least 65 KiB).
     #[serde(default)]
     pub rx_burst: Option<Burst>,
+    /// The port's addresses as the guards see them (docs/guide/guards.md):
+    /// its topology `ipv4` and `ipv6`, then its `addresses`. A family with
+    /// none here is not source-guarded.
+    #[serde(default)]
+    pub addresses: Addresses,
+    /// IP source guard: the port sends only from its addresses (where
+    /// it has some of that family). Default on.
+    #[serde(default = "guard_on", deserialize_with = "on_off")]
+    pub source_guard: bool,
+    /// ARP inspection: the port claims only its own addresses (another
+    /// port's never). Default on.
+    #[serde(default = "guard_on", deserialize_with = "on_off")]
+    pub arp_guard: bool,
+    /// ND inspection, ARP inspection's IPv6 twin. Default on.
+    #[serde(default = "guard_on", deserialize_with = "on_off")]
+    pub nd_guard: bool,
+    /// DHCP server guard: the port sends no DHCP or DHCPv6 server (or
+    /// relay) messages. Default on: off for a VM that serves DHCP.
+    #[serde(default = "guard_on", deserialize_with = "on_off")]
+    pub dhcp_guard: bool,
+    /// Router-advertisement guard (RFC 6105): the port sends no router
+    /// advertisement or redirect. Default on: off for a router VM.
+    #[serde(default = "guard_on", deserialize_with = "on_off")]
+    pub ra_guard: bool,
+    /// DHCP snooping: an address a DHCP server gives the port (its ACK
+    /// from an uplink, or from a VM whose `dhcp_guard` is off) is one of
+    /// its addresses while the lease lasts. Default on.
+    #[serde(default = "guard_on", deserialize_with = "on_off")]
+    pub dhcp_snooping: bool,
+    /// The leases snooped for the port, as the datapath applies them
+    /// ([`crate::Port::effective_settings`]; not a setting of its own).
+    #[serde(skip)]
+    pub leases: Leases,
 }
 
 fn connected() -> bool {
+    true
+}
+
+fn guard_on() -> bool {
     true
 }
 
@@ -154,6 +193,14 @@ impl Default for PortSettings {
             tx_burst: None,
             rx_rate: None,
             rx_burst: None,
+            addresses: Addresses::default(),
+            source_guard: true,
+            arp_guard: true,
+            nd_guard: true,
+            dhcp_guard: true,
+            ra_guard: true,
+            dhcp_snooping: true,
+            leases: Leases::default(),
         }
     }
 }

@@ -7,6 +7,7 @@
 use crate::counters::{EgressStats, IngressCounters, IngressStats};
 use crate::fdb::{Fdb, FdbLimits};
 use crate::item::RingItem;
+use crate::lease::Leases;
 use crate::mdb::{Mdb, SnoopConfig};
 use crate::port_table::PortTable;
 use crate::rate::PortRates;
@@ -97,6 +98,8 @@ pub struct Port {
     pub(crate) threads: Mutex<Vec<ThreadInfo>>,
     /// Its policer and shaper (`tx_rate`, `rx_rate`).
     pub rates: PortRates,
+    /// DHCP leases snooped for its guest (docs/guide/guards.md).
+    leases: Mutex<Leases>,
 }
 
 /// One of a port's threads, for the views (`hvnet port VM --json`): what
@@ -146,6 +149,7 @@ impl Port {
             delivery_threads: AtomicBool::new(false),
             rates,
             threads: Mutex::new(Vec::new()),
+            leases: Mutex::new(Leases::default()),
         })
     }
 
@@ -161,7 +165,18 @@ impl Port {
         let caps = self.dev.caps();
         s.lro &= caps.gso;
         s.csum &= caps.csum;
+        if s.dhcp_snooping {
+            s.leases = self.leases();
+        }
         s
+    }
+    /// The DHCP leases snooped for its guest.
+    pub fn leases(&self) -> Leases {
+        self.leases.lock().expect("leases lock").clone()
+    }
+    /// Records a lease an ACK gave its guest ([`crate::lease`]).
+    pub(crate) fn learn_lease(&self, ip: std::net::Ipv4Addr, until: Instant) {
+        self.leases.lock().expect("leases lock").learn(ip, until);
     }
     /// True while the port's guest is here: its port connected and its
     /// guest not gone (migrated away). Its address is pinned to it and

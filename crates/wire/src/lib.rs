@@ -39,6 +39,7 @@
 
 pub mod arp;
 pub mod checksum;
+pub mod dhcp;
 pub mod error;
 pub mod ethernet;
 pub mod igmp;

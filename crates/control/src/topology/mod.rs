@@ -49,6 +49,14 @@
 //!                           #   with packed=on; "uml" guests take split rings only)
 //! security_groups = ["web"] # its port's security groups, their rules in this order (none: no
 //!                           #   filtering); [[security_group]] tables: docs/guide/security-groups.md
+//! addresses = ["10.10.0.9", "10.10.8.0/24"] # more addresses and prefixes of the VM, beside ipv4
+//!                           #   and ipv6, for its guards (docs/guide/guards.md)
+//! source_guard = true       # guards, each a named drop (docs/guide/guards.md): sends only from its
+//! arp_guard = true          #   addresses; claims in ARP and ND only its own; sends no DHCP server
+//! nd_guard = true           #   messages (off for a DHCP server VM) and no router advertisements
+//! dhcp_guard = true         #   (off for a router VM)
+//! ra_guard = true
+//! dhcp_snooping = true      # an address a DHCP server gives the VM is its own while the lease lasts
 //!
 //! [[uplink]]                # the physical side: an existing interface
 //! name = "up0"              # the port's name (as a VM's)
@@ -843,7 +851,15 @@ ipv4 = "10.1.0.100/24"
     fn parses_with_defaults() {
         let t = parse(GOOD).unwrap();
         assert_eq!(t.vms.len(), 2);
-        assert_eq!(t.vms[0].settings, PortSettings::default());
+        // Defaults, and the VM's address its guards' (docs/guide/guards.md).
+        let addresses = hvnet_datapath::guard::Addresses::parse("10.1.0.1").unwrap();
+        assert_eq!(
+            t.vms[0].settings,
+            PortSettings {
+                addresses,
+                ..PortSettings::default()
+            }
+        );
         assert_eq!(t.vms[1].settings.mtu, 9000);
         assert!(!t.vms[1].settings.lro);
         assert_eq!(t.netns(&t.vms[1]), "t1-vm2");

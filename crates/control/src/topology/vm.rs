@@ -6,6 +6,7 @@ use super::{
     auto_mac, check_name, d_mtu, d_ring, d_true, line_of, parse, parse_addrs, Topology,
     VhostSocket, MAX_VMS,
 };
+use hvnet_datapath::guard::{Addresses, Cidr};
 use hvnet_datapath::rate::{Burst, Rate};
 use hvnet_datapath::settings::validate_settings;
 use hvnet_datapath::{Delivery, PortSettings, RxOverflow};
@@ -63,6 +64,19 @@ pub(super) struct VmRepr {
     rx_burst: Option<Burst>,
     #[serde(default)]
     security_groups: Vec<String>,
+    addresses: Option<Vec<String>>,
+    #[serde(default = "d_true", deserialize_with = "hvnet_datapath::on_off")]
+    source_guard: bool,
+    #[serde(default = "d_true", deserialize_with = "hvnet_datapath::on_off")]
+    arp_guard: bool,
+    #[serde(default = "d_true", deserialize_with = "hvnet_datapath::on_off")]
+    nd_guard: bool,
+    #[serde(default = "d_true", deserialize_with = "hvnet_datapath::on_off")]
+    dhcp_guard: bool,
+    #[serde(default = "d_true", deserialize_with = "hvnet_datapath::on_off")]
+    ra_guard: bool,
+    #[serde(default = "d_true", deserialize_with = "hvnet_datapath::on_off")]
+    dhcp_snooping: bool,
 }
 
 fn d_overflow() -> RxOverflow {
@@ -292,7 +306,15 @@ pub(super) fn parse_vms(
                 return Err(bad(format!("socket {p:?} is used twice")));
             }
         }
+        let addresses = guard_addresses(ipv4, ipv6, v.addresses.as_deref()).map_err(bad)?;
         let settings = PortSettings {
+            addresses,
+            source_guard: v.source_guard,
+            arp_guard: v.arp_guard,
+            nd_guard: v.nd_guard,
+            dhcp_guard: v.dhcp_guard,
+            ra_guard: v.ra_guard,
+            dhcp_snooping: v.dhcp_snooping,
             lro: v.lro,
             tso: v.tso,
             csum: v.csum,
@@ -328,6 +350,25 @@ pub(super) fn parse_vms(
         });
     }
     Ok(vms)
+}
+
+/// A VM's addresses as its port's guards see them: its `ipv4` and
+/// `ipv6` (the address, not the subnet), then its `addresses`.
+fn guard_addresses(
+    ipv4: Option<(Ipv4Addr, u8)>,
+    ipv6: Option<(Ipv6Addr, u8)>,
+    more: Option<&[String]>,
+) -> Result<Addresses, String> {
+    let mut all = Vec::new();
+    all.extend(ipv4.map(|(a, _)| Cidr::host(a.into())));
+    all.extend(ipv6.map(|(a, _)| Cidr::host(a.into())));
+    for a in more.unwrap_or_default() {
+        let c: Cidr = a.parse().map_err(|e| format!("addresses: {e}"))?;
+        if !all.contains(&c) {
+            all.push(c);
+        }
+    }
+    Addresses::new(all).map_err(|e| format!("addresses: {e}"))
 }
 
 impl Topology {
@@ -664,5 +705,48 @@ mod vlan_tests {
             "{reason}"
         );
         assert_eq!(line, GOOD.lines().count() + 2, "{reason}");
+    }
+}
+
+#[cfg(test)]
+mod guard_tests {
+    use super::super::tests::GOOD;
+    use super::*;
+
+    fn vm1(keys: &str) -> String {
+        GOOD.replace("name = \"vm1\"\n", &format!("name = \"vm1\"\n{keys}\n"))
+    }
+
+    #[test]
+    fn a_vms_addresses_are_its_ipv4_ipv6_and_addresses_and_its_guards_are_on() {
+        let t = parse(&vm1(
+            "ipv6 = \"fd10::1/64\"\naddresses = [\"10.1.0.50\", \"10.1.8.0/24\", \"10.1.0.1\"]",
+        ))
+        .unwrap();
+        let s = &t.vms[0].settings;
+        let shown: Vec<String> = s
+            .addresses
+            .entries()
+            .iter()
+            .map(|c| c.to_string())
+            .collect();
+        assert_eq!(shown, ["10.1.0.1", "fd10::1", "10.1.0.50", "10.1.8.0/24"]);
+        assert!(s.source_guard && s.arp_guard && s.nd_guard && s.dhcp_guard && s.ra_guard);
+        let t = parse(&vm1("dhcp_guard = false\nra_guard = \"off\"")).unwrap();
+        let s = &t.vms[0].settings;
+        assert!(!s.dhcp_guard && !s.ra_guard && s.source_guard);
+    }
+
+    #[test]
+    fn addresses_that_cannot_apply_are_refused_with_the_line_and_the_reason() {
+        for (keys, why) in [
+            ("addresses = [\"10.1.0.7/24\"]", "has host bits set"),
+            ("addresses = [\"ten\"]", "is not an IP address or prefix"),
+            ("addresses = [\"ff02::1\"]", "is not a unicast address"),
+        ] {
+            let (line, reason) = parse(&vm1(keys)).unwrap_err();
+            assert_eq!(line, 5, "{keys}: {reason}");
+            assert!(reason.contains(why), "{keys}: {reason}");
+        }
     }
 }

@@ -75,6 +75,10 @@ impl State {
             c.count_drop(DropReason::Policy, 1);
             return;
         }
+        if let Err(reason) = self.guard(cx, &mut pkt) {
+            c.count_drop(reason, 1);
+            return;
+        }
         if let Some(acl) = self.acls.get(cx.port.id).and_then(Option::as_ref) {
             let out = crate::acl::Direction::Out;
             if let Err(d) = acl.check(out, pkt.buf.held(), &pkt.meta.layers, now) {

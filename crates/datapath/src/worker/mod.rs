@@ -8,6 +8,7 @@
 mod egress;
 mod ingress;
 mod ingress_csum;
+mod ingress_guard;
 mod ingress_lro;
 mod ingress_mcast;
 mod ingress_suppress;

@@ -1119,6 +1119,7 @@ pub fn conntrack(data: &[u8]) {
     p.flush();
     assert_eq!(acl.total(), 0);
 }
+
 /// The guards (`hvnet_datapath::guard`) on any frame a guest sends: the
 /// first byte picks the port's guarded families and which other port owns
 /// what; the rest is the frame. A frame is passed or named, never a panic;

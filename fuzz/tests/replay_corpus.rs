@@ -91,6 +91,9 @@ fn acl_rules() {
 #[test]
 fn conntrack() {
     replay("conntrack", hvnet_fuzz::conntrack);
+}
+
+#[test]
 fn guard() {
     replay("guard", hvnet_fuzz::guard);
 }

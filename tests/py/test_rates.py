@@ -64,7 +64,10 @@ def test_a_policer_limits_what_a_vm_sends_and_changes_at_run_time(tmp_path):
         assert t.stats("/ports/a/tx_summary")["policed_cut"] > 0
 
         # Off at run time: nothing more is policed.
-        t.hv("port", "a", "set", "tx_rate=off", "tx_burst=off")
+        # (the burst goes with its rate)
+        t.hv("port", "a", "set", "tx_rate=off")
+        off = json.loads(t.hv("port", "a", "--json").stdout)
+        assert (off["tx_rate"], off["tx_burst"]) == (None, None), off
         before = drops(t, "/ports/a/tx_summary", "policed")
         through(t, "b", "-u -b 200M -l 1400", seconds=2)
         assert drops(t, "/ports/a/tx_summary", "policed") == before

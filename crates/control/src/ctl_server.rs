@@ -250,6 +250,7 @@ pub fn merge_settings(cur: &PortSettings, changes: Value) -> Result<PortSettings
             reason: "changes must be an object".into(),
         });
     };
+    let asked: Vec<String> = ch.keys().cloned().collect();
     for (k, v) in ch {
         let Some(now) = cur.get(&k) else {
             let allowed = cur.as_object().map(|o| o.keys().cloned().collect());
@@ -340,6 +341,14 @@ pub fn merge_settings(cur: &PortSettings, changes: Value) -> Result<PortSettings
             _ => return Err(bad(allowed(&k))),
         }
         cur[&k] = v;
+    }
+    // A rate turned off takes its burst with it (unless the same change
+    // says what the burst is).
+    let has = |k: &str| asked.iter().any(|a| a == k);
+    for (rate, burst) in [("tx_rate", "tx_burst"), ("rx_rate", "rx_burst")] {
+        if has(rate) && !has(burst) && cur[rate].is_null() {
+            cur[burst] = Value::Null;
+        }
     }
     serde_json::from_value(cur).map_err(|e| CtlError::BadRequest {
         reason: format!("bad value: {e}"),

@@ -64,9 +64,18 @@ pub(crate) fn deliver_loop(sw: &Switch, port: &Port, q: usize) {
     let mut scratch = Scratch::default();
     let mut gen = u64::MAX;
     let mut s = port.settings();
-    // A port removed from the switch takes its delivery threads with it
-    // (what its ring still holds is dropped as the port's, below).
-    while !sw.stopping() && port.state() != PortState::Removed {
+    let mut removed_at: Option<Instant> = None;
+    // A port removed from the switch takes its delivery threads with it,
+    // once no worker can still hand its queue a batch (one that read the
+    // port table before the removal may, for a batch, or a backpressure
+    // wait): what arrives until then, and what the ring still holds, is
+    // dropped as the port's, so every frame stays accounted.
+    while !sw.stopping() {
+        if port.state() == PortState::Removed
+            && removed_at.get_or_insert_with(Instant::now).elapsed() >= REMOVED_DRAIN
+        {
+            break;
+        }
         consumer.pop_batch(ring, &mut batch, BATCH);
         if batch.is_empty() {
             consumer.wait(ring, Duration::from_millis(100));
@@ -100,12 +109,18 @@ pub(crate) fn deliver_loop(sw: &Switch, port: &Port, q: usize) {
     }
 }
 
+/// How long a removed port's delivery thread goes on dropping what
+/// still arrives before it ends: beyond a worker's batch and its longest
+/// wait for ring space ([`BACKPRESSURE_WAIT`]).
+const REMOVED_DRAIN: Duration = Duration::from_secs(1);
+
 /// Waits until `port`'s shaper lets `batch` go (in steps, so that a
-/// stopping switch is not kept waiting), then takes its bytes.
+/// stopping switch, or a port removed, is not kept waiting), then takes
+/// its bytes.
 fn pace(sw: &Switch, port: &Port, c: &EgressCounters, batch: &[Slot<RingItem>]) {
     loop {
         let wait = port.rates.shape_wait(Instant::now());
-        if wait.is_zero() || sw.stopping() {
+        if wait.is_zero() || sw.stopping() || port.state() == PortState::Removed {
             break;
         }
         add(&c.shaper_waits, 1);

@@ -204,10 +204,12 @@ impl TokenBucket {
     }
 
     /// A policer's decision for a frame of `bytes`: true (and the tokens
-    /// taken) if the bucket holds all of it.
+    /// taken) if the bucket holds all of it. A frame larger than the
+    /// whole burst (a TSO frame's segments with their headers can be) passes
+    /// a full bucket, emptying it.
     pub fn police(&mut self, bytes: u64, now: Instant) -> bool {
         self.refill(now);
-        let b = bytes as i64;
+        let b = (bytes as i64).min(self.burst);
         if self.tokens >= b {
             self.tokens -= b;
             true
@@ -483,10 +485,12 @@ mod tests {
             }
         }
         assert_eq!(passed, 1_000_000);
-        // A frame larger than the burst never passes.
+        // A frame larger than the burst passes a full bucket only,
+        // emptying it.
         let later = t0 + Duration::from_secs(10);
-        assert!(!b.police(200_000, later));
-        assert!(b.police(100_000, later));
+        assert!(b.police(200_000, later));
+        assert!(!b.police(1000, later));
+        assert!(!b.police(200_000, later + Duration::from_millis(50)));
     }
 
     #[test]

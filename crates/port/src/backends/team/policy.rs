@@ -119,13 +119,16 @@ pub fn is_membership(f: &OutFrame<'_>) -> bool {
     if frame.first().is_none_or(|b| b & 1 == 0) {
         return false;
     }
+    // Queries (IGMP 0x11, MLD 130) are the querier's; reports and leaves
+    // (IGMP 0x12, 0x16, 0x17, 0x22; MLD 131, 132, 143) a listener's.
+    let kind = frame.get(n.offset + n.header_len);
     match n.kind {
-        NetKind::Ipv4 => n.protocol == hvnet_wire::igmp::PROTOCOL,
-        // Queries (130) are the querier's; reports (131, 143) and
-        // done (132) are a listener's.
+        NetKind::Ipv4 => {
+            n.protocol == hvnet_wire::igmp::PROTOCOL
+                && matches!(kind, Some(0x12 | 0x16 | 0x17 | 0x22))
+        }
         NetKind::Ipv6 => {
-            n.protocol == hvnet_wire::nd::ICMPV6
-                && matches!(frame.get(n.offset + n.header_len), Some(131 | 132 | 143))
+            n.protocol == hvnet_wire::nd::ICMPV6 && matches!(kind, Some(131 | 132 | 143))
         }
     }
 }
@@ -540,6 +543,13 @@ mod tests {
         // A query is the querier's; a group's data is no message.
         let query = mld::message(130, 0, [0; 16], src, dst);
         assert!(!is(&mld::frame(mac, src, dst, &query)));
+        let query = igmp::message(0x11, 10, [0; 4]);
+        assert!(!is(&igmp::frame(
+            mac,
+            [198, 18, 0, 1],
+            [224, 0, 0, 1],
+            &query
+        )));
         let mut data = igmp::frame(mac, [198, 18, 0, 1], group, &report);
         data[23] = 99;
         assert!(!is(&data));

@@ -114,9 +114,9 @@ impl TeamPort {
 
 /// A tunnel endpoint over the team writes its whole GSO frames into a TAP
 /// per member: the team picks the member as for any frame of its own
-/// transmitters (by the outer headers), and counts it there.
+/// transmitters (by the outer headers), and counts it there once written.
 impl PickMember for TeamPort {
-    fn send_by(&self, head: &[u8], len: u64) -> Option<usize> {
+    fn pick(&self, head: &[u8], len: u64) -> Option<usize> {
         let (dist, _) = self.distribution();
         let pieces = [IoSlice::new(head)];
         let f = OutFrame::Pieces {
@@ -125,18 +125,17 @@ impl PickMember for TeamPort {
         };
         let (mut picks, mut placed) = (Vec::with_capacity(1), Vec::new());
         self.pick(&dist, std::iter::once((&f, len)), &mut picks, &mut placed);
-        match picks.first().copied().flatten() {
-            Some(m) => {
-                let member = &self.members[m];
-                member.tx_frames.fetch_add(1, Relaxed);
-                member.tx_bytes.fetch_add(len, Relaxed);
-                Some(m)
-            }
-            None => {
-                self.drops.no_member.fetch_add(1, Relaxed);
-                None
-            }
+        let m = picks.first().copied().flatten();
+        if m.is_none() {
+            self.drops.no_member.fetch_add(1, Relaxed);
         }
+        m
+    }
+
+    fn sent(&self, member: usize, len: u64) {
+        let m = &self.members[member];
+        m.tx_frames.fetch_add(1, Relaxed);
+        m.tx_bytes.fetch_add(len, Relaxed);
     }
 }
 

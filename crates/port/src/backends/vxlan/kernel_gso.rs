@@ -39,9 +39,11 @@ use std::sync::{Arc, RwLock};
 /// leaves by.
 pub trait PickMember: Send + Sync + std::fmt::Debug {
     /// The member for the outer frame that starts with `head` (its
-    /// Ethernet, IP and UDP headers), `len` bytes in all, counted as sent
-    /// by it; `None` when no member may send.
-    fn send_by(&self, head: &[u8], len: u64) -> Option<usize>;
+    /// Ethernet, IP and UDP headers), `len` bytes in all; `None` when no
+    /// member may send.
+    fn pick(&self, head: &[u8], len: u64) -> Option<usize>;
+    /// The frame went by `member`: counted there.
+    fn sent(&self, member: usize, len: u64);
 }
 
 /// The TAPs a tunnel endpoint writes whole tunnelled frames into: one, or
@@ -280,19 +282,21 @@ impl TunnelTap {
     /// Writes one frame: `pieces` are its header, its outer headers and
     /// the rest.
     fn send(&self, pieces: &[&[u8]]) -> Result<(), ()> {
+        let len = pieces[1..].iter().map(|p| p.len() as u64).sum();
         let member = match &self.team {
-            Some(team) => {
-                let len = pieces[1..].iter().map(|p| p.len() as u64).sum();
-                team.send_by(pieces[1], len).ok_or(())?
-            }
+            Some(team) => team.pick(pieces[1], len).ok_or(())?,
             None => 0,
         };
         let iov: smallvec::SmallVec<[IoSlice<'_>; 4]> =
             pieces.iter().map(|p| IoSlice::new(p)).collect();
         match self.queues.read().expect("lock").get(member) {
-            Some(q) => crate::vnet::write_frame(q, &iov).map_err(drop),
-            None => Err(()),
+            Some(q) => crate::vnet::write_frame(q, &iov).map_err(drop)?,
+            None => return Err(()),
         }
+        if let Some(team) = &self.team {
+            team.sent(member, len);
+        }
+        Ok(())
     }
 }
 

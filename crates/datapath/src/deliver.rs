@@ -76,7 +76,10 @@ pub(crate) fn deliver_loop(sw: &Switch, port: &Port, q: usize) {
         {
             break;
         }
-        consumer.pop_batch(ring, &mut batch, BATCH);
+        // A shaped queue takes one frame at a time: a batch sent on the
+        // bucket's word would leave up to 64 frames of debt at once.
+        let max = if s.rx_rate.is_some() { 1 } else { BATCH };
+        consumer.pop_batch(ring, &mut batch, max);
         if batch.is_empty() {
             consumer.wait(ring, Duration::from_millis(100));
             continue;

@@ -22,9 +22,9 @@ step "lints"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 
 step "rust tests (unit, property, doc)"
-# One build for the binary and the tests (the same features: the test
-# helpers the dev-dependencies turn on are in the binary too, unused).
-cargo build --release --workspace --all-features --bins --tests
+# The binary as `cargo install` builds it (the packaging test's install
+# then reuses it), then the tests with the dev-dependencies' features.
+cargo build --release -p hvnet
 cargo test --workspace --release --all-features
 
 step "fuzz corpora replay"

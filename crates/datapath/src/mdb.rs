@@ -380,6 +380,16 @@ impl Mdb {
         self.querier_here(&t, vlan, fam, now)
     }
 
+    /// True when reports go to the router ports only (RFC 4541 §2.1.1):
+    /// while a querier will ask again, the switch's own (from its start,
+    /// before it prunes) or one heard. A host that heard another's IGMPv2
+    /// or MLDv1 report for its group keeps its own quiet, so a report
+    /// flooded while the own querier's first response time runs would
+    /// leave that host's port out of the group.
+    pub fn reports_to_routers(&self, vlan: u16, fam: Family, now: Instant) -> bool {
+        self.cfg.querier || self.querier_heard(vlan, fam, now)
+    }
+
     /// True when another querier is heard in `vlan` (its group-specific
     /// queries decide leaves).
     pub fn querier_heard(&self, vlan: u16, fam: Family, now: Instant) -> bool {

@@ -120,7 +120,7 @@ impl State {
                 // Reports go to the routers only (RFC 4541 §2.1.1: no
                 // other member hears them and stays silent), while a
                 // querier asks for them again.
-                if !mdb.querier_exists(vlan, Family::of(src), now) {
+                if !mdb.reports_to_routers(vlan, Family::of(src), now) {
                     return Snooped::Flood;
                 }
                 let mut ports = Targets::new();

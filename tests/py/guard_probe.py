@@ -12,6 +12,9 @@ namespaces).
     guard_probe.py sniff IFACE TOKEN LIAR_MAC
         prints READY once capturing, then, when TOKEN arrives, one JSON
         list of the lies seen from LIAR_MAC (their KIND names)
+
+Commands joined by "+" run in order in one process (scapy loads once: a
+guest under TCG takes many seconds to import it).
 """
 
 import json
@@ -86,17 +89,28 @@ def seen(p):
 
 
 def main():
-    cmd, iface = sys.argv[1], sys.argv[2]
+    args = sys.argv[1:]
+    while "+" in args:
+        i = args.index("+")
+        run(args[:i])
+        args = args[i + 1:]
+    run(args)
+
+
+def run(argv):
+    if len(argv) < 2:
+        raise SystemExit(__doc__)
+    cmd, iface = argv[0], argv[1]
     if cmd == "lie":
-        kind, count = sys.argv[3], int(sys.argv[4])
-        a = dict(kv.split("=", 1) for kv in sys.argv[5:])
+        kind, count = argv[2], int(argv[3])
+        a = dict(kv.split("=", 1) for kv in argv[4:])
         sendp(lie(iface, kind, a), iface=iface, count=count)
     elif cmd == "mark":
-        dst_mac, src, dst, token = sys.argv[3:7]
+        dst_mac, src, dst, token = argv[2:6]
         sendp(Ether(src=mac_of(iface), dst=dst_mac) / IP(src=src, dst=dst) / UDP(sport=4001, dport=9)
               / token.encode(), iface=iface)
     elif cmd == "sniff":
-        token, liar = sys.argv[3].encode(), sys.argv[4].lower()
+        token, liar = argv[2].encode(), argv[3].lower()
         got = []
 
         def stop(p):

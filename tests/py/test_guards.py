@@ -57,12 +57,15 @@ class Lab:
         for line in p.stdout:
             if "READY" in line:
                 break
+        # The lies and then the marker, from one process.
+        steps = []
         for kind, count, args in lies:
             kv = " ".join(f"{k}={v}" for k, v in args.items())
-            t.sh(liar, f"{PY} {self.probe} lie eth0 {kind} {count} {kv}", timeout=300)
+            steps.append(f"lie eth0 {kind} {count} {kv}")
         i = {"a": 1, "b": 2, "c": 3, "d": 4}
         src = liar_ip or f"{NET}.{i[liar]}"
-        t.sh(liar, f"{PY} {self.probe} mark eth0 {self.macs[to]} {src} {NET}.{i[to]} {token}", timeout=300)
+        steps.append(f"mark eth0 {self.macs[to]} {src} {NET}.{i[to]} {token}")
+        t.sh(liar, f"{PY} {self.probe} " + " + ".join(steps), timeout=300)
         out, _ = p.communicate(timeout=300)
         # Only the kinds sent: the liar's kernel answers c's own ARP and ND.
         sent = {kind for kind, _, _ in lies}

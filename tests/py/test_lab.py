@@ -176,7 +176,9 @@ def test_the_measurements_run_beside_the_references_and_leave_nothing_behind(tmp
     assert {"hvnet", "hvnet-uring", "bridge"} <= set(figs["fabrics-throughput"]["series"])
     assert {"hvnet-uplink", "bridge-uplink", "hvnet-vxlan", "linux-vxlan"} <= set(figs["uplinks-throughput"]["series"])
     assert [x for x, _ in figs["hostile-neighbour-throughput"]["series"]["VM c to VM b"]] == \
-        ["neighbour idle", "neighbour hostile", "neighbour hostile, policed"]
+        ["neighbour idle", "neighbour hostile", "neighbour hostile, policed", "neighbour hostile, policed, cpu_limit",
+         "neighbour hostile, policed, cpu_limit, CPU held"]
+    assert set(figs["hostile-neighbour-worker-time"]["series"]) == {"VM a's port", "VM c's port"}
     # A few system calls per frame at most (a TAP port reads and writes a
     # frame per call; other ports batch).
     calls = dict(figs["per-frame-calls"]["series"]["hvnet"])

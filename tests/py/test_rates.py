@@ -113,3 +113,37 @@ def test_a_shaper_paces_what_a_vm_receives(tmp_path):
         waits = t.stats("/ports/b/rx_summary")["shaper_waits"]
         through(t, "b", "", seconds=2)
         assert t.stats("/ports/b/rx_summary")["shaper_waits"] == waits
+
+
+def test_a_cpu_limit_holds_a_ports_worker_time_to_its_share(tmp_path):
+    """`cpu_limit`: a VM flooding small UDP datagrams takes no more of the
+    workers' time than its share (what its queues' turns took, per second
+    of the flood, with one 10 ms burst and a turn's overshoot of slack),
+    while its frames still flow; off at run time, it takes more; out of
+    range, refused with what is allowed. An upper bound on a share of
+    time, which a slow machine meets as well as a fast one."""
+    vms = [dict(name="a", ipv4=A + "/24", cpu_limit=5), dict(name="b", ipv4=B + "/24")]
+    with hvlab.Topology(tmp_path, vms, prefix="rc") as t:
+        t.popen("b", f"iperf3 -s -B {B}", stdout=hvlab.subprocess.DEVNULL, stderr=hvlab.subprocess.DEVNULL)
+        t.wait_listening("b", 5201)
+        assert json.loads(t.hv("port", "a", "--json").stdout)["cpu_limit"] == 5
+
+        def flood():
+            """(worker seconds on a's port per second of the flood, bytes b got)."""
+            busy = t.stats("/ports/a/tx_summary")["busy_ns"]
+            got, took, _ = through(t, "b", "-u -b 0 -l 64", seconds=2)
+            return (t.stats("/ports/a/tx_summary")["busy_ns"] - busy) / 1e9 / took, got
+
+        share, got = flood()
+        assert got > 0
+        assert share <= 0.05 * 1.5 + 0.01, share
+        tx = t.stats("/ports/a/tx_summary")
+        assert tx["cpu_limit_holds"] > 0, tx
+
+        t.hv("port", "a", "set", "cpu_limit=0")
+        assert json.loads(t.hv("port", "a", "--json").stdout)["cpu_limit"] == 0
+        unlimited, _ = flood()
+        assert unlimited > share, (unlimited, share)
+
+        r = t.hv("port", "a", "set", "cpu_limit=101", check=False)
+        assert r.returncode != 0 and "0..100" in r.stderr, r.stderr

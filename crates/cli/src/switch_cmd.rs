@@ -39,7 +39,8 @@ pub enum PortAction {
     /// withdraws its addresses from an EVPN fabric) tx_rate=RATE|off
     /// tx_burst=BYTES|off (a policer on what the VM sends) rx_rate=RATE|off
     /// rx_burst=BYTES|off (a shaper on what it receives), rates and bursts
-    /// as tc writes them (1gbit, 256kb).
+    /// as tc writes them (1gbit, 256kb); cpu_limit=0..100 (the most of one
+    /// worker's time its queues take, in percent; 0: no limit).
     /// Guards (docs/guide/guards.md): source_guard, arp_guard, nd_guard,
     /// dhcp_guard, ra_guard, dhcp_snooping =on|off;
     /// addresses=ADDR,PREFIX/LEN,…|none.

@@ -439,6 +439,9 @@ counters! {
         /// Nanoseconds its worker spent on this queue (reading, switching,
         /// writing to the destinations): the load queues are placed by.
         busy_ns,
+        /// Times the queue was left unread because its port had spent its
+        /// `cpu_limit` (backpressure on the guest, not a drop).
+        cpu_limit_holds,
         /// Source addresses not learned: the FDB's per-port or total limit,
         /// or another port's static address (the frame still goes out).
         fdb_learn_refused,

@@ -11,6 +11,7 @@
 
 pub mod acl;
 pub mod counters;
+pub mod cpu_limit;
 mod deliver;
 pub mod fdb;
 pub mod forward;

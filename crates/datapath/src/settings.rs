@@ -129,6 +129,11 @@ pub struct PortSettings {
     /// The shaper's burst (default: 10 ms of the rate, at least 65 KiB).
     #[serde(default)]
     pub rx_burst: Option<Burst>,
+    /// The most of one worker's time the port's queues take together, in
+    /// percent (0, the default: no limit; [`crate::cpu_limit`]). Over it,
+    /// the port is not read until its share has caught up.
+    #[serde(default)]
+    pub cpu_limit: u8,
     /// The port's addresses as the guards see them (docs/guide/guards.md):
     /// its topology `ipv4` and `ipv6`, then its `addresses`. A family with
     /// none here is not source-guarded.
@@ -193,6 +198,7 @@ impl Default for PortSettings {
             tx_burst: None,
             rx_rate: None,
             rx_burst: None,
+            cpu_limit: 0,
             addresses: Addresses::default(),
             source_guard: true,
             arp_guard: true,
@@ -271,6 +277,7 @@ pub fn setting_range(setting: &str) -> Option<(u64, u64)> {
         "mtu" => Some((68, 9000)),
         "ring1" | "ring2" => Some((32, ring::MAX_RING as u64)),
         "rx_usecs" => Some((0, u64::from(MAX_RX_USECS))),
+        "cpu_limit" => Some((0, 100)),
         "native_vlan" => Some((u64::from(MIN_VID), u64::from(MAX_VID))),
         _ => None,
     }
@@ -283,6 +290,7 @@ pub fn validate_settings(s: &PortSettings) -> Result<(), SettingError> {
         ("ring1", s.ring1 as u64),
         ("ring2", s.ring2 as u64),
         ("rx_usecs", u64::from(s.rx_usecs)),
+        ("cpu_limit", u64::from(s.cpu_limit)),
         ("native_vlan", u64::from(s.native_vlan.unwrap_or(MIN_VID))),
     ] {
         let (min, max) = setting_range(setting).expect("a numeric setting");

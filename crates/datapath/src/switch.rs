@@ -5,6 +5,7 @@
 //! settings. The threads that work on them are [`crate::threads`]'s.
 
 use crate::counters::{EgressStats, IngressCounters, IngressStats};
+use crate::cpu_limit::CpuLimit;
 use crate::fdb::{Fdb, FdbLimits};
 use crate::item::RingItem;
 use crate::lease::Leases;
@@ -98,6 +99,8 @@ pub struct Port {
     pub(crate) threads: Mutex<Vec<ThreadInfo>>,
     /// Its policer and shaper (`tx_rate`, `rx_rate`).
     pub rates: PortRates,
+    /// Its limit on the workers' time (`cpu_limit`).
+    pub cpu: CpuLimit,
     /// DHCP leases snooped for its guest (docs/guide/guards.md).
     leases: Mutex<Leases>,
 }
@@ -130,6 +133,8 @@ impl Port {
         s.dev.notify_changes(Arc::clone(gen));
         let rates = PortRates::default();
         rates.apply(&s.settings, Instant::now());
+        let cpu = CpuLimit::default();
+        cpu.apply(s.settings.cpu_limit, Instant::now());
         Arc::new(Port {
             id,
             rxq: (0..nq)
@@ -148,6 +153,7 @@ impl Port {
             thread_failures: AtomicU64::new(0),
             delivery_threads: AtomicBool::new(false),
             rates,
+            cpu,
             threads: Mutex::new(Vec::new()),
             leases: Mutex::new(Leases::default()),
         })
@@ -575,6 +581,7 @@ impl Switch {
             q.rings.resize(new.ring1, new.ring2);
         }
         p.rates.apply(&new, Instant::now());
+        p.cpu.apply(new.cpu_limit, Instant::now());
         *p.settings.write().expect("settings lock") = new.clone();
         self.settings_gen.fetch_add(1, Ordering::Release);
         // What the port learned in VLANs it no longer carries goes (the

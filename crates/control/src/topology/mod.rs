@@ -37,6 +37,11 @@
 //! delivery = "auto"         # or "thread": who writes into this VM (see PortSettings)
 //! rx_usecs = 0              # wake-up coalescing at its queues, 0..10000 µs (as at an uplink)
 //! connected = true          # the vNIC's cable (off: no traffic, addresses withdrawn from EVPN)
+//! tx_rate = "1gbit"         # rates (docs/guide/rates.md): a policer on what the VM sends and a
+//! rx_rate = "500mbit"       #   shaper on what it receives, as tc writes rates; tx_burst and
+//!                           #   rx_burst as tc writes bursts ("256kb")
+//! cpu_limit = 0             # the most of one worker's time its queues take, 0..100 % (0: no
+//!                           #   limit); over it they wait (docs/guide/rates.md)
 //! mode = "server"           # kind = "vhost-user": "server" (hvnet listens) or "client" (hvnet
 //!                           #   connects to the hypervisor's socket, again whenever it goes away)
 //! socket = "/run/vm1.sock"  # kind = "vhost-user": the socket (client: required; server: default

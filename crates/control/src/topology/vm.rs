@@ -63,6 +63,8 @@ pub(super) struct VmRepr {
     rx_rate: Option<Rate>,
     rx_burst: Option<Burst>,
     #[serde(default)]
+    cpu_limit: u8,
+    #[serde(default)]
     security_groups: Vec<String>,
     addresses: Option<Vec<String>>,
     #[serde(default = "d_true", deserialize_with = "hvnet_datapath::on_off")]
@@ -330,6 +332,7 @@ pub(super) fn parse_vms(
             tx_burst: v.tx_burst,
             rx_rate: v.rx_rate,
             rx_burst: v.rx_burst,
+            cpu_limit: v.cpu_limit,
             ..vlans
         };
         validate_settings(&settings).map_err(|e| bad(e.to_string()))?;

@@ -400,6 +400,16 @@ enum Standing {
     Stalled,
     /// Its port is down: not in `epoll`, its link looked at every tick.
     Down,
+    /// Its port is over its `cpu_limit`: not in `epoll` until then
+    /// ([`crate::cpu_limit`]).
+    Held(Instant),
+}
+
+impl Standing {
+    /// True while the queue's descriptor is in the worker's `epoll`.
+    fn watched(self) -> bool {
+        !matches!(self, Standing::Down | Standing::Held(_))
+    }
 }
 
 /// A queue on its worker.
@@ -430,6 +440,8 @@ struct Worker<'a> {
     weight: Option<Weight>,
     /// Ticks so far.
     ticks: u64,
+    /// Queues held by their port's `cpu_limit` now.
+    held: usize,
 }
 
 /// A worker thread's life.
@@ -459,6 +471,7 @@ fn run(me: &WorkerShared, sw: &Arc<Switch>) {
         next_look: Instant::now(),
         weight: (sw.worker_nice == WorkerNice::Auto).then(Weight::default),
         ticks: 1,
+        held: 0,
     };
     w.serve();
     for o in w.slots.iter_mut().flatten() {
@@ -491,8 +504,10 @@ impl Worker<'_> {
             } else if stalled {
                 STALL_PAUSE_MS
             } else {
-                let left = next_tick.saturating_duration_since(Instant::now());
-                left.as_millis().clamp(1, TICK.as_millis()) as i32
+                let wake = self.held_until().map_or(next_tick, |h| h.min(next_tick));
+                let left = wake.saturating_duration_since(Instant::now());
+                // Rounded up: a held queue is not looked at early in vain.
+                (left.as_micros().div_ceil(1000)).clamp(1, TICK.as_millis()) as i32
             };
             if timeout > 0 {
                 add(&self.me.counters.sleeps, 1);
@@ -516,6 +531,9 @@ impl Worker<'_> {
                 } else {
                     self.ready.push((ev.data() as usize, true));
                 }
+            }
+            if self.held > 0 {
+                self.resume_held(Instant::now());
             }
             if stalled {
                 for (t, o) in self.slots.iter().enumerate() {
@@ -548,18 +566,58 @@ impl Worker<'_> {
         }
     }
 
+    /// The earliest time a queue held by its port's `cpu_limit` may be
+    /// read again.
+    fn held_until(&self) -> Option<Instant> {
+        if self.held == 0 {
+            return None;
+        }
+        self.slots
+            .iter()
+            .flatten()
+            .filter_map(|o| match o.standing {
+                Standing::Held(until) => Some(until),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// Queues whose hold is over: watched again and given a turn.
+    fn resume_held(&mut self, now: Instant) {
+        for (t, slot) in self.slots.iter_mut().enumerate() {
+            let Some(o) = slot.as_mut() else { continue };
+            if matches!(o.standing, Standing::Held(until) if until <= now) {
+                o.standing = Standing::Hot;
+                self.held -= 1;
+                let ev = EpollEvent::new(EventSet::IN, t as u64);
+                let _ = self.epoll.ctl(ControlOperation::Add, o.fd, ev);
+                self.ready.push((t, true));
+            }
+        }
+    }
+
     /// Gives queue `t` a turn; true if it is hot afterwards.
     fn turn(&mut self, t: usize, woken: bool) -> bool {
         let Some(o) = self.slots.get_mut(t).and_then(Option::as_mut) else {
             return false;
         };
-        if o.standing == Standing::Down {
+        if !o.standing.watched() {
             return false;
         }
         let start = Instant::now();
+        if let Some(until) = o.rxq.port().cpu.held_until(start) {
+            let _ = self
+                .epoll
+                .ctl(ControlOperation::Delete, o.fd, EpollEvent::default());
+            o.standing = Standing::Held(until);
+            self.held += 1;
+            add(&o.rxq.port().ingress[o.rxq.queue()].cpu_limit_holds, 1);
+            return false;
+        }
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| o.rxq.turn(woken)));
         let ns = start.elapsed().as_nanos() as u64;
         let (p, q) = (Arc::clone(o.rxq.port()), o.rxq.queue());
+        p.cpu.spent(ns, start + Duration::from_nanos(ns));
         add(&p.ingress[q].busy_ns, ns);
         add(&self.me.counters.busy_ns, ns);
         add(&self.me.counters.turns, 1);
@@ -610,6 +668,9 @@ impl Worker<'_> {
     /// descriptor may report an error for ever), looked at every tick.
     fn park(&mut self, t: usize) {
         if let Some(o) = self.slots[t].as_mut() {
+            if matches!(o.standing, Standing::Held(_)) {
+                self.held -= 1;
+            }
             o.standing = Standing::Down;
             let _ = self
                 .epoll
@@ -717,7 +778,10 @@ impl Worker<'_> {
                 .is_some_and(|o| (o.rxq.port().id, o.rxq.queue()) == id)
         })?;
         let o = self.slots[t].take()?;
-        if o.standing != Standing::Down {
+        if matches!(o.standing, Standing::Held(_)) {
+            self.held -= 1;
+        }
+        if o.standing.watched() {
             let _ = self
                 .epoll
                 .ctl(ControlOperation::Delete, o.fd, EpollEvent::default());

@@ -25,6 +25,7 @@ from . import multicast
 from . import (cpu_and_rings, evpn_compare, fabric_compare, guest_compare, jumbo_frames, lro_gain, lro_rate, migration,
                libvirt_churn, migration_libvirt, neighbours, poll_budget, port_scale, queues, uplink_offload, vhost_compare, wire_compare)
 from . import rates
+from . import uplink_shares
 from . import teams
 from . import acl_cost
 
@@ -152,6 +153,10 @@ EXPERIMENTS = [
                  "(tx_rate) and shaper on b (rx_rate), the Linux bridge with tc TBF and with HTB on its port toward "
                  "b, Open vSwitch userspace with an OpenFlow meter (drop band) on a's port; all up at once, runs "
                  "interleaved: goodput and TCP retransmits"},
+    {"name": "uplink-shares", "reproduces": "measurement", "run": uplink_shares.uplink_shares,
+     "workload": "three VMs (a, b, c) send one TCP stream each at once through an uplink of capacity 1 Gbit/s to a "
+                 "host on the wire, with shares 100, 50, 50 and with 50 each, interleaved: what each got, its part "
+                 "of the three's total, the total against the capacity"},
     {"name": "teams", "reproduces": "measurement", "run": teams.teams,
      "workload": "hvnet's NIC teams on two veth members limited to 1 Gbit/s each (tc TBF) into Open vSwitch userspace "
                  "with a host behind it (a plain bridge; an LACP balance-tcp bond for lacp): VMs to the host, one VM "

@@ -147,3 +147,49 @@ def test_a_cpu_limit_holds_a_ports_worker_time_to_its_share(tmp_path):
 
         r = t.hv("port", "a", "set", "cpu_limit=101", check=False)
         assert r.returncode != 0 and "0..100" in r.stderr, r.stderr
+
+
+def test_an_uplinks_capacity_is_shared_among_the_vms_sending_through_it(tmp_path):
+    """Network I/O Control: three VMs send TCP at once through an uplink
+    of 200 Mbit/s to a host on the wire; a (shares 100) gets more than b
+    and c (50 each), all of them together no more than the capacity; the drops are counted at the
+    uplink and at each VM. Bounds and a ratio of the VMs' own bytes, which
+    a slow machine meets as a fast one (200 Mbit/s is far below what it
+    carries)."""
+    ext, cap = "198.18.45.100", 200_000_000
+    vms = [dict(name="a", ipv4="198.18.45.1/24", shares=100),
+           dict(name="b", ipv4="198.18.45.2/24"),
+           dict(name="c", ipv4="198.18.45.3/24", shares=50)]
+    with hvlab.Topology(tmp_path, vms, prefix="nc",
+                        uplinks=[dict(name="up0", device="", lro="off", capacity="200mbit")],
+                        hosts=[dict(name="ext", uplink="up0", ipv4=ext + "/24")]) as t:
+        assert json.loads(t.hv("port", "up0", "--json").stdout)["capacity"] == "200mbit"
+        assert json.loads(t.hv("port", "b", "--json").stdout)["shares"] == 50
+        for i, v in enumerate("abc"):
+            t.popen("ext", f"iperf3 -s -p {5301 + i}", stdout=hvlab.subprocess.DEVNULL,
+                    stderr=hvlab.subprocess.DEVNULL)
+            t.wait_listening("ext", 5301 + i)
+        secs = 4
+        procs = {v: t.popen(v, f"iperf3 -c {ext} -p {5301 + i} -t {secs} -J", stdout=hvlab.subprocess.PIPE,
+                            text=True) for i, v in enumerate("abc")}
+        got = {}
+        for v, p in procs.items():
+            out, _ = p.communicate(timeout=secs + 60)
+            got[v] = json.loads(out)["end"]["sum_received"]["bytes"]
+        # Everything through the uplink: within its capacity over the run
+        # (a window's allowance of slack for each VM's first).
+        assert sum(got.values()) <= bound(cap, 3 * cap / 8 * 0.02, secs), got
+        # a's shares are twice b's and c's: it gets the most (the ratio
+        # over longer runs: docs/perf/rates.md).
+        assert got["a"] > max(got["b"], got["c"]), got
+        up = t.stats("/ports/up0/rx_summary")
+        assert up["drop_uplink_share"] > 0, up
+        assert sum(t.stats(f"/ports/{v}/tx_summary")["uplink_share_drops"] for v in "abc") > 0
+
+        # A capacity is an uplink's; shares are 1..100.
+        r = t.hv("port", "a", "set", "capacity=1gbit", check=False)
+        assert r.returncode != 0 and "uplink's" in r.stderr, r.stderr
+        r = t.hv("port", "a", "set", "shares=0", check=False)
+        assert r.returncode != 0 and "1..100" in r.stderr, r.stderr
+        t.hv("port", "up0", "set", "capacity=off")
+        assert json.loads(t.hv("port", "up0", "--json").stdout)["capacity"] is None

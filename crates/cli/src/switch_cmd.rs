@@ -40,7 +40,10 @@ pub enum PortAction {
     /// tx_burst=BYTES|off (a policer on what the VM sends) rx_rate=RATE|off
     /// rx_burst=BYTES|off (a shaper on what it receives), rates and bursts
     /// as tc writes them (1gbit, 256kb); cpu_limit=0..100 (the most of one
-    /// worker's time its queues take, in percent; 0: no limit).
+    /// worker's time its queues take, in percent; 0: no limit);
+    /// shares=1..100 reservation=RATE|off (a VM's part of an uplink's
+    /// capacity), capacity=RATE|off (an uplink's, which its VMs' shares
+    /// divide; docs/guide/rates.md).
     /// Guards (docs/guide/guards.md): source_guard, arp_guard, nd_guard,
     /// dhcp_guard, ra_guard, dhcp_snooping =on|off;
     /// addresses=ADDR,PREFIX/LEN,…|none.

@@ -299,15 +299,24 @@ pub fn merge_settings(cur: &PortSettings, changes: Value) -> Result<PortSettings
             }
             ("native_vlan", _) => return Err(bad(allowed(&k))),
             // Rates and bursts: as tc writes them, or off.
-            ("tx_rate" | "rx_rate" | "tx_burst" | "rx_burst", Value::Bool(false)) => {
+            (
+                "tx_rate" | "rx_rate" | "tx_burst" | "rx_burst" | "reservation" | "capacity",
+                Value::Bool(false),
+            ) => {
                 cur[&k] = Value::Null;
                 continue;
             }
-            ("tx_rate" | "rx_rate" | "tx_burst" | "rx_burst", Value::String(w)) if w == "none" => {
+            (
+                "tx_rate" | "rx_rate" | "tx_burst" | "rx_burst" | "reservation" | "capacity",
+                Value::String(w),
+            ) if w == "none" => {
                 cur[&k] = Value::Null;
                 continue;
             }
-            ("tx_rate" | "rx_rate", Value::String(_) | Value::Number(_)) => {
+            (
+                "tx_rate" | "rx_rate" | "reservation" | "capacity",
+                Value::String(_) | Value::Number(_),
+            ) => {
                 let r = parse_rate(&shown).map_err(|_| bad(allowed(&k)))?;
                 cur[&k] = json!(r);
                 continue;
@@ -317,7 +326,9 @@ pub fn merge_settings(cur: &PortSettings, changes: Value) -> Result<PortSettings
                 cur[&k] = json!(b);
                 continue;
             }
-            ("tx_rate" | "rx_rate" | "tx_burst" | "rx_burst", _) => return Err(bad(allowed(&k))),
+            ("tx_rate" | "rx_rate" | "tx_burst" | "rx_burst" | "reservation" | "capacity", _) => {
+                return Err(bad(allowed(&k)))
+            }
             // The guards' addresses: a list, or one string of them.
             ("addresses", Value::String(_) | Value::Array(_)) => {
                 let a: hvnet_datapath::guard::Addresses = serde_json::from_value(v.clone())
@@ -379,7 +390,7 @@ fn allowed(k: &str) -> String {
     match k {
         "vlans" => return "VLAN ids and low-high ranges, 1..4094 (10,20,100-199)".into(),
         "native_vlan" => return format!("{} or none", number_in(1, 4094)),
-        "tx_rate" | "rx_rate" => {
+        "tx_rate" | "rx_rate" | "reservation" | "capacity" => {
             return "a rate as tc writes it (1gbit, 500mbit, 64kbit), 1bit..1tbit, or off".into()
         }
         "tx_burst" | "rx_burst" => {

@@ -237,6 +237,9 @@ drop_reasons! {
         Ring2Full = "ring2_full", ToPort;
         /// Larger than this port's MTU (a GSO frame: its segments would be).
         MtuExceeded = "mtu_exceeded", ToPort;
+        /// At an uplink: over the sending VM's allowance of its capacity
+        /// (`capacity`, `shares`, `reservation`; Network I/O Control).
+        UplinkShare = "uplink_share", ToPort;
         /// The write into the guest or the wire failed.
         WriteError = "write_error", ToPort;
         /// The port was down.
@@ -442,6 +445,11 @@ counters! {
         /// Times the queue was left unread because its port had spent its
         /// `cpu_limit` (backpressure on the guest, not a drop).
         cpu_limit_holds,
+        /// Frames to an uplink dropped over the VM's share of its
+        /// capacity (the uplink counts them as `uplink_share` drops).
+        uplink_share_drops,
+        /// TSO frames to an uplink cut to the segments the VM's share held.
+        uplink_share_cut,
         /// Source addresses not learned: the FDB's per-port or total limit,
         /// or another port's static address (the frame still goes out).
         fdb_learn_refused,

@@ -21,6 +21,7 @@ pub mod harness;
 pub mod item;
 pub mod lease;
 pub mod mdb;
+pub mod nioc;
 pub mod port_table;
 pub mod rate;
 pub mod ring;

@@ -249,7 +249,7 @@ pub enum Policed {
 
 /// A TCP TSO frame's (header bytes, segment payload, segments), from the
 /// headers parsed where it entered; `None` for anything else.
-fn tso_segments(pkt: &Packet) -> Option<(usize, usize, usize)> {
+pub(crate) fn tso_segments(pkt: &Packet) -> Option<(usize, usize, usize)> {
     let g = pkt.meta.offload.gso?;
     if !matches!(g.kind, GsoType::TcpV4 | GsoType::TcpV6) || g.size == 0 {
         return None;

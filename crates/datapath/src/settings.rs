@@ -134,6 +134,20 @@ pub struct PortSettings {
     /// the port is not read until its share has caught up.
     #[serde(default)]
     pub cpu_limit: u8,
+    /// Its weight in the uplinks it sends through, 1..=100 (vSphere's
+    /// Network I/O Control: low 25, normal 50, the default, high 100;
+    /// [`crate::nioc`]).
+    #[serde(default = "shares_normal")]
+    pub shares: u32,
+    /// What it gets of an uplink's capacity before shares count (none:
+    /// nothing reserved).
+    #[serde(default)]
+    pub reservation: Option<Rate>,
+    /// At an uplink: the capacity its shares divide among the VMs
+    /// sending through it (its link speed, or what its provider sells);
+    /// none, the default: no shares.
+    #[serde(default)]
+    pub capacity: Option<Rate>,
     /// The port's addresses as the guards see them (docs/guide/guards.md):
     /// its topology `ipv4` and `ipv6`, then its `addresses`. A family with
     /// none here is not source-guarded.
@@ -177,6 +191,10 @@ fn guard_on() -> bool {
     true
 }
 
+fn shares_normal() -> u32 {
+    crate::nioc::SHARES_NORMAL
+}
+
 impl Default for PortSettings {
     fn default() -> Self {
         PortSettings {
@@ -199,6 +217,9 @@ impl Default for PortSettings {
             rx_rate: None,
             rx_burst: None,
             cpu_limit: 0,
+            shares: crate::nioc::SHARES_NORMAL,
+            reservation: None,
+            capacity: None,
             addresses: Addresses::default(),
             source_guard: true,
             arp_guard: true,
@@ -278,6 +299,7 @@ pub fn setting_range(setting: &str) -> Option<(u64, u64)> {
         "ring1" | "ring2" => Some((32, ring::MAX_RING as u64)),
         "rx_usecs" => Some((0, u64::from(MAX_RX_USECS))),
         "cpu_limit" => Some((0, 100)),
+        "shares" => Some((1, 100)),
         "native_vlan" => Some((u64::from(MIN_VID), u64::from(MAX_VID))),
         _ => None,
     }
@@ -291,6 +313,7 @@ pub fn validate_settings(s: &PortSettings) -> Result<(), SettingError> {
         ("ring2", s.ring2 as u64),
         ("rx_usecs", u64::from(s.rx_usecs)),
         ("cpu_limit", u64::from(s.cpu_limit)),
+        ("shares", u64::from(s.shares)),
         ("native_vlan", u64::from(s.native_vlan.unwrap_or(MIN_VID))),
     ] {
         let (min, max) = setting_range(setting).expect("a numeric setting");

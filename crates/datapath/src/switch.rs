@@ -10,6 +10,7 @@ use crate::fdb::{Fdb, FdbLimits};
 use crate::item::RingItem;
 use crate::lease::Leases;
 use crate::mdb::{Mdb, SnoopConfig};
+use crate::nioc::UplinkShares;
 use crate::port_table::PortTable;
 use crate::rate::PortRates;
 use crate::ring::{self, RingStatus, RxRing};
@@ -101,6 +102,8 @@ pub struct Port {
     pub rates: PortRates,
     /// Its limit on the workers' time (`cpu_limit`).
     pub cpu: CpuLimit,
+    /// At an uplink: its capacity's shares among the VMs (`capacity`).
+    pub shares: UplinkShares,
     /// DHCP leases snooped for its guest (docs/guide/guards.md).
     leases: Mutex<Leases>,
 }
@@ -135,6 +138,8 @@ impl Port {
         rates.apply(&s.settings, Instant::now());
         let cpu = CpuLimit::default();
         cpu.apply(s.settings.cpu_limit, Instant::now());
+        let shares = UplinkShares::default();
+        shares.apply(s.settings.capacity.map(|r| r.0 / 8), Instant::now());
         Arc::new(Port {
             id,
             rxq: (0..nq)
@@ -154,6 +159,7 @@ impl Port {
             delivery_threads: AtomicBool::new(false),
             rates,
             cpu,
+            shares,
             threads: Mutex::new(Vec::new()),
             leases: Mutex::new(Leases::default()),
         })
@@ -553,7 +559,12 @@ impl Switch {
         let fixed = |s: &PortSettings| (s.tso, s.csum, s.lro, s.mtu, s.allow_forged_transmits);
         if p.is_uplink() && fixed(&p.settings()) != fixed(new) {
             return Err(SettingError::Fixed(
-                "an uplink's lro, tso, csum, mtu and allow_forged_transmits are set in its topology; ring1, ring2, rx_overflow, delivery and rx_usecs may change".into(),
+                "an uplink's lro, tso, csum, mtu and allow_forged_transmits are set in its topology; ring1, ring2, rx_overflow, delivery, rx_usecs and capacity may change".into(),
+            ));
+        }
+        if !p.is_uplink() && new.capacity.is_some() {
+            return Err(SettingError::Conflict(
+                "capacity is an uplink's (the rate its shares divide); a VM takes shares and reservation".into(),
             ));
         }
         Ok(())
@@ -582,6 +593,8 @@ impl Switch {
         }
         p.rates.apply(&new, Instant::now());
         p.cpu.apply(new.cpu_limit, Instant::now());
+        p.shares
+            .apply(new.capacity.map(|r| r.0 / 8), Instant::now());
         *p.settings.write().expect("settings lock") = new.clone();
         self.settings_gen.fetch_add(1, Ordering::Release);
         // What the port learned in VLANs it no longer carries goes (the

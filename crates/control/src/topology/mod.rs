@@ -42,6 +42,8 @@
 //!                           #   rx_burst as tc writes bursts ("256kb")
 //! cpu_limit = 0             # the most of one worker's time its queues take, 0..100 % (0: no
 //!                           #   limit); over it they wait (docs/guide/rates.md)
+//! shares = 50               # its weight in an uplink's capacity, 1..100 (Network I/O Control;
+//! reservation = "1gbit"     #   docs/guide/rates.md), and what it gets of it before shares count
 //! mode = "server"           # kind = "vhost-user": "server" (hvnet listens) or "client" (hvnet
 //!                           #   connects to the hypervisor's socket, again whenever it goes away)
 //! socket = "/run/vm1.sock"  # kind = "vhost-user": the socket (client: required; server: default
@@ -85,6 +87,8 @@
 //!                           #   per-packet API)
 //! rx_usecs = 0              # wake-up coalescing, 0..10000 µs (ethtool's rx-usecs): a queue's thread
 //!                           #   waking again within this long of its last wake-up waits out the rest
+//! capacity = "10gbit"       # the rate its VMs' shares divide (Network I/O Control, docs/guide/rates.md);
+//!                           #   absent: no shares
 //! # devices = ["eth1", "eth2"] instead of device: a NIC team (docs/guide/teams.md), with
 //! # teaming = "port-id"      #   "port-id" (default), "source-mac", "ip-hash", "load-based",
 //! #                          #   "active-backup" or "lacp"

@@ -51,6 +51,7 @@ pub(super) struct UplinkRepr {
     batch: usize,
     #[serde(default)]
     rx_usecs: u32,
+    capacity: Option<hvnet_datapath::rate::Rate>,
     vxlan: Option<toml::Spanned<VxlanRepr>>,
 }
 
@@ -357,6 +358,7 @@ pub(super) fn parse_uplinks(
             // The wire carries every host's addresses.
             allow_forged_transmits: true,
             rx_usecs: u.rx_usecs,
+            capacity: u.capacity,
             ..vlans
         };
         validate_settings(&settings).map_err(|e| bad(e.to_string()))?;

@@ -64,6 +64,8 @@ pub(super) struct VmRepr {
     rx_burst: Option<Burst>,
     #[serde(default)]
     cpu_limit: u8,
+    shares: Option<u32>,
+    reservation: Option<Rate>,
     #[serde(default)]
     security_groups: Vec<String>,
     addresses: Option<Vec<String>>,
@@ -333,6 +335,8 @@ pub(super) fn parse_vms(
             rx_rate: v.rx_rate,
             rx_burst: v.rx_burst,
             cpu_limit: v.cpu_limit,
+            shares: v.shares.unwrap_or(hvnet_datapath::nioc::SHARES_NORMAL),
+            reservation: v.reservation,
             ..vlans
         };
         validate_settings(&settings).map_err(|e| bad(e.to_string()))?;

@@ -61,11 +61,31 @@ impl State {
                 pkt.buf.fill_pending();
             }
         }
+        // An uplink's shares among the VMs sending through it.
+        let shared = if uplink && !cx.port.is_uplink() {
+            let src = &self.settings[cx.port.id];
+            let claim = crate::nioc::Claim {
+                shares: src.shares,
+                reservation: src.reservation.map_or(0, |r| r.0 / 8),
+            };
+            port.shares.admit(cx.port.id, claim, &mut pkt, self.now)
+        } else {
+            crate::nioc::Shared::Pass
+        };
         let c = &self.lane(cx, dst, q).counters;
         add(&c.offered, 1);
         if let Err(d) = acl {
             c.count_drop(d.reason(to), 1);
             return;
+        }
+        match shared {
+            crate::nioc::Shared::Pass => {}
+            crate::nioc::Shared::Cut => add(&cx.port.ingress[cx.q].uplink_share_cut, 1),
+            crate::nioc::Shared::Drop => {
+                c.count_drop(DropReason::UplinkShare, 1);
+                add(&cx.port.ingress[cx.q].uplink_share_drops, 1);
+                return;
+            }
         }
         // Every buffer has headroom for a tag, and a frame is pushed one
         // only when it has none: never refused, but counted if it were.

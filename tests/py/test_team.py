@@ -352,7 +352,9 @@ def test_lacp_negotiates_with_open_vswitch_and_survives_its_failures(tmp_path, o
                     lambda: member(t, 1, ovs)["lacp"]["partner_status"] == "defaulted", timeout=20), team(t)
                 assert member(t, 1, ovs)["state"] in ("no partner", "not in aggregate"), team(t)
                 assert member(t, 0, ovs)["state"] == "distributing"
-                assert reaches(ovs, VM_A)
+                # The switch moves b's flows to a once it hears b is out
+                # (hvnet's next LACPDU on b, within a second at the fast rate).
+                assert hvlab.eventually(lambda: reaches(ovs, VM_A), timeout=15)
             finally:
                 ovs.sh(f"tc qdisc del dev {ovs.far[1]} clsact", check=False)
             assert hvlab.eventually(distributing, timeout=20), team(t)

@@ -18,7 +18,7 @@
 //! Only frames from VMs to the uplink are counted: the uplink's own
 //! control frames and frames crossing from the wire are not the VMs'.
 
-use crate::rate::{cut_segments, tso_segments};
+use crate::rate::{cut_to, wire_bytes, Policed};
 use hvnet_port::Packet;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -38,17 +38,6 @@ pub struct Claim {
     pub shares: u32,
     /// Bytes a second it gets before any share is counted (0: none).
     pub reservation: u64,
-}
-
-/// What the uplink's shares decided for a frame.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Shared {
-    /// Within the port's allowance.
-    Pass,
-    /// A TSO frame cut to the segments the allowance held.
-    Cut,
-    /// Over the allowance: dropped.
-    Drop,
 }
 
 /// An uplink's shares: off (one relaxed load per frame) until it has a
@@ -128,22 +117,18 @@ impl UplinkShares {
     /// The decision for a frame from port `src` (with its claim) to the
     /// uplink; a TSO frame over the allowance is cut here.
     #[inline]
-    pub fn admit(&self, src: usize, claim: Claim, pkt: &mut Packet, now: Instant) -> Shared {
+    pub fn admit(&self, src: usize, claim: Claim, pkt: &mut Packet, now: Instant) -> Policed {
         if !self.on.load(Relaxed) {
-            return Shared::Pass;
+            return Policed::Pass;
         }
         let mut s = self.state.lock().expect("shares lock");
         let Some(w) = s.as_mut() else {
-            return Shared::Pass;
+            return Policed::Pass;
         };
         if now >= w.start + WINDOW {
             w.roll(now);
         }
-        let tso = tso_segments(pkt);
-        let wire = match tso {
-            Some((hdr, size, n)) => (n * (hdr + size)) as u64,
-            None => pkt.len() as u64,
-        };
+        let (wire, tso) = wire_bytes(pkt);
         if !w.ports.contains_key(&src) {
             let allowance = w.newcomer(claim);
             w.ports.insert(src, Use::new(claim, allowance, now));
@@ -154,17 +139,15 @@ impl UplinkShares {
         u.refill(now);
         if wire <= u.tokens {
             u.tokens -= wire;
-            return Shared::Pass;
+            return Policed::Pass;
         }
-        let Some((hdr, size, _)) = tso else {
-            return Shared::Drop;
-        };
-        let fits = u.tokens as usize / (hdr + size);
-        if fits == 0 || !cut_segments(pkt, fits) {
-            return Shared::Drop;
+        match cut_to(pkt, tso, u.tokens) {
+            Some(kept) => {
+                u.tokens -= kept;
+                Policed::Cut
+            }
+            None => Policed::Drop,
         }
-        u.tokens -= (fits * (hdr + size)) as u64;
-        Shared::Cut
     }
 }
 

@@ -247,9 +247,33 @@ pub enum Policed {
     Drop,
 }
 
+/// What a frame takes on the wire (a TSO frame: each of its segments
+/// with its headers), and its segments where it is a TCP TSO frame.
+pub(crate) fn wire_bytes(pkt: &Packet) -> (u64, Option<(usize, usize, usize)>) {
+    let tso = tso_segments(pkt);
+    let wire = match tso {
+        Some((hdr, size, n)) => n * (hdr + size),
+        None => pkt.len(),
+    };
+    (wire as u64, tso)
+}
+
+/// A frame over a budget of `tokens` bytes: a TSO frame (`tso`, from
+/// [`wire_bytes`]) cut to the segments the budget holds, their bytes
+/// returned; `None` where nothing of it fits (it is dropped).
+pub(crate) fn cut_to(
+    pkt: &mut Packet,
+    tso: Option<(usize, usize, usize)>,
+    tokens: u64,
+) -> Option<u64> {
+    let (hdr, size, _) = tso?;
+    let held = tokens as usize / (hdr + size);
+    (held > 0 && cut_segments(pkt, held)).then_some((held * (hdr + size)) as u64)
+}
+
 /// A TCP TSO frame's (header bytes, segment payload, segments), from the
 /// headers parsed where it entered; `None` for anything else.
-pub(crate) fn tso_segments(pkt: &Packet) -> Option<(usize, usize, usize)> {
+fn tso_segments(pkt: &Packet) -> Option<(usize, usize, usize)> {
     let g = pkt.meta.offload.gso?;
     if !matches!(g.kind, GsoType::TcpV4 | GsoType::TcpV6) || g.size == 0 {
         return None;
@@ -342,23 +366,17 @@ impl PortRates {
         let Some((_, _, b)) = &mut *slot else {
             return Policed::Pass;
         };
-        let tso = tso_segments(pkt);
-        let wire = match tso {
-            Some((hdr, size, n)) => n * (hdr + size),
-            None => pkt.len(),
-        };
-        if b.police(wire as u64, now) {
+        let (wire, tso) = wire_bytes(pkt);
+        if b.police(wire, now) {
             return Policed::Pass;
         }
-        let Some((hdr, size, _)) = tso else {
-            return Policed::Drop;
-        };
-        let held = (b.tokens.max(0) as usize) / (hdr + size);
-        if held == 0 || !cut_segments(pkt, held) {
-            return Policed::Drop;
+        match cut_to(pkt, tso, b.tokens.max(0) as u64) {
+            Some(kept) => {
+                b.tokens -= kept as i64;
+                Policed::Cut
+            }
+            None => Policed::Drop,
         }
-        b.tokens -= (held * (hdr + size)) as i64;
-        Policed::Cut
     }
 
     /// How long the shaper has the port's delivery wait before its next

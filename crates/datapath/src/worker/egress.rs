@@ -70,7 +70,7 @@ impl State {
             };
             port.shares.admit(cx.port.id, claim, &mut pkt, self.now)
         } else {
-            crate::nioc::Shared::Pass
+            crate::rate::Policed::Pass
         };
         let c = &self.lane(cx, dst, q).counters;
         add(&c.offered, 1);
@@ -79,9 +79,9 @@ impl State {
             return;
         }
         match shared {
-            crate::nioc::Shared::Pass => {}
-            crate::nioc::Shared::Cut => add(&cx.port.ingress[cx.q].uplink_share_cut, 1),
-            crate::nioc::Shared::Drop => {
+            crate::rate::Policed::Pass => {}
+            crate::rate::Policed::Cut => add(&cx.port.ingress[cx.q].uplink_share_cut, 1),
+            crate::rate::Policed::Drop => {
                 c.count_drop(DropReason::UplinkShare, 1);
                 add(&cx.port.ingress[cx.q].uplink_share_drops, 1);
                 return;

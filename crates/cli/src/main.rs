@@ -4,6 +4,7 @@
 
 mod acl_cmd;
 mod capture;
+mod capture_cmd;
 mod pcap_cmd;
 mod switch_cmd;
 mod top;
@@ -144,6 +145,20 @@ enum Cmd {
         #[command(flatten)]
         target: switch_cmd::Target,
     },
+    /// Capture a port's frames live at a point along their path, as ESXi's
+    /// pktcap-uw with tcpdump's habits: as the port handed them over
+    /// (`in`), as the offload stage made them (`offload`), as written to
+    /// the port (`out`), or where they were dropped (`drop`, with the
+    /// reason). Any port kind: a namespace VM, a real guest's vhost-user
+    /// port (which no kernel device shows), an uplink, a tunnel endpoint.
+    ///
+    /// `hvnet capture web0 icmp` prints a line a frame; `-w FILE` writes
+    /// pcapng (`tshark -r FILE -T fields -e frame.comment` shows each
+    /// frame's point, queue and drop reason); `-w - | tcpdump -r -` or
+    /// `| wireshark -k -i -` watches live. Capturing nothing costs the
+    /// switch nothing; a capture that cannot keep up loses copies
+    /// (counted at the end), never frames.
+    Capture(capture_cmd::CaptureArgs),
     /// Add or remove one VM while the switch runs, as `ovs-vsctl
     /// add-port`/`del-port` do: no other VM is touched.
     #[command(subcommand)]
@@ -297,6 +312,7 @@ fn main() {
         Cmd::Evpn(t) => switch_cmd::evpn(&t),
         Cmd::Acl { args, target } => acl_cmd::acl(&target, args),
         Cmd::Top(a) => top::top(a),
+        Cmd::Capture(a) => capture_cmd::capture(a),
         Cmd::Exec {
             vm,
             stdin,

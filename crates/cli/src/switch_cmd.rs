@@ -93,13 +93,7 @@ pub(crate) fn call(t: &Target, req: Request) -> Result<Value, String> {
         }
         _ => std::time::Duration::from_secs(10),
     };
-    let r = proto::call_waiting(&sock, &req, wait).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
-            format!("the daemon of topology {name} is not running (its VMs are kept: `hvnet up FILE` re-attaches to them, `hvnet down {name}` removes them)")
-        }
-        std::io::ErrorKind::PermissionDenied => "the control socket is root's; run as root".to_string(),
-        _ => format!("control socket {}: {e}", sock.display()),
-    })?;
+    let r = proto::call_waiting(&sock, &req, wait).map_err(|e| socket_error(&name, &sock, &e))?;
     if r.ok {
         return Ok(r.data);
     }
@@ -109,6 +103,19 @@ pub(crate) fn call(t: &Target, req: Request) -> Result<Value, String> {
         println!("{}", serde_json::json!({ "error": detail }));
     }
     Err(r.error)
+}
+
+/// A control socket that could not be reached, in the operator's words.
+pub(crate) fn socket_error(name: &str, sock: &std::path::Path, e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+            format!("the daemon of topology {name} is not running (its VMs are kept: `hvnet up FILE` re-attaches to them, `hvnet down {name}` removes them)")
+        }
+        std::io::ErrorKind::PermissionDenied => {
+            "the control socket is root's; run as root".to_string()
+        }
+        _ => format!("control socket {}: {e}", sock.display()),
+    }
 }
 
 /// `hvnet up FILE`

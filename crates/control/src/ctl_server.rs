@@ -145,6 +145,22 @@ fn serve(cx: &Ctl, conn: UnixStream) {
     let topo = cx.topology();
     let (sw, topo, guests) = (&cx.sw, &*topo, &*cx.guests);
     let reply = match parse_request(&line).map(|r| by_name(sw, r)) {
+        Ok(Request::Capture {
+            port,
+            points,
+            filter,
+            snaplen,
+            count,
+        }) => {
+            use crate::capture_stream as capture;
+            return match capture::plan(sw, &port, &points, &filter, snaplen, count) {
+                Ok((plan, filter)) => {
+                    answer(&conn, Ok(capture::started(&plan)));
+                    capture::stream(&conn, plan, filter);
+                }
+                Err(e) => answer(&conn, Err(e)),
+            };
+        }
         Ok(Request::PortShow { name }) => {
             handle(
                 sw,
@@ -219,6 +235,19 @@ fn by_name(sw: &Switch, req: Request) -> Request {
     match req {
         Request::PortShow { name } => Request::PortShow {
             name: name_of(name),
+        },
+        Request::Capture {
+            port,
+            points,
+            filter,
+            snaplen,
+            count,
+        } => Request::Capture {
+            port: name_of(port),
+            points,
+            filter,
+            snaplen,
+            count,
         },
         Request::PortSet { name, changes } => Request::PortSet {
             name: name_of(name),
@@ -508,6 +537,7 @@ fn handle(
         Request::Acl { port, conntrack } => crate::acl_view::acl(sw, port.as_deref(), conntrack),
         Request::AclReapply { port, flush } => crate::acl_view::reapply(sw, port.as_deref(), flush),
         Request::Restart { .. }
+        | Request::Capture { .. }
         | Request::Kill { .. }
         | Request::Evpn
         | Request::VmAdd { .. }

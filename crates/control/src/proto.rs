@@ -107,6 +107,25 @@ pub enum Request {
         #[serde(default)]
         flush: bool,
     },
+    /// `hvnet capture PORT`: copies of the port's frames at the points
+    /// asked for; after the reply line, the connection carries pcapng
+    /// until the client closes it or `count` frames were sent.
+    Capture {
+        /// The port (a VM's, an uplink's or a tunnel endpoint's).
+        port: String,
+        /// `in`, `offload`, `out`, `drop` (none: `in` and `out`).
+        #[serde(default)]
+        points: Vec<String>,
+        /// A tcpdump filter expression (empty: every frame).
+        #[serde(default)]
+        filter: String,
+        /// Bytes kept of each frame (0: all).
+        #[serde(default)]
+        snaplen: u32,
+        /// Frames to send before the capture ends (0: no end).
+        #[serde(default)]
+        count: u64,
+    },
 }
 
 /// A reply.

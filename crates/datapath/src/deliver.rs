@@ -11,6 +11,7 @@
 //! io_uring submission at a TAP when asked for; a tunnel endpoint
 //! encapsulates them). Buffers go home as the items are dropped.
 
+use crate::capture::{Point, Taps, Way};
 use crate::counters::{add, DropReason, EgressCounters};
 use crate::item::{RingItem, BATCH};
 use crate::ring::{Consumer, Slot};
@@ -24,6 +25,37 @@ use std::io::IoSlice;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// A destination queue's captures (`hvnet capture`): what the offload
+/// stage made for it, what was written, what was dropped.
+#[derive(Clone, Copy)]
+pub(crate) struct Tap<'a> {
+    pub(crate) taps: &'a Taps,
+    pub(crate) queue: usize,
+}
+
+impl Tap<'_> {
+    /// A copy of an item at `point` (a drop: with its reason).
+    pub(crate) fn item(self, point: Point, reason: Option<DropReason>, item: &RingItem) {
+        if !self.taps.on(point) {
+            return;
+        }
+        match (item, reason) {
+            (RingItem::Frame { pkt, .. }, Some(r)) => {
+                self.taps.dropped(Way::Outbound, self.queue, r, pkt)
+            }
+            (RingItem::Frame { pkt, .. }, None) => {
+                self.taps.packet(point, Way::Outbound, self.queue, pkt)
+            }
+            (RingItem::Coalesced(co), _) => {
+                let pieces =
+                    std::iter::once(co.header()).chain(co.segments.iter().map(|s| s.bytes()));
+                self.taps
+                    .pieces(point, Way::Outbound, self.queue, reason, pieces)
+            }
+        }
+    }
+}
 
 /// Scratch space kept between batches, so delivering allocates nothing in
 /// steady state.
@@ -98,7 +130,11 @@ pub(crate) fn deliver_loop(sw: &Switch, port: &Port, q: usize) {
             pace(sw, port, c, &batch);
         }
         if port.is_up() {
-            deliver_batch(&mut *tx, c, &s, hold(&s), &mut batch, &mut scratch);
+            let tap = Tap {
+                taps: &port.taps,
+                queue: q,
+            };
+            deliver_batch(&mut *tx, c, &s, hold(&s), &mut batch, &mut scratch, tap);
         } else {
             for x in batch.drain(..) {
                 c.count_drop(DropReason::PortDown, x.item.sources());
@@ -146,6 +182,7 @@ pub(crate) fn deliver_batch(
     hold: Option<Duration>,
     items: &mut Vec<Slot<RingItem>>,
     scratch: &mut Scratch,
+    tap: Tap<'_>,
 ) {
     let mut start = 0;
     while start < items.len() {
@@ -154,7 +191,7 @@ pub(crate) fn deliver_batch(
             .position(|x| segmented(&x.item).is_some())
             .map_or(items.len(), |i| start + i);
         if run > start {
-            if let Some(k) = write_run(tx, c, s, hold, &mut items[start..run], scratch) {
+            if let Some(k) = write_run(tx, c, s, hold, &mut items[start..run], scratch, tap) {
                 // The receiver is full: what it did not take stays.
                 items.drain(..start + k);
                 tx.flush();
@@ -163,7 +200,7 @@ pub(crate) fn deliver_batch(
         }
         if let Some(slot) = items.get(run) {
             if let (RingItem::Frame { pkt, .. }, Some(g)) = (&slot.item, segmented(&slot.item)) {
-                deliver_segmented(tx, c, s, hold.filter(|h| !h.is_zero()), pkt, g);
+                deliver_segmented(tx, c, s, hold.filter(|h| !h.is_zero()), pkt, g, tap);
             }
         }
         start = run + 1;
@@ -190,8 +227,10 @@ fn write_run(
     hold: Option<Duration>,
     items: &mut [Slot<RingItem>],
     scratch: &mut Scratch,
+    tap: Tap<'_>,
 ) -> Option<usize> {
     for slot in items.iter_mut() {
+        tap.item(Point::Offload, None, &slot.item);
         match &mut slot.item {
             RingItem::Frame { pkt, .. } => prepare(pkt, s, c),
             RingItem::Coalesced(co) => {
@@ -216,13 +255,13 @@ fn write_run(
             if keep && r == Err(SendError::Full) {
                 kept.get_or_insert(at);
             } else {
-                count(c, &slot.item, r);
+                count(c, &slot.item, r, tap);
             }
             at += 1;
         }
     });
     for slot in slots {
-        count(c, &slot.item, Err(SendError::Failed));
+        count(c, &slot.item, Err(SendError::Failed), tap);
     }
     scratch.frames = recycle(frames);
     kept
@@ -250,13 +289,18 @@ fn prepare(pkt: &mut Packet, s: &PortSettings, c: &EgressCounters) {
     }
 }
 
-/// Counts one item by what its transmitter wrote of it.
-fn count(c: &EgressCounters, item: &RingItem, r: Result<Written, SendError>) {
+/// Counts one item by what its transmitter wrote of it (and copies it
+/// for the captures, as written or dropped).
+fn count(c: &EgressCounters, item: &RingItem, r: Result<Written, SendError>, tap: Tap<'_>) {
     let n = item.sources();
     let w = match r {
         Ok(w) => w,
-        Err(e) => return c.count_drop(e.into(), n),
+        Err(e) => {
+            tap.item(Point::Drop, Some(e.into()), item);
+            return c.count_drop(e.into(), n);
+        }
     };
+    tap.item(Point::Out, None, item);
     match item {
         RingItem::Frame { pkt, .. } => {
             add(&c.delivered_frames, u64::from(w.frames));
@@ -293,6 +337,7 @@ fn deliver_segmented(
     hold: Option<Duration>,
     pkt: &Packet,
     g: GsoInfo,
+    tap: Tap<'_>,
 ) {
     let mode = if s.csum {
         CsumMode::Partial
@@ -303,6 +348,14 @@ fn deliver_segmented(
     let mut failed = None;
     let how = BatchOptions { hold, csum: s.csum };
     let r = gso::segment(pkt.frame(), &pkt.meta.layers, g, mode, &mut |seg| {
+        let (q, taps) = (tap.queue, tap.taps);
+        taps.pieces(
+            Point::Offload,
+            Way::Outbound,
+            q,
+            None,
+            [seg.header, seg.payload],
+        );
         let pieces = [IoSlice::new(seg.header), IoSlice::new(seg.payload)];
         let frame = OutFrame::Pieces {
             pieces: &pieces,
@@ -312,8 +365,25 @@ fn deliver_segmented(
             Ok(w) => {
                 written += u64::from(w.frames);
                 add(&c.delivered_bytes, w.bytes);
+                taps.pieces(
+                    Point::Out,
+                    Way::Outbound,
+                    q,
+                    None,
+                    [seg.header, seg.payload],
+                );
             }
-            Err(e) => failed = Some(e),
+            Err(e) => {
+                let why = Some(e.into());
+                taps.pieces(
+                    Point::Drop,
+                    Way::Outbound,
+                    q,
+                    why,
+                    [seg.header, seg.payload],
+                );
+                failed = Some(e);
+            }
         }
     });
     match (r, failed) {

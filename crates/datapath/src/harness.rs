@@ -207,6 +207,10 @@ impl Harness {
                 deliver::hold(&s),
                 &mut self.batch,
                 &mut self.scratch,
+                deliver::Tap {
+                    taps: &port.taps,
+                    queue: r.q,
+                },
             );
             ring.release(r1, r2);
         }

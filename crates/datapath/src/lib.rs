@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 pub mod acl;
+pub mod capture;
 pub mod counters;
 pub mod cpu_limit;
 mod deliver;

@@ -104,6 +104,8 @@ pub struct Port {
     pub cpu: CpuLimit,
     /// At an uplink: its capacity's shares among the VMs (`capacity`).
     pub shares: UplinkShares,
+    /// Its live captures (`hvnet capture`).
+    pub taps: crate::capture::Taps,
     /// DHCP leases snooped for its guest (docs/guide/guards.md).
     leases: Mutex<Leases>,
 }
@@ -160,6 +162,7 @@ impl Port {
             rates,
             cpu,
             shares,
+            taps: Default::default(),
             threads: Mutex::new(Vec::new()),
             leases: Mutex::new(Leases::default()),
         })

@@ -278,6 +278,17 @@ impl Buf {
         p.fill(&mut self.data[end - p.len..end]);
         true
     }
+    /// Appends the whole frame to `into`, the pending bytes read from
+    /// where they are (the buffer unchanged: a capture's copy).
+    pub fn copy_frame(&self, into: &mut Vec<u8>) {
+        let at = into.len();
+        into.extend_from_slice(self.frame());
+        if let Some(p) = &self.pending {
+            let end = into.len();
+            p.fill(&mut into[end - p.len..]);
+        }
+        debug_assert_eq!(into.len() - at, self.len as usize);
+    }
     /// Replaces the frame with a copy of `bytes` (cut at the capacity).
     pub fn fill(&mut self, bytes: &[u8]) {
         self.pending = None;

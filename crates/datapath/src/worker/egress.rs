@@ -3,6 +3,7 @@
 //! passed whole or marked for segmenting.
 
 use super::{Ctx, State, GRO_MAX_SEGMENTS};
+use crate::capture::Way;
 use crate::counters::{add, DropReason};
 use crate::forward;
 use crate::item::RingItem;
@@ -76,6 +77,7 @@ impl State {
         add(&c.offered, 1);
         if let Err(d) = acl {
             c.count_drop(d.reason(to), 1);
+            port.taps.dropped(Way::Outbound, q, d.reason(to), &pkt);
             return;
         }
         match shared {
@@ -83,6 +85,8 @@ impl State {
             crate::rate::Policed::Cut => add(&cx.port.ingress[cx.q].uplink_share_cut, 1),
             crate::rate::Policed::Drop => {
                 c.count_drop(DropReason::UplinkShare, 1);
+                port.taps
+                    .dropped(Way::Outbound, q, DropReason::UplinkShare, &pkt);
                 add(&cx.port.ingress[cx.q].uplink_share_drops, 1);
                 return;
             }
@@ -91,6 +95,8 @@ impl State {
         // only when it has none: never refused, but counted if it were.
         if retag && !pkt.set_vlan_tag(tag) {
             c.count_drop(DropReason::WriteError, 1);
+            port.taps
+                .dropped(Way::Outbound, q, DropReason::WriteError, &pkt);
             return;
         }
         // Longest frame the receiver takes: its MTU and this frame's link
@@ -104,6 +110,8 @@ impl State {
                 // written for a driver to drop.
                 if (!whole || uplink) && g.size as usize + pkt.header_len() > limit {
                     c.count_drop(DropReason::MtuExceeded, 1);
+                    port.taps
+                        .dropped(Way::Outbound, q, DropReason::MtuExceeded, &pkt);
                     return;
                 }
                 // Segments of its flow held for coalescing go first: a
@@ -116,6 +124,8 @@ impl State {
             }
             None if pkt.len() > limit => {
                 c.count_drop(DropReason::MtuExceeded, 1);
+                port.taps
+                    .dropped(Way::Outbound, q, DropReason::MtuExceeded, &pkt);
             }
             None if lro => {
                 self.dest(cx, dst, q);

@@ -6,6 +6,7 @@
 use super::ingress_lro::IngressLro;
 use super::ingress_mcast::{Snooped, Targets};
 use super::{Ctx, State};
+use crate::capture::{Point, Way};
 use crate::counters::{add, DropReason};
 use crate::fdb::Learn;
 use crate::forward::{self, Action, Ingress};
@@ -45,6 +46,7 @@ impl State {
         }
         self.ingress_lro = Some(lro);
         for p in ready.drain(..) {
+            cx.port.taps.packet(Point::Offload, Way::Inbound, cx.q, &p);
             self.switch_frame(cx, p, now);
         }
         self.lro_ready = ready;
@@ -56,6 +58,9 @@ impl State {
         let c = &cx.port.ingress[cx.q];
         if !self.settings[cx.port.id].connected {
             c.count_drop(DropReason::Disconnected, 1);
+            cx.port
+                .taps
+                .dropped(Way::Inbound, cx.q, DropReason::Disconnected, &pkt);
             return;
         }
         match cx.port.rates.police(&mut pkt, now) {
@@ -63,6 +68,9 @@ impl State {
             Policed::Cut => add(&c.policed_cut, 1),
             Policed::Drop => {
                 c.count_drop(DropReason::Policed, 1);
+                cx.port
+                    .taps
+                    .dropped(Way::Inbound, cx.q, DropReason::Policed, &pkt);
                 return;
             }
         }
@@ -73,16 +81,23 @@ impl State {
         };
         if !forward::admit(&ingress, &pkt) {
             c.count_drop(DropReason::Policy, 1);
+            cx.port
+                .taps
+                .dropped(Way::Inbound, cx.q, DropReason::Policy, &pkt);
             return;
         }
         if let Err(reason) = self.guard(cx, &mut pkt) {
             c.count_drop(reason, 1);
+            cx.port.taps.dropped(Way::Inbound, cx.q, reason, &pkt);
             return;
         }
         if let Some(acl) = self.acls.get(cx.port.id).and_then(Option::as_ref) {
             let out = crate::acl::Direction::Out;
             if let Err(d) = acl.check(out, pkt.buf.held(), &pkt.meta.layers, now) {
                 c.count_drop(d.reason(out), 1);
+                cx.port
+                    .taps
+                    .dropped(Way::Inbound, cx.q, d.reason(out), &pkt);
                 return;
             }
         }
@@ -92,6 +107,9 @@ impl State {
             forward::ingress_vlan(&self.settings[cx.port.id].vlans_of(cx.port.vlan), &pkt)
         else {
             c.count_drop(DropReason::VlanNotAllowed, 1);
+            cx.port
+                .taps
+                .dropped(Way::Inbound, cx.q, DropReason::VlanNotAllowed, &pkt);
             return;
         };
         pkt.meta.vlan = vlan;
@@ -135,7 +153,12 @@ impl State {
             })
         };
         match forward::route(&ingress, learned, link_up) {
-            Action::NoRoute => c.count_drop(DropReason::NoRoute, 1),
+            Action::NoRoute => {
+                c.count_drop(DropReason::NoRoute, 1);
+                cx.port
+                    .taps
+                    .dropped(Way::Inbound, cx.q, DropReason::NoRoute, &pkt);
+            }
             Action::Unicast(p) => {
                 add(&c.forwarded, 1);
                 self.egress(cx, p, pkt);
@@ -168,6 +191,9 @@ impl State {
                 };
                 let Some((&last, rest)) = targets.split_last() else {
                     c.count_drop(DropReason::NoRoute, 1);
+                    cx.port
+                        .taps
+                        .dropped(Way::Inbound, cx.q, DropReason::NoRoute, &pkt);
                     return;
                 };
                 add(&c.forwarded, 1);

@@ -14,6 +14,7 @@ mod ingress_mcast;
 mod ingress_suppress;
 mod staging;
 
+use crate::capture::{Point, Way};
 use crate::counters::{add, DropReason};
 use crate::deliver::Scratch;
 use crate::item::{RingItem, BATCH};
@@ -402,6 +403,7 @@ impl State {
             match r {
                 Ok(pkt) => {
                     self.count_in(cx, &pkt);
+                    cx.port.taps.packet(Point::In, Way::Inbound, cx.q, &pkt);
                     self.coalesce_or_switch(cx, pkt, now);
                 }
                 Err(e) => self.count_refused(cx, &e),
@@ -450,6 +452,7 @@ impl State {
         if let Some(why) = DropReason::of_refused(e) {
             add(&c.frames, 1);
             c.count_drop(why, 1);
+            cx.port.taps.refused(cx.q, why);
         } else if matches!(e, RecvError::Consumed) {
             add(&c.frames, 1);
             add(&c.tunnel_control, 1);

@@ -4,6 +4,7 @@
 //! from the worker itself when the queue is idle.
 
 use super::{Ctx, Dest, State};
+use crate::capture::Point;
 use crate::counters::{add, DropReason};
 use crate::deliver;
 use crate::item::RingItem;
@@ -50,6 +51,11 @@ impl State {
         let lane = self.lane(cx, dst, q);
         if !port.is_up() {
             lane.counters.count_drop(DropReason::PortDown, sources);
+            let tap = deliver::Tap {
+                taps: &port.taps,
+                queue: q,
+            };
+            tap.item(Point::Drop, Some(DropReason::PortDown), &item);
             return;
         }
         let (mut item, mut full) = match lane.stage(ring, item, r1, r2) {
@@ -70,6 +76,12 @@ impl State {
                 Ok(()) => return,
                 Err(f) => full = f,
             }
+        } else {
+            let tap = deliver::Tap {
+                taps: &port.taps,
+                queue: q,
+            };
+            tap.item(Point::Drop, Some(full.into()), &item);
         }
         let c = &self.lane(cx, dst, q).counters;
         c.count_drop(full.into(), sources);
@@ -158,6 +170,10 @@ impl State {
             deliver::inline_hold(s),
             &mut self.inline,
             &mut self.scratch,
+            deliver::Tap {
+                taps: &port.taps,
+                queue: q,
+            },
         );
         if !self.inline.is_empty() {
             // A full receiver under backpressure: what it did not take is

@@ -224,7 +224,11 @@ def test_dhcp_snooping_makes_a_leased_address_the_clients_own(tmp_path):
 @pytest.mark.skipif(not shutil.which("qemu-system-x86_64"), reason="needs qemu-system-x86 (scripts/install-deps.sh)")
 def test_a_qemu_guests_lies_are_dropped_at_its_vhost_user_port(tmp_path):
     """The same ARP and ND lies from a QEMU guest (its own kernel and
-    virtio-net driver, TCG here): its vhost-user port drops them by name."""
+    virtio-net driver, TCG here): its vhost-user port drops them by name.
+    `hvnet capture` at its port (which no kernel device shows) sees each
+    lie at `drop` with its guard's name, the honest pings at `in` and
+    their replies at `out` — as many as the guest's ping counted."""
+    from test_capture import Capture, fields
     shared = Path(tempfile.mkdtemp(prefix="hvnet-gd-", dir="/var/tmp"))
     try:
         probe = shutil.copy(PROBE, shared)
@@ -234,10 +238,20 @@ def test_a_qemu_guests_lies_are_dropped_at_its_vhost_user_port(tmp_path):
             c_mac = lab.macs["c"]
             arp = ("arp-reply", 3, dict(dst_mac=c_mac, claim=f"{NET}.2", to=f"{NET}.3"))
             na = ("nd-advert", 3, dict(dst_mac=c_mac, src=f"{NET6}1", to=f"{NET6}3", claim=f"{NET6}2"))
+            cap = Capture(t, "a", tmp_path / "a.pcapng", "--point", "in,out,drop", "arp or icmp or icmp6")
             assert lab.lies_reaching("c", [arp, na]) == []
             assert lab.drops("a", "arp_guard", 3) == 3
             assert lab.drops("a", "nd_guard", 3) == 3
             assert lab.neigh("c", f"{NET}.2") == lab.macs["b"] and lab.neigh("c", f"{NET6}2") == lab.macs["b"]
-            t.sh("a", f"ping -c 2 -i 0.2 -W 5 {NET}.2 && ping -6 -c 2 -i 0.2 -W 5 {NET6}2")
+            out = t.sh("a", f"ping -c 2 -i 0.2 -W 5 {NET}.2 && ping -6 -c 2 -i 0.2 -W 5 {NET6}2").stdout
+            cap.stop()
+            seen = fields(tmp_path / "a.pcapng", "frame.comment", "_ws.col.Info")
+            dropped = [c.split()[1] for c, _ in seen if c.startswith("point=drop")]
+            assert sorted(dropped) == ["reason=arp_guard"] * 3 + ["reason=nd_guard"] * 3, seen
+            received = sum(int(n) for n in re.findall(r"(\d+) received", out))
+            assert received == 4, out
+            replies = [i for c, i in seen if c.startswith("point=out") and "reply" in i]
+            requests = [i for c, i in seen if c.startswith("point=in") and "request" in i]
+            assert len(replies) == received and len(requests) >= received, seen
     finally:
         shutil.rmtree(shared, ignore_errors=True)

@@ -112,7 +112,7 @@ pub fn capture(a: CaptureArgs) -> Result<(), String> {
             let _ = conn.shutdown(Shutdown::Write);
             closing = Some(Instant::now());
         }
-        if closing.is_some_and(|t| t.elapsed() > Duration::from_secs(2)) {
+        if closing.is_some_and(|t| t.elapsed() > Duration::from_secs(5)) {
             break;
         }
         let n = match r.read(&mut chunk) {
@@ -122,14 +122,16 @@ pub fn capture(a: CaptureArgs) -> Result<(), String> {
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(e) => return Err(format!("capture stream: {e}")),
         };
+        let whole = s
+            .feed(&chunk[..n], out.is_none(), &port)
+            .map_err(|e| format!("capture stream: {e}"))?;
         if let Some(w) = out.as_mut() {
-            // A reader gone (`| head`) ends the capture quietly.
-            if w.write_all(&chunk[..n]).and_then(|()| w.flush()).is_err() {
+            // Whole blocks only, so that the file reads to its end however
+            // the capture ends; a reader gone (`| head`) ends it quietly.
+            if w.write_all(&whole).and_then(|()| w.flush()).is_err() {
                 return Ok(());
             }
         }
-        s.feed(&chunk[..n], out.is_none(), &port)
-            .map_err(|e| format!("capture stream: {e}"))?;
     }
     if let Some(w) = out.as_mut() {
         let _ = w.flush();
@@ -154,7 +156,9 @@ struct Stream {
 }
 
 impl Stream {
-    fn feed(&mut self, bytes: &[u8], print: bool, port: &str) -> Result<(), PcapError> {
+    /// Takes the stream's next bytes; returns the blocks they completed
+    /// (raw, to be written as they came).
+    fn feed(&mut self, bytes: &[u8], print: bool, port: &str) -> Result<Vec<u8>, PcapError> {
         self.buf.extend_from_slice(bytes);
         let mut at = 0;
         if self.parser.is_none() {
@@ -163,7 +167,7 @@ impl Stream {
                     at = self.buf.len() - rest.len();
                     self.parser = Some(p);
                 }
-                Err(PcapError::IncompleteBuffer) => return Ok(()),
+                Err(PcapError::IncompleteBuffer) => return Ok(Vec::new()),
                 Err(e) => return Err(e),
             }
         }
@@ -209,8 +213,7 @@ impl Stream {
             }
             at += used;
         }
-        self.buf.drain(..at);
-        Ok(())
+        Ok(self.buf.drain(..at).collect())
     }
 }
 

@@ -26,7 +26,7 @@ use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::{DataLink, PcapError};
 use serde_json::{json, Value};
 use std::borrow::Cow;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{BufWriter, ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
@@ -114,7 +114,7 @@ fn compile(expr: &str) -> Result<Option<Filter>, CtlError> {
 }
 
 /// What the reply says before the stream starts.
-pub fn started(plan: &Plan) -> Value {
+fn started(plan: &Plan) -> Value {
     json!({
         "port": plan.port.name,
         "points": plan.points.iter().map(|p| p.name()).collect::<Vec<_>>(),
@@ -124,12 +124,14 @@ pub fn started(plan: &Plan) -> Value {
     })
 }
 
-/// Streams the capture to `conn` until the client goes, `count` copies
-/// were written or the port is removed.
-pub fn stream(conn: &UnixStream, plan: Plan, filter: Option<Filter>) {
+/// Starts the capture, has `reply` answer the request (so that a client
+/// told it started misses nothing after), and streams it to `conn` until
+/// the client goes, `count` copies were written or the port is removed.
+pub fn stream(conn: &UnixStream, plan: Plan, filter: Option<Filter>, reply: impl FnOnce(Value)) {
     let session = Arc::new(Session::new(&plan.points, filter, plan.snaplen as usize));
     let port = &plan.port;
     port.taps.attach(Arc::clone(&session));
+    reply(started(&plan));
     let r = write_stream(conn, &plan, &session);
     port.taps.detach(&session);
     if let Err(e) = r {
@@ -138,7 +140,10 @@ pub fn stream(conn: &UnixStream, plan: Plan, filter: Option<Filter>) {
 }
 
 fn write_stream(conn: &UnixStream, plan: &Plan, session: &Session) -> Result<(), PcapError> {
-    let mut w = PcapNgWriter::with_section_header(conn, section())?;
+    // pcap-file writes a block a field at a time: buffered, a system
+    // call per batch of copies.
+    let out = BufWriter::with_capacity(256 << 10, conn);
+    let mut w = PcapNgWriter::with_section_header(out, section())?;
     w.write_pcapng_block(interface(plan))?;
     conn.set_read_timeout(Some(Duration::from_millis(1)))
         .map_err(PcapError::IoError)?;
@@ -146,13 +151,14 @@ fn write_stream(conn: &UnixStream, plan: &Plan, session: &Session) -> Result<(),
     let mut batch = Vec::new();
     let mut looked = Instant::now();
     while plan.count == 0 || written < plan.count {
-        session.take(IDLE_LOOK, &mut batch);
-        if batch.is_empty() || looked.elapsed() >= IDLE_LOOK {
+        // What was taken before the client closed its end is still sent.
+        let gone = if looked.elapsed() >= IDLE_LOOK {
             looked = Instant::now();
-            if client_gone(conn) || plan.port.state() == PortState::Removed {
-                break;
-            }
-        }
+            client_gone(conn) || plan.port.state() == PortState::Removed
+        } else {
+            false
+        };
+        session.take(if gone { Duration::ZERO } else { IDLE_LOOK }, &mut batch);
         for c in batch.drain(..) {
             let now_lost = session.lost.load(Relaxed);
             w.write_pcapng_block(packet(&c, now_lost - lost))?;
@@ -163,6 +169,9 @@ fn write_stream(conn: &UnixStream, plan: &Plan, session: &Session) -> Result<(),
             }
         }
         w.get_mut().flush().map_err(PcapError::IoError)?;
+        if gone {
+            break;
+        }
     }
     w.write_pcapng_block(statistics(session))?;
     w.get_mut().flush().map_err(PcapError::IoError)

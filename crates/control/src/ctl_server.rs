@@ -155,8 +155,7 @@ fn serve(cx: &Ctl, conn: UnixStream) {
             use crate::capture_stream as capture;
             return match capture::plan(sw, &port, &points, &filter, snaplen, count) {
                 Ok((plan, filter)) => {
-                    answer(&conn, Ok(capture::started(&plan)));
-                    capture::stream(&conn, plan, filter);
+                    capture::stream(&conn, plan, filter, |v| answer(&conn, Ok(v)));
                 }
                 Err(e) => answer(&conn, Err(e)),
             };

@@ -275,6 +275,8 @@ pub fn port_settings(sw: &Switch, p: &Port) -> Value {
     v["buffers"] = json!(p.buffers());
     v["thread_failures"] = json!(p.thread_failures.load(std::sync::atomic::Ordering::Relaxed));
     v["threads"] = json!(sw.port_threads(p));
+    // Live captures running on it (`hvnet capture`).
+    v["captures"] = json!(p.taps.sessions());
     // DHCP snooping's leases (docs/guide/guards.md): address, seconds left.
     let now = std::time::Instant::now();
     v["dhcp_leases"] = p

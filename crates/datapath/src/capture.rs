@@ -17,8 +17,13 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
-/// Bytes of copies a capture holds until its reader takes them.
+/// Bytes of copies a capture holds until its reader takes them (each
+/// counted with [`COPY_OVERHEAD`], so that a snap length of a few bytes
+/// does not let the queue grow to millions of copies).
 pub const QUEUE_BYTES: usize = 8 << 20;
+
+/// What a copy costs beside its bytes.
+const COPY_OVERHEAD: usize = std::mem::size_of::<Captured>() + 16;
 
 /// Where on a frame's path a copy is taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -141,12 +146,13 @@ impl Session {
             return;
         }
         let data = frame[..frame.len().min(self.snaplen)].to_vec();
+        let cost = data.len() + COPY_OVERHEAD;
         let mut q = self.queue.lock().expect("capture lock");
-        if q.1 + data.len() > QUEUE_BYTES {
+        if q.1 + cost > QUEUE_BYTES {
             self.lost.fetch_add(1, Relaxed);
             return;
         }
-        q.1 += data.len();
+        q.1 += cost;
         q.0.push_back(Captured {
             ts: SystemTime::now()
                 .duration_since(SystemTime::UNIX_EPOCH)
@@ -316,7 +322,7 @@ mod tests {
         let s = Arc::new(Session::new(&[Point::Out], None, 0));
         taps.attach(Arc::clone(&s));
         let frame = vec![0u8; 9000];
-        let fit = QUEUE_BYTES / frame.len();
+        let fit = QUEUE_BYTES / (frame.len() + COPY_OVERHEAD);
         for _ in 0..fit + 5 {
             taps.pieces(Point::Out, Way::Outbound, 0, None, [&frame[..]]);
         }

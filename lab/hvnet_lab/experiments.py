@@ -28,6 +28,7 @@ from . import rates
 from . import uplink_shares
 from . import teams
 from . import acl_cost
+from . import capture_cost
 
 EXPERIMENTS = [
     {"name": "lro-native", "reproduces": "000, Figures 1-3", "run": lro_gain.lro_native,
@@ -168,6 +169,11 @@ EXPERIMENTS = [
                  "10,000 UDP connections tracked between them, and without groups; the Linux bridge with a "
                  "100-rule nftables forward chain (ct state established,related) and 10,000 connections, and "
                  "without: CPU per frame (docs/guide/security-groups.md)"},
+    {"name": "capture-cost", "reproduces": "measurement", "run": capture_cost.capture_cost,
+     "workload": "VM to VM, one TCP stream of wire-sized frames: no capture, and `hvnet capture` of every frame at "
+                 "the receiver's port at every point (in, offload, out, drop) to /dev/null; with "
+                 "HVNET_LAB_BASELINE, a build without capture beside them: CPU per frame and per captured copy "
+                 "(docs/guide/capture.md)"},
 ]
 
 

@@ -165,7 +165,10 @@ impl Session {
             data,
         });
         self.taken.fetch_add(1, Relaxed);
-        self.ready.notify_one();
+        // The reader waits only on an empty queue, and takes all of it.
+        if q.0.len() == 1 {
+            self.ready.notify_one();
+        }
     }
 }
 

@@ -88,6 +88,10 @@ enum Cmd {
     /// router ports (uplinks always; ports a query was heard on), the
     /// queriers heard, and the `[switch] multicast_*` settings.
     Mdb(#[command(flatten)] switch_cmd::Target),
+    /// Show the port mirrors (`[[mirror]]`: SPAN to a port, RSPAN to a
+    /// VLAN, ERSPAN over GRE): what each selects, where its copies go, the
+    /// copies sent and lost.
+    Mirror(#[command(flatten)] switch_cmd::Target),
     /// Show each NIC team: its members and their state (active, standby,
     /// down; with LACP distributing, collecting, not in aggregate), the
     /// LACP partner's system and key, the ports each member carries, its
@@ -306,6 +310,7 @@ fn main() {
         Cmd::Port { args, target } => switch_cmd::port(&target, args),
         Cmd::Fdb(t) => switch_cmd::fdb(&t),
         Cmd::Mdb(t) => switch_cmd::mdb(&t),
+        Cmd::Mirror(t) => switch_cmd::mirror(&t),
         Cmd::Team(t) => switch_cmd::team(&t),
         Cmd::Workers(t) => switch_cmd::workers(&t),
         Cmd::Vm(c) => switch_cmd::vm(c),

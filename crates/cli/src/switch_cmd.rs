@@ -437,6 +437,65 @@ pub fn fdb(t: &Target) -> Result<(), String> {
 }
 
 /// `hvnet mdb`
+pub fn mirror(t: &Target) -> Result<(), String> {
+    let v = call(t, Request::Mirror)?;
+    if t.json {
+        println!("{v}");
+        return Ok(());
+    }
+    println!("NAME             SELECTS                                  OUTPUT                   COPIES     BYTES       LOST");
+    for m in v.as_array().into_iter().flatten() {
+        let list = |k: &str| {
+            m[k].as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|x| x.to_string().trim_matches('"').to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
+                .unwrap_or_default()
+        };
+        let mut sel = Vec::new();
+        if m["select_all"] == true {
+            sel.push("all".to_string());
+        }
+        for (k, w) in [
+            ("select_src_port", "from"),
+            ("select_dst_port", "to"),
+            ("select_vlan", "vlan"),
+        ] {
+            let l = list(k);
+            if !l.is_empty() {
+                sel.push(format!("{w} {l}"));
+            }
+        }
+        let o = &m["output"];
+        let out = if let Some(p) = o["port"].as_str() {
+            format!("port {p}")
+        } else if let Some(v) = o["vlan"].as_u64() {
+            format!("vlan {v}")
+        } else {
+            let e = &o["erspan"];
+            format!(
+                "erspan {} type {} session {}",
+                s(&e["remote"]),
+                e["version"],
+                e["session"]
+            )
+        };
+        println!(
+            "{:<16} {:<40} {:<24} {:<10} {:<11} {}",
+            s(&m["name"]),
+            sel.join("; "),
+            out,
+            m["copies"].to_string(),
+            m["bytes"].to_string(),
+            m["lost"]
+        );
+    }
+    Ok(())
+}
+
 pub fn mdb(t: &Target) -> Result<(), String> {
     let v = call(t, Request::Mdb)?;
     if t.json {

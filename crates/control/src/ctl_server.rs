@@ -526,6 +526,7 @@ fn handle(
                 .collect(),
         )),
         Request::Mdb => Ok(crate::mdb_view::mdb(sw)),
+        Request::Mirror => Ok(views::mirrors(sw)),
         Request::Team => Ok(views::teams(sw)),
         Request::Workers => Ok(json!(sw.workers.view(sw))),
         Request::Shutdown => {

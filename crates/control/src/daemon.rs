@@ -672,6 +672,15 @@ fn build(
         },
     );
     sw.set_acl(topo.acl_config());
+    let mirrors = topo
+        .mirrors
+        .iter()
+        .map(|m| {
+            m.spec()
+                .map_err(|e| DaemonError::Other(format!("mirror {}: ERSPAN socket: {e}", m.name)))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    sw.set_mirrors(mirrors);
     let threads = sw.start();
     match start_guests(topo, dir, state, kept) {
         Ok(g) => Ok((sw, threads, g)),

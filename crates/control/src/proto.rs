@@ -37,6 +37,9 @@ pub enum Request {
     /// `hvnet mdb`: multicast snooping's groups, router ports and
     /// queriers.
     Mdb,
+    /// `hvnet mirror`: the port mirrors, what each selects, where its
+    /// copies go, and its counters.
+    Mirror,
     /// `hvnet team`: each team uplink's members, their state, its LACP
     /// partner, the ports each member carries, its failovers and drops.
     Team,

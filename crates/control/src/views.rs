@@ -507,6 +507,36 @@ pub fn evpn(sw: &Switch, topo: &crate::topology::Topology) -> Value {
     v
 }
 
+/// `hvnet mirror`: each mirror, what it selects, its output and counters.
+pub fn mirrors(sw: &Switch) -> Value {
+    use hvnet_datapath::mirror::Output;
+    use std::sync::atomic::Ordering::Relaxed;
+    let list = sw.mirrors.list();
+    Value::Array(
+        list.iter()
+            .map(|m| {
+                let s = &m.spec;
+                let output = match &s.output {
+                    Output::Port(p) => json!({"port": p}),
+                    Output::Vlan(v) => json!({"vlan": v}),
+                    Output::Erspan(e) => json!({"erspan": e.config}),
+                };
+                json!({
+                    "name": s.name,
+                    "select_all": s.select_all,
+                    "select_src_port": s.select_src_port,
+                    "select_dst_port": s.select_dst_port,
+                    "select_vlan": s.select_vlan,
+                    "output": output,
+                    "copies": m.copies.load(Relaxed),
+                    "bytes": m.bytes.load(Relaxed),
+                    "lost": m.lost.load(Relaxed),
+                })
+            })
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

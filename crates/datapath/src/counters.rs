@@ -182,6 +182,9 @@ drop_reasons! {
         NoRoute = "no_route", FromPort;
         /// The port is disconnected (`connected = off`, a vNIC's cable pulled).
         Disconnected = "disconnected", FromPort;
+        /// Sent by a port that is a mirror's output (which only receives
+        /// the mirror's copies, as in Open vSwitch).
+        MirrorPort = "mirror_port", FromPort;
         /// An IGMP message malformed (truncated, its checksum wrong, a
         /// report of no group): dropped, as the Linux bridge drops it.
         BadIgmp = "bad_igmp", FromPort;

@@ -22,6 +22,7 @@ pub mod harness;
 pub mod item;
 pub mod lease;
 pub mod mdb;
+pub mod mirror;
 pub mod nioc;
 pub mod port_table;
 pub mod rate;

@@ -399,6 +399,8 @@ pub struct Switch {
     me: std::sync::Weak<Switch>,
     /// Security groups: each port's rules and connection table.
     pub acl: crate::acl::Acl,
+    /// Port mirrors (SPAN, RSPAN, ERSPAN).
+    pub mirrors: crate::mirror::Mirrors,
 }
 
 impl Switch {
@@ -444,6 +446,7 @@ impl Switch {
             endpoints: RwLock::new(endpoints),
             me: me.clone(),
             acl: crate::acl::Acl::new(),
+            mirrors: Default::default(),
         })
     }
 
@@ -577,6 +580,13 @@ impl Switch {
     /// checked before: the workers take them at their next batch.
     pub fn set_acl(&self, cfg: crate::acl::AclConfig) {
         self.acl.install(cfg);
+        self.settings_gen.fetch_add(1, Ordering::Release);
+    }
+
+    /// Takes a new set of port mirrors (the workers read it with the
+    /// settings).
+    pub fn set_mirrors(&self, specs: Vec<crate::mirror::MirrorSpec>) {
+        self.mirrors.install(specs);
         self.settings_gen.fetch_add(1, Ordering::Release);
     }
 

@@ -41,6 +41,7 @@ pub mod arp;
 pub mod checksum;
 pub mod dhcp;
 pub mod error;
+pub mod erspan;
 pub mod ethernet;
 pub mod igmp;
 pub mod ipv4;

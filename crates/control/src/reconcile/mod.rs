@@ -102,6 +102,15 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
     let file = crate::topology::parse(text)
         .map_err(|(line, reason)| CtlError::refused(format!("line {line}: {reason}")))?;
     let uplinks = plan_uplinks(&now, &file).map_err(CtlError::refused)?;
+    // Mirrors' ERSPAN sockets opened before anything changes.
+    let mirrors = file
+        .mirrors
+        .iter()
+        .map(|m| {
+            m.spec()
+                .map_err(|e| CtlError::failed(format!("mirror {}: ERSPAN socket: {e}", m.name)))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let sections = [
         ("name", now.name == file.name),
         ("[[host]]", now.hosts == file.hosts),
@@ -242,6 +251,7 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
     write_state(&dir, &state).map_err(CtlError::failed)?;
     let mut next = file.clone();
     next.vms.extend(kept);
+    cx.sw.set_mirrors(mirrors);
     cx.set_topology(next);
     for &(i, _) in &added {
         start_guest(cx, &file, i)?;

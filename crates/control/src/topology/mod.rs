@@ -141,6 +141,7 @@
 mod frr;
 mod host;
 mod libvirt;
+mod mirror;
 mod security_group;
 mod team;
 mod uplink;
@@ -153,6 +154,7 @@ use hvnet_datapath::vlan::{VlanMode, VlanSet, MAX_VID, MIN_VID};
 use hvnet_datapath::{PortSettings, WorkerNice};
 use hvnet_wire::MacAddr;
 pub use libvirt::{Libvirt, SOCKETS_ROOT};
+pub use mirror::{MirrorConfig, OutputConfig, MAX_MIRRORS};
 pub use security_group::{GroupRule, Remote, SecurityGroup};
 use serde::Deserialize;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -258,6 +260,8 @@ struct FileRepr {
     #[serde(default)]
     security_group: Vec<toml::Spanned<security_group::GroupRepr>>,
     conntrack: Option<toml::Spanned<security_group::ConntrackRepr>>,
+    #[serde(default)]
+    mirror: Vec<toml::Spanned<mirror::MirrorRepr>>,
 }
 
 fn default_aging() -> u64 {
@@ -301,6 +305,8 @@ pub struct Topology {
     pub security_groups: Vec<SecurityGroup>,
     /// The connection tables' bounds (`[conntrack]`).
     pub conntrack: hvnet_datapath::acl::Limits,
+    /// Port mirrors (`[[mirror]]`).
+    pub mirrors: Vec<MirrorConfig>,
 }
 
 impl Topology {
@@ -458,6 +464,7 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
     )?;
     let uplinks = uplink::parse_uplinks(text, &f.uplink, &vms)?;
     let hosts = host::parse_hosts(&name, text, &f.host, &vms, &uplinks)?;
+    let mirrors = mirror::parse_mirrors(text, &f.mirror, &vms, &uplinks)?;
     let frr = frr::parse_frr(text, f.frr.as_ref(), &uplinks)?;
     let netns = match f.netns {
         None => None,
@@ -510,6 +517,7 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
         libvirt,
         security_groups,
         conntrack,
+        mirrors,
     })
 }
 

@@ -14,6 +14,9 @@ impl State {
     /// The offload stage for one destination: queue choice (RSS over the
     /// flow, hashed once), MTU, LRO, and staging into the lane.
     pub(super) fn egress(&mut self, cx: &Ctx, dst: usize, mut pkt: Packet) {
+        if !self.mirroring && !self.mirrors.none() {
+            self.mirror_out(cx, dst, &mut pkt);
+        }
         let to = crate::acl::Direction::In;
         let acl = match self.acls.get(dst).and_then(Option::as_ref) {
             Some(a) => a.check(to, pkt.buf.held(), &pkt.meta.layers, self.now),

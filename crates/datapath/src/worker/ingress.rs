@@ -56,6 +56,13 @@ impl State {
     /// lookup, and the offload stage for each destination.
     pub(super) fn switch_frame(&mut self, cx: &Ctx, mut pkt: Packet, now: Instant) {
         let c = &cx.port.ingress[cx.q];
+        if self.mirrors.dedicated.get(cx.port.id) == Some(&true) {
+            c.count_drop(DropReason::MirrorPort, 1);
+            cx.port
+                .taps
+                .dropped(Way::Inbound, cx.q, DropReason::MirrorPort, &pkt);
+            return;
+        }
         if !self.settings[cx.port.id].connected {
             c.count_drop(DropReason::Disconnected, 1);
             cx.port
@@ -113,6 +120,9 @@ impl State {
             return;
         };
         pkt.meta.vlan = vlan;
+        if !self.mirrors.none() {
+            self.mirror_in(cx, &mut pkt);
+        }
         let (src, dst) = (pkt.src(), pkt.dst());
         if self.learned != Some((vlan, src)) {
             let fdb = &cx.sw.fdb;
@@ -146,10 +156,15 @@ impl State {
             snooped = self.snoop(cx, &pkt, now);
         }
         let (ports, settings) = (&cx.ports, &self.settings);
-        // A port takes the frame if it is up and carries its VLAN.
+        let mirror_output = &self.mirrors.dedicated;
+        // A port takes the frame if it is up and carries its VLAN (and is
+        // not a mirror's output).
         let link_up = |p: usize| {
             ports.get(p).is_some_and(|x| {
-                x.is_up() && settings[p].connected && settings[p].vlans_of(x.vlan).carries(vlan)
+                x.is_up()
+                    && settings[p].connected
+                    && settings[p].vlans_of(x.vlan).carries(vlan)
+                    && mirror_output.get(p) != Some(&true)
             })
         };
         match forward::route(&ingress, learned, link_up) {

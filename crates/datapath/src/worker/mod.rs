@@ -12,6 +12,7 @@ mod ingress_guard;
 mod ingress_lro;
 mod ingress_mcast;
 mod ingress_suppress;
+mod mirror;
 mod staging;
 
 use crate::capture::{Point, Way};
@@ -148,6 +149,12 @@ struct State {
     /// Each port's security groups, if it has any (read with the
     /// settings).
     acls: Vec<Option<Arc<crate::acl::PortAcl>>>,
+    /// The port mirrors, resolved (read with the settings).
+    mirrors: mirror::MirrorView,
+    /// A mirror's copy is on its way (it is not mirrored again).
+    mirroring: bool,
+    /// An ERSPAN copy's headers and bytes.
+    erspan_out: Vec<u8>,
 }
 
 impl Rxq {
@@ -177,6 +184,9 @@ impl Rxq {
             ingress_lro: None,
             lro_ready: Vec::new(),
             acls: Vec::new(),
+            mirrors: Default::default(),
+            mirroring: false,
+            erspan_out: Vec::new(),
         };
         Rxq {
             cx: Ctx {
@@ -473,6 +483,7 @@ impl State {
         self.acls.clear();
         self.acls
             .extend((0..t.len()).map(|i| t.get(i).and_then(|p| cx.sw.acl.port(&p.name))));
+        self.mirrors = mirror::MirrorView::new(&cx.sw.mirrors.list(), t);
         self.dests.resize_with(t.len(), Vec::new);
         self.dest_ports.resize(t.len(), None);
         for i in 0..t.len() {

@@ -1,0 +1,245 @@
+//! `[[mirror]]`: port mirrors, in Open vSwitch's words
+//! (docs/guide/capture.md).
+//!
+//! ```toml
+//! [[mirror]]
+//! name = "web-span"
+//! select_src_port = ["web0"]     # what these ports send
+//! select_dst_port = ["web0"]     # what is sent to them
+//! select_vlan = [10]             # frames on these VLANs, either way
+//! select_all = false             # every frame
+//! output_port = "mon"            # SPAN: to a VM (a monitor), or an uplink
+//! # output_vlan = 999            # RSPAN: to every port carrying VLAN 999
+//! # erspan = { remote = "198.18.5.2", type = 3, session = 7, max_frame = 1500 }
+//! ```
+//!
+//! Exactly one output. A mirror's output port is its own: nothing else is
+//! forwarded to it, and it is selected by no mirror. Every error names the
+//! mirror's line; a file with one is refused whole.
+
+use super::{check_name, line_of, Uplink, Vm};
+use hvnet_datapath::mirror::{ErspanConfig, ErspanSender, MirrorSpec, Output};
+use serde::Deserialize;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// Most mirrors a switch has.
+pub const MAX_MIRRORS: usize = 64;
+
+/// A `[[mirror]]` as written.
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub(super) struct MirrorRepr {
+    name: String,
+    #[serde(default)]
+    select_all: bool,
+    #[serde(default)]
+    select_src_port: Vec<String>,
+    #[serde(default)]
+    select_dst_port: Vec<String>,
+    #[serde(default)]
+    select_vlan: Vec<i64>,
+    output_port: Option<String>,
+    output_vlan: Option<i64>,
+    erspan: Option<ErspanRepr>,
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct ErspanRepr {
+    remote: String,
+    #[serde(rename = "type", default = "d_type")]
+    kind: i64,
+    #[serde(default)]
+    session: i64,
+    #[serde(default = "d_max_frame")]
+    max_frame: i64,
+}
+
+fn d_type() -> i64 {
+    2
+}
+fn d_max_frame() -> i64 {
+    1500
+}
+
+/// A mirror as checked (its ERSPAN socket not opened yet).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MirrorConfig {
+    /// Its name.
+    pub name: String,
+    /// Every frame.
+    pub select_all: bool,
+    /// What these ports send.
+    pub select_src_port: Vec<String>,
+    /// What is sent to these ports.
+    pub select_dst_port: Vec<String>,
+    /// Frames on these VLANs.
+    pub select_vlan: Vec<u16>,
+    /// Where its copies go.
+    pub output: OutputConfig,
+}
+
+/// A mirror's output, as checked.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OutputConfig {
+    /// SPAN.
+    Port(String),
+    /// RSPAN.
+    Vlan(u16),
+    /// ERSPAN.
+    Erspan(ErspanConfig),
+}
+
+impl MirrorConfig {
+    /// The mirror as the switch takes it (an ERSPAN session's socket
+    /// opened).
+    pub fn spec(&self) -> std::io::Result<MirrorSpec> {
+        let output = match &self.output {
+            OutputConfig::Port(p) => Output::Port(p.clone()),
+            OutputConfig::Vlan(v) => Output::Vlan(*v),
+            OutputConfig::Erspan(e) => Output::Erspan(Arc::new(ErspanSender::open(e.clone())?)),
+        };
+        Ok(MirrorSpec {
+            name: self.name.clone(),
+            select_all: self.select_all,
+            select_src_port: self.select_src_port.clone(),
+            select_dst_port: self.select_dst_port.clone(),
+            select_vlan: self.select_vlan.clone(),
+            output,
+        })
+    }
+}
+
+pub(super) fn parse_mirrors(
+    text: &str,
+    reprs: &[toml::Spanned<MirrorRepr>],
+    vms: &[Vm],
+    uplinks: &[Uplink],
+) -> Result<Vec<MirrorConfig>, (usize, String)> {
+    let mut out: Vec<MirrorConfig> = Vec::new();
+    if reprs.len() > MAX_MIRRORS {
+        let line = line_of(text, reprs[MAX_MIRRORS].span().start);
+        return Err((line, format!("at most {MAX_MIRRORS} [[mirror]] tables")));
+    }
+    let ports: Vec<&str> = vms
+        .iter()
+        .map(|v| v.name.as_str())
+        .chain(uplinks.iter().map(|u| u.name.as_str()))
+        .collect();
+    for r in reprs {
+        let line = line_of(text, r.span().start);
+        let m = r.get_ref();
+        let fail = |why: String| Err((line, format!("mirror {:?}: {why}", m.name)));
+        if let Err(e) = check_name(&m.name) {
+            return fail(e);
+        }
+        if out.iter().any(|x| x.name == m.name) {
+            return fail("a mirror of that name is already defined".into());
+        }
+        for p in m.select_src_port.iter().chain(&m.select_dst_port) {
+            if !ports.contains(&p.as_str()) {
+                return fail(format!(
+                    "no port named {p:?} (there are: {})",
+                    ports.join(", ")
+                ));
+            }
+        }
+        let mut vlans = Vec::new();
+        for &v in &m.select_vlan {
+            match u16::try_from(v) {
+                Ok(v) if v <= 4094 => vlans.push(v),
+                _ => return fail(format!("select_vlan {v}: a VLAN is 0..4094 (0: untagged)")),
+            }
+        }
+        if !m.select_all
+            && m.select_src_port.is_empty()
+            && m.select_dst_port.is_empty()
+            && vlans.is_empty()
+        {
+            return fail(
+                "selects nothing: say select_src_port, select_dst_port, select_vlan or select_all"
+                    .into(),
+            );
+        }
+        let output = match (&m.output_port, m.output_vlan, &m.erspan) {
+            (Some(p), None, None) => {
+                if !ports.contains(&p.as_str()) {
+                    return fail(format!(
+                        "output_port {p:?}: no such port (there are: {})",
+                        ports.join(", ")
+                    ));
+                }
+                if m.select_src_port.contains(p) || m.select_dst_port.contains(p) {
+                    return fail(format!("output_port {p:?} is also selected: a mirror to itself would copy its own copies"));
+                }
+                if let Some(o) = out.iter().find(|o| o.selects(p)) {
+                    return fail(format!(
+                        "output_port {p:?} is selected by mirror {:?}",
+                        o.name
+                    ));
+                }
+                OutputConfig::Port(p.clone())
+            }
+            (None, Some(v), None) => match u16::try_from(v) {
+                Ok(v) if (1..=4094).contains(&v) => OutputConfig::Vlan(v),
+                _ => return fail(format!("output_vlan {v}: a VLAN is 1..4094")),
+            },
+            (None, None, Some(e)) => OutputConfig::Erspan(
+                erspan(e).map_err(|why| (line, format!("mirror {:?}: {why}", m.name)))?,
+            ),
+            _ => return fail("needs exactly one of output_port, output_vlan and erspan".into()),
+        };
+        // A port that is an earlier mirror's output is selected by none.
+        for o in &out {
+            if let OutputConfig::Port(p) = &o.output {
+                if m.select_src_port.contains(p) || m.select_dst_port.contains(p) {
+                    return fail(format!("selects {p:?}, mirror {:?}'s output port", o.name));
+                }
+            }
+        }
+        out.push(MirrorConfig {
+            name: m.name.clone(),
+            select_all: m.select_all,
+            select_src_port: m.select_src_port.clone(),
+            select_dst_port: m.select_dst_port.clone(),
+            select_vlan: vlans,
+            output,
+        });
+    }
+    Ok(out)
+}
+
+impl MirrorConfig {
+    fn selects(&self, port: &str) -> bool {
+        self.select_src_port
+            .iter()
+            .chain(&self.select_dst_port)
+            .any(|p| p == port)
+    }
+}
+
+fn erspan(e: &ErspanRepr) -> Result<ErspanConfig, String> {
+    let remote: IpAddr = e
+        .remote
+        .parse()
+        .map_err(|_| format!("erspan remote {:?}: an IPv4 or IPv6 address", e.remote))?;
+    let version = match e.kind {
+        2 | 3 => e.kind as u8,
+        k => return Err(format!("erspan type {k}: 2 (type II) or 3 (type III)")),
+    };
+    let session = u16::try_from(e.session)
+        .ok()
+        .filter(|s| *s <= 1023)
+        .ok_or_else(|| format!("erspan session {}: 0..1023", e.session))?;
+    let max_frame = usize::try_from(e.max_frame)
+        .ok()
+        .filter(|n| (64..=9216).contains(n))
+        .ok_or_else(|| format!("erspan max_frame {}: 64..9216 bytes", e.max_frame))?;
+    Ok(ErspanConfig {
+        remote,
+        version,
+        session,
+        max_frame,
+    })
+}

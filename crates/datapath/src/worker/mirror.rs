@@ -1,0 +1,208 @@
+//! A worker's side of port mirroring ([`crate::mirror`]): the mirrors as
+//! this worker last read them, resolved to port indexes, and the copies
+//! made of a frame as it comes in from a port and as it goes to one.
+
+use super::{Ctx, State};
+use crate::mirror::{Mirror, Output};
+use crate::port_table::PortTable;
+use hvnet_offload::gso::{self, CsumMode};
+use hvnet_port::Packet;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+/// Most mirrors a switch has (a bit each in a word per port).
+pub const MAX_MIRRORS: usize = 64;
+
+/// Where one mirror's copies go, resolved.
+#[derive(Clone)]
+enum Target {
+    Port(usize),
+    Vlan(u16),
+    Erspan(Arc<crate::mirror::ErspanSender>),
+    /// Its output port is not there (now).
+    Nowhere,
+}
+
+/// The mirrors, resolved against a port table.
+#[derive(Default)]
+pub(super) struct MirrorView {
+    mirrors: Vec<Arc<Mirror>>,
+    targets: Vec<Target>,
+    /// Per port index: the mirrors selecting what it sends, and what is
+    /// sent to it (bit i: mirror i).
+    src: Vec<u64>,
+    dst: Vec<u64>,
+    vlans: Vec<(u16, u64)>,
+    all: u64,
+    /// Per port index: a mirror's output (nothing else goes to it).
+    pub(super) dedicated: Vec<bool>,
+}
+
+impl MirrorView {
+    pub(super) fn new(mirrors: &[Arc<Mirror>], t: &PortTable) -> MirrorView {
+        let mut v = MirrorView {
+            src: vec![0; t.len()],
+            dst: vec![0; t.len()],
+            dedicated: vec![false; t.len()],
+            ..MirrorView::default()
+        };
+        let index = |name: &str| (0..t.len()).find(|&i| t.get(i).is_some_and(|p| p.name == name));
+        for (i, m) in mirrors.iter().take(MAX_MIRRORS).enumerate() {
+            let bit = 1u64 << i;
+            let s = &m.spec;
+            for p in s.select_src_port.iter().filter_map(|n| index(n)) {
+                v.src[p] |= bit;
+            }
+            for p in s.select_dst_port.iter().filter_map(|n| index(n)) {
+                v.dst[p] |= bit;
+            }
+            for &vlan in &s.select_vlan {
+                match v.vlans.iter_mut().find(|(x, _)| *x == vlan) {
+                    Some((_, b)) => *b |= bit,
+                    None => v.vlans.push((vlan, bit)),
+                }
+            }
+            if s.select_all {
+                v.all |= bit;
+            }
+            v.targets.push(match &s.output {
+                Output::Port(n) => index(n).map_or(Target::Nowhere, |p| {
+                    v.dedicated[p] = true;
+                    Target::Port(p)
+                }),
+                Output::Vlan(vlan) => Target::Vlan(*vlan),
+                Output::Erspan(e) => Target::Erspan(Arc::clone(e)),
+            });
+            v.mirrors.push(Arc::clone(m));
+        }
+        v
+    }
+
+    /// True when no mirror runs (one load per frame).
+    #[inline]
+    pub(super) fn none(&self) -> bool {
+        self.mirrors.is_empty()
+    }
+
+    /// The mirrors selecting a frame from `src` on `vlan` as it comes in.
+    fn selecting_in(&self, src: usize, vlan: u16) -> u64 {
+        let by_vlan = self
+            .vlans
+            .iter()
+            .filter(|(v, _)| *v == vlan)
+            .fold(0, |m, (_, b)| m | b);
+        self.src.get(src).copied().unwrap_or(0) | self.all | by_vlan
+    }
+}
+
+impl State {
+    /// Copies of a frame from the port, for the mirrors selecting it as
+    /// it comes in (its VLAN known).
+    pub(super) fn mirror_in(&mut self, cx: &Ctx, pkt: &mut Packet) {
+        let m = self.mirrors.selecting_in(cx.port.id, pkt.meta.vlan);
+        if m != 0 {
+            self.mirror(cx, m, pkt, false);
+        }
+    }
+
+    /// Copies of a frame to `dst`, for the mirrors selecting it there
+    /// that did not take it as it came in.
+    pub(super) fn mirror_out(&mut self, cx: &Ctx, dst: usize, pkt: &mut Packet) {
+        let v = &self.mirrors;
+        let m = v.dst.get(dst).copied().unwrap_or(0) & !v.selecting_in(cx.port.id, pkt.meta.vlan);
+        if m != 0 {
+            self.mirror(cx, m, pkt, true);
+        }
+    }
+
+    fn mirror(&mut self, cx: &Ctx, mut mask: u64, pkt: &mut Packet, egress: bool) {
+        // A copy is read whole: the payload is copied out of the sending
+        // guest's memory first.
+        pkt.buf.fill_pending();
+        self.mirroring = true;
+        while mask != 0 {
+            let i = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            let (m, target) = (
+                Arc::clone(&self.mirrors.mirrors[i]),
+                self.mirrors.targets[i].clone(),
+            );
+            match target {
+                Target::Port(p) if p != cx.port.id => self.copy_to(cx, &m, p, pkt, pkt.meta.vlan),
+                Target::Port(_) | Target::Nowhere => {}
+                Target::Vlan(vlan) => {
+                    let ports = &cx.ports;
+                    let to: Vec<usize> = ports
+                        .iter()
+                        .filter(|p| {
+                            p.id != cx.port.id
+                                && !self.mirrors.dedicated.get(p.id).copied().unwrap_or(false)
+                                && p.is_up()
+                                && self.settings[p.id].connected
+                                && self.settings[p.id].vlans_of(p.vlan).carries(vlan)
+                        })
+                        .map(|p| p.id)
+                        .collect();
+                    for p in to {
+                        self.copy_to(cx, &m, p, pkt, vlan);
+                    }
+                }
+                Target::Erspan(e) => {
+                    let (vlan, tagged) = (pkt.meta.vlan, pkt.meta.layers.l2.vlans[0].is_some());
+                    let mut sent = true;
+                    let mut out = std::mem::take(&mut self.erspan_out);
+                    let frame = pkt.frame();
+                    match pkt.meta.offload.gso {
+                        // A GSO frame goes as the segments the wire
+                        // would carry.
+                        Some(g) => {
+                            let r = gso::segment(
+                                frame,
+                                &pkt.meta.layers,
+                                g,
+                                CsumMode::Full,
+                                &mut |s| {
+                                    let mut whole =
+                                        Vec::with_capacity(s.header.len() + s.payload.len());
+                                    whole.extend_from_slice(s.header);
+                                    whole.extend_from_slice(s.payload);
+                                    sent &= e.send(&whole, vlan, tagged, egress, &mut out);
+                                    add_copy(&m, whole.len());
+                                },
+                            );
+                            sent &= r.is_ok();
+                        }
+                        None => {
+                            sent = e.send(frame, vlan, tagged, egress, &mut out);
+                            add_copy(&m, frame.len());
+                        }
+                    }
+                    self.erspan_out = out;
+                    if !sent {
+                        m.lost.fetch_add(1, Relaxed);
+                    }
+                }
+            }
+        }
+        self.mirroring = false;
+    }
+
+    /// One copy of `pkt`, on `vlan`, to port `p`, through its offload
+    /// stage (its queue, MTU, tag, segmenting).
+    fn copy_to(&mut self, cx: &Ctx, m: &Mirror, p: usize, pkt: &Packet, vlan: u16) {
+        let Some(mut b) = self.pool.take(pkt.buf.class()) else {
+            m.lost.fetch_add(1, Relaxed);
+            return;
+        };
+        b.fill(pkt.frame());
+        let mut meta = pkt.meta;
+        meta.vlan = vlan;
+        add_copy(m, pkt.len());
+        self.egress(cx, p, Packet { buf: b, meta });
+    }
+}
+
+fn add_copy(m: &Mirror, bytes: usize) {
+    m.copies.fetch_add(1, Relaxed);
+    m.bytes.fetch_add(bytes as u64, Relaxed);
+}

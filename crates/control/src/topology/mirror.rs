@@ -243,3 +243,75 @@ fn erspan(e: &ErspanRepr) -> Result<ErspanConfig, String> {
         max_frame,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse;
+    use super::super::tests::GOOD;
+    use super::*;
+
+    fn mirror(keys: &str) -> Result<Vec<MirrorConfig>, (usize, String)> {
+        parse(&format!("{GOOD}\n[[mirror]]\nname = \"m\"\n{keys}\n")).map(|t| t.mirrors)
+    }
+
+    #[test]
+    fn span_rspan_and_erspan_are_read() {
+        let m = mirror("select_src_port = [\"vm1\"]\nselect_vlan = [0, 10]\noutput_port = \"vm2\"")
+            .unwrap();
+        assert_eq!(m[0].output, OutputConfig::Port("vm2".into()));
+        assert_eq!(m[0].select_vlan, vec![0, 10]);
+        let m = mirror("select_all = true\noutput_vlan = 999").unwrap();
+        assert_eq!(m[0].output, OutputConfig::Vlan(999));
+        let m = mirror("select_dst_port = [\"vm1\"]\nerspan = { remote = \"198.18.5.2\", type = 3, session = 7 }")
+            .unwrap();
+        let OutputConfig::Erspan(e) = &m[0].output else {
+            panic!("not erspan")
+        };
+        assert_eq!((e.version, e.session, e.max_frame), (3, 7, 1500));
+    }
+
+    #[test]
+    fn bad_mirrors_are_refused_with_their_line_and_reason() {
+        // The line of the `[[mirror]]` header, after GOOD and a blank line.
+        let line = GOOD.lines().count() + 2;
+        for (keys, says) in [
+            (
+                "select_src_port = [\"vm1\"]\noutput_port = \"vm1\"",
+                "mirror to itself",
+            ),
+            (
+                "select_src_port = [\"nope\"]\noutput_vlan = 5",
+                "no port named \"nope\"",
+            ),
+            ("output_vlan = 5", "selects nothing"),
+            (
+                "select_all = true\noutput_vlan = 5\noutput_port = \"vm2\"",
+                "exactly one of",
+            ),
+            ("select_all = true", "exactly one of"),
+            ("select_all = true\noutput_vlan = 4095", "1..4094"),
+            (
+                "select_all = true\nerspan = { remote = \"x\" }",
+                "IPv4 or IPv6",
+            ),
+            (
+                "select_all = true\nerspan = { remote = \"198.18.0.1\", type = 1 }",
+                "type II",
+            ),
+            (
+                "select_all = true\nerspan = { remote = \"198.18.0.1\", session = 1024 }",
+                "0..1023",
+            ),
+        ] {
+            let (at, why) = mirror(keys).unwrap_err();
+            assert!(why.contains(says), "{keys}: {why}");
+            assert_eq!(at, line, "{keys}: {why}");
+        }
+        let two = format!(
+            "{GOOD}\n[[mirror]]\nname = \"a\"\nselect_src_port = [\"vm1\"]\noutput_port = \"vm2\"\n\
+             [[mirror]]\nname = \"b\"\nselect_dst_port = [\"vm2\"]\noutput_vlan = 5\n"
+        );
+        let (_, why) = parse(&two).unwrap_err();
+        assert!(why.contains("output port"), "{why}");
+    }
+}

@@ -88,6 +88,9 @@ enum Cmd {
     /// router ports (uplinks always; ports a query was heard on), the
     /// queriers heard, and the `[switch] multicast_*` settings.
     Mdb(#[command(flatten)] switch_cmd::Target),
+    /// Show flow export (`[ipfix]`): its collectors, sampling and
+    /// timeouts, the flows cached, and the frames metered and records sent.
+    Ipfix(#[command(flatten)] switch_cmd::Target),
     /// Show the port mirrors (`[[mirror]]`: SPAN to a port, RSPAN to a
     /// VLAN, ERSPAN over GRE): what each selects, where its copies go, the
     /// copies sent and lost.
@@ -311,6 +314,7 @@ fn main() {
         Cmd::Fdb(t) => switch_cmd::fdb(&t),
         Cmd::Mdb(t) => switch_cmd::mdb(&t),
         Cmd::Mirror(t) => switch_cmd::mirror(&t),
+        Cmd::Ipfix(t) => switch_cmd::ipfix(&t),
         Cmd::Team(t) => switch_cmd::team(&t),
         Cmd::Workers(t) => switch_cmd::workers(&t),
         Cmd::Vm(c) => switch_cmd::vm(c),

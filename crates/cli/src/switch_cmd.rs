@@ -437,6 +437,38 @@ pub fn fdb(t: &Target) -> Result<(), String> {
 }
 
 /// `hvnet mdb`
+pub fn ipfix(t: &Target) -> Result<(), String> {
+    let v = call(t, Request::Ipfix)?;
+    if t.json {
+        println!("{v}");
+        return Ok(());
+    }
+    if v.is_null() {
+        println!("flow export is off (no [ipfix] in the topology)");
+        return Ok(());
+    }
+    let targets: Vec<String> = v["targets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(s)
+        .collect();
+    println!(
+        "targets {}, sampling 1 in {}, observation domain {}, active timeout {} s, idle timeout {} s",
+        targets.join(", "),
+        v["sampling"],
+        v["obs_domain_id"],
+        v["cache_active_timeout"],
+        v["cache_idle_timeout"]
+    );
+    let c = &v["counters"];
+    println!(
+        "flows cached {} (at most {}); frames metered {}, not metered (cache full) {}; records sent {} in {} messages, send errors {}",
+        v["flows"], v["cache_max_flows"], c["metered"], c["cache_full"], c["records"], c["messages"], c["send_errors"]
+    );
+    Ok(())
+}
+
 pub fn mirror(t: &Target) -> Result<(), String> {
     let v = call(t, Request::Mirror)?;
     if t.json {

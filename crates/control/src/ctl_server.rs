@@ -527,6 +527,7 @@ fn handle(
         )),
         Request::Mdb => Ok(crate::mdb_view::mdb(sw)),
         Request::Mirror => Ok(views::mirrors(sw)),
+        Request::Ipfix => Ok(views::ipfix(sw)),
         Request::Team => Ok(views::teams(sw)),
         Request::Workers => Ok(json!(sw.workers.view(sw))),
         Request::Shutdown => {

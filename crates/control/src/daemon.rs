@@ -681,6 +681,9 @@ fn build(
         })
         .collect::<Result<Vec<_>, _>>()?;
     sw.set_mirrors(mirrors);
+    sw.set_ipfix(topo.ipfix.clone()).map_err(|e| {
+        DaemonError::Other(format!("[ipfix]: cannot open the exporter's socket: {e}"))
+    })?;
     let threads = sw.start();
     match start_guests(topo, dir, state, kept) {
         Ok(g) => Ok((sw, threads, g)),

@@ -37,6 +37,8 @@ pub enum Request {
     /// `hvnet mdb`: multicast snooping's groups, router ports and
     /// queriers.
     Mdb,
+    /// `hvnet ipfix`: flow export's settings, its cache and counters.
+    Ipfix,
     /// `hvnet mirror`: the port mirrors, what each selects, where its
     /// copies go, and its counters.
     Mirror,

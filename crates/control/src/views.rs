@@ -537,6 +537,25 @@ pub fn mirrors(sw: &Switch) -> Value {
     )
 }
 
+/// `hvnet ipfix`: the exporter's settings, flows cached and counters
+/// (null when flow export is off).
+pub fn ipfix(sw: &Switch) -> Value {
+    let Some(ix) = sw.ipfix() else {
+        return Value::Null;
+    };
+    let c = &ix.config;
+    json!({
+        "targets": c.targets.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
+        "sampling": c.sampling,
+        "obs_domain_id": c.obs_domain_id,
+        "cache_active_timeout": c.cache_active_timeout.as_secs(),
+        "cache_idle_timeout": c.cache_idle_timeout.as_secs(),
+        "cache_max_flows": c.cache_max_flows,
+        "flows": ix.flows(),
+        "counters": serde_json::to_value(&ix.counters).expect("counters serialize"),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

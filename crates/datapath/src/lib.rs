@@ -19,6 +19,7 @@ pub mod forward;
 pub mod guard;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod harness;
+pub mod ipfix;
 pub mod item;
 pub mod lease;
 pub mod mdb;

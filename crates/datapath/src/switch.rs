@@ -401,6 +401,8 @@ pub struct Switch {
     pub acl: crate::acl::Acl,
     /// Port mirrors (SPAN, RSPAN, ERSPAN).
     pub mirrors: crate::mirror::Mirrors,
+    /// Flow export (`[ipfix]`), when on.
+    ipfix: RwLock<Option<Arc<crate::ipfix::Ipfix>>>,
 }
 
 impl Switch {
@@ -447,6 +449,7 @@ impl Switch {
             me: me.clone(),
             acl: crate::acl::Acl::new(),
             mirrors: Default::default(),
+            ipfix: RwLock::new(None),
         })
     }
 
@@ -531,6 +534,10 @@ impl Switch {
     /// Asks every thread to stop (they notice within 100 ms).
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
+        // Every flow's record goes out before the exporter ends.
+        if let Some(ix) = self.ipfix.write().expect("ipfix lock").take() {
+            ix.shutdown();
+        }
     }
 
     /// True once [`Switch::stop`] was called.
@@ -581,6 +588,44 @@ impl Switch {
     pub fn set_acl(&self, cfg: crate::acl::AclConfig) {
         self.acl.install(cfg);
         self.settings_gen.fetch_add(1, Ordering::Release);
+    }
+
+    /// Starts, changes or stops flow export: an exporter whose settings
+    /// change is stopped (its flows' records sent) and another started.
+    pub fn set_ipfix(&self, cfg: Option<crate::ipfix::IpfixConfig>) -> std::io::Result<()> {
+        let mut slot = self.ipfix.write().expect("ipfix lock");
+        if slot.as_ref().map(|x| &x.config) == cfg.as_ref() {
+            return Ok(());
+        }
+        let next = cfg.map(crate::ipfix::Ipfix::start).transpose()?;
+        if let Some(old) = std::mem::replace(&mut *slot, next) {
+            old.shutdown();
+        }
+        self.settings_gen.fetch_add(1, Ordering::Release);
+        Ok(())
+    }
+
+    /// The flow exporter, when on.
+    pub fn ipfix(&self) -> Option<Arc<crate::ipfix::Ipfix>> {
+        self.ipfix.read().expect("ipfix lock").clone()
+    }
+
+    /// A tunnelled frame's outer headers, for its flow's record: the
+    /// endpoint's own address and port with what the frame came with.
+    pub(crate) fn tunnel_key(
+        &self,
+        port: usize,
+        t: hvnet_port::TunnelMeta,
+    ) -> Option<crate::ipfix::TunnelKey> {
+        let all = self.endpoints.read().expect("endpoints lock");
+        let e = all.get(&port)?;
+        Some(crate::ipfix::TunnelKey {
+            remote: t.remote,
+            local: e.cfg.local,
+            sport: t.sport,
+            dport: e.cfg.port,
+            vni: t.vni,
+        })
     }
 
     /// Takes a new set of port mirrors (the workers read it with the

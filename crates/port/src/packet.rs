@@ -49,6 +49,10 @@ pub struct TunnelMeta {
     pub vni: u32,
     /// Bytes of outer headers it arrived with.
     pub outer_len: u16,
+    /// The remote endpoint it came from (the outer source address).
+    pub remote: std::net::IpAddr,
+    /// The outer UDP source port.
+    pub sport: u16,
 }
 
 /// A frame and its metadata.

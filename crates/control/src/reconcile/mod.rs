@@ -252,6 +252,9 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
     let mut next = file.clone();
     next.vms.extend(kept);
     cx.sw.set_mirrors(mirrors);
+    if let Err(e) = cx.sw.set_ipfix(file.ipfix.clone()) {
+        tracing::warn!("[ipfix]: cannot open the exporter's socket: {e}");
+    }
     cx.set_topology(next);
     for &(i, _) in &added {
         start_guest(cx, &file, i)?;

@@ -140,6 +140,7 @@
 
 mod frr;
 mod host;
+mod ipfix;
 mod libvirt;
 mod mirror;
 mod security_group;
@@ -262,6 +263,7 @@ struct FileRepr {
     conntrack: Option<toml::Spanned<security_group::ConntrackRepr>>,
     #[serde(default)]
     mirror: Vec<toml::Spanned<mirror::MirrorRepr>>,
+    ipfix: Option<toml::Spanned<ipfix::IpfixRepr>>,
 }
 
 fn default_aging() -> u64 {
@@ -307,6 +309,8 @@ pub struct Topology {
     pub conntrack: hvnet_datapath::acl::Limits,
     /// Port mirrors (`[[mirror]]`).
     pub mirrors: Vec<MirrorConfig>,
+    /// Flow export (`[ipfix]`).
+    pub ipfix: Option<hvnet_datapath::ipfix::IpfixConfig>,
 }
 
 impl Topology {
@@ -465,6 +469,7 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
     let uplinks = uplink::parse_uplinks(text, &f.uplink, &vms)?;
     let hosts = host::parse_hosts(&name, text, &f.host, &vms, &uplinks)?;
     let mirrors = mirror::parse_mirrors(text, &f.mirror, &vms, &uplinks)?;
+    let ipfix = ipfix::parse_ipfix(text, f.ipfix.as_ref())?;
     let frr = frr::parse_frr(text, f.frr.as_ref(), &uplinks)?;
     let netns = match f.netns {
         None => None,
@@ -518,6 +523,7 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
         security_groups,
         conntrack,
         mirrors,
+        ipfix,
     })
 }
 

@@ -145,6 +145,18 @@ impl State {
                 port
             }
         };
+        if let Some(ix) = &self.ipfix {
+            // Systematic 1-in-N sampling, counted per queue.
+            self.ipfix_skip -= 1;
+            if self.ipfix_skip == 0 {
+                self.ipfix_skip = ix.config.sampling.max(1);
+                let tunnel = pkt
+                    .meta
+                    .tunnel
+                    .and_then(|t| cx.sw.tunnel_key(cx.port.id, t));
+                ix.meter(cx.port.id, learned, &pkt, tunnel);
+            }
+        }
         let mut snooped = Snooped::Flood;
         if dst.is_multicast() {
             // Copies for every port, or an answer made from it: its

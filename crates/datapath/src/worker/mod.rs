@@ -155,6 +155,10 @@ struct State {
     mirroring: bool,
     /// An ERSPAN copy's headers and bytes.
     erspan_out: Vec<u8>,
+    /// The flow exporter (read with the settings), and frames until the
+    /// next one it meters.
+    ipfix: Option<Arc<crate::ipfix::Ipfix>>,
+    ipfix_skip: u32,
 }
 
 impl Rxq {
@@ -187,6 +191,8 @@ impl Rxq {
             mirrors: Default::default(),
             mirroring: false,
             erspan_out: Vec::new(),
+            ipfix: None,
+            ipfix_skip: 1,
         };
         Rxq {
             cx: Ctx {
@@ -484,6 +490,7 @@ impl State {
         self.acls
             .extend((0..t.len()).map(|i| t.get(i).and_then(|p| cx.sw.acl.port(&p.name))));
         self.mirrors = mirror::MirrorView::new(&cx.sw.mirrors.list(), t);
+        self.ipfix = cx.sw.ipfix();
         self.dests.resize_with(t.len(), Vec::new);
         self.dest_ports.resize(t.len(), None);
         for i in 0..t.len() {

@@ -311,11 +311,14 @@ impl Vtep {
         };
         let outer_src = pkt.src();
         let outer_len = (pkt.len() - (d.inner_end - d.inner_offset)) as u16;
+        let sport = UdpPacket::new_unchecked(&frame[t.offset..]).src_port();
         pkt.buf.keep_range(d.inner_offset..d.inner_end);
         let mut inner = Packet::parsed(pkt.buf, inner_layers, d.info);
         inner.meta.tunnel = Some(TunnelMeta {
             vni: d.vni,
             outer_len,
+            remote,
+            sport,
         });
         if !self.cfg.vlans.is_empty() {
             // A tunnel of several VLANs carries them untagged, each in its

@@ -29,6 +29,7 @@ from . import uplink_shares
 from . import teams
 from . import acl_cost
 from . import capture_cost
+from . import ipfix_cost
 
 EXPERIMENTS = [
     {"name": "lro-native", "reproduces": "000, Figures 1-3", "run": lro_gain.lro_native,
@@ -173,6 +174,10 @@ EXPERIMENTS = [
      "workload": "VM to VM, one TCP stream of wire-sized frames: no capture, and `hvnet capture` of every frame at "
                  "the receiver's port at every point (in, offload, out, drop) to /dev/null; with "
                  "HVNET_LAB_BASELINE, a build without capture beside them: CPU per frame and per captured copy "
+                 "(docs/guide/capture.md)"},
+    {"name": "ipfix-cost", "reproduces": "measurement", "run": ipfix_cost.ipfix_cost,
+     "workload": "VM to VM, one TCP stream of wire-sized frames through hvnet and through Open vSwitch userspace, "
+                 "each without flow export, with IPFIX of every frame and of 1 in 1000: CPU per frame "
                  "(docs/guide/capture.md)"},
 ]
 

@@ -28,7 +28,7 @@ cargo build --release -p hvnet
 cargo test --workspace --release --all-features
 
 step "fuzz corpora replay"
-cargo test --release --manifest-path fuzz/Cargo.toml
+cargo test --profile replay --manifest-path fuzz/Cargo.toml
 
 fuzz_seconds="${HVNET_FUZZ_SECONDS:-0}"
 if [ "$fuzz_seconds" -gt 0 ]; then

@@ -731,9 +731,16 @@ pub fn ctl_request(data: &[u8]) {
     let Ok(line) = std::str::from_utf8(data) else {
         return;
     };
-    if let Ok(hvnet_control::proto::Request::PortSet { changes, .. }) =
-        hvnet_control::ctl_server::parse_request(line)
-    {
+    let req = hvnet_control::ctl_server::parse_request(line);
+    // `hvnet up FILE` on a running topology: the file's text, from the
+    // socket, read as a topology ([[mirror]], [ipfix] and the rest) —
+    // refused with a line and a reason, never a panic.
+    if let Ok(hvnet_control::proto::Request::Apply { text }) = &req {
+        if let Err((line, reason)) = hvnet_control::topology::parse(text) {
+            assert!(line >= 1 && !reason.is_empty());
+        }
+    }
+    if let Ok(hvnet_control::proto::Request::PortSet { changes, .. }) = req {
         let cur = hvnet_datapath::PortSettings::default();
         match hvnet_control::ctl_server::merge_settings(&cur, changes.clone()) {
             Ok(new) => {

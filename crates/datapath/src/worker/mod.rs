@@ -490,6 +490,13 @@ impl State {
         self.acls
             .extend((0..t.len()).map(|i| t.get(i).and_then(|p| cx.sw.acl.port(&p.name))));
         self.mirrors = mirror::MirrorView::new(&cx.sw.mirrors.list(), t);
+        // A mirror's output port drops what it cannot take: copies never
+        // keep the frames they copy waiting.
+        for (p, s) in self.settings.iter_mut().enumerate() {
+            if self.mirrors.dedicated.get(p) == Some(&true) {
+                s.rx_overflow = crate::settings::RxOverflow::Drop;
+            }
+        }
         self.ipfix = cx.sw.ipfix();
         self.dests.resize_with(t.len(), Vec::new);
         self.dest_ports.resize(t.len(), None);

@@ -71,7 +71,9 @@ impl State {
         }
         let (size1, size2) = ring.sizes();
         let could_fit = r1 <= size1 && r2 <= size2;
-        if delivery == Delivery::Thread && overflow == RxOverflow::Backpressure && could_fit {
+        // A mirror's copy never waits: the frame it copies would wait too.
+        let waits = overflow == RxOverflow::Backpressure && !self.mirroring;
+        if delivery == Delivery::Thread && waits && could_fit {
             match self.wait_for_room(cx, dst, q, item, r1, r2) {
                 Ok(()) => return,
                 Err(f) => full = f,

@@ -76,7 +76,7 @@ def ipfix_cost(tmp, quick, reps, log):
         for mode in ("1:1", "1:1000"))
     said += f"; without export, hvnet / Open vSwitch: {m['hvnet off'] / m['ovs off']:.2f}x"
     note = (vm_note() + " One TCP stream a -> b, 64 KiB writes, a's TSO and b's LRO (GRO) off; Open vSwitch "
-            "2.x userspace (netdev) with a bridge IPFIX record (`sampling`), hvnet with `[ipfix] sampling`; "
+            "userspace (netdev) with a bridge IPFIX record (`sampling`), hvnet with `[ipfix] sampling`; "
             f"both exporting to {TARGET} (nothing listens). CPU: the machine's busy cores over the run "
             "(/proc/stat), per frame the receiver took.")
     figs = [measured("ipfix-cost", "Flow export: CPU per frame without IPFIX, at 1:1 and at 1:1000", "",

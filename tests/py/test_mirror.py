@@ -175,6 +175,10 @@ def test_rspan_to_a_vlan_on_the_wire_and_erspan_to_tshark(tmp_path):
                 ovs = OvsDaemons(coll.name)
                 try:
                     ovs_erspan_receiver(ovs, coll_end)
+                    # The collector's address moved to Open vSwitch's
+                    # bridge: this host resolves it again before sending.
+                    hvlab.run(["ip", "neigh", "flush", "dev", host_end])
+                    hvlab.run(["ping", "-c", "1", "-W", "5", "198.18.49.2"])
                     t.sh("a", f"ping -c 3 -i 0.2 -W 5 {B}")
                     got = hvlab.eventually(lambda: ovs_received(ovs) == {"er2": 3, "er3": 3}, timeout=10)
                     assert got, ovs_received(ovs)

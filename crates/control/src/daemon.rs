@@ -672,15 +672,9 @@ fn build(
         },
     );
     sw.set_acl(topo.acl_config());
-    let mirrors = topo
-        .mirrors
-        .iter()
-        .map(|m| {
-            m.spec()
-                .map_err(|e| DaemonError::Other(format!("mirror {}: ERSPAN socket: {e}", m.name)))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    sw.set_mirrors(mirrors);
+    sw.set_mirrors(topo.mirrors.clone()).map_err(|e| {
+        DaemonError::Other(format!("[[mirror]]: cannot open an ERSPAN socket: {e}"))
+    })?;
     sw.set_ipfix(topo.ipfix.clone()).map_err(|e| {
         DaemonError::Other(format!("[ipfix]: cannot open the exporter's socket: {e}"))
     })?;

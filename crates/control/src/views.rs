@@ -519,7 +519,7 @@ pub fn mirrors(sw: &Switch) -> Value {
                 let output = match &s.output {
                     Output::Port(p) => json!({"port": p}),
                     Output::Vlan(v) => json!({"vlan": v}),
-                    Output::Erspan(e) => json!({"erspan": e.config}),
+                    Output::Erspan(e) => json!({"erspan": e}),
                 };
                 json!({
                     "name": s.name,

@@ -23,18 +23,18 @@ use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
 /// Where a mirror's copies go.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Output {
     /// SPAN: to this port (by name).
     Port(String),
     /// RSPAN: to every port carrying this VLAN, in it.
     Vlan(u16),
     /// ERSPAN: over GRE to a remote address.
-    Erspan(Arc<ErspanSender>),
+    Erspan(ErspanConfig),
 }
 
-/// One mirror as configured.
-#[derive(Clone, Debug)]
+/// One mirror as configured (`[[mirror]]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MirrorSpec {
     /// Its name (`hvnet mirror`).
     pub name: String,
@@ -50,17 +50,19 @@ pub struct MirrorSpec {
     pub output: Output,
 }
 
-/// A mirror and its counters.
+/// A mirror installed: its spec, its ERSPAN session's socket, its
+/// counters.
 #[derive(Debug)]
 pub struct Mirror {
     /// As configured.
     pub spec: MirrorSpec,
+    /// Its ERSPAN socket (`Output::Erspan`).
+    pub erspan: Option<Arc<ErspanSender>>,
     /// Copies sent (to every output port, or over GRE).
     pub copies: AtomicU64,
     /// Their bytes.
     pub bytes: AtomicU64,
-    /// Copies not made or not sent: no buffer, the output down or full,
-    /// the remote unreachable.
+    /// Copies not made or not sent: no buffer, the remote unreachable.
     pub lost: AtomicU64,
 }
 
@@ -71,47 +73,37 @@ pub struct Mirrors {
 }
 
 impl Mirrors {
-    /// Takes a new set of mirrors (counters start again for every mirror
-    /// whose spec changed; those kept keep theirs).
-    pub fn install(&self, specs: Vec<MirrorSpec>) {
+    /// Takes a new set of mirrors: a mirror kept as it was keeps its
+    /// counters and socket; the others start again, their ERSPAN sockets
+    /// opened first (nothing changes if one cannot be).
+    pub fn install(&self, specs: Vec<MirrorSpec>) -> std::io::Result<()> {
         let mut all = self.all.write().expect("mirrors lock");
-        let next = specs
-            .into_iter()
-            .map(|spec| {
-                all.iter()
-                    .find(|m| same(&m.spec, &spec))
-                    .cloned()
-                    .unwrap_or_else(|| {
-                        Arc::new(Mirror {
-                            spec,
-                            copies: AtomicU64::new(0),
-                            bytes: AtomicU64::new(0),
-                            lost: AtomicU64::new(0),
-                        })
-                    })
-            })
-            .collect();
+        let mut next = Vec::with_capacity(specs.len());
+        for spec in specs {
+            if let Some(m) = all.iter().find(|m| m.spec == spec) {
+                next.push(Arc::clone(m));
+                continue;
+            }
+            let erspan = match &spec.output {
+                Output::Erspan(c) => Some(Arc::new(ErspanSender::open(c.clone())?)),
+                _ => None,
+            };
+            next.push(Arc::new(Mirror {
+                spec,
+                erspan,
+                copies: AtomicU64::new(0),
+                bytes: AtomicU64::new(0),
+                lost: AtomicU64::new(0),
+            }));
+        }
         *all = Arc::new(next);
+        Ok(())
     }
 
     /// The mirrors now.
     pub fn list(&self) -> Arc<Vec<Arc<Mirror>>> {
         Arc::clone(&self.all.read().expect("mirrors lock"))
     }
-}
-
-fn same(a: &MirrorSpec, b: &MirrorSpec) -> bool {
-    let out = match (&a.output, &b.output) {
-        (Output::Port(x), Output::Port(y)) => x == y,
-        (Output::Vlan(x), Output::Vlan(y)) => x == y,
-        (Output::Erspan(x), Output::Erspan(y)) => x.config == y.config,
-        _ => false,
-    };
-    out && a.name == b.name
-        && a.select_all == b.select_all
-        && a.select_src_port == b.select_src_port
-        && a.select_dst_port == b.select_dst_port
-        && a.select_vlan == b.select_vlan
 }
 
 /// An ERSPAN session's settings.
@@ -213,11 +205,11 @@ mod tests {
     #[test]
     fn a_mirror_kept_keeps_its_counters_and_a_changed_one_starts_again() {
         let m = Mirrors::default();
-        m.install(vec![spec("m1", 10), spec("m2", 20)]);
+        m.install(vec![spec("m1", 10), spec("m2", 20)]).unwrap();
         for x in m.list().iter() {
             x.copies.store(5, Relaxed);
         }
-        m.install(vec![spec("m1", 10), spec("m2", 21)]);
+        m.install(vec![spec("m1", 10), spec("m2", 21)]).unwrap();
         let l = m.list();
         assert_eq!(l[0].copies.load(Relaxed), 5);
         assert_eq!(l[1].copies.load(Relaxed), 0);

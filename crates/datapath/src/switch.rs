@@ -629,10 +629,11 @@ impl Switch {
     }
 
     /// Takes a new set of port mirrors (the workers read it with the
-    /// settings).
-    pub fn set_mirrors(&self, specs: Vec<crate::mirror::MirrorSpec>) {
-        self.mirrors.install(specs);
+    /// settings); an ERSPAN socket that cannot be opened changes nothing.
+    pub fn set_mirrors(&self, specs: Vec<crate::mirror::MirrorSpec>) -> std::io::Result<()> {
+        self.mirrors.install(specs)?;
         self.settings_gen.fetch_add(1, Ordering::Release);
+        Ok(())
     }
 
     /// Applies new settings to a port at run time. Everything is checked

@@ -102,15 +102,16 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
     let file = crate::topology::parse(text)
         .map_err(|(line, reason)| CtlError::refused(format!("line {line}: {reason}")))?;
     let uplinks = plan_uplinks(&now, &file).map_err(CtlError::refused)?;
-    // Mirrors' ERSPAN sockets opened before anything changes.
-    let mirrors = file
-        .mirrors
-        .iter()
-        .map(|m| {
-            m.spec()
-                .map_err(|e| CtlError::failed(format!("mirror {}: ERSPAN socket: {e}", m.name)))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    // An ERSPAN socket that cannot be opened (a daemon without root)
+    // refuses the file before anything changes.
+    let erspan = |e: std::io::Error| {
+        CtlError::failed(format!("[[mirror]]: cannot open an ERSPAN socket: {e}"))
+    };
+    for m in &file.mirrors {
+        if let hvnet_datapath::mirror::Output::Erspan(c) = &m.output {
+            hvnet_datapath::mirror::ErspanSender::open(c.clone()).map_err(erspan)?;
+        }
+    }
     let sections = [
         ("name", now.name == file.name),
         ("[[host]]", now.hosts == file.hosts),
@@ -251,7 +252,7 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
     write_state(&dir, &state).map_err(CtlError::failed)?;
     let mut next = file.clone();
     next.vms.extend(kept);
-    cx.sw.set_mirrors(mirrors);
+    cx.sw.set_mirrors(file.mirrors.clone()).map_err(erspan)?;
     if let Err(e) = cx.sw.set_ipfix(file.ipfix.clone()) {
         tracing::warn!("[ipfix]: cannot open the exporter's socket: {e}");
     }

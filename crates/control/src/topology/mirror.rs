@@ -18,10 +18,9 @@
 //! mirror's line; a file with one is refused whole.
 
 use super::{check_name, line_of, Uplink, Vm};
-use hvnet_datapath::mirror::{ErspanConfig, ErspanSender, MirrorSpec, Output};
+use hvnet_datapath::mirror::{ErspanConfig, MirrorSpec, Output};
 use serde::Deserialize;
 use std::net::IpAddr;
-use std::sync::Arc;
 
 /// Most mirrors a switch has.
 pub const MAX_MIRRORS: usize = 64;
@@ -63,61 +62,13 @@ fn d_max_frame() -> i64 {
     1500
 }
 
-/// A mirror as checked (its ERSPAN socket not opened yet).
-#[derive(Clone, Debug, PartialEq)]
-pub struct MirrorConfig {
-    /// Its name.
-    pub name: String,
-    /// Every frame.
-    pub select_all: bool,
-    /// What these ports send.
-    pub select_src_port: Vec<String>,
-    /// What is sent to these ports.
-    pub select_dst_port: Vec<String>,
-    /// Frames on these VLANs.
-    pub select_vlan: Vec<u16>,
-    /// Where its copies go.
-    pub output: OutputConfig,
-}
-
-/// A mirror's output, as checked.
-#[derive(Clone, Debug, PartialEq)]
-pub enum OutputConfig {
-    /// SPAN.
-    Port(String),
-    /// RSPAN.
-    Vlan(u16),
-    /// ERSPAN.
-    Erspan(ErspanConfig),
-}
-
-impl MirrorConfig {
-    /// The mirror as the switch takes it (an ERSPAN session's socket
-    /// opened).
-    pub fn spec(&self) -> std::io::Result<MirrorSpec> {
-        let output = match &self.output {
-            OutputConfig::Port(p) => Output::Port(p.clone()),
-            OutputConfig::Vlan(v) => Output::Vlan(*v),
-            OutputConfig::Erspan(e) => Output::Erspan(Arc::new(ErspanSender::open(e.clone())?)),
-        };
-        Ok(MirrorSpec {
-            name: self.name.clone(),
-            select_all: self.select_all,
-            select_src_port: self.select_src_port.clone(),
-            select_dst_port: self.select_dst_port.clone(),
-            select_vlan: self.select_vlan.clone(),
-            output,
-        })
-    }
-}
-
 pub(super) fn parse_mirrors(
     text: &str,
     reprs: &[toml::Spanned<MirrorRepr>],
     vms: &[Vm],
     uplinks: &[Uplink],
-) -> Result<Vec<MirrorConfig>, (usize, String)> {
-    let mut out: Vec<MirrorConfig> = Vec::new();
+) -> Result<Vec<MirrorSpec>, (usize, String)> {
+    let mut out: Vec<MirrorSpec> = Vec::new();
     if reprs.len() > MAX_MIRRORS {
         let line = line_of(text, reprs[MAX_MIRRORS].span().start);
         return Err((line, format!("at most {MAX_MIRRORS} [[mirror]] tables")));
@@ -173,32 +124,32 @@ pub(super) fn parse_mirrors(
                 if m.select_src_port.contains(p) || m.select_dst_port.contains(p) {
                     return fail(format!("output_port {p:?} is also selected: a mirror to itself would copy its own copies"));
                 }
-                if let Some(o) = out.iter().find(|o| o.selects(p)) {
+                if let Some(o) = out.iter().find(|o| selects(o, p)) {
                     return fail(format!(
                         "output_port {p:?} is selected by mirror {:?}",
                         o.name
                     ));
                 }
-                OutputConfig::Port(p.clone())
+                Output::Port(p.clone())
             }
             (None, Some(v), None) => match u16::try_from(v) {
-                Ok(v) if (1..=4094).contains(&v) => OutputConfig::Vlan(v),
+                Ok(v) if (1..=4094).contains(&v) => Output::Vlan(v),
                 _ => return fail(format!("output_vlan {v}: a VLAN is 1..4094")),
             },
-            (None, None, Some(e)) => OutputConfig::Erspan(
+            (None, None, Some(e)) => Output::Erspan(
                 erspan(e).map_err(|why| (line, format!("mirror {:?}: {why}", m.name)))?,
             ),
             _ => return fail("needs exactly one of output_port, output_vlan and erspan".into()),
         };
         // A port that is an earlier mirror's output is selected by none.
         for o in &out {
-            if let OutputConfig::Port(p) = &o.output {
+            if let Output::Port(p) = &o.output {
                 if m.select_src_port.contains(p) || m.select_dst_port.contains(p) {
                     return fail(format!("selects {p:?}, mirror {:?}'s output port", o.name));
                 }
             }
         }
-        out.push(MirrorConfig {
+        out.push(MirrorSpec {
             name: m.name.clone(),
             select_all: m.select_all,
             select_src_port: m.select_src_port.clone(),
@@ -210,13 +161,12 @@ pub(super) fn parse_mirrors(
     Ok(out)
 }
 
-impl MirrorConfig {
-    fn selects(&self, port: &str) -> bool {
-        self.select_src_port
-            .iter()
-            .chain(&self.select_dst_port)
-            .any(|p| p == port)
-    }
+/// True if `m` selects what `port` sends or receives.
+fn selects(m: &MirrorSpec, port: &str) -> bool {
+    m.select_src_port
+        .iter()
+        .chain(&m.select_dst_port)
+        .any(|p| p == port)
 }
 
 fn erspan(e: &ErspanRepr) -> Result<ErspanConfig, String> {
@@ -250,7 +200,7 @@ mod tests {
     use super::super::tests::GOOD;
     use super::*;
 
-    fn mirror(keys: &str) -> Result<Vec<MirrorConfig>, (usize, String)> {
+    fn mirror(keys: &str) -> Result<Vec<MirrorSpec>, (usize, String)> {
         parse(&format!("{GOOD}\n[[mirror]]\nname = \"m\"\n{keys}\n")).map(|t| t.mirrors)
     }
 
@@ -258,13 +208,13 @@ mod tests {
     fn span_rspan_and_erspan_are_read() {
         let m = mirror("select_src_port = [\"vm1\"]\nselect_vlan = [0, 10]\noutput_port = \"vm2\"")
             .unwrap();
-        assert_eq!(m[0].output, OutputConfig::Port("vm2".into()));
+        assert_eq!(m[0].output, Output::Port("vm2".into()));
         assert_eq!(m[0].select_vlan, vec![0, 10]);
         let m = mirror("select_all = true\noutput_vlan = 999").unwrap();
-        assert_eq!(m[0].output, OutputConfig::Vlan(999));
+        assert_eq!(m[0].output, Output::Vlan(999));
         let m = mirror("select_dst_port = [\"vm1\"]\nerspan = { remote = \"198.18.5.2\", type = 3, session = 7 }")
             .unwrap();
-        let OutputConfig::Erspan(e) = &m[0].output else {
+        let Output::Erspan(e) = &m[0].output else {
             panic!("not erspan")
         };
         assert_eq!((e.version, e.session, e.max_frame), (3, 7, 1500));

@@ -155,7 +155,7 @@ use hvnet_datapath::vlan::{VlanMode, VlanSet, MAX_VID, MIN_VID};
 use hvnet_datapath::{PortSettings, WorkerNice};
 use hvnet_wire::MacAddr;
 pub use libvirt::{Libvirt, SOCKETS_ROOT};
-pub use mirror::{MirrorConfig, OutputConfig, MAX_MIRRORS};
+pub use mirror::MAX_MIRRORS;
 pub use security_group::{GroupRule, Remote, SecurityGroup};
 use serde::Deserialize;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -308,7 +308,7 @@ pub struct Topology {
     /// The connection tables' bounds (`[conntrack]`).
     pub conntrack: hvnet_datapath::acl::Limits,
     /// Port mirrors (`[[mirror]]`).
-    pub mirrors: Vec<MirrorConfig>,
+    pub mirrors: Vec<hvnet_datapath::mirror::MirrorSpec>,
     /// Flow export (`[ipfix]`).
     pub ipfix: Option<hvnet_datapath::ipfix::IpfixConfig>,
 }

@@ -71,7 +71,7 @@ impl MirrorView {
                     Target::Port(p)
                 }),
                 Output::Vlan(vlan) => Target::Vlan(*vlan),
-                Output::Erspan(e) => Target::Erspan(Arc::clone(e)),
+                Output::Erspan(_) => m.erspan.clone().map_or(Target::Nowhere, Target::Erspan),
             });
             v.mirrors.push(Arc::clone(m));
         }

@@ -25,7 +25,7 @@ step "rust tests (unit, property, doc)"
 # The binary as `cargo install` builds it (the packaging test's install
 # then reuses it), then the tests with the dev-dependencies' features.
 cargo build --release -p hvnet
-cargo test --workspace --release --all-features
+cargo test --workspace --profile citest --all-features
 
 step "fuzz corpora replay"
 cargo test --profile replay --manifest-path fuzz/Cargo.toml

@@ -534,8 +534,10 @@ impl Switch {
     /// Asks every thread to stop (they notice within 100 ms).
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
-        // Every flow's record goes out before the exporter ends.
-        if let Some(ix) = self.ipfix.write().expect("ipfix lock").take() {
+        // Every flow's record goes out before the exporter ends (out of
+        // the lock: a worker reading it is not kept waiting).
+        let ix = self.ipfix.write().expect("ipfix lock").take();
+        if let Some(ix) = ix {
             ix.shutdown();
         }
     }
@@ -593,15 +595,20 @@ impl Switch {
     /// Starts, changes or stops flow export: an exporter whose settings
     /// change is stopped (its flows' records sent) and another started.
     pub fn set_ipfix(&self, cfg: Option<crate::ipfix::IpfixConfig>) -> std::io::Result<()> {
-        let mut slot = self.ipfix.write().expect("ipfix lock");
-        if slot.as_ref().map(|x| &x.config) == cfg.as_ref() {
-            return Ok(());
-        }
-        let next = cfg.map(crate::ipfix::Ipfix::start).transpose()?;
-        if let Some(old) = std::mem::replace(&mut *slot, next) {
+        let old = {
+            let mut slot = self.ipfix.write().expect("ipfix lock");
+            if slot.as_ref().map(|x| &x.config) == cfg.as_ref() {
+                return Ok(());
+            }
+            let next = cfg.map(crate::ipfix::Ipfix::start).transpose()?;
+            std::mem::replace(&mut *slot, next)
+        };
+        // The workers take the new one at their next batch; the old one
+        // sends its records once they have (its shutdown waits a little).
+        self.settings_gen.fetch_add(1, Ordering::Release);
+        if let Some(old) = old {
             old.shutdown();
         }
-        self.settings_gen.fetch_add(1, Ordering::Release);
         Ok(())
     }
 

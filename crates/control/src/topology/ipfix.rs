@@ -76,6 +76,11 @@ pub(super) fn parse_ipfix(
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
+    if targets.iter().any(|t| t.is_ipv4() != targets[0].is_ipv4()) {
+        return Err(fail(
+            "targets: all IPv4 or all IPv6 (the exporter has one socket)".into(),
+        ));
+    }
     let range = |name: &str, v: i64, lo: i64, hi: i64| {
         if (lo..=hi).contains(&v) {
             Ok(v)
@@ -125,6 +130,10 @@ mod tests {
         );
         for (keys, says) in [
             ("targets = []", "at least one"),
+            (
+                "targets = [\"198.18.5.2:4739\", \"[fd00::2]:4739\"]",
+                "all IPv4 or all IPv6",
+            ),
             ("targets = [\"198.18.5.2\"]", "ADDRESS:PORT"),
             (
                 "targets = [\"198.18.5.2:4739\"]\nsampling = 0",

@@ -133,6 +133,11 @@ pub(super) fn parse_mirrors(
                 Output::Port(p.clone())
             }
             (None, Some(v), None) => match u16::try_from(v) {
+                Ok(v) if vlans.contains(&v) => {
+                    return fail(format!(
+                        "output_vlan {v} is also selected: its copies would be copied again"
+                    ))
+                }
                 Ok(v) if (1..=4094).contains(&v) => Output::Vlan(v),
                 _ => return fail(format!("output_vlan {v}: a VLAN is 1..4094")),
             },

@@ -164,7 +164,9 @@ pub fn record(out: &mut Vec<u8>, k: &FlowKey, r: &FlowRecord, why: EndReason) {
         out.extend_from_slice(&k.sport.to_be_bytes());
         out.extend_from_slice(&k.dport.to_be_bytes());
     }
-    if let Some(tun) = &k.tunnel {
+    // A link-layer flow through a tunnel (its ARP) has no tunnel
+    // template: its record is the link-layer one.
+    if let (Some(tun), Template::V4Tunnel | Template::V6Tunnel) = (&k.tunnel, t) {
         tunnel(out, tun);
     }
     out.extend_from_slice(&r.first_ms.to_be_bytes());
@@ -239,6 +241,7 @@ mod tests {
         };
         for (f, tun) in [
             (None, false),
+            (None, true),
             (Some(Family::V4), false),
             (Some(Family::V6), false),
             (Some(Family::V4), true),

@@ -30,6 +30,10 @@ use std::time::{Duration, Instant, SystemTime};
 /// The cache's shards (each its own lock).
 const SHARDS: usize = 16;
 
+/// How long a stopped exporter waits before its last records go: a
+/// worker's batch and more.
+const SWITCH_OVER: Duration = Duration::from_millis(50);
+
 /// How often templates are sent again (collectors that start after the
 /// exporter learn them within this).
 const TEMPLATE_EVERY: Duration = Duration::from_secs(10);
@@ -274,6 +278,11 @@ impl Ipfix {
         };
         loop {
             let stopping = self.stop.load(Relaxed);
+            if stopping {
+                // Workers metering into this cache move to the next one
+                // (or stop) at their next batch.
+                std::thread::sleep(SWITCH_OVER);
+            }
             let expired = self.expire(stopping);
             ex.send(self, expired);
             if stopping {

@@ -66,7 +66,7 @@ impl State {
             }
         }
         // An uplink's shares among the VMs sending through it.
-        let shared = if uplink && !cx.port.is_uplink() {
+        let shared = if uplink && !cx.port.is_uplink() && !self.mirroring {
             let src = &self.settings[cx.port.id];
             let claim = crate::nioc::Claim {
                 shares: src.shares,

@@ -6,7 +6,7 @@ use super::{Ctx, State};
 use crate::mirror::{Mirror, Output};
 use crate::port_table::PortTable;
 use hvnet_offload::gso::{self, CsumMode};
-use hvnet_port::Packet;
+use hvnet_port::{Home, Packet, SizeClass};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -34,6 +34,9 @@ pub(super) struct MirrorView {
     dst: Vec<u64>,
     vlans: Vec<(u16, u64)>,
     all: u64,
+    /// Per RSPAN VLAN, its mirrors: frames on it are copies (from here
+    /// or another switch) and are not selected by them.
+    rspan: Vec<(u16, u64)>,
     /// Per port index: a mirror's output (nothing else goes to it).
     pub(super) dedicated: Vec<bool>,
 }
@@ -70,7 +73,10 @@ impl MirrorView {
                     v.dedicated[p] = true;
                     Target::Port(p)
                 }),
-                Output::Vlan(vlan) => Target::Vlan(*vlan),
+                Output::Vlan(vlan) => {
+                    v.rspan.push((*vlan, bit));
+                    Target::Vlan(*vlan)
+                }
                 Output::Erspan(_) => m.erspan.clone().map_or(Target::Nowhere, Target::Erspan),
             });
             v.mirrors.push(Arc::clone(m));
@@ -91,7 +97,12 @@ impl MirrorView {
             .iter()
             .filter(|(v, _)| *v == vlan)
             .fold(0, |m, (_, b)| m | b);
-        self.src.get(src).copied().unwrap_or(0) | self.all | by_vlan
+        let rspan = self
+            .rspan
+            .iter()
+            .filter(|(v, _)| *v == vlan)
+            .fold(0, |m, (_, b)| m | b);
+        (self.src.get(src).copied().unwrap_or(0) | self.all | by_vlan) & !rspan
     }
 }
 
@@ -100,16 +111,18 @@ impl State {
     /// it comes in (its VLAN known).
     pub(super) fn mirror_in(&mut self, cx: &Ctx, pkt: &mut Packet) {
         let m = self.mirrors.selecting_in(cx.port.id, pkt.meta.vlan);
+        self.mirrored = m;
         if m != 0 {
             self.mirror(cx, m, pkt, false);
         }
     }
 
     /// Copies of a frame to `dst`, for the mirrors selecting it there
-    /// that did not take it as it came in.
+    /// that did not copy it yet (as it came in, or to another of a
+    /// flood's destinations): a frame is copied once per mirror.
     pub(super) fn mirror_out(&mut self, cx: &Ctx, dst: usize, pkt: &mut Packet) {
-        let v = &self.mirrors;
-        let m = v.dst.get(dst).copied().unwrap_or(0) & !v.selecting_in(cx.port.id, pkt.meta.vlan);
+        let m = self.mirrors.dst.get(dst).copied().unwrap_or(0) & !self.mirrored;
+        self.mirrored |= m;
         if m != 0 {
             self.mirror(cx, m, pkt, true);
         }
@@ -190,6 +203,10 @@ impl State {
     /// One copy of `pkt`, on `vlan`, to port `p`, through its offload
     /// stage (its queue, MTU, tag, segmenting).
     fn copy_to(&mut self, cx: &Ctx, m: &Mirror, p: usize, pkt: &Packet, vlan: u16) {
+        if !plenty(&cx.port.home, pkt.buf.class()) {
+            m.lost.fetch_add(1, Relaxed);
+            return;
+        }
         let Some(mut b) = self.pool.take(pkt.buf.class()) else {
             m.lost.fetch_add(1, Relaxed);
             return;
@@ -200,6 +217,18 @@ impl State {
         add_copy(m, pkt.len());
         self.egress(cx, p, Packet { buf: b, meta });
     }
+}
+
+/// True while under half the sending port's buffers of `class` are in
+/// use: copies (held by a monitor that may stop reading) never take the
+/// buffers its own frames need.
+fn plenty(home: &Home, class: SizeClass) -> bool {
+    let (s, caps) = (home.status(), home.caps());
+    let (alive, idle, cap) = match class {
+        SizeClass::Small => (s.small_alive, s.small_idle, caps.small),
+        SizeClass::Large => (s.large_alive, s.large_idle, caps.large),
+    };
+    alive.saturating_sub(idle) < cap / 2
 }
 
 fn add_copy(m: &Mirror, bytes: usize) {

@@ -153,6 +153,8 @@ struct State {
     mirrors: mirror::MirrorView,
     /// A mirror's copy is on its way (it is not mirrored again).
     mirroring: bool,
+    /// The mirrors that copied the frame being switched.
+    mirrored: u64,
     /// An ERSPAN copy's headers and bytes.
     erspan_out: Vec<u8>,
     /// The flow exporter (read with the settings), and frames until the
@@ -190,6 +192,7 @@ impl Rxq {
             acls: Vec::new(),
             mirrors: Default::default(),
             mirroring: false,
+            mirrored: 0,
             erspan_out: Vec::new(),
             ipfix: None,
             ipfix_skip: 1,

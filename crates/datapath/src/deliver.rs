@@ -34,7 +34,15 @@ pub(crate) struct Tap<'a> {
     pub(crate) queue: usize,
 }
 
-impl Tap<'_> {
+impl<'a> Tap<'a> {
+    /// The captures of `port`'s queue `queue`.
+    pub(crate) fn of(port: &'a Port, queue: usize) -> Tap<'a> {
+        Tap {
+            taps: &port.taps,
+            queue,
+        }
+    }
+
     /// A copy of an item at `point` (a drop: with its reason).
     pub(crate) fn item(self, point: Point, reason: Option<DropReason>, item: &RingItem) {
         if !self.taps.on(point) {
@@ -130,10 +138,7 @@ pub(crate) fn deliver_loop(sw: &Switch, port: &Port, q: usize) {
             pace(sw, port, c, &batch);
         }
         if port.is_up() {
-            let tap = Tap {
-                taps: &port.taps,
-                queue: q,
-            };
+            let tap = Tap::of(port, q);
             deliver_batch(&mut *tx, c, &s, hold(&s), &mut batch, &mut scratch, tap);
         } else {
             for x in batch.drain(..) {
@@ -348,14 +353,13 @@ fn deliver_segmented(
     let mut failed = None;
     let how = BatchOptions { hold, csum: s.csum };
     let r = gso::segment(pkt.frame(), &pkt.meta.layers, g, mode, &mut |seg| {
-        let (q, taps) = (tap.queue, tap.taps);
-        taps.pieces(
-            Point::Offload,
-            Way::Outbound,
-            q,
-            None,
-            [seg.header, seg.payload],
-        );
+        // The segment as cut, then as written or dropped.
+        let copy = |point, why| {
+            let pieces = [seg.header, seg.payload];
+            tap.taps
+                .pieces(point, Way::Outbound, tap.queue, why, pieces)
+        };
+        copy(Point::Offload, None);
         let pieces = [IoSlice::new(seg.header), IoSlice::new(seg.payload)];
         let frame = OutFrame::Pieces {
             pieces: &pieces,
@@ -365,23 +369,10 @@ fn deliver_segmented(
             Ok(w) => {
                 written += u64::from(w.frames);
                 add(&c.delivered_bytes, w.bytes);
-                taps.pieces(
-                    Point::Out,
-                    Way::Outbound,
-                    q,
-                    None,
-                    [seg.header, seg.payload],
-                );
+                copy(Point::Out, None);
             }
             Err(e) => {
-                let why = Some(e.into());
-                taps.pieces(
-                    Point::Drop,
-                    Way::Outbound,
-                    q,
-                    why,
-                    [seg.header, seg.payload],
-                );
+                copy(Point::Drop, Some(e.into()));
                 failed = Some(e);
             }
         }

@@ -207,10 +207,7 @@ impl Harness {
                 deliver::hold(&s),
                 &mut self.batch,
                 &mut self.scratch,
-                deliver::Tap {
-                    taps: &port.taps,
-                    queue: r.q,
-                },
+                deliver::Tap::of(port, r.q),
             );
             ring.release(r1, r2);
         }

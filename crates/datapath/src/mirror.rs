@@ -151,29 +151,31 @@ impl ErspanSender {
         })
     }
 
-    /// Sends one frame (its bytes, its VLAN, the way it was mirrored);
-    /// false if the kernel did not take it.
+    /// Sends one frame (its bytes, in pieces: a segment's header and
+    /// payload; its VLAN, the way it was mirrored); false if the kernel
+    /// did not take it.
     pub fn send(
         &self,
-        frame: &[u8],
+        frame: &[&[u8]],
         vlan: u16,
         tagged: bool,
         egress: bool,
         out: &mut Vec<u8>,
     ) -> bool {
+        let len: usize = frame.iter().map(|p| p.len()).sum();
         let version = if self.config.version == 2 {
             Version::II
         } else {
             Version::III
         };
-        let keep = frame.len().min(self.config.max_frame);
+        let keep = len.min(self.config.max_frame);
         let e = Erspan {
             version,
             session: self.config.session,
             vlan,
             tagged,
             egress,
-            truncated: keep < frame.len(),
+            truncated: keep < len,
         };
         let ts = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -182,7 +184,10 @@ impl ErspanSender {
         out.resize(e.header_len(), 0);
         let seq = self.seq.fetch_add(1, Relaxed);
         e.emit(out, seq, ts);
-        out.extend_from_slice(&frame[..keep]);
+        for p in frame {
+            let room = keep + e.header_len() - out.len();
+            out.extend_from_slice(&p[..p.len().min(room)]);
+        }
         self.sock.send_to(out, &self.to).is_ok()
     }
 }

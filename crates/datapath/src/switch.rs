@@ -617,22 +617,11 @@ impl Switch {
         self.ipfix.read().expect("ipfix lock").clone()
     }
 
-    /// A tunnelled frame's outer headers, for its flow's record: the
-    /// endpoint's own address and port with what the frame came with.
-    pub(crate) fn tunnel_key(
-        &self,
-        port: usize,
-        t: hvnet_port::TunnelMeta,
-    ) -> Option<crate::ipfix::TunnelKey> {
+    /// A tunnel endpoint port's own address and UDP port (None for any
+    /// other port).
+    pub(crate) fn endpoint_address(&self, port: usize) -> Option<(std::net::IpAddr, u16)> {
         let all = self.endpoints.read().expect("endpoints lock");
-        let e = all.get(&port)?;
-        Some(crate::ipfix::TunnelKey {
-            remote: t.remote,
-            local: e.cfg.local,
-            sport: t.sport,
-            dport: e.cfg.port,
-            vni: t.vni,
-        })
+        all.get(&port).map(|e| (e.cfg.local, e.cfg.port))
     }
 
     /// Takes a new set of port mirrors (the workers read it with the

@@ -71,6 +71,20 @@ pub struct TunnelKey {
     pub vni: u32,
 }
 
+impl TunnelKey {
+    /// The outer headers a decapsulated frame came with, at an endpoint
+    /// of address `local` and UDP port `dport`.
+    pub fn of(t: hvnet_port::TunnelMeta, (local, dport): (IpAddr, u16)) -> TunnelKey {
+        TunnelKey {
+            remote: t.remote,
+            local,
+            sport: t.sport,
+            dport,
+            vni: t.vni,
+        }
+    }
+}
+
 /// What a flow is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FlowKey {

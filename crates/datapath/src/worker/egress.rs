@@ -4,11 +4,19 @@
 
 use super::{Ctx, State, GRO_MAX_SEGMENTS};
 use crate::capture::Way;
-use crate::counters::{add, DropReason};
+use crate::counters::{add, DropReason, EgressCounters};
 use crate::forward;
 use crate::item::RingItem;
+use crate::switch::Port;
 use hvnet_offload::gro::{GroConfig, GroOutput, GroTable};
 use hvnet_port::Packet;
+
+/// A frame to `port` (its queue `q`) dropped: counted in the lane's
+/// counters under its reason, and copied for the port's `drop` captures.
+fn drop_to(c: &EgressCounters, port: &Port, q: usize, reason: DropReason, pkt: &Packet) {
+    c.count_drop(reason, 1);
+    port.taps.dropped(Way::Outbound, q, reason, pkt);
+}
 
 impl State {
     /// The offload stage for one destination: queue choice (RSS over the
@@ -79,17 +87,14 @@ impl State {
         let c = &self.lane(cx, dst, q).counters;
         add(&c.offered, 1);
         if let Err(d) = acl {
-            c.count_drop(d.reason(to), 1);
-            port.taps.dropped(Way::Outbound, q, d.reason(to), &pkt);
+            drop_to(c, port, q, d.reason(to), &pkt);
             return;
         }
         match shared {
             crate::rate::Policed::Pass => {}
             crate::rate::Policed::Cut => add(&cx.port.ingress[cx.q].uplink_share_cut, 1),
             crate::rate::Policed::Drop => {
-                c.count_drop(DropReason::UplinkShare, 1);
-                port.taps
-                    .dropped(Way::Outbound, q, DropReason::UplinkShare, &pkt);
+                drop_to(c, port, q, DropReason::UplinkShare, &pkt);
                 add(&cx.port.ingress[cx.q].uplink_share_drops, 1);
                 return;
             }
@@ -97,9 +102,7 @@ impl State {
         // Every buffer has headroom for a tag, and a frame is pushed one
         // only when it has none: never refused, but counted if it were.
         if retag && !pkt.set_vlan_tag(tag) {
-            c.count_drop(DropReason::WriteError, 1);
-            port.taps
-                .dropped(Way::Outbound, q, DropReason::WriteError, &pkt);
+            drop_to(c, port, q, DropReason::WriteError, &pkt);
             return;
         }
         // Longest frame the receiver takes: its MTU and this frame's link
@@ -112,9 +115,7 @@ impl State {
                 // wire's, whoever segments) are refused here rather than
                 // written for a driver to drop.
                 if (!whole || uplink) && g.size as usize + pkt.header_len() > limit {
-                    c.count_drop(DropReason::MtuExceeded, 1);
-                    port.taps
-                        .dropped(Way::Outbound, q, DropReason::MtuExceeded, &pkt);
+                    drop_to(c, port, q, DropReason::MtuExceeded, &pkt);
                     return;
                 }
                 // Segments of its flow held for coalescing go first: a
@@ -126,9 +127,7 @@ impl State {
                 self.stage(cx, dst, q, RingItem::Frame { pkt, segment });
             }
             None if pkt.len() > limit => {
-                c.count_drop(DropReason::MtuExceeded, 1);
-                port.taps
-                    .dropped(Way::Outbound, q, DropReason::MtuExceeded, &pkt);
+                drop_to(c, port, q, DropReason::MtuExceeded, &pkt);
             }
             None if lro => {
                 self.dest(cx, dst, q);

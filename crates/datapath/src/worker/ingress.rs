@@ -10,9 +10,17 @@ use crate::capture::{Point, Way};
 use crate::counters::{add, DropReason};
 use crate::fdb::Learn;
 use crate::forward::{self, Action, Ingress};
+use crate::ipfix::TunnelKey;
 use crate::rate::Policed;
 use hvnet_port::Packet;
 use std::time::Instant;
+
+/// A frame from the port dropped: counted under its reason, and copied
+/// for the port's `drop` captures.
+fn drop_from(cx: &Ctx, reason: DropReason, pkt: &Packet) {
+    cx.port.ingress[cx.q].count_drop(reason, 1);
+    cx.port.taps.dropped(Way::Inbound, cx.q, reason, pkt);
+}
 
 impl State {
     /// A counted frame: at an uplink, its checksum checked in software
@@ -57,27 +65,18 @@ impl State {
     pub(super) fn switch_frame(&mut self, cx: &Ctx, mut pkt: Packet, now: Instant) {
         let c = &cx.port.ingress[cx.q];
         if self.mirrors.dedicated.get(cx.port.id) == Some(&true) {
-            c.count_drop(DropReason::MirrorPort, 1);
-            cx.port
-                .taps
-                .dropped(Way::Inbound, cx.q, DropReason::MirrorPort, &pkt);
+            drop_from(cx, DropReason::MirrorPort, &pkt);
             return;
         }
         if !self.settings[cx.port.id].connected {
-            c.count_drop(DropReason::Disconnected, 1);
-            cx.port
-                .taps
-                .dropped(Way::Inbound, cx.q, DropReason::Disconnected, &pkt);
+            drop_from(cx, DropReason::Disconnected, &pkt);
             return;
         }
         match cx.port.rates.police(&mut pkt, now) {
             Policed::Pass => {}
             Policed::Cut => add(&c.policed_cut, 1),
             Policed::Drop => {
-                c.count_drop(DropReason::Policed, 1);
-                cx.port
-                    .taps
-                    .dropped(Way::Inbound, cx.q, DropReason::Policed, &pkt);
+                drop_from(cx, DropReason::Policed, &pkt);
                 return;
             }
         }
@@ -87,24 +86,17 @@ impl State {
             allow_forged_transmits: self.settings[cx.port.id].allow_forged_transmits,
         };
         if !forward::admit(&ingress, &pkt) {
-            c.count_drop(DropReason::Policy, 1);
-            cx.port
-                .taps
-                .dropped(Way::Inbound, cx.q, DropReason::Policy, &pkt);
+            drop_from(cx, DropReason::Policy, &pkt);
             return;
         }
         if let Err(reason) = self.guard(cx, &mut pkt) {
-            c.count_drop(reason, 1);
-            cx.port.taps.dropped(Way::Inbound, cx.q, reason, &pkt);
+            drop_from(cx, reason, &pkt);
             return;
         }
         if let Some(acl) = self.acls.get(cx.port.id).and_then(Option::as_ref) {
             let out = crate::acl::Direction::Out;
             if let Err(d) = acl.check(out, pkt.buf.held(), &pkt.meta.layers, now) {
-                c.count_drop(d.reason(out), 1);
-                cx.port
-                    .taps
-                    .dropped(Way::Inbound, cx.q, d.reason(out), &pkt);
+                drop_from(cx, d.reason(out), &pkt);
                 return;
             }
         }
@@ -113,10 +105,7 @@ impl State {
         let Some(vlan) =
             forward::ingress_vlan(&self.settings[cx.port.id].vlans_of(cx.port.vlan), &pkt)
         else {
-            c.count_drop(DropReason::VlanNotAllowed, 1);
-            cx.port
-                .taps
-                .dropped(Way::Inbound, cx.q, DropReason::VlanNotAllowed, &pkt);
+            drop_from(cx, DropReason::VlanNotAllowed, &pkt);
             return;
         };
         pkt.meta.vlan = vlan;
@@ -150,10 +139,8 @@ impl State {
             self.ipfix_skip -= 1;
             if self.ipfix_skip == 0 {
                 self.ipfix_skip = ix.config.sampling.max(1);
-                let tunnel = pkt
-                    .meta
-                    .tunnel
-                    .and_then(|t| cx.sw.tunnel_key(cx.port.id, t));
+                let at = self.endpoint;
+                let tunnel = pkt.meta.tunnel.zip(at).map(|(t, e)| TunnelKey::of(t, e));
                 ix.meter(cx.port.id, learned, &pkt, tunnel);
             }
         }
@@ -167,24 +154,11 @@ impl State {
             }
             snooped = self.snoop(cx, &pkt, now);
         }
-        let (ports, settings) = (&cx.ports, &self.settings);
-        let mirror_output = &self.mirrors.dedicated;
-        // A port takes the frame if it is up and carries its VLAN (and is
-        // not a mirror's output).
-        let link_up = |p: usize| {
-            ports.get(p).is_some_and(|x| {
-                x.is_up()
-                    && settings[p].connected
-                    && settings[p].vlans_of(x.vlan).carries(vlan)
-                    && mirror_output.get(p) != Some(&true)
-            })
-        };
+        let (ports, settings, mirror_output) = (&cx.ports, &self.settings, &self.mirrors.dedicated);
+        let link_up = |p: usize| super::takes(ports, settings, mirror_output, p, vlan);
         match forward::route(&ingress, learned, link_up) {
             Action::NoRoute => {
-                c.count_drop(DropReason::NoRoute, 1);
-                cx.port
-                    .taps
-                    .dropped(Way::Inbound, cx.q, DropReason::NoRoute, &pkt);
+                drop_from(cx, DropReason::NoRoute, &pkt);
             }
             Action::Unicast(p) => {
                 add(&c.forwarded, 1);
@@ -217,10 +191,7 @@ impl State {
                     }
                 };
                 let Some((&last, rest)) = targets.split_last() else {
-                    c.count_drop(DropReason::NoRoute, 1);
-                    cx.port
-                        .taps
-                        .dropped(Way::Inbound, cx.q, DropReason::NoRoute, &pkt);
+                    drop_from(cx, DropReason::NoRoute, &pkt);
                     return;
                 };
                 add(&c.forwarded, 1);

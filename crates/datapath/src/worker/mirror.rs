@@ -92,17 +92,8 @@ impl MirrorView {
 
     /// The mirrors selecting a frame from `src` on `vlan` as it comes in.
     fn selecting_in(&self, src: usize, vlan: u16) -> u64 {
-        let by_vlan = self
-            .vlans
-            .iter()
-            .filter(|(v, _)| *v == vlan)
-            .fold(0, |m, (_, b)| m | b);
-        let rspan = self
-            .rspan
-            .iter()
-            .filter(|(v, _)| *v == vlan)
-            .fold(0, |m, (_, b)| m | b);
-        (self.src.get(src).copied().unwrap_or(0) | self.all | by_vlan) & !rspan
+        let src = self.src.get(src).copied().unwrap_or(0);
+        (src | self.all | on(&self.vlans, vlan)) & !on(&self.rspan, vlan)
     }
 }
 
@@ -144,17 +135,11 @@ impl State {
                 Target::Port(p) if p != cx.port.id => self.copy_to(cx, &m, p, pkt, pkt.meta.vlan),
                 Target::Port(_) | Target::Nowhere => {}
                 Target::Vlan(vlan) => {
-                    let ports = &cx.ports;
-                    let to: Vec<usize> = ports
-                        .iter()
-                        .filter(|p| {
-                            p.id != cx.port.id
-                                && !self.mirrors.dedicated.get(p.id).copied().unwrap_or(false)
-                                && p.is_up()
-                                && self.settings[p.id].connected
-                                && self.settings[p.id].vlans_of(p.vlan).carries(vlan)
+                    let (settings, outputs) = (&self.settings, &self.mirrors.dedicated);
+                    let to: Vec<usize> = (cx.ports.iter().map(|p| p.id))
+                        .filter(|&p| {
+                            p != cx.port.id && super::takes(&cx.ports, settings, outputs, p, vlan)
                         })
-                        .map(|p| p.id)
                         .collect();
                     for p in to {
                         self.copy_to(cx, &m, p, pkt, vlan);
@@ -175,18 +160,15 @@ impl State {
                                 g,
                                 CsumMode::Full,
                                 &mut |s| {
-                                    let mut whole =
-                                        Vec::with_capacity(s.header.len() + s.payload.len());
-                                    whole.extend_from_slice(s.header);
-                                    whole.extend_from_slice(s.payload);
-                                    sent &= e.send(&whole, vlan, tagged, egress, &mut out);
-                                    add_copy(&m, whole.len());
+                                    let pieces = [s.header, s.payload];
+                                    sent &= e.send(&pieces, vlan, tagged, egress, &mut out);
+                                    add_copy(&m, s.header.len() + s.payload.len());
                                 },
                             );
                             sent &= r.is_ok();
                         }
                         None => {
-                            sent = e.send(frame, vlan, tagged, egress, &mut out);
+                            sent = e.send(&[frame], vlan, tagged, egress, &mut out);
                             add_copy(&m, frame.len());
                         }
                     }
@@ -217,6 +199,13 @@ impl State {
         add_copy(m, pkt.len());
         self.egress(cx, p, Packet { buf: b, meta });
     }
+}
+
+/// The mirrors listed for `vlan`.
+fn on(list: &[(u16, u64)], vlan: u16) -> u64 {
+    list.iter()
+        .filter(|(v, _)| *v == vlan)
+        .fold(0, |m, (_, b)| m | b)
 }
 
 /// True while under half the sending port's buffers of `class` are in

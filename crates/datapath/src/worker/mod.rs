@@ -161,6 +161,27 @@ struct State {
     /// next one it meters.
     ipfix: Option<Arc<crate::ipfix::Ipfix>>,
     ipfix_skip: u32,
+    /// At a tunnel endpoint's queue: its address and UDP port (the outer
+    /// destination of what it decapsulates), read with the settings.
+    endpoint: Option<(std::net::IpAddr, u16)>,
+}
+
+/// True if port `p` takes a frame of `vlan`: it is up and connected,
+/// carries the VLAN, and is no mirror's output (which takes its copies
+/// alone).
+fn takes(
+    ports: &PortTable,
+    settings: &[PortSettings],
+    mirror_output: &[bool],
+    p: usize,
+    vlan: u16,
+) -> bool {
+    ports.get(p).is_some_and(|x| {
+        x.is_up()
+            && settings[p].connected
+            && settings[p].vlans_of(x.vlan).carries(vlan)
+            && mirror_output.get(p) != Some(&true)
+    })
 }
 
 impl Rxq {
@@ -196,6 +217,7 @@ impl Rxq {
             erspan_out: Vec::new(),
             ipfix: None,
             ipfix_skip: 1,
+            endpoint: None,
         };
         Rxq {
             cx: Ctx {
@@ -501,6 +523,7 @@ impl State {
             }
         }
         self.ipfix = cx.sw.ipfix();
+        self.endpoint = cx.sw.endpoint_address(cx.port.id);
         self.dests.resize_with(t.len(), Vec::new);
         self.dest_ports.resize(t.len(), None);
         for i in 0..t.len() {

@@ -51,11 +51,7 @@ impl State {
         let lane = self.lane(cx, dst, q);
         if !port.is_up() {
             lane.counters.count_drop(DropReason::PortDown, sources);
-            let tap = deliver::Tap {
-                taps: &port.taps,
-                queue: q,
-            };
-            tap.item(Point::Drop, Some(DropReason::PortDown), &item);
+            deliver::Tap::of(port, q).item(Point::Drop, Some(DropReason::PortDown), &item);
             return;
         }
         let (mut item, mut full) = match lane.stage(ring, item, r1, r2) {
@@ -79,11 +75,7 @@ impl State {
                 Err(f) => full = f,
             }
         } else {
-            let tap = deliver::Tap {
-                taps: &port.taps,
-                queue: q,
-            };
-            tap.item(Point::Drop, Some(full.into()), &item);
+            deliver::Tap::of(port, q).item(Point::Drop, Some(full.into()), &item);
         }
         let c = &self.lane(cx, dst, q).counters;
         c.count_drop(full.into(), sources);
@@ -172,10 +164,7 @@ impl State {
             deliver::inline_hold(s),
             &mut self.inline,
             &mut self.scratch,
-            deliver::Tap {
-                taps: &port.taps,
-                queue: q,
-            },
+            deliver::Tap::of(port, q),
         );
         if !self.inline.is_empty() {
             // A full receiver under backpressure: what it did not take is

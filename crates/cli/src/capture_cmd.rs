@@ -6,15 +6,14 @@
 use crate::switch_cmd::{pick, socket_error, Target};
 use clap::Args;
 use hvnet_control::daemon;
-use hvnet_control::proto::{Reply, Request};
+use hvnet_control::proto::{self, Request};
 use hvnet_wire::pretty::Pretty;
 use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketOption;
 use pcap_file::pcapng::blocks::interface_statistics::InterfaceStatisticsOption;
 use pcap_file::pcapng::{Block, PcapNgParser};
 use pcap_file::PcapError;
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::Shutdown;
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -57,7 +56,6 @@ pub struct CaptureArgs {
 pub fn capture(a: CaptureArgs) -> Result<(), String> {
     let name = pick(&a.target)?;
     let sock = daemon::state_dir(&name).join("ctl.sock");
-    let conn = UnixStream::connect(&sock).map_err(|e| socket_error(&name, &sock, &e))?;
     let req = Request::Capture {
         port: a.port.clone(),
         points: a.points.clone(),
@@ -65,18 +63,8 @@ pub fn capture(a: CaptureArgs) -> Result<(), String> {
         snaplen: a.snaplen,
         count: a.count.unwrap_or(0),
     };
-    let mut line = serde_json::to_string(&req).expect("request serializes");
-    line.push('\n');
-    (&conn)
-        .write_all(line.as_bytes())
+    let (reply, mut r) = proto::open(&sock, &req, Duration::from_secs(10))
         .map_err(|e| socket_error(&name, &sock, &e))?;
-    conn.set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| e.to_string())?;
-    let mut r = BufReader::new(&conn);
-    let mut reply = String::new();
-    r.read_line(&mut reply)
-        .map_err(|e| socket_error(&name, &sock, &e))?;
-    let reply: Reply = serde_json::from_str(&reply).map_err(|e| format!("bad reply: {e}"))?;
     if !reply.ok {
         return Err(reply.error);
     }
@@ -100,7 +88,8 @@ pub fn capture(a: CaptureArgs) -> Result<(), String> {
             points.join(",")
         );
     }
-    conn.set_read_timeout(Some(Duration::from_millis(200)))
+    r.get_ref()
+        .set_read_timeout(Some(Duration::from_millis(200)))
         .map_err(|e| e.to_string())?;
     let mut s = Stream::default();
     let mut chunk = vec![0u8; 256 << 10];
@@ -109,7 +98,7 @@ pub fn capture(a: CaptureArgs) -> Result<(), String> {
         if stopped.load(Ordering::Relaxed) && closing.is_none() {
             // The daemon sees the closed half, ends the capture and sends
             // its statistics.
-            let _ = conn.shutdown(Shutdown::Write);
+            let _ = r.get_ref().shutdown(Shutdown::Write);
             closing = Some(Instant::now());
         }
         if closing.is_some_and(|t| t.elapsed() > Duration::from_secs(5)) {

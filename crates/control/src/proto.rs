@@ -272,6 +272,17 @@ pub fn call(sock: &Path, req: &Request) -> std::io::Result<Reply> {
 /// [`call`], waiting up to `wait` for the reply (a request that creates
 /// VMs takes as long as they do).
 pub fn call_waiting(sock: &Path, req: &Request, wait: Duration) -> std::io::Result<Reply> {
+    open(sock, req, wait).map(|(reply, _)| reply)
+}
+
+/// Sends one request and reads the reply, waiting up to `wait`, and
+/// hands back the connection too, for a request whose answer goes on
+/// after the reply line (`hvnet capture`'s stream).
+pub fn open(
+    sock: &Path,
+    req: &Request,
+    wait: Duration,
+) -> std::io::Result<(Reply, BufReader<UnixStream>)> {
     let mut s = UnixStream::connect(sock)?;
     s.set_read_timeout(Some(wait))?;
     let mut line = serde_json::to_string(req).expect("request serializes");
@@ -280,5 +291,7 @@ pub fn call_waiting(sock: &Path, req: &Request, wait: Duration) -> std::io::Resu
     let mut r = BufReader::new(s);
     let mut out = String::new();
     r.read_line(&mut out)?;
-    serde_json::from_str(&out).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    let reply = serde_json::from_str(&out)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    Ok((reply, r))
 }

@@ -233,6 +233,23 @@ class Topology:
                 run(["ip", "netns", "del", self.ns(vm["name"])], check=False)
         return False
 
+    def apply(self, check=True, **tables):
+        """Runs `hvnet up` on the running topology with its file's tables
+        replaced by `tables` (a table given as None is removed): what a
+        running switch takes at run time (`[[mirror]]`, `[ipfix]`, ...).
+        Returns the completed `hvnet up`; with `check`, raises if it
+        failed."""
+        import tomllib
+
+        doc = tomllib.loads(self.file.read_text())
+        for k, v in tables.items():
+            if v is None:
+                doc.pop(k, None)
+            else:
+                doc[k] = v
+        self.file.write_text(tomli_w.dumps(doc))
+        return hvnet("up", self.file, check=check)
+
     def device(self, uplink: str) -> str:
         """The interface of uplink `uplink`."""
         return next(u["device"] for u in self.uplinks if u["name"] == uplink)

@@ -10,11 +10,7 @@ listens on. CPU is the machine's, from /proc/stat, over the iperf3 run,
 per frame b received."""
 
 import contextlib
-import tomllib
 
-import tomli_w
-
-import hvlab
 
 from .fabrics import Hvnet, Ovs
 from .figures import measured, vm_note
@@ -26,12 +22,7 @@ MODES = {"off": None, "1:1": 1, "1:1000": 1000}
 
 
 def set_hvnet(f, sampling):
-    doc = tomllib.loads(f.t.file.read_text())
-    doc.pop("ipfix", None)
-    if sampling:
-        doc["ipfix"] = {"targets": [TARGET], "sampling": sampling}
-    f.t.file.write_text(tomli_w.dumps(doc))
-    hvlab.hvnet("up", f.t.file)
+    f.t.apply(ipfix={"targets": [TARGET], "sampling": sampling} if sampling else None)
 
 
 def set_ovs(f, sampling):

@@ -17,8 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-import tomli_w
-import tomllib
 
 import hvlab
 
@@ -79,20 +77,6 @@ class Collector:
         return False
 
 
-def apply(t, **tables):
-    """`hvnet up` on the running topology with `tables` replaced (None:
-    removed)."""
-    doc = tomllib.loads(t.file.read_text())
-    for k, v in tables.items():
-        if v is None:
-            doc.pop(k, None)
-        else:
-            doc[k] = v
-    t.file.write_text(tomli_w.dumps(doc))
-    r = hvlab.hvnet("up", t.file, check=False)
-    assert r.returncode == 0, r.stderr
-
-
 def drained(t):
     """Waits until every flow's record is out (the cache empty)."""
     return hvlab.eventually(lambda: json.loads(t.hv("ipfix", "--json").stdout)["flows"] == 0, timeout=30)
@@ -120,7 +104,7 @@ def test_every_frame_adds_up_to_the_port_counters(tmp_path):
     b's port counters, exactly."""
     vms = [dict(name="a", ipv4=A + "/24"), dict(name="b", ipv4=B + "/24")]
     with Collector() as c, hvlab.Topology(tmp_path, vms, prefix="ix") as t:
-        apply(t, ipfix=dict(targets=[f"{COLL}:4739"], cache_idle_timeout=1, cache_active_timeout=2))
+        t.apply(ipfix=dict(targets=[f"{COLL}:4739"], cache_idle_timeout=1, cache_active_timeout=2))
         t.sh("a", f"ping -c 3 -i 0.2 -W 5 {B}")
         t.popen("b", f"iperf3 -s -B {B}", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         t.wait_listening("b", 5201)
@@ -142,7 +126,7 @@ def test_one_in_ten_within_the_sampling_error(tmp_path):
     counts each queue's frames)."""
     vms = [dict(name="a", ipv4=A + "/24", queues=1), dict(name="b", ipv4=B + "/24", queues=1)]
     with Collector() as c, hvlab.Topology(tmp_path, vms, prefix="iy") as t:
-        apply(t, ipfix=dict(targets=[f"{COLL}:4739"], sampling=10, cache_idle_timeout=1, cache_active_timeout=2))
+        t.apply(ipfix=dict(targets=[f"{COLL}:4739"], sampling=10, cache_idle_timeout=1, cache_active_timeout=2))
         t.sh("a", f"ping -c 1 -W 5 {B}")
         t.popen("b", f"iperf3 -s -B {B}", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         t.wait_listening("b", 5201)
@@ -160,14 +144,14 @@ def test_a_collector_that_is_not_there_changes_nothing(tmp_path):
     kernel, counted), and the VMs' traffic as before."""
     vms = [dict(name="a", ipv4=A + "/24"), dict(name="b", ipv4=B + "/24")]
     with hvlab.Topology(tmp_path, vms, prefix="iz") as t:
-        apply(t, ipfix=dict(targets=["127.0.0.1:9"], cache_idle_timeout=1))
+        t.apply(ipfix=dict(targets=["127.0.0.1:9"], cache_idle_timeout=1))
         t.sh("a", f"ping -c 3 -i 0.2 -W 5 {B}")
         assert drained(t)
         v = json.loads(t.hv("ipfix", "--json").stdout)
         assert v["counters"]["records"] + v["counters"]["send_errors"] > 0, v
         t.sh("a", f"ping -c 1 -W 5 {B}")
         # Removed at run time: flow export is off.
-        apply(t, ipfix=None)
+        t.apply(ipfix=None)
         assert json.loads(t.hv("ipfix", "--json").stdout) is None
 
 
@@ -186,7 +170,7 @@ def test_a_tunnelled_flow_says_its_vni_and_outer_addresses(tmp_path):
         dump = c.ns.popen(f"tcpdump -i eth0 --immediate-mode -U -w {tmp_path}/ipfix.pcap udp port 4739",
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         hvlab.wait_for_line(dump.stderr, "listening on")
-        apply(t, ipfix=dict(targets=[f"{COLL}:4739"], cache_idle_timeout=1))
+        t.apply(ipfix=dict(targets=[f"{COLL}:4739"], cache_idle_timeout=1))
         t.sh("ext", f"ping -c 3 -i 0.2 -W 5 {VM_IP}")
         assert drained(t)
         dump.send_signal(signal.SIGINT)

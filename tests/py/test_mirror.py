@@ -11,8 +11,6 @@ import re
 import subprocess
 
 import pytest
-import tomli_w
-import tomllib
 
 import hvlab
 from hvnet_lab.fabrics import OvsDaemons
@@ -22,16 +20,6 @@ from test_switch_e2e import transfer
 pytestmark = pytest.mark.root
 
 A, B, MON = "198.18.47.1", "198.18.47.2", "198.18.47.9"
-
-
-def apply(t, **tables):
-    """Runs `hvnet up` on the running topology with its file's tables
-    replaced by `tables` (mirror=[...] adds mirrors, mirror=[] removes
-    them)."""
-    doc = tomllib.loads(t.file.read_text())
-    doc.update(tables)
-    t.file.write_text(tomli_w.dumps(doc))
-    return hvlab.hvnet("up", t.file, check=False)
 
 
 def mirrors(t):
@@ -78,7 +66,7 @@ def test_span_to_a_monitor_vm_added_and_removed_at_run_time(tmp_path):
     with hvlab.Topology(tmp_path, vms, prefix="ms") as t:
         t.sh("a", f"ping -c 1 -W 5 {B}")
         span = dict(name="span-a", select_src_port=["a"], select_dst_port=["a"], output_port="mon")
-        r = apply(t, mirror=[span])
+        r = t.apply(check=False, mirror=[span])
         assert r.returncode == 0, r.stderr
         assert mirrors(t)["span-a"]["output"] == {"port": "mon"}
 
@@ -105,11 +93,11 @@ def test_span_to_a_monitor_vm_added_and_removed_at_run_time(tmp_path):
 
         # A mirror that selects its own output: refused by line, nothing changed.
         bad = dict(span, name="loop", select_src_port=["mon"])
-        r = apply(t, mirror=[span, bad])
+        r = t.apply(check=False, mirror=[span, bad])
         assert r.returncode != 0 and ".toml:" in r.stderr and "to itself" in r.stderr, r.stderr
         assert list(mirrors(t)) == ["span-a"]
 
-        r = apply(t, mirror=[])
+        r = t.apply(check=False, mirror=[])
         assert r.returncode == 0, r.stderr
         assert mirrors(t) == {}
         t.sh("mon", f"ping -c 1 -W 5 {B}")
@@ -134,7 +122,7 @@ def test_rspan_to_a_vlan_on_the_wire_and_erspan_to_tshark(tmp_path):
                                 uplinks=[dict(name="up0", device="", vlan_mode="trunk", vlans=[999])],
                                 hosts=[dict(name="ext", uplink="up0", ipv4="198.18.48.100/24")]) as t:
                 t.sh("a", f"ping -c 1 -W 5 {B}")
-                r = apply(t, mirror=[
+                r = t.apply(check=False, mirror=[
                     dict(name="rspan", select_src_port=["a"], output_vlan=999),
                     dict(name="er2", select_dst_port=["b"], erspan=dict(remote="198.18.49.2", type=2, session=5)),
                     dict(name="er3", select_src_port=["b"], erspan=dict(remote="198.18.49.2", type=3, session=6)),

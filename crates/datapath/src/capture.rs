@@ -178,6 +178,9 @@ pub struct Taps {
     /// The points some capture takes (one relaxed load per point).
     mask: AtomicU8,
     sessions: RwLock<Vec<Arc<Session>>>,
+    /// The switch's settings generation, moved when a capture starts or
+    /// stops (the `in` point is a stage of the port's arc).
+    gen: Option<Arc<AtomicU64>>,
 }
 
 impl std::fmt::Debug for Taps {
@@ -189,6 +192,19 @@ impl std::fmt::Debug for Taps {
 }
 
 impl Taps {
+    /// A port's captures on a switch whose settings generation is `gen`.
+    pub fn new(gen: Arc<AtomicU64>) -> Taps {
+        Taps {
+            gen: Some(gen),
+            ..Taps::default()
+        }
+    }
+
+    fn changed(&self) {
+        if let Some(g) = &self.gen {
+            g.fetch_add(1, std::sync::atomic::Ordering::Release);
+        }
+    }
     /// True if a capture takes `point` at this port.
     #[inline]
     pub fn on(&self, point: Point) -> bool {
@@ -201,6 +217,7 @@ impl Taps {
         all.push(s);
         self.mask
             .store(all.iter().fold(0, |m, s| m | s.points), Relaxed);
+        self.changed();
     }
 
     /// Stops `s`.
@@ -209,6 +226,7 @@ impl Taps {
         all.retain(|x| !Arc::ptr_eq(x, s));
         self.mask
             .store(all.iter().fold(0, |m, s| m | s.points), Relaxed);
+        self.changed();
     }
 
     /// Captures running.

@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 pub mod acl;
+pub mod arc;
 pub mod capture;
 pub mod counters;
 pub mod cpu_limit;
@@ -34,6 +35,7 @@ pub mod snoop;
 mod snoop_tests;
 pub mod switch;
 pub mod threads;
+pub mod trace;
 #[cfg(test)]
 mod trunk_tests;
 pub mod vlan;
@@ -48,7 +50,7 @@ pub use settings::{
     on_off, setting_range, validate_settings, Delivery, PortSettings, RxOverflow, SettingError,
     BACKPRESSURE_WAIT, MAX_RX_USECS,
 };
-pub use switch::{Port, PortSpec, PortState, Switch, SwitchConfig};
+pub use switch::{Port, PortArcs, PortSpec, PortState, Switch, SwitchConfig};
 pub use threads::MAX_RESTARTS;
 pub use vlan::{VlanMode, VlanSet};
 pub use workers::weight::WorkerNice;

@@ -337,6 +337,11 @@ pub struct PortRates {
 }
 
 impl PortRates {
+    /// True while a policer is on (`tx_rate`).
+    pub fn policing(&self) -> bool {
+        self.policing.load(Relaxed)
+    }
+
     /// Takes `s`'s rates: a bucket whose rate or burst changed starts
     /// again, full; one unchanged keeps its tokens.
     pub fn apply(&self, s: &PortSettings, now: Instant) {

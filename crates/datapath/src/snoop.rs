@@ -10,6 +10,26 @@ use hvnet_wire::membership::{is_link_local, Message};
 use hvnet_wire::{igmp, mld, nd::ICMPV6, EtherType};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+/// The ports a frame goes to.
+pub type Targets = smallvec::SmallVec<[usize; 16]>;
+
+/// Where snooping sends a group frame.
+#[derive(Debug)]
+pub enum Snooped {
+    /// To every port of its VLAN, as without snooping.
+    Flood,
+    /// To these ports (members, router ports) only; `report` for a
+    /// membership message, which no port may need.
+    To {
+        /// The ports.
+        ports: Targets,
+        /// It is a membership report.
+        report: bool,
+    },
+    /// Nowhere: dropped and counted.
+    Dropped,
+}
+
 /// A group frame, as snooping sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GroupFrame<'a> {

@@ -106,8 +106,11 @@ pub struct Port {
     pub shares: UplinkShares,
     /// Its live captures (`hvnet capture`).
     pub taps: crate::capture::Taps,
+    /// Its trace: frames marked as read, a line from each stage they pass.
+    pub tracer: crate::trace::Tracer,
     /// DHCP leases snooped for its guest (docs/guide/guards.md).
     leases: Mutex<Leases>,
+    arcs: Mutex<PortArcs>,
 }
 
 /// One of a port's threads, for the views (`hvnet port VM --json`): what
@@ -162,9 +165,11 @@ impl Port {
             rates,
             cpu,
             shares,
-            taps: Default::default(),
+            taps: crate::capture::Taps::new(Arc::clone(gen)),
+            tracer: Default::default(),
             threads: Mutex::new(Vec::new()),
             leases: Mutex::new(Leases::default()),
+            arcs: Mutex::default(),
         })
     }
 
@@ -283,6 +288,28 @@ impl Port {
     pub fn buffers(&self) -> PoolStatus {
         self.home.status()
     }
+
+    /// The stages its frames pass, as its workers built them last.
+    pub fn arcs(&self) -> PortArcs {
+        self.arcs.lock().expect("arcs lock").clone()
+    }
+
+    /// Its workers' arcs, as built (written only when they changed).
+    pub(crate) fn set_arcs(&self, ingress: Vec<&'static str>, egress: Vec<&'static str>) {
+        let mut a = self.arcs.lock().expect("arcs lock");
+        if a.ingress != ingress || a.egress != egress {
+            *a = PortArcs { ingress, egress };
+        }
+    }
+}
+
+/// A port's stages in each direction, in order (`hvnet port P`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PortArcs {
+    /// What its frames pass as they come in.
+    pub ingress: Vec<&'static str>,
+    /// What frames to it pass on their way (then the write).
+    pub egress: Vec<&'static str>,
 }
 
 /// Everything needed to add a port.

@@ -1,20 +1,16 @@
 //! One receive queue as its worker ([`crate::workers`]) runs it: read a
-//! batch, forward each frame, run the offload stage per destination, and
-//! at the end of the batch flush the GRO tables and write each destination
-//! queue what was staged for it, from the worker itself (run to
-//! completion) — or, for a port whose `delivery = "thread"`, publish it to
-//! that queue's delivery thread.
+//! burst, take it through the port's ingress arc (its [`stages`], each
+//! over the whole burst), each frame to its destinations through theirs,
+//! and at the end of the burst flush the GRO tables and write each
+//! destination queue what was staged for it, from the worker itself (run
+//! to completion) — or, for a port whose `delivery = "thread"`, publish
+//! it to that queue's delivery thread.
 
-mod egress;
-mod ingress;
-mod ingress_csum;
-mod ingress_guard;
-mod ingress_lro;
-mod ingress_mcast;
-mod ingress_suppress;
-mod mirror;
+mod burst;
+mod stages;
 mod staging;
 
+use crate::arc::{FeatureArc, Features};
 use crate::capture::{Point, Way};
 use crate::counters::{add, DropReason};
 use crate::deliver::Scratch;
@@ -23,10 +19,12 @@ use crate::port_table::PortTable;
 use crate::ring::{Lane, Slot};
 use crate::settings::PortSettings;
 use crate::switch::{Port, PortState, Switch};
+use burst::Burst;
 use hvnet_offload::gro::{GroOutput, GroTable};
 use hvnet_port::{Link, Packet, Pool, Receiver, RecvError, Transmitter};
 use hvnet_wire::MacAddr;
-use ingress_lro::IngressLro;
+use stages::lro::IngressLro;
+use stages::{InRun, OutRun};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -102,6 +100,24 @@ pub(crate) struct Ctx {
 pub(crate) struct Rxq {
     cx: Ctx,
     st: State,
+    burst: Burst,
+}
+
+impl Ctx {
+    /// A frame from the port dropped: counted under its reason, and
+    /// copied for the port's `drop` captures.
+    pub(crate) fn drop_frame(&self, reason: DropReason, pkt: &Packet) {
+        self.port.ingress[self.q].count_drop(reason, 1);
+        self.port.taps.dropped(Way::Inbound, self.q, reason, pkt);
+    }
+
+    /// Frame `i` of the burst dropped ([`Ctx::drop_frame`]), and gone
+    /// from the burst.
+    pub(crate) fn drop_from(&self, b: &mut Burst, i: usize, reason: DropReason) {
+        self.drop_frame(reason, &b.pkts[i]);
+        b.trace(&self.port.tracer, i, "drop", || reason.name().into());
+        b.take_out(i);
+    }
 }
 
 /// A worker's own state.
@@ -150,11 +166,17 @@ struct State {
     /// settings).
     acls: Vec<Option<Arc<crate::acl::PortAcl>>>,
     /// The port mirrors, resolved (read with the settings).
-    mirrors: mirror::MirrorView,
+    mirrors: stages::mirror::MirrorView,
     /// A mirror's copy is on its way (it is not mirrored again).
     mirroring: bool,
     /// The mirrors that copied the frame being switched.
     mirrored: u64,
+    /// The trace number of the frame being switched, if it is traced.
+    tracing: Option<u64>,
+    /// This queue's port's ingress arc, and every port's egress arc (built
+    /// with the settings).
+    in_arc: FeatureArc<InRun>,
+    out_arcs: Vec<FeatureArc<OutRun>>,
     /// An ERSPAN copy's headers and bytes.
     erspan_out: Vec<u8>,
     /// The flow exporter (read with the settings), and frames until the
@@ -214,6 +236,9 @@ impl Rxq {
             mirrors: Default::default(),
             mirroring: false,
             mirrored: 0,
+            tracing: None,
+            in_arc: FeatureArc::default(),
+            out_arcs: Vec::new(),
             erspan_out: Vec::new(),
             ipfix: None,
             ipfix_skip: 1,
@@ -227,6 +252,7 @@ impl Rxq {
                 q,
             },
             st,
+            burst: Burst::default(),
         }
     }
 
@@ -410,7 +436,7 @@ impl Rxq {
             self.cx.ports = self.cx.sw.ports();
             self.st.refresh(&self.cx, gen);
         }
-        self.st.switch_batch(&self.cx, end)
+        self.st.switch_batch(&self.cx, &mut self.burst, end)
     }
 
     /// Flushes what is held and gives the spare buffers back.
@@ -431,26 +457,34 @@ impl State {
     }
 
     /// The second half of a batch: the frames [`State::read_batch`] read,
-    /// each switched, then the end-of-batch flush and hand-over.
-    fn switch_batch(&mut self, cx: &Ctx, end: Result<(), RecvError>) -> Batch {
-        let now = self.now;
+    /// counted, taken through the port's ingress arc as one burst, then
+    /// the end-of-batch flush and hand-over.
+    fn switch_batch(&mut self, cx: &Ctx, b: &mut Burst, end: Result<(), RecvError>) -> Batch {
         let mut frames = std::mem::take(&mut self.frames);
         let mut result = if frames.is_empty() {
             Batch::Empty
         } else {
             Batch::Frames
         };
+        b.pkts.clear();
         for r in frames.drain(..) {
             match r {
                 Ok(pkt) => {
                     self.count_in(cx, &pkt);
-                    cx.port.taps.packet(Point::In, Way::Inbound, cx.q, &pkt);
-                    self.coalesce_or_switch(cx, pkt, now);
+                    b.pkts.push(pkt);
                 }
                 Err(e) => self.count_refused(cx, &e),
             }
         }
         self.frames = frames;
+        if !b.pkts.is_empty() {
+            b.begin(&cx.port.tracer);
+            for k in 0..self.in_arc.len() {
+                let (_, run) = self.in_arc.stage(k);
+                run(self, cx, b);
+            }
+            b.pkts.clear();
+        }
         match end {
             Err(RecvError::NoBuffer) => {
                 add(&cx.port.ingress[cx.q].no_buffer_stalls, 1);
@@ -514,7 +548,7 @@ impl State {
         self.acls.clear();
         self.acls
             .extend((0..t.len()).map(|i| t.get(i).and_then(|p| cx.sw.acl.port(&p.name))));
-        self.mirrors = mirror::MirrorView::new(&cx.sw.mirrors.list(), t);
+        self.mirrors = stages::mirror::MirrorView::new(&cx.sw.mirrors.list(), t);
         // A mirror's output port drops what it cannot take: copies never
         // keep the frames they copy waiting.
         for (p, s) in self.settings.iter_mut().enumerate() {
@@ -524,6 +558,7 @@ impl State {
         }
         self.ipfix = cx.sw.ipfix();
         self.endpoint = cx.sw.endpoint_address(cx.port.id);
+        self.build_arcs(cx);
         self.dests.resize_with(t.len(), Vec::new);
         self.dest_ports.resize(t.len(), None);
         for i in 0..t.len() {
@@ -537,6 +572,57 @@ impl State {
                 self.dests[i] = Vec::new();
                 self.dest_ports[i] = now.cloned();
             }
+        }
+    }
+
+    /// Each port's arcs, from what is on at it now.
+    fn build_arcs(&mut self, cx: &Ctx) {
+        let t = &cx.ports;
+        let switch_wide = Features {
+            lease_snooping: self.settings.iter().any(|s| s.dhcp_snooping),
+            ipfix: self.ipfix.is_some(),
+            suppression: !cx.sw.endpoints.read().expect("endpoints lock").is_empty(),
+            snooping: cx.sw.mdb.config().enabled,
+            ..Features::default()
+        };
+        let features = |p: usize| {
+            let Some(port) = t.get(p) else {
+                return switch_wide;
+            };
+            let s = &self.settings[p];
+            Features {
+                uplink: port.is_uplink(),
+                capture_in: port.taps.on(Point::In),
+                csum_software: !s.csum,
+                lro_software: s.lro,
+                mirror_output: self.mirrors.dedicated.get(p) == Some(&true),
+                disconnected: !s.connected,
+                policer: port.rates.policing(),
+                forged_check: !s.allow_forged_transmits,
+                guards: s.source_guard || s.arp_guard || s.nd_guard || s.dhcp_guard || s.ra_guard,
+                acl: self.acls.get(p).is_some_and(Option::is_some),
+                mirror_in: self.mirrors.selects_from(p),
+                mirror_out: self.mirrors.selects_to(p),
+                shares: s.capacity.is_some(),
+                ..switch_wide
+            }
+        };
+        self.in_arc = stages::ingress_arc(&features(cx.port.id));
+        let out: Vec<_> = (0..t.len())
+            .map(|p| stages::egress_arc(&features(p)))
+            .collect();
+        self.out_arcs = out;
+        let own = self.out_arcs.get(cx.port.id).map(FeatureArc::names);
+        cx.port
+            .set_arcs(self.in_arc.names(), own.unwrap_or_default());
+    }
+
+    /// A line from egress stage `stage` for the frame being switched, if
+    /// it is traced (`text` is made only then).
+    #[inline]
+    pub(crate) fn trace_out(&self, cx: &Ctx, stage: &'static str, text: impl FnOnce() -> String) {
+        if let Some(id) = self.tracing {
+            cx.port.tracer.line(id, stage, text());
         }
     }
 
@@ -599,7 +685,6 @@ impl State {
     /// End of a batch: flush the LRO tables, then hand each destination
     /// queue its frames.
     fn end_batch(&mut self, cx: &Ctx) {
-        self.ingress_lro(cx, None, self.now);
         for i in 0..self.active.len() {
             let (dst, q) = self.active[i];
             self.flush_gro(cx, dst, q);

@@ -8,13 +8,36 @@
 //! A frame found wrong is passed on unvouched (no `DATA_VALID`), so that
 //! the receiving kernel drops and counts it, as it would behind such a NIC.
 
+use super::super::burst::Burst;
+use super::super::{Ctx, State};
+use super::InRun;
+use crate::arc::{Decl, Kind};
 use crate::counters::{add, IngressCounters};
 use hvnet_offload::csum::{complete_partial, validate_l4};
 use hvnet_offload::CsumState;
 use hvnet_port::Packet;
 
+pub(crate) const DECL: Decl<InRun> = Decl {
+    name: "checksum",
+    kind: Kind::Offload,
+    after: &[],
+    before: &["lro"],
+    wants: |f| f.uplink && f.csum_software,
+    run: verify_burst,
+};
+
+fn verify_burst(_: &mut State, cx: &Ctx, b: &mut Burst) {
+    let c = &cx.port.ingress[cx.q];
+    for i in b.live() {
+        verify(&mut b.pkts[i], c);
+        b.trace(&cx.port.tracer, i, "checksum", || {
+            format!("checked in software: {:?}", b.pkts[i].meta.offload.csum)
+        });
+    }
+}
+
 /// Completes or verifies `pkt`'s transport checksum in software.
-pub(crate) fn verify(pkt: &mut Packet, c: &IngressCounters) {
+fn verify(pkt: &mut Packet, c: &IngressCounters) {
     // A GSO frame's checksum is made per segment, by whoever segments it.
     if pkt.meta.offload.gso.is_some() {
         return;

@@ -4,31 +4,45 @@
 //! the switch's own querier, whose general queries a worker sends at its
 //! idle look.
 
-use super::{Ctx, State};
+use super::super::burst::Burst;
+use super::super::{Ctx, State};
+use super::InRun;
+use crate::arc::{Decl, Kind};
 use crate::counters::add;
 use crate::mdb::{Family, Join, Lookup};
-use crate::snoop::{self, GroupFrame};
+use crate::snoop::{self, GroupFrame, Snooped, Targets};
 use crate::vlan::VlanMode;
 use hvnet_offload::OffloadInfo;
 use hvnet_port::{Packet, SizeClass};
 use hvnet_wire::membership::{is_link_local, Effect, Message};
 use hvnet_wire::{igmp, mld};
-use smallvec::SmallVec;
 use std::net::IpAddr;
 use std::time::Instant;
 
-/// The ports a frame goes to.
-pub(super) type Targets = SmallVec<[usize; 16]>;
+pub(crate) const DECL: Decl<InRun> = Decl {
+    name: "snoop",
+    kind: Kind::Observation,
+    after: &["suppress", "lookup"],
+    before: &["forward"],
+    wants: |f| f.snooping,
+    run: snoop_burst,
+};
 
-/// Where snooping sends a group frame.
-pub(super) enum Snooped {
-    /// To every port of its VLAN, as without snooping.
-    Flood,
-    /// To these ports (members, router ports) only; `report` for a
-    /// membership message, which no port may need.
-    To { ports: Targets, report: bool },
-    /// Nowhere: dropped and counted.
-    Dropped,
+/// Snooping's word on each group frame of the burst, kept for `forward`.
+fn snoop_burst(st: &mut State, cx: &Ctx, b: &mut Burst) {
+    b.snooped.clear();
+    b.snooped.resize_with(b.pkts.len(), || Snooped::Flood);
+    for i in b.live() {
+        if !b.pkts[i].dst().is_multicast() {
+            continue;
+        }
+        // Copies for every port: the payload is read here (one copy is
+        // for one receiver).
+        b.pkts[i].buf.fill_pending();
+        let s = st.snoop(cx, &b.pkts[i], st.now);
+        b.trace(&cx.port.tracer, i, "snoop", || format!("{s:?}"));
+        b.snooped[i] = s;
+    }
 }
 
 /// The source address of the switch's own queries (locally administered:
@@ -40,7 +54,7 @@ impl State {
     /// messages are read (queries flooded, reports to the router ports),
     /// a frame to an IP group goes to its members and the router ports
     /// while a querier is there.
-    pub(super) fn snoop(&mut self, cx: &Ctx, pkt: &Packet, now: Instant) -> Snooped {
+    fn snoop(&mut self, cx: &Ctx, pkt: &Packet, now: Instant) -> Snooped {
         let mdb = &cx.sw.mdb;
         if !mdb.config().enabled {
             return Snooped::Flood;
@@ -161,7 +175,7 @@ impl State {
     /// queries due (none where another querier is heard), to every port
     /// of their VLAN. A worker looks once a second; the database hands
     /// each query to one worker.
-    pub(super) fn send_queries(&mut self, cx: &Ctx, now: Instant) {
+    pub(crate) fn send_queries(&mut self, cx: &Ctx, now: Instant) {
         let mdb = &cx.sw.mdb;
         if !(mdb.config().enabled && mdb.config().querier) {
             return;

@@ -3,21 +3,46 @@
 //! its MAC (BGP EVPN) is answered here, to the VM's port, instead of being
 //! flooded to every VTEP of the segment.
 
-use super::{Ctx, State};
+use super::super::burst::Burst;
+use super::super::{Ctx, State};
+use super::InRun;
+use crate::arc::{Decl, Kind};
 use crate::counters::add;
 use hvnet_offload::OffloadInfo;
 use hvnet_port::Packet;
 use hvnet_wire::{arp, nd, EtherType, MacAddr};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+pub(crate) const DECL: Decl<InRun> = Decl {
+    name: "suppress",
+    kind: Kind::Policy,
+    after: &["lookup", "ipfix"],
+    before: &["snoop"],
+    wants: |f| f.suppression && !f.uplink,
+    run: suppress_burst,
+};
+
+/// Requests the fabric answers are answered and go no further.
+fn suppress_burst(st: &mut State, cx: &Ctx, b: &mut Burst) {
+    for i in b.live() {
+        if !b.pkts[i].dst().is_multicast() {
+            continue;
+        }
+        b.pkts[i].buf.fill_pending();
+        if st.suppress(cx, &b.pkts[i]) {
+            b.trace(&cx.port.tracer, i, "suppress", || {
+                "answered for the fabric".into()
+            });
+            b.take_out(i);
+        }
+    }
+}
+
 impl State {
     /// Answers `pkt` if it is an ARP request or a neighbor solicitation
     /// from a VM for an advertised remote address on its segment; true if
     /// answered (the request is consumed).
-    pub(super) fn suppress(&mut self, cx: &Ctx, pkt: &Packet) -> bool {
-        if cx.port.is_uplink() {
-            return false;
-        }
+    fn suppress(&mut self, cx: &Ctx, pkt: &Packet) -> bool {
         // The request read first: most group frames are neither, and are
         // not looked at further.
         let Some(request) = Request::of(pkt) else {

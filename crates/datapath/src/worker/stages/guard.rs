@@ -1,23 +1,52 @@
 //! The guards at a worker's ingress (docs/guide/guards.md): each frame
-//! from a VM's port through [`crate::guard`], and DHCP ACKs crossing the
-//! switch through [`crate::lease`] into their client's port.
+//! from a VM's port through [`crate::guard`] (`guard`, on the arc of a
+//! VM's port with a guard on), and DHCP ACKs crossing the switch through
+//! [`crate::lease`] into their client's port (`leases`, on every port's
+//! arc while some port snoops DHCP).
 
-use super::{Ctx, State};
+use super::super::burst::Burst;
+use super::super::{Ctx, State};
+use super::InRun;
+use crate::arc::{Decl, Kind};
 use crate::counters::DropReason;
 use crate::{guard, lease};
 use hvnet_port::Packet;
 use std::sync::atomic::Ordering;
 
-impl State {
-    /// The guards of a VM's port on a frame from it (its payload read in
-    /// first where a guard looks into it), then DHCP snooping on what
-    /// passed.
-    pub(super) fn guard(&self, cx: &Ctx, pkt: &mut Packet) -> Result<(), DropReason> {
-        self.inspect(cx, pkt)?;
-        self.snoop_lease(cx, pkt);
-        Ok(())
-    }
+pub(crate) const GUARDS: Decl<InRun> = Decl {
+    name: "guard",
+    kind: Kind::Policy,
+    after: &["forged"],
+    before: &["leases"],
+    wants: |f| f.guards && !f.uplink,
+    run: |st, cx, b| {
+        for i in b.live() {
+            let r = st.inspect(cx, &mut b.pkts[i]);
+            b.trace(&cx.port.tracer, i, "guard", || match r {
+                Ok(()) => "passed".into(),
+                Err(why) => format!("refused: {}", why.name()),
+            });
+            if let Err(why) = r {
+                cx.drop_from(b, i, why);
+            }
+        }
+    },
+};
 
+pub(crate) const LEASES: Decl<InRun> = Decl {
+    name: "leases",
+    kind: Kind::Observation,
+    after: &["guard"],
+    before: &["acl"],
+    wants: |f| f.lease_snooping,
+    run: |st, cx, b: &mut Burst| {
+        for i in b.live() {
+            st.snoop_lease(cx, &mut b.pkts[i]);
+        }
+    },
+};
+
+impl State {
     fn inspect(&self, cx: &Ctx, pkt: &mut Packet) -> Result<(), DropReason> {
         let settings = &self.settings;
         let port = guard::PortView {
@@ -31,7 +60,7 @@ impl State {
             },
             now: self.now,
         };
-        if cx.port.is_uplink() || !port.any() {
+        if !port.any() {
             return Ok(());
         }
         if guard::reads_payload(&pkt.meta.layers) {

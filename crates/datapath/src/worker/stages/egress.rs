@@ -1,15 +1,27 @@
-//! A worker's offload stage for one destination: the receive queue (RSS
-//! over the flow, hashed once), the MTU, LRO into the guest or a GSO frame
-//! passed whole or marked for segmenting.
+//! The way to one destination: its egress arc, which begins with the
+//! engine's choice of receive queue (RSS over the flow, hashed once) and
+//! ends with the engine's write into it — the MTU, LRO into the guest or
+//! a GSO frame passed whole or marked for segmenting, and staging into
+//! the queue's lane.
 
-use super::{Ctx, State, GRO_MAX_SEGMENTS};
+use super::super::{Ctx, State, GRO_MAX_SEGMENTS};
+use super::{always, Out, OutRun};
+use crate::arc::{Decl, Kind};
 use crate::capture::Way;
 use crate::counters::{add, DropReason, EgressCounters};
-use crate::forward;
 use crate::item::RingItem;
 use crate::switch::Port;
 use hvnet_offload::gro::{GroConfig, GroOutput, GroTable};
 use hvnet_port::Packet;
+
+pub(crate) const QUEUE: Decl<OutRun> = Decl {
+    name: "queue",
+    kind: Kind::Engine,
+    after: &[],
+    before: &["mirror"],
+    wants: always,
+    run: queue,
+};
 
 /// A frame to `port` (its queue `q`) dropped: counted in the lane's
 /// counters under its reason, and copied for the port's `drop` captures.
@@ -18,36 +30,55 @@ fn drop_to(c: &EgressCounters, port: &Port, q: usize, reason: DropReason, pkt: &
     port.taps.dropped(Way::Outbound, q, reason, pkt);
 }
 
+/// The destination's receive queue, and the frame counted as offered to
+/// it.
+fn queue(st: &mut State, cx: &Ctx, o: &mut Out<'_>) -> Result<(), DropReason> {
+    let port = &cx.ports[o.dst];
+    let nq = port.dev.active_queues().min(port.rxq.len());
+    o.q = if nq > 1 {
+        let pkt = &mut *o.pkt;
+        let (sw, frame, layers) = (&cx.sw, pkt.buf.frame(), &pkt.meta.layers);
+        let h = *pkt
+            .meta
+            .hash
+            .get_or_insert_with(|| sw.rss.hash(frame, layers).map_or(0, |(h, _)| h));
+        h as usize % nq
+    } else {
+        0
+    };
+    add(&st.lane(cx, o.dst, o.q).counters.offered, 1);
+    Ok(())
+}
+
 impl State {
-    /// The offload stage for one destination: queue choice (RSS over the
-    /// flow, hashed once), MTU, LRO, and staging into the lane.
-    pub(super) fn egress(&mut self, cx: &Ctx, dst: usize, mut pkt: Packet) {
-        if !self.mirroring && !self.mirrors.none() {
-            self.mirror_out(cx, dst, &mut pkt);
+    /// A frame to port `dst`: through its egress arc, then written.
+    pub(crate) fn egress(&mut self, cx: &Ctx, dst: usize, mut pkt: Packet) {
+        let mut o = Out {
+            dst,
+            q: 0,
+            pkt: &mut pkt,
+        };
+        for k in 0..self.out_arcs[dst].len() {
+            let (name, run) = self.out_arcs[dst].stage(k);
+            if let Err(why) = run(self, cx, &mut o) {
+                let q = o.q;
+                self.trace_out(cx, name, || {
+                    format!("to {}: dropped, {}", cx.ports[dst].name, why.name())
+                });
+                let c = &self.lane(cx, dst, q).counters;
+                drop_to(c, &cx.ports[dst], q, why, &pkt);
+                return;
+            }
         }
-        let to = crate::acl::Direction::In;
-        let acl = match self.acls.get(dst).and_then(Option::as_ref) {
-            Some(a) => a.check(to, pkt.buf.held(), &pkt.meta.layers, self.now),
-            None => Ok(()),
-        };
+        let q = o.q;
+        self.write(cx, dst, q, pkt);
+    }
+
+    /// The engine's end of the way: the MTU, LRO or a GSO frame's
+    /// segmenting, and staging into the queue's lane.
+    fn write(&mut self, cx: &Ctx, dst: usize, q: usize, mut pkt: Packet) {
         let port = &cx.ports[dst];
-        let nq = port.dev.active_queues().min(port.rxq.len());
-        let q = if nq > 1 {
-            let (sw, frame, layers) = (&cx.sw, pkt.buf.frame(), &pkt.meta.layers);
-            let h = *pkt
-                .meta
-                .hash
-                .get_or_insert_with(|| sw.rss.hash(frame, layers).map_or(0, |(h, _)| h));
-            h as usize % nq
-        } else {
-            0
-        };
         let s = &self.settings[dst];
-        // The tag the frame wears to this port: none to an access port
-        // (nothing to do for an untagged frame, the common case), its
-        // VLAN's to a trunk, none for a trunk's native VLAN.
-        let tag = forward::egress_tag(&s.vlans_of(port.vlan), &pkt);
-        let retag = tag != pkt.meta.layers.l2.vlans[0];
         // A guest with LRO takes GSO frames whole and gets MTU-sized ones
         // coalesced; an uplink with TSO "hardware" hands GSO frames to its
         // device whole, and nothing is coalesced toward the wire.
@@ -73,48 +104,23 @@ impl State {
                 pkt.buf.fill_pending();
             }
         }
-        // An uplink's shares among the VMs sending through it.
-        let shared = if uplink && !cx.port.is_uplink() && !self.mirroring {
-            let src = &self.settings[cx.port.id];
-            let claim = crate::nioc::Claim {
-                shares: src.shares,
-                reservation: src.reservation.map_or(0, |r| r.0 / 8),
-            };
-            port.shares.admit(cx.port.id, claim, &mut pkt, self.now)
-        } else {
-            crate::rate::Policed::Pass
-        };
-        let c = &self.lane(cx, dst, q).counters;
-        add(&c.offered, 1);
-        if let Err(d) = acl {
-            drop_to(c, port, q, d.reason(to), &pkt);
-            return;
-        }
-        match shared {
-            crate::rate::Policed::Pass => {}
-            crate::rate::Policed::Cut => add(&cx.port.ingress[cx.q].uplink_share_cut, 1),
-            crate::rate::Policed::Drop => {
-                drop_to(c, port, q, DropReason::UplinkShare, &pkt);
-                add(&cx.port.ingress[cx.q].uplink_share_drops, 1);
-                return;
-            }
-        }
-        // Every buffer has headroom for a tag, and a frame is pushed one
-        // only when it has none: never refused, but counted if it were.
-        if retag && !pkt.set_vlan_tag(tag) {
-            drop_to(c, port, q, DropReason::WriteError, &pkt);
-            return;
-        }
         // Longest frame the receiver takes: its MTU and this frame's link
         // header (its tag counted); less the outer headers a tunnel
         // endpoint adds on the wire.
         let limit = (mtu + pkt.meta.layers.l2.header_len).saturating_sub(overhead);
+        let too_long = |what: &str, st: &State| {
+            st.trace_out(cx, "write", || {
+                format!("to {}: {what} over the MTU", port.name)
+            });
+        };
         match pkt.meta.offload.gso {
             Some(g) => {
                 // Segments that would not fit the receiver's MTU (or the
                 // wire's, whoever segments) are refused here rather than
                 // written for a driver to drop.
                 if (!whole || uplink) && g.size as usize + pkt.header_len() > limit {
+                    too_long("segments", self);
+                    let c = &self.lane(cx, dst, q).counters;
                     drop_to(c, port, q, DropReason::MtuExceeded, &pkt);
                     return;
                 }
@@ -124,12 +130,21 @@ impl State {
                     self.flush_gro(cx, dst, q);
                 }
                 let segment = (!whole).then_some(g);
+                self.trace_out(cx, "write", || {
+                    let how = if whole { "whole" } else { "to be segmented" };
+                    format!("to {} queue {q}: a GSO frame, {how}", port.name)
+                });
                 self.stage(cx, dst, q, RingItem::Frame { pkt, segment });
             }
             None if pkt.len() > limit => {
+                too_long("frame", self);
+                let c = &self.lane(cx, dst, q).counters;
                 drop_to(c, port, q, DropReason::MtuExceeded, &pkt);
             }
             None if lro => {
+                self.trace_out(cx, "write", || {
+                    format!("to {} queue {q}: offered to LRO", port.name)
+                });
                 self.dest(cx, dst, q);
                 let d = &mut self.dests[dst][q];
                 let table = d.gro.get_or_insert_with(|| {
@@ -146,11 +161,14 @@ impl State {
                 self.mark_active(cx, dst, q);
                 self.stage_gro_output(cx, dst, q);
             }
-            None => self.stage(cx, dst, q, RingItem::Frame { pkt, segment: None }),
+            None => {
+                self.trace_out(cx, "write", || format!("to {} queue {q}", port.name));
+                self.stage(cx, dst, q, RingItem::Frame { pkt, segment: None });
+            }
         }
     }
 
-    pub(super) fn stage_gro_output(&mut self, cx: &Ctx, dst: usize, q: usize) {
+    pub(crate) fn stage_gro_output(&mut self, cx: &Ctx, dst: usize, q: usize) {
         // Outputs are in the order the receiver must see them.
         let mut outs = std::mem::take(&mut self.gro_out);
         for o in outs.drain(..) {
@@ -170,7 +188,7 @@ impl State {
     }
 
     /// Stages what the LRO table of `(dst, q)` holds.
-    pub(super) fn flush_gro(&mut self, cx: &Ctx, dst: usize, q: usize) {
+    pub(crate) fn flush_gro(&mut self, cx: &Ctx, dst: usize, q: usize) {
         if let Some(t) = self.dests[dst][q].gro.as_mut() {
             if t.held() > 0 {
                 let out = &mut self.gro_out;

@@ -2,13 +2,49 @@
 //! this worker last read them, resolved to port indexes, and the copies
 //! made of a frame as it comes in from a port and as it goes to one.
 
-use super::{Ctx, State};
+use super::super::{Ctx, State};
+use super::{InRun, OutRun};
+use crate::arc::{Decl, Kind};
 use crate::mirror::{Mirror, Output};
 use crate::port_table::PortTable;
 use hvnet_offload::gso::{self, CsumMode};
 use hvnet_port::{Home, Packet, SizeClass};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+
+pub(crate) const IN: Decl<InRun> = Decl {
+    name: "mirror",
+    kind: Kind::Observation,
+    after: &["vlan"],
+    before: &["learn"],
+    wants: |f| f.mirror_in,
+    run: |st, cx, b| {
+        for i in b.live() {
+            let m = st.mirror_in(cx, &mut b.pkts[i]);
+            b.mirrored[i] = m;
+            if m != 0 {
+                b.trace(&cx.port.tracer, i, "mirror", || {
+                    format!("copied for mirrors {m:#x}")
+                });
+            }
+        }
+    },
+};
+
+pub(crate) const OUT: Decl<OutRun> = Decl {
+    name: "mirror",
+    kind: Kind::Observation,
+    after: &["queue"],
+    before: &["acl"],
+    wants: |f| f.mirror_out,
+    run: |st, cx, o| {
+        // A mirror's copy is not mirrored again.
+        if !st.mirroring {
+            st.mirror_out(cx, o.dst, o.pkt);
+        }
+        Ok(())
+    },
+};
 
 /// Most mirrors a switch has (a bit each in a word per port).
 pub const MAX_MIRRORS: usize = 64;
@@ -25,7 +61,7 @@ enum Target {
 
 /// The mirrors, resolved against a port table.
 #[derive(Default)]
-pub(super) struct MirrorView {
+pub(crate) struct MirrorView {
     mirrors: Vec<Arc<Mirror>>,
     targets: Vec<Target>,
     /// Per port index: the mirrors selecting what it sends, and what is
@@ -38,11 +74,11 @@ pub(super) struct MirrorView {
     /// or another switch) and are not selected by them.
     rspan: Vec<(u16, u64)>,
     /// Per port index: a mirror's output (nothing else goes to it).
-    pub(super) dedicated: Vec<bool>,
+    pub(crate) dedicated: Vec<bool>,
 }
 
 impl MirrorView {
-    pub(super) fn new(mirrors: &[Arc<Mirror>], t: &PortTable) -> MirrorView {
+    pub(crate) fn new(mirrors: &[Arc<Mirror>], t: &PortTable) -> MirrorView {
         let mut v = MirrorView {
             src: vec![0; t.len()],
             dst: vec![0; t.len()],
@@ -84,10 +120,14 @@ impl MirrorView {
         v
     }
 
-    /// True when no mirror runs (one load per frame).
-    #[inline]
-    pub(super) fn none(&self) -> bool {
-        self.mirrors.is_empty()
+    /// True if a mirror selects what port `p` sends.
+    pub(crate) fn selects_from(&self, p: usize) -> bool {
+        self.src.get(p).is_some_and(|m| *m != 0) || self.all != 0 || !self.vlans.is_empty()
+    }
+
+    /// True if a mirror selects what is sent to port `p`.
+    pub(crate) fn selects_to(&self, p: usize) -> bool {
+        self.dst.get(p).is_some_and(|m| *m != 0)
     }
 
     /// The mirrors selecting a frame from `src` on `vlan` as it comes in.
@@ -99,19 +139,19 @@ impl MirrorView {
 
 impl State {
     /// Copies of a frame from the port, for the mirrors selecting it as
-    /// it comes in (its VLAN known).
-    pub(super) fn mirror_in(&mut self, cx: &Ctx, pkt: &mut Packet) {
+    /// it comes in (its VLAN known): those mirrors.
+    fn mirror_in(&mut self, cx: &Ctx, pkt: &mut Packet) -> u64 {
         let m = self.mirrors.selecting_in(cx.port.id, pkt.meta.vlan);
-        self.mirrored = m;
         if m != 0 {
             self.mirror(cx, m, pkt, false);
         }
+        m
     }
 
     /// Copies of a frame to `dst`, for the mirrors selecting it there
     /// that did not copy it yet (as it came in, or to another of a
     /// flood's destinations): a frame is copied once per mirror.
-    pub(super) fn mirror_out(&mut self, cx: &Ctx, dst: usize, pkt: &mut Packet) {
+    fn mirror_out(&mut self, cx: &Ctx, dst: usize, pkt: &mut Packet) {
         let m = self.mirrors.dst.get(dst).copied().unwrap_or(0) & !self.mirrored;
         self.mirrored |= m;
         if m != 0 {
@@ -138,7 +178,8 @@ impl State {
                     let (settings, outputs) = (&self.settings, &self.mirrors.dedicated);
                     let to: Vec<usize> = (cx.ports.iter().map(|p| p.id))
                         .filter(|&p| {
-                            p != cx.port.id && super::takes(&cx.ports, settings, outputs, p, vlan)
+                            p != cx.port.id
+                                && super::super::takes(&cx.ports, settings, outputs, p, vlan)
                         })
                         .collect();
                     for p in to {

@@ -1,0 +1,90 @@
+//! The trace hook: a port armed to trace its next frames marks them as it
+//! reads them, and every stage a marked frame passes writes one line —
+//! what it decided and why — into that port's [`Tracer`]. An unmarked
+//! frame pays one bit test per stage that could write; a port with no
+//! trace armed, one relaxed load per burst. This is what `hvnet trace`
+//! and `hvnet diagnose` read.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+/// Lines a tracer keeps until they are taken; older ones go first.
+pub const MAX_LINES: usize = 4096;
+
+/// One stage's word on a traced frame.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct TraceLine {
+    /// The traced frame (numbered per port from 1, in the order read).
+    pub frame: u64,
+    /// The stage.
+    pub stage: &'static str,
+    /// What it decided and why.
+    pub text: String,
+}
+
+/// A port's trace: frames still to mark, and the lines written.
+#[derive(Debug, Default)]
+pub struct Tracer {
+    armed: AtomicU32,
+    marked: AtomicU64,
+    lines: Mutex<VecDeque<TraceLine>>,
+}
+
+impl Tracer {
+    /// Marks the next `frames` frames read at the port (added to any
+    /// still armed).
+    pub fn arm(&self, frames: u32) {
+        self.armed.fetch_add(frames, Relaxed);
+    }
+
+    /// Frames still to mark (one relaxed load: the worker asks once per
+    /// burst).
+    #[inline]
+    pub fn armed(&self) -> u32 {
+        self.armed.load(Relaxed)
+    }
+
+    /// Claims a mark for one frame read: its number, or `None` when no
+    /// more are armed.
+    pub(crate) fn mark(&self) -> Option<u64> {
+        self.armed
+            .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1))
+            .ok()?;
+        Some(self.marked.fetch_add(1, Relaxed) + 1)
+    }
+
+    /// Writes a line for traced frame `frame`.
+    pub(crate) fn line(&self, frame: u64, stage: &'static str, text: String) {
+        let mut lines = self.lines.lock().expect("trace lock");
+        if lines.len() == MAX_LINES {
+            lines.pop_front();
+        }
+        lines.push_back(TraceLine { frame, stage, text });
+    }
+
+    /// The lines written so far, taken.
+    pub fn take(&self) -> Vec<TraceLine> {
+        self.lines.lock().expect("trace lock").drain(..).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marks_only_what_was_armed_and_keeps_the_newest_lines() {
+        let t = Tracer::default();
+        assert_eq!(t.mark(), None);
+        t.arm(2);
+        assert_eq!((t.mark(), t.mark(), t.mark()), (Some(1), Some(2), None));
+        for i in 0..MAX_LINES + 3 {
+            t.line(1, "x", i.to_string());
+        }
+        let lines = t.take();
+        assert_eq!(lines.len(), MAX_LINES);
+        assert_eq!(lines[0].text, "3");
+        assert!(t.take().is_empty());
+    }
+}

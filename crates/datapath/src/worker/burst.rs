@@ -1,0 +1,144 @@
+//! A burst: the frames one read gave, walked by each stage of the
+//! port's ingress arc in turn. Frames stay where they were read; a stage
+//! that drops or consumes one clears its bit, and the stages after it
+//! pass it by. What a stage learns of a frame for a later one (its
+//! lookup, the mirrors that copied it, snooping's targets) is kept beside
+//! it, by index.
+
+use crate::item::BATCH;
+use crate::snoop::Snooped;
+use crate::trace::Tracer;
+use hvnet_port::Packet;
+
+// The live and traced frames are bits of one word.
+const _: () = assert!(BATCH <= 64);
+
+/// The frames of one read, in order, and what the stages found.
+pub(crate) struct Burst {
+    /// The frames (never moved until the forwarding stage takes them).
+    pub(crate) pkts: Vec<Packet>,
+    /// Bit i: frame i is still on its way.
+    live: u64,
+    /// Bit i: frame i is traced, as `trace_ids[i]`.
+    traced: u64,
+    trace_ids: [u64; BATCH],
+    /// Per frame: the mirrors that copied it as it came in.
+    pub(crate) mirrored: [u64; BATCH],
+    /// Per frame: the port its destination was learned on.
+    pub(crate) learned: [Option<usize>; BATCH],
+    /// Per frame, where snooping ran: where it goes.
+    pub(crate) snooped: Vec<Snooped>,
+}
+
+impl Default for Burst {
+    fn default() -> Self {
+        Burst {
+            pkts: Vec::with_capacity(BATCH),
+            live: 0,
+            traced: 0,
+            trace_ids: [0; BATCH],
+            mirrored: [0; BATCH],
+            learned: [None; BATCH],
+            snooped: Vec::with_capacity(BATCH),
+        }
+    }
+}
+
+impl Burst {
+    /// Starts a burst of the frames now in `pkts`, marking those the
+    /// port's tracer is armed for.
+    pub(crate) fn begin(&mut self, tracer: &Tracer) {
+        debug_assert!(self.pkts.len() <= BATCH);
+        self.live = all(self.pkts.len());
+        self.traced = 0;
+        self.mirrored = [0; BATCH];
+        self.snooped.clear();
+        if tracer.armed() > 0 {
+            for i in 0..self.pkts.len() {
+                let Some(id) = tracer.mark() else { break };
+                self.traced |= 1 << i;
+                self.trace_ids[i] = id;
+            }
+        }
+    }
+
+    /// The frames now in `pkts` replace the burst's (a stage that makes
+    /// new frames of them: LRO); they are traced if any it had was.
+    pub(crate) fn replaced(&mut self) {
+        debug_assert!(self.pkts.len() <= BATCH);
+        let traced = self.traced != 0;
+        let id = self.trace_ids[self.traced.trailing_zeros() as usize % BATCH];
+        self.live = all(self.pkts.len());
+        self.traced = if traced { self.live } else { 0 };
+        if traced {
+            self.trace_ids[..self.pkts.len()].fill(id);
+        }
+    }
+
+    /// The indexes of the frames still on their way, in order (taken
+    /// when called: a stage may drop the frame it is at).
+    #[inline]
+    pub(crate) fn live(&self) -> Live {
+        Live(self.live)
+    }
+
+    /// Bit i: frame i is still on its way.
+    #[inline]
+    pub(crate) fn live_mask(&self) -> u64 {
+        self.live
+    }
+
+    /// Frame `i` goes no further (dropped, counted by the caller; or
+    /// consumed).
+    #[inline]
+    pub(crate) fn take_out(&mut self, i: usize) {
+        self.live &= !(1 << i);
+    }
+
+    /// Frame `i`'s trace number, if it is traced.
+    #[inline]
+    pub(crate) fn traced(&self, i: usize) -> Option<u64> {
+        (self.traced & (1 << i) != 0).then(|| self.trace_ids[i])
+    }
+
+    /// A line from `stage` for frame `i`, if it is traced (`text` is
+    /// made only then).
+    #[inline]
+    pub(crate) fn trace(
+        &self,
+        tracer: &Tracer,
+        i: usize,
+        stage: &'static str,
+        text: impl FnOnce() -> String,
+    ) {
+        if let Some(id) = self.traced(i) {
+            tracer.line(id, stage, text());
+        }
+    }
+}
+
+/// Bits 0..n set.
+fn all(n: usize) -> u64 {
+    if n >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << n) - 1
+    }
+}
+
+/// The set bits of a word, lowest first.
+pub(crate) struct Live(u64);
+
+impl Iterator for Live {
+    type Item = usize;
+
+    #[inline]
+    fn next(&mut self) -> Option<usize> {
+        if self.0 == 0 {
+            return None;
+        }
+        let i = self.0.trailing_zeros() as usize;
+        self.0 &= self.0 - 1;
+        Some(i)
+    }
+}

@@ -217,7 +217,10 @@ pub fn rss_vxlan(data: &[u8]) {
 /// ports (one or two queues, settings from the input), then a sequence of
 /// operations decoded from the input — a guest sends a virtio-net header
 /// and a frame (source and destination MACs often set to real ports'),
-/// the switch runs a step, a port's settings change, a port is added or
+/// the switch runs a step, a port's settings change (its features too, so
+/// its arcs are rebuilt among the frames: a policer, guards, DHCP
+/// snooping, the link; switch-wide, a mirror of everything and security
+/// groups), a port is added or
 /// removed while frames are in flight, or queues move between workers
 /// (the harness's order of turns changes, each queue's state kept). Small buffer caps,
 /// so that the caps are hit. Invariants: no panic, every frame accounted
@@ -331,6 +334,18 @@ pub fn switch_ops(data: &[u8]) {
                         continue;
                     };
                     let mut s = settings(bits);
+                    // The next byte, where there is one, turns features of
+                    // the port on and off (its arcs are rebuilt).
+                    if let Some((&feat, tail)) = rest.split_first() {
+                        rest = tail;
+                        s.tx_rate = (feat & 1 != 0)
+                            .then_some(hvnet_datapath::rate::Rate(1_000_000 << (feat >> 5)));
+                        s.source_guard = feat & 2 != 0;
+                        s.arp_guard = feat & 2 != 0;
+                        s.dhcp_guard = feat & 4 != 0;
+                        s.dhcp_snooping = feat & 8 != 0;
+                        s.connected = feat & 16 != 0 || feat & 1 == 0;
+                    }
                     let cur = h.sw.ports()[*port].settings();
                     // Offload flags are ioctls a socketpair cannot take.
                     s.tso = cur.tso;
@@ -356,6 +371,46 @@ pub fn switch_ops(data: &[u8]) {
                     }
                 }
                 2 => {}
+                // Switch-wide features on and off: a mirror of everything
+                // to the last port, security groups that allow everything.
+                _ if op & 0x80 != 0 => {
+                    use hvnet_datapath::acl::{Action, AclConfig, Direction, Rule, RuleSet};
+                    use hvnet_datapath::mirror::{MirrorSpec, Output};
+                    let mirrors = match live.last().filter(|_| op & 0x40 != 0) {
+                        Some((_, name, _)) => vec![MirrorSpec {
+                            name: "m".into(),
+                            select_all: true,
+                            select_src_port: Vec::new(),
+                            select_dst_port: Vec::new(),
+                            select_vlan: Vec::new(),
+                            output: Output::Port(name.clone()),
+                        }],
+                        None => Vec::new(),
+                    };
+                    let _ = h.sw.set_mirrors(mirrors);
+                    let rule = |direction| Rule {
+                        label: "open#0".into(),
+                        direction,
+                        action: Action::Allow,
+                        stateless: op & 0x10 != 0,
+                        family: None,
+                        protocol: None,
+                        remote: None,
+                        ports: None,
+                        icmp_type: None,
+                        icmp_code: None,
+                        text: String::new(),
+                    };
+                    let set = RuleSet {
+                        rules: vec![rule(Direction::Out), rule(Direction::In)],
+                        groups: vec!["open".into()],
+                    };
+                    let ports = live.iter().filter(|_| op & 0x20 != 0);
+                    h.sw.set_acl(AclConfig {
+                        ports: ports.map(|(_, n, _)| (n.clone(), set.clone())).collect(),
+                        ..AclConfig::default()
+                    });
+                }
                 _ => h.rebalance((op >> 5) as usize),
             },
         }

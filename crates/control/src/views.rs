@@ -277,6 +277,9 @@ pub fn port_settings(sw: &Switch, p: &Port) -> Value {
     v["threads"] = json!(sw.port_threads(p));
     // Live captures running on it (`hvnet capture`).
     v["captures"] = json!(p.taps.sessions());
+    // The stages its frames pass, in order (a feature off at the port is
+    // not among them).
+    v["arcs"] = json!(p.arcs());
     // DHCP snooping's leases (docs/guide/guards.md): address, seconds left.
     let now = std::time::Instant::now();
     v["dhcp_leases"] = p

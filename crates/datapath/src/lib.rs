@@ -11,6 +11,8 @@
 
 pub mod acl;
 pub mod arc;
+#[cfg(test)]
+mod arc_tests;
 pub mod capture;
 pub mod counters;
 pub mod cpu_limit;

@@ -47,10 +47,11 @@ fn forged(_: &mut State, cx: &Ctx, b: &mut Burst) {
     let own = cx.port.mac;
     for i in b.live() {
         let src = b.pkts[i].src();
+        b.trace(&cx.port.tracer, i, "forged", || match src == own {
+            true => "from the port's own address".into(),
+            false => format!("source {src} is not the port's {own}"),
+        });
         if src != own {
-            b.trace(&cx.port.tracer, i, "forged", || {
-                format!("source {src} is not the port's {own}")
-            });
             cx.drop_from(b, i, DropReason::Policy);
         }
     }

@@ -47,6 +47,9 @@ fn queue(st: &mut State, cx: &Ctx, o: &mut Out<'_>) -> Result<(), DropReason> {
         0
     };
     add(&st.lane(cx, o.dst, o.q).counters.offered, 1);
+    st.trace_out(cx, "queue", || {
+        format!("to {} queue {} of {nq}", port.name, o.q)
+    });
     Ok(())
 }
 

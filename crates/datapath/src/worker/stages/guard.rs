@@ -41,7 +41,11 @@ pub(crate) const LEASES: Decl<InRun> = Decl {
     wants: |f| f.lease_snooping,
     run: |st, cx, b: &mut Burst| {
         for i in b.live() {
-            st.snoop_lease(cx, &mut b.pkts[i]);
+            let leased = st.snoop_lease(cx, &mut b.pkts[i]);
+            b.trace(&cx.port.tracer, i, "leases", || match leased {
+                Some(ip) => format!("a DHCP ACK: {ip} leased to its client's port"),
+                None => "no DHCP ACK for a snooping port".into(),
+            });
         }
     },
 };
@@ -72,18 +76,16 @@ impl State {
     /// DHCP snooping: an ACK crossing the switch gives its client's port
     /// the address (`dhcp_snooping`), seen by every worker from its next
     /// batch on.
-    fn snoop_lease(&self, cx: &Ctx, pkt: &mut Packet) {
+    fn snoop_lease(&self, cx: &Ctx, pkt: &mut Packet) -> Option<std::net::Ipv4Addr> {
         if !lease::is_server_reply(pkt.frame(), &pkt.meta.layers) {
-            return;
+            return None;
         }
         pkt.buf.fill_pending();
-        let Some((mac, ip, secs)) = lease::acked(pkt.frame(), &pkt.meta.layers) else {
-            return;
-        };
+        let (mac, ip, secs) = lease::acked(pkt.frame(), &pkt.meta.layers)?;
         let client = cx.ports.iter().find(|p| p.mac == mac && !p.is_uplink());
-        if let Some(p) = client.filter(|p| self.settings[p.id].dhcp_snooping) {
-            p.learn_lease(ip, self.now + secs);
-            cx.sw.settings_gen.fetch_add(1, Ordering::Release);
-        }
+        let p = client.filter(|p| self.settings[p.id].dhcp_snooping)?;
+        p.learn_lease(ip, self.now + secs);
+        cx.sw.settings_gen.fetch_add(1, Ordering::Release);
+        Some(ip)
     }
 }

@@ -34,6 +34,8 @@ fn meter(st: &mut State, cx: &Ctx, b: &mut Burst) {
                 .map(|(t, e)| TunnelKey::of(t, e));
             ix.meter(cx.port.id, b.learned[i], pkt, tunnel);
             b.trace(&cx.port.tracer, i, "ipfix", || "metered".into());
+        } else {
+            b.trace(&cx.port.tracer, i, "ipfix", || "not sampled".into());
         }
     }
 }

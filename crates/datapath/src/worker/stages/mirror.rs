@@ -22,11 +22,10 @@ pub(crate) const IN: Decl<InRun> = Decl {
         for i in b.live() {
             let m = st.mirror_in(cx, &mut b.pkts[i]);
             b.mirrored[i] = m;
-            if m != 0 {
-                b.trace(&cx.port.tracer, i, "mirror", || {
-                    format!("copied for mirrors {m:#x}")
-                });
-            }
+            b.trace(&cx.port.tracer, i, "mirror", || match m {
+                0 => "no mirror selects it".into(),
+                m => format!("copied for mirrors {m:#x}"),
+            });
         }
     },
 };
@@ -40,7 +39,11 @@ pub(crate) const OUT: Decl<OutRun> = Decl {
     run: |st, cx, o| {
         // A mirror's copy is not mirrored again.
         if !st.mirroring {
-            st.mirror_out(cx, o.dst, o.pkt);
+            let m = st.mirror_out(cx, o.dst, o.pkt);
+            st.trace_out(cx, "mirror", || match m {
+                0 => format!("to {}: no mirror selects it", cx.ports[o.dst].name),
+                m => format!("to {}: copied for mirrors {m:#x}", cx.ports[o.dst].name),
+            });
         }
         Ok(())
     },
@@ -151,12 +154,13 @@ impl State {
     /// Copies of a frame to `dst`, for the mirrors selecting it there
     /// that did not copy it yet (as it came in, or to another of a
     /// flood's destinations): a frame is copied once per mirror.
-    fn mirror_out(&mut self, cx: &Ctx, dst: usize, pkt: &mut Packet) {
+    fn mirror_out(&mut self, cx: &Ctx, dst: usize, pkt: &mut Packet) -> u64 {
         let m = self.mirrors.dst.get(dst).copied().unwrap_or(0) & !self.mirrored;
         self.mirrored |= m;
         if m != 0 {
             self.mirror(cx, m, pkt, true);
         }
+        m
     }
 
     fn mirror(&mut self, cx: &Ctx, mut mask: u64, pkt: &mut Packet, egress: bool) {

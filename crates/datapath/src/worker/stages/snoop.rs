@@ -34,6 +34,7 @@ fn snoop_burst(st: &mut State, cx: &Ctx, b: &mut Burst) {
     b.snooped.resize_with(b.pkts.len(), || Snooped::Flood);
     for i in b.live() {
         if !b.pkts[i].dst().is_multicast() {
+            b.trace(&cx.port.tracer, i, "snoop", || "not a group frame".into());
             continue;
         }
         // Copies for every port: the payload is read here (one copy is

@@ -25,11 +25,15 @@ pub(crate) const DECL: Decl<InRun> = Decl {
 /// Requests the fabric answers are answered and go no further.
 fn suppress_burst(st: &mut State, cx: &Ctx, b: &mut Burst) {
     for i in b.live() {
-        if !b.pkts[i].dst().is_multicast() {
-            continue;
-        }
-        b.pkts[i].buf.fill_pending();
-        if st.suppress(cx, &b.pkts[i]) {
+        let answered = b.pkts[i].dst().is_multicast() && {
+            b.pkts[i].buf.fill_pending();
+            st.suppress(cx, &b.pkts[i])
+        };
+        if !answered {
+            b.trace(&cx.port.tracer, i, "suppress", || {
+                "no request the fabric answers".into()
+            });
+        } else {
             b.trace(&cx.port.tracer, i, "suppress", || {
                 "answered for the fabric".into()
             });

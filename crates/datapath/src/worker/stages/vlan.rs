@@ -52,10 +52,10 @@ fn classify(st: &mut State, cx: &Ctx, b: &mut Burst) {
 fn tag(st: &mut State, cx: &Ctx, o: &mut Out<'_>) -> Result<(), DropReason> {
     let port = &cx.ports[o.dst];
     let tag = forward::egress_tag(&st.settings[o.dst].vlans_of(port.vlan), o.pkt);
+    st.trace_out(cx, "tag", || format!("to {}: tag {tag:?}", port.name));
     if tag == o.pkt.meta.layers.l2.vlans[0] {
         return Ok(());
     }
-    st.trace_out(cx, "tag", || format!("to {}: tag {tag:?}", port.name));
     // Every buffer has headroom for a tag, and a frame is pushed one only
     // when it has none: never refused, but counted if it were.
     if o.pkt.set_vlan_tag(tag) {

@@ -5,54 +5,103 @@
 //! checksum completion only where a guest needs it), and VMXNET3-style
 //! guest receive rings with a delivery thread per queue as a lab option.
 //! Every frame is counted; memory is bounded per port.
+//!
+//! Its rooms: [`engine`] (the switch, its ports, the worker pool, a
+//! worker's read, forwarding and write, the arc builder), [`tables`] (FDB,
+//! MDB, leases), [`stages`] (one folder per feature: its rules, its state
+//! and its stage on the path), and the vocabularies every room speaks:
+//! [`settings`], [`counters`] and [`trace`]. The stage tables below are
+//! the one place a stage is put on the path.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod acl;
-pub mod arc;
-#[cfg(test)]
-mod arc_tests;
-pub mod capture;
 pub mod counters;
-pub mod cpu_limit;
-mod deliver;
-pub mod fdb;
-pub mod forward;
-pub mod guard;
-#[cfg(any(test, feature = "test-utils"))]
-pub mod harness;
-pub mod ipfix;
-pub mod item;
-pub mod lease;
-pub mod mdb;
-pub mod mirror;
-pub mod nioc;
-pub mod port_table;
-pub mod rate;
-pub mod ring;
+pub mod engine;
 pub mod settings;
-pub mod snoop;
-#[cfg(test)]
-mod snoop_tests;
-pub mod switch;
-pub mod threads;
+pub mod stages;
+pub mod tables;
 pub mod trace;
-#[cfg(test)]
-mod trunk_tests;
-pub mod vlan;
 
-mod worker;
-pub mod workers;
+// The paths the control plane and the tests name.
+#[cfg(any(test, feature = "test-utils"))]
+pub use engine::harness;
+pub use engine::{
+    arc, deliver, forward, item, pool, port_table, ring, threads, Port, PortArcs, PortSpec,
+    PortState, Switch, SwitchConfig, MAX_RESTARTS,
+};
+pub use stages::rate::Rate;
+pub use stages::shares as nioc;
+pub use stages::{acl, capture, cpu_limit, guard, ipfix, mirror, rate, snoop, vlan};
+pub use tables::{fdb, lease, mdb};
 
 pub use counters::{DropReason, Level};
-pub use item::{RingItem, BATCH};
-pub use port_table::{PortTable, TableError};
+pub use engine::item::{RingItem, BATCH};
+pub use engine::pool::weight::WorkerNice;
+pub use engine::port_table::{PortTable, TableError};
 pub use settings::{
     on_off, setting_range, validate_settings, Delivery, PortSettings, RxOverflow, SettingError,
     BACKPRESSURE_WAIT, MAX_RX_USECS,
 };
-pub use switch::{Port, PortArcs, PortSpec, PortState, Switch, SwitchConfig};
-pub use threads::MAX_RESTARTS;
-pub use vlan::{VlanMode, VlanSet};
-pub use workers::weight::WorkerNice;
+pub use stages::vlan::{VlanMode, VlanSet};
+
+use arc::{Decl, FeatureArc, Features, Order};
+use engine::worker::{self, InRun, OutRun};
+use std::sync::OnceLock;
+
+/// Every ingress stage, one line each (a feature is its folder and its
+/// line here); the order is what each declares it runs after and before.
+static INGRESS: [Decl<InRun>; 18] = [
+    stages::capture::stage::IN,
+    stages::csum::DECL,
+    stages::lro::stage::DECL,
+    stages::admit::MIRROR_OUTPUT,
+    stages::admit::DISCONNECTED,
+    stages::rate::stage::DECL,
+    stages::admit::FORGED,
+    stages::guard::stage::GUARDS,
+    stages::guard::stage::LEASES,
+    stages::acl::stage::FROM_PORT,
+    worker::vlan::CLASSIFY,
+    stages::mirror::stage::IN,
+    worker::learn::LEARN,
+    worker::learn::LOOKUP,
+    stages::ipfix::stage::DECL,
+    stages::suppress::DECL,
+    stages::snoop::stage::DECL,
+    worker::forward::DECL,
+];
+
+/// Every egress stage, one line each (the engine's write follows them).
+static EGRESS: [Decl<OutRun>; 5] = [
+    worker::egress::QUEUE,
+    stages::mirror::stage::OUT,
+    stages::acl::stage::TO_PORT,
+    stages::shares::stage::DECL,
+    worker::vlan::TAG,
+];
+
+/// The tables' orders, sorted once (a table that cannot be ordered is a
+/// bug, found by the tests before any switch runs).
+fn orders() -> &'static (Order, Order) {
+    static ORDERS: OnceLock<(Order, Order)> = OnceLock::new();
+    ORDERS.get_or_init(|| {
+        (
+            Order::new(&INGRESS).expect("the ingress stages' order"),
+            Order::new(&EGRESS).expect("the egress stages' order"),
+        )
+    })
+}
+
+/// A port's ingress arc.
+fn ingress_arc(f: &Features) -> FeatureArc<InRun> {
+    orders().0.build(&INGRESS, f)
+}
+
+/// A port's egress arc.
+fn egress_arc(f: &Features) -> FeatureArc<OutRun> {
+    orders().1.build(&EGRESS, f)
+}
+
+#[cfg(test)]
+mod stage_table_tests;

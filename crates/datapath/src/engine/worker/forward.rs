@@ -1,0 +1,132 @@
+//! The forwarding decision and the frame's way out ([`crate::forward`]):
+//! to the port its destination was learned on, or copied to every port
+//! of its VLAN (or, for a snooped group, to its members and the router
+//! ports), each copy through its destination's egress arc.
+
+use crate::arc::always;
+use crate::arc::{Decl, Kind};
+use crate::counters::{add, DropReason};
+use crate::engine::worker::Burst;
+use crate::engine::worker::InRun;
+use crate::engine::worker::{Ctx, State};
+use crate::forward::{self, Action, Ingress};
+use crate::snoop::{Snooped, Targets};
+use hvnet_port::Packet;
+
+pub(crate) const DECL: Decl<InRun> = Decl {
+    name: "forward",
+    kind: Kind::Engine,
+    after: &["lookup", "ipfix", "suppress", "snoop"],
+    before: &[],
+    wants: always,
+    run: forward_burst,
+};
+
+/// Each frame still on its way, taken on to its destinations.
+fn forward_burst(st: &mut State, cx: &Ctx, b: &mut Burst) {
+    let live = b.live_mask();
+    let mut pkts = std::mem::take(&mut b.pkts);
+    for (i, pkt) in pkts.drain(..).enumerate() {
+        // A frame dropped before: its buffer goes back here.
+        if live & (1 << i) == 0 {
+            continue;
+        }
+        st.mirrored = b.mirrored[i];
+        st.tracing = b.traced(i);
+        let snooped = b
+            .snooped
+            .get_mut(i)
+            .map_or(Snooped::Flood, |s| std::mem::replace(s, Snooped::Flood));
+        st.forward(cx, pkt, b.learned[i], snooped);
+    }
+    st.tracing = None;
+    b.pkts = pkts;
+}
+
+impl State {
+    /// One frame to the port its destination was learned on, or flooded.
+    fn forward(&mut self, cx: &Ctx, mut pkt: Packet, learned: Option<usize>, snooped: Snooped) {
+        let c = &cx.port.ingress[cx.q];
+        let vlan = pkt.meta.vlan;
+        let ingress = Ingress {
+            port: cx.port.id,
+            mac: cx.port.mac,
+            allow_forged_transmits: true,
+        };
+        let (ports, settings, mirror_output) = (&cx.ports, &self.settings, &self.mirrors.dedicated);
+        let link_up =
+            |p: usize| crate::engine::worker::takes(ports, settings, mirror_output, p, vlan);
+        match forward::route(&ingress, learned, link_up) {
+            Action::NoRoute => {
+                self.trace_out(cx, "forward", || {
+                    "to the port it came from: no route".into()
+                });
+                cx.drop_frame(DropReason::NoRoute, &pkt);
+            }
+            Action::Unicast(p) => {
+                add(&c.forwarded, 1);
+                self.trace_out(cx, "forward", || format!("to {}", cx.ports[p].name));
+                self.egress(cx, p, pkt);
+            }
+            Action::Flood => {
+                pkt.buf.fill_pending();
+                let (targets, flooded) = match snooped {
+                    Snooped::Dropped => return,
+                    Snooped::Flood => (
+                        ports
+                            .iter()
+                            .filter(|p| p.id != cx.port.id && link_up(p.id))
+                            .map(|p| p.id)
+                            .collect::<Targets>(),
+                        true,
+                    ),
+                    Snooped::To {
+                        ports: mut to,
+                        report,
+                    } => {
+                        to.sort_unstable();
+                        to.dedup();
+                        to.retain(|p| *p != cx.port.id && link_up(*p));
+                        if to.is_empty() && report {
+                            add(&c.mcast_consumed, 1);
+                            return;
+                        }
+                        (to, false)
+                    }
+                };
+                let Some((&last, rest)) = targets.split_last() else {
+                    self.trace_out(cx, "forward", || format!("flooded in VLAN {vlan}: no port"));
+                    cx.drop_frame(DropReason::NoRoute, &pkt);
+                    return;
+                };
+                add(&c.forwarded, 1);
+                if flooded {
+                    add(&c.flooded, 1);
+                }
+                self.trace_out(cx, "forward", || {
+                    let how = if flooded {
+                        "flooded"
+                    } else {
+                        "to the group's ports"
+                    };
+                    format!("{how} in VLAN {vlan}: {} ports", targets.len())
+                });
+                for &p in rest {
+                    // A copy counts against this port's buffers too; with
+                    // none left, that destination does not get one.
+                    if let Some(mut b) = self.pool.take(pkt.buf.class()) {
+                        b.fill(pkt.frame());
+                        let copy = Packet {
+                            buf: b,
+                            meta: pkt.meta,
+                        };
+                        self.egress(cx, p, copy);
+                    } else {
+                        add(&c.no_buffer_stalls, 1);
+                    }
+                }
+                self.egress(cx, last, pkt);
+            }
+        }
+    }
+}

@@ -1,0 +1,714 @@
+//! One receive queue as its worker ([`crate::engine::pool`]) runs it: read a
+//! burst, take it through the port's ingress arc (its [`stages`], each
+//! over the whole burst), each frame to its destinations through theirs,
+//! and at the end of the burst flush the GRO tables and write each
+//! destination queue what was staged for it, from the worker itself (run
+//! to completion) — or, for a port whose `delivery = "thread"`, publish
+//! it to that queue's delivery thread.
+
+mod burst;
+pub(crate) mod egress;
+pub(crate) mod forward;
+pub(crate) mod learn;
+mod staging;
+pub(crate) mod vlan;
+
+use crate::arc::{FeatureArc, Features};
+use crate::capture::{Point, Way};
+use crate::counters::{add, DropReason};
+use crate::deliver::Scratch;
+use crate::engine::{Port, PortState, Switch};
+use crate::item::{RingItem, BATCH};
+use crate::port_table::PortTable;
+use crate::ring::{Lane, Slot};
+use crate::settings::PortSettings;
+use crate::stages::lro::IngressLro;
+pub(crate) use burst::Burst;
+use hvnet_offload::gro::{GroOutput, GroTable};
+use hvnet_port::{Link, Packet, Pool, Receiver, RecvError, Transmitter};
+use hvnet_wire::MacAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A GRO table with no held run for this long is freed.
+const GRO_IDLE: Duration = Duration::from_secs(1);
+
+/// How often the kernel's drops at a port's queue are read (a system
+/// call, so not per batch).
+const KERNEL_DROPS_EVERY: Duration = Duration::from_millis(100);
+
+/// Where the watch starts again after it found nothing.
+const BUSY_POLL_MIN: Duration = Duration::from_micros(2);
+
+/// Batches a queue may read in one turn on its worker before the
+/// worker looks at its other queues (64 frames each: 1,024 frames).
+pub(crate) const TURN_BATCHES: usize = 16;
+
+/// Where a queue stands after a turn on its worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Turn {
+    /// Emptied and asked to notify again: the worker waits for its
+    /// notification.
+    Cold,
+    /// Frames may remain (its notifications may be off): the worker comes
+    /// back to it without waiting.
+    Hot,
+    /// The port's buffer cap stopped the reading: the worker comes back
+    /// after a short pause.
+    Stalled,
+}
+
+/// What one batch found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Batch {
+    /// Nothing to read.
+    Empty,
+    /// Frames were read (or refused).
+    Frames,
+    /// The port's buffer cap stopped the reading.
+    Stalled,
+}
+
+/// Per destination queue: the lane into it and the LRO table for it, both
+/// made on first use.
+#[derive(Default)]
+pub(crate) struct Dest {
+    pub(crate) lane: Option<Lane<RingItem>>,
+    pub(crate) gro: Option<GroTable<Packet>>,
+    pub(crate) gro_used: Option<Instant>,
+    pub(crate) active: bool,
+    /// Its transmitter, for batches this worker delivers itself.
+    pub(crate) tx: Option<Box<dyn Transmitter>>,
+}
+
+/// What a worker works for: the switch, its port and queue (shared,
+/// read-only; kept apart from the worker's state so that no reference
+/// count is touched per frame).
+pub(crate) struct Ctx {
+    pub(crate) sw: Arc<Switch>,
+    pub(crate) port: Arc<Port>,
+    pub(crate) q: usize,
+    /// The port table as this worker last read it (again when the
+    /// switch's generation moves: [`Rxq::poll_batch`]).
+    pub(crate) ports: Arc<PortTable>,
+}
+
+/// An ingress stage's entry: the whole burst.
+pub(crate) type InRun = fn(&mut State, &Ctx, &mut Burst);
+
+/// An egress stage's entry: one frame to one destination queue; an
+/// error drops it, counted there under the reason.
+pub(crate) type OutRun = fn(&mut State, &Ctx, &mut Out<'_>) -> Result<(), DropReason>;
+
+/// A frame on its way to one destination.
+pub(crate) struct Out<'a> {
+    /// The destination port.
+    pub(crate) dst: usize,
+    /// Its receive queue (the `queue` stage's choice).
+    pub(crate) q: usize,
+    /// The frame.
+    pub(crate) pkt: &'a mut Packet,
+}
+
+pub(crate) struct Rxq {
+    cx: Ctx,
+    st: State,
+    burst: Burst,
+}
+
+impl Ctx {
+    /// A frame from the port dropped: counted under its reason, and
+    /// copied for the port's `drop` captures.
+    pub(crate) fn drop_frame(&self, reason: DropReason, pkt: &Packet) {
+        self.port.ingress[self.q].count_drop(reason, 1);
+        self.port.taps.dropped(Way::Inbound, self.q, reason, pkt);
+    }
+
+    /// Frame `i` of the burst dropped ([`Ctx::drop_frame`]), and gone
+    /// from the burst.
+    pub(crate) fn drop_from(&self, b: &mut Burst, i: usize, reason: DropReason) {
+        self.drop_frame(reason, &b.pkts[i]);
+        b.trace(&self.port.tracer, i, "drop", || reason.name().into());
+        b.take_out(i);
+    }
+}
+
+/// A worker's own state.
+pub(crate) struct State {
+    pub(crate) pool: Pool,
+    pub(crate) rx: Box<dyn Receiver>,
+    /// What the last batch read: frames, and frames refused.
+    pub(crate) frames: Vec<Result<Packet, RecvError>>,
+    /// When the kernel's drops at this queue were last read.
+    pub(crate) kernel_drops_read: Instant,
+    /// When the queue's thread last woke to read.
+    pub(crate) last_wake: Instant,
+    /// How long an emptied queue is watched next ([`Rxq::busy_poll`]).
+    pub(crate) poll_budget: Duration,
+    /// Frames were read since the queue was last found empty.
+    pub(crate) read: bool,
+    /// Destinations holding frames a full receiver did not take
+    /// (`rx_overflow = "backpressure"`), and since when.
+    pub(crate) kept: Vec<(usize, usize)>,
+    pub(crate) kept_since: Option<Instant>,
+    /// Settings of every port, re-read when the switch's generation moves.
+    pub(crate) gen: u64,
+    pub(crate) settings: Vec<PortSettings>,
+    /// Per destination port and queue, made on first use.
+    pub(crate) dests: Vec<Vec<Dest>>,
+    /// The port each entry of `dests` was made for (an index given to
+    /// another port gets fresh state).
+    pub(crate) dest_ports: Vec<Option<Arc<Port>>>,
+    pub(crate) active: Vec<(usize, usize)>,
+    /// The source address learned last, and its VLAN (learning it again
+    /// would only take the FDB lock).
+    pub(crate) learned: Option<(u16, MacAddr)>,
+    /// The last destination looked up, its VLAN, and its port.
+    pub(crate) route: Option<(u16, MacAddr, Option<usize>)>,
+    pub(crate) gro_out: Vec<GroOutput<Packet>>,
+    pub(crate) inline: Vec<Slot<RingItem>>,
+    pub(crate) scratch: Scratch,
+    pub(crate) last_sweep: Instant,
+    /// When the current batch began.
+    pub(crate) now: Instant,
+    /// An uplink's software LRO (`lro = "software"`), made on first use,
+    /// and the frames it made ready to switch.
+    pub(crate) ingress_lro: Option<IngressLro>,
+    pub(crate) lro_ready: Vec<Packet>,
+    /// Each port's security groups, if it has any (read with the
+    /// settings).
+    pub(crate) acls: Vec<Option<Arc<crate::acl::PortAcl>>>,
+    /// The port mirrors, resolved (read with the settings).
+    pub(crate) mirrors: crate::stages::mirror::view::MirrorView,
+    /// A mirror's copy is on its way (it is not mirrored again).
+    pub(crate) mirroring: bool,
+    /// The mirrors that copied the frame being switched.
+    pub(crate) mirrored: u64,
+    /// The trace number of the frame being switched, if it is traced.
+    pub(crate) tracing: Option<u64>,
+    /// This queue's port's ingress arc, and every port's egress arc (built
+    /// with the settings).
+    pub(crate) in_arc: FeatureArc<InRun>,
+    pub(crate) out_arcs: Vec<FeatureArc<OutRun>>,
+    /// An ERSPAN copy's headers and bytes.
+    pub(crate) erspan_out: Vec<u8>,
+    /// The flow exporter (read with the settings), and frames until the
+    /// next one it meters.
+    pub(crate) ipfix: Option<Arc<crate::ipfix::Ipfix>>,
+    pub(crate) ipfix_skip: u32,
+    /// At a tunnel endpoint's queue: its address and UDP port (the outer
+    /// destination of what it decapsulates), read with the settings.
+    pub(crate) endpoint: Option<(std::net::IpAddr, u16)>,
+}
+
+/// True if port `p` takes a frame of `vlan`: it is up and connected,
+/// carries the VLAN, and is no mirror's output (which takes its copies
+/// alone).
+pub(crate) fn takes(
+    ports: &PortTable,
+    settings: &[PortSettings],
+    mirror_output: &[bool],
+    p: usize,
+    vlan: u16,
+) -> bool {
+    ports.get(p).is_some_and(|x| {
+        x.is_up()
+            && settings[p].connected
+            && settings[p].vlans_of(x.vlan).carries(vlan)
+            && mirror_output.get(p) != Some(&true)
+    })
+}
+
+impl Rxq {
+    pub(crate) fn new(sw: Arc<Switch>, port: Arc<Port>, q: usize) -> Rxq {
+        let st = State {
+            pool: Pool::new(Arc::clone(&port.home)),
+            rx: Arc::clone(&port.dev).receiver(q),
+            frames: Vec::with_capacity(BATCH),
+            kernel_drops_read: Instant::now(),
+            last_wake: Instant::now(),
+            poll_budget: BUSY_POLL_MIN,
+            read: false,
+            kept: Vec::new(),
+            kept_since: None,
+            gen: u64::MAX,
+            settings: Vec::new(),
+            dests: Vec::new(),
+            dest_ports: Vec::new(),
+            active: Vec::with_capacity(16),
+            learned: None,
+            route: None,
+            gro_out: Vec::with_capacity(BATCH),
+            inline: Vec::with_capacity(BATCH),
+            scratch: Scratch::default(),
+            last_sweep: Instant::now(),
+            now: Instant::now(),
+            ingress_lro: None,
+            lro_ready: Vec::new(),
+            acls: Vec::new(),
+            mirrors: Default::default(),
+            mirroring: false,
+            mirrored: 0,
+            tracing: None,
+            in_arc: FeatureArc::default(),
+            out_arcs: Vec::new(),
+            erspan_out: Vec::new(),
+            ipfix: None,
+            ipfix_skip: 1,
+            endpoint: None,
+        };
+        Rxq {
+            cx: Ctx {
+                ports: sw.ports(),
+                sw,
+                port,
+                q,
+            },
+            st,
+            burst: Burst::default(),
+        }
+    }
+
+    /// What the worker polls for readability to know the queue has work.
+    pub(crate) fn wait_fd(&self) -> std::os::fd::RawFd {
+        self.st.rx.wait_fd()
+    }
+
+    /// The queue's port.
+    pub(crate) fn port(&self) -> &Arc<Port> {
+        &self.cx.port
+    }
+
+    /// The queue's index in its port.
+    pub(crate) fn queue(&self) -> usize {
+        self.cx.q
+    }
+
+    /// One turn of the queue on its worker: after a notification
+    /// (`woken`), or again while it is hot. Reads up to
+    /// [`TURN_BATCHES`] batches, so that one busy queue cannot keep its
+    /// worker from the others; a queue found empty after frames is watched
+    /// a little first ([`Rxq::busy_poll`]), then asked to notify again.
+    pub(crate) fn turn(&mut self, woken: bool) -> Turn {
+        if woken {
+            self.coalesce_wake_up();
+            self.st.rx.woken();
+        }
+        for _ in 0..TURN_BATCHES {
+            if self.cx.sw.stopping() || !self.cx.port.is_up() {
+                self.st.read = false;
+                return Turn::Cold;
+            }
+            match self.poll_batch() {
+                Batch::Frames => self.st.read = true,
+                // Every buffer the port may have is in flight: come back
+                // once deliveries gave some back, instead of spinning.
+                Batch::Stalled => return Turn::Stalled,
+                Batch::Empty => {
+                    if self.st.read && self.busy_poll() {
+                        continue;
+                    }
+                    self.st.read = false;
+                    if !self.st.rx.rearm() {
+                        return Turn::Cold;
+                    }
+                }
+            }
+        }
+        Turn::Hot
+    }
+
+    /// True for a queue with periodic work of its own (a tunnel
+    /// endpoint's first queue, which resolves the endpoint's peers),
+    /// looked at every tick.
+    pub(crate) fn ticks(&self) -> bool {
+        self.st.rx.ticks()
+    }
+
+    /// The worker's periodic look at an idle queue: the receiver's own
+    /// periodic work where it has some (every [`crate::engine::pool::TICK`]: a
+    /// tunnel endpoint's resolution of its peers); with `look` (the worker's idle look, once
+    /// a second), the kernel's drops at it and its link (a device going
+    /// away is seen at once by its reads; carrier lost on an idle uplink,
+    /// at the next look).
+    pub(crate) fn tick(&mut self, now: Instant, look: bool) {
+        if self.st.rx.ticks() {
+            self.st.rx.tick(now);
+        }
+        if look {
+            self.st.count_kernel_drops(&self.cx, now);
+            if self.cx.port.is_up() {
+                self.check_link();
+            }
+            self.read_table();
+            self.st.send_queries(&self.cx, now);
+        }
+    }
+
+    /// The port table read again if the switch's generation moved. A port
+    /// removed lives on in the table an idle or parked queue read last
+    /// (its guest's memory mapped, its transmitters) until that queue's
+    /// next batch: the worker's idle look lets it go within a second, not
+    /// at the next frame, which may never come.
+    pub(crate) fn read_table(&mut self) {
+        let gen = self.cx.sw.settings_gen.load(Ordering::Acquire);
+        if gen != self.st.gen {
+            self.cx.ports = self.cx.sw.ports();
+            self.st.refresh(&self.cx, gen);
+        }
+    }
+
+    /// Wake-up coalescing (`rx_usecs`, as a NIC moderates its interrupts):
+    /// a wake-up within `rx_usecs` of the last one waits out the rest, so
+    /// that what arrives meanwhile is read in the same batch. The first
+    /// frame after a quiet spell is read at once. (The wait holds the
+    /// queue's worker: a lab setting, off by default.)
+    fn coalesce_wake_up(&mut self) {
+        // The settings as the last batch read them (a change applies from
+        // the next wake-up on).
+        let usecs = self
+            .st
+            .settings
+            .get(self.cx.port.id)
+            .map_or(0, |s| s.rx_usecs);
+        let now = Instant::now();
+        if usecs > 0 {
+            let window = Duration::from_micros(u64::from(usecs));
+            let since = now.duration_since(self.st.last_wake);
+            if since < window {
+                std::thread::sleep(window - since);
+            }
+        }
+        self.st.last_wake = Instant::now();
+        add(&self.cx.port.ingress[self.cx.q].wakeups, 1);
+    }
+
+    /// Under load, a short adaptive poll before sleeping: a queue that
+    /// just gave frames and can be watched without a system call (a
+    /// guest's virtqueue) is watched for up to `poll_budget`, which
+    /// doubles (to the switch's `busy_poll_max`) while watching finds frames and
+    /// halves when it does not — so a steady stream costs no kicks or
+    /// wake-ups, and a queue that went quiet costs next to nothing. Never
+    /// while idle: only after a drain that read frames.
+    fn busy_poll(&mut self) -> bool {
+        let max = self.cx.sw.busy_poll_max;
+        let budget = self.st.poll_budget.min(max);
+        if budget.is_zero() {
+            self.st.poll_budget = BUSY_POLL_MIN;
+            return false;
+        }
+        let found = self.st.rx.poll(budget);
+        self.st.poll_budget = if found {
+            (budget * 2).min(max)
+        } else {
+            budget / 2
+        };
+        if found {
+            add(&self.cx.port.ingress[self.cx.q].busy_poll_hits, 1);
+        }
+        found
+    }
+
+    /// An idle queue notices a device that went down (an uplink's
+    /// sockets report only an administrative down; a guest's front end
+    /// that disconnected sends nothing).
+    fn check_link(&self) {
+        if self.cx.port.dev.link() != Link::Up {
+            self.st.port_gone(&self.cx);
+        }
+    }
+
+    /// While the port is down: [`Link::Up`] once its device is up again
+    /// (the port is up again too), [`Link::Down`] while it may still come
+    /// back, [`Link::Gone`] when it will not (its device is gone, or the
+    /// port failed).
+    pub(crate) fn link_while_down(&self) -> Link {
+        let port = &self.cx.port;
+        if matches!(port.state(), PortState::Failed | PortState::Removed) {
+            return Link::Gone;
+        }
+        let link = port.dev.link();
+        if link == Link::Up {
+            port.set_state_if(PortState::Down, PortState::Up);
+        }
+        link
+    }
+
+    /// One batch (see [`State::poll_batch`]), the port table and every
+    /// port's settings read again first if the switch's generation moved
+    /// (a port added or removed, a setting changed).
+    pub(crate) fn poll_batch(&mut self) -> Batch {
+        if self.st.retry_kept(&self.cx) {
+            return Batch::Stalled;
+        }
+        let end = self.st.read_batch(&self.cx);
+        // Read after the frames: a frame sent to a port added just before
+        // it was sent is switched with a table that has the port.
+        let gen = self.cx.sw.settings_gen.load(Ordering::Acquire);
+        if gen != self.st.gen {
+            self.cx.ports = self.cx.sw.ports();
+            self.st.refresh(&self.cx, gen);
+        }
+        self.st.switch_batch(&self.cx, &mut self.burst, end)
+    }
+
+    /// Flushes what is held and gives the spare buffers back.
+    pub(crate) fn finish(&mut self) {
+        self.st.finish(&self.cx)
+    }
+}
+
+impl State {
+    /// The first half of a batch: up to [`BATCH`] frames from the
+    /// receiver.
+    fn read_batch(&mut self, cx: &Ctx) -> Result<(), RecvError> {
+        let now = self.begin_batch(cx);
+        if now.duration_since(self.kernel_drops_read) >= KERNEL_DROPS_EVERY {
+            self.count_kernel_drops(cx, now);
+        }
+        self.rx.recv_batch(&mut self.pool, BATCH, &mut self.frames)
+    }
+
+    /// The second half of a batch: the frames [`State::read_batch`] read,
+    /// counted, taken through the port's ingress arc as one burst, then
+    /// the end-of-batch flush and hand-over.
+    fn switch_batch(&mut self, cx: &Ctx, b: &mut Burst, end: Result<(), RecvError>) -> Batch {
+        let mut frames = std::mem::take(&mut self.frames);
+        let mut result = if frames.is_empty() {
+            Batch::Empty
+        } else {
+            Batch::Frames
+        };
+        b.pkts.clear();
+        for r in frames.drain(..) {
+            match r {
+                Ok(pkt) => {
+                    self.count_in(cx, &pkt);
+                    b.pkts.push(pkt);
+                }
+                Err(e) => self.count_refused(cx, &e),
+            }
+        }
+        self.frames = frames;
+        if !b.pkts.is_empty() {
+            b.begin(&cx.port.tracer);
+            for k in 0..self.in_arc.len() {
+                let (_, run) = self.in_arc.stage(k);
+                run(self, cx, b);
+            }
+            b.pkts.clear();
+        }
+        match end {
+            Err(RecvError::NoBuffer) => {
+                add(&cx.port.ingress[cx.q].no_buffer_stalls, 1);
+                result = Batch::Stalled;
+            }
+            Err(RecvError::Gone | RecvError::LinkDown) => self.port_gone(cx),
+            _ => {}
+        }
+        self.end_batch(cx);
+        // Everything read was written or copied out: the guest's chains
+        // whose payloads were left in place go back.
+        self.rx.end_batch();
+        result
+    }
+
+    /// Flushes what is held and gives the spare buffers back.
+    pub(crate) fn finish(&mut self, cx: &Ctx) {
+        self.end_batch(cx);
+        self.rx.end_batch();
+        self.count_kernel_drops(cx, Instant::now());
+        self.rx.release(&mut self.pool);
+    }
+
+    /// Frames the kernel dropped at this queue before hvnet could read
+    /// them (an uplink socket's full buffer, or a frame it could not hand
+    /// over): they arrived, and are counted in and dropped.
+    fn count_kernel_drops(&mut self, cx: &Ctx, now: Instant) {
+        self.kernel_drops_read = now;
+        let n = self.rx.kernel_drops();
+        if n > 0 {
+            let c = &cx.port.ingress[cx.q];
+            add(&c.frames, n);
+            c.count_drop(DropReason::Kernel, n);
+        }
+    }
+
+    fn count_refused(&self, cx: &Ctx, e: &RecvError) {
+        // An error about the queue ends the batch (`end`), never is a frame.
+        let c = &cx.port.ingress[cx.q];
+        if let Some(why) = DropReason::of_refused(e) {
+            add(&c.frames, 1);
+            c.count_drop(why, 1);
+            cx.port.taps.refused(cx.q, why);
+        } else if matches!(e, RecvError::Consumed) {
+            add(&c.frames, 1);
+            add(&c.tunnel_control, 1);
+        }
+    }
+
+    /// After the switch's generation moved: every port's settings read
+    /// again; a destination whose port left (or whose index another port
+    /// took) loses what was held for it.
+    fn refresh(&mut self, cx: &Ctx, gen: u64) {
+        self.gen = gen;
+        let t = &cx.ports;
+        self.settings.clear();
+        self.settings.extend((0..t.len()).map(|i| {
+            t.get(i)
+                .map_or_else(PortSettings::default, |p| p.effective_settings())
+        }));
+        self.acls.clear();
+        self.acls
+            .extend((0..t.len()).map(|i| t.get(i).and_then(|p| cx.sw.acl.port(&p.name))));
+        self.mirrors = crate::stages::mirror::view::MirrorView::new(&cx.sw.mirrors.list(), t);
+        // A mirror's output port drops what it cannot take: copies never
+        // keep the frames they copy waiting.
+        for (p, s) in self.settings.iter_mut().enumerate() {
+            if self.mirrors.dedicated.get(p) == Some(&true) {
+                s.rx_overflow = crate::settings::RxOverflow::Drop;
+            }
+        }
+        self.ipfix = cx.sw.ipfix();
+        self.endpoint = cx.sw.endpoint_address(cx.port.id);
+        self.build_arcs(cx);
+        self.dests.resize_with(t.len(), Vec::new);
+        self.dest_ports.resize(t.len(), None);
+        for i in 0..t.len() {
+            let now = t.get(i);
+            let same = match (now, &self.dest_ports[i]) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            };
+            if !same {
+                self.dests[i] = Vec::new();
+                self.dest_ports[i] = now.cloned();
+            }
+        }
+    }
+
+    /// Each port's arcs, from what is on at it now.
+    fn build_arcs(&mut self, cx: &Ctx) {
+        let t = &cx.ports;
+        let switch_wide = Features {
+            lease_snooping: self.settings.iter().any(|s| s.dhcp_snooping),
+            ipfix: self.ipfix.is_some(),
+            suppression: !cx.sw.endpoints.read().expect("endpoints lock").is_empty(),
+            snooping: cx.sw.mdb.config().enabled,
+            ..Features::default()
+        };
+        let features = |p: usize| {
+            let Some(port) = t.get(p) else {
+                return switch_wide;
+            };
+            let s = &self.settings[p];
+            Features {
+                uplink: port.is_uplink(),
+                capture_in: port.taps.on(Point::In),
+                csum_software: !s.csum,
+                lro_software: s.lro,
+                mirror_output: self.mirrors.dedicated.get(p) == Some(&true),
+                disconnected: !s.connected,
+                policer: port.rates.policing(),
+                forged_check: !s.allow_forged_transmits,
+                guards: s.source_guard || s.arp_guard || s.nd_guard || s.dhcp_guard || s.ra_guard,
+                acl: self.acls.get(p).is_some_and(Option::is_some),
+                mirror_in: self.mirrors.selects_from(p),
+                mirror_out: self.mirrors.selects_to(p),
+                shares: s.capacity.is_some(),
+                ..switch_wide
+            }
+        };
+        self.in_arc = crate::ingress_arc(&features(cx.port.id));
+        let out: Vec<_> = (0..t.len())
+            .map(|p| crate::egress_arc(&features(p)))
+            .collect();
+        self.out_arcs = out;
+        let own = self.out_arcs.get(cx.port.id).map(FeatureArc::names);
+        cx.port
+            .set_arcs(self.in_arc.names(), own.unwrap_or_default());
+    }
+
+    /// A line from egress stage `stage` for the frame being switched, if
+    /// it is traced (`text` is made only then).
+    #[inline]
+    pub(crate) fn trace_out(&self, cx: &Ctx, stage: &'static str, text: impl FnOnce() -> String) {
+        if let Some(id) = self.tracing {
+            cx.port.tracer.line(id, stage, text());
+        }
+    }
+
+    /// The state for destination `(dst, q)`, made on first use.
+    fn dest(&mut self, cx: &Ctx, dst: usize, q: usize) -> &mut Dest {
+        let v = &mut self.dests[dst];
+        if v.is_empty() {
+            v.resize_with(cx.ports[dst].rxq.len(), Dest::default);
+        }
+        &mut v[q]
+    }
+
+    /// Per-batch preparation: fresh caches, idle GRO tables freed now and
+    /// then.
+    fn begin_batch(&mut self, _cx: &Ctx) -> Instant {
+        self.learned = None;
+        self.route = None;
+        let now = Instant::now();
+        self.now = now;
+        if now.duration_since(self.last_sweep) >= GRO_IDLE {
+            self.last_sweep = now;
+            for d in self.dests.iter_mut().flatten() {
+                let idle = d
+                    .gro_used
+                    .is_some_and(|t| now.duration_since(t) >= GRO_IDLE);
+                if idle && d.gro.as_ref().is_some_and(|g| g.held() == 0) {
+                    d.gro = None;
+                    d.gro_used = None;
+                }
+            }
+        }
+        now
+    }
+
+    /// The guest disappeared, or the uplink's link went down: the port
+    /// goes down, the switch goes on.
+    fn port_gone(&self, cx: &Ctx) {
+        cx.port.set_state_if(PortState::Up, PortState::Down);
+        cx.sw.fdb.sweep(Instant::now(), Some(cx.port.id));
+        cx.sw.mdb.forget_port(cx.port.id);
+    }
+
+    fn count_in(&self, cx: &Ctx, pkt: &Packet) {
+        let c = &cx.port.ingress[cx.q];
+        add(&c.frames, 1);
+        // A decapsulated frame counts as it arrived, outer headers on.
+        let outer = pkt.meta.tunnel.map_or(0, |t| {
+            add(&c.decapsulated, 1);
+            u64::from(t.outer_len)
+        });
+        add(&c.bytes, pkt.len() as u64 + outer);
+        if pkt.meta.offload.gso.is_some() {
+            add(&c.gso_frames, 1);
+        }
+        if pkt.buf.pending().is_some() {
+            add(&c.payloads_left, 1);
+        }
+    }
+
+    /// End of a batch: flush the LRO tables, then hand each destination
+    /// queue its frames.
+    pub(crate) fn end_batch(&mut self, cx: &Ctx) {
+        for i in 0..self.active.len() {
+            let (dst, q) = self.active[i];
+            self.flush_gro(cx, dst, q);
+        }
+        let active = std::mem::take(&mut self.active);
+        for &(dst, q) in &active {
+            self.dests[dst][q].active = false;
+            self.hand_over(cx, dst, q);
+        }
+        self.active = active;
+        self.active.clear();
+    }
+}

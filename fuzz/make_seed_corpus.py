@@ -1,23 +1,21 @@
 #!/usr/bin/env python3
 """Seeds the fuzz corpora with real frames: a capture of iperf3 traffic
 between two namespaces on this machine, its GRO output, and VXLAN-wrapped
-copies. Run as root from the repository root after `cargo build --release`:
+copies. Run as root from the repository root after `cargo build --release`,
+with the lab's and the system tests' helpers on the path:
 
-    python3 fuzz/make_seed_corpus.py
+    PYTHONPATH=lab:tests/py python3 fuzz/make_seed_corpus.py
 """
 
 import hashlib
 import struct
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1] / p) for p in ("lab", "tests/py")]
-
-import capture_lab  # noqa: E402
-import hvlab  # noqa: E402
-from scapy.utils import RawPcapReader  # noqa: E402
+import capture_lab
+import hvlab
+from scapy.utils import RawPcapReader
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 

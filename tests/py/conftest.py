@@ -1,13 +1,8 @@
-import os
-import sys
-
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-# The host helpers (namespaces, topologies, readiness) live in the lab.
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "lab"))
-
-import hvlab  # noqa: E402
+# The host helpers (namespaces, topologies, readiness) live in the lab
+# (on the path by pytest.ini's pythonpath).
+import hvlab
 
 
 def pytest_collection_modifyitems(config, items):

@@ -16,6 +16,7 @@ import pytest
 import tomli_w
 
 import hvlab
+import helpers
 
 pytestmark = pytest.mark.root
 
@@ -40,10 +41,7 @@ GROUPS = [
 
 
 def vm(name, n, groups=None):
-    v = dict(name=name, ipv4=f"198.18.41.{n}/24", ipv6=f"fd41::{n}/64")
-    if groups:
-        v["security_groups"] = groups
-    return v
+    return helpers.vm(name, f"198.18.41.{n}", f"fd41::{n}", security_groups=groups)
 
 
 VMS = [vm("a", 1, ["client"]), vm("b", 2, ["web"]), vm("c", 3)]

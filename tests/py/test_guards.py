@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 import hvlab
+import helpers
 
 pytestmark = pytest.mark.root
 
@@ -32,7 +33,7 @@ NET6 = "fd00:90::"
 
 
 def vm(name, i, **kw):
-    return dict(name=name, ipv4=f"{NET}.{i}/24", ipv6=f"{NET6}{i}/64", queues=1, **kw)
+    return helpers.vm(name, f"{NET}.{i}", f"{NET6}{i}", queues=1, **kw)
 
 
 class Lab:

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 import hvlab
+from helpers import daemon_pid, ports
 import libvirt_host
 from libvirt_host import domain, interface, virsh
 
@@ -84,12 +85,8 @@ class Guest:
         return virsh("domstate", self.name, check=False).stdout.strip()
 
 
-def ports(t) -> dict:
-    return {p["name"]: p for p in json.loads(t.hv("ports", "--json").stdout)}
 
 
-def daemon_pid(t) -> int:
-    return json.loads(Path(f"/run/hvnet/{t.name}/state.json").read_text())["pid"]
 
 
 def footprint(t):

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 import hvlab
+import helpers
 
 pytestmark = pytest.mark.root
 
@@ -32,7 +33,7 @@ N = 200
 
 
 def vm(name, i):
-    return dict(name=name, ipv4=f"198.18.72.{i}/24", ipv6=f"fd00:72::{i}/64", queues=1)
+    return helpers.vm(name, f"198.18.72.{i}", f"fd00:72::{i}", queues=1)
 
 
 VMS = [vm("s", 1), vm("m1", 2), vm("m2", 3), vm("n", 4)]

@@ -13,12 +13,11 @@ from pathlib import Path
 import pytest
 
 import hvlab
+from helpers import vm
 
 pytestmark = pytest.mark.root
 
 
-def vm(name, ip, **kw):
-    return dict(name=name, ipv4=f"{ip}/24", **kw)
 
 
 def free_port():

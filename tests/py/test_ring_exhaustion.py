@@ -1,8 +1,8 @@
-"""Ring exhaustion, as in seed 002: a receiving VM whose "vCPU" (its
-delivery thread, and its iperf3 server) is held to a small CPU share by a
-cgroup quota, with many parallel streams. With 256-entry rings, ring-full
-drops appear and the sender retransmits; with 4096-entry rings both fall
-sharply."""
+"""Ring exhaustion, as in CPU Scheduling and VMXNET3 Ring Exhaustion (part
+2): a receiving VM whose "vCPU" (its delivery thread, and its iperf3
+server) is held to a small CPU share by a cgroup quota, with many parallel
+streams. With 256-entry rings, ring-full drops appear and the sender
+retransmits; with 4096-entry rings both fall sharply."""
 
 import json
 

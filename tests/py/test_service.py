@@ -18,20 +18,17 @@ from pathlib import Path
 import pytest
 
 import hvlab
+from helpers import daemon_pid, vm
 
 pytestmark = pytest.mark.root
 
 
-def vm(name, ip, **kw):
-    return dict(name=name, ipv4=f"{ip}/24", **kw)
 
 
 def state(t):
     return json.loads(Path(f"/run/hvnet/{t.name}/state.json").read_text())
 
 
-def daemon_pid(t):
-    return state(t)["pid"]
 
 
 def test_sigterm_stops_the_daemon_and_up_reattaches_without_the_vms_losing_their_nics(tmp_path):

@@ -10,14 +10,13 @@ from pathlib import Path
 import pytest
 
 import hvlab
+from helpers import vm
 
 pytestmark = pytest.mark.root
 
 XFER = Path(__file__).with_name("xfer.py")
 
 
-def vm(name, ip, **kw):
-    return dict(name=name, ipv4=ip + "/24", **kw)
 
 
 def assert_accounted(t, vms):

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import hvlab
+import helpers
 
 pytestmark = pytest.mark.root
 
@@ -25,7 +26,7 @@ BCAST = "ff:ff:ff:ff:ff:ff"
 
 
 def vm(name, ip, **kw):
-    return dict(name=name, ipv4=f"198.18.70.{ip}/24", queues=1, **kw)
+    return helpers.vm(name, f"198.18.70.{ip}", queues=1, **kw)
 
 
 # t1: a trunk of 10, 20 and 100-199, native VLAN 5; t2: a trunk of every

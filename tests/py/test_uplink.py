@@ -14,6 +14,7 @@ import time
 import pytest
 
 import hvlab
+from helpers import ports
 from test_switch_e2e import assert_accounted, transfer
 
 pytestmark = pytest.mark.root
@@ -31,8 +32,6 @@ def topology(tmp_path, lro="hardware", tso="hardware", queues=2, vm_lro=True, ho
         hosts=[dict(name="ext", uplink="up0", ipv4=EXT_IP + "/24", ipv6="fd18:7::100/64", tso=host_tso)])
 
 
-def ports(t):
-    return {p["name"]: p for p in json.loads(t.hv("ports", "--json").stdout)}
 
 
 def test_ping_both_ways_ipv4_and_ipv6_and_the_views(tmp_path):

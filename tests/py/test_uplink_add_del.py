@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import hvlab
+from helpers import daemon_pid, ports
 
 pytestmark = pytest.mark.root
 
@@ -19,12 +20,8 @@ XFER = Path(__file__).with_name("xfer.py")
 EXT_IP = "198.18.9.100"
 
 
-def ports(t):
-    return {p["name"]: p for p in json.loads(t.hv("ports", "--json").stdout)}
 
 
-def daemon_pid(t):
-    return json.loads(Path(f"/run/hvnet/{t.name}/state.json").read_text())["pid"]
 
 
 def threads(pid):

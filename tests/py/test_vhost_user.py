@@ -15,6 +15,7 @@ import tempfile
 import pytest
 
 import hvlab
+from helpers import ports
 from test_switch_e2e import XFER, assert_accounted
 
 pytestmark = [
@@ -43,8 +44,6 @@ def topology(tmp_path, kind="uml", **a_settings):
     return hvlab.Topology(tmp_path, vms, prefix="vu")
 
 
-def ports(t):
-    return {p["name"]: p for p in json.loads(t.hv("ports", "--json").stdout)}
 
 
 @pytest.fixture

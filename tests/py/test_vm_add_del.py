@@ -11,22 +11,20 @@ from pathlib import Path
 import pytest
 
 import hvlab
+import helpers
+from helpers import daemon_pid, vm
 
 pytestmark = pytest.mark.root
 
 XFER = Path(__file__).with_name("xfer.py")
 
 
-def vm(name, ip, **kw):
-    return dict(name=name, ipv4=ip + "/24", **kw)
 
 
 def ports(t):
-    return {p["client"]: p for p in json.loads(t.hv("ports", "--json").stdout)}
+    return helpers.ports(t, key="client")
 
 
-def daemon_pid(t):
-    return json.loads(Path(f"/run/hvnet/{t.name}/state.json").read_text())["pid"]
 
 
 def test_vms_come_and_go_under_traffic_and_the_others_lose_nothing(tmp_path):

@@ -4,6 +4,7 @@
 //! floods it or stops reading holds only its own thread and every other
 //! client keeps getting answers.
 
+use crate::ctl::Ctl;
 use crate::guest::{self, Guest};
 use crate::proto::{CtlError, Reply, Request};
 use crate::rtnl::{LinkChange, Rtnl};
@@ -27,27 +28,6 @@ pub const MAX_REQUEST: usize = 64 * 1024;
 pub const MAX_CLIENTS: usize = 32;
 /// How long a client may take to send its request or read its reply.
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// What requests are served from.
-pub(crate) struct Ctl {
-    pub sw: Arc<Switch>,
-    /// The topology as it runs (VMs come and go: [`crate::reconcile`]).
-    pub topo: Mutex<Arc<Topology>>,
-    /// VMs and uplinks are added and removed one change at a time.
-    pub changes: Mutex<()>,
-    /// The namespace VMs whose namespace is watched (added and removed
-    /// ones join and leave it).
-    pub netns_watch: Arc<Mutex<crate::watch::NetnsWatch>>,
-    /// What each EVPN uplink advertises (VMs added and removed at run time
-    /// join and leave it).
-    pub advertised: crate::evpn::Advertised,
-    pub guests: Arc<Mutex<Vec<Guest>>>,
-    /// The daemon gave up root after bring-up (`--drop-privileges`).
-    pub unprivileged: bool,
-    /// Dynamic NetQueue's balancers, by uplink (uplinks added and removed
-    /// at run time bring and take theirs).
-    pub balancers: Mutex<Vec<(String, crate::balancer::Shared)>>,
-}
 
 /// Serves `listener` until the switch stops.
 pub(crate) fn spawn(
@@ -209,7 +189,7 @@ fn serve(cx: &Ctl, conn: UnixStream) {
         Ok(Request::VmAdd { table }) => crate::reconcile::add_vm(cx, &table),
         Ok(Request::VmDel { name }) => crate::reconcile::del_vm(cx, &name),
         Ok(Request::Apply { text }) => crate::reconcile::apply(cx, &text),
-        Ok(Request::LibvirtHook { op, xml }) => crate::libvirt::hook(cx, &op, &xml),
+        Ok(Request::LibvirtHook { op, xml }) => crate::libvirt::hook::hook(cx, &op, &xml),
         Ok(req) => handle(sw, topo, req, cx.unprivileged),
         Err(e) => Err(e),
     };

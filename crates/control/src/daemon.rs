@@ -10,7 +10,8 @@
 //! them. `down` stops the daemon and removes exactly what the state file
 //! lists and what carries the topology's marker, also after a crash.
 
-use crate::ctl_server::{self, Ctl};
+use crate::ctl::Ctl;
+use crate::ctl_server;
 pub use crate::error::{io_err, run, DaemonError};
 use crate::guest::{self, Guest};
 use crate::proto::{self, Request};

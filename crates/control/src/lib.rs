@@ -7,6 +7,7 @@
 pub mod acl_view;
 pub mod balancer;
 pub mod capture_stream;
+pub(crate) mod ctl;
 pub mod ctl_server;
 pub mod daemon;
 pub mod error;

@@ -13,7 +13,7 @@
 //! its device needs it (behind a virtio-net header, or inside a tunnel).
 
 use crate::filters::Filters;
-use crate::outgoing::{BatchOptions, OutFrame, Written};
+use crate::outgoing::{BatchOptions, OutFrame, SendError, Written};
 use crate::packet::Packet;
 use crate::pool::Pool;
 use crate::status::DeviceStatus;
@@ -171,21 +171,6 @@ pub struct TxOptions {
     /// Submit a batch of writes through io_uring (TAP queues), instead of
     /// one system call per frame.
     pub uring: bool,
-}
-
-/// Why a frame was not sent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SendError {
-    /// The other side had no room (a guest's receive virtqueue without
-    /// free buffers).
-    Full,
-    /// The write failed.
-    Failed,
-    /// A tunnel endpoint knows no remote's underlay MAC for it yet.
-    Unresolved,
-    /// A guest's receive descriptor chain that cannot be written (its
-    /// chain is given back used and empty).
-    BadDescriptor(crate::virtq::DescriptorFault),
 }
 
 /// Reads one queue of a device. It owns its spare buffers and whatever

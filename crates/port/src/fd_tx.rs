@@ -4,7 +4,8 @@
 //! call), io_uring writes for a TAP when asked for, else one `writev(2)`
 //! per frame (a TAP takes one frame per write).
 
-use crate::device::{SendError, Transmitter};
+use crate::device::Transmitter;
+use crate::outgoing::SendError;
 use crate::outgoing::{BatchOptions, OutFrame, Slices, Written};
 use hvnet_sys::{BatchWriter, FrameQueue};
 use std::io::{self, IoSlice};

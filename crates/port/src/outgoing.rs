@@ -5,13 +5,27 @@
 //! socket or a guest's virtqueue ([`Slices`]); outer headers for a tunnel
 //! endpoint, which also needs the inner frame's parsed stack and flow hash.
 
-use crate::device::SendError;
 use crate::packet::Packet;
 use crate::vnet::{vnet_bytes, VNET_HDR_LEN};
 use hvnet_offload::gro::Coalesced;
 use hvnet_offload::OffloadInfo;
 use std::io::IoSlice;
 use std::time::Duration;
+
+/// Why a frame was not sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendError {
+    /// The other side had no room (a guest's receive virtqueue without
+    /// free buffers).
+    Full,
+    /// The write failed.
+    Failed,
+    /// A tunnel endpoint knows no remote's underlay MAC for it yet.
+    Unresolved,
+    /// A guest's receive descriptor chain that cannot be written (its
+    /// chain is given back used and empty).
+    BadDescriptor(crate::backends::vhost_user::virtq::ring::DescriptorFault),
+}
 
 /// One frame handed to a transmitter.
 #[derive(Clone, Copy)]

@@ -56,7 +56,7 @@ pub enum RecvError {
     /// its memory, device-writable, longer than any frame, or changed
     /// while read (vhost-user ports).
     #[error("bad transmit descriptor chain: {0}")]
-    BadDescriptor(crate::virtq::DescriptorFault),
+    BadDescriptor(crate::backends::vhost_user::virtq::ring::DescriptorFault),
     /// At a tunnel endpoint: neither VXLAN to it nor ARP for it.
     #[error("neither VXLAN to the endpoint nor ARP for it")]
     NotTunnel,

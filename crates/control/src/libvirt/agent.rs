@@ -11,7 +11,7 @@
 
 use super::virsh::Virsh;
 use super::{in_directory, remove_left_over, vm_table};
-use crate::ctl_server::Ctl;
+use crate::ctl::Ctl;
 use crate::topology::{Libvirt, SOCKETS_ROOT};
 use hvnet_port::SocketMode;
 use std::collections::HashMap;

@@ -9,7 +9,7 @@
 
 use super::domain::{self, Nic};
 use super::{in_directory, port_name, remove_left_over, vm_table};
-use crate::ctl_server::Ctl;
+use crate::ctl::Ctl;
 use crate::proto::CtlError;
 use crate::topology::SOCKETS_ROOT;
 use serde_json::{json, Value};

@@ -32,10 +32,8 @@
 
 pub mod agent;
 pub mod domain;
-mod hook;
+pub(crate) mod hook;
 mod virsh;
-
-pub(crate) use hook::hook;
 
 use crate::topology::Libvirt;
 use domain::{Domain, Nic, Vlan};

@@ -8,7 +8,7 @@
 //! applied becomes the state's topology text, so a restarted daemon opens
 //! the uplinks that run.
 
-use crate::ctl_server::Ctl;
+use crate::ctl::Ctl;
 use crate::guest;
 use crate::proto::CtlError;
 use crate::provision;
@@ -317,7 +317,7 @@ fn add_port(cx: &Ctl, topo: &Topology, i: usize, state: &mut State) -> Result<Va
 /// next queue in turn, as the file's VMs got theirs (or loses its filter).
 /// The other filters stay where they are.
 fn netqueue_filters(cx: &Ctl, topo: &Topology, vm: &Vm, joined: bool) {
-    for u in topo.uplinks.iter().filter(|u| vm.shares_vlan_with(u)) {
+    for u in topo.uplinks.iter().filter(|u| u.shares_vlan_with(vm)) {
         match u.netqueue {
             NetQueueMode::Off => {}
             NetQueueMode::Dynamic => {

@@ -3,7 +3,7 @@
 //! adding and removing of one, as `ovs-vsctl add-port`/`del-port` of a
 //! physical NIC.
 
-use crate::ctl_server::Ctl;
+use crate::ctl::Ctl;
 use crate::proto::CtlError;
 use crate::topology::{Topology, Uplink};
 use hvnet_datapath::{PortSettings, PortSpec};

@@ -6,11 +6,6 @@ use super::{line_of, Uplink};
 use serde::Deserialize;
 use std::net::Ipv4Addr;
 
-/// The UDP port of the shadow `vxlan` devices: never hvnet's VXLAN port,
-/// so the kernel's socket on it sees no traffic (a private port, outside
-/// Linux's ephemeral range).
-pub const SHADOW_PORT: u16 = 65330;
-
 /// `[frr]` as written in a topology file.
 #[derive(Deserialize, Clone, Debug)]
 #[serde(deny_unknown_fields)]

@@ -149,7 +149,7 @@ mod uplink;
 mod vhost_socket;
 mod vm;
 
-pub use frr::{Frr, SHADOW_PORT};
+pub use frr::Frr;
 pub use host::Host;
 use hvnet_datapath::vlan::{VlanMode, VlanSet, MAX_VID, MIN_VID};
 use hvnet_datapath::{PortSettings, WorkerNice};
@@ -164,7 +164,21 @@ pub use team::Team;
 use uplink::VXLAN_OVERHEAD;
 pub use uplink::{NetQueueMode, Uplink, UplinkLro, Vxlan};
 pub use vhost_socket::VhostSocket;
-pub use vm::{default_queues, Accel, Vm, VmKind};
+pub use vm::{Accel, Vm, VmKind};
+
+/// The UDP port of the shadow `vxlan` devices: never hvnet's VXLAN port,
+/// so the kernel's socket on it sees no traffic (a private port, outside
+/// Linux's ephemeral range).
+pub const SHADOW_PORT: u16 = 65330;
+
+/// One queue per core, up to 4: several flows from one VM then use every
+/// core (measured in `docs/perf/live-switch.md`: 4 streams, 2 cores, +16 %
+/// with 2 queues; 1 stream unchanged).
+pub fn default_queues() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 4)
+}
 
 /// One item of a `vlans` list: a VLAN id or a `"low-high"` range.
 #[derive(Deserialize, Clone, Debug)]
@@ -337,7 +351,7 @@ impl Topology {
     /// The VMs on uplink `u`'s segment (its VLAN): whose frames it
     /// carries, and whom NetQueue gives filters.
     pub fn vms_on<'a>(&'a self, u: &'a Uplink) -> impl Iterator<Item = &'a Vm> + 'a {
-        self.vms.iter().filter(move |v| v.shares_vlan_with(u))
+        self.vms.iter().filter(move |v| u.shares_vlan_with(v))
     }
     /// What works but will not do what a user may expect: a tunnel
     /// endpoint whose underlay MTU leaves less than a VM's MTU for the

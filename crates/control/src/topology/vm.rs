@@ -3,8 +3,8 @@
 
 use super::vhost_socket::{ModeRepr, SocketRepr};
 use super::{
-    auto_mac, check_name, d_mtu, d_ring, d_true, line_of, parse, parse_addrs, Topology,
-    VhostSocket, MAX_VMS,
+    auto_mac, check_name, d_mtu, d_ring, d_true, default_queues, line_of, parse, parse_addrs,
+    Topology, VhostSocket, MAX_VMS,
 };
 use hvnet_datapath::guard::{Addresses, Cidr};
 use hvnet_datapath::rate::{Burst, Rate};
@@ -157,14 +157,6 @@ impl Accel {
     }
 }
 
-/// One queue per core, up to 4: several flows from one VM then use every
-/// core (measured in `docs/perf/live-switch.md`: 4 streams, 2 cores, +16 %
-/// with 2 queues; 1 stream unchanged).
-pub fn default_queues() -> usize {
-    std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, 4)
-}
 /// A VM of a validated topology.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Vm {
@@ -197,18 +189,6 @@ pub struct Vm {
     /// Its port's security groups (`security_groups = [..]`), in the
     /// order their rules are matched; none: no filtering.
     pub security_groups: Vec<String>,
-}
-
-impl Vm {
-    /// True if the VM's port and uplink `u` carry a VLAN in common (the
-    /// uplink then carries the VM's frames in it).
-    pub fn shares_vlan_with(&self, u: &super::Uplink) -> bool {
-        let (a, b) = (
-            self.settings.vlans_of(self.vlan),
-            u.settings.vlans_of(u.vlan),
-        );
-        (0..=hvnet_datapath::vlan::MAX_VID).any(|v| a.carries(v) && b.carries(v))
-    }
 }
 
 /// The `[[vm]]` tables, each checked (and against the ones before it)

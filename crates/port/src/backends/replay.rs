@@ -11,7 +11,8 @@
 //! side takes are set by the test; a queue whose room is used up answers
 //! [`SendError::Full`] as a guest's full receive virtqueue does.
 
-use crate::device::{Caps, Device, Link, Receiver, SendError, Transmitter, TxOptions};
+use crate::device::{Caps, Device, Link, Receiver, Transmitter, TxOptions};
+use crate::outgoing::SendError;
 use crate::outgoing::{BatchOptions, OutFrame, Written};
 use crate::packet::Packet;
 use crate::pool::{Pool, SizeClass, HEADROOM};

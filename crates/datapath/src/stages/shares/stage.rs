@@ -29,6 +29,9 @@ fn admit(st: &mut State, cx: &Ctx, o: &mut Out<'_>) -> Result<(), DropReason> {
         reservation: src.reservation.map_or(0, |r| r.0 / 8),
     };
     let port = &cx.ports[o.dst];
+    // What goes to the wire is copied out of the sending guest's memory
+    // anyway; a TSO frame the allowance cuts is cut whole.
+    o.pkt.buf.fill_pending();
     let verdict = port.shares.admit(cx.port.id, claim, o.pkt, st.now);
     st.trace_out(cx, "shares", || format!("to {}: {verdict:?}", port.name));
     let c = &cx.port.ingress[cx.q];

@@ -6,7 +6,8 @@
 use super::policy::{flow_hash, is_membership, source, Teaming};
 use super::state::Distribution;
 use super::TeamPort;
-use crate::device::{Device, SendError, Transmitter, TxOptions};
+use crate::device::{Device, Transmitter, TxOptions};
+use crate::outgoing::SendError;
 use crate::outgoing::{BatchOptions, OutFrame, Written};
 use crate::vxlan::PickMember;
 use hvnet_offload::OffloadInfo;

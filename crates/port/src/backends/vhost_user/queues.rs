@@ -7,7 +7,8 @@
 
 use super::virtq::{self, VirtqError};
 use super::VhostUserPort;
-use crate::device::{Caps, Device, Link, Receiver, SendError, Transmitter, TxOptions};
+use crate::device::{Caps, Device, Link, Receiver, Transmitter, TxOptions};
+use crate::outgoing::SendError;
 use crate::outgoing::{BatchOptions, OutFrame, Slices, Written};
 use crate::packet::Packet;
 use crate::pool::Pending;

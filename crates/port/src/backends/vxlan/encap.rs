@@ -4,8 +4,9 @@
 //! payload never copied.
 
 use super::kernel_gso::TunnelTap;
-use super::{Vtep, SOURCE_PORTS};
-use crate::device::{SendError, Transmitter};
+use super::{Inner, Vtep, SOURCE_PORTS};
+use crate::device::Transmitter;
+use crate::outgoing::SendError;
 use crate::outgoing::{BatchOptions, OutFrame, Written};
 use crate::packet::{mac_at, Packet};
 use hvnet_offload::gso::{self, CsumMode};
@@ -40,16 +41,6 @@ struct SegmentSpan {
     header: (usize, usize),
     payload: (usize, usize),
     info: OffloadInfo,
-}
-
-/// The inner frame as encapsulation reads it.
-pub(super) struct Inner<'a> {
-    pub(super) frame: &'a [u8],
-    /// Its header stack, where parsed (a whole packet's): what a GSO
-    /// frame is segmented by.
-    pub(super) layers: Option<&'a Layers>,
-    pub(super) hash: Option<u32>,
-    pub(super) offload: OffloadInfo,
 }
 
 impl Vtep {

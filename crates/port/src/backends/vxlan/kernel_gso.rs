@@ -20,7 +20,7 @@
 //! and the team picks the member of each frame by its outer headers
 //! ([`PickMember`]), as its own transmitters would.
 
-use super::encap::Inner;
+use super::Inner;
 use crate::outgoing::Written;
 use hvnet_offload::csum::pseudo_header_at;
 use hvnet_offload::vxlan::{encap_header, fits, Tunnel, MAX_OUTER_LEN};

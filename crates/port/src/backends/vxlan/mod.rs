@@ -49,6 +49,16 @@ mod kernel_gso;
 mod neighbours;
 mod port;
 
+/// The inner frame as encapsulation reads it.
+struct Inner<'a> {
+    frame: &'a [u8],
+    /// Its header stack, where parsed (a whole packet's): what a GSO
+    /// frame is segmented by.
+    layers: Option<&'a hvnet_wire::Layers>,
+    hash: Option<u32>,
+    offload: hvnet_offload::OffloadInfo,
+}
+
 pub use evpn::{EvpnCounters, EvpnRefusal, Origin, MAX_EVPN_MACS, MAX_FLOOD};
 pub use kernel_gso::{KernelGsoView, PickMember, TunnelTap};
 pub use neighbours::Reply;

@@ -4,7 +4,8 @@
 //! solicitations and advertisements (RFC 4861); and learned from both.
 
 use super::{Received, TunnelDrop, Vtep, MAX_NEIGHBOURS};
-use crate::device::{SendError, Transmitter};
+use crate::device::Transmitter;
+use crate::outgoing::SendError;
 use crate::outgoing::{BatchOptions, OutFrame, Written};
 use hvnet_wire::{arp, nd, MacAddr};
 use std::io::IoSlice;

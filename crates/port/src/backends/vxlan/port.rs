@@ -6,8 +6,9 @@
 
 use super::encap::TunnelScratch;
 use super::{Received, TunnelTap, Vtep, VtepConfig, SOLICIT_EVERY};
-use crate::device::{Caps, Device, Link, Receiver, SendError, Transmitter, TxOptions};
+use crate::device::{Caps, Device, Link, Receiver, Transmitter, TxOptions};
 use crate::filters::Filters;
+use crate::outgoing::SendError;
 use crate::outgoing::{BatchOptions, OutFrame, Written};
 use crate::packet::Packet;
 use crate::pool::Pool;

@@ -32,7 +32,7 @@ use virtio_queue::Queue;
 mod dirty_log;
 mod memory;
 mod packed;
-mod ring;
+pub(crate) mod ring;
 mod split;
 mod tail;
 pub use dirty_log::DirtyLog;

@@ -46,8 +46,9 @@ def live(a):
             t.popen("b", "iperf3 -s -B 10.99.0.2", stdout=hvlab.subprocess.DEVNULL, stderr=hvlab.subprocess.DEVNULL)
             hvlab.wait_listening(t.ns("b"), 5201)
             rows = []
-            # The third row is the VMXNET3 model of seed 002: the VM's own
-            # delivery thread drains its rings, and a full ring drops.
+            # The third row is the VMXNET3 model of CPU Scheduling and
+            # VMXNET3 Ring Exhaustion: the VM's own delivery thread drains
+            # its rings, and a full ring drops.
             for label, lro, tso, overflow, delivery in [
                 ("LRO off, sender TSO off", False, False, "backpressure", "auto"),
                 ("LRO on,  sender TSO off", True, False, "backpressure", "auto"),
@@ -70,7 +71,7 @@ def live(a):
             print("(by default the sender's worker writes each frame into the receiving VM itself, run to completion, and "
                   "a receiver that cannot take more holds the sender (rx_overflow = backpressure); in the VMXNET3 model the "
                   "VM's delivery thread drains 256-entry rings, where a 64 KiB coalesced frame takes 16 ring-2 pages, and a "
-                  "full ring drops — the effect of seed 002)")
+                  "full ring drops — the effect in CPU Scheduling and VMXNET3 Ring Exhaustion, part 2)")
             acc = t.stats("/ports/b/accounting")
             print(f"every frame accounted for at b: offered {acc['egress']['offered']:,} = delivered "
                   f"{acc['egress']['delivered_source_frames']:,} + dropped {acc['egress']['drops']:,} + in flight {acc['egress']['in_flight']}")

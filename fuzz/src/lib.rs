@@ -389,17 +389,8 @@ pub fn switch_ops(data: &[u8]) {
                     };
                     let _ = h.sw.set_mirrors(mirrors);
                     let rule = |direction| Rule {
-                        label: "open#0".into(),
-                        direction,
-                        action: Action::Allow,
                         stateless: op & 0x10 != 0,
-                        family: None,
-                        protocol: None,
-                        remote: None,
-                        ports: None,
-                        icmp_type: None,
-                        icmp_code: None,
-                        text: String::new(),
+                        ..Rule::any("open#0", direction, Action::Allow)
                     };
                     let set = RuleSet {
                         rules: vec![rule(Direction::Out), rule(Direction::In)],
@@ -1113,19 +1104,7 @@ pub fn conntrack(data: &[u8]) {
         flow::Flow, Acl, AclConfig, Action, Direction, Limits, Rule, RuleSet,
     };
     let acl = Acl::new();
-    let out = Rule {
-        label: "g#0".into(),
-        direction: Direction::Out,
-        action: Action::Allow,
-        stateless: false,
-        family: None,
-        protocol: None,
-        remote: None,
-        ports: None,
-        icmp_type: None,
-        icmp_code: None,
-        text: String::new(),
-    };
+    let out = Rule::any("g#0", Direction::Out, Action::Allow);
     let mut cfg = AclConfig {
         limits: Limits {
             max_per_port: 16,

@@ -1,5 +1,5 @@
 """`hvnet lab list | run NAME...|all [--quick] | report | compare A B |
-stability RUN...`: reproduce the published studies in shared/seeds on
+stability RUN...`: reproduce the published studies (docs/references.md) on
 this machine, side by side with their figures; say what changed between
 two runs, and which verdicts can differ from one run to the next."""
 
@@ -70,9 +70,11 @@ def main(argv=None):
                      help="results directory holding results.json, where the report is written (default ./lab-results)")
     a = ap.parse_args(argv)
     if a.cmd == "list":
-        for e in experiments.EXPERIMENTS:
-            what = "a measurement" if e["reproduces"] == "measurement" else f"reproduces {e['reproduces']}"
-            print(f"{e['name']:<18} {what:<35} {e['workload']}")
+        whats = [(e, "a measurement" if e["reproduces"] == "measurement" else f"reproduces {e['reproduces']}")
+                 for e in experiments.EXPERIMENTS]
+        wide = min(max(len(what) for _, what in whats), 64)  # a longer one pushes its workload on
+        for e, what in whats:
+            print(f"{e['name']:<18} {what:<{wide}} {e['workload']}")
         return 0
     if a.cmd == "compare":
         for path in (a.before, a.after):
@@ -110,7 +112,7 @@ def main(argv=None):
         print("hvnet lab: run as root (experiments create network namespaces)", file=sys.stderr)
         return 1
     known = {e["name"]: e for e in experiments.EXPERIMENTS}
-    names = list(known) if a.names == ["all"] else a.names
+    names = list(known) if a.names == ["all"] else list(dict.fromkeys(a.names))
     unknown = [n for n in names if n not in known]
     if unknown:
         print(f"hvnet lab: no experiment named {', '.join(unknown)}; `hvnet lab list` shows them", file=sys.stderr)
@@ -136,19 +138,30 @@ def main(argv=None):
     reps = max(1, a.repeat if a.repeat is not None else (1 if a.quick else 3))
     results = {"meta": dict(meta(a.quick), repeat=reps, most=most_runs(reps), interval=INTERVAL, vms=a.vms),
                "experiments": []}
+    # Each experiment's runs by its name: every command with its parsed
+    # numbers (`samples`) and the per-configuration points (`raw`), in
+    # raw.json beside results.json, the summary (all that report, compare
+    # and stability read).
+    per_run = {}
+
+    def write():
+        (a.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+        (a.out / "raw.json").write_text(json.dumps(per_run, indent=1, default=str))
     t_all = time.monotonic()
     for i, n in enumerate(names, 1):
         e = known[n]
         print(f"[{i}/{len(names)}] {n}: {e['workload']} ...", flush=True)
         t0 = time.monotonic()
         log = []
-        entry = {"name": n, "reproduces": e["reproduces"], "workload": e["workload"], "samples": log}
+        entry = {"name": n, "reproduces": e["reproduces"], "workload": e["workload"]}
+        per_run[n] = {"samples": log}
         try:
             with tempfile.TemporaryDirectory() as tmp:
                 # Only the experiments that can run with real guests take them.
                 kinds = {"vms": a.vms} if "vms" in e else {}
                 figs, raw = e["run"](Path(tmp), a.quick, reps, log, **kinds)
-            entry.update(figures=figs, raw=raw)
+            entry.update(figures=figs)
+            per_run[n]["raw"] = raw
             verdicts = ", ".join(f"{f['id']}: {f['verdict']}" for f in figs)
             print(f"      done in {time.monotonic() - t0:.0f} s — {verdicts}", flush=True)
         except KeyboardInterrupt:
@@ -156,7 +169,7 @@ def main(argv=None):
             # by the time the interrupt reaches here.
             entry.update(figures=[], error="interrupted")
             results["experiments"].append(entry)
-            (a.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+            write()
             print(f"lab: interrupted during {n}; every namespace, device, CPU group and daemon it made was removed; "
                   f"results so far in {a.out / 'results.json'}", file=sys.stderr)
             return 130
@@ -165,7 +178,7 @@ def main(argv=None):
             print(f"      failed: {entry['error']}", file=sys.stderr)
             traceback.print_exc()
         results["experiments"].append(entry)
-        (a.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+        write()
     odds = report.render(results, a.out)
     counts = {}
     for e in results["experiments"]:
@@ -176,8 +189,8 @@ def main(argv=None):
     if fragile:
         print(f"lab: could differ in another run (drawn from this run's own spread, {report.FRAGILE:.0%} or more): "
               + ", ".join(f"{fid} {c:.0%}" for c, fid in fragile))
-    print(f"lab: {len(names)} experiment{'s' if len(names) != 1 else ''} in {time.monotonic() - t_all:.0f} s; results {a.out / 'results.json'}, "
-          f"report {a.out / 'report.md'} and {a.out / 'report.html'}")
+    print(f"lab: {len(names)} experiment{'s' if len(names) != 1 else ''} in {time.monotonic() - t_all:.0f} s; results {a.out / 'results.json'} "
+          f"(each run's commands and numbers in {a.out / 'raw.json'}), report {a.out / 'report.md'} and {a.out / 'report.html'}")
     return 0 if not report.check(results) else 2
 
 

@@ -1,5 +1,5 @@
-"""Seed 002 (a blog on VM throughput against CPU scheduling, and
-VMXNET3 ring exhaustion): throughput against the vCPU's share of a core
+"""CPU Scheduling and VMXNET3 Ring Exhaustion (a vSphere support
+engineer's blog, two posts): throughput against the vCPU's share of a core
 (part 1, with %RDY's analog), and receive rings of several sizes under
 CPU contention (part 2), on hvnet's rings or a QEMU guest's virtqueue."""
 
@@ -11,7 +11,7 @@ import hvlab
 
 from . import measure
 from .fabrics import B_IP, Hvnet
-from .figures import SEED_002, cpu_note, figure
+from .figures import CPU_SCHEDULING, cpu_note, figure
 from .runners import interleaved, iperf
 from .verdict import both, effect_size, judge, median, summarize, undecided
 
@@ -33,7 +33,7 @@ def linear_fit(points):
     return slope, icpt, 1 - ss_res / ss_tot if ss_tot else 1.0
 
 
-# The receiving VM as seed 002 had it: one queue, a full ring drops
+# The receiving VM as the study had it: one queue, a full ring drops
 # (VMXNET3), and its delivery thread, the "vCPU" the CPU share applies to,
 # does all the delivery work (no run-to-completion delivery from the
 # sender's worker).
@@ -118,7 +118,7 @@ def cpu_limit(tmp, quick, reps, log, vms="netns"):
                     [(x, mid["slope"] * x + mid["intercept"]) for x in shares if x <= mid["up_to"]],
                 "hvnet unlimited": [(100, unlimited)]},
                {"published (2.6 GHz host, % of 2600 MHz)": PUB_002_CPU, "published unlimited": [(100, PUB_002_UNLIMITED)]},
-               SEED_002 + ", part 1 table",
+               CPU_SCHEDULING + ", part 1 table",
                f"throughput grows linearly with the CPU share while the share is the limit (the median repetition's R² > 0.9, "
                f"slope > 0 in every repetition; published R² {pr2:.3f}, slope {pslope:.3f} Gbit/s per %; hvnet R² {min(r2s):.3f}–{max(r2s):.3f}, "
                f"slope {min(slopes):.3f}–{max(slopes):.3f}, then flat at about {max(g for _, g in points):.1f} Gbit/s; "
@@ -130,7 +130,7 @@ def cpu_limit(tmp, quick, reps, log, vms="netns"):
                {"hvnet": [(sh, *med[sh]["spread"]["gbps"]) for sh in shares]}),
         figure("cpu-limit-rdy", "The VM's run-queue wait (hvnet's %RDY analog)", "CPU share of one core (%)", "% of wall time waiting",
                {"hvnet vCPU run-queue wait": [(sh, med[sh]["rdy_pct"]) for sh in shares]},
-               {"published %RDY at 800 MHz (31%)": [(31, 69.0)]}, SEED_002 + ", part 1 esxtop",
+               {"published %RDY at 800 MHz (31%)": [(31, 69.0)]}, CPU_SCHEDULING + ", part 1 esxtop",
                f"the lower the share, the longer the vCPU waits to run (wait at {shares[0]}% minus at {shares[-1]}% > 0; "
                "published 69% RDY at an 800 MHz limit)",
                judge([(f"{shares[0]}% vs {shares[-1]}%", rdy_drop)], "up", 0.0, "difference in points"),
@@ -142,8 +142,8 @@ def cpu_limit(tmp, quick, reps, log, vms="netns"):
 
 
 def contended_streams(f, secs):
-    """12 streams from VM a into VM b, b's vCPU held to 25% of a core (seed
-    002's load): the command, iperf3's output, b's rx_summary and a's TCP
+    """12 streams from VM a into VM b, b's vCPU held to 25% of a core (part
+    2's load): the command, iperf3's output, b's rx_summary and a's TCP
     counters, each (before, after)."""
     with hvlab.CpuLimit(25) as cpu:
         server, _ = contended_server(f, cpu)
@@ -195,7 +195,7 @@ def ring_exhaustion(tmp, quick, reps, log, vms="netns"):
         figure("ring-exhaustion-drops", "Ring-full drops under CPU contention, 12 streams", "ring size (entries)", "frames dropped",
                {f"hvnet LRO {lro} ring {n} full": ser(f"ring{n}_full", lro) for lro in lros for n in (1, 2)},
                {"published ring 1 full (default rings)": [(256, 7086)], "published ring 2 full (default rings)": [(256, 3284)]},
-               SEED_002 + ", part 2 (vsish rxSummary)",
+               CPU_SCHEDULING + ", part 2 (vsish rxSummary)",
                f"larger rings cut ring-full drops (ratio {rings[-1]}/{rings[0]} < 1; hvnet LRO on: {on[0]['drops']:.0f} at "
                f"{rings[0]} -> {on[-1]['drops']:.0f} at {rings[-1]}; ring memory per queue "
                f"{on[0]['ring_memory_bytes'] / 2**20:.1f} -> {on[-1]['ring_memory_bytes'] / 2**20:.1f} MiB)",
@@ -204,14 +204,14 @@ def ring_exhaustion(tmp, quick, reps, log, vms="netns"):
         figure("ring-exhaustion-retransmits", "Sender retransmissions", "ring size (entries)", "segments retransmitted",
                {f"hvnet LRO {lro}": ser("retransmits", lro) for lro in lros},
                {"published retransmitted segments (default rings)": [(256, 86715)]},
-               SEED_002 + ", part 2 (netstat -s)",
+               CPU_SCHEDULING + ", part 2 (netstat -s)",
                f"fewer retransmissions with larger rings (ratio {rings[-1]}/{rings[0]} < 1; hvnet LRO on: "
                f"{on[0]['retransmits']:.0f} -> {on[-1]['retransmits']:.0f})",
                judge([("LRO on", fewer("retransmits"))], "down"), cpu_note(),
                {f"hvnet LRO {lro}": spr("retransmits", lro) for lro in lros}),
         figure("ring-exhaustion-why-ring2", "Why ring 2 fills at MTU 1500", "ring size (entries)", "share of delivered frames",
                {"frames larger than a ring-1 buffer (coalesced or TSO)": ser("large_share", "on")},
-               {}, SEED_002 + ", part 2 (open question)",
+               {}, CPU_SCHEDULING + ", part 2 (open question)",
                f"ring 2 fills because most delivered frames ({100 * median(share):.0f}%) are LRO or TSO frames of up to "
                "64 KiB, each taking 16 ring-2 pages; the study saw ring 2 full at MTU 1500 without explaining it",
                judge([(f"{rings[0]} entries", share)], "up", 0.5, "share"),
@@ -242,7 +242,7 @@ def virtqueue_exhaustion(tmp, quick, reps, log, vms):
                    "receive virtqueue size (entries)", "frames dropped",
                    {f"hvnet LRO {lro}, virtqueue full": ser("drops", lro) for lro in lros},
                    {"published ring 1 full (default rings)": [(256, 7086)], "published ring 2 full (default rings)": [(256, 3284)]},
-                   SEED_002 + ", part 2 (vsish rxSummary)",
+                   CPU_SCHEDULING + ", part 2 (vsish rxSummary)",
                    f"larger rings cut ring-full drops (ratio {rings[-1]}/{rings[0]} < 1; hvnet LRO off: {off[0]['drops']:.0f} at "
                    f"{rings[0]} -> {off[-1]['drops']:.0f} at {rings[-1]} entries of the guest's receive virtqueue)",
                    judge([("LRO off", fewer("drops"))], "down"), note,
@@ -251,7 +251,7 @@ def virtqueue_exhaustion(tmp, quick, reps, log, vms):
                    "segments retransmitted",
                    {f"hvnet LRO {lro}": ser("retransmits", lro) for lro in lros},
                    {"published retransmitted segments (default rings)": [(256, 86715)]},
-                   SEED_002 + ", part 2 (netstat -s)",
+                   CPU_SCHEDULING + ", part 2 (netstat -s)",
                    f"fewer retransmissions with larger rings (ratio {rings[-1]}/{rings[0]} < 1; hvnet LRO off: "
                    f"{off[0]['retransmits']:.0f} -> {off[-1]['retransmits']:.0f})",
                    judge([("LRO off", fewer("retransmits"))], "down"), note,

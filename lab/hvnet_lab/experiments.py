@@ -1,10 +1,13 @@
 """The lab's scenarios, as data: each names the study it reproduces (or
 says it is a measurement), the workload, the runner and the kinds of VM
-it can run with. Each runner takes (tmp, quick, reps, log[, vms]) and
+it can run with; a study is named by its short title in
+docs/references.md. Each runner takes (tmp, quick, reps, log[, vms]) and
 returns its figures and raw runs. The runners live in one module per
-study, named for what it studies (`lro_gain`: seed 000; `queues` and
-`uplink_offload`: seed 001; `cpu_and_rings`: seed 002; `lro_rate`: seed
-003; `jumbo_frames`: seed 004) and per group of measurements (`migration`,
+study, named for what it studies (`lro_gain`: LRO for VMXNET3 on Windows
+VMs; `queues` and `uplink_offload`: NIC Technology in vSphere;
+`cpu_and_rings`: CPU Scheduling and VMXNET3 Ring Exhaustion; `lro_rate`:
+LRO in a Virtualized System; `jumbo_frames`: Jumbo Frames Inside Virtual
+Machines) and per group of measurements (`migration`,
 `fabric_compare`, `wire_compare`, `guest_compare`, `vhost_compare`,
 `neighbours`, `evpn_compare`); what they share is in `runners` (iperf3 with its cost,
 interleaving), `fleet` (VMs behind an uplink), `fabrics` and
@@ -32,48 +35,54 @@ from . import capture_cost
 from . import ipfix_cost
 
 EXPERIMENTS = [
-    {"name": "lro-native", "reproduces": "000, Figures 1-3", "run": lro_gain.lro_native,
+    {"name": "lro-native", "reproduces": "LRO for VMXNET3 on Windows VMs, Figures 1-3", "run": lro_gain.lro_native,
      "workload": "native sender (TSO off at its port, MTU 1500) to a VM; LRO off vs on; 256 B / 16 KiB / 64 KiB writes, 8/64/256 KiB socket buffers"},
-    {"name": "lro-local", "reproduces": "000, Figures 4-6", "run": lro_gain.lro_local, "vms": ("netns", "uml", "qemu"),
+    {"name": "lro-local", "reproduces": "LRO for VMXNET3 on Windows VMs, Figures 4-6",
+     "run": lro_gain.lro_local, "vms": ("netns", "uml", "qemu"),
      "workload": "VM to VM; receiver LRO on vs off (hvnet segments); bridge and OVS as references"},
-    {"name": "lro-native-wire", "reproduces": "000, Figures 1-3", "run": lro_gain.lro_native_wire,
+    {"name": "lro-native-wire", "reproduces": "LRO for VMXNET3 on Windows VMs, Figures 1-3",
+     "run": lro_gain.lro_native_wire,
      "workload": "as lro-native with a real external host on an uplink's wire (the uplink's own LRO off) as the sender"},
-    {"name": "lro-rate", "reproduces": "003", "run": lro_rate.lro_rate,
+    {"name": "lro-rate", "reproduces": "LRO in a Virtualized System", "run": lro_rate.lro_rate,
      "workload": "as lro-native with 64 KiB writes; delayed ACKs on and off (quickack) in the receiving VM"},
-    {"name": "lro-rate-wire", "reproduces": "003", "run": lro_rate.lro_rate_wire,
+    {"name": "lro-rate-wire", "reproduces": "LRO in a Virtualized System", "run": lro_rate.lro_rate_wire,
      "workload": "external host on an uplink's wire to a VM, 64 KiB writes; no LRO, LRO at the physical interface "
                  "(the uplink device's GRO), LRO at the virtual interface (hvnet's, into the VM)"},
-    {"name": "cpu-limit", "reproduces": "002, part 1", "run": cpu_and_rings.cpu_limit, "vms": ("netns", "uml", "qemu"),
+    {"name": "cpu-limit", "reproduces": "CPU Scheduling and VMXNET3 Ring Exhaustion, part 1",
+     "run": cpu_and_rings.cpu_limit, "vms": ("netns", "uml", "qemu"),
      "workload": "4 streams into a VM whose vCPU and iperf3 server are held to 15-100% of a core, and unlimited"},
-    {"name": "ring-exhaustion", "reproduces": "002, part 2", "run": cpu_and_rings.ring_exhaustion, "vms": ("netns", "qemu"),
+    {"name": "ring-exhaustion", "reproduces": "CPU Scheduling and VMXNET3 Ring Exhaustion, part 2",
+     "run": cpu_and_rings.ring_exhaustion, "vms": ("netns", "qemu"),
      "workload": "12 streams into a VM held to 25% of a core; rings 256/512/4096 (a QEMU guest's receive virtqueue: "
                  "256/512/1024); LRO on and off"},
-    {"name": "jumbo", "reproduces": "004", "run": jumbo_frames.jumbo, "vms": ("netns", "uml", "qemu"),
+    {"name": "jumbo", "reproduces": "Jumbo Frames Inside Virtual Machines",
+     "run": jumbo_frames.jumbo, "vms": ("netns", "uml", "qemu"),
      "workload": "VM to VM at MTU 1500 vs 9000, 4 streams; bridge and OVS as references"},
-    {"name": "multiqueue", "reproduces": "001, Figure 3; 002 FAQ", "run": queues.multiqueue, "vms": ("netns", "uml", "qemu"),
+    {"name": "multiqueue", "reproduces": "NIC Technology in vSphere, Figure 3; CPU Scheduling and VMXNET3 Ring Exhaustion, FAQ",
+     "run": queues.multiqueue, "vms": ("netns", "uml", "qemu"),
      "workload": "one VM with 1 vs 4 receive queues, 8 streams, RSS spreading flows"},
-    {"name": "uplink-rss", "reproduces": "001, Figure 3", "run": queues.uplink_rss,
+    {"name": "uplink-rss", "reproduces": "NIC Technology in vSphere, Figure 3", "run": queues.uplink_rss,
      "workload": "external host to one VM through an uplink, 8 streams, small (256 B, TCP_NODELAY) and large writes; "
                  "RSS off (1 queue at the uplink and the VM) vs on (4 and 4)"},
-    {"name": "vxlan-rss", "reproduces": "001, Figure 4", "run": queues.vxlan_rss,
+    {"name": "vxlan-rss", "reproduces": "NIC Technology in vSphere, Figure 4", "run": queues.vxlan_rss,
      "workload": "external host's vxlan device to 16 VMs (8 with --quick) behind hvnet's tunnel endpoint, a stream each; the uplink on "
                  "1 queue vs 4 spread by the inner flow's Toeplitz hash"},
-    {"name": "splitrx", "reproduces": "001, Figure 5", "run": queues.splitrx,
+    {"name": "splitrx", "reproduces": "NIC Technology in vSphere, Figure 5", "run": queues.splitrx,
      "workload": "VXLAN to 8 VMs (4 with --quick) on one uplink queue, a stream each; delivery by the queue's thread vs each VM's own "
                  "thread (SplitRxMode); ping latency idle and under load"},
-    {"name": "tso-offload", "reproduces": "001, Figure 6", "run": uplink_offload.tso_offload,
+    {"name": "tso-offload", "reproduces": "NIC Technology in vSphere, Figure 6", "run": uplink_offload.tso_offload,
      "workload": "8 VMs (4 with --quick) send a stream each to the external host; the uplink's TSO hardware vs software (and VXLAN, "
                  "software on this kernel); the switch's CPU per Gbit/s"},
-    {"name": "rx-csum", "reproduces": "001, Figure 7", "run": uplink_offload.rx_csum,
+    {"name": "rx-csum", "reproduces": "NIC Technology in vSphere, Figure 7", "run": uplink_offload.rx_csum,
      "workload": "VXLAN to 8 VMs (4 with --quick), a 125 Mbit/s stream each; the uplink's receive checksums from the device vs "
                  "checked by hvnet, the two switches at the same moment; the switch's CPU per Gbit received"},
-    {"name": "uplink-lro", "reproduces": "001, Figure 8", "run": uplink_offload.uplink_lro,
+    {"name": "uplink-lro", "reproduces": "NIC Technology in vSphere, Figure 8", "run": uplink_offload.uplink_lro,
      "workload": "external host on the wire of an uplink to a VM, 64 KiB writes; the uplink's LRO hardware (device GRO) "
                  "vs software (hvnet's GRO before switching)"},
-    {"name": "netqueue", "reproduces": "001, Figure 9", "run": queues.netqueue_dynamic,
+    {"name": "netqueue", "reproduces": "NIC Technology in vSphere, Figure 9", "run": queues.netqueue_dynamic,
      "workload": "4 VMs behind an uplink with 5 queues, a stream to each from an external host at 100 Mbit/s and "
                  "unlimited; static vs Dynamic NetQueue"},
-    {"name": "port-batch", "reproduces": "001, Figure 10", "run": queues.port_batch,
+    {"name": "port-batch", "reproduces": "NIC Technology in vSphere, Figure 10", "run": queues.port_batch,
      "workload": "VXLAN to 4 VMs (2 with --quick), small (64 B, TCP_NODELAY) and large writes; the endpoint's queue read 32 frames per "
                  "system call vs one; frames per CPU-second of the switch"},
     {"name": "fabrics", "reproduces": "measurement", "run": fabric_compare.fabrics,
@@ -138,7 +147,7 @@ EXPERIMENTS = [
      "workload": "64 namespace VMs (16 with --quick) in pairs, each sender iperf3 -u -b 0 -l 64: frames forwarded per "
                  "second, all together; with HVNET_LAB_BASELINE another build beside, interleaved"},
     {"name": "multicast", "reproduces": "measurement", "run": multicast.multicast,
-     "workload": "seed 001's multicast case: one VM sends a 100 Mbit/s UDP group stream to 16 namespace VMs (8 with "
+     "workload": "the multicast case of NIC Technology in vSphere: one VM sends a 100 Mbit/s UDP group stream to 16 namespace VMs (8 with "
                  "--quick) of which a quarter joined; hvnet with IGMP/MLD snooping (its querier on) and flooding, each "
                  "with SplitRxMode off and on, and the Linux bridge with mcast_snooping 1 and mcast_querier 1 and with "
                  "0, all up at once: frames at the members and at the others, the switch's and the machine's CPU per "

@@ -35,11 +35,46 @@ CPU_NOTES = {
 def cpu_note(kind="netns"):
     return CPU_NOTES[kind]
 
-SEED_000 = "shared/seeds/000 (VMware VROOM! blog, LRO for VMXNET3, vSphere 6, 2015)"
-SEED_001 = "shared/seeds/001 (VMware white paper, NIC technologies in vSphere)"
-SEED_002 = "shared/seeds/002 (blog: VM throughput vs CPU scheduling; VMXNET3 ring exhaustion)"
-SEED_003 = "shared/seeds/003 (Hatori & Oi, LRO in Xen, VPACT 2008)"
-SEED_004 = "shared/seeds/004 (blog: jumbo frames inside Hyper-V VMs)"
+# The published studies, as docs/references.md lists them: {anchor of
+# its section there: (short title, who published it)}. A reproduction's
+# source begins with the study's short title, which the report's summary
+# shows and its Markdown links to that section.
+STUDIES = {
+    "lro-vmxnet3": ("LRO for VMXNET3 on Windows VMs", "VMware VROOM! blog, 2015"),
+    "nic-technology": ("NIC Technology in vSphere", "Rishi Mehta, VMware white paper"),
+    "cpu-scheduling": ("CPU Scheduling and VMXNET3 Ring Exhaustion", "a vSphere support engineer's blog"),
+    "lro-virtualized": ("LRO in a Virtualized System", "Hatori & Oi, VPACT 2008"),
+    "jumbo-frames": ("Jumbo Frames Inside Virtual Machines", "a Hyper-V blog"),
+}
+
+
+def _source(anchor):
+    short, by = STUDIES[anchor]
+    return f"{short} ({by})"
+
+
+LRO_VMXNET3 = _source("lro-vmxnet3")
+NIC_TECHNOLOGY = _source("nic-technology")
+CPU_SCHEDULING = _source("cpu-scheduling")
+LRO_VIRTUALIZED = _source("lro-virtualized")
+JUMBO_FRAMES = _source("jumbo-frames")
+
+
+def cites_study(source):
+    """Whether a figure's source names a published study (begins with a
+    study's short title)."""
+    return any(source.startswith(short) for short, _ in STUDIES.values())
+
+
+def linked(text, page):
+    """`text` with each study's short title in it, the first time, as a
+    Markdown link to its section of the references page at the relative
+    path `page` (unchanged when `page` is None)."""
+    if page is None:
+        return text
+    for anchor, (short, _) in STUDIES.items():
+        text = text.replace(short, f"[{short}]({page}#{anchor})", 1)
+    return text
 
 
 def figure(fid, title, xlabel, ylabel, series, published, source, claim, judged, note, spreads=None):
@@ -55,7 +90,7 @@ def figure(fid, title, xlabel, ylabel, series, published, source, claim, judged,
 
 
 def sizes(quick):
-    # message size, socket buffer, as in seed 000
+    # message size, socket buffer, as in LRO for VMXNET3 on Windows VMs
     return [("256", "8K"), ("16K", "64K"), ("64K", "256K")] if not quick else [("256", "8K"), ("64K", "256K")]
 
 

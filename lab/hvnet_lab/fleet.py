@@ -1,10 +1,11 @@
 """VMs behind an hvnet uplink and an external host on its wire, plainly
 or through a VXLAN tunnel whose far end is the external host's own Linux
-vxlan device: the set-up of seed 001's figures (RSS and SplitRxMode at the
-uplink, VXLAN TSO and receive checksum offload, Dynamic NetQueue, the
-per-packet API), and the TCP streams that load it, with what each run
-cost, and the runners the wire experiments share (fleets up at once,
-their runs interleaved). Used by the lab's seed 001 experiments."""
+vxlan device: the set-up of the figures of NIC Technology in vSphere
+(RSS and SplitRxMode at the uplink, VXLAN TSO and receive checksum
+offload, Dynamic NetQueue, the per-packet API), and the TCP streams that
+load it, with what each run cost, and the runners the wire experiments
+share (fleets up at once, their runs interleaved). Used by the lab's
+experiments on that white paper."""
 
 import contextlib
 import json

@@ -1,11 +1,11 @@
-"""Seed 004 (a blog on jumbo frames inside Hyper-V VMs): VM to VM at MTU
+"""Jumbo Frames Inside Virtual Machines (a Hyper-V blog): VM to VM at MTU
 1500 vs 9000, throughput and CPU per Gbit/s, beside the Linux bridge and
 Open vSwitch."""
 
 import contextlib
 
 from .fabrics import Bridge, Hvnet, Ovs
-from .figures import SEED_004, figure, vm_note
+from .figures import JUMBO_FRAMES, figure, vm_note
 from .runners import interleaved, iperf
 from .verdict import effect_size, judge, median, ratios, summarize, undecided
 
@@ -17,7 +17,7 @@ def with_cost(r):
 
 
 def jumbo_judged(runs):
-    """Seed 004's two claims on hvnet's runs {mtu: [run]}: the verdicts,
+    """The study's two claims on hvnet's runs {mtu: [run]}: the verdicts,
     and the throughput and CPU ratios 9000/1500."""
     thr = ratios(runs[9000], runs[1500], "gbps")
     cpu = ratios(runs[9000], runs[1500], "cores_per_gbps")
@@ -57,11 +57,11 @@ def jumbo(tmp, quick, reps, log, vms="netns"):
     note = vm_note(vms) + " 4 streams, 128 KiB writes." + "".join(f" {n} reference failed: {e}" for n, e in errors.items())
     figs = [
         figure("jumbo-throughput", "VM to VM throughput, MTU 1500 vs 9000", "MTU", "Gbit/s", ser("gbps"),
-               {"published (Hyper-V, same host)": [("1500", 17.0), ("9000", 30.0)]}, SEED_004,
+               {"published (Hyper-V, same host)": [("1500", 17.0), ("9000", 30.0)]}, JUMBO_FRAMES,
                "MTU 9000 raises VM-to-VM throughput (ratio 9000/1500 > 1; " + effect_size(median(thr), 30.0 / 17.0) + ")",
                judged_thr, note, spr("gbps")),
         figure("jumbo-cpu", "CPU per Gbit/s, MTU 1500 vs 9000", "MTU", "busy cores per Gbit/s", ser("cores_per_gbps"),
-               {}, SEED_004,
+               {}, JUMBO_FRAMES,
                "MTU 9000 lowers CPU per Gbit/s (ratio 9000/1500 < 1; published host 7% -> 3%, VM 15% -> 9% of CPU, "
                "percentages with no throughput beside them, so not drawn; " + effect_size(median(cpu), 3.0 / 7.0) + " (host))",
                judged_cpu, note, spr("cores_per_gbps")),

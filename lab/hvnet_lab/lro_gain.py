@@ -1,12 +1,13 @@
-"""Seed 000 (VMware's VROOM! blog on LRO for VMXNET3, vSphere 6, 2015): LRO off vs on
-for a native sender (Figures 1-3; also with a real sender on an uplink's wire) and VM to VM
-(Figures 4-6, beside the Linux bridge and Open vSwitch)."""
+"""LRO for VMXNET3 on Windows VMs (VMware's VROOM! blog, vSphere 6, 2015):
+LRO off vs on for a native sender (Figures 1-3; also with a real sender on
+an uplink's wire) and VM to VM (Figures 4-6, beside the Linux bridge and
+Open vSwitch)."""
 
 
 
 from . import wire_fabrics
 from .fabrics import Bridge, Hvnet, Ovs
-from .figures import NATIVE_NOTE, SEED_000, figure, series_of, sizes, vm_note
+from .figures import LRO_VMXNET3, NATIVE_NOTE, figure, series_of, sizes, vm_note
 from .runners import interleaved, iperf
 from .verdict import effect_size, judge, median, ratios, summarize, undecided
 
@@ -106,7 +107,7 @@ def lro_off_on(f, quick, reps, secs, log, figures):
 
 def lro_native(tmp, quick, reps, log):
     secs = 2 if quick else 4
-    figs = lambda rows: lro_figures("lro-native", rows, PUB_000_NATIVE, SEED_000 + ", Figures 1-3",  # noqa: E731
+    figs = lambda rows: lro_figures("lro-native", rows, PUB_000_NATIVE, LRO_VMXNET3 + ", Figures 1-3",  # noqa: E731
                                     NATIVE_NOTE, lambda r: r["write"])
     with Hvnet(tmp, 1500, a={"tso": False}, b={"ring1": 4096, "ring2": 4096}) as f:
         rows = lro_off_on(f, quick, reps, secs, log, figs)
@@ -122,7 +123,7 @@ def lro_native_wire(tmp, quick, reps, log):
     """As lro-native, with a real external sender on an uplink's wire
     instead of a VM with TSO off."""
     secs = 2 if quick else 4
-    figs = lambda rows: lro_figures("lro-native-wire", rows, PUB_000_NATIVE, SEED_000 + ", Figures 1-3",  # noqa: E731
+    figs = lambda rows: lro_figures("lro-native-wire", rows, PUB_000_NATIVE, LRO_VMXNET3 + ", Figures 1-3",  # noqa: E731
                                     WIRE_SENDER_NOTE, lambda r: r["write"], " (external sender on an uplink)")
     with wire_fabrics.HvnetUplinkNoLro(tmp, 1500) as f:
         rows = lro_off_on(f, quick, reps, secs, log, figs)
@@ -133,7 +134,7 @@ def lro_local(tmp, quick, reps, log, vms="netns"):
     secs = 2 if quick else 4
     refs = {}
     note = vm_note(vms) + " LRO off: hvnet segments the sender's TSO frames for the receiver."
-    figures = lambda rows: lro_figures("lro-local", rows, PUB_000_LOCAL, SEED_000 + ", Figures 4-6", note,  # noqa: E731
+    figures = lambda rows: lro_figures("lro-local", rows, PUB_000_LOCAL, LRO_VMXNET3 + ", Figures 4-6", note,  # noqa: E731
                                        lambda r: r["write"])
     with Hvnet(tmp, 1500, vms, b={"ring1": 4096, "ring2": 4096}) as f:
         rows = lro_off_on(f, quick, reps, secs, log, figures)

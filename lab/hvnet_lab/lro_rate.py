@@ -1,6 +1,7 @@
-"""Seed 003 (Hatori & Oi, LRO in Xen, VPACT 2008): the LRO rate and the
-ACKs a receiver sends with delayed ACKs on and off, and LRO at the
-physical interface vs the virtual one with a real sender on the wire."""
+"""LRO in a Virtualized System (Hatori & Oi, LRO in Xen, VPACT 2008): the
+LRO rate and the ACKs a receiver sends with delayed ACKs on and off, and
+LRO at the physical interface vs the virtual one with a real sender on
+the wire."""
 
 import contextlib
 import math
@@ -10,7 +11,7 @@ import hvlab
 
 from . import measure, wire_fabrics
 from .fabrics import Hvnet
-from .figures import NATIVE_NOTE, SEED_003, figure
+from .figures import LRO_VIRTUALIZED, NATIVE_NOTE, figure
 from .runners import interleaved, iperf
 from .verdict import INCONCLUSIVE, effect_size, judge, ratios, summarize, value_range
 
@@ -79,20 +80,20 @@ def lro_rate(tmp, quick, reps, log):
     figs = [
         figure("lro-rate", "LRO rate: frames in per frame delivered", "configuration", "frames in / frames out",
                {"hvnet": ser("lro_rate")},
-               {"published": [("Native", 1.00), ("Non-LRO", 1.00), ("LRO Phys.", 1.98), ("LRO Virt.", 4.91)]}, SEED_003,
+               {"published": [("Native", 1.00), ("Non-LRO", 1.00), ("LRO Phys.", 1.98), ("LRO Virt.", 4.91)]}, LRO_VIRTUALIZED,
                "LRO in the virtual interface delivers several frames per frame (LRO on > 1.5; "
                + effect_size(on["lro_rate"], 4.91) + "). hvnet coalesces up to 64 KiB per frame, as Linux GRO does; "
                "the paper's Xen LRO coalesced less",
                judge([("LRO on", [r["lro_rate"] for r in on_runs])], "up", 1.5, "LRO rate"), NATIVE_NOTE, {"hvnet": spr("lro_rate")}),
         figure("lro-rate-acks", "ACKs the receiver sent per MB", "configuration", "ACKs per MB",
-               {"hvnet ACKs/MB": ser("acks_per_mb")}, {}, SEED_003 + " (acknowledgment breakdown)",
+               {"hvnet ACKs/MB": ser("acks_per_mb")}, {}, LRO_VIRTUALIZED + " (acknowledgment breakdown)",
                f"LRO reduces the ACKs the receiver sends (ratio on/off < 1; hvnet {off['acks_per_mb']:.0f} -> "
                f"{on['acks_per_mb']:.0f} per MB; delayed ACKs: {off['delayed_acks_per_mb']:.1f} -> {on['delayed_acks_per_mb']:.1f} per MB)",
                judge([("delayed ACKs on", ratios(on_runs, off_runs, "acks_per_mb"))], "down"),
                NATIVE_NOTE + " quickack = `ip route ... quickack 1` in the receiving VM, the paper's proposed option.",
                {"hvnet ACKs/MB": spr("acks_per_mb")}),
         figure("lro-rate-sacks", "SACK blocks merged at the sender", "configuration", "SACK blocks per run",
-               {"hvnet SACK blocks merged": ser("sack_merged_at_sender")}, {}, SEED_003 + " (selective acknowledgment rate)",
+               {"hvnet SACK blocks merged": ser("sack_merged_at_sender")}, {}, LRO_VIRTUALIZED + " (selective acknowledgment rate)",
                f"the paper saw the SACK rate (SACK blocks per ACK) drop with LRO in the virtual interface (ratio on/off < 1; "
                f"hvnet {off['sack_merged_at_sender']:.0f} -> {on['sack_merged_at_sender']:.0f} SACK blocks per run, "
                f"{off['sack_rate']:.4f} -> {on['sack_rate']:.4f} per ACK)",
@@ -101,7 +102,7 @@ def lro_rate(tmp, quick, reps, log):
     ]
     if all(math.isfinite(r["cycles_per_byte"]) for r in rows):
         figs.append(figure("lro-rate-cycles", "CPU cycles per byte received (whole machine)", "configuration", "cycles per byte",
-                           {"hvnet cycles/byte": ser("cycles_per_byte")}, {}, SEED_003 + " (clock cycles and instruction count)",
+                           {"hvnet cycles/byte": ser("cycles_per_byte")}, {}, LRO_VIRTUALIZED + " (clock cycles and instruction count)",
                            f"LRO lowers the cycles spent per byte (ratio on/off < 1; hvnet {off['cycles_per_byte']:.2f} -> "
                            f"{on['cycles_per_byte']:.2f}; instructions per byte {off['instructions_per_byte']:.2f} -> "
                            f"{on['instructions_per_byte']:.2f})",
@@ -111,7 +112,7 @@ def lro_rate(tmp, quick, reps, log):
 
 
 def lro_rate_wire(tmp, quick, reps, log):
-    """Seed 003's LRO rates with a real sender on the wire: LRO at the
+    """The paper's LRO rates with a real sender on the wire: LRO at the
     physical interface (the uplink device's GRO) against LRO at the
     virtual interface (hvnet's, into the VM), and neither."""
     secs = 2 if quick else 4
@@ -140,7 +141,7 @@ def lro_rate_wire(tmp, quick, reps, log):
     return [figure(
         "lro-rate-wire", "LRO rate at the physical vs the virtual interface (external sender)", "configuration",
         "frames in / frames out", {"hvnet": [(c, res[c]["lro_rate"]) for c in cfgs]},
-        {"published": [("Native", 1.00)] + list(pub.items())}, SEED_003,
+        {"published": [("Native", 1.00)] + list(pub.items())}, LRO_VIRTUALIZED,
         "LRO at the physical interface and at the virtual interface each deliver several frames per frame (rate > "
         "1.5 for both; " + "; ".join(f"{c}: hvnet {res[c]['lro_rate']:.2f}, published {pub[c]:.2f}" for c in cfgs)
         + "). The paper's virtual LRO coalesced more than its physical one; here both coalesce up to 64 KiB, "

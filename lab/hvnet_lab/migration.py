@@ -1,5 +1,5 @@
 """Frames lost while a real guest moves to another host: a measurement,
-not a study's reproduction (no seed publishes it), so its figure carries
+not a study's reproduction (no study publishes it), so its figure carries
 no verdict, only the two back ends side by side.
 
 A QEMU guest (TCG here) is live-migrated between two "hosts" on this

@@ -1,4 +1,4 @@
-"""Seed 001's multicast case, and what IGMP/MLD snooping saves: one VM
+"""The multicast case of NIC Technology in vSphere, and what IGMP/MLD snooping saves: one VM
 sends a UDP group stream at 100 Mbit/s to 16 namespace VMs of which 4
 joined the group (8 and 2 with --quick).
 
@@ -31,7 +31,7 @@ from pathlib import Path
 import hvlab
 
 from .fabrics import Fabric
-from .figures import SEED_001, measured, vm_note
+from .figures import NIC_TECHNOLOGY, measured, vm_note
 from .port_scale import cpu_ticks, daemon
 from .queues import SR_MODES
 from .runners import interleaved
@@ -271,8 +271,8 @@ def multicast(tmp, quick, reps, log):
             "kernel, the receiving VMs' stacks where it writes into them); for the Linux bridge, the machine's softirq "
             "time (the bridge, its veths and the receiving stacks run there; the kernel counts by ticks, no IRQ time "
             "accounting). The machine's: all its busy time. hvnet snoops with its querier on, the bridge with "
-            "mcast_querier 1; SplitRxMode off is delivery auto, on is delivery thread. Seed 001: SplitRxMode was made "
-            "for multicast, where one thread copies each frame to many VMs.")
+            "mcast_querier 1; SplitRxMode off is delivery auto, on is delivery thread. NIC Technology in vSphere: "
+            "SplitRxMode was made for multicast, where one thread copies each frame to many VMs.")
     figs = [
         measured("multicast-nonmembers", "Group frames at the VMs that did not join", "forwarding",
                  f"frames/s, all {n - len(members)} non-members", runs, "nonmember_per_s", place,
@@ -290,5 +290,5 @@ def multicast(tmp, quick, reps, log):
                  "what does the whole machine (sender, receivers, switch) spend per delivered frame?", said, note),
     ]
     for fig in figs:
-        fig["source"] += "; " + SEED_001 + ", SplitRxMode (multicast)"
+        fig["source"] += "; " + NIC_TECHNOLOGY + ", SplitRxMode (multicast)"
     return figs, {label(c): rs for c, rs in runs.items()}

@@ -1,4 +1,4 @@
-"""Seed 001 (VMware's white paper on NIC technologies in vSphere), its
+"""NIC Technology in vSphere (VMware's white paper), its
 queueing figures: one vs several queues with RSS into a VM (Figure 3),
 RSS at an uplink, plain and over VXLAN (Figures 3 and 4), SplitRxMode (5),
 Dynamic NetQueue (9) and the per-packet cost of the port interface (10).
@@ -7,14 +7,14 @@ The wire variants run their configurations up at once, interleaved."""
 import contextlib
 
 from .fabrics import Hvnet
-from .figures import SEED_001, SEED_002, figure, vm_note
+from .figures import CPU_SCHEDULING, NIC_TECHNOLOGY, figure, vm_note
 from .fleet import VXLAN_NOTE, WIRE_NOTE, Fleet, at_once, each, fleets_compared, sizes_text
 from .runners import interleaved, iperf
 from .verdict import effect_size, judge, median, ratios, summarize, undecided
 
 
 def multiqueue_judged(runs):
-    """Seed 001's Figure 3 claim on the runs {queues: [run]}."""
+    """The white paper's Figure 3 claim on the runs {queues: [run]}."""
     return judge([("4 vs 1 queues", ratios(runs[4], runs[1], "gbps"))], "up", published=21.0 / 15.0)
 
 
@@ -41,13 +41,13 @@ def multiqueue(tmp, quick, reps, log, vms="netns"):
     figs = [
         figure("multiqueue-throughput", "One VM, 1 receive queue vs 4 with RSS, 8 streams", "receive queues", "Gbit/s",
                {"hvnet": [("1", res[1]["gbps"]), ("4", res[4]["gbps"])]},
-               {"published (40GbE, large packets): +40% with RSS": [("1", 15.0), ("4", 21.0)]}, SEED_001 + ", Figure 3",
+               {"published (40GbE, large packets): +40% with RSS": [("1", 15.0), ("4", 21.0)]}, NIC_TECHNOLOGY + ", Figure 3",
                "RSS over several queues raises one VM's receive throughput (ratio 4/1 > 1; "
                + effect_size(median(gain), 21.0 / 15.0) + ")",
                multiqueue_judged(runs), vm_note(vms) + " Each queue has its own worker and delivery thread, all on 2 cores.",
                {"hvnet": [("1", *res[1]["spread"]["gbps"]), ("4", *res[4]["spread"]["gbps"])]}),
         figure("multiqueue-spread", "Per-queue load with 4 queues (median run)", "queue", "frames delivered",
-               {"hvnet": [(str(i), v) for i, v in enumerate(spread4)]}, {}, SEED_002 + ", FAQ (one queue per vCPU)",
+               {"hvnet": [(str(i), v) for i, v in enumerate(spread4)]}, {}, CPU_SCHEDULING + ", FAQ (one queue per vCPU)",
                f"RSS spreads the flows over the queues (at least 2 of 4 used in every run; used: {', '.join(map(str, used))})",
                judge([("queues used", used)], "up", 1.5, "queues"), vm_note(vms)),
     ]
@@ -71,7 +71,7 @@ def uplink_rss(tmp, quick, reps, log):
             "uplink-rss-throughput", "One VM's receive throughput from the wire, RSS off vs on (8 streams)", "packets",
             "Gbit/s", {f"hvnet RSS {rss}": [(size, res[(rss, size)]["gbps"]) for size in writes] for rss in up},
             {"published RSS off (40GbE, Gbit/s)": [("large", 15.0)], "published RSS on (Gbit/s)": [("large", 21.0)]},
-            SEED_001 + ", Figure 3",
+            NIC_TECHNOLOGY + ", Figure 3",
             "RSS at the NIC and in the VM raises one VM's receive throughput (ratio on/off > 1; published +40% large, "
             "+30% small; " + sizes_text(gain, pub) + ")",
             judge(list(gain.items()), "up", published=pub), note,
@@ -98,7 +98,7 @@ def vxlan_rss(tmp, quick, reps, log):
         return [figure(
             "vxlan-rss-throughput", f"Receive throughput over VXLAN, {vms} VMs, RSS off vs on at the uplink", "RSS",
             "Gbit/s (all VMs)", {"hvnet": ser},
-            {"published (10GbE, 16 VMs, large packets; Gbit/s)": [("off", 6.0), ("on", 9.1)]}, SEED_001 + ", Figure 4",
+            {"published (10GbE, 16 VMs, large packets; Gbit/s)": [("off", 6.0), ("on", 9.1)]}, NIC_TECHNOLOGY + ", Figure 4",
             f"RSS for encapsulated frames raises VXLAN receive throughput (ratio on/off > 1; hvnet {median(gain):.2f}; "
             + effect_size(median(gain), 9.1 / 6.0) + ")",
             judge([("on vs off", gain)], "up", published=9.1 / 6.0),
@@ -129,13 +129,13 @@ def splitrx(tmp, quick, reps, log):
         return [
             figure("splitrx-throughput", f"VXLAN receive throughput, {vms} VMs on one queue, SplitRxMode off vs on",
                    "delivery", "Gbit/s (all VMs)", {"hvnet": [(m, res[m]["gbps"]) for m in up]}, {},
-                   SEED_001 + ", Figure 5",
+                   NIC_TECHNOLOGY + ", Figure 5",
                    f"SplitRxMode raises VXLAN receive throughput without RSS (ratio split/together > 1; hvnet "
                    f"{median(thr):.2f}; the study gives no numbers)",
                    judge([("split vs together", thr)], "up"), note, {"hvnet": [(m, *res[m]["spread"]["gbps"]) for m in up]}),
             figure("splitrx-latency", "Ping round trip to a VM under load, SplitRxMode off vs on", "delivery",
                    "ms (median round trip)", {"hvnet, under load": rtt("rtt_loaded_ms"), "hvnet, idle": rtt("rtt_idle_ms")},
-                   {}, SEED_001 + ", Figure 5 (text)",
+                   {}, NIC_TECHNOLOGY + ", Figure 5 (text)",
                    f"SplitRxMode costs latency: a higher ping round trip (ratio split/together > 1; published 1.15; hvnet "
                    f"{median(lat_idle):.2f} idle, {median(lat):.2f} under load). Judged idle: the delivery path's own "
                    "latency; under load a ping waits behind the streams' frames in the one queue, which varies with "
@@ -157,7 +157,7 @@ def splitrx(tmp, quick, reps, log):
 
 
 def netqueue_dynamic(tmp, quick, reps, log):
-    """Seed 001, Figure 9: Dynamic NetQueue packs filters at low load (fewer
+    """NIC Technology in vSphere, Figure 9: Dynamic NetQueue packs filters at low load (fewer
     queues, less CPU) and spreads them under load; static NetQueue gives
     each VM a queue of its own. Two claims: the CPU it saves when quiet
     (Figure 9), and the packing and spreading it does that for (the
@@ -194,14 +194,14 @@ def netqueue_dynamic(tmp, quick, reps, log):
         out = [
             figure("netqueue-dynamic-cpu", "The switch's CPU at low load (4 x 100 Mbit/s), static vs Dynamic NetQueue",
                    "NetQueue", "cores (hvnet daemon)",
-                   {"hvnet": [(m, res[f"{m}-low"]["hvnet_cores"]) for m in up]}, {}, SEED_001 + ", Figure 9",
+                   {"hvnet": [(m, res[f"{m}-low"]["hvnet_cores"]) for m in up]}, {}, NIC_TECHNOLOGY + ", Figure 9",
                    "Dynamic NetQueue packs filters on fewer queues at low load and so uses less CPU (ratio static/dynamic "
                    f"> 1; hvnet {median(cpu_low):.2f}; queues used {', '.join(map(str, q_low))} of 4)",
                    judge([(cpu_label, cpu_low)], "up"), note,
                    {"hvnet": [(m, *res[f"{m}-low"]["spread"]["hvnet_cores"]) for m in up]}),
             figure("netqueue-dynamic-spread", "Receive queues in use at low and high load, static vs Dynamic NetQueue",
                    "load (4 streams)", "receive queues in use (of 5)",
-                   {m: [(l, res[f"{m}-{l}"]["queues_used"]) for l in loads] for m in up}, {}, SEED_001 + ", Figure 9",
+                   {m: [(l, res[f"{m}-{l}"]["queues_used"]) for l in loads] for m in up}, {}, NIC_TECHNOLOGY + ", Figure 9",
                    "Dynamic NetQueue packs the filters on fewer queues than static NetQueue while the load is low, and "
                    "spreads them when it rises (ratios static/dynamic at low load and dynamic high/low > 1; published "
                    "8 queues packed on 2 or 4; hvnet dynamic "
@@ -263,13 +263,13 @@ def port_batch(tmp, quick, reps, log):
                 "packet is a system call per frame read.")
         return [
             figure("port-batch-efficiency", "Frames from the wire per CPU-second of the switch, batched vs one per call",
-                   "packets", "frames per hvnet CPU-second", ser("frames_per_cpu_s"), {}, SEED_001 + ", Figure 10",
+                   "packets", "frames per hvnet CPU-second", ser("frames_per_cpu_s"), {}, NIC_TECHNOLOGY + ", Figure 10",
                    "A port interface with less per-packet cost saves CPU, most at high packet rates (ratio batched/single "
                    "> 1; published about 10% small, 4% large; " + "; ".join(
                        f"{s}: hvnet {median(g):.2f}" for s, g in gain.items()) + ")",
                    judge([("small", gain["small"])], "up", published=pub["small"]), note, spr("frames_per_cpu_s")),
             figure("port-batch-throughput", "Throughput, batched vs one frame per call", "packets", "Gbit/s (all VMs)",
-                   ser("gbps"), {}, SEED_001 + ", Figure 10",
+                   ser("gbps"), {}, NIC_TECHNOLOGY + ", Figure 10",
                    "The lower per-packet cost comes with slightly higher throughput (ratio batched/single >= 0.95; "
                    + "; ".join(f"{s}: hvnet {median(g):.2f} ({min(g):.2f}–{max(g):.2f})" for s, g in thr.items())
                    + "). Judged with large packets, where the switch's per-frame work limits throughput; with 64-byte "

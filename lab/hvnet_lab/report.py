@@ -6,13 +6,29 @@ says whether the published effect was reproduced."""
 import html
 import json
 import math
+import os
 from pathlib import Path
 
 from . import stability
+from .figures import cites_study, linked
 from .verdict import INTERVAL, MEASURED, NOISE, edges, median, point_interval, published_at, shape
 
 # The overview's colour of each verdict.
 COLOURS = {"reproduced": "#2a9d4b", "not reproduced": "#c0392b", "inconclusive": "#e08e0b"}
+
+# The page listing the published studies; a report's Markdown links each
+# study's short title to its section there.
+REFERENCES = Path(__file__).resolve().parents[2] / "docs" / "references.md"
+
+
+def references_from(out_dir: Path):
+    """The references page's path relative to `out_dir`, for a report
+    written inside this repository; None elsewhere (the titles then stand
+    without links)."""
+    out = Path(out_dir).resolve()
+    if REFERENCES.parents[1] not in (out, *out.parents):
+        return None
+    return os.path.relpath(REFERENCES, out)
 
 
 def _numeric(xs):
@@ -183,6 +199,7 @@ def render(results: dict, out_dir: Path):
     reps, most, interval = rule(meta)
     odds = another_run(results)
     flagged = {fid: chance for chance, fid in fragile(odds)}
+    page = references_from(out_dir)
     md = ["# hvnet lab report", "",
           f"Run {meta['date']} on {meta['host']} ({meta['cpu_model']}, {meta['cpus']} cores), kernel {meta['kernel']}, "
           f"hvnet {meta['git_revision']}, iperf3 {meta['iperf3']}, Open vSwitch {meta.get('openvswitch') or 'not installed'}; "
@@ -194,7 +211,7 @@ def render(results: dict, out_dir: Path):
     summary = []
     for exp in results["experiments"]:
         what = "a measurement" if exp["reproduces"] == "measurement" else f"reproduces {exp['reproduces']}"
-        md += [f"## {exp['name']} — {what}", "", exp["workload"], ""]
+        md += [f"## {exp['name']} — {what}", "", linked(exp["workload"], page), ""]
         body.append(f"<h2>{html.escape(exp['name'])} — {html.escape(what)}</h2><p>{html.escape(exp['workload'])}</p>")
         if exp.get("error"):
             md += [f"**Not run:** {exp['error']}", ""]
@@ -213,8 +230,8 @@ def render(results: dict, out_dir: Path):
             md += [f"### {fig['title']}", ""]
             if png:
                 md += [f"![{fig['id']}]({png})", ""]
-            md += [_table(fig), "", f"**{claim_is}:** {fig['claim']} — **{verdict}**." + (f" Measured: {fig['why_not']}." if fig["why_not"] else "") + again, "",
-                   f"Source: {fig['source']}. {fig['note']}", ""]
+            md += [_table(fig), "", f"**{claim_is}:** {linked(fig['claim'], page)} — **{verdict}**." + (f" Measured: {fig['why_not']}." if fig["why_not"] else "") + again, "",
+                   f"Source: {linked(fig['source'], page)}. {fig['note']}", ""]
             body.append(f"<h3>{html.escape(fig['title'])}</h3>" + (f"<img src='{png}' alt='{fig['id']}'>" if png else "")
                         + "<table><tr><th>series</th><th>values</th></tr>"
                         + "".join(f"<tr><td>{html.escape(l)} (ours)</td><td>{html.escape(_values(fig, l, p))}</td></tr>" for l, p in fig["series"].items())
@@ -222,9 +239,9 @@ def render(results: dict, out_dir: Path):
                         + f"</table><p><b>{claim_is}:</b> {html.escape(fig['claim'])} — <b>{verdict}</b>."
                         + (f" Measured: {html.escape(fig['why_not'])}." if fig["why_not"] else "") + html.escape(again)
                         + f"</p><p class='src'>Source: {html.escape(fig['source'])}. {html.escape(fig['note'])}</p>")
-    table = ["| experiment | figure | seed | published effect and what hvnet measured | verdict |", "|---|---|---|---|---|"]
-    table += [f"| {a} | {b} | {seed} | {claim} | **{v}**{f' ({flag})' if flag else ''}{': ' + why if why else ''} |"
-              for a, b, v, seed, claim, why, flag in summary]
+    table = ["| experiment | figure | study | published effect and what hvnet measured | verdict |", "|---|---|---|---|---|"]
+    table += [f"| {a} | {b} | {linked(study, page)} | {linked(claim, page)} | **{v}**{f' ({flag})' if flag else ''}{': ' + why if why else ''} |"
+              for a, b, v, study, claim, why, flag in summary]
     counts = {}
     for row in summary:
         counts[row[2]] = counts.get(row[2], 0) + 1
@@ -246,11 +263,11 @@ def render(results: dict, out_dir: Path):
             + "<h2>At a glance</h2>"
             + (f"<img src='{picture}' alt='every judged effect beside the published one'><p class='src'>"
                + html.escape(seen[2]) + "</p>" if picture else "")
-            + f"<p>{html.escape(glance)}</p><table><tr><th>experiment</th><th>figure</th><th>seed</th><th>published effect and what hvnet measured</th><th>verdict</th></tr>"
-            + "".join(f"<tr><td>{html.escape(a)}</td><td>{html.escape(b)}</td><td>{html.escape(seed)}</td><td>{html.escape(claim)}</td>"
+            + f"<p>{html.escape(glance)}</p><table><tr><th>experiment</th><th>figure</th><th>study</th><th>published effect and what hvnet measured</th><th>verdict</th></tr>"
+            + "".join(f"<tr><td>{html.escape(a)}</td><td>{html.escape(b)}</td><td>{html.escape(study)}</td><td>{html.escape(claim)}</td>"
                       + (f"<td><details><summary><b>{html.escape(v)}</b>{html.escape(f' ({flag})' if flag else '')}</summary>"
                          f"{html.escape(why)}</details>" if why else f"<td><b>{html.escape(v)}</b>{html.escape(f' ({flag})' if flag else '')}")
-                      + "</td></tr>" for a, b, v, seed, claim, why, flag in summary)
+                      + "</td></tr>" for a, b, v, study, claim, why, flag in summary)
             + "</table>" + "".join(body))
     (out_dir / "report.html").write_text(page)
     return odds
@@ -271,7 +288,7 @@ def check(results: dict):
                 for x, y in pts:
                     if not (isinstance(y, (int, float)) and math.isfinite(y)):
                         problems.append(f"{fig['id']}: {label} at {x} is {y!r}")
-            if fig.get("verdict") != MEASURED and not fig["source"].startswith("shared/seeds/"):
+            if fig.get("verdict") != MEASURED and not cites_study(fig["source"]):
                 problems.append(f"{fig['id']}: no published source")
             if not fig["series"]:
                 problems.append(f"{fig['id']}: no series")

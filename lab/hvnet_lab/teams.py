@@ -1,6 +1,7 @@
 """NIC teams against the real thing: a measurement (no study publishes
-these figures; seed 004 names the effect: its host's VMs run on a team of
-two 10 GbE NICs, and one VM's flow is bounded by one team member).
+these figures; Jumbo Frames Inside Virtual Machines names the effect:
+its host's VMs run on a team of two 10 GbE NICs, and one VM's flow is
+bounded by one team member).
 
 This machine's kernel has no bonding or team driver, so the "physical
 switch" is Open vSwitch userspace (the netdev datapath) in a namespace of
@@ -49,19 +50,20 @@ from .runners import interleaved
 from .verdict import median
 
 RATE_MBIT = 1000
-# Jumbo frames on the members, as on seed 004's team: Open vSwitch
-# userspace reads and writes every frame with a system call, and at 1,500
-# bytes it dropped frames (its sockets overflowing) at 0.3-0.45 Gbit/s
-# here with the lead's builds beside it, under the members' 2 Gbit/s.
+# Jumbo frames on the members, as on the team in Jumbo Frames Inside
+# Virtual Machines: Open vSwitch userspace reads and writes every frame
+# with a system call, and at 1,500 bytes it dropped frames (its sockets
+# overflowing) at 0.3-0.45 Gbit/s here with the lead's builds beside it,
+# under the members' 2 Gbit/s.
 MTU = 9000
 EXT_IP = "198.18.44.100"
 PID_A, PID_B, LACP_A, AB_A, OVS_VM = (f"198.18.44.{i}" for i in (1, 2, 3, 4, 5))
 PING_EVERY, PING_COUNT, PULL_AFTER = 0.01, 500, 1.5
 NOTE = ("A measurement, not a study's reproduction: no verdict. The physical switch is Open vSwitch userspace with "
         "a host behind it, each team member a veth pair limited to "
-        f"{RATE_MBIT / 1000:g} Gbit/s toward the host by a tc TBF, MTU {MTU} (as seed 004's team); the VMs are network namespaces; the switches, "
-        "host and VMs share this machine's 2 cores. Teams facing Open vSwitch userspace segment and checksum in "
-        "software (tso/csum = \"software\").")
+        f"{RATE_MBIT / 1000:g} Gbit/s toward the host by a tc TBF, MTU {MTU} (as the team in Jumbo Frames Inside "
+        "Virtual Machines); the VMs are network namespaces; the switches, host and VMs share this machine's 2 "
+        "cores. Teams facing Open vSwitch userspace segment and checksum in software (tso/csum = \"software\").")
 
 HV_PID, HV_LACP, HV_AB, OVS_AB = "hvnet port-id", "hvnet lacp", "hvnet active-backup", "Open vSwitch active-backup"
 
@@ -344,7 +346,7 @@ def teams(tmp, quick, reps, log):
         measured("teams-throughput", "VMs to the host over a team of two members limited to "
                  f"{RATE_MBIT / 1000:g} Gbit/s each", "VMs, streams", "Gbit/s", runs, "gbps", place,
                  "does one VM's stream take one member and do two VMs (port-id) or one VM's four streams (lacp) "
-                 "take both, as seed 004's host's team does?", said, NOTE),
+                 "take both, as the host's team in Jumbo Frames Inside Virtual Machines does?", said, NOTE),
         measured("teams-ratio", "Throughput over a team, in members' rates", "VMs, streams",
                  f"× one member ({RATE_MBIT / 1000:g} Gbit/s)", runs, "ratio", place,
                  "how many members' worth does each load get?", said, NOTE),

@@ -1,4 +1,4 @@
-"""Seed 001 (VMware's white paper on NIC technologies in vSphere), its
+"""NIC Technology in vSphere (VMware's white paper), its
 offload figures at an uplink: TSO in hardware vs software (Figure 6),
 receive checksums from the device vs checked by hvnet (7), and hardware vs
 software LRO (8), each with a real external host on the wire."""
@@ -6,7 +6,7 @@ software LRO (8), each with a real external host on the wire."""
 import contextlib
 
 from . import wire_fabrics
-from .figures import SEED_001, figure
+from .figures import NIC_TECHNOLOGY, figure
 from .fleet import VXLAN_NOTE, WIRE_NOTE, each, fleets_compared, fleets_together
 from .runners import interleaved, iperf
 from .verdict import effect_size, judge, median, ratios, summarize, undecided
@@ -34,7 +34,7 @@ def tso_offload(tmp, quick, reps, log):
                 "software always: drawn, not judged.")
         return [figure(
             "tso-offload-cpu", "The switch's send CPU, TSO at the wire in hardware vs software", "TSO",
-            "hvnet cores per Gbit/s", {"hvnet": ser}, {}, SEED_001 + ", Figure 6",
+            "hvnet cores per Gbit/s", {"hvnet": ser}, {}, NIC_TECHNOLOGY + ", Figure 6",
             "Without TSO at the NIC the switch segments in software and its send CPU per Gbit/s about doubles (ratio "
             f"software/hardware > 1; hvnet {median(cost):.2f}; " + effect_size(median(cost), 2.0) + " (\"almost doubled\"))",
             judge([("software vs hardware", cost)], "up", published=2.0), note, {"hvnet": spr}),
@@ -47,7 +47,7 @@ def tso_offload(tmp, quick, reps, log):
         settle=lambda r: undecided(figs(r)[0])))
 
 
-# Seed 001's Figure 7: 15% more CPU than non-VXLAN receive without the
+# NIC Technology in vSphere, Figure 7: 15% more CPU than non-VXLAN receive without the
 # offload, 10% with it.
 RX_CSUM_PUBLISHED = 1.15 / 1.10
 
@@ -71,7 +71,7 @@ def rx_csum(tmp, quick, reps, log):
         cost = ratios(runs["software"], runs["hardware"], "hvnet_cores_per_gbps")
         return [figure(
             "rx-csum-cpu", "The switch's receive CPU for VXLAN, checksum offload in hardware vs software", "checksum",
-            "hvnet cores per Gbit/s (CPU-seconds per Gbit)", {"hvnet": ser}, {}, SEED_001 + ", Figure 7",
+            "hvnet cores per Gbit/s (CPU-seconds per Gbit)", {"hvnet": ser}, {}, NIC_TECHNOLOGY + ", Figure 7",
             "Without receive checksum offload for encapsulated frames the switch checks them in software and spends "
             f"more CPU (ratio software/hardware > 1; hvnet {median(cost):.2f}, carrying "
             f"{res['hardware']['gbps']:.2f} and {res['software']['gbps']:.2f} Gbit/s; published overheads 15% vs 10% over "
@@ -96,7 +96,7 @@ def rx_csum(tmp, quick, reps, log):
 
 
 def uplink_lro(tmp, quick, reps, log):
-    """Seed 001, Figure 8: hardware LRO (the NIC's; here the uplink device's
+    """NIC Technology in vSphere, Figure 8: hardware LRO (the NIC's; here the uplink device's
     own GRO) against software LRO (hvnet's, at the uplink before
     switching), a real external sender on the wire, large receives."""
     secs = 2 if quick else 4
@@ -110,7 +110,7 @@ def uplink_lro(tmp, quick, reps, log):
         out = [
             figure("uplink-lro-cpu-efficiency", "CPU efficiency, hardware vs software LRO at the uplink", "LRO at the uplink",
                    "Gbit/s per busy core",
-                   {"hvnet": [(c, res[c]["gbps_per_core"]) for c in up]}, {}, SEED_001 + ", Figure 8",
+                   {"hvnet": [(c, res[c]["gbps_per_core"]) for c in up]}, {}, NIC_TECHNOLOGY + ", Figure 8",
                    "NICs with hardware LRO have higher CPU efficiency for large receives than software LRO (ratio "
                    f"hardware/software > 1; hvnet {median(eff):.2f})",
                    judge([("hardware vs software", eff)], "up"), note,

@@ -58,16 +58,16 @@ def test_report_flags_verdicts_that_could_differ_in_another_run(tmp_path):
     verdict whose effect straddles an edge is flagged with its chance of
     differing in another run, one clear of every edge is not; a quick run
     (one run per point, nothing to draw again) flags nothing."""
-    from hvnet_lab.figures import figure
+    from hvnet_lab.figures import LRO_VMXNET3, figure
     from hvnet_lab.verdict import judge
-    figs = [figure("clear", "Clear", "x", "y", {"s": [("a", 1.0)]}, {}, "shared/seeds/000", "clear claim",
+    figs = [figure("clear", "Clear", "x", "y", {"s": [("a", 1.0)]}, {}, LRO_VMXNET3, "clear claim",
                    judge([("x", [2.0, 2.1, 1.9])], "up"), "n"),
-            figure("edge", "Edge", "x", "y", {"s": [("a", 1.0)]}, {}, "shared/seeds/000", "edge claim",
+            figure("edge", "Edge", "x", "y", {"s": [("a", 1.0)]}, {}, LRO_VMXNET3, "edge claim",
                    judge([("x", [0.98, 1.05, 1.12, 1.02, 1.08, 1.0, 1.06, 1.04, 1.1])], "up"), "n")]
     meta = {"date": "d", "host": "h", "cpu_model": "c", "cpus": 2, "kernel": "k", "git_revision": "r",
             "iperf3": "3", "repeat": 3}
     res = json.loads(json.dumps({"meta": meta, "experiments": [
-        {"name": "e", "reproduces": "000", "workload": "w", "figures": figs}]}))
+        {"name": "e", "reproduces": "LRO for VMXNET3 on Windows VMs, Figures 1-3", "workload": "w", "figures": figs}]}))
     report.render(res, tmp_path)
     md = (tmp_path / "report.md").read_text()
     rows = {line.split("|")[2].strip(): line for line in md.splitlines() if line.startswith("| e |")}
@@ -77,6 +77,54 @@ def test_report_flags_verdicts_that_could_differ_in_another_run(tmp_path):
     res["meta"]["repeat"] = 1
     report.render(res, tmp_path)
     assert "could differ" not in (tmp_path / "report.md").read_text()
+
+
+def test_studies_are_cited_by_their_titles_on_the_references_page():
+    """Every reproduction names its study by the short title of its section
+    in docs/references.md, and every section is there under its anchor."""
+    from hvnet_lab import experiments, figures
+    page = report.REFERENCES.read_text()
+    for anchor, (short, _) in figures.STUDIES.items():
+        assert f'<a id="{anchor}"></a>\n## {short}\n' in page, anchor
+    shorts = [short for short, _ in figures.STUDIES.values()]
+    for e in experiments.EXPERIMENTS:
+        assert e["reproduces"] == "measurement" or e["reproduces"].startswith(tuple(shorts)), e["name"]
+    for source in (figures.LRO_VMXNET3, figures.NIC_TECHNOLOGY, figures.CPU_SCHEDULING, figures.LRO_VIRTUALIZED,
+                   figures.JUMBO_FRAMES):
+        assert figures.cites_study(source) and not figures.cites_study(figures.MEASUREMENT), source
+    assert figures.LRO_VIRTUALIZED == "LRO in a Virtualized System (Hatori & Oi, VPACT 2008)"
+
+
+def test_report_links_each_study_to_the_references_page(tmp_path, monkeypatch):
+    """Written inside the repository, a report's Markdown links a study's
+    short title (in the summary's study column, each figure's source, an
+    experiment's workload) to its section of the references page, by a
+    path relative to the report; written elsewhere, the title stands
+    alone. The HTML names it plainly."""
+    from hvnet_lab.figures import NIC_TECHNOLOGY, figure
+    from hvnet_lab.verdict import judge
+    fig = figure("f", "F", "x", "y", {"s": [("a", 1.0)]}, {}, NIC_TECHNOLOGY + ", Figure 9", "claim",
+                 judge([("x", [2.0, 2.1, 1.9])], "up"), "n")
+    meta = {"date": "d", "host": "h", "cpu_model": "c", "cpus": 2, "kernel": "k", "git_revision": "r",
+            "iperf3": "3", "repeat": 1}
+    res = json.loads(json.dumps({"meta": meta, "experiments": [
+        {"name": "e", "reproduces": "NIC Technology in vSphere, Figure 9",
+         "workload": "as in NIC Technology in vSphere", "figures": [fig]}]}))
+    assert report.check(res) == []
+    link = "[NIC Technology in vSphere](../../../docs/references.md#nic-technology)"
+    monkeypatch.setattr(report, "REFERENCES", tmp_path / "repo" / "docs" / "references.md")
+    out = tmp_path / "repo" / "lab" / "results" / "run"
+    out.mkdir(parents=True)
+    report.render(res, out)
+    md = (out / "report.md").read_text()
+    assert "| experiment | figure | study |" in md and f"| e | f | {link} | claim |" in md, md
+    assert f"Source: {link} (Rishi Mehta, VMware white paper), Figure 9. n" in md, md
+    assert f"## e — reproduces NIC Technology in vSphere, Figure 9\n\nas in {link}\n" in md, md
+    assert "<td>NIC Technology in vSphere</td>" in (out / "report.html").read_text()
+    assert report.references_from(tmp_path / "elsewhere") is None
+    report.render(res, tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert "| e | f | NIC Technology in vSphere | claim |" in md and "references.md" not in md, md
 
 
 def test_a_measurement_has_no_verdict_and_its_report_asks_its_question(tmp_path):

@@ -31,9 +31,9 @@ def test_linear_fit_of_the_published_table():
 
 
 def lro_rows(gain):
-    """LRO off and on, three runs at each of seed 000's sizes: LRO on
-    multiplies throughput, efficiency and frame size by `gain` and divides
-    the frames delivered by it."""
+    """LRO off and on, three runs at each of the sizes of LRO for VMXNET3
+    on Windows VMs: LRO on multiplies throughput, efficiency and frame
+    size by `gain` and divides the frames delivered by it."""
     def runs(size, base, g):
         return [{"size": size, "gbps": base * g * k, "gbps_per_core": base * g * k, "rx_frames_per_s": 1e5 / g * k,
                  "rx_avg_frame": 1500 * g * k} for k in (0.98, 1.0, 1.02)]
@@ -42,9 +42,9 @@ def lro_rows(gain):
 
 
 def test_lro_figures_from_summarized_points():
-    """Seed 000's four figures from LRO off/on points: our medians with
-    their spread per size, the published values beside them, and verdicts
-    on the per-repetition ratios."""
+    """The four figures of LRO for VMXNET3 on Windows VMs from LRO off/on
+    points: our medians with their spread per size, the published values
+    beside them, and verdicts on the per-repetition ratios."""
     figs = lro_gain.lro_figures("lro-local", lro_rows(2.0), lro_gain.PUB_000_LOCAL, "src", "note", lambda p: p["size"])
     assert [f["id"] for f in figs] == ["lro-local-throughput", "lro-local-cpu-efficiency", "lro-local-frames",
                                        "lro-local-frame-size"]
@@ -68,7 +68,8 @@ def test_jumbo_frames_and_queues_judged_on_their_runs():
     def run(gbps, per_core):
         return jumbo_frames.with_cost({"gbps": gbps, "gbps_per_core": per_core})
     assert run(2.0, 4.0)["cores_per_gbps"] == 0.25
-    # Seed 004: 9000 carries more per CPU and more in all.
+    # Jumbo Frames Inside Virtual Machines: 9000 carries more per CPU and
+    # more in all.
     runs = {1500: [run(g, 2.0) for g in (10.0, 10.5, 9.5)], 9000: [run(g, 4.0) for g in (17.0, 18.0, 17.5)]}
     (thr_v, cpu_v), thr, cpu = jumbo_frames.jumbo_judged(runs)
     assert thr_v[0] == REPRODUCED and cpu_v[0] == REPRODUCED and cpu == [0.5, 0.5, 0.5]

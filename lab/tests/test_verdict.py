@@ -45,8 +45,8 @@ def test_verdicts_need_the_effect_beyond_the_spread():
     # beside a published 1.05.
     v, why = judge([("x", [1.01, 1.03, 1.04])], "up", published=1.05)
     assert v == NOT_REPRODUCED and "the machine's noise; published 1.05" in why, why
-    # A published effect inside the noise (seed 001's receive checksum
-    # cost, 1.15/1.10): finding none refutes nothing, so inconclusive;
+    # A published effect inside the noise (the receive checksum cost in
+    # NIC Technology in vSphere, 1.15/1.10): finding none refutes nothing, so inconclusive;
     # one past the noise still reproduces it, the opposite still refutes.
     v, why = judge([("x", [1.01, 1.03, 1.04])], "up", published=1.15 / 1.10)
     assert v == INCONCLUSIVE and "as is the published 1.045: an effect of that size cannot be told" in why, why

@@ -3,7 +3,7 @@
 //! way, drops by reason, receive ring fill, LRO/TSO activity — and each
 //! VM's CPU figures from its threads' kernel accounting: %USED (CPU time
 //! charged, `/proc/TID/stat`), %RUN (time on a CPU) and %RDY (time ready
-//! but waiting for one, `/proc/TID/schedstat`), the figure seed 002 reads
+//! but waiting for one, `/proc/TID/schedstat`), the figure CPU Scheduling and VMXNET3 Ring Exhaustion reads
 //! to explain throughput. A namespace VM's threads are the processes in its
 //! namespace; a real guest's are its processes (its vCPUs).
 //!

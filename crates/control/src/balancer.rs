@@ -1,5 +1,6 @@
 //! Dynamic NetQueue (`netqueue = "dynamic"`): a load balancer over an
-//! uplink's receive queues, as seed 001 describes vSphere's. VM filters
+//! uplink's receive queues, as NIC Technology in vSphere describes vSphere's
+//! (docs/references.md). VM filters
 //! start packed on one queue; each second the balancer reads how long the
 //! datapath's workers spent on each queue (its `busy_ns`) and
 //! how many frames each VM received, gives each filter its share of its

@@ -178,7 +178,7 @@ pub struct Uplink {
     pub rss: bool,
     /// Frames read per system call where the queues are read in batches
     /// (a VXLAN endpoint whose frames fit a small buffer); 1: one frame
-    /// per call, the per-packet API (seed 001, Figure 10).
+    /// per call, the per-packet API (NIC Technology in vSphere, Figure 10).
     pub batch: usize,
 }
 

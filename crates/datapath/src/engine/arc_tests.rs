@@ -64,17 +64,8 @@ fn frame(seq: u32) -> Vec<u8> {
 
 fn allow_all(ports: &[&str]) -> AclConfig {
     let rule = |direction| Rule {
-        label: "open#0".into(),
-        direction,
-        action: Action::Allow,
         stateless: true,
-        family: None,
-        protocol: None,
-        remote: None,
-        ports: None,
-        icmp_type: None,
-        icmp_code: None,
-        text: String::new(),
+        ..Rule::any("open#0", direction, Action::Allow)
     };
     let set = RuleSet {
         rules: vec![rule(Direction::Out), rule(Direction::In)],

@@ -15,7 +15,8 @@ use values::{Addresses, Burst, Rate};
 #[serde(rename_all = "lowercase")]
 pub enum RxOverflow {
     /// Drop the frame and count it (`ring 1 full` / `ring 2 full`), as
-    /// VMXNET3 does: what seed 002 measures.
+    /// VMXNET3 does: what CPU Scheduling and VMXNET3 Ring Exhaustion
+    /// measures.
     Drop,
     /// Stop reading the sender's queue until the ring has room (up to
     /// [`BACKPRESSURE_WAIT`], then drop), so the sender's own queue fills

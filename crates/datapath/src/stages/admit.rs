@@ -46,7 +46,7 @@ fn drop_all(_: &mut State, cx: &Ctx, b: &mut Burst, why: DropReason) {
 fn forged(_: &mut State, cx: &Ctx, b: &mut Burst) {
     let own = cx.port.mac;
     for i in b.live() {
-        let src = b.pkts[i].src();
+        let src = b[i].src();
         b.trace(&cx.port.tracer, i, "forged", || match src == own {
             true => "from the port's own address".into(),
             false => format!("source {src} is not the port's {own}"),

@@ -2,8 +2,8 @@
 //! "software"`): the device's word on a frame's checksum — `DATA_VALID`,
 //! or a partial checksum a veth peer left unfinished — is not taken; hvnet
 //! completes or verifies every transport checksum itself, as a hypervisor
-//! must behind a NIC that cannot check encapsulated frames (seed 001,
-//! Figure 7). At a VXLAN endpoint this runs on the inner frame.
+//! must behind a NIC that cannot check encapsulated frames (NIC
+//! Technology in vSphere, Figure 7). At a VXLAN endpoint this runs on the inner frame.
 //!
 //! A frame found wrong is passed on unvouched (no `DATA_VALID`), so that
 //! the receiving kernel drops and counts it, as it would behind such a NIC.
@@ -29,9 +29,9 @@ pub(crate) const DECL: Decl<InRun> = Decl {
 fn verify_burst(_: &mut State, cx: &Ctx, b: &mut Burst) {
     let c = &cx.port.ingress[cx.q];
     for i in b.live() {
-        verify(&mut b.pkts[i], c);
+        verify(&mut b[i], c);
         b.trace(&cx.port.tracer, i, "checksum", || {
-            format!("checked in software: {:?}", b.pkts[i].meta.offload.csum)
+            format!("checked in software: {:?}", b[i].meta.offload.csum)
         });
     }
 }

@@ -25,9 +25,9 @@ pub(crate) const DECL: Decl<InRun> = Decl {
 /// Requests the fabric answers are answered and go no further.
 fn suppress_burst(st: &mut State, cx: &Ctx, b: &mut Burst) {
     for i in b.live() {
-        let answered = b.pkts[i].dst().is_multicast() && {
-            b.pkts[i].buf.fill_pending();
-            st.suppress(cx, &b.pkts[i])
+        let answered = b[i].dst().is_multicast() && {
+            b[i].buf.fill_pending();
+            st.suppress(cx, &b[i])
         };
         if !answered {
             b.trace(&cx.port.tracer, i, "suppress", || {

@@ -8,7 +8,7 @@
 //! evens them out moves (Open vSwitch's `pmd-auto-lb`); when every worker
 //! is lightly loaded and their queues would fit on fewer, the least busy
 //! worker's queues are packed onto the others, so idle cores stay idle
-//! (Dynamic NetQueue's packing, seed 001).
+//! (Dynamic NetQueue's packing, in NIC Technology in vSphere).
 
 /// A worker's load as the placement sees it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

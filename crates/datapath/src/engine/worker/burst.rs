@@ -1,22 +1,24 @@
 //! A burst: the frames one read gave, walked by each stage of the
-//! port's ingress arc in turn. Frames stay where they were read; a stage
-//! that drops or consumes one clears its bit, and the stages after it
-//! pass it by. What a stage learns of a frame for a later one (its
+//! port's ingress arc in turn. Frames stay where the read put them (a
+//! refused one beside them, never live); a stage that drops or consumes
+//! one clears its bit, and the stages after it pass it by. What a stage learns of a frame for a later one (its
 //! lookup, the mirrors that copied it, snooping's targets) is kept beside
 //! it, by index.
 
 use crate::item::BATCH;
 use crate::snoop::Snooped;
 use crate::trace::Tracer;
-use hvnet_port::Packet;
+use hvnet_port::{Packet, RecvError};
+use std::ops::{Index, IndexMut};
 
 // The live and traced frames are bits of one word.
 const _: () = assert!(BATCH <= 64);
 
 /// The frames of one read, in order, and what the stages found.
 pub(crate) struct Burst {
-    /// The frames (never moved until the forwarding stage takes them).
-    pub(crate) pkts: Vec<Packet>,
+    /// What the read gave, in order: frames (never moved until the
+    /// forwarding stage takes them), and frames refused.
+    pub(crate) frames: Vec<Result<Packet, RecvError>>,
     /// Bit i: frame i is still on its way.
     live: u64,
     /// Bit i: frame i is traced, as `trace_ids[i]`.
@@ -26,14 +28,15 @@ pub(crate) struct Burst {
     pub(crate) mirrored: [u64; BATCH],
     /// Per frame: the port its destination was learned on.
     pub(crate) learned: [Option<usize>; BATCH],
-    /// Per frame, where snooping ran: where it goes.
-    pub(crate) snooped: Vec<Snooped>,
+    /// Snooping's word on the group frames among them, by index, in
+    /// order (the others are flooded or sent as their lookup says).
+    pub(crate) snooped: Vec<(usize, Snooped)>,
 }
 
 impl Default for Burst {
     fn default() -> Self {
         Burst {
-            pkts: Vec::with_capacity(BATCH),
+            frames: Vec::with_capacity(BATCH),
             live: 0,
             traced: 0,
             trace_ids: [0; BATCH],
@@ -45,16 +48,20 @@ impl Default for Burst {
 }
 
 impl Burst {
-    /// Starts a burst of the frames now in `pkts`, marking those the
-    /// port's tracer is armed for.
+    /// Starts a burst of the frames now in `frames` (the refused ones
+    /// not live), marking those the port's tracer is armed for.
     pub(crate) fn begin(&mut self, tracer: &Tracer) {
-        debug_assert!(self.pkts.len() <= BATCH);
-        self.live = all(self.pkts.len());
+        debug_assert!(self.frames.len() <= BATCH);
+        self.live = self
+            .frames
+            .iter()
+            .enumerate()
+            .fold(0, |m, (i, f)| m | (u64::from(f.is_ok()) << i));
         self.traced = 0;
         self.mirrored = [0; BATCH];
         self.snooped.clear();
         if tracer.armed() > 0 {
-            for i in 0..self.pkts.len() {
+            for i in self.live() {
                 let Some(id) = tracer.mark() else { break };
                 self.traced |= 1 << i;
                 self.trace_ids[i] = id;
@@ -62,16 +69,17 @@ impl Burst {
         }
     }
 
-    /// The frames now in `pkts` replace the burst's (a stage that makes
-    /// new frames of them: LRO); they are traced if any it had was.
+    /// The frames now in `frames` (every one a frame) replace the
+    /// burst's (a stage that makes new frames of them: LRO); they are
+    /// traced if any it had was.
     pub(crate) fn replaced(&mut self) {
-        debug_assert!(self.pkts.len() <= BATCH);
+        debug_assert!(self.frames.len() <= BATCH);
         let traced = self.traced != 0;
         let id = self.trace_ids[self.traced.trailing_zeros() as usize % BATCH];
-        self.live = all(self.pkts.len());
+        self.live = all(self.frames.len());
         self.traced = if traced { self.live } else { 0 };
         if traced {
-            self.trace_ids[..self.pkts.len()].fill(id);
+            self.trace_ids[..self.frames.len()].fill(id);
         }
     }
 
@@ -113,6 +121,30 @@ impl Burst {
     ) {
         if let Some(id) = self.traced(i) {
             tracer.line(id, stage, text());
+        }
+    }
+}
+
+/// Frame `i`, which is live (a stage visits only those: a refused one
+/// is never).
+impl Index<usize> for Burst {
+    type Output = Packet;
+
+    #[inline]
+    fn index(&self, i: usize) -> &Packet {
+        match &self.frames[i] {
+            Ok(p) => p,
+            Err(_) => panic!("frame {i} of the burst was refused: it is never live"),
+        }
+    }
+}
+
+impl IndexMut<usize> for Burst {
+    #[inline]
+    fn index_mut(&mut self, i: usize) -> &mut Packet {
+        match &mut self.frames[i] {
+            Ok(p) => p,
+            Err(_) => panic!("frame {i} of the burst was refused: it is never live"),
         }
     }
 }

@@ -25,22 +25,27 @@ pub(crate) const DECL: Decl<InRun> = Decl {
 /// Each frame still on its way, taken on to its destinations.
 fn forward_burst(st: &mut State, cx: &Ctx, b: &mut Burst) {
     let live = b.live_mask();
-    let mut pkts = std::mem::take(&mut b.pkts);
-    for (i, pkt) in pkts.drain(..).enumerate() {
+    let mut frames = std::mem::take(&mut b.frames);
+    let mut snooped = std::mem::take(&mut b.snooped);
+    let mut group = snooped.iter_mut().peekable();
+    for (i, f) in frames.drain(..).enumerate() {
         // A frame dropped before: its buffer goes back here.
-        if live & (1 << i) == 0 {
+        let (true, Ok(pkt)) = (live & (1 << i) != 0, f) else {
             continue;
-        }
+        };
         st.mirrored = b.mirrored[i];
         st.tracing = b.traced(i);
-        let snooped = b
-            .snooped
-            .get_mut(i)
-            .map_or(Snooped::Flood, |s| std::mem::replace(s, Snooped::Flood));
-        st.forward(cx, pkt, b.learned[i], snooped);
+        while group.next_if(|(j, _)| *j < i).is_some() {}
+        let word = match group.next_if(|(j, _)| *j == i) {
+            Some((_, s)) => std::mem::replace(s, Snooped::Flood),
+            None => Snooped::Flood,
+        };
+        st.forward(cx, pkt, b.learned[i], word);
     }
     st.tracing = None;
-    b.pkts = pkts;
+    snooped.clear();
+    b.snooped = snooped;
+    b.frames = frames;
 }
 
 impl State {

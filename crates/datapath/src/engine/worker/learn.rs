@@ -32,7 +32,7 @@ pub(crate) const LOOKUP: Decl<InRun> = Decl {
 fn learn(st: &mut State, cx: &Ctx, b: &mut Burst) {
     let fdb = &cx.sw.fdb;
     for i in b.live() {
-        let (vlan, src) = (b.pkts[i].meta.vlan, b.pkts[i].src());
+        let (vlan, src) = (b[i].meta.vlan, b[i].src());
         if st.learned == Some((vlan, src)) {
             continue;
         }
@@ -52,7 +52,7 @@ fn learn(st: &mut State, cx: &Ctx, b: &mut Burst) {
 
 fn lookup(st: &mut State, cx: &Ctx, b: &mut Burst) {
     for i in b.live() {
-        let (vlan, dst) = (b.pkts[i].meta.vlan, b.pkts[i].dst());
+        let (vlan, dst) = (b[i].meta.vlan, b[i].dst());
         let port = match st.route {
             Some((v, mac, port)) if (v, mac) == (vlan, dst) => port,
             _ => {

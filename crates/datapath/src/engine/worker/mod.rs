@@ -128,7 +128,7 @@ impl Ctx {
     /// Frame `i` of the burst dropped ([`Ctx::drop_frame`]), and gone
     /// from the burst.
     pub(crate) fn drop_from(&self, b: &mut Burst, i: usize, reason: DropReason) {
-        self.drop_frame(reason, &b.pkts[i]);
+        self.drop_frame(reason, &b[i]);
         b.trace(&self.port.tracer, i, "drop", || reason.name().into());
         b.take_out(i);
     }
@@ -138,8 +138,6 @@ impl Ctx {
 pub(crate) struct State {
     pub(crate) pool: Pool,
     pub(crate) rx: Box<dyn Receiver>,
-    /// What the last batch read: frames, and frames refused.
-    pub(crate) frames: Vec<Result<Packet, RecvError>>,
     /// When the kernel's drops at this queue were last read.
     pub(crate) kernel_drops_read: Instant,
     /// When the queue's thread last woke to read.
@@ -225,7 +223,6 @@ impl Rxq {
         let st = State {
             pool: Pool::new(Arc::clone(&port.home)),
             rx: Arc::clone(&port.dev).receiver(q),
-            frames: Vec::with_capacity(BATCH),
             kernel_drops_read: Instant::now(),
             last_wake: Instant::now(),
             poll_budget: BUSY_POLL_MIN,
@@ -442,7 +439,7 @@ impl Rxq {
         if self.st.retry_kept(&self.cx) {
             return Batch::Stalled;
         }
-        let end = self.st.read_batch(&self.cx);
+        let end = self.st.read_batch(&self.cx, &mut self.burst);
         // Read after the frames: a frame sent to a port added just before
         // it was sent is switched with a table that has the port.
         let gen = self.cx.sw.settings_gen.load(Ordering::Acquire);
@@ -462,43 +459,42 @@ impl Rxq {
 impl State {
     /// The first half of a batch: up to [`BATCH`] frames from the
     /// receiver.
-    fn read_batch(&mut self, cx: &Ctx) -> Result<(), RecvError> {
+    fn read_batch(&mut self, cx: &Ctx, b: &mut Burst) -> Result<(), RecvError> {
         let now = self.begin_batch(cx);
         if now.duration_since(self.kernel_drops_read) >= KERNEL_DROPS_EVERY {
             self.count_kernel_drops(cx, now);
         }
-        self.rx.recv_batch(&mut self.pool, BATCH, &mut self.frames)
+        b.frames.clear();
+        self.rx.recv_batch(&mut self.pool, BATCH, &mut b.frames)
     }
 
     /// The second half of a batch: the frames [`State::read_batch`] read,
     /// counted, taken through the port's ingress arc as one burst, then
     /// the end-of-batch flush and hand-over.
     fn switch_batch(&mut self, cx: &Ctx, b: &mut Burst, end: Result<(), RecvError>) -> Batch {
-        let mut frames = std::mem::take(&mut self.frames);
-        let mut result = if frames.is_empty() {
+        let mut result = if b.frames.is_empty() {
             Batch::Empty
         } else {
             Batch::Frames
         };
-        b.pkts.clear();
-        for r in frames.drain(..) {
+        let mut any = false;
+        for r in &b.frames {
             match r {
                 Ok(pkt) => {
-                    self.count_in(cx, &pkt);
-                    b.pkts.push(pkt);
+                    self.count_in(cx, pkt);
+                    any = true;
                 }
-                Err(e) => self.count_refused(cx, &e),
+                Err(e) => self.count_refused(cx, e),
             }
         }
-        self.frames = frames;
-        if !b.pkts.is_empty() {
+        if any {
             b.begin(&cx.port.tracer);
             for k in 0..self.in_arc.len() {
                 let (_, run) = self.in_arc.stage(k);
                 run(self, cx, b);
             }
-            b.pkts.clear();
         }
+        b.frames.clear();
         match end {
             Err(RecvError::NoBuffer) => {
                 add(&cx.port.ingress[cx.q].no_buffer_stalls, 1);

@@ -32,17 +32,17 @@ pub(crate) const TAG: Decl<OutRun> = Decl {
 fn classify(st: &mut State, cx: &Ctx, b: &mut Burst) {
     let vlans = st.settings[cx.port.id].vlans_of(cx.port.vlan);
     for i in b.live() {
-        let pkt = &mut b.pkts[i];
+        let pkt = &mut b[i];
         match forward::ingress_vlan(&vlans, pkt) {
             Some(vlan) => {
                 pkt.meta.vlan = vlan;
                 b.trace(&cx.port.tracer, i, "vlan", || {
-                    format!("in VLAN {vlan} (tag {:?})", b.pkts[i].outer_tag())
+                    format!("in VLAN {vlan} (tag {:?})", b[i].outer_tag())
                 });
             }
             None => {
                 b.trace(&cx.port.tracer, i, "vlan", || {
-                    format!("tag {:?} not carried by the port", b.pkts[i].outer_tag())
+                    format!("tag {:?} not carried by the port", b[i].outer_tag())
                 });
                 cx.drop_from(b, i, crate::counters::DropReason::VlanNotAllowed);
             }

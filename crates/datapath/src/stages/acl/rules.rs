@@ -99,6 +99,25 @@ pub struct Rule {
 }
 
 impl Rule {
+    /// A stateful rule labelled `label` matching every frame at stage
+    /// `direction` (of any family, protocol, address and port), narrowed
+    /// by setting its fields.
+    pub fn any(label: &str, direction: Direction, action: Action) -> Rule {
+        Rule {
+            label: label.into(),
+            direction,
+            action,
+            stateless: false,
+            family: None,
+            protocol: None,
+            remote: None,
+            ports: None,
+            icmp_type: None,
+            icmp_code: None,
+            text: String::new(),
+        }
+    }
+
     /// Whether the rule matches `f` seen at stage `dir` (the remote end
     /// is the source of a frame in, the destination of one out).
     #[inline]

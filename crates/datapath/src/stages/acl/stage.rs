@@ -33,7 +33,7 @@ fn from_port(st: &mut State, cx: &Ctx, b: &mut Burst) {
     };
     let out = Direction::Out;
     for i in b.live() {
-        let pkt = &b.pkts[i];
+        let pkt = &b[i];
         let r = acl.check(out, pkt.buf.held(), &pkt.meta.layers, st.now);
         b.trace(&cx.port.tracer, i, "acl", || match &r {
             Ok(()) => "sent: allowed".into(),

@@ -78,19 +78,7 @@ fn icmp_error(src: [u8; 4], dst: [u8; 4], ty: u8, code: u8, quoted: &[u8]) -> Ve
 }
 
 fn rule(direction: Direction, action: Action) -> Rule {
-    Rule {
-        label: "g#0".into(),
-        direction,
-        action,
-        stateless: false,
-        family: None,
-        protocol: None,
-        remote: None,
-        ports: None,
-        icmp_type: None,
-        icmp_code: None,
-        text: String::new(),
-    }
+    Rule::any("g#0", direction, action)
 }
 
 fn tcp_in(port: u16) -> Rule {

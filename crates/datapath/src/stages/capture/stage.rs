@@ -20,9 +20,7 @@ pub(crate) const IN: Decl<InRun> = Decl {
 
 fn copy_in(_: &mut State, cx: &Ctx, b: &mut Burst) {
     for i in b.live() {
-        cx.port
-            .taps
-            .packet(Point::In, Way::Inbound, cx.q, &b.pkts[i]);
+        cx.port.taps.packet(Point::In, Way::Inbound, cx.q, &b[i]);
         b.trace(&cx.port.tracer, i, "capture-in", || {
             "copied for the port's captures".into()
         });

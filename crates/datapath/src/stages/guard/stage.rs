@@ -21,7 +21,7 @@ pub(crate) const GUARDS: Decl<InRun> = Decl {
     wants: |f| f.guards && !f.uplink,
     run: |st, cx, b| {
         for i in b.live() {
-            let r = st.inspect(cx, &mut b.pkts[i]);
+            let r = st.inspect(cx, &mut b[i]);
             b.trace(&cx.port.tracer, i, "guard", || match r {
                 Ok(()) => "passed".into(),
                 Err(why) => format!("refused: {}", why.name()),
@@ -41,7 +41,7 @@ pub(crate) const LEASES: Decl<InRun> = Decl {
     wants: |f| f.lease_snooping,
     run: |st, cx, b: &mut Burst| {
         for i in b.live() {
-            let leased = st.snoop_lease(cx, &mut b.pkts[i]);
+            let leased = st.snoop_lease(cx, &mut b[i]);
             b.trace(&cx.port.tracer, i, "leases", || match leased {
                 Some(ip) => format!("a DHCP ACK: {ip} leased to its client's port"),
                 None => "no DHCP ACK for a snooping port".into(),

@@ -26,7 +26,7 @@ fn meter(st: &mut State, cx: &Ctx, b: &mut Burst) {
         st.ipfix_skip -= 1;
         if st.ipfix_skip == 0 {
             st.ipfix_skip = ix.config.sampling.max(1);
-            let pkt = &b.pkts[i];
+            let pkt = &b[i];
             let tunnel = pkt
                 .meta
                 .tunnel

@@ -23,18 +23,18 @@ fn coalesce(st: &mut State, cx: &Ctx, b: &mut Burst) {
     let (c, pool) = (&cx.port.ingress[cx.q], &mut st.pool);
     let mut out = |p| ready.push(p);
     let live = b.live_mask();
-    for (i, p) in b.pkts.drain(..).enumerate() {
-        if live & (1 << i) != 0 {
+    for (i, f) in b.frames.drain(..).enumerate() {
+        if let (true, Ok(p)) = (live & (1 << i) != 0, f) {
             lro.receive(p, pool, c, &mut out);
         }
     }
     lro.flush(pool, c, &mut out);
     st.ingress_lro = Some(lro);
-    std::mem::swap(&mut b.pkts, &mut ready);
+    b.frames.extend(ready.drain(..).map(Ok));
     st.lro_ready = ready;
     b.replaced();
     for i in b.live() {
-        let p = &b.pkts[i];
+        let p = &b[i];
         cx.port.taps.packet(Point::Offload, Way::Inbound, cx.q, p);
         b.trace(&cx.port.tracer, i, "lro", || match p.meta.offload.gso {
             Some(g) => format!("coalesced: {} bytes, segments of {}", p.len(), g.size),

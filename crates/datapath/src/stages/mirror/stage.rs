@@ -20,7 +20,7 @@ pub(crate) const IN: Decl<InRun> = Decl {
     wants: |f| f.mirror_in,
     run: |st, cx, b| {
         for i in b.live() {
-            let m = st.mirror_in(cx, &mut b.pkts[i]);
+            let m = st.mirror_in(cx, &mut b[i]);
             b.mirrored[i] = m;
             b.trace(&cx.port.tracer, i, "mirror", || match m {
                 0 => "no mirror selects it".into(),

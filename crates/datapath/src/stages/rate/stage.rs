@@ -21,7 +21,7 @@ pub(crate) const DECL: Decl<InRun> = Decl {
 fn police(st: &mut State, cx: &Ctx, b: &mut Burst) {
     let c = &cx.port.ingress[cx.q];
     for i in b.live() {
-        let verdict = cx.port.rates.police(&mut b.pkts[i], st.now);
+        let verdict = cx.port.rates.police(&mut b[i], st.now);
         b.trace(&cx.port.tracer, i, "police", || format!("{verdict:?}"));
         match verdict {
             Policed::Pass => {}

@@ -30,19 +30,17 @@ pub(crate) const DECL: Decl<InRun> = Decl {
 
 /// Snooping's word on each group frame of the burst, kept for `forward`.
 fn snoop_burst(st: &mut State, cx: &Ctx, b: &mut Burst) {
-    b.snooped.clear();
-    b.snooped.resize_with(b.pkts.len(), || Snooped::Flood);
     for i in b.live() {
-        if !b.pkts[i].dst().is_multicast() {
+        if !b[i].dst().is_multicast() {
             b.trace(&cx.port.tracer, i, "snoop", || "not a group frame".into());
             continue;
         }
         // Copies for every port: the payload is read here (one copy is
         // for one receiver).
-        b.pkts[i].buf.fill_pending();
-        let s = st.snoop(cx, &b.pkts[i], st.now);
+        b[i].buf.fill_pending();
+        let s = st.snoop(cx, &b[i], st.now);
         b.trace(&cx.port.tracer, i, "snoop", || format!("{s:?}"));
-        b.snooped[i] = s;
+        b.snooped.push((i, s));
     }
 }
 

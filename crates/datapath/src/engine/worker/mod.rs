@@ -6,11 +6,13 @@
 //! to completion) — or, for a port whose `delivery = "thread"`, publish
 //! it to that queue's delivery thread.
 
+mod batch;
 mod burst;
 pub(crate) mod egress;
 pub(crate) mod forward;
 pub(crate) mod learn;
 mod staging;
+mod turn;
 pub(crate) mod vlan;
 
 use crate::arc::{FeatureArc, Features};
@@ -281,273 +283,13 @@ impl Rxq {
     pub(crate) fn queue(&self) -> usize {
         self.cx.q
     }
-
-    /// One turn of the queue on its worker: after a notification
-    /// (`woken`), or again while it is hot. Reads up to
-    /// [`TURN_BATCHES`] batches, so that one busy queue cannot keep its
-    /// worker from the others; a queue found empty after frames is watched
-    /// a little first ([`Rxq::busy_poll`]), then asked to notify again.
-    pub(crate) fn turn(&mut self, woken: bool) -> Turn {
-        if woken {
-            self.coalesce_wake_up();
-            self.st.rx.woken();
-        }
-        for _ in 0..TURN_BATCHES {
-            if self.cx.sw.stopping() || !self.cx.port.is_up() {
-                self.st.read = false;
-                return Turn::Cold;
-            }
-            match self.poll_batch() {
-                Batch::Frames => self.st.read = true,
-                // Every buffer the port may have is in flight: come back
-                // once deliveries gave some back, instead of spinning.
-                Batch::Stalled => return Turn::Stalled,
-                Batch::Empty => {
-                    if self.st.read && self.busy_poll() {
-                        continue;
-                    }
-                    self.st.read = false;
-                    if !self.st.rx.rearm() {
-                        return Turn::Cold;
-                    }
-                }
-            }
-        }
-        Turn::Hot
-    }
-
-    /// True for a queue with periodic work of its own (a tunnel
-    /// endpoint's first queue, which resolves the endpoint's peers),
-    /// looked at every tick.
-    pub(crate) fn ticks(&self) -> bool {
-        self.st.rx.ticks()
-    }
-
-    /// The worker's periodic look at an idle queue: the receiver's own
-    /// periodic work where it has some (every [`crate::engine::pool::TICK`]: a
-    /// tunnel endpoint's resolution of its peers); with `look` (the worker's idle look, once
-    /// a second), the kernel's drops at it and its link (a device going
-    /// away is seen at once by its reads; carrier lost on an idle uplink,
-    /// at the next look).
-    pub(crate) fn tick(&mut self, now: Instant, look: bool) {
-        if self.st.rx.ticks() {
-            self.st.rx.tick(now);
-        }
-        if look {
-            self.st.count_kernel_drops(&self.cx, now);
-            if self.cx.port.is_up() {
-                self.check_link();
-            }
-            self.read_table();
-            self.st.send_queries(&self.cx, now);
-        }
-    }
-
-    /// The port table read again if the switch's generation moved. A port
-    /// removed lives on in the table an idle or parked queue read last
-    /// (its guest's memory mapped, its transmitters) until that queue's
-    /// next batch: the worker's idle look lets it go within a second, not
-    /// at the next frame, which may never come.
-    pub(crate) fn read_table(&mut self) {
-        let gen = self.cx.sw.settings_gen.load(Ordering::Acquire);
-        if gen != self.st.gen {
-            self.cx.ports = self.cx.sw.ports();
-            self.st.refresh(&self.cx, gen);
-        }
-    }
-
-    /// Wake-up coalescing (`rx_usecs`, as a NIC moderates its interrupts):
-    /// a wake-up within `rx_usecs` of the last one waits out the rest, so
-    /// that what arrives meanwhile is read in the same batch. The first
-    /// frame after a quiet spell is read at once. (The wait holds the
-    /// queue's worker: a lab setting, off by default.)
-    fn coalesce_wake_up(&mut self) {
-        // The settings as the last batch read them (a change applies from
-        // the next wake-up on).
-        let usecs = self
-            .st
-            .settings
-            .get(self.cx.port.id)
-            .map_or(0, |s| s.rx_usecs);
-        let now = Instant::now();
-        if usecs > 0 {
-            let window = Duration::from_micros(u64::from(usecs));
-            let since = now.duration_since(self.st.last_wake);
-            if since < window {
-                std::thread::sleep(window - since);
-            }
-        }
-        self.st.last_wake = Instant::now();
-        add(&self.cx.port.ingress[self.cx.q].wakeups, 1);
-    }
-
-    /// Under load, a short adaptive poll before sleeping: a queue that
-    /// just gave frames and can be watched without a system call (a
-    /// guest's virtqueue) is watched for up to `poll_budget`, which
-    /// doubles (to the switch's `busy_poll_max`) while watching finds frames and
-    /// halves when it does not — so a steady stream costs no kicks or
-    /// wake-ups, and a queue that went quiet costs next to nothing. Never
-    /// while idle: only after a drain that read frames.
-    fn busy_poll(&mut self) -> bool {
-        let max = self.cx.sw.busy_poll_max;
-        let budget = self.st.poll_budget.min(max);
-        if budget.is_zero() {
-            self.st.poll_budget = BUSY_POLL_MIN;
-            return false;
-        }
-        let found = self.st.rx.poll(budget);
-        self.st.poll_budget = if found {
-            (budget * 2).min(max)
-        } else {
-            budget / 2
-        };
-        if found {
-            add(&self.cx.port.ingress[self.cx.q].busy_poll_hits, 1);
-        }
-        found
-    }
-
-    /// An idle queue notices a device that went down (an uplink's
-    /// sockets report only an administrative down; a guest's front end
-    /// that disconnected sends nothing).
-    fn check_link(&self) {
-        if self.cx.port.dev.link() != Link::Up {
-            self.st.port_gone(&self.cx);
-        }
-    }
-
-    /// While the port is down: [`Link::Up`] once its device is up again
-    /// (the port is up again too), [`Link::Down`] while it may still come
-    /// back, [`Link::Gone`] when it will not (its device is gone, or the
-    /// port failed).
-    pub(crate) fn link_while_down(&self) -> Link {
-        let port = &self.cx.port;
-        if matches!(port.state(), PortState::Failed | PortState::Removed) {
-            return Link::Gone;
-        }
-        let link = port.dev.link();
-        if link == Link::Up {
-            port.set_state_if(PortState::Down, PortState::Up);
-        }
-        link
-    }
-
-    /// One batch (see [`State::poll_batch`]), the port table and every
-    /// port's settings read again first if the switch's generation moved
-    /// (a port added or removed, a setting changed).
-    pub(crate) fn poll_batch(&mut self) -> Batch {
-        if self.st.retry_kept(&self.cx) {
-            return Batch::Stalled;
-        }
-        let end = self.st.read_batch(&self.cx, &mut self.burst);
-        // Read after the frames: a frame sent to a port added just before
-        // it was sent is switched with a table that has the port.
-        let gen = self.cx.sw.settings_gen.load(Ordering::Acquire);
-        if gen != self.st.gen {
-            self.cx.ports = self.cx.sw.ports();
-            self.st.refresh(&self.cx, gen);
-        }
-        self.st.switch_batch(&self.cx, &mut self.burst, end)
-    }
-
-    /// Flushes what is held and gives the spare buffers back.
-    pub(crate) fn finish(&mut self) {
-        self.st.finish(&self.cx)
-    }
 }
 
 impl State {
-    /// The first half of a batch: up to [`BATCH`] frames from the
-    /// receiver.
-    fn read_batch(&mut self, cx: &Ctx, b: &mut Burst) -> Result<(), RecvError> {
-        let now = self.begin_batch(cx);
-        if now.duration_since(self.kernel_drops_read) >= KERNEL_DROPS_EVERY {
-            self.count_kernel_drops(cx, now);
-        }
-        b.frames.clear();
-        self.rx.recv_batch(&mut self.pool, BATCH, &mut b.frames)
-    }
-
-    /// The second half of a batch: the frames [`State::read_batch`] read,
-    /// counted, taken through the port's ingress arc as one burst, then
-    /// the end-of-batch flush and hand-over.
-    fn switch_batch(&mut self, cx: &Ctx, b: &mut Burst, end: Result<(), RecvError>) -> Batch {
-        let mut result = if b.frames.is_empty() {
-            Batch::Empty
-        } else {
-            Batch::Frames
-        };
-        let mut any = false;
-        for r in &b.frames {
-            match r {
-                Ok(pkt) => {
-                    self.count_in(cx, pkt);
-                    any = true;
-                }
-                Err(e) => self.count_refused(cx, e),
-            }
-        }
-        if any {
-            b.begin(&cx.port.tracer);
-            for k in 0..self.in_arc.len() {
-                let (_, run) = self.in_arc.stage(k);
-                run(self, cx, b);
-            }
-        }
-        b.frames.clear();
-        match end {
-            Err(RecvError::NoBuffer) => {
-                add(&cx.port.ingress[cx.q].no_buffer_stalls, 1);
-                result = Batch::Stalled;
-            }
-            Err(RecvError::Gone | RecvError::LinkDown) => self.port_gone(cx),
-            _ => {}
-        }
-        self.end_batch(cx);
-        // Everything read was written or copied out: the guest's chains
-        // whose payloads were left in place go back.
-        self.rx.end_batch();
-        result
-    }
-
-    /// Flushes what is held and gives the spare buffers back.
-    pub(crate) fn finish(&mut self, cx: &Ctx) {
-        self.end_batch(cx);
-        self.rx.end_batch();
-        self.count_kernel_drops(cx, Instant::now());
-        self.rx.release(&mut self.pool);
-    }
-
-    /// Frames the kernel dropped at this queue before hvnet could read
-    /// them (an uplink socket's full buffer, or a frame it could not hand
-    /// over): they arrived, and are counted in and dropped.
-    fn count_kernel_drops(&mut self, cx: &Ctx, now: Instant) {
-        self.kernel_drops_read = now;
-        let n = self.rx.kernel_drops();
-        if n > 0 {
-            let c = &cx.port.ingress[cx.q];
-            add(&c.frames, n);
-            c.count_drop(DropReason::Kernel, n);
-        }
-    }
-
-    fn count_refused(&self, cx: &Ctx, e: &RecvError) {
-        // An error about the queue ends the batch (`end`), never is a frame.
-        let c = &cx.port.ingress[cx.q];
-        if let Some(why) = DropReason::of_refused(e) {
-            add(&c.frames, 1);
-            c.count_drop(why, 1);
-            cx.port.taps.refused(cx.q, why);
-        } else if matches!(e, RecvError::Consumed) {
-            add(&c.frames, 1);
-            add(&c.tunnel_control, 1);
-        }
-    }
-
     /// After the switch's generation moved: every port's settings read
     /// again; a destination whose port left (or whose index another port
     /// took) loses what was held for it.
-    fn refresh(&mut self, cx: &Ctx, gen: u64) {
+    pub(super) fn refresh(&mut self, cx: &Ctx, gen: u64) {
         self.gen = gen;
         let t = &cx.ports;
         self.settings.clear();
@@ -586,7 +328,7 @@ impl State {
     }
 
     /// Each port's arcs, from what is on at it now.
-    fn build_arcs(&mut self, cx: &Ctx) {
+    pub(super) fn build_arcs(&mut self, cx: &Ctx) {
         let t = &cx.ports;
         let switch_wide = Features {
             lease_snooping: self.settings.iter().any(|s| s.dhcp_snooping),
@@ -637,74 +379,11 @@ impl State {
     }
 
     /// The state for destination `(dst, q)`, made on first use.
-    fn dest(&mut self, cx: &Ctx, dst: usize, q: usize) -> &mut Dest {
+    pub(super) fn dest(&mut self, cx: &Ctx, dst: usize, q: usize) -> &mut Dest {
         let v = &mut self.dests[dst];
         if v.is_empty() {
             v.resize_with(cx.ports[dst].rxq.len(), Dest::default);
         }
         &mut v[q]
-    }
-
-    /// Per-batch preparation: fresh caches, idle GRO tables freed now and
-    /// then.
-    fn begin_batch(&mut self, _cx: &Ctx) -> Instant {
-        self.learned = None;
-        self.route = None;
-        let now = Instant::now();
-        self.now = now;
-        if now.duration_since(self.last_sweep) >= GRO_IDLE {
-            self.last_sweep = now;
-            for d in self.dests.iter_mut().flatten() {
-                let idle = d
-                    .gro_used
-                    .is_some_and(|t| now.duration_since(t) >= GRO_IDLE);
-                if idle && d.gro.as_ref().is_some_and(|g| g.held() == 0) {
-                    d.gro = None;
-                    d.gro_used = None;
-                }
-            }
-        }
-        now
-    }
-
-    /// The guest disappeared, or the uplink's link went down: the port
-    /// goes down, the switch goes on.
-    fn port_gone(&self, cx: &Ctx) {
-        cx.port.set_state_if(PortState::Up, PortState::Down);
-        cx.sw.fdb.sweep(Instant::now(), Some(cx.port.id));
-        cx.sw.mdb.forget_port(cx.port.id);
-    }
-
-    fn count_in(&self, cx: &Ctx, pkt: &Packet) {
-        let c = &cx.port.ingress[cx.q];
-        add(&c.frames, 1);
-        // A decapsulated frame counts as it arrived, outer headers on.
-        let outer = pkt.meta.tunnel.map_or(0, |t| {
-            add(&c.decapsulated, 1);
-            u64::from(t.outer_len)
-        });
-        add(&c.bytes, pkt.len() as u64 + outer);
-        if pkt.meta.offload.gso.is_some() {
-            add(&c.gso_frames, 1);
-        }
-        if pkt.buf.pending().is_some() {
-            add(&c.payloads_left, 1);
-        }
-    }
-
-    /// End of a batch: flush the LRO tables, then hand each destination
-    /// queue its frames.
-    pub(crate) fn end_batch(&mut self, cx: &Ctx) {
-        for i in 0..self.active.len() {
-            let (dst, q) = self.active[i];
-            self.flush_gro(cx, dst, q);
-        }
-        let active = std::mem::take(&mut self.active);
-        for &(dst, q) in &active {
-            self.dests[dst][q].active = false;
-            self.hand_over(cx, dst, q);
-        }
-        self.active = active;
-        self.active.clear();
     }
 }

@@ -238,6 +238,9 @@ def test_active_backup_fails_over_and_back_under_a_transfer(tmp_path, ovs):
         assert placed == {"a": a}, tm
         # The standby member saw what the switch flooded, and let none in.
         assert tm["drops"]["not_active_member"] > 0, tm
+        # ... each counted at the team's port under its drop reason too.
+        up_in = t.stats("/uplinks/up0/tx_summary")
+        assert up_in["drop_team_not_active_member"] > 0, up_in
         out = t.hv("team").stdout
         assert "active-backup" in out and a in out, out
 
@@ -364,6 +367,8 @@ def test_lacp_negotiates_with_open_vswitch_and_survives_its_failures(tmp_path, o
             drops = lambda: team(t)["drops"]  # noqa: E731
             assert hvlab.eventually(lambda: drops()["lacp_malformed"] >= 1, timeout=10), drops()
             assert hvlab.eventually(lambda: drops()["lacp_second_partner"] >= 1, timeout=10), drops()
+            up_in = t.stats("/uplinks/up0/tx_summary")
+            assert up_in["drop_lacp_malformed"] >= 1 and up_in["drop_lacp_second_partner"] >= 1, up_in
             assert distributing(), team(t)
             assert {m["lacp"]["partner"]["system"] for m in team(t)["members"]} == {sys_id}
             x.check()

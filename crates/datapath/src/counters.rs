@@ -17,7 +17,7 @@
 //!   "lro_frames": 144, "lro_segments": 5645, "drop_ring1_full": 0, ...}`
 
 use hvnet_port::virtq::DescriptorFault;
-use hvnet_port::{RecvError, SendError};
+use hvnet_port::{RecvError, SendError, TeamRefusal};
 use serde::ser::SerializeMap;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -185,6 +185,24 @@ drop_reasons! {
         /// Sent by a port that is a mirror's output (which only receives
         /// the mirror's copies, as in Open vSwitch).
         MirrorPort = "mirror_port", FromPort;
+        /// A team of uplinks: from a member that is not the active one
+        /// (`active-backup`; broadcasts and multicasts for the other
+        /// switch-independent policies).
+        TeamNotActiveMember = "team_not_active_member", FromPort;
+        /// A team of uplinks: one of its own VMs' frames, looped back by
+        /// the physical switch.
+        TeamLooped = "team_looped", FromPort;
+        /// A team of uplinks: from a member LACP does not collect from.
+        TeamNotCollecting = "team_not_collecting", FromPort;
+        /// A team of uplinks: a LACPDU that does not parse.
+        LacpMalformed = "lacp_malformed", FromPort;
+        /// A team of uplinks: a LACPDU from a second partner on a member
+        /// whose partner is current.
+        LacpSecondPartner = "lacp_second_partner", FromPort;
+        /// A team of uplinks: a LACPDU on a team that does not run LACP.
+        LacpNotRunning = "lacp_not_running", FromPort;
+        /// A team of uplinks: LACPDUs past three a second on a member.
+        LacpTooMany = "lacp_too_many", FromPort;
         /// An IGMP message malformed (truncated, its checksum wrong, a
         /// report of no group): dropped, as the Linux bridge drops it.
         BadIgmp = "bad_igmp", FromPort;
@@ -245,6 +263,8 @@ drop_reasons! {
         UplinkShare = "uplink_share", ToPort;
         /// The write into the guest or the wire failed.
         WriteError = "write_error", ToPort;
+        /// A team of uplinks had no member to send on.
+        TeamNoMember = "team_no_member", ToPort;
         /// The port was down.
         PortDown = "port_down", ToPort;
         /// A vhost-user guest's receive virtqueue had no free buffer (the
@@ -316,6 +336,15 @@ impl DropReason {
             RecvError::NotTunnel => Some(DropReason::NotTunnel),
             RecvError::BadVxlan => Some(DropReason::BadVxlan),
             RecvError::WrongVni => Some(DropReason::Vni),
+            RecvError::Team(why) => Some(match why {
+                TeamRefusal::NotActiveMember => DropReason::TeamNotActiveMember,
+                TeamRefusal::Looped => DropReason::TeamLooped,
+                TeamRefusal::NotCollecting => DropReason::TeamNotCollecting,
+                TeamRefusal::LacpMalformed => DropReason::LacpMalformed,
+                TeamRefusal::LacpSecondPartner => DropReason::LacpSecondPartner,
+                TeamRefusal::LacpNotRunning => DropReason::LacpNotRunning,
+                TeamRefusal::LacpTooMany => DropReason::LacpTooMany,
+            }),
             // Taken by the device, counted as `tunnel_control`.
             RecvError::Consumed => None,
             RecvError::WouldBlock
@@ -360,6 +389,7 @@ impl From<SendError> for DropReason {
             SendError::Full => DropReason::VirtqueueFull,
             SendError::Failed => DropReason::WriteError,
             SendError::Unresolved => DropReason::TunnelUnresolved,
+            SendError::NoMember => DropReason::TeamNoMember,
             SendError::BadDescriptor(f) => DropReason::of_fault(f, Way::ToPort),
         }
     }

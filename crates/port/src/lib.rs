@@ -75,5 +75,7 @@ pub use uplink::socket_batch::{Framing, SocketBatchReader};
 pub use uplink::{LinkState, Spread, UplinkPort, UplinkRead};
 pub use vhost_user::{SocketMode, VhostUserPort};
 pub use virtq::VirtqError;
-pub use vnet::{check, send, vnet_bytes, write_frame, RecvError, MAX_GSO_SEGMENTS, VNET_HDR_LEN};
+pub use vnet::{
+    check, send, vnet_bytes, write_frame, RecvError, TeamRefusal, MAX_GSO_SEGMENTS, VNET_HDR_LEN,
+};
 pub use vxlan::VxlanPort;

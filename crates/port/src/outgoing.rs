@@ -25,6 +25,8 @@ pub enum SendError {
     /// A guest's receive descriptor chain that cannot be written (its
     /// chain is given back used and empty).
     BadDescriptor(crate::backends::vhost_user::virtq::ring::DescriptorFault),
+    /// A team of uplinks had no member to send it on.
+    NoMember,
 }
 
 /// One frame handed to a transmitter.

@@ -72,9 +72,43 @@ pub enum RecvError {
     /// endpoint's own address (answered by it). Counted, never forwarded.
     #[error("taken by the device (ARP for the tunnel endpoint)")]
     Consumed,
+    /// Refused by a team of uplinks (its members' frames it does not
+    /// take, its LACPDUs it does not read).
+    #[error("refused by the team: {0}")]
+    Team(TeamRefusal),
     /// Any other read error.
     #[error("read from the TAP failed")]
     Read(#[source] io::Error),
+}
+
+/// Why a team of uplinks refused a frame from the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TeamRefusal {
+    /// On a member that is not the active one (`active-backup`;
+    /// broadcasts and multicasts for the other switch-independent
+    /// policies).
+    #[error("not from the active member")]
+    NotActiveMember,
+    /// Sent by one of the team's own VMs: a frame the team sent on one
+    /// member and the physical switch sent back on another.
+    #[error("one of the team's own frames, looped back")]
+    Looped,
+    /// On a member LACP does not collect from.
+    #[error("on a member LACP does not collect from")]
+    NotCollecting,
+    /// A LACPDU that does not parse.
+    #[error("a malformed LACPDU")]
+    LacpMalformed,
+    /// A LACPDU from a second partner on a member whose partner is
+    /// current.
+    #[error("a LACPDU from a second partner")]
+    LacpSecondPartner,
+    /// A LACPDU on a team that does not run LACP.
+    #[error("a LACPDU on a team without LACP")]
+    LacpNotRunning,
+    /// A LACPDU past three a second on one member (802.1AX's limit).
+    #[error("LACPDUs past three a second")]
+    LacpTooMany,
 }
 
 impl RecvError {

@@ -89,6 +89,23 @@ pub(crate) struct Drops {
     pub(crate) lacp_too_many: AtomicU64,
 }
 
+impl Drops {
+    /// One frame refused for `why`.
+    pub(crate) fn count(&self, why: crate::vnet::TeamRefusal) {
+        use crate::vnet::TeamRefusal as R;
+        let c = match why {
+            R::NotActiveMember => &self.not_active_member,
+            R::Looped => &self.looped,
+            R::NotCollecting => &self.not_collecting,
+            R::LacpMalformed => &self.lacp_malformed,
+            R::LacpSecondPartner => &self.lacp_second_partner,
+            R::LacpNotRunning => &self.lacp_not_running,
+            R::LacpTooMany => &self.lacp_too_many,
+        };
+        c.fetch_add(1, Relaxed);
+    }
+}
+
 /// A team of uplink devices.
 #[derive(Debug)]
 pub struct TeamPort {

@@ -16,7 +16,7 @@ use crate::packet::Packet;
 use crate::pool::Pool;
 use crate::uplink::socket_batch::{Framing, SocketBatchReader};
 use crate::uplink::UplinkRead;
-use crate::vnet::RecvError;
+use crate::vnet::{RecvError, TeamRefusal};
 use hvnet_sys::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use hvnet_wire::lacp;
 use std::os::fd::{AsRawFd, RawFd};
@@ -76,7 +76,7 @@ const MOVED_AFTER: Duration = Duration::from_secs(5);
 enum Verdict {
     Take,
     Lacp,
-    Drop(fn(&super::Drops) -> &std::sync::atomic::AtomicU64),
+    Drop(TeamRefusal),
 }
 
 /// A reverse-ARP or gratuitous ARP: its sender announces where it is now
@@ -98,15 +98,15 @@ impl TeamReceiver {
         let team = &self.team;
         match team.teaming() {
             Teaming::Lacp if !d.collecting[m] => {
-                return Verdict::Drop(|d| &d.not_collecting);
+                return Verdict::Drop(TeamRefusal::NotCollecting);
             }
             Teaming::Lacp => {}
             Teaming::IpHash => {}
             Teaming::ActiveBackup if d.active != Some(m) => {
-                return Verdict::Drop(|d| &d.not_active_member);
+                return Verdict::Drop(TeamRefusal::NotActiveMember);
             }
             _ if pkt.dst().is_multicast() && d.active != Some(m) => {
-                return Verdict::Drop(|d| &d.not_active_member);
+                return Verdict::Drop(TeamRefusal::NotActiveMember);
             }
             _ => {}
         }
@@ -116,7 +116,7 @@ impl TeamReceiver {
             // (it migrated away; its own announcements, and the team's
             // for it, come back while it is still here).
             if !announces_itself(f) {
-                return Verdict::Drop(|d| &d.looped);
+                return Verdict::Drop(TeamRefusal::Looped);
             }
             let mut inner = team.inner.lock().expect("team lock");
             let quiet = inner
@@ -124,7 +124,7 @@ impl TeamReceiver {
                 .get(&pkt.src())
                 .is_none_or(|p| p.seen.elapsed() >= MOVED_AFTER);
             if !quiet {
-                return Verdict::Drop(|d| &d.looped);
+                return Verdict::Drop(TeamRefusal::Looped);
             }
             if inner.placements.forget(&pkt.src()) {
                 team.change_own(&[], &[pkt.src()]);
@@ -135,32 +135,25 @@ impl TeamReceiver {
 }
 
 impl TeamPort {
-    /// A LACPDU (after its Ethernet header) from member `m`.
-    fn lacpdu(&self, m: usize, payload: &[u8], now: Instant) {
+    /// A LACPDU (after its Ethernet header) from member `m`: read, or
+    /// why not.
+    fn lacpdu(&self, m: usize, payload: &[u8], now: Instant) -> Result<(), TeamRefusal> {
         let pdu = match lacp::Packet::new_checked(payload) {
             Ok(p) => lacp::Repr::parse(&p),
-            Err(_) => {
-                self.drops.lacp_malformed.fetch_add(1, Relaxed);
-                return;
-            }
+            Err(_) => return Err(TeamRefusal::LacpMalformed),
         };
         let mut inner = self.inner.lock().expect("team lock");
         let Some(l) = inner.lacp.as_mut() else {
-            self.drops.lacp_not_running.fetch_add(1, Relaxed);
-            return;
+            return Err(TeamRefusal::LacpNotRunning);
         };
         match l.receive(m, &pdu, now) {
             Ok(true) => {}
             // The partner said again what it said: its timer restarted.
-            Ok(false) => return,
+            Ok(false) => return Ok(()),
             Err(super::lacp::Refusal::SecondPartner) => {
-                self.drops.lacp_second_partner.fetch_add(1, Relaxed);
-                return;
+                return Err(TeamRefusal::LacpSecondPartner);
             }
-            Err(super::lacp::Refusal::TooMany) => {
-                self.drops.lacp_too_many.fetch_add(1, Relaxed);
-                return;
-            }
+            Err(super::lacp::Refusal::TooMany) => return Err(TeamRefusal::LacpTooMany),
         }
         let up: Vec<bool> = self
             .members
@@ -171,6 +164,7 @@ impl TeamPort {
         let out = inner.take_outbox();
         drop(inner);
         self.send_outbox(out);
+        Ok(())
     }
 }
 
@@ -205,12 +199,19 @@ impl Receiver for TeamReceiver {
                             taken += 1;
                         }
                         Verdict::Lacp => {
-                            self.team.lacpdu(m, &pkt.frame()[14..], Instant::now());
+                            let read = self.team.lacpdu(m, &pkt.frame()[14..], Instant::now());
                             pool.keep(pkt.buf);
+                            if let Err(why) = read {
+                                self.team.drops.count(why);
+                                out.push(Err(RecvError::Team(why)));
+                                got += 1;
+                            }
                         }
-                        Verdict::Drop(reason) => {
-                            reason(&self.team.drops).fetch_add(1, Relaxed);
+                        Verdict::Drop(why) => {
+                            self.team.drops.count(why);
                             pool.keep(pkt.buf);
+                            out.push(Err(RecvError::Team(why)));
+                            got += 1;
                         }
                     },
                     Err(RecvError::WouldBlock | RecvError::LinkDown) => break,

@@ -161,7 +161,7 @@ impl Transmitter for TeamTransmitter {
             match m {
                 None => {
                     self.team.drops.no_member.fetch_add((j - i) as u64, Relaxed);
-                    (i..j).for_each(|_| done(Err(SendError::Failed)));
+                    (i..j).for_each(|_| done(Err(SendError::NoMember)));
                 }
                 Some(m) => {
                     let member = &self.team.members[m];

@@ -34,10 +34,6 @@ pytestmark = [pytest.mark.root,
 PEER, GUEST = "198.18.61.1", "198.18.61.2"
 
 
-
-
-
-
 @pytest.mark.parametrize("libvirt_mode", ["client", "server"])
 def test_a_libvirt_guest_pings_and_moves_files_both_ways_through_hvnet(tmp_path, libvirtd, guest_dir, libvirt_mode):
     import qemu_guest  # lab/qemu_guest.py

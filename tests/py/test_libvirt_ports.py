@@ -34,10 +34,6 @@ PEER, GUEST = "198.18.62.1", "198.18.62.2"
 PEER2, GUEST2 = "198.18.63.1", "198.18.63.2"
 
 
-
-
-
-
 class Guest:
     """A domain defined from the guide's XML, always destroyed and
     undefined."""
@@ -83,10 +79,6 @@ class Guest:
 
     def state(self) -> str:
         return virsh("domstate", self.name, check=False).stdout.strip()
-
-
-
-
 
 
 def footprint(t):

@@ -18,6 +18,21 @@ from helpers import vm
 pytestmark = pytest.mark.root
 
 
+def test_a_ports_arcs_hold_the_stages_of_what_is_on_at_it(tmp_path):
+    with hvlab.Topology(tmp_path, [vm("a", "198.18.82.1"), vm("b", "198.18.82.2")]) as t:
+        arcs = lambda: json.loads(t.hv("port", "a", "--json").stdout)["arcs"]  # noqa: E731
+        # The engine's stages on every arc, a VM's default guards, no policer.
+        assert hvlab.eventually(lambda: "forward" in arcs()["ingress"], timeout=10), arcs()
+        assert {"vlan", "learn", "lookup", "guard"} <= set(arcs()["ingress"]), arcs()
+        assert "police" not in arcs()["ingress"] and arcs()["egress"][0] == "queue", arcs()
+        # A policer set at run time is on the arc from the next burst on,
+        # and gone with it; frames pass all along.
+        t.hv("port", "a", "set", "tx_rate=500mbit")
+        t.sh("a", "ping -c 2 -i 0.2 -W 1 198.18.82.2")
+        assert hvlab.eventually(lambda: "police" in arcs()["ingress"], timeout=10), arcs()
+        t.hv("port", "a", "set", "tx_rate=off")
+        t.sh("a", "ping -c 2 -i 0.2 -W 1 198.18.82.2")
+        assert hvlab.eventually(lambda: "police" not in arcs()["ingress"], timeout=10), arcs()
 
 
 def free_port():

@@ -23,12 +23,8 @@ from helpers import daemon_pid, vm
 pytestmark = pytest.mark.root
 
 
-
-
 def state(t):
     return json.loads(Path(f"/run/hvnet/{t.name}/state.json").read_text())
-
-
 
 
 def test_sigterm_stops_the_daemon_and_up_reattaches_without_the_vms_losing_their_nics(tmp_path):

@@ -17,8 +17,6 @@ pytestmark = pytest.mark.root
 XFER = Path(__file__).with_name("xfer.py")
 
 
-
-
 def assert_accounted(t, vms):
     """Every frame accounted for, per port, once traffic has stopped."""
     for v in vms:

@@ -32,8 +32,6 @@ def topology(tmp_path, lro="hardware", tso="hardware", queues=2, vm_lro=True, ho
         hosts=[dict(name="ext", uplink="up0", ipv4=EXT_IP + "/24", ipv6="fd18:7::100/64", tso=host_tso)])
 
 
-
-
 def test_ping_both_ways_ipv4_and_ipv6_and_the_views(tmp_path):
     with topology(tmp_path) as t:
         t.sh("ext", f"ping -c 3 -i 0.2 -W 2 {VM_IP}")

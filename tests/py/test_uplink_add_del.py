@@ -20,10 +20,6 @@ XFER = Path(__file__).with_name("xfer.py")
 EXT_IP = "198.18.9.100"
 
 
-
-
-
-
 def threads(pid):
     """The names of a process's threads."""
     names = []

@@ -44,8 +44,6 @@ def topology(tmp_path, kind="uml", **a_settings):
     return hvlab.Topology(tmp_path, vms, prefix="vu")
 
 
-
-
 @pytest.fixture
 def shared_dir():
     """A directory the guests see: their root is the host's file system,

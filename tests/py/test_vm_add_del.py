@@ -19,12 +19,8 @@ pytestmark = pytest.mark.root
 XFER = Path(__file__).with_name("xfer.py")
 
 
-
-
 def ports(t):
     return helpers.ports(t, key="client")
-
-
 
 
 def test_vms_come_and_go_under_traffic_and_the_others_lose_nothing(tmp_path):

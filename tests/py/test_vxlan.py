@@ -495,7 +495,6 @@ def test_tcp_with_open_vswitch_vxlan(tmp_path):
             ovs.stop()
 
 
-
 def test_a_tunnel_carries_several_vlans_each_in_its_vni(tmp_path):
     """`[uplink.vxlan] vlans = { 10 = 5010, 20 = 5020 }` on an uplink of
     VLAN 5 (its own VNI, 42): against three of Linux's vxlan devices on

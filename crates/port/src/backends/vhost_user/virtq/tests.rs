@@ -1,8 +1,14 @@
+use super::receive::NUM_BUFFERS_OFFSET;
 use super::*;
+use crate::packet::Packet;
+use crate::pool::Pool;
 use crate::pool::{Home, PoolCaps};
+use crate::vnet::{RecvError, VNET_HDR_LEN};
+use std::io::IoSlice;
 use virtio_bindings::virtio_ring::{VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
 use virtio_queue::desc::{split::Descriptor, RawDescriptor};
 use virtio_queue::mock::MockSplitQueue;
+use virtio_queue::Queue;
 use virtio_queue::QueueT;
 use vm_memory::{Address, Bytes, GuestAddress};
 

@@ -277,6 +277,7 @@ fn read_topology_text(file: &Path) -> Result<String, DaemonError> {
         DaemonError::Topology(topology::TopologyError {
             path: file.into(),
             line: 0,
+            section: None,
             reason: format!("cannot read: {e}"),
         })
     })
@@ -410,10 +411,12 @@ pub fn daemon(
         Some(lock_topology(&topo.name)?)
     };
     let bringup = prepare(&topo, &text)?;
+    // (error.rs imports nothing of metrics, which imports the views: the
+    // endpoint's error becomes words here.)
     let endpoint = metrics
         .map(crate::metrics::bind)
         .transpose()
-        .map_err(DaemonError::Other)?;
+        .map_err(|e| DaemonError::Other(crate::error::chain(&e)))?;
     let dir = state_dir(&topo.name);
     create_state_dir(&dir)?;
     let mut state = match bringup {
@@ -539,7 +542,7 @@ pub fn daemon(
     let scrapes = endpoint
         .map(|ep| crate::metrics::serve(ep, sw.clone()))
         .transpose()
-        .map_err(DaemonError::Other)?;
+        .map_err(|e| DaemonError::Other(crate::error::chain(&e)))?;
     let term = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, term.clone()).map_err(io_err("handle signals"))?;

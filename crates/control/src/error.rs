@@ -48,6 +48,25 @@ pub enum DaemonError {
     Other(String),
 }
 
+/// An error in words with the errors under it (its sources), each after
+/// a colon: what a reply or a log line says where a typed error becomes
+/// words (its own message names what failed, its sources why). A message
+/// that ends with its source's words already (`DaemonError::Io`'s) does
+/// not say them twice.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut words = e.to_string();
+    let mut under = e.source();
+    while let Some(s) = under {
+        let said = s.to_string();
+        if !words.ends_with(&said) {
+            words += ": ";
+            words += &said;
+        }
+        under = s.source();
+    }
+    words
+}
+
 /// Turns an I/O error into one that says what was being done.
 pub fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> DaemonError {
     let what = what.into();
@@ -67,4 +86,27 @@ pub fn run(cmd: &[&str]) -> Result<String, DaemonError> {
         });
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chain_says_each_source_once() {
+        let io = || std::io::Error::from(std::io::ErrorKind::NotFound);
+        let e = DaemonError::Io {
+            what: "read x".into(),
+            source: io(),
+        };
+        assert_eq!(chain(&e), "read x: entity not found");
+        #[derive(Debug, thiserror::Error)]
+        #[error("cannot run it")]
+        struct Run(#[source] DaemonError);
+        let e = Run(DaemonError::Io {
+            what: "exec it".into(),
+            source: io(),
+        });
+        assert_eq!(chain(&e), "cannot run it: exec it: entity not found");
+    }
 }

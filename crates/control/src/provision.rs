@@ -8,7 +8,7 @@
 
 use crate::error::{io_err, run, DaemonError};
 use crate::guest;
-use crate::rtnl::{LinkChange, Rtnl};
+use crate::rtnl::{LinkChange, NetlinkError, Rtnl};
 use crate::state::{check_owned_device, check_owned_netns, write_state, State};
 use crate::topology::{Host, NetQueueMode, Topology, Uplink, UplinkLro};
 use hvnet_datapath::PortSpec;
@@ -260,6 +260,31 @@ fn spread(topo: &Topology, u: &Uplink) -> Spread {
     }
 }
 
+/// Why the kernel takes no tunnelled GSO frames from an endpoint here.
+#[derive(Debug, thiserror::Error)]
+enum GsoTapError {
+    /// A netlink request (a device's index, the TAP's link, its redirect)
+    /// failed.
+    #[error(transparent)]
+    Netlink(#[from] NetlinkError),
+    /// The TAP with the tunnel header could not be opened (before Linux
+    /// 6.17 its offloads are refused).
+    #[error("cannot open TAP {name} with the tunnel header")]
+    Tap {
+        /// The TAP (a team's: its members' TAPs joined by `+`).
+        name: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A device's MTU could not be read.
+    #[error("cannot read {device}'s MTU")]
+    Mtu {
+        /// The device.
+        device: String,
+    },
+}
+
 /// The TAP a tunnel endpoint on `devices` hands its frames to the kernel
 /// through, whole (GSO frames not segmented by hvnet): one per device (a
 /// team's members, `team` picking), each made with the 24-byte
@@ -273,24 +298,26 @@ fn kernel_gso_tap(
     devices: &[&str],
     team: Option<Arc<dyn PickMember>>,
 ) -> Option<hvnet_port::vxlan::TunnelTap> {
-    let made = (|| -> Result<hvnet_port::vxlan::TunnelTap, String> {
-        let mut rtnl = Rtnl::new().map_err(|e| e.to_string())?;
+    let made = (|| -> Result<hvnet_port::vxlan::TunnelTap, GsoTapError> {
+        let mut rtnl = Rtnl::new()?;
         let mut names = Vec::with_capacity(devices.len());
         for dev in devices {
-            names.push(format!(
-                "hvx{}",
-                rtnl.index(dev).map_err(|e| e.to_string())?
-            ));
+            names.push(format!("hvx{}", rtnl.index(dev)?));
         }
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let tap = hvnet_port::vxlan::TunnelTap::open_team(&refs, team)
-            .map_err(|e| format!("TAP {} with the tunnel header: {e}", names.join("+")))?;
+        let tap = hvnet_port::vxlan::TunnelTap::open_team(&refs, team).map_err(|source| {
+            GsoTapError::Tap {
+                name: names.join("+"),
+                source,
+            }
+        })?;
         for (name, dev) in names.iter().zip(devices) {
             // Nothing of the kernel's own (router solicitations, MLD) is
             // to queue up on a TAP nobody reads.
             let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"), "1");
-            let mtu = hvnet_port::uplink::device_mtu(dev)
-                .ok_or_else(|| format!("cannot read {dev}'s MTU"))?;
+            let mtu = hvnet_port::uplink::device_mtu(dev).ok_or_else(|| GsoTapError::Mtu {
+                device: dev.to_string(),
+            })?;
             rtnl.set_link(
                 name,
                 &LinkChange {
@@ -298,10 +325,8 @@ fn kernel_gso_tap(
                     up: Some(true),
                     ..LinkChange::default()
                 },
-            )
-            .map_err(|e| e.to_string())?;
-            rtnl.redirect_ingress(name, dev)
-                .map_err(|e| e.to_string())?;
+            )?;
+            rtnl.redirect_ingress(name, dev)?;
         }
         Ok(tap)
     })();
@@ -314,7 +339,8 @@ fn kernel_gso_tap(
             );
             Some(tap)
         }
-        Err(why) => {
+        Err(e) => {
+            let why = crate::error::chain(&e);
             tracing::warn!(uplink, %why, "VXLAN: the kernel takes no tunnelled GSO frames here; hvnet segments them");
             None
         }

@@ -60,13 +60,23 @@ pub struct State {
     pub removed_vms: Vec<String>,
 }
 
+/// Why the topology as it runs could not be made again from the state.
+#[derive(Debug, thiserror::Error)]
+pub enum RunningTopologyError {
+    /// The text brought up (or last applied) is refused.
+    #[error("line {}: {}", .0.line, .0)]
+    Text(crate::topology::ParseError),
+    /// A VM added at run time is refused.
+    #[error(transparent)]
+    Added(#[from] crate::topology::VmTableError),
+}
+
 impl State {
     /// The topology as it runs: the text brought up (or last applied),
     /// with the VMs added and removed at run time since.
-    pub fn running_topology(&self) -> Result<crate::topology::Topology, String> {
-        crate::topology::parse(&self.topology_text)
-            .map_err(|(line, reason)| format!("line {line}: {reason}"))?
-            .with_changes(&self.added_vms, &self.removed_vms)
+    pub fn running_topology(&self) -> Result<crate::topology::Topology, RunningTopologyError> {
+        let t = crate::topology::parse(&self.topology_text).map_err(RunningTopologyError::Text)?;
+        Ok(t.with_changes(&self.added_vms, &self.removed_vms)?)
     }
 }
 

@@ -505,7 +505,7 @@ pub fn evpn(sw: &Switch, topo: &crate::topology::Topology) -> Value {
     let mut v = json!({"uplinks": uplinks});
     match crate::evpn::bgp_summary(run.as_ref()) {
         Ok(b) => v["bgp"] = b,
-        Err(e) => v["bgp_error"] = json!(e),
+        Err(e) => v["bgp_error"] = json!(crate::error::chain(&e)),
     }
     v
 }

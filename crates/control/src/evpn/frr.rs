@@ -42,6 +42,76 @@ impl Frr {
     }
 }
 
+/// Why FRR could not be started or asked.
+#[derive(Debug, thiserror::Error)]
+pub enum FrrError {
+    /// FRR's daemons are not where Debian's FRR puts them.
+    #[error("[frr]: FRR is not installed ({}/zebra missing): apt-get install frr, or remove [frr] and run the host's own FRR", .libexec.display())]
+    NotInstalled {
+        /// Where zebra was looked for.
+        libexec: PathBuf,
+    },
+    /// The run directory or a file in it could not be written.
+    #[error("cannot write {}", .path.display())]
+    Write {
+        /// The directory or file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A daemon could not be run.
+    #[error("cannot start FRR's {daemon}")]
+    Spawn {
+        /// `zebra` or `bgpd`.
+        daemon: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A daemon exited with a failure instead of going to the background.
+    #[error("FRR's {daemon} did not start ({status}); see {}", .dir.display())]
+    Exited {
+        /// `zebra` or `bgpd`.
+        daemon: &'static str,
+        /// How it exited.
+        status: std::process::ExitStatus,
+        /// The run directory, with its log.
+        dir: PathBuf,
+    },
+    /// A daemon's vty socket did not appear in time.
+    #[error("FRR's {daemon} did not get ready within {} s (no {})", .waited.as_secs(), .socket.display())]
+    NotReady {
+        /// `zebra` or `bgpd`.
+        daemon: &'static str,
+        /// How long it was waited for.
+        waited: Duration,
+        /// The socket waited for.
+        socket: PathBuf,
+    },
+    /// vtysh could not be run.
+    #[error("cannot run vtysh")]
+    Vtysh(#[source] std::io::Error),
+    /// vtysh failed (a command refused, a daemon not answering).
+    #[error("vtysh: {output}")]
+    VtyshFailed {
+        /// What it printed.
+        output: String,
+    },
+    /// FRR's answer to a JSON command is not JSON.
+    #[error("FRR's answer is not JSON: {answer}")]
+    NotJson {
+        /// The answer.
+        answer: String,
+        /// Where it stops being JSON.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// How long a daemon's vty socket is waited for.
+const READY_WAIT: Duration = Duration::from_secs(20);
+
 /// FRR's daemons of one topology, as they run.
 #[derive(Clone, Debug)]
 pub struct FrrRun {
@@ -83,7 +153,7 @@ impl FrrRun {
     /// Starts zebra, then bgpd, in the caller's network namespace, and
     /// applies `frr`'s configuration; a run that is alive already (the
     /// switch's daemon restarted) is kept.
-    pub fn start(&self, frr: &Frr, hostname: &str) -> Result<(), String> {
+    pub fn start(&self, frr: &Frr, hostname: &str) -> Result<(), FrrError> {
         if self.running() {
             tracing::info!(pathspace = %self.pathspace, "FRR runs already: kept");
             return Ok(());
@@ -91,19 +161,23 @@ impl FrrRun {
         self.stop();
         let bin = Path::new(FRR_LIBEXEC);
         if !bin.join("zebra").exists() {
-            return Err(format!(
-                "[frr]: FRR is not installed ({}/zebra missing): apt-get install frr, or remove [frr] and run the host's own FRR",
-                bin.display()
-            ));
+            return Err(FrrError::NotInstalled {
+                libexec: bin.into(),
+            });
         }
         let dir = self.run_dir();
-        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(&dir).map_err(|source| FrrError::Write {
+            path: dir.clone(),
+            source,
+        })?;
         let empty = dir.join("empty.conf");
         let conf = dir.join("frr.conf");
         let _ = std::fs::write(&empty, "");
         let _ = std::fs::write(dir.join("vtysh.conf"), "");
-        std::fs::write(&conf, frr.config(hostname))
-            .map_err(|e| format!("write {}: {e}", conf.display()))?;
+        std::fs::write(&conf, frr.config(hostname)).map_err(|source| FrrError::Write {
+            path: conf.clone(),
+            source,
+        })?;
         // The daemons drop to user frr: it owns what they write.
         let _ = Command::new("chown")
             .args(["-R", "frr:frr"])
@@ -116,12 +190,13 @@ impl FrrRun {
                 .arg(&empty)
                 .args(["--log", &log])
                 .status()
-                .map_err(|e| format!("start FRR's {daemon}: {e}"))?;
+                .map_err(|source| FrrError::Spawn { daemon, source })?;
             if !status.success() {
-                return Err(format!(
-                    "FRR's {daemon} did not start ({status}); see {}",
-                    dir.display()
-                ));
+                return Err(FrrError::Exited {
+                    daemon,
+                    status,
+                    dir,
+                });
             }
             self.wait_socket(daemon)?;
         }
@@ -130,15 +205,16 @@ impl FrrRun {
         Ok(())
     }
 
-    fn wait_socket(&self, daemon: &str) -> Result<(), String> {
-        let sock = self.run_dir().join(format!("{daemon}.vty"));
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !sock.exists() {
+    fn wait_socket(&self, daemon: &'static str) -> Result<(), FrrError> {
+        let socket = self.run_dir().join(format!("{daemon}.vty"));
+        let deadline = Instant::now() + READY_WAIT;
+        while !socket.exists() {
             if Instant::now() > deadline {
-                return Err(format!(
-                    "FRR's {daemon} did not get ready within 20 s (no {})",
-                    sock.display()
-                ));
+                return Err(FrrError::NotReady {
+                    daemon,
+                    waited: READY_WAIT,
+                    socket,
+                });
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -146,18 +222,20 @@ impl FrrRun {
     }
 
     /// Runs vtysh on this run's daemons.
-    pub fn vtysh(&self, args: &[&std::ffi::OsStr]) -> Result<String, String> {
+    pub fn vtysh(&self, args: &[&std::ffi::OsStr]) -> Result<String, FrrError> {
         let out = Command::new("vtysh")
             .args(["-N", &self.pathspace, "--config_dir", FRR_RUN])
             .args(args)
             .output()
-            .map_err(|e| format!("run vtysh: {e}"))?;
+            .map_err(FrrError::Vtysh)?;
         if !out.status.success() {
-            return Err(format!(
-                "vtysh: {}{}",
-                String::from_utf8_lossy(&out.stdout).trim(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
+            return Err(FrrError::VtyshFailed {
+                output: format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout).trim(),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ),
+            });
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
@@ -198,7 +276,7 @@ fn alive(pid: u32) -> bool {
 
 /// BGP's EVPN sessions as FRR reports them (`show bgp l2vpn evpn summary
 /// json`), from the topology's own FRR run or else the host's FRR.
-pub fn bgp_summary(run: Option<&FrrRun>) -> Result<Value, String> {
+pub fn bgp_summary(run: Option<&FrrRun>) -> Result<Value, FrrError> {
     let args = ["-c", "show bgp l2vpn evpn summary json"];
     let text = match run {
         Some(r) => r.vtysh(&args.map(std::ffi::OsStr::new))?,
@@ -206,11 +284,14 @@ pub fn bgp_summary(run: Option<&FrrRun>) -> Result<Value, String> {
             let out = Command::new("vtysh")
                 .args(args)
                 .output()
-                .map_err(|e| format!("run vtysh: {e}"))?;
+                .map_err(FrrError::Vtysh)?;
             String::from_utf8_lossy(&out.stdout).into_owned()
         }
     };
-    serde_json::from_str(&text).map_err(|_| format!("FRR's answer is not JSON: {}", text.trim()))
+    serde_json::from_str(&text).map_err(|source| FrrError::NotJson {
+        answer: text.trim().to_string(),
+        source,
+    })
 }
 
 #[cfg(test)]
@@ -236,5 +317,27 @@ mod tests {
         ] {
             assert!(c.lines().any(|l| l == line), "{line:?} in\n{c}");
         }
+    }
+
+    #[test]
+    fn an_error_names_what_failed_and_keeps_why_as_its_source() {
+        let e = FrrError::NotReady {
+            daemon: "bgpd",
+            waited: READY_WAIT,
+            socket: "/var/run/frr/hvnet-t/bgpd.vty".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "FRR's bgpd did not get ready within 20 s (no /var/run/frr/hvnet-t/bgpd.vty)"
+        );
+        let e = FrrError::Spawn {
+            daemon: "zebra",
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        };
+        assert_eq!(e.to_string(), "cannot start FRR's zebra");
+        assert_eq!(
+            crate::error::chain(&e),
+            "cannot start FRR's zebra: entity not found"
+        );
     }
 }

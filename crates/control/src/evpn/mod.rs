@@ -41,7 +41,7 @@ mod remote;
 mod shadow;
 mod sync;
 
-pub use frr::{bgp_summary, FrrRun};
+pub use frr::{bgp_summary, FrrError, FrrRun};
 pub use shadow::{shadow_names, ShadowNames};
 
 use crate::error::DaemonError;
@@ -136,9 +136,10 @@ pub fn start(
         threads.push(t);
     }
     if let Some(frr) = &topo.frr {
+        // (error.rs imports nothing of evpn: FRR's error becomes words here.)
         FrrRun::of(&topo.name)
             .start(frr, &topo.name)
-            .map_err(DaemonError::Other)?;
+            .map_err(|e| DaemonError::Other(crate::error::chain(&e)))?;
     }
     Ok((threads, advertised))
 }

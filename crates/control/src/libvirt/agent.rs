@@ -170,7 +170,8 @@ pub(crate) fn run(cx: Arc<Ctl>, lv: Libvirt) {
                 }
                 Err(e) => {
                     if w.delay == LOOK {
-                        tracing::warn!(socket = %path.display(), error = %e, "libvirt: cannot look the socket's domain up; trying again");
+                        let error = crate::error::chain(&e);
+                        tracing::warn!(socket = %path.display(), %error, "libvirt: cannot look the socket's domain up; trying again");
                     }
                     w.later(now);
                 }

@@ -105,18 +105,162 @@ pub enum Vlan {
     },
 }
 
+/// Why a domain's XML was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DomainError {
+    /// The XML is larger than [`MAX_XML`].
+    #[error("domain XML larger than {} bytes", MAX_XML)]
+    TooLarge,
+    /// The XML does not parse.
+    #[error("cannot read the domain XML")]
+    Xml(#[source] roxmltree::Error),
+    /// The root element is not `<domain>`.
+    #[error("domain XML: the root element is <{root}>, not <domain>")]
+    NotDomain {
+        /// The root element's name.
+        root: String,
+    },
+    /// An `<interface type='vhostuser'>` has no `<mac address>`.
+    #[error("an <interface type='vhostuser'> without <mac address>")]
+    NoMac,
+    /// An interface's `<mac address>` is not a MAC address.
+    #[error("<mac address='{text}'> is not a MAC address")]
+    BadMac {
+        /// The address as written.
+        text: String,
+    },
+    /// A vhost-user interface does not read.
+    #[error("cannot read interface {mac}")]
+    Interface {
+        /// The interface's MAC.
+        mac: MacAddr,
+        /// What is wrong with it.
+        #[source]
+        source: InterfaceError,
+    },
+    /// An `<hvnet:port>` of hvnet's metadata has no `mac`.
+    #[error("hvnet metadata: <hvnet:port> without a mac")]
+    PortNoMac,
+    /// An `<hvnet:port>`'s `mac` is not a MAC address.
+    #[error("hvnet metadata: mac {text:?} is not a MAC address")]
+    PortBadMac {
+        /// The address as written.
+        text: String,
+    },
+    /// An `<hvnet:port>`'s `<hvnet:vlan>` does not read.
+    #[error("cannot read the VLANs of port {mac} in hvnet metadata")]
+    PortVlan {
+        /// The port's MAC.
+        mac: MacAddr,
+        /// What is wrong with its VLANs.
+        #[source]
+        source: VlanError,
+    },
+}
+
+/// Why an `<interface type='vhostuser'>` was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InterfaceError {
+    /// `<source>` has no `path`.
+    #[error("<source> without a path")]
+    NoSocket,
+    /// `<source mode>` is neither `server` nor `client`.
+    #[error("<source mode='{mode}'>: server or client")]
+    SourceMode {
+        /// The mode as written.
+        mode: String,
+    },
+    /// `<driver queues>` is not a count (1 or more).
+    #[error("<driver queues='{queues}'> is not a count")]
+    Queues {
+        /// The count as written.
+        queues: String,
+    },
+    /// A `<bandwidth>` value is not a number.
+    #[error("<bandwidth><{direction} {attribute}='{value}'> is not a number")]
+    Bandwidth {
+        /// `inbound` or `outbound`.
+        direction: &'static str,
+        /// `average` or `burst`.
+        attribute: &'static str,
+        /// The value as written.
+        value: String,
+    },
+}
+
+/// Why a `<vlan>` (in hvnet's metadata) was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum VlanError {
+    /// `trunk` is neither `yes` nor `no`.
+    #[error("<vlan trunk='{trunk}'>: yes or no")]
+    Trunk {
+        /// The value as written.
+        trunk: String,
+    },
+    /// `<vlan>` holds an element other than `<tag>`.
+    #[error("<vlan> holds <tag> elements, not <{element}>")]
+    NotTag {
+        /// The element's name.
+        element: String,
+    },
+    /// A `<tag>` has no `id`.
+    #[error("<tag> without an id")]
+    NoId,
+    /// A VLAN id (or a range's end) is outside 1..4094.
+    #[error("VLAN {id:?} is outside 1..4094")]
+    OutOfRange {
+        /// The id or range as written.
+        id: String,
+    },
+    /// A range `a-b` whose `a` is above its `b`.
+    #[error("VLAN range {id:?} runs backwards")]
+    Backwards {
+        /// The range as written.
+        id: String,
+    },
+    /// Two tags say `nativeMode`.
+    #[error("two tags with nativeMode; a trunk has one native VLAN")]
+    TwoNative,
+    /// The native VLAN's tag is a range.
+    #[error("native VLAN {id:?} must be one id")]
+    NativeRange {
+        /// The id as written.
+        id: String,
+    },
+    /// `nativeMode='tagged'`, which the switch does not do.
+    #[error("nativeMode='tagged' is not supported: a native VLAN's frames leave untagged (nativeMode='untagged')")]
+    NativeTagged,
+    /// `nativeMode` is neither `untagged` nor `tagged`.
+    #[error("nativeMode='{mode}': untagged")]
+    NativeMode {
+        /// The mode as written.
+        mode: String,
+    },
+    /// `<vlan>` holds no `<tag>`.
+    #[error("<vlan> without a <tag>")]
+    NoTag,
+    /// An access port's one tag is a range.
+    #[error("access VLAN {id:?} must be one id (a range needs trunk='yes')")]
+    AccessRange {
+        /// The range as written.
+        id: String,
+    },
+    /// A native VLAN on a port that is no trunk.
+    #[error("nativeMode needs a trunk (trunk='yes', as libvirt's <vlan>)")]
+    NativeNeedsTrunk,
+}
+
 /// Reads a domain's XML.
-pub fn parse(xml: &str) -> Result<Domain, String> {
+pub fn parse(xml: &str) -> Result<Domain, DomainError> {
     if xml.len() > MAX_XML {
-        return Err(format!("domain XML larger than {MAX_XML} bytes"));
+        return Err(DomainError::TooLarge);
     }
-    let doc = roxmltree::Document::parse(xml).map_err(|e| format!("domain XML: {e}"))?;
+    let doc = roxmltree::Document::parse(xml).map_err(DomainError::Xml)?;
     let root = doc.root_element();
     if !root.has_tag_name("domain") {
-        return Err(format!(
-            "domain XML: the root element is <{}>, not <domain>",
-            root.tag_name().name()
-        ));
+        return Err(DomainError::NotDomain {
+            root: root.tag_name().name().to_string(),
+        });
     }
     let text_of = |tag: &str| {
         root.children()
@@ -136,33 +280,34 @@ pub fn parse(xml: &str) -> Result<Domain, String> {
     {
         let child = |tag: &str| iface.children().find(|n| n.has_tag_name(tag));
         let at = |tag: &str, attr: &str| child(tag).and_then(|n| n.attribute(attr));
-        let mac_text =
-            at("mac", "address").ok_or("an <interface type='vhostuser'> without <mac address>")?;
-        let mac: MacAddr = mac_text
-            .parse()
-            .map_err(|_| format!("<mac address='{mac_text}'> is not a MAC address"))?;
+        let mac_text = at("mac", "address").ok_or(DomainError::NoMac)?;
+        let mac: MacAddr = mac_text.parse().map_err(|_| DomainError::BadMac {
+            text: mac_text.to_string(),
+        })?;
+        let bad = |source| DomainError::Interface { mac, source };
         let Some(socket) = at("source", "path") else {
-            return Err(format!("interface {mac}: <source> without a path"));
+            return Err(bad(InterfaceError::NoSocket));
         };
         let qemu_listens = match at("source", "mode") {
             Some("server") => true,
             Some("client") | None => false,
             Some(m) => {
-                return Err(format!(
-                    "interface {mac}: <source mode='{m}'>: server or client"
-                ))
+                return Err(bad(InterfaceError::SourceMode {
+                    mode: m.to_string(),
+                }))
             }
         };
-        let queues =
-            match at("driver", "queues") {
-                None => 1,
-                Some(q) => q.parse::<usize>().ok().filter(|q| *q >= 1).ok_or_else(|| {
-                    format!("interface {mac}: <driver queues='{q}'> is not a count")
-                })?,
-            };
+        let queues = match at("driver", "queues") {
+            None => 1,
+            Some(q) => q.parse::<usize>().ok().filter(|q| *q >= 1).ok_or_else(|| {
+                bad(InterfaceError::Queues {
+                    queues: q.to_string(),
+                })
+            })?,
+        };
         let link_up = at("link", "state") != Some("down");
         let bandwidth = match child("bandwidth") {
-            Some(b) => bandwidth(b).map_err(|e| format!("interface {mac}: {e}"))?,
+            Some(b) => bandwidth(b).map_err(bad)?,
             None => Bandwidth::default(),
         };
         let mine = meta.iter().find(|m| m.mac == mac);
@@ -187,30 +332,34 @@ pub fn parse(xml: &str) -> Result<Domain, String> {
 /// Reads `<bandwidth>`'s `<inbound>` and `<outbound>` (`peak` and `floor`
 /// are libvirt's HTB ceiling and guarantee, which a port's rates do not
 /// have: not read).
-fn bandwidth(b: roxmltree::Node) -> Result<Bandwidth, String> {
-    let way = |tag: &str| -> Result<Option<BandwidthRate>, String> {
-        let Some(n) = b.children().find(|n| n.has_tag_name(tag)) else {
-            return Ok(None);
-        };
-        let number = |attr: &str| -> Result<Option<u64>, String> {
-            match n.attribute(attr) {
-                None => Ok(None),
-                Some(v) => v
-                    .trim()
-                    .parse::<u64>()
-                    .map(Some)
-                    .map_err(|_| format!("<bandwidth><{tag} {attr}='{v}'> is not a number")),
+fn bandwidth(b: roxmltree::Node) -> Result<Bandwidth, InterfaceError> {
+    let way =
+        |tag: &'static str| -> Result<Option<BandwidthRate>, InterfaceError> {
+            let Some(n) = b.children().find(|n| n.has_tag_name(tag)) else {
+                return Ok(None);
+            };
+            let number =
+                |attr: &'static str| -> Result<Option<u64>, InterfaceError> {
+                    match n.attribute(attr) {
+                        None => Ok(None),
+                        Some(v) => v.trim().parse::<u64>().map(Some).map_err(|_| {
+                            InterfaceError::Bandwidth {
+                                direction: tag,
+                                attribute: attr,
+                                value: v.to_string(),
+                            }
+                        }),
+                    }
+                };
+            match number("average")? {
+                // libvirt takes 0 as no limit.
+                None | Some(0) => Ok(None),
+                Some(average) => Ok(Some(BandwidthRate {
+                    average,
+                    burst: number("burst")?.filter(|b| *b > 0),
+                })),
             }
         };
-        match number("average")? {
-            // libvirt takes 0 as no limit.
-            None | Some(0) => Ok(None),
-            Some(average) => Ok(Some(BandwidthRate {
-                average,
-                burst: number("burst")?.filter(|b| *b > 0),
-            })),
-        }
-    };
     Ok(Bandwidth {
         inbound: way("inbound")?,
         outbound: way("outbound")?,
@@ -225,7 +374,7 @@ struct PortMeta {
 }
 
 /// hvnet's `<hvnet:ports>` in the domain's `<metadata>`.
-fn metadata(root: roxmltree::Node) -> Result<Vec<PortMeta>, String> {
+fn metadata(root: roxmltree::Node) -> Result<Vec<PortMeta>, DomainError> {
     let ours = root
         .children()
         .filter(|n| n.has_tag_name("metadata"))
@@ -236,18 +385,16 @@ fn metadata(root: roxmltree::Node) -> Result<Vec<PortMeta>, String> {
         .flat_map(|p| p.children())
         .filter(|n| n.has_tag_name((NAMESPACE, "port")))
     {
-        let mac_text = port
-            .attribute("mac")
-            .ok_or("hvnet metadata: <hvnet:port> without a mac")?;
-        let mac = mac_text
-            .parse()
-            .map_err(|_| format!("hvnet metadata: mac {mac_text:?} is not a MAC address"))?;
+        let mac_text = port.attribute("mac").ok_or(DomainError::PortNoMac)?;
+        let mac = mac_text.parse().map_err(|_| DomainError::PortBadMac {
+            text: mac_text.to_string(),
+        })?;
         let vlan = match port
             .children()
             .find(|n| n.has_tag_name((NAMESPACE, "vlan")))
         {
             None => Vlan::None,
-            Some(v) => vlan(v).map_err(|e| format!("hvnet metadata, port {mac}: {e}"))?,
+            Some(v) => vlan(v).map_err(|source| DomainError::PortVlan { mac, source })?,
         };
         out.push(PortMeta {
             mac,
@@ -261,72 +408,71 @@ fn metadata(root: roxmltree::Node) -> Result<Vec<PortMeta>, String> {
 /// `<vlan>`, as libvirt reads it (`virNetDevVlanParse`): one tag is an
 /// access VLAN unless `trunk='yes'`; several are a trunk; at most one is
 /// native. hvnet takes `a-b` ranges as ids too.
-fn vlan(v: roxmltree::Node) -> Result<Vlan, String> {
+fn vlan(v: roxmltree::Node) -> Result<Vlan, VlanError> {
     let trunk = match v.attribute("trunk") {
         None | Some("no") => false,
         Some("yes") => true,
-        Some(t) => return Err(format!("<vlan trunk='{t}'>: yes or no")),
+        Some(t) => {
+            return Err(VlanError::Trunk {
+                trunk: t.to_string(),
+            })
+        }
     };
     let mut ids = Vec::new();
     let mut native = None;
     for tag in v.children().filter(|n| n.is_element()) {
         if !tag.has_tag_name((NAMESPACE, "tag")) {
-            return Err(format!(
-                "<vlan> holds <tag> elements, not <{}>",
-                tag.tag_name().name()
-            ));
+            return Err(VlanError::NotTag {
+                element: tag.tag_name().name().to_string(),
+            });
         }
-        let id = tag.attribute("id").ok_or("<tag> without an id")?;
+        let id = tag.attribute("id").ok_or(VlanError::NoId)?;
         check_id(id)?;
         match tag.attribute("nativeMode") {
             None => {}
             Some("untagged") => {
                 if native.is_some() {
-                    return Err("two tags with nativeMode; a trunk has one native VLAN".into());
+                    return Err(VlanError::TwoNative);
                 }
                 native = Some(
                     id.parse::<u16>()
-                        .map_err(|_| format!("native VLAN {id:?} must be one id"))?,
+                        .map_err(|_| VlanError::NativeRange { id: id.to_string() })?,
                 );
             }
-            Some("tagged") => {
-                return Err(
-                    "nativeMode='tagged' is not supported: a native VLAN's frames leave untagged (nativeMode='untagged')"
-                        .into(),
-                )
+            Some("tagged") => return Err(VlanError::NativeTagged),
+            Some(m) => {
+                return Err(VlanError::NativeMode {
+                    mode: m.to_string(),
+                })
             }
-            Some(m) => return Err(format!("nativeMode='{m}': untagged")),
         }
         ids.push(id.to_string());
     }
     match ids.len() {
-        0 => Err("<vlan> without a <tag>".into()),
-        1 if !trunk => Ok(Vlan::Access(ids[0].parse().map_err(|_| {
-            format!(
-                "access VLAN {:?} must be one id (a range needs trunk='yes')",
-                ids[0]
-            )
-        })?)),
-        _ if !trunk && native.is_some() => {
-            Err("nativeMode needs a trunk (trunk='yes', as libvirt's <vlan>)".into())
+        0 => Err(VlanError::NoTag),
+        1 if !trunk => {
+            Ok(Vlan::Access(ids[0].parse().map_err(|_| {
+                VlanError::AccessRange { id: ids[0].clone() }
+            })?))
         }
+        _ if !trunk && native.is_some() => Err(VlanError::NativeNeedsTrunk),
         _ => Ok(Vlan::Trunk { vlans: ids, native }),
     }
 }
 
 /// A VLAN id or an `a-b` range, each 1..4094.
-fn check_id(id: &str) -> Result<(), String> {
+fn check_id(id: &str) -> Result<(), VlanError> {
     let one = |s: &str| {
         s.trim()
             .parse::<u16>()
             .ok()
             .filter(|v| (1..=4094).contains(v))
-            .ok_or_else(|| format!("VLAN {id:?} is outside 1..4094"))
+            .ok_or_else(|| VlanError::OutOfRange { id: id.to_string() })
     };
     match id.split_once('-') {
         None => one(id).map(drop),
         Some((a, b)) if one(a)? <= one(b)? => Ok(()),
-        Some(_) => Err(format!("VLAN range {id:?} runs backwards")),
+        Some(_) => Err(VlanError::Backwards { id: id.to_string() }),
     }
 }
 

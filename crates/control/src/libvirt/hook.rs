@@ -37,7 +37,10 @@ fn carry_out(cx: &Ctl, op: &str, xml: &str) -> Result<Value, CtlError> {
         Err(e)
             if xml.contains(domain::NAMESPACE) || xml.contains(&*lv.sockets.to_string_lossy()) =>
         {
-            return Err(CtlError::refused(format!("hvnet: {e}")))
+            return Err(CtlError::refused(format!(
+                "hvnet: {}",
+                crate::error::chain(&e)
+            )))
         }
         Err(_) => return Ok(json!({"ports": []})),
     };
@@ -78,7 +81,7 @@ fn carry_out(cx: &Ctl, op: &str, xml: &str) -> Result<Value, CtlError> {
                 }
                 let vm = next
                     .parse_vm(&vm_table(&lv, &dom, n))
-                    .map_err(|e| refusal(&dom.name, n, &e))?;
+                    .map_err(|e| refusal(&dom.name, n, &e.to_string()))?;
                 next.vms.push(vm);
             }
             let mut made = Vec::new();

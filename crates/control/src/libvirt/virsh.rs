@@ -14,6 +14,30 @@ use std::process::Command;
 /// answer is taken as one that is not there; the question is asked again).
 const TIMEOUT_SECS: &str = "10";
 
+/// Why libvirt could not say.
+#[derive(Debug, thiserror::Error)]
+pub enum VirshError {
+    /// virsh could not be run.
+    #[error("cannot run virsh")]
+    Run(#[source] std::io::Error),
+    /// virsh failed (libvirt refused, or did not answer in time).
+    #[error("virsh {command}: {stderr}")]
+    Failed {
+        /// virsh's command (`list`, `dumpxml`).
+        command: String,
+        /// What virsh said, on its standard error.
+        stderr: String,
+    },
+}
+
+impl VirshError {
+    /// libvirt has no such domain (one gone between a list and a look).
+    fn no_domain(&self) -> bool {
+        matches!(self, VirshError::Failed { stderr, .. }
+            if stderr.contains("failed to get domain") || stderr.contains("not found"))
+    }
+}
+
 /// libvirt at one URI, read-only.
 pub struct Virsh {
     uri: String,
@@ -25,26 +49,25 @@ impl Virsh {
         Virsh { uri: uri.into() }
     }
 
-    fn run(&self, args: &[&str]) -> Result<String, String> {
+    fn run(&self, args: &[&str]) -> Result<String, VirshError> {
         let out = Command::new("timeout")
             .arg(TIMEOUT_SECS)
             .args(["virsh", "-r", "-q", "-c", &self.uri])
             .args(args)
             .env("LC_ALL", "C")
             .output()
-            .map_err(|e| format!("cannot run virsh: {e}"))?;
+            .map_err(VirshError::Run)?;
         if !out.status.success() {
-            return Err(format!(
-                "virsh {}: {}",
-                args.first().unwrap_or(&""),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
+            return Err(VirshError::Failed {
+                command: args.first().unwrap_or(&"").to_string(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     /// The running domains' names.
-    pub fn running(&self) -> Result<Vec<String>, String> {
+    pub fn running(&self) -> Result<Vec<String>, VirshError> {
         Ok(self
             .run(&["list", "--name"])?
             .lines()
@@ -74,12 +97,12 @@ impl Virsh {
     /// interface (`None`: no running domain has one). A domain gone
     /// meanwhile, or whose hvnet metadata does not read, is skipped; any
     /// other failure is an error (libvirt could not say).
-    pub fn owner(&self, socket: &Path) -> Result<Option<(Domain, Nic)>, String> {
+    pub fn owner(&self, socket: &Path) -> Result<Option<(Domain, Nic)>, VirshError> {
         for name in self.running()? {
             let xml = match self.run(&["dumpxml", "--domain", &name]) {
                 Ok(x) => x,
                 // Gone between the list and the look.
-                Err(e) if e.contains("failed to get domain") || e.contains("not found") => continue,
+                Err(e) if e.no_domain() => continue,
                 // libvirt did not answer (restarting, busy): nobody can
                 // say the socket has no owner.
                 Err(e) => return Err(e),
@@ -90,7 +113,8 @@ impl Virsh {
                 // those at a start; a hot-plug has no hook): not one of
                 // the switch's guests.
                 Err(e) => {
-                    tracing::warn!(domain = %name, error = %e, "libvirt: domain not read");
+                    let error = crate::error::chain(&e);
+                    tracing::warn!(domain = %name, %error, "libvirt: domain not read");
                     continue;
                 }
             };

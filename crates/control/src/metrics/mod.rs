@@ -333,15 +333,32 @@ pub fn render(sw: &Arc<Switch>) -> String {
 /// is made (an address in use is refused up front).
 pub struct Endpoint(tiny_http::Server, SocketAddr);
 
+/// Why the metrics endpoint could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// Its address could not be bound (in use, or not this host's).
+    #[error("cannot listen on metrics endpoint {addr}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// Its thread could not be started.
+    #[error("cannot start the metrics endpoint's thread")]
+    Thread(#[source] std::io::Error),
+}
+
 /// Binds the endpoint.
-pub fn bind(addr: SocketAddr) -> Result<Endpoint, String> {
+pub fn bind(addr: SocketAddr) -> Result<Endpoint, MetricsError> {
     tiny_http::Server::http(addr)
         .map(|s| Endpoint(s, addr))
-        .map_err(|e| format!("metrics endpoint {addr}: {e}"))
+        .map_err(|source| MetricsError::Bind { addr, source })
 }
 
 /// Serves `GET /metrics` until the switch stops.
-pub fn serve(ep: Endpoint, sw: Arc<Switch>) -> Result<std::thread::JoinHandle<()>, String> {
+pub fn serve(ep: Endpoint, sw: Arc<Switch>) -> Result<std::thread::JoinHandle<()>, MetricsError> {
     let Endpoint(server, addr) = ep;
     tracing::info!(%addr, "metrics endpoint: GET /metrics");
     std::thread::Builder::new()
@@ -365,7 +382,7 @@ pub fn serve(ep: Endpoint, sw: Arc<Switch>) -> Result<std::thread::JoinHandle<()
                 let _ = req.respond(reply);
             }
         })
-        .map_err(|e| format!("metrics endpoint: {e}"))
+        .map_err(MetricsError::Thread)
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@ pub(crate) fn add_vm(cx: &Ctl, table: &str) -> Result<Value, CtlError> {
         read_state(&dir).ok_or_else(|| CtlError::failed("the topology's state is gone"))?;
     let vm = topo
         .parse_vm(table)
-        .map_err(|reason| CtlError::Refused { reason })?;
+        .map_err(|e| CtlError::refused(e.to_string()))?;
     // Written with its MAC, so that it never depends on where it stands.
     let mut stored = table.trim_end().to_string();
     if !stored.lines().any(|l| l.trim_start().starts_with("mac")) {
@@ -100,8 +100,8 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
     let _one = cx.changes.lock().expect("changes lock");
     let now = cx.topology();
     let file = crate::topology::parse(text)
-        .map_err(|(line, reason)| CtlError::refused(format!("line {line}: {reason}")))?;
-    let uplinks = plan_uplinks(&now, &file).map_err(CtlError::refused)?;
+        .map_err(|e| CtlError::refused(format!("line {}: {e}", e.line)))?;
+    let uplinks = plan_uplinks(&now, &file).map_err(|e| CtlError::refused(e.to_string()))?;
     // An ERSPAN socket that cannot be opened (a daemon without root)
     // refuses the file before anything changes.
     let erspan = |e: std::io::Error| {

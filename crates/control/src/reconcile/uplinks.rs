@@ -18,6 +18,66 @@ pub(super) struct UplinkPlan {
     pub(super) changed: Vec<(String, PortSettings)>,
 }
 
+/// Why a file's uplinks are refused for a topology that runs: each names
+/// the uplink, and what to do instead.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub(super) enum UplinkChangeError {
+    /// An uplink with BGP EVPN would be added or removed.
+    #[error("uplink {uplink}: it has BGP EVPN ([uplink.vxlan] evpn = true), whose shadow devices and FRR come and go with the topology only (`hvnet down {topology}` first)")]
+    Evpn {
+        /// The uplink.
+        uplink: String,
+        /// The topology that runs.
+        topology: String,
+    },
+    /// An uplink the file removes has an external host on its wire.
+    #[error("uplink {uplink}: host {host} is on its wire, and [[host]] tables do not change while the topology runs (`hvnet down {topology}` first)")]
+    HostOnWire {
+        /// The uplink.
+        uplink: String,
+        /// The host.
+        host: String,
+        /// The topology that runs.
+        topology: String,
+    },
+    /// An uplink the file adds would have an external host on its wire.
+    #[error("uplink {uplink}: host {host} would be on its wire, and [[host]] tables do not change while the topology runs (`hvnet down {topology}` first)")]
+    HostAdded {
+        /// The uplink.
+        uplink: String,
+        /// The host.
+        host: String,
+        /// The topology that runs.
+        topology: String,
+    },
+    /// An uplink the file adds is on a device of one it removes.
+    #[error("uplink {uplink}: device {device} is uplink {other}'s, which the file removes: remove {other} first (`hvnet up` of a file without either), then add {uplink}")]
+    DeviceTaken {
+        /// The uplink added.
+        uplink: String,
+        /// Its device (a team's: its members joined by `+`).
+        device: String,
+        /// The uplink removed.
+        other: String,
+    },
+    /// A kept uplink changed beyond its port settings.
+    #[error("uplink {uplink}: changed beyond its port settings (device, queues, lro, VLAN, netqueue, rss, batch or [uplink.vxlan]); remove it (`hvnet up` of the file without it) and add it again, or `hvnet down {topology}` first")]
+    Changed {
+        /// The uplink.
+        uplink: String,
+        /// The topology that runs.
+        topology: String,
+    },
+    /// A kept uplink's tso, csum or mtu changed.
+    #[error("uplink {uplink}: its tso, csum and mtu are set when it is added (ring1, ring2 and rx_usecs change at run time); remove it (`hvnet up` of the file without it) and add it again, or `hvnet down {topology}` first")]
+    FixedSettings {
+        /// The uplink.
+        uplink: String,
+        /// The topology that runs.
+        topology: String,
+    },
+}
+
 /// Compares the file's uplinks with those that run, by name, and refuses,
 /// with the reason, what does not change at run time: an uplink with an
 /// external host on its wire (`[[host]]` tables stay as they are), one
@@ -25,17 +85,18 @@ pub(super) struct UplinkPlan {
 /// the topology), a new uplink on the device of one the file removes (one
 /// change at a time), and a kept uplink changed beyond the settings
 /// `hvnet port NAME set` changes on an uplink (ring1, ring2, rx_usecs).
-pub(super) fn plan_uplinks(now: &Topology, file: &Topology) -> Result<UplinkPlan, String> {
-    let down = format!("`hvnet down {}` first", now.name);
+pub(super) fn plan_uplinks(
+    now: &Topology,
+    file: &Topology,
+) -> Result<UplinkPlan, UplinkChangeError> {
+    let topology = || now.name.clone();
     // An uplink with BGP EVPN is neither added nor removed at run time.
-    let evpn = |u: &Uplink| {
-        match &u.vxlan {
-        Some(v) if v.evpn => Err(format!(
-            "uplink {}: it has BGP EVPN ([uplink.vxlan] evpn = true), whose shadow devices and FRR come and go with the topology only ({down})",
-            u.name
-        )),
+    let evpn = |u: &Uplink| match &u.vxlan {
+        Some(v) if v.evpn => Err(UplinkChangeError::Evpn {
+            uplink: u.name.clone(),
+            topology: topology(),
+        }),
         _ => Ok(()),
-    }
     };
     let mut plan = UplinkPlan::default();
     for r in &now.uplinks {
@@ -43,10 +104,11 @@ pub(super) fn plan_uplinks(now: &Topology, file: &Topology) -> Result<UplinkPlan
             continue;
         }
         if let Some(h) = now.hosts.iter().find(|h| h.uplink == r.name) {
-            return Err(format!(
-                "uplink {}: host {} is on its wire, and [[host]] tables do not change while the topology runs ({down})",
-                r.name, h.name
-            ));
+            return Err(UplinkChangeError::HostOnWire {
+                uplink: r.name.clone(),
+                host: h.name.clone(),
+                topology: topology(),
+            });
         }
         evpn(r)?;
         plan.removed.push(r.name.clone());
@@ -54,41 +116,39 @@ pub(super) fn plan_uplinks(now: &Topology, file: &Topology) -> Result<UplinkPlan
     for (i, u) in file.uplinks.iter().enumerate() {
         let Some(r) = now.uplinks.iter().find(|r| r.name == u.name) else {
             if let Some(h) = file.hosts.iter().find(|h| h.uplink == u.name) {
-                return Err(format!(
-                    "uplink {}: host {} would be on its wire, and [[host]] tables do not change while the topology runs ({down})",
-                    u.name, h.name
-                ));
+                return Err(UplinkChangeError::HostAdded {
+                    uplink: u.name.clone(),
+                    host: h.name.clone(),
+                    topology: topology(),
+                });
             }
             evpn(u)?;
             let shared = |o: &&Uplink| o.devices().iter().any(|d| u.devices().contains(d));
             if let Some(o) = now.uplinks.iter().find(shared) {
-                return Err(format!(
-                    "uplink {}: device {} is uplink {}'s, which the file removes: remove {} first (`hvnet up` of a file without either), then add {}",
-                    u.name, u.device, o.name, o.name, u.name
-                ));
+                return Err(UplinkChangeError::DeviceTaken {
+                    uplink: u.name.clone(),
+                    device: u.device.clone(),
+                    other: o.name.clone(),
+                });
             }
             plan.added.push(i);
             continue;
         };
         let mut as_running = u.clone();
         as_running.settings = r.settings.clone();
-        let again = format!(
-            "remove it (`hvnet up` of the file without it) and add it again, or `hvnet down {}` first",
-            now.name
-        );
         if as_running != *r {
-            return Err(format!(
-                "uplink {}: changed beyond its port settings (device, queues, lro, VLAN, netqueue, rss, batch or [uplink.vxlan]); {again}",
-                u.name
-            ));
+            return Err(UplinkChangeError::Changed {
+                uplink: u.name.clone(),
+                topology: topology(),
+            });
         }
         if u.settings != r.settings {
             let fixed = |s: &PortSettings| (s.tso, s.csum, s.mtu);
             if fixed(&u.settings) != fixed(&r.settings) {
-                return Err(format!(
-                    "uplink {}: its tso, csum and mtu are set when it is added (ring1, ring2 and rx_usecs change at run time); {again}",
-                    u.name
-                ));
+                return Err(UplinkChangeError::FixedSettings {
+                    uplink: u.name.clone(),
+                    topology: topology(),
+                });
             }
             plan.changed.push((u.name.clone(), u.settings.clone()));
         }
@@ -170,7 +230,7 @@ ipv4 = "198.18.0.100/24"
 
     const UP2: &str = "\n[[uplink]]\nname = \"up2\"\ndevice = \"hvx2\"\n";
 
-    fn plan(file: &str) -> Result<UplinkPlan, String> {
+    fn plan(file: &str) -> Result<UplinkPlan, UplinkChangeError> {
         let now = crate::topology::parse(RUNS).unwrap();
         let file = crate::topology::parse(file).unwrap_or_else(|e| panic!("{e:?}"));
         plan_uplinks(&now, &file)
@@ -233,24 +293,28 @@ ipv4 = "198.18.0.100/24"
                 "",
             )
             .replace("[[uplink]]\nname = \"up0\"\ndevice = \"hvx0\"\n", "");
-        let e = plan(&no_host).unwrap_err();
+        let e = plan(&no_host).unwrap_err().to_string();
         assert!(e.contains("uplink up0: host ext is on its wire"), "{e}");
+        assert!(e.ends_with("(`hvnet down t1` first)"), "{e}");
         // A new uplink with a host of its own.
         let hosted = format!("{RUNS}{UP2}\n[[host]]\nname = \"ext2\"\nuplink = \"up2\"\n");
-        let e = plan(&hosted).unwrap_err();
-        assert!(
-            e.contains("uplink up2: host ext2 would be on its wire"),
-            "{e}"
+        assert_eq!(
+            plan(&hosted),
+            Err(UplinkChangeError::HostAdded {
+                uplink: "up2".into(),
+                host: "ext2".into(),
+                topology: "t1".into()
+            })
         );
         // EVPN, added.
         let evpn = format!(
             "{RUNS}{UP2}\n[uplink.vxlan]\nvni = 7\nlocal = \"198.18.60.1/24\"\nevpn = true\n"
         );
-        let e = plan(&evpn).unwrap_err();
+        let e = plan(&evpn).unwrap_err().to_string();
         assert!(e.contains("uplink up2: it has BGP EVPN"), "{e}");
         // A removed uplink's device taken by a new one in the same file.
         let e = plan(&format!("{}{}", without_up1(), UP2.replace("hvx2", "hvx1"))).unwrap_err();
-        assert!(e.contains("device hvx1 is uplink up1's"), "{e}");
+        assert!(e.to_string().contains("device hvx1 is uplink up1's"), "{e}");
         for (from, to, why) in [
             (
                 "queues = 2",
@@ -278,7 +342,7 @@ ipv4 = "198.18.0.100/24"
                 "its tso, csum and mtu",
             ),
         ] {
-            let e = plan(&RUNS.replace(from, to)).unwrap_err();
+            let e = plan(&RUNS.replace(from, to)).unwrap_err().to_string();
             assert!(
                 e.starts_with("uplink up1: ") && e.contains(why),
                 "{to}: {e}"

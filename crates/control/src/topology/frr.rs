@@ -2,7 +2,7 @@
 //! what EVPN asks of the uplinks. How `hvnet up` runs FRR with them is
 //! the `evpn` module's.
 
-use super::{line_of, Uplink};
+use super::{line_of, ParseError, Section, Uplink};
 use serde::Deserialize;
 use std::net::Ipv4Addr;
 
@@ -80,7 +80,7 @@ pub(super) fn parse_frr(
     text: &str,
     repr: Option<&toml::Spanned<FrrRepr>>,
     uplinks: &[Uplink],
-) -> Result<Option<Frr>, (usize, String)> {
+) -> Result<Option<Frr>, ParseError> {
     let frr = match repr {
         None => None,
         Some(r) => {
@@ -90,15 +90,16 @@ pub(super) fn parse_frr(
                 .filter(|u| u.vxlan.as_ref().is_some_and(|v| v.evpn))
                 .count();
             if evpn_uplinks == 0 {
-                return Err((
+                return Err(ParseError::at(
                     line,
-                    "[frr] is for EVPN: no uplink has [uplink.vxlan] evpn = true".into(),
+                    Section::Frr,
+                    "is for EVPN: no uplink has [uplink.vxlan] evpn = true",
                 ));
             }
             Some(
                 r.get_ref()
                     .validate()
-                    .map_err(|e| (line, format!("frr: {e}")))?,
+                    .map_err(|e| ParseError::at(line, Section::Frr, e))?,
             )
         }
     };
@@ -108,9 +109,9 @@ pub(super) fn parse_frr(
         .collect();
     vnis.sort_unstable();
     if vnis.windows(2).any(|w| w[0] == w[1]) {
-        return Err((
+        return Err(ParseError::whole(
             1,
-            "two EVPN uplinks have the same VNI (FRR knows a VNI by one device)".into(),
+            "two EVPN uplinks have the same VNI (FRR knows a VNI by one device)",
         ));
     }
     Ok(frr)
@@ -119,6 +120,7 @@ pub(super) fn parse_frr(
 #[cfg(test)]
 mod tests {
     use super::super::parse;
+    use super::super::tests::refused;
     use super::*;
 
     #[test]
@@ -136,12 +138,12 @@ mod tests {
         assert!(!t.vms[0].settings.connected);
         let f = t.frr.unwrap();
         assert_eq!((f.asn, f.neighbors.len(), f.keepalive_secs), (65000, 1, 3));
-        let (line, reason) = parse(&file("evpn = false", frr)).unwrap_err();
+        let (line, reason) = refused(&file("evpn = false", frr));
         assert_eq!(line, 16, "{reason}");
         assert!(reason.contains("no uplink has"), "{reason}");
-        let (_, reason) = parse(&file("evpn = true", &frr.replace("65000", "0"))).unwrap_err();
+        let (_, reason) = refused(&file("evpn = true", &frr.replace("65000", "0")));
         assert!(reason.contains("asn 0"), "{reason}");
-        let (_, reason) = parse(&file("evpn = true\nport = 65330", "")).unwrap_err();
+        let (_, reason) = refused(&file("evpn = true\nport = 65330", ""));
         assert!(reason.contains("shadow"), "{reason}");
     }
 

@@ -1,7 +1,7 @@
 //! `[[host]]`: an external host on an uplink's wire (tests, demos, the
 //! lab), as a topology file writes it, checked into a [`Host`].
 
-use super::{auto_mac, check_name, line_of, parse_addrs, Uplink, Vm};
+use super::{auto_mac, check_name, line_of, parse_addrs, ParseError, Section, Uplink, Vm};
 use hvnet_wire::MacAddr;
 use serde::Deserialize;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -47,12 +47,12 @@ pub(super) fn parse_hosts(
     reprs: &[toml::Spanned<HostRepr>],
     vms: &[Vm],
     uplinks: &[Uplink],
-) -> Result<Vec<Host>, (usize, String)> {
+) -> Result<Vec<Host>, ParseError> {
     let mut out: Vec<Host> = Vec::new();
     for (i, sh) in reprs.iter().enumerate() {
         let line = line_of(text, sh.span().start);
         let h = sh.get_ref();
-        let bad = |r: String| (line, format!("host {:?}: {r}", h.name));
+        let bad = |r: String| ParseError::at(line, Section::Host(h.name.clone()), r);
         check_name(&h.name).map_err(bad)?;
         if vms.iter().any(|v| v.name == h.name) || out.iter().any(|o| o.name == h.name) {
             return Err(bad(
@@ -104,7 +104,7 @@ pub(super) fn parse_hosts(
 #[cfg(test)]
 mod tests {
     use super::super::parse;
-    use super::super::tests::{GOOD, UPLINK};
+    use super::super::tests::{refused, GOOD, UPLINK};
 
     #[test]
     fn hosts_are_namespaces_on_an_uplinks_wire() {
@@ -113,9 +113,7 @@ mod tests {
         assert_eq!(t.uplink_of(&t.hosts[0]).device, "hvx0");
         assert!(!t.hosts[0].tso, "a host sends wire-sized frames by default");
         assert_eq!(t.namespaces(), ["t1-vm1", "t1-vm2", "t1-ext"]);
-        let err = |from: &str, to: &str| {
-            parse(&format!("{GOOD}{}", UPLINK.replace(from, to))).unwrap_err()
-        };
+        let err = |from: &str, to: &str| refused(&format!("{GOOD}{}", UPLINK.replace(from, to)));
         assert!(err("uplink = \"up0\"", "uplink = \"up9\"")
             .1
             .contains("no [[uplink]] named"));

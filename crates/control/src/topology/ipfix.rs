@@ -11,7 +11,7 @@
 //! cache_max_flows = 65536        # flows held at most
 //! ```
 
-use super::line_of;
+use super::{line_of, ParseError, Section};
 use hvnet_datapath::ipfix::IpfixConfig;
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -53,13 +53,13 @@ fn d_flows() -> i64 {
 pub(super) fn parse_ipfix(
     text: &str,
     repr: Option<&toml::Spanned<IpfixRepr>>,
-) -> Result<Option<IpfixConfig>, (usize, String)> {
+) -> Result<Option<IpfixConfig>, ParseError> {
     let Some(r) = repr else {
         return Ok(None);
     };
     let line = line_of(text, r.span().start);
     let f = r.get_ref();
-    let fail = |why: String| (line, format!("[ipfix]: {why}"));
+    let fail = |why: String| ParseError::at(line, Section::Ipfix, why);
     if f.targets.is_empty() {
         return Err(fail(
             "targets: at least one collector, as \"198.18.5.2:4739\"".into(),
@@ -111,7 +111,7 @@ pub(super) fn parse_ipfix(
 #[cfg(test)]
 mod tests {
     use super::super::parse;
-    use super::super::tests::GOOD;
+    use super::super::tests::{refused, GOOD};
 
     #[test]
     fn ipfix_is_read_with_its_defaults_and_bad_values_are_refused() {
@@ -144,7 +144,7 @@ mod tests {
                 "cache_max_flows takes",
             ),
         ] {
-            let (_, why) = parse(&format!("{GOOD}\n[ipfix]\n{keys}\n")).unwrap_err();
+            let (_, why) = refused(&format!("{GOOD}\n[ipfix]\n{keys}\n"));
             assert!(why.contains(says), "{keys}: {why}");
         }
     }

@@ -2,7 +2,7 @@
 //! they start, and who may create sockets there. How the daemon follows
 //! those guests is the `libvirt` module's.
 
-use super::line_of;
+use super::{line_of, ParseError, Section};
 use serde::Deserialize;
 use std::path::PathBuf;
 
@@ -50,11 +50,12 @@ pub(super) fn parse_libvirt(
     topology: &str,
     text: &str,
     repr: Option<&toml::Spanned<LibvirtRepr>>,
-) -> Result<Option<Libvirt>, (usize, String)> {
+) -> Result<Option<Libvirt>, ParseError> {
     let Some(r) = repr else {
         return Ok(None);
     };
     let line = line_of(text, r.span().start);
+    let bad = |reason: String| ParseError::at(line, Section::Libvirt, reason);
     let r = r.get_ref();
     let sockets = match &r.sockets {
         None => PathBuf::from(SOCKETS_ROOT).join(topology),
@@ -67,33 +68,24 @@ pub(super) fn parse_libvirt(
                 || s.contains("..")
                 || s.len() > 80
             {
-                return Err((
-                    line,
-                    format!("libvirt: sockets {s:?} must be a directory under {SOCKETS_ROOT}, without '..', at most 80 characters (a socket's path, under it, has 108)"),
-                ));
+                return Err(bad(format!("sockets {s:?} must be a directory under {SOCKETS_ROOT}, without '..', at most 80 characters (a socket's path, under it, has 108)")));
             }
             p
         }
     };
     let Some(gid) = super::vhost_socket::id_of(std::path::Path::new("/etc/group"), &r.group) else {
-        return Err((
-            line,
-            format!(
-                "libvirt: group {:?} is not a group on this host (libvirt's QEMU runs in libvirt-qemu)",
-                r.group
-            ),
-        ));
+        return Err(bad(format!(
+            "group {:?} is not a group on this host (libvirt's QEMU runs in libvirt-qemu)",
+            r.group
+        )));
     };
     if !["qemu:///system", "qemu:///session"].contains(&r.uri.as_str())
         && !r.uri.starts_with("qemu+unix:///system?socket=/")
     {
-        return Err((
-            line,
-            format!(
-                "libvirt: uri {:?}: qemu:///system (default), qemu:///session or qemu+unix:///system?socket=PATH",
-                r.uri
-            ),
-        ));
+        return Err(bad(format!(
+            "uri {:?}: qemu:///system (default), qemu:///session or qemu+unix:///system?socket=PATH",
+            r.uri
+        )));
     }
     Ok(Some(Libvirt {
         sockets,
@@ -106,6 +98,7 @@ pub(super) fn parse_libvirt(
 #[cfg(test)]
 mod tests {
     use super::super::parse;
+    use super::super::tests::refused;
 
     const VM: &str = "name = \"lv\"\n[[vm]]\nname = \"a\"\nipv4 = \"198.18.0.1/24\"\n";
 
@@ -116,31 +109,25 @@ mod tests {
         let lv = t.libvirt.unwrap();
         assert_eq!(lv.sockets, std::path::Path::new("/run/hvnet-libvirt/lv"));
         assert_eq!((lv.gid, lv.uri.as_str()), (0, "qemu:///system"));
-        assert!(parse("name = \"lv\"\n")
-            .unwrap_err()
-            .1
-            .contains("[libvirt]"));
-        let refused = |table: &str, why: &str| {
-            let (line, reason) =
-                parse(&format!("{VM}[libvirt]\ngroup = \"root\"\n{table}")).unwrap_err();
+        assert!(refused("name = \"lv\"\n").1.contains("[libvirt]"));
+        let bad = |table: &str, why: &str| {
+            let (line, reason) = refused(&format!("{VM}[libvirt]\ngroup = \"root\"\n{table}"));
             assert!(reason.contains(why), "{table}: {reason}");
             assert_eq!(line, 5, "the [libvirt] table's line: {reason}");
         };
-        refused("sockets = \"/run\"", "under /run/hvnet-libvirt");
-        refused(
+        bad("sockets = \"/run\"", "under /run/hvnet-libvirt");
+        bad(
             "sockets = \"/run/hvnet-libvirt\"",
             "under /run/hvnet-libvirt",
         );
-        refused("sockets = \"/run/hvnet-libvirt/../etc\"", "without '..'");
-        refused("uri = \"xen:///\"", "qemu:///system");
-        let (_, reason) =
-            parse(&format!("{VM}[libvirt]\ngroup = \"no-such-group-here\"\n")).unwrap_err();
+        bad("sockets = \"/run/hvnet-libvirt/../etc\"", "without '..'");
+        bad("uri = \"xen:///\"", "qemu:///system");
+        let (_, reason) = refused(&format!("{VM}[libvirt]\ngroup = \"no-such-group-here\"\n"));
         assert!(reason.contains("not a group on this host"), "{reason}");
         // A VM of the file may not put its socket where libvirt's go.
-        let (_, reason) = parse(
+        let (_, reason) = refused(
             "name = \"lv\"\n[[vm]]\nname = \"g\"\nkind = \"vhost-user\"\nsocket = \"/run/hvnet-libvirt/lv/g.sock\"\n[libvirt]\ngroup = \"root\"\n",
-        )
-        .unwrap_err();
+        );
         assert!(reason.contains("libvirt's guests'"), "{reason}");
     }
 }

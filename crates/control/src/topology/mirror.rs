@@ -17,7 +17,7 @@
 //! forwarded to it, and it is selected by no mirror. Every error names the
 //! mirror's line; a file with one is refused whole.
 
-use super::{check_name, line_of, Uplink, Vm};
+use super::{check_name, line_of, ParseError, Section, Uplink, Vm};
 use hvnet_datapath::mirror::{ErspanConfig, MirrorSpec, Output};
 use serde::Deserialize;
 use std::net::IpAddr;
@@ -67,11 +67,14 @@ pub(super) fn parse_mirrors(
     reprs: &[toml::Spanned<MirrorRepr>],
     vms: &[Vm],
     uplinks: &[Uplink],
-) -> Result<Vec<MirrorSpec>, (usize, String)> {
+) -> Result<Vec<MirrorSpec>, ParseError> {
     let mut out: Vec<MirrorSpec> = Vec::new();
-    if reprs.len() > MAX_MIRRORS {
-        let line = line_of(text, reprs[MAX_MIRRORS].span().start);
-        return Err((line, format!("at most {MAX_MIRRORS} [[mirror]] tables")));
+    if let Some(first) = reprs.get(MAX_MIRRORS) {
+        return Err(ParseError::at(
+            line_of(text, first.span().start),
+            Section::Mirror(first.get_ref().name.clone()),
+            format!("at most {MAX_MIRRORS} [[mirror]] tables"),
+        ));
     }
     let ports: Vec<&str> = vms
         .iter()
@@ -81,7 +84,7 @@ pub(super) fn parse_mirrors(
     for r in reprs {
         let line = line_of(text, r.span().start);
         let m = r.get_ref();
-        let fail = |why: String| Err((line, format!("mirror {:?}: {why}", m.name)));
+        let fail = |why: String| Err(ParseError::at(line, Section::Mirror(m.name.clone()), why));
         if let Err(e) = check_name(&m.name) {
             return fail(e);
         }
@@ -141,9 +144,10 @@ pub(super) fn parse_mirrors(
                 Ok(v) if (1..=4094).contains(&v) => Output::Vlan(v),
                 _ => return fail(format!("output_vlan {v}: a VLAN is 1..4094")),
             },
-            (None, None, Some(e)) => Output::Erspan(
-                erspan(e).map_err(|why| (line, format!("mirror {:?}: {why}", m.name)))?,
-            ),
+            (None, None, Some(e)) => Output::Erspan(match erspan(e) {
+                Ok(c) => c,
+                Err(why) => return fail(why),
+            }),
             _ => return fail("needs exactly one of output_port, output_vlan and erspan".into()),
         };
         // A port that is an earlier mirror's output is selected by none.
@@ -202,11 +206,13 @@ fn erspan(e: &ErspanRepr) -> Result<ErspanConfig, String> {
 #[cfg(test)]
 mod tests {
     use super::super::parse;
-    use super::super::tests::GOOD;
+    use super::super::tests::{refused, GOOD};
     use super::*;
 
     fn mirror(keys: &str) -> Result<Vec<MirrorSpec>, (usize, String)> {
-        parse(&format!("{GOOD}\n[[mirror]]\nname = \"m\"\n{keys}\n")).map(|t| t.mirrors)
+        parse(&format!("{GOOD}\n[[mirror]]\nname = \"m\"\n{keys}\n"))
+            .map(|t| t.mirrors)
+            .map_err(|e| (e.line, e.to_string()))
     }
 
     #[test]
@@ -266,7 +272,7 @@ mod tests {
             "{GOOD}\n[[mirror]]\nname = \"a\"\nselect_src_port = [\"vm1\"]\noutput_port = \"vm2\"\n\
              [[mirror]]\nname = \"b\"\nselect_dst_port = [\"vm2\"]\noutput_vlan = 5\n"
         );
-        let (_, why) = parse(&two).unwrap_err();
+        let (_, why) = refused(&two);
         assert!(why.contains("output port"), "{why}");
     }
 }

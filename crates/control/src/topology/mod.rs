@@ -164,7 +164,7 @@ pub use team::Team;
 use uplink::VXLAN_OVERHEAD;
 pub use uplink::{NetQueueMode, Uplink, UplinkLro, Vxlan};
 pub use vhost_socket::VhostSocket;
-pub use vm::{Accel, Vm, VmKind};
+pub use vm::{Accel, Vm, VmKind, VmTableError};
 
 /// The UDP port of the shadow `vxlan` devices: never hvnet's VXLAN port,
 /// so the kernel's socket on it sees no traffic (a private port, outside
@@ -244,14 +244,195 @@ pub(super) fn check_vlans(
 
 /// A refused topology.
 #[derive(Debug, thiserror::Error)]
-#[error("{path}:{line}: {reason}")]
+#[error("{path}:{line}: {}{reason}", in_section(.section))]
 pub struct TopologyError {
     /// The file.
     pub path: PathBuf,
     /// 1-based line.
     pub line: usize,
+    /// The table the error is in; `None` where it is the file as a whole
+    /// (its top-level keys, its TOML syntax, a file that cannot be read).
+    pub section: Option<Section>,
     /// What is wrong.
     pub reason: String,
+}
+
+/// Refused topology text: the line and the table at fault, and why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}{reason}", in_section(.section))]
+pub struct ParseError {
+    /// 1-based line.
+    pub line: usize,
+    /// The table the error is in; `None` where it is the text as a whole.
+    pub section: Option<Section>,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl ParseError {
+    /// An error in table `section`, at `line`.
+    fn at(line: usize, section: Section, reason: impl Into<String>) -> ParseError {
+        ParseError {
+            line,
+            section: Some(section),
+            reason: reason.into(),
+        }
+    }
+
+    /// An error of the text as a whole, at `line`.
+    fn whole(line: usize, reason: impl Into<String>) -> ParseError {
+        ParseError {
+            line,
+            section: None,
+            reason: reason.into(),
+        }
+    }
+
+    /// The error as the error of file `path`.
+    pub fn in_file(self, path: &Path) -> TopologyError {
+        TopologyError {
+            path: path.into(),
+            line: self.line,
+            section: self.section,
+            reason: self.reason,
+        }
+    }
+}
+
+/// A table of a topology file, as its errors name it (`vm "web1"`,
+/// `switch`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Section {
+    /// A `[[vm]]`, by its name.
+    Vm(String),
+    /// An `[[uplink]]`, by its name.
+    Uplink(String),
+    /// An uplink's `[uplink.vxlan]`, by the uplink's name.
+    Vxlan(String),
+    /// A `[[host]]`, by its name.
+    Host(String),
+    /// A `[[security_group]]`, by its name.
+    SecurityGroup(String),
+    /// One rule of a `[[security_group]]`.
+    Rule {
+        /// The group's name.
+        group: String,
+        /// The rule's place in the group's list, from 0.
+        index: usize,
+    },
+    /// `[conntrack]`.
+    Conntrack,
+    /// A `[[mirror]]`, by its name.
+    Mirror(String),
+    /// `[switch]`.
+    Switch,
+    /// `[frr]`.
+    Frr,
+    /// `[ipfix]`.
+    Ipfix,
+    /// `[libvirt]`.
+    Libvirt,
+}
+
+impl std::fmt::Display for Section {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Section::Vm(n) => write!(f, "vm {n:?}"),
+            Section::Uplink(n) => write!(f, "uplink {n:?}"),
+            Section::Vxlan(n) => write!(f, "uplink {n:?}: vxlan"),
+            Section::Host(n) => write!(f, "host {n:?}"),
+            Section::SecurityGroup(n) => write!(f, "security_group {n:?}"),
+            Section::Rule { group, index } => write!(f, "security_group {group:?} rule {index}"),
+            Section::Conntrack => f.write_str("conntrack"),
+            Section::Mirror(n) => write!(f, "mirror {n:?}"),
+            Section::Switch => f.write_str("switch"),
+            Section::Frr => f.write_str("frr"),
+            Section::Ipfix => f.write_str("[ipfix]"),
+            Section::Libvirt => f.write_str("libvirt"),
+        }
+    }
+}
+
+/// An error's section as its message begins with it (`vm "a": `).
+fn in_section(section: &Option<Section>) -> String {
+    section
+        .as_ref()
+        .map(|s| format!("{s}: "))
+        .unwrap_or_default()
+}
+
+/// The table of `text` that byte `offset` is in: the inline table around
+/// it, else the last table header before it (for an error of the TOML
+/// reader, which knows the place but not the table). `None` before the
+/// first table, in a table without a name, or in text that is not TOML.
+fn section_at(text: &str, offset: usize) -> Option<Section> {
+    use toml::de::{DeTable, DeValue};
+    let doc = DeTable::parse(text).ok()?;
+    let name = |t: &DeTable| match t.get("name").map(|v| v.get_ref()) {
+        Some(DeValue::String(n)) => Some(n.to_string()),
+        _ => None,
+    };
+    // Each table with its span and section (`None`: it has no name).
+    let mut tables: Vec<(std::ops::Range<usize>, Option<Section>)> = Vec::new();
+    for (key, value) in doc.get_ref().iter() {
+        let one = match key.get_ref().as_ref() {
+            "switch" => Some(Section::Switch),
+            "frr" => Some(Section::Frr),
+            "ipfix" => Some(Section::Ipfix),
+            "libvirt" => Some(Section::Libvirt),
+            "conntrack" => Some(Section::Conntrack),
+            _ => None,
+        };
+        if let Some(section) = one {
+            tables.push((value.span(), Some(section)));
+            continue;
+        }
+        let DeValue::Array(list) = value.get_ref() else {
+            continue;
+        };
+        for item in list.iter() {
+            let DeValue::Table(t) = item.get_ref() else {
+                continue;
+            };
+            let n = name(t);
+            let section = match key.get_ref().as_ref() {
+                "vm" => n.map(Section::Vm),
+                "uplink" => {
+                    if let (Some(n), Some(v)) = (&n, t.get("vxlan")) {
+                        tables.push((v.span(), Some(Section::Vxlan(n.clone()))));
+                    }
+                    n.map(Section::Uplink)
+                }
+                "host" => n.map(Section::Host),
+                "mirror" => n.map(Section::Mirror),
+                "security_group" => {
+                    for rules in ["rule", "rules"].iter().filter_map(|k| t.get(*k)) {
+                        let DeValue::Array(rules) = rules.get_ref() else {
+                            continue;
+                        };
+                        for (index, r) in rules.iter().enumerate() {
+                            let group = n.clone();
+                            tables.push((
+                                r.span(),
+                                group.map(|group| Section::Rule { group, index }),
+                            ));
+                        }
+                    }
+                    n.map(Section::SecurityGroup)
+                }
+                _ => continue,
+            };
+            tables.push((item.span(), section));
+        }
+    }
+    // A header (`[switch]`, `[[vm]]`) opens its table until the next one;
+    // an inline table (`{ .. }`) is its braces.
+    let header = |at: &std::ops::Range<usize>| text[at.start..].starts_with('[');
+    tables
+        .into_iter()
+        .filter(|(at, _)| at.start <= offset && (header(at) || offset < at.end))
+        .max_by_key(|(at, _)| at.start)
+        .and_then(|(_, section)| section)
 }
 
 /// A topology file as written, each table with its place in the text
@@ -448,25 +629,26 @@ fn valid_name(s: &str) -> bool {
 
 /// Reads and validates a topology file.
 pub fn load(path: &Path) -> Result<Topology, TopologyError> {
-    let err = |line: usize, reason: String| TopologyError {
-        path: path.into(),
-        line,
-        reason,
-    };
-    let text = std::fs::read_to_string(path).map_err(|e| err(0, format!("cannot read: {e}")))?;
-    parse(&text).map_err(|(line, reason)| err(line, reason))
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ParseError::whole(0, format!("cannot read: {e}")).in_file(path))?;
+    parse(&text).map_err(|e| e.in_file(path))
 }
 
-/// Validates topology text; errors carry a 1-based line.
-pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
-    let f: FileRepr = toml::from_str(text).map_err(|e| {
-        let line = e.span().map_or(1, |s| line_of(text, s.start));
-        (line, e.message().to_string())
+/// Validates topology text; errors carry a 1-based line and the table
+/// they are in.
+pub fn parse(text: &str) -> Result<Topology, ParseError> {
+    let f: FileRepr = toml::from_str(text).map_err(|e| match e.span() {
+        Some(at) => ParseError {
+            line: line_of(text, at.start),
+            section: section_at(text, at.start),
+            reason: e.message().to_string(),
+        },
+        None => ParseError::whole(1, e.message()),
     })?;
     let name_line = line_of(text, f.name.span().start);
     let name = f.name.into_inner();
     if !valid_topology_name(&name) {
-        return Err((
+        return Err(ParseError::whole(
             name_line,
             format!("topology name {name:?} must be 1-16 characters of a-z, 0-9 and '-'"),
         ));
@@ -491,7 +673,7 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
             let line = line_of(text, n.span().start);
             let n = n.into_inner();
             if !valid_name(&n) || n.len() > 64 {
-                return Err((
+                return Err(ParseError::whole(
                     line,
                     format!("netns {n:?} must be a network namespace's name (a-z, 0-9, '-')"),
                 ));
@@ -507,8 +689,9 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
             .iter()
             .find(|v| v.vhost.path.as_deref().and_then(Path::parent) == Some(lv.sockets.as_path()))
         {
-            return Err((
+            return Err(ParseError::at(
                 line_of(text, table.span().start),
+                Section::Libvirt,
                 format!(
                     "vm {}: its socket is in [libvirt] sockets ({}), whose sockets are libvirt's guests'; put it elsewhere",
                     v.name,
@@ -519,9 +702,9 @@ pub fn parse(text: &str) -> Result<Topology, (usize, String)> {
     }
     if vms.is_empty() && libvirt.is_none() {
         // A switch of libvirt's guests alone starts with none.
-        return Err((
+        return Err(ParseError::whole(
             line_of(text, text.len()),
-            "no [[vm]] entries (a switch whose VMs all come from libvirt says [libvirt])".into(),
+            "no [[vm]] entries (a switch whose VMs all come from libvirt says [libvirt])",
         ));
     }
     Ok(Topology {
@@ -625,28 +808,27 @@ impl Default for SwitchSettings {
 fn parse_switch(
     text: &str,
     repr: Option<&toml::Spanned<SwitchRepr>>,
-) -> Result<SwitchSettings, (usize, String)> {
+) -> Result<SwitchSettings, ParseError> {
     Ok(match repr {
         None => SwitchSettings::default(),
         Some(sw) => {
             let line = line_of(text, sw.span().start);
+            let bad = |reason: String| ParseError::at(line, Section::Switch, reason);
             let r = sw.get_ref();
             let cpus = match &r.cpus {
                 None => Vec::new(),
-                Some(list) => parse_cpu_list(list)
-                    .map_err(|e| (line, format!("switch: cpus {list:?}: {e}")))?,
+                Some(list) => {
+                    parse_cpu_list(list).map_err(|e| bad(format!("cpus {list:?}: {e}")))?
+                }
             };
             let busy_poll_max_us = match r.busy_poll_max_us {
                 None => BUSY_POLL_MAX_US.0,
                 Some(us) if us <= BUSY_POLL_MAX_US.1 => us,
                 Some(us) => {
-                    return Err((
-                        line,
-                        format!(
-                            "switch: busy_poll_max_us {us} out of range: 0 (never watch) to {} microseconds",
-                            BUSY_POLL_MAX_US.1
-                        ),
-                    ))
+                    return Err(bad(format!(
+                        "busy_poll_max_us {us} out of range: 0 (never watch) to {} microseconds",
+                        BUSY_POLL_MAX_US.1
+                    )))
                 }
             };
             let nice = match &r.nice {
@@ -654,16 +836,10 @@ fn parse_switch(
                 Some(NiceRepr::Word(w)) if w == "auto" => WorkerNice::Auto,
                 Some(NiceRepr::Number(n)) if (-20..=19).contains(n) => WorkerNice::Fixed(*n as i32),
                 Some(NiceRepr::Number(n)) => {
-                    return Err((
-                        line,
-                        format!("switch: nice {n} out of range: \"auto\", or -20 (the highest weight) to 19, as nice(1) takes"),
-                    ))
+                    return Err(bad(format!("nice {n} out of range: \"auto\", or -20 (the highest weight) to 19, as nice(1) takes")))
                 }
                 Some(NiceRepr::Word(w)) => {
-                    return Err((
-                        line,
-                        format!("switch: nice {w:?}: \"auto\" (the weight of the queues with traffic) or a number, -20 to 19"),
-                    ))
+                    return Err(bad(format!("nice {w:?}: \"auto\" (the weight of the queues with traffic) or a number, -20 to 19")))
                 }
             };
             SwitchSettings {
@@ -812,6 +988,13 @@ queues = 4
 lro = false
 "#;
 
+    /// What [`parse`] says of refused text: the line, and the message (the
+    /// section, then the reason).
+    pub(super) fn refused(text: &str) -> (usize, String) {
+        let e = parse(text).unwrap_err();
+        (e.line, e.to_string())
+    }
+
     /// An uplink and a host on its wire, to follow [`GOOD`].
     pub(super) const UPLINK: &str = r#"
 [[uplink]]
@@ -857,19 +1040,21 @@ ipv4 = "10.1.0.100/24"
             ("1-0", "runs backwards"),
             ("x", "is not a CPU number or range"),
         ] {
-            let (line, reason) = with(bad).err().unwrap();
-            assert!(reason.contains(why), "{bad}: {reason}");
-            assert_eq!(line, 16, "{bad}: the [switch] table's line");
+            let e = with(bad).err().unwrap();
+            assert!(e.reason.contains(why), "{bad}: {e}");
+            assert_eq!(e.line, 16, "{bad}: the [switch] table's line");
+            assert_eq!(e.section, Some(Section::Switch));
+            assert!(e.to_string().starts_with("switch: cpus "), "{e}");
         }
         let off = parse(&format!("{GOOD}\n[switch]\nrebalance = \"off\"\n")).unwrap();
         assert!(!off.switch.rebalance);
         let poll = |us: u32| parse(&format!("{GOOD}\n[switch]\nbusy_poll_max_us = {us}\n"));
         assert_eq!(poll(0).unwrap().switch.busy_poll_max_us, 0);
-        let (line, reason) = poll(1001).err().unwrap();
-        assert_eq!(line, 16);
+        let e = poll(1001).err().unwrap();
+        assert_eq!(e.line, 16);
         assert!(
-            reason.contains("0 (never watch) to 1000 microseconds"),
-            "{reason}"
+            e.reason.contains("0 (never watch) to 1000 microseconds"),
+            "{e}"
         );
         let nice = |n: &str| parse(&format!("{GOOD}\n[switch]\nnice = {n}\n"));
         assert_eq!(nice("5").unwrap().switch.nice, WorkerNice::Fixed(5));
@@ -877,11 +1062,112 @@ ipv4 = "10.1.0.100/24"
         assert!(nice("-21")
             .err()
             .unwrap()
-            .1
+            .reason
             .contains("-20 (the highest weight) to 19"));
-        let (line, reason) = nice("\"high\"").err().unwrap();
-        assert_eq!(line, 16);
-        assert!(reason.contains("\"auto\""), "{reason}");
+        let e = nice("\"high\"").err().unwrap();
+        assert_eq!(e.line, 16);
+        assert!(e.reason.contains("\"auto\""), "{e}");
+    }
+
+    #[test]
+    fn an_error_says_its_file_line_and_table_before_the_reason() {
+        let e = parse(&GOOD.replace("mtu = 9000", "mtu = 9001")).unwrap_err();
+        assert_eq!(
+            (e.line, e.section.clone()),
+            (9, Some(Section::Vm("vm2".into())))
+        );
+        let shown = e.in_file(Path::new("/etc/hvnet/t1.toml")).to_string();
+        assert!(
+            shown.starts_with("/etc/hvnet/t1.toml:9: vm \"vm2\": mtu 9001"),
+            "{shown}"
+        );
+        // The file as a whole: no table.
+        let e = parse("name = \"Bad Name\"\n").unwrap_err();
+        assert_eq!(e.section, None);
+        let shown = e.in_file(Path::new("t.toml")).to_string();
+        assert!(
+            shown.starts_with("t.toml:1: topology name \"Bad Name\""),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn the_toml_readers_errors_name_the_table_they_are_in() {
+        let at = |text: &str| {
+            let e = parse(text).unwrap_err();
+            (e.line, e.section)
+        };
+        let vm = |n: &str| Some(Section::Vm(n.into()));
+        // A key no [[vm]] has, a value of the wrong type: that VM's table.
+        assert_eq!(
+            at(&GOOD.replace("lro = false", "lro = false\nspeed = 10")),
+            (15, vm("vm2"))
+        );
+        assert_eq!(
+            at(&GOOD.replace("mtu = 9000", "mtu = \"big\"")),
+            (12, vm("vm2"))
+        );
+        assert_eq!(
+            at(&GOOD.replace("ipv4 = \"10.1.0.1/24\"", "ipv4 = 1")),
+            (7, vm("vm1"))
+        );
+        // Tables of their own, and the tables inside one.
+        let up = Some(Section::Uplink("up0".into()));
+        assert_eq!(
+            at(&format!(
+                "{GOOD}{}",
+                UPLINK.replace("lro = \"off\"", "lro = 3")
+            ))
+            .1,
+            up
+        );
+        let vx = Some(Section::Vxlan("up0".into()));
+        let tunnel = |vxlan: &str, after: &str| {
+            at(&format!(
+                "{GOOD}\n[[uplink]]\nname = \"up0\"\ndevice = \"hvx0\"\n{vxlan}\n{after}"
+            ))
+            .1
+        };
+        assert_eq!(
+            tunnel(
+                "[uplink.vxlan]\nvni = 7\nlocal = \"10.9.0.1/24\"\nspeed = 1",
+                ""
+            ),
+            vx
+        );
+        assert_eq!(
+            tunnel(
+                "vxlan = { vni = 7, local = \"10.9.0.1/24\", speed = 1 }",
+                ""
+            ),
+            vx
+        );
+        assert_eq!(
+            tunnel("vxlan = { vni = 7, local = \"10.9.0.1/24\" }", "speed = 1"),
+            up,
+            "after an inline table: its uplink's again"
+        );
+        assert_eq!(
+            at(&format!("{GOOD}\n[switch]\nspeed = 1\n")).1,
+            Some(Section::Switch)
+        );
+        assert_eq!(
+            at(&format!("{GOOD}\n[ipfix]\ntargets = 3\n")).1,
+            Some(Section::Ipfix)
+        );
+        // Not in a table: the file's.
+        assert_eq!(at(&format!("speed = 1\n{GOOD}")).1, None);
+        assert_eq!(
+            at(&GOOD.replace("fdb_aging_secs = 5", "fdb_aging_secs = \"x\"")).1,
+            None
+        );
+        // A [[vm]] without a name has no name to be known by.
+        assert_eq!(
+            at("name = \"t\"\n[[vm]]\nipv4 = \"10.0.0.1/24\"\n"),
+            (2, None)
+        );
+        // Text that is not TOML.
+        assert_eq!(at(&format!("{GOOD}\n[[vm]\n")).1, None);
     }
 
     #[test]

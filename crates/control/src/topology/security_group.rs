@@ -34,7 +34,7 @@
 //! line of the rule or table at fault; a file with one is refused whole.
 
 use super::vm::Vm;
-use super::{check_name, line_of};
+use super::{check_name, line_of, ParseError, Section};
 use hvnet_datapath::acl::flow::{proto, Family};
 use hvnet_datapath::acl::{AclConfig, Action, Direction, Limits, Prefix, Rule, RuleSet};
 use serde::Deserialize;
@@ -352,20 +352,30 @@ pub(super) fn parse_groups(
     conntrack: Option<&toml::Spanned<ConntrackRepr>>,
     vms: &[Vm],
     vm_lines: &[usize],
-) -> Result<(Vec<SecurityGroup>, Limits), (usize, String)> {
+) -> Result<(Vec<SecurityGroup>, Limits), ParseError> {
     let mut groups: Vec<SecurityGroup> = Vec::new();
     for sg in reprs {
         let line = line_of(text, sg.span().start);
         let g = sg.get_ref();
-        check_name(&g.name).map_err(|e| (line, format!("security_group: {e}")))?;
+        let bad =
+            |reason: String| ParseError::at(line, Section::SecurityGroup(g.name.clone()), reason);
+        check_name(&g.name).map_err(bad)?;
         if groups.iter().any(|o| o.name == g.name) {
-            return Err((line, format!("security_group {:?}: defined twice", g.name)));
+            return Err(bad("defined twice".into()));
         }
         let mut rules = Vec::new();
         for (i, r) in g.rule.iter().enumerate() {
             let rline = line_of(text, r.span().start);
-            let (mut rule, remote) = parse_rule(&g.name, i, r.get_ref())
-                .map_err(|e| (rline, format!("security_group {:?} rule {i}: {e}", g.name)))?;
+            let (mut rule, remote) = parse_rule(&g.name, i, r.get_ref()).map_err(|e| {
+                ParseError::at(
+                    rline,
+                    Section::Rule {
+                        group: g.name.clone(),
+                        index: i,
+                    },
+                    e,
+                )
+            })?;
             rule.text = describe(&rule, &remote);
             rules.push(GroupRule {
                 line: rline,
@@ -382,33 +392,28 @@ pub(super) fn parse_groups(
         for (i, r) in g.rules.iter().enumerate() {
             if let Remote::Group(name) = &r.remote {
                 if !groups.iter().any(|o| &o.name == name) {
-                    return Err((
+                    return Err(ParseError::at(
                         r.line,
-                        format!(
-                            "security_group {:?} rule {i}: remote_group {name:?} is no [[security_group]] of this file",
-                            g.name
-                        ),
+                        Section::Rule {
+                            group: g.name.clone(),
+                            index: i,
+                        },
+                        format!("remote_group {name:?} is no [[security_group]] of this file"),
                     ));
                 }
             }
         }
     }
     for (vm, &line) in vms.iter().zip(vm_lines) {
+        let bad = |reason: String| ParseError::at(line, Section::Vm(vm.name.clone()), reason);
         for (i, name) in vm.security_groups.iter().enumerate() {
             if !groups.iter().any(|g| &g.name == name) {
-                return Err((
-                    line,
-                    format!(
-                        "vm {:?}: security group {name:?} is no [[security_group]] of this file",
-                        vm.name
-                    ),
-                ));
+                return Err(bad(format!(
+                    "security group {name:?} is no [[security_group]] of this file"
+                )));
             }
             if vm.security_groups[..i].contains(name) {
-                return Err((
-                    line,
-                    format!("vm {:?}: security group {name:?} listed twice", vm.name),
-                ));
+                return Err(bad(format!("security group {name:?} listed twice")));
             }
         }
         let n: usize = groups
@@ -417,37 +422,28 @@ pub(super) fn parse_groups(
             .map(|g| g.rules.len())
             .sum();
         if n > MAX_RULES {
-            return Err((
-                line,
-                format!(
-                    "vm {:?}: its groups have {n} rules; a port takes at most {MAX_RULES}",
-                    vm.name
-                ),
-            ));
+            return Err(bad(format!(
+                "its groups have {n} rules; a port takes at most {MAX_RULES}"
+            )));
         }
     }
     let mut limits = Limits::default();
     if let Some(c) = conntrack {
         let line = line_of(text, c.span().start);
+        let bad = |reason: String| ParseError::at(line, Section::Conntrack, reason);
         let r = c.get_ref();
         let bound = |what: &str, v: Option<i64>, d: usize| match v {
             None => Ok(d),
             Some(v) if (1..=MAX_CONNTRACK as i64).contains(&v) => Ok(v as usize),
-            Some(v) => Err((
-                line,
-                format!("conntrack: {what} {v} is outside 1..{MAX_CONNTRACK}"),
-            )),
+            Some(v) => Err(bad(format!("{what} {v} is outside 1..{MAX_CONNTRACK}"))),
         };
         limits.max = bound("max", r.max, limits.max)?;
         limits.max_per_port = bound("max_per_port", r.max_per_port, limits.max_per_port)?;
         if limits.max_per_port > limits.max {
-            return Err((
-                line,
-                format!(
-                    "conntrack: max_per_port {} is more than max {}",
-                    limits.max_per_port, limits.max
-                ),
-            ));
+            return Err(bad(format!(
+                "max_per_port {} is more than max {}",
+                limits.max_per_port, limits.max
+            )));
         }
     }
     Ok((groups, limits))
@@ -510,9 +506,10 @@ pub fn acl_config(groups: &[SecurityGroup], limits: Limits, vms: &[Vm]) -> AclCo
 mod tests {
     use super::super::parse;
     use super::super::tests::GOOD;
+    use super::super::ParseError;
     use super::*;
 
-    fn with(groups: &str) -> Result<super::super::Topology, (usize, String)> {
+    fn with(groups: &str) -> Result<super::super::Topology, ParseError> {
         parse(&format!(
             "{}\n{groups}",
             GOOD.replace(
@@ -596,10 +593,22 @@ protocol = "icmpv6"
             let g = format!(
                 "\n[[security_group]]\nname = \"web\"\nrules = [\n  {{ direction = \"out\" }},\n  {rule},\n]\n"
             );
-            let (line, reason) = with(&g).unwrap_err();
+            let e = with(&g).unwrap_err();
+            let reason = e.to_string();
             assert!(reason.contains(why), "{rule}: {reason}");
-            assert_eq!(line, 22, "{rule}: {reason}");
-            assert!(reason.contains("rule 1"), "{reason}");
+            assert_eq!(e.line, 22, "{rule}: {reason}");
+            assert_eq!(
+                e.section,
+                Some(Section::Rule {
+                    group: "web".into(),
+                    index: 1
+                }),
+                "{reason}"
+            );
+            assert!(
+                reason.starts_with("security_group \"web\" rule 1: "),
+                "{reason}"
+            );
         };
         bad("{ direction = \"sideways\" }", "is not \"in\" or \"out\"");
         bad(
@@ -657,26 +666,34 @@ protocol = "icmpv6"
             "is no [[security_group]]",
         );
         // Unknown keys: the TOML parser's word, at the rule's line.
-        let (line, reason) = with(
+        let e = with(
             "\n[[security_group]]\nname = \"web\"\nrules = [\n  { direction = \"out\" },\n  { direction = \"in\", port = 80 },\n]\n",
         )
         .unwrap_err();
-        assert_eq!(line, 22, "{reason}");
-        assert!(reason.contains("port"), "{reason}");
+        assert_eq!(e.line, 22, "{e}");
+        assert!(e.reason.contains("port"), "{e}");
+        assert_eq!(
+            e.section,
+            Some(Section::Rule {
+                group: "web".into(),
+                index: 1
+            }),
+            "the rule, found by the place the TOML reader gives: {e}"
+        );
     }
 
     #[test]
     fn a_vm_s_groups_and_the_bounds_are_checked() {
-        let (line, reason) = with("").unwrap_err();
-        assert_eq!(line, 5, "vm1's table");
-        assert!(
-            reason.contains("security group \"web\" is no [[security_group]]"),
-            "{reason}"
+        let e = with("").unwrap_err();
+        assert_eq!(e.line, 5, "vm1's table");
+        assert_eq!(e.section, Some(Section::Vm("vm1".into())));
+        assert_eq!(
+            e.to_string(),
+            "vm \"vm1\": security group \"web\" is no [[security_group]] of this file"
         );
-        let (line, reason) =
-            with(&format!("{WEB}\n[[security_group]]\nname = \"web\"\n")).unwrap_err();
-        assert!(reason.contains("defined twice"), "{reason}");
-        assert_eq!(line, 35);
+        let e = with(&format!("{WEB}\n[[security_group]]\nname = \"web\"\n")).unwrap_err();
+        assert_eq!(e.to_string(), "security_group \"web\": defined twice");
+        assert_eq!(e.line, 35);
         let limits = |keys: &str| with(&format!("{WEB}\n[conntrack]\n{keys}\n"));
         let t = limits("max = 1000\nmax_per_port = 10").unwrap();
         assert_eq!(
@@ -686,9 +703,12 @@ protocol = "icmpv6"
                 max_per_port: 10
             }
         );
-        let (line, reason) = limits("max = 10\nmax_per_port = 100").unwrap_err();
-        assert!(reason.contains("more than max"), "{reason}");
-        assert_eq!(line, 35);
-        assert!(limits("max = 0").unwrap_err().1.contains("outside 1.."));
+        let e = limits("max = 10\nmax_per_port = 100").unwrap_err();
+        assert!(e.reason.contains("more than max"), "{e}");
+        assert_eq!((e.line, e.section), (35, Some(Section::Conntrack)));
+        assert!(limits("max = 0")
+            .unwrap_err()
+            .to_string()
+            .starts_with("conntrack: max 0 is outside 1.."));
     }
 }

@@ -176,6 +176,7 @@ mod tests {
 
     fn team(keys: &str) -> Result<super::super::Topology, (usize, String)> {
         parse(&format!("{GOOD}\n[[uplink]]\nname = \"up0\"\n{keys}\n"))
+            .map_err(|e| (e.line, e.to_string()))
     }
 
     #[test]
@@ -258,7 +259,7 @@ mod tests {
         ));
         assert!(two
             .unwrap_err()
-            .1
+            .to_string()
             .contains("device tb has another uplink (up0)"));
         let vx =
             team("devices = [\"ta\", \"tb\"]\n[uplink.vxlan]\nvni = 7\nlocal = \"10.9.0.1/24\"");

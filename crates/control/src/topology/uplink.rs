@@ -4,7 +4,8 @@
 
 use super::team::{parse_team, Team, TeamRepr};
 use super::{
-    check_name, d_mtu, d_ring, default_queues, line_of, parse_cidr4, parse_cidr6, Vm, SHADOW_PORT,
+    check_name, d_mtu, d_ring, default_queues, line_of, parse_cidr4, parse_cidr6, ParseError,
+    Section, Vm, SHADOW_PORT,
 };
 use hvnet_datapath::settings::validate_settings;
 use hvnet_datapath::PortSettings;
@@ -254,12 +255,13 @@ pub(super) fn parse_uplinks(
     text: &str,
     reprs: &[toml::Spanned<UplinkRepr>],
     vms: &[Vm],
-) -> Result<Vec<Uplink>, (usize, String)> {
+) -> Result<Vec<Uplink>, ParseError> {
     let mut out: Vec<Uplink> = Vec::new();
     for su in reprs {
         let line = line_of(text, su.span().start);
         let u = su.get_ref();
-        let bad = |r: String| (line, format!("uplink {:?}: {r}", u.name));
+        let section = || Section::Uplink(u.name.clone());
+        let bad = |r: String| ParseError::at(line, section(), r);
         // A field's own line where it was written, else the table's.
         let bad_at = |field: &toml::Spanned<String>, r: String| {
             let at = field.span();
@@ -268,7 +270,7 @@ pub(super) fn parse_uplinks(
             } else {
                 line_of(text, at.start)
             };
-            (l, format!("uplink {:?}: {r}", u.name))
+            ParseError::at(l, section(), r)
         };
         check_name(&u.name).map_err(bad)?;
         if vms.iter().any(|v| v.name == u.name) || out.iter().any(|o| o.name == u.name) {
@@ -284,7 +286,7 @@ pub(super) fn parse_uplinks(
         };
         let team = parse_team(&team_keys, valid_ifname).map_err(|(w, r)| {
             let l = w.map_or(line, |start| line_of(text, start));
-            (l, format!("uplink {:?}: {r}", u.name))
+            ParseError::at(l, section(), r)
         })?;
         let device = match (&u.device, &team) {
             (Some(d), None) => {
@@ -376,7 +378,7 @@ pub(super) fn parse_uplinks(
             None => None,
             Some(sv) => {
                 let vline = line_of(text, sv.span().start);
-                let vbad = |r: String| (vline, format!("uplink {:?}: vxlan: {r}", u.name));
+                let vbad = |r: String| ParseError::at(vline, Section::Vxlan(u.name.clone()), r);
                 let v = sv.get_ref();
                 if !(1..(1 << 24)).contains(&v.vni) {
                     return Err(vbad(format!("vni {} is outside 1..16777215", v.vni)));
@@ -532,7 +534,8 @@ pub(super) fn parse_uplinks(
 #[cfg(test)]
 mod tests {
     use super::super::parse;
-    use super::super::tests::{GOOD, UPLINK};
+    use super::super::tests::{refused, GOOD, UPLINK};
+    use super::super::Section;
     use super::*;
 
     #[test]
@@ -554,8 +557,13 @@ mod tests {
         assert!(u.settings.vlans.contains(10) && u.settings.vlans.contains(20));
         assert!(!u.settings.vlans.contains(30));
         let bad = |vlan: &str, extra: &str, vlans: &str, why: &str| {
-            let (_, reason) = vx(vlan, extra, vlans).unwrap_err();
-            assert!(reason.contains(why), "{vlans}: {reason}");
+            let e = vx(vlan, extra, vlans).unwrap_err();
+            assert_eq!(e.section, Some(Section::Vxlan("up0".into())), "{e}");
+            assert!(e.reason.contains(why), "{vlans}: {e}");
+            assert!(
+                e.to_string().starts_with("uplink \"up0\": vxlan: vlans"),
+                "{e}"
+            );
         };
         bad(
             "vlan = 5",
@@ -588,7 +596,7 @@ mod tests {
         let v = t.uplinks[0].vxlan.as_ref().unwrap();
         assert_eq!(v.local, ("2001:db8::1".parse().unwrap(), 64));
         assert_eq!((v.overhead(), v.kernel_gso), (70, true));
-        let reason = |body: &str| vx(body).unwrap_err().1;
+        let reason = |body: &str| vx(body).unwrap_err().to_string();
         assert!(
             reason("local = \"2001:db8::1/64\"\nremotes = [\"10.0.0.2\"]")
                 .contains("not an IPv6 address (local is IPv6)"),
@@ -613,9 +621,7 @@ mod tests {
         );
         assert_eq!(u.lro, UplinkLro::Off);
         assert!(!u.settings.tso && !u.settings.lro && u.settings.allow_forged_transmits);
-        let err = |from: &str, to: &str| {
-            parse(&format!("{GOOD}{}", UPLINK.replace(from, to))).unwrap_err()
-        };
+        let err = |from: &str, to: &str| refused(&format!("{GOOD}{}", UPLINK.replace(from, to)));
         let (line, reason) = err("lro = \"off\"", "lro = \"maybe\"");
         assert_eq!(line, 20, "the lro line: {reason}");
         assert!(
@@ -648,7 +654,7 @@ mod tests {
                 .port,
             8472
         );
-        assert!(vx("port = 0").unwrap_err().1.contains("port 0"));
+        assert!(vx("port = 0").unwrap_err().reason.contains("port 0"));
         assert_eq!(
             parse(&format!(
                 "{GOOD}{}",

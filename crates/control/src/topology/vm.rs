@@ -4,7 +4,7 @@
 use super::vhost_socket::{ModeRepr, SocketRepr};
 use super::{
     auto_mac, check_name, d_mtu, d_ring, d_true, default_queues, line_of, parse, parse_addrs,
-    Topology, VhostSocket, MAX_VMS,
+    ParseError, Section, Topology, VhostSocket, MAX_VMS,
 };
 use hvnet_datapath::guard::{Addresses, Cidr};
 use hvnet_datapath::rate::{Burst, Rate};
@@ -197,16 +197,19 @@ pub(super) fn parse_vms(
     topology: &str,
     text: &str,
     reprs: &[toml::Spanned<VmRepr>],
-) -> Result<Vec<Vm>, (usize, String)> {
-    if reprs.len() > MAX_VMS {
-        let line = line_of(text, reprs[MAX_VMS].span().start);
-        return Err((line, format!("at most {MAX_VMS} VMs")));
+) -> Result<Vec<Vm>, ParseError> {
+    if let Some(first) = reprs.get(MAX_VMS) {
+        return Err(ParseError::at(
+            line_of(text, first.span().start),
+            Section::Vm(first.get_ref().name.clone()),
+            format!("at most {MAX_VMS} VMs"),
+        ));
     }
     let mut vms: Vec<Vm> = Vec::new();
     for (i, sv) in reprs.iter().enumerate() {
         let line = line_of(text, sv.span().start);
         let v = sv.get_ref().clone();
-        let bad = |r: String| (line, format!("vm {:?}: {r}", v.name));
+        let bad = |r: String| ParseError::at(line, Section::Vm(v.name.clone()), r);
         check_name(&v.name).map_err(bad)?;
         if vms.iter().any(|o| o.name == v.name) {
             return Err(bad("duplicate VM name".into()));
@@ -358,6 +361,35 @@ fn guard_addresses(
     Addresses::new(all).map_err(|e| format!("addresses: {e}"))
 }
 
+/// Why a `[[vm]]` table for a topology that runs (`hvnet vm add`, a VM
+/// added at run time) was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum VmTableError {
+    /// The table is refused as a file's `[[vm]]` would be; its line
+    /// counts from the table's first.
+    #[error("line {}: {}", .0.line, .0)]
+    Table(ParseError),
+    /// The text has no `[[vm]]` table, or more than one.
+    #[error("give exactly one [[vm]] table")]
+    NotOne,
+    /// A VM of its name runs already.
+    #[error("vm {0:?}: a VM of that name runs already")]
+    NameTaken(String),
+    /// Its MAC is another VM's.
+    #[error("vm {name:?}: mac {mac} is VM {other}'s")]
+    MacTaken {
+        /// The VM.
+        name: String,
+        /// Its MAC.
+        mac: MacAddr,
+        /// The VM that has it.
+        other: String,
+    },
+    /// The VMs would be more than [`MAX_VMS`].
+    #[error("at most {} VMs", MAX_VMS)]
+    TooMany,
+}
+
 impl Topology {
     /// The topology as it runs after VMs were added and removed at run
     /// time (`hvnet vm add|del`): `added`, each one `[[vm]]` table (with
@@ -367,7 +399,7 @@ impl Topology {
         mut self,
         added: &[String],
         removed: &[String],
-    ) -> Result<Topology, String> {
+    ) -> Result<Topology, VmTableError> {
         self.vms.retain(|v| !removed.contains(&v.name));
         for table in added {
             let vm = self.parse_vm(table)?;
@@ -376,7 +408,7 @@ impl Topology {
             }
         }
         if self.vms.len() > MAX_VMS {
-            return Err(format!("at most {MAX_VMS} VMs"));
+            return Err(VmTableError::TooMany);
         }
         Ok(self)
     }
@@ -391,7 +423,7 @@ impl Topology {
     /// One `[[vm]]` table (`hvnet vm add`), checked as the file's VMs are
     /// and against them: a name of its own, and a MAC — the one it gives,
     /// else the one its place among every VM ever added gives.
-    pub fn parse_vm(&self, table: &str) -> Result<Vm, String> {
+    pub fn parse_vm(&self, table: &str) -> Result<Vm, VmTableError> {
         // The running topology's security groups, by name after the
         // table: its `security_groups` may name them (their rules are
         // the topology's).
@@ -401,17 +433,20 @@ impl Topology {
             .map(|g| format!("\n[[security_group]]\nname = {:?}\n", g.name))
             .collect();
         let text = format!("name = {:?}\n{table}{groups}", self.name);
-        let mut t = parse(&text).map_err(|(line, reason)| {
-            format!("line {}: {reason}", line.saturating_sub(1).max(1))
+        let mut t = parse(&text).map_err(|e| {
+            VmTableError::Table(ParseError {
+                line: e.line.saturating_sub(1).max(1),
+                ..e
+            })
         })?;
         let [mut vm]: [Vm; 1] = t
             .vms
             .drain(..)
             .collect::<Vec<_>>()
             .try_into()
-            .map_err(|_| "give exactly one [[vm]] table".to_string())?;
+            .map_err(|_| VmTableError::NotOne)?;
         if self.vms.iter().any(|v| v.name == vm.name) {
-            return Err(format!("vm {:?}: a VM of that name runs already", vm.name));
+            return Err(VmTableError::NameTaken(vm.name));
         }
         if !table.lines().any(|l| l.trim_start().starts_with("mac")) {
             let free = (self.vms.len()..)
@@ -420,10 +455,11 @@ impl Topology {
             vm.mac = free.expect("a free MAC");
         }
         if let Some(o) = self.vms.iter().find(|v| v.mac == vm.mac) {
-            return Err(format!(
-                "vm {:?}: mac {} is VM {}'s",
-                vm.name, vm.mac, o.name
-            ));
+            return Err(VmTableError::MacTaken {
+                name: vm.name,
+                mac: vm.mac,
+                other: o.name.clone(),
+            });
         }
         Ok(vm)
     }
@@ -431,7 +467,7 @@ impl Topology {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::GOOD;
+    use super::super::tests::{refused, GOOD};
     use super::*;
 
     /// `n` VMs with addresses in 198.18.0.0/15.
@@ -456,31 +492,65 @@ mod tests {
         assert_eq!(t.vms[0].mac, auto_mac("many", 0, 0));
         assert_eq!(t.vms[0].mac.0[4..], [0, 1]);
         assert_eq!(t.vms[254].mac.0[4..], [0, 255]);
-        let (line, reason) = parse(&many(MAX_VMS + 1)).err().unwrap();
-        assert_eq!(reason, format!("at most {MAX_VMS} VMs"));
-        assert_eq!(line, 2 + 3 * MAX_VMS, "the line of the first VM too many");
+        let e = parse(&many(MAX_VMS + 1)).unwrap_err();
+        assert_eq!(e.reason, format!("at most {MAX_VMS} VMs"));
+        assert_eq!(
+            (e.line, e.section),
+            (2 + 3 * MAX_VMS, Some(Section::Vm(format!("v{MAX_VMS}")))),
+            "the line and table of the first VM too many"
+        );
+    }
+
+    #[test]
+    fn a_table_for_a_running_topology_is_checked_against_its_vms() {
+        let t = parse(GOOD).unwrap();
+        let vm = t.parse_vm("[[vm]]\nname = \"vm3\"\n").unwrap();
+        assert!(t.vms.iter().all(|v| v.mac != vm.mac), "a MAC of its own");
+        assert_eq!(
+            t.parse_vm("[[vm]]\nname = \"vm1\"\n"),
+            Err(VmTableError::NameTaken("vm1".into()))
+        );
+        let mac = t.vms[1].mac;
+        assert_eq!(
+            t.parse_vm(&format!("[[vm]]\nname = \"vm3\"\nmac = \"{mac}\"\n")),
+            Err(VmTableError::MacTaken {
+                name: "vm3".into(),
+                mac,
+                other: "vm2".into()
+            })
+        );
+        // The line is the table's (`hvnet vm add` names the setting on it).
+        let e = t
+            .parse_vm("[[vm]]\nname = \"vm3\"\nmtu = 99999\n")
+            .unwrap_err();
+        let VmTableError::Table(p) = &e else {
+            panic!("{e:?}")
+        };
+        assert_eq!((p.line, &p.section), (3, &Some(Section::Vm("vm3".into()))));
+        assert!(e.to_string().starts_with("line 3: vm \"vm3\": "), "{e}");
+        assert_eq!(
+            t.parse_vm("[[vm]]\nname = \"a\"\n[[vm]]\nname = \"b\"\n"),
+            Err(VmTableError::NotOne)
+        );
     }
 
     #[test]
     fn errors_name_the_line() {
         let bad_mtu = GOOD.replace("mtu = 9000", "mtu = 9001");
-        let (line, reason) = parse(&bad_mtu).unwrap_err();
+        let (line, reason) = refused(&bad_mtu);
         assert_eq!(line, 9, "{reason}");
         assert!(reason.contains("mtu 9001"), "{reason}");
         let unknown = GOOD.replace("lro = false", "lro = false\nspeed = 10");
-        let (line, reason) = parse(&unknown).unwrap_err();
+        let (line, reason) = refused(&unknown);
         assert_eq!(line, 15, "{reason}");
         assert!(reason.contains("speed"), "{reason}");
         let dup = GOOD.replace("name = \"vm2\"", "name = \"vm1\"");
-        assert!(parse(&dup).unwrap_err().1.contains("duplicate"));
+        assert!(refused(&dup).1.contains("duplicate"));
         let cidr = GOOD.replace("10.1.0.1/24", "10.1.0.1");
-        assert_eq!(parse(&cidr).unwrap_err().0, 5);
+        assert_eq!(refused(&cidr).0, 5);
         let ring = GOOD.replace("queues = 4", "queues = 4\nring1 = 8192");
-        assert!(parse(&ring)
-            .unwrap_err()
-            .1
-            .contains("ring1 8192 is outside 32..4096"));
-        assert!(parse("name = \"x\"").unwrap_err().1.contains("no [[vm]]"));
+        assert!(refused(&ring).1.contains("ring1 8192 is outside 32..4096"));
+        assert!(refused("name = \"x\"").1.contains("no [[vm]]"));
         assert!(parse("name = 3").is_err());
     }
 
@@ -494,12 +564,12 @@ mod tests {
         assert_eq!((t.vms[0].kind, t.vms[0].accel), (VmKind::Qemu, Accel::Tcg));
         assert!(t.vms[0].kind.started_by_hvnet() && !VmKind::VhostUser.started_by_hvnet());
         assert_eq!(t.vms[1].accel, Accel::Auto);
-        let (line, reason) = parse(&q.replace("ring1 = 1024", "ring1 = 4096")).unwrap_err();
+        let (line, reason) = refused(&q.replace("ring1 = 1024", "ring1 = 4096"));
         assert_eq!(line, 5);
         assert!(reason.contains("must be 256, 512 or 1024"), "{reason}");
-        let (_, reason) = parse(&q.replace("kind = \"qemu\"\n", "")).unwrap_err();
+        let (_, reason) = refused(&q.replace("kind = \"qemu\"\n", ""));
         assert!(reason.contains("accel is for kind = \"qemu\""), "{reason}");
-        let (_, reason) = parse(&q.replace("\"tcg\"", "\"hvf\"")).unwrap_err();
+        let (_, reason) = refused(&q.replace("\"tcg\"", "\"hvf\""));
         assert!(
             reason.contains("auto") && reason.contains("tcg"),
             "{reason}"
@@ -517,10 +587,10 @@ mod tests {
         assert!(!packed("qemu", ""));
         assert!(packed("qemu", "packed = true"));
         assert!(!packed("uml", ""));
-        let (line, reason) = parse(&vm("uml", "packed = true")).unwrap_err();
+        let (line, reason) = refused(&vm("uml", "packed = true"));
         assert_eq!(line, 3, "{reason}");
         assert!(reason.contains("base 0"), "{reason}");
-        let (_, reason) = parse(&vm("netns", "packed = true")).unwrap_err();
+        let (_, reason) = refused(&vm("netns", "packed = true"));
         assert!(reason.contains("real guests"), "{reason}");
     }
 
@@ -531,27 +601,27 @@ mod tests {
         };
         let t = parse(&vm("mode = \"client\"\nsocket = \"/run/qemu/g.sock\"")).unwrap();
         assert_eq!(t.vms[0].vhost.mode, hvnet_port::SocketMode::Client);
-        let (line, reason) = parse(&vm("mode = \"client\"")).unwrap_err();
+        let (line, reason) = refused(&vm("mode = \"client\""));
         assert_eq!(line, 3, "{reason}");
         assert!(reason.contains("needs socket"), "{reason}");
-        let (_, reason) = parse(&vm("mode = \"both\"")).unwrap_err();
+        let (_, reason) = refused(&vm("mode = \"both\""));
         assert!(
             reason.contains("server") && reason.contains("client"),
             "{reason}"
         );
-        let (_, reason) = parse(&vm("socket_mode = \"0999\"")).unwrap_err();
+        let (_, reason) = refused(&vm("socket_mode = \"0999\""));
         assert!(reason.contains("octal"), "{reason}");
         let two = format!(
             "{}[[vm]]\nname = \"h\"\nkind = \"vhost-user\"\nsocket = \"/run/x.sock\"\n",
             vm("socket = \"/run/x.sock\"")
         );
-        assert!(parse(&two).unwrap_err().1.contains("used twice"));
+        assert!(refused(&two).1.contains("used twice"));
     }
 }
 
 #[cfg(test)]
 mod vlan_tests {
-    use super::super::tests::{GOOD, UPLINK};
+    use super::super::tests::{refused, GOOD, UPLINK};
     use super::*;
     use hvnet_datapath::{VlanMode, VlanSet};
 
@@ -611,7 +681,7 @@ mod vlan_tests {
             ),
             ("rx_burst = \"1mb\"", "rx_burst needs a rx_rate"),
         ] {
-            let (line, reason) = parse(&vm1(keys)).unwrap_err();
+            let (line, reason) = refused(&vm1(keys));
             assert!(line >= 3, "{keys}: line {line}: {reason}");
             assert!(reason.contains(why), "{keys}: {reason}");
         }
@@ -663,7 +733,7 @@ mod vlan_tests {
                 "vlan_mode \"hybrid\" is not \"access\" or \"trunk\"",
             ),
         ] {
-            let (line, reason) = parse(&vm1(keys)).unwrap_err();
+            let (line, reason) = refused(&vm1(keys));
             assert_eq!(line, 5, "{keys}: {reason}");
             assert!(
                 reason.starts_with("vm \"vm1\": ") && reason.contains(why),
@@ -686,7 +756,7 @@ mod vlan_tests {
         assert_eq!(u.settings.vlans.to_string(), "10,20");
         // The access VMs of VLAN 0 share no VLAN with it; a trunk VM does.
         assert_eq!(t.vms_on(u).count(), 0);
-        let (line, reason) = parse(&up("vlan_mode = \"trunk\"\nvlans = [4095]")).unwrap_err();
+        let (line, reason) = refused(&up("vlan_mode = \"trunk\"\nvlans = [4095]"));
         assert!(
             reason.contains("uplink \"up0\": vlan 4095 is outside 1..4094"),
             "{reason}"
@@ -697,7 +767,7 @@ mod vlan_tests {
 
 #[cfg(test)]
 mod guard_tests {
-    use super::super::tests::GOOD;
+    use super::super::tests::{refused, GOOD};
     use super::*;
 
     fn vm1(keys: &str) -> String {
@@ -731,7 +801,7 @@ mod guard_tests {
             ("addresses = [\"ten\"]", "is not an IP address or prefix"),
             ("addresses = [\"ff02::1\"]", "is not a unicast address"),
         ] {
-            let (line, reason) = parse(&vm1(keys)).unwrap_err();
+            let (line, reason) = refused(&vm1(keys));
             assert_eq!(line, 5, "{keys}: {reason}");
             assert!(reason.contains(why), "{keys}: {reason}");
         }

@@ -46,7 +46,7 @@ fn link_state_client_mode_and_defaults() {
     assert_eq!((n.queues, n.name.as_deref()), (1, None));
 }
 
-fn with_vlan(vlan: &str) -> Result<Vlan, String> {
+fn with_vlan(vlan: &str) -> Result<Vlan, DomainError> {
     let meta = format!(
         r#"<hvnet:ports xmlns:hvnet="{NAMESPACE}"><hvnet:port mac="52:54:00:00:00:01" name="web">{vlan}</hvnet:port></hvnet:ports>"#
     );
@@ -118,23 +118,47 @@ fn bad_vlans_are_refused_with_the_reason() {
     ];
     for (xml, why) in cases {
         let e = with_vlan(xml).unwrap_err();
-        assert!(e.contains(why), "{xml}: {e}");
-        assert!(e.contains("52:54:00:00:00:01"), "names the interface: {e}");
+        let DomainError::PortVlan { mac, source } = &e else {
+            panic!("{xml}: {e:?}")
+        };
+        assert_eq!(mac.to_string(), "52:54:00:00:00:01", "names the interface");
+        assert!(source.to_string().contains(why), "{xml}: {source}");
+        let words = crate::error::chain(&e);
+        assert!(
+            words.contains("52:54:00:00:00:01") && words.ends_with(&source.to_string()),
+            "the port, then the reason: {words}"
+        );
     }
 }
 
 #[test]
 fn xml_that_is_not_a_domain_is_refused() {
-    assert!(parse("<domain").unwrap_err().contains("domain XML"));
-    assert!(parse("<network/>").unwrap_err().contains("not <domain>"));
+    let e = parse("<domain").unwrap_err();
+    assert!(matches!(e, DomainError::Xml(_)), "{e:?}");
+    assert!(crate::error::chain(&e).starts_with("cannot read the domain XML: "));
+    assert_eq!(
+        parse("<network/>"),
+        Err(DomainError::NotDomain {
+            root: "network".into()
+        })
+    );
     let no_mac = r#"<interface type='vhostuser'><source path='/a' mode='server'/></interface>"#;
-    assert!(parse(&domain(no_mac, ""))
-        .unwrap_err()
-        .contains("without <mac"));
+    assert_eq!(parse(&domain(no_mac, "")), Err(DomainError::NoMac));
     let bad_mode = r#"<interface type='vhostuser'><mac address='52:54:00:00:00:03'/><source path='/a' mode='both'/></interface>"#;
-    assert!(parse(&domain(bad_mode, ""))
-        .unwrap_err()
-        .contains("server or client"));
+    let e = parse(&domain(bad_mode, "")).unwrap_err();
+    assert_eq!(
+        e,
+        DomainError::Interface {
+            mac: "52:54:00:00:00:03".parse().unwrap(),
+            source: InterfaceError::SourceMode {
+                mode: "both".into()
+            }
+        }
+    );
+    assert_eq!(
+        crate::error::chain(&e),
+        "cannot read interface 52:54:00:00:00:03: <source mode='both'>: server or client"
+    );
 }
 
 #[test]
@@ -193,7 +217,18 @@ fn bandwidth_is_read_in_libvirts_units_and_becomes_the_ports_rates() {
         "<model type='virtio'/>",
         "<bandwidth><outbound average='fast'/></bandwidth>",
     );
-    assert!(parse(&domain(&bad, ""))
-        .unwrap_err()
+    let DomainError::Interface { source, .. } = parse(&domain(&bad, "")).unwrap_err() else {
+        panic!("not the interface's error")
+    };
+    assert_eq!(
+        source,
+        InterfaceError::Bandwidth {
+            direction: "outbound",
+            attribute: "average",
+            value: "fast".into()
+        }
+    );
+    assert!(source
+        .to_string()
         .contains("average='fast'> is not a number"));
 }

@@ -23,7 +23,7 @@ def test_a_ports_arcs_hold_the_stages_of_what_is_on_at_it(tmp_path):
         arcs = lambda: json.loads(t.hv("port", "a", "--json").stdout)["arcs"]  # noqa: E731
         # The engine's stages on every arc, a VM's default guards, no policer.
         assert hvlab.eventually(lambda: "forward" in arcs()["ingress"], timeout=10), arcs()
-        assert {"vlan", "learn", "lookup", "guard"} <= set(arcs()["ingress"]), arcs()
+        assert {"vlan", "fdb", "guard"} <= set(arcs()["ingress"]), arcs()
         assert "police" not in arcs()["ingress"] and arcs()["egress"][0] == "queue", arcs()
         # A policer set at run time is on the arc from the next burst on,
         # and gone with it; frames pass all along.

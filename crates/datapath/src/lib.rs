@@ -51,7 +51,7 @@ use std::sync::OnceLock;
 
 /// Every ingress stage, one line each (a feature is its folder and its
 /// line here); the order is what each declares it runs after and before.
-static INGRESS: [Decl<InRun>; 18] = [
+static INGRESS: [Decl<InRun>; 17] = [
     stages::capture::stage::IN,
     stages::csum::DECL,
     stages::lro::stage::DECL,
@@ -64,8 +64,7 @@ static INGRESS: [Decl<InRun>; 18] = [
     stages::acl::stage::FROM_PORT,
     worker::vlan::CLASSIFY,
     stages::mirror::stage::IN,
-    worker::learn::LEARN,
-    worker::learn::LOOKUP,
+    worker::learn::DECL,
     stages::ipfix::stage::DECL,
     stages::suppress::DECL,
     stages::snoop::stage::DECL,

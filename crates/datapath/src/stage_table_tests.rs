@@ -78,9 +78,9 @@ fn every_combination_of_features_gets_its_stages_in_order_and_no_others() {
         // The engine's stages are on every arc, in their order.
         let engine: Vec<_> = names
             .iter()
-            .filter(|n| ["vlan", "learn", "lookup", "forward"].contains(n))
+            .filter(|n| ["vlan", "fdb", "forward"].contains(n))
             .collect();
-        assert_eq!(engine, [&"vlan", &"learn", &"lookup", &"forward"]);
+        assert_eq!(engine, [&"vlan", &"fdb", &"forward"]);
         assert_eq!(names.last(), Some(&"forward"));
         let out = egress_arc(&f);
         keeps_order(&EGRESS, &out.names()).unwrap();
@@ -92,10 +92,7 @@ fn every_combination_of_features_gets_its_stages_in_order_and_no_others() {
 #[test]
 fn a_port_with_every_feature_off_runs_the_engine_alone() {
     let f = Features::default();
-    assert_eq!(
-        ingress_arc(&f).names(),
-        ["vlan", "learn", "lookup", "forward"]
-    );
+    assert_eq!(ingress_arc(&f).names(), ["vlan", "fdb", "forward"]);
     assert_eq!(egress_arc(&f).names(), ["queue", "tag"]);
     let engine = crate::arc::Kind::Engine;
     let on = |k, wants: fn(&Features) -> bool| k != engine || wants(&f);

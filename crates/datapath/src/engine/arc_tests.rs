@@ -104,7 +104,7 @@ fn a_port_with_every_feature_off_runs_the_engine_alone() {
     assert_eq!(send_and_count(&mut h, 1), 1);
     let a = h.sw.ports()[0].arcs();
     // Snooping is on by default, as the Linux bridge's.
-    assert_eq!(a.ingress, ["vlan", "learn", "lookup", "snoop", "forward"]);
+    assert_eq!(a.ingress, ["vlan", "fdb", "snoop", "forward"]);
     assert_eq!(a.egress, ["queue", "tag"]);
 }
 
@@ -151,8 +151,7 @@ fn a_traced_frame_gets_a_line_from_every_stage_it_passes_and_others_none() {
             "acl",
             "vlan",
             "mirror",
-            "learn",
-            "lookup",
+            "fdb",
             "ipfix",
             "snoop",
             "forward"

@@ -153,12 +153,14 @@ impl Switch {
             *table = Arc::new(next);
             port
         };
+        // Gone from the endpoints before the workers rebuild their arcs
+        // (a switch without endpoints suppresses nothing).
+        self.endpoints.write().expect("lock").remove(&port.id);
         self.settings_gen.fetch_add(1, Ordering::Release);
         self.workers.release_port(&port, RELEASE_WAIT);
         port.dev.close();
         self.fdb.remove_port(port.id);
         self.mdb.forget_port(port.id);
-        self.endpoints.write().expect("lock").remove(&port.id);
         tracing::info!(port = %port.name, id = port.id, "port removed");
         Ok(port)
     }

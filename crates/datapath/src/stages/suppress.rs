@@ -16,7 +16,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 pub(crate) const DECL: Decl<InRun> = Decl {
     name: "suppress",
     kind: Kind::Policy,
-    after: &["lookup", "ipfix"],
+    after: &["fdb", "ipfix"],
     before: &["snoop"],
     wants: |f| f.suppression && !f.uplink,
     run: suppress_burst,
@@ -25,10 +25,13 @@ pub(crate) const DECL: Decl<InRun> = Decl {
 /// Requests the fabric answers are answered and go no further.
 fn suppress_burst(st: &mut State, cx: &Ctx, b: &mut Burst) {
     for i in b.live() {
+        // The answer is mirrored and traced as its request.
+        (st.mirrored, st.tracing) = (b.mirrored[i], b.traced(i));
         let answered = b[i].dst().is_multicast() && {
             b[i].buf.fill_pending();
             st.suppress(cx, &b[i])
         };
+        (st.mirrored, st.tracing) = (0, None);
         if !answered {
             b.trace(&cx.port.tracer, i, "suppress", || {
                 "no request the fabric answers".into()
@@ -37,7 +40,7 @@ fn suppress_burst(st: &mut State, cx: &Ctx, b: &mut Burst) {
             b.trace(&cx.port.tracer, i, "suppress", || {
                 "answered for the fabric".into()
             });
-            b.take_out(i);
+            b.release(i);
         }
     }
 }

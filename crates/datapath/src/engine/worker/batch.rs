@@ -41,10 +41,24 @@ impl State {
             }
         }
         if any {
-            b.begin(&cx.port.tracer);
-            for k in 0..self.in_arc.len() {
-                let (_, run) = self.in_arc.stage(k);
-                run(self, cx, b);
+            // A read may give more than a burst holds (a guest's pending
+            // announcements come before its frames): the rest go through
+            // the arc as bursts of their own, in order.
+            let mut rest = match b.frames.len() > BATCH {
+                true => b.frames.split_off(BATCH),
+                false => Vec::new(),
+            };
+            loop {
+                b.begin(&cx.port.tracer);
+                for k in 0..self.in_arc.len() {
+                    let (_, run) = self.in_arc.stage(k);
+                    run(self, cx, b);
+                }
+                b.frames.clear();
+                if rest.is_empty() {
+                    break;
+                }
+                b.frames.extend(rest.drain(..rest.len().min(BATCH)));
             }
         }
         b.frames.clear();

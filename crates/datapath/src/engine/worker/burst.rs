@@ -51,7 +51,11 @@ impl Burst {
     /// Starts a burst of the frames now in `frames` (the refused ones
     /// not live), marking those the port's tracer is armed for.
     pub(crate) fn begin(&mut self, tracer: &Tracer) {
-        debug_assert!(self.frames.len() <= BATCH);
+        // The engine hands over at most a burst at a time.
+        assert!(
+            self.frames.len() <= BATCH,
+            "a burst holds at most {BATCH} frames"
+        );
         self.live = self
             .frames
             .iter()
@@ -69,17 +73,23 @@ impl Burst {
         }
     }
 
-    /// The frames now in `frames` (every one a frame) replace the
-    /// burst's (a stage that makes new frames of them: LRO); they are
-    /// traced if any it had was.
+    /// The frames now in `frames` (every one a frame, as many as the
+    /// burst had or fewer) replace the burst's (a stage that makes new
+    /// frames of them: LRO). Its traces go on with the new frames in
+    /// order, the first traced id with the first frame: a coalesced frame
+    /// stands for several, so a trace through LRO is approximate, never
+    /// more lines than were asked for.
     pub(crate) fn replaced(&mut self) {
-        debug_assert!(self.frames.len() <= BATCH);
-        let traced = self.traced != 0;
-        let id = self.trace_ids[self.traced.trailing_zeros() as usize % BATCH];
-        self.live = all(self.frames.len());
-        self.traced = if traced { self.live } else { 0 };
-        if traced {
-            self.trace_ids[..self.frames.len()].fill(id);
+        // What comes out of a table flushed at the burst's end is what
+        // went in, or fewer frames.
+        let n = self.frames.len();
+        assert!(n <= BATCH, "a burst holds at most {BATCH} frames");
+        let ids: smallvec::SmallVec<[u64; 4]> =
+            Live(self.traced).map(|i| self.trace_ids[i]).collect();
+        self.live = all(n);
+        self.traced = all(ids.len().min(n));
+        for (k, id) in ids.into_iter().take(n).enumerate() {
+            self.trace_ids[k] = id;
         }
     }
 
@@ -97,10 +107,12 @@ impl Burst {
     }
 
     /// Frame `i` goes no further (dropped, counted by the caller; or
-    /// consumed).
+    /// consumed): its buffer goes back now, not when the burst ends (the
+    /// copies later stages make count against the same buffers).
     #[inline]
-    pub(crate) fn take_out(&mut self, i: usize) {
+    pub(crate) fn release(&mut self, i: usize) {
         self.live &= !(1 << i);
+        self.frames[i] = Err(RecvError::Consumed);
     }
 
     /// Frame `i`'s trace number, if it is traced.

@@ -132,7 +132,7 @@ impl Ctx {
     pub(crate) fn drop_from(&self, b: &mut Burst, i: usize, reason: DropReason) {
         self.drop_frame(reason, &b[i]);
         b.trace(&self.port.tracer, i, "drop", || reason.name().into());
-        b.take_out(i);
+        b.release(i);
     }
 }
 

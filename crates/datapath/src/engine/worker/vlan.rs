@@ -15,7 +15,7 @@ pub(crate) const CLASSIFY: Decl<InRun> = Decl {
     name: "vlan",
     kind: Kind::Engine,
     after: &["acl"],
-    before: &["learn"],
+    before: &["fdb"],
     wants: always,
     run: classify,
 };

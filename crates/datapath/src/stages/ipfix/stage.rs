@@ -11,7 +11,7 @@ use crate::ipfix::TunnelKey;
 pub(crate) const DECL: Decl<InRun> = Decl {
     name: "ipfix",
     kind: Kind::Observation,
-    after: &["lookup"],
+    after: &["fdb"],
     before: &["forward"],
     wants: |f| f.ipfix,
     run: meter,

@@ -16,7 +16,7 @@ pub(crate) const IN: Decl<InRun> = Decl {
     name: "mirror",
     kind: Kind::Observation,
     after: &["vlan"],
-    before: &["learn"],
+    before: &["fdb"],
     wants: |f| f.mirror_in,
     run: |st, cx, b| {
         for i in b.live() {

@@ -22,7 +22,7 @@ use std::time::Instant;
 pub(crate) const DECL: Decl<InRun> = Decl {
     name: "snoop",
     kind: Kind::Observation,
-    after: &["suppress", "lookup"],
+    after: &["suppress", "fdb"],
     before: &["forward"],
     wants: |f| f.snooping,
     run: snoop_burst,
@@ -184,6 +184,8 @@ impl State {
             return;
         }
         self.now = now;
+        // The switch's own frames: no mirror copied them yet.
+        (self.mirrored, self.tracing) = (0, None);
         let tenths = u8::try_from(mdb.config().query_response.as_millis() / 100).unwrap_or(255);
         let ms = u16::try_from(mdb.config().query_response.as_millis()).unwrap_or(u16::MAX);
         for (vlan, fam) in due {

@@ -77,11 +77,14 @@ def main(argv=None):
             print(f"{e['name']:<18} {what:<{wide}} {e['workload']}")
         return 0
     if a.cmd == "compare":
-        for path in (a.before, a.after):
+        # A run's directory stands for the results.json in it.
+        before, after = (p / "results.json" if p.is_dir() else p for p in (a.before, a.after))
+        for path in (before, after):
             if not path.exists():
-                print(f"hvnet lab compare: {path} does not exist (give two results.json files a run wrote)", file=sys.stderr)
+                print(f"hvnet lab compare: {path} does not exist (give two results.json files a run wrote, "
+                      "or the directories it wrote them in)", file=sys.stderr)
                 return 1
-        print(report.compare(report.load(a.before), report.load(a.after)))
+        print(report.compare(report.load(before), report.load(after)))
         return 0
     if a.cmd == "stability":
         missing = [str(p) for p in a.results if not p.exists()]

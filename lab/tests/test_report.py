@@ -30,6 +30,21 @@ def test_compare_says_what_changed():
     assert "each \"why\" draws both runs' intervals by today's rule" in out and "today's rule" not in same, out
 
 
+def test_compare_takes_a_runs_directory_and_names_what_is_missing(tmp_path):
+    import subprocess
+    fig = {"id": "f1", "verdict": "reproduced", "reproduced": True, "claim": "x", "why_not": ""}
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        meta = {"date": "d", "git_revision": name * 3, "repeat": 3}
+        (tmp_path / name / "results.json").write_text(json.dumps({"meta": meta, "experiments": [{"figures": [fig]}]}))
+    run = lambda *args: subprocess.run([sys.executable, "-m", "hvnet_lab", "compare", *args],  # noqa: E731
+                                       capture_output=True, text=True, cwd=LAB, env={"PYTHONPATH": str(LAB)})
+    r = run(str(tmp_path / "a"), str(tmp_path / "b" / "results.json"))
+    assert r.returncode == 0 and "aaa" in r.stdout and "bbb" in r.stdout, r
+    r = run(str(tmp_path / "a"), str(tmp_path / "c"))
+    assert r.returncode == 1 and "c does not exist" in r.stderr and "Traceback" not in r.stderr, r
+
+
 def test_compare_says_why_a_verdict_moved():
     """A changed verdict is explained point by point from the effects it
     was judged on: intervals that overlap across an edge are the same

@@ -782,8 +782,8 @@ pub fn ctl_request(data: &[u8]) {
     // socket, read as a topology ([[mirror]], [ipfix] and the rest) —
     // refused with a line and a reason, never a panic.
     if let Ok(hvnet_control::proto::Request::Apply { text }) = &req {
-        if let Err((line, reason)) = hvnet_control::topology::parse(text) {
-            assert!(line >= 1 && !reason.is_empty());
+        if let Err(e) = hvnet_control::topology::parse(text) {
+            assert!(e.line >= 1 && !e.reason.is_empty());
         }
     }
     if let Ok(hvnet_control::proto::Request::PortSet { changes, .. }) = req {
@@ -1073,7 +1073,8 @@ pub fn acl_rules(data: &[u8]) {
     let head = "name = \"f\"\n[[vm]]\nname = \"a\"\nipv4 = \"10.0.0.1/24\"\nsecurity_groups = [\"g\"]\n[[vm]]\nname = \"b\"\nipv6 = \"fd00::2/64\"\nsecurity_groups = [\"h\"]\n";
     let all = format!("{head}{text}");
     match hvnet_control::topology::parse(&all) {
-        Err((line, reason)) => {
+        Err(e) => {
+            let (line, reason) = (e.line, &e.reason);
             assert!(line >= 1 && line <= all.lines().count() + 1, "{line}: {reason}");
             assert!(!reason.is_empty());
         }

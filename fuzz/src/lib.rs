@@ -374,7 +374,7 @@ pub fn switch_ops(data: &[u8]) {
                 // Switch-wide features on and off: a mirror of everything
                 // to the last port, security groups that allow everything.
                 _ if op & 0x80 != 0 => {
-                    use hvnet_datapath::acl::{Action, AclConfig, Direction, Rule, RuleSet};
+                    use hvnet_datapath::acl::{AclConfig, Action, Direction, Rule, RuleSet};
                     use hvnet_datapath::mirror::{MirrorSpec, Output};
                     let mirrors = match live.last().filter(|_| op & 0x40 != 0) {
                         Some((_, name, _)) => vec![MirrorSpec {
@@ -473,7 +473,11 @@ pub fn vtep_receive(data: &[u8]) {
         Received::Neighbour(Some(reply)) => {
             let reply = reply.bytes();
             assert_eq!(&reply[6..12], &[2, 0, 0, 0, 9, 1]);
-            let ethertype = if local.is_ipv6() { [0x86, 0xdd] } else { [8, 6] };
+            let ethertype = if local.is_ipv6() {
+                [0x86, 0xdd]
+            } else {
+                [8, 6]
+            };
             assert_eq!(&reply[12..14], &ethertype);
         }
         Received::Neighbour(None) | Received::Drop(_) => {}
@@ -1058,9 +1062,11 @@ pub fn lacpdu(data: &[u8]) {
     let _ = l.receive(1, &pdu, now);
     l.run(&[true, false], now);
     let _ = l.due(0, now);
-    assert!(!l.members[1].attached, "a member without carrier is never attached");
+    assert!(
+        !l.members[1].attached,
+        "a member without carrier is never attached"
+    );
 }
-
 
 /// Security group rules as a topology file writes them (the input is the
 /// text after a VM that takes group `g`): refused with a line inside the
@@ -1075,7 +1081,10 @@ pub fn acl_rules(data: &[u8]) {
     match hvnet_control::topology::parse(&all) {
         Err(e) => {
             let (line, reason) = (e.line, &e.reason);
-            assert!(line >= 1 && line <= all.lines().count() + 1, "{line}: {reason}");
+            assert!(
+                line >= 1 && line <= all.lines().count() + 1,
+                "{line}: {reason}"
+            );
             assert!(!reason.is_empty());
         }
         Ok(t) => {

@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 # The host helpers (namespaces, topologies, readiness) live in the lab

@@ -1,21 +1,10 @@
-//! The forwarding decision, as a pure function of a packet's metadata, the
-//! ingress port's policy and what the FDB knows. No I/O, no counters: the
-//! worker acts on the answer and counts it.
+//! The forwarding decision, as a pure function of a packet's metadata,
+//! the port it came from and what the FDB knows. No I/O, no counters: the
+//! worker acts on the answer and counts it. (Whether a port may send from
+//! another address than its own is the `forged` stage's.)
 
 use crate::vlan::PortVlans;
 use hvnet_port::Packet;
-use hvnet_wire::MacAddr;
-
-/// The ingress side of a decision.
-#[derive(Clone, Copy, Debug)]
-pub struct Ingress {
-    /// The port the frame came from.
-    pub port: usize,
-    /// That port's own address.
-    pub mac: MacAddr,
-    /// Whether it may send from other addresses.
-    pub allow_forged_transmits: bool,
-}
 
 /// What to do with a frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,12 +16,6 @@ pub enum Action {
     Flood,
     /// Nowhere: the destination lives on the port it came from.
     NoRoute,
-}
-
-/// Whether the ingress port's policy admits the frame (its source
-/// address; its VLAN is [`ingress_vlan`]'s).
-pub fn admit(ingress: &Ingress, pkt: &Packet) -> bool {
-    pkt.src() == ingress.mac || ingress.allow_forged_transmits
 }
 
 /// The VLAN a frame from a port of VLANs `vlans` belongs to (its outer
@@ -51,11 +34,12 @@ pub fn egress_tag(vlans: &PortVlans<'_>, pkt: &Packet) -> Option<u16> {
     vlans.egress_tag(pkt.meta.vlan)
 }
 
-/// Where a frame goes, given where its destination was learned (`None`
-/// for group addresses and unknown ones) and whether that port is up.
-pub fn route(ingress: &Ingress, learned: Option<usize>, up: impl Fn(usize) -> bool) -> Action {
+/// Where a frame from port `from` goes, given where its destination was
+/// learned (`None` for group addresses and unknown ones) and whether that
+/// port is up.
+pub fn route(from: usize, learned: Option<usize>, up: impl Fn(usize) -> bool) -> Action {
     match learned {
-        Some(p) if p == ingress.port => Action::NoRoute,
+        Some(p) if p == from => Action::NoRoute,
         Some(p) if up(p) => Action::Unicast(p),
         _ => Action::Flood,
     }
@@ -67,14 +51,9 @@ mod tests {
 
     #[test]
     fn routes() {
-        let i = Ingress {
-            port: 1,
-            mac: MacAddr([2, 0, 0, 0, 0, 1]),
-            allow_forged_transmits: false,
-        };
-        assert_eq!(route(&i, Some(1), |_| true), Action::NoRoute);
-        assert_eq!(route(&i, Some(2), |_| true), Action::Unicast(2));
-        assert_eq!(route(&i, Some(2), |_| false), Action::Flood);
-        assert_eq!(route(&i, None, |_| true), Action::Flood);
+        assert_eq!(route(1, Some(1), |_| true), Action::NoRoute);
+        assert_eq!(route(1, Some(2), |_| true), Action::Unicast(2));
+        assert_eq!(route(1, Some(2), |_| false), Action::Flood);
+        assert_eq!(route(1, None, |_| true), Action::Flood);
     }
 }

@@ -9,7 +9,7 @@ use crate::counters::{add, DropReason};
 use crate::engine::worker::Burst;
 use crate::engine::worker::InRun;
 use crate::engine::worker::{Ctx, State};
-use crate::forward::{self, Action, Ingress};
+use crate::forward::{self, Action};
 use crate::snoop::{Snooped, Targets};
 use hvnet_port::Packet;
 
@@ -53,15 +53,10 @@ impl State {
     fn forward(&mut self, cx: &Ctx, mut pkt: Packet, learned: Option<usize>, snooped: Snooped) {
         let c = &cx.port.ingress[cx.q];
         let vlan = pkt.meta.vlan;
-        let ingress = Ingress {
-            port: cx.port.id,
-            mac: cx.port.mac,
-            allow_forged_transmits: true,
-        };
         let (ports, settings, mirror_output) = (&cx.ports, &self.settings, &self.mirrors.dedicated);
         let link_up =
             |p: usize| crate::engine::worker::takes(ports, settings, mirror_output, p, vlan);
-        match forward::route(&ingress, learned, link_up) {
+        match forward::route(cx.port.id, learned, link_up) {
             Action::NoRoute => {
                 self.trace_out(cx, "forward", || {
                     "to the port it came from: no route".into()

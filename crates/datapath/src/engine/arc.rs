@@ -207,12 +207,6 @@ impl<R> Default for FeatureArc<R> {
 }
 
 impl<R: Copy> FeatureArc<R> {
-    /// The entries, in order.
-    #[inline]
-    pub fn runs(&self) -> impl Iterator<Item = R> + '_ {
-        self.stages.iter().map(|s| s.1)
-    }
-
     /// Stage `k`: its name and entry.
     #[inline]
     pub fn stage(&self, k: usize) -> (&'static str, R) {

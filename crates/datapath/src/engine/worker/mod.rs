@@ -351,7 +351,7 @@ impl State {
                 disconnected: !s.connected,
                 policer: port.rates.policing(),
                 forged_check: !s.allow_forged_transmits,
-                guards: s.source_guard || s.arp_guard || s.nd_guard || s.dhcp_guard || s.ra_guard,
+                guards: crate::guard::any_on(s),
                 acl: self.acls.get(p).is_some_and(Option::is_some),
                 mirror_in: self.mirrors.selects_from(p),
                 mirror_out: self.mirrors.selects_to(p),

@@ -100,9 +100,13 @@ impl<F: Fn(IpAddr) -> bool> PortView<'_, F> {
     }
     /// True if any guard is on (a port with none pays one branch).
     pub fn any(&self) -> bool {
-        let s = self.settings;
-        s.source_guard || s.arp_guard || s.nd_guard || s.dhcp_guard || s.ra_guard
+        any_on(self.settings)
     }
+}
+
+/// True if any of a port's guards is on (the `guard` stage is on its arc).
+pub fn any_on(s: &PortSettings) -> bool {
+    s.source_guard || s.arp_guard || s.nd_guard || s.dhcp_guard || s.ra_guard
 }
 
 /// True if [`inspect`] may read past a frame's headers (its payload must

@@ -19,7 +19,8 @@ pub(crate) struct Burst {
     /// What the read gave, in order: frames (never moved until the
     /// forwarding stage takes them), and frames refused.
     pub(crate) frames: Vec<Result<Packet, RecvError>>,
-    /// Bit i: frame i is still on its way.
+    /// Bit i: frame i is still on its way (its entry is `Ok` exactly
+    /// then: [`Burst::release`] puts an `Err` in a frame's place).
     live: u64,
     /// Bit i: frame i is traced, as `trace_ids[i]`.
     traced: u64,
@@ -98,12 +99,6 @@ impl Burst {
     #[inline]
     pub(crate) fn live(&self) -> Live {
         Live(self.live)
-    }
-
-    /// Bit i: frame i is still on its way.
-    #[inline]
-    pub(crate) fn live_mask(&self) -> u64 {
-        self.live
     }
 
     /// Frame `i` goes no further (dropped, counted by the caller; or

@@ -24,13 +24,13 @@ pub(crate) const DECL: Decl<InRun> = Decl {
 
 /// Each frame still on its way, taken on to its destinations.
 fn forward_burst(st: &mut State, cx: &Ctx, b: &mut Burst) {
-    let live = b.live_mask();
     let mut frames = std::mem::take(&mut b.frames);
     let mut snooped = std::mem::take(&mut b.snooped);
     let mut group = snooped.iter_mut().peekable();
     for (i, f) in frames.drain(..).enumerate() {
-        // A frame dropped before: its buffer goes back here.
-        let (true, Ok(pkt)) = (live & (1 << i) != 0, f) else {
+        // The live frames are the burst's `Ok` entries (a refused or
+        // dropped one is an `Err` there, its buffer given back already).
+        let Ok(pkt) = f else {
             continue;
         };
         st.mirrored = b.mirrored[i];

@@ -22,11 +22,10 @@ fn coalesce(st: &mut State, cx: &Ctx, b: &mut Burst) {
     let mut ready = std::mem::take(&mut st.lro_ready);
     let (c, pool) = (&cx.port.ingress[cx.q], &mut st.pool);
     let mut out = |p| ready.push(p);
-    let live = b.live_mask();
-    for (i, f) in b.frames.drain(..).enumerate() {
-        if let (true, Ok(p)) = (live & (1 << i) != 0, f) {
-            lro.receive(p, pool, c, &mut out);
-        }
+    // The live frames are the burst's `Ok` entries (a refused or dropped
+    // one is an `Err` there).
+    for p in b.frames.drain(..).flatten() {
+        lro.receive(p, pool, c, &mut out);
     }
     lro.flush(pool, c, &mut out);
     st.ingress_lro = Some(lro);

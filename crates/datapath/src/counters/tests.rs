@@ -1,4 +1,6 @@
 use super::*;
+use hvnet_port::virtq::DescriptorFault;
+use hvnet_port::{RecvError, SendError};
 
 #[test]
 fn every_reason_has_its_own_slot_and_name() {

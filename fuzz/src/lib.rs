@@ -19,24 +19,24 @@ pub fn wire_layers(data: &[u8]) {
         let _ = l.payload_offset();
         // The inner stack parsed with the outer one is the inner frame's
         // own, and lies within the outer IP packet.
-        if let Some(v) = l.vxlan {
-            let (off, end) = (v.inner_offset as usize, l.net.expect("IP").end);
+        if let Some(v) = l.vxlan() {
+            let (off, end) = (v.inner_offset as usize, l.net().expect("IP").end);
             let own = data
                 .get(off..end)
                 .ok_or(hvnet_wire::Error::Truncated)
                 .and_then(Layers::parse)
-                .map(|il| Layers { vxlan: None, ..il });
+                .map(|il| il.without_vxlan());
             assert_eq!(v.inner(), own);
             if let Ok(il) = v.inner() {
-                assert!(off + il.net.map_or(0, |n| n.end) <= end);
+                assert!(off + il.net().map_or(0, |n| n.end) <= end);
             }
         }
-        if let (Some(n), Some(t)) = (l.net, l.transport) {
+        if let (Some(n), Some(t)) = (l.net(), l.transport()) {
             assert!(n.offset < t.offset && t.offset + t.header_len <= n.end && n.end <= data.len());
         }
         // A guest's neighbor solicitation, as ND suppression reads it; an
         // answer to it is a well-formed advertisement of that target.
-        if let Some(n) = l.net {
+        if let Some(n) = l.net() {
             if let Some(target) = hvnet_wire::nd::solicited_target(&data[n.offset..]) {
                 let src: [u8; 16] = data[n.offset + 8..n.offset + 24]
                     .try_into()
@@ -1009,7 +1009,7 @@ pub fn membership(data: &[u8]) {
     let Ok(l) = Layers::parse(data) else {
         return;
     };
-    let Some(n) = l.net else {
+    let Some(n) = l.net() else {
         return;
     };
     let Some(body) = data.get(n.offset + n.header_len..n.end) else {

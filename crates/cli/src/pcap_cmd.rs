@@ -382,7 +382,7 @@ fn gso_plan(frame: &[u8], mtu: u16) -> Plan {
     let Ok(l) = Layers::parse(frame) else {
         return Plan::Pass;
     };
-    let Some(outer) = l.net else {
+    let Some(outer) = l.net() else {
         return Plan::Pass;
     };
     if outer.end - outer.offset <= mtu as usize {
@@ -390,12 +390,12 @@ fn gso_plan(frame: &[u8], mtu: u16) -> Plan {
     }
     // The headers that ride inside the MTU: everything after the outer
     // Ethernet header up to the (inner) TCP payload.
-    let (net, t, base) = match l.vxlan {
+    let (net, t, base) = match l.vxlan() {
         Some(v) => match v.inner() {
-            Ok(il) => (il.net, il.transport, v.inner_offset as usize),
+            Ok(il) => (il.net(), il.transport(), v.inner_offset as usize),
             Err(_) => return Plan::OversizeNotTcp,
         },
-        None => (l.net, l.transport, 0),
+        None => (l.net(), l.transport(), 0),
     };
     let (Some(net), Some(t)) = (net, t) else {
         return Plan::OversizeNotTcp;

@@ -77,7 +77,7 @@ pub fn set_ip_len(buf: &mut [u8], kind: NetKind, ip_offset: usize, len: usize, i
 /// Validates the TCP or UDP checksum of a parsed frame (the bytes up to the
 /// IP length; link padding is excluded).
 pub fn validate_l4(frame: &[u8], layers: &Layers) -> Result<CsumState, CsumError> {
-    let (Some(net), Some(t)) = (layers.net, layers.transport) else {
+    let (Some(net), Some(t)) = (layers.net(), layers.transport()) else {
         return Err(CsumError::NoTransport);
     };
     Ok(if l4_sum_ok(frame, &net, &t) {
@@ -128,7 +128,7 @@ mod tests {
         let mut f = tcp4_frame(1000, 7, 300, crate::testutil::ACK);
         let l = Layers::parse(&f).unwrap();
         assert_eq!(validate_l4(&f, &l).unwrap(), CsumState::Good);
-        let (net, t) = (l.net.unwrap(), l.transport.unwrap());
+        let (net, t) = (l.net().unwrap(), l.transport().unwrap());
         let good = tcp::Packet::new_unchecked(&f[t.offset..]).checksum();
         // Turn it into what a guest with TX checksum offload sends.
         let ph = pseudo_header(&f, &net, 6, (net.end - t.offset) as u32).fold();

@@ -306,11 +306,11 @@ pub fn decap(
     port: u16,
 ) -> Result<Decapped, VxlanError> {
     let v = l
-        .vxlan
+        .vxlan()
         .filter(|v| v.port == port)
         .ok_or(VxlanError::NotVxlan)?;
     let inner_offset = v.inner_offset as usize;
-    let net = l.net.ok_or(VxlanError::NotVxlan)?;
+    let net = l.net().ok_or(VxlanError::NotVxlan)?;
     let vni = vxlan::Packet::new_unchecked(&frame[inner_offset - vxlan::HEADER_LEN..]).vni();
     let csum = match info.csum {
         CsumState::Partial { start, offset } if start as usize >= inner_offset => {
@@ -413,7 +413,7 @@ mod tests {
         }
         .build();
         let l = Layers::parse(&inner).unwrap();
-        let (net, tp) = (l.net.unwrap(), l.transport.unwrap());
+        let (net, tp) = (l.net().unwrap(), l.transport().unwrap());
         // Turn the inner frame into what a guest with checksum offload sends.
         let mut partial = inner.clone();
         let ph = crate::csum::pseudo_header(&partial, &net, 6, (net.end - tp.offset) as u32).fold();

@@ -247,6 +247,10 @@ impl Buf {
     pub fn frame(&self) -> &[u8] {
         &self.data[self.start as usize..(self.start + self.len) as usize]
     }
+    /// Where the frame starts in [`Buf::storage`].
+    pub fn start(&self) -> usize {
+        self.start as usize
+    }
     /// The frame, writable (for completing a checksum in place): the
     /// pending bytes filled in first.
     pub fn frame_mut(&mut self) -> &mut [u8] {
@@ -339,7 +343,8 @@ impl Buf {
         self.start = HEADROOM as u32;
         &mut self.data
     }
-    /// The whole storage, read-only.
+    /// The whole storage, read-only (the headroom holds a decapsulated
+    /// frame's outer headers).
     pub fn storage(&self) -> &[u8] {
         &self.data
     }

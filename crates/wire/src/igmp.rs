@@ -8,7 +8,7 @@
 //! use hvnet_wire::{igmp, membership::Message, Layers};
 //! let q = igmp::general_query([2, 0, 0, 0, 0, 1], 100);
 //! let l = Layers::parse(&q).unwrap();
-//! let n = l.net.unwrap();
+//! let n = l.net().unwrap();
 //! assert_eq!(n.protocol, igmp::PROTOCOL);
 //! let m = igmp::parse(&q[n.offset + n.header_len..n.end]).unwrap();
 //! assert!(matches!(m, Message::Query { group: None, max_resp_ms: 10_000, .. }));
@@ -286,7 +286,7 @@ mod tests {
         let q = general_query([2, 0, 0, 0, 0, 1], 100);
         assert_eq!(&q[..6], &[1, 0, 0x5e, 0, 0, 1]);
         let l = Layers::parse(&q).unwrap();
-        let n = l.net.unwrap();
+        let n = l.net().unwrap();
         assert_eq!(
             (n.offset, n.header_len, n.end, n.protocol),
             (14, 24, 46, PROTOCOL)

@@ -53,122 +53,168 @@ pub struct Transport {
     pub header_len: usize,
 }
 
-/// The header stack of one Ethernet frame.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The header stack of one Ethernet frame, packed: it travels in every
+/// packet's metadata, which is kept to one cache line (offsets in `u16`,
+/// the transport header's offset and the IP packet's end derived from the
+/// lengths). [`Layers::l2`], [`Layers::net`] and [`Layers::transport`]
+/// unpack it.
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Layers {
-    /// Link layer.
-    pub l2: L2,
-    /// Network layer, if the EtherType is IPv4 or IPv6.
-    pub net: Option<Net>,
-    /// Transport layer, if TCP or UDP in an unfragmented (or first) packet.
-    pub transport: Option<Transport>,
-    /// For a VXLAN frame, where its inner frame is and the inner stack,
-    /// parsed in the same pass.
-    pub vxlan: Option<Vxlan>,
+    stack: Stack,
+    vxlan: Option<Vxlan>,
+}
+
+impl core::fmt::Debug for Layers {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Layers")
+            .field("l2", &self.l2())
+            .field("net", &self.net())
+            .field("transport", &self.transport())
+            .field("vxlan", &self.vxlan)
+            .finish()
+    }
 }
 
 /// A VXLAN frame's inner header stack, found when the outer one was parsed
 /// and kept beside it, so decapsulation, RSS, GRO and GSO read it instead
-/// of walking the inner headers again. Kept packed (it travels in every
-/// packet's metadata); [`Vxlan::inner`] unpacks it. One level deep: a
-/// VXLAN frame inside a VXLAN frame is found when the outer one is taken
-/// off.
+/// of walking the inner headers again. [`Vxlan::inner`] unpacks it. One
+/// level deep: a VXLAN frame inside a VXLAN frame is found when the outer
+/// one is taken off.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Vxlan {
     /// The UDP destination port it was found on (IANA's, or a tunnel
     /// endpoint's own).
     pub port: u16,
     /// Offset of the inner Ethernet header in the outer frame.
-    pub inner_offset: u32,
+    pub inner_offset: u16,
     /// What parsing the inner headers gave: malformed ones make a bad
     /// VXLAN frame, not one nobody looked into.
-    inner: Result<PackedStack>,
+    inner: Result<Stack>,
 }
 
+/// No tag in this slot of [`Stack::vlans`] (a VID has 12 bits).
+const NO_TAG: u16 = u16::MAX;
+/// [`Stack::net`]: IPv4.
+const NET_V4: u8 = 1;
+/// [`Stack::net`]: IPv6.
+const NET_V6: u8 = 2;
+/// [`Stack::net`]: the packet is a fragment.
+const NET_FRAGMENT: u8 = 0x80;
+
+/// One frame's header stack in 14 bytes, offsets from its own start: the
+/// IP header follows the link layer, the transport header the IP header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct PackedStack {
-    ethertype: EtherType,
-    vlans: [Option<u16>; MAX_VLAN_TAGS],
+struct Stack {
+    /// EtherType after the tags, as on the wire.
+    ethertype: u16,
+    /// VIDs, outer first; [`NO_TAG`] for none.
+    vlans: [u16; MAX_VLAN_TAGS],
     l2_len: u8,
-    net: Option<PackedNet>,
+    /// 0 for no network layer, else [`NET_V4`] or [`NET_V6`], with
+    /// [`NET_FRAGMENT`].
+    net: u8,
+    net_header_len: u16,
+    /// The IP length field: IPv4's total length, IPv6's payload length.
+    net_len: u16,
+    protocol: u8,
     /// Transport header length; 0 for none (TCP's is at least 20, UDP's 8).
     l4_len: u8,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct PackedNet {
-    kind: NetKind,
-    header_len: u32,
-    end: u32,
-    protocol: u8,
-    fragment: bool,
+impl Stack {
+    fn l2(&self) -> L2 {
+        let mut vlans = [None; MAX_VLAN_TAGS];
+        for (v, &p) in vlans.iter_mut().zip(&self.vlans) {
+            *v = (p != NO_TAG).then_some(p);
+        }
+        L2 {
+            ethertype: EtherType::from(self.ethertype),
+            header_len: usize::from(self.l2_len),
+            vlans,
+        }
+    }
+
+    fn net(&self) -> Option<Net> {
+        let offset = usize::from(self.l2_len);
+        let (kind, end) = match self.net & !NET_FRAGMENT {
+            NET_V4 => (NetKind::Ipv4, offset + usize::from(self.net_len)),
+            NET_V6 => (
+                NetKind::Ipv6,
+                offset + ipv6::HEADER_LEN + usize::from(self.net_len),
+            ),
+            _ => return None,
+        };
+        Some(Net {
+            kind,
+            offset,
+            header_len: usize::from(self.net_header_len),
+            end,
+            protocol: self.protocol,
+            fragment: self.net & NET_FRAGMENT != 0,
+        })
+    }
+
+    fn transport(&self) -> Option<Transport> {
+        if self.l4_len == 0 {
+            return None;
+        }
+        Some(Transport {
+            protocol: self.protocol,
+            offset: usize::from(self.l2_len) + usize::from(self.net_header_len),
+            header_len: usize::from(self.l4_len),
+        })
+    }
+
+    /// Packs what a parse found; an error for lengths no frame of 64 KiB
+    /// has room for (an IPv6 header chain past 64 KiB).
+    fn pack(l2: L2, net: Option<Net>, transport: Option<Transport>) -> Result<Stack> {
+        let mut vlans = [NO_TAG; MAX_VLAN_TAGS];
+        for (p, v) in vlans.iter_mut().zip(&l2.vlans) {
+            *p = v.map_or(NO_TAG, |v| v & 0x0fff);
+        }
+        let too_long = |_| crate::Error::BadHeaderLen;
+        let l2_len = u8::try_from(l2.header_len).map_err(too_long)?;
+        let (kind, net_header_len, net_len, protocol) = match net {
+            Some(n) => {
+                debug_assert_eq!(n.offset, l2.header_len, "IP follows the link layer");
+                let (kind, len) = match n.kind {
+                    NetKind::Ipv4 => (NET_V4, n.end - n.offset),
+                    NetKind::Ipv6 => (NET_V6, n.end - n.offset - ipv6::HEADER_LEN),
+                };
+                let fragment = if n.fragment { NET_FRAGMENT } else { 0 };
+                (
+                    kind | fragment,
+                    u16::try_from(n.header_len).map_err(too_long)?,
+                    u16::try_from(len).map_err(too_long)?,
+                    n.protocol,
+                )
+            }
+            None => (0, 0, 0, 0),
+        };
+        let l4_len = match transport {
+            Some(t) => u8::try_from(t.header_len).map_err(too_long)?,
+            None => 0,
+        };
+        Ok(Stack {
+            ethertype: u16::from(l2.ethertype),
+            vlans,
+            l2_len,
+            net: kind,
+            net_header_len,
+            net_len,
+            protocol,
+            l4_len,
+        })
+    }
 }
 
 impl Vxlan {
     /// The inner frame's header stack, offsets counted from the inner
     /// Ethernet header, or why it is malformed.
     pub fn inner(&self) -> Result<Layers> {
-        let p = self.inner?;
-        let l2 = L2 {
-            ethertype: p.ethertype,
-            header_len: usize::from(p.l2_len),
-            vlans: p.vlans,
-        };
-        let net = p.net.map(|n| Net {
-            kind: n.kind,
-            offset: l2.header_len,
-            header_len: n.header_len as usize,
-            end: n.end as usize,
-            protocol: n.protocol,
-            fragment: n.fragment,
-        });
-        let transport = match net {
-            Some(n) if p.l4_len > 0 => Some(Transport {
-                protocol: n.protocol,
-                offset: n.offset + n.header_len,
-                header_len: usize::from(p.l4_len),
-            }),
-            _ => None,
-        };
         Ok(Layers {
-            l2,
-            net,
-            transport,
+            stack: self.inner?,
             vxlan: None,
-        })
-    }
-
-    fn pack(port: u16, inner_offset: usize, l: Result<Layers>) -> Option<Vxlan> {
-        // Offsets past 32 bits (or an L2 header past 255 bytes) cannot be
-        // in a frame; packing them would fail only on a broken parser.
-        let packed = l.and_then(|l| {
-            let pack = || {
-                Some(PackedStack {
-                    ethertype: l.l2.ethertype,
-                    vlans: l.l2.vlans,
-                    l2_len: u8::try_from(l.l2.header_len).ok()?,
-                    net: match l.net {
-                        Some(n) => Some(PackedNet {
-                            kind: n.kind,
-                            header_len: u32::try_from(n.header_len).ok()?,
-                            end: u32::try_from(n.end).ok()?,
-                            protocol: n.protocol,
-                            fragment: n.fragment,
-                        }),
-                        None => None,
-                    },
-                    l4_len: match l.transport {
-                        Some(t) => u8::try_from(t.header_len).ok()?,
-                        None => 0,
-                    },
-                })
-            };
-            pack().ok_or(crate::Error::BadLength)
-        });
-        Some(Vxlan {
-            port,
-            inner_offset: u32::try_from(inner_offset).ok()?,
-            inner: packed,
         })
     }
 }
@@ -189,6 +235,57 @@ impl Layers {
         Ok(l.with_vxlan(frame, port))
     }
 
+    /// Link layer.
+    #[inline]
+    pub fn l2(&self) -> L2 {
+        self.stack.l2()
+    }
+    /// The outer VLAN tag's VID, if tagged (what the switch asks most).
+    #[inline]
+    pub fn outer_vlan(&self) -> Option<u16> {
+        let v = self.stack.vlans[0];
+        (v != NO_TAG).then_some(v)
+    }
+    /// Sets the outer tag's VID (`None`: as if the outer slot were empty).
+    /// Metadata only; the caller rewrites the tag's bytes.
+    pub fn set_outer_vlan(&mut self, vid: Option<u16>) {
+        self.stack.vlans[0] = vid.map_or(NO_TAG, |v| v & 0x0fff);
+    }
+    /// Bytes of Ethernet header, tags included.
+    #[inline]
+    pub fn l2_len(&self) -> usize {
+        usize::from(self.stack.l2_len)
+    }
+    /// EtherType after the tags.
+    #[inline]
+    pub fn ethertype(&self) -> EtherType {
+        EtherType::from(self.stack.ethertype)
+    }
+    /// Network layer, if the EtherType is IPv4 or IPv6.
+    #[inline]
+    pub fn net(&self) -> Option<Net> {
+        self.stack.net()
+    }
+    /// Transport layer, if TCP or UDP in an unfragmented (or first) packet.
+    #[inline]
+    pub fn transport(&self) -> Option<Transport> {
+        self.stack.transport()
+    }
+    /// For a VXLAN frame, where its inner frame is and the inner stack,
+    /// parsed in the same pass.
+    #[inline]
+    pub fn vxlan(&self) -> Option<Vxlan> {
+        self.vxlan
+    }
+    /// The same stack without its VXLAN inner stack (what the inner
+    /// frame's own parse gives, for comparing).
+    pub fn without_vxlan(self) -> Layers {
+        Layers {
+            vxlan: None,
+            ..self
+        }
+    }
+
     /// Looks into a parsed frame for VXLAN on `port` and parses its inner
     /// stack (a new header, not one walked again: the outer stack ends at
     /// UDP).
@@ -197,9 +294,16 @@ impl Layers {
         if let Some(off) = self.find_vxlan(frame, port) {
             // The inner frame ends with the outer IP packet (what follows
             // is the outer frame's padding).
-            let end = self.net.map_or(frame.len(), |n| n.end);
+            let end = self.net().map_or(frame.len(), |n| n.end);
             let inner = frame.get(off..end).ok_or(crate::Error::Truncated);
-            self.vxlan = Vxlan::pack(port, off, inner.and_then(Layers::parse_outer));
+            self.vxlan = Some(Vxlan {
+                port,
+                inner_offset: match u16::try_from(off) {
+                    Ok(o) => o,
+                    Err(_) => return self,
+                },
+                inner: inner.and_then(Layers::parse_outer).map(|l| l.stack),
+            });
         }
         self
     }
@@ -208,7 +312,7 @@ impl Layers {
     /// inner headers are well formed.
     pub fn inner(&self) -> Option<(usize, Layers)> {
         let v = self.vxlan?;
-        Some((v.inner_offset as usize, v.inner().ok()?))
+        Some((usize::from(v.inner_offset), v.inner().ok()?))
     }
 
     fn parse_outer(frame: &[u8]) -> Result<Layers> {
@@ -267,9 +371,7 @@ impl Layers {
             _ => None,
         };
         Ok(Layers {
-            l2,
-            net,
-            transport,
+            stack: Stack::pack(l2, net, transport)?,
             vxlan: None,
         })
     }
@@ -278,52 +380,52 @@ impl Layers {
     /// the frame's tags (at byte 12): one more tag, every later header 4
     /// bytes further on. Metadata only; the caller moves the bytes.
     pub fn push_vlan(&mut self, vid: u16) {
-        debug_assert!(
-            self.l2.vlans[MAX_VLAN_TAGS - 1].is_none(),
-            "no room for a tag"
-        );
-        self.l2.vlans.copy_within(0..MAX_VLAN_TAGS - 1, 1);
-        self.l2.vlans[0] = Some(vid & 0x0fff);
-        self.shift(VLAN_TAG_LEN, true);
+        let vlans = &mut self.stack.vlans;
+        debug_assert!(vlans[MAX_VLAN_TAGS - 1] == NO_TAG, "no room for a tag");
+        vlans.copy_within(0..MAX_VLAN_TAGS - 1, 1);
+        vlans[0] = vid & 0x0fff;
+        self.shift(VLAN_TAG_LEN as u8, true);
     }
 
     /// The stack once the frame's outer tag was taken off: every later
     /// header 4 bytes nearer. Metadata only; the caller moves the bytes.
     pub fn pop_vlan(&mut self) {
-        debug_assert!(self.l2.vlans[0].is_some(), "no tag to take off");
-        self.l2.vlans.copy_within(1.., 0);
-        self.l2.vlans[MAX_VLAN_TAGS - 1] = None;
-        self.shift(VLAN_TAG_LEN, false);
+        let vlans = &mut self.stack.vlans;
+        debug_assert!(vlans[0] != NO_TAG, "no tag to take off");
+        vlans.copy_within(1.., 0);
+        vlans[MAX_VLAN_TAGS - 1] = NO_TAG;
+        self.shift(VLAN_TAG_LEN as u8, false);
     }
 
-    /// Moves every offset after the Ethernet addresses `by` bytes on
-    /// (`later`) or back.
-    fn shift(&mut self, by: usize, later: bool) {
-        let mv = |x: &mut usize| {
-            *x = if later { *x + by } else { x.saturating_sub(by) };
+    /// Moves every header after the Ethernet addresses `by` bytes on
+    /// (`later`) or back: the link layer's length, and the inner frame's
+    /// offset (the rest follow them).
+    fn shift(&mut self, by: u8, later: bool) {
+        let l2 = &mut self.stack.l2_len;
+        *l2 = if later {
+            *l2 + by
+        } else {
+            l2.saturating_sub(by)
         };
-        mv(&mut self.l2.header_len);
-        if let Some(n) = self.net.as_mut() {
-            mv(&mut n.offset);
-            mv(&mut n.end);
-        }
-        if let Some(t) = self.transport.as_mut() {
-            mv(&mut t.offset);
-        }
         if let Some(v) = self.vxlan.as_mut() {
-            let mut at = v.inner_offset as usize;
-            mv(&mut at);
-            v.inner_offset = at as u32;
+            let by = u16::from(by);
+            v.inner_offset = if later {
+                v.inner_offset + by
+            } else {
+                v.inner_offset.saturating_sub(by)
+            };
         }
     }
 
     /// Offset of the first byte after all headers (the L4 payload), or of
     /// whatever follows the last header we understood.
     pub fn payload_offset(&self) -> usize {
-        match (self.transport, self.net) {
-            (Some(t), _) => t.offset + t.header_len,
-            (None, Some(n)) => n.offset + n.header_len,
-            _ => self.l2.header_len,
+        let s = &self.stack;
+        let l2 = usize::from(s.l2_len);
+        if s.net == 0 {
+            l2
+        } else {
+            l2 + usize::from(s.net_header_len) + usize::from(s.l4_len)
         }
     }
 
@@ -337,13 +439,13 @@ impl Layers {
     /// tunnel endpoint knows its own; everything else assumes IANA's).
     pub fn vxlan_inner_offset_on(&self, frame: &[u8], port: u16) -> Option<usize> {
         match self.vxlan {
-            Some(v) if v.port == port => Some(v.inner_offset as usize),
+            Some(v) if v.port == port => Some(usize::from(v.inner_offset)),
             _ => self.find_vxlan(frame, port),
         }
     }
 
     fn find_vxlan(&self, frame: &[u8], port: u16) -> Option<usize> {
-        let t = self.transport?;
+        let t = self.transport()?;
         if t.protocol != ip_protocol::UDP {
             return None;
         }
@@ -353,7 +455,7 @@ impl Layers {
         }
         let v_off = t.offset + udp::HEADER_LEN;
         // Within the IP packet: what follows its end is padding.
-        let end = self.net.map_or(frame.len(), |n| n.end.min(frame.len()));
+        let end = self.net().map_or(frame.len(), |n| n.end.min(frame.len()));
         vxlan::Packet::new_checked(frame.get(v_off..end)?).ok()?;
         Some(v_off + vxlan::HEADER_LEN)
     }
@@ -391,9 +493,9 @@ mod tests {
     fn parses_tcp_over_ipv4_with_padding() {
         let f = v4_tcp_frame(6, 4);
         let l = Layers::parse(&f).unwrap();
-        let n = l.net.unwrap();
+        let n = l.net().unwrap();
         assert_eq!((n.offset, n.header_len, n.end), (14, 20, 14 + 46));
-        let t = l.transport.unwrap();
+        let t = l.transport().unwrap();
         assert_eq!((t.offset, t.header_len), (34, 20));
         assert_eq!(l.payload_offset(), 54);
         assert!(l.vxlan_inner_offset(&f).is_none());
@@ -413,7 +515,7 @@ mod tests {
         let f = v4_tcp_frame(100, 0);
         let plain = Layers::parse(&f).unwrap();
         let tagged = Layers::parse(&tag(&f, 10)).unwrap();
-        assert_eq!(tagged.l2.header_len, 18);
+        assert_eq!(tagged.l2().header_len, 18);
         let mut l = plain;
         l.push_vlan(10);
         assert_eq!(l, tagged);
@@ -421,7 +523,7 @@ mod tests {
         let mut twice = tagged;
         twice.push_vlan(20);
         assert_eq!(twice, Layers::parse(&tag(&tag(&f, 10), 20)).unwrap());
-        assert_eq!(twice.l2.vlans, [Some(20), Some(10)]);
+        assert_eq!(twice.l2().vlans, [Some(20), Some(10)]);
         let mut back = tagged;
         back.pop_vlan();
         assert_eq!(back, plain);
@@ -446,7 +548,7 @@ mod tests {
         f[12] = 0x88;
         f[13] = 0xb5;
         let l = Layers::parse(&f).unwrap();
-        assert!(l.net.is_none() && l.transport.is_none());
+        assert!(l.net().is_none() && l.transport().is_none());
         assert_eq!(l.payload_offset(), 14);
     }
 
@@ -505,7 +607,7 @@ mod tests {
         let v = l.vxlan.expect("VXLAN all the same");
         assert_eq!(v.inner(), Err(Error::Truncated));
         assert_eq!(l.inner(), None);
-        assert!(l.transport.is_some());
+        assert!(l.transport().is_some());
     }
 
     proptest::proptest! {
@@ -520,14 +622,14 @@ mod tests {
             }
             let f = vxlan_frame(&inner, vxlan::PORT);
             let l = Layers::parse(&f).unwrap();
-            let own = Layers::parse(&inner).map(|il| Layers { vxlan: None, ..il });
+            let own = Layers::parse(&inner).map(|il| il.without_vxlan());
             proptest::prop_assert_eq!(l.vxlan.map(|v| v.inner()), Some(own));
         }
 
         #[test]
         fn prop_parse_never_panics_and_offsets_fit(data in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
             if let Ok(l) = Layers::parse(&data) {
-                if let (Some(n), Some(t)) = (l.net, l.transport) {
+                if let (Some(n), Some(t)) = (l.net(), l.transport()) {
                     proptest::prop_assert!(t.offset + t.header_len <= n.end && n.end <= data.len());
                 }
                 let _ = l.vxlan_inner_offset(&data);

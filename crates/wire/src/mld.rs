@@ -9,7 +9,7 @@
 //! use hvnet_wire::{mld, membership::Message, Layers};
 //! let q = mld::general_query([2, 0, 0, 0, 0, 1], 10_000);
 //! let l = Layers::parse(&q).unwrap();
-//! let n = l.net.unwrap();
+//! let n = l.net().unwrap();
 //! let (src, dst) = (q[22..38].try_into().unwrap(), q[38..54].try_into().unwrap());
 //! let m = mld::parse(&q[n.offset + n.header_len..n.end], src, dst).unwrap();
 //! assert!(matches!(m, Some(Message::Query { group: None, max_resp_ms: 10_000, .. })));
@@ -264,7 +264,7 @@ mod tests {
         let q = general_query([2, 0, 0, 0, 0, 1], 10_000);
         assert_eq!(&q[..6], &[0x33, 0x33, 0, 0, 0, 1]);
         let l = Layers::parse(&q).unwrap();
-        let n = l.net.unwrap();
+        let n = l.net().unwrap();
         assert_eq!((n.header_len, n.protocol, n.end), (48, ICMPV6, q.len()));
         let src = link_local([2, 0, 0, 0, 0, 1]);
         assert_eq!(

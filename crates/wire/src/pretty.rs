@@ -26,11 +26,11 @@ fn write_stack(f: &mut fmt::Formatter<'_>, frame: &[u8], depth: usize) -> fmt::R
     };
     let eth = EthernetFrame::new_unchecked(frame);
     write!(f, "eth {} > {}", eth.src(), eth.dst())?;
-    for v in layers.l2.vlans.iter().flatten() {
+    for v in layers.l2().vlans.iter().flatten() {
         write!(f, " vlan {v}")?;
     }
-    let Some(net) = layers.net else {
-        return write!(f, " type {:?} len {}", layers.l2.ethertype, frame.len());
+    let Some(net) = layers.net() else {
+        return write!(f, " type {:?} len {}", layers.ethertype(), frame.len());
     };
     let ip = &frame[net.offset..];
     match net.kind {
@@ -70,7 +70,7 @@ fn write_stack(f: &mut fmt::Formatter<'_>, frame: &[u8], depth: usize) -> fmt::R
     if net.fragment {
         write!(f, " frag")?;
     }
-    let Some(t) = layers.transport else {
+    let Some(t) = layers.transport() else {
         return write!(f, " proto {}", net.protocol);
     };
     let l4 = &frame[t.offset..net.end];

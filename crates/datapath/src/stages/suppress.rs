@@ -112,15 +112,15 @@ impl Request {
     fn of(pkt: &Packet) -> Option<Request> {
         let l = &pkt.meta.layers;
         let frame = pkt.frame();
-        match l.l2.ethertype {
+        match l.ethertype() {
             EtherType::Arp if pkt.dst() == MacAddr::BROADCAST => {
-                let req = arp::Packet::new_checked(&frame[l.l2.header_len..])
+                let req = arp::Packet::new_checked(&frame[l.l2_len()..])
                     .and_then(|p| arp::Repr::parse(&p))
                     .ok()?;
                 (req.op == arp::Operation::Request).then_some(Request::Arp(req))
             }
             EtherType::Ipv6 => {
-                let ip = &frame[l.net?.offset..];
+                let ip = &frame[l.net()?.offset..];
                 let target = nd::solicited_target(ip)?;
                 Some(Request::Nd {
                     target,

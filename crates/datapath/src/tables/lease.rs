@@ -62,8 +62,8 @@ const CLIENT: u16 = 68;
 /// 68 over IPv4), from its headers alone: the frames [`acked`] reads.
 pub fn is_server_reply(frame: &[u8], layers: &Layers) -> bool {
     let Some(t) = layers
-        .transport
-        .filter(|t| t.protocol == ip_protocol::UDP && layers.l2.ethertype == EtherType::Ipv4)
+        .transport()
+        .filter(|t| t.protocol == ip_protocol::UDP && layers.ethertype() == EtherType::Ipv4)
     else {
         return false;
     };
@@ -82,7 +82,7 @@ pub fn acked(frame: &[u8], layers: &Layers) -> Option<(MacAddr, Ipv4Addr, Durati
     if !is_server_reply(frame, layers) {
         return None;
     }
-    let (n, t) = (layers.net?, layers.transport?);
+    let (n, t) = (layers.net()?, layers.transport()?);
     let m = dhcp::Message::new_checked(frame.get(t.offset + t.header_len..n.end)?).ok()?;
     let ip = Ipv4Addr::from(m.your_address());
     if !m.is_reply() || m.message_type()? != dhcp::MessageType::Ack || ip.is_unspecified() {

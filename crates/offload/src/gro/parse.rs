@@ -55,7 +55,7 @@ fn net_receive(
     depth: usize,
     cb: &mut Cb,
 ) -> Result<(), PassReason> {
-    let Some(n) = l.net else {
+    let Some(n) = l.net() else {
         return Err(PassReason::NotIp);
     };
     let net = NetCb {
@@ -95,9 +95,11 @@ fn net_receive(
     };
     // The innermost Ethernet header is the one recorded; an outer one is
     // found again from `OuterCb::net.offset`.
-    cb.l2_len = l.l2.header_len;
+    cb.l2_len = l.l2_len();
     // A VXLAN frame's inner stack was parsed with the outer one.
-    let known = l.vxlan.map(|v| (base + v.inner_offset as usize, v.inner()));
+    let known = l
+        .vxlan()
+        .map(|v| (base + v.inner_offset as usize, v.inner()));
     l4_receive(frame, net, n.protocol, flush, info, depth, known, cb)
 }
 

@@ -129,7 +129,7 @@ pub fn validate_vnet(frame: &[u8], h: &VirtioNetHdr, l: &Layers) -> Result<Offlo
 /// port, or on a tunnel endpoint's own for a stack parsed there, as
 /// Linux's `SKB_GSO_UDP_TUNNEL` says "tunnelled" without a port).
 fn segmented_layers(l: &Layers, kind: GsoType) -> Result<(Net, Transport), GsoError> {
-    match l.vxlan {
+    match l.vxlan() {
         Some(v) => {
             let il = v.inner().map_err(GsoError::Malformed)?;
             let (n, t) = gso_layers(&il, kind)?;
@@ -152,7 +152,7 @@ fn segmented_layers(l: &Layers, kind: GsoType) -> Result<(Net, Transport), GsoEr
 
 /// The network and transport layers of `l`, checked against the GSO type.
 fn gso_layers(l: &Layers, kind: GsoType) -> Result<(Net, Transport), GsoError> {
-    let (Some(net), Some(t)) = (l.net, l.transport) else {
+    let (Some(net), Some(t)) = (l.net(), l.transport()) else {
         return Err(GsoError::TypeMismatch);
     };
     let ok = match kind {
@@ -186,9 +186,9 @@ pub fn segment(
         return Err(GsoError::ZeroGsoSize);
     }
     let (net, t) = segmented_layers(l, gso.kind)?;
-    let outer = match l.vxlan {
+    let outer = match l.vxlan() {
         Some(_) => {
-            let (Some(on), Some(ot)) = (l.net, l.transport) else {
+            let (Some(on), Some(ot)) = (l.net(), l.transport()) else {
                 // The parser finds VXLAN only behind IP and UDP.
                 return Err(GsoError::TypeMismatch);
             };

@@ -432,7 +432,7 @@ fn encapsulated_both_ways_in(
     let info = OffloadInfo {
         gso: Some(g),
         csum: CsumState::Partial {
-            start: il.transport.unwrap().offset as u16,
+            start: il.transport().unwrap().offset as u16,
             offset: tcp::CHECKSUM_OFFSET as u16,
         },
     };
@@ -522,7 +522,7 @@ fn a_tagged_tso_frame_is_segmented_with_its_tag_on_every_segment() {
             assert_eq!(*s, tagged(w, 10), "v6 {v6}");
             assert_eq!(info, winfo);
             let l = Layers::parse(s).unwrap();
-            assert_eq!((l.l2.header_len, l.l2.vlans[0]), (18, Some(10)));
+            assert_eq!((l.l2_len(), l.outer_vlan()), (18, Some(10)));
             assert_eq!(csum::validate_l4(s, &l), Ok(CsumState::Good));
         }
         // Partial mode: the checksum start counts the tag.
@@ -531,7 +531,7 @@ fn a_tagged_tso_frame_is_segmented_with_its_tag_on_every_segment() {
         assert_eq!(
             partial[0].1.csum,
             CsumState::Partial {
-                start: l.transport.unwrap().offset as u16,
+                start: l.transport().unwrap().offset as u16,
                 offset: 16
             }
         );
@@ -574,10 +574,10 @@ fn tagged_segments_coalesce_with_their_tag_and_vlans_never_mix() {
                 GroOutput::Single { frame, .. } => frame,
             };
             let l = Layers::parse(&f).unwrap();
-            assert_eq!(l.l2.header_len, 18);
+            assert_eq!(l.l2_len(), 18);
             assert_eq!(csum::validate_l4(&f, &l), Ok(CsumState::Good));
-            let ip = l.net.unwrap();
-            (l.l2.vlans[0].unwrap(), ip.end - l.payload_offset())
+            let ip = l.net().unwrap();
+            (l.outer_vlan().unwrap(), ip.end - l.payload_offset())
         })
         .collect();
     got.sort();
@@ -592,8 +592,8 @@ fn checksums_and_rss_read_past_the_tag() {
     // A partial checksum completed at the tagged offsets is the untagged
     // frame's.
     let mut half = f.clone();
-    let t = lt.transport.unwrap();
-    let sum = csum::pseudo_header(&half, &lt.net.unwrap(), 6, (half.len() - t.offset) as u32);
+    let t = lt.transport().unwrap();
+    let sum = csum::pseudo_header(&half, &lt.net().unwrap(), 6, (half.len() - t.offset) as u32);
     half[t.offset + 16..t.offset + 18].copy_from_slice(&sum.fold().to_be_bytes());
     csum::complete_partial(&mut half, t.offset as u16, 16).unwrap();
     assert_eq!(half, f);

@@ -118,7 +118,7 @@ impl HashInput {
 /// Extracts the RSS input of a parsed frame (the outer headers; see
 /// [`Rss::hash`] for VXLAN).
 pub fn hash_input(frame: &[u8], layers: &Layers, types: &HashTypes) -> Option<HashInput> {
-    let net = layers.net?;
+    let net = layers.net()?;
     let mut bytes = [0u8; 36];
     let ip = &frame[net.offset..];
     let (mut len, v6) = match net.kind {
@@ -135,7 +135,7 @@ pub fn hash_input(frame: &[u8], layers: &Layers, types: &HashTypes) -> Option<Ha
             (32, true)
         }
     };
-    let l4 = layers.transport.filter(|t| match (t.protocol, v6) {
+    let l4 = layers.transport().filter(|t| match (t.protocol, v6) {
         (ip_protocol::TCP, false) => types.tcp_ipv4,
         (ip_protocol::UDP, false) => types.udp_ipv4,
         (ip_protocol::TCP, true) => types.tcp_ipv6,

@@ -147,7 +147,7 @@ impl State {
         // A decapsulated frame counts as it arrived, outer headers on.
         let outer = pkt.meta.tunnel.map_or(0, |t| {
             add(&c.decapsulated, 1);
-            u64::from(t.outer_len)
+            u64::from(t.outer_len.get())
         });
         add(&c.bytes, pkt.len() as u64 + outer);
         if pkt.meta.offload.gso.is_some() {

@@ -114,7 +114,7 @@ impl State {
         // Longest frame the receiver takes: its MTU and this frame's link
         // header (its tag counted); less the outer headers a tunnel
         // endpoint adds on the wire.
-        let limit = (mtu + pkt.meta.layers.l2.header_len).saturating_sub(overhead);
+        let limit = (mtu + pkt.meta.layers.l2_len()).saturating_sub(overhead);
         let too_long = |what: &str, st: &State| {
             st.trace_out(cx, "write", || {
                 format!("to {}: {what} over the MTU", port.name)

@@ -54,7 +54,7 @@ fn tag(st: &mut State, cx: &Ctx, o: &mut Out<'_>) -> Result<(), DropReason> {
     let port = &cx.ports[o.dst];
     let tag = forward::egress_tag(&st.settings[o.dst].vlans_of(port.vlan), o.pkt);
     st.trace_out(cx, "tag", || format!("to {}: tag {tag:?}", port.name));
-    if tag == o.pkt.meta.layers.l2.vlans[0] {
+    if tag == o.pkt.meta.layers.outer_vlan() {
         return Ok(());
     }
     // Every buffer has headroom for a tag, and a frame is pushed one only

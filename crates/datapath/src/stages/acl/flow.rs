@@ -133,7 +133,7 @@ impl Flow {
     /// Reads the flow of an IP frame from its parsed layers; `None` for a
     /// frame that is not IP (ARP, LLDP, ...), which the ACL lets pass.
     pub fn of(frame: &[u8], layers: &Layers) -> Option<Flow> {
-        let net = layers.net?;
+        let net = layers.net()?;
         let (family, src, dst) = addresses(frame, net.kind, net.offset)?;
         let at = net.offset + net.header_len;
         let end = net.end.min(frame.len());

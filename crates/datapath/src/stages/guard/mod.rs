@@ -112,9 +112,9 @@ pub fn any_on(s: &PortSettings) -> bool {
 /// True if [`inspect`] may read past a frame's headers (its payload must
 /// be in place first: ARP, and ICMPv6 which carries ND and RAs).
 pub fn reads_payload(layers: &Layers) -> bool {
-    match layers.l2.ethertype {
+    match layers.ethertype() {
         EtherType::Arp => true,
-        EtherType::Ipv6 => layers.net.is_some_and(|n| n.protocol == nd::ICMPV6),
+        EtherType::Ipv6 => layers.net().is_some_and(|n| n.protocol == nd::ICMPV6),
         _ => false,
     }
 }
@@ -127,10 +127,8 @@ pub fn inspect<F: Fn(IpAddr) -> bool>(
     layers: &Layers,
     port: &PortView<'_, F>,
 ) -> Result<(), DropReason> {
-    match (layers.l2.ethertype, layers.net) {
-        (EtherType::Arp, _) if port.settings.arp_guard => {
-            arp_claim(frame, layers.l2.header_len, port)
-        }
+    match (layers.ethertype(), layers.net()) {
+        (EtherType::Arp, _) if port.settings.arp_guard => arp_claim(frame, layers.l2_len(), port),
         (EtherType::Ipv4, Some(n)) => ipv4(frame, layers, n, port),
         (EtherType::Ipv6, Some(n)) => ipv6(frame, layers, n, port),
         _ => Ok(()),
@@ -163,7 +161,7 @@ fn arp_claim<F: Fn(IpAddr) -> bool>(
 
 fn udp_ports(frame: &[u8], layers: &Layers) -> Option<(u16, u16)> {
     let t = layers
-        .transport
+        .transport()
         .filter(|t| t.protocol == ip_protocol::UDP)?;
     let h = frame.get(t.offset..t.offset + 4)?;
     Some((

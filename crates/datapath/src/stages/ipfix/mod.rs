@@ -76,14 +76,16 @@ pub struct TunnelKey {
 impl TunnelKey {
     /// The outer headers a decapsulated frame came with, at an endpoint
     /// of address `local` and UDP port `dport`.
-    pub fn of(t: hvnet_port::TunnelMeta, (local, dport): (IpAddr, u16)) -> TunnelKey {
-        TunnelKey {
-            remote: t.remote,
+    pub fn of(pkt: &Packet, (local, dport): (IpAddr, u16)) -> Option<TunnelKey> {
+        let vni = pkt.meta.tunnel?.vni;
+        let (remote, sport) = pkt.tunnel_source()?;
+        Some(TunnelKey {
+            remote,
             local,
-            sport: t.sport,
+            sport,
             dport,
-            vni: t.vni,
-        }
+            vni,
+        })
     }
 }
 
@@ -223,7 +225,7 @@ impl Ipfix {
             vlan: pkt.meta.vlan,
             src_mac: pkt.src().0,
             dst_mac: pkt.dst().0,
-            ethertype: u16::from(layers.l2.ethertype),
+            ethertype: u16::from(layers.ethertype()),
             family: None,
             src: 0,
             dst: 0,
@@ -244,7 +246,7 @@ impl Ipfix {
                 | L4::IcmpOther { ty, code } => (0, u16::from(ty) << 8 | u16::from(code)),
                 L4::Other => (0, 0),
             };
-            if let Some(net) = layers.net {
+            if let Some(net) = layers.net() {
                 octets = (net.end - net.offset) as u64;
                 if pkt.meta.offload.gso.is_some() {
                     // A GSO frame's IP length field may be a placeholder.

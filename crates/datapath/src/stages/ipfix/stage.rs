@@ -27,11 +27,7 @@ fn meter(st: &mut State, cx: &Ctx, b: &mut Burst) {
         if st.ipfix_skip == 0 {
             st.ipfix_skip = ix.config.sampling.max(1);
             let pkt = &b[i];
-            let tunnel = pkt
-                .meta
-                .tunnel
-                .zip(st.endpoint)
-                .map(|(t, e)| TunnelKey::of(t, e));
+            let tunnel = st.endpoint.and_then(|e| TunnelKey::of(pkt, e));
             ix.meter(cx.port.id, b.learned[i], pkt, tunnel);
             b.trace(&cx.port.tracer, i, "ipfix", || "metered".into());
         } else {

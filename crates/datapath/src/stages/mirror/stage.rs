@@ -102,7 +102,7 @@ impl State {
                     }
                 }
                 Target::Erspan(e) => {
-                    let (vlan, tagged) = (pkt.meta.vlan, pkt.meta.layers.l2.vlans[0].is_some());
+                    let (vlan, tagged) = (pkt.meta.vlan, pkt.meta.layers.outer_vlan().is_some());
                     let mut sent = true;
                     let mut out = std::mem::take(&mut self.erspan_out);
                     let frame = pkt.frame();

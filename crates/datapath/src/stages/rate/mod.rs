@@ -149,7 +149,7 @@ fn tso_segments(pkt: &Packet) -> Option<(usize, usize, usize)> {
         return None;
     }
     let l = &pkt.meta.layers;
-    l.transport.filter(|t| t.protocol == ip_protocol::TCP)?;
+    l.transport().filter(|t| t.protocol == ip_protocol::TCP)?;
     let hdr = l.payload_offset();
     let payload = pkt.len().checked_sub(hdr)?;
     Some((
@@ -169,7 +169,7 @@ pub fn cut_segments(pkt: &mut Packet, n: usize) -> bool {
         return false;
     };
     let l = pkt.meta.layers;
-    let (Some(net), Some(t)) = (l.net, l.transport) else {
+    let (Some(net), Some(t)) = (l.net(), l.transport()) else {
         return false;
     };
     if n == 0
@@ -188,7 +188,7 @@ pub fn cut_segments(pkt: &mut Packet, n: usize) -> bool {
     f[t.offset + 13] &= !(0x01 | 0x08);
     let ph = pseudo_header_at(f, net.kind, net.offset, ip_protocol::TCP, len - t.offset);
     f[t.offset + 16..t.offset + 18].copy_from_slice(&ph.fold().to_be_bytes());
-    if let Some(n) = pkt.meta.layers.net.as_mut() {
+    if let Some(n) = pkt.meta.layers.net().as_mut() {
         n.end = len;
     }
     if n == 1 {
@@ -344,7 +344,7 @@ mod tests {
             // What is left parses as a frame of its own length, its
             // checksum right, its payload the first two segments'.
             let again = packet(pkt.frame(), OffloadInfo::default());
-            assert_eq!(again.meta.layers.net.map(|n| n.end), Some(hdr + 2000));
+            assert_eq!(again.meta.layers.net().map(|n| n.end), Some(hdr + 2000));
             assert!(matches!(
                 csum::validate_l4(again.frame(), &again.meta.layers),
                 Ok(CsumState::Good)

@@ -57,13 +57,13 @@ pub enum GroupFrame<'a> {
 /// What `pkt` (to a group MAC address) is to snooping.
 pub fn classify(pkt: &Packet) -> GroupFrame<'_> {
     let l = &pkt.meta.layers;
-    let Some(n) = l.net else {
+    let Some(n) = l.net() else {
         return GroupFrame::Flood;
     };
     let f = pkt.frame();
     let ip = &f[n.offset..n.end.min(f.len())];
     let body = f.get(n.offset + n.header_len..n.end).unwrap_or(&[]);
-    let (src, dst) = match l.l2.ethertype {
+    let (src, dst) = match l.ethertype() {
         EtherType::Ipv4 if ip.len() >= 20 => {
             let a = |at: usize| Ipv4Addr::new(ip[at], ip[at + 1], ip[at + 2], ip[at + 3]);
             (IpAddr::V4(a(12)), IpAddr::V4(a(16)))

@@ -323,7 +323,7 @@ fn the_own_querier_queries_every_port_once_per_interval() {
                 *p,
                 hvnet_wire::Layers::parse(&f[12..])
                     .unwrap()
-                    .net
+                    .net()
                     .unwrap()
                     .protocol,
             )

@@ -53,7 +53,7 @@ fn frame(from: u8, to: [u8; 6], vlan: Option<u16>, seq: u32) -> Vec<u8> {
 
 /// The outer tag's VID of a delivered frame (virtio-net header first).
 fn tag_of(delivered: &[u8]) -> Option<u16> {
-    Layers::parse(&delivered[12..]).unwrap().l2.vlans[0]
+    Layers::parse(&delivered[12..]).unwrap().outer_vlan()
 }
 
 /// Ports: 0 a trunk of every VLAN, 1 a trunk of 10 and 20 with native
@@ -218,7 +218,7 @@ fn tso(from: u8, to: u8, vlan: Option<u16>, segments: usize) -> Vec<u8> {
     }
     .build();
     let l = Layers::parse(&f).unwrap();
-    let t = l.transport.unwrap();
+    let t = l.transport().unwrap();
     let hdr = VirtioNetHdr {
         flags: hvnet_wire::virtio_net::flags::NEEDS_CSUM,
         gso_type: GsoType::TcpV4,
@@ -271,15 +271,15 @@ fn a_tagged_tso_frame_is_segmented_untagged_for_an_access_port_and_kept_whole_fo
             let hdr = VirtioNetHdr::parse(&f[..12], 12).unwrap();
             let frame = &f[12..];
             let l = Layers::parse(frame).unwrap();
-            assert_eq!(l.l2.vlans, [None, None], "untagged to an access port");
-            assert_eq!(l.l2.header_len, 14);
+            assert_eq!(l.l2().vlans, [None, None], "untagged to an access port");
+            assert_eq!(l.l2_len(), 14);
             if hdr.needs_csum() {
-                assert_eq!(hdr.csum_start as usize, l.transport.unwrap().offset);
+                assert_eq!(hdr.csum_start as usize, l.transport().unwrap().offset);
             }
             if hdr.gso_type != GsoType::None {
                 assert_eq!(hdr.hdr_len as usize, l.payload_offset());
             }
-            payload.extend_from_slice(&frame[l.payload_offset()..l.net.unwrap().end]);
+            payload.extend_from_slice(&frame[l.payload_offset()..l.net().unwrap().end]);
         }
         let want_payload: Vec<u8> = (0..4000).map(|i| i as u8).collect();
         assert_eq!(payload, want_payload);
@@ -320,10 +320,10 @@ fn a_tagged_tso_frame_is_segmented_untagged_for_an_access_port_and_kept_whole_fo
     let f = &to_trunk[0].1;
     let hdr = VirtioNetHdr::parse(&f[..12], 12).unwrap();
     let l = Layers::parse(&f[12..]).unwrap();
-    assert_eq!(l.l2.vlans[0], Some(10));
-    assert_eq!(l.l2.header_len, 18);
+    assert_eq!(l.outer_vlan(), Some(10));
+    assert_eq!(l.l2_len(), 18);
     assert_eq!(hdr.gso_type, GsoType::TcpV4);
     assert_eq!(hdr.hdr_len as usize, l.payload_offset());
-    assert_eq!(hdr.csum_start as usize, l.transport.unwrap().offset);
-    assert_eq!(l.net.unwrap().end - l.payload_offset(), 2000);
+    assert_eq!(hdr.csum_start as usize, l.transport().unwrap().offset);
+    assert_eq!(l.net().unwrap().end - l.payload_offset(), 2000);
 }

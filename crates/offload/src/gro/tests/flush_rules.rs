@@ -47,7 +47,7 @@ fn fin_is_merged_then_flushes() {
     assert_eq!(out.len(), 1);
     let v = out[0].to_vec();
     let l = hvnet_wire::Layers::parse(&v).unwrap();
-    assert_eq!(v[l.transport.unwrap().offset + 13] & FIN, FIN);
+    assert_eq!(v[l.transport().unwrap().offset + 13] & FIN, FIN);
 }
 
 #[test]
@@ -249,7 +249,7 @@ fn vxlan_is_vxlan_to_gro_as_its_parse_found_it() {
     let f = vxlan_wrap(&seg(0, P).build(), 42, 50000, 1, true);
     let mut t = GroTable::new(GroConfig::default());
     let l = hvnet_wire::Layers::parse_on(&f, 8472).unwrap();
-    assert!(l.vxlan.is_none());
+    assert!(l.vxlan().is_none());
     let mut n = 0;
     let r = t.receive(f.clone(), OffloadInfo::NONE, &l, 0, &mut |_| n += 1);
     assert_eq!((r, n), (GroResult::Normal, 1));

@@ -32,8 +32,8 @@ fn run_out(frames: &[Vec<u8>]) -> Vec<GroOutput<Vec<u8>>> {
 
 fn payload_len(f: &[u8]) -> usize {
     let l = hvnet_wire::Layers::parse(f).unwrap();
-    let n = l.net.unwrap();
-    match l.transport {
+    let n = l.net().unwrap();
+    match l.transport() {
         Some(t) => n.end - t.offset - t.header_len,
         None => n.end - n.offset - n.header_len,
     }

@@ -113,7 +113,7 @@ pub fn is_membership(f: &OutFrame<'_>) -> bool {
         return false;
     };
     let frame = p.frame();
-    let Some(n) = p.meta.layers.net.filter(|n| !n.fragment) else {
+    let Some(n) = p.meta.layers.net().filter(|n| !n.fragment) else {
         return false;
     };
     if frame.first().is_none_or(|b| b & 1 == 0) {
@@ -149,8 +149,8 @@ pub fn source(f: &OutFrame<'_>) -> Option<Source> {
         ipv6: None,
     };
     if let Some(m) = meta {
-        s.tag = m.layers.l2.vlans[0];
-        if let Some(n) = m.layers.net {
+        s.tag = m.layers.outer_vlan();
+        if let Some(n) = m.layers.net() {
             match n.kind {
                 NetKind::Ipv4 => {
                     s.ipv4 = head.get(n.offset + 12..n.offset + 16)?.try_into().ok();
@@ -180,14 +180,14 @@ pub fn flow_hash(f: &OutFrame<'_>, ports: bool) -> u32 {
         _ => None,
     };
     let mut h = Fnv::default();
-    match meta.and_then(|m| m.layers.net.map(|n| (m, n))) {
+    match meta.and_then(|m| m.layers.net().map(|n| (m, n))) {
         Some((m, n)) => {
             let (a, len) = match n.kind {
                 NetKind::Ipv4 => (n.offset + 12, 8),
                 NetKind::Ipv6 => (n.offset + 8, 32),
             };
             h.add(head.get(a..a + len).unwrap_or(&[]));
-            if let Some(t) = m.layers.transport.filter(|_| ports && !n.fragment) {
+            if let Some(t) = m.layers.transport().filter(|_| ports && !n.fragment) {
                 h.add(&[n.protocol]);
                 h.add(head.get(t.offset..t.offset + 4).unwrap_or(&[]));
             }

@@ -38,12 +38,12 @@ pub fn offload_of(
     // The inner stack was parsed with the outer one. An inner frame whose
     // headers lie is the tunnel endpoint's to count (as bad VXLAN); here it
     // is taken as a frame with no inner headers.
-    let inner = match layers.vxlan {
+    let inner = match layers.vxlan() {
         Some(v) if v.port == tunnel => layers.inner(),
         _ => None,
     };
     let (base, inner) = inner.unwrap_or((0, *layers));
-    let transport = inner.transport;
+    let transport = inner.transport();
     let l4 = transport.map(|t| (t.protocol, base + t.offset));
     let csum = if status.has(AuxStatus::CSUM_NOT_READY) && outer_partial(frame, layers, base) {
         // The sender's tunnel left the outer UDP checksum to the device
@@ -63,12 +63,12 @@ pub fn offload_of(
     } else {
         CsumState::Unknown
     };
-    let wire_max = usize::from(mtu) + layers.l2.header_len;
+    let wire_max = usize::from(mtu) + layers.l2_len();
     let gso_tcp = status.has(AuxStatus::GSO_TCP);
     if frame.len() <= wire_max && !gso_tcp {
         return Ok(OffloadInfo { gso: None, csum });
     }
-    let (Some(t), Some(net)) = (transport, inner.net) else {
+    let (Some(t), Some(net)) = (transport, inner.net()) else {
         // An oversized frame that is not TCP is passed on as it is: the
         // receiver's MTU check drops and counts it.
         return Ok(OffloadInfo { gso: None, csum });
@@ -113,7 +113,7 @@ pub fn offload_of(
 /// `udp_set_csum` leaves it for the device. (An inner partial checksum
 /// leaves the outer field zero, or complete by local checksum offload.)
 fn outer_partial(frame: &[u8], layers: &Layers, base: usize) -> bool {
-    let (true, Some(net), Some(t)) = (base > 0, layers.net, layers.transport) else {
+    let (true, Some(net), Some(t)) = (base > 0, layers.net(), layers.transport()) else {
         return false;
     };
     let field = u16::from_be_bytes([frame[t.offset + 6], frame[t.offset + 7]]);
@@ -185,7 +185,7 @@ mod tests {
     fn an_outer_partial_checksum_leaves_the_inner_unknown() {
         let mut f = tunnelled(100, false);
         let l = Layers::parse(&f).unwrap();
-        let (net, t) = (l.net.unwrap(), l.transport.unwrap());
+        let (net, t) = (l.net().unwrap(), l.transport().unwrap());
         let len = (f.len() - t.offset) as u32;
         let pseudo = csum::pseudo_header(&f, &net, ip_protocol::UDP, len).fold();
         f[t.offset + 6..t.offset + 8].copy_from_slice(&pseudo.to_be_bytes());

@@ -187,7 +187,7 @@ impl Vtep {
             self.prune_to_members(vni, inner.frame, inner.layers, &mut remotes);
         }
         if flooded && !remotes.is_empty() {
-            let arp = inner.layers.map(|l| l.l2.ethertype) == Some(hvnet_wire::EtherType::Arp);
+            let arp = inner.layers.map(|l| l.ethertype()) == Some(hvnet_wire::EtherType::Arp);
             self.count_flooded(dst, arp);
         }
         let mode = if how.csum {

@@ -139,7 +139,7 @@ impl Vtep {
         layers: Option<&Layers>,
         out: &mut smallvec::SmallVec<[(IpAddr, T); 8]>,
     ) {
-        let Some(n) = layers.and_then(|l| l.net) else {
+        let Some(n) = layers.and_then(|l| l.net()) else {
             return;
         };
         if frame.first().is_none_or(|b| b & 1 == 0) {

@@ -165,7 +165,9 @@ impl TunnelTap {
         };
         matches!(g.kind, GsoType::TcpV4 | GsoType::TcpV6)
             && inner.layers.is_some_and(|l| {
-                l.net.is_some() && l.transport.is_some_and(|t| t.protocol == ip_protocol::TCP)
+                l.net().is_some()
+                    && l.transport()
+                        .is_some_and(|t| t.protocol == ip_protocol::TCP)
             })
     }
 
@@ -228,7 +230,7 @@ impl TunnelTap {
         let (Some(g), Some(l)) = (gso, inner.layers) else {
             return Err(());
         };
-        let (Some(net), Some(t)) = (l.net, l.transport) else {
+        let (Some(net), Some(t)) = (l.net(), l.transport()) else {
             return Err(());
         };
         if t.protocol != ip_protocol::TCP || !matches!(g.kind, GsoType::TcpV4 | GsoType::TcpV6) {

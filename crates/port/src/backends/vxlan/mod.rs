@@ -39,6 +39,7 @@ use hvnet_wire::{ip_protocol, EtherType, Ipv4Packet, Ipv6Packet, MacAddr, NetKin
 use serde::Serialize;
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::num::NonZeroU16;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
@@ -268,19 +269,19 @@ impl Vtep {
         let frame = pkt.frame();
         // Neighbour discovery for the endpoint's IPv6 address (ICMPv6 is
         // no transport the parse walks into).
-        if let Some(net) = l.net.filter(|n| n.kind == NetKind::Ipv6) {
+        if let Some(net) = l.net().filter(|n| n.kind == NetKind::Ipv6) {
             if net.protocol == hvnet_wire::nd::ICMPV6 && self.cfg.local.is_ipv6() {
                 return self.receive_nd(frame, net.offset);
             }
         }
-        let (Some(net), Some(t)) = (l.net, l.transport) else {
-            return match l.l2.ethertype {
-                EtherType::Arp => self.receive_arp(&frame[l.l2.header_len..]),
+        let (Some(net), Some(t)) = (l.net(), l.transport()) else {
+            return match l.ethertype() {
+                EtherType::Arp => self.receive_arp(&frame[l.l2_len()..]),
                 _ => Received::Drop(TunnelDrop::NotTunnel),
             };
         };
         let ip = &frame[net.offset..];
-        let (dst, remote) = match (l.l2.ethertype, self.cfg.local) {
+        let (dst, remote) = match (l.ethertype(), self.cfg.local) {
             (EtherType::Ipv4, IpAddr::V4(_)) => {
                 let p = Ipv4Packet::new_unchecked(ip);
                 (IpAddr::from(p.dst()), IpAddr::from(p.src()))
@@ -320,15 +321,19 @@ impl Vtep {
             return Received::Drop(TunnelDrop::BadVxlan);
         };
         let outer_src = pkt.src();
-        let outer_len = (pkt.len() - (d.inner_end - d.inner_offset)) as u16;
-        let sport = UdpPacket::new_unchecked(&frame[t.offset..]).src_port();
+        let outer_len = u16::try_from(pkt.len() - (d.inner_end - d.inner_offset))
+            .ok()
+            .and_then(NonZeroU16::new);
+        let outer_ip = u16::try_from(pkt.buf.start() + net.offset).ok();
+        let (Some(outer_len), Some(outer_ip)) = (outer_len, outer_ip) else {
+            return Received::Drop(TunnelDrop::BadVxlan);
+        };
         pkt.buf.keep_range(d.inner_offset..d.inner_end);
         let mut inner = Packet::parsed(pkt.buf, inner_layers, d.info);
         inner.meta.tunnel = Some(TunnelMeta {
             vni: d.vni,
             outer_len,
-            remote,
-            sport,
+            outer_ip,
         });
         if !self.cfg.vlans.is_empty() {
             // A tunnel of several VLANs carries them untagged, each in its

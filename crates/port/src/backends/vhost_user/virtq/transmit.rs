@@ -173,7 +173,7 @@ fn check_head(buf: Buf, n: usize) -> Result<Packet, RecvError> {
         return check(buf, n);
     }
     let mut whole = match check_parts(buf, n) {
-        Ok(p) if p.meta.layers.vxlan.is_none() && p.header_len() <= p.buf.held().len() => {
+        Ok(p) if p.meta.layers.vxlan().is_none() && p.header_len() <= p.buf.held().len() => {
             return Ok(p)
         }
         Ok(p) => p.buf,

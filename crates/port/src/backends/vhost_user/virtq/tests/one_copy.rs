@@ -217,7 +217,7 @@ fn a_vxlan_frame_from_a_guest_is_read_whole() {
         &mut held,
     );
     let pk = out.pop().unwrap().expect("a good frame");
-    assert!(pk.meta.layers.vxlan.is_some());
+    assert!(pk.meta.layers.vxlan().is_some());
     assert!(pk.buf.pending().is_none(), "read whole");
     assert_eq!(pk.frame(), &f[VNET_HDR_LEN..]);
     assert!(held.is_empty());

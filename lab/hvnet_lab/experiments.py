@@ -137,9 +137,10 @@ EXPERIMENTS = [
                  "at once: time to install and to remove, the daemon's memory; VM-to-VM throughput across two hvnet "
                  "hosts with them installed vs two with static remotes"},
     {"name": "port-scale", "reproduces": "measurement", "run": port_scale.port_scale,
-     "workload": "64 and 1,000 namespace VMs (256 with --quick) of one queue on one switch, nothing sent: the daemon's "
-                 "threads, idle CPU, memory per port, hvnet up and down; then 500 broadcasts from one VM (CPU per "
-                 "copy); with HVNET_LAB_BASELINE another build beside"},
+     "workload": "64, 256 and 1,000 namespace VMs (64 and 256 with --quick) of one queue on one switch, nothing "
+                 "sent: the daemon's threads, idle CPU, memory per port, hvnet up and down; then 500 broadcasts from "
+                 "one VM (CPU per copy), and the same broadcasts through the Linux bridge with as many namespaces; "
+                 "with HVNET_LAB_BASELINE another build beside"},
     {"name": "port-churn", "reproduces": "measurement", "run": port_scale.port_churn,
      "workload": "an iperf3 stream and a SHA-256-checked file between two VMs while 200 VMs (50 with --quick) are "
                  "added one by one with hvnet vm add and removed again, against the same traffic without churn"},

@@ -6,7 +6,9 @@
   (ICMP echo to the subnet's broadcast address, which Linux does not
   answer), each copied to every other port: the daemon's CPU per copy.
   With `HVNET_LAB_BASELINE` another build beside this one (where it takes
-  that many VMs).
+  that many VMs). The Linux bridge beside them: as many namespaces, each
+  behind a veth on one bridge, the same broadcasts; the whole machine's
+  CPU per copy for every switch (the daemon's alone is only hvnet's).
 - `port-churn`: two VMs carry an iperf3 stream and a file checked by
   SHA-256 while VMs are added one by one (`hvnet vm add`, each pinged until
   it answers) and removed again (`hvnet vm del`), against the same traffic
@@ -28,6 +30,7 @@ from pathlib import Path
 import hvlab
 
 from .figures import measured
+from .measure import proc_stat
 from .runners import builds, interleaved
 from .verdict import median
 
@@ -71,26 +74,91 @@ def one_scale(tmp, binary, n, idle_secs):
 
 
 BROADCASTS = 500
+BRIDGE = "linux-bridge"
+
+
+def machine_busy_s():
+    """Seconds of CPU the whole machine spent busy so far, all cores."""
+    total, idle = proc_stat(Path("/proc/stat").read_text())
+    return (total - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def send_broadcasts(sh, flooded, n, pid=None):
+    """v0 sends `BROADCASTS` broadcast frames, 2 ms apart (`sh` runs a
+    command in v0): each goes to the n - 1 other ports. The whole
+    machine's CPU per copy, less what it spent before at rest (the sender's
+    own work is in it, the same for every switch), and with `pid` the
+    daemon's own (all its threads)."""
+    b0, w0 = machine_busy_s(), time.time()
+    time.sleep(3)
+    rest = (machine_busy_s() - b0) / (time.time() - w0)
+    f0, c0, b0, w0 = flooded(), cpu_ticks(pid) if pid else 0, machine_busy_s(), time.time()
+    sh(f"ping -q -b -c {BROADCASTS} -i 0.002 -W 1 198.18.255.255")
+    time.sleep(0.5)
+    machine = machine_busy_s() - b0 - rest * (time.time() - w0)
+    frames = flooded() - f0
+    copies = max(frames * (n - 1), 1)
+    out = dict(bcast_frames=frames, bcast_copies=copies, bcast_machine_ns_per_copy=max(machine, 0) * 1e9 / copies)
+    if pid:
+        out["bcast_ns_per_copy"] = (cpu_ticks(pid) - c0) / os.sysconf("SC_CLK_TCK") * 1e9 / copies
+    return out
 
 
 def broadcast(t, pid, n):
-    """v0 sends `BROADCASTS` broadcast frames, 2 ms apart: each goes to the
-    n - 1 other ports. The daemon's CPU (all its threads) per copy."""
     flooded = lambda: t.stats("/ports/v0/tx_summary")["flooded"]  # noqa: E731
-    f0, c0 = flooded(), cpu_ticks(pid)
-    t.sh("v0", f"ping -q -b -c {BROADCASTS} -i 0.002 -W 1 198.18.255.255", check=False, timeout=120)
-    time.sleep(0.5)
-    frames, cpu = flooded() - f0, (cpu_ticks(pid) - c0) / os.sysconf("SC_CLK_TCK")
-    copies = max(frames * (n - 1), 1)
-    return dict(bcast_frames=frames, bcast_copies=copies, bcast_ns_per_copy=cpu * 1e9 / copies)
+    return send_broadcasts(lambda cmd: t.sh("v0", cmd, check=False, timeout=120), flooded, n, pid)
+
+
+def one_bridge(n, settle):
+    """`n` namespaces, each behind a veth on one Linux bridge (in a
+    namespace of its own), addressed as the hvnet VMs are; the same
+    broadcasts. Every namespace is deleted, even on failure."""
+    base = hvlab.unique("lb")[:9]
+    names = [f"{base}{i}" for i in range(n)]
+    made = []
+    with hvlab.Netns("lbs") as sw:
+        try:
+            sw.sh("ip link add br0 type bridge && ip link set br0 up")
+            for ns in names:
+                hvlab.run(["ip", "netns", "add", ns])
+                made.append(ns)
+            links = "".join(f"link add p{i} type veth peer name eth0 netns {ns}\nlink set p{i} master br0 up\n"
+                            for i, ns in enumerate(names))
+            hvlab.run(["ip", "-n", sw.name, "-batch", "-"], input=links)
+            for i, ns in enumerate(names):
+                cmds = (f"addr add 198.18.{i // 250}.{i % 250 + 1}/16 dev eth0\nlink set eth0 up\n"
+                        "link set lo up\n")
+                hvlab.run(["ip", "-n", ns, "-batch", "-"], input=cmds)
+            stats = "/sys/class/net/eth0/statistics/tx_packets"
+            flooded = lambda: int(hvlab.run(["ip", "netns", "exec", names[0], "cat", stats]).stdout)  # noqa: E731
+            sh = lambda cmd: hvlab.run(["ip", "netns", "exec", names[0], "sh", "-c", cmd],  # noqa: E731
+                                       check=False, timeout=120)
+            # Until every port forwards (a new bridge port listens, then
+            # learns, for no time with STP off, but the links come up one
+            # by one).
+            hvlab.eventually(lambda: all(link.get("operstate") == "UP" for link in json.loads(
+                hvlab.run(["ip", "-n", sw.name, "-j", "link", "show", "master", "br0"]).stdout)),
+                timeout=60, every=0.2)
+            # As long as hvnet's VMs rest before theirs (new links'
+            # IPv6 address checks and router solicitations are over).
+            time.sleep(settle)
+            return send_broadcasts(sh, flooded, n)
+        finally:
+            for ns in made:
+                hvlab.run(["ip", "netns", "del", ns], check=False)
 
 
 def port_scale(tmp, quick, reps, log):
-    sizes = [64, 256] if quick else [64, 1000]
+    sizes = [64, 256] if quick else [64, 256, 1000]
     idle_secs = 5 if quick else 10
 
     def one(c):
         (label, binary), n = c
+        if label == BRIDGE:
+            r = one_bridge(n, 2 + idle_secs)
+            log.append({"command": f"Linux bridge: {n} namespaces behind veths, {BROADCASTS} broadcasts from the "
+                                   "first", "build": label, "vms": n, **r})
+            return r
         r = one_scale(tmp, binary, n, idle_secs)
         log.append({"command": f"{label}: hvnet up of {n} namespace VMs (1 queue), {idle_secs} s idle, "
                                f"{BROADCASTS} broadcasts from v0, hvnet down",
@@ -99,7 +167,10 @@ def port_scale(tmp, quick, reps, log):
 
     # The baseline takes at most 64 VMs.
     configs = [(b, n) for n in sizes for b in builds() if b[0] == "hvnet" or n <= 64]
-    runs = interleaved(configs, reps, one)
+    switches = configs + [((BRIDGE, None), n) for n in sizes]
+    runs = interleaved(switches, reps, one)
+    bridge = {c: rs for c, rs in runs.items() if c[0][0] == BRIDGE}
+    runs = {c: rs for c, rs in runs.items() if c[0][0] != BRIDGE}
     place = lambda c: (c[0][0], f"{c[1]} VMs")  # noqa: E731
     per = lambda c, k: median([r[k] for r in runs[c]])  # noqa: E731
     said = "; ".join(f"{c[0][0]}, {c[1]} VMs: {per(c, 'threads'):.0f} threads, {per(c, 'idle_pct'):.2f} % of a core "
@@ -121,7 +192,23 @@ def port_scale(tmp, quick, reps, log):
                  "bcast_ns_per_copy", place, "what does flooding to every port cost per copy?", said,
                  note + f" Broadcasts: {BROADCASTS} ICMP echoes to 198.18.255.255 from v0, 2 ms apart."),
     ]
-    return figs, {f"{c[0][0]} {c[1]}": rs for c, rs in runs.items()}
+    both = {**runs, **bridge}
+    per_all = lambda c: median([r["bcast_machine_ns_per_copy"] for r in both[c]])  # noqa: E731
+    vs = "; ".join(
+        f"{n} ports: hvnet {per_all(h):.0f} ns, the Linux bridge {per_all(b):.0f} ns per copy "
+        f"({per_all(h) / max(per_all(b), 1e-9):.2f}x)"
+        for n in sizes
+        for h in [next(c for c in runs if c[0][0] == "hvnet" and c[1] == n)]
+        for b in [next(c for c in bridge if c[1] == n)])
+    figs.append(measured(
+        "port-scale-broadcast-machine", "The whole machine's CPU per broadcast copy: hvnet and the Linux bridge",
+        "ports", "ns per copy", both, "bcast_machine_ns_per_copy", place,
+        "what does flooding cost per copy beside the Linux bridge?", vs,
+        f"{BROADCASTS} ICMP echoes to 198.18.255.255 from the first VM, 2 ms apart, to every other port: hvnet's "
+        "namespace VMs behind TAPs, or namespaces behind veths on one Linux bridge (in a namespace of its own, STP "
+        "off). The machine's busy CPU from /proc/stat less its rate at rest in the 3 s before; the sender's "
+        "own work and each receiving stack's are in it for both."))
+    return figs, {f"{c[0][0]} {c[1]}": rs for c, rs in both.items()}
 
 
 def retransmits(t, vm):

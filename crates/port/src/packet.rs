@@ -22,7 +22,8 @@ pub enum OuterTag {
     Other,
 }
 
-/// What is known about a frame.
+/// What is known about a frame: one cache line (see the assertion below),
+/// read by every stage and moved with the frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Meta {
     /// Header stack: L2 length, EtherType and VLAN tags; the IP header's

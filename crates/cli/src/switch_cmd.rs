@@ -169,7 +169,7 @@ pub fn up(
             .map(|v| {
                 let mut o = json!({"vm": v.name, "kind": v.kind, "mac": v.mac.to_string()});
                 if v.kind == topology::VmKind::Netns {
-                    o["netns"] = json!(topo.netns(v));
+                    o["netns"] = json!(topo.netns_path(v));
                 } else {
                     o["socket"] = json!(hvnet_control::guest::socket_path(
                         &daemon::state_dir(&topo.name),
@@ -206,12 +206,20 @@ pub fn up(
         for v in &topo.vms {
             let addr = v.ipv4.map(|(a, l)| format!("{a}/{l}")).unwrap_or_default();
             let place = match v.kind {
+                topology::VmKind::Netns if v.attach.is_some() => {
+                    format!("netns {}", topo.netns_path(v).display())
+                }
                 topology::VmKind::Netns => format!("netns {}", topo.netns(v)),
                 k => format!("{} guest", k.name()),
             };
             println!(
-                "  {:<12} {:<30} eth0 {} {} mtu {}",
-                v.name, place, v.mac, addr, v.settings.mtu
+                "  {:<12} {:<30} {} {} {} mtu {}",
+                v.name,
+                place,
+                v.ifname(),
+                v.mac,
+                addr,
+                v.settings.mtu
             );
         }
         for u in &topo.uplinks {
@@ -291,6 +299,9 @@ pub fn down(name: Option<String>, t: &Target) -> Result<(), String> {
         }
         if !r.namespaces.is_empty() {
             println!("removed namespaces: {}", r.namespaces.join(", "));
+        }
+        if !r.interfaces.is_empty() {
+            println!("removed interfaces: {}", r.interfaces.join(", "));
         }
         for l in &r.left {
             println!("left untouched: {l}");
@@ -825,6 +836,16 @@ pub fn exec(t: &Target, vm: &str, stdin: bool, argv: &[String]) -> Result<i32, S
         )
     })?;
     match v.kind {
+        topology::VmKind::Netns if v.attach.is_some() => {
+            use std::os::unix::process::CommandExt;
+            let net = format!("--net={}", topo.netns_path(v).display());
+            let e = std::process::Command::new("nsenter")
+                .arg(net)
+                .arg("--")
+                .args(argv)
+                .exec();
+            Err(format!("cannot run nsenter: {e}"))
+        }
         topology::VmKind::Netns => {
             use std::os::unix::process::CommandExt;
             let e = std::process::Command::new("ip")

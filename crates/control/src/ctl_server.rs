@@ -441,6 +441,24 @@ fn setting_error(e: SettingError) -> CtlError {
     }
 }
 
+/// A port view of a VM in a namespace hvnet did not make, with where its
+/// interface is and the container it was made for.
+fn with_attachment(row: &mut Value, name: &str, topo: &Topology) {
+    let Some(a) = topo
+        .vms
+        .iter()
+        .find(|v| v.name == name)
+        .and_then(|v| v.attach.as_ref())
+    else {
+        return;
+    };
+    row["netns"] = json!(a.netns);
+    row["ifname"] = json!(a.ifname);
+    if let Some(c) = &a.container {
+        row["container"] = json!({"id": c.id, "network": c.network});
+    }
+}
+
 fn handle(
     sw: &Arc<Switch>,
     topo: &Topology,
@@ -452,9 +470,22 @@ fn handle(
             .ok_or_else(|| CtlError::not_found("port", name, views::port_names(sw, false)))
     };
     match req {
-        Request::Ports => Ok(views::ports(sw, &topo.name)),
+        Request::Ports => {
+            let mut rows = views::ports(sw, &topo.name);
+            if let Value::Array(rows) = &mut rows {
+                for r in rows.iter_mut() {
+                    let name = r["name"].as_str().unwrap_or_default().to_string();
+                    with_attachment(r, &name, topo);
+                }
+            }
+            Ok(rows)
+        }
         Request::Stats { path } => views::stats(sw, &path),
-        Request::PortShow { name } => Ok(views::port_settings(sw, &*port(&name)?)),
+        Request::PortShow { name } => {
+            let mut v = views::port_settings(sw, &*port(&name)?);
+            with_attachment(&mut v, &name, topo);
+            Ok(v)
+        }
         Request::PortSet { name, changes } => {
             let p = port(&name)?;
             let tunnel_of_vlans = topo
@@ -480,13 +511,20 @@ fn handle(
                 return Err(CtlError::refused(format!("the daemon gave up root after bring-up (--drop-privileges): {name}'s MTU is set in its topology file, not at run time")));
             }
             if mtu_changes && !p.is_uplink() {
-                let ns = topo.netns_of(&name);
                 let change = LinkChange {
                     mtu: Some(new.mtu),
                     ..Default::default()
                 };
-                Rtnl::in_netns(&ns)
-                    .and_then(|mut rtnl| rtnl.set_link("eth0", &change))
+                let vm = topo.vms.iter().find(|v| v.name == name);
+                let (path, ifname) = match vm {
+                    Some(v) => (topo.netns_path(v), v.ifname().to_string()),
+                    None => (hvnet_sys::netns::path(&topo.netns_of(&name)), "eth0".into()),
+                };
+                let handle = std::fs::File::open(&path).map_err(|e| {
+                    CtlError::failed(format!("open network namespace {}: {e}", path.display()))
+                })?;
+                Rtnl::in_netns_of(&handle)
+                    .and_then(|mut rtnl| rtnl.set_link(&ifname, &change))
                     .map_err(CtlError::failed)?;
             }
             sw.set_port(&name, new).map_err(setting_error)?;

@@ -291,6 +291,9 @@ pub struct DownReport {
     pub stopped_pid: Option<u32>,
     /// Namespaces deleted.
     pub namespaces: Vec<String>,
+    /// Interfaces taken out of namespaces hvnet did not make
+    /// (containers'), as `IF in PATH`.
+    pub interfaces: Vec<String>,
     /// Namespaces and devices the state names but that carry another
     /// owner's marker (or none): left untouched.
     pub left: Vec<String>,
@@ -349,6 +352,19 @@ fn down_locked(name: &str) -> Result<DownReport, DaemonError> {
             m => report.left.push(format!(
                 "network namespace {ns} (not this topology's: marker {:?})",
                 m.unwrap_or_default()
+            )),
+        }
+    }
+    for i in &state.attached {
+        match crate::provision::delete_attached(i, &marker) {
+            Ok(true) => report
+                .interfaces
+                .push(format!("{} in {}", i.ifname, i.netns.display())),
+            Ok(false) => {}
+            Err(e) => report.left.push(format!(
+                "interface {} in {}: {e}",
+                i.ifname,
+                i.netns.display()
             )),
         }
     }
@@ -432,6 +448,11 @@ pub fn daemon(
             s
         }
     };
+    // Containers' ports whose removal waited for this daemon, or whose
+    // container went meanwhile, are not re-attached to.
+    if bringup == Bringup::Reattach {
+        provision::forget_gone_containers(&mut state, &dir);
+    }
     // VMs added and removed at run time, as the last daemon left them
     // (the text is the file's: `prepare` checked).
     let topo = if state.added_vms.is_empty() && state.removed_vms.is_empty() {
@@ -513,7 +534,7 @@ pub fn daemon(
     let netns_watch = Arc::new(Mutex::new(NetnsWatch::new(
         topo.vms
             .iter()
-            .filter(|v| v.kind == VmKind::Netns)
+            .filter(|v| v.kind == VmKind::Netns && v.attach.is_none())
             .map(|v| (v.name.clone(), topo.netns(v))),
     )));
     let cx = Arc::new(Ctl {

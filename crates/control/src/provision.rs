@@ -9,8 +9,9 @@
 use crate::error::{io_err, run, DaemonError};
 use crate::guest;
 use crate::rtnl::{LinkChange, NetlinkError, Rtnl};
-use crate::state::{check_owned_device, check_owned_netns, write_state, State};
-use crate::topology::{Host, NetQueueMode, Topology, Uplink, UplinkLro};
+use crate::state::{check_owned_device, check_owned_netns, write_state, AttachedIf, State};
+use crate::topology::attach::Attach;
+use crate::topology::{Host, NetQueueMode, Topology, Uplink, UplinkLro, Vm};
 use hvnet_datapath::PortSpec;
 use hvnet_port::netqueue::{Filter, Filters};
 use hvnet_port::vxlan::{PickMember, VtepConfig};
@@ -67,8 +68,19 @@ pub(crate) fn create_vm(
             settings: vm.settings.clone(),
         });
     }
-    let ns = topo.netns(vm);
     let offloads = hvnet_port::tap_offload_flags(vm.settings.csum, vm.settings.tso);
+    if let Some(a) = &vm.attach {
+        let tap = attach_vm(vm, a, state, reattach, offloads)?;
+        return Ok(PortSpec {
+            name: vm.name.clone(),
+            dev: Arc::new(tap),
+            mac: vm.mac,
+            vlan: vm.vlan,
+            endpoint: None,
+            settings: vm.settings.clone(),
+        });
+    }
+    let ns = topo.netns(vm);
     let tap = if reattach {
         // The VM's NIC kept its MAC, MTU and addresses while no switch
         // held it: only its queues are opened again, from inside its
@@ -102,7 +114,7 @@ pub(crate) fn create_vm(
                 ..Default::default()
             },
         )?;
-        add_addresses(&mut rtnl, vm.ipv4, vm.ipv6)?;
+        add_addresses(&mut rtnl, "eth0", vm.ipv4, vm.ipv6)?;
         rtnl.set_link("eth0", &up())?;
         tap
     };
@@ -151,21 +163,176 @@ fn up() -> LinkChange<'static> {
     }
 }
 
-/// Gives `eth0` (of the namespace of `rtnl`) its addresses; IPv6 without
+/// Gives `dev` (of the namespace of `rtnl`) its addresses; IPv6 without
 /// duplicate address detection, so the address is usable as soon as `up`
 /// returns.
 fn add_addresses(
     rtnl: &mut Rtnl,
+    dev: &str,
     ipv4: Option<(std::net::Ipv4Addr, u8)>,
     ipv6: Option<(std::net::Ipv6Addr, u8)>,
 ) -> Result<(), DaemonError> {
     if let Some((a, l)) = ipv4 {
-        rtnl.add_address("eth0", a.into(), l, false)?;
+        rtnl.add_address(dev, a.into(), l, false)?;
     }
     if let Some((a, l)) = ipv6 {
-        rtnl.add_address("eth0", a.into(), l, true)?;
+        rtnl.add_address(dev, a.into(), l, true)?;
     }
     Ok(())
+}
+
+/// A namespace VM in a namespace hvnet did not make (a container's): its
+/// TAP made here under a name the kernel picks, marked as this
+/// topology's (its alias), moved in under the name asked for and given
+/// its MAC, MTU, addresses and routes — or, after a daemon restart, its
+/// queues opened again where it is, if it still carries the marker. An
+/// interface of that name there already refuses it (CNI's rule); one made
+/// halfway is deleted again.
+fn attach_vm(
+    vm: &Vm,
+    a: &Attach,
+    state: &mut State,
+    reattach: bool,
+    offloads: u32,
+) -> Result<TapPort, DaemonError> {
+    let label = a.netns.display().to_string();
+    let handle =
+        std::fs::File::open(&a.netns).map_err(io_err(format!("open network namespace {label}")))?;
+    let mut rtnl = Rtnl::in_netns_of(&handle)?;
+    let marker = state.marker();
+    if reattach {
+        if rtnl.alias(&a.ifname).ok().flatten().as_deref() != Some(marker.as_str()) {
+            return Err(DaemonError::Other(format!(
+                "vm {}: {} in {label} is not this topology's (no marker)",
+                vm.name, a.ifname
+            )));
+        }
+        return Ok(TapPort::open_in_handle(
+            &handle, &label, &a.ifname, vm.queues, offloads,
+        )?);
+    }
+    if rtnl.index(&a.ifname).is_ok() {
+        return Err(DaemonError::Other(format!(
+            "vm {}: {label} has an interface {} already",
+            vm.name, a.ifname
+        )));
+    }
+    let tap = TapPort::open("hvtap%d", vm.queues, offloads)?;
+    tap.set_persist(true)?;
+    let made = (|| -> Result<(), DaemonError> {
+        Rtnl::new()?.set_link(
+            tap.name(),
+            &LinkChange {
+                alias: Some(&marker),
+                netns: Some(&handle),
+                ..Default::default()
+            },
+        )?;
+        rtnl.set_link(
+            tap.name(),
+            &LinkChange {
+                rename: Some(&a.ifname),
+                mac: Some(vm.mac.0),
+                mtu: Some(vm.settings.mtu),
+                ..Default::default()
+            },
+        )?;
+        add_addresses(&mut rtnl, &a.ifname, vm.ipv4, vm.ipv6)?;
+        rtnl.set_link(&a.ifname, &up())?;
+        for r in &a.routes {
+            rtnl.add_route(&a.ifname, r.dst, r.prefix, r.via)?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = made {
+        // Not persistent, it goes with the last of its descriptors.
+        let _ = tap.set_persist(false);
+        return Err(e);
+    }
+    let iface = AttachedIf {
+        netns: a.netns.clone(),
+        ifname: a.ifname.clone(),
+    };
+    if !state.attached.contains(&iface) {
+        state.attached.push(iface);
+    }
+    Ok(tap)
+}
+
+/// Before a daemon re-attaches: the containers' ports the CNI plugin
+/// removed while no daemon answered (`state::PENDING_DEL`), and those
+/// whose namespace has gone, are forgotten (their interface deleted where
+/// it is still there); the rest are re-attached to as they were.
+pub(crate) fn forget_gone_containers(state: &mut State, dir: &Path) {
+    let pending_dir = dir.join(crate::state::PENDING_DEL);
+    let pending: Vec<String> = std::fs::read_dir(&pending_dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let marker = state.marker();
+    let mut gone = Vec::new();
+    state.added_vms.retain(|table| {
+        let Some((name, netns, ifname, container)) = container_of(table) else {
+            return true;
+        };
+        if !container || (!pending.contains(&name) && netns.exists()) {
+            return true;
+        }
+        gone.push(AttachedIf { netns, ifname });
+        tracing::info!(vm = %name, "a container's port removed while the switch was down: not re-attached");
+        false
+    });
+    for i in gone {
+        let _ = delete_attached(&i, &marker);
+        state.attached.retain(|a| *a != i);
+    }
+    let _ = std::fs::remove_dir_all(&pending_dir);
+}
+
+/// A `[[vm]]` table's name, namespace, interface, and whether a container
+/// runtime made it.
+fn container_of(table: &str) -> Option<(String, std::path::PathBuf, String, bool)> {
+    let t: toml::Table = toml::from_str(table).ok()?;
+    let vm = t.get("vm")?.as_array()?.first()?;
+    let s = |k: &str| vm.get(k).and_then(|v| v.as_str()).map(str::to_string);
+    Some((
+        s("name")?,
+        s("netns")?.into(),
+        s("ifname").unwrap_or_else(|| "eth0".into()),
+        vm.get("container").is_some(),
+    ))
+}
+
+/// Deletes attached VM `vm`'s interface from the namespace it was put in,
+/// if it is still there and still this topology's; nothing to do when
+/// the namespace has gone (its devices went with it). Forgets it.
+pub(crate) fn detach_vm(a: &Attach, state: &mut State) {
+    let iface = AttachedIf {
+        netns: a.netns.clone(),
+        ifname: a.ifname.clone(),
+    };
+    state.attached.retain(|i| *i != iface);
+    if let Err(e) = delete_attached(&iface, &state.marker()) {
+        tracing::warn!(netns = %a.netns.display(), ifname = %a.ifname, error = %e, "cannot delete the VM's interface");
+    }
+}
+
+/// Deletes an interface hvnet put in a namespace it did not make, if the
+/// namespace is still there and the interface carries `marker`: true if
+/// it was deleted.
+pub(crate) fn delete_attached(i: &AttachedIf, marker: &str) -> Result<bool, DaemonError> {
+    let Ok(handle) = std::fs::File::open(&i.netns) else {
+        return Ok(false);
+    };
+    let mut rtnl = Rtnl::in_netns_of(&handle)?;
+    if rtnl.alias(&i.ifname).ok().flatten().as_deref() != Some(marker) {
+        return Ok(false);
+    }
+    rtnl.del_link(&i.ifname)?;
+    Ok(true)
 }
 
 /// Creates an external host: its namespace, and a veth pair whose host end
@@ -208,7 +375,7 @@ pub(crate) fn create_host(
             "ip", "netns", "exec", &ns, "ethtool", "-K", "eth0", "tso", "off",
         ])?;
     }
-    add_addresses(&mut rtnl, h.ipv4, h.ipv6)?;
+    add_addresses(&mut rtnl, "eth0", h.ipv4, h.ipv6)?;
     rtnl.set_link("eth0", &up())?;
     // The switch's end carries no addresses and sends nothing of its own.
     let key = format!("/proc/sys/net/ipv6/conf/{}/disable_ipv6", u.device);

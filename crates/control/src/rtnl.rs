@@ -223,6 +223,30 @@ impl Rtnl {
             }))
     }
 
+    /// The addresses of device `name`.
+    pub fn addresses(&mut self, name: &str) -> Result<Vec<IpAddr>, NetlinkError> {
+        let index = self.index(name)?;
+        let msg = AddressMessage::default();
+        let op = format!("list the addresses of {name}");
+        Ok(self
+            .request(
+                &op,
+                RouteNetlinkMessage::GetAddress(msg),
+                netlink_packet_core::NLM_F_DUMP,
+            )?
+            .into_iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewAddress(a) if a.header.index == index => {
+                    a.attributes.into_iter().find_map(|x| match x {
+                        AddressAttribute::Address(ip) => Some(ip),
+                        _ => None,
+                    })
+                }
+                _ => None,
+            })
+            .collect())
+    }
+
     /// Applies `change` to device `name`, in one request.
     pub fn set_link(&mut self, name: &str, change: &LinkChange) -> Result<(), NetlinkError> {
         let mut msg = LinkMessage::default();
@@ -325,6 +349,51 @@ impl Rtnl {
         }
         let op = format!("add address {addr}/{prefix} to {dev}");
         self.create(&op, RouteNetlinkMessage::NewAddress(msg))
+    }
+}
+
+impl Rtnl {
+    /// Adds a route through device `dev`: to `dst/prefix`, via `via` when
+    /// it is not on the link (in the main table, as `ip route add` does).
+    pub fn add_route(
+        &mut self,
+        dev: &str,
+        dst: IpAddr,
+        prefix: u8,
+        via: Option<IpAddr>,
+    ) -> Result<(), NetlinkError> {
+        use netlink_packet_route::route::{
+            RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope,
+            RouteType,
+        };
+        let mut msg = RouteMessage::default();
+        msg.header.address_family = family_of(dst);
+        msg.header.destination_prefix_length = prefix;
+        msg.header.table = RouteHeader::RT_TABLE_MAIN;
+        msg.header.protocol = RouteProtocol::Boot;
+        msg.header.scope = if via.is_some() {
+            RouteScope::Universe
+        } else {
+            RouteScope::Link
+        };
+        msg.header.kind = RouteType::Unicast;
+        msg.attributes = vec![RouteAttribute::Oif(self.index(dev)?)];
+        if prefix > 0 {
+            msg.attributes
+                .push(RouteAttribute::Destination(RouteAddress::from(dst)));
+        }
+        if let Some(g) = via {
+            msg.attributes
+                .push(RouteAttribute::Gateway(RouteAddress::from(g)));
+        }
+        let to = match via {
+            Some(g) => format!("{dst}/{prefix} via {g}"),
+            None => format!("{dst}/{prefix}"),
+        };
+        self.create(
+            &format!("add route {to} on {dev}"),
+            RouteNetlinkMessage::NewRoute(msg),
+        )
     }
 }
 

@@ -12,6 +12,20 @@ use std::path::{Path, PathBuf};
 /// Where topologies keep their state.
 pub const RUN_DIR: &str = "/run/hvnet";
 
+/// The directory, in a topology's state directory, of the removals the CNI
+/// plugin asked for while the daemon did not answer (one empty file per
+/// VM): the daemon does them when it starts.
+pub const PENDING_DEL: &str = "cni-deleted";
+
+/// An interface hvnet put in a namespace it did not make.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttachedIf {
+    /// The namespace's handle.
+    pub netns: PathBuf,
+    /// The interface's name there.
+    pub ifname: String,
+}
+
 /// What a running topology has created.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct State {
@@ -28,6 +42,10 @@ pub struct State {
     /// deleted by name if one is left).
     #[serde(default)]
     pub devices: Vec<String>,
+    /// Interfaces put in namespaces hvnet did not make (containers'), for
+    /// `down` to take out again.
+    #[serde(default)]
+    pub attached: Vec<AttachedIf>,
     /// Process groups of the real guests started (each guest leads its
     /// own), for a `down` after the daemon died.
     #[serde(default)]

@@ -187,14 +187,16 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
     let dir = state_dir(&now.name);
     let mut state =
         read_state(&dir).ok_or_else(|| CtlError::failed("the topology's state is gone"))?;
-    // libvirt's guests' ports are libvirt's, not the file's: kept.
+    // libvirt's guests' ports are libvirt's, and containers' ports their
+    // CNI plugin's, not the file's: kept.
     let libvirts = |v: &Vm| {
-        now.libvirt.as_ref().is_some_and(|lv| {
-            v.vhost
-                .path
-                .as_deref()
-                .is_some_and(|p| crate::libvirt::in_directory(lv, p))
-        })
+        v.attach.as_ref().is_some_and(|a| a.container.is_some())
+            || now.libvirt.as_ref().is_some_and(|lv| {
+                v.vhost
+                    .path
+                    .as_deref()
+                    .is_some_and(|p| crate::libvirt::in_directory(lv, p))
+            })
     };
     let kept: Vec<Vm> = now
         .vms
@@ -210,7 +212,7 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
                 || (k.vhost.path.is_some() && k.vhost.path == v.vhost.path)
         }) {
             return Err(CtlError::refused(format!(
-                "vm {}: its name, MAC or socket is libvirt's guest's port {} (`hvnet ports`)",
+                "vm {}: its name, MAC or socket is port {}'s, libvirt's guest's or a container's (`hvnet ports`)",
                 v.name, k.name
             )));
         }
@@ -294,7 +296,7 @@ fn add_port(cx: &Ctl, topo: &Topology, i: usize, state: &mut State) -> Result<Va
             return Err(CtlError::refused(e.to_string()));
         }
     };
-    if vm.kind == VmKind::Netns {
+    if vm.kind == VmKind::Netns && vm.attach.is_none() {
         let ns = topo.netns(vm);
         cx.netns_watch
             .lock()
@@ -406,6 +408,10 @@ fn del_port(cx: &Ctl, topo: &Topology, i: usize, state: &mut State) -> Result<Va
 fn undo_netns(topo: &Topology, i: usize, state: &mut State) {
     let vm = &topo.vms[i];
     if vm.kind != VmKind::Netns {
+        return;
+    }
+    if let Some(a) = &vm.attach {
+        crate::provision::detach_vm(a, state);
         return;
     }
     let ns = topo.netns(vm);

@@ -138,6 +138,7 @@
 //! At most [`MAX_VMS`] VMs. A bad file is refused with its path, the line
 //! and the reason before anything is created.
 
+pub mod attach;
 mod frr;
 mod host;
 mod ipfix;
@@ -517,6 +518,14 @@ impl Topology {
     pub fn netns(&self, vm: &Vm) -> String {
         self.netns_of(&vm.name)
     }
+    /// The handle of a namespace VM's namespace: the one it was given
+    /// (`netns = PATH`), else the one hvnet made for it.
+    pub fn netns_path(&self, vm: &Vm) -> PathBuf {
+        match &vm.attach {
+            Some(a) => a.netns.clone(),
+            None => hvnet_sys::netns::path(&self.netns(vm)),
+        }
+    }
     /// The network namespace of a VM or an external host named `name`.
     pub fn netns_of(&self, name: &str) -> String {
         netns_name(&self.name, name)
@@ -576,7 +585,7 @@ impl Topology {
     pub fn namespaces(&self) -> Vec<String> {
         self.vms
             .iter()
-            .filter(|v| v.kind == VmKind::Netns)
+            .filter(|v| v.kind == VmKind::Netns && v.attach.is_none())
             .map(|v| &v.name)
             .chain(self.hosts.iter().map(|h| &h.name))
             .map(|n| self.netns_of(n))

@@ -81,6 +81,11 @@ pub(super) struct VmRepr {
     ra_guard: bool,
     #[serde(default = "d_true", deserialize_with = "hvnet_datapath::on_off")]
     dhcp_snooping: bool,
+    netns: Option<String>,
+    ifname: Option<String>,
+    routes: Option<Vec<String>>,
+    container: Option<String>,
+    network: Option<String>,
 }
 
 fn d_overflow() -> RxOverflow {
@@ -157,6 +162,13 @@ impl Accel {
     }
 }
 
+impl Vm {
+    /// A namespace VM's interface name in its namespace.
+    pub fn ifname(&self) -> &str {
+        self.attach.as_ref().map_or("eth0", |a| a.ifname.as_str())
+    }
+}
+
 /// A VM of a validated topology.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Vm {
@@ -189,6 +201,9 @@ pub struct Vm {
     /// Its port's security groups (`security_groups = [..]`), in the
     /// order their rules are matched; none: no filtering.
     pub security_groups: Vec<String>,
+    /// A namespace VM in a namespace hvnet did not make (a container's):
+    /// where, its interface's name there, its routes and its container.
+    pub attach: Option<super::attach::Attach>,
 }
 
 /// The `[[vm]]` tables, each checked (and against the ones before it)
@@ -293,6 +308,34 @@ pub(super) fn parse_vms(
                 return Err(bad(format!("socket {p:?} is used twice")));
             }
         }
+        let attach = super::attach::parse(
+            v.netns.as_deref(),
+            v.ifname.as_deref(),
+            v.routes.as_deref(),
+            v.container.as_deref(),
+            v.network.as_deref(),
+        )
+        .map_err(bad)?;
+        if attach.is_some() && v.kind != VmKind::Netns {
+            return Err(bad(format!(
+                "netns is for kind = \"netns\" VMs, not {:?}",
+                v.kind.name()
+            )));
+        }
+        if let Some(a) = &attach {
+            if let Some(o) = vms.iter().find(|o| {
+                o.attach
+                    .as_ref()
+                    .is_some_and(|b| b.netns == a.netns && b.ifname == a.ifname)
+            }) {
+                return Err(bad(format!(
+                    "{} in {} is VM {}'s",
+                    a.ifname,
+                    a.netns.display(),
+                    o.name
+                )));
+            }
+        }
         let addresses = guard_addresses(ipv4, ipv6, v.addresses.as_deref()).map_err(bad)?;
         let settings = PortSettings {
             addresses,
@@ -337,6 +380,7 @@ pub(super) fn parse_vms(
             vhost,
             packed,
             security_groups: v.security_groups.clone(),
+            attach,
         });
     }
     Ok(vms)
@@ -382,6 +426,16 @@ pub enum VmTableError {
         name: String,
         /// Its MAC.
         mac: MacAddr,
+        /// The VM that has it.
+        other: String,
+    },
+    /// Its interface in its namespace is another VM's.
+    #[error("vm {name:?}: {ifname} in its namespace is VM {other}'s")]
+    InterfaceTaken {
+        /// The VM.
+        name: String,
+        /// The interface.
+        ifname: String,
         /// The VM that has it.
         other: String,
     },
@@ -460,6 +514,20 @@ impl Topology {
                 mac: vm.mac,
                 other: o.name.clone(),
             });
+        }
+        if let Some(a) = &vm.attach {
+            let same = |v: &&Vm| {
+                v.attach
+                    .as_ref()
+                    .is_some_and(|b| b.netns == a.netns && b.ifname == a.ifname)
+            };
+            if let Some(o) = self.vms.iter().find(same) {
+                return Err(VmTableError::InterfaceTaken {
+                    name: vm.name,
+                    ifname: a.ifname.clone(),
+                    other: o.name.clone(),
+                });
+            }
         }
         Ok(vm)
     }

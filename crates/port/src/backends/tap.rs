@@ -162,7 +162,24 @@ impl TapPort {
             source: e,
         };
         let ns = hvnet_sys::netns::open(netns).map_err(enter)?;
-        hvnet_sys::netns::run_in(&ns, || TapPort::open(name, queues, offloads)).map_err(enter)?
+        TapPort::open_in_handle(&ns, netns, name, queues, offloads)
+    }
+
+    /// [`TapPort::open_in`] for the namespace whose handle is `ns` (one
+    /// hvnet did not name: a container's), called `label` in errors.
+    pub fn open_in_handle(
+        ns: &std::fs::File,
+        label: &str,
+        name: &str,
+        queues: usize,
+        offloads: u32,
+    ) -> Result<TapPort, TapError> {
+        let enter = |e: io::Error| TapError::OpenQueue {
+            name: format!("{name} in network namespace {label}"),
+            queue: 0,
+            source: e,
+        };
+        hvnet_sys::netns::run_in(ns, || TapPort::open(name, queues, offloads)).map_err(enter)?
     }
 
     /// Makes the device outlive this process's descriptors (a restarted

@@ -1,0 +1,236 @@
+//! A namespace VM in a network namespace hvnet did not make — a
+//! container's, made by its runtime and handed over by the CNI plugin
+//! (`netns = PATH`, `ifname = IF`) — with the routes its IPAM gave it and
+//! the container it belongs to.
+
+use serde::Serialize;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+/// Where a VM's interface goes when its namespace is someone else's.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Attach {
+    /// The namespace's handle (`/run/netns/…`, `/proc/PID/ns/net`).
+    pub netns: PathBuf,
+    /// The interface's name there.
+    pub ifname: String,
+    /// Routes through the interface.
+    pub routes: Vec<Route>,
+    /// The container (and CNI network) the port was made for, when a CNI
+    /// plugin made it: such a port is the plugin's, not the topology
+    /// file's (`hvnet up FILE` leaves it, GC removes it).
+    pub container: Option<Container>,
+}
+
+/// The container a port was made for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Container {
+    /// The runtime's container ID (`CNI_CONTAINERID`).
+    pub id: String,
+    /// The CNI network's name.
+    pub network: String,
+}
+
+/// A route as `ip route` writes it: `DST` or `DST via GW`, DST a prefix
+/// or `default`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Route {
+    /// The destination's address.
+    pub dst: IpAddr,
+    /// Its prefix length.
+    pub prefix: u8,
+    /// The next hop, if not on the link.
+    pub via: Option<IpAddr>,
+}
+
+impl std::fmt::Display for Route {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.dst, self.prefix)?;
+        if let Some(v) = self.via {
+            write!(f, " via {v}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::str::FromStr for Route {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Route, String> {
+        let words: Vec<&str> = s.split_whitespace().collect();
+        let (dst, via) = match words[..] {
+            [dst] => (dst, None),
+            [dst, "via", gw] => (dst, Some(gw)),
+            _ => return Err(format!("route {s:?}: write DST or DST via GATEWAY")),
+        };
+        let via = via
+            .map(|g| g.parse::<IpAddr>())
+            .transpose()
+            .map_err(|_| format!("route {s:?}: the gateway is not an IP address"))?;
+        let (dst, prefix) = match dst.split_once('/') {
+            _ if dst == "default" => match via {
+                Some(IpAddr::V6(_)) => (IpAddr::from([0u16; 8]), 0),
+                _ => (IpAddr::from([0u8; 4]), 0),
+            },
+            Some((a, p)) => {
+                let a: IpAddr = a
+                    .parse()
+                    .map_err(|_| format!("route {s:?}: {a:?} is not an IP address"))?;
+                let p: u8 = p
+                    .parse()
+                    .map_err(|_| format!("route {s:?}: {p:?} is not a prefix length"))?;
+                (a, p)
+            }
+            None => {
+                let a: IpAddr = dst
+                    .parse()
+                    .map_err(|_| format!("route {s:?}: {dst:?} is not an IP address"))?;
+                (a, if a.is_ipv4() { 32 } else { 128 })
+            }
+        };
+        let most = if dst.is_ipv4() { 32 } else { 128 };
+        if prefix > most {
+            return Err(format!(
+                "route {s:?}: prefix length {prefix} is over {most}"
+            ));
+        }
+        if via.is_some_and(|v| v.is_ipv4() != dst.is_ipv4()) {
+            return Err(format!(
+                "route {s:?}: the gateway is not of the destination's family"
+            ));
+        }
+        Ok(Route { dst, prefix, via })
+    }
+}
+
+/// A Linux interface name: 1 to 15 bytes, no `/`, `:` or white space,
+/// not `.` or `..` (what the kernel's `dev_valid_name` takes, and what
+/// CNI asks of `CNI_IFNAME`).
+pub fn check_ifname(s: &str) -> Result<(), String> {
+    if s.is_empty() || s.len() > 15 {
+        return Err(format!("ifname {s:?}: 1 to 15 bytes"));
+    }
+    if s == "." || s == ".." || s.contains(['/', ':']) || s.chars().any(char::is_whitespace) {
+        return Err(format!(
+            "ifname {s:?}: no '/', ':' or white space, and not '.' or '..'"
+        ));
+    }
+    Ok(())
+}
+
+/// The `[[vm]]` keys of an attached VM as written, checked together.
+pub(super) fn parse(
+    netns: Option<&str>,
+    ifname: Option<&str>,
+    routes: Option<&[String]>,
+    container: Option<&str>,
+    network: Option<&str>,
+) -> Result<Option<Attach>, String> {
+    let Some(netns) = netns else {
+        let stray = [
+            ("ifname", ifname.is_some()),
+            ("routes", routes.is_some()),
+            ("container", container.is_some()),
+            ("network", network.is_some()),
+        ];
+        return match stray.iter().find(|(_, given)| *given) {
+            Some((key, _)) => Err(format!(
+                "{key} is for a VM in a namespace given by netns = PATH"
+            )),
+            None => Ok(None),
+        };
+    };
+    let path = PathBuf::from(netns);
+    if !path.is_absolute() {
+        return Err(format!(
+            "netns {netns:?}: give the namespace's path (/run/netns/NAME)"
+        ));
+    }
+    let ifname = ifname.unwrap_or("eth0");
+    check_ifname(ifname)?;
+    let routes = routes
+        .unwrap_or_default()
+        .iter()
+        .map(|r| r.parse())
+        .collect::<Result<Vec<Route>, String>>()?;
+    let container = match (container, network) {
+        (Some(id), network) => {
+            if id.is_empty()
+                || !id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+            {
+                return Err(format!(
+                    "container {id:?}: letters, digits, '_', '.' and '-' (a CNI container ID)"
+                ));
+            }
+            Some(Container {
+                id: id.to_string(),
+                network: network.unwrap_or_default().to_string(),
+            })
+        }
+        (None, Some(_)) => return Err("network is for a container's port (container = ID)".into()),
+        (None, None) => None,
+    };
+    Ok(Some(Attach {
+        netns: path,
+        ifname: ifname.to_string(),
+        routes,
+        container,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_read_as_ip_route_writes_them() {
+        let r: Route = "default via 198.18.0.1".parse().unwrap();
+        assert_eq!(r.to_string(), "0.0.0.0/0 via 198.18.0.1");
+        let r: Route = "default via 2001:db8::1".parse().unwrap();
+        assert_eq!(r.to_string(), "::/0 via 2001:db8::1");
+        let r: Route = "198.19.0.0/16".parse().unwrap();
+        assert_eq!((r.prefix, r.via), (16, None));
+        assert_eq!("198.19.0.9".parse::<Route>().unwrap().prefix, 32);
+        for bad in [
+            "198.19.0.0/33",
+            "198.19.0.0/16 via 2001:db8::1",
+            "198.19.0.0/16 dev eth0",
+            "nowhere",
+            "",
+        ] {
+            assert!(bad.parse::<Route>().is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn interface_names_are_what_the_kernel_takes() {
+        assert!(check_ifname("eth0").is_ok());
+        assert!(check_ifname("net1.100").is_ok());
+        for bad in ["", ".", "..", "a/b", "a:b", "a b", "sixteen-chars-xx"] {
+            assert!(check_ifname(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn the_keys_of_an_attached_vm_need_its_namespace() {
+        assert_eq!(parse(None, None, None, None, None), Ok(None));
+        let e = parse(None, Some("eth1"), None, None, None).unwrap_err();
+        assert!(e.starts_with("ifname is for a VM in a namespace"), "{e}");
+        let e = parse(Some("run/netns/x"), None, None, None, None).unwrap_err();
+        assert!(e.contains("path"), "{e}");
+        let a = parse(
+            Some("/run/netns/x"),
+            None,
+            Some(&["default via 198.18.0.1".into()]),
+            Some("abc123"),
+            Some("net"),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(a.ifname, "eth0");
+        assert_eq!(a.routes.len(), 1);
+        assert_eq!(a.container.unwrap().id, "abc123");
+        assert!(parse(Some("/run/netns/x"), None, None, Some("a b"), None).is_err());
+    }
+}

@@ -1,0 +1,173 @@
+"""Containers on the switch: a port made in a namespace someone else made
+(`hvnet vm add NAME netns=PATH ifname=IF`), and the CNI plugin
+(`hvnet-cni`) driven by hand as a runtime drives it — the spec's
+environment and a configuration on standard input, the reference
+`host-local` IPAM plugin for addresses."""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import hvlab
+import helpers
+from helpers import vm
+
+pytestmark = pytest.mark.root
+
+CNI_DIRS = ["/usr/lib/cni", "/opt/cni/bin"]
+
+
+def links(ns):
+    """The interfaces of namespace `ns` (a name under /run/netns)."""
+    out = hvlab.run(["ip", "-n", ns, "-j", "link", "show"]).stdout
+    return {link["ifname"]: link for link in json.loads(out)}
+
+
+def cni_bin():
+    return str(Path(hvlab.hvnet_bin()).with_name("hvnet-cni"))
+
+
+def host_local():
+    for d in CNI_DIRS:
+        if Path(d, "host-local").exists():
+            return d
+    pytest.skip("no host-local IPAM plugin (containernetworking-plugins): scripts/install-deps.sh installs it")
+
+
+class Cni:
+    """Runs hvnet-cni as a runtime does: one network's configuration, the
+    attachment's environment."""
+
+    def __init__(self, conf, ipam_dir, state_dir):
+        self.conf = conf
+        self.env = dict(os.environ, CNI_PATH=f"{ipam_dir}:{Path(cni_bin()).parent}")
+        # host-local keeps its leases here (not under /var/lib/cni).
+        self.conf.setdefault("ipam", {}).setdefault("dataDir", str(state_dir))
+
+    def __call__(self, command, container="", netns="", ifname="", conf=None, stdin=None):
+        env = dict(self.env, CNI_COMMAND=command, CNI_CONTAINERID=container, CNI_NETNS=netns, CNI_IFNAME=ifname)
+        text = stdin if stdin is not None else json.dumps(conf or self.conf)
+        r = subprocess.run([cni_bin()], input=text, env=env, capture_output=True, text=True, timeout=120)
+        out = json.loads(r.stdout) if r.stdout.strip() else None
+        return r.returncode, out
+
+
+def test_a_port_in_a_namespace_someone_else_made(tmp_path):
+    with hvlab.Netns("cnx") as c:
+        path = f"/run/netns/{c.name}"
+        with hvlab.Topology(tmp_path, [vm("a", "10.79.0.1")], prefix="cn") as t:
+            in_foreign_namespace(t, c, path)
+        # `hvnet down` took out what it had put in a namespace it did not
+        # make, and left the namespace.
+        assert sorted(links(c.name)) == ["lo"]
+
+
+def in_foreign_namespace(t, c, path):
+    """What test_a_port_in_a_namespace_someone_else_made checks while the
+    topology runs (`c` the foreign namespace, at `path`)."""
+    out = json.loads(t.hv("vm", "add", "c1", f"netns={path}", "ifname=net1", "ipv4=10.79.0.5/24",
+                          "routes=[\"198.19.0.0/16 via 10.79.0.1\"]", "--json").stdout)
+    assert out["kind"] == "netns", out
+    have = links(c.name)
+    assert "net1" in have and have["net1"]["address"] == out["mac"], have
+    c.sh("ping -c 1 -W 5 10.79.0.1")
+    routes = c.sh("ip -j route show").stdout
+    assert any(r["dst"] == "198.19.0.0/16" and r.get("gateway") == "10.79.0.1" for r in json.loads(routes)), routes
+    row = helpers.ports(t)["c1"]
+    assert (row["netns"], row["ifname"]) == (path, "net1"), row
+    # Its name there is taken: refused, nothing made.
+    r = t.hv("vm", "add", "c2", f"netns={path}", "ifname=net1", check=False)
+    assert r.returncode != 0 and "net1" in r.stderr, r.stderr
+    r = t.hv("vm", "add", "c3", f"netns={path}", "ifname=lo", check=False)
+    assert r.returncode != 0 and "has an interface lo already" in r.stderr, r.stderr
+    assert sorted(helpers.ports(t)) == ["a", "c1"]
+    # Removed: nothing of it left in the namespace, which stays.
+    t.hv("vm", "del", "c1")
+    assert sorted(links(c.name)) == ["lo"]
+    assert Path(path).exists()
+    # The namespace deleted under the port: it goes down, and `vm del`
+    # still removes it.
+    with hvlab.Netns("cny") as gone:
+        t.hv("vm", "add", "c4", f"netns=/run/netns/{gone.name}", "ipv4=10.79.0.6/24")
+    assert hvlab.eventually(lambda: helpers.ports(t)["c4"]["link"] != "up", timeout=15)
+    t.hv("vm", "del", "c4")
+    assert "c4" not in helpers.ports(t)
+    # One left for `hvnet down`.
+    t.hv("vm", "add", "c5", f"netns={path}", "ifname=net5", "ipv4=10.79.0.7/24")
+    assert "net5" in links(c.name)
+
+
+def test_the_cni_verbs_as_a_runtime_calls_them(tmp_path):
+    ipam = host_local()
+    with hvlab.Topology(tmp_path, [vm("a", "10.80.0.1")], prefix="cv") as t, \
+            hvlab.Netns("cva") as c1, hvlab.Netns("cvb") as c2:
+        conf = {"cniVersion": "1.0.0", "name": "cvnet", "type": "hvnet-cni", "topology": t.name, "mtu": 1400,
+                "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.80.0.0/24", "rangeStart": "10.80.0.10",
+                                                            "gateway": "10.80.0.1"}]],
+                         "routes": [{"dst": "198.19.0.0/16"}]}}
+        cni = Cni(conf, ipam, tmp_path / "leases")
+        rc, v = cni("VERSION", stdin="")
+        assert rc == 0 and "1.1.0" in v["supportedVersions"] and "0.4.0" in v["supportedVersions"], v
+        ns1, ns2 = f"/run/netns/{c1.name}", f"/run/netns/{c2.name}"
+        rc, r1 = cni("ADD", "ctr-one", ns1, "eth0")
+        assert rc == 0, r1
+        assert r1["cniVersion"] == "1.0.0" and r1["interfaces"][0]["sandbox"] == ns1, r1
+        ip1 = r1["ips"][0]["address"]
+        assert ip1.startswith("10.80.0.") and r1["ips"][0]["interface"] == 0, r1
+        assert r1["routes"] == [{"dst": "198.19.0.0/16", "gw": "10.80.0.1"}], r1
+        rc, r2 = cni("ADD", "ctr-two", ns2, "eth0")
+        assert rc == 0, r2
+        ip2 = r2["ips"][0]["address"].split("/")[0]
+        c1.sh(f"ping -c 1 -W 5 {ip2}")
+        c1.sh("ping -c 1 -W 5 10.80.0.1")
+        assert links(c1.name)["eth0"]["mtu"] == 1400
+        # The plugin's ports are tagged with their container.
+        mine = {p["container"]["id"]: p for p in helpers.ports(t).values() if "container" in p}
+        assert sorted(mine) == ["ctr-one", "ctr-two"] and mine["ctr-one"]["ifname"] == "eth0", mine
+        # CHECK against ADD's result.
+        rc, out = cni("CHECK", "ctr-one", ns1, "eth0", conf=dict(conf, prevResult=r1))
+        assert rc == 0, out
+        rc, out = cni("CHECK", "ctr-one", ns1, "eth0")
+        assert rc != 0 and out["code"] == 7 and "prevResult" in out["msg"], out
+        # Errors the runtime reads: codes and the words of each.
+        rc, out = cni("ADD", "", ns1, "eth1")
+        assert rc != 0 and out["code"] == 4 and "CNI_CONTAINERID" in out["details"], out
+        rc, out = cni("ADD", "x", ns1, "eth1", conf=dict(conf, bridge="br0"))
+        assert rc != 0 and out["code"] == 2 and out["details"].startswith("bridge"), out
+        rc, out = cni("ADD", "x", ns1, "eth1", conf=dict(conf, cniVersion="0.2.0"))
+        assert rc != 0 and out["code"] == 1, out
+        rc, out = cni("ADD", "x", ns1, "eth1", conf=dict(conf, topology="nosuchtopo"))
+        assert rc != 0 and out["code"] == 102 and "not up" in out["details"], out
+        rc, out = cni("ADD", "x", ns1, "eth1", conf=dict(conf, vlan=5000))
+        assert rc != 0 and out["code"] == 100, out
+        rc, out = cni("ADD", "ctr-one", ns1, "eth0")
+        assert rc != 0 and out["code"] == 100, out
+        # Failed ADDs gave their addresses back: the next one gets the
+        # next free address, not a fourth.
+        leases = sorted(p.name for p in (tmp_path / "leases" / "cvnet").iterdir() if p.name.startswith("10."))
+        assert len(leases) == 2, leases
+        # DEL, and DEL again: both succeed; the port and the lease go.
+        for _ in range(2):
+            rc, out = cni("DEL", "ctr-one", ns1, "eth0", conf=dict(conf, prevResult=r1))
+            assert rc == 0, out
+        assert "eth0" not in links(c1.name)
+        assert not any(p.get("container", {}).get("id") == "ctr-one" for p in helpers.ports(t).values())
+        # GC (1.1): what the runtime no longer lists goes.
+        gc = dict(conf, cniVersion="1.1.0", **{"cni.dev/valid-attachments": []})
+        rc, out = cni("GC", conf=gc)
+        assert rc == 0, out
+        assert not any("container" in p for p in helpers.ports(t).values())
+        assert "eth0" not in links(c2.name)
+        # STATUS (1.1): available while the switch answers.
+        status = dict(conf, cniVersion="1.1.0")
+        rc, out = cni("STATUS", conf=status)
+        assert rc == 0, out
+        name = t.name
+    # The topology is down: STATUS says so; DEL still succeeds.
+    rc, out = cni("STATUS", conf=dict(status, topology=name))
+    assert rc != 0 and out["code"] == 50, out
+    rc, out = cni("DEL", "ctr-two", "", "eth0")
+    assert rc == 0, out

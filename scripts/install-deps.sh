@@ -26,7 +26,10 @@ fi
 # the tests; Debian starts none here without systemd). gobgpd: the lab's
 # route injector for EVPN at scale (a fabric's worth of routes). nftables:
 # the lab's reference for security groups (acl-cost: the bridge with rules).
-need=(iperf3 tcpdump tshark libpcap-dev nfdump ethtool iproute2 iputils-ping python3 ca-certificates curl gcc libc6-dev chromium user-mode-linux dpdk-dev qemu-system-x86 busybox-static libvirt-daemon-system libvirt-clients frr gobgpd nftables containernetworking-plugins)
+# containernetworking-plugins (the reference IPAM plugins), podman and runc:
+# containers put on the switch by hvnet-cni (runc: crun refuses this
+# machine's cgroup layout).
+need=(iperf3 tcpdump tshark libpcap-dev nfdump ethtool iproute2 iputils-ping python3 ca-certificates curl gcc libc6-dev chromium user-mode-linux dpdk-dev qemu-system-x86 busybox-static libvirt-daemon-system libvirt-clients frr gobgpd nftables containernetworking-plugins podman runc)
 missing=()
 for p in "${need[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

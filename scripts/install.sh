@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs hvnet for use outside the repository: the binary (cargo install),
-# its manual pages and bash completion, and the systemd unit template.
+# its manual pages and bash completion, the systemd unit template, and the
+# CNI plugin hvnet-cni, also where container runtimes look for plugins
+# ($CNI_BIN_DIRS, default /opt/cni/bin and /usr/lib/cni, Debian's podman's).
 #
 #   scripts/install.sh [PREFIX]     # default PREFIX /usr/local; run as root
 #                                   # (or put sudo in front, if you have it)
@@ -19,6 +21,11 @@ if [ "$(id -u)" != 0 ] && [ ! -w "$prefix" ]; then
 fi
 # The repository's build directory, so that a built tree installs at once.
 CARGO_TARGET_DIR="$PWD/target" cargo install --quiet --locked --force --path crates/cli --root "$prefix"
+CARGO_TARGET_DIR="$PWD/target" cargo install --quiet --locked --force --path crates/cni --root "$prefix"
+for d in ${CNI_BIN_DIRS:-/opt/cni/bin /usr/lib/cni}; do
+    mkdir -p "$d"
+    install -m 0755 "$prefix/bin/hvnet-cni" "$d/hvnet-cni"
+done
 "$prefix/bin/hvnet" man "$prefix/share/man/man1" >/dev/null
 mkdir -p "$prefix/share/bash-completion/completions"
 "$prefix/bin/hvnet" completions bash >"$prefix/share/bash-completion/completions/hvnet"
@@ -27,4 +34,5 @@ if [ -d "$unit_dir" ]; then
     sed "s|/usr/local/bin/hvnet|$prefix/bin/hvnet|" packaging/systemd/hvnet@.service >"$unit_dir/hvnet@.service"
 fi
 echo "installed $prefix/bin/hvnet, its manual pages (man hvnet), bash completion and hvnet@.service"
+echo "installed hvnet-cni in $prefix/bin and ${CNI_BIN_DIRS:-/opt/cni/bin /usr/lib/cni} (docs/guide/containers.md)"
 echo "run a topology as a service: cp TOPOLOGY.toml /etc/hvnet/NAME.toml && systemctl enable --now hvnet@NAME"

@@ -24,7 +24,7 @@ cargo clippy --workspace --all-targets --all-features -- -D warnings
 step "rust tests (unit, property, doc)"
 # The binary as `cargo install` builds it (the packaging test's install
 # then reuses it), then the tests with the dev-dependencies' features.
-cargo build --release -p hvnet
+cargo build --release -p hvnet -p hvnet-cni
 cargo test --workspace --profile citest --all-features
 
 step "fuzz corpora replay"

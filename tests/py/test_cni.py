@@ -171,3 +171,30 @@ def test_the_cni_verbs_as_a_runtime_calls_them(tmp_path):
     assert rc != 0 and out["code"] == 50, out
     rc, out = cni("DEL", "ctr-two", "", "eth0")
     assert rc == 0, out
+
+
+def test_a_del_while_the_switch_restarts_is_done_when_it_returns(tmp_path):
+    ipam = host_local()
+    with hvlab.Netns("cwa") as c1, hvlab.Netns("cwb") as c2:
+        with hvlab.Topology(tmp_path, [vm("a", "10.82.0.1")], prefix="cw") as t:
+            conf = {"cniVersion": "1.0.0", "name": "cwnet", "type": "hvnet-cni", "topology": t.name,
+                    "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.82.0.0/24", "rangeStart": "10.82.0.10"}]]}}
+            cni = Cni(conf, ipam, tmp_path / "leases")
+            ns1, ns2 = f"/run/netns/{c1.name}", f"/run/netns/{c2.name}"
+            assert cni("ADD", "k1", ns1, "eth0")[0] == 0
+            assert cni("ADD", "k2", ns2, "eth0")[0] == 0
+            with hvlab.Netns("cwc") as c3:
+                assert cni("ADD", "k3", f"/run/netns/{c3.name}", "eth0")[0] == 0
+                # The daemon stops (its VMs keep their NICs)...
+                os.kill(helpers.daemon_pid(t), 15)
+                assert hvlab.eventually(lambda: not Path(f"/run/hvnet/{t.name}/ctl.sock").exists(), timeout=10)
+                # ... and meanwhile a container is removed: DEL succeeds.
+                rc, out = cni("DEL", "k1", ns1, "eth0")
+                assert rc == 0, out
+            # And another container's namespace goes without a DEL.
+            hvlab.hvnet("up", t.file)
+            ids = sorted(p["container"]["id"] for p in helpers.ports(t).values() if "container" in p)
+            assert ids == ["k2"], ids
+            assert "eth0" not in links(c1.name)
+            c2.sh("ping -c 1 -W 5 10.82.0.1")
+        assert "eth0" not in links(c2.name)

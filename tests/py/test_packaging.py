@@ -54,11 +54,18 @@ def test_systemd_unit_template_is_valid(tmp_path):
 def test_install_script_into_a_prefix(tmp_path):
     units = tmp_path / "units"
     units.mkdir()
+    cni = [tmp_path / "opt-cni-bin", tmp_path / "usr-lib-cni"]
     r = subprocess.run([str(ROOT / "scripts/install.sh"), str(tmp_path / "prefix")], capture_output=True, text=True,
-                       env={**__import__("os").environ, "SYSTEMD_UNIT_DIR": str(units)}, timeout=1200)
+                       env={**__import__("os").environ, "SYSTEMD_UNIT_DIR": str(units),
+                            "CNI_BIN_DIRS": " ".join(map(str, cni))}, timeout=1200)
     assert r.returncode == 0, r.stderr
     exe = tmp_path / "prefix/bin/hvnet"
     assert "hvnet" in hvlab.run([str(exe), "--version"]).stdout
     assert (tmp_path / "prefix/share/man/man1/hvnet-top.1").exists()
     assert (tmp_path / "prefix/share/bash-completion/completions/hvnet").exists()
     assert f"ExecStart={exe} daemon" in (units / "hvnet@.service").read_text()
+    # The CNI plugin, where runtimes look for it; VERSION needs no switch.
+    for d in cni:
+        v = subprocess.run([str(d / "hvnet-cni")], input="", capture_output=True, text=True,
+                           env={"CNI_COMMAND": "VERSION"})
+        assert v.returncode == 0 and "1.1.0" in v.stdout, v

@@ -33,6 +33,7 @@ from . import teams
 from . import acl_cost
 from . import capture_cost
 from . import ipfix_cost
+from . import containers
 
 EXPERIMENTS = [
     {"name": "lro-native", "reproduces": "LRO for VMXNET3 on Windows VMs, Figures 1-3", "run": lro_gain.lro_native,
@@ -141,6 +142,10 @@ EXPERIMENTS = [
                  "sent: the daemon's threads, idle CPU, memory per port, hvnet up and down; then 500 broadcasts from "
                  "one VM (CPU per copy), and the same broadcasts through the Linux bridge with as many namespaces; "
                  "with HVNET_LAB_BASELINE another build beside"},
+    {"name": "container-start", "reproduces": "measurement", "run": containers.container_start,
+     "workload": "podman (CNI backend) runs 20 containers (5 with --quick) one after another on a network of "
+                 "hvnet-cni on a running switch and of the reference bridge plugin, host-local addresses: podman run "
+                 "to the first answered ping to a peer container, podman rm, and what is left after"},
     {"name": "port-churn", "reproduces": "measurement", "run": port_scale.port_churn,
      "workload": "an iperf3 stream and a SHA-256-checked file between two VMs while 200 VMs (50 with --quick) are "
                  "added one by one with hvnet vm add and removed again, against the same traffic without churn"},

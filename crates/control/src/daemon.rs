@@ -21,7 +21,6 @@ use crate::state::{
     KeptGuest, State,
 };
 pub use crate::state::{state_dir, topologies, RUN_DIR};
-use crate::topology::VmKind;
 use crate::topology::{self, Topology};
 use crate::watch::{NetnsWatch, Watch};
 use hvnet_datapath::{Switch, SwitchConfig};
@@ -531,12 +530,12 @@ pub fn daemon(
             return Err(e);
         }
     };
-    let netns_watch = Arc::new(Mutex::new(NetnsWatch::new(
-        topo.vms
-            .iter()
-            .filter(|v| v.kind == VmKind::Netns && v.attach.is_none())
-            .map(|v| (v.name.clone(), topo.netns(v))),
-    )));
+    let netns_watch = Arc::new(Mutex::new(NetnsWatch::new(topo.vms.iter().filter_map(
+        |v| {
+            let (ns, nic) = topo.watched_netns(v)?;
+            Some((v.name.clone(), ns, nic))
+        },
+    ))));
     let cx = Arc::new(Ctl {
         sw: sw.clone(),
         netns_watch: netns_watch.clone(),

@@ -182,12 +182,19 @@ fn add_addresses(
 }
 
 /// A namespace VM in a namespace hvnet did not make (a container's): its
-/// TAP made here under a name the kernel picks, marked as this
-/// topology's (its alias), moved in under the name asked for and given
-/// its MAC, MTU, addresses and routes — or, after a daemon restart, its
-/// queues opened again where it is, if it still carries the marker. An
-/// interface of that name there already refuses it (CNI's rule); one made
-/// halfway is deleted again.
+/// TAP made inside it under a name the kernel picks, marked as this
+/// topology's (its alias), renamed as asked and given its MAC, MTU,
+/// addresses and routes — or, after a daemon restart, its queues opened
+/// again where it is, if it still carries the marker. An interface of
+/// that name there already refuses it (CNI's rule); one made halfway is
+/// deleted again.
+///
+/// Made inside rather than moved in, as a namespace VM's is: moving a
+/// device between namespaces waits for an RCU grace period (some 10 ms
+/// here, a third of a container's attachment). The queues' descriptors
+/// then hold the container's namespace alive, so a namespace deleted
+/// without a DEL is seen by its name leaving `/run/netns` (the namespace
+/// watch, which deletes the NIC) or, elsewhere, by the runtime's GC.
 fn attach_vm(
     vm: &Vm,
     a: &Attach,
@@ -217,23 +224,16 @@ fn attach_vm(
             vm.name, a.ifname
         )));
     }
-    let tap = TapPort::open("hvtap%d", vm.queues, offloads)?;
+    let tap = TapPort::open_in_handle(&handle, &label, "hvtap%d", vm.queues, offloads)?;
     tap.set_persist(true)?;
     let made = (|| -> Result<(), DaemonError> {
-        Rtnl::new()?.set_link(
-            tap.name(),
-            &LinkChange {
-                alias: Some(&marker),
-                netns: Some(&handle),
-                ..Default::default()
-            },
-        )?;
         rtnl.set_link(
             tap.name(),
             &LinkChange {
                 rename: Some(&a.ifname),
                 mac: Some(vm.mac.0),
                 mtu: Some(vm.settings.mtu),
+                alias: Some(&marker),
                 ..Default::default()
             },
         )?;

@@ -6,6 +6,7 @@
 
 use hvnet_datapath::Switch;
 use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 
 /// The last state seen.
@@ -79,29 +80,30 @@ pub struct NetnsWatch {
 }
 
 impl NetnsWatch {
-    /// Keeps a handle on each VM's namespace (`(vm, namespace)` pairs).
-    pub fn new(vms: impl IntoIterator<Item = (String, String)>) -> NetnsWatch {
+    /// Keeps a handle on each VM's namespace (`(vm, namespace's handle
+    /// under the namespace directory, its NIC's name)`).
+    pub fn new(vms: impl IntoIterator<Item = (String, PathBuf, String)>) -> NetnsWatch {
         NetnsWatch {
             departures: departures(),
             vms: vms
                 .into_iter()
-                .filter_map(|(vm, ns)| held(vm, ns))
+                .filter_map(|(vm, ns, nic)| held(vm, ns, nic))
                 .collect(),
         }
     }
 
     /// Watches one more VM's namespace (a VM added at run time).
-    pub fn add(&mut self, vm: &str, ns: &str) {
+    pub fn add(&mut self, vm: &str, ns: PathBuf, nic: &str) {
         // Its namespace directory exists now, if it did not before.
         if self.departures.is_none() {
             self.departures = departures();
         }
-        self.vms.extend(held(vm.to_string(), ns.to_string()));
+        self.vms.extend(held(vm.to_string(), ns, nic.to_string()));
     }
 
     /// Stops watching VM `vm` (removed: its namespace goes on purpose).
     pub fn remove(&mut self, vm: &str) {
-        self.vms.retain(|(v, ..)| v != vm);
+        self.vms.retain(|h| h.vm != vm);
     }
 
     /// Removes the NIC of each VM whose namespace's name no longer names
@@ -111,17 +113,18 @@ impl NetnsWatch {
         if self.vms.is_empty() || !self.departed() {
             return;
         }
-        let same = |ns: &str, held: (u64, u64)| {
-            let now = std::fs::metadata(hvnet_sys::netns::path(ns));
+        let same = |ns: &Path, held: (u64, u64)| {
+            let now = std::fs::metadata(ns);
             matches!(now, Ok(a) if (a.dev(), a.ino()) == held)
         };
-        self.vms.retain(|(vm, ns, handle, held)| {
-            if same(ns, *held) {
+        self.vms.retain(|h| {
+            if same(&h.ns, h.id) {
                 return true;
             }
-            let removed = hvnet_sys::netns::run_in(handle, || {
-                crate::rtnl::Rtnl::new().and_then(|mut r| r.del_link("eth0"))
+            let removed = hvnet_sys::netns::run_in(&h.handle, || {
+                crate::rtnl::Rtnl::new().and_then(|mut r| r.del_link(&h.nic))
             });
+            let (vm, ns) = (&h.vm, h.ns.display());
             match removed {
                 Ok(Ok(())) => tracing::warn!(vm = %vm, netns = %ns, "the VM's namespace was deleted: its NIC removed, its port goes down"),
                 Ok(Err(e)) => tracing::info!(vm = %vm, netns = %ns, error = %e, "the VM's namespace was deleted"),
@@ -169,14 +172,30 @@ impl NetnsWatch {
 
 /// A VM, its namespace's name, the handle kept, and the handle's device
 /// and inode (what the name must still lead to).
-type Held = (String, String, std::fs::File, (u64, u64));
+/// A VM's namespace, held.
+struct Held {
+    vm: String,
+    /// Its handle's path (under the namespace directory).
+    ns: PathBuf,
+    /// Its NIC there.
+    nic: String,
+    handle: std::fs::File,
+    /// The handle's device and inode.
+    id: (u64, u64),
+}
 
 /// VM `vm`'s namespace `ns`, held.
-fn held(vm: String, ns: String) -> Option<Held> {
+fn held(vm: String, ns: PathBuf, nic: String) -> Option<Held> {
     use std::os::unix::fs::MetadataExt;
-    let handle = hvnet_sys::netns::open(&ns).ok()?;
+    let handle = std::fs::File::open(&ns).ok()?;
     let m = handle.metadata().ok()?;
-    Some((vm, ns, handle, (m.dev(), m.ino())))
+    Some(Held {
+        vm,
+        ns,
+        nic,
+        handle,
+        id: (m.dev(), m.ino()),
+    })
 }
 
 /// An inotify watch on the namespace directory for names deleted or moved

@@ -296,12 +296,11 @@ fn add_port(cx: &Ctl, topo: &Topology, i: usize, state: &mut State) -> Result<Va
             return Err(CtlError::refused(e.to_string()));
         }
     };
-    if vm.kind == VmKind::Netns && vm.attach.is_none() {
-        let ns = topo.netns(vm);
+    if let Some((ns, nic)) = topo.watched_netns(vm) {
         cx.netns_watch
             .lock()
             .expect("netns watch lock")
-            .add(&vm.name, &ns);
+            .add(&vm.name, ns, &nic);
     }
     for (vlan, vms) in &cx.advertised {
         if *vlan == vm.vlan {

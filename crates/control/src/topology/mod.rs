@@ -518,6 +518,18 @@ impl Topology {
     pub fn netns(&self, vm: &Vm) -> String {
         self.netns_of(&vm.name)
     }
+    /// A namespace VM's namespace and NIC, if a deleted namespace's name
+    /// says it has gone: one hvnet made, or one given under the namespace
+    /// directory (`/run/netns`, where container runtimes put theirs).
+    pub fn watched_netns(&self, vm: &Vm) -> Option<(PathBuf, String)> {
+        if vm.kind != VmKind::Netns {
+            return None;
+        }
+        let path = self.netns_path(vm);
+        let under = |d: &str| path.parent() == Some(Path::new(d));
+        (vm.attach.is_none() || under(hvnet_sys::netns::NETNS_RUN_DIR) || under("/var/run/netns"))
+            .then(|| (path, vm.ifname().to_string()))
+    }
     /// The handle of a namespace VM's namespace: the one it was given
     /// (`netns = PATH`), else the one hvnet made for it.
     pub fn netns_path(&self, vm: &Vm) -> PathBuf {

@@ -198,3 +198,64 @@ def test_a_del_while_the_switch_restarts_is_done_when_it_returns(tmp_path):
             assert "eth0" not in links(c1.name)
             c2.sh("ping -c 1 -W 5 10.82.0.1")
         assert "eth0" not in links(c2.name)
+
+
+def test_the_switch_features_hold_for_containers(tmp_path):
+    """VLANs apart, jumbo MTU, a security group, rates from the runtime's
+    bandwidth capability and the source guard, each set in the network's
+    configuration and checked on traffic or on the port."""
+    import tomli_w
+    import tomllib
+
+    ipam = host_local()
+    with hvlab.Netns("cfa") as c1, hvlab.Netns("cfb") as c2, hvlab.Netns("cfc") as c3:
+        t = hvlab.Topology(tmp_path, [vm("a", "10.84.0.1", vlan=10)], prefix="cf")
+        doc = tomllib.loads(t.file.read_text())
+        doc["security_group"] = [{"name": "pingless", "rules": [{"direction": "out"}]}]
+        t.file.write_text(tomli_w.dumps(doc))
+        with t:
+            def net(name, start, **keys):
+                return Cni({"cniVersion": "1.0.0", "name": name, "type": "hvnet-cni", "topology": t.name, **keys,
+                            "ipam": {"type": "host-local",
+                                     "ranges": [[{"subnet": "10.84.0.0/24", "rangeStart": f"10.84.0.{start}",
+                                                  "rangeEnd": f"10.84.0.{start + 9}"}]]}},
+                           ipam, tmp_path / "leases")
+
+            ns = {c.name: f"/run/netns/{c.name}" for c in (c1, c2, c3)}
+            v10 = net("v10", 10, vlan=10, mtu=9000)
+            v20 = net("v20", 20, vlan=20)
+            rc, r1 = v10("ADD", "f1", ns[c1.name], "eth0",
+                         conf=dict(v10.conf, runtimeConfig={"bandwidth": {
+                             "ingressRate": 100_000_000, "ingressBurst": 8_000_000,
+                             "egressRate": 50_000_000, "egressBurst": 8_000_000}}))
+            assert rc == 0, r1
+            rc, r2 = v20("ADD", "f2", ns[c2.name], "eth0")
+            assert rc == 0, r2
+            ip2 = r2["ips"][0]["address"].split("/")[0]
+            # Jumbo frames, and the VLAN: a (VLAN 10) answers; VLAN 20 does not.
+            assert links(c1.name)["eth0"]["mtu"] == 9000
+            c1.sh("ping -c 1 -W 5 10.84.0.1")
+            assert c1.sh(f"ping -c 2 -W 1 {ip2}", check=False).returncode != 0
+            # The runtime's bandwidth: into the container its shaper, out
+            # of it its policer.
+            port = next(p for p in helpers.ports(t).values() if p.get("container", {}).get("id") == "f1")
+            s = json.loads(t.hv("port", port["name"], "--json").stdout)
+            assert (s["rx_rate"], s["tx_rate"]) == ("100mbit", "50mbit"), s
+            # A security group: pings into the container are dropped and
+            # counted, its own pings out are answered.
+            sg = net("sg", 30, vlan=10, security_groups=["pingless"])
+            rc, r3 = sg("ADD", "f3", ns[c3.name], "eth0")
+            assert rc == 0, r3
+            ip3 = r3["ips"][0]["address"].split("/")[0]
+            c3.sh("ping -c 1 -W 5 10.84.0.1")
+            name3 = next(p for p in helpers.ports(t).values() if p.get("container", {}).get("id") == "f3")["name"]
+            before = t.stats(f"/ports/{name3}/rx_summary")["drop_acl_in"]
+            assert t.sh("a", f"ping -c 2 -W 1 {ip3}", check=False).returncode != 0
+            assert t.stats(f"/ports/{name3}/rx_summary")["drop_acl_in"] > before
+            # The source guard: a container that takes an address it was
+            # not given is dropped and counted.
+            name1 = port["name"]
+            before = t.stats(f"/ports/{name1}/tx_summary")["drop_source_guard"]
+            c1.sh("ip addr add 10.84.0.99/24 dev eth0")
+            assert c1.sh("ping -c 2 -W 1 -I 10.84.0.99 10.84.0.1", check=False).returncode != 0
+            assert t.stats(f"/ports/{name1}/tx_summary")["drop_source_guard"] > before

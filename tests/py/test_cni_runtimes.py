@@ -47,6 +47,10 @@ def test_podman_containers_on_the_switch_come_and_go_and_leave_nothing(tmp_path)
         p("exec", "c1", "ping", "-c", "1", "-W", "5", ip2)
         p("exec", "c2", "ping", "-c", "1", "-W", "5", "10.81.0.1")
         t.sh("a", f"ping -c 1 -W 5 {ip1}")
+        # The daemon's descriptors and threads, to compare after the churn.
+        pid = helpers.daemon_pid(t)
+        held = lambda: (len(os.listdir(f"/proc/{pid}/fd")), len(os.listdir(f"/proc/{pid}/task")))  # noqa: E731
+        before = held()
         # A transfer between two containers (its ends run in their
         # namespaces) while ten more come and go.
         server = subprocess.Popen(["nsenter", f"--net={ns2}", os.sys.executable, str(XFER), "serve", ip2, "5600"],
@@ -66,6 +70,9 @@ def test_podman_containers_on_the_switch_come_and_go_and_leave_nothing(tmp_path)
             server.kill()
         assert (digest, int(n)) == (want, 16 << 20)
         assert sorted(container_ports(t)) == sorted([id1, id2])
+        # Nothing of the ten is left in the daemon either (a removed
+        # port's queues close once every worker has let it go).
+        assert hvlab.eventually(lambda: held() == before, timeout=10), (held(), before)
         # Removed: their ports, interfaces and leases go.
         p("rm", "-f", "-t", "0", "c1", "c2")
         assert container_ports(t) == {}

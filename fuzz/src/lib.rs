@@ -773,6 +773,61 @@ fn virtqueue_packed(data: &[u8]) {
     assert_eq!(st.small_alive - st.small_idle, 0, "a buffer was kept");
 }
 
+/// What a container runtime hands the CNI plugin: the environment's verb
+/// and attachment (from the first byte) and the network's configuration
+/// (the rest). Read and checked by the plugin's own code, and the port's
+/// `[[vm]]` table made from it read by the topology's parser: a typed
+/// CNI error, or a table the switch refuses with a line and a reason,
+/// never a panic.
+pub fn cni_config(data: &[u8]) {
+    let Some((&verb, conf)) = data.split_first() else {
+        return;
+    };
+    let command = ["ADD", "DEL", "CHECK", "GC", "STATUS", "VERSION", "PUT"][usize::from(verb % 7)];
+    let ifname = ["eth0", "", "a/b", "sixteen-chars-xx"][usize::from(verb >> 6)];
+    let var = |k: &str| -> Option<String> {
+        match k {
+            "CNI_COMMAND" => Some(command.into()),
+            "CNI_CONTAINERID" => Some(if verb & 8 == 0 {
+                "c1".into()
+            } else {
+                "-x".into()
+            }),
+            "CNI_NETNS" => Some("/run/netns/x".into()),
+            "CNI_IFNAME" => Some(ifname.into()),
+            "CNI_ARGS" => Some("IgnoreUnknown=1;K8S_POD_NAME=p".into()),
+            _ => None,
+        }
+    };
+    // The whole call only where it asks no switch anything (a running
+    // topology of the configuration's name would get real ports).
+    if matches!(command, "VERSION" | "PUT") {
+        let (out, ok) = hvnet_cni::run(var, conf);
+        let v = out.expect("an answer");
+        if ok {
+            assert!(v["supportedVersions"].is_array(), "{v}");
+        } else {
+            assert!(v["code"].as_u64().is_some_and(|c| c > 0), "{v}");
+            assert!(v["msg"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+        }
+    }
+    let (Ok(env), Ok(conf)) = (
+        hvnet_cni::env::Env::read(var),
+        hvnet_cni::config::NetConf::parse(conf),
+    ) else {
+        return;
+    };
+    let leases = hvnet_cni::ipam::Leases {
+        ips: vec![("198.18.0.2".parse().expect("an address"), 24, None)],
+        ..Default::default()
+    };
+    if let Ok(table) = hvnet_cni::verbs::vm_table(&env, &conf, &leases) {
+        if let Err(e) = hvnet_control::topology::parse(&format!("name = \"t\"\n{table}")) {
+            assert!(e.line >= 1 && !e.reason.is_empty());
+        }
+    }
+}
+
 /// A control-socket request line as a client may send it: parsed by the
 /// daemon's own parser and, when it is a `port set`, merged into a port's
 /// settings by the daemon's own merge. Either a clear error or settings

@@ -19,6 +19,11 @@ fn replay(target: &str, f: fn(&[u8])) {
 }
 
 #[test]
+fn cni_config() {
+    replay("cni_config", hvnet_fuzz::cni_config);
+}
+
+#[test]
 fn wire_layers() {
     replay("wire_layers", hvnet_fuzz::wire_layers);
 }

@@ -146,6 +146,10 @@ EXPERIMENTS = [
      "workload": "podman (CNI backend) runs 20 containers (5 with --quick) one after another on a network of "
                  "hvnet-cni on a running switch and of the reference bridge plugin, host-local addresses: podman run "
                  "to the first answered ping to a peer container, podman rm, and what is left after"},
+    {"name": "container-churn", "reproduces": "measurement", "run": containers.container_churn,
+     "workload": "podman runs and removes 200 containers (50 with --quick) one after another on an hvnet-cni network "
+                 "while two other containers carry a SHA-256-checked 32 MiB file: the file intact, and ports, "
+                 "leases, the daemon's descriptors and threads left after"},
     {"name": "port-churn", "reproduces": "measurement", "run": port_scale.port_churn,
      "workload": "an iperf3 stream and a SHA-256-checked file between two VMs while 200 VMs (50 with --quick) are "
                  "added one by one with hvnet vm add and removed again, against the same traffic without churn"},

@@ -259,3 +259,33 @@ def test_the_switch_features_hold_for_containers(tmp_path):
             c1.sh("ip addr add 10.84.0.99/24 dev eth0")
             assert c1.sh("ping -c 2 -W 1 -I 10.84.0.99 10.84.0.1", check=False).returncode != 0
             assert t.stats(f"/ports/{name1}/tx_summary")["drop_source_guard"] > before
+
+
+def test_adds_and_dels_at_once_as_a_runtime_starts_many(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    ipam = host_local()
+    n = 8
+    with hvlab.Topology(tmp_path, [vm("a", "10.86.0.1")], prefix="cc") as t:
+        spaces = [hvlab.Netns("ccn") for _ in range(n)]
+        for s in spaces:
+            s.__enter__()
+        try:
+            cni = Cni({"cniVersion": "1.0.0", "name": "ccnet", "type": "hvnet-cni", "topology": t.name,
+                       "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.86.0.0/24", "rangeStart": "10.86.0.10"}]]}},
+                      ipam, tmp_path / "leases")
+            with ThreadPoolExecutor(n) as pool:
+                added = list(pool.map(lambda i: cni("ADD", f"cc{i}", f"/run/netns/{spaces[i].name}", "eth0"), range(n)))
+            assert all(rc == 0 for rc, _ in added), added
+            ips = {r["ips"][0]["address"] for _, r in added}
+            assert len(ips) == n, ips
+            for i, s in enumerate(spaces):
+                s.sh("ping -c 1 -W 5 10.86.0.1")
+            with ThreadPoolExecutor(n) as pool:
+                gone = list(pool.map(lambda i: cni("DEL", f"cc{i}", f"/run/netns/{spaces[i].name}", "eth0"), range(n)))
+            assert all(rc == 0 for rc, _ in gone), gone
+            assert sorted(helpers.ports(t)) == ["a"]
+            assert all(sorted(links(s.name)) == ["lo"] for s in spaces)
+        finally:
+            for s in spaces:
+                s.__exit__(None, None, None)

@@ -114,7 +114,7 @@ pub fn add(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<Value, CniError> {
 /// The `[[vm]]` table of the container's port: where it goes, its
 /// addresses and routes, the runtime's MAC and bandwidth, and the
 /// configuration's own keys.
-fn vm_table(env: &Env, conf: &NetConf, leases: &Leases) -> Result<String, CniError> {
+pub fn vm_table(env: &Env, conf: &NetConf, leases: &Leases) -> Result<String, CniError> {
     let mut t = toml::Table::new();
     let s = |v: &str| toml::Value::String(v.to_string());
     t.insert("name".into(), s(&port_name(&env.container, &env.ifname)));

@@ -289,3 +289,34 @@ def test_adds_and_dels_at_once_as_a_runtime_starts_many(tmp_path):
         finally:
             for s in spaces:
                 s.__exit__(None, None, None)
+
+
+def test_the_switch_killed_during_an_add_leaves_nothing_after_a_restart_and_gc(tmp_path):
+    """The daemon killed (SIGKILL) at points through an ADD: whatever the
+    ADD answered, once the switch is back and GC has run with the
+    runtime's list empty, the container has no interface of ours and the
+    switch no port for it."""
+    import signal
+    import time
+
+    ipam = host_local()
+    with hvlab.Netns("ckx") as c, hvlab.Topology(tmp_path, [vm("a", "10.87.0.1")], prefix="ck") as t:
+        conf = {"cniVersion": "1.1.0", "name": "cknet", "type": "hvnet-cni", "topology": t.name,
+                "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.87.0.0/24", "rangeStart": "10.87.0.10"}]]}}
+        cni = Cni(conf, ipam, tmp_path / "leases")
+        ns = f"/run/netns/{c.name}"
+        for i, delay in enumerate([0.0, 0.004, 0.008, 0.012, 0.016, 0.024]):
+            env = dict(cni.env, CNI_COMMAND="ADD", CNI_CONTAINERID=f"k{i}", CNI_NETNS=ns, CNI_IFNAME=f"eth{i}")
+            add = subprocess.Popen([cni_bin()], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            add.stdin.write(json.dumps(conf))
+            add.stdin.close()
+            time.sleep(delay)
+            os.kill(helpers.daemon_pid(t), signal.SIGKILL)
+            add.wait(timeout=60)
+            hvlab.eventually(lambda: not Path(f"/proc/{helpers.daemon_pid(t)}").exists(), timeout=10)
+            hvlab.hvnet("up", t.file)
+            rc, out = cni("GC", conf=dict(conf, **{"cni.dev/valid-attachments": []}))
+            assert rc == 0, out
+            assert not any("container" in p for p in helpers.ports(t).values()), (delay, helpers.ports(t))
+            assert sorted(links(c.name)) == ["lo"], (delay, links(c.name))
+        t.sh("a", "ping -c 1 -W 5 10.87.0.1")

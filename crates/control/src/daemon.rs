@@ -465,6 +465,9 @@ pub fn daemon(
         })?;
         Arc::new(t)
     };
+    if bringup == Bringup::Reattach {
+        provision::forget_stray_attachments(&topo, &mut state);
+    }
     state.file = file
         .canonicalize()
         .map_err(io_err("resolve topology path"))?;

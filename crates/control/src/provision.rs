@@ -70,7 +70,7 @@ pub(crate) fn create_vm(
     }
     let offloads = hvnet_port::tap_offload_flags(vm.settings.csum, vm.settings.tso);
     if let Some(a) = &vm.attach {
-        let tap = attach_vm(vm, a, state, reattach, offloads)?;
+        let tap = attach_vm(vm, a, dir, state, reattach, offloads)?;
         return Ok(PortSpec {
             name: vm.name.clone(),
             dev: Arc::new(tap),
@@ -182,12 +182,17 @@ fn add_addresses(
 }
 
 /// A namespace VM in a namespace hvnet did not make (a container's): its
-/// TAP made inside it under a name the kernel picks, marked as this
-/// topology's (its alias), renamed as asked and given its MAC, MTU,
-/// addresses and routes — or, after a daemon restart, its queues opened
-/// again where it is, if it still carries the marker. An interface of
-/// that name there already refuses it (CNI's rule); one made halfway is
-/// deleted again.
+/// TAP made inside it under the name asked for, marked as this
+/// topology's (its alias) and given its MAC, MTU, addresses and routes —
+/// or, after a daemon restart, its queues opened again where it is, if it
+/// still carries the marker. An interface of that name there already
+/// refuses it (CNI's rule).
+///
+/// A daemon that dies on the way leaves nothing behind: the state names
+/// the interface before it exists (a restarted daemon deletes one no VM
+/// of its topology has, [`forget_stray_attachments`]), and the TAP is
+/// made persistent last, after its marker, so that until then the
+/// kernel deletes it with the daemon's descriptors.
 ///
 /// Made inside rather than moved in, as a namespace VM's is: moving a
 /// device between namespaces waits for an RCU grace period (some 10 ms
@@ -198,6 +203,7 @@ fn add_addresses(
 fn attach_vm(
     vm: &Vm,
     a: &Attach,
+    dir: &Path,
     state: &mut State,
     reattach: bool,
     offloads: u32,
@@ -224,13 +230,19 @@ fn attach_vm(
             vm.name, a.ifname
         )));
     }
-    let tap = TapPort::open_in_handle(&handle, &label, "hvtap%d", vm.queues, offloads)?;
-    tap.set_persist(true)?;
-    let made = (|| -> Result<(), DaemonError> {
+    let iface = AttachedIf {
+        netns: a.netns.clone(),
+        ifname: a.ifname.clone(),
+    };
+    if !state.attached.contains(&iface) {
+        state.attached.push(iface.clone());
+        write_state(dir, state)?;
+    }
+    let made = (|| -> Result<TapPort, DaemonError> {
+        let tap = TapPort::open_in_handle(&handle, &label, &a.ifname, vm.queues, offloads)?;
         rtnl.set_link(
-            tap.name(),
+            &a.ifname,
             &LinkChange {
-                rename: Some(&a.ifname),
                 mac: Some(vm.mac.0),
                 mtu: Some(vm.settings.mtu),
                 alias: Some(&marker),
@@ -242,21 +254,39 @@ fn attach_vm(
         for r in &a.routes {
             rtnl.add_route(&a.ifname, r.dst, r.prefix, r.via)?;
         }
-        Ok(())
+        // Last: until now a failure (or a daemon that dies) takes the TAP
+        // away with its descriptors.
+        tap.set_persist(true)?;
+        Ok(tap)
     })();
-    if let Err(e) = made {
-        // Not persistent, it goes with the last of its descriptors.
-        let _ = tap.set_persist(false);
-        return Err(e);
+    if made.is_err() {
+        state.attached.retain(|i| *i != iface);
+        let _ = write_state(dir, state);
     }
-    let iface = AttachedIf {
-        netns: a.netns.clone(),
-        ifname: a.ifname.clone(),
+    made
+}
+
+/// After a daemon restart: an interface the state names that no VM of
+/// the running topology has (its daemon died while making it) is
+/// deleted, if it carries this topology's marker, and forgotten.
+pub(crate) fn forget_stray_attachments(topo: &Topology, state: &mut State) {
+    let marker = state.marker();
+    let owned = |i: &AttachedIf| {
+        topo.vms.iter().any(|v| {
+            v.attach
+                .as_ref()
+                .is_some_and(|a| a.netns == i.netns && a.ifname == i.ifname)
+        })
     };
-    if !state.attached.contains(&iface) {
-        state.attached.push(iface);
+    let (kept, stray): (Vec<AttachedIf>, Vec<AttachedIf>) = std::mem::take(&mut state.attached)
+        .into_iter()
+        .partition(owned);
+    for i in stray {
+        if let Ok(true) = delete_attached(&i, &marker) {
+            tracing::info!(netns = %i.netns.display(), ifname = %i.ifname, "an interface no VM has (its daemon died making it): deleted");
+        }
     }
-    Ok(tap)
+    state.attached = kept;
 }
 
 /// Before a daemon re-attaches: the containers' ports the CNI plugin

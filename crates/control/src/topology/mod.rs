@@ -64,6 +64,12 @@
 //! dhcp_guard = true         #   (off for a router VM)
 //! ra_guard = true
 //! dhcp_snooping = true      # an address a DHCP server gives the VM is its own while the lease lasts
+//! netns = "/run/netns/blue" # a namespace VM's interface in a namespace hvnet did not make (a
+//!                           #   container's, docs/guide/containers.md); vm del and down take it out
+//! ifname = "eth0"           #   its name there (default eth0)
+//! routes = ["default via 10.10.0.1"] # routes through it, as ip route writes them
+//! container = "8c1e…"       # the container (and CNI network) it was made for: set by hvnet-cni,
+//! network = "web"           #   whose ports hvnet up FILE leaves alone
 //!
 //! [[uplink]]                # the physical side: an existing interface
 //! name = "up0"              # the port's name (as a VM's)

@@ -156,6 +156,9 @@ def test_the_cni_verbs_as_a_runtime_calls_them(tmp_path):
         assert "eth0" not in links(c1.name)
         assert not any(p.get("container", {}).get("id") == "ctr-one" for p in helpers.ports(t).values())
         # GC (1.1): what the runtime no longer lists goes.
+        rc, out = cni("GC", conf=dict(conf, cniVersion="1.1.0"))
+        assert rc != 0 and out["code"] == 7 and "valid-attachments" in out["details"], out
+        assert len(mine) == 2
         gc = dict(conf, cniVersion="1.1.0", **{"cni.dev/valid-attachments": []})
         rc, out = cni("GC", conf=gc)
         assert rc == 0, out
@@ -183,6 +186,7 @@ def test_a_del_while_the_switch_restarts_is_done_when_it_returns(tmp_path):
             ns1, ns2 = f"/run/netns/{c1.name}", f"/run/netns/{c2.name}"
             assert cni("ADD", "k1", ns1, "eth0")[0] == 0
             assert cni("ADD", "k2", ns2, "eth0")[0] == 0
+            assert cni("ADD", "k4", ns2, "eth4")[0] == 0
             with hvlab.Netns("cwc") as c3:
                 assert cni("ADD", "k3", f"/run/netns/{c3.name}", "eth0")[0] == 0
                 # The daemon stops (its VMs keep their NICs)...
@@ -191,6 +195,9 @@ def test_a_del_while_the_switch_restarts_is_done_when_it_returns(tmp_path):
                 # ... and meanwhile a container is removed: DEL succeeds.
                 rc, out = cni("DEL", "k1", ns1, "eth0")
                 assert rc == 0, out
+                # And root in another deletes its interface: it cannot
+                # keep the switch from starting again.
+                c2.sh("ip link del eth4")
             # And another container's namespace goes without a DEL.
             hvlab.hvnet("up", t.file)
             ids = sorted(p["container"]["id"] for p in helpers.ports(t).values() if "container" in p)

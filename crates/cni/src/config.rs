@@ -117,8 +117,9 @@ pub struct NetConf {
     pub runtime: Runtime,
     /// The ADD result (DEL, CHECK).
     pub prev_result: Option<Value>,
-    /// GC: the attachments still in use, `(container, ifname)`.
-    pub valid_attachments: Vec<(String, String)>,
+    /// GC: the attachments still in use, `(container, ifname)`, if the
+    /// runtime gave the list.
+    pub valid_attachments: Option<Vec<(String, String)>>,
     /// The `[[vm]]` keys given, in order.
     pub vm: Vec<(String, Value)>,
 }
@@ -228,18 +229,19 @@ impl NetConf {
             .get("cni.dev/valid-attachments")
             .or_else(|| m.get("cni.dev/attachments"))
         {
-            None => Vec::new(),
-            Some(Value::Array(a)) => a
-                .iter()
-                .map(|x| {
-                    let s = |k: &str| x.get(k).and_then(Value::as_str).map(str::to_string);
-                    s("containerID").zip(s("ifname")).ok_or_else(|| {
-                        invalid(format!(
-                            "cni.dev/valid-attachments: {x} has no containerID and ifname"
-                        ))
+            None => None,
+            Some(Value::Array(a)) => Some(
+                a.iter()
+                    .map(|x| {
+                        let s = |k: &str| x.get(k).and_then(Value::as_str).map(str::to_string);
+                        s("containerID").zip(s("ifname")).ok_or_else(|| {
+                            invalid(format!(
+                                "cni.dev/valid-attachments: {x} has no containerID and ifname"
+                            ))
+                        })
                     })
-                })
-                .collect::<Result<_, _>>()?,
+                    .collect::<Result<_, _>>()?,
+            ),
             Some(o) => return Err(invalid(format!("cni.dev/valid-attachments {o}: a list"))),
         };
         Ok(NetConf {
@@ -397,8 +399,9 @@ mod tests {
         assert_eq!(c.runtime.bandwidth.unwrap().egress_rate, 2_000_000);
         assert_eq!(
             c.valid_attachments,
-            vec![("a".to_string(), "eth0".to_string())]
+            Some(vec![("a".to_string(), "eth0".to_string())])
         );
+        assert_eq!(conf("").unwrap().valid_attachments, None);
         let e = conf(r#", "ipam": {"type": "../../bin/sh"}"#).unwrap_err();
         assert_eq!(e.code, 7);
     }

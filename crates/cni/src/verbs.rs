@@ -78,17 +78,36 @@ pub fn add(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<Value, CniError> {
         }
         None => Leases::default(),
     };
-    let made = vm_table(env, conf, &leases).and_then(|table| {
-        switch::call(&conf.topology, &Request::VmAdd { table }, ADD_WAIT).map_err(switch_error)
-    });
-    let reply = match made {
-        Ok(r) => r,
+    let table = match vm_table(env, conf, &leases) {
+        Ok(t) => t,
         Err(e) => {
-            // A failed ADD undoes itself: the addresses go back.
             if let Some(kind) = &conf.ipam {
                 let _ = ipam::run(env, kind, Command::Del, stdin);
             }
             return Err(e);
+        }
+    };
+    let reply = match switch::call(&conf.topology, &Request::VmAdd { table }, ADD_WAIT) {
+        Ok(r) => r,
+        Err(e) => {
+            // A failed ADD undoes itself: the addresses go back — unless
+            // the switch did not answer in time and may still make the
+            // port with them: then only once it says the port is not
+            // there (else the runtime's DEL releases them).
+            let may_be_made = match e {
+                SwitchError::NoAnswer(..) => {
+                    let del = Request::VmDel { name: name.clone() };
+                    match switch::call(&conf.topology, &del, WAIT) {
+                        Ok(_) => false,
+                        Err(d) => !d.not_found(),
+                    }
+                }
+                _ => false,
+            };
+            if let (Some(kind), false) = (&conf.ipam, may_be_made) {
+                let _ = ipam::run(env, kind, Command::Del, stdin);
+            }
+            return Err(switch_error(e));
         }
     };
     let mtu = conf
@@ -223,18 +242,21 @@ fn to_toml(key: &str, v: &Value) -> Result<toml::Value, CniError> {
 /// when its daemon starts again.
 pub fn del(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<(), CniError> {
     let name = port_name(&env.container, &env.ifname);
-    let removed = match switch::call(&conf.topology, &Request::VmDel { name: name.clone() }, WAIT) {
-        Ok(_) => Ok(()),
-        Err(e) if e.not_found() => Ok(()),
+    match switch::call(&conf.topology, &Request::VmDel { name: name.clone() }, WAIT) {
+        Ok(_) => {}
+        Err(e) if e.not_found() => {}
         // Taken down: nothing of it is left.
-        Err(SwitchError::NotUp(_)) => Ok(()),
-        Err(SwitchError::NoAnswer(..)) => remember_del(&conf.topology, &name),
-        Err(e) => Err(switch_error(e)),
-    };
+        Err(SwitchError::NotUp(_)) => {}
+        Err(SwitchError::NoAnswer(..)) => remember_del(&conf.topology, &name)?,
+        // The port is still there with its addresses: they are not given
+        // back (to another container) before it goes; the runtime asks
+        // again.
+        Err(e) => return Err(switch_error(e)),
+    }
     if let Some(kind) = &conf.ipam {
         ipam::run(env, kind, Command::Del, stdin)?;
     }
-    removed
+    Ok(())
 }
 
 /// A removal for a daemon that does not answer: a file it reads when it
@@ -353,6 +375,15 @@ fn rtnl_addresses(ns: &std::fs::File, ifname: &str) -> Vec<IpAddr> {
 /// GC: the ports this network made for attachments the runtime no longer
 /// lists are removed; then the IPAM plugin's GC.
 pub fn gc(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<(), CniError> {
+    // Without the runtime's list every port of the network would look
+    // stale: refused rather than guessed.
+    let Some(valid) = &conf.valid_attachments else {
+        return Err(CniError::new(
+            code::INVALID_CONFIG,
+            "GC needs the runtime's list of attachments",
+            "cni.dev/valid-attachments is missing (an empty list removes every port of the network)",
+        ));
+    };
     let mut errors = Vec::new();
     match switch::call(&conf.topology, &Request::Ports, WAIT) {
         Ok(rows) => {
@@ -366,10 +397,7 @@ pub fn gc(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<(), CniError> {
                 ) else {
                     continue;
                 };
-                let listed = conf
-                    .valid_attachments
-                    .iter()
-                    .any(|(i, f)| i == id && f == ifname);
+                let listed = valid.iter().any(|(i, f)| i == id && f == ifname);
                 if net == conf.name && !listed {
                     match switch::call(&conf.topology, &Request::VmDel { name: name.into() }, WAIT)
                     {

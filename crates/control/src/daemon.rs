@@ -561,6 +561,7 @@ pub fn daemon(
                 .map_err(io_err("start the libvirt watch"))?,
         );
     }
+    let pending = cx.clone();
     let ctl = ctl_server::spawn(listener, cx).map_err(io_err("serve the control socket"))?;
     let scrapes = endpoint
         .map(|ep| crate::metrics::serve(ep, sw.clone()))
@@ -613,6 +614,7 @@ pub fn daemon(
         }
         if turn.is_multiple_of(10) {
             netns_watch.lock().expect("netns watch lock").check();
+            crate::reconcile::pending_dels(&pending);
         }
     }
     // QEMU guests run on and reconnect to the next daemon; the others

@@ -291,8 +291,11 @@ pub(crate) fn forget_stray_attachments(topo: &Topology, state: &mut State) {
 
 /// Before a daemon re-attaches: the containers' ports the CNI plugin
 /// removed while no daemon answered (`state::PENDING_DEL`), and those
-/// whose namespace has gone, are forgotten (their interface deleted where
-/// it is still there); the rest are re-attached to as they were.
+/// whose namespace has gone or whose interface is no longer there as
+/// this topology's (renamed, deleted, its marker changed from inside the
+/// container), are forgotten (their interface deleted where it is still
+/// ours); the rest are re-attached to as they were. One container cannot
+/// keep the switch from starting.
 pub(crate) fn forget_gone_containers(state: &mut State, dir: &Path) {
     let pending_dir = dir.join(crate::state::PENDING_DEL);
     let pending: Vec<String> = std::fs::read_dir(&pending_dir)
@@ -308,7 +311,7 @@ pub(crate) fn forget_gone_containers(state: &mut State, dir: &Path) {
         let Some((name, netns, ifname, container)) = container_of(table) else {
             return true;
         };
-        if !container || (!pending.contains(&name) && netns.exists()) {
+        if !container || (!pending.contains(&name) && still_ours(&netns, &ifname, &marker)) {
             return true;
         }
         gone.push(AttachedIf { netns, ifname });
@@ -319,7 +322,22 @@ pub(crate) fn forget_gone_containers(state: &mut State, dir: &Path) {
         let _ = delete_attached(&i, &marker);
         state.attached.retain(|a| *a != i);
     }
-    let _ = std::fs::remove_dir_all(&pending_dir);
+    // Only what was read: a removal asked for since is done by the daemon
+    // once it listens (`reconcile::pending_dels`).
+    for name in &pending {
+        let _ = std::fs::remove_file(pending_dir.join(name));
+    }
+}
+
+/// True if namespace `netns` is there with interface `ifname` carrying
+/// `marker`.
+fn still_ours(netns: &Path, ifname: &str, marker: &str) -> bool {
+    let Ok(handle) = std::fs::File::open(netns) else {
+        return false;
+    };
+    Rtnl::in_netns_of(&handle)
+        .and_then(|mut r| r.alias(ifname))
+        .is_ok_and(|a| a.as_deref() == Some(marker))
 }
 
 /// A `[[vm]]` table's name, namespace, interface, and whether a container

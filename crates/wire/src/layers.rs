@@ -246,6 +246,20 @@ impl Layers {
         let v = self.stack.vlans[0];
         (v != NO_TAG).then_some(v)
     }
+    /// Sets where the IP packet ends (its length field was rewritten: a
+    /// frame cut to fewer segments). Metadata only; `end` is at least the
+    /// IP header's end and the packet at most 64 KiB.
+    pub fn set_net_end(&mut self, end: usize) {
+        let s = &mut self.stack;
+        let at = usize::from(s.l2_len);
+        let len = match s.net & !NET_FRAGMENT {
+            NET_V4 => end.saturating_sub(at),
+            NET_V6 => end.saturating_sub(at + ipv6::HEADER_LEN),
+            _ => return,
+        };
+        debug_assert!(len <= usize::from(u16::MAX), "an IP packet past 64 KiB");
+        s.net_len = u16::try_from(len).unwrap_or(u16::MAX);
+    }
     /// Sets the outer tag's VID (`None`: as if the outer slot were empty).
     /// Metadata only; the caller rewrites the tag's bytes.
     pub fn set_outer_vlan(&mut self, vid: Option<u16>) {

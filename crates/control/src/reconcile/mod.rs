@@ -50,6 +50,46 @@ pub(crate) fn add_vm(cx: &Ctl, table: &str) -> Result<Value, CtlError> {
     Ok(reply)
 }
 
+/// The removals the CNI plugin asked for while the daemon did not answer
+/// (`state::PENDING_DEL`, one file per port), done: looked at once a
+/// second, so that one asked for while a daemon was starting is not lost.
+/// Only containers' ports are removed this way.
+pub(crate) fn pending_dels(cx: &Ctl) {
+    let d = state_dir(&cx.topology().name).join(crate::state::PENDING_DEL);
+    let Ok(entries) = std::fs::read_dir(&d) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let container = cx
+            .topology()
+            .vms
+            .iter()
+            .find(|v| v.name == name)
+            .map(|v| v.attach.as_ref().is_some_and(|a| a.container.is_some()));
+        let done = match container {
+            None => true,
+            Some(false) => {
+                tracing::warn!(vm = %name, "a CNI removal names a VM that is not a container's: ignored");
+                true
+            }
+            Some(true) => match del_vm(cx, &name) {
+                Ok(_) | Err(CtlError::NotFound { .. }) => {
+                    tracing::info!(vm = %name, "a container's port removed as the CNI plugin asked while the switch did not answer");
+                    true
+                }
+                Err(err) => {
+                    tracing::warn!(vm = %name, error = %err, "a CNI removal failed; tried again in a second");
+                    false
+                }
+            },
+        };
+        if done {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 /// `hvnet vm del`: the VM's port leaves the switch (its counters, FDB
 /// entries and queues with it), its guest is stopped, and what hvnet
 /// created for it is deleted.

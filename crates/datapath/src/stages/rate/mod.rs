@@ -188,9 +188,7 @@ pub fn cut_segments(pkt: &mut Packet, n: usize) -> bool {
     f[t.offset + 13] &= !(0x01 | 0x08);
     let ph = pseudo_header_at(f, net.kind, net.offset, ip_protocol::TCP, len - t.offset);
     f[t.offset + 16..t.offset + 18].copy_from_slice(&ph.fold().to_be_bytes());
-    if let Some(n) = pkt.meta.layers.net().as_mut() {
-        n.end = len;
-    }
+    pkt.meta.layers.set_net_end(len);
     if n == 1 {
         pkt.meta.offload.gso = None;
     }
@@ -345,6 +343,8 @@ mod tests {
             // checksum right, its payload the first two segments'.
             let again = packet(pkt.frame(), OffloadInfo::default());
             assert_eq!(again.meta.layers.net().map(|n| n.end), Some(hdr + 2000));
+            // The cut frame's own metadata says as much as a new parse.
+            assert_eq!(pkt.meta.layers, again.meta.layers);
             assert!(matches!(
                 csum::validate_l4(again.frame(), &again.meta.layers),
                 Ok(CsumState::Good)

@@ -116,9 +116,14 @@ impl State {
                     // none left, that destination does not get one.
                     if let Some(mut b) = self.pool.take(pkt.buf.class()) {
                         b.fill(pkt.frame());
+                        // A decapsulated frame's outer headers stay in its
+                        // own buffer, not the copy's.
                         let copy = Packet {
                             buf: b,
-                            meta: pkt.meta,
+                            meta: hvnet_port::packet::Meta {
+                                tunnel: None,
+                                ..pkt.meta
+                            },
                         };
                         self.egress(cx, p, copy);
                     } else {

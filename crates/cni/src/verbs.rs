@@ -348,7 +348,7 @@ pub fn check(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<(), CniError> {
             )));
         }
     }
-    let have: Vec<IpAddr> = rtnl_addresses(&handle, &env.ifname);
+    let have: Vec<IpAddr> = rtnl.addresses(&env.ifname).unwrap_or_default();
     for ip in prev["ips"].as_array().into_iter().flatten() {
         let a = ip["address"]
             .as_str()
@@ -363,13 +363,6 @@ pub fn check(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<(), CniError> {
         }
     }
     Ok(())
-}
-
-/// The addresses of `ifname` in the namespace of `ns`.
-fn rtnl_addresses(ns: &std::fs::File, ifname: &str) -> Vec<IpAddr> {
-    hvnet_control::rtnl::Rtnl::in_netns_of(ns)
-        .and_then(|mut r| r.addresses(ifname))
-        .unwrap_or_default()
 }
 
 /// GC: the ports this network made for attachments the runtime no longer

@@ -69,19 +69,10 @@ pub(crate) fn create_vm(
         });
     }
     let offloads = hvnet_port::tap_offload_flags(vm.settings.csum, vm.settings.tso);
-    if let Some(a) = &vm.attach {
-        let tap = attach_vm(vm, a, dir, state, reattach, offloads)?;
-        return Ok(PortSpec {
-            name: vm.name.clone(),
-            dev: Arc::new(tap),
-            mac: vm.mac,
-            vlan: vm.vlan,
-            endpoint: None,
-            settings: vm.settings.clone(),
-        });
-    }
     let ns = topo.netns(vm);
-    let tap = if reattach {
+    let tap = if let Some(a) = &vm.attach {
+        attach_vm(vm, a, dir, state, reattach, offloads)?
+    } else if reattach {
         // The VM's NIC kept its MAC, MTU and addresses while no switch
         // held it: only its queues are opened again, from inside its
         // namespace (where its name is `eth0`).
@@ -214,7 +205,7 @@ fn attach_vm(
     let mut rtnl = Rtnl::in_netns_of(&handle)?;
     let marker = state.marker();
     if reattach {
-        if rtnl.alias(&a.ifname).ok().flatten().as_deref() != Some(marker.as_str()) {
+        if !carries(&mut rtnl, &a.ifname, &marker) {
             return Err(DaemonError::Other(format!(
                 "vm {}: {} in {label} is not this topology's (no marker)",
                 vm.name, a.ifname
@@ -332,12 +323,22 @@ pub(crate) fn forget_gone_containers(state: &mut State, dir: &Path) {
 /// True if namespace `netns` is there with interface `ifname` carrying
 /// `marker`.
 fn still_ours(netns: &Path, ifname: &str, marker: &str) -> bool {
+    matches!(ours(netns, ifname, marker), Ok(Some(_)))
+}
+
+/// An rtnetlink socket in namespace `netns` if it is there and its
+/// interface `ifname` carries `marker` (is this topology's).
+fn ours(netns: &Path, ifname: &str, marker: &str) -> Result<Option<Rtnl>, DaemonError> {
     let Ok(handle) = std::fs::File::open(netns) else {
-        return false;
+        return Ok(None);
     };
-    Rtnl::in_netns_of(&handle)
-        .and_then(|mut r| r.alias(ifname))
-        .is_ok_and(|a| a.as_deref() == Some(marker))
+    let mut rtnl = Rtnl::in_netns_of(&handle)?;
+    Ok(carries(&mut rtnl, ifname, marker).then_some(rtnl))
+}
+
+/// True if interface `ifname` (of `rtnl`'s namespace) carries `marker`.
+fn carries(rtnl: &mut Rtnl, ifname: &str, marker: &str) -> bool {
+    rtnl.alias(ifname).ok().flatten().as_deref() == Some(marker)
 }
 
 /// A `[[vm]]` table's name, namespace, interface, and whether a container
@@ -372,13 +373,9 @@ pub(crate) fn detach_vm(a: &Attach, state: &mut State) {
 /// namespace is still there and the interface carries `marker`: true if
 /// it was deleted.
 pub(crate) fn delete_attached(i: &AttachedIf, marker: &str) -> Result<bool, DaemonError> {
-    let Ok(handle) = std::fs::File::open(&i.netns) else {
+    let Some(mut rtnl) = ours(&i.netns, &i.ifname, marker)? else {
         return Ok(false);
     };
-    let mut rtnl = Rtnl::in_netns_of(&handle)?;
-    if rtnl.alias(&i.ifname).ok().flatten().as_deref() != Some(marker) {
-        return Ok(false);
-    }
     rtnl.del_link(&i.ifname)?;
     Ok(true)
 }

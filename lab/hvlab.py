@@ -186,10 +186,11 @@ class Topology:
     mtu, queues, lro, tso, csum, ring1, ring2, vlan, ipv6); `uplinks` and
     `hosts` the same for `[[uplink]]` and `[[host]]` entries (an uplink's
     device name is made unique here when it is given as ""); `switch` the
-    `[switch]` table; `libvirt` the `[libvirt]` table."""
+    `[switch]` table; `libvirt` the `[libvirt]` table; `tables` any other
+    top-level tables (`[[mirror]]`, `[ipfix]`, `[[security_group]]`)."""
 
     def __init__(self, tmp: Path, vms, fdb_aging_secs=300, prefix="t", uplinks=(), hosts=(), up_args=(),
-                 netns=None, frr=None, switch=None, libvirt=None):
+                 netns=None, frr=None, switch=None, libvirt=None, tables=None):
         self.name = unique(prefix)[:12]
         self.up_args = list(up_args)
         self.vms = vms
@@ -208,6 +209,7 @@ class Topology:
             doc["switch"] = switch
         if libvirt is not None:
             doc["libvirt"] = libvirt
+        doc.update(tables or {})
         if self.uplinks:
             doc["uplink"] = self.uplinks
         if self.hosts:

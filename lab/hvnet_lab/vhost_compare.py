@@ -122,10 +122,19 @@ def tsc_mhz():
     return float(re.findall(r"cpu MHz\s*:\s*([\d.]+)", Path("/proc/cpuinfo").read_text())[0])
 
 
-def run_hvnet(tmp, huge, size, seconds, switch=None, layout="split"):
-    vms = [dict(name="a", kind="vhost-user", mac=MAC_A),
-           dict(name="b", kind="vhost-user", mac=MAC_B, rx_overflow="drop")]
-    with hvlab.Topology(tmp, vms, prefix="bp", switch=switch) as t:
+def run_hvnet(tmp, huge, size, seconds, switch=None, layout="split", vms=(), tables=None, during=None):
+    """One run of hvnet between the front ends; `vms` adds settings to a
+    and b (by name) or more VMs, `tables` more top-level tables, and
+    `during(t)` is a context held over the measured window."""
+    base = {"a": dict(name="a", kind="vhost-user", mac=MAC_A),
+            "b": dict(name="b", kind="vhost-user", mac=MAC_B, rx_overflow="drop")}
+    more = []
+    for vm in vms:
+        if vm["name"] in base:
+            base[vm["name"]].update(vm)
+        else:
+            more.append(vm)
+    with hvlab.Topology(tmp, [*base.values(), *more], prefix="bp", switch=switch, tables=tables) as t:
         pid = json.loads(Path(f"/run/hvnet/{t.name}/state.json").read_text())["pid"]
         pin(pid, "0")
         sock = lambda vm: f"/run/hvnet/{t.name}/{vm}.sock"  # noqa: E731
@@ -150,9 +159,10 @@ def run_hvnet(tmp, huge, size, seconds, switch=None, layout="split"):
             # The threads that read a's queue: its queue thread (before the
             # worker pool), or the datapath's workers.
             reader = lambda: task_ns(pid, "a_q") or task_ns(pid, "worker")  # noqa: E731
-            f0, c0, w0 = frames(), task_ns(pid), reader()
-            time.sleep(seconds)
-            f1, c1, w1 = frames(), task_ns(pid), reader()
+            with during(t) if during else contextlib.nullcontext():
+                f0, c0, w0 = frames(), task_ns(pid), reader()
+                time.sleep(seconds)
+                f1, c1, w1 = frames(), task_ns(pid), reader()
             a.stop()
             a = None
             time.sleep(0.5)
@@ -160,13 +170,14 @@ def run_hvnet(tmp, huge, size, seconds, switch=None, layout="split"):
             time.sleep(2)
             idle = (task_ns(pid) - i0) / 2e9
             drops = t.stats("/ports/b/rx_summary")["drop_virtqueue_full"]
+            refused = t.stats("/ports/a/accounting")["ingress"]["drops"]
         finally:
             if a:
                 a.stop()
             b.stop()
     n = max(f1 - f0, 1)
     return dict(mpps=n / seconds / 1e6, ns_per_frame=(c1 - c0) / n, worker_ns_per_frame=(w1 - w0) / n,
-                idle_cpu=idle, ring_full_drops=drops)
+                idle_cpu=idle, ring_full_drops=drops, refused_at_a=refused)
 
 
 def run_ovs(huge, size, seconds, mhz, layout="split"):

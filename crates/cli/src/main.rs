@@ -13,6 +13,16 @@ use clap::{CommandFactory, Parser, Subcommand};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 
+/// The version `--version` prints; a measurement build says what it is.
+const VERSION: &str = if cfg!(feature = "bare-arcs") {
+    concat!(
+        env!("CARGO_PKG_VERSION"),
+        " (bare-arcs: no feature stages, for measurement only)"
+    )
+} else {
+    env!("CARGO_PKG_VERSION")
+};
+
 /// hvnet — a userspace virtual switch with a hypervisor's network offloads
 /// (LRO, TSO, checksum offload, RSS, VXLAN), and the tools to see what each
 /// is worth.
@@ -24,7 +34,7 @@ use std::path::PathBuf;
 /// (`hvnet@.service`); `--metrics` serves Prometheus metrics. The live
 /// commands need root.
 #[derive(Debug, Parser)]
-#[command(name = "hvnet", version, about, long_about, propagate_version = true)]
+#[command(name = "hvnet", version = VERSION, about, long_about, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

@@ -584,6 +584,11 @@ pub fn daemon(
             "privileges dropped: running as nobody, without capabilities"
         );
     }
+    if hvnet_datapath::BARE_ARCS {
+        tracing::warn!(
+            "a measurement build (bare-arcs): no feature stage is on any port's path, whatever the topology sets"
+        );
+    }
     match bringup {
         Bringup::Fresh => tracing::info!(
             topology = %topo.name, vms = topo.vms.len(), uplinks = topo.uplinks.len(),

@@ -51,34 +51,68 @@ use std::sync::OnceLock;
 
 /// Every ingress stage, one line each (a feature is its folder and its
 /// line here); the order is what each declares it runs after and before.
+/// The engine's own stages are bare; a feature's is marked as one.
 static INGRESS: [Decl<InRun>; 17] = [
-    stages::capture::stage::IN,
-    stages::csum::DECL,
-    stages::lro::stage::DECL,
-    stages::admit::MIRROR_OUTPUT,
-    stages::admit::DISCONNECTED,
-    stages::rate::stage::DECL,
-    stages::admit::FORGED,
-    stages::guard::stage::GUARDS,
-    stages::guard::stage::LEASES,
-    stages::acl::stage::FROM_PORT,
+    feature_in(stages::capture::stage::IN),
+    feature_in(stages::csum::DECL),
+    feature_in(stages::lro::stage::DECL),
+    feature_in(stages::admit::MIRROR_OUTPUT),
+    feature_in(stages::admit::DISCONNECTED),
+    feature_in(stages::rate::stage::DECL),
+    feature_in(stages::admit::FORGED),
+    feature_in(stages::guard::stage::GUARDS),
+    feature_in(stages::guard::stage::LEASES),
+    feature_in(stages::acl::stage::FROM_PORT),
     worker::vlan::CLASSIFY,
-    stages::mirror::stage::IN,
+    feature_in(stages::mirror::stage::IN),
     worker::learn::DECL,
-    stages::ipfix::stage::DECL,
-    stages::suppress::DECL,
-    stages::snoop::stage::DECL,
+    feature_in(stages::ipfix::stage::DECL),
+    feature_in(stages::suppress::DECL),
+    feature_in(stages::snoop::stage::DECL),
     worker::forward::DECL,
 ];
 
 /// Every egress stage, one line each (the engine's write follows them).
 static EGRESS: [Decl<OutRun>; 5] = [
     worker::egress::QUEUE,
-    stages::mirror::stage::OUT,
-    stages::acl::stage::TO_PORT,
-    stages::shares::stage::DECL,
+    feature_out(stages::mirror::stage::OUT),
+    feature_out(stages::acl::stage::TO_PORT),
+    feature_out(stages::shares::stage::DECL),
     worker::vlan::TAG,
 ];
+
+/// True in a build without the feature stages (`bare-arcs`), which the
+/// daemon says when it starts.
+pub const BARE_ARCS: bool = cfg!(feature = "bare-arcs");
+
+/// A feature's ingress stage. In a `bare-arcs` build (the reference a port
+/// with every feature off is measured against) it keeps its place in the
+/// order, for the others' constraints, but is on no port's arc and its
+/// code is not in the binary.
+const fn feature_in(d: Decl<InRun>) -> Decl<InRun> {
+    if BARE_ARCS {
+        Decl {
+            wants: arc::never,
+            run: |_, _, _| {},
+            ..d
+        }
+    } else {
+        d
+    }
+}
+
+/// A feature's egress stage (as [`feature_in`]).
+const fn feature_out(d: Decl<OutRun>) -> Decl<OutRun> {
+    if BARE_ARCS {
+        Decl {
+            wants: arc::never,
+            run: |_, _, _| Ok(()),
+            ..d
+        }
+    } else {
+        d
+    }
+}
 
 /// The tables' orders, sorted once (a table that cannot be ordered is a
 /// bug, found by the tests before any switch runs).
@@ -102,5 +136,5 @@ fn egress_arc(f: &Features) -> FeatureArc<OutRun> {
     orders().1.build(&EGRESS, f)
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(feature = "bare-arcs")))]
 mod stage_table_tests;

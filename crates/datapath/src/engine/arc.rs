@@ -96,6 +96,11 @@ pub fn always(_: &Features) -> bool {
     true
 }
 
+/// A stage left out of a build's arcs: on no port's.
+pub fn never(_: &Features) -> bool {
+    false
+}
+
 /// Why a table of stages cannot be ordered.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ArcError {

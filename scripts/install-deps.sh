@@ -26,10 +26,11 @@ fi
 # the tests; Debian starts none here without systemd). gobgpd: the lab's
 # route injector for EVPN at scale (a fabric's worth of routes). nftables:
 # the lab's reference for security groups (acl-cost: the bridge with rules).
-# containernetworking-plugins (the reference IPAM plugins), podman and runc:
-# containers put on the switch by hvnet-cni (runc: crun refuses this
-# machine's cgroup layout).
-need=(iperf3 tcpdump tshark libpcap-dev nfdump ethtool iproute2 iputils-ping python3 ca-certificates curl gcc libc6-dev chromium user-mode-linux dpdk-dev qemu-system-x86 busybox-static libvirt-daemon-system libvirt-clients frr gobgpd nftables containernetworking-plugins podman runc)
+# containernetworking-plugins (the reference IPAM plugins), podman, runc
+# and containerd: containers put on the switch by hvnet-cni (runc: crun
+# refuses this machine's cgroup layout; containerd's CRI is a kubelet's
+# path to CNI, driven by crictl, below).
+need=(iperf3 tcpdump tshark libpcap-dev nfdump ethtool iproute2 iputils-ping python3 ca-certificates curl gcc libc6-dev chromium user-mode-linux dpdk-dev qemu-system-x86 busybox-static libvirt-daemon-system libvirt-clients frr gobgpd nftables containernetworking-plugins podman runc containerd)
 missing=()
 for p in "${need[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -40,6 +41,22 @@ if [ "${#missing[@]}" -gt 0 ]; then
     # tshark asks whether non-root users may capture; answer no, quietly.
     echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# crictl, the CRI's command line (what a kubelet asks containerd for, asked
+# by hand): Debian 12 has no package of it, so it is built from the Go
+# module proxy when Go is here (about a minute on 2 cores); without it the
+# CRI tests and lab rows are skipped, saying why.
+crictl_version=v1.37.0
+if ! command -v crictl >/dev/null 2>&1; then
+    go="$(command -v go || echo /usr/local/go/bin/go)"
+    if [ -x "$go" ]; then
+        echo "install-deps: building crictl $crictl_version from the Go module proxy"
+        GOBIN=/usr/local/bin GOFLAGS=-p=2 "$go" install "sigs.k8s.io/cri-tools/cmd/crictl@$crictl_version" \
+            || echo "install-deps: crictl did not build; the CRI tests will be skipped" >&2
+    else
+        echo "install-deps: no Go toolchain: crictl not built, the CRI tests will be skipped" >&2
+    fi
 fi
 
 # The QEMU guests' kernel: Debian's cloud kernel package, unpacked (not

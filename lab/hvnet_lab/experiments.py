@@ -148,13 +148,14 @@ EXPERIMENTS = [
                  "one VM (CPU per copy), and the same broadcasts through the Linux bridge with as many namespaces; "
                  "with HVNET_LAB_BASELINE another build beside"},
     {"name": "container-start", "reproduces": "measurement", "run": containers.container_start,
-     "workload": "podman (CNI backend) runs 20 containers (5 with --quick) one after another on a network of "
-                 "hvnet-cni on a running switch and of the reference bridge plugin, host-local addresses: podman run "
-                 "to the first answered ping to a peer container, podman rm, and what is left after"},
+     "workload": "podman (CNI backend) runs 20 containers (5 with --quick) and containerd's CRI (crictl runp) 20 pod "
+                 "sandboxes one after another on a network of hvnet-cni on a running switch and of the reference "
+                 "bridge plugin, host-local addresses: start to the first answered ping to a peer, removal, and what "
+                 "is left after"},
     {"name": "container-churn", "reproduces": "measurement", "run": containers.container_churn,
-     "workload": "podman runs and removes 200 containers (50 with --quick) one after another on an hvnet-cni network "
-                 "while two other containers carry a SHA-256-checked 32 MiB file: the file intact, and ports, "
-                 "leases, the daemon's descriptors and threads left after"},
+     "workload": "podman runs and removes 200 containers (50 with --quick), and crictl 100 pods (25), one after "
+                 "another on an hvnet-cni network while two others carry a SHA-256-checked 32 MiB file: the file "
+                 "intact, and ports, leases, the daemon's descriptors and threads left after"},
     {"name": "port-churn", "reproduces": "measurement", "run": port_scale.port_churn,
      "workload": "an iperf3 stream and a SHA-256-checked file between two VMs while 200 VMs (50 with --quick) are "
                  "added one by one with hvnet vm add and removed again, against the same traffic without churn"},

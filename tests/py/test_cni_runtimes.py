@@ -16,6 +16,7 @@ import pytest
 import hvlab
 import helpers
 from helpers import vm
+from hvnet_lab import cri
 from hvnet_lab.podman import Podman
 
 pytestmark = [
@@ -79,3 +80,37 @@ def test_podman_containers_on_the_switch_come_and_go_and_leave_nothing(tmp_path)
         assert sorted(helpers.ports(t)) == ["a"]
         left = [f.name for f in (leases / "cpnet").iterdir() if f.name[0].isdigit()]
         assert left == [], left
+
+
+@pytest.mark.skipif(not cri.available(), reason="containerd, crictl and podman: scripts/install-deps.sh installs them")
+def test_cri_pods_on_the_switch_as_a_kubelet_asks(tmp_path):
+    """containerd's CRI (the kubelet's path) calls hvnet-cni with
+    Kubernetes' CNI_ARGS: pods reach each other and the topology's VMs,
+    and stopping and removing them leaves nothing behind."""
+    leases = tmp_path / "leases"
+    with hvlab.Topology(tmp_path, [vm("a", "10.82.0.1")], prefix="cr") as t, cri.Cri("crnet", {
+            "type": "hvnet-cni", "topology": t.name, "ipam": {
+                "type": "host-local", "dataDir": str(leases),
+                "ranges": [[{"subnet": "10.82.0.0/24", "rangeStart": "10.82.0.10", "gateway": "10.82.0.1"}]]}}) as c:
+        pid = helpers.daemon_pid(t)
+        held = lambda: (len(os.listdir(f"/proc/{pid}/fd")), len(os.listdir(f"/proc/{pid}/task")))  # noqa: E731
+        before = held()
+        id1, ip1, ns1 = c.run("pod1")
+        id2, ip2, ns2 = c.run("pod2", namespace="web")
+        mine = container_ports(t)
+        assert sorted(mine) == sorted([id1, id2]) and all(m["link"] == "up" for m in mine.values()), mine
+        for ns, peer in ((ns1, ip2), (ns2, ip1), (ns1, "10.82.0.1")):
+            hvlab.run(["nsenter", f"--net={ns}", "ping", "-c", "1", "-W", "5", peer])
+        t.sh("a", f"ping -c 1 -W 5 {ip2}")
+        # A few more come and go while the first two stay.
+        for i in range(5):
+            c.run(f"churn{i}")
+            c.rm(f"churn{i}")
+        assert sorted(container_ports(t)) == sorted([id1, id2])
+        c.rm("pod1")
+        c.rm("pod2")
+        assert container_ports(t) == {}
+        assert sorted(helpers.ports(t)) == ["a"]
+        left = [f.name for f in (leases / "crnet").iterdir() if f.name[0].isdigit()]
+        assert left == [], left
+        assert hvlab.eventually(lambda: held() == before, timeout=10), (held(), before)

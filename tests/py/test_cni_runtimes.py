@@ -99,6 +99,8 @@ def test_cri_pods_on_the_switch_as_a_kubelet_asks(tmp_path):
         id2, ip2, ns2 = c.run("pod2", namespace="web")
         mine = container_ports(t)
         assert sorted(mine) == sorted([id1, id2]) and all(m["link"] == "up" for m in mine.values()), mine
+        # The pod as the kubelet's CNI_ARGS named it.
+        assert (mine[id1]["container"]["pod"], mine[id2]["container"]["pod"]) == ("default/pod1", "web/pod2")
         for ns, peer in ((ns1, ip2), (ns2, ip1), (ns1, "10.82.0.1")):
             hvlab.run(["nsenter", f"--net={ns}", "ping", "-c", "1", "-W", "5", peer])
         t.sh("a", f"ping -c 1 -W 5 {ip2}")

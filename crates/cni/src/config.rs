@@ -46,7 +46,7 @@ pub const VM_KEYS: [&str; 30] = [
 
 /// The `[[vm]]` keys the plugin sets from the call (refused in the
 /// configuration, with where they come from).
-const SET_BY_PLUGIN: [(&str, &str); 9] = [
+const SET_BY_PLUGIN: [(&str, &str); 10] = [
     (
         "name",
         "the port's name comes from the container ID and interface",
@@ -59,6 +59,10 @@ const SET_BY_PLUGIN: [(&str, &str); 9] = [
     ("routes", "the IPAM plugin gives them (ipam)"),
     ("container", "CNI_CONTAINERID gives it"),
     ("network", "the configuration's name gives it"),
+    (
+        "pod",
+        "CNI_ARGS' K8S_POD_NAMESPACE and K8S_POD_NAME give it",
+    ),
 ];
 
 /// CNI's own keys.

@@ -128,6 +128,26 @@ impl Env {
     }
 }
 
+impl Env {
+    /// The Kubernetes pod the runtime asks for, `NAMESPACE/NAME`, from
+    /// `K8S_POD_NAMESPACE` and `K8S_POD_NAME` in `CNI_ARGS` (a kubelet's,
+    /// or a CRI runtime's, as containerd sets them).
+    pub fn pod(&self) -> Option<String> {
+        let arg = |k: &str| {
+            self.args
+                .iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.as_str())
+                .filter(|v| !v.is_empty())
+        };
+        Some(format!(
+            "{}/{}",
+            arg("K8S_POD_NAMESPACE")?,
+            arg("K8S_POD_NAME")?
+        ))
+    }
+}
+
 /// A CNI container ID: `^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`.
 pub fn valid_container_id(s: &str) -> bool {
     let mut c = s.chars();
@@ -217,5 +237,24 @@ mod tests {
         assert_eq!(a[1], ("K8S_POD_NAME".into(), "web".into()));
         assert!(parse_args("nokey").is_err());
         assert!(parse_args("a=b=c").is_err());
+    }
+
+    #[test]
+    fn a_kubelets_pod_comes_from_its_cni_args() {
+        let with = |args: &str| {
+            env(&[
+                ("CNI_COMMAND", "ADD"),
+                ("CNI_CONTAINERID", "c1"),
+                ("CNI_IFNAME", "eth0"),
+                ("CNI_NETNS", "/x"),
+                ("CNI_ARGS", args),
+            ])
+            .unwrap()
+            .pod()
+        };
+        let k8s = "IgnoreUnknown=1;K8S_POD_NAMESPACE=web;K8S_POD_NAME=front-1;K8S_POD_UID=u";
+        assert_eq!(with(k8s).as_deref(), Some("web/front-1"));
+        assert_eq!(with("K8S_POD_NAME=front-1"), None);
+        assert_eq!(with("IgnoreUnknown=1"), None);
     }
 }

@@ -146,6 +146,9 @@ pub fn vm_table(env: &Env, conf: &NetConf, leases: &Leases) -> Result<String, Cn
     t.insert("ifname".into(), s(&env.ifname));
     t.insert("container".into(), s(&env.container));
     t.insert("network".into(), s(&conf.name));
+    if let Some(pod) = env.pod() {
+        t.insert("pod".into(), s(&pod));
+    }
     for (k, v) in &conf.vm {
         t.insert(k.clone(), to_toml(k, v)?);
     }

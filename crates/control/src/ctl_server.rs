@@ -455,7 +455,7 @@ fn with_attachment(row: &mut Value, name: &str, topo: &Topology) {
     row["netns"] = json!(a.netns);
     row["ifname"] = json!(a.ifname);
     if let Some(c) = &a.container {
-        row["container"] = json!({"id": c.id, "network": c.network});
+        row["container"] = json!(c);
     }
 }
 

@@ -29,6 +29,10 @@ pub struct Container {
     pub id: String,
     /// The CNI network's name.
     pub network: String,
+    /// The Kubernetes pod, `NAMESPACE/NAME`, when a kubelet (or a CRI
+    /// runtime) asked for it (`K8S_POD_NAMESPACE`, `K8S_POD_NAME`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
 }
 
 /// A route as `ip route` writes it: `DST` or `DST via GW`, DST a prefix
@@ -117,6 +121,23 @@ pub fn check_ifname(s: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A pod's `NAMESPACE/NAME`: two Kubernetes names (DNS labels and
+/// subdomains: lowercase letters, digits, '-' and '.', at most 253).
+fn check_pod(p: &str) -> Result<(), String> {
+    let name = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 253
+            && s.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '.'))
+    };
+    match p.split_once('/') {
+        Some((ns, n)) if name(ns) && name(n) => Ok(()),
+        _ => Err(format!(
+            "pod {p:?}: NAMESPACE/NAME, each lowercase letters, digits, '-' and '.'"
+        )),
+    }
+}
+
 /// The `[[vm]]` keys of an attached VM as written, checked together.
 pub(super) fn parse(
     netns: Option<&str>,
@@ -124,6 +145,7 @@ pub(super) fn parse(
     routes: Option<&[String]>,
     container: Option<&str>,
     network: Option<&str>,
+    pod: Option<&str>,
 ) -> Result<Option<Attach>, String> {
     let Some(netns) = netns else {
         let stray = [
@@ -131,6 +153,7 @@ pub(super) fn parse(
             ("routes", routes.is_some()),
             ("container", container.is_some()),
             ("network", network.is_some()),
+            ("pod", pod.is_some()),
         ];
         return match stray.iter().find(|(_, given)| *given) {
             Some((key, _)) => Err(format!(
@@ -163,13 +186,20 @@ pub(super) fn parse(
                     "container {id:?}: letters, digits, '_', '.' and '-' (a CNI container ID)"
                 ));
             }
+            if let Some(p) = pod {
+                check_pod(p)?;
+            }
             Some(Container {
                 id: id.to_string(),
                 network: network.unwrap_or_default().to_string(),
+                pod: pod.map(str::to_string),
             })
         }
-        (None, Some(_)) => return Err("network is for a container's port (container = ID)".into()),
-        (None, None) => None,
+        (None, _) if network.is_some() || pod.is_some() => {
+            let key = if network.is_some() { "network" } else { "pod" };
+            return Err(format!("{key} is for a container's port (container = ID)"));
+        }
+        (None, _) => None,
     };
     Ok(Some(Attach {
         netns: path,
@@ -214,10 +244,10 @@ mod tests {
 
     #[test]
     fn the_keys_of_an_attached_vm_need_its_namespace() {
-        assert_eq!(parse(None, None, None, None, None), Ok(None));
-        let e = parse(None, Some("eth1"), None, None, None).unwrap_err();
+        assert_eq!(parse(None, None, None, None, None, None), Ok(None));
+        let e = parse(None, Some("eth1"), None, None, None, None).unwrap_err();
         assert!(e.starts_with("ifname is for a VM in a namespace"), "{e}");
-        let e = parse(Some("run/netns/x"), None, None, None, None).unwrap_err();
+        let e = parse(Some("run/netns/x"), None, None, None, None, None).unwrap_err();
         assert!(e.contains("path"), "{e}");
         let a = parse(
             Some("/run/netns/x"),
@@ -225,12 +255,26 @@ mod tests {
             Some(&["default via 198.18.0.1".into()]),
             Some("abc123"),
             Some("net"),
+            Some("web/frontend-7d4b9"),
         )
         .unwrap()
         .unwrap();
         assert_eq!(a.ifname, "eth0");
         assert_eq!(a.routes.len(), 1);
-        assert_eq!(a.container.unwrap().id, "abc123");
-        assert!(parse(Some("/run/netns/x"), None, None, Some("a b"), None).is_err());
+        let c = a.container.unwrap();
+        assert_eq!(
+            (c.id.as_str(), c.pod.as_deref()),
+            ("abc123", Some("web/frontend-7d4b9"))
+        );
+        let x = Some("/run/netns/x");
+        assert!(parse(x, None, None, Some("a b"), None, None).is_err());
+        let e = parse(x, None, None, None, None, Some("web/a")).unwrap_err();
+        assert!(e.starts_with("pod is for a container's port"), "{e}");
+        for bad in ["web", "/a", "web/", "Web/a", "web/a b", "a/b/c"] {
+            assert!(
+                parse(x, None, None, Some("c1"), None, Some(bad)).is_err(),
+                "{bad:?} taken"
+            );
+        }
     }
 }

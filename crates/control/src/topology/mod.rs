@@ -70,6 +70,7 @@
 //! routes = ["default via 10.10.0.1"] # routes through it, as ip route writes them
 //! container = "8c1e…"       # the container (and CNI network) it was made for: set by hvnet-cni,
 //! network = "web"           #   whose ports hvnet up FILE leaves alone
+//! pod = "default/web-1"     #   and the Kubernetes pod it was made for (from the kubelet's CNI_ARGS)
 //!
 //! [[uplink]]                # the physical side: an existing interface
 //! name = "up0"              # the port's name (as a VM's)

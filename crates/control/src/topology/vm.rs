@@ -86,6 +86,7 @@ pub(super) struct VmRepr {
     routes: Option<Vec<String>>,
     container: Option<String>,
     network: Option<String>,
+    pod: Option<String>,
 }
 
 fn d_overflow() -> RxOverflow {
@@ -314,6 +315,7 @@ pub(super) fn parse_vms(
             v.routes.as_deref(),
             v.container.as_deref(),
             v.network.as_deref(),
+            v.pod.as_deref(),
         )
         .map_err(bad)?;
         if attach.is_some() && v.kind != VmKind::Netns {

@@ -47,17 +47,19 @@ fi
 # by hand): Debian 12 has no package of it, so it is built from the Go
 # module proxy when Go is here (about a minute on 2 cores); without it the
 # CRI tests and lab rows are skipped, saying why.
-crictl_version=v1.37.0
-if ! command -v crictl >/dev/null 2>&1; then
-    go="$(command -v go || echo /usr/local/go/bin/go)"
+# cnitool, the CNI project's own client (libcni), likewise.
+go="$(command -v go || echo /usr/local/go/bin/go)"
+for tool in sigs.k8s.io/cri-tools/cmd/crictl@v1.37.0 github.com/containernetworking/cni/cnitool@v1.3.0; do
+    bin="$(basename "${tool%@*}")"
+    command -v "$bin" >/dev/null 2>&1 && continue
     if [ -x "$go" ]; then
-        echo "install-deps: building crictl $crictl_version from the Go module proxy"
-        GOBIN=/usr/local/bin GOFLAGS=-p=2 "$go" install "sigs.k8s.io/cri-tools/cmd/crictl@$crictl_version" \
-            || echo "install-deps: crictl did not build; the CRI tests will be skipped" >&2
+        echo "install-deps: building $bin from the Go module proxy ($tool)"
+        GOBIN=/usr/local/bin GOFLAGS=-p=2 "$go" install "$tool" \
+            || echo "install-deps: $bin did not build; the tests that need it will be skipped" >&2
     else
-        echo "install-deps: no Go toolchain: crictl not built, the CRI tests will be skipped" >&2
+        echo "install-deps: no Go toolchain: $bin not built, the tests that need it will be skipped" >&2
     fi
-fi
+done
 
 # The QEMU guests' kernel: Debian's cloud kernel package, unpacked (not
 # installed: it is the guests' kernel, not this machine's).

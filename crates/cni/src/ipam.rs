@@ -23,7 +23,42 @@ pub struct Leases {
 
 /// Runs IPAM plugin `kind` for `verb` with `stdin`; its result for ADD
 /// (`None` for the other verbs, which print nothing when they succeed).
+///
+/// A plugin older than the configuration (Debian 12's `host-local` speaks
+/// up to 1.0.0, a configuration says 1.1.0) refuses it with error 1; it
+/// is then asked again in the newest version it speaks that is older
+/// than the configuration's, as its result reads the same to hvnet-cni.
 pub fn run(env: &Env, kind: &str, verb: Command, stdin: &[u8]) -> Result<Option<Value>, CniError> {
+    match run_once(env, kind, verb, stdin) {
+        Err(e) if e.code == code::INCOMPATIBLE_VERSION => match older(env, kind, stdin) {
+            Some(again) => run_once(env, kind, verb, &again),
+            None => Err(e),
+        },
+        r => r,
+    }
+}
+
+/// The configuration in the newest CNI version IPAM plugin `kind` speaks
+/// below its own, if it speaks one.
+fn older(env: &Env, kind: &str, stdin: &[u8]) -> Option<Vec<u8>> {
+    let mut conf: Value = serde_json::from_slice(stdin).ok()?;
+    let want = version(conf["cniVersion"].as_str()?)?;
+    let best = supported(env, kind)
+        .into_iter()
+        .filter_map(|v| Some((version(&v)?, v)))
+        .filter(|(n, _)| *n < want)
+        .max()?;
+    conf["cniVersion"] = Value::String(best.1);
+    serde_json::to_vec(&conf).ok()
+}
+
+/// `MAJOR.MINOR.PATCH` as numbers, to compare.
+fn version(s: &str) -> Option<(u32, u32, u32)> {
+    let mut n = s.split('.').map(|x| x.parse().ok());
+    Some((n.next()??, n.next()??, n.next().unwrap_or(Some(0))?))
+}
+
+fn run_once(env: &Env, kind: &str, verb: Command, stdin: &[u8]) -> Result<Option<Value>, CniError> {
     let bin = find(env, kind)?;
     let mut child = Process::new(&bin)
         .env("CNI_COMMAND", verb.name())
@@ -78,8 +113,14 @@ pub fn run(env: &Env, kind: &str, verb: Command, stdin: &[u8]) -> Result<Option<
 /// GC and STATUS go only to one that knows them (a plugin built before
 /// CNI 1.1 takes them for a call without a container).
 pub fn speaks(env: &Env, kind: &str, version: &str) -> bool {
+    supported(env, kind).iter().any(|v| v == version)
+}
+
+/// The CNI versions IPAM plugin `kind` says it speaks (none if it cannot
+/// be asked).
+fn supported(env: &Env, kind: &str) -> Vec<String> {
     let Ok(bin) = find(env, kind) else {
-        return false;
+        return Vec::new();
     };
     let out = Process::new(&bin)
         .env("CNI_COMMAND", "VERSION")
@@ -89,11 +130,13 @@ pub fn speaks(env: &Env, kind: &str, version: &str) -> bool {
     out.ok()
         .and_then(|o| serde_json::from_slice::<Value>(&o.stdout).ok())
         .and_then(|v| {
-            v["supportedVersions"]
-                .as_array()
-                .map(|a| a.iter().any(|x| x.as_str() == Some(version)))
+            v["supportedVersions"].as_array().map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect()
+            })
         })
-        .unwrap_or(false)
+        .unwrap_or_default()
 }
 
 /// The IPAM plugin's binary: the first `kind` in `CNI_PATH`.
@@ -181,6 +224,14 @@ fn cidr(s: &str) -> Option<(std::net::IpAddr, u8)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn versions_compare_as_numbers() {
+        assert!(version("1.1.0") > version("1.0.0"));
+        assert!(version("0.10.0") > version("0.4.0"));
+        assert_eq!(version("1.0"), Some((1, 0, 0)));
+        assert_eq!(version("one"), None);
+    }
 
     #[test]
     fn a_host_local_result_gives_addresses_gateways_and_routes() {

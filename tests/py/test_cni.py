@@ -378,3 +378,52 @@ def test_cnitool_drives_the_plugin_through_every_verb(tmp_path):
         r = tool("gc")
         assert r.returncode != 0 and "cni.dev/valid-attachments is missing" in r.stderr, r.stderr
         assert sorted(helpers.ports(t)) == ["a"] and "eth0" not in links(c.name)
+
+
+@pytest.mark.skipif(not shutil.which("dpdk-testpmd"), reason="needs dpdk-testpmd (scripts/install-deps.sh)")
+def test_a_userspace_container_gets_a_vhost_user_socket(tmp_path):
+    """`"kind": "vhost-user"`: the port is a socket in the network's
+    directory, named in the result's socketPath (CNI 1.1), for the
+    container's DPDK to open; nothing is made in its namespace."""
+    from test_vhost_user import Pmd
+
+    ipam = host_local()
+    socks = tmp_path / "socks"
+    with hvlab.Topology(tmp_path, [vm("a", "10.86.0.1")], prefix="cu") as t, hvlab.Netns("cud") as c:
+        conf = {"cniVersion": "1.1.0", "name": "cunet", "type": "hvnet-cni", "topology": t.name,
+                "kind": "vhost-user", "socket_dir": str(socks),
+                "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.86.0.0/24", "rangeStart": "10.86.0.10"}]]}}
+        cni = Cni(conf, ipam, tmp_path / "leases")
+        ns = f"/run/netns/{c.name}"
+        rc, r = cni("ADD", "dpdk-one", ns, "net1")
+        assert rc == 0, r
+        sock = r["interfaces"][0]["socketPath"]
+        assert Path(sock).parent == socks and Path(sock).is_socket(), r
+        assert r["ips"][0]["address"].startswith("10.86.0."), r
+        assert "net1" not in links(c.name)
+        port = next(p for p in helpers.ports(t).values() if p.get("container", {}).get("id") == "dpdk-one")
+        rc, out = cni("CHECK", "dpdk-one", ns, "net1", conf=dict(conf, prevResult=r))
+        assert rc == 0, out
+        # The container's DPDK opens the socket and sends to VM a, from
+        # the MAC and address ADD gave it (its port's guards know them).
+        mac_a = helpers.ports(t)["a"]["mac"]
+        ip = r["ips"][0]["address"].split("/")[0]
+        pmd = Pmd("cu", sock, r["interfaces"][0]["mac"], "txonly",
+                  ["--eth-peer=0," + mac_a, f"--tx-ip={ip},10.86.0.1"])
+        try:
+            got = lambda: t.stats(f"/ports/{port['name']}/accounting")["ingress"]["forwarded"]  # noqa: E731
+            assert hvlab.eventually(lambda: got() > 1000, timeout=30), pmd.text()[-1500:]
+            assert helpers.ports(t)[port["name"]]["link"] == "up"
+        finally:
+            pmd.stop()
+        # DEL: the port, its socket and the lease go; DEL again succeeds.
+        for _ in range(2):
+            rc, out = cni("DEL", "dpdk-one", ns, "net1", conf=dict(conf, prevResult=r))
+            assert rc == 0, out
+        assert sorted(helpers.ports(t)) == ["a"] and not Path(sock).exists()
+        assert not [p for p in (tmp_path / "leases" / "cunet").iterdir() if p.name.startswith("10.")]
+        # A kind hvnet-cni does not make is refused, naming the ones it does.
+        rc, out = cni("ADD", "x", ns, "net1", conf=dict(conf, kind="tap"))
+        assert rc != 0 and out["code"] == 7 and "vhost-user" in out["details"], out
+        rc, out = cni("ADD", "x", ns, "net1", conf={k: v for k, v in conf.items() if k != "kind"})
+        assert rc != 0 and out["code"] == 7 and "socket_dir" in out["details"], out

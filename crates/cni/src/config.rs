@@ -7,6 +7,10 @@
 use crate::error::{code, CniError};
 use serde_json::{Map, Value};
 
+/// Where a `"kind": "vhost-user"` network's sockets go by default, one
+/// directory per network (a pod mounts it to reach its socket).
+pub const SOCKET_DIRS: &str = "/run/hvnet-cni";
+
 /// The versions this plugin speaks (0.3.x results are 0.4.0's).
 pub const VERSIONS: [&str; 5] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
 
@@ -46,12 +50,11 @@ pub const VM_KEYS: [&str; 30] = [
 
 /// The `[[vm]]` keys the plugin sets from the call (refused in the
 /// configuration, with where they come from).
-const SET_BY_PLUGIN: [(&str, &str); 10] = [
+const SET_BY_PLUGIN: [(&str, &str); 9] = [
     (
         "name",
         "the port's name comes from the container ID and interface",
     ),
-    ("kind", "a container's port is a netns port"),
     ("netns", "CNI_NETNS gives it"),
     ("ifname", "CNI_IFNAME gives it"),
     ("ipv4", "the IPAM plugin gives it (ipam)"),
@@ -65,8 +68,10 @@ const SET_BY_PLUGIN: [(&str, &str); 10] = [
     ),
 ];
 
-/// CNI's own keys.
-const CNI_KEYS: [&str; 9] = [
+/// CNI's own keys, and the plugin's (`kind`, `socket_dir`).
+const CNI_KEYS: [&str; 11] = [
+    "kind",
+    "socket_dir",
     "cniVersion",
     "name",
     "type",
@@ -126,6 +131,10 @@ pub struct NetConf {
     pub valid_attachments: Option<Vec<(String, String)>>,
     /// The `[[vm]]` keys given, in order.
     pub vm: Vec<(String, Value)>,
+    /// `"kind": "vhost-user"`: the port is a vhost-user socket in this
+    /// directory, for a userspace container (DPDK) to open, and no
+    /// interface is made in the container's namespace.
+    pub socket_dir: Option<std::path::PathBuf>,
 }
 
 fn invalid(details: String) -> CniError {
@@ -206,6 +215,31 @@ impl NetConf {
             },
             Some(o) => return Err(invalid(format!("ipam {o}: an object with a type"))),
         };
+        let socket_dir = match (string("kind")?.as_deref(), string("socket_dir")?) {
+            (None | Some("netns"), None) => None,
+            (None | Some("netns"), Some(_)) => {
+                return Err(invalid(
+                    "socket_dir is for \"kind\": \"vhost-user\" (a socket for a userspace container)".into(),
+                ))
+            }
+            (Some("vhost-user"), dir) => {
+                let dir = std::path::PathBuf::from(
+                    dir.unwrap_or_else(|| format!("{SOCKET_DIRS}/{name}")),
+                );
+                if !dir.is_absolute() {
+                    return Err(invalid(format!(
+                        "socket_dir {}: an absolute path",
+                        dir.display()
+                    )));
+                }
+                Some(dir)
+            }
+            (Some(k), _) => {
+                return Err(invalid(format!(
+                    "kind {k:?}: \"netns\" (an interface in the container, the default) or \"vhost-user\" (a socket)"
+                )))
+            }
+        };
         let mut vm = Vec::new();
         for (k, v) in &m {
             if CNI_KEYS.contains(&k.as_str()) || k.starts_with("cni.dev/") || k == "prevResult" {
@@ -258,6 +292,7 @@ impl NetConf {
             prev_result: m.get("prevResult").cloned().filter(|p| !p.is_null()),
             valid_attachments,
             vm,
+            socket_dir,
         })
     }
 
@@ -352,6 +387,27 @@ mod tests {
             r#"{{"cniVersion": "1.0.0", "name": "net", "type": "hvnet-cni", "topology": "t1"{extra}}}"#
         );
         NetConf::parse(text.as_bytes())
+    }
+
+    #[test]
+    fn a_vhost_user_network_has_a_socket_directory() {
+        assert_eq!(conf("").unwrap().socket_dir, None);
+        assert_eq!(conf(r#", "kind": "netns""#).unwrap().socket_dir, None);
+        let c = conf(r#", "kind": "vhost-user""#).unwrap();
+        assert_eq!(
+            c.socket_dir.unwrap(),
+            std::path::Path::new("/run/hvnet-cni/net")
+        );
+        let c = conf(r#", "kind": "vhost-user", "socket_dir": "/run/dpdk""#).unwrap();
+        assert_eq!(c.socket_dir.unwrap(), std::path::Path::new("/run/dpdk"));
+        for (extra, says) in [
+            (r#", "kind": "tap""#, "vhost-user"),
+            (r#", "socket_dir": "/run/dpdk""#, "socket_dir is for"),
+            (r#", "kind": "vhost-user", "socket_dir": "run""#, "absolute"),
+        ] {
+            let e = conf(extra).unwrap_err();
+            assert!(e.code == 7 && e.details.contains(says), "{extra}: {e:?}");
+        }
     }
 
     #[test]

@@ -78,7 +78,17 @@ pub fn add(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<Value, CniError> {
         }
         None => Leases::default(),
     };
-    let table = match vm_table(env, conf, &leases) {
+    // The network's socket directory, for a vhost-user port.
+    let dir = conf.socket_dir.as_ref().map(|d| {
+        std::fs::create_dir_all(d).map_err(|e| {
+            CniError::new(
+                code::IO_FAILURE,
+                "cannot make the network's socket directory",
+                format!("{}: {e}", d.display()),
+            )
+        })
+    });
+    let table = match dir.transpose().and_then(|_| vm_table(env, conf, &leases)) {
         Ok(t) => t,
         Err(e) => {
             if let Some(kind) = &conf.ipam {
@@ -125,9 +135,14 @@ pub fn add(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<Value, CniError> {
             .as_ref()
             .map(|p| p.display().to_string())
             .unwrap_or_default(),
-        socket: None,
+        socket: conf.socket_dir.as_ref().map(|d| socket_path(d, &name)),
     };
     Ok(result(&conf.version, &made, &leases, conf.dns.as_ref()))
+}
+
+/// A vhost-user port's socket in `dir`.
+fn socket_path(dir: &std::path::Path, port: &str) -> String {
+    dir.join(format!("{port}.sock")).display().to_string()
 }
 
 /// The `[[vm]]` table of the container's port: where it goes, its
@@ -136,14 +151,20 @@ pub fn add(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<Value, CniError> {
 pub fn vm_table(env: &Env, conf: &NetConf, leases: &Leases) -> Result<String, CniError> {
     let mut t = toml::Table::new();
     let s = |v: &str| toml::Value::String(v.to_string());
-    t.insert("name".into(), s(&port_name(&env.container, &env.ifname)));
-    let netns = env
-        .netns
-        .as_ref()
-        .map(|p| p.display().to_string())
-        .unwrap_or_default();
-    t.insert("netns".into(), s(&netns));
-    t.insert("ifname".into(), s(&env.ifname));
+    let name = port_name(&env.container, &env.ifname);
+    t.insert("name".into(), s(&name));
+    if let Some(dir) = &conf.socket_dir {
+        t.insert("kind".into(), s("vhost-user"));
+        t.insert("socket".into(), s(&socket_path(dir, &name)));
+    } else {
+        let netns = env
+            .netns
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        t.insert("netns".into(), s(&netns));
+        t.insert("ifname".into(), s(&env.ifname));
+    }
     t.insert("container".into(), s(&env.container));
     t.insert("network".into(), s(&conf.name));
     if let Some(pod) = env.pod() {
@@ -170,7 +191,7 @@ pub fn vm_table(env: &Env, conf: &NetConf, leases: &Leases) -> Result<String, Cn
     if let Some((a, p, _)) = one(false)? {
         t.insert("ipv6".into(), s(&format!("{a}/{p}")));
     }
-    if !leases.routes.is_empty() {
+    if !leases.routes.is_empty() && conf.socket_dir.is_none() {
         let routes = leases
             .routes
             .iter()
@@ -313,6 +334,19 @@ pub fn check(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<(), CniError> {
             switch_error(e)
         }
     })?;
+    if let Some(dir) = &conf.socket_dir {
+        // A socket, whose front end (the container's DPDK) may not have
+        // opened it yet: the port is there, on that socket.
+        let want = socket_path(dir, &name);
+        let have = port["vhost_user"]["socket"].as_str().unwrap_or_default();
+        return if have == want {
+            Ok(())
+        } else {
+            Err(fail(format!(
+                "port {name}'s socket is {have:?}, not {want}"
+            )))
+        };
+    }
     let netns = env
         .netns
         .as_ref()

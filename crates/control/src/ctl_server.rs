@@ -442,19 +442,16 @@ fn setting_error(e: SettingError) -> CtlError {
 }
 
 /// A port view of a VM in a namespace hvnet did not make, with where its
-/// interface is and the container it was made for.
+/// interface is, and of any port with the container it was made for.
 fn with_attachment(row: &mut Value, name: &str, topo: &Topology) {
-    let Some(a) = topo
-        .vms
-        .iter()
-        .find(|v| v.name == name)
-        .and_then(|v| v.attach.as_ref())
-    else {
+    let Some(v) = topo.vms.iter().find(|v| v.name == name) else {
         return;
     };
-    row["netns"] = json!(a.netns);
-    row["ifname"] = json!(a.ifname);
-    if let Some(c) = &a.container {
+    if let Some(a) = &v.attach {
+        row["netns"] = json!(a.netns);
+        row["ifname"] = json!(a.ifname);
+    }
+    if let Some(c) = &v.container {
         row["container"] = json!(c);
     }
 }

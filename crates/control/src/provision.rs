@@ -299,13 +299,15 @@ pub(crate) fn forget_gone_containers(state: &mut State, dir: &Path) {
     let marker = state.marker();
     let mut gone = Vec::new();
     state.added_vms.retain(|table| {
-        let Some((name, netns, ifname, container)) = container_of(table) else {
+        let Some((name, iface)) = container_of(table) else {
             return true;
         };
-        if !container || (!pending.contains(&name) && still_ours(&netns, &ifname, &marker)) {
+        // A vhost-user port has no interface in the container to look at.
+        let there = |i: &AttachedIf| still_ours(&i.netns, &i.ifname, &marker);
+        if !pending.contains(&name) && iface.as_ref().is_none_or(there) {
             return true;
         }
-        gone.push(AttachedIf { netns, ifname });
+        gone.extend(iface);
         tracing::info!(vm = %name, "a container's port removed while the switch was down: not re-attached");
         false
     });
@@ -341,18 +343,18 @@ fn carries(rtnl: &mut Rtnl, ifname: &str, marker: &str) -> bool {
     rtnl.alias(ifname).ok().flatten().as_deref() == Some(marker)
 }
 
-/// A `[[vm]]` table's name, namespace, interface, and whether a container
-/// runtime made it.
-fn container_of(table: &str) -> Option<(String, std::path::PathBuf, String, bool)> {
+/// A container's port's `[[vm]]` table: its name and, for a namespace VM,
+/// its interface in the container (None: not a container's port).
+fn container_of(table: &str) -> Option<(String, Option<AttachedIf>)> {
     let t: toml::Table = toml::from_str(table).ok()?;
     let vm = t.get("vm")?.as_array()?.first()?;
     let s = |k: &str| vm.get(k).and_then(|v| v.as_str()).map(str::to_string);
-    Some((
-        s("name")?,
-        s("netns")?.into(),
-        s("ifname").unwrap_or_else(|| "eth0".into()),
-        vm.get("container").is_some(),
-    ))
+    vm.get("container")?;
+    let iface = s("netns").map(|netns| AttachedIf {
+        netns: netns.into(),
+        ifname: s("ifname").unwrap_or_else(|| "eth0".into()),
+    });
+    Some((s("name")?, iface))
 }
 
 /// Deletes attached VM `vm`'s interface from the namespace it was put in,

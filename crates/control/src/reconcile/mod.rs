@@ -66,7 +66,7 @@ pub(crate) fn pending_dels(cx: &Ctl) {
             .vms
             .iter()
             .find(|v| v.name == name)
-            .map(|v| v.attach.as_ref().is_some_and(|a| a.container.is_some()));
+            .map(|v| v.container.is_some());
         let done = match container {
             None => true,
             Some(false) => {
@@ -230,7 +230,7 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
     // libvirt's guests' ports are libvirt's, and containers' ports their
     // CNI plugin's, not the file's: kept.
     let libvirts = |v: &Vm| {
-        v.attach.as_ref().is_some_and(|a| a.container.is_some())
+        v.container.is_some()
             || now.libvirt.as_ref().is_some_and(|lv| {
                 v.vhost
                     .path

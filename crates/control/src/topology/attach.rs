@@ -16,13 +16,11 @@ pub struct Attach {
     pub ifname: String,
     /// Routes through the interface.
     pub routes: Vec<Route>,
-    /// The container (and CNI network) the port was made for, when a CNI
-    /// plugin made it: such a port is the plugin's, not the topology
-    /// file's (`hvnet up FILE` leaves it, GC removes it).
-    pub container: Option<Container>,
 }
 
-/// The container a port was made for.
+/// The container (and CNI network) a port was made for, when a CNI plugin
+/// made it: such a port is the plugin's, not the topology file's (`hvnet
+/// up FILE` leaves it, GC removes it).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Container {
     /// The runtime's container ID (`CNI_CONTAINERID`).
@@ -143,18 +141,9 @@ pub(super) fn parse(
     netns: Option<&str>,
     ifname: Option<&str>,
     routes: Option<&[String]>,
-    container: Option<&str>,
-    network: Option<&str>,
-    pod: Option<&str>,
 ) -> Result<Option<Attach>, String> {
     let Some(netns) = netns else {
-        let stray = [
-            ("ifname", ifname.is_some()),
-            ("routes", routes.is_some()),
-            ("container", container.is_some()),
-            ("network", network.is_some()),
-            ("pod", pod.is_some()),
-        ];
+        let stray = [("ifname", ifname.is_some()), ("routes", routes.is_some())];
         return match stray.iter().find(|(_, given)| *given) {
             Some((key, _)) => Err(format!(
                 "{key} is for a VM in a namespace given by netns = PATH"
@@ -175,37 +164,43 @@ pub(super) fn parse(
         .iter()
         .map(|r| r.parse())
         .collect::<Result<Vec<Route>, String>>()?;
-    let container = match (container, network) {
-        (Some(id), network) => {
-            if id.is_empty()
-                || !id
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
-            {
-                return Err(format!(
-                    "container {id:?}: letters, digits, '_', '.' and '-' (a CNI container ID)"
-                ));
-            }
-            if let Some(p) = pod {
-                check_pod(p)?;
-            }
-            Some(Container {
-                id: id.to_string(),
-                network: network.unwrap_or_default().to_string(),
-                pod: pod.map(str::to_string),
-            })
-        }
-        (None, _) if network.is_some() || pod.is_some() => {
-            let key = if network.is_some() { "network" } else { "pod" };
-            return Err(format!("{key} is for a container's port (container = ID)"));
-        }
-        (None, _) => None,
-    };
     Ok(Some(Attach {
         netns: path,
         ifname: ifname.to_string(),
         routes,
-        container,
+    }))
+}
+
+/// The `[[vm]]` keys naming the container a port was made for, checked
+/// together.
+pub(super) fn container(
+    container: Option<&str>,
+    network: Option<&str>,
+    pod: Option<&str>,
+) -> Result<Option<Container>, String> {
+    let Some(id) = container else {
+        return match (network, pod) {
+            (None, None) => Ok(None),
+            (Some(_), _) => Err("network is for a container's port (container = ID)".into()),
+            (None, Some(_)) => Err("pod is for a container's port (container = ID)".into()),
+        };
+    };
+    if id.is_empty()
+        || !id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+    {
+        return Err(format!(
+            "container {id:?}: letters, digits, '_', '.' and '-' (a CNI container ID)"
+        ));
+    }
+    if let Some(p) = pod {
+        check_pod(p)?;
+    }
+    Ok(Some(Container {
+        id: id.to_string(),
+        network: network.unwrap_or_default().to_string(),
+        pod: pod.map(str::to_string),
     }))
 }
 
@@ -244,35 +239,40 @@ mod tests {
 
     #[test]
     fn the_keys_of_an_attached_vm_need_its_namespace() {
-        assert_eq!(parse(None, None, None, None, None, None), Ok(None));
-        let e = parse(None, Some("eth1"), None, None, None, None).unwrap_err();
+        assert_eq!(parse(None, None, None), Ok(None));
+        let e = parse(None, Some("eth1"), None).unwrap_err();
         assert!(e.starts_with("ifname is for a VM in a namespace"), "{e}");
-        let e = parse(Some("run/netns/x"), None, None, None, None, None).unwrap_err();
+        let e = parse(Some("run/netns/x"), None, None).unwrap_err();
         assert!(e.contains("path"), "{e}");
         let a = parse(
             Some("/run/netns/x"),
             None,
             Some(&["default via 198.18.0.1".into()]),
-            Some("abc123"),
-            Some("net"),
-            Some("web/frontend-7d4b9"),
         )
         .unwrap()
         .unwrap();
         assert_eq!(a.ifname, "eth0");
         assert_eq!(a.routes.len(), 1);
-        let c = a.container.unwrap();
+    }
+
+    #[test]
+    fn a_container_is_named_by_its_id_network_and_pod() {
+        assert_eq!(container(None, None, None), Ok(None));
+        let c = container(Some("abc123"), Some("net"), Some("web/frontend-7d4b9"))
+            .unwrap()
+            .unwrap();
         assert_eq!(
-            (c.id.as_str(), c.pod.as_deref()),
-            ("abc123", Some("web/frontend-7d4b9"))
+            (c.id.as_str(), c.network.as_str(), c.pod.as_deref()),
+            ("abc123", "net", Some("web/frontend-7d4b9"))
         );
-        let x = Some("/run/netns/x");
-        assert!(parse(x, None, None, Some("a b"), None, None).is_err());
-        let e = parse(x, None, None, None, None, Some("web/a")).unwrap_err();
+        assert!(container(Some("a b"), None, None).is_err());
+        let e = container(None, None, Some("web/a")).unwrap_err();
         assert!(e.starts_with("pod is for a container's port"), "{e}");
+        let e = container(None, Some("net"), None).unwrap_err();
+        assert!(e.starts_with("network is for a container's port"), "{e}");
         for bad in ["web", "/a", "web/", "Web/a", "web/a b", "a/b/c"] {
             assert!(
-                parse(x, None, None, Some("c1"), None, Some(bad)).is_err(),
+                container(Some("c1"), None, Some(bad)).is_err(),
                 "{bad:?} taken"
             );
         }

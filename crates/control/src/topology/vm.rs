@@ -203,8 +203,11 @@ pub struct Vm {
     /// order their rules are matched; none: no filtering.
     pub security_groups: Vec<String>,
     /// A namespace VM in a namespace hvnet did not make (a container's):
-    /// where, its interface's name there, its routes and its container.
+    /// where, its interface's name there, its routes.
     pub attach: Option<super::attach::Attach>,
+    /// The container the port was made for by the CNI plugin (a namespace
+    /// VM so attached, or a vhost-user port a userspace container opens).
+    pub container: Option<super::attach::Container>,
 }
 
 /// The `[[vm]]` tables, each checked (and against the ones before it)
@@ -309,15 +312,22 @@ pub(super) fn parse_vms(
                 return Err(bad(format!("socket {p:?} is used twice")));
             }
         }
-        let attach = super::attach::parse(
-            v.netns.as_deref(),
-            v.ifname.as_deref(),
-            v.routes.as_deref(),
+        let attach =
+            super::attach::parse(v.netns.as_deref(), v.ifname.as_deref(), v.routes.as_deref())
+                .map_err(bad)?;
+        let container = super::attach::container(
             v.container.as_deref(),
             v.network.as_deref(),
             v.pod.as_deref(),
         )
         .map_err(bad)?;
+        if container.is_some() && attach.is_none() && v.kind != VmKind::VhostUser {
+            return Err(bad(
+                "container is for a container's port: a namespace VM in its namespace (netns = PATH) or a \
+                 vhost-user port (kind = \"vhost-user\")"
+                    .to_string(),
+            ));
+        }
         if attach.is_some() && v.kind != VmKind::Netns {
             return Err(bad(format!(
                 "netns is for kind = \"netns\" VMs, not {:?}",
@@ -383,6 +393,7 @@ pub(super) fn parse_vms(
             packed,
             security_groups: v.security_groups.clone(),
             attach,
+            container,
         });
     }
     Ok(vms)

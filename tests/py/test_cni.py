@@ -209,9 +209,10 @@ def test_a_del_while_the_switch_restarts_is_done_when_it_returns(tmp_path):
 
 
 def test_the_switch_features_hold_for_containers(tmp_path):
-    """VLANs apart, jumbo MTU, a security group, rates from the runtime's
-    bandwidth capability and the source guard, each set in the network's
-    configuration and checked on traffic or on the port."""
+    """VLANs apart, a trunk's sub-interface, jumbo MTU, a security group,
+    rates from the runtime's bandwidth capability and the source guard,
+    each set in the network's configuration and checked on traffic or on
+    the port."""
     import tomli_w
     import tomllib
 
@@ -267,6 +268,47 @@ def test_the_switch_features_hold_for_containers(tmp_path):
             c1.sh("ip addr add 10.84.0.99/24 dev eth0")
             assert c1.sh("ping -c 2 -W 1 -I 10.84.0.99 10.84.0.1", check=False).returncode != 0
             assert t.stats(f"/ports/{name1}/tx_summary")["drop_source_guard"] > before
+            c1.sh("ip addr del 10.84.0.99/24 dev eth0")
+            # The runtime's bandwidth holds on traffic: what the container
+            # sends (UDP, unlimited) arrives at no more than its 50 Mbit/s
+            # policer lets through (the bound only: a slow machine sends
+            # less).
+            t.popen("a", "iperf3 -s -1 -B 10.84.0.1", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            hvlab.eventually(lambda: "5201" in t.sh("a", "ss -Hltn").stdout, timeout=10)
+            out = json.loads(c1.sh("iperf3 -c 10.84.0.1 -u -b 0 -l 1400 -t 2 -J", timeout=60).stdout)
+            got = out["end"]["sum_received"]["bits_per_second"]
+            assert 0 < got <= 50e6 * 1.2, got
+            with hvlab.Netns("cft") as c4:
+                # A trunk container (VLAN 10 tagged, no native VLAN): what
+                # it sends tagged 10 reaches a (VLAN 10), tagged 20 or
+                # untagged does not; a's frames come to it tagged 10. (No
+                # VLAN device in this kernel: raw frames, as test_trunk.)
+                tr = net("tr", 40, vlan_mode="trunk", vlans=[10])
+                rc, r4 = tr("ADD", "f4", f"/run/netns/{c4.name}", "eth0")
+                assert rc == 0, r4
+                probe = f"{os.sys.executable} {Path(__file__).with_name('vlan_probe.py')}"
+
+                def heard(popen, send):
+                    """What `popen`'s namespace receives while `send` runs
+                    (its last frame, labelled "end", ends the listening)."""
+                    p = popen(f"{probe} recv eth0 tk", stdout=subprocess.PIPE, text=True)
+                    try:
+                        assert p.stdout.readline().strip() == "ready"
+                        send()
+                        return {(f["label"], f["vlan"]) for f in json.loads(p.stdout.readline())}
+                    finally:
+                        p.kill()
+                        p.wait()
+
+                bcast = "ff:ff:ff:ff:ff:ff"
+                got = heard(lambda cmd, **kw: t.popen("a", cmd, **kw), lambda: [c4.sh(f"{probe} send eth0 {bcast} {tag} tk {label}")
+                                          for tag, label in (("10", "v10"), ("20", "v20"), ("-", "untagged"),
+                                                             ("10", "end"))])
+                assert got == {("v10", None)}, got
+                got = heard(c4.popen, lambda: t.sh("a", f"{probe} send eth0 {bcast} - tk from-a end"))
+                assert got == {("from-a", 10)}, got
+                rc, out = tr("DEL", "f4", f"/run/netns/{c4.name}", "eth0")
+                assert rc == 0, out
 
 
 def test_adds_and_dels_at_once_as_a_runtime_starts_many(tmp_path):

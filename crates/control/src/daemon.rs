@@ -709,7 +709,7 @@ fn build(
     sw.set_mirrors(topo.mirrors.clone()).map_err(|e| {
         DaemonError::Other(format!("[[mirror]]: cannot open an ERSPAN socket: {e}"))
     })?;
-    sw.set_ipfix(topo.ipfix.clone()).map_err(|e| {
+    hvnet_datapath::ipfix::set(&sw, topo.ipfix.clone()).map_err(|e| {
         DaemonError::Other(format!("[ipfix]: cannot open the exporter's socket: {e}"))
     })?;
     let threads = sw.start();

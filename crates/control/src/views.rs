@@ -543,7 +543,7 @@ pub fn mirrors(sw: &Switch) -> Value {
 /// `hvnet ipfix`: the exporter's settings, flows cached and counters
 /// (null when flow export is off).
 pub fn ipfix(sw: &Switch) -> Value {
-    let Some(ix) = sw.ipfix() else {
+    let Some(ix) = hvnet_datapath::ipfix::current(sw) else {
         return Value::Null;
     };
     let c = &ix.config;

@@ -19,7 +19,7 @@ const SWITCHES: [fn(&mut Features); 17] = [
     |f| f.acl = true,
     |f| f.mirror_in = true,
     |f| f.mirror_out = true,
-    |f| f.ipfix = true,
+    |f| f.services.insert::<crate::ipfix::Ipfix>(),
     |f| f.suppression = true,
     |f| f.snooping = true,
     |f| f.shares = true,

@@ -295,7 +295,7 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
     let mut next = file.clone();
     next.vms.extend(kept);
     cx.sw.set_mirrors(file.mirrors.clone()).map_err(erspan)?;
-    if let Err(e) = cx.sw.set_ipfix(file.ipfix.clone()) {
+    if let Err(e) = hvnet_datapath::ipfix::set(&cx.sw, file.ipfix.clone()) {
         tracing::warn!("[ipfix]: cannot open the exporter's socket: {e}");
     }
     cx.set_topology(next);

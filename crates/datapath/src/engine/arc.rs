@@ -64,8 +64,9 @@ pub struct Features {
     pub mirror_in: bool,
     /// A mirror selects what is sent to it.
     pub mirror_out: bool,
-    /// Flows are exported (`[ipfix]`).
-    pub ipfix: bool,
+    /// The stages' switch-wide services installed (flow export's
+    /// exporter, `[ipfix]`).
+    pub services: crate::engine::services::Installed,
     /// ARP and ND requests are answered for the fabric (a VM's port with
     /// a tunnel endpoint on the switch).
     pub suppression: bool,

@@ -123,14 +123,17 @@ fn a_traced_frame_gets_a_line_from_every_stage_it_passes_and_others_none() {
     sw.set_port("p1", s1).unwrap();
     sw.set_acl(allow_all(&["p0", "p1"]));
     sw.set_mirrors(vec![mirror()]).unwrap();
-    sw.set_ipfix(Some(IpfixConfig {
-        targets: vec![collector.local_addr().unwrap()],
-        sampling: 1,
-        obs_domain_id: 1,
-        cache_active_timeout: Duration::from_secs(60),
-        cache_idle_timeout: Duration::from_secs(15),
-        cache_max_flows: 64,
-    }))
+    crate::ipfix::set(
+        &sw,
+        Some(IpfixConfig {
+            targets: vec![collector.local_addr().unwrap()],
+            sampling: 1,
+            obs_domain_id: 1,
+            cache_active_timeout: Duration::from_secs(60),
+            cache_idle_timeout: Duration::from_secs(15),
+            cache_max_flows: 64,
+        }),
+    )
     .unwrap();
     let capture = Arc::new(Session::new(&[Point::In], None, 256));
     sw.ports()[0].taps.attach(Arc::clone(&capture));

@@ -16,6 +16,7 @@ pub mod item;
 pub mod pool;
 pub mod port_table;
 pub mod ring;
+pub mod services;
 pub mod threads;
 pub(crate) mod worker;
 
@@ -135,8 +136,9 @@ pub struct Switch {
     pub acl: crate::acl::Acl,
     /// Port mirrors (SPAN, RSPAN, ERSPAN).
     pub mirrors: crate::mirror::Mirrors,
-    /// Flow export (`[ipfix]`), when on.
-    ipfix: RwLock<Option<Arc<crate::ipfix::Ipfix>>>,
+    /// What the stages keep switch-wide (flow export's exporter), by
+    /// type.
+    pub services: services::Services,
 }
 
 impl Switch {
@@ -183,7 +185,7 @@ impl Switch {
             me: me.clone(),
             acl: crate::acl::Acl::new(),
             mirrors: Default::default(),
-            ipfix: RwLock::new(None),
+            services: Default::default(),
         })
     }
 
@@ -268,11 +270,11 @@ impl Switch {
     /// Asks every thread to stop (they notice within 100 ms).
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
-        // Every flow's record goes out before the exporter ends (out of
-        // the lock: a worker reading it is not kept waiting).
-        let ix = self.ipfix.write().expect("ipfix lock").take();
-        if let Some(ix) = ix {
-            ix.shutdown();
+        // What the stages' services hold goes out before they end (an
+        // exporter's every record), out of their lock: a worker reading
+        // them is not kept waiting.
+        for s in self.services.take_all() {
+            s.shutdown();
         }
     }
 
@@ -326,29 +328,13 @@ impl Switch {
         self.settings_gen.fetch_add(1, Ordering::Release);
     }
 
-    /// Starts, changes or stops flow export: an exporter whose settings
-    /// change is stopped (its flows' records sent) and another started.
-    pub fn set_ipfix(&self, cfg: Option<crate::ipfix::IpfixConfig>) -> std::io::Result<()> {
-        let old = {
-            let mut slot = self.ipfix.write().expect("ipfix lock");
-            if slot.as_ref().map(|x| &x.config) == cfg.as_ref() {
-                return Ok(());
-            }
-            let next = cfg.map(crate::ipfix::Ipfix::start).transpose()?;
-            std::mem::replace(&mut *slot, next)
-        };
-        // The workers take the new one at their next batch; the old one
-        // sends its records once they have (its shutdown waits a little).
+    /// Installs stage service `new` (None: removes the one of its type);
+    /// the workers take it at their next burst, and the one it replaced
+    /// is returned for the caller to shut down then.
+    pub fn replace_service<T: services::Service>(&self, new: Option<Arc<T>>) -> Option<Arc<T>> {
+        let old = self.services.replace(new);
         self.settings_gen.fetch_add(1, Ordering::Release);
-        if let Some(old) = old {
-            old.shutdown();
-        }
-        Ok(())
-    }
-
-    /// The flow exporter, when on.
-    pub fn ipfix(&self) -> Option<Arc<crate::ipfix::Ipfix>> {
-        self.ipfix.read().expect("ipfix lock").clone()
+        old
     }
 
     /// A tunnel endpoint port's own address and UDP port (None for any

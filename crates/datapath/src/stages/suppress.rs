@@ -16,7 +16,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 pub(crate) const DECL: Decl<InRun> = Decl {
     name: "suppress",
     kind: Kind::Policy,
-    after: &["fdb", "ipfix"],
+    after: &["fdb"],
     before: &["snoop"],
     wants: |f| f.suppression && !f.uplink,
     run: suppress_burst,

@@ -16,7 +16,7 @@ use hvnet_port::Packet;
 pub(crate) const DECL: Decl<InRun> = Decl {
     name: "forward",
     kind: Kind::Engine,
-    after: &["fdb", "ipfix", "suppress", "snoop"],
+    after: &["fdb", "suppress", "snoop"],
     before: &[],
     wants: always,
     run: forward_burst,

@@ -193,10 +193,8 @@ pub(crate) struct State {
     pub(crate) out_arcs: Vec<FeatureArc<OutRun>>,
     /// An ERSPAN copy's headers and bytes.
     pub(crate) erspan_out: Vec<u8>,
-    /// The flow exporter (read with the settings), and frames until the
-    /// next one it meters.
-    pub(crate) ipfix: Option<Arc<crate::ipfix::Ipfix>>,
-    pub(crate) ipfix_skip: u32,
+    /// The stages' own state at this queue, by type.
+    pub(crate) locals: crate::engine::services::Locals,
     /// At a tunnel endpoint's queue: its address and UDP port (the outer
     /// destination of what it decapsulates), read with the settings.
     pub(crate) endpoint: Option<(std::net::IpAddr, u16)>,
@@ -253,8 +251,7 @@ impl Rxq {
             in_arc: FeatureArc::default(),
             out_arcs: Vec::new(),
             erspan_out: Vec::new(),
-            ipfix: None,
-            ipfix_skip: 1,
+            locals: Default::default(),
             endpoint: None,
         };
         Rxq {
@@ -308,7 +305,6 @@ impl State {
                 s.rx_overflow = crate::settings::RxOverflow::Drop;
             }
         }
-        self.ipfix = cx.sw.ipfix();
         self.endpoint = cx.sw.endpoint_address(cx.port.id);
         self.build_arcs(cx);
         self.dests.resize_with(t.len(), Vec::new);
@@ -332,7 +328,7 @@ impl State {
         let t = &cx.ports;
         let switch_wide = Features {
             lease_snooping: self.settings.iter().any(|s| s.dhcp_snooping),
-            ipfix: self.ipfix.is_some(),
+            services: cx.sw.services.installed(),
             suppression: !cx.sw.endpoints.read().expect("endpoints lock").is_empty(),
             snooping: cx.sw.mdb.config().enabled,
             ..Features::default()

@@ -163,6 +163,31 @@ pub struct Ipfix {
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
+impl crate::engine::services::Service for Ipfix {
+    fn shutdown(&self) {
+        Ipfix::shutdown(self);
+    }
+}
+
+/// Starts, changes or stops flow export on switch `sw`: an exporter
+/// whose settings change is stopped (its flows' records sent) once the
+/// workers have taken the new one, and another started.
+pub fn set(sw: &crate::Switch, cfg: Option<IpfixConfig>) -> std::io::Result<()> {
+    if current(sw).as_ref().map(|x| &x.config) == cfg.as_ref() {
+        return Ok(());
+    }
+    let next = cfg.map(Ipfix::start).transpose()?;
+    if let Some(old) = sw.replace_service(next) {
+        old.shutdown();
+    }
+    Ok(())
+}
+
+/// Switch `sw`'s flow exporter, when on.
+pub fn current(sw: &crate::Switch) -> Option<Arc<Ipfix>> {
+    sw.services.get::<Ipfix>()
+}
+
 impl std::fmt::Debug for Ipfix {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ipfix")

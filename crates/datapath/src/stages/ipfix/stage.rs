@@ -6,28 +6,50 @@ use crate::arc::{Decl, Kind};
 use crate::engine::worker::Burst;
 use crate::engine::worker::InRun;
 use crate::engine::worker::{Ctx, State};
-use crate::ipfix::TunnelKey;
+use crate::ipfix::{Ipfix, TunnelKey};
+use std::sync::Arc;
 
 pub(crate) const DECL: Decl<InRun> = Decl {
     name: "ipfix",
     kind: Kind::Observation,
     after: &["fdb"],
-    before: &["forward"],
-    wants: |f| f.ipfix,
+    before: &["suppress", "forward"],
+    wants: |f| f.services.has::<Ipfix>(),
     run: meter,
 };
 
+/// A queue's meter: the exporter as of the settings' generation it was
+/// read at, and the frames until the next one metered.
+#[derive(Default)]
+struct Meter {
+    exporter: Option<(u64, Arc<Ipfix>)>,
+    skip: u32,
+}
+
 fn meter(st: &mut State, cx: &Ctx, b: &mut Burst) {
-    let Some(ix) = st.ipfix.clone() else {
+    let (gen, endpoint) = (st.gen, st.endpoint);
+    let m = st.locals.get::<Meter>();
+    if m.exporter.as_ref().is_none_or(|(g, _)| *g != gen) {
+        let now = crate::ipfix::current(&cx.sw);
+        let same = match (&now, &m.exporter) {
+            (Some(a), Some((_, b))) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        if !same {
+            m.skip = 1;
+        }
+        m.exporter = now.map(|x| (gen, x));
+    }
+    let Some((_, ix)) = &m.exporter else {
         return;
     };
     for i in b.live() {
         // Systematic 1-in-N sampling, counted per queue.
-        st.ipfix_skip -= 1;
-        if st.ipfix_skip == 0 {
-            st.ipfix_skip = ix.config.sampling.max(1);
+        m.skip -= 1;
+        if m.skip == 0 {
+            m.skip = ix.config.sampling.max(1);
             let pkt = &b[i];
-            let tunnel = st.endpoint.and_then(|e| TunnelKey::of(pkt, e));
+            let tunnel = endpoint.and_then(|e| TunnelKey::of(pkt, e));
             ix.meter(cx.port.id, b.learned[i], pkt, tunnel);
             b.trace(&cx.port.tracer, i, "ipfix", || "metered".into());
         } else {

@@ -218,6 +218,10 @@ def test_dhcp_snooping_makes_a_leased_address_the_clients_own(tmp_path):
         before = t.stats("/ports/cl/tx_summary")["drop_source_guard"]
         assert lab.lies_reaching("c", [free], liar="cl", liar_ip=leased) == []
         assert lab.drops("cl", "source_guard", before + 1) == before + 1
+        # `hvnet port` shows the port's drops by reason, as stats does.
+        drops = json.loads(t.hv("port", "cl", "--json").stdout)["drops"]
+        assert drops["from_port"]["source_guard"] == before + 1, drops
+        assert "source_guard:" in t.hv("port", "cl").stdout
         # A rogue server's ACK is never learned: its guard drops it first.
         assert t.stats("/ports/a/tx_summary")["drop_dhcp_guard"] == 0
 

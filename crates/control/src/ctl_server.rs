@@ -479,8 +479,10 @@ fn handle(
         }
         Request::Stats { path } => views::stats(sw, &path),
         Request::PortShow { name } => {
-            let mut v = views::port_settings(sw, &*port(&name)?);
+            let p = port(&name)?;
+            let mut v = views::port_settings(sw, &p);
             with_attachment(&mut v, &name, topo);
+            v["drops"] = views::drops_by_reason(&p);
             Ok(v)
         }
         Request::PortSet { name, changes } => {

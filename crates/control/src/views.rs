@@ -110,6 +110,28 @@ pub fn tx_summary(p: &Port) -> IngressStats {
     p.ingress_stats()
 }
 
+/// A port's drops by named reason, those counted at all: of what it sent
+/// into the switch (`from_port`) and of what was on its way to it
+/// (`to_port`), as `tx_summary` and `rx_summary` count them.
+pub fn drops_by_reason(p: &Port) -> Value {
+    let named = |v: Value| -> Value {
+        let m: serde_json::Map<String, Value> = v
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, n)| {
+                let reason = k.strip_prefix("drop_")?;
+                (n.as_u64().unwrap_or(0) > 0).then(|| (reason.to_string(), n.clone()))
+            })
+            .collect();
+        Value::Object(m)
+    };
+    serde_json::json!({
+        "from_port": named(value(tx_summary(p))),
+        "to_port": named(value(rx_summary(p))),
+    })
+}
+
 /// `rx_summary`: what the switch delivered to the port, summed over its
 /// queues, with the levels read beside them.
 #[derive(Debug, Serialize)]

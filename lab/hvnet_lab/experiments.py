@@ -111,7 +111,7 @@ EXPERIMENTS = [
                  "64 and 1500 B frames: CPU per frame and frames per second"},
     {"name": "feature-cost", "reproduces": "measurement", "run": feature_cost.feature_cost,
      "workload": "vhost-frames' testpmd front ends at 64 B: the daemon's CPU per frame with every feature off, beside a "
-                 "build without the feature stages (bare-arcs), and with each feature on alone (snooping, guards, policer, "
+                 "build without the feature stages, and with each feature on alone (snooping, guards, policer, "
                  "shaper, mirror, security group, IPFIX, capture)"},
     {"name": "guests", "reproduces": "measurement", "run": guest_compare.guests,
      "workload": "QEMU guest to QEMU guest, one stream, through hvnet's vhost-user ports, QEMU's own virtio-net on TAPs in "

@@ -5,9 +5,10 @@ a measurement (no study, no verdict).
 a sending 64-byte UDP frames from 198.18.0.1 to b at 198.18.0.2 as fast
 as it can, b taking them; the switch on core 0, the front ends on core
 1), run once per configuration, interleaved:
-- `bare`: a build without the feature stages (`cargo build --release
-  --features bare-arcs`; `HVNET_LAB_BARE`, default
-  `target/bare/release/hvnet`), every feature off;
+- `bare`: a build without the feature stages (`RUSTFLAGS="--cfg
+  hvnet_bare_arcs" cargo build --release -p hvnet --target-dir
+  target/bare`; `HVNET_LAB_BARE`, default `target/bare/release/hvnet`),
+  every feature off;
 - `off`: this build, every feature off (IGMP/MLD snooping too);
 - then this build with one feature on at a time: `snooping` (the
   default), `guards` (all five at a, its address 198.18.0.1), `policer`
@@ -98,9 +99,9 @@ def feature_cost(tmp, quick, reps, log):
     secs = 2 if quick else 4
     bare = bare_build()
     if not bare:
-        print("lab: feature-cost: no bare-arcs build (HVNET_LAB_BARE, or "
-              "`cargo build --release -p hvnet --features bare-arcs --target-dir target/bare`); "
-              "measuring without it", flush=True)
+        print("lab: feature-cost: no build without the feature stages (HVNET_LAB_BARE, or `RUSTFLAGS=\"--cfg "
+              "hvnet_bare_arcs\" cargo build --release -p hvnet --target-dir target/bare`); measuring without it",
+              flush=True)
     configs = [c for c in FEATURES if c != "bare" or bare]
 
     def one(config):
@@ -124,7 +125,7 @@ def feature_cost(tmp, quick, reps, log):
         parts.append(f"every feature off: {off:.0f} ns per frame, {off / ns['bare']:.3f}x the build without "
                      f"feature stages ({ns['bare']:.0f} ns)")
     else:
-        parts.append(f"every feature off: {off:.0f} ns per frame (no bare-arcs build to compare)")
+        parts.append(f"every feature off: {off:.0f} ns per frame (no build without the feature stages to compare)")
     parts += [f"{c} {ns[c] / off:.2f}x ({ns[c] - off:+.0f} ns)" for c in configs if c not in ("bare", "off")]
     note = ("vhost-frames' set-up at 64 B on split virtqueues: the daemon on core 0, both testpmd front ends on "
             f"core 1, frames dropped at b's full ring; {secs} s measured per run. The daemon's CPU (all its threads) "

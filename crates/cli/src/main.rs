@@ -8,16 +8,17 @@ mod capture_cmd;
 mod pcap_cmd;
 mod switch_cmd;
 mod top;
+mod trace_cmd;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 
 /// The version `--version` prints; a measurement build says what it is.
-const VERSION: &str = if cfg!(feature = "bare-arcs") {
+const VERSION: &str = if cfg!(hvnet_bare_arcs) {
     concat!(
         env!("CARGO_PKG_VERSION"),
-        " (bare-arcs: no feature stages, for measurement only)"
+        " (bare arcs: no feature stages, for measurement only)"
     )
 } else {
     env!("CARGO_PKG_VERSION")
@@ -176,6 +177,18 @@ enum Cmd {
     /// switch nothing; a capture that cannot keep up loses copies
     /// (counted at the end), never frames.
     Capture(capture_cmd::CaptureArgs),
+    /// Trace the next frames a port sends into the switch that match a
+    /// filter: every stage on each frame's path writes one line — the
+    /// VLAN it was put in, the guard or security-group rule that passed
+    /// or dropped it, the FDB hit or the flood, the mirror copies, the
+    /// queue and tag at each port it leaves by — and its verdict,
+    /// delivered (where) or dropped (the named reason), as VPP's packet
+    /// trace shows real frames node by node.
+    ///
+    /// `hvnet trace web0 --live icmp` waits for the next ICMP frame from
+    /// web0 (`-c 5` for five, `--timeout` seconds); `--json` for tools.
+    /// Frames that are not traced pay one bit test per stage.
+    Trace(trace_cmd::TraceArgs),
     /// Add or remove one VM while the switch runs, as `ovs-vsctl
     /// add-port`/`del-port` do: no other VM is touched.
     #[command(subcommand)]
@@ -332,6 +345,7 @@ fn main() {
         Cmd::Acl { args, target } => acl_cmd::acl(&target, args),
         Cmd::Top(a) => top::top(a),
         Cmd::Capture(a) => capture_cmd::capture(a),
+        Cmd::Trace(a) => trace_cmd::trace(a),
         Cmd::Exec {
             vm,
             stdin,

@@ -96,7 +96,7 @@ pub fn plan(
 
 /// A tcpdump filter expression compiled for Ethernet frames (none for an
 /// empty one).
-fn compile(expr: &str) -> Result<Option<Filter>, CtlError> {
+pub(crate) fn compile(expr: &str) -> Result<Option<Filter>, CtlError> {
     if expr.trim().is_empty() {
         return Ok(None);
     }

@@ -232,6 +232,17 @@ fn by_name(sw: &Switch, req: Request) -> Request {
             name: name_of(name),
             changes,
         },
+        Request::Trace {
+            port,
+            filter,
+            count,
+            timeout_ms,
+        } => Request::Trace {
+            port: name_of(port),
+            filter,
+            count,
+            timeout_ms,
+        },
         Request::Stats { path } => {
             let mut parts: Vec<String> = path.split('/').map(str::to_string).collect();
             if let Some(p) = parts.iter().position(|s| !s.is_empty()) {
@@ -552,6 +563,12 @@ fn handle(
             Ok(json!("stopping"))
         }
         Request::Counters => Ok(views::counters(sw)),
+        Request::Trace {
+            port,
+            filter,
+            count,
+            timeout_ms,
+        } => crate::trace_view::trace(sw, &port, &filter, count, Duration::from_millis(timeout_ms)),
         Request::Acl { port, conntrack } => crate::acl_view::acl(sw, port.as_deref(), conntrack),
         Request::AclReapply { port, flush } => crate::acl_view::reapply(sw, port.as_deref(), flush),
         Request::Restart { .. }

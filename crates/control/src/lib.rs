@@ -23,5 +23,6 @@ pub mod rtnl;
 pub mod state;
 pub mod tc;
 pub mod topology;
+pub mod trace_view;
 pub mod views;
 pub mod watch;

@@ -112,6 +112,19 @@ pub enum Request {
         #[serde(default)]
         flush: bool,
     },
+    /// `hvnet trace PORT --live FILTER`: the next frames from the port
+    /// that the filter keeps, each stage's line on their path.
+    Trace {
+        /// The port (a VM's, an uplink's or a tunnel endpoint's).
+        port: String,
+        /// A tcpdump filter expression (empty: any frame).
+        #[serde(default)]
+        filter: String,
+        /// Frames to trace (1 to 64).
+        count: u32,
+        /// How long to wait for them, in milliseconds.
+        timeout_ms: u64,
+    },
     /// `hvnet capture PORT`: copies of the port's frames at the points
     /// asked for; after the reply line, the connection carries pcapng
     /// until the client closes it or `count` frames were sent.

@@ -81,11 +81,11 @@ static EGRESS: [Decl<OutRun>; 5] = [
     worker::vlan::TAG,
 ];
 
-/// True in a build without the feature stages (`bare-arcs`), which the
-/// daemon says when it starts.
-pub const BARE_ARCS: bool = cfg!(feature = "bare-arcs");
+/// True in a build without the feature stages (`RUSTFLAGS="--cfg
+/// hvnet_bare_arcs"`), which the daemon says when it starts.
+pub const BARE_ARCS: bool = cfg!(hvnet_bare_arcs);
 
-/// A feature's ingress stage. In a `bare-arcs` build (the reference a port
+/// A feature's ingress stage. In a build with bare arcs (the reference a port
 /// with every feature off is measured against) it keeps its place in the
 /// order, for the others' constraints, but is on no port's arc and its
 /// code is not in the binary.
@@ -136,5 +136,5 @@ fn egress_arc(f: &Features) -> FeatureArc<OutRun> {
     orders().1.build(&EGRESS, f)
 }
 
-#[cfg(all(test, not(feature = "bare-arcs")))]
+#[cfg(all(test, not(hvnet_bare_arcs)))]
 mod stage_table_tests;

@@ -6,7 +6,7 @@
 //! and `hvnet diagnose` read.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
 /// Lines a tracer keeps until they are taken; older ones go first.
@@ -23,15 +23,64 @@ pub struct TraceLine {
     pub text: String,
 }
 
+/// Which frames a trace marks (a compiled tcpdump filter): true for one
+/// to mark.
+pub type TraceFilter = Box<dyn Fn(&[u8]) -> bool + Send + Sync>;
+
 /// A port's trace: frames still to mark, and the lines written.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Tracer {
     armed: AtomicU32,
     marked: AtomicU64,
     lines: Mutex<VecDeque<TraceLine>>,
+    /// Only frames it keeps are marked (all without one).
+    filter: Mutex<Option<TraceFilter>>,
+    /// A trace's reader holds the port's tracer (one at a time).
+    held: AtomicBool,
+}
+
+impl std::fmt::Debug for Tracer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tracer")
+            .field("armed", &self.armed)
+            .field("marked", &self.marked)
+            .finish()
+    }
 }
 
 impl Tracer {
+    /// Takes the tracer for one reader: false if another holds it.
+    pub fn hold(&self) -> bool {
+        !self.held.swap(true, Relaxed)
+    }
+
+    /// Lets the tracer go: nothing more is marked, the filter dropped.
+    pub fn release(&self) {
+        self.armed.store(0, Relaxed);
+        *self.filter.lock().expect("trace lock") = None;
+        self.held.store(false, Relaxed);
+    }
+
+    /// Marks the next `frames` frames `filter` keeps (any frame without
+    /// one), instead of what was armed before.
+    pub fn arm_matching(&self, frames: u32, filter: Option<TraceFilter>) {
+        *self.filter.lock().expect("trace lock") = filter;
+        self.armed.store(frames, Relaxed);
+    }
+
+    /// True if frame `bytes` is one to mark (asked only while armed).
+    pub(crate) fn wants(&self, bytes: &[u8]) -> bool {
+        self.filter
+            .lock()
+            .expect("trace lock")
+            .as_ref()
+            .is_none_or(|f| f(bytes))
+    }
+
+    /// Frames marked so far (numbered from 1 in that order).
+    pub fn marked(&self) -> u64 {
+        self.marked.load(Relaxed)
+    }
     /// Marks the next `frames` frames read at the port (added to any
     /// still armed).
     pub fn arm(&self, frames: u32) {
@@ -86,5 +135,15 @@ mod tests {
         assert_eq!(lines.len(), MAX_LINES);
         assert_eq!(lines[0].text, "3");
         assert!(t.take().is_empty());
+    }
+
+    #[test]
+    fn a_filter_picks_the_frames_and_one_reader_holds_the_tracer() {
+        let t = Tracer::default();
+        assert!(t.hold() && !t.hold());
+        t.arm_matching(1, Some(Box::new(|b: &[u8]| b.first() == Some(&7))));
+        assert!(!t.wants(&[1]) && t.wants(&[7]));
+        t.release();
+        assert!(t.hold() && t.armed() == 0 && t.wants(&[1]));
     }
 }

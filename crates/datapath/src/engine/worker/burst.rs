@@ -67,6 +67,9 @@ impl Burst {
         self.snooped.clear();
         if tracer.armed() > 0 {
             for i in self.live() {
+                if !tracer.wants(self[i].frame()) {
+                    continue;
+                }
                 let Some(id) = tracer.mark() else { break };
                 self.traced |= 1 << i;
                 self.trace_ids[i] = id;

@@ -1,0 +1,99 @@
+//! `hvnet trace`: a port's next real frames that match a filter, each
+//! with every stage's line on its path.
+
+use crate::switch_cmd::{pick, socket_error, Target};
+use clap::Args;
+use hvnet_control::daemon;
+use hvnet_control::proto::{self, Request};
+use serde_json::Value;
+use std::time::Duration;
+
+/// `hvnet trace`'s arguments.
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    /// The port the frames come from: a VM's, an uplink's or a tunnel
+    /// endpoint's (its name, or its number in `hvnet ports`).
+    pub port: String,
+    /// Trace the next real frames from the port that this tcpdump filter
+    /// (`pcap-filter(7)`) keeps: `icmp`, `tcp port 5201`, `arp`, … (`""`:
+    /// any frame).
+    #[arg(long, value_name = "FILTER")]
+    pub live: String,
+    /// Frames to trace, 1 to 64.
+    #[arg(short = 'c', long, value_name = "COUNT", default_value_t = 1)]
+    pub count: u32,
+    /// Seconds to wait for them.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    pub timeout: f64,
+    #[command(flatten)]
+    pub target: Target,
+}
+
+/// Asks the switch for the trace and prints each frame's path.
+pub fn trace(a: TraceArgs) -> Result<(), String> {
+    if !(a.timeout > 0.0 && a.timeout <= 3600.0) {
+        return Err(format!(
+            "--timeout {}: seconds, more than 0 and at most 3600",
+            a.timeout
+        ));
+    }
+    let name = pick(&a.target)?;
+    let sock = daemon::state_dir(&name).join("ctl.sock");
+    let timeout = Duration::from_secs_f64(a.timeout);
+    let req = Request::Trace {
+        port: a.port.clone(),
+        filter: a.live.clone(),
+        count: a.count,
+        timeout_ms: timeout.as_millis() as u64,
+    };
+    let r = proto::call_waiting(&sock, &req, timeout + Duration::from_secs(10))
+        .map_err(|e| socket_error(&name, &sock, &e))?;
+    if !r.ok {
+        if let (true, Some(detail)) = (a.target.json, &r.detail) {
+            println!("{}", serde_json::json!({ "error": detail }));
+        }
+        return Err(r.error);
+    }
+    if a.target.json {
+        println!("{}", r.data);
+        return Ok(());
+    }
+    print(&r.data);
+    Ok(())
+}
+
+fn print(v: &Value) {
+    let frames = v["frames"].as_array().cloned().unwrap_or_default();
+    for f in &frames {
+        println!(
+            "frame {} from {}:",
+            f["frame"],
+            v["port"].as_str().unwrap_or("?")
+        );
+        for s in f["stages"].as_array().into_iter().flatten() {
+            println!(
+                "  {:<14} {}",
+                s["stage"].as_str().unwrap_or(""),
+                s["text"].as_str().unwrap_or("")
+            );
+        }
+        match (f["dropped"].as_str(), f["delivered"].as_array()) {
+            (Some(why), _) => println!("  => dropped: {why}"),
+            (None, Some(out)) if !out.is_empty() => {
+                let to: Vec<&str> = out.iter().filter_map(Value::as_str).collect();
+                println!("  => delivered {}", to.join(", "));
+            }
+            _ => println!("  => not delivered"),
+        }
+    }
+    let asked = v["asked"].as_u64().unwrap_or(0);
+    match v["ended"].as_str() {
+        Some("timeout") => eprintln!(
+            "hvnet trace: {} of {asked} frames matched in {:.1} s",
+            frames.len(),
+            v["seconds"].as_f64().unwrap_or(0.0)
+        ),
+        Some("count") | None => {}
+        Some(other) => eprintln!("hvnet trace: ended: {other}"),
+    }
+}

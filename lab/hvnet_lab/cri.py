@@ -37,10 +37,13 @@ class Cri:
             for f in Path(src).glob("*") if Path(src).is_dir() else ():
                 if not (w / "bin" / f.name).exists():
                     (w / "bin" / f.name).symlink_to(f)
+        # This build's plugin, never an older one installed elsewhere.
         ours = Path(hvlab.hvnet_bin()).parent / "hvnet-cni"
-        if ours.exists():
-            (w / "bin" / "hvnet-cni").unlink(missing_ok=True)
-            (w / "bin" / "hvnet-cni").symlink_to(ours)
+        if not ours.exists():
+            shutil.rmtree(w, ignore_errors=True)
+            raise RuntimeError(f"{ours} is not built: cargo build --release -p hvnet-cni")
+        (w / "bin" / "hvnet-cni").unlink(missing_ok=True)
+        (w / "bin" / "hvnet-cni").symlink_to(ours)
         self.network = network
         (w / "net.d" / f"10-{network}.conflist").write_text(
             json.dumps({"cniVersion": "1.0.0", "name": network, "plugins": [plugin]}))
@@ -83,13 +86,23 @@ state = "{w}/state"
             if not hvlab.eventually(lambda: (w / "containerd.sock").exists(), timeout=60):
                 raise RuntimeError("containerd did not start: " + (w / "containerd.log").read_text()[-2000:])
             self._pause_image()
-            # The CRI plugin is ready once it has read the CNI network.
-            ready = lambda: '"NetworkReady"' in self.crictl("info", check=False).stdout  # noqa: E731
-            hvlab.eventually(ready, timeout=60)
+            # The CRI plugin is ready once it has read the CNI network
+            # (its NetworkReady condition true).
+            if not hvlab.eventually(self.network_ready, timeout=60):
+                raise RuntimeError("containerd's CRI did not take the CNI network: "
+                                   + self.crictl("info", check=False).stdout[-2000:])
         except BaseException:
             self.__exit__(None, None, None)
             raise
         return self
+
+    def network_ready(self):
+        r = self.crictl("info", check=False)
+        try:
+            conditions = json.loads(r.stdout)["status"]["conditions"]
+        except (ValueError, KeyError, TypeError):
+            return False
+        return any(c.get("type") == "NetworkReady" and c.get("status") for c in conditions)
 
     def _pause_image(self):
         """busybox `sleep` as the sandbox image, built with podman in a

@@ -90,9 +90,16 @@ FEATURES = {
 
 
 def bare_build():
-    """The build without feature stages, or None."""
-    path = Path(os.environ.get("HVNET_LAB_BARE", "target/bare/release/hvnet"))
-    return str(path.resolve()) if path.exists() else None
+    """The build without feature stages (it says so in its version), or
+    None."""
+    root = Path(__file__).resolve().parents[2]
+    path = Path(os.environ.get("HVNET_LAB_BARE", root / "target" / "bare" / "release" / "hvnet"))
+    if not path.exists():
+        return None
+    version = subprocess.run([str(path), "--version"], capture_output=True, text=True).stdout
+    if "bare arcs" not in version:
+        raise RuntimeError(f"{path} is not a build without the feature stages ({version.strip()})")
+    return str(path.resolve())
 
 
 def feature_cost(tmp, quick, reps, log):

@@ -22,7 +22,7 @@ def trace(t, port, live, *more, check=True):
 
 
 def test_a_frames_path_through_the_stages_to_its_port_or_its_drop(tmp_path):
-    vms = [vm("a", "198.18.71.1", source_guard=True), vm("b", "198.18.71.2")]
+    vms = [vm("a", "198.18.71.1", source_guard=True), vm("b", "198.18.71.2", mtu=1400)]
     with hvlab.Topology(tmp_path, vms, prefix="tr") as t:
         t.sh("a", "ping -c 1 -W 5 198.18.71.2")
         # An echo request a sends while the trace waits: its path, each
@@ -51,11 +51,21 @@ def test_a_frames_path_through_the_stages_to_its_port_or_its_drop(tmp_path):
         t.sh("a", "ip addr add 198.18.71.99/24 dev eth0")
         pinger = t.popen("a", "ping -i 0.2 -c 50 -I 198.18.71.99 198.18.71.2", stdout=subprocess.DEVNULL)
         try:
-            v = trace(t, "a", "src host 198.18.71.99")
+            v = trace(t, "a", "icmp and src host 198.18.71.99")
         finally:
             pinger.kill()
         assert v["frames"][0]["dropped"] == "source_guard" and not v["frames"][0]["delivered"], v
         assert json.loads(t.hv("port", "a", "--json").stdout)["drops"]["from_port"]["source_guard"] > 0
+        t.sh("a", "ip addr del 198.18.71.99/24 dev eth0")
+        # A frame longer than b's MTU (1400) passes every stage in and is
+        # dropped on its way out to b, by the counter's name.
+        pinger = t.popen("a", "ping -i 0.2 -c 50 -s 1420 -M do 198.18.71.2", stdout=subprocess.DEVNULL)
+        try:
+            v = trace(t, "a", "icmp and greater 1400")
+        finally:
+            pinger.kill()
+        f = v["frames"][0]
+        assert f["dropped"] is None and f["delivered"] == [] and f["dropped_at"] == ["to b: mtu_exceeded"], f
 
 
 def test_bad_words_are_refused_and_a_trace_ends_with_its_port(tmp_path):
@@ -69,14 +79,27 @@ def test_bad_words_are_refused_and_a_trace_ends_with_its_port(tmp_path):
         # Nothing matches: the time runs out with no frame, said.
         v = trace(t, "a", "udp port 9", "--timeout", "0.5")
         assert v["ended"] == "timeout" and v["frames"] == [], v
-        # One trace at a time at a port; the port removed under it.
-        waiting = subprocess.Popen([hvlab.hvnet_bin(), "trace", "-t", t.name, "c", "--live", "udp port 9",
-                                    "--timeout", "60", "--json"], stdout=subprocess.PIPE, text=True)
+        def traced(port):
+            return json.loads(t.hv("port", port, "--json").stdout)["traced"]
+
+        def waiting_trace(port):
+            return subprocess.Popen([hvlab.hvnet_bin(), "trace", "-t", t.name, port, "--live", "udp port 9",
+                                     "--timeout", "60", "--json"], stdout=subprocess.PIPE, text=True)
+
+        # A client that leaves ends its trace: the port is free again.
+        gone = waiting_trace("a")
         try:
-            def busy():
-                r = t.hv("trace", "c", "--live", "icmp", "--timeout", "0.1", check=False)
-                return r.returncode != 0 and "being traced" in r.stderr
-            assert hvlab.eventually(busy, timeout=10)
+            assert hvlab.eventually(lambda: traced("a"), timeout=10)
+        finally:
+            gone.kill()
+            gone.wait()
+        assert hvlab.eventually(lambda: not traced("a"), timeout=10)
+        # One trace at a time at a port; the port removed under it.
+        waiting = waiting_trace("c")
+        try:
+            assert hvlab.eventually(lambda: traced("c"), timeout=10)
+            r = t.hv("trace", "c", "--live", "icmp", "--timeout", "0.1", check=False)
+            assert r.returncode != 0 and "being traced" in r.stderr, r.stderr
             start = time.monotonic()
             t.hv("vm", "del", "c")
             out, _ = waiting.communicate(timeout=30)

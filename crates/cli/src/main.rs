@@ -187,7 +187,8 @@ enum Cmd {
     ///
     /// `hvnet trace web0 --live icmp` waits for the next ICMP frame from
     /// web0 (`-c 5` for five, `--timeout` seconds); `--json` for tools.
-    /// Frames that are not traced pay one bit test per stage.
+    /// While it waits, the port's frames are matched against the filter;
+    /// those not traced pay one bit test per stage.
     Trace(trace_cmd::TraceArgs),
     /// Add or remove one VM while the switch runs, as `ovs-vsctl
     /// add-port`/`del-port` do: no other VM is touched.

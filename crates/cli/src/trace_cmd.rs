@@ -77,13 +77,27 @@ fn print(v: &Value) {
                 s["text"].as_str().unwrap_or("")
             );
         }
-        match (f["dropped"].as_str(), f["delivered"].as_array()) {
-            (Some(why), _) => println!("  => dropped: {why}"),
-            (None, Some(out)) if !out.is_empty() => {
-                let to: Vec<&str> = out.iter().filter_map(Value::as_str).collect();
-                println!("  => delivered {}", to.join(", "));
-            }
-            _ => println!("  => not delivered"),
+        let list = |k: &str| -> Vec<String> {
+            f[k].as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        };
+        if let Some(why) = f["dropped"].as_str() {
+            println!("  => dropped: {why}");
+            continue;
+        }
+        let (out, lost) = (list("delivered"), list("dropped_at"));
+        if !out.is_empty() {
+            println!("  => delivered {}", out.join(", "));
+        }
+        for l in &lost {
+            println!("  => dropped {l}");
+        }
+        if out.is_empty() && lost.is_empty() {
+            println!("  => not delivered");
         }
     }
     let asked = v["asked"].as_u64().unwrap_or(0);

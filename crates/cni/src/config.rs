@@ -252,7 +252,7 @@ impl NetConf {
             }
             if !VM_KEYS.contains(&k.as_str()) {
                 return Err(unsupported(format!(
-                    "{k} = {v}: not a key hvnet-cni knows; besides CNI's own (cniVersion, name, type, topology, ipam, dns) the keys are a [[vm]] table's: {}",
+                    "{k} = {v}: not a key hvnet-cni knows; besides CNI's own (cniVersion, name, type, topology, ipam, dns) and the port's kind (kind, socket_dir) the keys are a [[vm]] table's: {}",
                     VM_KEYS.join(", ")
                 )));
             }

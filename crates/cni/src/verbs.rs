@@ -167,8 +167,16 @@ pub fn vm_table(env: &Env, conf: &NetConf, leases: &Leases) -> Result<String, Cn
     }
     t.insert("container".into(), s(&env.container));
     t.insert("network".into(), s(&conf.name));
-    if let Some(pod) = env.pod() {
-        t.insert("pod".into(), s(&pod));
+    // The pod is a label: one a runtime names outside Kubernetes' words
+    // is left out, not a reason to refuse the container.
+    match env.pod() {
+        Some(pod) if hvnet_control::topology::attach::valid_pod(&pod) => {
+            t.insert("pod".into(), s(&pod));
+        }
+        Some(pod) => eprintln!(
+            "hvnet-cni: pod {pod:?} is not NAMESPACE/NAME in Kubernetes' words: not tagged"
+        ),
+        None => {}
     }
     for (k, v) in &conf.vm {
         t.insert(k.clone(), to_toml(k, v)?);
@@ -277,6 +285,11 @@ pub fn del(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<(), CniError> {
         // again.
         Err(e) => return Err(switch_error(e)),
     }
+    // A vhost-user port's socket: gone with the port, and gone too when
+    // the removal waits for a daemon that does not answer.
+    if let Some(dir) = &conf.socket_dir {
+        let _ = std::fs::remove_file(socket_path(dir, &name));
+    }
     if let Some(kind) = &conf.ipam {
         ipam::run(env, kind, Command::Del, stdin)?;
     }
@@ -339,12 +352,14 @@ pub fn check(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<(), CniError> {
         // opened it yet: the port is there, on that socket.
         let want = socket_path(dir, &name);
         let have = port["vhost_user"]["socket"].as_str().unwrap_or_default();
-        return if have == want {
-            Ok(())
-        } else {
-            Err(fail(format!(
+        if have != want {
+            return Err(fail(format!(
                 "port {name}'s socket is {have:?}, not {want}"
-            )))
+            )));
+        }
+        return match std::fs::metadata(&want) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(fail(format!("the socket {want}: {e}"))),
         };
     }
     let netns = env

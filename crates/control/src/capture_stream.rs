@@ -83,7 +83,7 @@ pub fn plan(
             allowed: format!("a number of bytes (0..{MAX_SNAPLEN}; 0: whole frames)"),
         });
     }
-    let compiled = compile(filter)?;
+    let compiled = compile(filter, "capture")?;
     let plan = Plan {
         port: p,
         points: at,
@@ -96,7 +96,7 @@ pub fn plan(
 
 /// A tcpdump filter expression compiled for Ethernet frames (none for an
 /// empty one).
-pub(crate) fn compile(expr: &str) -> Result<Option<Filter>, CtlError> {
+pub(crate) fn compile(expr: &str, what: &str) -> Result<Option<Filter>, CtlError> {
     if expr.trim().is_empty() {
         return Ok(None);
     }
@@ -104,7 +104,7 @@ pub(crate) fn compile(expr: &str) -> Result<Option<Filter>, CtlError> {
     let program = dead.compile(expr, true).map_err(|e| {
         let why = e.to_string();
         let why = why.trim_start_matches("libpcap error: ");
-        CtlError::refused(format!("capture filter {expr:?} does not compile: {why}"))
+        CtlError::refused(format!("{what} filter {expr:?} does not compile: {why}"))
     })?;
     // libpcap's filter program is run by one caller at a time.
     let program = Mutex::new(program);

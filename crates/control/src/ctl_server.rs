@@ -157,6 +157,25 @@ fn serve(cx: &Ctl, conn: UnixStream) {
                 v
             })
         }
+        Ok(Request::Trace {
+            port,
+            filter,
+            count,
+            timeout_ms,
+        }) => {
+            // A client that hangs up makes its socket readable (end of
+            // file): the trace ends and frees the port.
+            let fd = conn.as_raw_fd();
+            let gone = || hvnet_sys::poll_readable(fd, 0).unwrap_or(true);
+            crate::trace_view::trace(
+                sw,
+                &port,
+                &filter,
+                count,
+                Duration::from_millis(timeout_ms),
+                gone,
+            )
+        }
         Ok(Request::Counters) => Ok({
             let mut v = views::counters(sw);
             // A real guest's processes are its vCPUs, for `hvnet top`.
@@ -494,6 +513,7 @@ fn handle(
             let mut v = views::port_settings(sw, &p);
             with_attachment(&mut v, &name, topo);
             v["drops"] = views::drops_by_reason(&p);
+            v["traced"] = json!(p.tracer.is_held());
             Ok(v)
         }
         Request::PortSet { name, changes } => {
@@ -563,16 +583,11 @@ fn handle(
             Ok(json!("stopping"))
         }
         Request::Counters => Ok(views::counters(sw)),
-        Request::Trace {
-            port,
-            filter,
-            count,
-            timeout_ms,
-        } => crate::trace_view::trace(sw, &port, &filter, count, Duration::from_millis(timeout_ms)),
         Request::Acl { port, conntrack } => crate::acl_view::acl(sw, port.as_deref(), conntrack),
         Request::AclReapply { port, flush } => crate::acl_view::reapply(sw, port.as_deref(), flush),
         Request::Restart { .. }
         | Request::Capture { .. }
+        | Request::Trace { .. }
         | Request::Kill { .. }
         | Request::Evpn
         | Request::VmAdd { .. }

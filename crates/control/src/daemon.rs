@@ -586,7 +586,7 @@ pub fn daemon(
     }
     if hvnet_datapath::BARE_ARCS {
         tracing::warn!(
-            "a measurement build (bare arcs): no feature stage is on any port's path, whatever the topology sets"
+            "a measurement build (bare arcs): no feature stage is on any port's path, whatever the topology sets (no guards, security groups, rates, mirrors, capture, flow export, snooping, software checksums or LRO)"
         );
     }
     match bringup {

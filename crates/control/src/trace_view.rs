@@ -20,13 +20,29 @@ pub const MAX_FRAMES: u32 = 64;
 /// worker writes them within the burst that read it).
 const SETTLE: Duration = Duration::from_millis(100);
 
-/// Traces the next `count` frames from `port` that `filter` keeps.
+/// The longest a trace waits.
+pub const MAX_WAIT: Duration = Duration::from_secs(3600);
+
+/// Holds a port's tracer for one trace, and lets it go however the trace
+/// ends.
+struct Held<'a>(&'a hvnet_datapath::trace::Tracer);
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
+/// Traces the next `count` frames from `port` that `filter` keeps,
+/// waiting at most `timeout`; `gone()` says the client left (the trace
+/// ends then, its port free for the next).
 pub fn trace(
     sw: &Switch,
     port: &str,
     filter: &str,
     count: u32,
     timeout: Duration,
+    gone: impl Fn() -> bool,
 ) -> Result<Value, CtlError> {
     let p = sw
         .port(port)
@@ -36,12 +52,20 @@ pub fn trace(
             "count {count}: 1 to {MAX_FRAMES} frames"
         )));
     }
-    let compiled = compile(filter)?;
+    if timeout.is_zero() || timeout > MAX_WAIT {
+        return Err(CtlError::refused(format!(
+            "timeout {} ms: more than 0, at most {} s",
+            timeout.as_millis(),
+            MAX_WAIT.as_secs()
+        )));
+    }
+    let compiled = compile(filter, "trace")?;
     if !p.tracer.hold() {
         return Err(CtlError::refused(format!(
             "port {port} is being traced already; one trace at a time"
         )));
     }
+    let held = Held(&p.tracer);
     // Lines left from frames no reader took are not this trace's.
     let _ = p.tracer.take();
     let first = p.tracer.marked() + 1;
@@ -57,11 +81,17 @@ pub fn trace(
             std::thread::sleep(SETTLE);
             break "count";
         }
+        if sw.stopping() {
+            break "the switch is stopping";
+        }
+        if gone() {
+            break "the client left";
+        }
         if start.elapsed() >= timeout {
             break "timeout";
         }
     };
-    p.tracer.release();
+    drop(held);
     let lines = p.tracer.take();
     Ok(json!({
         "port": port,
@@ -73,31 +103,38 @@ pub fn trace(
     }))
 }
 
-/// The lines grouped by frame, in the order the frames were read, each
-/// frame's verdict last: delivered to ports, or dropped and why.
+/// The lines grouped by frame, in the order the frames were read, with
+/// each frame's verdict: dropped on its way in (the counters' reason),
+/// or the ports it was written to and those whose copy was dropped.
 fn frames(lines: &[TraceLine], first: u64) -> Vec<Value> {
     let mut ids: Vec<u64> = lines
         .iter()
         .map(|l| l.frame)
         .filter(|f| *f >= first)
         .collect();
-    ids.dedup();
     ids.sort_unstable();
     ids.dedup();
     ids.into_iter()
         .map(|id| {
             let of: Vec<&TraceLine> = lines.iter().filter(|l| l.frame == id).collect();
-            let drop = of.iter().find(|l| l.stage == "drop").map(|l| l.text.clone());
-            let out: Vec<String> = of
-                .iter()
-                .filter(|l| l.stage == "write")
-                .map(|l| l.text.clone())
+            let texts = |stage: &str, to_port: bool| -> Vec<String> {
+                of.iter()
+                    .filter(|l| l.stage == stage && l.text.starts_with("to ") == to_port)
+                    .map(|l| l.text.clone())
+                    .collect()
+            };
+            // A write line that is a delivery names the queue; one over
+            // the MTU does not (its drop line says so).
+            let delivered: Vec<String> = texts("write", true)
+                .into_iter()
+                .filter(|t| t.contains(" queue "))
                 .collect();
             json!({
                 "frame": id - first + 1,
                 "stages": of.iter().map(|l| json!({"stage": l.stage, "text": l.text})).collect::<Vec<_>>(),
-                "dropped": drop,
-                "delivered": out,
+                "dropped": texts("drop", false).first(),
+                "delivered": delivered,
+                "dropped_at": texts("drop", true),
             })
         })
         .collect()

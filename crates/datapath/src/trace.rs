@@ -54,6 +54,11 @@ impl Tracer {
         !self.held.swap(true, Relaxed)
     }
 
+    /// True while a trace's reader holds the tracer.
+    pub fn is_held(&self) -> bool {
+        self.held.load(Relaxed)
+    }
+
     /// Lets the tracer go: nothing more is marked, the filter dropped.
     pub fn release(&self) {
         self.armed.store(0, Relaxed);

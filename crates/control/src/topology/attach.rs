@@ -119,6 +119,11 @@ pub fn check_ifname(s: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// True if `p` is a pod's `NAMESPACE/NAME` in Kubernetes' words.
+pub fn valid_pod(p: &str) -> bool {
+    check_pod(p).is_ok()
+}
+
 /// A pod's `NAMESPACE/NAME`: two Kubernetes names (DNS labels and
 /// subdomains: lowercase letters, digits, '-' and '.', at most 253).
 fn check_pod(p: &str) -> Result<(), String> {

@@ -6,7 +6,7 @@
 //! ports are [`port`]'s.
 
 pub mod arc;
-#[cfg(test)]
+#[cfg(all(test, not(hvnet_bare_arcs)))]
 mod arc_tests;
 pub mod deliver;
 pub mod forward;

@@ -94,6 +94,11 @@ impl Installed {
 pub(crate) struct Locals(Vec<(TypeId, Box<dyn Any + Send>)>);
 
 impl Locals {
+    /// Every stage's state dropped (made again on first use).
+    pub(crate) fn clear(&mut self) {
+        self.0.clear();
+    }
+
     /// The worker's `T`, made with `Default` on first use.
     pub(crate) fn get<T: Any + Send + Default>(&mut self) -> &mut T {
         let at = match self.0.iter().position(|(t, _)| *t == TypeId::of::<T>()) {

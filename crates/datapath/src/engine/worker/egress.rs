@@ -70,6 +70,7 @@ impl State {
                 self.trace_out(cx, name, || {
                     format!("to {}: dropped, {}", cx.ports[dst].name, why.name())
                 });
+                self.trace_drop(cx, Some(dst), why);
                 let c = &self.lane(cx, dst, q).counters;
                 drop_to(c, &cx.ports[dst], q, why, &pkt);
                 return;
@@ -127,6 +128,7 @@ impl State {
                 // written for a driver to drop.
                 if (!whole || uplink) && g.size as usize + pkt.header_len() > limit {
                     too_long("segments", self);
+                    self.trace_drop(cx, Some(dst), DropReason::MtuExceeded);
                     let c = &self.lane(cx, dst, q).counters;
                     drop_to(c, port, q, DropReason::MtuExceeded, &pkt);
                     return;
@@ -145,6 +147,7 @@ impl State {
             }
             None if pkt.len() > limit => {
                 too_long("frame", self);
+                self.trace_drop(cx, Some(dst), DropReason::MtuExceeded);
                 let c = &self.lane(cx, dst, q).counters;
                 drop_to(c, port, q, DropReason::MtuExceeded, &pkt);
             }

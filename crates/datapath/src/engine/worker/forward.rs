@@ -61,6 +61,7 @@ impl State {
                 self.trace_out(cx, "forward", || {
                     "to the port it came from: no route".into()
                 });
+                self.trace_drop(cx, None, DropReason::NoRoute);
                 cx.drop_frame(DropReason::NoRoute, &pkt);
             }
             Action::Unicast(p) => {
@@ -96,6 +97,7 @@ impl State {
                 };
                 let Some((&last, rest)) = targets.split_last() else {
                     self.trace_out(cx, "forward", || format!("flooded in VLAN {vlan}: no port"));
+                    self.trace_drop(cx, None, DropReason::NoRoute);
                     cx.drop_frame(DropReason::NoRoute, &pkt);
                     return;
                 };

@@ -306,6 +306,9 @@ impl State {
             }
         }
         self.endpoint = cx.sw.endpoint_address(cx.port.id);
+        // A stage's own state is read with the settings: one off the arc
+        // keeps nothing (an exporter that was replaced).
+        self.locals.clear();
         self.build_arcs(cx);
         self.dests.resize_with(t.len(), Vec::new);
         self.dest_ports.resize(t.len(), None);
@@ -372,6 +375,15 @@ impl State {
         if let Some(id) = self.tracing {
             cx.port.tracer.line(id, stage, text());
         }
+    }
+
+    /// The traced frame being switched dropped, by the counters' name:
+    /// on its way in (`dst` None), or its copy to port `dst`.
+    pub(crate) fn trace_drop(&self, cx: &Ctx, dst: Option<usize>, why: DropReason) {
+        self.trace_out(cx, "drop", || match dst {
+            Some(d) => format!("to {}: {}", cx.ports[d].name, why.name()),
+            None => why.name().into(),
+        });
     }
 
     /// The state for destination `(dst, q)`, made on first use.

@@ -170,8 +170,9 @@ impl crate::engine::services::Service for Ipfix {
 }
 
 /// Starts, changes or stops flow export on switch `sw`: an exporter
-/// whose settings change is stopped (its flows' records sent) once the
-/// workers have taken the new one, and another started.
+/// whose settings change is replaced by a new one, then stopped (its
+/// flows' records sent; its shutdown waits a little for a worker still
+/// metering into it).
 pub fn set(sw: &crate::Switch, cfg: Option<IpfixConfig>) -> std::io::Result<()> {
     if current(sw).as_ref().map(|x| &x.config) == cfg.as_ref() {
         return Ok(());

@@ -18,29 +18,23 @@ pub(crate) const DECL: Decl<InRun> = Decl {
     run: meter,
 };
 
-/// A queue's meter: the exporter as of the settings' generation it was
-/// read at, and the frames until the next one metered.
+/// A queue's meter, made again whenever the settings are read (a
+/// worker's locals are): the exporter, and the frames until the next one
+/// metered.
 #[derive(Default)]
 struct Meter {
-    exporter: Option<(u64, Arc<Ipfix>)>,
+    exporter: Option<Arc<Ipfix>>,
     skip: u32,
 }
 
 fn meter(st: &mut State, cx: &Ctx, b: &mut Burst) {
-    let (gen, endpoint) = (st.gen, st.endpoint);
+    let endpoint = st.endpoint;
     let m = st.locals.get::<Meter>();
-    if m.exporter.as_ref().is_none_or(|(g, _)| *g != gen) {
-        let now = crate::ipfix::current(&cx.sw);
-        let same = match (&now, &m.exporter) {
-            (Some(a), Some((_, b))) => Arc::ptr_eq(a, b),
-            _ => false,
-        };
-        if !same {
-            m.skip = 1;
-        }
-        m.exporter = now.map(|x| (gen, x));
+    if m.exporter.is_none() {
+        m.exporter = crate::ipfix::current(&cx.sw);
+        m.skip = 1;
     }
-    let Some((_, ix)) = &m.exporter else {
+    let Some(ix) = &m.exporter else {
         return;
     };
     for i in b.live() {

@@ -112,7 +112,7 @@ EXPERIMENTS = [
     {"name": "feature-cost", "reproduces": "measurement", "run": feature_cost.feature_cost,
      "workload": "vhost-frames' testpmd front ends at 64 B: the daemon's CPU per frame with every feature off, beside a "
                  "build without the feature stages, and with each feature on alone (snooping, guards, policer, "
-                 "shaper, mirror, security group, IPFIX, capture)"},
+                 "shaper, mirror, security group, IPFIX, capture, a trace waiting)"},
     {"name": "guests", "reproduces": "measurement", "run": guest_compare.guests,
      "workload": "QEMU guest to QEMU guest, one stream, through hvnet's vhost-user ports, QEMU's own virtio-net on TAPs in "
                  "a Linux bridge, and DPDK testpmd's vhost back end; fresh guests every run"},

@@ -15,14 +15,17 @@ as it can, b taking them; the switch on core 0, the front ends on core
   (a's `tx_rate`, far above what it sends), `shaper` (b's `rx_rate`,
   likewise), `mirror` (what a sends, to a namespace VM), `security group`
   (100 rules at both ports, the frames' one connection tracked), `ipfix`
-  (every frame metered, exported to a loopback port nobody listens on)
-  and `capture` (`hvnet capture a --point in` to /dev/null).
+  (every frame metered, exported to a loopback port nobody listens on),
+  `capture` (`hvnet capture a --point in` to /dev/null) and `trace
+  waiting` (`hvnet trace a --live 'udp port 9'`, which no frame matches:
+  each is matched against the filter, none traced).
 The figure is the daemon's CPU time (all its threads) per frame taken
 from a, over the measured window; a frame refused by a feature would
 still count as taken, so each run also checks that a's port dropped
 nothing."""
 
 import contextlib
+import json
 import os
 import subprocess
 import threading
@@ -68,6 +71,23 @@ def capture(t):
         hvlab.interrupt_group(p)
 
 
+@contextlib.contextmanager
+def trace_waiting(t):
+    """`hvnet trace a --live 'udp port 9'` waiting over the window: a
+    filter no frame of the run matches, so every frame is matched
+    against it and none is traced."""
+    p = subprocess.Popen([hvlab.hvnet_bin(), "trace", "-t", t.name, "a", "--live", "udp port 9", "--timeout", "600"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        held = lambda: json.loads(t.hv("port", "a", "--json").stdout).get("traced")  # noqa: E731
+        if not hvlab.eventually(held, timeout=30):
+            raise RuntimeError("hvnet trace did not start waiting")
+        yield
+    finally:
+        p.kill()
+        p.wait()
+
+
 # Each configuration: (build, [switch], more VM settings, tables, context).
 FEATURES = {
     "bare": ("bare", SNOOPING_OFF, [], None, None),
@@ -86,6 +106,7 @@ FEATURES = {
                                             + [{"direction": "in"}, {"direction": "out"}]}]}, None),
     "ipfix": ("this", SNOOPING_OFF, [], {"ipfix": {"targets": [COLLECTOR], "sampling": 1}}, None),
     "capture": ("this", SNOOPING_OFF, [], None, capture),
+    "trace waiting": ("this", SNOOPING_OFF, [], None, trace_waiting),
 }
 
 

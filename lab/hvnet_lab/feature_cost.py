@@ -40,6 +40,10 @@ from .verdict import median
 
 A_IP, B_IP = "198.18.0.1", "198.18.0.2"  # testpmd txonly's addresses
 SNOOPING_OFF = {"multicast_snooping": False}
+# What is on by default at a VM's port, off: the guards, DHCP snooping
+# (and, set at run time, the forged-MAC check).
+DEFAULTS_OFF = dict(source_guard=False, arp_guard=False, nd_guard=False, dhcp_guard=False, ra_guard=False,
+                    dhcp_snooping=False)
 COLLECTOR = "127.0.0.1:4739"
 
 
@@ -110,6 +114,16 @@ FEATURES = {
 }
 
 
+@contextlib.contextmanager
+def forged_allowed(t, then=None):
+    """a's and b's forged-MAC check off (`allow_forged_transmits`, set
+    only at run time), then `then`'s context."""
+    for vm in ("a", "b"):
+        t.hv("port", vm, "set", "allow_forged_transmits=on")
+    with then(t) if then else contextlib.nullcontext():
+        yield
+
+
 def bare_build():
     """The build without feature stages (it says so in its version), or
     None."""
@@ -130,13 +144,23 @@ def feature_cost(tmp, quick, reps, log):
         print("lab: feature-cost: no build without the feature stages (HVNET_LAB_BARE, or `RUSTFLAGS=\"--cfg "
               "hvnet_bare_arcs\" cargo build --release -p hvnet --target-dir target/bare`); measuring without it",
               flush=True)
-    configs = [c for c in FEATURES if c != "bare" or bare]
+    # HVNET_LAB_FEATURES=bare,off: only those configurations (more runs
+    # of a pair whose difference is inside one run's noise).
+    only = [c for c in os.environ.get("HVNET_LAB_FEATURES", "").split(",") if c]
+    unknown = [c for c in only if c not in FEATURES]
+    if unknown:
+        raise RuntimeError(f"HVNET_LAB_FEATURES: {', '.join(unknown)}: not one of {', '.join(FEATURES)}")
+    configs = [c for c in FEATURES if (c != "bare" or bare) and (not only or c in only)]
+    if "off" not in configs:
+        configs.append("off")
 
     def one(config):
         build, switch, vms, tables, during = FEATURES[config]
         binary = bare if build == "bare" else hvlab.hvnet_bin()
         with hvlab.hvnet_binary(binary):
-            r = run_hvnet(tmp, huge, 64, secs, switch=switch, vms=vms, tables=tables, during=during)
+            r = run_hvnet(tmp, huge, 64, secs, switch=switch,
+                          vms=[dict(name="a", **DEFAULTS_OFF), dict(name="b", **DEFAULTS_OFF), *vms], tables=tables,
+                          during=lambda t: forged_allowed(t, during))
         if r["refused_at_a"]:
             raise RuntimeError(f"{config}: a's port dropped {r['refused_at_a']} frames: the feature refused "
                                "what it should pass, and the figure would be of less work")
@@ -149,7 +173,7 @@ def feature_cost(tmp, quick, reps, log):
     ns = {c: median([r["ns_per_frame"] for r in rs]) for c, rs in runs.items()}
     off = ns["off"]
     parts = []
-    if bare:
+    if "bare" in ns:
         parts.append(f"every feature off: {off:.0f} ns per frame, {off / ns['bare']:.3f}x the build without "
                      f"feature stages ({ns['bare']:.0f} ns)")
     else:

@@ -163,6 +163,7 @@ def run_hvnet(tmp, huge, size, seconds, switch=None, layout="split", vms=(), tab
                 f0, c0, w0 = frames(), task_ns(pid), reader()
                 time.sleep(seconds)
                 f1, c1, w1 = frames(), task_ns(pid), reader()
+                arcs = json.loads(t.hv("port", "a", "--json").stdout).get("arcs")
             a.stop()
             a = None
             time.sleep(0.5)
@@ -177,7 +178,7 @@ def run_hvnet(tmp, huge, size, seconds, switch=None, layout="split", vms=(), tab
             b.stop()
     n = max(f1 - f0, 1)
     return dict(mpps=n / seconds / 1e6, ns_per_frame=(c1 - c0) / n, worker_ns_per_frame=(w1 - w0) / n,
-                idle_cpu=idle, ring_full_drops=drops, refused_at_a=refused)
+                idle_cpu=idle, ring_full_drops=drops, refused_at_a=refused, arcs_a=arcs)
 
 
 def run_ovs(huge, size, seconds, mhz, layout="split"):

@@ -198,11 +198,13 @@ impl Worker<'_> {
             .min()
     }
 
-    /// Queues whose hold is over: watched again and given a turn.
+    /// Queues whose hold is over (its time is up, or its port's limit
+    /// was lifted or has been earned back): watched again and given a turn.
     fn resume_held(&mut self, now: Instant) {
         for (t, slot) in self.slots.iter_mut().enumerate() {
             let Some(o) = slot.as_mut() else { continue };
-            if matches!(o.standing, Standing::Held(until) if until <= now) {
+            let over = |until: Instant| until <= now || o.rxq.port().cpu.held_until(now).is_none();
+            if matches!(o.standing, Standing::Held(until) if over(until)) {
                 o.standing = Standing::Hot;
                 self.held -= 1;
                 let ev = EpollEvent::new(EventSet::IN, t as u64);

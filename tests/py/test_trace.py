@@ -4,6 +4,7 @@ which port) or dropped (the named reason, the same the counters give) —
 bad filters refused with the reason, and a trace whose port goes ends
 saying so."""
 
+import contextlib
 import json
 import subprocess
 import time
@@ -21,17 +22,24 @@ def trace(t, port, live, *more, check=True):
     return json.loads(r.stdout) if r.stdout.strip() else r
 
 
+@contextlib.contextmanager
+def pinging(t, args):
+    """VM a pings with `args` (every 0.2 s) while inside."""
+    pinger = t.popen("a", f"ping -i 0.2 -c 50 {args}", stdout=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        pinger.kill()
+
+
 def test_a_frames_path_through_the_stages_to_its_port_or_its_drop(tmp_path):
     vms = [vm("a", "198.18.71.1", source_guard=True), vm("b", "198.18.71.2", mtu=1400)]
     with hvlab.Topology(tmp_path, vms, prefix="tr") as t:
         t.sh("a", "ping -c 1 -W 5 198.18.71.2")
         # An echo request a sends while the trace waits: its path, each
         # stage a line, out to b.
-        pinger = t.popen("a", "ping -i 0.2 -c 50 198.18.71.2", stdout=subprocess.DEVNULL)
-        try:
+        with pinging(t, "198.18.71.2"):
             v = trace(t, "a", "icmp[icmptype] == icmp-echo", "-c", "2")
-        finally:
-            pinger.kill()
         assert v["ended"] == "count" and len(v["frames"]) == 2, v
         f = v["frames"][0]
         stages = [s["stage"] for s in f["stages"]]
@@ -40,30 +48,21 @@ def test_a_frames_path_through_the_stages_to_its_port_or_its_drop(tmp_path):
         assert stages.index("guard") < stages.index("fdb") < stages.index("forward") < stages.index("write")
         assert f["dropped"] is None and [d.split(" queue")[0] for d in f["delivered"]] == ["to b"], f
         # The same frame, told in words.
-        pinger = t.popen("a", "ping -i 0.2 -c 50 198.18.71.2", stdout=subprocess.DEVNULL)
-        try:
+        with pinging(t, "198.18.71.2"):
             text = t.hv("trace", "a", "--live", "icmp").stdout
-        finally:
-            pinger.kill()
         assert text.startswith("frame 1 from a:") and "=> delivered to b queue" in text, text
         # A frame from an address not a's: the source guard drops it, and
         # the trace says so by the counter's own name.
         t.sh("a", "ip addr add 198.18.71.99/24 dev eth0")
-        pinger = t.popen("a", "ping -i 0.2 -c 50 -I 198.18.71.99 198.18.71.2", stdout=subprocess.DEVNULL)
-        try:
+        with pinging(t, "-I 198.18.71.99 198.18.71.2"):
             v = trace(t, "a", "icmp and src host 198.18.71.99")
-        finally:
-            pinger.kill()
         assert v["frames"][0]["dropped"] == "source_guard" and not v["frames"][0]["delivered"], v
         assert json.loads(t.hv("port", "a", "--json").stdout)["drops"]["from_port"]["source_guard"] > 0
         t.sh("a", "ip addr del 198.18.71.99/24 dev eth0")
         # A frame longer than b's MTU (1400) passes every stage in and is
         # dropped on its way out to b, by the counter's name.
-        pinger = t.popen("a", "ping -i 0.2 -c 50 -s 1420 -M do 198.18.71.2", stdout=subprocess.DEVNULL)
-        try:
+        with pinging(t, "-s 1420 -M do 198.18.71.2"):
             v = trace(t, "a", "icmp and greater 1400")
-        finally:
-            pinger.kill()
         f = v["frames"][0]
         assert f["dropped"] is None and f["delivered"] == [] and f["dropped_at"] == ["to b: mtu_exceeded"], f
 

@@ -1,10 +1,9 @@
 //! `hvnet trace`: a port's next real frames that match a filter, each
 //! with every stage's line on its path.
 
-use crate::switch_cmd::{pick, socket_error, Target};
+use crate::switch_cmd::{call, Target};
 use clap::Args;
-use hvnet_control::daemon;
-use hvnet_control::proto::{self, Request};
+use hvnet_control::proto::Request;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -37,28 +36,18 @@ pub fn trace(a: TraceArgs) -> Result<(), String> {
             a.timeout
         ));
     }
-    let name = pick(&a.target)?;
-    let sock = daemon::state_dir(&name).join("ctl.sock");
-    let timeout = Duration::from_secs_f64(a.timeout);
     let req = Request::Trace {
         port: a.port.clone(),
         filter: a.live.clone(),
         count: a.count,
-        timeout_ms: timeout.as_millis() as u64,
+        timeout_ms: Duration::from_secs_f64(a.timeout).as_millis() as u64,
     };
-    let r = proto::call_waiting(&sock, &req, timeout + Duration::from_secs(10))
-        .map_err(|e| socket_error(&name, &sock, &e))?;
-    if !r.ok {
-        if let (true, Some(detail)) = (a.target.json, &r.detail) {
-            println!("{}", serde_json::json!({ "error": detail }));
-        }
-        return Err(r.error);
-    }
+    let v = call(&a.target, req)?;
     if a.target.json {
-        println!("{}", r.data);
+        println!("{v}");
         return Ok(());
     }
-    print(&r.data);
+    print(&v);
     Ok(())
 }
 

@@ -40,11 +40,12 @@ class Baseline(Hvnet):
 
 
 class Capture:
-    """`hvnet capture b --point POINTS -w /dev/null` for the length of a
-    run; `stop()` returns the copies it took, as it says at the end."""
+    """`hvnet capture PORT --point POINTS -w /dev/null` on topology `t`
+    for the length of a run; `stop()` returns the copies it took, as it
+    says at the end."""
 
-    def __init__(self, f):
-        self.p = subprocess.Popen([hvlab.hvnet_bin(), "capture", "-t", f.t.name, "b", "--point", POINTS,
+    def __init__(self, t, port="b", points=POINTS):
+        self.p = subprocess.Popen([hvlab.hvnet_bin(), "capture", "-t", t.name, port, "--point", points,
                                    "-w", "/dev/null"], stderr=subprocess.PIPE, text=True)
         self.said, started = [], threading.Event()
 
@@ -72,7 +73,7 @@ class Capture:
 
 
 def once(f, secs, log):
-    cap = Capture(f) if isinstance(f, HvnetCapture) else None
+    cap = Capture(f.t) if isinstance(f, HvnetCapture) else None
     t0 = daemon_ticks(f)
     r = iperf(f, 1, "64K", secs, None, log)
     r["cpu_ns"] = r["busy_cores"] * secs * 1e9 / max(r["rx_frames"], 1)

@@ -28,14 +28,14 @@ import contextlib
 import json
 import os
 import subprocess
-import threading
 from pathlib import Path
 
 import hvlab
 
+from .capture_cost import Capture
 from .figures import measured
 from .runners import interleaved
-from .vhost_compare import HUGEPAGES, MAC_A, hugepages, run_hvnet
+from .vhost_compare import HUGEPAGES, hugepages, run_hvnet
 from .verdict import median
 
 A_IP, B_IP = "198.18.0.1", "198.18.0.2"  # testpmd txonly's addresses
@@ -56,23 +56,11 @@ def filler(i):
 @contextlib.contextmanager
 def capture(t):
     """`hvnet capture a --point in` to /dev/null over the window."""
-    p = subprocess.Popen([hvlab.hvnet_bin(), "capture", "-t", t.name, "a", "--point", "in", "-w", "/dev/null"],
-                         stderr=subprocess.PIPE, text=True, start_new_session=True)
-    said, started = [], threading.Event()
-
-    def pump():
-        for line in p.stderr:
-            said.append(line)
-            started.set()
-        started.set()
-
-    threading.Thread(target=pump, daemon=True).start()
+    cap = Capture(t, "a", "in")
     try:
-        if not started.wait(30) or p.poll() is not None:
-            raise RuntimeError("hvnet capture did not start: " + "".join(said))
         yield
     finally:
-        hvlab.interrupt_group(p)
+        cap.stop()
 
 
 @contextlib.contextmanager

@@ -1294,3 +1294,40 @@ pub fn guard(data: &[u8]) {
         }
     }
 }
+
+/// `hvnet trace PORT FLOW`'s words, from the control socket: refused with
+/// the word and a reason, or read into a frame that parses as the words
+/// describe, whatever the bytes.
+pub fn flow_words(data: &[u8]) {
+    use hvnet_control::flow_spec::{build, parse, Proto, Resolved};
+    let Ok(words) = std::str::from_utf8(data) else {
+        return;
+    };
+    let spec = match parse(words) {
+        Ok(s) => s,
+        Err(e) => {
+            assert!(!e.reason.is_empty());
+            assert!(e.word.is_empty() || words.contains(e.word.as_str()) || e.word.chars().count() == 64);
+            return;
+        }
+    };
+    for ips in [("198.18.0.1", "198.18.0.2"), ("2001:db8::1", "2001:db8::2")] {
+        let r = Resolved {
+            smac: hvnet_wire::MacAddr([2, 0, 0, 0, 0, 1]),
+            dmac: hvnet_wire::MacAddr([2, 0, 0, 0, 0, 2]),
+            vlan: spec.vlan,
+            ips: Some((ips.0.parse().unwrap(), ips.1.parse().unwrap())),
+        };
+        let Ok(f) = build(&spec, &r) else {
+            continue;
+        };
+        let l = Layers::parse(&f).expect("a built frame parses");
+        assert_eq!(l.outer_vlan(), spec.vlan);
+        if spec.proto != Some(Proto::Arp) {
+            let net = l.net().expect("an IP frame");
+            if let Some(n) = spec.size {
+                assert_eq!(net.end - net.offset, usize::from(n));
+            }
+        }
+    }
+}

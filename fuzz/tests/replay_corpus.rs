@@ -102,3 +102,8 @@ fn conntrack() {
 fn guard() {
     replay("guard", hvnet_fuzz::guard);
 }
+
+#[test]
+fn flow_words() {
+    replay("flow_words", hvnet_fuzz::flow_words);
+}

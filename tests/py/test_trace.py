@@ -2,12 +2,16 @@
 each stage's line on the frame's path and its verdict — delivered (to
 which port) or dropped (the named reason, the same the counters give) —
 bad filters refused with the reason, and a trace whose port goes ends
-saying so."""
+saying so. `hvnet trace PORT FLOW` on a frame described in words: the
+same verdict a real frame of its kind gets, nothing learned, counted or
+delivered unless injected, bad words refused with the word."""
 
 import contextlib
 import json
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -105,3 +109,119 @@ def test_bad_words_are_refused_and_a_trace_ends_with_its_port(tmp_path):
         finally:
             waiting.kill()
         assert json.loads(out)["ended"] == "the port was removed" and time.monotonic() - start < 30
+
+
+def flow(t, port, *words, check=True):
+    r = t.hv("trace", port, *words, "--json", check=check)
+    return json.loads(r.stdout) if r.returncode == 0 else r
+
+
+WEB = [{"name": "web", "rules": [{"direction": "in", "protocol": "tcp", "ports": "22"},
+                                 {"direction": "in", "protocol": "udp", "ports": "7000-7010"},
+                                 {"direction": "in", "protocol": "icmp", "icmp_type": 8}]},
+       {"name": "any", "rules": [{"direction": "out"}]}]
+
+
+def test_a_synthetic_frame_goes_where_a_real_one_of_its_kind_goes(tmp_path):
+    """The same frame told in words and sent for real: the same ports
+    out, or the same named drop — and the synthetic one changes nothing."""
+    vms = [vm("a", "198.18.73.1", source_guard=True, security_groups=["any"]),
+           vm("b", "198.18.73.2", mtu=1400, security_groups=["web", "any"]),
+           vm("c", "198.18.73.3", security_groups=["web", "any"])]
+    with hvlab.Topology(tmp_path, vms, prefix="trs", tables={"security_group": WEB}) as t:
+        t.sh("a", "ping -c 1 -W 5 198.18.73.2")
+        t.sh("a", "ping -c 1 -W 5 198.18.73.3")
+
+        def real(live, send):
+            with contextlib.ExitStack() as s:
+                s.enter_context(send)
+                v = trace(t, "a", live)
+                assert v["frames"], v
+                return v["frames"][0]
+
+        def same(words, live, send, want):
+            syn = flow(t, "a", *words.split())
+            assert syn["synthetic"] and syn["ended"] == "switched", syn
+            s = syn["frames"][0]
+            r = real(live, send)
+            verdict = lambda f: (f["dropped"], [d.split(" queue")[0] for d in f["delivered"]], f["dropped_at"])
+            assert verdict(s) == verdict(r) == want, (words, s, r)
+            return s
+
+        # Healthy: a to b, and the ICMP echo c's group lets in.
+        s = same("dst=b icmp", "icmp and dst host 198.18.73.2", pinging(t, "198.18.73.2"),
+                 (None, ["to b"], []))
+        assert any(x["stage"] == "acl" and "rule any" in x["text"] for x in s["stages"]), s
+        same("dst=198.18.73.3", "icmp and dst host 198.18.73.3", pinging(t, "198.18.73.3"),
+             (None, ["to c"], []))
+        # Over b's MTU: out of a, dropped at b.
+        same("dst=b size=1428", "icmp and greater 1400", pinging(t, "-s 1400 -M do 198.18.73.2"),
+             (None, [], ["to b: mtu_exceeded"]))
+        # A port c's security group does not open: dropped at c, the
+        # trace naming why.
+        # (A connection attempt's SYN is sent again after 1, 3 and 7 s.)
+        probe = Path(__file__).with_name("acl_probe.py")
+        connect = t.popen("a", f"{sys.executable} {probe} connect 198.18.73.3 5201",
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            s = same("dst=c tcp dport=5201 flags=S", "tcp dst port 5201", contextlib.nullcontext(),
+                     (None, [], ["to c: acl_in"]))
+        finally:
+            connect.kill()
+        assert any("denied by default" in x["text"] for x in s["stages"]), s
+        # From an address not a's: the source guard.
+        t.sh("a", "ip addr add 198.18.73.99/24 dev eth0")
+        same("src=198.18.73.99 dst=b", "icmp and src host 198.18.73.99",
+             pinging(t, "-I 198.18.73.99 198.18.73.2"), ("source_guard", [], []))
+        t.sh("a", "ip addr del 198.18.73.99/24 dev eth0")
+
+        # A synthetic frame is learned, counted and delivered nowhere: one
+        # from a MAC not a's is a forged frame, dropped as a real one is,
+        # yet not in the drop counters; its sender is not in the FDB.
+        before = {p: json.loads(t.hv("port", p, "--json").stdout) for p in ("a", "b")}
+        s = flow(t, "a", "smac=02:99:00:00:00:01", "src=198.18.73.1", "dst=b")["frames"][0]
+        assert s["dropped"] == "policy", s
+        s = flow(t, "a", "dst=b", "size=1428")["frames"][0]
+        assert s["dropped_at"] == ["to b: mtu_exceeded"], s
+        after = {p: json.loads(t.hv("port", p, "--json").stdout) for p in ("a", "b")}
+        for p in ("a", "b"):
+            assert after[p]["drops"] == before[p]["drops"], p
+        assert "02:99:00:00:00:01" not in t.hv("fdb").stdout
+        # Told in words for a person.
+        text = t.hv("trace", "a", "dst=b", "udp", "dport=7001").stdout
+        assert text.startswith("synthetic frame from a (dst=b udp dport=7001,") and "=> would be delivered to b" in text, text
+
+        # Injected, it is a real frame: b's kernel takes it (its checksums
+        # are right) and a UDP socket there reads it.
+        got = t.popen("b", f"{sys.executable} -c \"import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+                           "s.bind(('198.18.73.2', 7007)); s.settimeout(20); print(len(s.recvfrom(2048)[0]))\"",
+                      stdout=subprocess.PIPE, text=True)
+        assert hvlab.eventually(lambda: ":7007 " in t.sh("b", "ss -Hlun").stdout, timeout=30, every=0.1)
+        v = flow(t, "a", "dst=b", "udp", "dport=7007", "size=128", "--inject")
+        assert not v["synthetic"] and v["frames"][0]["delivered"], v
+        out, _ = got.communicate(timeout=30)
+        assert out.strip() == "100", out
+
+
+def test_bad_flow_words_are_refused_with_the_word_and_the_reason(tmp_path):
+    with hvlab.Topology(tmp_path, [vm("a", "198.18.74.1"), vm("b", "198.18.74.2", vlan=20)], prefix="trs") as t:
+        for words, says in [
+            (["dst=b", "vlan=5000"], '"vlan=5000": a VLAN is a number from 1 to 4094'),
+            (["dst=b", "color=red"], 'no field "color"'),
+            (["dst=nosuch"], "dst=nosuch: no VM, host or port of that name"),
+            (["dst=198.18.9.9"], "no VM or host here has 198.18.9.9"),
+            (["udp", "flags=S", "dst=b"], "flags= needs proto=tcp"),
+        ]:
+            r = t.hv("trace", "a", *words, check=False)
+            assert r.returncode != 0 and says in r.stderr, (words, r.stderr)
+        r = t.hv("trace", "a", "dst=b", "--live", "icmp", check=False)
+        assert r.returncode != 0 and "cannot be used with" in r.stderr, r.stderr
+        # b is in VLAN 20, a in none: the frame floods a's VLAN and finds
+        # nobody there, as a real one would.
+        f = flow(t, "a", "dst=b")["frames"][0]
+        assert f["delivered"] == [] and f["dropped"] == "no_route", f
+        # A port whose guest is gone reads nothing: the trace says so.
+        hvlab.run(["ip", "netns", "del", t.ns("a")])
+        assert hvlab.eventually(lambda: json.loads(t.hv("port", "a", "--json").stdout)["link"] != "up", timeout=30)
+        v = flow(t, "a", "dst=b")
+        assert v["ended"] == "port down" and v["frames"][0]["dropped"] == "port_down", v

@@ -177,18 +177,28 @@ enum Cmd {
     /// switch nothing; a capture that cannot keep up loses copies
     /// (counted at the end), never frames.
     Capture(capture_cmd::CaptureArgs),
-    /// Trace the next frames a port sends into the switch that match a
-    /// filter: every stage on each frame's path writes one line — the
+    /// Trace a frame's path through the switch: a frame described in
+    /// words (FLOW), or the next real frames a port sends that match a
+    /// filter (`--live`). Every stage on the path writes one line — the
     /// VLAN it was put in, the guard or security-group rule that passed
-    /// or dropped it, the FDB hit or the flood, the mirror copies, the
-    /// queue and tag at each port it leaves by — and its verdict,
-    /// delivered (where) or dropped (the named reason), as VPP's packet
-    /// trace shows real frames node by node.
+    /// or dropped it and why, the FDB hit or the flood, the mirror copies,
+    /// the queue and tag at each port it leaves by — and its verdict,
+    /// delivered (where) or dropped (the named reason).
+    ///
+    /// `hvnet trace web0 dst=db0 proto=tcp dport=5432 flags=S` builds that
+    /// SYN as web0's guest would send it and runs every decision on it,
+    /// delivering it nowhere (`--inject` sends it on). FLOW words:
+    /// `src=` and `dst=` (an IP address, a MAC address or a VM's name;
+    /// `src` defaults to the port's VM), `smac=`, `dmac=`, `vlan=` (a tag
+    /// in the frame), `proto=` or a bare `icmp`, `tcp`, `udp`, `arp`
+    /// (default icmp, an echo request), `sport=`, `dport=`, `flags=` (TCP,
+    /// as tcpdump writes them: S, SA, F., R), `size=` (the IP packet's
+    /// bytes, as an MTU counts them), `ttl=`.
     ///
     /// `hvnet trace web0 --live icmp` waits for the next ICMP frame from
-    /// web0 (`-c 5` for five, `--timeout` seconds); `--json` for tools.
-    /// While it waits, the port's frames are matched against the filter;
-    /// those not traced pay one bit test per stage.
+    /// web0 (`-c 5` for five, `--timeout` seconds). While it waits, the
+    /// port's frames are matched against the filter; those not traced pay
+    /// one bit test per stage. `--json` for tools.
     Trace(trace_cmd::TraceArgs),
     /// Add or remove one VM while the switch runs, as `ovs-vsctl
     /// add-port`/`del-port` do: no other VM is touched.

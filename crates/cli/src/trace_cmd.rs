@@ -1,5 +1,5 @@
-//! `hvnet trace`: a port's next real frames that match a filter, each
-//! with every stage's line on its path.
+//! `hvnet trace`: a frame described in words, or a port's next real
+//! frames that match a filter, each with every stage's line on its path.
 
 use crate::switch_cmd::{call, Target};
 use clap::Args;
@@ -13,11 +13,23 @@ pub struct TraceArgs {
     /// The port the frames come from: a VM's, an uplink's or a tunnel
     /// endpoint's (its name, or its number in `hvnet ports`).
     pub port: String,
+    /// The frame, in words: `dst=db0 proto=tcp dport=5432 flags=S`,
+    /// `src=198.18.0.9 dst=198.18.0.2 size=1500`, `arp dst=198.18.0.2`.
+    #[arg(
+        value_name = "FLOW",
+        conflicts_with = "live",
+        required_unless_present = "live"
+    )]
+    pub flow: Vec<String>,
     /// Trace the next real frames from the port that this tcpdump filter
     /// (`pcap-filter(7)`) keeps: `icmp`, `tcp port 5201`, `arp`, … (`""`:
     /// any frame).
     #[arg(long, value_name = "FILTER")]
-    pub live: String,
+    pub live: Option<String>,
+    /// Deliver the described frame as the port's guest's own (learned,
+    /// counted, written to its destinations), not only trace it.
+    #[arg(long, conflicts_with = "live")]
+    pub inject: bool,
     /// Frames to trace, 1 to 64.
     #[arg(short = 'c', long, value_name = "COUNT", default_value_t = 1)]
     pub count: u32,
@@ -36,11 +48,18 @@ pub fn trace(a: TraceArgs) -> Result<(), String> {
             a.timeout
         ));
     }
-    let req = Request::Trace {
-        port: a.port.clone(),
-        filter: a.live.clone(),
-        count: a.count,
-        timeout_ms: Duration::from_secs_f64(a.timeout).as_millis() as u64,
+    let req = match &a.live {
+        Some(filter) => Request::Trace {
+            port: a.port.clone(),
+            filter: filter.clone(),
+            count: a.count,
+            timeout_ms: Duration::from_secs_f64(a.timeout).as_millis() as u64,
+        },
+        None => Request::TraceFlow {
+            port: a.port.clone(),
+            flow: a.flow.join(" "),
+            inject: a.inject,
+        },
     };
     let v = call(&a.target, req)?;
     if a.target.json {
@@ -53,12 +72,21 @@ pub fn trace(a: TraceArgs) -> Result<(), String> {
 
 fn print(v: &Value) {
     let frames = v["frames"].as_array().cloned().unwrap_or_default();
+    let synthetic = v["synthetic"].as_bool() == Some(true);
     for f in &frames {
-        println!(
-            "frame {} from {}:",
-            f["frame"],
-            v["port"].as_str().unwrap_or("?")
-        );
+        match v["flow"].as_str() {
+            Some(flow) => println!(
+                "{} frame from {} ({flow}, {} bytes):",
+                if synthetic { "synthetic" } else { "injected" },
+                v["port"].as_str().unwrap_or("?"),
+                v["bytes"]
+            ),
+            None => println!(
+                "frame {} from {}:",
+                f["frame"],
+                v["port"].as_str().unwrap_or("?")
+            ),
+        }
         for s in f["stages"].as_array().into_iter().flatten() {
             println!(
                 "  {:<14} {}",
@@ -79,7 +107,16 @@ fn print(v: &Value) {
             continue;
         }
         let (out, lost) = (list("delivered"), list("dropped_at"));
-        if !out.is_empty() {
+        if !out.is_empty() && synthetic {
+            let to: Vec<&str> = out
+                .iter()
+                .map(|o| o.split(':').next().unwrap_or(o))
+                .collect();
+            println!(
+                "  => would be delivered {} (a synthetic frame is not)",
+                to.join(", ")
+            );
+        } else if !out.is_empty() {
             println!("  => delivered {}", out.join(", "));
         }
         for l in &lost {
@@ -96,7 +133,7 @@ fn print(v: &Value) {
             frames.len(),
             v["seconds"].as_f64().unwrap_or(0.0)
         ),
-        Some("count") | None => {}
+        Some("count" | "switched") | None => {}
         Some(other) => eprintln!("hvnet trace: ended: {other}"),
     }
 }

@@ -262,6 +262,11 @@ fn by_name(sw: &Switch, req: Request) -> Request {
             count,
             timeout_ms,
         },
+        Request::TraceFlow { port, flow, inject } => Request::TraceFlow {
+            port: name_of(port),
+            flow,
+            inject,
+        },
         Request::Stats { path } => {
             let mut parts: Vec<String> = path.split('/').map(str::to_string).collect();
             if let Some(p) = parts.iter().position(|s| !s.is_empty()) {
@@ -583,6 +588,9 @@ fn handle(
             Ok(json!("stopping"))
         }
         Request::Counters => Ok(views::counters(sw)),
+        Request::TraceFlow { port, flow, inject } => {
+            crate::trace_view::trace_flow(sw, topo, &port, &flow, inject)
+        }
         Request::Acl { port, conntrack } => crate::acl_view::acl(sw, port.as_deref(), conntrack),
         Request::AclReapply { port, flush } => crate::acl_view::reapply(sw, port.as_deref(), flush),
         Request::Restart { .. }

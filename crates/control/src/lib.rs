@@ -12,6 +12,7 @@ pub mod ctl_server;
 pub mod daemon;
 pub mod error;
 pub mod evpn;
+pub mod flow_spec;
 pub mod guest;
 pub mod libvirt;
 pub mod mdb_view;

@@ -125,6 +125,18 @@ pub enum Request {
         /// How long to wait for them, in milliseconds.
         timeout_ms: u64,
     },
+    /// `hvnet trace PORT FLOW`: a frame described in words, switched from
+    /// the port with every stage's line and delivered nowhere (unless
+    /// `inject`).
+    TraceFlow {
+        /// The port it is sent from.
+        port: String,
+        /// Its words (`dst=web1 proto=tcp dport=443`).
+        flow: String,
+        /// Delivered as the port's guest's own frame.
+        #[serde(default)]
+        inject: bool,
+    },
     /// `hvnet capture PORT`: copies of the port's frames at the points
     /// asked for; after the reply line, the connection carries pcapng
     /// until the client closes it or `count` frames were sent.

@@ -3,13 +3,20 @@
 //! line on its path (what it decided and why), the ports it left by or
 //! its named drop. The port's tracer marks them as they are read; this
 //! waits until `count` were marked and their lines written, the time is
-//! up, or the port goes.
+//! up, or the port goes. `hvnet trace PORT FLOW`: a frame described in
+//! words ([`crate::flow_spec`]), built as the port's guest would send it
+//! and switched by the port's worker with every decision and no delivery
+//! (unless injected).
 
 use crate::capture_stream::compile;
+use crate::flow_spec::{self, FlowSpec, Host, Proto, Resolved};
 use crate::proto::CtlError;
+use crate::topology::Topology;
 use hvnet_datapath::trace::TraceLine;
 use hvnet_datapath::Switch;
+use hvnet_wire::MacAddr;
 use serde_json::{json, Value};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -101,6 +108,191 @@ pub fn trace(
         "ended": ended,
         "seconds": start.elapsed().as_secs_f64(),
     }))
+}
+
+/// How long a synthetic frame waits for its port's worker (which looks
+/// every tick, a tenth of a second).
+const INJECT_WAIT: Duration = Duration::from_secs(5);
+
+/// Traces a synthetic frame from `port`, described by `words`: its path
+/// through every stage, delivered nowhere unless `inject`.
+pub fn trace_flow(
+    sw: &Switch,
+    topo: &Topology,
+    port: &str,
+    words: &str,
+    inject: bool,
+) -> Result<Value, CtlError> {
+    let p = sw
+        .port(port)
+        .ok_or_else(|| CtlError::not_found("port", port, crate::views::port_names(sw, false)))?;
+    let spec = flow_spec::parse(words).map_err(|e| CtlError::refused(format!("FLOW {e}")))?;
+    let r = resolve(sw, topo, port, &spec).map_err(|e| CtlError::refused(format!("FLOW {e}")))?;
+    let frame = flow_spec::build(&spec, &r).map_err(|e| CtlError::refused(format!("FLOW {e}")))?;
+    let mut v = json!({
+        "port": port,
+        "flow": words,
+        "synthetic": !inject,
+        "injected": inject,
+        "bytes": frame.len(),
+        "asked": 1,
+    });
+    if !p.is_up() {
+        // Its queues are not read: nothing it sends enters the switch.
+        v["frames"] = json!([{
+            "frame": 1,
+            "stages": [{"stage": "port", "text": format!("{port} is {}: its frames are not read", p.state().name())}],
+            "dropped": "port_down",
+            "delivered": [],
+            "dropped_at": [],
+        }]);
+        v["ended"] = json!("port down");
+        return Ok(v);
+    }
+    if !p.tracer.hold() {
+        return Err(CtlError::refused(format!(
+            "port {port} is being traced already; one trace at a time"
+        )));
+    }
+    let held = Held(&p.tracer);
+    let _ = p.tracer.take();
+    let start = Instant::now();
+    let id = p.tracer.inject(frame, inject);
+    let ended = loop {
+        if p.tracer.was_injected(id) {
+            break "switched";
+        }
+        if sw.stopping() {
+            break "the switch is stopping";
+        }
+        if start.elapsed() >= INJECT_WAIT {
+            break "timeout";
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    drop(held);
+    let lines = p.tracer.take();
+    v["frames"] = json!(frames(&lines, id));
+    v["ended"] = json!(ended);
+    v["seconds"] = json!(start.elapsed().as_secs_f64());
+    Ok(v)
+}
+
+/// A VM's (or an external host's) MAC and address by name, or the MAC of
+/// a port the topology does not name.
+fn named(sw: &Switch, topo: &Topology, name: &str) -> Option<(MacAddr, Option<IpAddr>)> {
+    let ip = |v4: Option<(std::net::Ipv4Addr, u8)>, v6: Option<(std::net::Ipv6Addr, u8)>| {
+        v4.map(|a| IpAddr::V4(a.0)).or(v6.map(|a| IpAddr::V6(a.0)))
+    };
+    if let Some(vm) = topo.vms.iter().find(|v| v.name == name) {
+        return Some((vm.mac, ip(vm.ipv4, vm.ipv6)));
+    }
+    if let Some(h) = topo.hosts.iter().find(|h| h.name == name) {
+        return Some((h.mac, ip(h.ipv4, h.ipv6)));
+    }
+    sw.port(name).map(|p| (p.mac, None))
+}
+
+/// The VM or host with address `ip`: its MAC.
+fn mac_of(topo: &Topology, ip: IpAddr) -> Option<MacAddr> {
+    let has = |v4: Option<(std::net::Ipv4Addr, u8)>, v6: Option<(std::net::Ipv6Addr, u8)>| match ip
+    {
+        IpAddr::V4(a) => v4.is_some_and(|x| x.0 == a),
+        IpAddr::V6(a) => v6.is_some_and(|x| x.0 == a),
+    };
+    let vm = topo.vms.iter().find(|v| has(v.ipv4, v.ipv6)).map(|v| v.mac);
+    vm.or_else(|| {
+        topo.hosts
+            .iter()
+            .find(|h| has(h.ipv4, h.ipv6))
+            .map(|h| h.mac)
+    })
+}
+
+/// A FLOW's names and defaults made addresses: the sender is the traced
+/// port's VM unless `src=` says otherwise; a destination's MAC is its
+/// VM's, a group's, or `dmac=`.
+fn resolve(
+    sw: &Switch,
+    topo: &Topology,
+    port: &str,
+    s: &FlowSpec,
+) -> Result<Resolved, flow_spec::FlowError> {
+    let err = |reason: String| flow_spec::FlowError {
+        word: String::new(),
+        reason,
+    };
+    let end = |h: &Host,
+               what: &str|
+     -> Result<(Option<MacAddr>, Option<IpAddr>), flow_spec::FlowError> {
+        Ok(match h {
+            Host::Mac(m) => (Some(*m), None),
+            Host::Ip(ip) => (None, Some(*ip)),
+            Host::Name(n) => {
+                let (m, ip) = named(sw, topo, n).ok_or_else(|| {
+                    let mut names: Vec<&str> = topo.vms.iter().map(|v| v.name.as_str()).collect();
+                    names.extend(topo.hosts.iter().map(|h| h.name.as_str()));
+                    err(format!(
+                        "{what}={n}: no VM, host or port of that name (the VMs and hosts: {})",
+                        names.join(", ")
+                    ))
+                })?;
+                (Some(m), ip)
+            }
+        })
+    };
+    let own = Host::Name(port.to_string());
+    let (smac, sip) = end(s.src.as_ref().unwrap_or(&own), "src")?;
+    let smac = s
+        .smac
+        .or(smac)
+        .or_else(|| sw.port(port).map(|p| p.mac))
+        .unwrap_or_default();
+    let (dmac, dip) = match &s.dst {
+        Some(h) => end(h, "dst")?,
+        None => (None, None),
+    };
+    let group = dip
+        .filter(|ip| ip.is_multicast())
+        .map(|ip| MacAddr(hvnet_wire::membership::group_mac(ip)));
+    let bcast = dip
+        .filter(|ip| *ip == IpAddr::V4(std::net::Ipv4Addr::BROADCAST))
+        .map(|_| MacAddr::BROADCAST);
+    let arp = (s.proto == Some(Proto::Arp)).then_some(MacAddr::BROADCAST);
+    let dmac = s
+        .dmac
+        .or(arp)
+        .or(dmac)
+        .or(group)
+        .or(bcast)
+        .or_else(|| dip.and_then(|ip| mac_of(topo, ip)));
+    let Some(dmac) = dmac else {
+        return Err(err(match dip {
+            Some(ip) => format!("no VM or host here has {ip}: give its MAC with dmac="),
+            None => "name the receiver: dst= (an address or a VM) or dmac=".into(),
+        }));
+    };
+    if smac == MacAddr::default() {
+        return Err(err(format!(
+            "{port} has no MAC of its own (an uplink): give smac= or src="
+        )));
+    }
+    let ips = match (sip, dip) {
+        (Some(a), Some(b)) if a.is_ipv6() == b.is_ipv6() => Some((a, b)),
+        (Some(_), Some(_)) => return Err(err("src and dst are of different IP versions".into())),
+        (None, Some(_)) => {
+            return Err(err(
+                "the sender's IP address is not known: give src= an address".into(),
+            ))
+        }
+        _ => None,
+    };
+    Ok(Resolved {
+        smac,
+        dmac,
+        vlan: s.vlan,
+        ips,
+    })
 }
 
 /// The lines grouped by frame, in the order the frames were read, with

@@ -2,8 +2,12 @@
 //! reads them, and every stage a marked frame passes writes one line —
 //! what it decided and why — into that port's [`Tracer`]. An unmarked
 //! frame pays one bit test per stage that could write; a port with no
-//! trace armed, one relaxed load per burst. This is what `hvnet trace`
-//! and `hvnet diagnose` read.
+//! trace armed, one relaxed load per burst. A synthetic frame (one
+//! described in words, not sent by the guest) is handed to the tracer
+//! and switched by the port's worker at its next tick, traced from the
+//! start: it runs every decision but is delivered nowhere, learned
+//! nowhere and counted nowhere, unless it was injected to be delivered.
+//! This is what `hvnet trace` and `hvnet diagnose` read.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
@@ -37,6 +41,23 @@ pub struct Tracer {
     filter: Mutex<Option<TraceFilter>>,
     /// A trace's reader holds the port's tracer (one at a time).
     held: AtomicBool,
+    /// A synthetic frame waiting for the port's worker (`pending` is its
+    /// one-load flag, looked at every tick), and the last one switched.
+    injection: Mutex<Option<Injection>>,
+    pending: AtomicBool,
+    injected: AtomicU64,
+}
+
+/// A synthetic frame handed to a port's worker.
+#[derive(Debug)]
+pub(crate) struct Injection {
+    /// The frame, as the port's guest would send it.
+    pub(crate) frame: Vec<u8>,
+    /// Delivered as a real frame (learned, counted, written), not only
+    /// traced.
+    pub(crate) deliver: bool,
+    /// Its trace number.
+    pub(crate) id: u64,
 }
 
 impl std::fmt::Debug for Tracer {
@@ -108,6 +129,39 @@ impl Tracer {
         Some(self.marked.fetch_add(1, Relaxed) + 1)
     }
 
+    /// Hands a synthetic frame to the port's worker, traced: its trace
+    /// number. `deliver` sends it on as the guest's own frame; without
+    /// it the frame runs the decisions only. A frame not yet switched is
+    /// replaced.
+    pub fn inject(&self, frame: Vec<u8>, deliver: bool) -> u64 {
+        let id = self.marked.fetch_add(1, Relaxed) + 1;
+        *self.injection.lock().expect("trace lock") = Some(Injection { frame, deliver, id });
+        self.pending.store(true, Relaxed);
+        id
+    }
+
+    /// True while a synthetic frame waits (one relaxed load).
+    #[inline]
+    pub(crate) fn injection_pending(&self) -> bool {
+        self.pending.load(Relaxed)
+    }
+
+    /// The synthetic frame waiting, taken by the worker that switches it.
+    pub(crate) fn take_injection(&self) -> Option<Injection> {
+        self.pending.store(false, Relaxed);
+        self.injection.lock().expect("trace lock").take()
+    }
+
+    /// Synthetic frame `id` was switched: every line of it is written.
+    pub(crate) fn injected(&self, id: u64) {
+        self.injected.fetch_max(id, Relaxed);
+    }
+
+    /// True once synthetic frame `id` was switched.
+    pub fn was_injected(&self, id: u64) -> bool {
+        self.injected.load(Relaxed) >= id
+    }
+
     /// Writes a line for traced frame `frame`.
     pub(crate) fn line(&self, frame: u64, stage: &'static str, text: String) {
         let mut lines = self.lines.lock().expect("trace lock");
@@ -150,5 +204,21 @@ mod tests {
         assert!(!t.wants(&[1]) && t.wants(&[7]));
         t.release();
         assert!(t.hold() && t.armed() == 0 && t.wants(&[1]));
+    }
+
+    #[test]
+    fn a_synthetic_frame_waits_once_and_is_numbered_with_the_marked_ones() {
+        let t = Tracer::default();
+        t.arm(1);
+        assert_eq!(t.mark(), Some(1));
+        assert!(!t.injection_pending());
+        let id = t.inject(vec![1, 2], false);
+        assert_eq!(id, 2);
+        assert!(t.injection_pending() && !t.was_injected(id));
+        let i = t.take_injection().expect("waiting");
+        assert_eq!((i.frame, i.deliver, i.id), (vec![1, 2], false, 2));
+        assert!(!t.injection_pending() && t.take_injection().is_none());
+        t.injected(id);
+        assert!(t.was_injected(id));
     }
 }

@@ -311,6 +311,16 @@ impl Worker<'_> {
             let Some(o) = self.slots[t].as_mut() else {
                 continue;
             };
+            if o.standing != Standing::Down && o.rxq.injection_pending() {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| o.rxq.inject()));
+                if r.is_err() {
+                    self.failed(t);
+                    continue;
+                }
+            }
+            let Some(o) = self.slots[t].as_mut() else {
+                continue;
+            };
             if o.standing != Standing::Down {
                 // An idle queue is looked at once a second (its struct not
                 // touched in between: thousands of queues stay cheap), a

@@ -3,6 +3,7 @@
 //! hand-over.
 
 use super::*;
+use hvnet_port::pool::{SizeClass, SMALL_FRAME};
 
 impl State {
     /// The first half of a batch: up to [`BATCH`] frames from the
@@ -75,6 +76,52 @@ impl State {
         // whose payloads were left in place go back.
         self.rx.end_batch();
         result
+    }
+
+    /// Switches a synthetic frame handed to the port's tracer, traced
+    /// from its first stage: without `deliver`, every decision runs but
+    /// nothing is learned, counted, copied or written ([`Ctx::synthetic`]);
+    /// with it, the frame goes on as the guest's own.
+    pub(super) fn inject(&mut self, cx: &Ctx, b: &mut Burst) {
+        let tracer = &cx.port.tracer;
+        let Some(inj) = tracer.take_injection() else {
+            return;
+        };
+        self.begin_batch(cx);
+        let class = if inj.frame.len() <= SMALL_FRAME {
+            SizeClass::Small
+        } else {
+            SizeClass::Large
+        };
+        let parsed = self.pool.take(class).map(|mut buf| {
+            buf.fill(&inj.frame);
+            Packet::parse(buf, Default::default())
+        });
+        match parsed {
+            Some(Ok(pkt)) => {
+                b.frames.clear();
+                b.frames.push(Ok(pkt));
+                b.begin_synthetic(inj.id);
+                if inj.deliver {
+                    self.count_in(cx, &b[0]);
+                }
+                cx.synthetic.set(!inj.deliver);
+                for k in 0..self.in_arc.len() {
+                    let (_, run) = self.in_arc.stage(k);
+                    run(self, cx, b);
+                }
+                cx.synthetic.set(false);
+                b.frames.clear();
+                self.end_batch(cx);
+            }
+            Some(Err((_, e))) => tracer.line(inj.id, "drop", format!("malformed: {e}")),
+            None => tracer.line(
+                inj.id,
+                "drop",
+                "no buffer: every one of the port's is in flight".into(),
+            ),
+        }
+        tracer.injected(inj.id);
     }
 
     /// Flushes what is held and gives the spare buffers back.

@@ -77,6 +77,17 @@ impl Burst {
         }
     }
 
+    /// Starts a burst of one synthetic frame (in `frames`), traced as
+    /// `id`.
+    pub(crate) fn begin_synthetic(&mut self, id: u64) {
+        assert!(matches!(self.frames[..], [Ok(_)]), "one synthetic frame");
+        self.live = 1;
+        self.traced = 1;
+        self.trace_ids[0] = id;
+        self.mirrored = [0; BATCH];
+        self.snooped.clear();
+    }
+
     /// The frames now in `frames` (every one a frame, as many as the
     /// burst had or fewer) replace the burst's (a stage that makes new
     /// frames of them: LRO). Its traces go on with the new frames in

@@ -48,7 +48,9 @@ fn queue(st: &mut State, cx: &Ctx, o: &mut Out<'_>) -> Result<(), DropReason> {
     } else {
         0
     };
-    add(&st.lane(cx, o.dst, o.q).counters.offered, 1);
+    if !cx.synthetic() {
+        add(&st.lane(cx, o.dst, o.q).counters.offered, 1);
+    }
     st.trace_out(cx, "queue", || {
         format!("to {} queue {} of {nq}", port.name, o.q)
     });
@@ -71,13 +73,30 @@ impl State {
                     format!("to {}: dropped, {}", cx.ports[dst].name, why.name())
                 });
                 self.trace_drop(cx, Some(dst), why);
-                let c = &self.lane(cx, dst, q).counters;
-                drop_to(c, &cx.ports[dst], q, why, &pkt);
+                if !cx.synthetic() {
+                    let c = &self.lane(cx, dst, q).counters;
+                    drop_to(c, &cx.ports[dst], q, why, &pkt);
+                }
                 return;
             }
         }
         let q = o.q;
         self.write(cx, dst, q, pkt);
+    }
+
+    /// A synthetic frame's copy to `dst` is written nowhere: its trace
+    /// says where it would have gone. True if `pkt` was one.
+    fn not_delivered(&self, cx: &Ctx, dst: usize, q: usize, how: &str) -> bool {
+        if !cx.synthetic() {
+            return false;
+        }
+        self.trace_out(cx, "write", || {
+            format!(
+                "to {} queue {q}: {how} (not delivered: a synthetic frame)",
+                cx.ports[dst].name
+            )
+        });
+        true
     }
 
     /// The engine's end of the way: the MTU, LRO or a GSO frame's
@@ -129,8 +148,13 @@ impl State {
                 if (!whole || uplink) && g.size as usize + pkt.header_len() > limit {
                     too_long("segments", self);
                     self.trace_drop(cx, Some(dst), DropReason::MtuExceeded);
-                    let c = &self.lane(cx, dst, q).counters;
-                    drop_to(c, port, q, DropReason::MtuExceeded, &pkt);
+                    if !cx.synthetic() {
+                        let c = &self.lane(cx, dst, q).counters;
+                        drop_to(c, port, q, DropReason::MtuExceeded, &pkt);
+                    }
+                    return;
+                }
+                if self.not_delivered(cx, dst, q, "a GSO frame") {
                     return;
                 }
                 // Segments of its flow held for coalescing go first: a
@@ -148,9 +172,17 @@ impl State {
             None if pkt.len() > limit => {
                 too_long("frame", self);
                 self.trace_drop(cx, Some(dst), DropReason::MtuExceeded);
-                let c = &self.lane(cx, dst, q).counters;
-                drop_to(c, port, q, DropReason::MtuExceeded, &pkt);
+                if !cx.synthetic() {
+                    let c = &self.lane(cx, dst, q).counters;
+                    drop_to(c, port, q, DropReason::MtuExceeded, &pkt);
+                }
             }
+            None if self.not_delivered(
+                cx,
+                dst,
+                q,
+                if lro { "offered to LRO" } else { "written" },
+            ) => {}
             None if lro => {
                 self.trace_out(cx, "write", || {
                     format!("to {} queue {q}: offered to LRO", port.name)

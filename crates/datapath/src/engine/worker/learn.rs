@@ -35,6 +35,12 @@ fn learn(st: &mut State, cx: &Ctx, b: &Burst, i: usize) {
     if st.learned == Some((vlan, src)) {
         return;
     }
+    if cx.synthetic() {
+        b.trace(&cx.port.tracer, i, "fdb", || {
+            format!("{src} in VLAN {vlan} not learned: a synthetic frame")
+        });
+        return;
+    }
     let mut learn = fdb.learn(vlan, src, cx.port.id, st.now);
     if learn == Learn::Refused && cx.sw.release_address(vlan, src) {
         learn = fdb.learn(vlan, src, cx.port.id, st.now);

@@ -94,6 +94,9 @@ pub(crate) struct Ctx {
     /// The port table as this worker last read it (again when the
     /// switch's generation moves: [`Rxq::poll_batch`]).
     pub(crate) ports: Arc<PortTable>,
+    /// The burst being switched is a synthetic frame's, traced only: it
+    /// is learned, counted and delivered nowhere ([`Rxq::inject`]).
+    pub(crate) synthetic: std::cell::Cell<bool>,
 }
 
 /// An ingress stage's entry: the whole burst.
@@ -120,9 +123,18 @@ pub(crate) struct Rxq {
 }
 
 impl Ctx {
+    /// True while a synthetic frame is switched (traced, never delivered).
+    #[inline]
+    pub(crate) fn synthetic(&self) -> bool {
+        self.synthetic.get()
+    }
+
     /// A frame from the port dropped: counted under its reason, and
     /// copied for the port's `drop` captures.
     pub(crate) fn drop_frame(&self, reason: DropReason, pkt: &Packet) {
+        if self.synthetic() {
+            return;
+        }
         self.port.ingress[self.q].count_drop(reason, 1);
         self.port.taps.dropped(Way::Inbound, self.q, reason, pkt);
     }
@@ -260,6 +272,7 @@ impl Rxq {
                 sw,
                 port,
                 q,
+                synthetic: Default::default(),
             },
             st,
             burst: Burst::default(),

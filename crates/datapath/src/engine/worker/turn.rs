@@ -67,6 +67,19 @@ impl Rxq {
         }
     }
 
+    /// The synthetic frame waiting at the port's tracer, switched now
+    /// with the current table and settings (the worker looks for one
+    /// every tick, at the port's first queue).
+    pub(crate) fn inject(&mut self) {
+        self.read_table();
+        self.st.inject(&self.cx, &mut self.burst);
+    }
+
+    /// True if a synthetic frame waits for this queue.
+    pub(crate) fn injection_pending(&self) -> bool {
+        self.cx.q == 0 && self.cx.port.tracer.injection_pending()
+    }
+
     /// The port table read again if the switch's generation moved. A port
     /// removed lives on in the table an idle or parked queue read last
     /// (its guest's memory mapped, its transmitters) until that queue's

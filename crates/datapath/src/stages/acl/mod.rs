@@ -287,6 +287,46 @@ impl PortAcl {
         }
     }
 
+    /// What [`PortAcl::check`] would decide for a frame, and why (the
+    /// connection it belongs to, the rule that matched or none), without
+    /// counting it or opening a connection: a synthetic frame's trace.
+    pub fn judge(
+        &self,
+        stage: Direction,
+        frame: &[u8],
+        layers: &hvnet_wire::Layers,
+        now: Instant,
+    ) -> (Result<(), Denied>, String) {
+        let Some(f) = Flow::of(frame, layers) else {
+            return (Ok(()), "not IP: not tracked".into());
+        };
+        if implicit(&f) {
+            return (Ok(()), "neighbour discovery: always allowed".into());
+        }
+        let now = self.secs(now);
+        let g = self.lock();
+        if let Some(t) = f.tuple() {
+            if g.table.holds(&t, now) {
+                return (Ok(()), "a tracked connection's frame: allowed".into());
+            }
+        }
+        match g.rules.first_match(stage, &f) {
+            None => (
+                Err(Denied::Rule),
+                "no rule matches: denied by default".into(),
+            ),
+            Some(i) => {
+                let r = &g.rules.rules[i];
+                let verdict = match r.action {
+                    Action::Deny => Err(Denied::Rule),
+                    Action::Allow => Ok(()),
+                };
+                let word = if verdict.is_ok() { "allows" } else { "denies" };
+                (verdict, format!("rule {} {word} it", r.label))
+            }
+        }
+    }
+
     fn set_rules(&self, rules: RuleSet, max: usize) {
         let mut g = self.lock();
         if *g.rules != rules {

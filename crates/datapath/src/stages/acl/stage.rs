@@ -34,10 +34,20 @@ fn from_port(st: &mut State, cx: &Ctx, b: &mut Burst) {
     let out = Direction::Out;
     for i in b.live() {
         let pkt = &b[i];
-        let r = acl.check(out, pkt.buf.held(), &pkt.meta.layers, st.now);
-        b.trace(&cx.port.tracer, i, "acl", || match &r {
-            Ok(()) => "sent: allowed".into(),
-            Err(d) => format!("sent: {}", d.reason(out).name()),
+        let (frame, layers) = (pkt.buf.held(), &pkt.meta.layers);
+        // A traced frame's line says why (read before the check, which
+        // may open its connection); a synthetic frame is only judged.
+        let why = b.traced(i).map(|_| acl.judge(out, frame, layers, st.now));
+        let r = match &why {
+            Some((r, _)) if cx.synthetic() => *r,
+            _ => acl.check(out, frame, layers, st.now),
+        };
+        b.trace(&cx.port.tracer, i, "acl", || {
+            let why = why.map(|w| w.1).unwrap_or_default();
+            match &r {
+                Ok(()) => format!("sent: allowed, {why}"),
+                Err(d) => format!("sent: {}, {why}", d.reason(out).name()),
+            }
         });
         if let Err(d) = r {
             cx.drop_from(b, i, d.reason(out));
@@ -50,10 +60,18 @@ fn to_port(st: &mut State, cx: &Ctx, o: &mut Out<'_>) -> Result<(), DropReason> 
         return Ok(());
     };
     let to = Direction::In;
-    let r = acl.check(to, o.pkt.buf.held(), &o.pkt.meta.layers, st.now);
-    st.trace_out(cx, "acl", || match &r {
-        Ok(()) => format!("to {}: allowed", cx.ports[o.dst].name),
-        Err(d) => format!("to {}: {}", cx.ports[o.dst].name, d.reason(to).name()),
+    let (frame, layers) = (o.pkt.buf.held(), &o.pkt.meta.layers);
+    let why = st.tracing.map(|_| acl.judge(to, frame, layers, st.now));
+    let r = match &why {
+        Some((r, _)) if cx.synthetic() => *r,
+        _ => acl.check(to, frame, layers, st.now),
+    };
+    st.trace_out(cx, "acl", || {
+        let (name, why) = (&cx.ports[o.dst].name, why.map(|w| w.1).unwrap_or_default());
+        match &r {
+            Ok(()) => format!("to {name}: allowed, {why}"),
+            Err(d) => format!("to {name}: {}, {why}", d.reason(to).name()),
+        }
     });
     r.map_err(|d| d.reason(to))
 }

@@ -20,6 +20,12 @@ pub(crate) const IN: Decl<InRun> = Decl {
 
 fn copy_in(_: &mut State, cx: &Ctx, b: &mut Burst) {
     for i in b.live() {
+        if cx.synthetic() {
+            b.trace(&cx.port.tracer, i, "capture-in", || {
+                "not copied: a synthetic frame".into()
+            });
+            continue;
+        }
         cx.port.taps.packet(Point::In, Way::Inbound, cx.q, &b[i]);
         b.trace(&cx.port.tracer, i, "capture-in", || {
             "copied for the port's captures".into()

@@ -37,6 +37,15 @@ fn meter(st: &mut State, cx: &Ctx, b: &mut Burst) {
     let Some(ix) = &m.exporter else {
         return;
     };
+    if cx.synthetic() {
+        // A synthetic frame is no flow's.
+        for i in b.live() {
+            b.trace(&cx.port.tracer, i, "ipfix", || {
+                "not metered: a synthetic frame".into()
+            });
+        }
+        return;
+    }
     for i in b.live() {
         // Systematic 1-in-N sampling, counted per queue.
         m.skip -= 1;

@@ -101,6 +101,14 @@ impl State {
                         self.copy_to(cx, &m, p, pkt, vlan);
                     }
                 }
+                Target::Erspan(_) if cx.synthetic() => {
+                    self.trace_out(cx, "mirror", || {
+                        format!(
+                            "mirror {}: its ERSPAN copy not sent, a synthetic frame",
+                            m.spec.name
+                        )
+                    });
+                }
                 Target::Erspan(e) => {
                     let (vlan, tagged) = (pkt.meta.vlan, pkt.meta.layers.outer_vlan().is_some());
                     let mut sent = true;

@@ -5,6 +5,7 @@
 mod acl_cmd;
 mod capture;
 mod capture_cmd;
+mod diagnose_cmd;
 mod pcap_cmd;
 mod switch_cmd;
 mod top;
@@ -200,6 +201,19 @@ enum Cmd {
     /// port's frames are matched against the filter; those not traced pay
     /// one bit test per stage. `--json` for tools.
     Trace(trace_cmd::TraceArgs),
+    /// Find why a VM is slow or cannot reach another, as an expert
+    /// would: over a short window (`-w`, default 3 s) the switch reads the
+    /// VM's port counters and their rates, its guest's CPU (how long its
+    /// threads wait to run, %RDY, and a CPU quota that holds them) and
+    /// the frames it sends, and names each cause it finds — a receive
+    /// ring that fills, a policer or `cpu_limit` holding it, a security
+    /// group, guard or VLAN that drops its frames, an MTU larger than its
+    /// peer's, its link down, a team degraded, a neighbour nothing
+    /// answers for, LRO or TSO off under load, TCP segments sent again —
+    /// each with the counters that show it, the setting behind it and the
+    /// command that changes it. A healthy VM gets "no finding" with the
+    /// figures that say so. `--json` for tools.
+    Diagnose(diagnose_cmd::DiagnoseArgs),
     /// Add or remove one VM while the switch runs, as `ovs-vsctl
     /// add-port`/`del-port` do: no other VM is touched.
     #[command(subcommand)]
@@ -357,6 +371,7 @@ fn main() {
         Cmd::Top(a) => top::top(a),
         Cmd::Capture(a) => capture_cmd::capture(a),
         Cmd::Trace(a) => trace_cmd::trace(a),
+        Cmd::Diagnose(a) => diagnose_cmd::diagnose(a),
         Cmd::Exec {
             vm,
             stdin,

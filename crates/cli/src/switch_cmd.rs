@@ -91,10 +91,12 @@ pub(crate) fn call(t: &Target, req: Request) -> Result<Value, String> {
         Request::VmAdd { .. } | Request::Restart { .. } => {
             hvnet_control::guest::BOOT_TIMEOUT + std::time::Duration::from_secs(30)
         }
-        // A trace waits as long as it was told to.
-        Request::Trace { timeout_ms, .. } => {
-            std::time::Duration::from_millis(timeout_ms) + std::time::Duration::from_secs(10)
-        }
+        // A trace or a diagnosis waits as long as it was told to.
+        Request::Trace { timeout_ms, .. }
+        | Request::Diagnose {
+            window_ms: timeout_ms,
+            ..
+        } => std::time::Duration::from_millis(timeout_ms) + std::time::Duration::from_secs(10),
         _ => std::time::Duration::from_secs(10),
     };
     let r = proto::call_waiting(&sock, &req, wait).map_err(|e| socket_error(&name, &sock, &e))?;

@@ -176,6 +176,19 @@ fn serve(cx: &Ctl, conn: UnixStream) {
                 gone,
             )
         }
+        Ok(Request::Diagnose { vm, window_ms }) => {
+            // A real guest hvnet started: its processes' CPU.
+            let pids = {
+                let all = guests.lock().expect("guests lock");
+                all.iter().find(|g| g.vm == vm).map(|g| {
+                    g.processes()
+                        .iter()
+                        .filter_map(|x| x["pid"].as_u64().map(|p| p as u32))
+                        .collect()
+                })
+            };
+            crate::diagnose::diagnose(sw, topo, &vm, pids, Duration::from_millis(window_ms))
+        }
         Ok(Request::Counters) => Ok({
             let mut v = views::counters(sw);
             // A real guest's processes are its vCPUs, for `hvnet top`.
@@ -261,6 +274,10 @@ fn by_name(sw: &Switch, req: Request) -> Request {
             filter,
             count,
             timeout_ms,
+        },
+        Request::Diagnose { vm, window_ms } => Request::Diagnose {
+            vm: name_of(vm),
+            window_ms,
         },
         Request::TraceFlow { port, flow, inject } => Request::TraceFlow {
             port: name_of(port),
@@ -596,6 +613,7 @@ fn handle(
         Request::Restart { .. }
         | Request::Capture { .. }
         | Request::Trace { .. }
+        | Request::Diagnose { .. }
         | Request::Kill { .. }
         | Request::Evpn
         | Request::VmAdd { .. }

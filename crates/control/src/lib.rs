@@ -10,6 +10,7 @@ pub mod capture_stream;
 pub(crate) mod ctl;
 pub mod ctl_server;
 pub mod daemon;
+pub mod diagnose;
 pub mod error;
 pub mod evpn;
 pub mod flow_spec;

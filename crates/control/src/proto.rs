@@ -137,6 +137,14 @@ pub enum Request {
         #[serde(default)]
         inject: bool,
     },
+    /// `hvnet diagnose VM`: what its counters, guest CPU and frames show
+    /// over a window, as findings.
+    Diagnose {
+        /// The VM.
+        vm: String,
+        /// The window, in milliseconds.
+        window_ms: u64,
+    },
     /// `hvnet capture PORT`: copies of the port's frames at the points
     /// asked for; after the reply line, the connection carries pcapng
     /// until the client closes it or `count` frames were sent.

@@ -152,3 +152,33 @@ def test_bad_arguments_are_refused(tmp_path):
         v = diagnose(t, "a", window=0.3)
         assert v["healthy"] and v["vm"] == "a", v
         assert "no finding" in t.hv("diagnose", "a", "-w", "0.3").stdout
+
+
+def test_a_team_member_down_and_a_missing_tunnel_peer_are_found(tmp_path):
+    """Two uplinks an operator could leave broken: a team of two veths with
+    one member's far end set down, and a VXLAN endpoint whose remote was
+    left out of its peers (the far side is not there at all)."""
+    m1, m2, vx = (hvlab.unique("hvdm") for _ in range(3))
+    for dev in (m1, m2, vx):
+        hvlab.run(["ip", "link", "add", dev, "type", "veth", "peer", "name", dev + "p"])
+        hvlab.run(["ip", "link", "set", dev + "p", "up"])
+    try:
+        vms = [vm("a", f"{NET}.21"), vm("t", f"{NET}.22", vlan=7)]
+        uplinks = [dict(name="up0", devices=[m1, m2], teaming="active-backup"),
+                   dict(name="vx0", device=vx, vlan=7,
+                        vxlan=dict(vni=77, local="198.18.9.21/24", remotes=["198.18.9.29"]))]
+        with hvlab.Topology(tmp_path, vms, prefix="dg", uplinks=uplinks) as t:
+            t.sh("a", "ping -c 1 -W 1 198.18.76.29", check=False)
+            hvlab.run(["ip", "link", "set", m2 + "p", "down"])
+            assert hvlab.eventually(lambda: any(not m["carrier"] for m in json.loads(t.hv("team", "--json").stdout)["teams"][0]["members"]), timeout=30)
+            v = diagnose(t, "a", window=0.5)
+            assert first(v) == ("team_degraded", None) and m2 in v["findings"][0]["finding"], v
+            # t's neighbour behind the tunnel is asked for and nobody
+            # answers: the finding names the tunnel and its peers (the
+            # team, not in t's VLAN, is not on its way).
+            with pinging(t, "t", f"{NET}.40"):
+                v = diagnose(t, "t", window=3.5)
+            assert first(v) == ("neighbour_unknown", None) and "vx0 with 1 peers" in v["findings"][0]["finding"], v
+    finally:
+        for dev in (m1, m2, vx):
+            hvlab.run(["ip", "link", "del", dev], check=False)

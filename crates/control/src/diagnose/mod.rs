@@ -148,6 +148,11 @@ pub fn diagnose(
         .into_iter()
         .flatten()
         .filter_map(|t| {
+            // Only a team that carries the VM's VLAN is on its way out.
+            let up = sw.port(t["name"].as_str()?)?;
+            if !up.settings().vlans_of(up.vlan).carries(p.vlan) {
+                return None;
+            }
             let members = t["members"].as_array()?;
             let down: Vec<String> = members
                 .iter()

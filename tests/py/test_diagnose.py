@@ -5,6 +5,8 @@ first finding, with the setting that causes it; a healthy VM under
 iperf3 with 4 streams gets no finding."""
 
 import contextlib
+import csv
+import io
 import json
 import os
 import subprocess
@@ -88,8 +90,12 @@ def test_each_planted_fault_is_the_first_finding_with_its_setting(tmp_path):
 
         # A policer of 10 Mbit/s on what a sends.
         t.hv("port", "a", "set", "tx_rate=10mbit")
-        with iperf(t, "a", f"{NET}.2"):
+        with iperf(t, "a", f"{NET}.2", seconds=10):
             assert first(diagnose(t, "a")) == ("tx_rate", "tx_rate=10mbit")
+            # ... and `hvnet top` marks a's row with it, b's with nothing.
+            rows = list(csv.DictReader(io.StringIO(t.hv("top", "-b", "-d", "1", "-n", "2").stdout)))
+            last = {r["port"]: r["finding"] for r in rows[len(rows) // 2:]}
+            assert last["a"] == "tx_rate" and last["b"] == "", last
         t.hv("port", "a", "set", "tx_rate=none")
 
         # cpu_limit=5 on a, sending as fast as it can.

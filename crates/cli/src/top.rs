@@ -13,12 +13,13 @@
 
 use crate::switch_cmd::{call, pick, Target};
 use clap::{Args, ValueEnum};
+use hvnet_control::diagnose::findings::from_counters;
+use hvnet_control::diagnose::guest_cpu::processes_in;
 use hvnet_control::proto::Request;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{IsTerminal, Read, Write};
-use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -104,6 +105,9 @@ struct Row {
     used_pct: Option<f64>,
     run_pct: Option<f64>,
     rdy_pct: Option<f64>,
+    /// What `hvnet diagnose` would name first from these counters
+    /// (a VM's only; run it for the whole look).
+    finding: Option<String>,
 }
 
 /// CPU accounting of one thread: ns on a CPU, ns waiting for one, ticks
@@ -122,19 +126,7 @@ fn num(v: &Value, k: &str) -> u64 {
 
 /// The processes whose network namespace is `ns`.
 fn netns_pids(ns: &str) -> Vec<u32> {
-    let Ok(want) = std::fs::metadata(hvnet_sys::netns::path(ns)) else {
-        return Vec::new();
-    };
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::metadata(format!("/proc/{pid}/ns/net"))
-                .is_ok_and(|m| m.ino() == want.ino() && m.dev() == want.dev())
-        })
-        .collect()
+    processes_in(&hvnet_sys::netns::path(ns))
 }
 
 /// Every thread of `pids`, with its CPU accounting.
@@ -260,7 +252,12 @@ fn rows(a: &Sample, b: &Sample) -> Vec<Row> {
                 }
                 _ => None,
             };
+            let finding = (p["kind"] == "vm")
+                .then(|| from_counters(old, p, secs).into_iter().next())
+                .flatten()
+                .map(|f| f.cause.to_string());
             Row {
+                finding,
                 port: name,
                 kind: p["kind"].as_str().unwrap_or_default().into(),
                 link: p["link"].as_str().unwrap_or_default().into(),
@@ -302,7 +299,7 @@ fn sort(rows: &mut [Row], key: SortKey) {
     }
 }
 
-const CSV_HEADER: &str = "time,port,kind,link,tx_mbps,rx_mbps,tx_pps,rx_pps,drop_tx_ps,drop_rx_ps,drops,ring_fill_pct,lro_fps,tso_fps,segmented_fps,threads,used_pct,run_pct,rdy_pct";
+const CSV_HEADER: &str = "time,port,kind,link,tx_mbps,rx_mbps,tx_pps,rx_pps,drop_tx_ps,drop_rx_ps,drops,ring_fill_pct,lro_fps,tso_fps,segmented_fps,threads,used_pct,run_pct,rdy_pct,finding";
 
 fn opt(x: Option<f64>) -> String {
     x.map_or(String::new(), |x| format!("{x:.1}"))
@@ -319,10 +316,11 @@ fn csv(time: f64, rows: &[Row]) -> String {
     rows.iter()
         .map(|r| {
             format!(
-                "{time:.3},{},{},{},{:.3},{:.3},{:.1},{:.1},{:.1},{:.1},{},{:.1},{:.1},{:.1},{:.1},{},{},{},{}\n",
+                "{time:.3},{},{},{},{:.3},{:.3},{:.1},{:.1},{:.1},{:.1},{},{:.1},{:.1},{:.1},{:.1},{},{},{},{},{}\n",
                 r.port, r.kind, r.link, r.tx_mbps, r.rx_mbps, r.tx_pps, r.rx_pps, r.drop_tx_ps,
                 r.drop_rx_ps, reasons(&r.drops), r.ring_fill_pct, r.lro_fps, r.tso_fps,
-                r.segmented_fps, r.threads, opt(r.used_pct), opt(r.run_pct), opt(r.rdy_pct)
+                r.segmented_fps, r.threads, opt(r.used_pct), opt(r.run_pct), opt(r.rdy_pct),
+                r.finding.as_deref().unwrap_or("")
             )
         })
         .collect()
@@ -336,14 +334,18 @@ fn table(topology: &str, secs: f64, rows: &[Row], key: SortKey) -> String {
     out.push_str(&format!(
         "{:<10} {:<6} {:<5} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>6} {:>8} {:>8} {:>4} {:>6} {:>6} {:>6}  {}\n",
         "PORT", "KIND", "LINK", "MbTX/s", "MbRX/s", "PKTTX/s", "PKTRX/s", "DRPTX/s", "DRPRX/s",
-        "RING%", "LRO/s", "TSO/s", "THR", "%USED", "%RUN", "%RDY", "DROPS BY REASON"
+        "RING%", "LRO/s", "TSO/s", "THR", "%USED", "%RUN", "%RDY", "DROPS BY REASON (! FINDING)"
     ));
     for r in rows {
         out.push_str(&format!(
             "{:<10} {:<6} {:<5} {:>9.2} {:>9.2} {:>9.0} {:>9.0} {:>8.0} {:>8.0} {:>6.1} {:>8.0} {:>8.0} {:>4} {:>6} {:>6} {:>6}  {}\n",
             r.port, r.kind, r.link, r.tx_mbps, r.rx_mbps, r.tx_pps, r.rx_pps, r.drop_tx_ps,
             r.drop_rx_ps, r.ring_fill_pct, r.lro_fps, r.tso_fps, r.threads,
-            opt(r.used_pct), opt(r.run_pct), opt(r.rdy_pct), reasons(&r.drops)
+            opt(r.used_pct), opt(r.run_pct), opt(r.rdy_pct),
+            match &r.finding {
+                Some(f) => format!("!{f} {}", reasons(&r.drops)),
+                None => reasons(&r.drops),
+            }
         ));
     }
     out

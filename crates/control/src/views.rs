@@ -57,6 +57,10 @@ pub fn counters(sw: &Switch) -> Value {
                     "from_port": p.ingress_stats(),
                     "to_port": p.egress_stats(),
                     "rings": rings,
+                    // For the findings `hvnet top` marks (the settings
+                    // they name).
+                    "vlan": p.vlan,
+                    "settings": p.settings(),
                 })
             })
             .collect(),

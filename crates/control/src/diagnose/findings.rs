@@ -500,6 +500,43 @@ pub fn findings(w: &Window) -> Vec<Finding> {
     out
 }
 
+/// The findings two readings of a VM's counters alone show (rows of
+/// `hvnet top`'s counters view: `before`, then `now`, `secs` apart): its
+/// marker there. No guest CPU, frames, peers or teams — those only
+/// `hvnet diagnose` looks at.
+pub fn from_counters(before: &Value, now: &Value, secs: f64) -> Vec<Finding> {
+    let Ok(settings) = serde_json::from_value::<PortSettings>(now["settings"].clone()) else {
+        return Vec::new();
+    };
+    let obj = |v: &Value| v.as_object().cloned().unwrap_or_default();
+    let way = |k: &str| change(&obj(&before[k]), &obj(&now[k]));
+    findings(&Window {
+        vm: now["name"].as_str().unwrap_or_default(),
+        secs,
+        link: now["link"].as_str().unwrap_or_default(),
+        settings: &settings,
+        vlan: now["vlan"].as_u64().unwrap_or(0) as u16,
+        from_port: way("from_port"),
+        to_port: way("to_port"),
+        cpu: None,
+        seen: None,
+        peers_mtu: Vec::new(),
+        degraded: Vec::new(),
+        known: &|_| true,
+        tunnels: Vec::new(),
+    })
+}
+
+/// Each numeric counter's change from `a` to `b`.
+pub fn change(a: &Map<String, Value>, b: &Map<String, Value>) -> Map<String, Value> {
+    b.iter()
+        .filter_map(|(k, v)| {
+            let (now, then) = (v.as_u64()?, a.get(k).and_then(Value::as_u64).unwrap_or(0));
+            Some((k.clone(), json!(now.saturating_sub(then))))
+        })
+        .collect()
+}
+
 /// The figures that say a VM is healthy (or how busy it is).
 pub fn figures(w: &Window) -> Value {
     let per = |v: u64| (v as f64 / w.secs * 10.0).round() / 10.0;

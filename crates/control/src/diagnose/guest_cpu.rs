@@ -64,7 +64,7 @@ pub fn sample(pids: &[u32]) -> CpuSample {
             continue;
         };
         for t in tasks.flatten() {
-            let Some((run, wait)) = schedstat(&t.path().join("schedstat")) else {
+            let Some((run, wait)) = hvnet_sys::schedstat(&t.path().join("schedstat")) else {
                 continue;
             };
             s.threads += 1;
@@ -77,13 +77,6 @@ pub fn sample(pids: &[u32]) -> CpuSample {
     }
     s.quotas = cgroups.into_iter().filter_map(|cg| quota(&cg)).collect();
     s
-}
-
-/// A thread's `schedstat`: nanoseconds on a CPU, and waiting for one.
-fn schedstat(path: &Path) -> Option<(u64, u64)> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let mut f = text.split_whitespace().map(|x| x.parse::<u64>().ok());
-    Some((f.next()??, f.next()??))
 }
 
 /// The process's cgroup in the `cpu` hierarchy (cgroup v1).

@@ -12,7 +12,7 @@ pub mod observe;
 use crate::proto::CtlError;
 use crate::topology::{Topology, VmKind};
 use crate::views;
-use findings::{Degraded, PeerMtu, Window};
+use findings::{change, Degraded, PeerMtu, Window};
 use hvnet_datapath::{Port, Switch};
 use observe::Seen;
 use serde_json::{json, Map, Value};
@@ -33,16 +33,6 @@ fn counters(p: &Port) -> (Map<String, Value>, Map<String, Value>) {
         obj(serde_json::to_value(views::tx_summary(p)).unwrap_or_default()),
         obj(serde_json::to_value(views::rx_summary(p)).unwrap_or_default()),
     )
-}
-
-/// Each numeric counter's change from `a` to `b`.
-fn change(a: &Map<String, Value>, b: &Map<String, Value>) -> Map<String, Value> {
-    b.iter()
-        .filter_map(|(k, v)| {
-            let (now, then) = (v.as_u64()?, a.get(k).and_then(Value::as_u64).unwrap_or(0));
-            Some((k.clone(), json!(now.saturating_sub(then))))
-        })
-        .collect()
 }
 
 /// Holds the port's tracer as an observer, and lets it go however the

@@ -225,3 +225,76 @@ def test_bad_flow_words_are_refused_with_the_word_and_the_reason(tmp_path):
         assert hvlab.eventually(lambda: json.loads(t.hv("port", "a", "--json").stdout)["link"] != "up", timeout=30)
         v = flow(t, "a", "dst=b")
         assert v["ended"] == "port down" and v["frames"][0]["dropped"] == "port_down", v
+
+
+def test_a_trace_follows_its_frame_through_a_tunnel_to_the_next_hvnet_host(tmp_path):
+    """Two hvnet hosts (namespaces' daemons) over one underlay: a real
+    frame's trace and a synthetic one's go on at the far host, which
+    reports its part back over the tunnel — one path across both. A far
+    end that is Linux's vxlan device ends the trace at the tunnel with
+    what was sent, and still gets the real frame."""
+    da, db = hvlab.unique("hvta"), hvlab.unique("hvtb")
+    hvlab.run(["ip", "link", "add", da, "mtu", "1550", "type", "veth", "peer", "name", db, "mtu", "1550"])
+    try:
+        def side(name, dev, local, remote, ip):
+            return hvlab.Topology(
+                tmp_path, [vm(name, ip)], prefix="trx",
+                uplinks=[dict(name="up0", device=dev, mtu=1550,
+                              vxlan=dict(vni=77, local=local + "/24", remotes=[remote]))])
+        with side("a", da, "198.18.10.1", "198.18.10.2", "198.18.78.1") as ta, \
+                side("b", db, "198.18.10.2", "198.18.10.1", "198.18.78.2") as tb:
+            ta.sh("a", "ping -c 2 -i 0.2 -W 2 198.18.78.2")
+            # A real frame: through a's stages into the tunnel, then b's host.
+            with pinging(ta, "198.18.78.2"):
+                v = trace(ta, "a", "icmp[icmptype] == icmp-echo")
+            f = v["frames"][0]
+            assert [d.split(":")[0] for d in f["delivered"]] == ["to up0"] and "trace #" in f["delivered"][0], f
+            assert len(f["far"]) == 1, f
+            far = f["far"][0]
+            assert far["host"] == "198.18.10.2" and far["endpoint"] == "up0", far
+            assert [d.split(" queue")[0] for d in far["delivered"]] == ["to b"], far
+            assert "fdb" in [s["stage"] for s in far["stages"]], far
+            # In words: the far end's part under the near end's.
+            with pinging(ta, "198.18.78.2"):
+                text = ta.hv("trace", "a", "--live", "icmp[icmptype] == icmp-echo").stdout
+            assert "-> at the far end 198.18.10.2 (up0):" in text and "=> delivered to b queue" in text, text
+
+            # A synthetic frame: its decisions run on both hosts, and b's
+            # guest gets nothing.
+            bmac = json.loads(tb.hv("ports", "--json").stdout)
+            bmac = next(p["mac"] for p in bmac if p["name"] == "b")
+            before = tb.stats("/ports/b/rx_summary")["delivered_frames"]
+            v = flow(ta, "a", "dst=198.18.78.2", f"dmac={bmac}", "udp", "dport=9")
+            f = v["frames"][0]
+            assert v["synthetic"] and len(f["far"]) == 1, v
+            far = f["far"][0]
+            assert [d.split(" queue")[0] for d in far["delivered"]] == ["to b"], far
+            assert any("not delivered: a synthetic frame" in s["text"] for s in far["stages"]), far
+            assert tb.stats("/ports/b/rx_summary")["delivered_frames"] == before
+            # The far host's MTU drops it there, and the trace says where.
+            tb.hv("port", "b", "set", "mtu=1200")
+            v = flow(ta, "a", "dst=198.18.78.2", f"dmac={bmac}", "size=1300")
+            far = v["frames"][0]["far"][0]
+            assert far["dropped_at"] == ["to b: mtu_exceeded"], far
+    finally:
+        hvlab.run(["ip", "link", "del", da], check=False)
+
+
+def test_a_trace_into_a_tunnel_to_a_linux_vtep_ends_at_the_tunnel(tmp_path):
+    with hvlab.Topology(
+            tmp_path, [vm("a", "198.18.79.1")], prefix="trl",
+            uplinks=[dict(name="up0", device="", mtu=1550,
+                          vxlan=dict(vni=78, local="198.18.11.1/24", remotes=["198.18.11.2"]))],
+            hosts=[dict(name="ext", uplink="up0", ipv4="198.18.11.2/24")]) as t:
+        t.sh("ext", "ip link add vx78 type vxlan id 78 local 198.18.11.2 remote 198.18.11.1 dstport 4789 dev eth0"
+                    " && ip addr add 198.18.79.100/24 dev vx78 && ip link set vx78 up")
+        t.sh("a", "ping -c 2 -i 0.2 -W 2 198.18.79.100")
+        # The marked frames reach the Linux peer and are answered: the
+        # pings traced get their replies as the others do.
+        pinger = t.popen("a", "ping -c 20 -i 0.2 -W 2 198.18.79.100", stdout=subprocess.PIPE, text=True)
+        v = trace(t, "a", "icmp[icmptype] == icmp-echo", "-c", "3")
+        out, _ = pinger.communicate(timeout=60)
+        f = v["frames"][0]
+        assert len(v["frames"]) == 3 and f["far"] == [] and "ends at the tunnel" in f["far_silent"], f
+        assert "VXLAN VNI 78" in f["delivered"][0] and "198.18.11.2" in f["delivered"][0], f
+        assert " 0% packet loss" in out, out

@@ -87,43 +87,17 @@ fn print(v: &Value) {
                 v["port"].as_str().unwrap_or("?")
             ),
         }
-        for s in f["stages"].as_array().into_iter().flatten() {
+        part(f, "  ", synthetic);
+        for far in f["far"].as_array().into_iter().flatten() {
             println!(
-                "  {:<14} {}",
-                s["stage"].as_str().unwrap_or(""),
-                s["text"].as_str().unwrap_or("")
+                "  -> at the far end {} ({}):",
+                far["host"].as_str().unwrap_or("?"),
+                far["endpoint"].as_str().unwrap_or("?")
             );
+            part(far, "    ", synthetic);
         }
-        let list = |k: &str| -> Vec<String> {
-            f[k].as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        };
-        if let Some(why) = f["dropped"].as_str() {
-            println!("  => dropped: {why}");
-            continue;
-        }
-        let (out, lost) = (list("delivered"), list("dropped_at"));
-        if !out.is_empty() && synthetic {
-            let to: Vec<&str> = out
-                .iter()
-                .map(|o| o.split(':').next().unwrap_or(o))
-                .collect();
-            println!(
-                "  => would be delivered {} (a synthetic frame is not)",
-                to.join(", ")
-            );
-        } else if !out.is_empty() {
-            println!("  => delivered {}", out.join(", "));
-        }
-        for l in &lost {
-            println!("  => dropped {l}");
-        }
-        if out.is_empty() && lost.is_empty() {
-            println!("  => not delivered");
+        if let Some(why) = f["far_silent"].as_str() {
+            println!("  -> {why}");
         }
     }
     let asked = v["asked"].as_u64().unwrap_or(0);
@@ -135,5 +109,47 @@ fn print(v: &Value) {
         ),
         Some("count" | "switched") | None => {}
         Some(other) => eprintln!("hvnet trace: ended: {other}"),
+    }
+}
+
+/// One host's part of a frame's path: its lines, then its verdict.
+fn part(f: &Value, indent: &str, synthetic: bool) {
+    for s in f["stages"].as_array().into_iter().flatten() {
+        println!(
+            "{indent}{:<14} {}",
+            s["stage"].as_str().unwrap_or(""),
+            s["text"].as_str().unwrap_or("")
+        );
+    }
+    let list = |k: &str| -> Vec<String> {
+        f[k].as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect()
+    };
+    if let Some(why) = f["dropped"].as_str() {
+        println!("{indent}=> dropped: {why}");
+        return;
+    }
+    let (out, lost) = (list("delivered"), list("dropped_at"));
+    if !out.is_empty() && synthetic {
+        let to: Vec<&str> = out
+            .iter()
+            .map(|o| o.split(':').next().unwrap_or(o))
+            .collect();
+        println!(
+            "{indent}=> would be delivered {} (a synthetic frame is not)",
+            to.join(", ")
+        );
+    } else if !out.is_empty() {
+        println!("{indent}=> delivered {}", out.join(", "));
+    }
+    for l in &lost {
+        println!("{indent}=> dropped {l}");
+    }
+    if out.is_empty() && lost.is_empty() {
+        println!("{indent}=> not delivered");
     }
 }

@@ -100,11 +100,13 @@ pub fn trace(
     };
     drop(held);
     let lines = p.tracer.take();
+    let mut found = frames(&lines, first);
+    follow_tunnels(sw, &mut found);
     Ok(json!({
         "port": port,
         "filter": filter,
         "asked": count,
-        "frames": frames(&lines, first),
+        "frames": found,
         "ended": ended,
         "seconds": start.elapsed().as_secs_f64(),
     }))
@@ -172,7 +174,9 @@ pub fn trace_flow(
     };
     drop(held);
     let lines = p.tracer.take();
-    v["frames"] = json!(frames(&lines, id));
+    let mut found = frames(&lines, id);
+    follow_tunnels(sw, &mut found);
+    v["frames"] = json!(found);
     v["ended"] = json!(ended);
     v["seconds"] = json!(start.elapsed().as_secs_f64());
     Ok(v)
@@ -265,7 +269,14 @@ fn resolve(
         .or(dmac)
         .or(group)
         .or(bcast)
-        .or_else(|| dip.and_then(|ip| mac_of(topo, ip)));
+        .or_else(|| dip.and_then(|ip| mac_of(topo, ip)))
+        .or_else(|| {
+            // A VM behind a tunnel the fabric advertised (EVPN).
+            let ip = dip?;
+            sw.ports()
+                .iter()
+                .find_map(|p| sw.endpoint(p.id)?.evpn_resolve(ip))
+        });
     let Some(dmac) = dmac else {
         return Err(err(match dip {
             Some(ip) => format!("no VM or host here has {ip}: give its MAC with dmac="),
@@ -295,9 +306,38 @@ fn resolve(
     })
 }
 
-/// The lines grouped by frame, in the order the frames were read, with
-/// each frame's verdict: dropped on its way in (the counters' reason),
-/// or the ports it was written to and those whose copy was dropped.
+/// A frame's lines (stage, text) and its verdict: dropped on its way in
+/// (the counters' reason), or the ports it was written to (or sent into a
+/// tunnel by) and those whose copy was dropped.
+fn verdict(of: &[(String, String)]) -> Value {
+    let texts = |stage: &str, to_port: bool| -> Vec<String> {
+        of.iter()
+            .filter(|(st, t)| st == stage && t.starts_with("to ") == to_port)
+            .map(|(_, t)| t.clone())
+            .collect()
+    };
+    // A write line that is a delivery names the queue; one over the MTU
+    // does not (its drop line says so). A frame sent into a tunnel marked
+    // for the far end's trace left too.
+    let mut delivered: Vec<String> = texts("write", true)
+        .into_iter()
+        .filter(|t| t.contains(" queue "))
+        .collect();
+    delivered.extend(
+        texts("vxlan", true)
+            .into_iter()
+            .filter(|t| t.contains(" goes on at the far end")),
+    );
+    json!({
+        "stages": of.iter().map(|(st, t)| json!({"stage": st, "text": t})).collect::<Vec<_>>(),
+        "dropped": texts("drop", false).first(),
+        "delivered": delivered,
+        "dropped_at": texts("drop", true),
+    })
+}
+
+/// The lines grouped by frame, in the order the frames were read, each
+/// with its verdict.
 fn frames(lines: &[TraceLine], first: u64) -> Vec<Value> {
     let mut ids: Vec<u64> = lines
         .iter()
@@ -308,26 +348,82 @@ fn frames(lines: &[TraceLine], first: u64) -> Vec<Value> {
     ids.dedup();
     ids.into_iter()
         .map(|id| {
-            let of: Vec<&TraceLine> = lines.iter().filter(|l| l.frame == id).collect();
-            let texts = |stage: &str, to_port: bool| -> Vec<String> {
-                of.iter()
-                    .filter(|l| l.stage == stage && l.text.starts_with("to ") == to_port)
-                    .map(|l| l.text.clone())
-                    .collect()
-            };
-            // A write line that is a delivery names the queue; one over
-            // the MTU does not (its drop line says so).
-            let delivered: Vec<String> = texts("write", true)
-                .into_iter()
-                .filter(|t| t.contains(" queue "))
+            let of: Vec<(String, String)> = lines
+                .iter()
+                .filter(|l| l.frame == id)
+                .map(|l| (l.stage.to_string(), l.text.clone()))
                 .collect();
-            json!({
-                "frame": id - first + 1,
-                "stages": of.iter().map(|l| json!({"stage": l.stage, "text": l.text})).collect::<Vec<_>>(),
-                "dropped": texts("drop", false).first(),
-                "delivered": delivered,
-                "dropped_at": texts("drop", true),
-            })
+            let mut v = verdict(&of);
+            v["frame"] = json!(id - first + 1);
+            v
         })
         .collect()
+}
+
+/// How long the far ends' reports are waited for.
+const FAR_WAIT: Duration = Duration::from_secs(2);
+
+/// The trace tokens a frame was sent into tunnels with: (endpoint port,
+/// token).
+fn tunnel_tokens(frame: &Value) -> Vec<(String, u16)> {
+    frame["stages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["stage"] == "vxlan")
+        .filter_map(|s| {
+            let t = s["text"].as_str()?;
+            let port = t.strip_prefix("to ")?.split(':').next()?.to_string();
+            let token = t.split("trace #").nth(1)?.split(' ').next()?.parse().ok()?;
+            Some((port, token))
+        })
+        .collect()
+}
+
+/// Each frame that went into a tunnel marked for the far end's trace gets
+/// the far ends' parts (`far`: host, endpoint, lines and verdict), waited
+/// for up to [`FAR_WAIT`]; a far end that sends none (not hvnet, or the
+/// frame never reached its switch) is said, the trace ending at the
+/// tunnel with what was sent.
+fn follow_tunnels(sw: &Switch, frames: &mut [Value]) {
+    let deadline = Instant::now() + FAR_WAIT;
+    for f in frames.iter_mut() {
+        let tokens = tunnel_tokens(f);
+        if tokens.is_empty() {
+            continue;
+        }
+        let mut far = Vec::new();
+        for (port, token) in tokens {
+            let Some(vtep) = sw.port(&port).and_then(|p| sw.endpoint(p.id)) else {
+                continue;
+            };
+            loop {
+                let got = vtep.take_reports(token);
+                far.extend(got.iter().filter_map(|r| far_part(r)));
+                if !far.is_empty() || Instant::now() >= deadline || sw.stopping() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        if far.is_empty() {
+            f["far_silent"] = json!("no word from the far end (not hvnet, or the frame did not reach its switch): the trace ends at the tunnel with what was sent");
+        }
+        f["far"] = json!(far);
+    }
+}
+
+/// A far end's report read: its host, endpoint, lines and verdict.
+fn far_part(report: &[u8]) -> Option<Value> {
+    let r: Value = serde_json::from_slice(report).ok()?;
+    let of: Vec<(String, String)> = r["lines"]
+        .as_array()?
+        .iter()
+        .filter_map(|l| Some((l[0].as_str()?.to_string(), l[1].as_str()?.to_string())))
+        .collect();
+    let mut v = verdict(&of);
+    v["host"] = r["host"].clone();
+    v["endpoint"] = r["endpoint"].clone();
+    v["lines_not_sent"] = r["more"].clone();
+    Some(v)
 }

@@ -58,6 +58,23 @@ pub(crate) struct Injection {
     pub(crate) deliver: bool,
     /// Its trace number.
     pub(crate) id: u64,
+    /// A far end's synthetic frame: the token its lines are reported back
+    /// with.
+    pub(crate) report: Option<u16>,
+}
+
+/// A token for a trace that crosses a tunnel (never 0; starting where
+/// the clock says, so that two hosts' tokens seldom meet).
+pub(crate) fn next_token() -> u16 {
+    use std::sync::atomic::AtomicU16;
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let _ = NEXT.compare_exchange(0, (std::process::id() as u16) | 1, Relaxed, Relaxed);
+    loop {
+        let t = NEXT.fetch_add(1, Relaxed);
+        if t != 0 {
+            return t;
+        }
+    }
 }
 
 impl std::fmt::Debug for Tracer {
@@ -135,9 +152,51 @@ impl Tracer {
     /// replaced.
     pub fn inject(&self, frame: Vec<u8>, deliver: bool) -> u64 {
         let id = self.marked.fetch_add(1, Relaxed) + 1;
-        *self.injection.lock().expect("trace lock") = Some(Injection { frame, deliver, id });
-        self.pending.store(true, Relaxed);
+        self.put(Injection {
+            frame,
+            deliver,
+            id,
+            report: None,
+        });
         id
+    }
+
+    /// Hands a far end's synthetic frame to the port's worker (its lines
+    /// go back with `token`): its trace number.
+    pub(crate) fn inject_remote(&self, frame: Vec<u8>, token: u16) -> u64 {
+        let id = self.mark_remote();
+        self.put(Injection {
+            frame,
+            deliver: false,
+            id,
+            report: Some(token),
+        });
+        id
+    }
+
+    fn put(&self, i: Injection) {
+        *self.injection.lock().expect("trace lock") = Some(i);
+        self.pending.store(true, Relaxed);
+    }
+
+    /// A number for a frame a far end marked (not one of those armed).
+    pub(crate) fn mark_remote(&self) -> u64 {
+        self.marked.fetch_add(1, Relaxed) + 1
+    }
+
+    /// The lines of frame `id` only, taken.
+    pub(crate) fn take_frame(&self, id: u64) -> Vec<TraceLine> {
+        let mut lines = self.lines.lock().expect("trace lock");
+        let mut out = Vec::new();
+        lines.retain(|l| {
+            if l.frame == id {
+                out.push(l.clone());
+                false
+            } else {
+                true
+            }
+        });
+        out
     }
 
     /// True while a synthetic frame waits (one relaxed load).

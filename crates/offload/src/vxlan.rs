@@ -50,6 +50,44 @@ pub struct Tunnel {
     /// agree (RFC 6935), and Linux's `vxlan` refuses it by default
     /// (`udp6zerocsumrx` off).
     pub udp_csum: bool,
+    /// A traced frame's mark in its outer headers ([`OuterMark`]), for a
+    /// far end that traces it too; none for every other frame.
+    pub mark: Option<OuterMark>,
+}
+
+/// A mark a tunnel endpoint puts on a traced frame's outer headers where
+/// every VXLAN endpoint ignores it (RFC 7348 endpoints drop frames with
+/// reserved VXLAN bits set, so those are not used): its UDP source port
+/// is one below the Linux range the flow hash picks from, and its token
+/// is the outer IPv4 identification (the frames leave with DF set, so it
+/// numbers no fragments) or the IPv6 flow label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OuterMark {
+    /// What the marked frame is ([`MARK_TRACED`], [`MARK_SYNTHETIC`],
+    /// [`MARK_REPORT`]): its UDP source port.
+    pub kind: u16,
+    /// Which trace (never 0).
+    pub token: u16,
+}
+
+/// A traced frame, delivered as any other at the far end.
+pub const MARK_TRACED: u16 = 32767;
+/// A synthetic traced frame: the far end runs its decisions only.
+pub const MARK_SYNTHETIC: u16 = 32766;
+/// A far end's report of its part of a trace, to the endpoint that sent
+/// the traced frame.
+pub const MARK_REPORT: u16 = 32765;
+
+impl OuterMark {
+    /// The mark of an outer UDP source port and IP identification (or
+    /// flow label), if they are one.
+    pub fn read(src_port: u16, token: u32) -> Option<OuterMark> {
+        let kind = [MARK_TRACED, MARK_SYNTHETIC, MARK_REPORT]
+            .into_iter()
+            .find(|k| *k == src_port)?;
+        let token = u16::try_from(token).ok().filter(|t| *t != 0)?;
+        Some(OuterMark { kind, token })
+    }
 }
 
 impl Tunnel {
@@ -66,6 +104,7 @@ impl Tunnel {
             src_port_range: (32768, 61000),
             ttl: 64,
             udp_csum: false,
+            mark: None,
         }
     }
 
@@ -192,7 +231,7 @@ pub fn encap_header(
                 payload_len: udp_len,
                 ttl: tunnel.ttl,
                 tos: 0,
-                ident: 0,
+                ident: tunnel.mark.map_or(0, |m| m.token),
                 dont_frag: true,
             }
             .emit(&mut ipv4::Packet::new_unchecked(&mut out[14..]));
@@ -206,7 +245,7 @@ pub fn encap_header(
                 payload_len: udp_len,
                 hop_limit: tunnel.ttl,
                 traffic_class: 0,
-                flow_label: 0,
+                flow_label: tunnel.mark.map_or(0, |m| u32::from(m.token)),
             }
             .emit(&mut ipv6::Packet::new_unchecked(&mut out[14..]));
             EtherType::Ipv6
@@ -219,7 +258,10 @@ pub fn encap_header(
         ethertype,
     }
     .emit(&mut EthernetFrame::new_unchecked(&mut out[..]));
-    let sport = source_port(hash, inner, tunnel.src_port_range);
+    let sport = match tunnel.mark {
+        Some(m) => m.kind,
+        None => source_port(hash, inner, tunnel.src_port_range),
+    };
     {
         let mut u = udp::Packet::new_unchecked(&mut out[at_udp..]);
         u.set_src_port(sport);
@@ -373,6 +415,37 @@ mod tests {
         assert_eq!(uh.destination_port, 4789);
         assert_eq!(uh.checksum, uh.calc_checksum_ipv4(&ip, data).unwrap());
         assert!((32768..61000).contains(&uh.source_port));
+    }
+
+    #[test]
+    fn a_traced_frames_mark_is_in_headers_every_endpoint_takes() {
+        let inner = TcpSpec::default().build();
+        let mark = OuterMark {
+            kind: MARK_SYNTHETIC,
+            token: 0x1234,
+        };
+        let t = Tunnel {
+            udp_csum: true,
+            mark: Some(mark),
+            ..Tunnel::new(42, [10, 0, 0, 1], [10, 0, 0, 2])
+        };
+        let (f, info) = encap(&t, &inner, hash(&inner), OffloadInfo::NONE).unwrap();
+        // etherparse: the IP header's checksum and the UDP checksum hold
+        // with the mark in; the VXLAN header is as any other's.
+        let (ip, rest) = etherparse::Ipv4Header::from_slice(&f[14..]).unwrap();
+        assert_eq!(ip.header_checksum, ip.calc_header_checksum());
+        assert!(ip.dont_fragment && ip.identification == 0x1234);
+        let (uh, data) = etherparse::UdpHeader::from_slice(rest).unwrap();
+        assert_eq!(uh.checksum, uh.calc_checksum_ipv4(&ip, data).unwrap());
+        assert_eq!(&data[..8], &[0x08, 0, 0, 0, 0, 0, 42, 0]);
+        assert_eq!(
+            OuterMark::read(uh.source_port, u32::from(ip.identification)),
+            Some(mark)
+        );
+        assert_eq!(decap_bytes(&f, info).unwrap().vni, 42);
+        // Unmarked frames never read as marked: their ports are Linux's range.
+        assert_eq!(OuterMark::read(40000, 7), None);
+        assert_eq!(OuterMark::read(MARK_TRACED, 0), None);
     }
 
     #[test]

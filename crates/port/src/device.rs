@@ -235,6 +235,26 @@ pub trait Receiver: Send {
 
     /// The periodic work [`Receiver::ticks`] asked for.
     fn tick(&mut self, _now: std::time::Instant) {}
+
+    /// The frames of the last batch that the endpoint which sent them
+    /// marked for a trace (a tunnel endpoint's receiver; none elsewhere),
+    /// added to `out`.
+    fn trace_marks(&mut self, _out: &mut Vec<TraceMark>) {}
+
+    /// Sends this host's part of trace `token` (its lines, `payload`) back
+    /// to the endpoint that marked the frame.
+    fn report_trace(&mut self, _token: u16, _payload: &[u8]) {}
+}
+
+/// A frame a far tunnel endpoint marked for a trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceMark {
+    /// Its place in the batch.
+    pub index: usize,
+    /// The trace's token, to report back with.
+    pub token: u16,
+    /// A synthetic frame: its decisions are run, it is delivered nowhere.
+    pub synthetic: bool,
 }
 
 /// Writes one queue of a device.
@@ -264,4 +284,15 @@ pub trait Transmitter: Send {
     /// After a batch: tells the other side what it received (a guest's
     /// used ring, signalled when its event index asks for it).
     fn flush(&mut self) {}
+
+    /// Writes a traced frame with its trace's mark, for the far end to
+    /// trace it too (a tunnel endpoint): where it went, in words. `None`
+    /// where the device carries no marks (everything but a tunnel).
+    fn send_traced(
+        &mut self,
+        _pkt: &crate::packet::Packet,
+        _mark: hvnet_offload::vxlan::OuterMark,
+    ) -> Option<Result<String, SendError>> {
+        None
+    }
 }

@@ -62,7 +62,7 @@ pub use backends::uplink::netqueue;
 pub use backends::vhost_user::virtq;
 pub use backends::{replay, tap, team, uplink, vhost_user, vxlan};
 
-pub use device::{Caps, Device, Link, Receiver, Transmitter, TxOptions};
+pub use device::{Caps, Device, Link, Receiver, TraceMark, Transmitter, TxOptions};
 pub use outgoing::{BatchOptions, OutFrame, SendError, Written};
 pub use packet::{Meta, OuterTag, Packet, TunnelMeta};
 pub use pool::{Buf, Home, Pool, PoolCaps, PoolStatus, SizeClass};

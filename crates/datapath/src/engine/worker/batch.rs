@@ -14,7 +14,10 @@ impl State {
             self.count_kernel_drops(cx, now);
         }
         b.frames.clear();
-        self.rx.recv_batch(&mut self.pool, BATCH, &mut b.frames)
+        let end = self.rx.recv_batch(&mut self.pool, BATCH, &mut b.frames);
+        self.marks.clear();
+        self.rx.trace_marks(&mut self.marks);
+        end
     }
 
     /// The second half of a batch: the frames [`State::read_batch`] read,
@@ -51,9 +54,15 @@ impl State {
             };
             loop {
                 b.begin(&cx.port.tracer);
+                if !self.marks.is_empty() {
+                    self.begin_marked(cx, b);
+                }
                 for k in 0..self.in_arc.len() {
                     let (_, run) = self.in_arc.stage(k);
                     run(self, cx, b);
+                }
+                if !self.reports_due.is_empty() {
+                    self.report_marked(cx);
                 }
                 b.frames.clear();
                 if rest.is_empty() {
@@ -113,6 +122,9 @@ impl State {
                 cx.synthetic.set(false);
                 b.frames.clear();
                 self.end_batch(cx);
+                if let Some(token) = inj.report {
+                    self.report(cx, inj.id, token);
+                }
             }
             Some(Err((_, e))) => tracer.line(inj.id, "drop", format!("malformed: {e}")),
             None => tracer.line(

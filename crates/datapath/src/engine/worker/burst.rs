@@ -124,6 +124,17 @@ impl Burst {
         self.frames[i] = Err(RecvError::Consumed);
     }
 
+    /// True if frame `i` is still on its way.
+    pub(crate) fn is_live(&self, i: usize) -> bool {
+        self.live & (1 << i) != 0
+    }
+
+    /// Frame `i` (live) is traced as `id` from here on.
+    pub(crate) fn mark(&mut self, i: usize, id: u64) {
+        self.traced |= 1 << i;
+        self.trace_ids[i] = id;
+    }
+
     /// Frame `i`'s trace number, if it is traced.
     #[inline]
     pub(crate) fn traced(&self, i: usize) -> Option<u64> {

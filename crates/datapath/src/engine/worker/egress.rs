@@ -135,6 +135,18 @@ impl State {
         // header (its tag counted); less the outer headers a tunnel
         // endpoint adds on the wire.
         let limit = (mtu + pkt.meta.layers.l2_len()).saturating_sub(overhead);
+        // A traced frame to a tunnel endpoint leaves marked, for the far
+        // end to trace it too.
+        let fits = pkt.meta.offload.gso.is_none() && pkt.len() <= limit;
+        let pkt = match self.tracing {
+            Some(_) if fits && cx.sw.endpoint(dst).is_some() => {
+                match self.send_traced(cx, dst, q, pkt) {
+                    Some(pkt) => pkt,
+                    None => return,
+                }
+            }
+            _ => pkt,
+        };
         let too_long = |what: &str, st: &State| {
             st.trace_out(cx, "write", || {
                 format!("to {}: {what} over the MTU", port.name)

@@ -12,6 +12,7 @@ pub(crate) mod egress;
 pub(crate) mod forward;
 pub(crate) mod learn;
 mod staging;
+mod tunnel_trace;
 mod turn;
 pub(crate) mod vlan;
 
@@ -199,6 +200,11 @@ pub(crate) struct State {
     pub(crate) mirrored: u64,
     /// The trace number of the frame being switched, if it is traced.
     pub(crate) tracing: Option<u64>,
+    /// The last read's frames a far tunnel endpoint marked for a trace,
+    /// and those traced here whose lines go back after the burst
+    /// (`tunnel_trace.rs`).
+    pub(crate) marks: Vec<hvnet_port::TraceMark>,
+    pub(crate) reports_due: Vec<(u64, u16)>,
     /// This queue's port's ingress arc, and every port's egress arc (built
     /// with the settings).
     pub(crate) in_arc: FeatureArc<InRun>,
@@ -260,6 +266,8 @@ impl Rxq {
             mirroring: false,
             mirrored: 0,
             tracing: None,
+            marks: Vec::new(),
+            reports_due: Vec::new(),
             in_arc: FeatureArc::default(),
             out_arcs: Vec::new(),
             erspan_out: Vec::new(),

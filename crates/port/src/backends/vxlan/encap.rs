@@ -46,7 +46,7 @@ struct SegmentSpan {
 impl Vtep {
     /// The remote endpoints an inner frame to `dst` goes to, with their
     /// MACs where resolved.
-    fn remotes_for(
+    pub(super) fn remotes_for(
         &self,
         dst: MacAddr,
         out: &mut smallvec::SmallVec<[(IpAddr, Option<MacAddr>); 8]>,

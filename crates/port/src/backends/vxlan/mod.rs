@@ -49,6 +49,7 @@ mod evpn;
 mod kernel_gso;
 mod neighbours;
 mod port;
+mod traced;
 
 /// The inner frame as encapsulation reads it.
 struct Inner<'a> {
@@ -64,6 +65,7 @@ pub use evpn::{EvpnCounters, EvpnRefusal, Origin, MAX_EVPN_MACS, MAX_FLOOD};
 pub use kernel_gso::{KernelGsoView, PickMember, TunnelTap};
 pub use neighbours::Reply;
 pub use port::VxlanPort;
+pub use traced::MAX_REPORT;
 
 /// Inner MAC addresses remembered behind remote endpoints, at most (a
 /// guest behind a remote endpoint sending from random addresses must not
@@ -125,6 +127,8 @@ pub struct Vtep {
     tap: Option<TunnelTap>,
     /// Multicast snooping's remotes per group (`groups.rs`).
     groups: groups::GroupRemotes,
+    /// Far ends' reports of their part of a trace (`traced.rs`).
+    reports: traced::Reports,
 }
 
 impl std::fmt::Debug for Vtep {
@@ -139,6 +143,11 @@ pub enum Received {
     /// The inner frame of a VXLAN packet, for the switch to forward as
     /// coming from the uplink.
     Inner(Packet),
+    /// An inner frame the remote endpoint marked for a trace (its mark,
+    /// and the remote, which its report goes back to).
+    Traced(Packet, hvnet_offload::vxlan::OuterMark, IpAddr),
+    /// A far end's report of its part of a trace, kept for the trace.
+    Report,
     /// ARP or neighbour discovery for the endpoint, consumed; a reply to
     /// send back, if any.
     Neighbour(Option<neighbours::Reply>),
@@ -258,6 +267,7 @@ impl Vtep {
             remote_macs_refused: AtomicU64::new(0),
             tap,
             groups: Default::default(),
+            reports: Default::default(),
         }
     }
 
@@ -307,6 +317,14 @@ impl Vtep {
                 | VxlanError::MixedFamilies,
             ) => return Received::Drop(TunnelDrop::BadVxlan),
         };
+        let mark = traced::read_mark(frame, &l);
+        if let Some(m) = mark.filter(|m| m.kind == hvnet_offload::vxlan::MARK_REPORT) {
+            self.keep_report(
+                m.token,
+                &frame[d.inner_offset..d.inner_end.max(d.inner_offset)],
+            );
+            return Received::Report;
+        }
         // The uplink's own VNI, untagged; another of its VNIs, tagged
         // with that VNI's VLAN; any other, not the endpoint's.
         let vlan = if d.vni == self.cfg.vni {
@@ -348,7 +366,10 @@ impl Vtep {
         }
         self.learn_neighbour(remote, outer_src);
         self.learn_remote_mac(inner.src(), remote, now);
-        Received::Inner(inner)
+        match mark {
+            Some(m) => Received::Traced(inner, m, remote),
+            None => Received::Inner(inner),
+        }
     }
 
     /// An endpoint on VNI 42, UDP 4789, between `local`/`prefix` and the

@@ -6,7 +6,7 @@
 
 use super::encap::TunnelScratch;
 use super::{Received, TunnelTap, Vtep, VtepConfig, SOLICIT_EVERY};
-use crate::device::{Caps, Device, Link, Receiver, Transmitter, TxOptions};
+use crate::device::{Caps, Device, Link, Receiver, TraceMark, Transmitter, TxOptions};
 use crate::filters::Filters;
 use crate::outgoing::SendError;
 use crate::outgoing::{BatchOptions, OutFrame, Written};
@@ -110,6 +110,7 @@ impl Device for VxlanPort {
             q,
             read: Vec::new(),
             next_solicit: Instant::now(),
+            marks: Vec::new(),
         })
     }
 
@@ -134,6 +135,8 @@ struct VxlanReceiver {
     /// What the underlay's receiver read, before decapsulation.
     read: Vec<Result<Packet, RecvError>>,
     next_solicit: Instant,
+    /// The last batch's frames marked for a trace.
+    marks: Vec<TraceMark>,
 }
 
 impl VxlanReceiver {
@@ -155,9 +158,20 @@ impl Receiver for VxlanReceiver {
         let mut read = std::mem::take(&mut self.read);
         let end = self.rx.recv_batch(pool, max, &mut read);
         let now = Instant::now();
+        self.marks.clear();
         for r in read.drain(..) {
             let r = r.and_then(|pkt| match self.vtep.receive(pkt, now) {
                 Received::Inner(inner) => Ok(inner),
+                Received::Traced(inner, mark, remote) => {
+                    self.marks.push(TraceMark {
+                        index: out.len(),
+                        token: mark.token,
+                        synthetic: mark.kind == hvnet_offload::vxlan::MARK_SYNTHETIC,
+                    });
+                    self.vtep.marked_from(mark.token, remote);
+                    Ok(inner)
+                }
+                Received::Report => Err(RecvError::Consumed),
                 Received::Neighbour(reply) => {
                     if let Some(reply) = reply {
                         // A reply that cannot be written now is asked for
@@ -206,6 +220,15 @@ impl Receiver for VxlanReceiver {
             self.next_solicit = now + SOLICIT_EVERY;
         }
     }
+
+    fn trace_marks(&mut self, out: &mut Vec<TraceMark>) {
+        out.append(&mut self.marks);
+    }
+
+    fn report_trace(&mut self, token: u16, payload: &[u8]) {
+        let vtep = Arc::clone(&self.vtep);
+        vtep.send_report(self.tx(), token, payload);
+    }
 }
 
 /// One queue of the endpoint, written: each frame encapsulated to the
@@ -230,5 +253,13 @@ impl Transmitter for VxlanTransmitter {
 
     fn flush(&mut self) {
         self.tx.flush()
+    }
+
+    fn send_traced(
+        &mut self,
+        pkt: &Packet,
+        mark: hvnet_offload::vxlan::OuterMark,
+    ) -> Option<Result<String, SendError>> {
+        Some(self.vtep.send_marked(&mut *self.tx, pkt, mark))
     }
 }

@@ -95,6 +95,37 @@ def test_every_vm_reaches_every_other_with_no_peer_list(fabric, tmp_path):
         assert h.vxlan()["remotes"] == [] or all(r["origin"] != "static" for r in h.vxlan()["remotes"])
 
 
+def test_a_trace_follows_a_frame_across_the_fabric(fabric):
+    """`hvnet trace` from a VM on one hvnet host to one on the other: the
+    far host's part comes back over the tunnel, for a real frame and for
+    a synthetic one (whose destination MAC EVPN advertised); to the Linux
+    VTEP's VM the trace ends at the tunnel."""
+    f = fabric
+    t0, b_ip = f.hvnet[0].topo, f"{ef.OVERLAY}.2"
+    ping(vm_ns(f, 0, "a"), b_ip)
+
+    def trace(*args):
+        return json.loads(t0.hv("trace", "a", *args, "--json").stdout)["frames"][0]
+
+    def live(ip):
+        pinger = subprocess.Popen(["ip", "netns", "exec", vm_ns(f, 0, "a"), "ping", "-i", "0.2", "-c", "50", ip],
+                                  stdout=subprocess.DEVNULL)
+        try:
+            return trace("--live", f"icmp and dst host {ip}")
+        finally:
+            pinger.kill()
+
+    real = live(b_ip)
+    syn = trace(f"dst={b_ip}", "icmp")
+    for fr in (real, syn):
+        assert len(fr["far"]) == 1, fr
+        assert [d.split(" queue")[0] for d in fr["far"][0]["delivered"]] == ["to b"], fr
+    lin_ip = f.linux[0].vm_ip
+    ping(vm_ns(f, 0, "a"), lin_ip)
+    fr = live(lin_ip)
+    assert fr["far"] == [] and "ends at the tunnel" in fr["far_silent"], fr
+
+
 def test_remote_macs_and_the_flood_list_come_from_evpn(fabric):
     f = fabric
     h1, h2, lin = f.hvnet[0], f.hvnet[1], f.linux[0]
@@ -368,3 +399,4 @@ def test_a_host_that_stops_is_withdrawn(fabric):
     ef.wait_until(lambda: h2.vtep not in h1.vxlan()["flood_list"] and h2.vtep not in h1.remote_macs().values()
                   and h2.vtep not in lin.fdb().values(), timeout=30)
     ping(vm_ns(f, 0, "a"), lin.vm_ip)
+

@@ -187,6 +187,8 @@ def test_a_synthetic_frame_goes_where_a_real_one_of_its_kind_goes(tmp_path):
         for p in ("a", "b"):
             assert after[p]["drops"] == before[p]["drops"], p
         assert "02:99:00:00:00:01" not in t.hv("fdb").stdout
+        for p in ("a", "b", "c"):
+            assert t.stats(f"/ports/{p}/accounting")["ingress"]["balanced"], p
         # Told in words for a person.
         text = t.hv("trace", "a", "dst=b", "udp", "dport=7001").stdout
         assert text.startswith("synthetic frame from a (dst=b udp dport=7001,") and "=> would be delivered to b" in text, text
@@ -298,3 +300,51 @@ def test_a_trace_into_a_tunnel_to_a_linux_vtep_ends_at_the_tunnel(tmp_path):
         assert len(v["frames"]) == 3 and f["far"] == [] and "ends at the tunnel" in f["far_silent"], f
         assert "VXLAN VNI 78" in f["delivered"][0] and "198.18.11.2" in f["delivered"][0], f
         assert " 0% packet loss" in out, out
+
+
+def test_uplink_group_and_mirrored_paths_agree_with_real_frames(tmp_path):
+    """The healthy paths beside VM to VM: to the wire (an external host
+    behind an uplink), to a multicast group's members (snooping with the
+    switch's querier: the members and the router port, not the others),
+    and a mirrored port's copies — a synthetic frame's verdict is a real
+    one's."""
+    mcast = Path(__file__).with_name("mcast_probe.py")
+    vms = [vm("s", "198.18.80.1"), vm("m1", "198.18.80.2"), vm("n", "198.18.80.3"), vm("mon", "198.18.80.4")]
+    with hvlab.Topology(tmp_path, vms, prefix="trp", switch={"multicast_querier": True},
+                        uplinks=[dict(name="up0", device="")],
+                        hosts=[dict(name="ext", uplink="up0", ipv4="198.18.80.100/24")]) as t:
+        t.sh("s", "ping -c 1 -W 5 198.18.80.100")
+        join = t.popen("m1", f"{sys.executable} {mcast} recv 239.1.2.3 5001 1000000", stdin=subprocess.PIPE,
+                       stdout=subprocess.PIPE, text=True)
+        assert join.stdout.readline().strip() == "joined"
+        mdb = lambda: json.loads(t.hv("mdb", "--json").stdout)
+        pruning = lambda: any(q["pruning"] and q["family"] == "ipv4" for q in mdb()["own_querier"])
+        assert hvlab.eventually(lambda: pruning() and any(r["group"] == "239.1.2.3" for r in mdb()["mdb"]),
+                                timeout=30), mdb()
+
+        def verdict(f):
+            return (f["dropped"], sorted(d.split(" queue")[0] for d in f["delivered"]), sorted(f["dropped_at"]))
+
+        def agree(words, live, sender):
+            s = flow(t, "s", *words.split())["frames"][0]
+            p = t.popen("s", sender, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                r = trace(t, "s", live)["frames"][0]
+            finally:
+                p.kill()
+            assert verdict(s) == verdict(r), (words, s, r)
+            return verdict(s)
+
+        to_group = f"sh -c 'for i in $(seq 50); do {sys.executable} {mcast} send 239.1.2.3 5001 1; sleep 0.2; done'"
+        assert agree("dst=239.1.2.3 udp dport=5001", "udp and dst host 239.1.2.3", to_group) == \
+            (None, ["to m1", "to up0"], [])
+        assert agree("dst=ext", "icmp and dst host 198.18.80.100", "ping -i 0.2 -c 50 198.18.80.100") == \
+            (None, ["to up0"], [])
+        # s mirrored to mon: each path gets mon's copy too.
+        span = dict(name="span-s", select_src_port=["s"], select_dst_port=["s"], output_port="mon")
+        t.apply(mirror=[span])
+        assert agree("dst=ext", "icmp and dst host 198.18.80.100", "ping -i 0.2 -c 50 198.18.80.100") == \
+            (None, ["to mon", "to up0"], [])
+        assert agree("dst=m1", "icmp and dst host 198.18.80.2", "ping -i 0.2 -c 50 198.18.80.2") == \
+            (None, ["to m1", "to mon"], [])
+        join.stdin.close()

@@ -4,7 +4,6 @@
 //! flooded to every VTEP of the segment.
 
 use crate::arc::{Decl, Kind};
-use crate::counters::add;
 use crate::engine::worker::Burst;
 use crate::engine::worker::InRun;
 use crate::engine::worker::{Ctx, State};
@@ -86,7 +85,7 @@ impl State {
         // In the request's VLAN (tagged back to a trunk as it came).
         answer.meta.vlan = pkt.meta.vlan;
         let c = &cx.port.ingress[cx.q];
-        add(
+        cx.count(
             if nd {
                 &c.nd_suppressed
             } else {
@@ -94,7 +93,9 @@ impl State {
             },
             1,
         );
-        vtep.count_suppressed(nd);
+        if !cx.synthetic() {
+            vtep.count_suppressed(nd);
+        }
         self.egress(cx, cx.port.id, answer);
         true
     }

@@ -65,7 +65,7 @@ impl State {
                 cx.drop_frame(DropReason::NoRoute, &pkt);
             }
             Action::Unicast(p) => {
-                add(&c.forwarded, 1);
+                cx.count(&c.forwarded, 1);
                 self.trace_out(cx, "forward", || format!("to {}", cx.ports[p].name));
                 self.egress(cx, p, pkt);
             }
@@ -89,7 +89,7 @@ impl State {
                         to.dedup();
                         to.retain(|p| *p != cx.port.id && link_up(*p));
                         if to.is_empty() && report {
-                            add(&c.mcast_consumed, 1);
+                            cx.count(&c.mcast_consumed, 1);
                             return;
                         }
                         (to, false)
@@ -101,9 +101,9 @@ impl State {
                     cx.drop_frame(DropReason::NoRoute, &pkt);
                     return;
                 };
-                add(&c.forwarded, 1);
+                cx.count(&c.forwarded, 1);
                 if flooded {
-                    add(&c.flooded, 1);
+                    cx.count(&c.flooded, 1);
                 }
                 self.trace_out(cx, "forward", || {
                     let how = if flooded {

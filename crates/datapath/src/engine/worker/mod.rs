@@ -130,6 +130,15 @@ impl Ctx {
         self.synthetic.get()
     }
 
+    /// Adds `n` to one of the port's counters of what became of a frame,
+    /// unless the frame is synthetic (counted nowhere).
+    #[inline]
+    pub(crate) fn count(&self, counter: &std::sync::atomic::AtomicU64, n: u64) {
+        if !self.synthetic() {
+            add(counter, n);
+        }
+    }
+
     /// A frame from the port dropped: counted under its reason, and
     /// copied for the port's `drop` captures.
     pub(crate) fn drop_frame(&self, reason: DropReason, pkt: &Packet) {

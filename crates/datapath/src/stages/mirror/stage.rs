@@ -20,7 +20,10 @@ pub(crate) const IN: Decl<InRun> = Decl {
     wants: |f| f.mirror_in,
     run: |st, cx, b| {
         for i in b.live() {
+            // A traced frame's copies are traced on their way too.
+            st.tracing = b.traced(i);
             let m = st.mirror_in(cx, &mut b[i]);
+            st.tracing = None;
             b.mirrored[i] = m;
             b.trace(&cx.port.tracer, i, "mirror", || match m {
                 0 => "no mirror selects it".into(),

@@ -3,7 +3,7 @@
 //! frames admitted by its own allowance there.
 
 use crate::arc::{Decl, Kind};
-use crate::counters::{add, DropReason};
+use crate::counters::DropReason;
 use crate::engine::worker::{Ctx, State};
 use crate::engine::worker::{Out, OutRun};
 use crate::nioc::Claim;
@@ -38,11 +38,11 @@ fn admit(st: &mut State, cx: &Ctx, o: &mut Out<'_>) -> Result<(), DropReason> {
     match verdict {
         Policed::Pass => Ok(()),
         Policed::Cut => {
-            add(&c.uplink_share_cut, 1);
+            cx.count(&c.uplink_share_cut, 1);
             Ok(())
         }
         Policed::Drop => {
-            add(&c.uplink_share_drops, 1);
+            cx.count(&c.uplink_share_drops, 1);
             Err(DropReason::UplinkShare)
         }
     }

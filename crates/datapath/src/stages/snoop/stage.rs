@@ -150,10 +150,10 @@ impl State {
             Lookup::Flood => return Snooped::Flood,
             Lookup::Unknown if mdb.config().flood_unknown => return Snooped::Flood,
             Lookup::Refused => {
-                add(&c.mcast_refused_flooded, 1);
+                cx.count(&c.mcast_refused_flooded, 1);
                 return Snooped::Flood;
             }
-            Lookup::Members => add(&c.mcast_to_members, 1),
+            Lookup::Members => cx.count(&c.mcast_to_members, 1),
             Lookup::Unknown => {}
         }
         self.routers(cx, vlan, now, &mut ports);

@@ -35,6 +35,7 @@ from . import capture_cost
 from . import ipfix_cost
 from . import containers
 from . import feature_cost
+from . import planted_faults
 
 EXPERIMENTS = [
     {"name": "lro-native", "reproduces": "LRO for VMXNET3 on Windows VMs, Figures 1-3", "run": lro_gain.lro_native,
@@ -113,6 +114,13 @@ EXPERIMENTS = [
      "workload": "vhost-frames' testpmd front ends at 64 B: the daemon's CPU per frame with every feature off, beside a "
                  "build without the feature stages, and with each feature on alone (snooping, guards, policer, "
                  "shaper, mirror, security group, IPFIX, capture, a trace waiting)"},
+    {"name": "diagnose-faults", "reproduces": "measurement", "run": planted_faults.diagnose_faults,
+     "workload": "twelve faults planted as an operator would make them (a ring of 64, lro=off, tx_rate=10mbit, "
+                 "cpu_limit=5, an MTU of 9000 on one side, a security group without the service's port, an address "
+                 "not the VM's, a trunk without the VLAN, a neighbour nobody has, a guest held to 10 % of a core, "
+                 "its guest gone, a team member down, a tunnel without the remote's peer), each with the traffic "
+                 "that shows it: is it the first finding of hvnet diagnose, with its setting; and a healthy VM under "
+                 "iperf3 with 4 streams, ten times: no finding"},
     {"name": "guests", "reproduces": "measurement", "run": guest_compare.guests,
      "workload": "QEMU guest to QEMU guest, one stream, through hvnet's vhost-user ports, QEMU's own virtio-net on TAPs in "
                  "a Linux bridge, and DPDK testpmd's vhost back end; fresh guests every run"},

@@ -25,6 +25,8 @@ pub mod rtnl;
 pub mod state;
 pub mod tc;
 pub mod topology;
+pub mod trace_far;
+mod trace_resolve;
 pub mod trace_view;
 pub mod views;
 pub mod watch;

@@ -137,14 +137,14 @@ impl State {
         let limit = (mtu + pkt.meta.layers.l2_len()).saturating_sub(overhead);
         // A traced frame to a tunnel endpoint leaves marked, for the far
         // end to trace it too.
-        let fits = pkt.meta.offload.gso.is_none() && pkt.len() <= limit;
+        let marks = |pkt: &Packet| {
+            pkt.meta.offload.gso.is_none() && pkt.len() <= limit && cx.sw.endpoint(dst).is_some()
+        };
         let pkt = match self.tracing {
-            Some(_) if fits && cx.sw.endpoint(dst).is_some() => {
-                match self.send_traced(cx, dst, q, pkt) {
-                    Some(pkt) => pkt,
-                    None => return,
-                }
-            }
+            Some(_) if marks(&pkt) => match self.send_traced(cx, dst, q, pkt) {
+                Some(pkt) => pkt,
+                None => return,
+            },
             _ => pkt,
         };
         let too_long = |what: &str, st: &State| {

@@ -2,11 +2,10 @@
 //! with its evidence, the setting behind it and the command that changes
 //! it.
 
-use crate::switch_cmd::{call, Target};
+use crate::switch_cmd::{seconds, show, Target};
 use clap::Args;
 use hvnet_control::proto::Request;
 use serde_json::Value;
-use std::time::Duration;
 
 /// `hvnet diagnose`'s arguments.
 #[derive(Debug, Args)]
@@ -23,13 +22,7 @@ pub struct DiagnoseArgs {
 
 /// Asks the switch and prints its findings.
 pub fn diagnose(a: DiagnoseArgs) -> Result<(), String> {
-    if !(a.window > 0.0 && a.window <= 300.0) {
-        return Err(format!(
-            "--window {}: seconds, more than 0 and at most 300",
-            a.window
-        ));
-    }
-    let window = Duration::from_secs_f64(a.window);
+    let window = seconds("window", a.window, 300)?;
     let req = Request::Diagnose {
         vm: a.vm.clone(),
         window_ms: window.as_millis() as u64,
@@ -37,13 +30,7 @@ pub fn diagnose(a: DiagnoseArgs) -> Result<(), String> {
     if !a.target.json {
         eprintln!("hvnet diagnose: watching {} for {:.1} s…", a.vm, a.window);
     }
-    let v = call(&a.target, req)?;
-    if a.target.json {
-        println!("{v}");
-        return Ok(());
-    }
-    print(&v);
-    Ok(())
+    show(&a.target, req, print)
 }
 
 fn print(v: &Value) {

@@ -112,6 +112,28 @@ pub(crate) fn call(t: &Target, req: Request) -> Result<Value, String> {
 }
 
 /// A control socket that could not be reached, in the operator's words.
+/// Asks the switch; prints its answer as JSON with `--json`, else with
+/// `print`.
+pub(crate) fn show(t: &Target, req: Request, print: impl Fn(&Value)) -> Result<(), String> {
+    let v = call(t, req)?;
+    if t.json {
+        println!("{v}");
+    } else {
+        print(&v);
+    }
+    Ok(())
+}
+
+/// A `--FLAG SECONDS` value: more than 0 and at most `max` seconds.
+pub(crate) fn seconds(flag: &str, v: f64, max: u64) -> Result<std::time::Duration, String> {
+    if !(v > 0.0 && v <= max as f64) {
+        return Err(format!(
+            "--{flag} {v}: seconds, more than 0 and at most {max}"
+        ));
+    }
+    Ok(std::time::Duration::from_secs_f64(v))
+}
+
 pub(crate) fn socket_error(name: &str, sock: &std::path::Path, e: &std::io::Error) -> String {
     match e.kind() {
         std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {

@@ -1,11 +1,10 @@
 //! `hvnet trace`: a frame described in words, or a port's next real
 //! frames that match a filter, each with every stage's line on its path.
 
-use crate::switch_cmd::{call, Target};
+use crate::switch_cmd::{seconds, show, Target};
 use clap::Args;
 use hvnet_control::proto::Request;
 use serde_json::Value;
-use std::time::Duration;
 
 /// `hvnet trace`'s arguments.
 #[derive(Debug, Args)]
@@ -42,18 +41,13 @@ pub struct TraceArgs {
 
 /// Asks the switch for the trace and prints each frame's path.
 pub fn trace(a: TraceArgs) -> Result<(), String> {
-    if !(a.timeout > 0.0 && a.timeout <= 3600.0) {
-        return Err(format!(
-            "--timeout {}: seconds, more than 0 and at most 3600",
-            a.timeout
-        ));
-    }
+    let timeout = seconds("timeout", a.timeout, 3600)?;
     let req = match &a.live {
         Some(filter) => Request::Trace {
             port: a.port.clone(),
             filter: filter.clone(),
             count: a.count,
-            timeout_ms: Duration::from_secs_f64(a.timeout).as_millis() as u64,
+            timeout_ms: timeout.as_millis() as u64,
         },
         None => Request::TraceFlow {
             port: a.port.clone(),
@@ -61,13 +55,7 @@ pub fn trace(a: TraceArgs) -> Result<(), String> {
             inject: a.inject,
         },
     };
-    let v = call(&a.target, req)?;
-    if a.target.json {
-        println!("{v}");
-        return Ok(());
-    }
-    print(&v);
-    Ok(())
+    show(&a.target, req, print)
 }
 
 fn print(v: &Value) {

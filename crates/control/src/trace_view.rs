@@ -28,16 +28,6 @@ const SETTLE: Duration = Duration::from_millis(100);
 /// The longest a trace waits.
 pub const MAX_WAIT: Duration = Duration::from_secs(3600);
 
-/// Holds a port's tracer for one trace, and lets it go however the trace
-/// ends.
-struct Held<'a>(&'a hvnet_datapath::trace::Tracer);
-
-impl Drop for Held<'_> {
-    fn drop(&mut self) {
-        self.0.release();
-    }
-}
-
 /// Traces the next `count` frames from `port` that `filter` keeps,
 /// waiting at most `timeout`; `gone()` says the client left (the trace
 /// ends then, its port free for the next).
@@ -65,12 +55,11 @@ pub fn trace(
         )));
     }
     let compiled = compile(filter, "trace")?;
-    if !p.tracer.hold() {
+    let Some(held) = p.tracer.hold_for_reader() else {
         return Err(CtlError::refused(format!(
             "port {port} is being traced already; one trace at a time"
         )));
-    }
-    let held = Held(&p.tracer);
+    };
     // Lines left from frames no reader took are not this trace's.
     let _ = p.tracer.take();
     let first = p.tracer.marked() + 1;
@@ -150,12 +139,11 @@ pub fn trace_flow(
         v["ended"] = json!("port down");
         return Ok(v);
     }
-    if !p.tracer.hold() {
+    let Some(held) = p.tracer.hold_for_reader() else {
         return Err(CtlError::refused(format!(
             "port {port} is being traced already; one trace at a time"
         )));
-    }
-    let held = Held(&p.tracer);
+    };
     let _ = p.tracer.take();
     let start = Instant::now();
     let id = p.tracer.inject(frame, inject);

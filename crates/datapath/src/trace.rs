@@ -48,6 +48,16 @@ pub struct Tracer {
     injected: AtomicU64,
 }
 
+/// A reader's hold on a tracer ([`Tracer::hold_for_reader`]): released,
+/// its filter dropped, when it goes.
+pub struct Hold<'a>(&'a Tracer);
+
+impl Drop for Hold<'_> {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
 /// A synthetic frame handed to a port's worker.
 #[derive(Debug)]
 pub(crate) struct Injection {
@@ -90,6 +100,12 @@ impl Tracer {
     /// Takes the tracer for one reader: false if another holds it.
     pub fn hold(&self) -> bool {
         !self.held.swap(true, Relaxed)
+    }
+
+    /// Takes the tracer for one reader, let go when the hold is dropped
+    /// (however the reader ends); `None` if another holds it.
+    pub fn hold_for_reader(&self) -> Option<Hold<'_>> {
+        self.hold().then_some(Hold(self))
     }
 
     /// True while a trace's reader holds the tracer.

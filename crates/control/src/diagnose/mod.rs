@@ -35,16 +35,6 @@ fn counters(p: &Port) -> (Map<String, Value>, Map<String, Value>) {
     )
 }
 
-/// Holds the port's tracer as an observer, and lets it go however the
-/// window ends.
-struct Observing<'a>(&'a hvnet_datapath::trace::Tracer);
-
-impl Drop for Observing<'_> {
-    fn drop(&mut self) {
-        self.0.release();
-    }
-}
-
 /// Diagnoses VM `vm` over `window`; `guest_pids` are a real guest's
 /// processes (a namespace VM's are found in its namespace).
 pub fn diagnose(
@@ -109,10 +99,9 @@ pub fn diagnose(
     let peers0: Vec<u64> = peers.iter().map(|q| peer_mtu_drops(q)).collect();
     let cpu0 = guest_cpu::sample(&pids());
     let seen = Arc::new(Mutex::new(Seen::default()));
-    let observing = p.tracer.hold().then(|| {
+    let observing = p.tracer.hold_for_reader().inspect(|_| {
         p.tracer
             .arm_matching(u32::MAX, Some(observe::observer(Arc::clone(&seen), own_ok)));
-        Observing(&p.tracer)
     });
     let observed = observing.is_some();
     while start.elapsed() < window && !sw.stopping() {

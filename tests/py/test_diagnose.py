@@ -31,9 +31,11 @@ def test_each_planted_fault_is_the_first_finding_with_its_setting(tmp_path):
                 assert "30" in v["findings"][0]["finding"], v
         v = pf.held_guest(t)
         assert pf.first(v) == ("guest_cpu_quota", "cpu.cfs_quota_us=10000"), v
-        # `hvnet top` marks a's row with the policer, b's with nothing.
+        # `hvnet top` marks a's row with the policer, b's with nothing (a
+        # UDP flood: the policer drops in every interval, where TCP backs
+        # off).
         t.hv("port", "a", "set", "tx_rate=10mbit")
-        with pf.iperf(t, "a", f"{pf.NET}.2", seconds=10):
+        with pf.iperf(t, "a", f"{pf.NET}.2", "-u", "-b", "100M", seconds=10):
             assert hvlab.eventually(lambda: t.stats("/ports/a/tx_summary")["drop_policed"] > 0, timeout=10)
             rows = list(csv.DictReader(io.StringIO(t.hv("top", "-b", "-d", "1", "-n", "2").stdout)))
         t.hv("port", "a", "set", "tx_rate=none")

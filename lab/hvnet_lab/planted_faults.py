@@ -204,7 +204,7 @@ def diagnose_faults(tmp, quick, reps, log):
 
     healthy_runs = 3 if quick else 10
     for rep in range(reps):
-        with single_host(tmp / f"single{rep}") as t:
+        with single_host(tmp) as t:
             for fault in SINGLE:
                 record(fault[0], plant(t, fault), fault[2])
             record("a guest held to 10 % of a core", held_guest(t), ("guest_cpu_quota", "cpu.cfs_quota_us=10000"))
@@ -212,7 +212,7 @@ def diagnose_faults(tmp, quick, reps, log):
                 for _ in range(healthy_runs):
                     record("healthy, iperf3 -P 4", healthy(t), (None, None))
             record("its guest gone", guest_gone(t), ("link_down", None))
-        with uplink_host(tmp / f"uplink{rep}") as t:
+        with uplink_host(tmp) as t:
             record("a team member down", team_member_down(t), ("team_degraded", None))
             record("a tunnel without the remote's peer", missing_peer(t), ("neighbour_unknown", None))
     said = "; ".join(f"{name}: {sum(r['named_first'] for r in rs):.0f} of {len(rs)}" for name, rs in runs.items())

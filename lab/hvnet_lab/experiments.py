@@ -115,7 +115,8 @@ EXPERIMENTS = [
                  "build without the feature stages, and with each feature on alone (snooping, guards, policer, "
                  "shaper, mirror, security group, IPFIX, capture, a trace waiting)"},
     {"name": "diagnose-faults", "reproduces": "measurement", "run": planted_faults.diagnose_faults,
-     "workload": "twelve faults planted as an operator would make them (a ring of 64, lro=off, tx_rate=10mbit, "
+     "workload": "sixteen faults planted as an operator would make them (a ring of 64 dropping and one holding "
+                 "its senders, segments lost past the switch, lro=off, tx_rate=10mbit, "
                  "cpu_limit=5, an MTU of 9000 on one side, a security group without the service's port, an address "
                  "not the VM's, a trunk without the VLAN, a neighbour nobody has, a guest held to 10 % of a core, "
                  "its guest gone, a team member down, a tunnel without the remote's peer), each with the traffic "

@@ -30,7 +30,8 @@ VMS = [vm("a", f"{NET}.1", source_guard=True),
        vm("b", f"{NET}.2"),
        vm("r", f"{NET}.3", queues=1, delivery="thread", rx_overflow="drop"),
        vm("d", f"{NET}.4", security_groups=["ssh", "out"]),
-       vm("e", f"{NET}.5", vlan_mode="trunk", vlans=[10])]
+       vm("e", f"{NET}.5", vlan_mode="trunk", vlans=[10]),
+       vm("w", f"{NET}.6", queues=1, delivery="thread")]
 
 
 def diagnose(t, name, window=1.5):
@@ -68,8 +69,8 @@ def single_host(tmp):
     """The single-host topology, iperf3 servers at b, r and d."""
     with hvlab.Topology(tmp, VMS, prefix="dg", tables={"security_group": GROUPS}) as t:
         t.servers = {n: t.popen(n, f"iperf3 -s -B {NET}.{i}", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                     for n, i in (("b", 2), ("r", 3), ("d", 4))}
-        for n in ("b", "r", "d"):
+                     for n, i in (("b", 2), ("r", 3), ("d", 4), ("w", 6))}
+        for n in ("b", "r", "d", "w"):
             t.wait_listening(n, 5201)
         t.sh("a", f"ping -c 1 -W 5 {NET}.2")
         yield t
@@ -91,6 +92,13 @@ def sh(name, cmd):
     return lambda t: t.sh(name, cmd)
 
 
+# 2 % of the segments b's iperf3 server is sent dropped by b's own
+# firewall (nftables in its namespace), after the switch delivered them:
+# the sender, a, sends them again.
+LOSSY = ("nft add table inet hvlossy && nft add chain inet hvlossy in '{ type filter hook prerouting priority 0; }' "
+         "&& nft add rule inet hvlossy in tcp dport 5201 numgen random mod 50 == 0 drop")
+
+
 def tagged(t):
     return running(t, "e", f"sh -c 'for i in $(seq 60); do {os.sys.executable} {VLAN_PROBE} send eth0 "
                            "ff:ff:ff:ff:ff:ff 30 x y; sleep 0.05; done'")
@@ -99,6 +107,10 @@ def tagged(t):
 SINGLE = [
     ("ring of 64", "r", ("ring_full", "ring1=64"), set_("r", "ring1=64", "ring2=64"),
      set_("r", "ring1=1024", "ring2=1024"), lambda t: iperf(t, "a", f"{NET}.3", "-P", "4"), 1.5),
+    ("a ring of 64 under backpressure", "w", ("ring_small", "ring1=64"), set_("w", "ring1=64", "ring2=64"),
+     set_("w", "ring1=1024", "ring2=1024"), lambda t: iperf(t, "a", f"{NET}.6", "-P", "4"), 1.5),
+    ("frames lost past the switch (the receiver's firewall)", "a", ("retransmissions", None), sh("b", LOSSY),
+     sh("b", "nft delete table inet hvlossy"), lambda t: iperf(t, "a", f"{NET}.2"), 1.5),
     ("lro=off", "b", ("lro_off", "lro=off"), set_("b", "lro=off"), set_("b", "lro=on"),
      lambda t: iperf(t, "a", f"{NET}.2"), 1.5),
     ("tx_rate=10mbit", "a", ("tx_rate", "tx_rate=10mbit"), set_("a", "tx_rate=10mbit"), set_("a", "tx_rate=none"),

@@ -135,6 +135,8 @@ impl State {
         // header (its tag counted); less the outer headers a tunnel
         // endpoint adds on the wire.
         let limit = (mtu + pkt.meta.layers.l2_len()).saturating_sub(overhead);
+        // The receiver takes partial checksums (for the trace's line).
+        let takes_partial = s.csum;
         // A traced frame to a tunnel endpoint leaves marked, for the far
         // end to trace it too.
         let marks = |pkt: &Packet| {
@@ -216,7 +218,18 @@ impl State {
                 self.stage_gro_output(cx, dst, q);
             }
             None => {
-                self.trace_out(cx, "write", || format!("to {} queue {q}", port.name));
+                self.trace_out(cx, "write", || {
+                    let csum = match pkt.meta.offload.csum {
+                        hvnet_offload::CsumState::Partial { .. } if !takes_partial => {
+                            ", its partial checksum completed here (the receiver takes none)"
+                        }
+                        hvnet_offload::CsumState::Partial { .. } => {
+                            ", its checksum left partial for the receiver"
+                        }
+                        _ => "",
+                    };
+                    format!("to {} queue {q}{csum}", port.name)
+                });
                 self.stage(cx, dst, q, RingItem::Frame { pkt, segment: None });
             }
         }

@@ -26,6 +26,7 @@ pub mod state;
 pub mod tc;
 pub mod topology;
 pub mod trace_far;
+mod trace_lines;
 mod trace_resolve;
 pub mod trace_view;
 pub mod views;

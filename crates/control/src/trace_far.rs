@@ -68,7 +68,7 @@ fn far_part(report: &[u8]) -> Option<Value> {
         .iter()
         .filter_map(|l| Some((l[0].as_str()?.to_string(), l[1].as_str()?.to_string())))
         .collect();
-    let mut v = crate::trace_view::verdict(&of);
+    let mut v = crate::trace_lines::verdict(&of);
     v["host"] = r["host"].clone();
     v["endpoint"] = r["endpoint"].clone();
     v["lines_not_sent"] = r["more"].clone();

@@ -12,7 +12,6 @@ use crate::capture_stream::compile;
 use crate::flow_spec;
 use crate::proto::CtlError;
 use crate::topology::Topology;
-use hvnet_datapath::trace::TraceLine;
 use hvnet_datapath::Switch;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -87,7 +86,7 @@ pub fn trace(
     };
     drop(held);
     let lines = p.tracer.take();
-    let mut found = frames(&lines, first);
+    let mut found = crate::trace_lines::frames(&lines, first);
     crate::trace_far::follow_tunnels(sw, &mut found);
     Ok(json!({
         "port": port,
@@ -161,64 +160,10 @@ pub fn trace_flow(
     };
     drop(held);
     let lines = p.tracer.take();
-    let mut found = frames(&lines, id);
+    let mut found = crate::trace_lines::frames(&lines, id);
     crate::trace_far::follow_tunnels(sw, &mut found);
     v["frames"] = json!(found);
     v["ended"] = json!(ended);
     v["seconds"] = json!(start.elapsed().as_secs_f64());
     Ok(v)
-}
-
-/// A frame's lines (stage, text) and its verdict: dropped on its way in
-/// (the counters' reason), or the ports it was written to (or sent into a
-/// tunnel by) and those whose copy was dropped.
-pub(crate) fn verdict(of: &[(String, String)]) -> Value {
-    let texts = |stage: &str, to_port: bool| -> Vec<String> {
-        of.iter()
-            .filter(|(st, t)| st == stage && t.starts_with("to ") == to_port)
-            .map(|(_, t)| t.clone())
-            .collect()
-    };
-    // A write line that is a delivery names the queue; one over the MTU
-    // does not (its drop line says so). A frame sent into a tunnel marked
-    // for the far end's trace left too.
-    let mut delivered: Vec<String> = texts("write", true)
-        .into_iter()
-        .filter(|t| t.contains(" queue "))
-        .collect();
-    delivered.extend(
-        texts("vxlan", true)
-            .into_iter()
-            .filter(|t| t.contains(" goes on at the far end")),
-    );
-    json!({
-        "stages": of.iter().map(|(st, t)| json!({"stage": st, "text": t})).collect::<Vec<_>>(),
-        "dropped": texts("drop", false).first(),
-        "delivered": delivered,
-        "dropped_at": texts("drop", true),
-    })
-}
-
-/// The lines grouped by frame, in the order the frames were read, each
-/// with its verdict.
-fn frames(lines: &[TraceLine], first: u64) -> Vec<Value> {
-    let mut ids: Vec<u64> = lines
-        .iter()
-        .map(|l| l.frame)
-        .filter(|f| *f >= first)
-        .collect();
-    ids.sort_unstable();
-    ids.dedup();
-    ids.into_iter()
-        .map(|id| {
-            let of: Vec<(String, String)> = lines
-                .iter()
-                .filter(|l| l.frame == id)
-                .map(|l| (l.stage.to_string(), l.text.clone()))
-                .collect();
-            let mut v = verdict(&of);
-            v["frame"] = json!(id - first + 1);
-            v
-        })
-        .collect()
 }

@@ -6,6 +6,7 @@ under iperf3 with 4 streams gets no finding; `hvnet top` marks the row."""
 
 import csv
 import io
+import json
 
 import pytest
 
@@ -48,6 +49,12 @@ def test_a_team_member_down_and_a_missing_tunnel_peer_are_found(tmp_path):
     with pf.uplink_host(tmp_path) as t:
         v = pf.team_member_down(t)
         assert pf.first(v) == ("team_degraded", None) and t.member_down in v["findings"][0]["finding"], v
+        # A frame to the wire: the trace names the member it leaves by
+        # (not the one down) and the team's reason.
+        f = json.loads(t.hv("trace", "a", "dmac=02:00:00:00:00:99", "--json").stdout)["frames"][0]
+        team = [s["text"] for s in f["stages"] if s["stage"] == "team"]
+        assert team and "active-backup" in team[0] and "by member " in team[0], f
+        assert t.member_down not in team[0].split("(")[0], f
         # t's neighbour behind the tunnel is asked for and nobody answers:
         # the finding names the tunnel and its peers (the team, not in
         # t's VLAN, is not on its way).

@@ -206,7 +206,8 @@ def test_a_synthetic_frame_goes_where_a_real_one_of_its_kind_goes(tmp_path):
 
 
 def test_bad_flow_words_are_refused_with_the_word_and_the_reason(tmp_path):
-    with hvlab.Topology(tmp_path, [vm("a", "198.18.74.1"), vm("b", "198.18.74.2", vlan=20)], prefix="trs") as t:
+    vms = [vm("a", "198.18.74.1"), vm("b", "198.18.74.2", vlan=20), vm("e", "198.18.74.5", vlan_mode="trunk", vlans=[10])]
+    with hvlab.Topology(tmp_path, vms, prefix="trs") as t:
         for words, says in [
             (["dst=b", "vlan=5000"], '"vlan=5000": a VLAN is a number from 1 to 4094'),
             (["dst=b", "color=red"], 'no field "color"'),
@@ -222,6 +223,17 @@ def test_bad_flow_words_are_refused_with_the_word_and_the_reason(tmp_path):
         # nobody there, as a real one would.
         f = flow(t, "a", "dst=b")["frames"][0]
         assert f["delivered"] == [] and f["dropped"] == "no_route", f
+        # A trunk's guest tagging a VLAN its port does not carry: the
+        # synthetic frame and the real ones dropped alike.
+        syn = flow(t, "e", "vlan=30", "dmac=ff:ff:ff:ff:ff:ff")["frames"][0]
+        probe = Path(__file__).with_name("vlan_probe.py")
+        sender = t.popen("e", f"sh -c 'for i in $(seq 40); do {sys.executable} {probe} send eth0 ff:ff:ff:ff:ff:ff 30 x y;"
+                              " sleep 0.2; done'", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            real = trace(t, "e", "vlan 30")["frames"][0]
+        finally:
+            sender.kill()
+        assert syn["dropped"] == real["dropped"] == "vlan_not_allowed", (syn, real)
         # A port whose guest is gone reads nothing: the trace says so.
         hvlab.run(["ip", "netns", "del", t.ns("a")])
         assert hvlab.eventually(lambda: json.loads(t.hv("port", "a", "--json").stdout)["link"] != "up", timeout=30)

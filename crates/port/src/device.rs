@@ -285,6 +285,13 @@ pub trait Transmitter: Send {
     /// used ring, signalled when its event index asks for it).
     fn flush(&mut self) {}
 
+    /// Where this transmitter would send `pkt`, and why, in words (a
+    /// team: the member and its policy's reason), for a trace's line;
+    /// `None` where there is nothing to choose.
+    fn explain(&self, _pkt: &crate::packet::Packet) -> Option<String> {
+        None
+    }
+
     /// Writes a traced frame with its trace's mark, for the far end to
     /// trace it too (a tunnel endpoint): where it went, in words. `None`
     /// where the device carries no marks (everything but a tunnel).

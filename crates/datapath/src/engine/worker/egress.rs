@@ -84,6 +84,19 @@ impl State {
         self.write(cx, dst, q, pkt);
     }
 
+    /// A traced frame to uplink `dst`: the way its device will send it (a
+    /// team's member and why), in a line.
+    fn explain_way_out(&mut self, cx: &Ctx, dst: usize, q: usize, pkt: &Packet) {
+        let port = &cx.ports[dst];
+        let d = self.dest(cx, dst, q);
+        let tx = d.tx.get_or_insert_with(|| {
+            std::sync::Arc::clone(&port.dev).transmitter(q, hvnet_port::TxOptions::default())
+        });
+        if let Some(how) = tx.explain(pkt) {
+            self.trace_out(cx, "team", || format!("to {}: {how}", port.name));
+        }
+    }
+
     /// A synthetic frame's copy to `dst` is written nowhere: its trace
     /// says where it would have gone. True if `pkt` was one.
     fn not_delivered(&self, cx: &Ctx, dst: usize, q: usize, how: &str) -> bool {
@@ -149,6 +162,9 @@ impl State {
             },
             _ => pkt,
         };
+        if self.tracing.is_some() && uplink {
+            self.explain_way_out(cx, dst, q, &pkt);
+        }
         let too_long = |what: &str, st: &State| {
             st.trace_out(cx, "write", || {
                 format!("to {}: {what} over the MTU", port.name)

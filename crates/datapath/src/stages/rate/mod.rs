@@ -227,6 +227,13 @@ impl PortRates {
         self.policing.store(s.tx_rate.is_some(), Relaxed);
     }
 
+    /// The policer's bucket now: bytes left and its size (a trace's
+    /// line); none without a policer.
+    pub fn police_bucket(&self) -> Option<(i64, i64)> {
+        let slot = self.police.lock().expect("rate lock");
+        slot.as_ref().map(|(_, _, b)| (b.tokens, b.burst))
+    }
+
     /// The policer's decision for a frame the VM sent (always
     /// [`Policed::Pass`] without a policer); a TSO frame it cuts is cut
     /// here.

@@ -22,7 +22,15 @@ fn police(st: &mut State, cx: &Ctx, b: &mut Burst) {
     let c = &cx.port.ingress[cx.q];
     for i in b.live() {
         let verdict = cx.port.rates.police(&mut b[i], st.now);
-        b.trace(&cx.port.tracer, i, "police", || format!("{verdict:?}"));
+        b.trace(&cx.port.tracer, i, "police", || {
+            match cx.port.rates.police_bucket() {
+                Some((left, size)) => format!(
+                    "{verdict:?}: {} of the bucket's {size} bytes left",
+                    left.max(0)
+                ),
+                None => format!("{verdict:?}"),
+            }
+        });
         match verdict {
             Policed::Pass => {}
             Policed::Cut => add(&c.policed_cut, 1),

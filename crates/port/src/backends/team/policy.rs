@@ -393,6 +393,20 @@ impl Placements {
         }
     }
 
+    /// The member a new address `mac` would be placed on now (as
+    /// [`Placements::member_of`] would place it; nothing changes).
+    pub fn would_place(&self, teaming: Teaming, mac: MacAddr, usable: &[usize], n: usize) -> usize {
+        let homes = |m: usize| self.homes.get(m).copied().unwrap_or(0);
+        let home = match teaming {
+            Teaming::PortId | Teaming::LoadBased => *usable
+                .iter()
+                .min_by_key(|&&m| (homes(m), m))
+                .expect("usable is not empty"),
+            _ => mac_hash(mac) as usize % n,
+        };
+        pick_usable(home, mac, usable)
+    }
+
     /// Places every address again after the usable members changed (a
     /// failover, or `failback`): each on its home member if usable (with
     /// `failback`, or if its present member is not), else on a usable one

@@ -113,6 +113,65 @@ impl TeamPort {
     }
 }
 
+impl TeamPort {
+    /// The member frame `f` would leave by, and why, in words (a trace's
+    /// line): read only, nothing placed or counted.
+    fn explain(&self, f: &OutFrame<'_>) -> String {
+        let (dist, _) = self.distribution();
+        let usable = &dist.usable;
+        let name = |m: usize| self.members[m].port.name().to_string();
+        let teaming = self.teaming();
+        if usable.is_empty() {
+            return format!("{}: no member may send, every one is down", teaming.word());
+        }
+        if !teaming.switch_independent() {
+            let m = usable[flow_hash(f, teaming == Teaming::Lacp) as usize % usable.len()];
+            return format!(
+                "by member {} ({}: the flow's hash over {} usable members)",
+                name(m),
+                teaming.word(),
+                usable.len()
+            );
+        }
+        if is_membership(f) {
+            let m = dist.active.unwrap_or(usable[0]);
+            return format!(
+                "by member {} (the active one: a membership report)",
+                name(m)
+            );
+        }
+        let Some(s) = source(f) else {
+            return format!("by member {} (no source address to place)", name(usable[0]));
+        };
+        let inner = self.inner.lock().expect("team lock");
+        match inner.placements.get(&s.mac) {
+            Some(p) if p.now == p.home => format!(
+                "by member {} ({}: {} is placed there)",
+                name(p.now),
+                teaming.word(),
+                s.mac
+            ),
+            Some(p) => format!(
+                "by member {} ({}: {} moved there off {}, which may not send now)",
+                name(p.now),
+                teaming.word(),
+                s.mac,
+                name(p.home)
+            ),
+            None => format!(
+                "by member {} ({}: {} is new to the team and would be placed there)",
+                name(
+                    inner
+                        .placements
+                        .would_place(teaming, s.mac, usable, self.members.len())
+                ),
+                teaming.word(),
+                s.mac
+            ),
+        }
+    }
+}
+
 /// A tunnel endpoint over the team writes its whole GSO frames into a TAP
 /// per member: the team picks the member as for any frame of its own
 /// transmitters (by the outer headers), and counts it there once written.
@@ -185,5 +244,9 @@ impl Transmitter for TeamTransmitter {
         for t in &mut self.txs {
             t.flush();
         }
+    }
+
+    fn explain(&self, pkt: &crate::packet::Packet) -> Option<String> {
+        Some(self.team.explain(&OutFrame::Packet(pkt)))
     }
 }

@@ -285,6 +285,10 @@ def test_a_trace_follows_its_frame_through_a_tunnel_to_the_next_hvnet_host(tmp_p
             assert [d.split(" queue")[0] for d in far["delivered"]] == ["to b"], far
             assert any("not delivered: a synthetic frame" in s["text"] for s in far["stages"]), far
             assert tb.stats("/ports/b/rx_summary")["delivered_frames"] == before
+            # Every frame accounted for on both hosts: the far end's
+            # synthetic frame counted in at its endpoint and consumed there.
+            for t, port in ((ta, "a"), (ta, "up0"), (tb, "up0"), (tb, "b")):
+                assert t.stats(f"/ports/{port}/accounting")["ingress"]["balanced"], (t.name, port)
             # The far host's MTU drops it there, and the trace says where.
             tb.hv("port", "b", "set", "mtu=1200")
             v = flow(ta, "a", "dst=198.18.78.2", f"dmac={bmac}", "size=1300")

@@ -408,7 +408,9 @@ counters! {
         /// Source addresses not learned: the FDB's per-port or total limit,
         /// or another port's static address (the frame still goes out).
         fdb_learn_refused,
-        /// Frames a tunnel endpoint consumed (ARP for its address).
+        /// Frames a tunnel endpoint consumed (ARP for its address, a far
+        /// end's report of a trace, a far end's synthetic frame, which is
+        /// switched apart and counted nowhere else).
         tunnel_control,
         /// ARP requests from a VM answered by the switch for a remote IP
         /// the fabric advertised (BGP EVPN), instead of being flooded.

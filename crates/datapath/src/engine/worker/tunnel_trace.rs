@@ -27,7 +27,9 @@ impl State {
                 continue;
             }
             if synthetic {
+                // Counted in as read; consumed here, to be switched apart.
                 tracer.inject_remote(b[i].frame().to_vec(), token);
+                add(&cx.port.ingress[cx.q].tunnel_control, 1);
                 b.release(i);
                 continue;
             }

@@ -159,7 +159,7 @@ impl Tracer {
         self.armed
             .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1))
             .ok()?;
-        Some(self.marked.fetch_add(1, Relaxed) + 1)
+        Some(self.next_number())
     }
 
     /// Hands a synthetic frame to the port's worker, traced: its trace
@@ -167,7 +167,7 @@ impl Tracer {
     /// it the frame runs the decisions only. A frame not yet switched is
     /// replaced.
     pub fn inject(&self, frame: Vec<u8>, deliver: bool) -> u64 {
-        let id = self.marked.fetch_add(1, Relaxed) + 1;
+        let id = self.next_number();
         self.put(Injection {
             frame,
             deliver,
@@ -180,7 +180,7 @@ impl Tracer {
     /// Hands a far end's synthetic frame to the port's worker (its lines
     /// go back with `token`): its trace number.
     pub(crate) fn inject_remote(&self, frame: Vec<u8>, token: u16) -> u64 {
-        let id = self.mark_remote();
+        let id = self.next_number();
         self.put(Injection {
             frame,
             deliver: false,
@@ -195,8 +195,9 @@ impl Tracer {
         self.pending.store(true, Relaxed);
     }
 
-    /// A number for a frame a far end marked (not one of those armed).
-    pub(crate) fn mark_remote(&self) -> u64 {
+    /// The next trace number (marked, injected or marked by a far end:
+    /// one sequence, numbered from 1).
+    pub(crate) fn next_number(&self) -> u64 {
         self.marked.fetch_add(1, Relaxed) + 1
     }
 

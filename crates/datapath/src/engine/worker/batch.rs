@@ -57,10 +57,7 @@ impl State {
                 if !self.marks.is_empty() {
                     self.begin_marked(cx, b);
                 }
-                for k in 0..self.in_arc.len() {
-                    let (_, run) = self.in_arc.stage(k);
-                    run(self, cx, b);
-                }
+                self.run_in_arc(cx, b);
                 if !self.reports_due.is_empty() {
                     self.report_marked(cx);
                 }
@@ -85,6 +82,14 @@ impl State {
         // whose payloads were left in place go back.
         self.rx.end_batch();
         result
+    }
+
+    /// The burst through the port's ingress arc, stage by stage.
+    fn run_in_arc(&mut self, cx: &Ctx, b: &mut Burst) {
+        for k in 0..self.in_arc.len() {
+            let (_, run) = self.in_arc.stage(k);
+            run(self, cx, b);
+        }
     }
 
     /// Switches a synthetic frame handed to the port's tracer, traced
@@ -115,10 +120,7 @@ impl State {
                     self.count_in(cx, &b[0]);
                 }
                 cx.synthetic.set(!inj.deliver);
-                for k in 0..self.in_arc.len() {
-                    let (_, run) = self.in_arc.stage(k);
-                    run(self, cx, b);
-                }
+                self.run_in_arc(cx, b);
                 cx.synthetic.set(false);
                 b.frames.clear();
                 self.end_batch(cx);

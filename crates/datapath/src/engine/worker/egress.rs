@@ -7,10 +7,9 @@
 use crate::arc::always;
 use crate::arc::{Decl, Kind};
 use crate::capture::Way;
-use crate::counters::{add, DropReason, EgressCounters};
+use crate::counters::{add, DropReason};
 use crate::engine::worker::{Ctx, State};
 use crate::engine::worker::{Out, OutRun};
-use crate::engine::Port;
 use crate::item::RingItem;
 use crate::stages::lro::GRO_MAX_SEGMENTS;
 use hvnet_offload::gro::{GroConfig, GroOutput, GroTable};
@@ -24,13 +23,6 @@ pub(crate) const QUEUE: Decl<OutRun> = Decl {
     wants: always,
     run: queue,
 };
-
-/// A frame to `port` (its queue `q`) dropped: counted in the lane's
-/// counters under its reason, and copied for the port's `drop` captures.
-fn drop_to(c: &EgressCounters, port: &Port, q: usize, reason: DropReason, pkt: &Packet) {
-    c.count_drop(reason, 1);
-    port.taps.dropped(Way::Outbound, q, reason, pkt);
-}
 
 /// The destination's receive queue, and the frame counted as offered to
 /// it.
@@ -72,11 +64,7 @@ impl State {
                 self.trace_out(cx, name, || {
                     format!("to {}: dropped, {}", cx.ports[dst].name, why.name())
                 });
-                self.trace_drop(cx, Some(dst), why);
-                if !cx.synthetic() {
-                    let c = &self.lane(cx, dst, q).counters;
-                    drop_to(c, &cx.ports[dst], q, why, &pkt);
-                }
+                self.drop_out(cx, dst, q, why, &pkt);
                 return;
             }
         }
@@ -84,14 +72,24 @@ impl State {
         self.write(cx, dst, q, pkt);
     }
 
+    /// A frame to port `dst` (its queue `q`) dropped for `why`: the
+    /// trace's drop line, and, for a real frame, the lane's counters under
+    /// the reason and a copy for the port's `drop` captures (a synthetic
+    /// frame is counted nowhere, as [`Ctx::drop_frame`] has it on the way
+    /// in).
+    fn drop_out(&mut self, cx: &Ctx, dst: usize, q: usize, why: DropReason, pkt: &Packet) {
+        self.trace_drop(cx, Some(dst), why);
+        if !cx.synthetic() {
+            self.lane(cx, dst, q).counters.count_drop(why, 1);
+            cx.ports[dst].taps.dropped(Way::Outbound, q, why, pkt);
+        }
+    }
+
     /// A traced frame to uplink `dst`: the way its device will send it (a
     /// team's member and why), in a line.
     fn explain_way_out(&mut self, cx: &Ctx, dst: usize, q: usize, pkt: &Packet) {
         let port = &cx.ports[dst];
-        let d = self.dest(cx, dst, q);
-        let tx = d.tx.get_or_insert_with(|| {
-            std::sync::Arc::clone(&port.dev).transmitter(q, hvnet_port::TxOptions::default())
-        });
+        let tx = crate::engine::worker::transmitter(&mut self.dest(cx, dst, q).tx, port, q);
         if let Some(how) = tx.explain(pkt) {
             self.trace_out(cx, "team", || format!("to {}: {how}", port.name));
         }
@@ -177,11 +175,7 @@ impl State {
                 // written for a driver to drop.
                 if (!whole || uplink) && g.size as usize + pkt.header_len() > limit {
                     too_long("segments", self);
-                    self.trace_drop(cx, Some(dst), DropReason::MtuExceeded);
-                    if !cx.synthetic() {
-                        let c = &self.lane(cx, dst, q).counters;
-                        drop_to(c, port, q, DropReason::MtuExceeded, &pkt);
-                    }
+                    self.drop_out(cx, dst, q, DropReason::MtuExceeded, &pkt);
                     return;
                 }
                 if self.not_delivered(cx, dst, q, "a GSO frame") {
@@ -201,11 +195,7 @@ impl State {
             }
             None if pkt.len() > limit => {
                 too_long("frame", self);
-                self.trace_drop(cx, Some(dst), DropReason::MtuExceeded);
-                if !cx.synthetic() {
-                    let c = &self.lane(cx, dst, q).counters;
-                    drop_to(c, port, q, DropReason::MtuExceeded, &pkt);
-                }
+                self.drop_out(cx, dst, q, DropReason::MtuExceeded, &pkt);
             }
             None if self.not_delivered(
                 cx,

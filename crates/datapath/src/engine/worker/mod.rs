@@ -85,6 +85,18 @@ pub(crate) struct Dest {
     pub(crate) tx: Option<Box<dyn Transmitter>>,
 }
 
+/// A destination's transmitter (`Dest::tx`), made on first use for queue
+/// `q` of `port`.
+pub(crate) fn transmitter<'a>(
+    tx: &'a mut Option<Box<dyn Transmitter>>,
+    port: &Port,
+    q: usize,
+) -> &'a mut dyn Transmitter {
+    &mut **tx.get_or_insert_with(|| {
+        Arc::clone(&port.dev).transmitter(q, hvnet_port::TxOptions::default())
+    })
+}
+
 /// What a worker works for: the switch, its port and queue (shared,
 /// read-only; kept apart from the worker's state so that no reference
 /// count is touched per frame).

@@ -3,15 +3,13 @@
 //! handed over — published to the queue's delivery thread, or delivered
 //! from the worker itself when the queue is idle.
 
-use super::{Ctx, Dest, State};
+use super::{transmitter, Ctx, Dest, State};
 use crate::capture::Point;
 use crate::counters::{add, DropReason};
 use crate::deliver;
 use crate::item::RingItem;
 use crate::ring::{self, Full, Lane};
 use crate::settings::{Delivery, RxOverflow, BACKPRESSURE_WAIT};
-use hvnet_port::TxOptions;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 impl State {
@@ -155,10 +153,8 @@ impl State {
             return;
         }
         add(&lane.counters.inline_batches, 1);
-        let tx =
-            tx.get_or_insert_with(|| Arc::clone(&port.dev).transmitter(q, TxOptions::default()));
         deliver::deliver_batch(
-            &mut **tx,
+            transmitter(tx, port, q),
             &lane.counters,
             s,
             deliver::inline_hold(s),

@@ -9,7 +9,7 @@ use super::*;
 use crate::trace::TraceLine;
 use hvnet_offload::vxlan::{OuterMark, MARK_SYNTHETIC, MARK_TRACED};
 use hvnet_port::vxlan::MAX_REPORT;
-use hvnet_port::{TraceMark, TxOptions};
+use hvnet_port::TraceMark;
 
 impl State {
     /// The frames of the burst just begun that the far endpoint marked:
@@ -33,7 +33,7 @@ impl State {
                 b.release(i);
                 continue;
             }
-            let id = tracer.mark_remote();
+            let id = tracer.next_number();
             b.mark(i, id);
             self.reports_due.push((id, token));
         }
@@ -78,9 +78,7 @@ impl State {
         } else {
             MARK_TRACED
         };
-        let d = self.dest(cx, dst, q);
-        let tx =
-            d.tx.get_or_insert_with(|| Arc::clone(&port.dev).transmitter(q, TxOptions::default()));
+        let tx = transmitter(&mut self.dest(cx, dst, q).tx, port, q);
         match tx.send_traced(&pkt, OuterMark { kind, token })? {
             Ok(how) => {
                 self.trace_out(cx, "vxlan", || {

@@ -109,8 +109,9 @@ pub struct BatchOptions {
     pub csum: bool,
 }
 
-/// What a transmitter wrote for one frame it was given.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What a transmitter wrote for one frame it was given (nothing, by
+/// default).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Written {
     /// Frames that left: 1, or a tunnel endpoint's copies (one per
     /// remote) and their segments.

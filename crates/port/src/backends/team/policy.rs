@@ -364,13 +364,7 @@ impl Placements {
         if self.homes.len() < n {
             self.homes.resize(n, 0);
         }
-        let home = match teaming {
-            Teaming::PortId | Teaming::LoadBased => *usable
-                .iter()
-                .min_by_key(|&&m| (self.homes[m], m))
-                .expect("usable is not empty"),
-            _ => mac_hash(src.mac) as usize % n,
-        };
+        let home = self.home_for(teaming, src.mac, usable, n);
         let now_member = pick_usable(home, src.mac, usable);
         self.homes[home] += 1;
         self.by_mac.insert(
@@ -393,18 +387,26 @@ impl Placements {
         }
     }
 
-    /// The member a new address `mac` would be placed on now (as
-    /// [`Placements::member_of`] would place it; nothing changes).
-    pub fn would_place(&self, teaming: Teaming, mac: MacAddr, usable: &[usize], n: usize) -> usize {
+    /// The home member of a new address `mac`: under `port-id` and
+    /// `load-based` the usable member with the fewest, else by its hash.
+    fn home_for(&self, teaming: Teaming, mac: MacAddr, usable: &[usize], n: usize) -> usize {
         let homes = |m: usize| self.homes.get(m).copied().unwrap_or(0);
-        let home = match teaming {
+        match teaming {
             Teaming::PortId | Teaming::LoadBased => *usable
                 .iter()
                 .min_by_key(|&&m| (homes(m), m))
                 .expect("usable is not empty"),
             _ => mac_hash(mac) as usize % n,
-        };
-        pick_usable(home, mac, usable)
+        }
+    }
+
+    /// The member a new address `mac` would leave by now (as
+    /// [`Placements::member_of`] would place it; nothing changes).
+    pub fn would_place(&self, teaming: Teaming, mac: MacAddr, usable: &[usize], n: usize) -> usize {
+        if self.by_mac.len() >= MAX_PLACEMENTS {
+            return usable[mac_hash(mac) as usize % usable.len()];
+        }
+        pick_usable(self.home_for(teaming, mac, usable, n), mac, usable)
     }
 
     /// Places every address again after the usable members changed (a

@@ -195,11 +195,7 @@ impl Vtep {
         } else {
             CsumMode::Full
         };
-        let mut written = Written {
-            frames: 0,
-            bytes: 0,
-            segmented: false,
-        };
+        let mut written = Written::default();
         let mut failed = false;
         // Whole through the kernel where it takes the frame; else
         // segmented here, to the underlay's socket. Where inner checksums
@@ -213,14 +209,7 @@ impl Vtep {
             .filter(|tap| how.csum && TunnelTap::takes(&inner, self.cfg.local) && tap.is_open());
         for &(remote, mac) in &remotes {
             let Some(mac) = mac else { continue };
-            let tunnel = Tunnel {
-                src_mac: self.cfg.mac,
-                dst_mac: mac,
-                dst_port: self.cfg.port,
-                src_port_range: SOURCE_PORTS,
-                udp_csum: self.cfg.udp_csum,
-                ..Tunnel::new(vni, self.cfg.local, remote)
-            };
+            let tunnel = self.tunnel_to(vni, remote, mac);
             let r = match tap {
                 Some(tap) => tap.write(&tunnel, &inner, &mut scratch.head, &mut written),
                 None => write_encapsulated(tx, &tunnel, &inner, mode, scratch, &mut written),
@@ -234,6 +223,18 @@ impl Vtep {
         }
     }
 
+    /// The outer headers to `remote` (its underlay MAC `mac`) in `vni`.
+    pub(super) fn tunnel_to(&self, vni: u32, remote: IpAddr, mac: MacAddr) -> Tunnel {
+        Tunnel {
+            src_mac: self.cfg.mac,
+            dst_mac: mac,
+            dst_port: self.cfg.port,
+            src_port_range: SOURCE_PORTS,
+            udp_csum: self.cfg.udp_csum,
+            ..Tunnel::new(vni, self.cfg.local, remote)
+        }
+    }
+
     /// The inner flow's hash, for the outer source port: taken from the
     /// headers parsed where the frame entered (once for every remote it
     /// goes to), when RSS did not take it already.
@@ -244,7 +245,7 @@ impl Vtep {
 
 /// One copy of the inner frame to one remote, added to `written`; an error
 /// if it, or any of its segments, did not leave.
-fn write_encapsulated(
+pub(super) fn write_encapsulated(
     tx: &mut dyn Transmitter,
     tunnel: &Tunnel,
     inner: &Inner<'_>,

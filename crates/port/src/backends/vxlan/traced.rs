@@ -6,14 +6,15 @@
 //! reader takes them. A far end that is not hvnet delivers the frame as
 //! any other and sends nothing back.
 
-use super::{Vtep, SOURCE_PORTS};
+use super::encap::{write_encapsulated, TunnelScratch};
+use super::{Inner, Vtep};
 use crate::device::Transmitter;
-use crate::outgoing::{BatchOptions, OutFrame, SendError};
+use crate::outgoing::{SendError, Written};
 use crate::packet::{mac_at, Packet};
-use hvnet_offload::vxlan::{encap_header, OuterMark, Tunnel, MARK_REPORT, MAX_OUTER_LEN};
+use hvnet_offload::gso::CsumMode;
+use hvnet_offload::vxlan::{OuterMark, Tunnel, MARK_REPORT};
 use hvnet_wire::{Layers, MacAddr, NetKind};
 use std::collections::VecDeque;
-use std::io::IoSlice;
 use std::net::IpAddr;
 use std::sync::Mutex;
 
@@ -64,40 +65,39 @@ pub(super) fn read_mark(frame: &[u8], l: &Layers) -> Option<OuterMark> {
 }
 
 impl Vtep {
-    /// The outer headers to `remote` (its underlay MAC `mac`) in `vni`,
-    /// with `mark`.
-    fn marked_tunnel(&self, vni: u32, remote: IpAddr, mac: MacAddr, mark: OuterMark) -> Tunnel {
-        Tunnel {
-            src_mac: self.cfg.mac,
-            dst_mac: mac,
-            dst_port: self.cfg.port,
-            src_port_range: SOURCE_PORTS,
-            udp_csum: self.cfg.udp_csum,
-            mark: Some(mark),
-            ..Tunnel::new(vni, self.cfg.local, remote)
-        }
-    }
-
-    /// Writes `frame` inside `tunnel` as one frame.
+    /// Writes `frame` (no GSO frame) to `remote` (its underlay MAC
+    /// `mac`) with `mark`, in the endpoint's own VNI, as the endpoint
+    /// writes any frame.
     fn send_one(
+        &self,
         tx: &mut dyn Transmitter,
-        tunnel: &Tunnel,
-        pkt_frame: &[u8],
-        info: hvnet_offload::OffloadInfo,
+        (remote, mac): (IpAddr, MacAddr),
+        mark: OuterMark,
+        frame: &[u8],
+        offload: hvnet_offload::OffloadInfo,
     ) -> Result<(), SendError> {
-        let mut hdr = [0u8; MAX_OUTER_LEN];
-        let hdr = &mut hdr[..tunnel.outer_len()];
-        let info =
-            encap_header(tunnel, pkt_frame, None, info, hdr).map_err(|_| SendError::Failed)?;
-        let pieces = [IoSlice::new(hdr), IoSlice::new(pkt_frame)];
-        tx.send(
-            OutFrame::Pieces {
-                pieces: &pieces,
-                offload: info,
-            },
-            BatchOptions::default(),
+        let tunnel = Tunnel {
+            mark: Some(mark),
+            ..self.tunnel_to(self.cfg.vni, remote, mac)
+        };
+        let inner = Inner {
+            frame,
+            layers: None,
+            hash: None,
+            offload,
+        };
+        let mut written = Written::default();
+        // A frame that is not GSO takes no segmenting mode or scratch.
+        let mut scratch = TunnelScratch::default();
+        write_encapsulated(
+            tx,
+            &tunnel,
+            &inner,
+            CsumMode::Full,
+            &mut scratch,
+            &mut written,
         )
-        .map(|_| ())
+        .map_err(|()| SendError::Failed)
     }
 
     /// Encapsulates traced frame `pkt` with `mark` to each remote it goes
@@ -125,12 +125,7 @@ impl Vtep {
         for &(remote, mac) in &remotes {
             match mac {
                 Some(mac) => {
-                    Self::send_one(
-                        tx,
-                        &self.marked_tunnel(vni, remote, mac, mark),
-                        frame,
-                        pkt.meta.offload,
-                    )?;
+                    self.send_one(tx, (remote, mac), mark, frame, pkt.meta.offload)?;
                     sent.push(remote.to_string());
                 }
                 None => unresolved.push(remote.to_string()),
@@ -190,12 +185,7 @@ impl Vtep {
             kind: MARK_REPORT,
             token,
         };
-        let _ = Self::send_one(
-            tx,
-            &self.marked_tunnel(self.cfg.vni, remote, mac, mark),
-            &inner,
-            Default::default(),
-        );
+        let _ = self.send_one(tx, (remote, mac), mark, &inner, Default::default());
     }
 
     /// A report that arrived (its inner frame), kept for its trace.

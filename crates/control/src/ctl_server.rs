@@ -180,12 +180,7 @@ fn serve(cx: &Ctl, conn: UnixStream) {
             // A real guest hvnet started: its processes' CPU.
             let pids = {
                 let all = guests.lock().expect("guests lock");
-                all.iter().find(|g| g.vm == vm).map(|g| {
-                    g.processes()
-                        .iter()
-                        .filter_map(|x| x["pid"].as_u64().map(|p| p as u32))
-                        .collect()
-                })
+                all.iter().find(|g| g.vm == vm).map(|g| g.pids())
             };
             crate::diagnose::diagnose(sw, topo, &vm, pids, Duration::from_millis(window_ms))
         }
@@ -195,11 +190,7 @@ fn serve(cx: &Ctl, conn: UnixStream) {
             let all = guests.lock().expect("guests lock");
             for p in v.as_array_mut().into_iter().flatten() {
                 if let Some(g) = all.iter().find(|g| p["name"] == g.vm.as_str()) {
-                    p["guest_pids"] = json!(g
-                        .processes()
-                        .iter()
-                        .map(|x| x["pid"].clone())
-                        .collect::<Vec<_>>());
+                    p["guest_pids"] = json!(g.pids());
                 }
             }
             v

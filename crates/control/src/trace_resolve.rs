@@ -25,8 +25,8 @@ fn named(sw: &Switch, topo: &Topology, name: &str) -> Option<(MacAddr, Option<Ip
     sw.port(name).map(|p| (p.mac, None))
 }
 
-/// The VM or host with address `ip`: its MAC.
-fn mac_of(topo: &Topology, ip: IpAddr) -> Option<MacAddr> {
+/// The VM or host of the topology with address `ip`: its MAC.
+pub(crate) fn mac_of(topo: &Topology, ip: IpAddr) -> Option<MacAddr> {
     let has = |v4: Option<(std::net::Ipv4Addr, u8)>, v6: Option<(std::net::Ipv6Addr, u8)>| match ip
     {
         IpAddr::V4(a) => v4.is_some_and(|x| x.0 == a),

@@ -121,37 +121,26 @@ pub fn diagnose(
             dropped: peer_mtu_drops(q).saturating_sub(before),
         })
         .collect();
-    let teams = views::teams(sw);
-    let degraded = teams["teams"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|t| {
-            // Only a team that carries the VM's VLAN is on its way out.
-            let up = sw.port(t["name"].as_str()?)?;
-            if !up.settings().vlans_of(up.vlan).carries(p.vlan) {
-                return None;
-            }
-            let members = t["members"].as_array()?;
+    // Only a team that carries the VM's VLAN is on its way out.
+    let degraded = sw
+        .ports()
+        .iter()
+        .filter(|up| up.is_uplink() && up.settings().vlans_of(up.vlan).carries(p.vlan))
+        .filter_map(|up| {
+            let members = up.dev.status().team?.members;
             let down: Vec<String> = members
                 .iter()
-                .filter(|m| m["carrier"] == false || m["state"] == "down")
-                .filter_map(|m| m["device"].as_str().map(str::to_string))
+                .filter(|m| !m.carrier || m.state == "down")
+                .map(|m| m.device.clone())
                 .collect();
             (!down.is_empty()).then(|| Degraded {
-                team: t["name"].as_str().unwrap_or("?").to_string(),
+                team: up.name.clone(),
                 down,
                 members: members.len(),
             })
         })
         .collect();
-    let known = |ip: IpAddr| {
-        let has = |v4: Option<(std::net::Ipv4Addr, u8)>, v6: Option<(std::net::Ipv6Addr, u8)>| {
-            v4.is_some_and(|x| IpAddr::V4(x.0) == ip) || v6.is_some_and(|x| IpAddr::V6(x.0) == ip)
-        };
-        topo.vms.iter().any(|v| has(v.ipv4, v.ipv6))
-            || topo.hosts.iter().any(|h| has(h.ipv4, h.ipv6))
-    };
+    let known = |ip: IpAddr| crate::trace_resolve::mac_of(topo, ip).is_some();
     let tunnels = topo
         .uplinks
         .iter()

@@ -133,11 +133,17 @@ impl Guest {
         let _ = std::fs::remove_file(ready_marker(state_dir, &self.vm));
     }
 
+    /// The guest's processes (all of them its CPU: for `top`, a CPU limit
+    /// and `diagnose`).
+    pub fn pids(&self) -> Vec<u32> {
+        group_members(self.pgid)
+    }
+
     /// The guest's processes with their roles: UML's kernel process and
     /// the user-space helpers it traces; QEMU and its virtiofsd's. All of
     /// them are the guest's CPU (for `top` and a CPU limit).
     pub fn processes(&self) -> Vec<serde_json::Value> {
-        group_members(self.pgid)
+        self.pids()
             .into_iter()
             .map(|pid| {
                 let role = match (self.kind, pid == self.pid()) {

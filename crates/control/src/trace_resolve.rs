@@ -101,9 +101,11 @@ pub fn resolve(
         .or_else(|| {
             // A VM behind a tunnel the fabric advertised (EVPN).
             let ip = dip?;
-            sw.ports()
-                .iter()
-                .find_map(|p| sw.endpoint(p.id)?.evpn_resolve(ip))
+            sw.ports().iter().find_map(|p| {
+                let e = sw.endpoint(p.id)?;
+                let mac = e.segments().find_map(|(_, vni)| e.evpn_resolve(vni, ip));
+                mac
+            })
         });
     let Some(dmac) = dmac else {
         return Err(err(match dip {

@@ -71,69 +71,37 @@ pub fn start(
         let Some(v) = u.vxlan.as_ref().filter(|v| v.evpn) else {
             continue;
         };
-        let names = shadow_names(v.vni);
-        let mut rtnl = crate::rtnl::Rtnl::new()?;
-        let present: Vec<Option<String>> = names
-            .all()
-            .iter()
-            .map(|d| {
-                rtnl.index(d)
-                    .ok()
-                    .map(|_| device_marker(d).unwrap_or_default())
-            })
-            .collect();
-        if let Some((d, m)) = names
-            .all()
-            .iter()
-            .zip(&present)
-            .find(|(_, m)| m.as_ref().is_some_and(|m| *m != marker))
-        {
-            return Err(DaemonError::Other(format!(
-                "uplink {}: EVPN shadow device {d} exists already and is not this topology's (marker {:?}): another switch has VNI {} here",
-                u.name,
-                m.as_deref().unwrap_or_default(),
-                v.vni
-            )));
-        }
-        for d in names.all() {
-            if !state.devices.iter().any(|x| x == d) {
-                state.devices.push(d.to_string());
-            }
-        }
-        write_state(dir, state)?;
-        if present.iter().any(Option::is_none) {
-            for d in names.all() {
-                let _ = rtnl.del_link(d);
-            }
-            // The topology refuses EVPN over an IPv6 underlay.
-            let std::net::IpAddr::V4(local) = v.local.0 else {
-                return Err(DaemonError::Other(format!(
-                    "uplink {}: EVPN needs an IPv4 underlay",
-                    u.name
-                )));
-            };
-            shadow::create(&mut rtnl, &names, v.vni, local, &marker)?;
-            tracing::info!(uplink = %u.name, vni = v.vni, bridge = %names.bridge, vxlan = %names.vxlan, "EVPN shadow devices created");
-        }
         let uplink = sw
             .port(&u.name)
             .map(|p| p.id)
             .expect("the uplink is a port");
-        let vms = topo
-            .vms_on(u)
-            .map(|vm| {
-                local_vm(
-                    vm,
-                    sw.port(&vm.name).map(|p| p.id).expect("the VM is a port"),
-                )
-            })
-            .collect();
-        let shared = sync::LocalVms::new(vms);
-        advertised.push((u.vlan, Arc::clone(&shared)));
-        let t = sync::spawn(sw.clone(), uplink, names, shared).map_err(|e| {
-            DaemonError::Other(format!("uplink {}: start the EVPN sync: {e}", u.name))
-        })?;
-        threads.push(t);
+        // Each segment its own shadow and sync, as FRR expects a Linux
+        // VTEP of several VNIs: a bridge and a vxlan device per VNI.
+        let segments = std::iter::once((u.vlan, v.vni)).chain(v.vlans.iter().copied());
+        for (vlan, vni) in segments {
+            let names = shadow_names(vni);
+            make_shadow(&u.name, v, vni, &names, dir, state, &marker)?;
+            let vms = topo
+                .vms
+                .iter()
+                .filter(|vm| vm.settings.vlans_of(vm.vlan).carries(vlan))
+                .map(|vm| {
+                    local_vm(
+                        vm,
+                        sw.port(&vm.name).map(|p| p.id).expect("the VM is a port"),
+                    )
+                })
+                .collect();
+            let shared = sync::LocalVms::new(vms);
+            advertised.push((vlan, Arc::clone(&shared)));
+            let t = sync::spawn(sw.clone(), uplink, vni, names, shared).map_err(|e| {
+                DaemonError::Other(format!(
+                    "uplink {}: start the EVPN sync of VNI {vni}: {e}",
+                    u.name
+                ))
+            })?;
+            threads.push(t);
+        }
     }
     if let Some(frr) = &topo.frr {
         // (error.rs imports nothing of evpn: FRR's error becomes words here.)
@@ -144,7 +112,63 @@ pub fn start(
     Ok((threads, advertised))
 }
 
-/// Per EVPN uplink, its segment (VLAN) and the VMs it advertises (VMs
+/// The shadow of segment `vni` of uplink `uplink` (endpoint `v`): found
+/// again after a daemon restart, else made. Its devices are recorded in
+/// the state first, so that `hvnet down` removes them even after a crash;
+/// a shadow of another topology's is refused.
+fn make_shadow(
+    uplink: &str,
+    v: &crate::topology::Vxlan,
+    vni: u32,
+    names: &ShadowNames,
+    dir: &Path,
+    state: &mut State,
+    marker: &str,
+) -> Result<(), DaemonError> {
+    let mut rtnl = crate::rtnl::Rtnl::new()?;
+    let present: Vec<Option<String>> = names
+        .all()
+        .iter()
+        .map(|d| {
+            rtnl.index(d)
+                .ok()
+                .map(|_| device_marker(d).unwrap_or_default())
+        })
+        .collect();
+    if let Some((d, m)) = names
+        .all()
+        .iter()
+        .zip(&present)
+        .find(|(_, m)| m.as_ref().is_some_and(|m| m != marker))
+    {
+        return Err(DaemonError::Other(format!(
+            "uplink {uplink}: EVPN shadow device {d} exists already and is not this topology's (marker {:?}): another switch has VNI {vni} here",
+            m.as_deref().unwrap_or_default(),
+        )));
+    }
+    for d in names.all() {
+        if !state.devices.iter().any(|x| x == d) {
+            state.devices.push(d.to_string());
+        }
+    }
+    write_state(dir, state)?;
+    if present.iter().any(Option::is_none) {
+        for d in names.all() {
+            let _ = rtnl.del_link(d);
+        }
+        // The topology refuses EVPN over an IPv6 underlay.
+        let IpAddr::V4(local) = v.local.0 else {
+            return Err(DaemonError::Other(format!(
+                "uplink {uplink}: EVPN needs an IPv4 underlay"
+            )));
+        };
+        shadow::create(&mut rtnl, names, vni, local, marker)?;
+        tracing::info!(%uplink, vni, bridge = %names.bridge, vxlan = %names.vxlan, "EVPN shadow devices created");
+    }
+    Ok(())
+}
+
+/// Per segment of an EVPN uplink, its VLAN and the VMs it advertises (VMs
 /// added and removed at run time join and leave them).
 pub type Advertised = Vec<(u16, Arc<sync::LocalVms>)>;
 

@@ -96,11 +96,13 @@ pub struct LocalVm {
     pub gone: bool,
 }
 
-/// Starts the sync of uplink port `uplink` with its shadow `names`
-/// (created already), advertising `vms`; its thread ends with the switch.
+/// Starts the sync of segment `vni` of uplink port `uplink` with its
+/// shadow `names` (created already), advertising `vms`; its thread ends
+/// with the switch.
 pub fn spawn(
     sw: Arc<Switch>,
     uplink: usize,
+    vni: u32,
     names: ShadowNames,
     shared: Arc<LocalVms>,
 ) -> io::Result<JoinHandle<()>> {
@@ -116,6 +118,7 @@ pub fn spawn(
     let mut s = Sync {
         sw,
         uplink,
+        vni,
         names,
         vms: shared.snapshot(),
         vms_gen: shared.generation(),
@@ -142,6 +145,8 @@ struct Indices {
 struct Sync {
     sw: Arc<Switch>,
     uplink: usize,
+    /// The segment this thread keeps.
+    vni: u32,
     names: ShadowNames,
     /// The VMs, as copied from `shared` at generation `vms_gen`.
     vms: Vec<LocalVm>,
@@ -215,8 +220,8 @@ impl Sync {
         let Some(vtep) = self.sw.endpoint(self.uplink) else {
             return true;
         };
-        for mac in vtep.evpn_clear() {
-            let _ = self.sw.evpn_mac(self.uplink, mac, None);
+        for mac in vtep.evpn_clear(self.vni) {
+            let _ = self.sw.evpn_mac(self.uplink, self.vni, mac, None);
         }
         // What this thread wrote is written again.
         self.advertised.clear();
@@ -319,7 +324,7 @@ impl Sync {
 
     /// Installs `mac` behind `vtep`, or withdraws it (`None`).
     fn install(&mut self, mac: MacAddr, vtep: Option<IpAddr>) {
-        if let Err(e) = self.sw.evpn_mac(self.uplink, mac, vtep) {
+        if let Err(e) = self.sw.evpn_mac(self.uplink, self.vni, mac, vtep) {
             tracing::debug!(%mac, ?vtep, reason = %e, "EVPN: advertisement refused");
         }
     }
@@ -378,7 +383,7 @@ impl Sync {
             // The vxlan device's own entries: `00:00:00:00:00:00 dst VTEP`
             // (the flood list) and `MAC dst VTEP` (a remote MAC).
             Entry::Flood(remote) => {
-                if let Err(e) = vtep.evpn_vtep(remote, new) {
+                if let Err(e) = vtep.evpn_vtep(self.vni, remote, new) {
                     tracing::debug!(%remote, reason = %e, "EVPN: advertisement refused");
                 }
             }
@@ -408,7 +413,7 @@ impl Sync {
                     let Some(ip) = destination(n) else { return };
                     let usable = new
                         && !matches!(h.state, NeighbourState::Failed | NeighbourState::Incomplete);
-                    let _ = vtep.evpn_neighbour(ip, lladdr(n).filter(|_| usable));
+                    let _ = vtep.evpn_neighbour(self.vni, ip, lladdr(n).filter(|_| usable));
                 }
             }
         }

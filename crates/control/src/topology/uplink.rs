@@ -466,9 +466,6 @@ pub(super) fn parse_uplinks(
                     if vlan == 0 {
                         return Err(vbad("vlans needs the uplink's own VLAN (vlan, 1..4094): the one vni carries".into()));
                     }
-                    if v.evpn {
-                        return Err(vbad("vlans with evpn: not supported yet (EVPN advertises the uplink's own VNI only)".into()));
-                    }
                     // The switch's side of it: a trunk of those VLANs whose
                     // native VLAN is the uplink's own; the endpoint turns
                     // each tag into its VNI and back.

@@ -398,8 +398,12 @@ fn arp_for_an_advertised_ip_is_answered_here_and_a_disconnected_port_is_cut_off(
     let remote = MacAddr([2, 0xdd, 0, 0, 0, 7]);
     let sw = Arc::clone(&h.sw);
     let t = sw.endpoint(1).unwrap();
-    t.evpn_neighbour(IpAddr::V4(Ipv4Addr::new(198, 19, 60, 2)), Some(remote))
-        .unwrap();
+    t.evpn_neighbour(
+        t.cfg.vni,
+        IpAddr::V4(Ipv4Addr::new(198, 19, 60, 2)),
+        Some(remote),
+    )
+    .unwrap();
     let request = |target: [u8; 4]| {
         let mut f = vec![0u8; 42];
         f[0..6].copy_from_slice(&[0xff; 6]);

@@ -212,25 +212,45 @@ impl Switch {
         self.endpoints.read().expect("lock").get(&port).cloned()
     }
 
-    /// The tunnel endpoint on access VLAN `vlan`, if there is one (the one
-    /// whose advertised addresses ARP suppression answers from).
-    pub(crate) fn endpoint_on(&self, vlan: u16) -> Option<Arc<Vtep>> {
+    /// The tunnel endpoint carrying VLAN `vlan` and the segment (VNI) it
+    /// carries it in, if there is one (the one whose advertised addresses
+    /// ARP suppression answers from).
+    pub(crate) fn endpoint_on(&self, vlan: u16) -> Option<(Arc<Vtep>, u32)> {
         let ports = self.ports();
         let endpoints = self.endpoints.read().expect("lock");
-        endpoints
-            .iter()
-            .find(|(id, _)| ports.get(**id).is_some_and(|p| p.vlan == vlan))
-            .map(|(_, e)| Arc::clone(e))
+        endpoints.iter().find_map(|(id, e)| {
+            let own = ports.get(*id)?.vlan;
+            let vni = Self::segment_of(e, own, vlan)?;
+            Some((Arc::clone(e), vni))
+        })
     }
 
-    /// Installs what the fabric advertises for uplink `uplink`'s tunnel
-    /// endpoint: `mac` behind remote endpoint `vtep`, or (`None`) its
-    /// withdrawal. A MAC that is a local VM's own address, its guest here,
-    /// is refused (counted): the fabric does not take a VM away from its
-    /// port; one whose guest has left (migrated) is released to it.
+    /// The VNI that endpoint `e`, on an uplink of access VLAN `own`,
+    /// carries VLAN `vlan` in.
+    fn segment_of(e: &Vtep, own: u16, vlan: u16) -> Option<u32> {
+        e.segments()
+            .find(|&(v, _)| v.unwrap_or(own) == vlan)
+            .map(|(_, vni)| vni)
+    }
+
+    /// The switch's VLAN that segment `vni` of uplink `uplink`'s tunnel
+    /// endpoint carries.
+    fn vlan_of_segment(&self, uplink: &Port, e: &Vtep, vni: u32) -> Option<u16> {
+        e.segments()
+            .find(|&(_, n)| n == vni)
+            .map(|(v, _)| v.unwrap_or(uplink.vlan))
+    }
+
+    /// Installs what the fabric advertises for segment `vni` of uplink
+    /// `uplink`'s tunnel endpoint: `mac` behind remote endpoint `vtep`, or
+    /// (`None`) its withdrawal. A MAC that is a local VM's own address in
+    /// that segment's VLAN, its guest here, is refused (counted): the
+    /// fabric does not take a VM away from its port; one whose guest has
+    /// left (migrated) is released to it.
     pub fn evpn_mac(
         &self,
         uplink: usize,
+        vni: u32,
         mac: MacAddr,
         vtep: Option<std::net::IpAddr>,
     ) -> Result<(), hvnet_port::vxlan::EvpnRefusal> {
@@ -240,17 +260,20 @@ impl Switch {
         let Some(tunnel) = self.endpoint(uplink) else {
             return Ok(());
         };
+        let Some(vlan) = self.vlan_of_segment(&up, &tunnel, vni) else {
+            return Err(hvnet_port::vxlan::EvpnRefusal::Vni);
+        };
         if vtep.is_none() {
-            self.fdb.remove_remote(up.vlan, mac, uplink);
-            return tunnel.evpn_mac(mac, None);
+            self.fdb.remove_remote(vlan, mac, uplink);
+            return tunnel.evpn_mac(vni, mac, None);
         }
-        if self.fdb.pinned_to(up.vlan, mac).is_some() && !self.release_address(up.vlan, mac) {
+        if self.fdb.pinned_to(vlan, mac).is_some() && !self.release_address(vlan, mac) {
             tunnel.evpn_local_claim();
             return Err(hvnet_port::vxlan::EvpnRefusal::LocalMac);
         }
-        tunnel.evpn_mac(mac, vtep)?;
-        if !self.fdb.add_remote(up.vlan, mac, uplink) {
-            tunnel.evpn_mac(mac, None)?;
+        tunnel.evpn_mac(vni, mac, vtep)?;
+        if !self.fdb.add_remote(vlan, mac, uplink) {
+            tunnel.evpn_mac(vni, mac, None)?;
             tunnel.evpn_local_claim();
             return Err(hvnet_port::vxlan::EvpnRefusal::LocalMac);
         }

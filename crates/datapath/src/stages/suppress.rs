@@ -54,10 +54,10 @@ impl State {
         let Some(request) = Request::of(pkt) else {
             return false;
         };
-        let Some(vtep) = cx.sw.endpoint_on(pkt.meta.vlan) else {
+        let Some((vtep, vni)) = cx.sw.endpoint_on(pkt.meta.vlan) else {
             return false;
         };
-        let Some(mac) = vtep.evpn_resolve(request.target()) else {
+        let Some(mac) = vtep.evpn_resolve(vni, request.target()) else {
             return false;
         };
         let Some(mut buf) = self.pool.take(pkt.buf.class()) else {

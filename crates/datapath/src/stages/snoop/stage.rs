@@ -111,8 +111,8 @@ impl State {
                         add(&c.mcast_queries, 1);
                         let wait = std::time::Duration::from_millis(max_resp_ms.into());
                         mdb.query(vlan, port, src, group, wait, now);
-                        if let Some((_, vtep)) = &tunnel {
-                            vtep.group_router(pkt.src(), now + cfg.other_querier);
+                        if let Some((vni, vtep)) = &tunnel {
+                            vtep.group_router(*vni, pkt.src(), now + cfg.other_querier);
                         }
                         return Snooped::Flood;
                     }

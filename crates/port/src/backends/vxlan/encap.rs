@@ -44,16 +44,17 @@ struct SegmentSpan {
 }
 
 impl Vtep {
-    /// The remote endpoints an inner frame to `dst` goes to, with their
-    /// MACs where resolved.
+    /// The remote endpoints an inner frame to `dst` in segment `vni` goes
+    /// to, with their MACs where resolved; true if flooded.
     pub(super) fn remotes_for(
         &self,
+        vni: u32,
         dst: MacAddr,
         out: &mut smallvec::SmallVec<[(IpAddr, Option<MacAddr>); 8]>,
     ) -> bool {
         out.clear();
         let known = (!dst.is_multicast())
-            .then(|| self.remote_of(&dst))
+            .then(|| self.remote_of(vni, &dst))
             .flatten();
         let n = self.neighbours.read().expect("lock");
         match known {
@@ -63,7 +64,8 @@ impl Vtep {
             }
             None => {
                 let flood = self.flood.read().expect("lock");
-                out.extend(flood.iter().map(|r| (*r, n.get(r).copied())));
+                let list = flood.get(&vni).into_iter().flatten();
+                out.extend(list.map(|r| (*r, n.get(r).copied())));
                 true
             }
         }
@@ -182,7 +184,7 @@ impl Vtep {
         };
         let dst = mac_at(inner.frame, 0);
         let mut remotes = smallvec::SmallVec::new();
-        let flooded = self.remotes_for(dst, &mut remotes);
+        let flooded = self.remotes_for(vni, dst, &mut remotes);
         if flooded {
             self.prune_to_members(vni, inner.frame, inner.layers, &mut remotes);
         }

@@ -49,7 +49,7 @@ impl Vtep {
         inner_src: MacAddr,
         until: Instant,
     ) -> bool {
-        let Some(remote) = self.remote_of(&inner_src) else {
+        let Some(remote) = self.remote_of(vni, &inner_src) else {
             return false;
         };
         let mut t = self.groups.table.write().expect("lock");
@@ -65,10 +65,10 @@ impl Vtep {
         true
     }
 
-    /// A query from `inner_src` behind the tunnel: its remote leads to a
-    /// router until `until`, and gets every group's frames.
-    pub fn group_router(&self, inner_src: MacAddr, until: Instant) {
-        if let Some(remote) = self.remote_of(&inner_src) {
+    /// A query from `inner_src` behind the tunnel, in `vni`: its remote
+    /// leads to a router until `until`, and gets every group's frames.
+    pub fn group_router(&self, vni: u32, inner_src: MacAddr, until: Instant) {
+        if let Some(remote) = self.remote_of(vni, &inner_src) {
             self.groups
                 .table
                 .write()

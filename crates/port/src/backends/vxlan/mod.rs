@@ -67,9 +67,9 @@ pub use neighbours::Reply;
 pub use port::VxlanPort;
 pub use traced::MAX_REPORT;
 
-/// Inner MAC addresses remembered behind remote endpoints, at most (a
-/// guest behind a remote endpoint sending from random addresses must not
-/// grow this without bound).
+/// Inner MAC addresses remembered behind remote endpoints, at most, over
+/// all the endpoint's segments (a guest behind a remote endpoint sending
+/// from random addresses must not grow this without bound).
 pub const MAX_REMOTE_MACS: usize = 4096;
 /// Underlay neighbours remembered, at most.
 pub const MAX_NEIGHBOURS: usize = 256;
@@ -111,14 +111,18 @@ pub struct Vtep {
     /// Its settings.
     pub cfg: VtepConfig,
     rss: Rss,
-    /// The flood list: the configured remotes, then the advertised ones.
-    flood: RwLock<Vec<IpAddr>>,
+    /// Per VNI (segment), its flood list: the configured remotes, then
+    /// those the fabric advertised in that VNI.
+    flood: RwLock<HashMap<u32, Vec<IpAddr>>>,
     /// Set when the fabric changed the flood list: its new members are
     /// asked for at once, not at the next turn.
     flood_changed: std::sync::atomic::AtomicBool,
     evpn: evpn::EvpnTables,
     neighbours: RwLock<HashMap<IpAddr, MacAddr>>,
-    remote_macs: RwLock<HashMap<MacAddr, (IpAddr, Instant)>>,
+    /// Inner MACs learned behind remotes, per segment (VNI, MAC): the
+    /// same MAC in two segments (two tenants' cloned guests) is two
+    /// entries.
+    remote_macs: RwLock<HashMap<(u32, MacAddr), (IpAddr, Instant)>>,
     arp_requests_sent: AtomicU64,
     arp_replies_sent: AtomicU64,
     remote_macs_refused: AtomicU64,
@@ -194,6 +198,8 @@ pub struct RemoteView {
 /// An inner MAC learned behind a remote endpoint.
 #[derive(Clone, Debug, Serialize)]
 pub struct RemoteMacView {
+    /// The segment it is in.
+    pub vni: u32,
     /// The inner MAC.
     pub mac: String,
     /// The remote endpoint it is behind.
@@ -207,10 +213,27 @@ pub struct RemoteMacView {
 /// A remote IP address the fabric advertised with its MAC.
 #[derive(Clone, Debug, Serialize)]
 pub struct RemoteIpView {
+    /// The segment it is in.
+    pub vni: u32,
     /// The address.
     pub ip: std::net::IpAddr,
     /// Its MAC.
     pub mac: String,
+}
+
+/// One segment of a tunnel endpoint, as the views show it.
+#[derive(Clone, Debug, Serialize)]
+pub struct SegmentView {
+    /// Its VNI.
+    pub vni: u32,
+    /// The switch's VLAN it carries (none: the uplink's own, untagged).
+    pub vlan: Option<u16>,
+    /// Its flood list, in order.
+    pub flood_list: Vec<IpAddr>,
+    /// Remote MACs known in it (advertised and learned).
+    pub remote_macs: usize,
+    /// Remote IPs advertised in it.
+    pub remote_ips: usize,
 }
 
 /// A tunnel endpoint's state, for `hvnet stats /uplinks/NAME/vxlan`.
@@ -238,8 +261,12 @@ pub struct VtepView {
     pub arp_replies_sent: u64,
     /// Inner MACs not learned: the table was full.
     pub remote_macs_refused: u64,
-    /// The flood list (head-end replication), in order.
+    /// The uplink's own VNI's flood list (head-end replication), in
+    /// order.
     pub flood_list: Vec<IpAddr>,
+    /// Each segment (VNI) the endpoint carries: its VLAN, its flood list
+    /// and how many remote MACs and IPs it knows.
+    pub segments: Vec<SegmentView>,
     /// Remote IPs advertised with their MACs (ARP answered from them).
     pub remote_ips: Vec<RemoteIpView>,
     /// What the fabric's advertisements did, and what was flooded.
@@ -254,8 +281,12 @@ impl Vtep {
     /// An endpoint with nothing resolved or learned yet, writing its
     /// frames into `tap` where there is one.
     pub fn new(cfg: VtepConfig, tap: Option<TunnelTap>) -> Vtep {
+        let flood = std::iter::once(cfg.vni)
+            .chain(cfg.vlans.iter().map(|&(_, vni)| vni))
+            .map(|vni| (vni, cfg.remotes.clone()))
+            .collect();
         Vtep {
-            flood: RwLock::new(cfg.remotes.clone()),
+            flood: RwLock::new(flood),
             flood_changed: std::sync::atomic::AtomicBool::new(false),
             evpn: evpn::EvpnTables::default(),
             cfg,
@@ -365,7 +396,7 @@ impl Vtep {
             }
         }
         self.learn_neighbour(remote, outer_src);
-        self.learn_remote_mac(inner.src(), remote, now);
+        self.learn_remote_mac(d.vni, inner.src(), remote, now);
         match mark {
             Some(m) => Received::Traced(inner, m, remote),
             None => Received::Inner(inner),
@@ -405,47 +436,92 @@ impl Vtep {
         self.flood_changed.swap(false, Relaxed)
     }
 
-    /// The flood list now.
-    pub fn flood_list(&self) -> Vec<IpAddr> {
-        self.flood.read().expect("lock").clone()
+    /// The segments the endpoint carries, as (VLAN, VNI): the uplink's
+    /// own VNI first (`None`: its untagged frames), then one per VLAN of
+    /// `vlans`.
+    pub fn segments(&self) -> impl Iterator<Item = (Option<u16>, u32)> + '_ {
+        std::iter::once((None, self.cfg.vni))
+            .chain(self.cfg.vlans.iter().map(|&(vlan, vni)| (Some(vlan), vni)))
     }
 
-    /// The remote endpoint `mac` is behind: as advertised, else as learned.
-    pub fn remote_of(&self, mac: &MacAddr) -> Option<IpAddr> {
-        self.evpn_remote_of(mac).or_else(|| {
+    /// True if the endpoint carries `vni`.
+    pub fn carries(&self, vni: u32) -> bool {
+        self.segments().any(|(_, v)| v == vni)
+    }
+
+    /// The flood list of segment `vni` now (empty for a VNI not carried).
+    pub fn flood_list(&self, vni: u32) -> Vec<IpAddr> {
+        self.flood
+            .read()
+            .expect("lock")
+            .get(&vni)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// True if `ip` is in any segment's flood list (its underlay MAC is
+    /// resolved and kept).
+    fn in_flood(&self, ip: &IpAddr) -> bool {
+        self.flood
+            .read()
+            .expect("lock")
+            .values()
+            .any(|f| f.contains(ip))
+    }
+
+    /// Every remote of any segment's flood list, each once, in the order of
+    /// the segments.
+    fn flood_union(&self) -> Vec<IpAddr> {
+        let flood = self.flood.read().expect("lock");
+        let mut all: Vec<IpAddr> = Vec::new();
+        for (_, vni) in self.segments() {
+            for r in flood.get(&vni).into_iter().flatten() {
+                if !all.contains(r) {
+                    all.push(*r);
+                }
+            }
+        }
+        all
+    }
+
+    /// The remote endpoint `mac` is behind in segment `vni`: as
+    /// advertised, else as learned.
+    pub fn remote_of(&self, vni: u32, mac: &MacAddr) -> Option<IpAddr> {
+        self.evpn_remote_of(vni, mac).or_else(|| {
             self.remote_macs
                 .read()
                 .expect("lock")
-                .get(mac)
+                .get(&(vni, *mac))
                 .map(|&(r, _)| r)
         })
     }
 
-    fn learn_remote_mac(&self, mac: MacAddr, remote: IpAddr, now: Instant) {
+    fn learn_remote_mac(&self, vni: u32, mac: MacAddr, remote: IpAddr, now: Instant) {
         if mac.is_multicast() {
             return;
         }
-        if let Some(&(r, seen)) = self.remote_macs.read().expect("lock").get(&mac) {
+        let key = (vni, mac);
+        if let Some(&(r, seen)) = self.remote_macs.read().expect("lock").get(&key) {
             // Refreshed at most once a second per address.
             if r == remote && now.duration_since(seen) < Duration::from_secs(1) {
                 return;
             }
         }
         let mut t = self.remote_macs.write().expect("lock");
-        if t.len() >= MAX_REMOTE_MACS && !t.contains_key(&mac) {
+        if t.len() >= MAX_REMOTE_MACS && !t.contains_key(&key) {
             t.retain(|_, (_, seen)| now.duration_since(*seen) < REMOTE_MAC_AGE);
             if t.len() >= MAX_REMOTE_MACS {
                 self.remote_macs_refused.fetch_add(1, Relaxed);
                 return;
             }
         }
-        t.insert(mac, (remote, now));
+        t.insert(key, (remote, now));
     }
 
     /// The endpoint as the views show it.
     pub fn view(&self, now: Instant) -> VtepView {
         let n = self.neighbours.read().expect("lock");
-        let flood = self.flood_list();
+        let flood = self.flood_union();
         let mut remotes: Vec<RemoteView> = flood
             .iter()
             .map(|ip| RemoteView {
@@ -472,7 +548,8 @@ impl Vtep {
         let advertised = self.evpn.macs.read().expect("lock");
         let mut macs: Vec<RemoteMacView> = advertised
             .iter()
-            .map(|(m, r)| RemoteMacView {
+            .map(|(&(vni, m), r)| RemoteMacView {
+                vni,
                 mac: m.to_string(),
                 remote: *r,
                 age_secs: 0,
@@ -484,27 +561,39 @@ impl Vtep {
                 .read()
                 .expect("lock")
                 .iter()
-                .filter(|(m, _)| !advertised.contains_key(m))
-                .map(|(m, (r, seen))| RemoteMacView {
+                .filter(|(k, _)| !advertised.contains_key(k))
+                .map(|(&(vni, m), (r, seen))| RemoteMacView {
+                    vni,
                     mac: m.to_string(),
                     remote: *r,
                     age_secs: now.duration_since(*seen).as_secs(),
                     origin: Origin::Learned,
                 }),
         );
-        macs.sort_by(|a, b| a.mac.cmp(&b.mac));
+        macs.sort_by(|a, b| (a.vni, &a.mac).cmp(&(b.vni, &b.mac)));
         let mut remote_ips: Vec<RemoteIpView> = self
             .evpn
             .neighbours
             .read()
             .expect("lock")
             .iter()
-            .map(|(ip, m)| RemoteIpView {
-                ip: *ip,
+            .map(|(&(vni, ip), m)| RemoteIpView {
+                vni,
+                ip,
                 mac: m.to_string(),
             })
             .collect();
-        remote_ips.sort_by_key(|r| r.ip);
+        remote_ips.sort_by_key(|r| (r.vni, r.ip));
+        let segments = self
+            .segments()
+            .map(|(vlan, vni)| SegmentView {
+                vni,
+                vlan,
+                flood_list: self.flood_list(vni),
+                remote_macs: macs.iter().filter(|m| m.vni == vni).count(),
+                remote_ips: remote_ips.iter().filter(|m| m.vni == vni).count(),
+            })
+            .collect();
         VtepView {
             vni: self.cfg.vni,
             local: format!("{}/{}", self.cfg.local, self.cfg.prefix),
@@ -516,7 +605,8 @@ impl Vtep {
             arp_requests_sent: self.arp_requests_sent.load(Relaxed),
             arp_replies_sent: self.arp_replies_sent.load(Relaxed),
             remote_macs_refused: self.remote_macs_refused.load(Relaxed),
-            flood_list: flood,
+            flood_list: self.flood_list(self.cfg.vni),
+            segments,
             remote_ips,
             evpn: self.evpn_counters(),
             kernel_gso: self.tap.as_ref().map(TunnelTap::view),

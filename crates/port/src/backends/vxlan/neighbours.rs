@@ -101,7 +101,7 @@ impl Vtep {
     /// cannot fill the table with addresses it makes up.
     fn learn_if_wanted(&self, ip: IpAddr, mac: MacAddr) {
         let known = self.neighbours.read().expect("lock").contains_key(&ip);
-        if known || self.flood.read().expect("lock").contains(&ip) {
+        if known || self.in_flood(&ip) {
             self.learn_neighbour(ip, mac);
         }
     }
@@ -116,9 +116,9 @@ impl Vtep {
         if self.neighbours.read().expect("lock").get(&ip) == Some(&mac) {
             return;
         }
-        // The neighbours before the flood list, as everywhere.
+        // The flood lists read before the neighbours are locked.
+        let flood = self.flood_union();
         let mut n = self.neighbours.write().expect("lock");
-        let flood = self.flood.read().expect("lock");
         if n.len() >= MAX_NEIGHBOURS && !n.contains_key(&ip) {
             if !flood.contains(&ip) {
                 return;
@@ -138,14 +138,9 @@ impl Vtep {
     /// turn.
     pub fn solicit(&self, tx: &mut dyn Transmitter) {
         let unresolved: Vec<IpAddr> = {
+            let flood = self.flood_union();
             let n = self.neighbours.read().expect("lock");
-            self.flood
-                .read()
-                .expect("lock")
-                .iter()
-                .filter(|r| !n.contains_key(r))
-                .copied()
-                .collect()
+            flood.into_iter().filter(|r| !n.contains_key(r)).collect()
         };
         for ip in unresolved {
             let sent = match (self.cfg.local, ip) {

@@ -120,7 +120,7 @@ impl Vtep {
         }
         let vni = self.cfg.vni;
         let mut remotes = smallvec::SmallVec::new();
-        let flooded = self.remotes_for(mac_at(frame, 0), &mut remotes);
+        let flooded = self.remotes_for(vni, mac_at(frame, 0), &mut remotes);
         let (mut sent, mut unresolved) = (Vec::new(), Vec::new());
         for &(remote, mac) in &remotes {
             match mac {

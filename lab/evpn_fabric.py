@@ -35,30 +35,41 @@ def sh(ns, cmd, check=True, timeout=60):
 
 
 class LinuxVtep:
-    """Linux's own VTEP with FRR: br42 + vx42 + one VM, in namespace `ns`."""
+    """Linux's own VTEP with FRR, in namespace `ns`: per VNI a bridge
+    (brVNI) with a vxlan device (vxVNI) and one VM. By default one VNI,
+    `VNI`, its VM `vm_ns` at `vm_ip`; `vnis` gives more ({VNI: (IP, MAC)},
+    their VMs' namespaces from `vm_ns_of`)."""
 
-    def __init__(self, fabric, ns, index):
+    def __init__(self, fabric, ns, index, vnis=None):
         self.fabric, self.ns, self.index = fabric, ns, index
         self.ip = f"{UNDERLAY}.{20 + index}"
         self.vtep = self.ip
         self.vm_ns = f"{ns}-vm"
         self.vm_ip = f"{OVERLAY}.{20 + index}"
         self.vm_mac = f"02:42:00:00:{index:02x}:0a"
+        self.vnis = vnis or {VNI: (self.vm_ip, self.vm_mac)}
         self.dir = fabric.tmp / ns
+
+    def vm_ns_of(self, vni):
+        """The namespace of the VM in `vni`."""
+        return self.vm_ns if vni == next(iter(self.vnis)) else f"{self.ns}-v{vni}"
 
     def build(self):
         f = self.fabric
-        sh(self.ns, f"ip link add br{VNI} type bridge && ip link set br{VNI} up"
-                    f" && ip link add vx{VNI} type vxlan id {VNI} local {self.ip} dstport 4789 nolearning"
-                    f" && ip link set vx{VNI} mtu 1500 master br{VNI} up"
-                    f" && bridge link set dev vx{VNI} learning off")
-        hvlab.run(["ip", "netns", "add", self.vm_ns])
-        f.namespaces.append(self.vm_ns)
-        hvlab.run(["ip", "-n", self.ns, "link", "add", "v0", "type", "veth", "peer", "name", "eth0", "netns", self.vm_ns])
-        sh(self.ns, f"ip link set v0 master br{VNI} up")
-        sh(self.vm_ns, "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1"
-                       f" && ip link set lo up && ip link set eth0 address {self.vm_mac} mtu 1500"
-                       f" && ip addr add {self.vm_ip}/24 dev eth0 && ip link set eth0 up")
+        for i, (vni, (ip, mac)) in enumerate(self.vnis.items()):
+            sh(self.ns, f"ip link add br{vni} type bridge && ip link set br{vni} up"
+                        f" && ip link add vx{vni} type vxlan id {vni} local {self.ip} dstport 4789 nolearning"
+                        f" && ip link set vx{vni} mtu 1500 master br{vni} up"
+                        f" && bridge link set dev vx{vni} learning off")
+            vm_ns = self.vm_ns_of(vni)
+            hvlab.run(["ip", "netns", "add", vm_ns])
+            f.namespaces.append(vm_ns)
+            hvlab.run(["ip", "-n", self.ns, "link", "add", f"v{i}", "type", "veth", "peer", "name", "eth0",
+                       "netns", vm_ns])
+            sh(self.ns, f"ip link set v{i} master br{vni} up")
+            sh(vm_ns, "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1"
+                      f" && ip link set lo up && ip link set eth0 address {mac} mtu 1500"
+                      f" && ip addr add {ip}/24 dev eth0 && ip link set eth0 up")
 
     def start_frr(self, neighbors):
         run = Path("/var/run/frr") / self.ns
@@ -84,9 +95,9 @@ class LinuxVtep:
     def vtysh(self, *args):
         return hvlab.run(["vtysh", "-N", self.ns, "--config_dir", str(self.dir), *args]).stdout
 
-    def fdb(self):
+    def fdb(self, vni=VNI):
         """The vxlan device's remote entries: {MAC: VTEP}."""
-        out = sh(self.ns, f"bridge -j fdb show dev vx{VNI}").stdout
+        out = sh(self.ns, f"bridge -j fdb show dev vx{vni}").stdout
         return {e["mac"]: e.get("dst") for e in json.loads(out or "[]") if e.get("dst")}
 
     def stop_frr(self):
@@ -126,9 +137,11 @@ class HvnetHost:
         vxlan = dict(vni=VNI, local=f"{self.vtep}/24", evpn=remotes is None)
         if remotes is not None:
             vxlan["remotes"] = remotes
+        vxlan.update(self.fabric.vxlan)
+        uplink = dict(self.uplink(vxlan), **self.fabric.uplink)
         self.topo = hvlab.Topology(
             self.fabric.tmp, self.vms, prefix=f"e{self.index}", netns=self.ns,
-            uplinks=[self.uplink(vxlan)],
+            uplinks=[uplink],
             frr=dict(asn=ASN, router_id=self.ip, neighbors=neighbors) if remotes is None else None)
         self.topo.__enter__()
 
@@ -212,17 +225,23 @@ class EvpnFabric:
     takes them); `linux` Linux VTEPs join them; with `injector`, a GoBGP
     speaker too (every FRR peers with it); with `evpn` False, the hvnet
     hosts are the static set-up instead (each other's `remotes`); the
-    hvnet hosts whose indices `teams` lists have their uplink on a team."""
+    hvnet hosts whose indices `teams` lists have their uplink on a team;
+    `vxlan` and `uplink` add keys to every hvnet host's `[uplink.vxlan]`
+    and `[[uplink]]` (several segments: `vni`, `vlans`, `vlan`), and
+    `linux_vnis` gives the Linux VTEPs' VNIs and VMs (as `LinuxVtep`'s
+    `vnis`, each VTEP's VM at the same addresses)."""
 
-    def __init__(self, tmp, hvnet_vms, linux=1, injector=False, evpn=True, teams=()):
+    def __init__(self, tmp, hvnet_vms, linux=1, injector=False, evpn=True, teams=(), vxlan=None, uplink=None,
+                 linux_vnis=None):
         self.tmp = Path(tmp)
         p = hvlab.unique("ev")[:9]
         self.fab = f"{p}-fab"
         self.namespaces = []
         self.evpn = evpn
+        self.vxlan, self.uplink = dict(vxlan or {}), dict(uplink or {})
         self.hvnet = [HvnetHost(self, f"{p}-h{i + 1}", i + 1, vms, team=i in teams)
                       for i, vms in enumerate(hvnet_vms)]
-        self.linux = [LinuxVtep(self, f"{p}-l{j + 1}", j + 1) for j in range(linux)]
+        self.linux = [LinuxVtep(self, f"{p}-l{j + 1}", j + 1, linux_vnis) for j in range(linux)]
         self.injector = Injector(self, f"{p}-g") if injector else None
 
     def hosts(self):

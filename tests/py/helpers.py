@@ -4,6 +4,8 @@ process. Host helpers (namespaces, topologies, readiness) are the lab's
 (`hvlab`), which these tests import as the lab does."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 
@@ -29,3 +31,22 @@ def ports(t, key="name"):
 def daemon_pid(t):
     """The process id of topology `t`'s daemon, from its state file."""
     return json.loads(Path(f"/run/hvnet/{t.name}/state.json").read_text())["pid"]
+
+
+def ns_transfer(src_ns, dst_ns, dst_ip, data, port=5555):
+    """SHA-256 and length of file `data` as received after a TCP transfer
+    from namespace `src_ns` to a server at `dst_ip` in `dst_ns`."""
+    import hvlab
+
+    xfer = Path(__file__).with_name("xfer.py")
+    server = subprocess.Popen(["ip", "netns", "exec", dst_ns, sys.executable, str(xfer), "serve", dst_ip, str(port)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        hvlab.wait_listening(dst_ns, port)
+        hvlab.run(["ip", "netns", "exec", src_ns, sys.executable, str(xfer), "send", dst_ip, str(port), str(data)],
+                  timeout=90)
+        out, _ = server.communicate(timeout=30)
+    finally:
+        hvlab.stop_procs([server])
+    digest, n = out.split()
+    return digest, int(n)

@@ -10,20 +10,19 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import evpn_fabric as ef
 import hvlab
+from helpers import ns_transfer as transfer
 
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(not ef.have_frr(), reason="FRR is not installed (apt-get install frr)")]
 
 MOBILE = "02:ee:00:00:00:05"
 WANDERER = "02:ee:00:00:00:08"
-XFER = Path(__file__).with_name("xfer.py")
 
 
 @pytest.fixture(scope="module")
@@ -62,20 +61,6 @@ def vm_ns(f, host, vm):
 
 def ping(ns, ip, count=2):
     ef.sh(ns, f"ping -c {count} -i 0.2 -W 2 {ip}")
-
-
-def transfer(src_ns, dst_ns, dst_ip, data, port=5555):
-    """SHA-256 and length of `data` as received after a TCP transfer."""
-    server = subprocess.Popen(["ip", "netns", "exec", dst_ns, sys.executable, str(XFER), "serve", dst_ip, str(port)],
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        hvlab.wait_listening(dst_ns, port)
-        ef.sh(src_ns, f"{sys.executable} {XFER} send {dst_ip} {port} {data}", timeout=90)
-        out, _ = server.communicate(timeout=30)
-    finally:
-        hvlab.stop_procs([server])
-    digest, n = out.split()
-    return digest, int(n)
 
 
 def test_every_vm_reaches_every_other_with_no_peer_list(fabric, tmp_path):

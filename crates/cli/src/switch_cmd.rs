@@ -787,7 +787,31 @@ pub fn evpn(t: &Target) -> Result<(), String> {
             s(&u["shadow"]["bridge"]),
             s(&u["shadow"]["vxlan"])
         );
-        println!("  flood list (VTEP, origin, MAC):");
+        let segments = x["segments"].as_array().map_or(&[][..], Vec::as_slice);
+        if segments.len() > 1 {
+            println!("  segments (VNI, VLAN, shadow bridge, flood list, remote MACs, remote IPs):");
+            for (g, sh) in segments
+                .iter()
+                .zip(u["shadows"].as_array().into_iter().flatten())
+            {
+                let flood: Vec<String> = g["flood_list"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(s)
+                    .collect();
+                println!(
+                    "    {:<9} {:<6} {:<12} [{}] {} {}",
+                    s(&g["vni"]),
+                    g["vlan"].as_u64().map_or("own".into(), |v| v.to_string()),
+                    s(&sh["bridge"]),
+                    flood.join(", "),
+                    s(&g["remote_macs"]),
+                    s(&g["remote_ips"])
+                );
+            }
+        }
+        println!("  remote VTEPs (VTEP, origin, MAC):");
         for r in x["remotes"].as_array().into_iter().flatten() {
             println!(
                 "    {:<16} {:<8} {}",
@@ -796,10 +820,11 @@ pub fn evpn(t: &Target) -> Result<(), String> {
                 s(&r["mac"])
             );
         }
-        println!("  remote MACs (MAC, VTEP, origin, age s):");
+        println!("  remote MACs (VNI, MAC, VTEP, origin, age s):");
         for m in x["remote_macs"].as_array().into_iter().flatten() {
             println!(
-                "    {:<18} {:<16} {:<8} {}",
+                "    {:<9} {:<18} {:<16} {:<8} {}",
+                s(&m["vni"]),
                 s(&m["mac"]),
                 s(&m["remote"]),
                 s(&m["origin"]),

@@ -517,10 +517,18 @@ pub fn evpn(sw: &Switch, topo: &crate::topology::Topology) -> Value {
             let port = sw.port(&u.name)?;
             let vtep = sw.endpoint(port.id)?;
             let n = crate::evpn::shadow_names(v.vni);
+            let shadows: Vec<Value> = vtep
+                .segments()
+                .map(|(_, vni)| {
+                    let n = crate::evpn::shadow_names(vni);
+                    json!({"vni": vni, "bridge": n.bridge, "vxlan": n.vxlan, "port": n.port})
+                })
+                .collect();
             Some(json!({
                 "name": u.name,
                 "vxlan": vtep.view(now),
                 "shadow": {"bridge": n.bridge, "vxlan": n.vxlan, "port": n.port},
+                "shadows": shadows,
             }))
         })
         .collect();

@@ -84,7 +84,7 @@ pub fn start(
             let vms = topo
                 .vms
                 .iter()
-                .filter(|vm| vm.settings.vlans_of(vm.vlan).carries(vlan))
+                .filter(|vm| vm.vlans().carries(vlan))
                 .map(|vm| {
                     local_vm(
                         vm,

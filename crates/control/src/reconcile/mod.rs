@@ -343,7 +343,7 @@ fn add_port(cx: &Ctl, topo: &Topology, i: usize, state: &mut State) -> Result<Va
             .add(&vm.name, ns, &nic);
     }
     for (vlan, vms) in &cx.advertised {
-        if *vlan == vm.vlan {
+        if vm.vlans().carries(*vlan) {
             vms.add(crate::evpn::local_vm(vm, port.id));
         }
     }
@@ -420,8 +420,11 @@ fn del_port(cx: &Ctl, topo: &Topology, i: usize, state: &mut State) -> Result<Va
         }
         guest::record(state, &all);
     }
-    for (_, vms) in &cx.advertised {
-        vms.remove(vm.mac);
+    // (The same MAC may be another tenant's VM in another segment.)
+    for (vlan, vms) in &cx.advertised {
+        if vm.vlans().carries(*vlan) {
+            vms.remove(vm.mac);
+        }
     }
     netqueue_filters(cx, topo, vm, false);
     cx.netns_watch

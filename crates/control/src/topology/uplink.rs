@@ -187,11 +187,7 @@ impl Uplink {
     /// True if VM `vm`'s port and this uplink carry a VLAN in common (the
     /// uplink then carries the VM's frames in it).
     pub fn shares_vlan_with(&self, vm: &Vm) -> bool {
-        let (a, b) = (
-            vm.settings.vlans_of(vm.vlan),
-            self.settings.vlans_of(self.vlan),
-        );
-        (0..=hvnet_datapath::vlan::MAX_VID).any(|v| a.carries(v) && b.carries(v))
+        vm.vlans().meets(&self.settings.vlans_of(self.vlan))
     }
 
     /// Its devices: the one, or a team's members.

@@ -168,6 +168,11 @@ impl Vm {
     pub fn ifname(&self) -> &str {
         self.attach.as_ref().map_or("eth0", |a| a.ifname.as_str())
     }
+
+    /// The VLANs its port carries.
+    pub fn vlans(&self) -> hvnet_datapath::vlan::PortVlans<'_> {
+        self.settings.vlans_of(self.vlan)
+    }
 }
 
 /// A VM of a validated topology.
@@ -246,9 +251,6 @@ pub(super) fn parse_vms(
             }
             None => auto_mac(topology, 0, i),
         };
-        if vms.iter().any(|o| o.mac == mac) {
-            return Err(bad(format!("mac {mac} is used twice")));
-        }
         // A real guest's queue pairs are what its driver is offered (it
         // sets how many it uses); one unless asked.
         let queues = match (v.kind, v.queues) {
@@ -378,6 +380,15 @@ pub(super) fn parse_vms(
             ..vlans
         };
         validate_settings(&settings).map_err(|e| bad(e.to_string()))?;
+        // One MAC in two VLANs is two stations (two tenants' cloned
+        // guests, each in its segment); in one VLAN, a conflict.
+        let here = settings.vlans_of(vlan);
+        if let Some(o) = vms.iter().find(|o| o.mac == mac && o.vlans().meets(&here)) {
+            return Err(bad(format!(
+                "mac {mac} is used twice in one VLAN (VM {:?} has it)",
+                o.name
+            )));
+        }
         vms.push(Vm {
             name: v.name.clone(),
             kind: v.kind,
@@ -521,7 +532,11 @@ impl Topology {
                 .find(|m| self.vms.iter().all(|v| v.mac != *m));
             vm.mac = free.expect("a free MAC");
         }
-        if let Some(o) = self.vms.iter().find(|v| v.mac == vm.mac) {
+        if let Some(o) = self
+            .vms
+            .iter()
+            .find(|v| v.mac == vm.mac && v.vlans().meets(&vm.vlans()))
+        {
             return Err(VmTableError::MacTaken {
                 name: vm.name,
                 mac: vm.mac,
@@ -709,6 +724,30 @@ mod vlan_tests {
     /// GOOD with `keys` in vm1's table (line 5).
     fn vm1(keys: &str) -> String {
         GOOD.replace("name = \"vm1\"\n", &format!("name = \"vm1\"\n{keys}\n"))
+    }
+
+    #[test]
+    fn one_mac_is_two_stations_in_two_vlans_and_a_conflict_in_one() {
+        let clone = |vlan2: &str| {
+            GOOD.replace(
+                "name = \"vm1\"\n",
+                "name = \"vm1\"\nmac = \"02:70:00:00:00:01\"\nvlan = 10\n",
+            )
+            .replace(
+                "name = \"vm2\"\n",
+                &format!("name = \"vm2\"\nmac = \"02:70:00:00:00:01\"\n{vlan2}\n"),
+            )
+        };
+        let t = parse(&clone("vlan = 20")).unwrap();
+        assert_eq!(t.vms[0].mac, t.vms[1].mac);
+        let (line, reason) = refused(&clone("vlan = 10"));
+        assert!(
+            reason.contains("used twice in one VLAN"),
+            "{line}: {reason}"
+        );
+        // A trunk carrying the other's VLAN shares its domain.
+        let (_, reason) = refused(&clone("vlan_mode = \"trunk\"\nvlans = [10]"));
+        assert!(reason.contains("\"vm1\" has it"), "{reason}");
     }
 
     #[test]

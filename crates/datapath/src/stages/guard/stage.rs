@@ -82,7 +82,12 @@ impl State {
         }
         pkt.buf.fill_pending();
         let (mac, ip, secs) = lease::acked(pkt.frame(), &pkt.meta.layers)?;
-        let client = cx.ports.iter().find(|p| p.mac == mac && !p.is_uplink());
+        // The same MAC may be two tenants' guests, each in its VLAN.
+        let client = cx
+            .ports
+            .iter()
+            .filter(|p| p.mac == mac && !p.is_uplink())
+            .min_by_key(|p| p.vlan != pkt.meta.vlan);
         let p = client.filter(|p| self.settings[p.id].dhcp_snooping)?;
         p.learn_lease(ip, self.now + secs);
         cx.sw.settings_gen.fetch_add(1, Ordering::Release);

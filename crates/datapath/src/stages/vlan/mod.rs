@@ -231,6 +231,12 @@ impl PortVlans<'_> {
         }
     }
 
+    /// True if the two ports carry a VLAN in common (share a broadcast
+    /// domain).
+    pub fn meets(&self, other: &PortVlans<'_>) -> bool {
+        (0..=MAX_VID).any(|id| self.carries(id) && other.carries(id))
+    }
+
     /// The VLAN a frame from the port belongs to, or `None` when the port
     /// does not take it (a tagged frame at an access port; at a trunk, a
     /// VLAN it does not allow, or an untagged frame without a native

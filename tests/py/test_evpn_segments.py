@@ -1,0 +1,130 @@
+"""Several segments on one tunnel endpoint, with BGP EVPN for each: two
+hvnet hosts whose uplink carries VLAN 10 in VNI 5010 (its own) and VLAN 20
+in VNI 5020, and Linux's VTEP with a bridge and a vxlan device per VNI
+(FRR's documented set-up, `advertise-all-vni`). Two tenants, one per
+segment, with the same subnet and the same MACs (cloned guests): each
+reaches its own VMs on every host and never the other tenant's."""
+
+import hashlib
+import json
+import os
+
+import pytest
+
+import evpn_fabric as ef
+import hvlab
+from helpers import ns_transfer as transfer
+
+pytestmark = [pytest.mark.root,
+              pytest.mark.skipif(not ef.have_frr(), reason="FRR is not installed (apt-get install frr)")]
+
+NET = "198.19.70"
+A, B = 5010, 5020  # tenant A's VNI (VLAN 10, the uplink's own) and tenant B's (VLAN 20)
+
+
+def mac(host):
+    return f"02:70:00:00:00:{host:02x}"
+
+
+@pytest.fixture(scope="module")
+def fabric(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("segments")
+    # Per host a VM in each tenant, both with the host's one MAC and IP.
+    vms = [[dict(name="a", ipv4=f"{NET}.{h}/24", mac=mac(h), vlan=10),
+            dict(name="b", ipv4=f"{NET}.{h}/24", mac=mac(h), vlan=20)] for h in (1, 2)]
+    f = ef.EvpnFabric(tmp, vms, vxlan=dict(vni=A, vlans={"20": B}), uplink=dict(vlan=10),
+                      linux_vnis={A: (f"{NET}.3", mac(3)), B: (f"{NET}.3", mac(3))}).__enter__()
+    try:
+        f.wait_established()
+        yield f
+    finally:
+        f.__exit__(None, None, None)
+
+
+def ns(f, host, vm):
+    return f.hvnet[host].topo.ns(vm)
+
+
+def ping(n, ip):
+    ef.sh(n, f"ping -c 2 -i 0.2 -W 2 {ip}")
+
+
+def evpn_macs(h):
+    """{(VNI, MAC): VTEP} the fabric advertised to hvnet host `h`."""
+    return {(m["vni"], m["mac"]): m["remote"] for m in h.vxlan()["remote_macs"] if m["origin"] == "evpn"}
+
+
+def connect(n, ip, port):
+    """What a TCP connect from namespace `n` to ip:port meets: "open" or
+    "refused" (a timeout raises)."""
+    code = ("import socket,sys\ns=socket.socket();s.settimeout(10)\n"
+            f"try:\n s.connect(('{ip}',{port}));print('open')\nexcept ConnectionRefusedError:\n print('refused')")
+    return ef.sh(n, f"python3 -c \"{code}\"").stdout.strip()
+
+
+def test_each_tenant_reaches_its_own_vms_on_every_host(fabric):
+    f = fabric
+    lin = f.linux[0]
+    for vm, vni in (("a", A), ("b", B)):
+        for ip in (f"{NET}.2", f"{NET}.3"):
+            ping(ns(f, 0, vm), ip)
+        ping(lin.vm_ns_of(vni), f"{NET}.2")
+
+
+def test_the_same_addresses_in_two_tenants_never_meet(fabric, tmp_path):
+    """A server listens only in tenant B's VM on the second host: tenant
+    B's VM on the first reaches it, tenant A's (same source MAC and IP, same
+    destination) is refused by tenant A's VM there; a file crosses in each
+    tenant intact."""
+    f = fabric
+    port = 5601
+    server = f.hvnet[1].topo.popen("b", f"python3 -c \"import socket;s=socket.socket();"
+                                        f"s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);"
+                                        f"s.bind(('{NET}.2',{port}));s.listen();import time;time.sleep(120)\"")
+    try:
+        hvlab.wait_listening(ns(f, 1, "b"), port)
+        assert connect(ns(f, 0, "b"), f"{NET}.2", port) == "open"
+        assert connect(ns(f, 0, "a"), f"{NET}.2", port) == "refused"
+    finally:
+        hvlab.stop_procs([server])
+    data = tmp_path / "random.bin"
+    data.write_bytes(os.urandom(4 << 20))
+    want = (hashlib.sha256(data.read_bytes()).hexdigest(), 4 << 20)
+    assert transfer(ns(f, 0, "a"), ns(f, 1, "a"), f"{NET}.2", data, port=5602) == want
+    assert transfer(ns(f, 0, "b"), f.linux[0].vm_ns_of(B), f"{NET}.3", data, port=5603) == want
+
+
+def test_evpn_advertises_and_installs_each_segment_apart(fabric):
+    f = fabric
+    h1, h2, lin = f.hvnet[0], f.hvnet[1], f.linux[0]
+    want = {(vni, mac(h)): vtep for vni in (A, B) for h, vtep in ((2, h2.vtep), (3, lin.vtep))}
+    ef.wait_until(lambda: all(evpn_macs(h1).get(k) == v for k, v in want.items()))
+    for vni in (A, B):
+        ef.wait_until(lambda v=vni: lin.fdb(v).get(mac(1)) == h1.vtep)
+    v = h1.vxlan()
+    segs = {s["vni"]: s for s in v["segments"]}
+    assert (segs[A]["vlan"], segs[B]["vlan"]) == (None, 20), segs
+    for vni in (A, B):
+        assert set(segs[vni]["flood_list"]) == {h2.vtep, lin.vtep}, segs
+    ips = {(r["vni"], r["ip"]) for r in v["remote_ips"]}
+    # (Linux's VTEP advertises its VMs' MACs; their IPs only once its
+    # bridge, with no address, has them as neighbours.)
+    assert {(A, f"{NET}.2"), (B, f"{NET}.2")} <= ips, ips
+    # ARP in a segment is answered from that segment's advertised IPs.
+    before = v["evpn"]["arp_suppressed"]
+    ef.sh(ns(f, 0, "b"), "ip neigh flush dev eth0")
+    ping(ns(f, 0, "b"), f"{NET}.2")
+    assert h1.vxlan()["evpn"]["arp_suppressed"] > before
+    shown = json.loads(h1.topo.hv("evpn", "--json").stdout)["uplinks"][0]
+    assert [s["bridge"] for s in shown["shadows"]] == [f"hvb-{A}", f"hvb-{B}"]
+    assert "segments (VNI, VLAN" in h1.topo.hv("evpn").stdout
+
+
+def test_a_vm_removed_from_one_segment_is_withdrawn_there_only(fabric):
+    f = fabric
+    h1, h2, lin = f.hvnet[0], f.hvnet[1], f.linux[0]
+    h2.topo.hv("vm", "del", "b")
+    ef.wait_until(lambda: (B, mac(2)) not in evpn_macs(h1) and mac(2) not in lin.fdb(B))
+    assert evpn_macs(h1).get((A, mac(2))) == h2.vtep
+    assert lin.fdb(A).get(mac(2)) == h2.vtep
+    ping(ns(f, 0, "a"), f"{NET}.2")

@@ -228,6 +228,8 @@ struct IngressAccounting {
     drops: u64,
     /// Consumed by a tunnel endpoint.
     tunnel_control: u64,
+    /// Answered or taken by a tenant's gateway.
+    gateway_answered: u64,
     /// ARP requests the switch answered.
     arp_suppressed: u64,
     /// Neighbor solicitations the switch answered.
@@ -266,6 +268,7 @@ pub fn accounting(p: &Port) -> Accounting {
             forwarded: i.forwarded,
             drops: i.drops(),
             tunnel_control: i.tunnel_control,
+            gateway_answered: i.gateway_answered,
             arp_suppressed: i.arp_suppressed,
             nd_suppressed: i.nd_suppressed,
             mcast_consumed: i.mcast_consumed,

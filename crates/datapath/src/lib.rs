@@ -32,7 +32,7 @@ pub use engine::{
 };
 pub use stages::rate::Rate;
 pub use stages::shares as nioc;
-pub use stages::{acl, capture, cpu_limit, guard, ipfix, mirror, rate, snoop, vlan};
+pub use stages::{acl, capture, cpu_limit, guard, ipfix, mirror, rate, route, snoop, vlan};
 pub use tables::{fdb, lease, mdb};
 
 pub use counters::{DropReason, Level};
@@ -52,7 +52,7 @@ use std::sync::OnceLock;
 /// Every ingress stage, one line each (a feature is its folder and its
 /// line here); the order is what each declares it runs after and before.
 /// The engine's own stages are bare; a feature's is marked as one.
-static INGRESS: [Decl<InRun>; 17] = [
+static INGRESS: [Decl<InRun>; 18] = [
     feature_in(stages::capture::stage::IN),
     feature_in(stages::csum::DECL),
     feature_in(stages::lro::stage::DECL),
@@ -66,6 +66,7 @@ static INGRESS: [Decl<InRun>; 17] = [
     worker::vlan::CLASSIFY,
     feature_in(stages::mirror::stage::IN),
     worker::learn::DECL,
+    feature_in(stages::route::stage::DECL),
     feature_in(stages::ipfix::stage::DECL),
     feature_in(stages::suppress::DECL),
     feature_in(stages::snoop::stage::DECL),

@@ -5,8 +5,8 @@
 //!
 //! Accounting, per port:
 //! - as ingress (frames from the guest or the wire): `frames = forwarded +
-//!   drop_* + tunnel_control + arp_suppressed + nd_suppressed +
-//!   mcast_consumed + (lro_segments - lro_frames)`, the last the
+//!   drop_* + tunnel_control + gateway_answered + arp_suppressed +
+//!   nd_suppressed + mcast_consumed + (lro_segments - lro_frames)`, the last the
 //!   frames an uplink's software LRO merged into others;
 //! - as egress (frames to the guest): `offered = delivered_source_frames +
 //!   drop_* + in_flight`, where a coalesced frame delivers as many source
@@ -180,6 +180,14 @@ drop_reasons! {
         VlanNotAllowed = "vlan_not_allowed", FromPort;
         /// No port to send to.
         NoRoute = "no_route", FromPort;
+        /// Routed at a tenant's gateway with its TTL run out (answered
+        /// with ICMP time exceeded).
+        TtlExceeded = "ttl_exceeded", FromPort;
+        /// To a gateway, for an address its tenant has no route to.
+        Unrouted = "unrouted", FromPort;
+        /// Routed at a gateway to a next hop whose MAC is not known yet
+        /// (the gateway asks for it with ARP).
+        NeighbourUnresolved = "neighbour_unresolved", FromPort;
         /// The port is disconnected (`connected = off`, a vNIC's cable pulled).
         Disconnected = "disconnected", FromPort;
         /// Sent by a port that is a mirror's output (which only receives
@@ -412,6 +420,12 @@ counters! {
         /// end's report of a trace, a far end's synthetic frame, which is
         /// switched apart and counted nowhere else).
         tunnel_control,
+        /// Frames a tenant's gateway answered or took (ARP for it, ARP
+        /// replies to it, pings to it).
+        gateway_answered,
+        /// Frames routed between segments at a gateway (counted as
+        /// forwarded too).
+        routed,
         /// ARP requests from a VM answered by the switch for a remote IP
         /// the fabric advertised (BGP EVPN), instead of being flooded.
         arp_suppressed,
@@ -519,6 +533,7 @@ impl IngressStats {
             == self.forwarded
                 + self.drops()
                 + self.tunnel_control
+                + self.gateway_answered
                 + self.arp_suppressed
                 + self.nd_suppressed
                 + self.mcast_consumed

@@ -17,6 +17,7 @@ pub mod ipfix;
 pub(crate) mod lro;
 pub mod mirror;
 pub mod rate;
+pub mod route;
 pub mod shares;
 pub mod snoop;
 pub(crate) mod suppress;

@@ -73,14 +73,7 @@ impl State {
                 pkt.buf.fill_pending();
                 let (targets, flooded) = match snooped {
                     Snooped::Dropped => return,
-                    Snooped::Flood => (
-                        ports
-                            .iter()
-                            .filter(|p| p.id != cx.port.id && link_up(p.id))
-                            .map(|p| p.id)
-                            .collect::<Targets>(),
-                        true,
-                    ),
+                    Snooped::Flood => (self.ports_of_vlan(cx, vlan), true),
                     Snooped::To {
                         ports: mut to,
                         report,
@@ -113,27 +106,45 @@ impl State {
                     };
                     format!("{how} in VLAN {vlan}: {} ports", targets.len())
                 });
-                for &p in rest {
-                    // A copy counts against this port's buffers too; with
-                    // none left, that destination does not get one.
-                    if let Some(mut b) = self.pool.take(pkt.buf.class()) {
-                        b.fill(pkt.frame());
-                        // A decapsulated frame's outer headers stay in its
-                        // own buffer, not the copy's.
-                        let copy = Packet {
-                            buf: b,
-                            meta: hvnet_port::packet::Meta {
-                                tunnel: None,
-                                ..pkt.meta
-                            },
-                        };
-                        self.egress(cx, p, copy);
-                    } else {
-                        add(&c.no_buffer_stalls, 1);
-                    }
-                }
-                self.egress(cx, last, pkt);
+                self.send_copies(cx, rest, last, pkt);
             }
         }
+    }
+
+    /// Frame `pkt` to each of ports `rest`, a copy each, and itself to
+    /// `last`. A copy counts against this port's buffers too; with none
+    /// left, that destination does not get one.
+    pub(crate) fn send_copies(&mut self, cx: &Ctx, rest: &[usize], last: usize, pkt: Packet) {
+        for &p in rest {
+            if let Some(mut b) = self.pool.take(pkt.buf.class()) {
+                b.fill(pkt.frame());
+                // A decapsulated frame's outer headers stay in its own
+                // buffer, not the copy's.
+                let copy = Packet {
+                    buf: b,
+                    meta: hvnet_port::packet::Meta {
+                        tunnel: None,
+                        ..pkt.meta
+                    },
+                };
+                self.egress(cx, p, copy);
+            } else {
+                add(&cx.port.ingress[cx.q].no_buffer_stalls, 1);
+            }
+        }
+        self.egress(cx, last, pkt);
+    }
+
+    /// The ports other than this one that take frames of VLAN `vlan` now.
+    pub(crate) fn ports_of_vlan(&self, cx: &Ctx, vlan: u16) -> Targets {
+        let (ports, settings, mirror_output) = (&cx.ports, &self.settings, &self.mirrors.dedicated);
+        ports
+            .iter()
+            .filter(|p| {
+                p.id != cx.port.id
+                    && crate::engine::worker::takes(ports, settings, mirror_output, p.id, vlan)
+            })
+            .map(|p| p.id)
+            .collect()
     }
 }

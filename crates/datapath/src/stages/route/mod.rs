@@ -1,0 +1,426 @@
+//! Routing at the edge: a distributed gateway per tenant, as an EVPN
+//! fabric of Linux hosts with FRR, NSX's distributed router and OVN's
+//! logical routers give every host. Each of a tenant's segments (VLANs)
+//! has an anycast gateway — the same IP and MAC on every host — which the
+//! switch answers itself (ARP for it, and ping); a frame a VM sends to
+//! the gateway's MAC is routed here, between the tenant's segments: its
+//! TTL (hop limit) decremented, its MACs rewritten, its checksums kept
+//! (the IPv4 header's updated in place; a TSO frame routed whole) and
+//! its VLAN changed, then switched in its new VLAN as any other frame.
+//!
+//! Tenants are VRFs: a tenant's routes reach only its own segments, so
+//! two tenants' overlapping subnets never meet. A destination's MAC comes
+//! from what the switch already knows — the VMs' addresses in the
+//! topology, what BGP EVPN advertised (MAC/IP routes), ARP seen at the
+//! gateway — or, on a miss, from an ARP request the gateway sends into
+//! the destination's segment (the frame that missed is dropped, counted,
+//! as a router without a queue of its own drops it).
+//!
+//! IPv4 is routed; IPv6 frames to the gateway are not yet (they pass
+//! through as switched frames, to nobody).
+
+pub(crate) mod frames;
+pub(crate) mod stage;
+
+use hvnet_wire::MacAddr;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+/// Neighbours remembered, at most (what a guest makes up cannot grow it
+/// without bound: past this, new learned entries are refused, counted).
+pub const MAX_NEIGHBOURS: usize = 16384;
+/// How often an unresolved next hop is asked for again, at most.
+const ASK_EVERY: Duration = Duration::from_millis(500);
+/// The anycast gateway's MAC when the topology names none: one value on
+/// every host of the fabric.
+pub const DEFAULT_GATEWAY_MAC: MacAddr = MacAddr([0x02, 0x68, 0x76, 0x00, 0x00, 0x01]);
+
+/// One segment's gateway: its VLAN and its address on it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Gateway {
+    /// The switch's VLAN the segment is.
+    pub vlan: u16,
+    /// The gateway's address and the subnet's prefix length.
+    pub ipv4: (Ipv4Addr, u8),
+}
+
+/// A static route of a tenant: `to` (a prefix) through next hop `via`,
+/// an address in one of the tenant's subnets.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StaticRoute {
+    /// The destination prefix (0.0.0.0/0: the default route).
+    pub to: (Ipv4Addr, u8),
+    /// The next hop.
+    pub via: Ipv4Addr,
+}
+
+/// A tenant (a VRF): its segments' gateways and its static routes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tenant {
+    /// Its name.
+    pub name: String,
+    /// The anycast gateway MAC of all its segments.
+    pub mac: MacAddr,
+    /// Its segments' gateways.
+    pub gateways: Vec<Gateway>,
+    /// Its static routes.
+    pub routes: Vec<StaticRoute>,
+}
+
+/// What the router is told: the tenants, and the addresses the topology
+/// knows of its VMs (VLAN, IP, MAC).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RouterConfig {
+    /// The tenants.
+    pub tenants: Vec<Tenant>,
+    /// Neighbours known from the topology.
+    pub neighbours: Vec<(u16, IpAddr, MacAddr)>,
+}
+
+/// Where a neighbour entry came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NeighbourOrigin {
+    /// The topology (a VM's address).
+    Static,
+    /// ARP seen at the gateway.
+    Learned,
+}
+
+/// The router's counters (switch-wide; a port's own count its frames).
+#[derive(Default, Debug)]
+pub struct RouterCounters {
+    /// Frames routed.
+    pub routed: AtomicU64,
+    /// ARP requests for a gateway answered.
+    pub gateway_arp: AtomicU64,
+    /// Echo requests to a gateway answered.
+    pub gateway_echo: AtomicU64,
+    /// ARP requests sent for unresolved next hops.
+    pub arp_requests_sent: AtomicU64,
+    /// Learned neighbours refused: the table was full.
+    pub neighbours_refused: AtomicU64,
+}
+
+/// A segment as the stage looks it up by VLAN.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Segment {
+    tenant: usize,
+    gateway: Ipv4Addr,
+}
+
+/// The router: a stage service (on every VM port's arc while tenants are
+/// configured).
+pub struct Router {
+    /// What it was configured with.
+    pub config: RouterConfig,
+    /// Per VLAN, its segment.
+    segments: HashMap<u16, Segment>,
+    neighbours: RwLock<HashMap<(u16, IpAddr), (MacAddr, NeighbourOrigin)>>,
+    /// Next hops asked for, and when.
+    asked: Mutex<HashMap<(u16, Ipv4Addr), Instant>>,
+    /// Its counters.
+    pub counters: RouterCounters,
+}
+
+impl crate::engine::services::Service for Router {}
+
+/// What a lookup found for a frame's destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Hop {
+    /// Out into segment `vlan`, to next hop `ip` (the destination itself
+    /// where its subnet is the segment's).
+    Via { vlan: u16, ip: Ipv4Addr },
+    /// To a gateway address of the tenant itself.
+    Gateway,
+    /// No route in the tenant.
+    None,
+}
+
+fn within(a: Ipv4Addr, net: Ipv4Addr, prefix: u8) -> bool {
+    let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+    u32::from(a) & mask == u32::from(net) & mask
+}
+
+impl Router {
+    /// A router for `config`.
+    pub fn new(config: RouterConfig) -> Router {
+        let mut segments = HashMap::new();
+        for (t, tenant) in config.tenants.iter().enumerate() {
+            for g in &tenant.gateways {
+                segments.insert(
+                    g.vlan,
+                    Segment {
+                        tenant: t,
+                        gateway: g.ipv4.0,
+                    },
+                );
+            }
+        }
+        let neighbours = config
+            .neighbours
+            .iter()
+            .take(MAX_NEIGHBOURS)
+            .map(|&(vlan, ip, mac)| ((vlan, ip), (mac, NeighbourOrigin::Static)))
+            .collect();
+        Router {
+            config,
+            segments,
+            neighbours: RwLock::new(neighbours),
+            asked: Mutex::default(),
+            counters: RouterCounters::default(),
+        }
+    }
+
+    /// The segment VLAN `vlan` is, if a tenant's.
+    pub(crate) fn segment(&self, vlan: u16) -> Option<Segment> {
+        self.segments.get(&vlan).copied()
+    }
+
+    /// The gateway MAC of segment `s`'s tenant.
+    pub(crate) fn mac(&self, s: Segment) -> MacAddr {
+        self.config.tenants[s.tenant].mac
+    }
+
+    /// Where a frame from segment `from` to `dst` goes: the tenant's
+    /// connected subnets first, then its static routes, longest prefix
+    /// first.
+    pub(crate) fn hop(&self, from: Segment, dst: Ipv4Addr) -> Hop {
+        let tenant = &self.config.tenants[from.tenant];
+        if tenant.gateways.iter().any(|g| g.ipv4.0 == dst) {
+            return Hop::Gateway;
+        }
+        let connected = |ip: Ipv4Addr| {
+            tenant
+                .gateways
+                .iter()
+                .filter(|g| within(ip, g.ipv4.0, g.ipv4.1))
+                .max_by_key(|g| g.ipv4.1)
+                .map(|g| g.vlan)
+        };
+        if let Some(vlan) = connected(dst) {
+            return Hop::Via { vlan, ip: dst };
+        }
+        let route = tenant
+            .routes
+            .iter()
+            .filter(|r| within(dst, r.to.0, r.to.1))
+            .max_by_key(|r| r.to.1);
+        match route.and_then(|r| Some((connected(r.via)?, r.via))) {
+            Some((vlan, ip)) => Hop::Via { vlan, ip },
+            None => Hop::None,
+        }
+    }
+
+    /// The MAC of `ip` in segment `vlan`, if known here.
+    pub(crate) fn neighbour(&self, vlan: u16, ip: IpAddr) -> Option<MacAddr> {
+        self.neighbours
+            .read()
+            .expect("lock")
+            .get(&(vlan, ip))
+            .map(|&(m, _)| m)
+    }
+
+    /// Learns `ip` at `mac` in segment `vlan` (seen in ARP at the
+    /// gateway); a static entry is not overridden.
+    pub(crate) fn learn(&self, vlan: u16, ip: IpAddr, mac: MacAddr) {
+        if mac.is_multicast() || mac.0 == [0; 6] {
+            return;
+        }
+        if let Some(&(m, o)) = self.neighbours.read().expect("lock").get(&(vlan, ip)) {
+            if m == mac || o == NeighbourOrigin::Static {
+                return;
+            }
+        }
+        let mut t = self.neighbours.write().expect("lock");
+        if t.len() >= MAX_NEIGHBOURS && !t.contains_key(&(vlan, ip)) {
+            self.counters.neighbours_refused.fetch_add(1, Relaxed);
+            return;
+        }
+        t.insert((vlan, ip), (mac, NeighbourOrigin::Learned));
+        self.asked
+            .lock()
+            .expect("lock")
+            .retain(|&(v, a), _| (v, IpAddr::V4(a)) != (vlan, ip));
+    }
+
+    /// True if the gateway should ask for `ip` in `vlan` now (not asked
+    /// within [`ASK_EVERY`]); the asking is remembered.
+    pub(crate) fn should_ask(&self, vlan: u16, ip: Ipv4Addr, now: Instant) -> bool {
+        let mut a = self.asked.lock().expect("lock");
+        if a.len() >= MAX_NEIGHBOURS {
+            a.retain(|_, t| now.duration_since(*t) < ASK_EVERY);
+        }
+        match a.get(&(vlan, ip)) {
+            Some(t) if now.duration_since(*t) < ASK_EVERY => false,
+            _ => {
+                a.insert((vlan, ip), now);
+                true
+            }
+        }
+    }
+
+    /// The router as `hvnet route` shows it.
+    pub fn view(&self, tenant: Option<&str>) -> RouterView {
+        let n = self.neighbours.read().expect("lock");
+        let tenants = self
+            .config
+            .tenants
+            .iter()
+            .filter(|t| tenant.is_none_or(|name| t.name == name))
+            .map(|t| {
+                let vlans: Vec<u16> = t.gateways.iter().map(|g| g.vlan).collect();
+                let mut routes: Vec<RouteView> = t
+                    .gateways
+                    .iter()
+                    .map(|g| RouteView {
+                        to: format!("{}/{}", network(g.ipv4.0, g.ipv4.1), g.ipv4.1),
+                        via: None,
+                        vlan: g.vlan,
+                        kind: "connected",
+                    })
+                    .collect();
+                routes.extend(t.routes.iter().map(|r| RouteView {
+                    to: format!("{}/{}", r.to.0, r.to.1),
+                    via: Some(r.via),
+                    vlan: self
+                        .hop(
+                            self.segment(vlans[0]).expect("the tenant's own"),
+                            r.via,
+                        )
+                        .vlan()
+                        .unwrap_or(0),
+                    kind: "static",
+                }));
+                let mut neighbours: Vec<NeighbourView> = n
+                    .iter()
+                    .filter(|((v, _), _)| vlans.contains(v))
+                    .map(|(&(vlan, ip), &(mac, origin))| NeighbourView {
+                        vlan,
+                        ip,
+                        mac: mac.to_string(),
+                        origin,
+                    })
+                    .collect();
+                neighbours.sort_by_key(|x| (x.vlan, x.ip));
+                TenantView {
+                    name: t.name.clone(),
+                    gateway_mac: t.mac.to_string(),
+                    gateways: t
+                        .gateways
+                        .iter()
+                        .map(|g| (g.vlan, format!("{}/{}", g.ipv4.0, g.ipv4.1)))
+                        .collect(),
+                    routes,
+                    neighbours,
+                }
+            })
+            .collect();
+        let c = &self.counters;
+        RouterView {
+            tenants,
+            routed: c.routed.load(Relaxed),
+            gateway_arp: c.gateway_arp.load(Relaxed),
+            gateway_echo: c.gateway_echo.load(Relaxed),
+            arp_requests_sent: c.arp_requests_sent.load(Relaxed),
+            neighbours_refused: c.neighbours_refused.load(Relaxed),
+        }
+    }
+}
+
+impl Hop {
+    fn vlan(self) -> Option<u16> {
+        match self {
+            Hop::Via { vlan, .. } => Some(vlan),
+            _ => None,
+        }
+    }
+}
+
+fn network(a: Ipv4Addr, prefix: u8) -> Ipv4Addr {
+    let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+    Ipv4Addr::from(u32::from(a) & mask)
+}
+
+/// A tenant's routes and neighbours, as `ip route show vrf` and `ip neigh`.
+#[derive(Clone, Debug, Serialize)]
+pub struct TenantView {
+    /// Its name.
+    pub name: String,
+    /// Its anycast gateway MAC.
+    pub gateway_mac: String,
+    /// Per segment (VLAN), the gateway's address.
+    pub gateways: Vec<(u16, String)>,
+    /// Its routes: connected, then static.
+    pub routes: Vec<RouteView>,
+    /// Its neighbours.
+    pub neighbours: Vec<NeighbourView>,
+}
+
+/// One route.
+#[derive(Clone, Debug, Serialize)]
+pub struct RouteView {
+    /// The prefix.
+    pub to: String,
+    /// The next hop (none: connected).
+    pub via: Option<Ipv4Addr>,
+    /// The segment it leaves into (0: none reachable).
+    pub vlan: u16,
+    /// "connected" or "static".
+    pub kind: &'static str,
+}
+
+/// One neighbour.
+#[derive(Clone, Debug, Serialize)]
+pub struct NeighbourView {
+    /// Its segment.
+    pub vlan: u16,
+    /// Its address.
+    pub ip: IpAddr,
+    /// Its MAC.
+    pub mac: String,
+    /// Where it came from.
+    pub origin: NeighbourOrigin,
+}
+
+/// The router's view.
+#[derive(Clone, Debug, Serialize)]
+pub struct RouterView {
+    /// Each tenant.
+    pub tenants: Vec<TenantView>,
+    /// Frames routed.
+    pub routed: u64,
+    /// ARP requests for a gateway answered.
+    pub gateway_arp: u64,
+    /// Echo requests to a gateway answered.
+    pub gateway_echo: u64,
+    /// ARP requests sent for unresolved next hops.
+    pub arp_requests_sent: u64,
+    /// Learned neighbours refused (the table full).
+    pub neighbours_refused: u64,
+}
+
+/// Configures switch `sw`'s router (None: routing off), replacing the one
+/// it had unless the configuration is the same (its learned neighbours
+/// kept then).
+pub fn set(sw: &crate::Switch, cfg: Option<RouterConfig>) {
+    if current(sw).map(|r| r.config.clone()) == cfg {
+        return;
+    }
+    let next = cfg
+        .filter(|c| !c.tenants.is_empty())
+        .map(|c| Arc::new(Router::new(c)));
+    sw.replace_service(next);
+}
+
+/// Switch `sw`'s router, when on.
+pub fn current(sw: &crate::Switch) -> Option<Arc<Router>> {
+    sw.services.get::<Router>()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,231 @@
+//! The gateway ([`crate::route`]) as a stage, after the FDB (the sender is
+//! learned first) and before forwarding: in a tenant's segment, ARP for
+//! the gateway answered, ARP replies to it learned, pings to it answered,
+//! and IPv4 frames to its MAC routed into their next hop's segment, where
+//! the forwarding stage takes them on as any frame of that VLAN.
+
+use super::frames;
+use super::{Hop, Router, Segment};
+use crate::arc::{Decl, Kind};
+use crate::counters::DropReason;
+use crate::engine::worker::Burst;
+use crate::engine::worker::InRun;
+use crate::engine::worker::{Ctx, State};
+use hvnet_offload::OffloadInfo;
+use hvnet_port::Packet;
+use hvnet_wire::{arp, EtherType, MacAddr};
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+pub(crate) const DECL: Decl<InRun> = Decl {
+    name: "route",
+    kind: Kind::Policy,
+    after: &["fdb"],
+    before: &["ipfix", "suppress", "snoop", "forward"],
+    wants: |f| f.services.has::<Router>() && !f.uplink,
+    run: route_burst,
+};
+
+/// A queue's router, taken again whenever the settings are read (a
+/// worker's locals are).
+#[derive(Default)]
+struct Held {
+    router: Option<Arc<Router>>,
+    taken: bool,
+}
+
+/// What the gateway does with one frame.
+enum Verdict {
+    /// Not the gateway's: on as it was.
+    Pass,
+    /// Answered or taken here (counted as the gateway's).
+    Answered(Option<Vec<u8>>, &'static str),
+    /// Routed: on into `vlan`, to `mac` (its head rewritten already).
+    Routed { vlan: u16, mac: MacAddr, hop: Ipv4Addr },
+    /// Dropped for `reason`, with what the gateway sends back or asks
+    /// (`into`: the VLAN it goes to).
+    Dropped(DropReason, Option<(Vec<u8>, u16)>, String),
+}
+
+fn route_burst(st: &mut State, cx: &Ctx, b: &mut Burst) {
+    let h = st.locals.get::<Held>();
+    if !h.taken {
+        (h.router, h.taken) = (super::current(&cx.sw), true);
+    }
+    let Some(r) = h.router.clone() else {
+        return;
+    };
+    for i in b.live() {
+        let vlan = b[i].meta.vlan;
+        let Some(seg) = r.segment(vlan) else {
+            b.trace(&cx.port.tracer, i, "route", || {
+                format!("VLAN {vlan} is no tenant's segment")
+            });
+            continue;
+        };
+        let verdict = judge(st, cx, &r, seg, &mut b[i]);
+        (st.mirrored, st.tracing) = (b.mirrored[i], b.traced(i));
+        match verdict {
+            Verdict::Pass => {
+                b.trace(&cx.port.tracer, i, "route", || "not to the gateway".into());
+            }
+            Verdict::Answered(reply, what) => {
+                b.trace(&cx.port.tracer, i, "route", || format!("the gateway: {what}"));
+                cx.count(&cx.port.ingress[cx.q].gateway_answered, 1);
+                if let Some(f) = reply {
+                    send(st, cx, &[cx.port.id], &f, vlan);
+                }
+                b.release(i);
+            }
+            Verdict::Routed { vlan: out, mac, hop } => {
+                b[i].meta.vlan = out;
+                b.learned[i] = cx.sw.fdb.lookup(out, mac, st.now);
+                cx.count(&cx.port.ingress[cx.q].routed, 1);
+                if !cx.synthetic() {
+                    r.counters.routed.fetch_add(1, Relaxed);
+                }
+                b.trace(&cx.port.tracer, i, "route", || {
+                    format!("routed from VLAN {vlan} into VLAN {out}: next hop {hop} at {mac}, TTL one less")
+                });
+            }
+            Verdict::Dropped(reason, sent, why) => {
+                b.trace(&cx.port.tracer, i, "route", || why);
+                if let Some((f, into)) = sent.filter(|_| !cx.synthetic()) {
+                    let to = if into == vlan {
+                        vec![cx.port.id]
+                    } else {
+                        st.ports_of_vlan(cx, into).to_vec()
+                    };
+                    send(st, cx, &to, &f, into);
+                }
+                cx.drop_from(b, i, reason);
+            }
+        }
+        (st.mirrored, st.tracing) = (0, None);
+    }
+}
+
+/// Frame `f`, made by the gateway, to ports `to` in VLAN `vlan`.
+fn send(st: &mut State, cx: &Ctx, to: &[usize], f: &[u8], vlan: u16) {
+    let Some((&last, rest)) = to.split_last() else {
+        return;
+    };
+    let Some(mut buf) = st.pool.take(hvnet_port::pool::SizeClass::Small) else {
+        return;
+    };
+    buf.fill(f);
+    let Ok(mut pkt) = Packet::parse(buf, OffloadInfo::default()) else {
+        return;
+    };
+    pkt.meta.vlan = vlan;
+    st.send_copies(cx, rest, last, pkt);
+}
+
+/// What the gateway of segment `seg` makes of `pkt`; a routed frame's
+/// head is rewritten here.
+fn judge(st: &State, cx: &Ctx, r: &Router, seg: Segment, pkt: &mut Packet) -> Verdict {
+    let gw_mac = r.mac(seg);
+    let l = pkt.meta.layers;
+    let learn = !cx.synthetic();
+    match l.ethertype() {
+        EtherType::Arp => {
+            let Ok(a) = arp::Packet::new_checked(&pkt.buf.held()[l.l2_len()..])
+                .and_then(|p| arp::Repr::parse(&p))
+            else {
+                return Verdict::Pass;
+            };
+            let vlan = pkt.meta.vlan;
+            let for_gateway = a.target_ip == seg.gateway.octets();
+            match a.op {
+                arp::Operation::Request if for_gateway => {
+                    if learn {
+                        r.learn(vlan, IpAddr::from(a.sender_ip), a.sender_mac);
+                        r.counters.gateway_arp.fetch_add(1, Relaxed);
+                    }
+                    Verdict::Answered(
+                        Some(frames::arp_reply(&a, gw_mac).to_vec()),
+                        "ARP for its address answered",
+                    )
+                }
+                arp::Operation::Reply if pkt.dst() == gw_mac => {
+                    if learn {
+                        r.learn(vlan, IpAddr::from(a.sender_ip), a.sender_mac);
+                    }
+                    Verdict::Answered(None, "ARP reply learned")
+                }
+                _ => Verdict::Pass,
+            }
+        }
+        EtherType::Ipv4 if pkt.dst() == gw_mac => route_ipv4(st, cx, r, seg, pkt),
+        _ => Verdict::Pass,
+    }
+}
+
+fn route_ipv4(st: &State, cx: &Ctx, r: &Router, seg: Segment, pkt: &mut Packet) -> Verdict {
+    let gw_mac = r.mac(seg);
+    let Some(net) = pkt.meta.layers.net() else {
+        return Verdict::Pass;
+    };
+    let (ip, hlen) = (net.offset, net.header_len);
+    let head = pkt.buf.held();
+    if head.len() < ip + 20 {
+        return Verdict::Pass;
+    }
+    let dst = Ipv4Addr::from(<[u8; 4]>::try_from(&head[ip + 16..ip + 20]).expect("4 bytes"));
+    match r.hop(seg, dst) {
+        Hop::Gateway => {
+            pkt.buf.fill_pending();
+            let reply = frames::echo_reply(pkt.frame(), ip, hlen, net.end, gw_mac);
+            if reply.is_some() && !cx.synthetic() {
+                r.counters.gateway_echo.fetch_add(1, Relaxed);
+            }
+            let what = if reply.is_some() {
+                "echo request answered"
+            } else {
+                "to its own address, taken"
+            };
+            Verdict::Answered(reply, what)
+        }
+        Hop::None => Verdict::Dropped(
+            DropReason::Unrouted,
+            None,
+            format!("no route to {dst} in the tenant"),
+        ),
+        Hop::Via { vlan, ip: hop } => {
+            if head[ip + 8] <= 1 {
+                let f = frames::time_exceeded(head, ip, hlen, seg.gateway, gw_mac);
+                return Verdict::Dropped(
+                    DropReason::TtlExceeded,
+                    Some((f, pkt.meta.vlan)),
+                    format!("to {dst}: TTL exceeded, answered"),
+                );
+            }
+            let Some(mac) = neighbour(cx, r, vlan, hop) else {
+                let asked = !cx.synthetic() && r.should_ask(vlan, hop, st.now);
+                let gw = r.segment(vlan).map_or(seg.gateway, |s| s.gateway);
+                let request = asked.then(|| {
+                    r.counters.arp_requests_sent.fetch_add(1, Relaxed);
+                    (frames::arp_request(gw, gw_mac, hop).to_vec(), vlan)
+                });
+                return Verdict::Dropped(
+                    DropReason::NeighbourUnresolved,
+                    request,
+                    format!("to {dst}: next hop {hop} in VLAN {vlan} not resolved, asked with ARP"),
+                );
+            };
+            frames::route_ipv4(pkt.buf.held_mut(), ip, gw_mac, mac);
+            Verdict::Routed { vlan, mac, hop }
+        }
+    }
+}
+
+/// The MAC of next hop `ip` in segment `vlan`: the router's neighbours
+/// (the topology's VMs, ARP learned), else what BGP EVPN advertised in
+/// that segment.
+fn neighbour(cx: &Ctx, r: &Router, vlan: u16, ip: Ipv4Addr) -> Option<MacAddr> {
+    r.neighbour(vlan, IpAddr::V4(ip)).or_else(|| {
+        let (vtep, vni) = cx.sw.endpoint_on(vlan)?;
+        vtep.evpn_resolve(vni, IpAddr::V4(ip))
+    })
+}

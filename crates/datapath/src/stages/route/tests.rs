@@ -1,0 +1,103 @@
+use super::*;
+
+fn router() -> Router {
+    let gw = |vlan, a: [u8; 4]| Gateway {
+        vlan,
+        ipv4: (Ipv4Addr::from(a), 24),
+    };
+    Router::new(RouterConfig {
+        tenants: vec![
+            Tenant {
+                name: "blue".into(),
+                mac: DEFAULT_GATEWAY_MAC,
+                gateways: vec![gw(10, [198, 19, 80, 254]), gw(20, [198, 19, 81, 254])],
+                routes: vec![StaticRoute {
+                    to: (Ipv4Addr::UNSPECIFIED, 0),
+                    via: Ipv4Addr::new(198, 19, 80, 1),
+                }],
+            },
+            // The same subnets in another tenant.
+            Tenant {
+                name: "red".into(),
+                mac: DEFAULT_GATEWAY_MAC,
+                gateways: vec![gw(30, [198, 19, 80, 254]), gw(40, [198, 19, 81, 254])],
+                routes: vec![],
+            },
+        ],
+        neighbours: vec![],
+    })
+}
+
+#[test]
+fn a_tenant_routes_to_its_own_segments_only() {
+    let r = router();
+    let (blue, red) = (r.segment(10).unwrap(), r.segment(30).unwrap());
+    let b = Ipv4Addr::new(198, 19, 81, 7);
+    assert_eq!(r.hop(blue, b), Hop::Via { vlan: 20, ip: b });
+    assert_eq!(r.hop(red, b), Hop::Via { vlan: 40, ip: b });
+    assert_eq!(r.hop(blue, Ipv4Addr::new(198, 19, 81, 254)), Hop::Gateway);
+    // Off-subnet: blue's default route, red has none.
+    let far = Ipv4Addr::new(198, 18, 9, 9);
+    assert_eq!(
+        r.hop(blue, far),
+        Hop::Via {
+            vlan: 10,
+            ip: Ipv4Addr::new(198, 19, 80, 1)
+        }
+    );
+    assert_eq!(r.hop(red, far), Hop::None);
+    assert!(r.segment(50).is_none());
+}
+
+#[test]
+fn neighbours_are_learned_per_segment_bounded_and_static_ones_kept() {
+    let mut cfg = router().config;
+    let ip = IpAddr::V4(Ipv4Addr::new(198, 19, 80, 1));
+    let m = |i: u8| MacAddr([2, 0, 0, 0, 0, i]);
+    cfg.neighbours = vec![(10, ip, m(1))];
+    let r = Router::new(cfg);
+    r.learn(10, ip, m(2));
+    r.learn(30, ip, m(3));
+    assert_eq!((r.neighbour(10, ip), r.neighbour(30, ip)), (Some(m(1)), Some(m(3))));
+    for i in 0..MAX_NEIGHBOURS as u32 + 5 {
+        r.learn(30, IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i)), m(4));
+    }
+    assert_eq!(r.neighbours.read().unwrap().len(), MAX_NEIGHBOURS);
+    assert!(r.counters.neighbours_refused.load(Relaxed) > 0);
+}
+
+#[test]
+fn an_unresolved_hop_is_asked_for_at_most_every_half_second() {
+    let r = router();
+    let (t, ip) = (Instant::now(), Ipv4Addr::new(198, 19, 81, 9));
+    assert!(r.should_ask(20, ip, t));
+    assert!(!r.should_ask(20, ip, t + Duration::from_millis(100)));
+    assert!(r.should_ask(40, ip, t), "another segment's");
+    assert!(r.should_ask(20, ip, t + ASK_EVERY));
+}
+
+#[test]
+fn a_routed_header_has_its_ttl_decremented_and_its_checksum_still_right() {
+    use hvnet_wire::checksum::checksum;
+    let mut f = vec![0u8; 14 + 20];
+    let ip = 14;
+    f[ip] = 0x45;
+    f[ip + 2..ip + 4].copy_from_slice(&20u16.to_be_bytes());
+    f[ip + 8] = 64;
+    f[ip + 9] = 6;
+    f[ip + 12..ip + 16].copy_from_slice(&[198, 19, 80, 1]);
+    f[ip + 16..ip + 20].copy_from_slice(&[198, 19, 81, 1]);
+    let c = checksum(&f[ip..ip + 20]);
+    f[ip + 10..ip + 12].copy_from_slice(&c.to_be_bytes());
+    let (src, dst) = (DEFAULT_GATEWAY_MAC, MacAddr([2, 0, 0, 0, 0, 9]));
+    frames::route_ipv4(&mut f, ip, src, dst);
+    assert_eq!(f[ip + 8], 63);
+    assert_eq!(checksum(&f[ip..ip + 20]), 0, "the header sums to zero");
+    assert_eq!((&f[0..6], &f[6..12]), (&dst.0[..], &src.0[..]));
+    // Time exceeded quotes the header and says where from.
+    let te = frames::time_exceeded(&f, ip, 20, Ipv4Addr::new(198, 19, 80, 254), src);
+    assert_eq!((te[34], te[35]), (11, 0));
+    assert_eq!(checksum(&te[14..34]), 0);
+    assert_eq!(checksum(&te[34..]), 0);
+    assert_eq!(&te[30..34], &[198, 19, 80, 1], "back to the sender");
+}

@@ -50,3 +50,13 @@ def ns_transfer(src_ns, dst_ns, dst_ip, data, port=5555):
         hvlab.stop_procs([server])
     digest, n = out.split()
     return digest, int(n)
+
+
+def tcp_connect(ns, ip, port):
+    """What a TCP connect from namespace `ns` to ip:port meets: "open" or
+    "refused" (a timeout raises)."""
+    code = ("import socket\ns=socket.socket();s.settimeout(10)\n"
+            f"try:\n s.connect(('{ip}',{port}));print('open')\nexcept ConnectionRefusedError:\n print('refused')")
+    out = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=30)
+    return out.stdout.strip()

@@ -14,6 +14,7 @@ import pytest
 import evpn_fabric as ef
 import hvlab
 from helpers import ns_transfer as transfer
+from helpers import tcp_connect as connect
 
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(not ef.have_frr(), reason="FRR is not installed (apt-get install frr)")]
@@ -52,14 +53,6 @@ def ping(n, ip):
 def evpn_macs(h):
     """{(VNI, MAC): VTEP} the fabric advertised to hvnet host `h`."""
     return {(m["vni"], m["mac"]): m["remote"] for m in h.vxlan()["remote_macs"] if m["origin"] == "evpn"}
-
-
-def connect(n, ip, port):
-    """What a TCP connect from namespace `n` to ip:port meets: "open" or
-    "refused" (a timeout raises)."""
-    code = ("import socket,sys\ns=socket.socket();s.settimeout(10)\n"
-            f"try:\n s.connect(('{ip}',{port}));print('open')\nexcept ConnectionRefusedError:\n print('refused')")
-    return ef.sh(n, f"python3 -c \"{code}\"").stdout.strip()
 
 
 def test_each_tenant_reaches_its_own_vms_on_every_host(fabric):

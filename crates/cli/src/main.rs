@@ -122,6 +122,16 @@ enum Cmd {
     /// remote IPs whose ARP is answered here, the counters, and BGP's
     /// sessions as FRR reports them.
     Evpn(#[command(flatten)] switch_cmd::Target),
+    /// Show routing at the edge: each tenant's gateways (per VLAN, the
+    /// anycast address the switch answers for), its routes (connected and
+    /// static, as `ip route show vrf`) and its neighbours (as `ip neigh`,
+    /// with where each came from), and what the gateways did.
+    Route {
+        /// Only this tenant.
+        tenant: Option<String>,
+        #[command(flatten)]
+        target: switch_cmd::Target,
+    },
     /// Run a command inside a VM of any kind and pass its output and exit
     /// status through: `hvnet exec VM -- ip -br addr`.
     Exec {
@@ -367,6 +377,7 @@ fn main() {
         Cmd::Workers(t) => switch_cmd::workers(&t),
         Cmd::Vm(c) => switch_cmd::vm(c),
         Cmd::Evpn(t) => switch_cmd::evpn(&t),
+        Cmd::Route { tenant, target } => switch_cmd::route(&target, tenant),
         Cmd::Acl { args, target } => acl_cmd::acl(&target, args),
         Cmd::Top(a) => top::top(a),
         Cmd::Capture(a) => capture_cmd::capture(a),

@@ -768,6 +768,56 @@ pub fn enter_netns(topo: &topology::Topology) -> Result<(), String> {
     hvnet_sys::netns::enter(&handle).map_err(|e| format!("enter network namespace {ns}: {e}"))
 }
 
+/// `hvnet route [TENANT]`: per tenant its gateways, routes and
+/// neighbours, as `ip route show vrf` and `ip neigh` print them.
+pub fn route(t: &Target, tenant: Option<String>) -> Result<(), String> {
+    let v = call(t, Request::Route { tenant })?;
+    if t.json {
+        println!("{v}");
+        return Ok(());
+    }
+    for x in v["tenants"].as_array().into_iter().flatten() {
+        println!("tenant {}  gateway MAC {}", s(&x["name"]), s(&x["gateway_mac"]));
+        for r in x["routes"].as_array().into_iter().flatten() {
+            let via = match r["via"].as_str() {
+                Some(v) => format!("via {v} "),
+                None => String::new(),
+            };
+            let gw = x["gateways"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|g| g[0] == r["vlan"])
+                .map(|g| format!(" src {}", s(&g[1]).split('/').next().unwrap_or_default()))
+                .unwrap_or_default();
+            let how = if r["kind"] == "connected" {
+                "proto kernel scope link"
+            } else {
+                "proto static"
+            };
+            println!("  {} {via}dev vlan{} {how}{gw}", s(&r["to"]), s(&r["vlan"]));
+        }
+        for n in x["neighbours"].as_array().into_iter().flatten() {
+            println!(
+                "  {} dev vlan{} lladdr {} {}",
+                s(&n["ip"]),
+                s(&n["vlan"]),
+                s(&n["mac"]),
+                if n["origin"] == "static" { "PERMANENT" } else { "REACHABLE" }
+            );
+        }
+    }
+    println!(
+        "routed {}  gateway ARP answered {}  gateway pings answered {}  ARP requests sent {}  neighbours refused {}",
+        s(&v["routed"]),
+        s(&v["gateway_arp"]),
+        s(&v["gateway_echo"]),
+        s(&v["arp_requests_sent"]),
+        s(&v["neighbours_refused"])
+    );
+    Ok(())
+}
+
 /// `hvnet evpn`: per EVPN uplink, the flood list and remote MACs with
 /// where each came from, the remote IPs ARP is answered for, the counters,
 /// and BGP's sessions as FRR reports them.

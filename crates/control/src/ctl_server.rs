@@ -587,6 +587,7 @@ fn handle(
                 .collect(),
         )),
         Request::Mdb => Ok(crate::mdb_view::mdb(sw)),
+        Request::Route { tenant } => crate::views::route(sw, tenant.as_deref()),
         Request::Mirror => Ok(views::mirrors(sw)),
         Request::Ipfix => Ok(views::ipfix(sw)),
         Request::Team => Ok(views::teams(sw)),

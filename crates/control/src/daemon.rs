@@ -712,6 +712,7 @@ fn build(
     hvnet_datapath::ipfix::set(&sw, topo.ipfix.clone()).map_err(|e| {
         DaemonError::Other(format!("[ipfix]: cannot open the exporter's socket: {e}"))
     })?;
+    hvnet_datapath::route::set(&sw, topo.router_config());
     let threads = sw.start();
     match start_guests(topo, dir, state, kept) {
         Ok(g) => Ok((sw, threads, g)),

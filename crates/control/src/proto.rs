@@ -39,6 +39,12 @@ pub enum Request {
     Mdb,
     /// `hvnet ipfix`: flow export's settings, its cache and counters.
     Ipfix,
+    /// `hvnet route [TENANT]`: each tenant's gateways, routes and
+    /// neighbours.
+    Route {
+        /// One tenant only.
+        tenant: Option<String>,
+    },
     /// `hvnet mirror`: the port mirrors, what each selects, where its
     /// copies go, and its counters.
     Mirror,

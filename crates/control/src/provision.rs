@@ -107,6 +107,11 @@ pub(crate) fn create_vm(
         )?;
         add_addresses(&mut rtnl, "eth0", vm.ipv4, vm.ipv6)?;
         rtnl.set_link("eth0", &up())?;
+        // In a tenant's segment, its gateway is the VM's default route
+        // (as a cloud's DHCP gives it the router).
+        if let Some(gw) = topo.gateway_of(vm) {
+            rtnl.add_route("eth0", std::net::Ipv4Addr::UNSPECIFIED.into(), 0, Some(gw.into()))?;
+        }
         tap
     };
     Ok(PortSpec {

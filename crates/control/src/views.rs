@@ -547,6 +547,27 @@ pub fn evpn(sw: &Switch, topo: &crate::topology::Topology) -> Value {
     v
 }
 
+/// `hvnet route [TENANT]`: each tenant's gateways, routes (connected and
+/// static) and neighbours, and the router's counters; a tenant not
+/// configured is refused with the ones that are.
+pub fn route(sw: &Switch, tenant: Option<&str>) -> Result<Value, crate::proto::CtlError> {
+    let Some(r) = hvnet_datapath::route::current(sw) else {
+        return Err(crate::proto::CtlError::refused(
+            "no tenants: routing is off ([[tenant]] in the topology turns it on)",
+        ));
+    };
+    if let Some(t) = tenant {
+        if !r.config.tenants.iter().any(|x| x.name == t) {
+            let names: Vec<&str> = r.config.tenants.iter().map(|x| x.name.as_str()).collect();
+            return Err(crate::proto::CtlError::refused(format!(
+                "no tenant {t:?}: the tenants are {}",
+                names.join(", ")
+            )));
+        }
+    }
+    Ok(value(r.view(tenant)))
+}
+
 /// `hvnet mirror`: each mirror, what it selects, its output and counters.
 pub fn mirrors(sw: &Switch) -> Value {
     use hvnet_datapath::mirror::Output;

@@ -298,6 +298,7 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
     if let Err(e) = hvnet_datapath::ipfix::set(&cx.sw, file.ipfix.clone()) {
         tracing::warn!("[ipfix]: cannot open the exporter's socket: {e}");
     }
+    hvnet_datapath::route::set(&cx.sw, next.router_config());
     cx.set_topology(next);
     for &(i, _) in &added {
         start_guest(cx, &file, i)?;

@@ -149,6 +149,7 @@ pub mod attach;
 mod frr;
 mod host;
 mod ipfix;
+mod tenant;
 mod libvirt;
 mod mirror;
 mod security_group;
@@ -340,6 +341,8 @@ pub enum Section {
     Ipfix,
     /// `[libvirt]`.
     Libvirt,
+    /// A `[[tenant]]`, by its name.
+    Tenant(String),
 }
 
 impl std::fmt::Display for Section {
@@ -357,6 +360,7 @@ impl std::fmt::Display for Section {
             Section::Frr => f.write_str("frr"),
             Section::Ipfix => f.write_str("[ipfix]"),
             Section::Libvirt => f.write_str("libvirt"),
+            Section::Tenant(n) => write!(f, "tenant {n:?}"),
         }
     }
 }
@@ -413,6 +417,7 @@ fn section_at(text: &str, offset: usize) -> Option<Section> {
                 }
                 "host" => n.map(Section::Host),
                 "mirror" => n.map(Section::Mirror),
+                "tenant" => n.map(Section::Tenant),
                 "security_group" => {
                     for rules in ["rule", "rules"].iter().filter_map(|k| t.get(*k)) {
                         let DeValue::Array(rules) = rules.get_ref() else {
@@ -467,6 +472,8 @@ struct FileRepr {
     #[serde(default)]
     mirror: Vec<toml::Spanned<mirror::MirrorRepr>>,
     ipfix: Option<toml::Spanned<ipfix::IpfixRepr>>,
+    #[serde(default)]
+    tenant: Vec<toml::Spanned<tenant::TenantRepr>>,
 }
 
 fn default_aging() -> u64 {
@@ -514,9 +521,20 @@ pub struct Topology {
     pub mirrors: Vec<hvnet_datapath::mirror::MirrorSpec>,
     /// Flow export (`[ipfix]`).
     pub ipfix: Option<hvnet_datapath::ipfix::IpfixConfig>,
+    /// Tenants routed at the edge (`[[tenant]]`).
+    pub tenants: Vec<hvnet_datapath::route::Tenant>,
 }
 
 impl Topology {
+    /// The gateway of VM `vm`'s segment, where its VLAN is a tenant's and
+    /// its IPv4 address in the gateway's subnet.
+    pub fn gateway_of(&self, vm: &Vm) -> Option<std::net::Ipv4Addr> {
+        tenant::gateway_of(&self.tenants, vm)
+    }
+    /// The router's configuration (`None`: no tenants, no routing).
+    pub fn router_config(&self) -> Option<hvnet_datapath::route::RouterConfig> {
+        tenant::router_config(&self.tenants, &self.vms)
+    }
     /// Every VM's security groups as the switch installs them.
     pub fn acl_config(&self) -> hvnet_datapath::acl::AclConfig {
         security_group::acl_config(&self.security_groups, self.conntrack, &self.vms)
@@ -694,6 +712,7 @@ pub fn parse(text: &str) -> Result<Topology, ParseError> {
     let hosts = host::parse_hosts(&name, text, &f.host, &vms, &uplinks)?;
     let mirrors = mirror::parse_mirrors(text, &f.mirror, &vms, &uplinks)?;
     let ipfix = ipfix::parse_ipfix(text, f.ipfix.as_ref())?;
+    let tenants = tenant::parse_tenants(text, &f.tenant)?;
     let frr = frr::parse_frr(text, f.frr.as_ref(), &uplinks)?;
     let netns = match f.netns {
         None => None,
@@ -749,6 +768,7 @@ pub fn parse(text: &str) -> Result<Topology, ParseError> {
         conntrack,
         mirrors,
         ipfix,
+        tenants,
     })
 }
 

@@ -1,0 +1,210 @@
+//! `[[tenant]]`: a tenant's segments routed at the edge, each with an
+//! anycast gateway the switch answers for (docs/guide/routing.md).
+//!
+//! ```toml
+//! [[tenant]]
+//! name = "blue"
+//! gateways = { 10 = "198.19.80.254/24", 20 = "198.19.81.254/24" }  # VLAN = gateway/prefix
+//! routes = [{ to = "0.0.0.0/0", via = "198.19.80.1" }]             # static, via a neighbour
+//! gateway_mac = "02:68:76:00:00:01"                                # the same on every host
+//! ```
+
+use super::{line_of, ParseError, Section, Vm};
+use hvnet_datapath::route::{Gateway, RouterConfig, StaticRoute, Tenant, DEFAULT_GATEWAY_MAC};
+use hvnet_wire::MacAddr;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
+
+/// `[[tenant]]` as written.
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub(super) struct TenantRepr {
+    name: String,
+    gateways: BTreeMap<String, String>,
+    #[serde(default)]
+    routes: Vec<RouteRepr>,
+    gateway_mac: Option<String>,
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct RouteRepr {
+    to: String,
+    via: String,
+}
+
+/// `a.b.c.d/n` (`/n` required when `prefix`, else a bare address).
+fn ipv4_prefix(s: &str) -> Option<(Ipv4Addr, u8)> {
+    let (a, n) = s.split_once('/')?;
+    let n: u8 = n.parse().ok().filter(|n| *n <= 32)?;
+    Some((a.parse().ok()?, n))
+}
+
+fn within(a: Ipv4Addr, (net, n): (Ipv4Addr, u8)) -> bool {
+    let mask = u32::MAX.checked_shl(32 - u32::from(n)).unwrap_or(0);
+    u32::from(a) & mask == u32::from(net) & mask
+}
+
+pub(super) fn parse_tenants(
+    text: &str,
+    reprs: &[toml::Spanned<TenantRepr>],
+) -> Result<Vec<Tenant>, ParseError> {
+    let mut tenants: Vec<Tenant> = Vec::new();
+    for r in reprs {
+        let line = line_of(text, r.span().start);
+        let t = r.get_ref();
+        let bad = |why: String| ParseError::at(line, Section::Tenant(t.name.clone()), why);
+        if !super::valid_name(&t.name) || t.name.len() > 32 {
+            return Err(bad("name: 1-32 characters of a-z, 0-9 and '-'".into()));
+        }
+        if tenants.iter().any(|o| o.name == t.name) {
+            return Err(bad("duplicate tenant name".into()));
+        }
+        let mac = match &t.gateway_mac {
+            None => DEFAULT_GATEWAY_MAC,
+            Some(m) => m
+                .parse::<MacAddr>()
+                .ok()
+                .filter(|m| !m.is_multicast() && m.0 != [0; 6])
+                .ok_or_else(|| bad(format!("gateway_mac {m:?} is not a unicast MAC address")))?,
+        };
+        if t.gateways.is_empty() {
+            return Err(bad(
+                "gateways: at least one segment, as { 10 = \"198.19.80.254/24\" }".into(),
+            ));
+        }
+        let mut gateways = Vec::new();
+        for (vlan, addr) in &t.gateways {
+            let vlan = vlan
+                .parse::<u16>()
+                .ok()
+                .filter(|v| (1..=4094).contains(v))
+                .ok_or_else(|| bad(format!("gateways: VLAN {vlan:?} is outside 1..4094")))?;
+            let ipv4 = ipv4_prefix(addr)
+                .filter(|(_, n)| (8..=30).contains(n))
+                .ok_or_else(|| {
+                    bad(format!(
+                        "gateways: VLAN {vlan}: {addr:?} is not the gateway's IPv4 address and prefix (8..30), as \"198.19.80.254/24\""
+                    ))
+                })?;
+            if let Some(o) = tenants
+                .iter()
+                .find(|o| o.gateways.iter().any(|g| g.vlan == vlan))
+            {
+                return Err(bad(format!(
+                    "gateways: VLAN {vlan} is tenant {:?}'s already (a segment is one tenant's)",
+                    o.name
+                )));
+            }
+            if let Some(g) = gateways
+                .iter()
+                .find(|g: &&Gateway| within(ipv4.0, g.ipv4) || within(g.ipv4.0, ipv4))
+            {
+                return Err(bad(format!(
+                    "gateways: VLAN {vlan}'s subnet overlaps VLAN {}'s: a tenant's subnets are apart",
+                    g.vlan
+                )));
+            }
+            gateways.push(Gateway { vlan, ipv4 });
+        }
+        let mut routes = Vec::new();
+        for (i, rt) in t.routes.iter().enumerate() {
+            let to = ipv4_prefix(&rt.to).ok_or_else(|| {
+                bad(format!(
+                    "routes[{i}]: to {:?} is not an IPv4 prefix, as \"0.0.0.0/0\"",
+                    rt.to
+                ))
+            })?;
+            let via: Ipv4Addr = rt.via.parse().map_err(|_| {
+                bad(format!("routes[{i}]: via {:?} is not an IPv4 address", rt.via))
+            })?;
+            if !gateways.iter().any(|g| within(via, g.ipv4)) {
+                return Err(bad(format!(
+                    "routes[{i}]: via {via} is in none of the tenant's subnets (the next hop is a neighbour)"
+                )));
+            }
+            routes.push(StaticRoute { to, via });
+        }
+        tenants.push(Tenant {
+            name: t.name.clone(),
+            mac,
+            gateways,
+            routes,
+        });
+    }
+    Ok(tenants)
+}
+
+/// The gateway of `vm`'s segment: its VLAN a tenant's, its IPv4 address
+/// in the gateway's subnet.
+pub fn gateway_of(tenants: &[Tenant], vm: &Vm) -> Option<Ipv4Addr> {
+    let (ip, _) = vm.ipv4?;
+    tenants
+        .iter()
+        .flat_map(|t| &t.gateways)
+        .find(|g| g.vlan == vm.vlan && within(ip, g.ipv4))
+        .map(|g| g.ipv4.0)
+}
+
+/// The router's configuration: the tenants, and each VM's address in a
+/// tenant's segment (its VLAN's, within the gateway's subnet).
+pub fn router_config(tenants: &[Tenant], vms: &[Vm]) -> Option<RouterConfig> {
+    if tenants.is_empty() {
+        return None;
+    }
+    let neighbours = vms
+        .iter()
+        .filter_map(|vm| {
+            gateway_of(tenants, vm)?;
+            Some((vm.vlan, IpAddr::V4(vm.ipv4?.0), vm.mac))
+        })
+        .collect();
+    Some(RouterConfig {
+        tenants: tenants.to_vec(),
+        neighbours,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse;
+    use super::super::tests::{refused, GOOD};
+
+    const BLUE: &str = "\n[[tenant]]\nname = \"blue\"\ngateways = { 10 = \"198.19.80.254/24\", 20 = \"198.19.81.254/24\" }\nroutes = [{ to = \"0.0.0.0/0\", via = \"198.19.80.1\" }]\n";
+
+    #[test]
+    fn a_tenant_is_read_and_its_vms_are_its_neighbours() {
+        let text = GOOD
+            .replace("ipv4 = \"10.1.0.1/24\"", "ipv4 = \"198.19.80.1/24\"\nvlan = 10")
+            + BLUE;
+        let t = parse(&text).unwrap();
+        assert_eq!(t.tenants.len(), 1);
+        let b = &t.tenants[0];
+        assert_eq!(b.mac, hvnet_datapath::route::DEFAULT_GATEWAY_MAC);
+        assert_eq!(b.gateways.iter().map(|g| g.vlan).collect::<Vec<_>>(), [10, 20]);
+        let cfg = t.router_config().unwrap();
+        assert_eq!(cfg.neighbours.len(), 1, "vm1 in VLAN 10's subnet");
+        assert_eq!(cfg.neighbours[0].0, 10);
+    }
+
+    #[test]
+    fn bad_tenants_are_refused_with_the_line_and_why() {
+        let cases = [
+            ("gateways = { 5000 = \"198.19.80.254/24\" }", "outside 1..4094"),
+            ("gateways = { 10 = \"198.19.80.254\" }", "prefix"),
+            ("gateways = { 10 = \"198.19.80.254/24\", 20 = \"198.19.80.1/16\" }", "overlaps"),
+            ("gateways = {}", "at least one segment"),
+            ("gateways = { 10 = \"198.19.80.254/24\" }\nroutes = [{ to = \"0.0.0.0/0\", via = \"10.0.0.1\" }]", "none of the tenant's subnets"),
+            ("gateways = { 10 = \"198.19.80.254/24\" }\ngateway_mac = \"01:00:5e:00:00:01\"", "unicast"),
+        ];
+        for (keys, why) in cases {
+            let (line, reason) = refused(&format!("{GOOD}\n[[tenant]]\nname = \"t\"\n{keys}\n"));
+            assert!(reason.contains(why), "{keys}: {reason}");
+            assert!(reason.contains("tenant \"t\""), "{reason}");
+            assert!(line > 1, "{reason}");
+        }
+        let two = format!("{GOOD}{BLUE}\n[[tenant]]\nname = \"red\"\ngateways = {{ 20 = \"10.0.0.1/24\" }}\n");
+        assert!(refused(&two).1.contains("tenant \"blue\"'s already"));
+    }
+}

@@ -93,3 +93,11 @@ def test_the_route_view_and_its_errors(t):
     assert "198.19.81.1 dev vlan20 lladdr" in out, out
     bad = t.hv("route", "green", check=False)
     assert bad.returncode != 0 and "blue, red" in bad.stderr, bad.stderr
+
+
+def test_a_trace_shows_the_frame_routed(t):
+    """`hvnet trace` builds the frame as a's stack would (to its gateway's
+    MAC, b being off its subnet) and shows the route stage's decision."""
+    out = t.hv("trace", "a", "dst=b", "icmp").stdout
+    assert "routed from VLAN 10 into VLAN 20: next hop 198.19.81.1" in out, out
+    assert "would be delivered to b" in out, out

@@ -777,7 +777,11 @@ pub fn route(t: &Target, tenant: Option<String>) -> Result<(), String> {
         return Ok(());
     }
     for x in v["tenants"].as_array().into_iter().flatten() {
-        println!("tenant {}  gateway MAC {}", s(&x["name"]), s(&x["gateway_mac"]));
+        println!(
+            "tenant {}  gateway MAC {}",
+            s(&x["name"]),
+            s(&x["gateway_mac"])
+        );
         for r in x["routes"].as_array().into_iter().flatten() {
             let via = match r["via"].as_str() {
                 Some(v) => format!("via {v} "),
@@ -803,7 +807,11 @@ pub fn route(t: &Target, tenant: Option<String>) -> Result<(), String> {
                 s(&n["ip"]),
                 s(&n["vlan"]),
                 s(&n["mac"]),
-                if n["origin"] == "static" { "PERMANENT" } else { "REACHABLE" }
+                if n["origin"] == "static" {
+                    "PERMANENT"
+                } else {
+                    "REACHABLE"
+                }
             );
         }
     }

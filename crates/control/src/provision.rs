@@ -110,7 +110,12 @@ pub(crate) fn create_vm(
         // In a tenant's segment, its gateway is the VM's default route
         // (as a cloud's DHCP gives it the router).
         if let Some(gw) = topo.gateway_of(vm) {
-            rtnl.add_route("eth0", std::net::Ipv4Addr::UNSPECIFIED.into(), 0, Some(gw.into()))?;
+            rtnl.add_route(
+                "eth0",
+                std::net::Ipv4Addr::UNSPECIFIED.into(),
+                0,
+                Some(gw.into()),
+            )?;
         }
         tap
     };

@@ -91,9 +91,15 @@ pub fn resolve(
         .filter(|ip| *ip == IpAddr::V4(std::net::Ipv4Addr::BROADCAST))
         .map(|_| MacAddr::BROADCAST);
     let arp = (s.proto == Some(Proto::Arp)).then_some(MacAddr::BROADCAST);
+    // Off its subnet in a tenant's segment, a guest sends to its gateway.
+    let routed = match (topo.vms.iter().find(|v| v.name == port), dip) {
+        (Some(vm), Some(IpAddr::V4(d))) if s.src.is_none() => topo.next_hop_mac(vm, d),
+        _ => None,
+    };
     let dmac = s
         .dmac
         .or(arp)
+        .or(routed)
         .or(dmac)
         .or(group)
         .or(bcast)

@@ -149,11 +149,11 @@ pub mod attach;
 mod frr;
 mod host;
 mod ipfix;
-mod tenant;
 mod libvirt;
 mod mirror;
 mod security_group;
 mod team;
+mod tenant;
 mod uplink;
 mod vhost_socket;
 mod vm;
@@ -530,6 +530,11 @@ impl Topology {
     /// its IPv4 address in the gateway's subnet.
     pub fn gateway_of(&self, vm: &Vm) -> Option<std::net::Ipv4Addr> {
         tenant::gateway_of(&self.tenants, vm)
+    }
+    /// The MAC VM `vm` sends to for `dst`: its gateway's, when `dst` is
+    /// off its subnet in a tenant's segment.
+    pub fn next_hop_mac(&self, vm: &Vm, dst: std::net::Ipv4Addr) -> Option<hvnet_wire::MacAddr> {
+        tenant::next_hop_mac(&self.tenants, vm, dst)
     }
     /// The router's configuration (`None`: no tenants, no routing).
     pub fn router_config(&self) -> Option<hvnet_datapath::route::RouterConfig> {

@@ -117,7 +117,10 @@ pub(super) fn parse_tenants(
                 ))
             })?;
             let via: Ipv4Addr = rt.via.parse().map_err(|_| {
-                bad(format!("routes[{i}]: via {:?} is not an IPv4 address", rt.via))
+                bad(format!(
+                    "routes[{i}]: via {:?} is not an IPv4 address",
+                    rt.via
+                ))
             })?;
             if !gateways.iter().any(|g| within(via, g.ipv4)) {
                 return Err(bad(format!(
@@ -145,6 +148,20 @@ pub fn gateway_of(tenants: &[Tenant], vm: &Vm) -> Option<Ipv4Addr> {
         .flat_map(|t| &t.gateways)
         .find(|g| g.vlan == vm.vlan && within(ip, g.ipv4))
         .map(|g| g.ipv4.0)
+}
+
+/// The MAC `vm` sends a frame to `dst` to: its tenant's gateway's where
+/// `dst` is off its subnet and its segment has a gateway.
+pub fn next_hop_mac(tenants: &[Tenant], vm: &Vm, dst: Ipv4Addr) -> Option<MacAddr> {
+    gateway_of(tenants, vm)?;
+    let (own, prefix) = vm.ipv4?;
+    if within(dst, (own, prefix)) {
+        return None;
+    }
+    tenants
+        .iter()
+        .find(|t| t.gateways.iter().any(|g| g.vlan == vm.vlan))
+        .map(|t| t.mac)
 }
 
 /// The router's configuration: the tenants, and each VM's address in a
@@ -175,14 +192,18 @@ mod tests {
 
     #[test]
     fn a_tenant_is_read_and_its_vms_are_its_neighbours() {
-        let text = GOOD
-            .replace("ipv4 = \"10.1.0.1/24\"", "ipv4 = \"198.19.80.1/24\"\nvlan = 10")
-            + BLUE;
+        let text = GOOD.replace(
+            "ipv4 = \"10.1.0.1/24\"",
+            "ipv4 = \"198.19.80.1/24\"\nvlan = 10",
+        ) + BLUE;
         let t = parse(&text).unwrap();
         assert_eq!(t.tenants.len(), 1);
         let b = &t.tenants[0];
         assert_eq!(b.mac, hvnet_datapath::route::DEFAULT_GATEWAY_MAC);
-        assert_eq!(b.gateways.iter().map(|g| g.vlan).collect::<Vec<_>>(), [10, 20]);
+        assert_eq!(
+            b.gateways.iter().map(|g| g.vlan).collect::<Vec<_>>(),
+            [10, 20]
+        );
         let cfg = t.router_config().unwrap();
         assert_eq!(cfg.neighbours.len(), 1, "vm1 in VLAN 10's subnet");
         assert_eq!(cfg.neighbours[0].0, 10);
@@ -204,7 +225,9 @@ mod tests {
             assert!(reason.contains("tenant \"t\""), "{reason}");
             assert!(line > 1, "{reason}");
         }
-        let two = format!("{GOOD}{BLUE}\n[[tenant]]\nname = \"red\"\ngateways = {{ 20 = \"10.0.0.1/24\" }}\n");
+        let two = format!(
+            "{GOOD}{BLUE}\n[[tenant]]\nname = \"red\"\ngateways = {{ 20 = \"10.0.0.1/24\" }}\n"
+        );
         assert!(refused(&two).1.contains("tenant \"blue\"'s already"));
     }
 }

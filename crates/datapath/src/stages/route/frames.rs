@@ -59,7 +59,13 @@ fn icmp_frame(
 /// ICMP time exceeded (type 11, code 0) from gateway `gw` (its MAC
 /// `gw_mac`) for the IPv4 frame `frame` whose header is at `ip` (header
 /// length `hlen`): back to its sender, quoting its header and 8 bytes.
-pub(crate) fn time_exceeded(frame: &[u8], ip: usize, hlen: usize, gw: Ipv4Addr, gw_mac: MacAddr) -> Vec<u8> {
+pub(crate) fn time_exceeded(
+    frame: &[u8],
+    ip: usize,
+    hlen: usize,
+    gw: Ipv4Addr,
+    gw_mac: MacAddr,
+) -> Vec<u8> {
     let sender = MacAddr(frame[6..12].try_into().expect("6 bytes"));
     let src = Ipv4Addr::from(<[u8; 4]>::try_from(&frame[ip + 12..ip + 16]).expect("4 bytes"));
     let quoted = &frame[ip..frame.len().min(ip + hlen + 8)];
@@ -71,7 +77,13 @@ pub(crate) fn time_exceeded(frame: &[u8], ip: usize, hlen: usize, gw: Ipv4Addr, 
 /// The echo reply to the echo request `frame` (IPv4 header at `ip`,
 /// length `hlen`, ICMP to the packet's end `end`) sent to gateway `gw`;
 /// `None` if it is no echo request.
-pub(crate) fn echo_reply(frame: &[u8], ip: usize, hlen: usize, end: usize, gw_mac: MacAddr) -> Option<Vec<u8>> {
+pub(crate) fn echo_reply(
+    frame: &[u8],
+    ip: usize,
+    hlen: usize,
+    end: usize,
+    gw_mac: MacAddr,
+) -> Option<Vec<u8>> {
     let icmp = frame.get(ip + hlen..end)?;
     if icmp.len() < 8 || icmp[0] != 8 || icmp[1] != 0 {
         return None;

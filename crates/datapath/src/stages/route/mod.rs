@@ -284,17 +284,16 @@ impl Router {
                         kind: "connected",
                     })
                     .collect();
-                routes.extend(t.routes.iter().map(|r| RouteView {
-                    to: format!("{}/{}", r.to.0, r.to.1),
-                    via: Some(r.via),
-                    vlan: self
-                        .hop(
-                            self.segment(vlans[0]).expect("the tenant's own"),
-                            r.via,
-                        )
-                        .vlan()
-                        .unwrap_or(0),
-                    kind: "static",
+                routes.extend(t.routes.iter().map(|r| {
+                    RouteView {
+                        to: format!("{}/{}", r.to.0, r.to.1),
+                        via: Some(r.via),
+                        vlan: self
+                            .hop(self.segment(vlans[0]).expect("the tenant's own"), r.via)
+                            .vlan()
+                            .unwrap_or(0),
+                        kind: "static",
+                    }
                 }));
                 let mut neighbours: Vec<NeighbourView> = n
                     .iter()

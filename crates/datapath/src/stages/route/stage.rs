@@ -42,7 +42,11 @@ enum Verdict {
     /// Answered or taken here (counted as the gateway's).
     Answered(Option<Vec<u8>>, &'static str),
     /// Routed: on into `vlan`, to `mac` (its head rewritten already).
-    Routed { vlan: u16, mac: MacAddr, hop: Ipv4Addr },
+    Routed {
+        vlan: u16,
+        mac: MacAddr,
+        hop: Ipv4Addr,
+    },
     /// Dropped for `reason`, with what the gateway sends back or asks
     /// (`into`: the VLAN it goes to).
     Dropped(DropReason, Option<(Vec<u8>, u16)>, String),
@@ -71,14 +75,20 @@ fn route_burst(st: &mut State, cx: &Ctx, b: &mut Burst) {
                 b.trace(&cx.port.tracer, i, "route", || "not to the gateway".into());
             }
             Verdict::Answered(reply, what) => {
-                b.trace(&cx.port.tracer, i, "route", || format!("the gateway: {what}"));
+                b.trace(&cx.port.tracer, i, "route", || {
+                    format!("the gateway: {what}")
+                });
                 cx.count(&cx.port.ingress[cx.q].gateway_answered, 1);
                 if let Some(f) = reply {
                     send(st, cx, &[cx.port.id], &f, vlan);
                 }
                 b.release(i);
             }
-            Verdict::Routed { vlan: out, mac, hop } => {
+            Verdict::Routed {
+                vlan: out,
+                mac,
+                hop,
+            } => {
                 b[i].meta.vlan = out;
                 b.learned[i] = cx.sw.fdb.lookup(out, mac, st.now);
                 cx.count(&cx.port.ingress[cx.q].routed, 1);
@@ -208,10 +218,15 @@ fn route_ipv4(st: &State, cx: &Ctx, r: &Router, seg: Segment, pkt: &mut Packet) 
                     r.counters.arp_requests_sent.fetch_add(1, Relaxed);
                     (frames::arp_request(gw, gw_mac, hop).to_vec(), vlan)
                 });
+                let asked = if request.is_some() {
+                    ", asked with ARP"
+                } else {
+                    ""
+                };
                 return Verdict::Dropped(
                     DropReason::NeighbourUnresolved,
                     request,
-                    format!("to {dst}: next hop {hop} in VLAN {vlan} not resolved, asked with ARP"),
+                    format!("to {dst}: next hop {hop} in VLAN {vlan} not resolved{asked}"),
                 );
             };
             frames::route_ipv4(pkt.buf.held_mut(), ip, gw_mac, mac);

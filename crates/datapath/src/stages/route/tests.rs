@@ -58,7 +58,10 @@ fn neighbours_are_learned_per_segment_bounded_and_static_ones_kept() {
     let r = Router::new(cfg);
     r.learn(10, ip, m(2));
     r.learn(30, ip, m(3));
-    assert_eq!((r.neighbour(10, ip), r.neighbour(30, ip)), (Some(m(1)), Some(m(3))));
+    assert_eq!(
+        (r.neighbour(10, ip), r.neighbour(30, ip)),
+        (Some(m(1)), Some(m(3)))
+    );
     for i in 0..MAX_NEIGHBOURS as u32 + 5 {
         r.learn(30, IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i)), m(4));
     }

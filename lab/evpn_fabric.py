@@ -40,8 +40,12 @@ class LinuxVtep:
     `VNI`, its VM `vm_ns` at `vm_ip`; `vnis` gives more ({VNI: (IP, MAC)},
     their VMs' namespaces from `vm_ns_of`)."""
 
-    def __init__(self, fabric, ns, index, vnis=None):
+    def __init__(self, fabric, ns, index, vnis=None, irb=None):
         self.fabric, self.ns, self.index = fabric, ns, index
+        # Symmetric IRB as FRR documents it, in the default VRF (this
+        # kernel has no VRF devices): {"l3_vni": N, "mac": anycast MAC,
+        # "gateways": {VNI: "IP/prefix"}}.
+        self.irb = irb
         self.ip = f"{UNDERLAY}.{20 + index}"
         self.vtep = self.ip
         self.vm_ns = f"{ns}-vm"
@@ -70,6 +74,14 @@ class LinuxVtep:
             sh(vm_ns, "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1"
                       f" && ip link set lo up && ip link set eth0 address {mac} mtu 1500"
                       f" && ip addr add {ip}/24 dev eth0 && ip link set eth0 up")
+        if self.irb:
+            l3 = self.irb["l3_vni"]
+            sh(self.ns, f"sysctl -qw net.ipv4.ip_forward=1 && ip link add br{l3} type bridge && ip link set br{l3} up"
+                        f" && ip link add vx{l3} type vxlan id {l3} local {self.ip} dstport 4789 nolearning"
+                        f" && ip link set vx{l3} mtu 1500 master br{l3} up && bridge link set dev vx{l3} learning off")
+            for vni, gw in self.irb["gateways"].items():
+                sh(self.ns, f"ip link set br{vni} address {self.irb['mac']} && ip addr add {gw} dev br{vni}")
+                sh(self.vm_ns_of(vni), f"ip route add default via {gw.split('/')[0]}")
 
     def start_frr(self, neighbors):
         run = Path("/var/run/frr") / self.ns
@@ -81,8 +93,12 @@ class LinuxVtep:
                 " no bgp default ipv4-unicast", " timers bgp 3 9"]
         for n in neighbors:
             conf += [f" neighbor {n} remote-as {ASN}", f" neighbor {n} timers connect 2"]
+        if self.irb:
+            conf[1:1] = [f"vni {self.irb['l3_vni']}", "!"]
+            conf += [" !", " address-family ipv4 unicast", "  redistribute connected", " exit-address-family"]
         conf += [" !", " address-family l2vpn evpn"] + [f"  neighbor {n} activate" for n in neighbors]
-        conf += ["  advertise-all-vni", " exit-address-family", "!"]
+        conf += ["  advertise-all-vni"] + (["  advertise ipv4 unicast"] if self.irb else [])
+        conf += [" exit-address-family", "!"]
         (self.dir / "frr.conf").write_text("\n".join(conf) + "\n")
         hvlab.run(["chown", "-R", "frr:frr", str(run), str(self.dir)])
         os.chmod(self.dir, 0o755)
@@ -141,7 +157,7 @@ class HvnetHost:
         uplink = dict(self.uplink(vxlan), **self.fabric.uplink)
         self.topo = hvlab.Topology(
             self.fabric.tmp, self.vms, prefix=f"e{self.index}", netns=self.ns,
-            uplinks=[uplink],
+            uplinks=[uplink], tables=self.fabric.tables,
             frr=dict(asn=ASN, router_id=self.ip, neighbors=neighbors) if remotes is None else None)
         self.topo.__enter__()
 
@@ -229,19 +245,21 @@ class EvpnFabric:
     `vxlan` and `uplink` add keys to every hvnet host's `[uplink.vxlan]`
     and `[[uplink]]` (several segments: `vni`, `vlans`, `vlan`), and
     `linux_vnis` gives the Linux VTEPs' VNIs and VMs (as `LinuxVtep`'s
-    `vnis`, each VTEP's VM at the same addresses)."""
+    `vnis`, each VTEP's VM at the same addresses), `linux_irb` their
+    symmetric IRB (`LinuxVtep`'s `irb`); `tables` adds top-level tables
+    to every hvnet host's topology (`[[tenant]]`)."""
 
     def __init__(self, tmp, hvnet_vms, linux=1, injector=False, evpn=True, teams=(), vxlan=None, uplink=None,
-                 linux_vnis=None):
+                 linux_vnis=None, linux_irb=None, tables=None):
         self.tmp = Path(tmp)
         p = hvlab.unique("ev")[:9]
         self.fab = f"{p}-fab"
         self.namespaces = []
         self.evpn = evpn
-        self.vxlan, self.uplink = dict(vxlan or {}), dict(uplink or {})
+        self.vxlan, self.uplink, self.tables = dict(vxlan or {}), dict(uplink or {}), tables
         self.hvnet = [HvnetHost(self, f"{p}-h{i + 1}", i + 1, vms, team=i in teams)
                       for i, vms in enumerate(hvnet_vms)]
-        self.linux = [LinuxVtep(self, f"{p}-l{j + 1}", j + 1, linux_vnis) for j in range(linux)]
+        self.linux = [LinuxVtep(self, f"{p}-l{j + 1}", j + 1, linux_vnis, linux_irb) for j in range(linux)]
         self.injector = Injector(self, f"{p}-g") if injector else None
 
     def hosts(self):

@@ -801,6 +801,18 @@ pub fn route(t: &Target, tenant: Option<String>) -> Result<(), String> {
             };
             println!("  {} {via}dev vlan{} {how}{gw}", s(&r["to"]), s(&r["vlan"]));
         }
+        if let Some(l3) = x["l3"].as_object() {
+            for r in x["remote"].as_array().into_iter().flatten() {
+                println!(
+                    "  {}/{} via {} dev vlan{} proto bgp onlink (L3 VNI {})",
+                    s(&r["to"][0]),
+                    s(&r["to"][1]),
+                    s(&r["vtep"]),
+                    s(&l3["vlan"]),
+                    s(&l3["vni"])
+                );
+            }
+        }
         for n in x["neighbours"].as_array().into_iter().flatten() {
             println!(
                 "  {} dev vlan{} lladdr {} {}",

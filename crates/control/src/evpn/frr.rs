@@ -7,7 +7,9 @@
 //! picks up the shadow devices (see `docs/guide/evpn.md`).
 
 use crate::topology::Frr;
+use hvnet_datapath::route::Tenant;
 use serde_json::Value;
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -18,10 +20,19 @@ const FRR_LIBEXEC: &str = "/usr/lib/frr";
 const FRR_RUN: &str = "/var/run/frr";
 
 impl Frr {
-    /// The configuration applied through vtysh.
-    pub fn config(&self, hostname: &str) -> String {
-        let mut c = format!(
-            "hostname {hostname}\n!\nrouter bgp {}\n bgp router-id {}\n no bgp default ipv4-unicast\n timers bgp {} {}\n",
+    /// The configuration applied through vtysh; with `routed`, the tenant
+    /// routed across hosts (symmetric IRB, FRR's documented set-up in the
+    /// default VRF): its L3 VNI, its subnets advertised as type-5 routes,
+    /// and zebra's routes written with plain next hops (which the sync
+    /// reads).
+    pub fn config(&self, hostname: &str, routed: Option<&Tenant>) -> String {
+        let l3 = routed.and_then(|t| Some((t, t.l3?)));
+        let mut c = format!("hostname {hostname}\n!\n");
+        if let Some((_, l3)) = l3 {
+            c += &format!("no zebra nexthop kernel enable\nvni {}\n!\n", l3.vni);
+        }
+        c += &format!(
+            "router bgp {}\n bgp router-id {}\n no bgp default ipv4-unicast\n timers bgp {} {}\n",
             self.asn,
             self.router_id,
             self.keepalive_secs,
@@ -33,11 +44,24 @@ impl Frr {
                 self.asn
             );
         }
+        if let Some((t, _)) = l3 {
+            c += " no bgp network import-check\n !\n address-family ipv4 unicast\n";
+            for g in &t.gateways {
+                let (a, n) = g.ipv4;
+                let mask = u32::MAX.checked_shl(32 - u32::from(n)).unwrap_or(0);
+                c += &format!("  network {}/{n}\n", Ipv4Addr::from(u32::from(a) & mask));
+            }
+            c += " exit-address-family\n";
+        }
         c += " !\n address-family l2vpn evpn\n";
         for n in &self.neighbors {
             c += &format!("  neighbor {n} activate\n");
         }
-        c += "  advertise-all-vni\n exit-address-family\n!\n";
+        c += "  advertise-all-vni\n";
+        if l3.is_some() {
+            c += "  advertise ipv4 unicast\n";
+        }
+        c += " exit-address-family\n!\n";
         c
     }
 }
@@ -153,7 +177,12 @@ impl FrrRun {
     /// Starts zebra, then bgpd, in the caller's network namespace, and
     /// applies `frr`'s configuration; a run that is alive already (the
     /// switch's daemon restarted) is kept.
-    pub fn start(&self, frr: &Frr, hostname: &str) -> Result<(), FrrError> {
+    pub fn start(
+        &self,
+        frr: &Frr,
+        hostname: &str,
+        routed: Option<&Tenant>,
+    ) -> Result<(), FrrError> {
         if self.running() {
             tracing::info!(pathspace = %self.pathspace, "FRR runs already: kept");
             return Ok(());
@@ -174,7 +203,7 @@ impl FrrRun {
         let conf = dir.join("frr.conf");
         let _ = std::fs::write(&empty, "");
         let _ = std::fs::write(dir.join("vtysh.conf"), "");
-        std::fs::write(&conf, frr.config(hostname)).map_err(|source| FrrError::Write {
+        std::fs::write(&conf, frr.config(hostname, routed)).map_err(|source| FrrError::Write {
             path: conf.clone(),
             source,
         })?;
@@ -306,7 +335,8 @@ mod tests {
             neighbors: vec!["198.18.60.12".parse().unwrap()],
             keepalive_secs: 3,
         };
-        let c = frr.config("h1");
+        let c = frr.config("h1", None);
+        assert!(!c.contains("advertise ipv4 unicast"));
         for line in [
             "router bgp 65000",
             " bgp router-id 198.18.60.11",
@@ -314,6 +344,29 @@ mod tests {
             "  neighbor 198.18.60.12 activate",
             "  advertise-all-vni",
             " timers bgp 3 9",
+        ] {
+            assert!(c.lines().any(|l| l == line), "{line:?} in\n{c}");
+        }
+        // A tenant routed across hosts: its L3 VNI and its subnets.
+        let t = Tenant {
+            name: "blue".into(),
+            mac: hvnet_datapath::route::DEFAULT_GATEWAY_MAC,
+            gateways: vec![hvnet_datapath::route::Gateway {
+                vlan: 10,
+                ipv4: ("198.19.80.254".parse().unwrap(), 24),
+            }],
+            routes: vec![],
+            l3: Some(hvnet_datapath::route::L3Vni {
+                vni: 5999,
+                vlan: 999,
+            }),
+        };
+        let c = frr.config("h1", Some(&t));
+        for line in [
+            "vni 5999",
+            "no zebra nexthop kernel enable",
+            "  network 198.19.80.0/24",
+            "  advertise ipv4 unicast",
         ] {
             assert!(c.lines().any(|l| l == line), "{line:?} in\n{c}");
         }

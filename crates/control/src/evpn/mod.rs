@@ -38,6 +38,7 @@
 
 mod frr;
 mod remote;
+mod routes;
 mod shadow;
 mod sync;
 
@@ -80,7 +81,11 @@ pub fn start(
         let segments = std::iter::once((u.vlan, v.vni)).chain(v.vlans.iter().copied());
         for (vlan, vni) in segments {
             let names = shadow_names(vni);
-            make_shadow(&u.name, v, vni, &names, dir, state, &marker)?;
+            // A tenant's L3 VNI: its bridge has this host's router MAC,
+            // which FRR advertises with the tenant's routes.
+            let l3 = topo.tenant_of_l3(vni).is_some();
+            let rmac = l3.then(|| topo.router_mac());
+            make_shadow(&u.name, v, (vni, rmac), &names, dir, state, &marker)?;
             let vms = topo
                 .vms
                 .iter()
@@ -94,7 +99,7 @@ pub fn start(
                 .collect();
             let shared = sync::LocalVms::new(vms);
             advertised.push((vlan, Arc::clone(&shared)));
-            let t = sync::spawn(sw.clone(), uplink, vni, names, shared).map_err(|e| {
+            let t = sync::spawn(sw.clone(), uplink, (vni, l3), names, shared).map_err(|e| {
                 DaemonError::Other(format!(
                     "uplink {}: start the EVPN sync of VNI {vni}: {e}",
                     u.name
@@ -106,7 +111,11 @@ pub fn start(
     if let Some(frr) = &topo.frr {
         // (error.rs imports nothing of evpn: FRR's error becomes words here.)
         FrrRun::of(&topo.name)
-            .start(frr, &topo.name)
+            .start(
+                frr,
+                &topo.name,
+                topo.tenants.iter().find(|t| t.l3.is_some()),
+            )
             .map_err(|e| DaemonError::Other(crate::error::chain(&e)))?;
     }
     Ok((threads, advertised))
@@ -119,7 +128,7 @@ pub fn start(
 fn make_shadow(
     uplink: &str,
     v: &crate::topology::Vxlan,
-    vni: u32,
+    (vni, rmac): (u32, Option<hvnet_wire::MacAddr>),
     names: &ShadowNames,
     dir: &Path,
     state: &mut State,
@@ -163,6 +172,15 @@ fn make_shadow(
             )));
         };
         shadow::create(&mut rtnl, names, vni, local, marker)?;
+        if let Some(mac) = rmac {
+            rtnl.set_link(
+                &names.bridge,
+                &crate::rtnl::LinkChange {
+                    mac: Some(mac.0),
+                    ..Default::default()
+                },
+            )?;
+        }
         tracing::info!(%uplink, vni, bridge = %names.bridge, vxlan = %names.vxlan, "EVPN shadow devices created");
     }
     Ok(())

@@ -26,6 +26,8 @@ use std::time::{Duration, Instant};
 
 /// `RTNLGRP_NEIGH`: neighbour and FDB changes.
 const RTNLGRP_NEIGH: u32 = 3;
+/// `RTNLGRP_IPV4_ROUTE`: IPv4 route changes (an L3 VNI's remote routes).
+const RTNLGRP_IPV4_ROUTE: u32 = 7;
 /// How often the local VMs' presence is looked at (the longest a VM that
 /// arrives waits before it is written to the shadow).
 const LOCAL_EVERY: Duration = Duration::from_millis(10);
@@ -98,17 +100,21 @@ pub struct LocalVm {
 
 /// Starts the sync of segment `vni` of uplink port `uplink` with its
 /// shadow `names` (created already), advertising `vms`; its thread ends
-/// with the switch.
+/// with the switch. For a tenant's L3 VNI (`l3`), the routes zebra
+/// installs through its bridge are followed into the router too.
 pub fn spawn(
     sw: Arc<Switch>,
     uplink: usize,
-    vni: u32,
+    (vni, l3): (u32, bool),
     names: ShadowNames,
     shared: Arc<LocalVms>,
 ) -> io::Result<JoinHandle<()>> {
     let mut monitor = Socket::new(NETLINK_ROUTE)?;
     monitor.bind_auto()?;
     monitor.add_membership(RTNLGRP_NEIGH)?;
+    if l3 {
+        monitor.add_membership(RTNLGRP_IPV4_ROUTE)?;
+    }
     // A burst of thousands of routes fits; past that, an overflow makes a
     // fresh dump.
     let _ = monitor.set_rx_buf_sz(8 << 20);
@@ -119,6 +125,7 @@ pub fn spawn(
         sw,
         uplink,
         vni,
+        routes: l3.then(super::routes::Routes::default),
         names,
         vms: shared.snapshot(),
         vms_gen: shared.generation(),
@@ -147,6 +154,9 @@ struct Sync {
     uplink: usize,
     /// The segment this thread keeps.
     vni: u32,
+    /// For an L3 VNI, the remote routes zebra installed, as the router
+    /// has them.
+    routes: Option<super::routes::Routes>,
     names: ShadowNames,
     /// The VMs, as copied from `shared` at generation `vms_gen`.
     vms: Vec<LocalVm>,
@@ -179,6 +189,9 @@ impl Sync {
                 }
             }
             self.advertise_local();
+            if let Some(r) = &mut self.routes {
+                r.follow_router(&self.sw, self.vni);
+            }
             if let Ok(false) =
                 hvnet_sys::poll_readable(self.monitor.as_raw_fd(), LOCAL_EVERY.as_millis() as i32)
             {
@@ -253,6 +266,15 @@ impl Sync {
             }
         }
         self.remote.settle(&on_vxlan);
+        if let Some(r) = &mut self.routes {
+            match super::routes::dump(&mut self.rtnl) {
+                Ok(list) => r.replace(&self.sw, self.vni, self.idx.bridge, &list),
+                Err(e) => {
+                    tracing::warn!(error = %e, "EVPN: cannot read the L3 VNI's routes");
+                    return false;
+                }
+            }
+        }
         let backed: Vec<_> = self.remote.backed().collect();
         for (mac, vtep) in backed {
             self.install(mac, Some(vtep));
@@ -345,6 +367,16 @@ impl Sync {
                 }
                 NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelNeighbour(n)) => {
                     self.apply(&n, false)
+                }
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewRoute(r)) => {
+                    if let Some(routes) = &mut self.routes {
+                        routes.apply(&self.sw, self.vni, self.idx.bridge, &r, true);
+                    }
+                }
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelRoute(r)) => {
+                    if let Some(routes) = &mut self.routes {
+                        routes.apply(&self.sw, self.vni, self.idx.bridge, &r, false);
+                    }
                 }
                 _ => {}
             }

@@ -536,9 +536,19 @@ impl Topology {
     pub fn next_hop_mac(&self, vm: &Vm, dst: std::net::Ipv4Addr) -> Option<hvnet_wire::MacAddr> {
         tenant::next_hop_mac(&self.tenants, vm, dst)
     }
+    /// This host's router MAC (symmetric IRB).
+    pub fn router_mac(&self) -> hvnet_wire::MacAddr {
+        tenant::router_mac(&self.tenants, &self.uplinks)
+    }
+    /// The tenant routed across hosts through L3 VNI `vni`, if any.
+    pub fn tenant_of_l3(&self, vni: u32) -> Option<&hvnet_datapath::route::Tenant> {
+        self.tenants
+            .iter()
+            .find(|t| t.l3.is_some_and(|l| l.vni == vni))
+    }
     /// The router's configuration (`None`: no tenants, no routing).
     pub fn router_config(&self) -> Option<hvnet_datapath::route::RouterConfig> {
-        tenant::router_config(&self.tenants, &self.vms)
+        tenant::router_config(&self.tenants, &self.vms, &self.uplinks)
     }
     /// Every VM's security groups as the switch installs them.
     pub fn acl_config(&self) -> hvnet_datapath::acl::AclConfig {
@@ -717,7 +727,7 @@ pub fn parse(text: &str) -> Result<Topology, ParseError> {
     let hosts = host::parse_hosts(&name, text, &f.host, &vms, &uplinks)?;
     let mirrors = mirror::parse_mirrors(text, &f.mirror, &vms, &uplinks)?;
     let ipfix = ipfix::parse_ipfix(text, f.ipfix.as_ref())?;
-    let tenants = tenant::parse_tenants(text, &f.tenant)?;
+    let tenants = tenant::parse_tenants(text, &f.tenant, &uplinks, &vms)?;
     let frr = frr::parse_frr(text, f.frr.as_ref(), &uplinks)?;
     let netns = match f.netns {
         None => None,

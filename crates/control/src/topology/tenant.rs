@@ -7,10 +7,13 @@
 //! gateways = { 10 = "198.19.80.254/24", 20 = "198.19.81.254/24" }  # VLAN = gateway/prefix
 //! routes = [{ to = "0.0.0.0/0", via = "198.19.80.1" }]             # static, via a neighbour
 //! gateway_mac = "02:68:76:00:00:01"                                # the same on every host
+//! l3_vni = 5999        # routed across hosts (symmetric IRB): an EVPN uplink's `vlans` carries it
 //! ```
 
-use super::{line_of, ParseError, Section, Vm};
-use hvnet_datapath::route::{Gateway, RouterConfig, StaticRoute, Tenant, DEFAULT_GATEWAY_MAC};
+use super::{line_of, ParseError, Section, Uplink, Vm};
+use hvnet_datapath::route::{
+    Gateway, L3Vni, RouterConfig, StaticRoute, Tenant, DEFAULT_GATEWAY_MAC,
+};
 use hvnet_wire::MacAddr;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -25,6 +28,7 @@ pub(super) struct TenantRepr {
     #[serde(default)]
     routes: Vec<RouteRepr>,
     gateway_mac: Option<String>,
+    l3_vni: Option<u32>,
 }
 
 #[derive(Deserialize, Clone)]
@@ -49,6 +53,8 @@ fn within(a: Ipv4Addr, (net, n): (Ipv4Addr, u8)) -> bool {
 pub(super) fn parse_tenants(
     text: &str,
     reprs: &[toml::Spanned<TenantRepr>],
+    uplinks: &[Uplink],
+    vms: &[Vm],
 ) -> Result<Vec<Tenant>, ParseError> {
     let mut tenants: Vec<Tenant> = Vec::new();
     for r in reprs {
@@ -129,14 +135,79 @@ pub(super) fn parse_tenants(
             }
             routes.push(StaticRoute { to, via });
         }
+        let l3 = match t.l3_vni {
+            None => None,
+            Some(vni) => Some(l3_vni(vni, &tenants, &gateways, uplinks, vms).map_err(bad)?),
+        };
         tenants.push(Tenant {
             name: t.name.clone(),
             mac,
             gateways,
             routes,
+            l3,
         });
     }
     Ok(tenants)
+}
+
+/// Tenant's L3 VNI `vni`: the VLAN an EVPN uplink carries it in (its
+/// `vlans`), that no VM and no segment of a gateway uses.
+fn l3_vni(
+    vni: u32,
+    tenants: &[Tenant],
+    gateways: &[Gateway],
+    uplinks: &[Uplink],
+    vms: &[Vm],
+) -> Result<L3Vni, String> {
+    let carried = uplinks
+        .iter()
+        .filter_map(|u| u.vxlan.as_ref().filter(|v| v.evpn))
+        .find_map(|v| v.vlans.iter().find(|(_, n)| *n == vni));
+    let Some(&(vlan, _)) = carried else {
+        return Err(format!(
+            "l3_vni {vni}: no EVPN uplink carries it; map it to a VLAN of its own in [uplink.vxlan] vlans (as 999 = {vni})"
+        ));
+    };
+    if tenants.iter().any(|t| t.l3.is_some()) {
+        return Err(
+            "l3_vni: one tenant per host is routed across hosts (a Linux VRF device per tenant is what FRR needs for more, and this kernel has none)".into(),
+        );
+    }
+    if gateways.iter().any(|g| g.vlan == vlan) {
+        return Err(format!(
+            "l3_vni {vni}: its VLAN {vlan} is a segment with a gateway; the L3 VNI's VLAN carries routed frames only"
+        ));
+    }
+    if let Some(vm) = vms.iter().find(|vm| vm.vlans().carries(vlan)) {
+        return Err(format!(
+            "l3_vni {vni}: VM {:?} is on its VLAN {vlan}, which carries routed frames only",
+            vm.name
+        ));
+    }
+    Ok(L3Vni { vni, vlan })
+}
+
+/// This host's router MAC: made from the VTEP address of the EVPN uplink
+/// that carries a tenant's L3 VNI (unique in the fabric, the same after a
+/// restart); the shadow's L3 bridge has it, so FRR advertises it.
+pub fn router_mac(tenants: &[Tenant], uplinks: &[Uplink]) -> MacAddr {
+    let vtep = tenants
+        .iter()
+        .filter_map(|t| t.l3)
+        .find_map(|l3| {
+            uplinks
+                .iter()
+                .filter_map(|u| u.vxlan.as_ref())
+                .find(|v| v.vlans.iter().any(|(_, n)| *n == l3.vni))
+        })
+        .map(|v| v.local.0);
+    match vtep {
+        Some(IpAddr::V4(a)) => {
+            let o = a.octets();
+            MacAddr([0x02, 0x72, o[0], o[1], o[2], o[3]])
+        }
+        _ => MacAddr([0x02, 0x72, 0, 0, 0, 1]),
+    }
 }
 
 /// The gateway of `vm`'s segment: its VLAN a tenant's, its IPv4 address
@@ -166,7 +237,7 @@ pub fn next_hop_mac(tenants: &[Tenant], vm: &Vm, dst: Ipv4Addr) -> Option<MacAdd
 
 /// The router's configuration: the tenants, and each VM's address in a
 /// tenant's segment (its VLAN's, within the gateway's subnet).
-pub fn router_config(tenants: &[Tenant], vms: &[Vm]) -> Option<RouterConfig> {
+pub fn router_config(tenants: &[Tenant], vms: &[Vm], uplinks: &[Uplink]) -> Option<RouterConfig> {
     if tenants.is_empty() {
         return None;
     }
@@ -180,6 +251,7 @@ pub fn router_config(tenants: &[Tenant], vms: &[Vm]) -> Option<RouterConfig> {
     Some(RouterConfig {
         tenants: tenants.to_vec(),
         neighbours,
+        router_mac: router_mac(tenants, uplinks),
     })
 }
 

@@ -69,16 +69,42 @@ pub struct Tenant {
     pub gateways: Vec<Gateway>,
     /// Its static routes.
     pub routes: Vec<StaticRoute>,
+    /// Routed across hosts (symmetric IRB): its L3 VNI and the switch's
+    /// VLAN the tunnel carries it in.
+    pub l3: Option<L3Vni>,
 }
 
-/// What the router is told: the tenants, and the addresses the topology
-/// knows of its VMs (VLAN, IP, MAC).
+/// A tenant's L3 VNI (RFC 9135's symmetric IRB): routed frames between
+/// hosts cross in it, from one host's router MAC to another's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct L3Vni {
+    /// The VNI.
+    pub vni: u32,
+    /// The switch's VLAN the tunnel endpoint carries it in.
+    pub vlan: u16,
+}
+
+/// What the router is told: the tenants, the addresses the topology
+/// knows of its VMs (VLAN, IP, MAC), and this host's router MAC (what
+/// routed frames between hosts are sent from and to).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RouterConfig {
     /// The tenants.
     pub tenants: Vec<Tenant>,
     /// Neighbours known from the topology.
     pub neighbours: Vec<(u16, IpAddr, MacAddr)>,
+    /// This host's router MAC (its L3 VNIs' side of symmetric IRB).
+    pub router_mac: MacAddr,
+}
+
+/// A route the fabric advertised to a tenant (BGP EVPN: a type-2 host
+/// route or a type-5 prefix): through the L3 VNI to a remote endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct RemoteRoute {
+    /// The destination prefix.
+    pub to: (Ipv4Addr, u8),
+    /// The remote endpoint (VTEP) it is behind.
+    pub vtep: IpAddr,
 }
 
 /// Where a neighbour entry came from.
@@ -106,11 +132,12 @@ pub struct RouterCounters {
     pub neighbours_refused: AtomicU64,
 }
 
-/// A segment as the stage looks it up by VLAN.
+/// A segment as the stage looks it up by VLAN: one of a tenant's with its
+/// gateway, or (`gateway` none) its L3 VNI's.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Segment {
     tenant: usize,
-    gateway: Ipv4Addr,
+    gateway: Option<Ipv4Addr>,
 }
 
 /// The router: a stage service (on every VM port's arc while tenants are
@@ -123,6 +150,8 @@ pub struct Router {
     neighbours: RwLock<HashMap<(u16, IpAddr), (MacAddr, NeighbourOrigin)>>,
     /// Next hops asked for, and when.
     asked: Mutex<HashMap<(u16, Ipv4Addr), Instant>>,
+    /// Per tenant, the routes the fabric advertised.
+    remote: RwLock<Vec<Vec<RemoteRoute>>>,
     /// Its counters.
     pub counters: RouterCounters,
 }
@@ -135,6 +164,9 @@ pub(crate) enum Hop {
     /// Out into segment `vlan`, to next hop `ip` (the destination itself
     /// where its subnet is the segment's).
     Via { vlan: u16, ip: Ipv4Addr },
+    /// Through the tenant's L3 VNI to remote endpoint `vtep` (symmetric
+    /// IRB): in its VLAN `vlan`, to that host's router MAC.
+    Remote { vni: u32, vlan: u16, vtep: IpAddr },
     /// To a gateway address of the tenant itself.
     Gateway,
     /// No route in the tenant.
@@ -156,11 +188,21 @@ impl Router {
                     g.vlan,
                     Segment {
                         tenant: t,
-                        gateway: g.ipv4.0,
+                        gateway: Some(g.ipv4.0),
+                    },
+                );
+            }
+            if let Some(l3) = tenant.l3 {
+                segments.insert(
+                    l3.vlan,
+                    Segment {
+                        tenant: t,
+                        gateway: None,
                     },
                 );
             }
         }
+        let remote = RwLock::new(vec![Vec::new(); config.tenants.len()]);
         let neighbours = config
             .neighbours
             .iter()
@@ -172,7 +214,58 @@ impl Router {
             segments,
             neighbours: RwLock::new(neighbours),
             asked: Mutex::default(),
+            remote,
             counters: RouterCounters::default(),
+        }
+    }
+
+    /// This host's router MAC.
+    pub(crate) fn router_mac(&self) -> MacAddr {
+        self.config.router_mac
+    }
+
+    /// Installs (or, `present` false, withdraws) a route the fabric
+    /// advertised to the tenant of L3 VNI `vni`; false if no tenant has
+    /// that VNI or the table is full.
+    pub fn set_remote(&self, vni: u32, route: RemoteRoute, present: bool) -> bool {
+        let Some(t) = self
+            .config
+            .tenants
+            .iter()
+            .position(|t| t.l3.is_some_and(|l| l.vni == vni))
+        else {
+            return false;
+        };
+        let mut all = self.remote.write().expect("lock");
+        let total: usize = all.iter().map(Vec::len).sum();
+        let list = &mut all[t];
+        let at = list.iter().position(|r| r.to == route.to);
+        match (at, present) {
+            (Some(i), true) => list[i] = route,
+            (None, true) if total >= MAX_NEIGHBOURS => return false,
+            (None, true) => list.push(route),
+            (Some(i), false) => {
+                list.swap_remove(i);
+            }
+            (None, false) => {}
+        }
+        true
+    }
+
+    /// Every route the fabric advertised, per tenant (kept when the router
+    /// is configured again).
+    fn take_remote(&self, from: &Router) {
+        let old = from.remote.read().expect("lock");
+        let mut new = self.remote.write().expect("lock");
+        for (t, tenant) in self.config.tenants.iter().enumerate() {
+            if let Some(o) = from
+                .config
+                .tenants
+                .iter()
+                .position(|x| x.l3 == tenant.l3 && tenant.l3.is_some())
+            {
+                new[t] = old[o].clone();
+            }
         }
     }
 
@@ -186,9 +279,11 @@ impl Router {
         self.config.tenants[s.tenant].mac
     }
 
-    /// Where a frame from segment `from` to `dst` goes: the tenant's
-    /// connected subnets first, then its static routes, longest prefix
-    /// first.
+    /// Where a frame from segment `from` to `dst` goes: the longest
+    /// prefix of the tenant's connected subnets and what the fabric
+    /// advertised (a connected one where equal: the host routes of remote
+    /// VMs win over their subnet, here as at every host), then its static
+    /// routes.
     pub(crate) fn hop(&self, from: Segment, dst: Ipv4Addr) -> Hop {
         let tenant = &self.config.tenants[from.tenant];
         if tenant.gateways.iter().any(|g| g.ipv4.0 == dst) {
@@ -200,9 +295,24 @@ impl Router {
                 .iter()
                 .filter(|g| within(ip, g.ipv4.0, g.ipv4.1))
                 .max_by_key(|g| g.ipv4.1)
-                .map(|g| g.vlan)
+                .map(|g| (g.vlan, g.ipv4.1))
         };
-        if let Some(vlan) = connected(dst) {
+        let local = connected(dst);
+        if let Some(l3) = tenant.l3 {
+            let remote = self.remote.read().expect("lock");
+            let best = remote[from.tenant]
+                .iter()
+                .filter(|r| within(dst, r.to.0, r.to.1))
+                .max_by_key(|r| r.to.1);
+            if let Some(r) = best.filter(|r| local.is_none_or(|(_, n)| r.to.1 > n)) {
+                return Hop::Remote {
+                    vni: l3.vni,
+                    vlan: l3.vlan,
+                    vtep: r.vtep,
+                };
+            }
+        }
+        if let Some((vlan, _)) = local {
             return Hop::Via { vlan, ip: dst };
         }
         let route = tenant
@@ -211,7 +321,7 @@ impl Router {
             .filter(|r| within(dst, r.to.0, r.to.1))
             .max_by_key(|r| r.to.1);
         match route.and_then(|r| Some((connected(r.via)?, r.via))) {
-            Some((vlan, ip)) => Hop::Via { vlan, ip },
+            Some(((vlan, _), ip)) => Hop::Via { vlan, ip },
             None => Hop::None,
         }
     }
@@ -267,12 +377,14 @@ impl Router {
     /// The router as `hvnet route` shows it.
     pub fn view(&self, tenant: Option<&str>) -> RouterView {
         let n = self.neighbours.read().expect("lock");
+        let remote = self.remote.read().expect("lock");
         let tenants = self
             .config
             .tenants
             .iter()
-            .filter(|t| tenant.is_none_or(|name| t.name == name))
-            .map(|t| {
+            .enumerate()
+            .filter(|(_, t)| tenant.is_none_or(|name| t.name == name))
+            .map(|(i, t)| {
                 let vlans: Vec<u16> = t.gateways.iter().map(|g| g.vlan).collect();
                 let mut routes: Vec<RouteView> = t
                     .gateways
@@ -306,8 +418,12 @@ impl Router {
                     })
                     .collect();
                 neighbours.sort_by_key(|x| (x.vlan, x.ip));
+                let mut from_fabric = remote[i].clone();
+                from_fabric.sort_by_key(|r| r.to);
                 TenantView {
                     name: t.name.clone(),
+                    l3: t.l3,
+                    remote: from_fabric,
                     gateway_mac: t.mac.to_string(),
                     gateways: t
                         .gateways
@@ -321,6 +437,7 @@ impl Router {
             .collect();
         let c = &self.counters;
         RouterView {
+            router_mac: self.config.router_mac.to_string(),
             tenants,
             routed: c.routed.load(Relaxed),
             gateway_arp: c.gateway_arp.load(Relaxed),
@@ -356,6 +473,10 @@ pub struct TenantView {
     pub gateways: Vec<(u16, String)>,
     /// Its routes: connected, then static.
     pub routes: Vec<RouteView>,
+    /// Routed across hosts: its L3 VNI.
+    pub l3: Option<L3Vni>,
+    /// The routes the fabric advertised (through the L3 VNI).
+    pub remote: Vec<RemoteRoute>,
     /// Its neighbours.
     pub neighbours: Vec<NeighbourView>,
 }
@@ -389,6 +510,8 @@ pub struct NeighbourView {
 /// The router's view.
 #[derive(Clone, Debug, Serialize)]
 pub struct RouterView {
+    /// This host's router MAC (symmetric IRB).
+    pub router_mac: String,
     /// Each tenant.
     pub tenants: Vec<TenantView>,
     /// Frames routed.
@@ -407,12 +530,17 @@ pub struct RouterView {
 /// it had unless the configuration is the same (its learned neighbours
 /// kept then).
 pub fn set(sw: &crate::Switch, cfg: Option<RouterConfig>) {
-    if current(sw).map(|r| r.config.clone()) == cfg {
+    let old = current(sw);
+    if old.as_ref().map(|r| r.config.clone()) == cfg {
         return;
     }
-    let next = cfg
-        .filter(|c| !c.tenants.is_empty())
-        .map(|c| Arc::new(Router::new(c)));
+    let next = cfg.filter(|c| !c.tenants.is_empty()).map(|c| {
+        let r = Router::new(c);
+        if let Some(o) = &old {
+            r.take_remote(o);
+        }
+        Arc::new(r)
+    });
     sw.replace_service(next);
 }
 

@@ -23,7 +23,7 @@ pub(crate) const DECL: Decl<InRun> = Decl {
     kind: Kind::Policy,
     after: &["fdb"],
     before: &["ipfix", "suppress", "snoop", "forward"],
-    wants: |f| f.services.has::<Router>() && !f.uplink,
+    wants: |f| f.services.has::<Router>(),
     run: route_burst,
 };
 
@@ -138,6 +138,19 @@ fn judge(st: &State, cx: &Ctx, r: &Router, seg: Segment, pkt: &mut Packet) -> Ve
     let gw_mac = r.mac(seg);
     let l = pkt.meta.layers;
     let learn = !cx.synthetic();
+    let Some(gateway) = seg.gateway else {
+        // The tenant's L3 VNI: what another host routed here, to this
+        // host's router MAC.
+        return match l.ethertype() {
+            EtherType::Ipv4 if pkt.dst() == r.router_mac() => route_ipv4(st, cx, r, seg, pkt),
+            _ => Verdict::Pass,
+        };
+    };
+    if cx.port.is_uplink() {
+        // A segment's frames from the fabric: each host's own gateway
+        // answers its VMs; these are switched as they are.
+        return Verdict::Pass;
+    }
     match l.ethertype() {
         EtherType::Arp => {
             let Ok(a) = arp::Packet::new_checked(&pkt.buf.held()[l.l2_len()..])
@@ -146,7 +159,7 @@ fn judge(st: &State, cx: &Ctx, r: &Router, seg: Segment, pkt: &mut Packet) -> Ve
                 return Verdict::Pass;
             };
             let vlan = pkt.meta.vlan;
-            let for_gateway = a.target_ip == seg.gateway.octets();
+            let for_gateway = a.target_ip == gateway.octets();
             match a.op {
                 arp::Operation::Request if for_gateway => {
                     if learn {
@@ -202,19 +215,54 @@ fn route_ipv4(st: &State, cx: &Ctx, r: &Router, seg: Segment, pkt: &mut Packet) 
             None,
             format!("no route to {dst} in the tenant"),
         ),
-        Hop::Via { vlan, ip: hop } => {
-            if head[ip + 8] <= 1 {
-                let f = frames::time_exceeded(head, ip, hlen, seg.gateway, gw_mac);
+        Hop::Remote { .. } if seg.gateway.is_none() => Verdict::Dropped(
+            DropReason::Unrouted,
+            None,
+            format!("to {dst}: from the fabric and back into it, not routed"),
+        ),
+        _ if head[ip + 8] <= 1 => {
+            // Back to the sender from its own segment's gateway (one
+            // routed here from another host gets no answer: this host
+            // has no address in the L3 VNI).
+            let sent = seg.gateway.map(|gw| {
+                (
+                    frames::time_exceeded(head, ip, hlen, gw, gw_mac),
+                    pkt.meta.vlan,
+                )
+            });
+            Verdict::Dropped(
+                DropReason::TtlExceeded,
+                sent,
+                format!("to {dst}: TTL exceeded"),
+            )
+        }
+        Hop::Remote { vni, vlan, vtep } => {
+            let rmac = cx
+                .sw
+                .endpoint_on(vlan)
+                .and_then(|(e, _)| e.evpn_resolve(vni, vtep));
+            let Some(rmac) = rmac else {
                 return Verdict::Dropped(
-                    DropReason::TtlExceeded,
-                    Some((f, pkt.meta.vlan)),
-                    format!("to {dst}: TTL exceeded, answered"),
+                    DropReason::NeighbourUnresolved,
+                    None,
+                    format!("to {dst}: behind {vtep}, whose router MAC the fabric has not said"),
                 );
+            };
+            frames::route_ipv4(pkt.buf.held_mut(), ip, r.router_mac(), rmac);
+            Verdict::Routed {
+                vlan,
+                mac: rmac,
+                hop: match vtep {
+                    IpAddr::V4(v) => v,
+                    IpAddr::V6(_) => Ipv4Addr::UNSPECIFIED,
+                },
             }
+        }
+        Hop::Via { vlan, ip: hop } => {
             let Some(mac) = neighbour(cx, r, vlan, hop) else {
+                let gw = r.segment(vlan).and_then(|s| s.gateway);
                 let asked = !cx.synthetic() && r.should_ask(vlan, hop, st.now);
-                let gw = r.segment(vlan).map_or(seg.gateway, |s| s.gateway);
-                let request = asked.then(|| {
+                let request = gw.filter(|_| asked).map(|gw| {
                     r.counters.arp_requests_sent.fetch_add(1, Relaxed);
                     (frames::arp_request(gw, gw_mac, hop).to_vec(), vlan)
                 });

@@ -15,6 +15,10 @@ fn router() -> Router {
                     to: (Ipv4Addr::UNSPECIFIED, 0),
                     via: Ipv4Addr::new(198, 19, 80, 1),
                 }],
+                l3: Some(L3Vni {
+                    vni: 5999,
+                    vlan: 999,
+                }),
             },
             // The same subnets in another tenant.
             Tenant {
@@ -22,9 +26,11 @@ fn router() -> Router {
                 mac: DEFAULT_GATEWAY_MAC,
                 gateways: vec![gw(30, [198, 19, 80, 254]), gw(40, [198, 19, 81, 254])],
                 routes: vec![],
+                l3: None,
             },
         ],
         neighbours: vec![],
+        router_mac: MacAddr([2, 0x72, 198, 18, 60, 1]),
     })
 }
 
@@ -103,4 +109,61 @@ fn a_routed_header_has_its_ttl_decremented_and_its_checksum_still_right() {
     assert_eq!(checksum(&te[14..34]), 0);
     assert_eq!(checksum(&te[34..]), 0);
     assert_eq!(&te[30..34], &[198, 19, 80, 1], "back to the sender");
+}
+
+#[test]
+fn an_advertised_host_route_wins_over_its_subnet_and_a_subnet_over_a_prefix() {
+    let r = router();
+    let blue = r.segment(10).unwrap();
+    let vtep: IpAddr = Ipv4Addr::new(198, 18, 60, 2).into();
+    let b = Ipv4Addr::new(198, 19, 81, 7);
+    let route = |to: [u8; 4], n| RemoteRoute {
+        to: (Ipv4Addr::from(to), n),
+        vtep,
+    };
+    assert!(r.set_remote(5999, route([198, 19, 81, 7], 32), true));
+    assert!(r.set_remote(5999, route([198, 19, 81, 0], 24), true));
+    assert!(r.set_remote(5999, route([198, 19, 90, 0], 24), true));
+    assert!(
+        !r.set_remote(4242, route([10, 0, 0, 0], 8), true),
+        "no tenant's L3 VNI"
+    );
+    let remote = Hop::Remote {
+        vni: 5999,
+        vlan: 999,
+        vtep,
+    };
+    assert_eq!(r.hop(blue, b), remote, "the host route");
+    let other = Ipv4Addr::new(198, 19, 81, 8);
+    assert_eq!(
+        r.hop(blue, other),
+        Hop::Via {
+            vlan: 20,
+            ip: other
+        },
+        "the connected subnet"
+    );
+    assert_eq!(
+        r.hop(blue, Ipv4Addr::new(198, 19, 90, 3)),
+        remote,
+        "a prefix only the fabric has"
+    );
+    // From the L3 VNI, to a local VM.
+    let l3 = r.segment(999).unwrap();
+    assert_eq!(
+        r.hop(l3, other),
+        Hop::Via {
+            vlan: 20,
+            ip: other
+        }
+    );
+    // Withdrawn; and kept across a new configuration.
+    assert!(r.set_remote(5999, route([198, 19, 81, 7], 32), false));
+    assert_eq!(r.hop(blue, b), Hop::Via { vlan: 20, ip: b });
+    let mut cfg = r.config.clone();
+    cfg.neighbours
+        .push((10, IpAddr::V4(b), MacAddr([2, 0, 0, 0, 0, 1])));
+    let again = Router::new(cfg);
+    again.take_remote(&r);
+    assert_eq!(again.hop(blue, Ipv4Addr::new(198, 19, 90, 3)), remote);
 }

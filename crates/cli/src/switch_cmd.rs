@@ -777,8 +777,17 @@ pub fn route(t: &Target, tenant: Option<String>) -> Result<(), String> {
         return Ok(());
     }
     for x in v["tenants"].as_array().into_iter().flatten() {
+        let l3 = match x["l3"].as_object() {
+            Some(l3) => format!(
+                "  L3 VNI {} (VLAN {})  router MAC {}",
+                s(&l3["vni"]),
+                s(&l3["vlan"]),
+                s(&v["router_mac"])
+            ),
+            None => String::new(),
+        };
         println!(
-            "tenant {}  gateway MAC {}",
+            "tenant {}  gateway MAC {}{l3}",
             s(&x["name"]),
             s(&x["gateway_mac"])
         );

@@ -600,21 +600,23 @@ impl Topology {
     /// inner frame (VXLAN adds 50 bytes).
     pub fn warnings(&self) -> Vec<String> {
         let mut w = Vec::new();
-        // Two VMs given one address: both come up, and each answers ARP
-        // for it.
-        let addrs: Vec<(String, String)> = self
+        // Two VMs given one address in one VLAN: both come up, and each
+        // answers ARP for it (in two VLANs, two tenants', it is fine).
+        let addrs: Vec<(String, &Vm)> = self
             .vms
             .iter()
             .flat_map(|v| {
-                let v4 = v.ipv4.map(|(a, _)| (a.to_string(), v.name.clone()));
-                let v6 = v.ipv6.map(|(a, _)| (a.to_string(), v.name.clone()));
+                let v4 = v.ipv4.map(|(a, _)| (a.to_string(), v));
+                let v6 = v.ipv6.map(|(a, _)| (a.to_string(), v));
                 v4.into_iter().chain(v6)
             })
             .collect();
         for (i, (a, first)) in addrs.iter().enumerate() {
-            if let Some((_, second)) = addrs[i + 1..].iter().find(|(b, _)| b == a) {
+            let same = |(b, v): &&(String, &Vm)| b == a && v.vlans().meets(&first.vlans());
+            if let Some((_, second)) = addrs[i + 1..].iter().find(same) {
                 w.push(format!(
-                    "VMs {first} and {second} have the same address {a}: each answers for it"
+                    "VMs {} and {} have the same address {a}: each answers for it",
+                    first.name, second.name
                 ));
             }
         }

@@ -33,6 +33,7 @@ from . import teams
 from . import acl_cost
 from . import capture_cost
 from . import ipfix_cost
+from . import routing
 from . import containers
 from . import feature_cost
 from . import planted_faults
@@ -92,6 +93,10 @@ EXPERIMENTS = [
      "workload": "VM to VM through hvnet (and with io_uring TAP writes), the Linux bridge and Open vSwitch's userspace "
                  "datapath, all up at once, interleaved: 1 and 4 streams, 256 B and 64 KiB writes at MTU 1500, 64 KiB at "
                  "9000"},
+    {"name": "routing", "reproduces": "measurement", "run": routing.routing,
+     "workload": "VM to VM between two subnets routed at hvnet's gateway, beside bridged in one subnet through hvnet, "
+                 "the Linux bridge, and Linux routing between two bridges; 1 and 4 streams, 64 KiB writes, "
+                 "interleaved"},
     {"name": "per-frame", "reproduces": "measurement", "run": fabric_compare.per_frame,
      "workload": "VM to VM, wire-sized frames (sender TSO off, receiver LRO off): CPU time, cycles, instructions, system "
                  "calls and context switches of the hvnet daemon per frame (perf stat)"},

@@ -32,7 +32,9 @@ def iperf(f, streams=1, write="128K", seconds=3, window=None, log=None, reverse=
     """One iperf3 run a -> b (b -> a when `reverse`) with machine CPU, the
     receiver's NIC counters and the sender's frames sent; the command is
     recorded in `log`."""
-    src, dst, ip = ("b", "a", A_IP) if reverse else ("a", "b", B_IP)
+    # A fabric whose VMs are in two subnets (routed) names their addresses.
+    a_ip, b_ip = getattr(f, "a_ip", A_IP), getattr(f, "b_ip", B_IP)
+    src, dst, ip = ("b", "a", a_ip) if reverse else ("a", "b", b_ip)
     server = f.popen(dst, f"iperf3 -s -1 -B {ip}")
     f.wait_listening(dst, 5201)
     cmd = f"iperf3 -c {ip} -t {seconds} -P {streams} -l {write} -J" + (f" -w {window}" if window else "")

@@ -79,7 +79,7 @@ class LinuxVtep:
             sh(self.ns, f"sysctl -qw net.ipv4.ip_forward=1 && ip link add br{l3} type bridge && ip link set br{l3} up"
                         f" && ip link add vx{l3} type vxlan id {l3} local {self.ip} dstport 4789 nolearning"
                         f" && ip link set vx{l3} mtu 1500 master br{l3} up && bridge link set dev vx{l3} learning off")
-            for vni, gw in self.irb["gateways"].items():
+            for vni, gw in ((v, g) for v, g in self.irb["gateways"].items() if v in self.vnis):
                 sh(self.ns, f"ip link set br{vni} address {self.irb['mac']} && ip addr add {gw} dev br{vni}")
                 sh(self.vm_ns_of(vni), f"ip route add default via {gw.split('/')[0]}")
 
@@ -245,7 +245,8 @@ class EvpnFabric:
     `vxlan` and `uplink` add keys to every hvnet host's `[uplink.vxlan]`
     and `[[uplink]]` (several segments: `vni`, `vlans`, `vlan`), and
     `linux_vnis` gives the Linux VTEPs' VNIs and VMs (as `LinuxVtep`'s
-    `vnis`, each VTEP's VM at the same addresses), `linux_irb` their
+    `vnis`, each VTEP's VM at the same addresses; a list: one each),
+    `linux_irb` their
     symmetric IRB (`LinuxVtep`'s `irb`); `tables` adds top-level tables
     to every hvnet host's topology (`[[tenant]]`)."""
 
@@ -259,7 +260,9 @@ class EvpnFabric:
         self.vxlan, self.uplink, self.tables = dict(vxlan or {}), dict(uplink or {}), tables
         self.hvnet = [HvnetHost(self, f"{p}-h{i + 1}", i + 1, vms, team=i in teams)
                       for i, vms in enumerate(hvnet_vms)]
-        self.linux = [LinuxVtep(self, f"{p}-l{j + 1}", j + 1, linux_vnis, linux_irb) for j in range(linux)]
+        # (A list gives each Linux VTEP its own VMs.)
+        per = linux_vnis if isinstance(linux_vnis, list) else [linux_vnis] * linux
+        self.linux = [LinuxVtep(self, f"{p}-l{j + 1}", j + 1, per[j], linux_irb) for j in range(linux)]
         self.injector = Injector(self, f"{p}-g") if injector else None
 
     def hosts(self):

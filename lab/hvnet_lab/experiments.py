@@ -34,6 +34,7 @@ from . import acl_cost
 from . import capture_cost
 from . import ipfix_cost
 from . import routing
+from . import irb_compare
 from . import containers
 from . import feature_cost
 from . import planted_faults
@@ -97,6 +98,10 @@ EXPERIMENTS = [
      "workload": "VM to VM between two subnets routed at hvnet's gateway, beside bridged in one subnet through hvnet, "
                  "the Linux bridge, and Linux routing between two bridges; 1 and 4 streams, 64 KiB writes, "
                  "interleaved"},
+    {"name": "irb", "reproduces": "measurement", "run": irb_compare.irb,
+     "workload": "two hvnet hosts and two Linux VTEPs with FRR's symmetric IRB: a VM-to-VM stream routed across two "
+                 "hosts (1 and 4 streams), hvnet beside Linux, interleaved; how soon a new VM's host route is "
+                 "installed at the other host"},
     {"name": "per-frame", "reproduces": "measurement", "run": fabric_compare.per_frame,
      "workload": "VM to VM, wire-sized frames (sender TSO off, receiver LRO off): CPU time, cycles, instructions, system "
                  "calls and context switches of the hvnet daemon per frame (perf stat)"},

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.root
 
 GW_MAC = "02:68:76:00:00:01"
 TENANTS = [
-    dict(name="blue", gateways={"10": "198.19.80.254/24", "20": "198.19.81.254/24"}),
+    dict(name="blue", gateways={"10": ["198.19.80.254/24", "fd80:10::1/64"], "20": ["198.19.81.254/24", "fd80:20::1/64"]}),
     dict(name="red", gateways={"30": "198.19.80.254/24", "40": "198.19.81.254/24"}),
 ]
 
@@ -26,7 +26,7 @@ TENANTS = [
 @pytest.fixture(scope="module")
 def t(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("routing")
-    vms = [vm("a", "198.19.80.1", vlan=10), vm("b", "198.19.81.1", vlan=20),
+    vms = [vm("a", "198.19.80.1", ipv6="fd80:10::2", vlan=10), vm("b", "198.19.81.1", ipv6="fd80:20::2", vlan=20),
            vm("c", vlan=20),  # an address hvnet does not know: found with ARP
            vm("ra", "198.19.80.1", vlan=30), vm("rb", "198.19.81.1", vlan=40)]
     with hvlab.Topology(tmp, vms, prefix="rt", tables=dict(tenant=TENANTS)) as topo:
@@ -101,3 +101,13 @@ def test_a_trace_shows_the_frame_routed(t):
     out = t.hv("trace", "a", "dst=b", "icmp").stdout
     assert "routed from VLAN 10 into VLAN 20: next hop 198.19.81.1" in out, out
     assert "would be delivered to b" in out, out
+
+
+def test_ipv6_is_routed_with_neighbour_discovery_for_the_gateway(t):
+    out = t.sh("a", "ping -6 -c 2 -i 0.2 -W 2 fd80:20::2").stdout
+    assert "ttl=63" in out, out  # hop limit 64, routed once each way
+    t.sh("a", "ping -6 -c 1 -W 2 fd80:10::1")
+    neigh = t.sh("a", "ip -6 neigh show fd80:10::1").stdout
+    assert GW_MAC in neigh and "router" in neigh, neigh
+    out = t.sh("a", "ping -6 -c 1 -t 1 -W 2 fd80:20::2", check=False).stdout
+    assert "fd80:10::1" in out and "Time exceeded" in out, out

@@ -800,7 +800,7 @@ pub fn route(t: &Target, tenant: Option<String>) -> Result<(), String> {
                 .as_array()
                 .into_iter()
                 .flatten()
-                .find(|g| g[0] == r["vlan"])
+                .find(|g| g[0] == r["vlan"] && s(&g[1]).contains(':') == s(&r["to"]).contains(':'))
                 .map(|g| format!(" src {}", s(&g[1]).split('/').next().unwrap_or_default()))
                 .unwrap_or_default();
             let how = if r["kind"] == "connected" {

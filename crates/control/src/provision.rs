@@ -109,13 +109,16 @@ pub(crate) fn create_vm(
         rtnl.set_link("eth0", &up())?;
         // In a tenant's segment, its gateway is the VM's default route
         // (as a cloud's DHCP gives it the router).
-        if let Some(gw) = topo.gateway_of(vm) {
-            rtnl.add_route(
-                "eth0",
-                std::net::Ipv4Addr::UNSPECIFIED.into(),
-                0,
-                Some(gw.into()),
-            )?;
+        let gateways = [
+            topo.gateway_of(vm).map(std::net::IpAddr::V4),
+            topo.gateway6_of(vm).map(std::net::IpAddr::V6),
+        ];
+        for gw in gateways.into_iter().flatten() {
+            let any = match gw {
+                std::net::IpAddr::V4(_) => std::net::Ipv4Addr::UNSPECIFIED.into(),
+                std::net::IpAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
+            };
+            rtnl.add_route("eth0", any, 0, Some(gw))?;
         }
         tap
     };

@@ -25,6 +25,22 @@ fn named(sw: &Switch, topo: &Topology, name: &str) -> Option<(MacAddr, Option<Ip
     sw.port(name).map(|p| (p.mac, None))
 }
 
+/// The IPv6 (`v6`) or IPv4 address of the VM or host named `name`.
+fn address_of(topo: &Topology, name: &str, v6: bool) -> Option<IpAddr> {
+    let pick = |v4: Option<(std::net::Ipv4Addr, u8)>, v6a: Option<(std::net::Ipv6Addr, u8)>| {
+        if v6 {
+            v6a.map(|a| IpAddr::V6(a.0))
+        } else {
+            v4.map(|a| IpAddr::V4(a.0))
+        }
+    };
+    if let Some(vm) = topo.vms.iter().find(|v| v.name == name) {
+        return pick(vm.ipv4, vm.ipv6);
+    }
+    let h = topo.hosts.iter().find(|h| h.name == name)?;
+    pick(h.ipv4, h.ipv6)
+}
+
 /// The VM or host of the topology with address `ip`: its MAC.
 pub(crate) fn mac_of(topo: &Topology, ip: IpAddr) -> Option<MacAddr> {
     let has = |v4: Option<(std::net::Ipv4Addr, u8)>, v6: Option<(std::net::Ipv6Addr, u8)>| match ip
@@ -93,7 +109,7 @@ pub fn resolve(
     let arp = (s.proto == Some(Proto::Arp)).then_some(MacAddr::BROADCAST);
     // Off its subnet in a tenant's segment, a guest sends to its gateway.
     let routed = match (topo.vms.iter().find(|v| v.name == port), dip) {
-        (Some(vm), Some(IpAddr::V4(d))) if s.src.is_none() => topo.next_hop_mac(vm, d),
+        (Some(vm), Some(d)) if s.src.is_none() => topo.next_hop_mac(vm, d),
         _ => None,
     };
     let dmac = s
@@ -124,6 +140,14 @@ pub fn resolve(
             "{port} has no MAC of its own (an uplink): give smac= or src="
         )));
     }
+    // A named sender speaks the destination's IP version where it has
+    // an address of it (a dual-stack VM).
+    let sip = match (s.src.as_ref().unwrap_or(&own), sip, dip) {
+        (Host::Name(n), Some(a), Some(b)) if a.is_ipv6() != b.is_ipv6() => {
+            address_of(topo, n, b.is_ipv6()).or(Some(a))
+        }
+        _ => sip,
+    };
     let ips = match (sip, dip) {
         (Some(a), Some(b)) if a.is_ipv6() == b.is_ipv6() => Some((a, b)),
         (Some(_), Some(_)) => return Err(err("src and dst are of different IP versions".into())),

@@ -152,6 +152,25 @@ pub fn advertisement(
     )
 }
 
+/// The solicited advertisement a router (a gateway) sends for its own
+/// `target`: as [`advertisement`], with the router flag set (RFC 4861
+/// §4.4), so that hosts keep it as a router.
+pub fn router_advertisement_reply(
+    mac: MacAddr,
+    target: [u8; 16],
+    dst_mac: MacAddr,
+    dst_ip: [u8; 16],
+) -> [u8; ADVERTISEMENT_FRAME] {
+    message(
+        ADVERTISEMENT,
+        0xe0,
+        (mac, target),
+        (dst_mac, dst_ip),
+        target,
+        2,
+    )
+}
+
 const _: () = assert!(SOLICITATION_FRAME == ADVERTISEMENT_FRAME);
 
 /// The unsolicited advertisement `mac` sends for its own `target` to every

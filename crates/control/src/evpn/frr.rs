@@ -354,6 +354,7 @@ mod tests {
             gateways: vec![hvnet_datapath::route::Gateway {
                 vlan: 10,
                 ipv4: ("198.19.80.254".parse().unwrap(), 24),
+                ipv6: None,
             }],
             routes: vec![],
             l3: Some(hvnet_datapath::route::L3Vni {

@@ -76,9 +76,11 @@ pub fn start(
             .port(&u.name)
             .map(|p| p.id)
             .expect("the uplink is a port");
-        // Each segment its own shadow and sync, as FRR expects a Linux
-        // VTEP of several VNIs: a bridge and a vxlan device per VNI.
+        // Each segment its own shadow, as FRR expects a Linux VTEP of
+        // several VNIs (a bridge and a vxlan device per VNI); one sync
+        // thread for them all.
         let segments = std::iter::once((u.vlan, v.vni)).chain(v.vlans.iter().copied());
+        let mut synced = Vec::new();
         for (vlan, vni) in segments {
             let names = shadow_names(vni);
             // A tenant's L3 VNI: its bridge has this host's router MAC,
@@ -99,14 +101,17 @@ pub fn start(
                 .collect();
             let shared = sync::LocalVms::new(vms);
             advertised.push((vlan, Arc::clone(&shared)));
-            let t = sync::spawn(sw.clone(), uplink, (vni, l3), names, shared).map_err(|e| {
-                DaemonError::Other(format!(
-                    "uplink {}: start the EVPN sync of VNI {vni}: {e}",
-                    u.name
-                ))
-            })?;
-            threads.push(t);
+            synced.push(sync::Segment {
+                vni,
+                l3,
+                names,
+                vms: shared,
+            });
         }
+        let t = sync::spawn(sw.clone(), (uplink, &u.name), synced).map_err(|e| {
+            DaemonError::Other(format!("uplink {}: start the EVPN sync: {e}", u.name))
+        })?;
+        threads.push(t);
     }
     if let Some(frr) = &topo.frr {
         // (error.rs imports nothing of evpn: FRR's error becomes words here.)

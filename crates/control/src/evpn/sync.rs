@@ -1,5 +1,5 @@
-//! The thread that keeps an EVPN uplink's shadow and its tunnel endpoint in
-//! step: each present VM's MAC and IPs written to the shadow (zebra
+//! The thread that keeps an EVPN uplink's shadows (one per segment) and
+//! its tunnel endpoint in step: each present VM's MAC and IPs written to the shadow (zebra
 //! advertises them), and what zebra installs there from the fabric read
 //! back over rtnetlink into the endpoint (remote MACs, the flood list,
 //! remote IPs for ARP and ND suppression). Remote MACs are those BGP still
@@ -98,21 +98,32 @@ pub struct LocalVm {
     pub gone: bool,
 }
 
-/// Starts the sync of segment `vni` of uplink port `uplink` with its
-/// shadow `names` (created already), advertising `vms`; its thread ends
-/// with the switch. For a tenant's L3 VNI (`l3`), the routes zebra
-/// installs through its bridge are followed into the router too.
+/// One segment of an uplink, as the sync is given it.
+pub struct Segment {
+    /// Its VNI.
+    pub vni: u32,
+    /// A tenant's L3 VNI: the routes zebra installs through its bridge
+    /// are followed into the router too.
+    pub l3: bool,
+    /// Its shadow's devices (created already).
+    pub names: ShadowNames,
+    /// The VMs it advertises.
+    pub vms: Arc<LocalVms>,
+}
+
+/// Starts the sync of uplink port `uplink` (named `name`) with the shadows
+/// of its `segments`: one thread for all of them, one socket of
+/// notifications (each entry goes to the segment whose device it is on);
+/// the thread ends with the switch.
 pub fn spawn(
     sw: Arc<Switch>,
-    uplink: usize,
-    (vni, l3): (u32, bool),
-    names: ShadowNames,
-    shared: Arc<LocalVms>,
+    (uplink, name): (usize, &str),
+    segments: Vec<Segment>,
 ) -> io::Result<JoinHandle<()>> {
     let mut monitor = Socket::new(NETLINK_ROUTE)?;
     monitor.bind_auto()?;
     monitor.add_membership(RTNLGRP_NEIGH)?;
-    if l3 {
+    if segments.iter().any(|g| g.l3) {
         monitor.add_membership(RTNLGRP_IPV4_ROUTE)?;
     }
     // A burst of thousands of routes fits; past that, an overflow makes a
@@ -120,25 +131,30 @@ pub fn spawn(
     let _ = monitor.set_rx_buf_sz(8 << 20);
     monitor.set_non_blocking(true)?;
     let rtnl = Rtnl::new().map_err(io::Error::other)?;
-    let thread_name = format!("evpn-{}", names.vxlan);
+    let segs = segments
+        .into_iter()
+        .map(|g| Seg {
+            vni: g.vni,
+            routes: g.l3.then(super::routes::Routes::default),
+            names: g.names,
+            vms: g.vms.snapshot(),
+            vms_gen: g.vms.generation(),
+            shared: g.vms,
+            advertised: HashMap::new(),
+            retry_at: HashMap::new(),
+            remote: RemoteMacs::default(),
+            idx: Indices::default(),
+        })
+        .collect();
     let mut s = Sync {
         sw,
         uplink,
-        vni,
-        routes: l3.then(super::routes::Routes::default),
-        names,
-        vms: shared.snapshot(),
-        vms_gen: shared.generation(),
-        shared,
         rtnl,
         monitor,
-        advertised: HashMap::new(),
-        retry_at: HashMap::new(),
-        remote: RemoteMacs::default(),
-        idx: Indices::default(),
+        segs,
     };
     std::thread::Builder::new()
-        .name(thread_name)
+        .name(format!("evpn-{name}"))
         .spawn(move || s.run())
 }
 
@@ -152,7 +168,13 @@ struct Indices {
 struct Sync {
     sw: Arc<Switch>,
     uplink: usize,
-    /// The segment this thread keeps.
+    rtnl: Rtnl,
+    monitor: Socket,
+    segs: Vec<Seg>,
+}
+
+/// What the sync keeps of one segment.
+struct Seg {
     vni: u32,
     /// For an L3 VNI, the remote routes zebra installed, as the router
     /// has them.
@@ -162,8 +184,6 @@ struct Sync {
     vms: Vec<LocalVm>,
     vms_gen: u64,
     shared: Arc<LocalVms>,
-    rtnl: Rtnl,
-    monitor: Socket,
     /// Per VM (by MAC: a removed VM's port index may be another's since),
     /// whether the shadow has it now (none yet: written either way, as
     /// after a daemon restart the shadow may hold a VM that left
@@ -174,6 +194,13 @@ struct Sync {
     /// The shadow's remote MAC entries, and which BGP backs.
     remote: RemoteMacs,
     idx: Indices,
+}
+
+/// What a segment's work needs of the sync besides the segment.
+struct Cx<'a> {
+    sw: &'a Switch,
+    uplink: usize,
+    rtnl: &'a mut Rtnl,
 }
 
 impl Sync {
@@ -188,9 +215,16 @@ impl Sync {
                     continue;
                 }
             }
-            self.advertise_local();
-            if let Some(r) = &mut self.routes {
-                r.follow_router(&self.sw, self.vni);
+            for g in &mut self.segs {
+                let mut cx = Cx {
+                    sw: &self.sw,
+                    uplink: self.uplink,
+                    rtnl: &mut self.rtnl,
+                };
+                g.advertise_local(&mut cx);
+                if let Some(r) = &mut g.routes {
+                    r.follow_router(&self.sw, g.vni);
+                }
             }
             if let Ok(false) =
                 hvnet_sys::poll_readable(self.monitor.as_raw_fd(), LOCAL_EVERY.as_millis() as i32)
@@ -203,7 +237,7 @@ impl Sync {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) => {
                         // ENOBUFS: changes were lost; read the tables again.
-                        tracing::warn!(error = %e, shadow = %self.names.vxlan, "EVPN: changes lost; reading the shadow's tables again");
+                        tracing::warn!(error = %e, "EVPN: changes lost; reading the shadows' tables again");
                         need_dump = true;
                         break;
                     }
@@ -212,85 +246,147 @@ impl Sync {
         }
     }
 
-    /// Forgets what was installed and reads the shadow's tables afresh;
-    /// false if the shadow cannot be read now.
+    /// Forgets what was installed and reads every shadow's tables afresh
+    /// (one dump each, shared out by device); false if a shadow cannot be
+    /// read now.
     fn resync(&mut self) -> bool {
-        let idx = (|| -> Result<Indices, crate::rtnl::NetlinkError> {
-            Ok(Indices {
-                bridge: self.rtnl.index(&self.names.bridge)?,
-                vxlan: self.rtnl.index(&self.names.vxlan)?,
-                port: self.rtnl.index(&self.names.port)?,
-            })
-        })();
-        let idx = match idx {
-            Ok(i) => i,
-            Err(e) => {
-                tracing::warn!(error = %e, "EVPN: the shadow devices are not there");
-                return false;
+        for g in &mut self.segs {
+            let idx = (|| -> Result<Indices, crate::rtnl::NetlinkError> {
+                Ok(Indices {
+                    bridge: self.rtnl.index(&g.names.bridge)?,
+                    vxlan: self.rtnl.index(&g.names.vxlan)?,
+                    port: self.rtnl.index(&g.names.port)?,
+                })
+            })();
+            match idx {
+                Ok(i) => g.idx = i,
+                Err(e) => {
+                    tracing::warn!(error = %e, vni = g.vni, "EVPN: the shadow devices are not there");
+                    return false;
+                }
             }
-        };
-        self.idx = idx;
+        }
         let Some(vtep) = self.sw.endpoint(self.uplink) else {
             return true;
         };
-        for mac in vtep.evpn_clear(self.vni) {
-            let _ = self.sw.evpn_mac(self.uplink, self.vni, mac, None);
+        let mut on_vxlan = vec![HashSet::new(); self.segs.len()];
+        for g in &mut self.segs {
+            for mac in vtep.evpn_clear(g.vni) {
+                let _ = self.sw.evpn_mac(self.uplink, g.vni, mac, None);
+            }
+            // What this thread wrote is written again.
+            g.advertised.clear();
+            g.remote.clear();
         }
-        // What this thread wrote is written again.
-        self.advertised.clear();
-        self.remote.clear();
-        let mut on_vxlan = HashSet::new();
         for family in [
             AddressFamily::Bridge,
             AddressFamily::Inet,
             AddressFamily::Inet6,
         ] {
-            match shadow::dump(&mut self.rtnl, family) {
-                Ok(list) => {
-                    for m in list {
-                        match self.entry(&m) {
-                            Entry::Remote(mac, vtep) => {
-                                self.remote.vxlan_entry(mac, Some(vtep));
-                            }
-                            Entry::Bridge(mac, true) => {
-                                on_vxlan.insert(mac);
-                            }
-                            _ => self.apply(&m, true),
-                        }
-                    }
-                }
+            let list = match shadow::dump(&mut self.rtnl, family) {
+                Ok(list) => list,
                 Err(e) => {
-                    tracing::warn!(error = %e, "EVPN: cannot read the shadow's tables");
+                    tracing::warn!(error = %e, "EVPN: cannot read the shadows' tables");
                     return false;
+                }
+            };
+            for m in list {
+                let Some(i) = self.segment_of(m.header.ifindex) else {
+                    continue;
+                };
+                let g = &mut self.segs[i];
+                match g.entry(&m) {
+                    Entry::Remote(mac, vtep) => {
+                        g.remote.vxlan_entry(mac, Some(vtep));
+                    }
+                    Entry::Bridge(mac, true) => {
+                        on_vxlan[i].insert(mac);
+                    }
+                    _ => g.apply(&self.sw, self.uplink, &m, true),
                 }
             }
         }
-        self.remote.settle(&on_vxlan);
-        if let Some(r) = &mut self.routes {
+        let routes = if self.segs.iter().any(|g| g.routes.is_some()) {
             match super::routes::dump(&mut self.rtnl) {
-                Ok(list) => r.replace(&self.sw, self.vni, self.idx.bridge, &list),
+                Ok(list) => list,
                 Err(e) => {
                     tracing::warn!(error = %e, "EVPN: cannot read the L3 VNI's routes");
                     return false;
                 }
             }
-        }
-        let backed: Vec<_> = self.remote.backed().collect();
-        for (mac, vtep) in backed {
-            self.install(mac, Some(vtep));
+        } else {
+            Vec::new()
+        };
+        for (g, on_vxlan) in self.segs.iter_mut().zip(&on_vxlan) {
+            g.remote.settle(on_vxlan);
+            if let Some(r) = &mut g.routes {
+                r.replace(&self.sw, g.vni, g.idx.bridge, &routes);
+            }
+            let backed: Vec<_> = g.remote.backed().collect();
+            for (mac, vtep) in backed {
+                g.install(&self.sw, self.uplink, mac, Some(vtep));
+            }
         }
         true
     }
 
+    /// The segment whose shadow device `ifindex` is.
+    fn segment_of(&self, ifindex: u32) -> Option<usize> {
+        self.segs.iter().position(|g| {
+            let i = g.idx;
+            ifindex == i.bridge || ifindex == i.vxlan || ifindex == i.port
+        })
+    }
+
+    fn apply_all(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let Ok(m) = NetlinkMessage::<RouteNetlinkMessage>::deserialize(bytes) else {
+                return;
+            };
+            let len = (m.header.length as usize + 3) & !3;
+            if len == 0 || len > bytes.len() {
+                return;
+            }
+            bytes = &bytes[len..];
+            let (n, new) = match m.payload {
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewNeighbour(n)) => (n, true),
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelNeighbour(n)) => (n, false),
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewRoute(r)) => {
+                    self.route(&r, true);
+                    continue;
+                }
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelRoute(r)) => {
+                    self.route(&r, false);
+                    continue;
+                }
+                _ => continue,
+            };
+            if let Some(i) = self.segment_of(n.header.ifindex) {
+                self.segs[i].apply(&self.sw, self.uplink, &n, new);
+            }
+        }
+    }
+
+    /// A route change, for the L3 VNIs' segments.
+    fn route(&mut self, r: &netlink_packet_route::route::RouteMessage, new: bool) {
+        for g in &mut self.segs {
+            if let Some(routes) = &mut g.routes {
+                routes.apply(&self.sw, g.vni, g.idx.bridge, r, new);
+            }
+        }
+    }
+}
+
+impl Seg {
     /// Writes each VM that is present (its port up and connected, its
     /// guest here) to the shadow, and removes each that is not.
-    fn advertise_local(&mut self) {
+    fn advertise_local(&mut self, cx: &mut Cx<'_>) {
         let gen = self.shared.generation();
         if gen != self.vms_gen {
             self.vms = self.shared.snapshot();
             self.vms_gen = gen;
         }
-        let ports = self.sw.ports();
+        let ports = cx.sw.ports();
         let mut forgotten = Vec::new();
         for i in 0..self.vms.len() {
             let vm = &self.vms[i];
@@ -308,11 +404,11 @@ impl Sync {
                 continue;
             }
             let ips = vm.ips.clone();
-            let mut ok = shadow::set_local_mac(&mut self.rtnl, self.idx.port, mac, present)
+            let mut ok = shadow::set_local_mac(cx.rtnl, self.idx.port, mac, present)
                 .map_err(|e| tracing::warn!(error = %e, %mac, "EVPN: cannot write the VM's MAC to the shadow"))
                 .is_ok();
             for ip in ips {
-                ok &= shadow::set_local_ip(&mut self.rtnl, self.idx.bridge, ip, mac, present)
+                ok &= shadow::set_local_ip(cx.rtnl, self.idx.bridge, ip, mac, present)
                     .map_err(|e| tracing::warn!(error = %e, %ip, "EVPN: cannot write the VM's address to the shadow"))
                     .is_ok();
             }
@@ -324,11 +420,11 @@ impl Sync {
             }
             self.retry_at.remove(&mac);
             self.advertised.insert(mac, present);
-            tracing::info!(%mac, present, "EVPN: VM advertised (present) or withdrawn");
+            tracing::info!(%mac, present, vni = self.vni, "EVPN: VM advertised (present) or withdrawn");
             if !present {
                 // Where the VM went (another host), the fabric may have
                 // said already, and been refused while it was here.
-                self.recheck(mac);
+                self.recheck(cx.sw, cx.uplink, mac);
             }
         }
         // A removed VM, withdrawn: forgotten.
@@ -340,46 +436,14 @@ impl Sync {
     }
 
     /// Installs again what BGP says of `mac`.
-    fn recheck(&mut self, mac: MacAddr) {
-        self.install(mac, self.remote.remote(mac));
+    fn recheck(&mut self, sw: &Switch, uplink: usize, mac: MacAddr) {
+        self.install(sw, uplink, mac, self.remote.remote(mac));
     }
 
     /// Installs `mac` behind `vtep`, or withdraws it (`None`).
-    fn install(&mut self, mac: MacAddr, vtep: Option<IpAddr>) {
-        if let Err(e) = self.sw.evpn_mac(self.uplink, self.vni, mac, vtep) {
-            tracing::debug!(%mac, ?vtep, reason = %e, "EVPN: advertisement refused");
-        }
-    }
-
-    fn apply_all(&mut self, mut bytes: &[u8]) {
-        while !bytes.is_empty() {
-            let Ok(m) = NetlinkMessage::<RouteNetlinkMessage>::deserialize(bytes) else {
-                return;
-            };
-            let len = (m.header.length as usize + 3) & !3;
-            if len == 0 || len > bytes.len() {
-                return;
-            }
-            bytes = &bytes[len..];
-            match m.payload {
-                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewNeighbour(n)) => {
-                    self.apply(&n, true)
-                }
-                NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelNeighbour(n)) => {
-                    self.apply(&n, false)
-                }
-                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewRoute(r)) => {
-                    if let Some(routes) = &mut self.routes {
-                        routes.apply(&self.sw, self.vni, self.idx.bridge, &r, true);
-                    }
-                }
-                NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelRoute(r)) => {
-                    if let Some(routes) = &mut self.routes {
-                        routes.apply(&self.sw, self.vni, self.idx.bridge, &r, false);
-                    }
-                }
-                _ => {}
-            }
+    fn install(&mut self, sw: &Switch, uplink: usize, mac: MacAddr, vtep: Option<IpAddr>) {
+        if let Err(e) = sw.evpn_mac(uplink, self.vni, mac, vtep) {
+            tracing::debug!(%mac, ?vtep, vni = self.vni, reason = %e, "EVPN: advertisement refused");
         }
     }
 
@@ -407,8 +471,8 @@ impl Sync {
     }
 
     /// Installs or withdraws what one entry of the shadow says.
-    fn apply(&mut self, n: &NeighbourMessage, new: bool) {
-        let Some(vtep) = self.sw.endpoint(self.uplink) else {
+    fn apply(&mut self, sw: &Switch, uplink: usize, n: &NeighbourMessage, new: bool) {
+        let Some(vtep) = sw.endpoint(uplink) else {
             return;
         };
         match self.entry(n) {
@@ -421,7 +485,7 @@ impl Sync {
             }
             Entry::Remote(mac, remote) => {
                 let now = self.remote.vxlan_entry(mac, new.then_some(remote));
-                self.install(mac, now);
+                self.install(sw, uplink, mac, now);
             }
             // The bridge's entry for a MAC moved (a deletion changes
             // nothing: the entry is where it was until written elsewhere).
@@ -430,7 +494,7 @@ impl Sync {
                     if !on_vxlan {
                         tracing::info!(%mac, "EVPN: the MAC is local again; its remote entry on the shadow is left over, withdrawn");
                     }
-                    self.recheck(mac);
+                    self.recheck(sw, uplink, mac);
                 }
             }
             Entry::Other => {

@@ -531,9 +531,13 @@ impl Topology {
     pub fn gateway_of(&self, vm: &Vm) -> Option<std::net::Ipv4Addr> {
         tenant::gateway_of(&self.tenants, vm)
     }
+    /// The IPv6 gateway of VM `vm`'s segment, where it has one.
+    pub fn gateway6_of(&self, vm: &Vm) -> Option<std::net::Ipv6Addr> {
+        tenant::gateway6_of(&self.tenants, vm)
+    }
     /// The MAC VM `vm` sends to for `dst`: its gateway's, when `dst` is
     /// off its subnet in a tenant's segment.
-    pub fn next_hop_mac(&self, vm: &Vm, dst: std::net::Ipv4Addr) -> Option<hvnet_wire::MacAddr> {
+    pub fn next_hop_mac(&self, vm: &Vm, dst: std::net::IpAddr) -> Option<hvnet_wire::MacAddr> {
         tenant::next_hop_mac(&self.tenants, vm, dst)
     }
     /// This host's router MAC (symmetric IRB).

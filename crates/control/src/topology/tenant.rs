@@ -4,7 +4,7 @@
 //! ```toml
 //! [[tenant]]
 //! name = "blue"
-//! gateways = { 10 = "198.19.80.254/24", 20 = "198.19.81.254/24" }  # VLAN = gateway/prefix
+//! gateways = { 10 = "198.19.80.254/24", 20 = ["198.19.81.254/24", "fd81::1/64"] }  # VLAN = gateway/prefix (and IPv6)
 //! routes = [{ to = "0.0.0.0/0", via = "198.19.80.1" }]             # static, via a neighbour
 //! gateway_mac = "02:68:76:00:00:01"                                # the same on every host
 //! l3_vni = 5999        # routed across hosts (symmetric IRB): an EVPN uplink's `vlans` carries it
@@ -17,18 +17,26 @@ use hvnet_datapath::route::{
 use hvnet_wire::MacAddr;
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// `[[tenant]]` as written.
 #[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 pub(super) struct TenantRepr {
     name: String,
-    gateways: BTreeMap<String, String>,
+    gateways: BTreeMap<String, GatewayRepr>,
     #[serde(default)]
     routes: Vec<RouteRepr>,
     gateway_mac: Option<String>,
     l3_vni: Option<u32>,
+}
+
+/// A segment's gateway: its IPv4 address, or that and an IPv6 one.
+#[derive(Deserialize, Clone)]
+#[serde(untagged)]
+enum GatewayRepr {
+    One(String),
+    Both(Vec<String>),
 }
 
 #[derive(Deserialize, Clone)]
@@ -43,6 +51,18 @@ fn ipv4_prefix(s: &str) -> Option<(Ipv4Addr, u8)> {
     let (a, n) = s.split_once('/')?;
     let n: u8 = n.parse().ok().filter(|n| *n <= 32)?;
     Some((a.parse().ok()?, n))
+}
+
+/// `a:b::c/n`.
+fn ipv6_prefix(s: &str) -> Option<(Ipv6Addr, u8)> {
+    let (a, n) = s.split_once('/')?;
+    let n: u8 = n.parse().ok().filter(|n| (8..=126).contains(n))?;
+    Some((a.parse().ok()?, n))
+}
+
+fn within6(a: Ipv6Addr, (net, n): (Ipv6Addr, u8)) -> bool {
+    let mask = u128::MAX.checked_shl(128 - u32::from(n)).unwrap_or(0);
+    u128::from(a) & mask == u128::from(net) & mask
 }
 
 fn within(a: Ipv4Addr, (net, n): (Ipv4Addr, u8)) -> bool {
@@ -87,13 +107,47 @@ pub(super) fn parse_tenants(
                 .ok()
                 .filter(|v| (1..=4094).contains(v))
                 .ok_or_else(|| bad(format!("gateways: VLAN {vlan:?} is outside 1..4094")))?;
-            let ipv4 = ipv4_prefix(addr)
+            let addrs: Vec<&String> = match addr {
+                GatewayRepr::One(a) => vec![a],
+                GatewayRepr::Both(list) => list.iter().collect(),
+            };
+            let (v6, v4): (Vec<&String>, Vec<&String>) =
+                addrs.into_iter().partition(|a| a.contains(':'));
+            let [a4] = v4.as_slice() else {
+                return Err(bad(format!(
+                    "gateways: VLAN {vlan}: one IPv4 address and prefix (8..30), and at most one IPv6, as \"198.19.80.254/24\" or [\"198.19.80.254/24\", \"fd80::1/64\"]"
+                )));
+            };
+            let ipv4 = ipv4_prefix(a4)
                 .filter(|(_, n)| (8..=30).contains(n))
                 .ok_or_else(|| {
                     bad(format!(
-                        "gateways: VLAN {vlan}: {addr:?} is not the gateway's IPv4 address and prefix (8..30), as \"198.19.80.254/24\""
+                        "gateways: VLAN {vlan}: {a4:?} is not the gateway's IPv4 address and prefix (8..30), as \"198.19.80.254/24\""
                     ))
                 })?;
+            let ipv6 = match v6.as_slice() {
+                [] => None,
+                [a6] => Some(ipv6_prefix(a6).ok_or_else(|| {
+                    bad(format!(
+                        "gateways: VLAN {vlan}: {a6:?} is not the gateway's IPv6 address and prefix (8..126), as \"fd80::1/64\""
+                    ))
+                })?),
+                _ => {
+                    return Err(bad(format!(
+                        "gateways: VLAN {vlan}: at most one IPv6 address"
+                    )))
+                }
+            };
+            if let Some(a) = ipv6 {
+                let overlaps =
+                    |g: &&Gateway| g.ipv6.is_some_and(|b| within6(a.0, b) || within6(b.0, a));
+                if let Some(g) = gateways.iter().find(overlaps) {
+                    return Err(bad(format!(
+                        "gateways: VLAN {vlan}'s IPv6 subnet ({}/{}) overlaps VLAN {}'s",
+                        a.0, a.1, g.vlan
+                    )));
+                }
+            }
             if let Some(o) = tenants
                 .iter()
                 .find(|o| o.gateways.iter().any(|g| g.vlan == vlan))
@@ -112,7 +166,7 @@ pub(super) fn parse_tenants(
                     g.vlan
                 )));
             }
-            gateways.push(Gateway { vlan, ipv4 });
+            gateways.push(Gateway { vlan, ipv4, ipv6 });
         }
         let mut routes = Vec::new();
         for (i, rt) in t.routes.iter().enumerate() {
@@ -221,12 +275,32 @@ pub fn gateway_of(tenants: &[Tenant], vm: &Vm) -> Option<Ipv4Addr> {
         .map(|g| g.ipv4.0)
 }
 
+/// The IPv6 gateway of `vm`'s segment, where its IPv6 address is in the
+/// gateway's subnet.
+pub fn gateway6_of(tenants: &[Tenant], vm: &Vm) -> Option<Ipv6Addr> {
+    let (ip, _) = vm.ipv6?;
+    tenants
+        .iter()
+        .flat_map(|t| &t.gateways)
+        .filter(|g| g.vlan == vm.vlan)
+        .find_map(|g| g.ipv6.filter(|p| within6(ip, *p)))
+        .map(|p| p.0)
+}
+
 /// The MAC `vm` sends a frame to `dst` to: its tenant's gateway's where
-/// `dst` is off its subnet and its segment has a gateway.
-pub fn next_hop_mac(tenants: &[Tenant], vm: &Vm, dst: Ipv4Addr) -> Option<MacAddr> {
-    gateway_of(tenants, vm)?;
-    let (own, prefix) = vm.ipv4?;
-    if within(dst, (own, prefix)) {
+/// `dst` is off its subnet and its segment has a gateway of that version.
+pub fn next_hop_mac(tenants: &[Tenant], vm: &Vm, dst: IpAddr) -> Option<MacAddr> {
+    let off_subnet = match dst {
+        IpAddr::V4(d) => {
+            gateway_of(tenants, vm)?;
+            !within(d, vm.ipv4?)
+        }
+        IpAddr::V6(d) => {
+            gateway6_of(tenants, vm)?;
+            !within6(d, vm.ipv6?)
+        }
+    };
+    if !off_subnet {
         return None;
     }
     tenants
@@ -243,9 +317,14 @@ pub fn router_config(tenants: &[Tenant], vms: &[Vm], uplinks: &[Uplink]) -> Opti
     }
     let neighbours = vms
         .iter()
-        .filter_map(|vm| {
-            gateway_of(tenants, vm)?;
-            Some((vm.vlan, IpAddr::V4(vm.ipv4?.0), vm.mac))
+        .flat_map(|vm| {
+            let v4 = gateway_of(tenants, vm)
+                .and(vm.ipv4)
+                .map(|a| IpAddr::V4(a.0));
+            let v6 = gateway6_of(tenants, vm)
+                .and(vm.ipv6)
+                .map(|a| IpAddr::V6(a.0));
+            v4.into_iter().chain(v6).map(|ip| (vm.vlan, ip, vm.mac))
         })
         .collect();
     Some(RouterConfig {
@@ -260,7 +339,7 @@ mod tests {
     use super::super::parse;
     use super::super::tests::{refused, GOOD};
 
-    const BLUE: &str = "\n[[tenant]]\nname = \"blue\"\ngateways = { 10 = \"198.19.80.254/24\", 20 = \"198.19.81.254/24\" }\nroutes = [{ to = \"0.0.0.0/0\", via = \"198.19.80.1\" }]\n";
+    const BLUE: &str = "\n[[tenant]]\nname = \"blue\"\ngateways = { 10 = [\"198.19.80.254/24\", \"fd80::1/64\"], 20 = \"198.19.81.254/24\" }\nroutes = [{ to = \"0.0.0.0/0\", via = \"198.19.80.1\" }]\n";
 
     #[test]
     fn a_tenant_is_read_and_its_vms_are_its_neighbours() {
@@ -288,6 +367,9 @@ mod tests {
             ("gateways = { 10 = \"198.19.80.254\" }", "prefix"),
             ("gateways = { 10 = \"198.19.80.254/24\", 20 = \"198.19.80.1/16\" }", "overlaps"),
             ("gateways = {}", "at least one segment"),
+            ("gateways = { 10 = [\"fd80::1/64\"] }", "one IPv4 address"),
+            ("gateways = { 10 = [\"198.19.80.254/24\", \"fd80::1/200\"] }", "IPv6 address and prefix"),
+            ("gateways = { 10 = [\"198.19.80.254/24\", \"fd80::1/64\"], 20 = [\"198.19.81.254/24\", \"fd80::9/64\"] }", "IPv6 subnet"),
             ("gateways = { 10 = \"198.19.80.254/24\" }\nroutes = [{ to = \"0.0.0.0/0\", via = \"10.0.0.1\" }]", "none of the tenant's subnets"),
             ("gateways = { 10 = \"198.19.80.254/24\" }\ngateway_mac = \"01:00:5e:00:00:01\"", "unicast"),
         ];

@@ -2,9 +2,9 @@
 //! rewritten in place, and what the gateway sends itself (ARP replies and
 //! requests, echo replies, ICMP time exceeded — RFC 792, RFC 1812 §4.3).
 
-use hvnet_wire::checksum::{checksum, update_u16};
-use hvnet_wire::{arp, MacAddr};
-use std::net::Ipv4Addr;
+use hvnet_wire::checksum::{checksum, pseudo_header_v6, update_u16};
+use hvnet_wire::{arp, nd, MacAddr};
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// ICMP's protocol number.
 pub(crate) const ICMP: u8 = 1;
@@ -118,4 +118,90 @@ pub(crate) fn arp_reply(req: &arp::Repr, gw_mac: MacAddr) -> [u8; 14 + arp::LEN]
         target_ip: req.sender_ip,
     }
     .frame()
+}
+
+/// Rewrites a routed IPv6 frame's head in place: its MACs, its hop limit
+/// one less (IPv6 has no header checksum). The caller checked the hop
+/// limit is above 1.
+pub(crate) fn route_ipv6(head: &mut [u8], ip: usize, src: MacAddr, dst: MacAddr) {
+    head[0..6].copy_from_slice(&dst.0);
+    head[6..12].copy_from_slice(&src.0);
+    head[ip + 7] -= 1;
+}
+
+/// Most of an offending packet an ICMPv6 error quotes (RFC 4443 §2.4: as
+/// much as fits in the minimum MTU).
+const QUOTE6: usize = 1280 - 40 - 8;
+
+/// An IPv6 frame from `src` to `dst` carrying ICMPv6 message `icmp` (its
+/// checksum filled in here).
+fn icmp6_frame(
+    (src_mac, dst_mac): (MacAddr, MacAddr),
+    (src, dst): (Ipv6Addr, Ipv6Addr),
+    mut icmp: Vec<u8>,
+) -> Vec<u8> {
+    icmp[2..4].fill(0);
+    let sum = pseudo_header_v6(src.octets(), dst.octets(), nd::ICMPV6, icmp.len() as u32)
+        .add_bytes(&icmp)
+        .finish();
+    icmp[2..4].copy_from_slice(&sum.to_be_bytes());
+    let mut f = Vec::with_capacity(54 + icmp.len());
+    f.extend_from_slice(&dst_mac.0);
+    f.extend_from_slice(&src_mac.0);
+    f.extend_from_slice(&0x86ddu16.to_be_bytes());
+    let mut ip = [0u8; 40];
+    ip[0] = 0x60;
+    ip[4..6].copy_from_slice(&(icmp.len() as u16).to_be_bytes());
+    ip[6] = nd::ICMPV6;
+    ip[7] = TTL;
+    ip[8..24].copy_from_slice(&src.octets());
+    ip[24..40].copy_from_slice(&dst.octets());
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&icmp);
+    f
+}
+
+fn v6_at(frame: &[u8], at: usize) -> Option<Ipv6Addr> {
+    Some(Ipv6Addr::from(
+        <[u8; 16]>::try_from(frame.get(at..at + 16)?).ok()?,
+    ))
+}
+
+/// ICMPv6 time exceeded (type 3, code 0) from gateway `gw` for the IPv6
+/// frame `frame` (header at `ip`), back to its sender.
+pub(crate) fn time_exceeded6(
+    frame: &[u8],
+    ip: usize,
+    gw: Ipv6Addr,
+    gw_mac: MacAddr,
+) -> Option<Vec<u8>> {
+    let sender = MacAddr(frame.get(6..12)?.try_into().ok()?);
+    let src = v6_at(frame, ip + 8)?;
+    let quoted = &frame[ip..frame.len().min(ip + QUOTE6)];
+    let mut icmp = vec![3, 0, 0, 0, 0, 0, 0, 0];
+    icmp.extend_from_slice(quoted);
+    Some(icmp6_frame((gw_mac, sender), (gw, src), icmp))
+}
+
+/// The echo reply to ICMPv6 echo request `frame` (IPv6 header at `ip`, a
+/// bare header: ICMPv6 right after it, to `end`); `None` if it is none.
+pub(crate) fn echo_reply6(frame: &[u8], ip: usize, end: usize, gw_mac: MacAddr) -> Option<Vec<u8>> {
+    if frame.get(ip + 6) != Some(&nd::ICMPV6) {
+        return None;
+    }
+    let icmp = frame.get(ip + 40..end)?;
+    if icmp.len() < 8 || icmp[0] != 128 || icmp[1] != 0 {
+        return None;
+    }
+    let sender = MacAddr(frame.get(6..12)?.try_into().ok()?);
+    let (src, dst) = (v6_at(frame, ip + 8)?, v6_at(frame, ip + 24)?);
+    let mut reply = icmp.to_vec();
+    reply[0] = 129;
+    Some(icmp6_frame((gw_mac, sender), (dst, src), reply))
+}
+
+/// The gateway's neighbour solicitation for `target` in a segment where
+/// it is `gw`.
+pub(crate) fn solicitation(gw: Ipv6Addr, gw_mac: MacAddr, target: Ipv6Addr) -> Vec<u8> {
+    nd::solicitation(gw_mac, gw.octets(), target.octets()).to_vec()
 }

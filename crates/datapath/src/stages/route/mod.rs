@@ -16,8 +16,9 @@
 //! the destination's segment (the frame that missed is dropped, counted,
 //! as a router without a queue of its own drops it).
 //!
-//! IPv4 is routed; IPv6 frames to the gateway are not yet (they pass
-//! through as switched frames, to nobody).
+//! IPv4 and IPv6 are routed within a host (a segment's IPv6 gateway
+//! answers neighbour solicitations, its hop limit is decremented, ICMPv6
+//! time exceeded sent back); across hosts (the L3 VNI), IPv4.
 
 pub(crate) mod frames;
 pub(crate) mod stage;
@@ -25,7 +26,7 @@ pub(crate) mod stage;
 use hvnet_wire::MacAddr;
 use serde::Serialize;
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -46,6 +47,8 @@ pub struct Gateway {
     pub vlan: u16,
     /// The gateway's address and the subnet's prefix length.
     pub ipv4: (Ipv4Addr, u8),
+    /// Its IPv6 address and prefix, for a dual-stack segment.
+    pub ipv6: Option<(Ipv6Addr, u8)>,
 }
 
 /// A static route of a tenant: `to` (a prefix) through next hop `via`,
@@ -138,6 +141,7 @@ pub struct RouterCounters {
 pub(crate) struct Segment {
     tenant: usize,
     gateway: Option<Ipv4Addr>,
+    gateway6: Option<Ipv6Addr>,
 }
 
 /// The router: a stage service (on every VM port's arc while tenants are
@@ -149,7 +153,7 @@ pub struct Router {
     segments: HashMap<u16, Segment>,
     neighbours: RwLock<HashMap<(u16, IpAddr), (MacAddr, NeighbourOrigin)>>,
     /// Next hops asked for, and when.
-    asked: Mutex<HashMap<(u16, Ipv4Addr), Instant>>,
+    asked: Mutex<HashMap<(u16, IpAddr), Instant>>,
     /// Per tenant, the routes the fabric advertised.
     remote: RwLock<Vec<Vec<RemoteRoute>>>,
     /// Its counters.
@@ -173,6 +177,22 @@ pub(crate) enum Hop {
     None,
 }
 
+/// What a lookup found for an IPv6 frame's destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Hop6 {
+    /// Out into segment `vlan`, to `ip`.
+    Via { vlan: u16, ip: Ipv6Addr },
+    /// To a gateway address of the tenant itself.
+    Gateway,
+    /// No route in the tenant.
+    None,
+}
+
+fn within6(a: Ipv6Addr, net: Ipv6Addr, prefix: u8) -> bool {
+    let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+    u128::from(a) & mask == u128::from(net) & mask
+}
+
 fn within(a: Ipv4Addr, net: Ipv4Addr, prefix: u8) -> bool {
     let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
     u32::from(a) & mask == u32::from(net) & mask
@@ -189,6 +209,7 @@ impl Router {
                     Segment {
                         tenant: t,
                         gateway: Some(g.ipv4.0),
+                        gateway6: g.ipv6.map(|a| a.0),
                     },
                 );
             }
@@ -198,6 +219,7 @@ impl Router {
                     Segment {
                         tenant: t,
                         gateway: None,
+                        gateway6: None,
                     },
                 );
             }
@@ -326,6 +348,24 @@ impl Router {
         }
     }
 
+    /// Where an IPv6 frame from segment `from` to `dst` goes: the longest
+    /// of the tenant's connected IPv6 subnets (IPv6 is not routed across
+    /// hosts, nor by static routes).
+    pub(crate) fn hop6(&self, from: Segment, dst: Ipv6Addr) -> Hop6 {
+        let tenant = &self.config.tenants[from.tenant];
+        let subnets = tenant
+            .gateways
+            .iter()
+            .filter_map(|g| Some((g.vlan, g.ipv6?)));
+        if subnets.clone().any(|(_, (a, _))| a == dst) {
+            return Hop6::Gateway;
+        }
+        subnets
+            .filter(|(_, (a, n))| within6(dst, *a, *n))
+            .max_by_key(|(_, (_, n))| *n)
+            .map_or(Hop6::None, |(vlan, _)| Hop6::Via { vlan, ip: dst })
+    }
+
     /// The MAC of `ip` in segment `vlan`, if known here.
     pub(crate) fn neighbour(&self, vlan: u16, ip: IpAddr) -> Option<MacAddr> {
         self.neighbours
@@ -355,12 +395,12 @@ impl Router {
         self.asked
             .lock()
             .expect("lock")
-            .retain(|&(v, a), _| (v, IpAddr::V4(a)) != (vlan, ip));
+            .retain(|&k, _| k != (vlan, ip));
     }
 
     /// True if the gateway should ask for `ip` in `vlan` now (not asked
     /// within [`ASK_EVERY`]); the asking is remembered.
-    pub(crate) fn should_ask(&self, vlan: u16, ip: Ipv4Addr, now: Instant) -> bool {
+    pub(crate) fn should_ask(&self, vlan: u16, ip: IpAddr, now: Instant) -> bool {
         let mut a = self.asked.lock().expect("lock");
         if a.len() >= MAX_NEIGHBOURS {
             a.retain(|_, t| now.duration_since(*t) < ASK_EVERY);
@@ -396,6 +436,16 @@ impl Router {
                         kind: "connected",
                     })
                     .collect();
+                routes.extend(t.gateways.iter().filter_map(|g| {
+                    let (a, n) = g.ipv6?;
+                    let mask = u128::MAX.checked_shl(128 - u32::from(n)).unwrap_or(0);
+                    Some(RouteView {
+                        to: format!("{}/{n}", Ipv6Addr::from(u128::from(a) & mask)),
+                        via: None,
+                        vlan: g.vlan,
+                        kind: "connected",
+                    })
+                }));
                 routes.extend(t.routes.iter().map(|r| {
                     RouteView {
                         to: format!("{}/{}", r.to.0, r.to.1),
@@ -428,7 +478,11 @@ impl Router {
                     gateways: t
                         .gateways
                         .iter()
-                        .map(|g| (g.vlan, format!("{}/{}", g.ipv4.0, g.ipv4.1)))
+                        .flat_map(|g| {
+                            let v6 = g.ipv6.map(|(a, n)| (g.vlan, format!("{a}/{n}")));
+                            std::iter::once((g.vlan, format!("{}/{}", g.ipv4.0, g.ipv4.1)))
+                                .chain(v6)
+                        })
                         .collect(),
                     routes,
                     neighbours,

@@ -5,7 +5,7 @@
 //! the forwarding stage takes them on as any frame of that VLAN.
 
 use super::frames;
-use super::{Hop, Router, Segment};
+use super::{Hop, Hop6, Router, Segment};
 use crate::arc::{Decl, Kind};
 use crate::counters::DropReason;
 use crate::engine::worker::Burst;
@@ -13,8 +13,8 @@ use crate::engine::worker::InRun;
 use crate::engine::worker::{Ctx, State};
 use hvnet_offload::OffloadInfo;
 use hvnet_port::Packet;
-use hvnet_wire::{arp, EtherType, MacAddr};
-use std::net::{IpAddr, Ipv4Addr};
+use hvnet_wire::{arp, nd, EtherType, MacAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -45,7 +45,7 @@ enum Verdict {
     Routed {
         vlan: u16,
         mac: MacAddr,
-        hop: Ipv4Addr,
+        hop: IpAddr,
     },
     /// Dropped for `reason`, with what the gateway sends back or asks
     /// (`into`: the VLAN it goes to).
@@ -181,7 +181,121 @@ fn judge(st: &State, cx: &Ctx, r: &Router, seg: Segment, pkt: &mut Packet) -> Ve
             }
         }
         EtherType::Ipv4 if pkt.dst() == gw_mac => route_ipv4(st, cx, r, seg, pkt),
+        EtherType::Ipv6 => ipv6(st, cx, r, seg, pkt),
         _ => Verdict::Pass,
+    }
+}
+
+/// An IPv6 frame in a segment: neighbour discovery for the gateway
+/// answered or learned from, a frame to its MAC routed.
+fn ipv6(st: &State, cx: &Ctx, r: &Router, seg: Segment, pkt: &mut Packet) -> Verdict {
+    let (Some(gw6), Some(net)) = (seg.gateway6, pkt.meta.layers.net()) else {
+        return Verdict::Pass;
+    };
+    let gw_mac = r.mac(seg);
+    let vlan = pkt.meta.vlan;
+    let learn = !cx.synthetic();
+    if net.protocol == nd::ICMPV6 {
+        let head = pkt.buf.held();
+        let packet = &head[net.offset..];
+        if let Some(target) = nd::solicited_target(packet) {
+            if Ipv6Addr::from(target) != gw6 {
+                return Verdict::Pass;
+            }
+            let from: [u8; 16] = packet[8..24].try_into().expect("16 bytes");
+            if learn {
+                r.learn(vlan, IpAddr::from(from), pkt.src());
+                r.counters.gateway_arp.fetch_add(1, Relaxed);
+            }
+            let reply = nd::router_advertisement_reply(gw_mac, target, pkt.src(), from);
+            return Verdict::Answered(
+                Some(reply.to_vec()),
+                "neighbour solicitation for its address answered",
+            );
+        }
+        if pkt.dst() == gw_mac {
+            if let Some((target, mac)) = nd::advertised(packet) {
+                if learn {
+                    r.learn(vlan, IpAddr::from(target), mac.unwrap_or(pkt.src()));
+                }
+                return Verdict::Answered(None, "neighbour advertisement learned");
+            }
+        }
+    }
+    if pkt.dst() != gw_mac {
+        return Verdict::Pass;
+    }
+    route_ipv6(st, cx, r, (seg, gw6), pkt)
+}
+
+fn route_ipv6(
+    st: &State,
+    cx: &Ctx,
+    r: &Router,
+    (seg, gw6): (Segment, Ipv6Addr),
+    pkt: &mut Packet,
+) -> Verdict {
+    let gw_mac = r.mac(seg);
+    let net = pkt.meta.layers.net().expect("an IPv6 frame's header");
+    let ip = net.offset;
+    let head = pkt.buf.held();
+    let Some(dst) = head
+        .get(ip + 24..ip + 40)
+        .and_then(|b| <[u8; 16]>::try_from(b).ok())
+    else {
+        return Verdict::Pass;
+    };
+    let dst = Ipv6Addr::from(dst);
+    match r.hop6(seg, dst) {
+        Hop6::Gateway => {
+            pkt.buf.fill_pending();
+            let reply = frames::echo_reply6(pkt.frame(), ip, net.end, gw_mac);
+            if reply.is_some() && !cx.synthetic() {
+                r.counters.gateway_echo.fetch_add(1, Relaxed);
+            }
+            let what = if reply.is_some() {
+                "echo request answered"
+            } else {
+                "to its own address, taken"
+            };
+            Verdict::Answered(reply, what)
+        }
+        Hop6::None => Verdict::Dropped(
+            DropReason::Unrouted,
+            None,
+            format!("no route to {dst} in the tenant"),
+        ),
+        Hop6::Via { .. } if head[ip + 7] <= 1 => Verdict::Dropped(
+            DropReason::TtlExceeded,
+            frames::time_exceeded6(head, ip, gw6, gw_mac).map(|f| (f, pkt.meta.vlan)),
+            format!("to {dst}: hop limit exceeded"),
+        ),
+        Hop6::Via { vlan, ip: hop } => {
+            let Some(mac) = neighbour(cx, r, vlan, IpAddr::V6(hop)) else {
+                let gw = r.segment(vlan).and_then(|s| s.gateway6);
+                let asked = !cx.synthetic() && r.should_ask(vlan, IpAddr::V6(hop), st.now);
+                let request = gw.filter(|_| asked).map(|gw| {
+                    r.counters.arp_requests_sent.fetch_add(1, Relaxed);
+                    (frames::solicitation(gw, gw_mac, hop), vlan)
+                });
+                let asked = if request.is_some() {
+                    ", asked with a neighbour solicitation"
+                } else {
+                    ""
+                };
+                return Verdict::Dropped(
+                    DropReason::NeighbourUnresolved,
+                    request,
+                    format!("to {dst}: in VLAN {vlan} not resolved{asked}"),
+                );
+            };
+            frames::route_ipv6(pkt.buf.held_mut(), ip, gw_mac, mac);
+            Verdict::Routed {
+                vlan,
+                mac,
+                hop: IpAddr::V6(hop),
+            }
+        }
     }
 }
 
@@ -252,16 +366,13 @@ fn route_ipv4(st: &State, cx: &Ctx, r: &Router, seg: Segment, pkt: &mut Packet) 
             Verdict::Routed {
                 vlan,
                 mac: rmac,
-                hop: match vtep {
-                    IpAddr::V4(v) => v,
-                    IpAddr::V6(_) => Ipv4Addr::UNSPECIFIED,
-                },
+                hop: vtep,
             }
         }
         Hop::Via { vlan, ip: hop } => {
-            let Some(mac) = neighbour(cx, r, vlan, hop) else {
+            let Some(mac) = neighbour(cx, r, vlan, IpAddr::V4(hop)) else {
                 let gw = r.segment(vlan).and_then(|s| s.gateway);
-                let asked = !cx.synthetic() && r.should_ask(vlan, hop, st.now);
+                let asked = !cx.synthetic() && r.should_ask(vlan, IpAddr::V4(hop), st.now);
                 let request = gw.filter(|_| asked).map(|gw| {
                     r.counters.arp_requests_sent.fetch_add(1, Relaxed);
                     (frames::arp_request(gw, gw_mac, hop).to_vec(), vlan)
@@ -278,7 +389,11 @@ fn route_ipv4(st: &State, cx: &Ctx, r: &Router, seg: Segment, pkt: &mut Packet) 
                 );
             };
             frames::route_ipv4(pkt.buf.held_mut(), ip, gw_mac, mac);
-            Verdict::Routed { vlan, mac, hop }
+            Verdict::Routed {
+                vlan,
+                mac,
+                hop: IpAddr::V4(hop),
+            }
         }
     }
 }
@@ -286,9 +401,9 @@ fn route_ipv4(st: &State, cx: &Ctx, r: &Router, seg: Segment, pkt: &mut Packet) 
 /// The MAC of next hop `ip` in segment `vlan`: the router's neighbours
 /// (the topology's VMs, ARP learned), else what BGP EVPN advertised in
 /// that segment.
-fn neighbour(cx: &Ctx, r: &Router, vlan: u16, ip: Ipv4Addr) -> Option<MacAddr> {
-    r.neighbour(vlan, IpAddr::V4(ip)).or_else(|| {
+fn neighbour(cx: &Ctx, r: &Router, vlan: u16, ip: IpAddr) -> Option<MacAddr> {
+    r.neighbour(vlan, ip).or_else(|| {
         let (vtep, vni) = cx.sw.endpoint_on(vlan)?;
-        vtep.evpn_resolve(vni, IpAddr::V4(ip))
+        vtep.evpn_resolve(vni, ip)
     })
 }

@@ -4,6 +4,7 @@ fn router() -> Router {
     let gw = |vlan, a: [u8; 4]| Gateway {
         vlan,
         ipv4: (Ipv4Addr::from(a), 24),
+        ipv6: Some((Ipv6Addr::new(0xfd80, 0, 0, vlan, 0, 0, 0, 1), 64)),
     };
     Router::new(RouterConfig {
         tenants: vec![
@@ -78,7 +79,7 @@ fn neighbours_are_learned_per_segment_bounded_and_static_ones_kept() {
 #[test]
 fn an_unresolved_hop_is_asked_for_at_most_every_half_second() {
     let r = router();
-    let (t, ip) = (Instant::now(), Ipv4Addr::new(198, 19, 81, 9));
+    let (t, ip) = (Instant::now(), IpAddr::V4(Ipv4Addr::new(198, 19, 81, 9)));
     assert!(r.should_ask(20, ip, t));
     assert!(!r.should_ask(20, ip, t + Duration::from_millis(100)));
     assert!(r.should_ask(40, ip, t), "another segment's");
@@ -166,4 +167,21 @@ fn an_advertised_host_route_wins_over_its_subnet_and_a_subnet_over_a_prefix() {
     let again = Router::new(cfg);
     again.take_remote(&r);
     assert_eq!(again.hop(blue, Ipv4Addr::new(198, 19, 90, 3)), remote);
+}
+
+#[test]
+fn ipv6_is_routed_between_a_tenants_dual_stack_segments() {
+    let r = router();
+    let blue = r.segment(10).unwrap();
+    let b = Ipv6Addr::new(0xfd80, 0, 0, 20, 0, 0, 0, 7);
+    assert_eq!(r.hop6(blue, b), Hop6::Via { vlan: 20, ip: b });
+    assert_eq!(
+        r.hop6(blue, Ipv6Addr::new(0xfd80, 0, 0, 20, 0, 0, 0, 1)),
+        Hop6::Gateway
+    );
+    // Red's subnets are its own (fd80:0:0:30::/64, ...): not blue's.
+    assert_eq!(
+        r.hop6(blue, Ipv6Addr::new(0xfd80, 0, 0, 40, 0, 0, 0, 7)),
+        Hop6::None
+    );
 }

@@ -160,6 +160,8 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
         ("[switch]", now.switch == file.switch),
         ("[libvirt]", now.libvirt == file.libvirt),
         ("fdb_aging_secs", now.fdb_aging_secs == file.fdb_aging_secs),
+        // A tenant's L3 VNI is FRR's and the shadow's, made at `up`.
+        ("a [[tenant]]'s l3_vni", l3_vnis(&now) == l3_vnis(&file)),
     ];
     if let Some((what, _)) = sections.iter().find(|(_, same)| !same) {
         return Err(CtlError::refused(format!(
@@ -401,6 +403,14 @@ fn start_guest(cx: &Ctl, topo: &Topology, i: usize) -> Result<Option<u32>, CtlEr
     guest::boot(topo, vm, &dir, &mut all)
         .map(Some)
         .map_err(CtlError::failed)
+}
+
+/// Each tenant's L3 VNI, by name.
+fn l3_vnis(t: &Topology) -> Vec<(&str, u32)> {
+    t.tenants
+        .iter()
+        .filter_map(|x| Some((x.name.as_str(), x.l3?.vni)))
+        .collect()
 }
 
 /// Removes VM `i` of `topo`'s port, stops its guest and deletes what hvnet

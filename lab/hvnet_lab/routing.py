@@ -10,7 +10,7 @@ from pathlib import Path
 
 import hvlab
 
-from .fabrics import Bridge, Fabric, Hvnet
+from .fabrics import Bridge, Hvnet
 from .figures import measured, vm_note
 from .runners import interleaved, iperf
 from .verdict import median
@@ -33,7 +33,7 @@ class HvnetRouted(Hvnet):
         self.t = hvlab.Topology(Path(tmp), vms, prefix="rh", tables=dict(tenant=[tenant]))
 
 
-class BridgeRouted(Fabric):
+class BridgeRouted(Bridge):
     """Linux routing between two bridges in a namespace of its own, each
     with the gateway's address, a VM's veth on each. (Two bridges where a
     VLAN-aware bridge would have two VLAN interfaces: this kernel has no
@@ -41,10 +41,6 @@ class BridgeRouted(Fabric):
 
     name = "bridge-routed"
     a_ip, b_ip = ROUTED_A, ROUTED_B
-
-    def __init__(self, tmp, mtu, **_):
-        self.mtu = mtu
-        self.nss = {k: hvlab.Netns("br") for k in ("a", "b", "sw")}
 
     def _up(self):
         for n in self.nss.values():
@@ -59,13 +55,6 @@ class BridgeRouted(Fabric):
             self.nss[vm].sh(f"ip link set eth0 mtu {self.mtu} up && ip addr add {ip}/24 dev eth0"
                             f" && ip route add default via {gw}")
         return self
-
-    def __exit__(self, *e):
-        for n in self.nss.values():
-            n.__exit__(*e)
-
-    def ns(self, vm):
-        return self.nss[vm].name
 
 
 def ratio(runs, ours, other, key, streams):

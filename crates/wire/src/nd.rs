@@ -141,10 +141,21 @@ pub fn advertisement(
     dst_mac: MacAddr,
     dst_ip: [u8; 16],
 ) -> [u8; ADVERTISEMENT_FRAME] {
-    // Solicited and override; the target link-layer address option.
+    // Solicited and override.
+    solicited(0x60, mac, target, (dst_mac, dst_ip))
+}
+
+/// A solicited advertisement with `flags`: the target link-layer address
+/// option.
+fn solicited(
+    flags: u8,
+    mac: MacAddr,
+    target: [u8; 16],
+    (dst_mac, dst_ip): (MacAddr, [u8; 16]),
+) -> [u8; ADVERTISEMENT_FRAME] {
     message(
         ADVERTISEMENT,
-        0x60,
+        flags,
         (mac, target),
         (dst_mac, dst_ip),
         target,
@@ -161,14 +172,8 @@ pub fn router_advertisement_reply(
     dst_mac: MacAddr,
     dst_ip: [u8; 16],
 ) -> [u8; ADVERTISEMENT_FRAME] {
-    message(
-        ADVERTISEMENT,
-        0xe0,
-        (mac, target),
-        (dst_mac, dst_ip),
-        target,
-        2,
-    )
+    // Router, solicited and override.
+    solicited(0xe0, mac, target, (dst_mac, dst_ip))
 }
 
 const _: () = assert!(SOLICITATION_FRAME == ADVERTISEMENT_FRAME);

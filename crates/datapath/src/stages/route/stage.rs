@@ -249,45 +249,19 @@ fn route_ipv6(
     match r.hop6(seg, dst) {
         Hop6::Gateway => {
             pkt.buf.fill_pending();
-            let reply = frames::echo_reply6(pkt.frame(), ip, net.end, gw_mac);
-            if reply.is_some() && !cx.synthetic() {
-                r.counters.gateway_echo.fetch_add(1, Relaxed);
-            }
-            let what = if reply.is_some() {
-                "echo request answered"
-            } else {
-                "to its own address, taken"
-            };
-            Verdict::Answered(reply, what)
+            to_gateway(cx, r, frames::echo_reply6(pkt.frame(), ip, net.end, gw_mac))
         }
-        Hop6::None => Verdict::Dropped(
-            DropReason::Unrouted,
-            None,
-            format!("no route to {dst} in the tenant"),
-        ),
+        Hop6::None => unrouted(dst.into()),
         Hop6::Via { .. } if head[ip + 7] <= 1 => Verdict::Dropped(
             DropReason::TtlExceeded,
             frames::time_exceeded6(head, ip, gw6, gw_mac).map(|f| (f, pkt.meta.vlan)),
             format!("to {dst}: hop limit exceeded"),
         ),
         Hop6::Via { vlan, ip: hop } => {
-            let Some(mac) = neighbour(cx, r, vlan, IpAddr::V6(hop)) else {
-                let gw = r.segment(vlan).and_then(|s| s.gateway6);
-                let asked = !cx.synthetic() && r.should_ask(vlan, IpAddr::V6(hop), st.now);
-                let request = gw.filter(|_| asked).map(|gw| {
-                    r.counters.arp_requests_sent.fetch_add(1, Relaxed);
-                    (frames::solicitation(gw, gw_mac, hop), vlan)
-                });
-                let asked = if request.is_some() {
-                    ", asked with a neighbour solicitation"
-                } else {
-                    ""
-                };
-                return Verdict::Dropped(
-                    DropReason::NeighbourUnresolved,
-                    request,
-                    format!("to {dst}: in VLAN {vlan} not resolved{asked}"),
-                );
+            let ask = |s: Segment| Some(frames::solicitation(s.gateway6?, gw_mac, hop));
+            let mac = match next_hop(st, cx, r, (vlan, IpAddr::V6(hop)), ask) {
+                Ok(mac) => mac,
+                Err(v) => return v,
             };
             frames::route_ipv6(pkt.buf.held_mut(), ip, gw_mac, mac);
             Verdict::Routed {
@@ -313,22 +287,13 @@ fn route_ipv4(st: &State, cx: &Ctx, r: &Router, seg: Segment, pkt: &mut Packet) 
     match r.hop(seg, dst) {
         Hop::Gateway => {
             pkt.buf.fill_pending();
-            let reply = frames::echo_reply(pkt.frame(), ip, hlen, net.end, gw_mac);
-            if reply.is_some() && !cx.synthetic() {
-                r.counters.gateway_echo.fetch_add(1, Relaxed);
-            }
-            let what = if reply.is_some() {
-                "echo request answered"
-            } else {
-                "to its own address, taken"
-            };
-            Verdict::Answered(reply, what)
+            to_gateway(
+                cx,
+                r,
+                frames::echo_reply(pkt.frame(), ip, hlen, net.end, gw_mac),
+            )
         }
-        Hop::None => Verdict::Dropped(
-            DropReason::Unrouted,
-            None,
-            format!("no route to {dst} in the tenant"),
-        ),
+        Hop::None => unrouted(dst.into()),
         Hop::Remote { .. } if seg.gateway.is_none() => Verdict::Dropped(
             DropReason::Unrouted,
             None,
@@ -370,23 +335,10 @@ fn route_ipv4(st: &State, cx: &Ctx, r: &Router, seg: Segment, pkt: &mut Packet) 
             }
         }
         Hop::Via { vlan, ip: hop } => {
-            let Some(mac) = neighbour(cx, r, vlan, IpAddr::V4(hop)) else {
-                let gw = r.segment(vlan).and_then(|s| s.gateway);
-                let asked = !cx.synthetic() && r.should_ask(vlan, IpAddr::V4(hop), st.now);
-                let request = gw.filter(|_| asked).map(|gw| {
-                    r.counters.arp_requests_sent.fetch_add(1, Relaxed);
-                    (frames::arp_request(gw, gw_mac, hop).to_vec(), vlan)
-                });
-                let asked = if request.is_some() {
-                    ", asked with ARP"
-                } else {
-                    ""
-                };
-                return Verdict::Dropped(
-                    DropReason::NeighbourUnresolved,
-                    request,
-                    format!("to {dst}: next hop {hop} in VLAN {vlan} not resolved{asked}"),
-                );
+            let ask = |s: Segment| Some(frames::arp_request(s.gateway?, gw_mac, hop).to_vec());
+            let mac = match next_hop(st, cx, r, (vlan, IpAddr::V4(hop)), ask) {
+                Ok(mac) => mac,
+                Err(v) => return v,
             };
             frames::route_ipv4(pkt.buf.held_mut(), ip, gw_mac, mac);
             Verdict::Routed {
@@ -396,6 +348,60 @@ fn route_ipv4(st: &State, cx: &Ctx, r: &Router, seg: Segment, pkt: &mut Packet) 
             }
         }
     }
+}
+
+/// A frame to a gateway's own address: an echo request answered with
+/// `reply`, anything else taken.
+fn to_gateway(cx: &Ctx, r: &Router, reply: Option<Vec<u8>>) -> Verdict {
+    if reply.is_none() {
+        return Verdict::Answered(None, "to its own address, taken");
+    }
+    if !cx.synthetic() {
+        r.counters.gateway_echo.fetch_add(1, Relaxed);
+    }
+    Verdict::Answered(reply, "echo request answered")
+}
+
+/// A frame to an address its tenant has no route to.
+fn unrouted(dst: IpAddr) -> Verdict {
+    Verdict::Dropped(
+        DropReason::Unrouted,
+        None,
+        format!("no route to {dst} in the tenant"),
+    )
+}
+
+/// The MAC of next hop `hop` in segment `vlan`; else the frame dropped,
+/// and the gateway's request for it (`ask`: ARP, or a neighbour
+/// solicitation, from the segment's gateway) sent, at most every
+/// half second.
+fn next_hop(
+    st: &State,
+    cx: &Ctx,
+    r: &Router,
+    (vlan, hop): (u16, IpAddr),
+    ask: impl FnOnce(Segment) -> Option<Vec<u8>>,
+) -> Result<MacAddr, Verdict> {
+    if let Some(mac) = neighbour(cx, r, vlan, hop) {
+        return Ok(mac);
+    }
+    let asked = !cx.synthetic() && r.should_ask(vlan, hop, st.now);
+    let request = r.segment(vlan).filter(|_| asked).and_then(ask);
+    let said = if request.is_some() {
+        r.counters.arp_requests_sent.fetch_add(1, Relaxed);
+        if hop.is_ipv6() {
+            ", asked with a neighbour solicitation"
+        } else {
+            ", asked with ARP"
+        }
+    } else {
+        ""
+    };
+    Err(Verdict::Dropped(
+        DropReason::NeighbourUnresolved,
+        request.map(|f| (f, vlan)),
+        format!("next hop {hop} in VLAN {vlan} not resolved{said}"),
+    ))
 }
 
 /// The MAC of next hop `ip` in segment `vlan`: the router's neighbours

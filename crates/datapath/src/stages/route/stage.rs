@@ -121,7 +121,12 @@ fn send(st: &mut State, cx: &Ctx, to: &[usize], f: &[u8], vlan: u16) {
     let Some((&last, rest)) = to.split_last() else {
         return;
     };
-    let Some(mut buf) = st.pool.take(hvnet_port::pool::SizeClass::Small) else {
+    let class = if f.len() <= hvnet_port::pool::SMALL_FRAME {
+        hvnet_port::pool::SizeClass::Small
+    } else {
+        hvnet_port::pool::SizeClass::Large
+    };
+    let Some(mut buf) = st.pool.take(class) else {
         return;
     };
     buf.fill(f);

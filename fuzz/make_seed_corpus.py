@@ -83,7 +83,49 @@ def main():
         ops += bytes([0x10, i % 3]) + struct.pack("<H", len(vf)) + vf
         ops += [b"\x17\x00", b"\x1f", b"\x05", b"\x37", b"\x17\x31", b"\x3f", b"\x77", b"\x06"][i]
     put("switch_ops", ops + b"\x05")
+    put("switch_ops", routed_ops())
     print("corpus:", {d.name: len(list(d.iterdir())) for d in CORPUS.iterdir()})
+
+
+def ip_checksum(b):
+    s = sum(struct.unpack(f"!{len(b) // 2}H", b))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return (~s) & 0xFFFF
+
+
+def routed_ops():
+    """A switch sequence through a tenant's gateway (second byte's top
+    bit): port 0 in VLAN 1, port 1 in VLAN 2; ARP for the gateway, a ping
+    routed to a neighbour not yet known (the gateway asks), the
+    neighbour's ARP reply to the gateway, the ping again (routed), one
+    with TTL 1 (time exceeded). Made by hand: no capture needed."""
+    gw = bytes([2, 0x68, 0x76, 0, 0, 1])
+    p0, p1 = bytes([2, 0, 0, 0, 0, 1]), bytes([2, 0, 0, 0, 0, 2])
+    a, b = bytes([198, 19, 1, 5]), bytes([198, 19, 2, 7])
+
+    def arp(op, smac, sip, tmac, tip, dst):
+        return dst + smac + b"\x08\x06" + struct.pack("!HHBBH", 1, 0x0800, 6, 4, op) + smac + sip + tmac + tip
+
+    def ping(ttl):
+        icmp = struct.pack("!BBHHH", 8, 0, 0, 1, 1) + b"hvnet"
+        icmp = icmp[:2] + struct.pack("!H", ip_checksum(icmp + b"\x00")) + icmp[4:]
+        ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(icmp), 1, 0x4000, ttl, 1, 0, a, b)
+        ip = ip[:10] + struct.pack("!H", ip_checksum(ip)) + ip[12:]
+        return gw + p0 + b"\x08\x00" + ip + icmp
+
+    frames = [
+        (0x00, 0, arp(1, p0, a, bytes(6), bytes([198, 19, 1, 254]), b"\xff" * 6)),
+        (0x08, 0, ping(64)),
+        (0x08, 1, arp(2, p1, b, gw, bytes([198, 19, 2, 254]), gw)),
+        (0x08, 0, ping(64)),
+        (0x08, 0, ping(1)),
+    ]
+    ops = bytes([0x08, 0x83])
+    for op, port, f in frames:
+        vf = bytes(12) + f
+        ops += bytes([op, port]) + struct.pack("<H", len(vf)) + vf + b"\x05"
+    return ops
 
 
 if __name__ == "__main__":

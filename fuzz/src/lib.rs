@@ -282,7 +282,33 @@ pub fn switch_ops(data: &[u8]) {
             }
         })
         .collect();
-    let mut h = Harness::with_backends(&ports, &backends, cfg);
+    // With the second byte's top bit, the ports are on VLANs 1 and 2 in
+    // turn, a tenant's two segments, routed at its gateway (whose MAC
+    // frames are sent to).
+    let gateway = hvnet_datapath::route::DEFAULT_GATEWAY_MAC;
+    let routed = kinds & 0x80 != 0;
+    let vlans: Vec<u16> = (0..nports).map(|i| if routed { 1 + (i % 2) as u16 } else { 0 }).collect();
+    let mut h = Harness::with_backends_on_vlans(&ports, &backends, &vlans, cfg);
+    if routed {
+        use hvnet_datapath::route::{Gateway, RouterConfig, Tenant};
+        let gw = |vlan: u16| Gateway {
+            vlan,
+            ipv4: (std::net::Ipv4Addr::new(198, 19, vlan as u8, 254), 24),
+            ipv6: Some((std::net::Ipv6Addr::new(0xfd80, vlan, 0, 0, 0, 0, 0, 1), 64)),
+        };
+        let cfg = RouterConfig {
+            tenants: vec![Tenant {
+                name: "t".into(),
+                mac: gateway,
+                gateways: vec![gw(1), gw(2)],
+                routes: vec![],
+                l3: None,
+            }],
+            neighbours: vec![],
+            router_mac: MacAddr([2, 0x72, 0, 0, 0, 1]),
+        };
+        hvnet_datapath::route::set(&h.sw, Some(cfg));
+    }
     // The ports present: id, name, MAC (ids of removed ports are reused).
     let mut live: Vec<(usize, String, MacAddr)> =
         (0..nports).map(|i| (i, format!("p{i}"), mac(i))).collect();
@@ -309,6 +335,9 @@ pub fn switch_ops(data: &[u8]) {
                     let dst = &live[(at + 1 + (op >> 5) as usize) % live.len()];
                     frame[12..18].copy_from_slice(&dst.2 .0);
                     frame[18..24].copy_from_slice(&live[at].2 .0);
+                }
+                if routed && op & 0x08 != 0 && frame.len() >= 18 && frame.len() <= 30_000 {
+                    frame[12..18].copy_from_slice(&gateway.0);
                 }
                 if op & 0x08 != 0 && frame.len() > 30_000 {
                     // A large frame, repeated from its head (a GSO frame).

@@ -95,6 +95,16 @@ impl Harness {
         Harness::build(ports, &[], None, vlans, cfg)
     }
 
+    /// [`Harness::with_backends`], port `i` on access VLAN `vlans[i]`.
+    pub fn with_backends_on_vlans(
+        ports: &[(MacAddr, usize, PortSettings)],
+        backends: &[Backend],
+        vlans: &[u16],
+        cfg: SwitchConfig,
+    ) -> Harness {
+        Harness::build(ports, backends, None, vlans, cfg)
+    }
+
     fn build(
         ports: &[(MacAddr, usize, PortSettings)],
         backends: &[Backend],

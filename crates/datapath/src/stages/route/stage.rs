@@ -252,6 +252,9 @@ fn route_ipv6(
     };
     let dst = Ipv6Addr::from(dst);
     match r.hop6(seg, dst) {
+        // (A fragment is taken unanswered: the gateway does not
+        // reassemble.)
+        Hop6::Gateway if net.fragment => to_gateway(cx, r, None),
         Hop6::Gateway => {
             pkt.buf.fill_pending();
             to_gateway(cx, r, frames::echo_reply6(pkt.frame(), ip, net.end, gw_mac))
@@ -290,6 +293,7 @@ fn route_ipv4(st: &State, cx: &Ctx, r: &Router, seg: Segment, pkt: &mut Packet) 
     }
     let dst = Ipv4Addr::from(<[u8; 4]>::try_from(&head[ip + 16..ip + 20]).expect("4 bytes"));
     match r.hop(seg, dst) {
+        Hop::Gateway if net.fragment => to_gateway(cx, r, None),
         Hop::Gateway => {
             pkt.buf.fill_pending();
             to_gateway(

@@ -185,3 +185,107 @@ fn ipv6_is_routed_between_a_tenants_dual_stack_segments() {
         Hop6::None
     );
 }
+
+/// Through the switch: ports 0 and 1 in VLANs 10 and 20, a tenant's
+/// gateway on each. Port 0's TCP frame to the gateway MAC for an address
+/// in VLAN 20 whose MAC is not known is dropped and the gateway's ARP
+/// request goes to port 1; port 1's reply to the gateway teaches it; the
+/// next frame reaches port 1 routed (its MACs rewritten, TTL one less, the
+/// IPv4 header's checksum still right); TTL 1 is answered with time
+/// exceeded to port 0; every frame accounted for.
+#[test]
+fn a_frame_is_routed_between_two_vlans_through_the_switch() {
+    use crate::harness::{Backend, Harness};
+    use crate::{PortSettings, SwitchConfig};
+    use hvnet_offload::testutil::TcpSpec;
+    use hvnet_wire::arp;
+    let mac = |i: u8| MacAddr([2, 0, 0, 0, 0, i]);
+    let s = PortSettings {
+        rx_overflow: crate::RxOverflow::Drop,
+        lro: false,
+        ..PortSettings::default()
+    };
+    let ports = [(mac(1), 1, s.clone()), (mac(2), 1, s)];
+    let replay = [Backend::Replay, Backend::Replay];
+    let mut h =
+        Harness::with_backends_on_vlans(&ports, &replay, &[10, 20], SwitchConfig::default());
+    let mut cfg = router().config;
+    cfg.tenants[0].gateways[0].vlan = 10;
+    cfg.tenants[0].gateways[1].vlan = 20;
+    set(&h.sw, Some(cfg));
+    let v4 = |a: [u8; 4]| {
+        let mut ip = [0u8; 16];
+        ip[10..12].copy_from_slice(&[0xff, 0xff]);
+        ip[12..].copy_from_slice(&a);
+        ip
+    };
+    let hdr = |f: &[u8]| [&[0u8; 12][..], f].concat();
+    let tcp = |ttl| {
+        hdr(&TcpSpec {
+            src_mac: mac(1).0,
+            dst_mac: DEFAULT_GATEWAY_MAC.0,
+            src_ip: v4([198, 19, 80, 1]),
+            dst_ip: v4([198, 19, 81, 7]),
+            ttl,
+            payload: vec![7; 100],
+            ..TcpSpec::default()
+        }
+        .build())
+    };
+    let mut out = Vec::new();
+    h.send(0, 0, &tcp(64));
+    h.settle(20, &mut out);
+    assert_eq!(out.len(), 1, "only the gateway's ARP request: {out:?}");
+    let (port, req) = &out[0];
+    let req = arp::Repr::parse(&arp::Packet::new_checked(&req[12 + 14..]).unwrap()).unwrap();
+    assert_eq!(
+        (*port, req.target_ip, req.sender_ip),
+        (1, [198, 19, 81, 7], [198, 19, 81, 254])
+    );
+    // The neighbour answers the gateway.
+    let reply = arp::Repr {
+        op: arp::Operation::Reply,
+        sender_mac: mac(2),
+        sender_ip: [198, 19, 81, 7],
+        target_mac: DEFAULT_GATEWAY_MAC,
+        target_ip: [198, 19, 81, 254],
+    };
+    let mut f = reply.frame().to_vec();
+    f[0..6].copy_from_slice(&DEFAULT_GATEWAY_MAC.0);
+    h.send(1, 0, &hdr(&f));
+    h.settle(20, &mut out);
+    out.clear();
+    h.send(0, 0, &tcp(64));
+    h.settle(20, &mut out);
+    assert_eq!(out.len(), 1, "{out:?}");
+    let (port, routed) = &out[0];
+    let f = &routed[12..];
+    assert_eq!(*port, 1);
+    assert_eq!(
+        (&f[0..6], &f[6..12]),
+        (&mac(2).0[..], &DEFAULT_GATEWAY_MAC.0[..])
+    );
+    assert_eq!(f[14 + 8], 63, "TTL one less");
+    assert_eq!(hvnet_wire::checksum::checksum(&f[14..34]), 0);
+    // TTL 1: time exceeded, back to port 0.
+    out.clear();
+    h.send(0, 0, &tcp(1));
+    h.settle(20, &mut out);
+    assert_eq!(out.len(), 1, "{out:?}");
+    let (port, te) = &out[0];
+    assert_eq!((*port, te[12 + 34]), (0, 11));
+    let p0 = h.sw.ports()[0].ingress_stats();
+    assert_eq!(
+        (
+            p0.routed,
+            p0.dropped[crate::counters::DropReason::TtlExceeded]
+        ),
+        (1, 1)
+    );
+    assert_eq!(
+        p0.dropped[crate::counters::DropReason::NeighbourUnresolved],
+        1
+    );
+    assert_eq!(h.sw.ports()[1].ingress_stats().gateway_answered, 1);
+    h.check_accounting().unwrap();
+}

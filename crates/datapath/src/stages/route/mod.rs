@@ -277,9 +277,24 @@ impl Router {
         true
     }
 
-    /// Every route the fabric advertised, per tenant (kept when the router
-    /// is configured again).
-    fn take_remote(&self, from: &Router) {
+    /// What the router before this one learned and was told, kept when
+    /// the router is configured again: the neighbours learned from ARP
+    /// and ND in the segments that are still a tenant's (the topology's
+    /// own entries win), and the routes the fabric advertised, per tenant.
+    fn take_over(&self, from: &Router) {
+        {
+            let old = from.neighbours.read().expect("lock");
+            let mut new = self.neighbours.write().expect("lock");
+            let learned = old.iter().filter(|((vlan, _), (_, origin))| {
+                *origin == NeighbourOrigin::Learned && self.segments.contains_key(vlan)
+            });
+            for (&key, &entry) in learned {
+                if new.len() >= MAX_NEIGHBOURS {
+                    break;
+                }
+                new.entry(key).or_insert(entry);
+            }
+        }
         let old = from.remote.read().expect("lock");
         let mut new = self.remote.write().expect("lock");
         for (t, tenant) in self.config.tenants.iter().enumerate() {
@@ -419,8 +434,9 @@ impl Router {
 }
 
 /// Configures switch `sw`'s router (None: routing off), replacing the one
-/// it had unless the configuration is the same (its learned neighbours
-/// kept then).
+/// it had unless the configuration is the same; a new one keeps what the
+/// old one learned (neighbours in the segments it still has, the
+/// fabric's routes).
 pub fn set(sw: &crate::Switch, cfg: Option<RouterConfig>) {
     let old = current(sw);
     if old.as_ref().map(|r| r.config.clone()) == cfg {
@@ -429,7 +445,7 @@ pub fn set(sw: &crate::Switch, cfg: Option<RouterConfig>) {
     let next = cfg.filter(|c| !c.tenants.is_empty()).map(|c| {
         let r = Router::new(c);
         if let Some(o) = &old {
-            r.take_remote(o);
+            r.take_over(o);
         }
         Arc::new(r)
     });

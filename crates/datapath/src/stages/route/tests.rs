@@ -164,9 +164,17 @@ fn an_advertised_host_route_wins_over_its_subnet_and_a_subnet_over_a_prefix() {
     let mut cfg = r.config.clone();
     cfg.neighbours
         .push((10, IpAddr::V4(b), MacAddr([2, 0, 0, 0, 0, 1])));
+    let learned = IpAddr::V4(Ipv4Addr::new(198, 19, 81, 9));
+    r.learn(20, learned, MacAddr([2, 0, 0, 0, 0, 9]));
+    r.learn(50, learned, MacAddr([2, 0, 0, 0, 0, 9]));
     let again = Router::new(cfg);
-    again.take_remote(&r);
+    again.take_over(&r);
     assert_eq!(again.hop(blue, Ipv4Addr::new(198, 19, 90, 3)), remote);
+    assert_eq!(
+        again.neighbour(20, learned),
+        Some(MacAddr([2, 0, 0, 0, 0, 9]))
+    );
+    assert_eq!(again.neighbour(50, learned), None, "VLAN 50 is no segment");
 }
 
 #[test]

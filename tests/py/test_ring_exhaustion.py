@@ -24,8 +24,12 @@ def run_load(t, seconds=4):
     out = t.sh("a", f"iperf3 -c 10.71.0.2 -t {seconds} -P 12 -J", timeout=seconds + 60).stdout
     d1 = t.stats("/ports/b/rx_summary")
     drops = sum(d1[k] - d0[k] for k in ("drop_ring1_full", "drop_ring2_full"))
+    # Under the quota the server's own totals may not reach the client
+    # (iperf3 then reports the sender's only); the rate is shown, not judged.
+    end = json.loads(out)["end"]
+    total = end.get("sum_received") or end.get("sum_sent") or {}
     return {
-        "gbps": json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e9,
+        "gbps": total.get("bits_per_second", 0) / 1e9,
         "ring_drops": drops,
         "ring1_full": d1["drop_ring1_full"] - d0["drop_ring1_full"],
         "ring2_full": d1["drop_ring2_full"] - d0["drop_ring2_full"],

@@ -9,7 +9,6 @@
 use crate::topology::Frr;
 use hvnet_datapath::route::Tenant;
 use serde_json::Value;
-use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -48,8 +47,7 @@ impl Frr {
             c += " no bgp network import-check\n !\n address-family ipv4 unicast\n";
             for g in &t.gateways {
                 let (a, n) = g.ipv4;
-                let mask = u32::MAX.checked_shl(32 - u32::from(n)).unwrap_or(0);
-                c += &format!("  network {}/{n}\n", Ipv4Addr::from(u32::from(a) & mask));
+                c += &format!("  network {}/{n}\n", hvnet_datapath::route::network(a, n));
             }
             c += " exit-address-family\n";
         }

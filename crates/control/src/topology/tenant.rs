@@ -60,14 +60,9 @@ fn ipv6_prefix(s: &str) -> Option<(Ipv6Addr, u8)> {
     Some((a.parse().ok()?, n))
 }
 
-fn within6(a: Ipv6Addr, (net, n): (Ipv6Addr, u8)) -> bool {
-    let mask = u128::MAX.checked_shl(128 - u32::from(n)).unwrap_or(0);
-    u128::from(a) & mask == u128::from(net) & mask
-}
-
-fn within(a: Ipv4Addr, (net, n): (Ipv4Addr, u8)) -> bool {
-    let mask = u32::MAX.checked_shl(32 - u32::from(n)).unwrap_or(0);
-    u32::from(a) & mask == u32::from(net) & mask
+/// True if `a` is in the subnet `(net, n)`.
+fn within<A: Into<IpAddr>>(a: A, (net, n): (A, u8)) -> bool {
+    hvnet_datapath::route::within(a, net, n)
 }
 
 pub(super) fn parse_tenants(
@@ -140,7 +135,7 @@ pub(super) fn parse_tenants(
             };
             if let Some(a) = ipv6 {
                 let overlaps =
-                    |g: &&Gateway| g.ipv6.is_some_and(|b| within6(a.0, b) || within6(b.0, a));
+                    |g: &&Gateway| g.ipv6.is_some_and(|b| within(a.0, b) || within(b.0, a));
                 if let Some(g) = gateways.iter().find(overlaps) {
                     return Err(bad(format!(
                         "gateways: VLAN {vlan}'s IPv6 subnet ({}/{}) overlaps VLAN {}'s",
@@ -283,7 +278,7 @@ pub fn gateway6_of(tenants: &[Tenant], vm: &Vm) -> Option<Ipv6Addr> {
         .iter()
         .flat_map(|t| &t.gateways)
         .filter(|g| g.vlan == vm.vlan)
-        .find_map(|g| g.ipv6.filter(|p| within6(ip, *p)))
+        .find_map(|g| g.ipv6.filter(|p| within(ip, *p)))
         .map(|p| p.0)
 }
 
@@ -297,7 +292,7 @@ pub fn next_hop_mac(tenants: &[Tenant], vm: &Vm, dst: IpAddr) -> Option<MacAddr>
         }
         IpAddr::V6(d) => {
             gateway6_of(tenants, vm)?;
-            !within6(d, vm.ipv6?)
+            !within(d, vm.ipv6?)
         }
     };
     if !off_subnet {

@@ -159,6 +159,16 @@ impl Cidr {
         let len = if addr.is_ipv4() { 32 } else { 128 };
         Cidr { addr, len }
     }
+    /// The prefix `len` bits long that `addr` is in (its host bits kept:
+    /// a gateway's own address with its subnet's length); a length past
+    /// the family's is taken as a host.
+    pub fn prefix(addr: IpAddr, len: u8) -> Cidr {
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        Cidr {
+            addr,
+            len: len.min(max),
+        }
+    }
     /// True if `ip` is in it.
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, ip) {
@@ -231,7 +241,8 @@ impl std::str::FromStr for Cidr {
 }
 
 impl Cidr {
-    fn network(&self) -> IpAddr {
+    /// Its network address: its address with the host bits clear.
+    pub fn network(&self) -> IpAddr {
         match self.addr {
             IpAddr::V4(a) => {
                 let m = u32::MAX.checked_shl(32 - u32::from(self.len)).unwrap_or(0);

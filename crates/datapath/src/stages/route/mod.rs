@@ -26,6 +26,7 @@ mod view;
 
 pub use view::{NeighbourView, RouteView, RouterView, TenantView};
 
+use crate::settings::values::Cidr;
 use hvnet_wire::MacAddr;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -191,14 +192,14 @@ pub(crate) enum Hop6 {
     None,
 }
 
-fn within6(a: Ipv6Addr, net: Ipv6Addr, prefix: u8) -> bool {
-    let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
-    u128::from(a) & mask == u128::from(net) & mask
+/// True if `a` is in `net`'s `prefix`-bit subnet.
+pub fn within(a: impl Into<IpAddr>, net: impl Into<IpAddr>, prefix: u8) -> bool {
+    Cidr::prefix(net.into(), prefix).contains(a.into())
 }
 
-fn within(a: Ipv4Addr, net: Ipv4Addr, prefix: u8) -> bool {
-    let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
-    u32::from(a) & mask == u32::from(net) & mask
+/// The network address of `a`'s `prefix`-bit subnet.
+pub fn network(a: impl Into<IpAddr>, prefix: u8) -> IpAddr {
+    Cidr::prefix(a.into(), prefix).network()
 }
 
 impl Router {
@@ -379,7 +380,7 @@ impl Router {
             return Hop6::Gateway;
         }
         subnets
-            .filter(|(_, (a, n))| within6(dst, *a, *n))
+            .filter(|(_, (a, n))| within(dst, *a, *n))
             .max_by_key(|(_, (_, n))| *n)
             .map_or(Hop6::None, |(vlan, _)| Hop6::Via { vlan, ip: dst })
     }

@@ -2,9 +2,9 @@
 //! routes (connected, static, from the fabric) and its neighbours, as
 //! `ip route show vrf` and `ip neigh` list them.
 
-use super::{Hop, L3Vni, NeighbourOrigin, RemoteRoute, Router};
+use super::{network, Hop, L3Vni, NeighbourOrigin, RemoteRoute, Router};
 use serde::Serialize;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::Ordering::Relaxed;
 
 impl Router {
@@ -32,9 +32,8 @@ impl Router {
                     .collect();
                 routes.extend(t.gateways.iter().filter_map(|g| {
                     let (a, n) = g.ipv6?;
-                    let mask = u128::MAX.checked_shl(128 - u32::from(n)).unwrap_or(0);
                     Some(RouteView {
-                        to: format!("{}/{n}", Ipv6Addr::from(u128::from(a) & mask)),
+                        to: format!("{}/{n}", network(a, n)),
                         via: None,
                         vlan: g.vlan,
                         kind: "connected",
@@ -103,11 +102,6 @@ impl Hop {
             _ => None,
         }
     }
-}
-
-fn network(a: Ipv4Addr, prefix: u8) -> Ipv4Addr {
-    let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
-    Ipv4Addr::from(u32::from(a) & mask)
 }
 
 /// A tenant's routes and neighbours, as `ip route show vrf` and `ip neigh`.

@@ -8,6 +8,7 @@ reaches its own VMs on every host and never the other tenant's."""
 import hashlib
 import json
 import os
+import tomllib
 
 import pytest
 
@@ -111,6 +112,50 @@ def test_evpn_advertises_and_installs_each_segment_apart(fabric):
     shown = json.loads(h1.topo.hv("evpn", "--json").stdout)["uplinks"][0]
     assert [s["bridge"] for s in shown["shadows"]] == [f"hvb-{A}", f"hvb-{B}"]
     assert "segments (VNI, VLAN" in h1.topo.hv("evpn").stdout
+
+
+def set_segments(h, vlans, vms):
+    """`hvnet up` of host `h`'s file with its uplink carrying `vlans`
+    ({VLAN: VNI} besides its own) and VMs `vms` added to the file's."""
+    doc = tomllib.loads(h.topo.file.read_text())
+    up = dict(doc["uplink"][0])
+    up["vxlan"] = dict(up["vxlan"], vlans=vlans)
+    base = [v for v in doc["vm"] if v["name"] in ("a", "b")]
+    return h.topo.apply(uplink=[up], vm=base + vms)
+
+
+def segment_of(h, vni):
+    return next((s for s in h.vxlan()["segments"] if s["vni"] == vni), None)
+
+
+def test_a_segment_is_added_and_removed_at_run_time(fabric):
+    """VLAN 30 in VNI 5030 added to both hvnet hosts' running uplinks with
+    a VM in it: FRR advertises the new VNI (each host's flood list for it
+    gets the other's VTEP) and the VMs reach each other; removed from the
+    first host, its shadow devices go and the second host's flood list
+    loses it (the VNI withdrawn), while the other segments carry on."""
+    f = fabric
+    h1, h2 = f.hvnet
+    c = 5030
+    for i, h in enumerate(f.hvnet, start=1):
+        out = set_segments(h, {"20": B, "30": c},
+                           [dict(name="c", ipv4=f"{NET}.{i}/24", mac=mac(i), vlan=30)]).stdout
+        assert f"segments added {c}, removed none" in out, out
+    for h, other in ((h1, h2), (h2, h1)):
+        ef.wait_until(lambda h=h, o=other: o.vtep in (segment_of(h, c) or {}).get("flood_list", []))
+    assert segment_of(h1, c)["vlan"] == 30
+    ping(ns(f, 0, "c"), f"{NET}.2")
+    shown = json.loads(h1.topo.hv("evpn", "--json").stdout)["uplinks"][0]
+    assert f"hvb-{c}" in [s["bridge"] for s in shown["shadows"]]
+
+    out = set_segments(h1, {"20": B}, []).stdout
+    assert f"segments added none, removed {c}" in out, out
+    assert segment_of(h1, c) is None
+    assert ef.sh(h1.ns, f"ip link show hvb-{c}", check=False).returncode != 0, "the shadow deleted"
+    ef.wait_until(lambda: h1.vtep not in (segment_of(h2, c) or {}).get("flood_list", []))
+    ping(ns(f, 0, "b"), f"{NET}.2")
+    out = set_segments(h2, {"20": B}, []).stdout
+    assert f"removed {c}" in out, out
 
 
 def test_a_vm_removed_from_one_segment_is_withdrawn_there_only(fabric):

@@ -173,8 +173,29 @@ pub fn up(
                     v.join(", ")
                 }
             };
+            let segments: Vec<String> = a["segments"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|g| {
+                    let vnis = |k: &str| {
+                        let v: Vec<String> = g[k].as_array().into_iter().flatten().map(s).collect();
+                        if v.is_empty() {
+                            "none".to_string()
+                        } else {
+                            v.join(" ")
+                        }
+                    };
+                    format!(
+                        "; uplink {} segments added {}, removed {}",
+                        s(&g["uplink"]),
+                        vnis("added"),
+                        vnis("removed")
+                    )
+                })
+                .collect();
             println!(
-                "topology {} runs; applied {}: added {}; removed {}; uplinks added {}; uplinks removed {}; settings changed {}; {} VMs and {} uplinks now",
+                "topology {} runs; applied {}: added {}; removed {}; uplinks added {}; uplinks removed {}; settings changed {}{}; {} VMs and {} uplinks now",
                 report.topo.name,
                 file.display(),
                 list("added"),
@@ -182,6 +203,7 @@ pub fn up(
                 list("uplinks_added"),
                 list("uplinks_removed"),
                 list("changed"),
+                segments.concat(),
                 s(&a["vms"]),
                 s(&a["uplinks"])
             );

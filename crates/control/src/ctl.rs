@@ -18,9 +18,9 @@ pub(crate) struct Ctl {
     /// The namespace VMs whose namespace is watched (added and removed
     /// ones join and leave it).
     pub netns_watch: Arc<Mutex<crate::watch::NetnsWatch>>,
-    /// What each EVPN uplink advertises (VMs added and removed at run time
-    /// join and leave it).
-    pub advertised: crate::evpn::Advertised,
+    /// The EVPN uplinks' segments: what each advertises (VMs added and
+    /// removed at run time join and leave it), and their syncs.
+    pub evpn: Mutex<crate::evpn::Segments>,
     pub guests: Arc<Mutex<Vec<Guest>>>,
     /// The daemon gave up root after bring-up (`--drop-privileges`).
     pub unprivileged: bool,

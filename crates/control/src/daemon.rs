@@ -516,7 +516,7 @@ pub fn daemon(
         }
     }
     // BGP EVPN: the uplinks' shadows and their syncs, and FRR if asked.
-    let advertised = match crate::evpn::start(&sw, &topo, &dir, &mut state) {
+    let evpn = match crate::evpn::start(&sw, &topo, &dir, &mut state) {
         Ok((t, a)) => {
             threads.extend(t);
             a
@@ -544,7 +544,7 @@ pub fn daemon(
         netns_watch: netns_watch.clone(),
         topo: Mutex::new(topo.clone()),
         changes: Mutex::new(()),
-        advertised,
+        evpn: Mutex::new(evpn),
         guests: guests.clone(),
         unprivileged: drop_privileges,
         balancers: Mutex::new(balancers),

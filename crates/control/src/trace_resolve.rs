@@ -125,8 +125,9 @@ pub fn resolve(
             let ip = dip?;
             sw.ports().iter().find_map(|p| {
                 let e = sw.endpoint(p.id)?;
-                let mac = e.segments().find_map(|(_, vni)| e.evpn_resolve(vni, ip));
-                mac
+                e.segments()
+                    .into_iter()
+                    .find_map(|(_, vni)| e.evpn_resolve(vni, ip))
             })
         });
     let Some(dmac) = dmac else {

@@ -522,6 +522,7 @@ pub fn evpn(sw: &Switch, topo: &crate::topology::Topology) -> Value {
             let n = crate::evpn::shadow_names(v.vni);
             let shadows: Vec<Value> = vtep
                 .segments()
+                .into_iter()
                 .map(|(_, vni)| {
                     let n = crate::evpn::shadow_names(vni);
                     json!({"vni": vni, "bridge": n.bridge, "vxlan": n.vxlan, "port": n.port})

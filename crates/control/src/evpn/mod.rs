@@ -51,12 +51,12 @@ use crate::topology::Topology;
 use hvnet_datapath::Switch;
 use std::net::IpAddr;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 
 /// Brings EVPN up for every uplink that asks for it: its shadow created
 /// (or, after a daemon restart, found again), its sync started, and FRR
-/// started when the topology has `[frr]`. The shadow's devices are
+/// started if the topology has `[frr]`. Shadow devices and FRR are
 /// recorded in the state first, so that `hvnet down` removes them even
 /// after a crash.
 pub fn start(
@@ -64,10 +64,9 @@ pub fn start(
     topo: &Topology,
     dir: &Path,
     state: &mut State,
-) -> Result<(Vec<JoinHandle<()>>, Advertised), DaemonError> {
+) -> Result<(Vec<JoinHandle<()>>, Segments), DaemonError> {
     let mut threads = Vec::new();
-    let mut advertised = Vec::new();
-    let marker = state.marker();
+    let mut segs = Segments::default();
     for u in &topo.uplinks {
         let Some(v) = u.vxlan.as_ref().filter(|v| v.evpn) else {
             continue;
@@ -79,38 +78,17 @@ pub fn start(
         // Each segment its own shadow, as FRR expects a Linux VTEP of
         // several VNIs (a bridge and a vxlan device per VNI); one sync
         // thread for them all.
-        let segments = std::iter::once((u.vlan, v.vni)).chain(v.vlans.iter().copied());
         let mut synced = Vec::new();
-        for (vlan, vni) in segments {
-            let names = shadow_names(vni);
-            // A tenant's L3 VNI: its bridge has this host's router MAC,
-            // which FRR advertises with the tenant's routes.
-            let l3 = topo.tenant_of_l3(vni).is_some();
-            let rmac = l3.then(|| topo.router_mac());
-            make_shadow(&u.name, v, (vni, rmac), &names, dir, state, &marker)?;
-            let vms = topo
-                .vms
-                .iter()
-                .filter(|vm| vm.vlans().carries(vlan))
-                .map(|vm| {
-                    local_vm(
-                        vm,
-                        sw.port(&vm.name).map(|p| p.id).expect("the VM is a port"),
-                    )
-                })
-                .collect();
-            let shared = sync::LocalVms::new(vms);
-            advertised.push((vlan, Arc::clone(&shared)));
-            synced.push(sync::Segment {
-                vni,
-                l3,
-                names,
-                vms: shared,
-            });
+        for (vlan, vni) in std::iter::once((u.vlan, v.vni)).chain(v.vlans.iter().copied()) {
+            let (g, advert) = segment(sw, topo, (u, v), (vlan, vni), dir, state)?;
+            segs.advertised.push(advert);
+            synced.push(g);
         }
-        let t = sync::spawn(sw.clone(), (uplink, &u.name), synced).map_err(|e| {
+        let (tx, rx) = mpsc::channel();
+        let t = sync::spawn(sw.clone(), (uplink, &u.name), synced, rx).map_err(|e| {
             DaemonError::Other(format!("uplink {}: start the EVPN sync: {e}", u.name))
         })?;
+        segs.syncs.push((u.name.clone(), tx));
         threads.push(t);
     }
     if let Some(frr) = &topo.frr {
@@ -123,7 +101,106 @@ pub fn start(
             )
             .map_err(|e| DaemonError::Other(crate::error::chain(&e)))?;
     }
-    Ok((threads, advertised))
+    Ok((threads, segs))
+}
+
+/// Segment (`vlan`, `vni`) of EVPN uplink `u` (endpoint `v`): its shadow
+/// made (or found again), and the VMs of its VLAN it advertises.
+fn segment(
+    sw: &Switch,
+    topo: &Topology,
+    (u, v): (&crate::topology::Uplink, &crate::topology::Vxlan),
+    (vlan, vni): (u16, u32),
+    dir: &Path,
+    state: &mut State,
+) -> Result<(sync::Segment, Advert), DaemonError> {
+    let names = shadow_names(vni);
+    // A tenant's L3 VNI: its bridge has this host's router MAC, which FRR
+    // advertises with the tenant's routes.
+    let l3 = topo.tenant_of_l3(vni).is_some();
+    let rmac = l3.then(|| topo.router_mac());
+    let marker = state.marker();
+    make_shadow(&u.name, v, (vni, rmac), &names, dir, state, &marker)?;
+    let vms = topo
+        .vms
+        .iter()
+        .filter(|vm| vm.vlans().carries(vlan))
+        .filter_map(|vm| Some(local_vm(vm, sw.port(&vm.name)?.id)))
+        .collect();
+    let vms = sync::LocalVms::new(vms);
+    let advert = Advert {
+        uplink: u.name.clone(),
+        vlan,
+        vni,
+        vms: Arc::clone(&vms),
+    };
+    Ok((
+        sync::Segment {
+            vni,
+            l3,
+            names,
+            vms,
+        },
+        advert,
+    ))
+}
+
+/// Adds segment (`vlan`, `vni`) to EVPN uplink `uplink` of `topo` (the
+/// topology it is added in) while it runs: its shadow made and recorded
+/// in `state`, its sync told; FRR (`advertise-all-vni`) finds the new
+/// vxlan device itself and advertises the VNI. The endpoint carries the
+/// VNI already ([`Switch::set_tunnel_vlans`]).
+pub fn add_segment(
+    sw: &Switch,
+    topo: &Topology,
+    uplink: &str,
+    (vlan, vni): (u16, u32),
+    segs: &mut Segments,
+    dir: &Path,
+    state: &mut State,
+) -> Result<(), DaemonError> {
+    let Some((u, v)) = topo
+        .uplinks
+        .iter()
+        .find(|u| u.name == uplink)
+        .and_then(|u| Some((u, u.vxlan.as_ref().filter(|v| v.evpn)?)))
+    else {
+        return Ok(());
+    };
+    let (g, advert) = segment(sw, topo, (u, v), (vlan, vni), dir, state)?;
+    if let Some((_, tx)) = segs.syncs.iter().find(|(n, _)| n == uplink) {
+        let _ = tx.send(sync::Change::Add(g));
+    }
+    segs.advertised.push(advert);
+    tracing::info!(%uplink, vlan, vni, "EVPN segment added");
+    Ok(())
+}
+
+/// Removes segment `vni` from EVPN uplink `uplink` while it runs: its sync
+/// lets it go and its shadow is deleted (FRR withdraws the VNI's routes
+/// with its vxlan device) and forgotten by `state`. What the fabric
+/// advertised in it leaves the endpoint with the segment
+/// ([`Switch::set_tunnel_vlans`]).
+pub fn remove_segment(uplink: &str, vni: u32, segs: &mut Segments, state: &mut State) {
+    let Some((_, tx)) = segs.syncs.iter().find(|(n, _)| n == uplink) else {
+        return;
+    };
+    let _ = tx.send(sync::Change::Remove(vni));
+    segs.advertised
+        .retain(|a| !(a.uplink == uplink && a.vni == vni));
+    let names = shadow_names(vni);
+    match crate::rtnl::Rtnl::new() {
+        Ok(mut rtnl) => {
+            for d in names.all() {
+                if let Err(e) = rtnl.del_link(d) {
+                    tracing::warn!(device = d, error = %e, "EVPN: cannot delete a shadow device");
+                }
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "EVPN: cannot delete the shadow devices"),
+    }
+    state.devices.retain(|d| !names.all().contains(&d.as_str()));
+    tracing::info!(%uplink, vni, "EVPN segment removed");
 }
 
 /// The shadow of segment `vni` of uplink `uplink` (endpoint `v`): found
@@ -191,9 +268,28 @@ fn make_shadow(
     Ok(())
 }
 
-/// Per segment of an EVPN uplink, its VLAN and the VMs it advertises (VMs
-/// added and removed at run time join and leave them).
-pub type Advertised = Vec<(u16, Arc<sync::LocalVms>)>;
+/// The EVPN uplinks' segments while they run: what each advertises, and
+/// how each uplink's sync is told of segments added and removed.
+#[derive(Default)]
+pub struct Segments {
+    /// Per segment, the VMs it advertises (VMs added and removed at run
+    /// time join and leave them).
+    pub advertised: Vec<Advert>,
+    /// Per EVPN uplink (by name), its sync's changes.
+    syncs: Vec<(String, mpsc::Sender<sync::Change>)>,
+}
+
+/// A segment of an EVPN uplink and the VMs it advertises.
+pub struct Advert {
+    /// The uplink.
+    pub uplink: String,
+    /// The switch's VLAN the segment carries.
+    pub vlan: u16,
+    /// Its VNI.
+    pub vni: u32,
+    /// The VMs of that VLAN.
+    pub vms: Arc<sync::LocalVms>,
+}
 
 /// What an EVPN uplink advertises of a VM: its port, MAC and addresses.
 pub fn local_vm(vm: &crate::topology::Vm, port: usize) -> sync::LocalVm {

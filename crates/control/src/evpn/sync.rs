@@ -20,7 +20,7 @@ use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -111,14 +111,26 @@ pub struct Segment {
     pub vms: Arc<LocalVms>,
 }
 
+/// A segment of the uplink added or removed at run time, as the sync is
+/// told of it.
+pub enum Change {
+    /// A segment added, its shadow created already.
+    Add(Segment),
+    /// The segment of this VNI removed: no longer followed (its shadow is
+    /// deleted by the caller).
+    Remove(u32),
+}
+
 /// Starts the sync of uplink port `uplink` (named `name`) with the shadows
 /// of its `segments`: one thread for all of them, one socket of
 /// notifications (each entry goes to the segment whose device it is on);
-/// the thread ends with the switch.
+/// segments added and removed at run time come through `changes`. The
+/// thread ends with the switch.
 pub fn spawn(
     sw: Arc<Switch>,
     (uplink, name): (usize, &str),
     segments: Vec<Segment>,
+    changes: mpsc::Receiver<Change>,
 ) -> io::Result<JoinHandle<()>> {
     let mut monitor = Socket::new(NETLINK_ROUTE)?;
     monitor.bind_auto()?;
@@ -131,27 +143,14 @@ pub fn spawn(
     let _ = monitor.set_rx_buf_sz(8 << 20);
     monitor.set_non_blocking(true)?;
     let rtnl = Rtnl::new().map_err(io::Error::other)?;
-    let segs = segments
-        .into_iter()
-        .map(|g| Seg {
-            vni: g.vni,
-            routes: g.l3.then(super::routes::Routes::default),
-            names: g.names,
-            vms: g.vms.snapshot(),
-            vms_gen: g.vms.generation(),
-            shared: g.vms,
-            advertised: HashMap::new(),
-            retry_at: HashMap::new(),
-            remote: RemoteMacs::default(),
-            idx: Indices::default(),
-        })
-        .collect();
+    let segs = segments.into_iter().map(Seg::of).collect();
     let mut s = Sync {
         sw,
         uplink,
         rtnl,
         monitor,
         segs,
+        changes,
     };
     std::thread::Builder::new()
         .name(format!("evpn-{name}"))
@@ -171,6 +170,7 @@ struct Sync {
     rtnl: Rtnl,
     monitor: Socket,
     segs: Vec<Seg>,
+    changes: mpsc::Receiver<Change>,
 }
 
 /// What the sync keeps of one segment.
@@ -196,6 +196,23 @@ struct Seg {
     idx: Indices,
 }
 
+impl Seg {
+    fn of(g: Segment) -> Seg {
+        Seg {
+            vni: g.vni,
+            routes: g.l3.then(super::routes::Routes::default),
+            names: g.names,
+            vms: g.vms.snapshot(),
+            vms_gen: g.vms.generation(),
+            shared: g.vms,
+            advertised: HashMap::new(),
+            retry_at: HashMap::new(),
+            remote: RemoteMacs::default(),
+            idx: Indices::default(),
+        }
+    }
+}
+
 /// What a segment's work needs of the sync besides the segment.
 struct Cx<'a> {
     sw: &'a Switch,
@@ -208,6 +225,18 @@ impl Sync {
         let mut buf = vec![0u8; 1 << 16];
         let mut need_dump = true;
         while !self.sw.stopping() {
+            // A segment added is read afresh with the others (the tables
+            // of all are dumped at once); one removed is let go.
+            while let Ok(c) = self.changes.try_recv() {
+                match c {
+                    Change::Add(g) => {
+                        self.segs.retain(|x| x.vni != g.vni);
+                        self.segs.push(Seg::of(g));
+                        need_dump = true;
+                    }
+                    Change::Remove(vni) => self.segs.retain(|x| x.vni != vni),
+                }
+            }
             if need_dump {
                 need_dump = !self.resync();
                 if need_dump {

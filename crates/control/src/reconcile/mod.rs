@@ -127,8 +127,9 @@ pub(crate) fn del_vm(cx: &Ctl, name: &str) -> Result<Value, CtlError> {
 /// port settings applied; what it keeps as it is untouched. Everything is
 /// checked before anything changes: only `[[vm]]` and `[[uplink]]` tables
 /// may differ, a kept VM or uplink only in what `hvnet port NAME set`
-/// changes, and an uplink comes or goes only where no `[[host]]` is on its
-/// wire and it has no BGP EVPN (`plan_uplinks`).
+/// changes (and a tunnel in its segments, `[uplink.vxlan] vlans`), and an
+/// uplink comes or goes only where no `[[host]]` is on its wire and it has
+/// no BGP EVPN (`plan_uplinks`).
 ///
 /// An uplink added is opened as at `hvnet up` (its device's GRO set, its
 /// receive queues spread by its NetQueue filters for the VMs of its VLAN,
@@ -142,6 +143,20 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
     let file = crate::topology::parse(text)
         .map_err(|e| CtlError::refused(format!("line {}: {e}", e.line)))?;
     let uplinks = plan_uplinks(&now, &file).map_err(|e| CtlError::refused(e.to_string()))?;
+    // An EVPN segment's shadow devices are made and deleted with it.
+    if cx.unprivileged {
+        let evpn = |name: &str| {
+            now.uplinks
+                .iter()
+                .any(|u| u.name == name && u.vxlan.as_ref().is_some_and(|v| v.evpn))
+        };
+        if let Some((name, _)) = uplinks.segments.iter().find(|(n, _)| evpn(n)) {
+            return Err(CtlError::refused(format!(
+                "uplink {name}: its EVPN segments' shadow devices are made and deleted with them, which a daemon that gave up root (--drop-privileges) cannot do (`hvnet down {}` and up again)",
+                now.name
+            )));
+        }
+    }
     // An ERSPAN socket that cannot be opened (a daemon without root)
     // refuses the file before anything changes.
     let erspan = |e: std::io::Error| {
@@ -272,6 +287,9 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
     for name in &uplinks.removed {
         del_uplink(cx, name)?;
     }
+    // Segments before the VMs the file adds: a VM of a new segment's VLAN
+    // joins what the segment advertises.
+    let segments = set_segments(cx, (&now, &file), &uplinks.segments, &mut state)?;
     let mut added = Vec::new();
     for (i, v) in file.vms.iter().enumerate() {
         if !now.vms.iter().any(|r| r.name == v.name) {
@@ -321,9 +339,57 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
         "uplinks_added": uplinks_added,
         "uplinks_removed": uplinks.removed,
         "changed": changed.into_iter().map(|c| c.0).collect::<Vec<_>>(),
+        "segments": segments,
         "vms": file.vms.len(),
         "uplinks": file.uplinks.len(),
     }))
+}
+
+/// Changes the segments of the tunnels in `changes` (uplink, its VLANs
+/// besides its own with their VNIs, as the file has them) from what runs
+/// (`now`) to what the file says: the endpoint carries them from here on,
+/// and an EVPN uplink's shadows and sync follow (FRR advertises a new
+/// segment's VNI by itself, and withdraws a removed one's). What changed,
+/// per uplink: the VNIs added and removed.
+fn set_segments(
+    cx: &Ctl,
+    (now, file): (&Topology, &Topology),
+    changes: &[(String, Vec<(u16, u32)>)],
+    state: &mut State,
+) -> Result<Vec<Value>, CtlError> {
+    let dir = state_dir(&now.name);
+    let mut done = Vec::new();
+    for (name, vlans) in changes {
+        let (Some(port), Some(old)) = (
+            cx.sw.port(name),
+            now.uplinks
+                .iter()
+                .find(|u| u.name == *name)
+                .and_then(|u| u.vxlan.as_ref()),
+        ) else {
+            continue;
+        };
+        let removed = cx.sw.set_tunnel_vlans(port.id, vlans);
+        let added: Vec<(u16, u32)> = vlans
+            .iter()
+            .filter(|s| !old.vlans.contains(s))
+            .copied()
+            .collect();
+        if old.evpn {
+            let mut evpn = cx.evpn.lock().expect("evpn lock");
+            for &vni in &removed {
+                crate::evpn::remove_segment(name, vni, &mut evpn, state);
+            }
+            for &s in &added {
+                crate::evpn::add_segment(&cx.sw, file, name, s, &mut evpn, &dir, state)
+                    .map_err(|e| CtlError::failed(format!("uplink {name}: VNI {}: {e}", s.1)))?;
+            }
+        }
+        let vnis: Vec<u32> = added.iter().map(|s| s.1).collect();
+        tracing::info!(uplink = %name, added = ?vnis, ?removed, "segments changed");
+        done.push(json!({"uplink": name, "added": vnis, "removed": removed}));
+    }
+    Ok(done)
 }
 
 /// Creates VM `i` of `topo` and adds its port.
@@ -345,9 +411,9 @@ fn add_port(cx: &Ctl, topo: &Topology, i: usize, state: &mut State) -> Result<Va
             .expect("netns watch lock")
             .add(&vm.name, ns, &nic);
     }
-    for (vlan, vms) in &cx.advertised {
-        if vm.vlans().carries(*vlan) {
-            vms.add(crate::evpn::local_vm(vm, port.id));
+    for a in &cx.evpn.lock().expect("evpn lock").advertised {
+        if vm.vlans().carries(a.vlan) {
+            a.vms.add(crate::evpn::local_vm(vm, port.id));
         }
     }
     netqueue_filters(cx, topo, vm, true);
@@ -432,9 +498,9 @@ fn del_port(cx: &Ctl, topo: &Topology, i: usize, state: &mut State) -> Result<Va
         guest::record(state, &all);
     }
     // (The same MAC may be another tenant's VM in another segment.)
-    for (vlan, vms) in &cx.advertised {
-        if vm.vlans().carries(*vlan) {
-            vms.remove(vm.mac);
+    for a in &cx.evpn.lock().expect("evpn lock").advertised {
+        if vm.vlans().carries(a.vlan) {
+            a.vms.remove(vm.mac);
         }
     }
     netqueue_filters(cx, topo, vm, false);

@@ -9,13 +9,15 @@ use crate::topology::{Topology, Uplink};
 use hvnet_datapath::{PortSettings, PortSpec};
 
 /// What applying a file does to the uplinks: those it adds (their indices
-/// in the file), those it removes (by name), and the kept ones whose port
-/// settings change.
+/// in the file), those it removes (by name), the kept ones whose port
+/// settings change, and the kept tunnels whose segments change (the VLANs
+/// they carry besides their own, each with its VNI, as the file has them).
 #[derive(Debug, Default, PartialEq)]
 pub(super) struct UplinkPlan {
     pub(super) added: Vec<usize>,
     pub(super) removed: Vec<String>,
     pub(super) changed: Vec<(String, PortSettings)>,
+    pub(super) segments: Vec<(String, Vec<(u16, u32)>)>,
 }
 
 /// Why a file's uplinks are refused for a topology that runs: each names
@@ -61,7 +63,7 @@ pub(super) enum UplinkChangeError {
         other: String,
     },
     /// A kept uplink changed beyond its port settings.
-    #[error("uplink {uplink}: changed beyond its port settings (device, queues, lro, VLAN, netqueue, rss, batch or [uplink.vxlan]); remove it (`hvnet up` of the file without it) and add it again, or `hvnet down {topology}` first")]
+    #[error("uplink {uplink}: changed beyond its port settings and its tunnel's segments (device, queues, lro, VLAN, netqueue, rss, batch or [uplink.vxlan] other than vlans); remove it (`hvnet up` of the file without it) and add it again, or `hvnet down {topology}` first")]
     Changed {
         /// The uplink.
         uplink: String,
@@ -84,7 +86,9 @@ pub(super) enum UplinkChangeError {
 /// with BGP EVPN (its shadow devices and FRR are made and removed with
 /// the topology), a new uplink on the device of one the file removes (one
 /// change at a time), and a kept uplink changed beyond the settings
-/// `hvnet port NAME set` changes on an uplink (ring1, ring2, rx_usecs).
+/// `hvnet port NAME set` changes on an uplink (ring1, ring2, rx_usecs)
+/// and its tunnel's segments (`[uplink.vxlan] vlans`, with the trunk they
+/// make of it).
 pub(super) fn plan_uplinks(
     now: &Topology,
     file: &Topology,
@@ -136,11 +140,21 @@ pub(super) fn plan_uplinks(
         };
         let mut as_running = u.clone();
         as_running.settings = r.settings.clone();
+        // A tunnel's segments come and go at run time.
+        let segments = match (&mut as_running.vxlan, &r.vxlan) {
+            (Some(a), Some(b)) if a.vlans != b.vlans => {
+                Some(std::mem::replace(&mut a.vlans, b.vlans.clone()))
+            }
+            _ => None,
+        };
         if as_running != *r {
             return Err(UplinkChangeError::Changed {
                 uplink: u.name.clone(),
                 topology: topology(),
             });
+        }
+        if let Some(vlans) = segments {
+            plan.segments.push((u.name.clone(), vlans));
         }
         if u.settings != r.settings {
             let fixed = |s: &PortSettings| (s.tso, s.csum, s.mtu);
@@ -282,6 +296,36 @@ ipv4 = "198.18.0.100/24"
             (rings.changed[0].1.ring1, rings.changed[0].1.rx_usecs),
             (1024, 50)
         );
+    }
+
+    /// A tunnel's segments change at run time (with the trunk they make of
+    /// its port); the rest of `[uplink.vxlan]` does not.
+    #[test]
+    fn a_tunnels_segments_change_at_run_time() {
+        let tunnel = |vlans: &str| {
+            format!(
+                "{}\n[[uplink]]\nname = \"up3\"\ndevice = \"hvx3\"\nvlan = 10\n[uplink.vxlan]\nvni = 5010\nlocal = \"198.18.60.1/24\"\n{vlans}",
+                RUNS.replace("name = \"t1\"", "name = \"t2\"")
+            )
+        };
+        let now = crate::topology::parse(&tunnel("vlans = { 20 = 5020 }\n")).unwrap();
+        let plan_to =
+            |vlans: &str| plan_uplinks(&now, &crate::topology::parse(&tunnel(vlans)).unwrap());
+        let p = plan_to("vlans = { 20 = 5020, 30 = 5030 }\n").unwrap();
+        assert_eq!(
+            p.segments,
+            [("up3".to_string(), vec![(20, 5020), (30, 5030)])]
+        );
+        assert_eq!(p.changed.len(), 1, "the trunk of VLANs 20 and 30");
+        assert!(p.changed[0].1.vlans.contains(30));
+        let p = plan_to("vlans = { 30 = 5030 }\n").unwrap();
+        assert_eq!(p.segments, [("up3".to_string(), vec![(30, 5030)])]);
+        assert_eq!(
+            plan_to("vlans = { 20 = 5020 }\n"),
+            Ok(UplinkPlan::default())
+        );
+        let e = plan_to("vlans = { 20 = 5020 }\nudp_csum = true\n").unwrap_err();
+        assert!(e.to_string().contains("other than vlans"), "{e}");
     }
 
     #[test]

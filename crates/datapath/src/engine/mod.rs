@@ -229,6 +229,7 @@ impl Switch {
     /// carries VLAN `vlan` in.
     fn segment_of(e: &Vtep, own: u16, vlan: u16) -> Option<u32> {
         e.segments()
+            .into_iter()
             .find(|&(v, _)| v.unwrap_or(own) == vlan)
             .map(|(_, vni)| vni)
     }
@@ -237,6 +238,7 @@ impl Switch {
     /// endpoint carries.
     fn vlan_of_segment(&self, uplink: &Port, e: &Vtep, vni: u32) -> Option<u16> {
         e.segments()
+            .into_iter()
             .find(|&(_, n)| n == vni)
             .map(|(v, _)| v.unwrap_or(uplink.vlan))
     }
@@ -278,6 +280,31 @@ impl Switch {
             return Err(hvnet_port::vxlan::EvpnRefusal::LocalMac);
         }
         Ok(())
+    }
+
+    /// Makes `vlans` the VLANs uplink `uplink`'s tunnel endpoint carries
+    /// besides its own, each in its VNI, while frames cross (segments
+    /// added and removed at run time): what the fabric advertised in a
+    /// segment removed leaves the FDB and the endpoint first. The port's
+    /// trunk is its settings' (`set_port`), changed apart. The VNIs
+    /// removed; none where the uplink is no tunnel endpoint.
+    pub fn set_tunnel_vlans(&self, uplink: usize, vlans: &[(u16, u32)]) -> Vec<u32> {
+        let (Some(up), Some(tunnel)) = (self.ports().get(uplink).cloned(), self.endpoint(uplink))
+        else {
+            return Vec::new();
+        };
+        for (vlan, vni) in tunnel.segments() {
+            let vlan = vlan.unwrap_or(up.vlan);
+            if vlans.contains(&(vlan, vni)) || vni == tunnel.cfg.vni {
+                continue;
+            }
+            for mac in tunnel.evpn_clear(vni) {
+                self.fdb.remove_remote(vlan, mac, uplink);
+            }
+        }
+        let removed = tunnel.set_vlans(vlans);
+        tracing::info!(port = %up.name, ?vlans, ?removed, "tunnel segments changed");
+        removed
     }
 
     /// Pins each VM port's own address to it again once its guest is

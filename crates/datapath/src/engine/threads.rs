@@ -79,9 +79,8 @@ impl Switch {
             let Some(p) = ports.get(*id) else {
                 continue;
             };
-            let segments =
-                std::iter::once((p.vlan, vtep.cfg.vni)).chain(vtep.cfg.vlans.iter().copied());
-            for (vlan, vni) in segments {
+            for (vlan, vni) in vtep.segments() {
+                let vlan = vlan.unwrap_or(p.vlan);
                 for (fam, kind) in [
                     (crate::mdb::Family::Ipv4, hvnet_wire::NetKind::Ipv4),
                     (crate::mdb::Family::Ipv6, hvnet_wire::NetKind::Ipv6),

@@ -115,11 +115,11 @@ impl Vtep {
         layers: &'a mut Option<Layers>,
     ) -> Result<Option<(u32, Inner<'a>)>, SendError> {
         let f = inner.frame;
-        if self.cfg.vlans.is_empty() || f.len() < 18 || f[12..14] != [0x81, 0x00] {
+        if !self.has_vlans() || f.len() < 18 || f[12..14] != [0x81, 0x00] {
             return Ok(None);
         }
         let vid = u16::from_be_bytes([f[14], f[15]]) & 0x0fff;
-        let Some(&(_, vni)) = self.cfg.vlans.iter().find(|(v, _)| *v == vid) else {
+        let Some(vni) = self.vni_of(vid) else {
             return Err(SendError::Failed);
         };
         untagged.clear();

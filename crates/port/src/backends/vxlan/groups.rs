@@ -97,6 +97,13 @@ impl Vtep {
             .is_some_and(|p| p[usize::from(family == NetKind::Ipv6)])
     }
 
+    /// Forgets segment `vni`'s groups and pruning (the segment is gone).
+    pub(super) fn forget_groups(&self, vni: u32) {
+        let mut t = self.groups.table.write().expect("lock");
+        t.groups.retain(|&(n, _), _| n != vni);
+        t.pruning.remove(&vni);
+    }
+
     /// Forgets what expired.
     pub fn sweep_groups(&self, now: Instant) {
         let mut t = self.groups.table.write().expect("lock");

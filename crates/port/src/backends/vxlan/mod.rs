@@ -103,7 +103,9 @@ pub struct VtepConfig {
     /// More VLANs the tunnel carries, each in a VNI of its own (VLAN,
     /// VNI): a frame of one of them crosses untagged in its VNI, and comes
     /// back tagged with its VLAN. `vni` carries the switch's untagged
-    /// frames (the uplink's own VLAN).
+    /// frames (the uplink's own VLAN). These are the endpoint's first;
+    /// [`Vtep::set_vlans`] changes them at run time ([`Vtep::segments`]
+    /// has them now).
     pub vlans: Vec<(u16, u32)>,
 }
 
@@ -112,6 +114,11 @@ pub struct Vtep {
     /// Its settings.
     pub cfg: VtepConfig,
     rss: Rss,
+    /// The VLANs carried besides the uplink's own, each in its VNI, now.
+    vlans: RwLock<Vec<(u16, u32)>>,
+    /// `vlans` is not empty: read on every frame without the lock, so a
+    /// tunnel of one segment pays nothing for the others.
+    has_vlans: std::sync::atomic::AtomicBool,
     /// Per VNI (segment), its flood list: the configured remotes, then
     /// those the fabric advertised in that VNI.
     flood: RwLock<HashMap<u32, Vec<IpAddr>>>,
@@ -191,6 +198,8 @@ impl Vtep {
             .map(|vni| (vni, cfg.remotes.clone()))
             .collect();
         Vtep {
+            vlans: RwLock::new(cfg.vlans.clone()),
+            has_vlans: std::sync::atomic::AtomicBool::new(!cfg.vlans.is_empty()),
             flood: RwLock::new(flood),
             flood_changed: std::sync::atomic::AtomicBool::new(false),
             evpn: evpn::EvpnTables::default(),
@@ -266,8 +275,8 @@ impl Vtep {
         let vlan = if d.vni == self.cfg.vni {
             None
         } else {
-            match self.cfg.vlans.iter().find(|(_, vni)| *vni == d.vni) {
-                Some(&(vlan, _)) => Some(vlan),
+            match self.vlan_of(d.vni) {
+                Some(vlan) => Some(vlan),
                 None => return Received::Drop(TunnelDrop::Vni),
             }
         };
@@ -289,7 +298,7 @@ impl Vtep {
             outer_len,
             outer_ip,
         });
-        if !self.cfg.vlans.is_empty() {
+        if self.has_vlans() {
             // A tunnel of several VLANs carries them untagged, each in its
             // VNI: an inner tag would choose its own VLAN (a hop into
             // another VNI's segment).
@@ -341,17 +350,90 @@ impl Vtep {
         self.flood_changed.swap(false, Relaxed)
     }
 
-    /// The segments the endpoint carries, as (VLAN, VNI): the uplink's
-    /// own VNI first (`None`: its untagged frames), then one per VLAN of
-    /// `vlans`.
-    pub fn segments(&self) -> impl Iterator<Item = (Option<u16>, u32)> + '_ {
+    /// The segments the endpoint carries now, as (VLAN, VNI): the
+    /// uplink's own VNI first (`None`: its untagged frames), then one per
+    /// VLAN it carries besides.
+    pub fn segments(&self) -> Vec<(Option<u16>, u32)> {
         std::iter::once((None, self.cfg.vni))
-            .chain(self.cfg.vlans.iter().map(|&(vlan, vni)| (Some(vlan), vni)))
+            .chain(
+                self.vlans
+                    .read()
+                    .expect("lock")
+                    .iter()
+                    .map(|&(vlan, vni)| (Some(vlan), vni)),
+            )
+            .collect()
     }
 
     /// True if the endpoint carries `vni`.
     pub fn carries(&self, vni: u32) -> bool {
-        self.segments().any(|(_, v)| v == vni)
+        vni == self.cfg.vni || self.vlan_of(vni).is_some()
+    }
+
+    /// True if the endpoint carries VLANs besides the uplink's own.
+    fn has_vlans(&self) -> bool {
+        self.has_vlans.load(Relaxed)
+    }
+
+    /// The VLAN segment `vni` carries, if it is one besides the uplink's
+    /// own.
+    fn vlan_of(&self, vni: u32) -> Option<u16> {
+        if !self.has_vlans() {
+            return None;
+        }
+        let vlans = self.vlans.read().expect("lock");
+        vlans.iter().find(|&&(_, n)| n == vni).map(|&(v, _)| v)
+    }
+
+    /// The VNI VLAN `vlan` crosses in, if it is one besides the uplink's
+    /// own.
+    fn vni_of(&self, vlan: u16) -> Option<u32> {
+        let vlans = self.vlans.read().expect("lock");
+        vlans.iter().find(|&&(v, _)| v == vlan).map(|&(_, n)| n)
+    }
+
+    /// Makes `vlans` the VLANs the endpoint carries besides the uplink's
+    /// own, each in its VNI, while frames cross: a segment added starts
+    /// with the static remotes as its flood list and nothing learned; one
+    /// removed takes its learned MACs, its flood list and its multicast
+    /// remotes with it (what the fabric advertised in it is the caller's
+    /// to withdraw first, [`Vtep::evpn_clear`], as the switch's FDB has it
+    /// too). A VLAN whose VNI changes is a segment removed and another
+    /// added. The VNIs removed.
+    pub fn set_vlans(&self, vlans: &[(u16, u32)]) -> Vec<u32> {
+        let mut now = self.vlans.write().expect("lock");
+        let removed: Vec<u32> = now
+            .iter()
+            .filter(|s| !vlans.contains(s))
+            .map(|&(_, vni)| vni)
+            .collect();
+        let added: Vec<u32> = vlans
+            .iter()
+            .filter(|s| !now.contains(s))
+            .map(|&(_, vni)| vni)
+            .collect();
+        {
+            let mut flood = self.flood.write().expect("lock");
+            for vni in &removed {
+                flood.remove(vni);
+            }
+            for &vni in &added {
+                flood.insert(vni, self.cfg.remotes.clone());
+            }
+        }
+        self.remote_macs
+            .write()
+            .expect("lock")
+            .retain(|(vni, _), _| !removed.contains(vni));
+        for &vni in &removed {
+            self.forget_groups(vni);
+        }
+        *now = vlans.to_vec();
+        self.has_vlans.store(!now.is_empty(), Relaxed);
+        if !added.is_empty() {
+            self.flood_changed.store(true, Relaxed);
+        }
+        removed
     }
 
     /// The flood list of segment `vni` now (empty for a VNI not carried).
@@ -377,9 +459,10 @@ impl Vtep {
     /// Every remote of any segment's flood list, each once, in the order of
     /// the segments.
     fn flood_union(&self) -> Vec<IpAddr> {
+        let segments = self.segments();
         let flood = self.flood.read().expect("lock");
         let mut all: Vec<IpAddr> = Vec::new();
-        for (_, vni) in self.segments() {
+        for (_, vni) in segments {
             for r in flood.get(&vni).into_iter().flatten() {
                 if !all.contains(r) {
                     all.push(*r);
@@ -421,5 +504,85 @@ impl Vtep {
             }
         }
         t.insert(key, (remote, now));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::{Home, Pool, PoolCaps, SizeClass};
+    use hvnet_offload::testutil::{vxlan_wrap, TcpSpec};
+    use hvnet_offload::OffloadInfo;
+
+    /// VXLAN in `vni` from 10.99.0.1 to the endpoint at 10.99.0.2, around
+    /// a TCP frame from `src`.
+    fn from_remote(pool: &mut Pool, vni: u32, src: MacAddr) -> Packet {
+        let mut inner = TcpSpec::default().build();
+        inner[6..12].copy_from_slice(&src.0);
+        let mut b = pool.take(SizeClass::Small).expect("a buffer");
+        b.fill(&vxlan_wrap(&inner, vni, 49_999, 1, true));
+        Packet::parse(b, OffloadInfo::NONE).expect("parses")
+    }
+
+    /// Segments come and go while frames cross: a VNI the endpoint does
+    /// not carry is dropped as such, carried once added (tagged with its
+    /// VLAN, its MACs learned, its flood list the static remotes), and
+    /// gone again with what it learned once removed; the others keep
+    /// theirs.
+    #[test]
+    fn segments_are_added_and_removed_at_run_time() {
+        let mut pool = Pool::new(Home::new(PoolCaps::DEFAULT));
+        let remote: IpAddr = [10, 99, 0, 1].into();
+        let v = Vtep::for_test([10, 99, 0, 2].into(), 24, remote);
+        let (a, b) = (MacAddr([2, 0, 0, 0, 0, 0xa]), MacAddr([2, 0, 0, 0, 0, 0xb]));
+        let now = Instant::now();
+        let vlan_of = |r: Received| match r {
+            Received::Inner(p) => Ok(p.meta.layers.outer_vlan().map(|t| t & 0x0fff)),
+            Received::Drop(d) => Err(d),
+            _ => panic!("neither a frame nor a drop"),
+        };
+        assert_eq!(
+            vlan_of(v.receive(from_remote(&mut pool, 5020, a), now)),
+            Err(TunnelDrop::Vni)
+        );
+        assert!(!v.carries(5020));
+
+        assert_eq!(v.set_vlans(&[(20, 5020)]), Vec::<u32>::new());
+        assert_eq!(v.segments(), [(None, 42), (Some(20), 5020)]);
+        assert_eq!(v.flood_list(5020), [remote]);
+        assert_eq!(
+            vlan_of(v.receive(from_remote(&mut pool, 5020, a), now)),
+            Ok(Some(20))
+        );
+        assert_eq!(
+            vlan_of(v.receive(from_remote(&mut pool, 42, b), now)),
+            Ok(None)
+        );
+        assert_eq!(
+            (v.remote_of(5020, &a), v.remote_of(42, &b)),
+            (Some(remote), Some(remote))
+        );
+
+        assert_eq!(v.set_vlans(&[]), [5020]);
+        assert_eq!(
+            vlan_of(v.receive(from_remote(&mut pool, 5020, a), now)),
+            Err(TunnelDrop::Vni)
+        );
+        assert_eq!(
+            (v.remote_of(5020, &a), v.flood_list(5020)),
+            (None, Vec::new())
+        );
+        assert_eq!(
+            v.remote_of(42, &b),
+            Some(remote),
+            "the uplink's own segment kept"
+        );
+        // A VLAN moved to another VNI: one segment removed, one added.
+        v.set_vlans(&[(20, 5020)]);
+        assert_eq!(v.set_vlans(&[(20, 5021)]), [5020]);
+        assert_eq!(
+            vlan_of(v.receive(from_remote(&mut pool, 5021, a), now)),
+            Ok(Some(20))
+        );
     }
 }

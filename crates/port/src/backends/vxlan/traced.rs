@@ -115,7 +115,7 @@ impl Vtep {
         }
         // A frame of one of the tunnel's VLANs crosses in that VLAN's VNI
         // (untagged): the traced frame is sent as the others are.
-        if !self.cfg.vlans.is_empty() && frame[12..14] == [0x81, 0x00] {
+        if self.has_vlans() && frame[12..14] == [0x81, 0x00] {
             return Err(SendError::Failed);
         }
         let vni = self.cfg.vni;

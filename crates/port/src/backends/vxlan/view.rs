@@ -174,6 +174,7 @@ impl Vtep {
         remote_ips.sort_by_key(|r| (r.vni, r.ip));
         let segments = self
             .segments()
+            .into_iter()
             .map(|(vlan, vni)| SegmentView {
                 vni,
                 vlan,

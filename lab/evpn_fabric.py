@@ -38,7 +38,8 @@ class LinuxVtep:
     """Linux's own VTEP with FRR, in namespace `ns`: per VNI a bridge
     (brVNI) with a vxlan device (vxVNI) and one VM. By default one VNI,
     `VNI`, its VM `vm_ns` at `vm_ip`; `vnis` gives more ({VNI: (IP, MAC)},
-    their VMs' namespaces from `vm_ns_of`)."""
+    their VMs' namespaces from `vm_ns_of`; {VNI: None}: a segment with no
+    VM)."""
 
     def __init__(self, fabric, ns, index, vnis=None, irb=None):
         self.fabric, self.ns, self.index = fabric, ns, index
@@ -60,11 +61,14 @@ class LinuxVtep:
 
     def build(self):
         f = self.fabric
-        for i, (vni, (ip, mac)) in enumerate(self.vnis.items()):
+        for i, (vni, vm) in enumerate(self.vnis.items()):
+            ip, mac = vm or (None, None)
             sh(self.ns, f"ip link add br{vni} type bridge && ip link set br{vni} up"
                         f" && ip link add vx{vni} type vxlan id {vni} local {self.ip} dstport 4789 nolearning"
                         f" && ip link set vx{vni} mtu 1500 master br{vni} up"
                         f" && bridge link set dev vx{vni} learning off")
+            if ip is None:
+                continue
             vm_ns = self.vm_ns_of(vni)
             hvlab.run(["ip", "netns", "add", vm_ns])
             f.namespaces.append(vm_ns)
@@ -115,6 +119,18 @@ class LinuxVtep:
         """The vxlan device's remote entries: {MAC: VTEP}."""
         out = sh(self.ns, f"bridge -j fdb show dev vx{vni}").stdout
         return {e["mac"]: e.get("dst") for e in json.loads(out or "[]") if e.get("dst")}
+
+    def fdb_all(self):
+        """Every vxlan device's remote entries, in one dump: {(VNI, MAC, VTEP)}
+        (the flood list's under MAC 00:00:00:00:00:00)."""
+        out = sh(self.ns, "bridge -j fdb show").stdout
+        return {(int(e["ifname"][2:]), e["mac"], e["dst"]) for e in json.loads(out or "[]")
+                if e.get("dst") and e.get("ifname", "").startswith("vx")}
+
+    def frr_pids(self):
+        """Its zebra's and bgpd's process IDs."""
+        run = Path("/var/run/frr") / self.ns
+        return [int((run / f"{d}.pid").read_text()) for d in ("zebra", "bgpd")]
 
     def stop_frr(self):
         run = Path("/var/run/frr") / self.ns
@@ -205,23 +221,26 @@ class Injector:
     def gobgp(self, *args, check=True):
         return hvlab.run(["ip", "netns", "exec", self.ns, "gobgp", *args], check=check)
 
-    def advertise(self, vteps, macs_per_vtep, first=100):
+    def advertise(self, vteps, macs_per_vtep, first=100, vnis=(VNI,)):
         """Type 3 for `vteps` endpoints (UNDERLAY.first ...) and, behind each,
-        `macs_per_vtep` type-2 MAC/IP routes; returns (VTEPs, MACs)."""
+        `macs_per_vtep` type-2 MAC/IP routes, endpoint v in VNI
+        `vnis[v % len(vnis)]`; returns (VTEPs, MACs); with several VNIs,
+        the MACs as (VNI, MAC)."""
         script, vtep_ips, macs = [], [], []
         for v in range(vteps):
             ip = f"{UNDERLAY}.{first + v}"
+            vni = vnis[v % len(vnis)]
             vtep_ips.append(ip)
-            rd = f"{ip}:{VNI}"
+            rd = f"{ip}:{vni}"
             # FRR installs a type 3 route as a flood-list entry only with a
             # PMSI tunnel of ingress replication (RFC 8365 §9).
-            script.append(f"gobgp global rib -a evpn add multicast {ip} etag 0 rd {rd} rt {ASN}:{VNI} encap vxlan"
-                          f" pmsi ingress-repl {VNI} {ip} nexthop {ip}")
+            script.append(f"gobgp global rib -a evpn add multicast {ip} etag 0 rd {rd} rt {ASN}:{vni} encap vxlan"
+                          f" pmsi ingress-repl {vni} {ip} nexthop {ip}")
             for m in range(macs_per_vtep):
                 mac = f"02:dd:00:{v:02x}:{m >> 8:02x}:{m & 255:02x}"
-                macs.append(mac)
-                script.append(f"gobgp global rib -a evpn add macadv {mac} {OVERLAY_SCALE}.{100 + v}.{m} etag 0 label {VNI}"
-                              f" rd {rd} rt {ASN}:{VNI} encap vxlan nexthop {ip}")
+                macs.append(mac if len(vnis) == 1 else (vni, mac))
+                script.append(f"gobgp global rib -a evpn add macadv {mac} {OVERLAY_SCALE}.{100 + v}.{m} etag 0 label {vni}"
+                              f" rd {rd} rt {ASN}:{vni} encap vxlan nexthop {ip}")
         path = self.fabric.tmp / f"{self.ns}.sh"
         path.write_text("set -e\n" + "\n".join(script) + "\n")
         hvlab.run(["ip", "netns", "exec", self.ns, "sh", str(path)], timeout=600)

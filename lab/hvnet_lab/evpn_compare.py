@@ -14,12 +14,18 @@
   VTEPs) from a BGP speaker to an hvnet host and a Linux VTEP at once:
   time to install and remove, memory, and throughput with them installed
   against the static set-up.
+- `evpn-segments`: the same routes spread over 100 VNIs (one VTEP per
+  VNI), to an hvnet host whose uplink carries the 100 segments and a
+  Linux VTEP with a bridge and a vxlan device per VNI: time to install,
+  and the memory each host's processes grow by.
 """
 
 import calendar
+import json
 import re
 import subprocess
 import time
+from pathlib import Path
 
 import evpn_fabric as ef
 import hvlab
@@ -265,7 +271,8 @@ def evpn_scale(tmp, quick, reps, log):
         measured("evpn-scale-install", f"{len(want)} MAC/IP routes behind {vteps} VTEPs: time to install and remove",
                  "", "s", installs, "s", lambda c: c,
                  "does hvnet install a fabric's worth of routes as fast as Linux + FRR, with bounded memory?",
-                 f"installed: hvnet {med[('hvnet', 'installed')]:.2f} s, Linux + FRR "
+                 f"installed: hvnet {med[('hvnet', 'installed')]:.2f} s (its shadow by its zebra "
+                 f"{shadow_med:.2f} s), Linux + FRR "
                  f"{med[('Linux + FRR', 'installed')]:.2f} s; removed: hvnet {med[('hvnet', 'removed')]:.2f} s, "
                  f"Linux + FRR {med[('Linux + FRR', 'removed')]:.2f} s (medians of {reps}); hvnet's daemon "
                  f"{rss0 / 2**20:.1f} MiB before, {max(rss) / 2**20:.1f} MiB with them; {ips} remote IPs installed",
@@ -277,3 +284,131 @@ def evpn_scale(tmp, quick, reps, log):
                  f"(medians of {reps}, one iperf3 stream, {seconds} s)", NOTE),
     ]
     return figs, {"installs": {" / ".join(c): r for c, r in installs.items()}, "throughput": tput}
+
+
+def rss_of(pids):
+    """Resident memory of processes `pids`, summed (bytes)."""
+    return sum(hvlab.rss_bytes(p) for p in pids)
+
+
+def evpn_segments(tmp, quick, reps, log):
+    """1,000 MAC/IP routes behind 100 VTEPs in 100 VNIs (quick: 100 behind
+    20 in 10), from a GoBGP speaker to an hvnet host carrying the VNIs as
+    segments of one uplink and to a Linux VTEP with a bridge and a vxlan
+    device per VNI, at once: time until each has installed every route in
+    its VNI (MACs, and each VTEP in its VNI's flood list) from its session
+    with the speaker up (to within the 50 ms or so of a poll), and the growth
+    of each host's processes (hvnet's daemon and its FRR; Linux's FRR)."""
+    n_vnis, vteps, per = (10, 20, 5) if quick else (100, 100, 10)
+    own_vlan, first_vni = 1000, 6000
+    vnis = [first_vni + k for k in range(n_vnis)]
+    vxlan = dict(vni=first_vni, vlans={str(own_vlan + k): first_vni + k for k in range(1, n_vnis)})
+    vms = [[dict(name="a", ipv4=f"{ef.OVERLAY}.1/24", vlan=own_vlan)]]
+    t0 = time.monotonic()
+    with ef.EvpnFabric(tmp, vms, linux=1, injector=True, vxlan=vxlan, uplink=dict(vlan=own_vlan),
+                       linux_vnis={v: None for v in vnis}) as f:
+        f.wait_established(timeout=180)
+        bring_up = time.monotonic() - t0
+        h1, lin, inj = f.hvnet[0], f.linux[0], f.injector
+        vtep_ips, macs = inj.advertise(vteps, per, vnis=vnis)
+        want = set(macs)
+        floods = {(vnis[v % n_vnis], ip) for v, ip in enumerate(vtep_ips)}
+        hv_frr = [int((Path("/var/run/frr") / f"hvnet-{h1.topo.name}" / f"{d}.pid").read_text())
+                  for d in ("zebra", "bgpd")]
+
+        def memory():
+            return {"hvnet": hvlab.rss_bytes(h1.pid()), "hvnet's FRR": rss_of(hv_frr),
+                    "Linux + FRR": rss_of(lin.frr_pids())}
+
+        def counts():
+            v = h1.vxlan()
+            hv_macs = {(m["vni"], m["mac"]) for m in v["remote_macs"] if m["origin"] == "evpn"} & want
+            hv_floods = {(s["vni"], r) for s in v["segments"] for r in s["flood_list"]} & floods
+            fdb = lin.fdb_all()
+            shadow = {(vni, m) for vni, m, _ in shadow_fdb()} & want
+            lin_macs = {(vni, m) for vni, m, _ in fdb} & want
+            lin_floods = {(vni, dst) for vni, m, dst in fdb if m == "00:00:00:00:00:00"} & floods
+            return len(hv_macs), len(hv_floods), len(lin_macs), len(lin_floods), len(shadow)
+
+        def shadow_fdb():
+            """The hvnet host's shadow vxlan devices' remote entries (what its
+            zebra installed, which the switch's sync follows)."""
+            out = ef.sh(h1.ns, "bridge -j fdb show").stdout
+            return {(int(e["ifname"][4:]), e["mac"], e["dst"]) for e in json.loads(out or "[]")
+                    if e.get("dst") and e.get("ifname", "").startswith("hvx-")}
+
+        def established():
+            """The injector's sessions that are up now, by neighbour."""
+            peers = json.loads(inj.gobgp("neighbor", "-j").stdout or "[]")
+            return {p["state"]["neighbor_address"] for p in peers if p["state"].get("session_state") == 6}
+
+        installs = {("hvnet", "installed"): [], ("hvnet's shadow", "installed by its zebra"): [],
+                    ("Linux + FRR", "installed"): []}
+        mem, polls = [], []
+        for _ in range(reps):
+            before = memory()
+            t0 = time.monotonic()
+            for host in (h1, lin):
+                inj.enable(host.ip)
+            # Each from its session with the speaker up: how soon a
+            # disabled session comes back is GoBGP's, not the host's.
+            up, done = {}, {}
+            while len(done) < 3 and time.monotonic() - t0 < 300:
+                now = time.monotonic()
+                if len(up) < 2:
+                    ready = established()
+                    for name, host in (("hvnet", h1), ("lin", lin)):
+                        if name not in up and host.ip in ready:
+                            up[name] = now
+                n_hv, n_hf, n_lin, n_lf, n_sh = counts()
+                now = time.monotonic()
+                if "shadow" not in done and n_sh == len(want):
+                    done["shadow"] = now
+                if "hvnet" not in done and (n_hv, n_hf) == (len(want), len(floods)):
+                    done["hvnet"] = now
+                if "lin" not in done and (n_lin, n_lf) == (len(want), len(floods)):
+                    done["lin"] = now
+                time.sleep(0.01)
+            # The resolution: one look at both hosts' tables.
+            t1 = time.monotonic()
+            counts()
+            polls.append(time.monotonic() - t1 + 0.01)
+            if len(done) < 3 or len(up) < 2:
+                raise RuntimeError(f"not all installed within 300 s: {counts()} of {len(want)} MACs and "
+                                   f"{len(floods)} flood entries")
+            installs[("hvnet", "installed")].append({"s": done["hvnet"] - up["hvnet"]})
+            installs[("hvnet's shadow", "installed by its zebra")].append({"s": done["shadow"] - up["hvnet"]})
+            installs[("Linux + FRR", "installed")].append({"s": done["lin"] - up["lin"]})
+            after = memory()
+            mem.append({k: {"before": before[k], "after": after[k]} for k in before})
+            for host in (h1, lin):
+                inj.gobgp("neighbor", host.ip, "disable")
+            ef.wait_until(lambda: counts() == (0, 0, 0, 0, 0), timeout=300, every=0.1)
+    med = {k: median([r["s"] for r in v]) for k, v in installs.items()}
+    growth = {k: median([(m[k]["after"] - m[k]["before"]) / 2**20 for m in mem]) for k in mem[0]}
+    total = {k: median([m[k]["after"] / 2**20 for m in mem]) for k in mem[0]}
+    frr_growth = growth["hvnet's FRR"]
+    shadow_med = med[("hvnet's shadow", "installed by its zebra")]
+    hv_growth = growth["hvnet"] + frr_growth
+    hv_total = total["hvnet"] + total["hvnet's FRR"]
+    figs = [
+        measured("evpn-segments-install",
+                 f"{len(want)} MAC/IP routes behind {vteps} VTEPs in {n_vnis} VNIs: time to install",
+                 "", "s", installs, "s", lambda c: c,
+                 "does hvnet install a fabric of many segments as fast as a Linux VTEP with FRR, with no more memory?",
+                 f"installed: hvnet {med[('hvnet', 'installed')]:.2f} s (its shadow by its zebra "
+                 f"{shadow_med:.2f} s), Linux + FRR "
+                 f"{med[('Linux + FRR', 'installed')]:.2f} s from each one's session with the speaker up, each look at both "
+                 f"hosts' tables taking {median(polls) * 1000:.0f} ms (hvnet / Linux "
+                 f"{med[('hvnet', 'installed')] / med[('Linux + FRR', 'installed')]:.2f}, medians of {reps}); "
+                 f"memory grown with them (MiB, median): hvnet's daemon {growth['hvnet']:.1f} and its FRR "
+                 f"{frr_growth:.1f} (together {hv_growth:.1f}) against Linux's FRR "
+                 f"{growth['Linux + FRR']:.1f}; resident with them: hvnet's daemon and its FRR {hv_total:.1f} MiB, "
+                 f"Linux's FRR {total['Linux + FRR']:.1f} MiB (the kernel's tables, the Linux VTEP's FDB and hvnet's "
+                 f"shadows alike, not counted); the fabric up in {bring_up:.0f} s",
+                 NOTE.split(" Four hosts")[0] + f" Three hosts on one machine (2 cores): an hvnet host whose uplink "
+                 f"carries {n_vnis} VNIs, a Linux VTEP with a bridge and a vxlan device per VNI, and a GoBGP speaker "
+                 f"advertising to both at once, FRR 8.4 on the first two (advertise-all-vni)."),
+    ]
+    return figs, {"installs": {" / ".join(c): r for c, r in installs.items()}, "memory": mem, "bring_up_s": bring_up,
+                  "poll_s": polls}

@@ -161,6 +161,10 @@ EXPERIMENTS = [
      "workload": "1,000 MAC/IP routes behind 100 VTEPs from a GoBGP speaker to an hvnet host and a Linux VTEP with FRR "
                  "at once: time to install and to remove, the daemon's memory; VM-to-VM throughput across two hvnet "
                  "hosts with them installed vs two with static remotes"},
+    {"name": "evpn-segments", "reproduces": "measurement", "run": evpn_compare.evpn_segments,
+     "workload": "1,000 MAC/IP routes behind 100 VTEPs in 100 VNIs (one VTEP per VNI) from a GoBGP speaker to an hvnet "
+                 "host whose uplink carries the 100 segments and a Linux VTEP with a bridge and a vxlan device per "
+                 "VNI, at once: time to install, and the memory each host's processes grow by"},
     {"name": "port-scale", "reproduces": "measurement", "run": port_scale.port_scale,
      "workload": "64, 256 and 1,000 namespace VMs (64 and 256 with --quick) of one queue on one switch, nothing "
                  "sent: the daemon's threads, idle CPU, memory per port, hvnet up and down; then 500 broadcasts from "

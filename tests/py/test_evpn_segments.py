@@ -38,6 +38,13 @@ def fabric(tmp_path_factory):
                       linux_vnis={A: (f"{NET}.3", mac(3)), B: (f"{NET}.3", mac(3))}).__enter__()
     try:
         f.wait_established()
+        # Ready once every endpoint floods each segment to the others (the
+        # fabric's type-3 routes in).
+        for h in f.hvnet:
+            others = {o.vtep for o in f.hosts() if o is not h}
+            ef.wait_until(lambda h=h, o=others: all(set(s["flood_list"]) >= o for s in h.vxlan()["segments"]))
+        want = {(vni, "00:00:00:00:00:00", h.vtep) for vni in (A, B) for h in f.hvnet}
+        ef.wait_until(lambda: want <= f.linux[0].fdb_all())
         yield f
     finally:
         f.__exit__(None, None, None)

@@ -171,6 +171,10 @@ pub enum VxlanError {
     /// The tunnel's two ends are of different address families.
     #[error("the tunnel's local and remote addresses are of different families")]
     MixedFamilies,
+    /// An inner frame given in two parts whose first is of odd length or
+    /// does not hold the partial checksum's field.
+    #[error("the inner frame's first part does not end after its headers at an even length")]
+    BadSplit,
 }
 
 /// The outer UDP source port for an inner frame: its flow hash (RSS's
@@ -216,10 +220,28 @@ pub fn encap_header(
     info: OffloadInfo,
     out: &mut [u8],
 ) -> Result<OffloadInfo, VxlanError> {
+    encap_header_split(tunnel, (inner, &[]), hash, info, out)
+}
+
+/// [`encap_header`] for an inner frame in two parts, `head` then `rest`
+/// (a tagged frame's headers without the tag, and its payload where it
+/// lies): nothing of it is put together. `head` is of even length and
+/// holds a partial inner checksum's field, if there is one.
+pub fn encap_header_split(
+    tunnel: &Tunnel,
+    (head, rest): (&[u8], &[u8]),
+    hash: Option<u32>,
+    info: OffloadInfo,
+    out: &mut [u8],
+) -> Result<OffloadInfo, VxlanError> {
+    let inner_len = head.len() + rest.len();
+    if !rest.is_empty() && head.len() % 2 == 1 {
+        return Err(VxlanError::BadSplit);
+    }
     let outer_len = tunnel.outer_len();
     let at_udp = tunnel.outer_udp();
-    let udp_len = outer_len - at_udp + inner.len();
-    if !fits(tunnel.ipv6(), inner.len()) {
+    let udp_len = outer_len - at_udp + inner_len;
+    if !fits(tunnel.ipv6(), inner_len) {
         return Err(VxlanError::TooLarge);
     }
     let ethertype = match (tunnel.local, tunnel.remote) {
@@ -260,7 +282,7 @@ pub fn encap_header(
     .emit(&mut EthernetFrame::new_unchecked(&mut out[..]));
     let sport = match tunnel.mark {
         Some(m) => m.kind,
-        None => source_port(hash, inner, tunnel.src_port_range),
+        None => source_port(hash, head, tunnel.src_port_range),
     };
     {
         let mut u = udp::Packet::new_unchecked(&mut out[at_udp..]);
@@ -285,10 +307,13 @@ pub fn encap_header(
             // value now in the field, so the payload need not be read.
             CsumState::Partial { start, offset } => {
                 let (s, o) = (start as usize, offset as usize);
-                let field = u16::from_be_bytes([inner[s + o], inner[s + o + 1]]);
-                Sum::ZERO.add_bytes(&inner[..s]).add_u16(!field)
+                let Some(f) = head.get(s + o..s + o + 2) else {
+                    return Err(VxlanError::BadSplit);
+                };
+                let field = u16::from_be_bytes([f[0], f[1]]);
+                Sum::ZERO.add_bytes(&head[..s]).add_u16(!field)
             }
-            _ => Sum::ZERO.add_bytes(inner),
+            _ => Sum::ZERO.add_bytes(head).add_bytes(rest),
         };
         let c = ph
             .add_bytes(&out[at_udp..outer_len])
@@ -415,6 +440,66 @@ mod tests {
         assert_eq!(uh.destination_port, 4789);
         assert_eq!(uh.checksum, uh.calc_checksum_ipv4(&ip, data).unwrap());
         assert!((32768..61000).contains(&uh.source_port));
+    }
+
+    /// An inner frame given as its headers and its payload apart makes the
+    /// outer headers it makes whole, checksums included (full and
+    /// partial inner checksums, over IPv4 with an outer checksum and over
+    /// IPv6); a split that is odd or leaves the partial checksum's field
+    /// behind is refused.
+    #[test]
+    fn a_split_inner_frame_makes_the_same_outer_headers() {
+        let inner = TcpSpec::default().build();
+        let at = Layers::parse(&inner).unwrap().payload_offset();
+        let partial = OffloadInfo {
+            gso: None,
+            csum: CsumState::Partial {
+                start: 34,
+                offset: 16,
+            },
+        };
+        let v4 = Tunnel {
+            udp_csum: true,
+            ..Tunnel::new(7, [10, 0, 0, 1], [10, 0, 0, 2])
+        };
+        let v6 = Tunnel::new(
+            7,
+            std::net::Ipv6Addr::LOCALHOST,
+            std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2),
+        );
+        for (t, info) in [
+            (&v4, OffloadInfo::NONE),
+            (&v4, partial),
+            (&v6, OffloadInfo::NONE),
+            (&v6, partial),
+        ] {
+            let mut whole = [0u8; MAX_OUTER_LEN];
+            let mut split = [0u8; MAX_OUTER_LEN];
+            let a = encap_header(t, &inner, None, info, &mut whole).unwrap();
+            let b = encap_header_split(t, (&inner[..at], &inner[at..]), None, info, &mut split)
+                .unwrap();
+            assert_eq!(
+                (a, &whole[..]),
+                (b, &split[..]),
+                "{info:?} over {}",
+                t.remote
+            );
+        }
+        let mut out = [0u8; MAX_OUTER_LEN];
+        assert_eq!(
+            encap_header_split(
+                &v4,
+                (&inner[..15], &inner[15..]),
+                None,
+                OffloadInfo::NONE,
+                &mut out
+            ),
+            Err(VxlanError::BadSplit)
+        );
+        assert_eq!(
+            encap_header_split(&v4, (&inner[..34], &inner[34..]), None, partial, &mut out),
+            Err(VxlanError::BadSplit)
+        );
     }
 
     #[test]

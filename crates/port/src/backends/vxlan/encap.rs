@@ -104,13 +104,18 @@ impl Vtep {
     }
 
     /// A tagged inner frame of one of the endpoint's VLANs, as it crosses:
-    /// untagged (a copy, its parsed layers and partial checksum moved with
-    /// it), in that VLAN's VNI. `None`: the frame as it is, in the uplink's
-    /// own VNI. An error for a tag of a VLAN the endpoint does not carry
-    /// (the switch sends it none).
+    /// untagged, in that VLAN's VNI, its parsed layers and partial
+    /// checksum moved with it. Where it goes whole into the kernel
+    /// (`whole`: the TAP takes it and its headers were parsed) only its
+    /// headers are put together without the tag, in `untagged`, and its
+    /// payload is written where it lies; else the whole frame is copied
+    /// there. `None`: the frame as it is, in the uplink's own VNI. An
+    /// error for a tag of a VLAN the endpoint does not carry (the switch
+    /// sends it none).
     fn untag<'a>(
         &self,
-        inner: &Inner<'_>,
+        inner: &Inner<'a>,
+        whole: bool,
         untagged: &'a mut Vec<u8>,
         layers: &'a mut Option<Layers>,
     ) -> Result<Option<(u32, Inner<'a>)>, SendError> {
@@ -122,9 +127,24 @@ impl Vtep {
         let Some(vni) = self.vni_of(vid) else {
             return Err(SendError::Failed);
         };
+        // The headers up to the payload, the tag's 4 bytes apart (the
+        // split stays even, as the outer checksum wants).
+        let split = inner
+            .layers
+            .map(|l| l.payload_offset())
+            .filter(|&at| whole && at >= 16 && at <= f.len() && at % 2 == 0);
         untagged.clear();
         untagged.extend_from_slice(&f[..12]);
-        untagged.extend_from_slice(&f[16..]);
+        let rest = match split {
+            Some(at) => {
+                untagged.extend_from_slice(&f[16..at]);
+                &f[at..]
+            }
+            None => {
+                untagged.extend_from_slice(&f[16..]);
+                &[]
+            }
+        };
         *layers = inner.layers.map(|l| {
             let mut l = *l;
             l.pop_vlan();
@@ -138,6 +158,7 @@ impl Vtep {
             vni,
             Inner {
                 frame: untagged,
+                rest,
                 layers: layers.as_ref(),
                 hash: inner.hash,
                 offload,
@@ -157,6 +178,7 @@ impl Vtep {
         let inner = match *frame {
             OutFrame::Packet(pkt) => Inner {
                 frame: pkt.frame(),
+                rest: &[],
                 layers: Some(&pkt.meta.layers),
                 hash: pkt.meta.hash.or_else(|| self.flow_hash(pkt)),
                 offload: pkt.meta.offload,
@@ -166,6 +188,7 @@ impl Vtep {
                 pieces.iter().for_each(|p| linear.extend_from_slice(p));
                 Inner {
                     frame: linear,
+                    rest: &[],
                     layers: None,
                     hash: None,
                     offload,
@@ -177,8 +200,18 @@ impl Vtep {
         if inner.frame.len() < 14 {
             return Err(SendError::Failed);
         }
+        // Whole through the kernel where it takes the frame; else
+        // segmented here, to the underlay's socket. Where inner checksums
+        // must leave complete (the uplink's `csum = "software"`) every
+        // frame goes the socket's way: the kernel leaves them partial
+        // wherever the next device takes partial checksums, and one path
+        // keeps a flow's frames in order.
+        let tap = self
+            .tap
+            .as_ref()
+            .filter(|tap| how.csum && TunnelTap::takes(&inner, self.cfg.local) && tap.is_open());
         let mut popped = None;
-        let (vni, inner) = match self.untag(&inner, untagged, &mut popped)? {
+        let (vni, inner) = match self.untag(&inner, tap.is_some(), untagged, &mut popped)? {
             Some((vni, bare)) => (vni, bare),
             None => (self.cfg.vni, inner),
         };
@@ -199,16 +232,6 @@ impl Vtep {
         };
         let mut written = Written::default();
         let mut failed = false;
-        // Whole through the kernel where it takes the frame; else
-        // segmented here, to the underlay's socket. Where inner checksums
-        // must leave complete (the uplink's `csum = "software"`) every
-        // frame goes the socket's way: the kernel leaves them partial
-        // wherever the next device takes partial checksums, and one path
-        // keeps a flow's frames in order.
-        let tap = self
-            .tap
-            .as_ref()
-            .filter(|tap| how.csum && TunnelTap::takes(&inner, self.cfg.local) && tap.is_open());
         for &(remote, mac) in &remotes {
             let Some(mac) = mac else { continue };
             let tunnel = self.tunnel_to(vni, remote, mac);
@@ -255,6 +278,8 @@ pub(super) fn write_encapsulated(
     scratch: &mut TunnelScratch,
     written: &mut Written,
 ) -> Result<(), ()> {
+    // (A frame in two parts goes only the TAP's way.)
+    debug_assert!(inner.rest.is_empty());
     let mut hdr = [0u8; MAX_OUTER_LEN];
     let hdr = &mut hdr[..tunnel.outer_len()];
     let frame = inner.frame;

@@ -23,7 +23,7 @@
 use super::Inner;
 use crate::outgoing::Written;
 use hvnet_offload::csum::pseudo_header_at;
-use hvnet_offload::vxlan::{encap_header, fits, Tunnel, MAX_OUTER_LEN};
+use hvnet_offload::vxlan::{encap_header_split, fits, Tunnel, MAX_OUTER_LEN};
 use hvnet_offload::CsumState;
 use hvnet_sys::{offload, FrameQueue};
 use hvnet_wire::checksum::Sum;
@@ -157,7 +157,7 @@ impl TunnelTap {
     /// whose headers were parsed where it entered. Else the endpoint
     /// segments it itself, as without the TAP.
     pub(super) fn takes(inner: &Inner<'_>, local: IpAddr) -> bool {
-        if !fits(local.is_ipv6(), inner.frame.len()) {
+        if !fits(local.is_ipv6(), inner.len()) {
             return false;
         }
         let Some(g) = inner.offload.gso else {
@@ -196,7 +196,7 @@ impl TunnelTap {
         head: &mut Vec<u8>,
         written: &mut Written,
     ) -> Result<(), ()> {
-        let frame = inner.frame;
+        let (frame, rest) = (inner.frame, inner.rest);
         let outer_len = tunnel.outer_len();
         let outer_th = tunnel.outer_udp();
         let mut outer = [0u8; MAX_OUTER_LEN];
@@ -207,8 +207,8 @@ impl TunnelTap {
             // One frame, as the underlay's socket would send it: the
             // outer checksum done here, an inner partial one left to the
             // kernel.
-            let info =
-                encap_header(tunnel, frame, inner.hash, inner.offload, outer).map_err(drop)?;
+            let info = encap_header_split(tunnel, (frame, rest), inner.hash, inner.offload, outer)
+                .map_err(drop)?;
             let mut hdr = Repr::default();
             if let CsumState::Partial { start, offset } = info.csum {
                 hdr.flags = flags::NEEDS_CSUM;
@@ -220,10 +220,10 @@ impl TunnelTap {
                 ..TunnelRepr::default()
             }
             .emit(&mut vnet);
-            self.send(&[&vnet, outer, frame])?;
+            self.send(&[&vnet, outer, frame, rest])?;
             self.counters.frames.fetch_add(1, Relaxed);
             written.frames += 1;
-            written.bytes += (outer_len + frame.len()) as u64;
+            written.bytes += (outer_len + inner.len()) as u64;
             return Ok(());
         }
         // A GSO frame: TCP whose headers were parsed where it entered.
@@ -239,8 +239,9 @@ impl TunnelTap {
         // The outer UDP checksum is the kernel's to make per segment: here
         // its field gets the pseudo-header sum only (put over whatever
         // encap_header left in it).
-        encap_header(tunnel, frame, inner.hash, inner.offload, outer).map_err(drop)?;
-        let udp_len = outer_len - outer_th + frame.len();
+        encap_header_split(tunnel, (frame, rest), inner.hash, inner.offload, outer)
+            .map_err(drop)?;
+        let udp_len = outer_len - outer_th + inner.len();
         let outer_csum = tunnel.outer_csum();
         let field = if outer_csum {
             tunnel.pseudo_header(udp_len).fold()
@@ -252,9 +253,12 @@ impl TunnelTap {
         // what a partial checksum needs (the pseudo-header sum over the
         // whole frame's TCP length), whatever the datapath left in it.
         let headers = l.payload_offset();
+        let Some(inner_head) = frame.get(..headers) else {
+            return Err(());
+        };
         head.clear();
-        head.extend_from_slice(&frame[..headers]);
-        let tcp_len = frame.len() - t.offset;
+        head.extend_from_slice(inner_head);
+        let tcp_len = inner.len() - t.offset;
         let ph: Sum = pseudo_header_at(head, net.kind, net.offset, ip_protocol::TCP, tcp_len);
         head[t.offset + 16..t.offset + 18].copy_from_slice(&ph.fold().to_be_bytes());
         TunnelRepr {
@@ -274,23 +278,26 @@ impl TunnelTap {
             inner_nh_offset: (outer_len + net.offset) as u16,
         }
         .emit(&mut vnet);
-        self.send(&[&vnet, outer, head, &frame[headers..]])?;
+        self.send(&[&vnet, outer, head, &frame[headers..], rest])?;
         self.counters.gso_frames.fetch_add(1, Relaxed);
         written.frames += 1;
-        written.bytes += (outer_len + frame.len()) as u64;
+        written.bytes += (outer_len + inner.len()) as u64;
         Ok(())
     }
 
     /// Writes one frame: `pieces` are its header, its outer headers and
-    /// the rest.
+    /// the rest (empty pieces are left out).
     fn send(&self, pieces: &[&[u8]]) -> Result<(), ()> {
         let len = pieces[1..].iter().map(|p| p.len() as u64).sum();
         let member = match &self.team {
             Some(team) => team.pick(pieces[1], len).ok_or(())?,
             None => 0,
         };
-        let iov: smallvec::SmallVec<[IoSlice<'_>; 4]> =
-            pieces.iter().map(|p| IoSlice::new(p)).collect();
+        let iov: smallvec::SmallVec<[IoSlice<'_>; 5]> = pieces
+            .iter()
+            .filter(|p| !p.is_empty())
+            .map(|p| IoSlice::new(p))
+            .collect();
         match self.queues.read().expect("lock").get(member) {
             Some(q) => crate::vnet::write_frame(q, &iov).map_err(drop)?,
             None => return Err(()),

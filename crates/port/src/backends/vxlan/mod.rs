@@ -53,12 +53,24 @@ mod view;
 
 /// The inner frame as encapsulation reads it.
 struct Inner<'a> {
+    /// The frame, or its first part (a tagged frame's headers put
+    /// together without the tag) when `rest` holds the rest.
     frame: &'a [u8],
+    /// The rest of the frame where it lies (a tagged frame's payload, its
+    /// tag left out without copying it); empty for a frame in one part.
+    rest: &'a [u8],
     /// Its header stack, where parsed (a whole packet's): what a GSO
     /// frame is segmented by.
     layers: Option<&'a hvnet_wire::Layers>,
     hash: Option<u32>,
     offload: hvnet_offload::OffloadInfo,
+}
+
+impl Inner<'_> {
+    /// The frame's length, in all its parts.
+    fn len(&self) -> usize {
+        self.frame.len() + self.rest.len()
+    }
 }
 
 pub use evpn::{EvpnCounters, EvpnRefusal, Origin, MAX_EVPN_MACS, MAX_FLOOD};
@@ -259,7 +271,8 @@ impl Vtep {
                 VxlanError::Malformed(_)
                 | VxlanError::NotVxlan
                 | VxlanError::TooLarge
-                | VxlanError::MixedFamilies,
+                | VxlanError::MixedFamilies
+                | VxlanError::BadSplit,
             ) => return Received::Drop(TunnelDrop::BadVxlan),
         };
         let mark = traced::read_mark(frame, &l);

@@ -82,6 +82,7 @@ impl Vtep {
         };
         let inner = Inner {
             frame,
+            rest: &[],
             layers: None,
             hash: None,
             offload,

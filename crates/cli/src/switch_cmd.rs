@@ -165,32 +165,17 @@ pub fn up(
         if json_out {
             println!("{}", json!({"topology": report.topo.name, "applied": a}));
         } else {
-            let list = |k: &str| {
-                let v: Vec<String> = a[k].as_array().into_iter().flatten().map(s).collect();
-                if v.is_empty() {
-                    "none".to_string()
-                } else {
-                    v.join(", ")
-                }
-            };
+            let list = |k: &str| joined(&a[k], ", ");
             let segments: Vec<String> = a["segments"]
                 .as_array()
                 .into_iter()
                 .flatten()
                 .map(|g| {
-                    let vnis = |k: &str| {
-                        let v: Vec<String> = g[k].as_array().into_iter().flatten().map(s).collect();
-                        if v.is_empty() {
-                            "none".to_string()
-                        } else {
-                            v.join(" ")
-                        }
-                    };
                     format!(
                         "; uplink {} segments added {}, removed {}",
                         s(&g["uplink"]),
-                        vnis("added"),
-                        vnis("removed")
+                        joined(&g["added"], " "),
+                        joined(&g["removed"], " ")
                     )
                 })
                 .collect();
@@ -399,6 +384,16 @@ fn vlan_column(p: &Value) -> String {
     match p["native_vlan"].as_u64() {
         Some(n) => format!("T:{vlans}/n{n}"),
         None => format!("T:{vlans}"),
+    }
+}
+
+/// The items of JSON array `v` joined by `sep`, or "none".
+fn joined(v: &Value, sep: &str) -> String {
+    let items: Vec<String> = v.as_array().into_iter().flatten().map(s).collect();
+    if items.is_empty() {
+        "none".to_string()
+    } else {
+        items.join(sep)
     }
 }
 

@@ -29,6 +29,8 @@ done
 "$prefix/bin/hvnet" man "$prefix/share/man/man1" >/dev/null
 mkdir -p "$prefix/share/bash-completion/completions"
 "$prefix/bin/hvnet" completions bash >"$prefix/share/bash-completion/completions/hvnet"
+# Where the unit's topology files live (hvnet@NAME reads /etc/hvnet/NAME.toml).
+mkdir -p /etc/hvnet
 unit_dir="${SYSTEMD_UNIT_DIR:-/etc/systemd/system}"
 if [ -d "$unit_dir" ]; then
     sed "s|/usr/local/bin/hvnet|$prefix/bin/hvnet|" packaging/systemd/hvnet@.service >"$unit_dir/hvnet@.service"

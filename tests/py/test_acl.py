@@ -169,7 +169,8 @@ def test_a_rule_change_applies_to_new_connections_at_once_and_to_established_one
         # 8080 no longer allowed in.
         groups = [GROUPS[0], {"name": "web", "rules": GROUPS[1]["rules"][2:]}]
         with_tables(t, groups)
-        hvlab.hvnet("up", t.file)
+        said = hvlab.hvnet("up", t.file).stdout
+        assert "; security groups changed web;" in said, said
         assert probe(t, "a", "connect", "198.18.41.2", 8080) == "timeout", "a new connection is refused at once"
         seen = count()
         hvlab.eventually(lambda: count() > seen + 10, timeout=20)  # the established one goes on

@@ -141,7 +141,7 @@ def test_a_namespace_vms_frames_at_each_point_are_what_the_kernels_saw(tmp_path)
         drops = Capture(t, "a", tmp_path / "a-drop.pcapng", "--point", "drop")
         t.hv("port", "a", "set", "connected=off")
         t.sh("a", f"ping -c 2 -i 0.2 -W 1 {B}", check=False)
-        t.hv("port", "a", "set", "connected=on", "tx_rate=1mbit")
+        t.hv("port", "a", "set", "connected=on", "tx_rate=1mbit", "tx_burst=65kb")
         t.sh("a", f"ping -f -c 300 -s 1400 -W 1 {B}", check=False)
         drops.stop()
         reasons = {c.split()[1] for (c,) in fields(tmp_path / "a-drop.pcapng", "frame.comment")}

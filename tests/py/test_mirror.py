@@ -68,6 +68,7 @@ def test_span_to_a_monitor_vm_added_and_removed_at_run_time(tmp_path):
         span = dict(name="span-a", select_src_port=["a"], select_dst_port=["a"], output_port="mon")
         r = t.apply(check=False, mirror=[span])
         assert r.returncode == 0, r.stderr
+        assert "; mirrors changed" in r.stdout, r.stdout
         assert mirrors(t)["span-a"]["output"] == {"port": "mon"}
 
         at_mon = Tcpdump(t, "mon", tmp_path / "mon.pcap", "icmp")

@@ -45,8 +45,10 @@ pub struct CaptureArgs {
     #[arg(short = 'w', value_name = "FILE")]
     pub write: Option<PathBuf>,
     /// A filter in tcpdump's syntax (`pcap-filter(7)`): `icmp`, `tcp port
-    /// 5201`, `vlan and udp`, … Words after the port are joined.
-    #[arg(trailing_var_arg = true, value_name = "EXPRESSION")]
+    /// 5201`, `vlan and udp`, … Words after the port are joined; options
+    /// may come before or after them, as tcpdump takes them (`hvnet
+    /// capture a icmp -w a.pcapng`).
+    #[arg(value_name = "EXPRESSION")]
     pub filter: Vec<String>,
     #[command(flatten)]
     pub target: Target,

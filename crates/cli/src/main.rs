@@ -77,7 +77,9 @@ enum Cmd {
     /// List ports: number, type, switch, MAC, client (as `net-stats -l`).
     Ports(#[command(flatten)] switch_cmd::Target),
     /// Show a node of the statistics tree, as vsish does:
-    /// /ports/PORT/{client_stats,tx_summary,rx_summary,accounting,rxqueues/N/status}.
+    /// /ports/PORT/{client_stats,tx_summary,rx_summary,accounting,rxqueues/N/status};
+    /// /uplinks/UPLINK/ the same, with txqueues/N/status, filters (NetQueue
+    /// and RSS), team (a team's) and vxlan (a tunnel endpoint's).
     Stats {
         /// Tree path (default: the root, which lists its children).
         #[arg(default_value = "/")]
@@ -419,5 +421,26 @@ fn main() {
     if let Err(e) = result {
         eprintln!("hvnet: {e}");
         std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// tcpdump's habit: options after the filter expression are options,
+    /// not words of the filter.
+    #[test]
+    fn capture_takes_options_after_its_expression() {
+        let cli = Cli::try_parse_from([
+            "hvnet", "capture", "a", "tcp", "port", "5201", "-w", "a.pcapng", "-c", "3",
+        ])
+        .unwrap();
+        let Cmd::Capture(a) = cli.cmd else {
+            panic!("not a capture: {cli:?}")
+        };
+        assert_eq!(a.filter, ["tcp", "port", "5201"]);
+        assert_eq!(a.write.as_deref(), Some(std::path::Path::new("a.pcapng")));
+        assert_eq!(a.count, Some(3));
     }
 }

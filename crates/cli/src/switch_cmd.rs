@@ -46,7 +46,9 @@ pub enum PortAction {
     /// divide; docs/guide/rates.md).
     /// Guards (docs/guide/guards.md): source_guard, arp_guard, nd_guard,
     /// dhcp_guard, ra_guard, dhcp_snooping =on|off;
-    /// addresses=ADDR,PREFIX/LEN,…|none.
+    /// addresses=ADDR,PREFIX/LEN,…|none. VLANs (docs/guide/topologies.md):
+    /// vlan_mode=access|trunk, vlans=1-4094 lists (10,20,100-199),
+    /// native_vlan=1..4094|none.
     Set {
         /// KEY=VALUE pairs.
         #[arg(required = true, value_name = "KEY=VALUE")]
@@ -162,6 +164,12 @@ pub fn up(
         other => other.to_string(),
     })?;
     if let Some(a) = &report.applied {
+        if metrics.is_some() || drop_privileges {
+            eprintln!(
+                "hvnet: topology {} runs already: --metrics and --drop-privileges belong to its daemon's start and were not changed (`hvnet down {}` and up again to change them)",
+                report.topo.name, report.topo.name
+            );
+        }
         if json_out {
             println!("{}", json!({"topology": report.topo.name, "applied": a}));
         } else {
@@ -179,8 +187,25 @@ pub fn up(
                     )
                 })
                 .collect();
+            let p = &a["policy"];
+            let mut policy = format!(
+                "; security groups changed {}",
+                joined(&p["security_groups"], ", ")
+            );
+            if !joined(&p["ports_groups"], "").eq("none") {
+                policy += &format!(" (ports' groups: {})", joined(&p["ports_groups"], ", "));
+            }
+            for (k, what) in [
+                ("mirrors", "mirrors"),
+                ("ipfix", "IPFIX"),
+                ("tenants", "tenants' routing"),
+            ] {
+                if p[k].as_bool() == Some(true) {
+                    policy += &format!("; {what} changed");
+                }
+            }
             println!(
-                "topology {} runs; applied {}: added {}; removed {}; uplinks added {}; uplinks removed {}; settings changed {}{}; {} VMs and {} uplinks now",
+                "topology {} runs; applied {}: added {}; removed {}; uplinks added {}; uplinks removed {}; settings changed {}{}{}; {} VMs and {} uplinks now",
                 report.topo.name,
                 file.display(),
                 list("added"),
@@ -189,6 +214,7 @@ pub fn up(
                 list("uplinks_removed"),
                 list("changed"),
                 segments.concat(),
+                policy,
                 s(&a["vms"]),
                 s(&a["uplinks"])
             );

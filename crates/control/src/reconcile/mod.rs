@@ -312,6 +312,7 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
     });
     state.removed_vms.clear();
     write_state(&dir, &state).map_err(CtlError::failed)?;
+    let policy = policy_changes(&now, &file);
     let mut next = file.clone();
     next.vms.extend(kept);
     cx.sw.set_mirrors(file.mirrors.clone()).map_err(erspan)?;
@@ -340,6 +341,7 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
         "uplinks_removed": uplinks.removed,
         "changed": changed.into_iter().map(|c| c.0).collect::<Vec<_>>(),
         "segments": segments,
+        "policy": policy,
         "vms": file.vms.len(),
         "uplinks": file.uplinks.len(),
     }))
@@ -390,6 +392,45 @@ fn set_segments(
         done.push(json!({"uplink": name, "added": vnis, "removed": removed}));
     }
     Ok(done)
+}
+
+/// What of the policy applying `file` to what runs (`now`) changes: the
+/// security groups added, removed or with other rules (by name), the
+/// kept VMs whose list of groups changes, and whether the mirrors, the
+/// flow export and the tenants' routing change.
+fn policy_changes(now: &Topology, file: &Topology) -> Value {
+    let named = |all: &[crate::topology::SecurityGroup], name: &str| {
+        all.iter().find(|g| g.name == name).cloned()
+    };
+    let mut groups: Vec<&str> = file
+        .security_groups
+        .iter()
+        .filter(|g| named(&now.security_groups, &g.name).as_ref() != Some(*g))
+        .map(|g| g.name.as_str())
+        .collect();
+    groups.extend(
+        now.security_groups
+            .iter()
+            .filter(|g| named(&file.security_groups, &g.name).is_none())
+            .map(|g| g.name.as_str()),
+    );
+    let ports: Vec<&str> = file
+        .vms
+        .iter()
+        .filter(|v| {
+            now.vms
+                .iter()
+                .any(|r| r.name == v.name && r.security_groups != v.security_groups)
+        })
+        .map(|v| v.name.as_str())
+        .collect();
+    json!({
+        "security_groups": groups,
+        "ports_groups": ports,
+        "mirrors": now.mirrors != file.mirrors,
+        "ipfix": now.ipfix != file.ipfix,
+        "tenants": now.tenants != file.tenants,
+    })
 }
 
 /// Creates VM `i` of `topo` and adds its port.

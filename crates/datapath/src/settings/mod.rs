@@ -120,7 +120,7 @@ pub struct PortSettings {
     /// libvirt's `<outbound>`. None: no limit.
     #[serde(default)]
     pub tx_rate: Option<Rate>,
-    /// The policer's burst (default: 10 ms of the rate, at least 65 KiB).
+    /// The policer's burst (default: 10 ms of the rate, at least 1,000,000 bytes).
     #[serde(default)]
     pub tx_burst: Option<Burst>,
     /// Shaper on what the VM receives: frames over the rate wait in its
@@ -128,7 +128,7 @@ pub struct PortSettings {
     /// writes them; a full ring drops), as libvirt's `<inbound>`.
     #[serde(default)]
     pub rx_rate: Option<Rate>,
-    /// The shaper's burst (default: 10 ms of the rate, at least 65 KiB).
+    /// The shaper's burst (default: 10 ms of the rate, at least 1,000,000 bytes).
     #[serde(default)]
     pub rx_burst: Option<Burst>,
     /// The most of one worker's time the port's queues take together, in

@@ -259,6 +259,8 @@ fn a_shaped_port_is_delivered_by_its_threads_at_its_rate_and_takes_them_when_rem
     let s = PortSettings {
         lro: false,
         rx_rate: Some(crate::rate::Rate(8_000_000)), // 1 MB/s
+        // The least burst: 100 frames of 1,400 bytes are over it.
+        rx_burst: Some(crate::rate::Burst(crate::rate::MIN_BURST)),
         ..PortSettings::default()
     };
     let mac = MacAddr([2, 0, 0, 0, 2, 1]);

@@ -301,7 +301,8 @@ mod tests {
         }
         assert_eq!(Burst(3 << 20).to_string(), "3mb");
         assert_eq!(default_burst(Rate(1_000_000_000)), Burst(1_250_000));
-        assert_eq!(default_burst(Rate(1_000_000)), Burst(MIN_BURST));
+        assert_eq!(default_burst(Rate(10_000_000)), Burst(1_000_000));
+        assert_eq!(default_burst(Rate(1_000_000)), Burst(1_000_000));
     }
 
     #[test]

@@ -91,6 +91,14 @@ def test_a_policer_limits_what_a_vm_sends_and_changes_at_run_time(tmp_path):
         s = json.loads(t.hv("port", "a", "--json").stdout)
         assert (s["tx_rate"], s["tx_burst"], s["rx_rate"]) == ("10mbit", None, None), s
 
+        # The file is the truth: `hvnet up` of it sets back what was
+        # changed at run time, and says so.
+        said = hvlab.hvnet("up", t.file).stdout
+        assert "settings changed a (run-time changes reverted to the file's: a)" in said, said
+        s = json.loads(t.hv("port", "a", "--json").stdout)
+        assert (s["tx_rate"], s["tx_burst"]) == ("20mbit", "128kb"), s
+        assert "settings changed none;" in hvlab.hvnet("up", t.file).stdout
+
 
 def test_a_shaper_paces_what_a_vm_receives(tmp_path):
     vms = [dict(name="a", ipv4=A + "/24"), dict(name="b", ipv4=B + "/24", rx_rate="20mbit")]

@@ -187,6 +187,10 @@ pub fn up(
                     )
                 })
                 .collect();
+            let reverted = match joined(&a["reverted"], ", ").as_str() {
+                "none" => String::new(),
+                r => format!(" (run-time changes reverted to the file's: {r})"),
+            };
             let p = &a["policy"];
             let mut policy = format!(
                 "; security groups changed {}",
@@ -205,7 +209,7 @@ pub fn up(
                 }
             }
             println!(
-                "topology {} runs; applied {}: added {}; removed {}; uplinks added {}; uplinks removed {}; settings changed {}{}{}; {} VMs and {} uplinks now",
+                "topology {} runs; applied {}: added {}; removed {}; uplinks added {}; uplinks removed {}; settings changed {}{}{}{}; {} VMs and {} uplinks now",
                 report.topo.name,
                 file.display(),
                 list("added"),
@@ -213,6 +217,7 @@ pub fn up(
                 list("uplinks_added"),
                 list("uplinks_removed"),
                 list("changed"),
+                reverted,
                 segments.concat(),
                 policy,
                 s(&a["vms"]),

@@ -14,6 +14,7 @@ use crate::proto::CtlError;
 use crate::provision;
 use crate::state::{netns_marker, read_state, state_dir, write_state, State};
 use crate::topology::{NetQueueMode, Topology, Vm, VmKind};
+use hvnet_datapath::PortSettings;
 use hvnet_port::SocketMode;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -185,6 +186,22 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
         )));
     }
     let mut changed = Vec::new();
+    // Ports whose settings were changed at run time (`hvnet port P set`)
+    // and differ from the file's: the file is the truth, so they are set
+    // back, and said (their MTU, which is the guest's link's too, stays
+    // as set).
+    let mut reverted = Vec::new();
+    let mut revert = |name: &str, file_says: &PortSettings, ran: &PortSettings| {
+        let live = cx.sw.port(name)?.settings();
+        if live == *ran || live == *file_says {
+            return None;
+        }
+        reverted.push(name.to_string());
+        Some(PortSettings {
+            mtu: live.mtu,
+            ..file_says.clone()
+        })
+    };
     for v in file.vms.iter() {
         let Some(r) = now.vms.iter().find(|r| r.name == v.name) else {
             continue;
@@ -214,6 +231,16 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
                 .check_settings(&v.name, &v.settings)
                 .map_err(|e| CtlError::refused(format!("vm {}: {e}", v.name)))?;
             changed.push((v.name.clone(), v.settings.clone()));
+        } else if let Some(s) = revert(&v.name, &v.settings, &r.settings) {
+            changed.push((v.name.clone(), s));
+        }
+    }
+    for u in &file.uplinks {
+        let ran = now.uplinks.iter().find(|r| r.name == u.name);
+        if let Some(r) = ran.filter(|r| r.settings == u.settings) {
+            if let Some(s) = revert(&u.name, &u.settings, &r.settings) {
+                changed.push((u.name.clone(), s));
+            }
         }
     }
     for (name, s) in &uplinks.changed {
@@ -340,6 +367,7 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
         "uplinks_added": uplinks_added,
         "uplinks_removed": uplinks.removed,
         "changed": changed.into_iter().map(|c| c.0).collect::<Vec<_>>(),
+        "reverted": reverted,
         "segments": segments,
         "policy": policy,
         "vms": file.vms.len(),

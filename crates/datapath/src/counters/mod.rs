@@ -273,7 +273,8 @@ drop_reasons! {
         WriteError = "write_error", ToPort;
         /// A team of uplinks had no member to send on.
         TeamNoMember = "team_no_member", ToPort;
-        /// The port was down.
+        /// The port was down: its link, or, for a frame to its own
+        /// address, its cable pulled (`connected = off`).
         PortDown = "port_down", ToPort;
         /// A vhost-user guest's receive virtqueue had no free buffer (the
         /// guest is not keeping up: its ring is full).

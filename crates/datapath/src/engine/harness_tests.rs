@@ -458,4 +458,13 @@ fn arp_for_an_advertised_ip_is_answered_here_and_a_disconnected_port_is_cut_off(
         1
     );
     h.check_accounting().unwrap();
+    // A frame to its own address is dropped there, counted, not flooded
+    // to the others.
+    out.clear();
+    h.send(0, 0, &tcp(1, 3, 2));
+    h.settle(20, &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    let e = h.sw.ports()[2].egress_stats();
+    assert_eq!(e.dropped[DropReason::PortDown], 1, "{e:?}");
+    h.check_accounting().unwrap();
 }

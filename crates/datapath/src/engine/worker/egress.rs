@@ -77,7 +77,14 @@ impl State {
     /// the reason and a copy for the port's `drop` captures (a synthetic
     /// frame is counted nowhere, as [`Ctx::drop_frame`] has it on the way
     /// in).
-    fn drop_out(&mut self, cx: &Ctx, dst: usize, q: usize, why: DropReason, pkt: &Packet) {
+    pub(super) fn drop_out(
+        &mut self,
+        cx: &Ctx,
+        dst: usize,
+        q: usize,
+        why: DropReason,
+        pkt: &Packet,
+    ) {
         self.trace_drop(cx, Some(dst), why);
         if !cx.synthetic() {
             self.lane(cx, dst, q).counters.count_drop(why, 1);

@@ -56,6 +56,28 @@ impl State {
         let (ports, settings, mirror_output) = (&cx.ports, &self.settings, &self.mirrors.dedicated);
         let link_up =
             |p: usize| crate::engine::worker::takes(ports, settings, mirror_output, p, vlan);
+        // To a port's own address while its cable is pulled (`connected =
+        // off`): the frame is that port's alone, dropped there under its
+        // reason, not flooded to everyone else (as a vSwitch keeps a
+        // disconnected vNIC's MAC where it is). A port whose guest left
+        // is not one: its MAC may be on its way elsewhere (a migration),
+        // and floods find it.
+        let own_but_down = learned.filter(|&p| {
+            p != cx.port.id
+                && !settings[p].connected
+                && ports.get(p).is_some_and(|x| x.mac == pkt.dst())
+        });
+        if let Some(p) = own_but_down {
+            cx.count(&c.forwarded, 1);
+            self.trace_out(cx, "forward", || {
+                format!("to {}: its own address, its cable pulled", cx.ports[p].name)
+            });
+            if !cx.synthetic() {
+                add(&self.lane(cx, p, 0).counters.offered, 1);
+            }
+            self.drop_out(cx, p, 0, DropReason::PortDown, &pkt);
+            return;
+        }
         match forward::route(cx.port.id, learned, link_up) {
             Action::NoRoute => {
                 self.trace_out(cx, "forward", || {

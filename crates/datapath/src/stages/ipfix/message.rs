@@ -128,6 +128,50 @@ pub fn templates(out: &mut Vec<u8>) {
     out[start + 2..start + 4].copy_from_slice(&len.to_be_bytes());
 }
 
+/// The options template that says how the flows were sampled (RFC 7011
+/// §3.4.2.2), scoped to the observation domain: `samplingInterval` (as
+/// NetFlow v9 collectors read it) and RFC 5477's
+/// `samplingPacketInterval`/`samplingPacketSpace` (1 selected, N - 1
+/// not), so that a collector scales the counts itself, as it does for
+/// Open vSwitch's and vSphere's exports.
+pub const SAMPLING_TEMPLATE: u16 = 261;
+
+/// The sampling options template's fields, its scope first: (element id,
+/// length).
+const SAMPLING_FIELDS: [(u16, u16); 4] = [
+    (149, 4), // observationDomainId (the scope)
+    (34, 4),  // samplingInterval
+    (305, 4), // samplingPacketInterval
+    (306, 4), // samplingPacketSpace
+];
+
+/// Appends an options template set with the sampling template, then its
+/// one data record: 1 in `sampling` frames metered in observation domain
+/// `domain`.
+pub fn sampling_options(out: &mut Vec<u8>, domain: u32, sampling: u32) {
+    let sampling = sampling.max(1);
+    let start = out.len();
+    out.extend_from_slice(&3u16.to_be_bytes());
+    out.extend_from_slice(&[0, 0]);
+    out.extend_from_slice(&SAMPLING_TEMPLATE.to_be_bytes());
+    out.extend_from_slice(&(SAMPLING_FIELDS.len() as u16).to_be_bytes());
+    out.extend_from_slice(&1u16.to_be_bytes()); // scope field count
+    for (id, len) in SAMPLING_FIELDS {
+        out.extend_from_slice(&id.to_be_bytes());
+        out.extend_from_slice(&len.to_be_bytes());
+    }
+    let len = (out.len() - start) as u16;
+    out[start + 2..start + 4].copy_from_slice(&len.to_be_bytes());
+    let start = out.len();
+    out.extend_from_slice(&SAMPLING_TEMPLATE.to_be_bytes());
+    out.extend_from_slice(&[0, 0]);
+    for v in [domain, sampling, 1, sampling - 1] {
+        out.extend_from_slice(&v.to_be_bytes());
+    }
+    let len = (out.len() - start) as u16;
+    out[start + 2..start + 4].copy_from_slice(&len.to_be_bytes());
+}
+
 /// Why a flow's record was sent (`flowEndReason`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EndReason {
@@ -227,6 +271,30 @@ mod tests {
                 vni: 42,
             }),
         }
+    }
+
+    /// The sampling options: an options template set (ID 3) whose one
+    /// template has its scope first, then its one data record, each set
+    /// as long as it says, the record as long as its fields.
+    #[test]
+    fn the_sampling_options_say_one_in_n() {
+        let mut out = Vec::new();
+        sampling_options(&mut out, 7, 10);
+        let u16_at = |i: usize| u16::from_be_bytes([out[i], out[i + 1]]);
+        let u32_at = |i: usize| u32::from_be_bytes([out[i], out[i + 1], out[i + 2], out[i + 3]]);
+        assert_eq!(
+            (u16_at(0), u16_at(4), u16_at(6), u16_at(8)),
+            (3, SAMPLING_TEMPLATE, 4, 1)
+        );
+        let set = u16_at(2) as usize;
+        assert_eq!(set, 4 + 6 + 4 * SAMPLING_FIELDS.len());
+        assert_eq!((u16_at(10), u16_at(14)), (149, 34));
+        assert_eq!(
+            (u16_at(set), u16_at(set + 2) as usize),
+            (SAMPLING_TEMPLATE, out.len() - set)
+        );
+        let values: Vec<u32> = (0..4).map(|i| u32_at(set + 4 + 4 * i)).collect();
+        assert_eq!(values, [7, 10, 1, 9]);
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //! exporter stops.
 //!
 //! Counts are of what was metered: with sampling, a collector multiplies
-//! by `sampling` (`hvnet ipfix` says it). Ports are interface indices:
+//! by `sampling`, which the export says in an options record sent with
+//! the templates (`message::sampling_options`; `hvnet ipfix` says it
+//! too). Ports are interface indices:
 //! a port's number in `hvnet ports` plus one (0: none — a flooded frame's
 //! egress). A frame counts as the port counters count it: a TSO frame is
 //! one frame of its whole length.
@@ -394,9 +396,12 @@ impl Exporter<'_> {
         let mut msg = vec![0u8; 16];
         if due {
             message::templates(&mut msg);
+            message::sampling_options(&mut msg, ix.config.obs_domain_id, ix.config.sampling);
             self.templates_at = Some(Instant::now());
         }
-        let (mut in_msg, mut set_at, mut set_t) = (0u32, None::<usize>, None);
+        // (The sampling options record is a data record too: counted in
+        // the sequence, RFC 7011 §3.1.)
+        let (mut in_msg, mut set_at, mut set_t) = (u32::from(due), None::<usize>, None);
         for (k, r, why) in &records {
             let t = message::Template::of(k);
             if msg.len() + 4 + t.record_len() > message::MAX_MESSAGE {

@@ -34,6 +34,22 @@ def sh(ns, cmd, check=True, timeout=60):
     return hvlab.run(["ip", "netns", "exec", ns, "sh", "-c", cmd], check=check, timeout=timeout)
 
 
+def vxlan_fdb(ns, prefix):
+    """The remote entries of namespace `ns`'s vxlan devices named PREFIX
+    and their VNI, in one dump: {(VNI, MAC, VTEP)} (the flood list's under
+    MAC 00:00:00:00:00:00)."""
+    out = sh(ns, "bridge -j fdb show").stdout
+    return {(int(e["ifname"][len(prefix):]), e["mac"], e["dst"]) for e in json.loads(out or "[]")
+            if e.get("dst") and e.get("ifname", "").startswith(prefix)}
+
+
+def frr_pids(pathspace):
+    """The process IDs of the zebra and bgpd running in FRR pathspace
+    `pathspace`."""
+    run = Path("/var/run/frr") / pathspace
+    return [int((run / f"{d}.pid").read_text()) for d in ("zebra", "bgpd")]
+
+
 class LinuxVtep:
     """Linux's own VTEP with FRR, in namespace `ns`: per VNI a bridge
     (brVNI) with a vxlan device (vxVNI) and one VM. By default one VNI,
@@ -121,16 +137,12 @@ class LinuxVtep:
         return {e["mac"]: e.get("dst") for e in json.loads(out or "[]") if e.get("dst")}
 
     def fdb_all(self):
-        """Every vxlan device's remote entries, in one dump: {(VNI, MAC, VTEP)}
-        (the flood list's under MAC 00:00:00:00:00:00)."""
-        out = sh(self.ns, "bridge -j fdb show").stdout
-        return {(int(e["ifname"][2:]), e["mac"], e["dst"]) for e in json.loads(out or "[]")
-                if e.get("dst") and e.get("ifname", "").startswith("vx")}
+        """Every vxlan device's remote entries, in one dump (`vxlan_fdb`)."""
+        return vxlan_fdb(self.ns, "vx")
 
     def frr_pids(self):
         """Its zebra's and bgpd's process IDs."""
-        run = Path("/var/run/frr") / self.ns
-        return [int((run / f"{d}.pid").read_text()) for d in ("zebra", "bgpd")]
+        return frr_pids(self.ns)
 
     def stop_frr(self):
         run = Path("/var/run/frr") / self.ns
@@ -186,6 +198,15 @@ class HvnetHost:
 
     def vxlan(self):
         return self.topo.stats("/uplinks/up0/vxlan")
+
+    def shadow_fdb(self):
+        """Its shadow vxlan devices' remote entries, what its zebra installed
+        and the switch's sync follows (`vxlan_fdb`)."""
+        return vxlan_fdb(self.ns, "hvx-")
+
+    def frr_pids(self):
+        """The zebra's and bgpd's process IDs of the FRR its switch started."""
+        return frr_pids(f"hvnet-{self.topo.name}")
 
     def remote_macs(self, origin="evpn"):
         return {m["mac"]: m["remote"] for m in self.vxlan()["remote_macs"] if m["origin"] == origin}

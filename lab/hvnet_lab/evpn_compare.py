@@ -25,7 +25,6 @@ import json
 import re
 import subprocess
 import time
-from pathlib import Path
 
 import evpn_fabric as ef
 import hvlab
@@ -271,8 +270,7 @@ def evpn_scale(tmp, quick, reps, log):
         measured("evpn-scale-install", f"{len(want)} MAC/IP routes behind {vteps} VTEPs: time to install and remove",
                  "", "s", installs, "s", lambda c: c,
                  "does hvnet install a fabric's worth of routes as fast as Linux + FRR, with bounded memory?",
-                 f"installed: hvnet {med[('hvnet', 'installed')]:.2f} s (its shadow by its zebra "
-                 f"{shadow_med:.2f} s), Linux + FRR "
+                 f"installed: hvnet {med[('hvnet', 'installed')]:.2f} s, Linux + FRR "
                  f"{med[('Linux + FRR', 'installed')]:.2f} s; removed: hvnet {med[('hvnet', 'removed')]:.2f} s, "
                  f"Linux + FRR {med[('Linux + FRR', 'removed')]:.2f} s (medians of {reps}); hvnet's daemon "
                  f"{rss0 / 2**20:.1f} MiB before, {max(rss) / 2**20:.1f} MiB with them; {ips} remote IPs installed",
@@ -313,8 +311,7 @@ def evpn_segments(tmp, quick, reps, log):
         vtep_ips, macs = inj.advertise(vteps, per, vnis=vnis)
         want = set(macs)
         floods = {(vnis[v % n_vnis], ip) for v, ip in enumerate(vtep_ips)}
-        hv_frr = [int((Path("/var/run/frr") / f"hvnet-{h1.topo.name}" / f"{d}.pid").read_text())
-                  for d in ("zebra", "bgpd")]
+        hv_frr = h1.frr_pids()
 
         def memory():
             return {"hvnet": hvlab.rss_bytes(h1.pid()), "hvnet's FRR": rss_of(hv_frr),
@@ -325,17 +322,10 @@ def evpn_segments(tmp, quick, reps, log):
             hv_macs = {(m["vni"], m["mac"]) for m in v["remote_macs"] if m["origin"] == "evpn"} & want
             hv_floods = {(s["vni"], r) for s in v["segments"] for r in s["flood_list"]} & floods
             fdb = lin.fdb_all()
-            shadow = {(vni, m) for vni, m, _ in shadow_fdb()} & want
+            shadow = {(vni, m) for vni, m, _ in h1.shadow_fdb()} & want
             lin_macs = {(vni, m) for vni, m, _ in fdb} & want
             lin_floods = {(vni, dst) for vni, m, dst in fdb if m == "00:00:00:00:00:00"} & floods
             return len(hv_macs), len(hv_floods), len(lin_macs), len(lin_floods), len(shadow)
-
-        def shadow_fdb():
-            """The hvnet host's shadow vxlan devices' remote entries (what its
-            zebra installed, which the switch's sync follows)."""
-            out = ef.sh(h1.ns, "bridge -j fdb show").stdout
-            return {(int(e["ifname"][4:]), e["mac"], e["dst"]) for e in json.loads(out or "[]")
-                    if e.get("dst") and e.get("ifname", "").startswith("hvx-")}
 
         def established():
             """The injector's sessions that are up now, by neighbour."""

@@ -196,8 +196,9 @@ pub fn up(
                 "; security groups changed {}",
                 joined(&p["security_groups"], ", ")
             );
-            if !joined(&p["ports_groups"], "").eq("none") {
-                policy += &format!(" (ports' groups: {})", joined(&p["ports_groups"], ", "));
+            let ports_groups = joined(&p["ports_groups"], ", ");
+            if ports_groups != "none" {
+                policy += &format!(" (ports' groups: {ports_groups})");
             }
             for (k, what) in [
                 ("mirrors", "mirrors"),

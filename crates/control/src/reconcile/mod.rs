@@ -146,12 +146,7 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
     let uplinks = plan_uplinks(&now, &file).map_err(|e| CtlError::refused(e.to_string()))?;
     // An EVPN segment's shadow devices are made and deleted with it.
     if cx.unprivileged {
-        let evpn = |name: &str| {
-            now.uplinks
-                .iter()
-                .any(|u| u.name == name && u.vxlan.as_ref().is_some_and(|v| v.evpn))
-        };
-        if let Some((name, _)) = uplinks.segments.iter().find(|(n, _)| evpn(n)) {
+        if let Some((name, _)) = uplinks.segments.iter().find(|(n, _)| has_evpn(&now, n)) {
             return Err(CtlError::refused(format!(
                 "uplink {name}: its EVPN segments' shadow devices are made and deleted with them, which a daemon that gave up root (--drop-privileges) cannot do (`hvnet down {}` and up again)",
                 now.name
@@ -390,36 +385,33 @@ fn set_segments(
     let dir = state_dir(&now.name);
     let mut done = Vec::new();
     for (name, vlans) in changes {
-        let (Some(port), Some(old)) = (
-            cx.sw.port(name),
-            now.uplinks
-                .iter()
-                .find(|u| u.name == *name)
-                .and_then(|u| u.vxlan.as_ref()),
-        ) else {
+        let Some(port) = cx.sw.port(name) else {
             continue;
         };
-        let removed = cx.sw.set_tunnel_vlans(port.id, vlans);
-        let added: Vec<(u16, u32)> = vlans
-            .iter()
-            .filter(|s| !old.vlans.contains(s))
-            .copied()
-            .collect();
-        if old.evpn {
+        let change = cx.sw.set_tunnel_vlans(port.id, vlans);
+        if has_evpn(now, name) {
             let mut evpn = cx.evpn.lock().expect("evpn lock");
-            for &vni in &removed {
+            for &(_, vni) in &change.removed {
                 crate::evpn::remove_segment(name, vni, &mut evpn, state);
             }
-            for &s in &added {
+            for &s in &change.added {
                 crate::evpn::add_segment(&cx.sw, file, name, s, &mut evpn, &dir, state)
                     .map_err(|e| CtlError::failed(format!("uplink {name}: VNI {}: {e}", s.1)))?;
             }
         }
-        let vnis: Vec<u32> = added.iter().map(|s| s.1).collect();
-        tracing::info!(uplink = %name, added = ?vnis, ?removed, "segments changed");
-        done.push(json!({"uplink": name, "added": vnis, "removed": removed}));
+        let vnis = |s: &[(u16, u32)]| s.iter().map(|&(_, vni)| vni).collect::<Vec<_>>();
+        done.push(
+            json!({"uplink": name, "added": vnis(&change.added), "removed": vnis(&change.removed)}),
+        );
     }
     Ok(done)
+}
+
+/// True if uplink `name` of `t` has BGP EVPN.
+fn has_evpn(t: &Topology, name: &str) -> bool {
+    t.uplinks
+        .iter()
+        .any(|u| u.name == name && u.vxlan.as_ref().is_some_and(|v| v.evpn))
 }
 
 /// What of the policy applying `file` to what runs (`now`) changes: the

@@ -285,26 +285,25 @@ impl Switch {
     /// Makes `vlans` the VLANs uplink `uplink`'s tunnel endpoint carries
     /// besides its own, each in its VNI, while frames cross (segments
     /// added and removed at run time): what the fabric advertised in a
-    /// segment removed leaves the FDB and the endpoint first. The port's
-    /// trunk is its settings' (`set_port`), changed apart. The VNIs
-    /// removed; none where the uplink is no tunnel endpoint.
-    pub fn set_tunnel_vlans(&self, uplink: usize, vlans: &[(u16, u32)]) -> Vec<u32> {
-        let (Some(up), Some(tunnel)) = (self.ports().get(uplink).cloned(), self.endpoint(uplink))
-        else {
-            return Vec::new();
+    /// segment removed leaves the endpoint and the FDB with it. The port's
+    /// trunk is its settings' (`set_port`), changed apart. Nothing changes
+    /// where the uplink is no tunnel endpoint.
+    pub fn set_tunnel_vlans(
+        &self,
+        uplink: usize,
+        vlans: &[(u16, u32)],
+    ) -> hvnet_port::vxlan::SegmentChange {
+        let Some(tunnel) = self.endpoint(uplink) else {
+            return Default::default();
         };
-        for (vlan, vni) in tunnel.segments() {
-            let vlan = vlan.unwrap_or(up.vlan);
-            if vlans.contains(&(vlan, vni)) || vni == tunnel.cfg.vni {
-                continue;
-            }
+        let change = tunnel.set_vlans(vlans);
+        for &(vlan, vni) in &change.removed {
             for mac in tunnel.evpn_clear(vni) {
                 self.fdb.remove_remote(vlan, mac, uplink);
             }
         }
-        let removed = tunnel.set_vlans(vlans);
-        tracing::info!(port = %up.name, ?vlans, ?removed, "tunnel segments changed");
-        removed
+        tracing::info!(uplink, ?change, "tunnel segments changed");
+        change
     }
 
     /// Pins each VM port's own address to it again once its guest is

@@ -62,12 +62,12 @@ impl State {
         // disconnected vNIC's MAC where it is). A port whose guest left
         // is not one: its MAC may be on its way elsewhere (a migration),
         // and floods find it.
-        let own_but_down = learned.filter(|&p| {
+        let to_disconnected = learned.filter(|&p| {
             p != cx.port.id
                 && !settings[p].connected
                 && ports.get(p).is_some_and(|x| x.mac == pkt.dst())
         });
-        if let Some(p) = own_but_down {
+        if let Some(p) = to_disconnected {
             cx.count(&c.forwarded, 1);
             self.trace_out(cx, "forward", || {
                 format!("to {}: its own address, its cable pulled", cx.ports[p].name)

@@ -80,6 +80,16 @@ pub use port::VxlanPort;
 pub use traced::MAX_REPORT;
 pub use view::{RemoteIpView, RemoteMacView, RemoteView, SegmentView, VtepView};
 
+/// What [`Vtep::set_vlans`] changed: the segments, as (VLAN, VNI), it
+/// added and removed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SegmentChange {
+    /// Segments carried from now on.
+    pub added: Vec<(u16, u32)>,
+    /// Segments no longer carried.
+    pub removed: Vec<(u16, u32)>,
+}
+
 /// Inner MAC addresses remembered behind remote endpoints, at most, over
 /// all the endpoint's segments (a guest behind a remote endpoint sending
 /// from random addresses must not grow this without bound).
@@ -410,43 +420,35 @@ impl Vtep {
     /// with the static remotes as its flood list and nothing learned; one
     /// removed takes its learned MACs, its flood list and its multicast
     /// remotes with it (what the fabric advertised in it is the caller's
-    /// to withdraw first, [`Vtep::evpn_clear`], as the switch's FDB has it
-    /// too). A VLAN whose VNI changes is a segment removed and another
-    /// added. The VNIs removed.
-    pub fn set_vlans(&self, vlans: &[(u16, u32)]) -> Vec<u32> {
+    /// to withdraw, [`Vtep::evpn_clear`], as the switch's FDB has it too).
+    /// A VLAN whose VNI changes is a segment removed and another added.
+    pub fn set_vlans(&self, vlans: &[(u16, u32)]) -> SegmentChange {
         let mut now = self.vlans.write().expect("lock");
-        let removed: Vec<u32> = now
-            .iter()
-            .filter(|s| !vlans.contains(s))
-            .map(|&(_, vni)| vni)
-            .collect();
-        let added: Vec<u32> = vlans
-            .iter()
-            .filter(|s| !now.contains(s))
-            .map(|&(_, vni)| vni)
-            .collect();
+        let change = SegmentChange {
+            added: vlans.iter().filter(|s| !now.contains(s)).copied().collect(),
+            removed: now.iter().filter(|s| !vlans.contains(s)).copied().collect(),
+        };
+        let removed = |vni: &u32| change.removed.iter().any(|&(_, n)| n == *vni);
         {
             let mut flood = self.flood.write().expect("lock");
-            for vni in &removed {
-                flood.remove(vni);
-            }
-            for &vni in &added {
+            flood.retain(|vni, _| !removed(vni));
+            for &(_, vni) in &change.added {
                 flood.insert(vni, self.cfg.remotes.clone());
             }
         }
         self.remote_macs
             .write()
             .expect("lock")
-            .retain(|(vni, _), _| !removed.contains(vni));
-        for &vni in &removed {
+            .retain(|(vni, _), _| !removed(vni));
+        for &(_, vni) in &change.removed {
             self.forget_groups(vni);
         }
         *now = vlans.to_vec();
         self.has_vlans.store(!now.is_empty(), Relaxed);
-        if !added.is_empty() {
+        if !change.added.is_empty() {
             self.flood_changed.store(true, Relaxed);
         }
-        removed
+        change
     }
 
     /// The flood list of segment `vni` now (empty for a VNI not carried).
@@ -560,7 +562,13 @@ mod tests {
         );
         assert!(!v.carries(5020));
 
-        assert_eq!(v.set_vlans(&[(20, 5020)]), Vec::<u32>::new());
+        assert_eq!(
+            v.set_vlans(&[(20, 5020)]),
+            SegmentChange {
+                added: vec![(20, 5020)],
+                removed: Vec::new()
+            }
+        );
         assert_eq!(v.segments(), [(None, 42), (Some(20), 5020)]);
         assert_eq!(v.flood_list(5020), [remote]);
         assert_eq!(
@@ -576,7 +584,7 @@ mod tests {
             (Some(remote), Some(remote))
         );
 
-        assert_eq!(v.set_vlans(&[]), [5020]);
+        assert_eq!(v.set_vlans(&[]).removed, [(20, 5020)]);
         assert_eq!(
             vlan_of(v.receive(from_remote(&mut pool, 5020, a), now)),
             Err(TunnelDrop::Vni)
@@ -592,7 +600,13 @@ mod tests {
         );
         // A VLAN moved to another VNI: one segment removed, one added.
         v.set_vlans(&[(20, 5020)]);
-        assert_eq!(v.set_vlans(&[(20, 5021)]), [5020]);
+        assert_eq!(
+            v.set_vlans(&[(20, 5021)]),
+            SegmentChange {
+                added: vec![(20, 5021)],
+                removed: vec![(20, 5020)]
+            }
+        );
         assert_eq!(
             vlan_of(v.receive(from_remote(&mut pool, 5021, a), now)),
             Ok(Some(20))

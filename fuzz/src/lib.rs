@@ -879,8 +879,10 @@ pub fn ctl_request(data: &[u8]) {
     }
     if let Ok(hvnet_control::proto::Request::PortSet { changes, .. }) = req {
         let cur = hvnet_datapath::PortSettings::default();
-        match hvnet_control::ctl_server::merge_settings(&cur, changes.clone()) {
-            Ok(new) => {
+        match hvnet_control::reconcile::merge::read_changes(&cur, changes.clone()) {
+            Ok((new, vlan)) => {
+                // A VLAN asked for is one a port can be in.
+                assert!(vlan.is_none_or(|v| v <= 4094));
                 // Untouched fields keep the port's value.
                 if changes.get("mtu").is_none() {
                     assert_eq!(new.mtu, cur.mtu);
@@ -1041,6 +1043,13 @@ pub fn libvirt_domain(data: &[u8]) {
             "vlan_mode",
             "vlans",
             "native_vlan",
+            "tx_rate",
+            "tx_burst",
+            "rx_rate",
+            "rx_burst",
+            "domain",
+            "domain_uuid",
+            "alias",
         ];
         assert!(vm.keys().all(|k| allowed.contains(&k.as_str())), "{table}");
     }

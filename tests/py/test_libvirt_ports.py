@@ -195,12 +195,24 @@ def test_libvirtd_and_hvnet_restarts_leave_a_running_guest_on_the_network(tmp_pa
             # port): libvirt's guest's port is libvirt's, and stays.
             hvlab.hvnet("up", t.file)
             assert "app1-eth0" in ports(t)
+            # The port says whose it is (the domain, its UUID, the
+            # interface's alias), as Open vSwitch's external_ids.
+            ids = ports(t)["app1-eth0"]["external_ids"]
+            uuid = virsh("domuuid", g.name).stdout.strip()
+            assert ids == {"domain": g.name, "domain_uuid": uuid, "interface": "ua-net0"}, ids
+            # A run-time change to libvirt's port outlives the switch's
+            # restart (its XML set neither).
+            t.hv("port", "app1-eth0", "set", "rx_rate=300mbit", "tx_rate=100mbit")
             os.kill(daemon_pid(t), signal.SIGTERM)
             assert hvlab.eventually(lambda: not Path(f"/run/hvnet/{t.name}/ctl.sock").exists(), timeout=30)
             hvlab.hvnet("up", t.file)
             mark = max(replies())
             assert hvlab.eventually(lambda: max(replies()) > mark + 10, timeout=60, every=0.2), g.text()[-2000:]
             assert ports(t)["app1-eth0"]["mac"] == mac
+            kept = json.loads(t.hv("port", "app1-eth0", "--json").stdout)
+            assert (kept["rx_rate"], kept["tx_rate"]) == ("300mbit", "100mbit"), kept
+            assert kept["sources"]["rx_rate"] == "run-time" and kept["sources"]["ring1"] == "default", kept
+            assert kept["external_ids"]["domain"] == g.name
             assert g.state() == "running"
             # A port removed by hand is not made again while its guest runs
             # on (as `ovs-vsctl del-port`).

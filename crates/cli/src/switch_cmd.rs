@@ -47,8 +47,16 @@ pub enum PortAction {
     /// Guards (docs/guide/guards.md): source_guard, arp_guard, nd_guard,
     /// dhcp_guard, ra_guard, dhcp_snooping =on|off;
     /// addresses=ADDR,PREFIX/LEN,…|none. VLANs (docs/guide/topologies.md):
-    /// vlan_mode=access|trunk, vlans=1-4094 lists (10,20,100-199),
-    /// native_vlan=1..4094|none.
+    /// vlan=0..4094 (a VM's access VLAN; 0: untagged), vlan_mode=access|trunk,
+    /// vlans=1-4094 lists (10,20,100-199), native_vlan=1..4094|none.
+    ///
+    /// Changes are kept in the topology's state: the switch restarted
+    /// makes them again, whoever declared the port (the topology file,
+    /// libvirt, the CNI plugin, `hvnet vm add`). `hvnet up FILE` sets a
+    /// port the file declares back to the file's settings (its MTU
+    /// stays as set) and says so. `hvnet port PORT` shows where each
+    /// setting comes from (`sources`: file, libvirt, cni, vm add,
+    /// run-time or default).
     Set {
         /// KEY=VALUE pairs.
         #[arg(required = true, value_name = "KEY=VALUE")]

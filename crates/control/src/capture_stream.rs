@@ -205,8 +205,12 @@ fn interface(plan: &Plan) -> InterfaceDescriptionBlock<'static> {
     let mut options = vec![
         InterfaceDescriptionOption::IfName(Cow::Owned(p.name.clone())),
         InterfaceDescriptionOption::IfDescription(Cow::Owned(format!(
-            "hvnet {kind} {} at {}",
+            "hvnet {kind} {}{} at {}",
             p.name,
+            p.external_ids
+                .iter()
+                .map(|(k, v)| format!(" {k}={v}"))
+                .collect::<String>(),
             points.join(",")
         ))),
         InterfaceDescriptionOption::IfTsResol(9),

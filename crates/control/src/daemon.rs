@@ -454,12 +454,15 @@ pub fn daemon(
     }
     // VMs added and removed at run time, as the last daemon left them
     // (the text is the file's: `prepare` checked).
-    let topo = if state.added_vms.is_empty() && state.removed_vms.is_empty() {
+    let topo = if state.added_vms.is_empty()
+        && state.removed_vms.is_empty()
+        && state.port_changes.is_empty()
+    {
         topo
     } else {
         let t = state.running_topology().map_err(|e| {
             DaemonError::Other(format!(
-                "topology {}: VMs added at run time: {e}",
+                "topology {}: changes made at run time: {e}",
                 topo.name
             ))
         })?;

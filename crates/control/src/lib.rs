@@ -20,7 +20,7 @@ pub mod mdb_view;
 pub mod metrics;
 pub mod proto;
 mod provision;
-mod reconcile;
+pub mod reconcile;
 pub mod rtnl;
 pub mod state;
 pub mod tc;

@@ -66,6 +66,7 @@ pub(crate) fn create_vm(
             vlan: vm.vlan,
             endpoint: None,
             settings: vm.settings.clone(),
+            external_ids: vm.external_ids(),
         });
     }
     let offloads = hvnet_port::tap_offload_flags(vm.settings.csum, vm.settings.tso);
@@ -129,6 +130,7 @@ pub(crate) fn create_vm(
         vlan: vm.vlan,
         endpoint: None,
         settings: vm.settings.clone(),
+        external_ids: vm.external_ids(),
     })
 }
 
@@ -685,6 +687,7 @@ pub(crate) fn open_uplink(topo: &Topology, u: &Uplink) -> Result<PortSpec, Daemo
         vlan: u.vlan,
         endpoint,
         settings: u.settings.clone(),
+        external_ids: Vec::new(),
     })
 }
 

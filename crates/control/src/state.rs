@@ -76,7 +76,17 @@ pub struct State {
     /// VMs of the file removed at run time (`hvnet vm del`), by name.
     #[serde(default)]
     pub removed_vms: Vec<String>,
+    /// Run-time changes of ports' settings (`hvnet port P set`), by port:
+    /// a restarted daemon makes them again; `hvnet up FILE` drops those of
+    /// the ports the file owns (`reconcile::port_set`).
+    #[serde(default)]
+    pub port_changes: PortChanges,
 }
+
+/// Run-time changes by port: each setting changed, with its value as
+/// `hvnet port P --json` shows it (and `vlan`, a VM's access VLAN).
+pub type PortChanges =
+    std::collections::BTreeMap<String, serde_json::Map<String, serde_json::Value>>;
 
 /// Why the topology as it runs could not be made again from the state.
 #[derive(Debug, thiserror::Error)]
@@ -87,12 +97,26 @@ pub enum RunningTopologyError {
     /// A VM added at run time is refused.
     #[error(transparent)]
     Added(#[from] crate::topology::VmTableError),
+    /// A run-time change no longer fits its port's settings.
+    #[error("{0}")]
+    Changed(String),
 }
 
 impl State {
     /// The topology as it runs: the text brought up (or last applied),
-    /// with the VMs added and removed at run time since.
+    /// with the VMs added and removed at run time since, and the run-time
+    /// changes of its ports' settings.
     pub fn running_topology(&self) -> Result<crate::topology::Topology, RunningTopologyError> {
+        let t = crate::topology::parse(&self.topology_text).map_err(RunningTopologyError::Text)?;
+        let mut t = t.with_changes(&self.added_vms, &self.removed_vms)?;
+        crate::reconcile::port_set::overlay(&mut t, &self.port_changes)
+            .map_err(RunningTopologyError::Changed)?;
+        Ok(t)
+    }
+
+    /// The topology as declared: [`State::running_topology`] without the
+    /// ports' run-time changes.
+    pub fn declared_topology(&self) -> Result<crate::topology::Topology, RunningTopologyError> {
         let t = crate::topology::parse(&self.topology_text).map_err(RunningTopologyError::Text)?;
         Ok(t.with_changes(&self.added_vms, &self.removed_vms)?)
     }

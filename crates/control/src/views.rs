@@ -29,11 +29,12 @@ pub fn ports(sw: &Switch, switch_name: &str) -> Value {
                     "client": if p.is_uplink() { p.dev.name() } else { &p.name },
                     "device": p.dev.name(),
                     "queues": p.dev.num_queues(),
-                    "vlan": p.vlan,
+                    "vlan": p.vlan(),
                     "vlan_mode": s.vlan_mode,
                     "vlans": s.vlans,
                     "native_vlan": s.native_vlan,
                     "link": p.state().name(),
+                    "external_ids": external_ids(p),
                 })
             })
             .collect(),
@@ -59,7 +60,7 @@ pub fn counters(sw: &Switch) -> Value {
                     "rings": rings,
                     // For the findings `hvnet top` marks (the settings
                     // they name).
-                    "vlan": p.vlan,
+                    "vlan": p.vlan(),
                     "settings": p.settings(),
                 })
             })
@@ -296,7 +297,8 @@ pub fn port_settings(sw: &Switch, p: &Port) -> Value {
     let mut v = serde_json::to_value(&s).expect("settings serialize");
     // The access VLAN (fixed in the topology), beside the settings'
     // vlan_mode, vlans and native_vlan.
-    v["vlan"] = json!(p.vlan);
+    v["vlan"] = json!(p.vlan());
+    v["external_ids"] = external_ids(p);
     v["queues"] = json!(p.dev.num_queues());
     v["ring_max"] = json!(hvnet_datapath::ring::MAX_RING);
     v["ring_memory_bytes"] = json!(p.ring_memory());
@@ -325,6 +327,17 @@ pub fn port_settings(sw: &Switch, p: &Port) -> Value {
         v["effective"] = json!({"lro": e.lro, "csum": e.csum});
     }
     v
+}
+
+/// Who a port is for (a libvirt domain's name and UUID, its interface's
+/// alias), as an object: `{}` where nobody said.
+fn external_ids(p: &Port) -> Value {
+    Value::Object(
+        p.external_ids
+            .iter()
+            .map(|(k, v)| (k.clone(), json!(v)))
+            .collect(),
+    )
 }
 
 /// The names of the switch's ports (or only its uplinks), for errors.

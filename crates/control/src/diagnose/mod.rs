@@ -84,7 +84,7 @@ pub fn diagnose(
     let peers: Vec<Arc<Port>> = sw
         .ports()
         .iter()
-        .filter(|q| q.id != p.id && !q.is_uplink() && q.vlan == p.vlan)
+        .filter(|q| q.id != p.id && !q.is_uplink() && q.vlan() == p.vlan())
         .cloned()
         .collect();
     let peer_mtu_drops = |q: &Port| {
@@ -125,7 +125,7 @@ pub fn diagnose(
     let degraded = sw
         .ports()
         .iter()
-        .filter(|up| up.is_uplink() && up.settings().vlans_of(up.vlan).carries(p.vlan))
+        .filter(|up| up.is_uplink() && up.settings().vlans_of(up.vlan()).carries(p.vlan()))
         .filter_map(|up| {
             let members = up.dev.status().team?.members;
             let down: Vec<String> = members
@@ -153,7 +153,7 @@ pub fn diagnose(
         secs,
         link: p.state().name(),
         settings: &settings,
-        vlan: p.vlan,
+        vlan: p.vlan(),
         from_port: change(&tx0, &tx1),
         to_port: change(&rx0, &rx1),
         cpu,

@@ -66,6 +66,9 @@ pub struct Nic {
     /// `<bandwidth>`: libvirt keeps it on a vhost-user interface without
     /// applying it ("not implemented yet" in its log); the switch does.
     pub bandwidth: Bandwidth,
+    /// `<alias name>`: the interface's name in the domain (libvirt's
+    /// `net0`, or a user's `ua-…`), for the port's identity.
+    pub alias: Option<String>,
 }
 
 /// An interface's `<bandwidth>`, in libvirt's units.
@@ -324,6 +327,9 @@ pub fn parse(xml: &str) -> Result<Domain, DomainError> {
             vlan: mine.map(|m| m.vlan.clone()).unwrap_or_default(),
             claimed: mine.is_some(),
             bandwidth,
+            alias: at("alias", "name")
+                .filter(|a| !a.is_empty())
+                .map(str::to_string),
         });
     }
     Ok(Domain { name, uuid, nics })

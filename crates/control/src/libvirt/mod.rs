@@ -70,15 +70,41 @@ pub fn port_name(nic: &Nic) -> String {
 pub fn vm_table(lv: &Libvirt, dom: &Domain, nic: &Nic) -> String {
     let q = |s: &str| toml::Value::String(s.into()).to_string();
     let mut t = format!(
-        "[[vm]]\n# libvirt domain {} ({})\nname = {}\nkind = \"vhost-user\"\nmac = \"{}\"\nqueues = {}\nconnected = {}\nsocket = {}\n",
-        printable(&dom.name),
-        printable(&dom.uuid),
+        "[[vm]]\nname = {}\nkind = \"vhost-user\"\nmac = \"{}\"\nqueues = {}\nconnected = {}\nsocket = {}\n",
         q(&port_name(nic)),
         nic.mac,
         nic.queues,
         nic.link_up,
         q(&nic.socket.to_string_lossy()),
     );
+    t += &identity(dom, nic);
+    t += &rest_of_table(lv, nic);
+    t
+}
+
+/// The table's `domain`, `domain_uuid` and `alias`: who the port is for.
+/// What the table cannot take is left out, not refused (the port is the
+/// guest's network; its identity only a label).
+fn identity(dom: &Domain, nic: &Nic) -> String {
+    let q = |s: &str| toml::Value::String(s.into()).to_string();
+    let label = |w: &str| Some(printable(w)).filter(|w| !w.is_empty() && w.len() <= 1024);
+    let Some(name) = label(&dom.name) else {
+        return String::new();
+    };
+    let mut t = format!("domain = {}\n", q(&name));
+    if crate::topology::attach::is_uuid(&dom.uuid) {
+        t += &format!("domain_uuid = {}\n", q(&dom.uuid));
+    }
+    if let Some(a) = nic.alias.as_deref().and_then(label) {
+        t += &format!("alias = {}\n", q(&a));
+    }
+    t
+}
+
+/// The rest of [`vm_table`]: the socket's mode, rates and VLANs.
+fn rest_of_table(lv: &Libvirt, nic: &Nic) -> String {
+    let q = |s: &str| toml::Value::String(s.into()).to_string();
+    let mut t = String::new();
     if nic.qemu_listens {
         t += "mode = \"client\"\n";
     } else {

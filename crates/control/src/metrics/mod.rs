@@ -48,10 +48,15 @@ fn collect(sw: &Switch) -> BTreeMap<String, Family> {
         } else {
             ("ports", "vm")
         };
-        let labels: Labels = vec![
-            ("port".into(), p.name.clone()),
+        // Who the port is for (a libvirt domain, its interface) labels
+        // its series, as a controller finds Open vSwitch's by external_ids.
+        let labels: Labels = [
+            ("port".to_string(), p.name.clone()),
             ("kind".into(), kind.into()),
-        ];
+        ]
+        .into_iter()
+        .chain(p.external_ids.iter().cloned())
+        .collect();
         let node = |name, path: &str, labels| Node {
             name,
             path: format!("/{dir}/{{port}}/{path}"),

@@ -20,6 +20,8 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use uplinks::{add_uplink, del_uplink, plan_uplinks};
 
+pub mod merge;
+pub(crate) mod port_set;
 mod uplinks;
 
 /// `hvnet vm add`: `table` is one `[[vm]]` table, as in a topology file.
@@ -115,6 +117,7 @@ pub(crate) fn del_vm(cx: &Ctl, name: &str) -> Result<Value, CtlError> {
         }
         None => state.removed_vms.push(name.into()),
     }
+    state.port_changes.remove(name);
     write_state(&dir, &state).map_err(CtlError::failed)?;
     let mut next = Topology::clone(&topo);
     next.vms.remove(i);
@@ -143,7 +146,15 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
     let now = cx.topology();
     let file = crate::topology::parse(text)
         .map_err(|e| CtlError::refused(format!("line {}: {e}", e.line)))?;
-    let uplinks = plan_uplinks(&now, &file).map_err(|e| CtlError::refused(e.to_string()))?;
+    let dir = state_dir(&now.name);
+    let mut state =
+        read_state(&dir).ok_or_else(|| CtlError::failed("the topology's state is gone"))?;
+    // What the file changes is told from what was declared; what runs
+    // may have run-time changes besides (`hvnet port P set`).
+    let declared = state
+        .declared_topology()
+        .map_err(|e| CtlError::failed(format!("the topology as declared: {e}")))?;
+    let uplinks = plan_uplinks(&declared, &file).map_err(|e| CtlError::refused(e.to_string()))?;
     // An EVPN segment's shadow devices are made and deleted with it.
     if cx.unprivileged {
         if let Some((name, _)) = uplinks.segments.iter().find(|(n, _)| has_evpn(&now, n)) {
@@ -181,29 +192,26 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
         )));
     }
     let mut changed = Vec::new();
-    // Ports whose settings were changed at run time (`hvnet port P set`)
-    // and differ from the file's: the file is the truth, so they are set
-    // back, and said (their MTU, which is the guest's link's too, stays
-    // as set).
+    // Ports the file owns that were changed at run time: the file is the
+    // truth, so they are set back to its settings, and said (their MTU,
+    // which is the guest's link's too, stays as set).
     let mut reverted = Vec::new();
-    let mut revert = |name: &str, file_says: &PortSettings, ran: &PortSettings| {
-        let live = cx.sw.port(name)?.settings();
-        if live == *ran || live == *file_says {
-            return None;
-        }
-        reverted.push(name.to_string());
-        Some(PortSettings {
-            mtu: live.mtu,
-            ..file_says.clone()
-        })
+    let runtime = |name: &str| {
+        state
+            .port_changes
+            .get(name)
+            .is_some_and(|c| c.keys().any(|k| k != "mtu"))
     };
+    let mut vlan_moves = Vec::new();
     for v in file.vms.iter() {
         let Some(r) = now.vms.iter().find(|r| r.name == v.name) else {
             continue;
         };
+        let d = declared.vms.iter().find(|d| d.name == v.name).unwrap_or(r);
         let mut as_running = v.clone();
         as_running.settings = r.settings.clone();
         as_running.security_groups = r.security_groups.clone();
+        as_running.vlan = r.vlan;
         if as_running != *r {
             let why = if v.mac != r.mac {
                 format!(" (its MAC would become {}, its place in the file having moved: give it mac = \"{}\")", v.mac, r.mac)
@@ -211,31 +219,42 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
                 String::new()
             };
             return Err(CtlError::refused(format!(
-                "vm {}: changed beyond its port settings (kind, addresses, MAC, queues, VLAN or socket){why}; `hvnet vm del {}` and add it again",
+                "vm {}: changed beyond its port settings and VLAN (kind, addresses, MAC, queues or socket){why}; `hvnet vm del {}` and add it again",
                 v.name, v.name
             )));
         }
-        if v.settings != r.settings {
-            if v.settings.mtu != r.settings.mtu {
-                return Err(CtlError::refused(format!(
-                    "vm {}: its mtu changes with `hvnet port {} set mtu={}`",
-                    v.name, v.name, v.settings.mtu
-                )));
-            }
+        if v.settings.mtu != d.settings.mtu {
+            return Err(CtlError::refused(format!(
+                "vm {}: its mtu changes with `hvnet port {} set mtu={}`",
+                v.name, v.name, v.settings.mtu
+            )));
+        }
+        if runtime(&v.name) {
+            reverted.push(v.name.clone());
+        }
+        let target = PortSettings {
+            mtu: r.settings.mtu,
+            ..v.settings.clone()
+        };
+        if target != r.settings {
             cx.sw
-                .check_settings(&v.name, &v.settings)
+                .check_settings(&v.name, &target)
                 .map_err(|e| CtlError::refused(format!("vm {}: {e}", v.name)))?;
-            changed.push((v.name.clone(), v.settings.clone()));
-        } else if let Some(s) = revert(&v.name, &v.settings, &r.settings) {
-            changed.push((v.name.clone(), s));
+            changed.push((v.name.clone(), target));
+        }
+        if v.vlan != r.vlan {
+            vlan_moves.push((r.clone(), v.vlan));
         }
     }
     for u in &file.uplinks {
-        let ran = now.uplinks.iter().find(|r| r.name == u.name);
-        if let Some(r) = ran.filter(|r| r.settings == u.settings) {
-            if let Some(s) = revert(&u.name, &u.settings, &r.settings) {
-                changed.push((u.name.clone(), s));
-            }
+        let Some(r) = now.uplinks.iter().find(|r| r.name == u.name) else {
+            continue;
+        };
+        if runtime(&u.name) {
+            reverted.push(u.name.clone());
+        }
+        if r.settings != u.settings && !uplinks.changed.iter().any(|(n, _)| *n == u.name) {
+            changed.push((u.name.clone(), u.settings.clone()));
         }
     }
     for (name, s) in &uplinks.changed {
@@ -263,9 +282,6 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
             provision::open_uplink(&file, u).map_err(|e| CtlError::refused(e.to_string()))?;
         opened.push((i, spec));
     }
-    let dir = state_dir(&now.name);
-    let mut state =
-        read_state(&dir).ok_or_else(|| CtlError::failed("the topology's state is gone"))?;
     // libvirt's guests' ports are libvirt's, and containers' ports their
     // CNI plugin's, not the file's: kept.
     let libvirts = |v: &Vm| {
@@ -327,6 +343,20 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
             .set_port(name, s.clone())
             .map_err(|e| CtlError::failed(format!("{name}: {e}")))?;
     }
+    for (vm, to) in &vlan_moves {
+        port_set::move_vlan(cx, &now, vm, *to)?;
+    }
+    // The run-time changes of the ports the file owns are dropped (but
+    // their MTU's); libvirt's and containers' ports keep theirs.
+    state.port_changes.retain(|name, c| {
+        if kept.iter().any(|k| k.name == *name) {
+            return true;
+        }
+        let owned = file.vms.iter().any(|v| v.name == *name)
+            || file.uplinks.iter().any(|u| u.name == *name);
+        port_set::kept_by_apply(c);
+        owned && !c.is_empty()
+    });
     state.topology_text = text.to_string();
     state.added_vms.retain(|t| {
         kept.iter()
@@ -337,6 +367,7 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
     let policy = policy_changes(&now, &file);
     let mut next = file.clone();
     next.vms.extend(kept);
+    port_set::overlay(&mut next, &state.port_changes).map_err(CtlError::failed)?;
     cx.sw.set_mirrors(file.mirrors.clone()).map_err(erspan)?;
     if let Err(e) = hvnet_datapath::ipfix::set(&cx.sw, file.ipfix.clone()) {
         tracing::warn!("[ipfix]: cannot open the exporter's socket: {e}");

@@ -33,6 +33,87 @@ pub struct Container {
     pub pod: Option<String>,
 }
 
+/// The libvirt domain a port was made for, and its interface, as Open
+/// vSwitch keeps `external_ids:vm-uuid` and `iface-id` for controllers:
+/// shown by `hvnet port`/`ports`, in the metrics' labels and captures.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct GuestDomain {
+    /// The domain's name.
+    pub name: String,
+    /// Its UUID.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// The interface's alias (`<alias name>`, `ua-…` or libvirt's `net0`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alias: Option<String>,
+}
+
+impl GuestDomain {
+    /// As a port's external IDs: `domain`, `domain_uuid`, `interface`.
+    pub fn external_ids(&self) -> Vec<(String, String)> {
+        let mut v = vec![("domain".to_string(), self.name.clone())];
+        if let Some(u) = &self.uuid {
+            v.push(("domain_uuid".into(), u.clone()));
+        }
+        if let Some(a) = &self.alias {
+            v.push(("interface".into(), a.clone()));
+        }
+        v
+    }
+}
+
+/// Most bytes a domain's name, UUID or alias may have here.
+const MAX_DOMAIN_WORD: usize = 1024;
+
+/// Whether `u` is a UUID as libvirt writes one: 32 hexadecimal digits,
+/// dashes between.
+pub fn is_uuid(u: &str) -> bool {
+    u.chars().filter(char::is_ascii_hexdigit).count() == 32
+        && u.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+}
+
+/// `domain`, `domain_uuid` and `alias` of a `[[vm]]` table: the
+/// domain's name first (a UUID or alias without it is refused), each
+/// printable and at most 1024 bytes.
+pub(super) fn guest_domain(
+    name: Option<&str>,
+    uuid: Option<&str>,
+    alias: Option<&str>,
+) -> Result<Option<GuestDomain>, String> {
+    let Some(name) = name else {
+        return match (uuid, alias) {
+            (None, None) => Ok(None),
+            _ => {
+                Err("domain_uuid and alias are for a libvirt domain's port (domain = NAME)".into())
+            }
+        };
+    };
+    for (key, w) in [
+        ("domain", Some(name)),
+        ("domain_uuid", uuid),
+        ("alias", alias),
+    ] {
+        let Some(w) = w else { continue };
+        if w.is_empty() || w.len() > MAX_DOMAIN_WORD || w.chars().any(char::is_control) {
+            return Err(format!(
+                "{key} {w:?}: 1 to {MAX_DOMAIN_WORD} printable characters"
+            ));
+        }
+    }
+    if let Some(u) = uuid {
+        if !is_uuid(u) {
+            return Err(format!(
+                "domain_uuid {u:?}: a UUID (32 hexadecimal digits, dashes between)"
+            ));
+        }
+    }
+    Ok(Some(GuestDomain {
+        name: name.to_string(),
+        uuid: uuid.map(str::to_string),
+        alias: alias.map(str::to_string),
+    }))
+}
+
 /// A route as `ip route` writes it: `DST` or `DST via GW`, DST a prefix
 /// or `default`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -230,6 +311,35 @@ mod tests {
             "",
         ] {
             assert!(bad.parse::<Route>().is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn a_domain_needs_its_name_and_a_uuid_is_a_uuid() {
+        assert_eq!(guest_domain(None, None, None), Ok(None));
+        let d = guest_domain(Some("web1"), None, Some("net0"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(d.external_ids().len(), 2);
+        for (name, uuid, alias, why) in [
+            (
+                None,
+                Some("4dea22b3-1d52-d8f3-2516-782e98ab3fa0"),
+                None,
+                "domain = NAME",
+            ),
+            (Some(""), None, None, "printable"),
+            (Some("web1"), Some("4dea22b3"), None, "32 hexadecimal"),
+            (
+                Some("web1"),
+                Some("4dea22b3-1d52-d8f3-2516-782e98ab3fzz"),
+                None,
+                "32 hexadecimal",
+            ),
+            (Some("web1"), None, Some("a\u{7}"), "printable"),
+        ] {
+            let e = guest_domain(name, uuid, alias).unwrap_err();
+            assert!(e.contains(why), "{e}");
         }
     }
 

@@ -71,6 +71,9 @@
 //! container = "8c1e…"       # the container (and CNI network) it was made for: set by hvnet-cni,
 //! network = "web"           #   whose ports hvnet up FILE leaves alone
 //! pod = "default/web-1"     #   and the Kubernetes pod it was made for (from the kubelet's CNI_ARGS)
+//! domain = "web1"           # the libvirt domain it was made for (set from its XML for libvirt's
+//! domain_uuid = "4dea22b3-…" #   guests): its UUID and the interface's alias, shown as the port's
+//! alias = "ua-net0"          #   external_ids and in its metrics' labels
 //!
 //! [[uplink]]                # the physical side: an existing interface
 //! name = "up0"              # the port's name (as a VM's)

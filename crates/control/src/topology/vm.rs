@@ -87,6 +87,9 @@ pub(super) struct VmRepr {
     container: Option<String>,
     network: Option<String>,
     pod: Option<String>,
+    domain: Option<String>,
+    domain_uuid: Option<String>,
+    alias: Option<String>,
 }
 
 fn d_overflow() -> RxOverflow {
@@ -164,6 +167,15 @@ impl Accel {
 }
 
 impl Vm {
+    /// Who its port is for, as the switch's port carries it
+    /// (`PortSpec::external_ids`): its libvirt domain's.
+    pub fn external_ids(&self) -> Vec<(String, String)> {
+        self.domain
+            .as_ref()
+            .map(super::attach::GuestDomain::external_ids)
+            .unwrap_or_default()
+    }
+
     /// A namespace VM's interface name in its namespace.
     pub fn ifname(&self) -> &str {
         self.attach.as_ref().map_or("eth0", |a| a.ifname.as_str())
@@ -213,6 +225,9 @@ pub struct Vm {
     /// The container the port was made for by the CNI plugin (a namespace
     /// VM so attached, or a vhost-user port a userspace container opens).
     pub container: Option<super::attach::Container>,
+    /// The libvirt domain (and its interface) the port was made for
+    /// (`domain`, `domain_uuid`, `alias`).
+    pub domain: Option<super::attach::GuestDomain>,
 }
 
 /// The `[[vm]]` tables, each checked (and against the ones before it)
@@ -323,6 +338,12 @@ pub(super) fn parse_vms(
             v.pod.as_deref(),
         )
         .map_err(bad)?;
+        let domain = super::attach::guest_domain(
+            v.domain.as_deref(),
+            v.domain_uuid.as_deref(),
+            v.alias.as_deref(),
+        )
+        .map_err(bad)?;
         if container.is_some() && attach.is_none() && v.kind != VmKind::VhostUser {
             return Err(bad(
                 "container is for a container's port: a namespace VM in its namespace (netns = PATH) or a \
@@ -405,6 +426,7 @@ pub(super) fn parse_vms(
             security_groups: v.security_groups.clone(),
             attach,
             container,
+            domain,
         });
     }
     Ok(vms)

@@ -146,6 +146,7 @@ impl Harness {
                 vlan: vlans.get(i).copied().unwrap_or(0),
                 endpoint,
                 settings: settings.clone(),
+                external_ids: Vec::new(),
             });
             guests.push(guest);
         }
@@ -370,6 +371,7 @@ pub fn tap_port(
         vlan: 0,
         endpoint: None,
         settings,
+        external_ids: Vec::new(),
     };
     (spec, guest)
 }

@@ -158,7 +158,7 @@ impl Switch {
             .collect();
         let fdb = Fdb::new(cfg.fdb_aging, cfg.fdb_limits);
         for p in ports.iter().filter(|p| !p.is_uplink()) {
-            fdb.add_static(p.vlan, p.mac, p.id);
+            fdb.add_static(p.vlan(), p.mac, p.id);
         }
         let cpus = if cfg.cpus.is_empty() {
             hvnet_sys::allowed_cpus().unwrap_or_else(|_| vec![0])
@@ -219,7 +219,7 @@ impl Switch {
         let ports = self.ports();
         let endpoints = self.endpoints.read().expect("lock");
         endpoints.iter().find_map(|(id, e)| {
-            let own = ports.get(*id)?.vlan;
+            let own = ports.get(*id)?.vlan();
             let vni = Self::segment_of(e, own, vlan)?;
             Some((Arc::clone(e), vni))
         })
@@ -240,7 +240,7 @@ impl Switch {
         e.segments()
             .into_iter()
             .find(|&(_, n)| n == vni)
-            .map(|(v, _)| v.unwrap_or(uplink.vlan))
+            .map(|(v, _)| v.unwrap_or(uplink.vlan()))
     }
 
     /// Installs what the fabric advertises for segment `vni` of uplink
@@ -310,8 +310,8 @@ impl Switch {
     /// there (back from a migration, or arrived by one).
     pub fn pin_present_guests(&self) {
         for p in self.ports().iter().filter(|p| !p.is_uplink()) {
-            if self.fdb.pinned_to(p.vlan, p.mac) != Some(p.id) && p.present() {
-                self.fdb.add_static(p.vlan, p.mac, p.id);
+            if self.fdb.pinned_to(p.vlan(), p.mac) != Some(p.id) && p.present() {
+                self.fdb.add_static(p.vlan(), p.mac, p.id);
             }
         }
     }
@@ -427,7 +427,7 @@ impl Switch {
         if (old.vlan_mode, &old.vlans, old.native_vlan)
             != (new.vlan_mode, &new.vlans, new.native_vlan)
         {
-            let vlans = new.vlans_of(p.vlan);
+            let vlans = new.vlans_of(p.vlan());
             let n = self.fdb.flush_vlans(p.id, |v| vlans.carries(v));
             tracing::info!(port = %p.name, flushed = n, "VLANs changed");
         }
@@ -441,5 +441,47 @@ impl Switch {
             }
         }
         Ok(new)
+    }
+
+    /// Moves VM port `name` to access VLAN `vlan` at run time (vSphere's
+    /// port group VLAN, `ovs-vsctl set port P tag=N`): its own address is
+    /// pinned in the new VLAN instead of the old, what it learned and
+    /// the multicast groups it joined in the old one go, and the workers
+    /// tag and switch its frames in the new one from their next burst.
+    /// A trunk's and an uplink's VLANs are their settings', not this.
+    pub fn set_access_vlan(&self, name: &str, vlan: u16) -> Result<u16, SettingError> {
+        let p = self
+            .port(name)
+            .ok_or_else(|| SettingError::NoPort(name.into()))?;
+        if p.is_uplink() {
+            return Err(SettingError::Fixed(
+                "an uplink's VLAN is set in its topology".into(),
+            ));
+        }
+        if vlan > crate::vlan::MAX_VID {
+            return Err(SettingError::Range {
+                setting: "vlan",
+                value: u64::from(vlan),
+                min: 0,
+                max: u64::from(crate::vlan::MAX_VID),
+            });
+        }
+        let old = p.vlan();
+        if old == vlan {
+            return Ok(old);
+        }
+        let pinned = self.fdb.pinned_to(old, p.mac) == Some(p.id);
+        p.set_vlan(vlan);
+        self.settings_gen.fetch_add(1, Ordering::Release);
+        self.fdb.unpin(old, p.mac, p.id);
+        let settings = p.settings();
+        let carried = settings.vlans_of(vlan);
+        let flushed = self.fdb.flush_vlans(p.id, |v| carried.carries(v));
+        self.mdb.forget_port(p.id);
+        if pinned {
+            self.fdb.add_static(vlan, p.mac, p.id);
+        }
+        tracing::info!(port = %p.name, from = old, to = vlan, flushed, "access VLAN changed");
+        Ok(old)
     }
 }

@@ -15,7 +15,7 @@ use hvnet_port::vxlan::Vtep;
 use hvnet_port::{Device, Home, PoolCaps, PoolStatus};
 use hvnet_wire::MacAddr;
 use serde::Serialize;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
@@ -76,8 +76,9 @@ pub struct Port {
     pub dev: Arc<dyn Device>,
     /// The VM's MAC address (an uplink has none of its own: all zeros).
     pub mac: MacAddr,
-    /// Access VLAN (0: untagged).
-    pub vlan: u16,
+    /// Access VLAN (0: untagged); changed at run time only through
+    /// [`crate::Switch::set_access_vlan`], which moves its FDB entries.
+    access_vlan: AtomicU16,
     pub(crate) settings: RwLock<PortSettings>,
     /// Guest receive queues, one per TAP queue.
     pub rxq: Vec<RxQueue>,
@@ -103,6 +104,8 @@ pub struct Port {
     pub taps: crate::capture::Taps,
     /// Its trace: frames marked as read, a line from each stage they pass.
     pub tracer: crate::trace::Tracer,
+    /// Who it is for ([`PortSpec::external_ids`]).
+    pub external_ids: Vec<(String, String)>,
     /// DHCP leases snooped for its guest (docs/guide/guards.md).
     leases: Mutex<Leases>,
     arcs: Mutex<PortArcs>,
@@ -151,7 +154,7 @@ impl Port {
             name: s.name,
             dev: s.dev,
             mac: s.mac,
-            vlan: s.vlan,
+            access_vlan: AtomicU16::new(s.vlan),
             settings: RwLock::new(s.settings),
             home: Home::new(pool_caps),
             state: AtomicU8::new(PortState::Up as u8),
@@ -162,10 +165,21 @@ impl Port {
             shares,
             taps: crate::capture::Taps::new(Arc::clone(gen)),
             tracer: Default::default(),
+            external_ids: s.external_ids,
             threads: Mutex::new(Vec::new()),
             leases: Mutex::new(Leases::default()),
             arcs: Mutex::default(),
         })
+    }
+
+    /// Its access VLAN (0: untagged).
+    #[inline]
+    pub fn vlan(&self) -> u16 {
+        self.access_vlan.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_vlan(&self, vlan: u16) {
+        self.access_vlan.store(vlan, Ordering::Relaxed);
     }
 
     /// The settings now.
@@ -324,4 +338,9 @@ pub struct PortSpec {
     pub endpoint: Option<Arc<Vtep>>,
     /// Settings.
     pub settings: PortSettings,
+    /// Who the port is for, in the control plane's words (a libvirt
+    /// domain's name and UUID, its interface's alias), as Open vSwitch's
+    /// `external_ids`: shown by the views, the metrics' labels and
+    /// captures; the datapath never reads them.
+    pub external_ids: Vec<(String, String)>,
 }

@@ -119,7 +119,7 @@ impl Switch {
             port
         };
         if !port.is_uplink() {
-            self.fdb.add_static(port.vlan, port.mac, port.id);
+            self.fdb.add_static(port.vlan(), port.mac, port.id);
         }
         self.settings_gen.fetch_add(1, Ordering::Release);
         if self.running.load(Ordering::Acquire) {

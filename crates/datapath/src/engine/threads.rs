@@ -80,7 +80,7 @@ impl Switch {
                 continue;
             };
             for (vlan, vni) in vtep.segments() {
-                let vlan = vlan.unwrap_or(p.vlan);
+                let vlan = vlan.unwrap_or(p.vlan());
                 for (fam, kind) in [
                     (crate::mdb::Family::Ipv4, hvnet_wire::NetKind::Ipv4),
                     (crate::mdb::Family::Ipv6, hvnet_wire::NetKind::Ipv6),

@@ -232,3 +232,39 @@ fn bandwidth_is_read_in_libvirts_units_and_becomes_the_ports_rates() {
         .to_string()
         .contains("average='fast'> is not a number"));
 }
+
+#[test]
+fn the_domain_and_its_interface_go_with_the_port() {
+    let d = parse(&domain(NIC, "")).unwrap();
+    assert_eq!(d.nics[0].alias.as_deref(), Some("ua-net0"));
+    let lv = crate::topology::Libvirt {
+        sockets: "/run/hvnet-libvirt/t".into(),
+        group: "kvm".into(),
+        gid: 0,
+        uri: "qemu:///system".into(),
+    };
+    let t = super::super::vm_table(&lv, &d, &d.nics[0]);
+    let vm = &crate::topology::parse(&format!("name = \"t\"\n{t}"))
+        .expect("the table parses")
+        .vms[0];
+    let ids = vm.external_ids();
+    assert_eq!(
+        ids,
+        [
+            ("domain".to_string(), "web1".to_string()),
+            (
+                "domain_uuid".into(),
+                "4dea22b3-1d52-d8f3-2516-782e98ab3fa0".into()
+            ),
+            ("interface".into(), "ua-net0".into()),
+        ]
+    );
+    // A name with quotes and a newline is written so that it parses.
+    let odd = domain(NIC, "").replace("<name>web1</name>", "<name>a \"b\"\nc</name>");
+    let d = parse(&odd).unwrap();
+    let t = super::super::vm_table(&lv, &d, &d.nics[0]);
+    let vm = &crate::topology::parse(&format!("name = \"t\"\n{t}"))
+        .unwrap()
+        .vms[0];
+    assert_eq!(vm.domain.as_ref().unwrap().name, "a \"b\" c");
+}

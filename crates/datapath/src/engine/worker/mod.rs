@@ -252,7 +252,7 @@ pub(crate) fn takes(
     ports.get(p).is_some_and(|x| {
         x.is_up()
             && settings[p].connected
-            && settings[p].vlans_of(x.vlan).carries(vlan)
+            && settings[p].vlans_of(x.vlan()).carries(vlan)
             && mirror_output.get(p) != Some(&true)
     })
 }

@@ -87,7 +87,7 @@ impl State {
             .ports
             .iter()
             .filter(|p| p.mac == mac && !p.is_uplink())
-            .min_by_key(|p| p.vlan != pkt.meta.vlan);
+            .min_by_key(|p| p.vlan() != pkt.meta.vlan);
         let p = client.filter(|p| self.settings[p.id].dhcp_snooping)?;
         p.learn_lease(ip, self.now + secs);
         cx.sw.settings_gen.fetch_add(1, Ordering::Release);

@@ -199,7 +199,7 @@ impl State {
                 .filter(|p| {
                     p.is_up()
                         && self.settings[p.id].connected
-                        && self.settings[p.id].vlans_of(p.vlan).carries(vlan)
+                        && self.settings[p.id].vlans_of(p.vlan()).carries(vlan)
                 })
                 .map(|p| p.id)
                 .collect();
@@ -226,7 +226,7 @@ impl State {
         for p in cx.ports.iter() {
             let s = &self.settings[p.id];
             match s.vlan_mode {
-                VlanMode::Access => v.push(p.vlan),
+                VlanMode::Access => v.push(p.vlan()),
                 VlanMode::Trunk => {
                     v.extend(s.native_vlan);
                     if !s.vlans.is_all() {

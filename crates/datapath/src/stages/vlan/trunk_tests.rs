@@ -205,6 +205,36 @@ fn a_run_time_change_of_vlans_takes_effect_and_flushes_what_was_learned() {
     assert_eq!(i.dropped[DropReason::VlanNotAllowed], 2);
 }
 
+#[test]
+fn an_access_port_moved_to_another_vlan_at_run_time_switches_there_only() {
+    let mut h = switch();
+    // Port 5 (the untagged domain) and port 2 (access 10) make
+    // themselves known.
+    run(
+        &mut h,
+        &[(5, frame(6, BCAST, None, 0)), (2, frame(3, BCAST, None, 1))],
+    );
+    let own = |h: &Harness, vlan: u16| h.sw.fdb.pinned_to(vlan, mac(6));
+    assert_eq!(own(&h, 0), Some(5));
+    assert_eq!(h.sw.set_access_vlan("p5", 10), Ok(0));
+    assert_eq!(h.sw.ports()[5].vlan(), 10);
+    // Its own address moved with it; nothing of it is left in VLAN 0.
+    assert_eq!((own(&h, 0), own(&h, 10)), (None, Some(5)));
+    // A broadcast of VLAN 10 now reaches it (untagged), and its frames
+    // reach VLAN 10's ports, tagged at the trunks that carry it.
+    let got = run(&mut h, &[(2, frame(3, BCAST, None, 2))]);
+    assert_eq!(got, [(0, Some(10)), (1, Some(10)), (5, None)]);
+    let got = run(&mut h, &[(5, frame(6, mac(3).0, None, 3))]);
+    assert_eq!(got, [(2, None)]);
+    // An uplink's VLAN and one past 4094 are refused.
+    assert!(h.sw.set_access_vlan("p5", 4095).is_err());
+    assert_eq!(
+        h.sw.ports()[5].vlan(),
+        10,
+        "a refused change changes nothing"
+    );
+    assert!(h.sw.set_access_vlan("nobody", 7).is_err());
+}
 /// A TSO frame of `segments` MSS-sized segments from `from` to `to`,
 /// tagged `vlan`, with its virtio-net header (partial checksum).
 fn tso(from: u8, to: u8, vlan: Option<u16>, segments: usize) -> Vec<u8> {

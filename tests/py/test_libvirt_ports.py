@@ -17,6 +17,7 @@ import re
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -220,6 +221,16 @@ def test_libvirtd_and_hvnet_restarts_leave_a_running_guest_on_the_network(tmp_pa
             log = Path(f"/run/hvnet/{t.name}/daemon.log")
             assert hvlab.eventually(lambda: "port removed by hand" in log.read_text(), timeout=10), log.read_text()[-2000:]
             assert "app1-eth0" not in ports(t)
+            # ... nor by a restarted switch (the dismissal is in the state).
+            state = Path(f"/run/hvnet/{t.name}/state.json")
+            assert hvlab.eventually(lambda: json.loads(state.read_text())["dismissed_sockets"], timeout=10)
+            os.kill(daemon_pid(t), signal.SIGTERM)
+            assert hvlab.eventually(lambda: not Path(f"/run/hvnet/{t.name}/ctl.sock").exists(), timeout=30)
+            hvlab.hvnet("up", t.file)
+            # (A negative: the directory is looked at ten times a second.)
+            time.sleep(3)
+            assert "app1-eth0" not in ports(t)
+            assert g.state() == "running"
 
 
 def test_a_domain_that_cannot_work_is_refused_in_libvirts_error_and_nothing_is_made(

@@ -693,8 +693,12 @@ pub enum VmCmd {
         target: Target,
     },
     /// Remove a VM: its port leaves the switch (its learned addresses and
-    /// queues with it), its guest is stopped, and what hvnet created for it
-    /// is deleted.
+    /// queues with it), a guest hvnet started (kind uml or qemu) is
+    /// stopped, and what hvnet created for it is deleted. A guest started
+    /// elsewhere runs on without the port: libvirt's is not given one
+    /// again until its socket is bound again (the domain started again or
+    /// the interface plugged again), also by a restarted switch; stop the
+    /// domain with `virsh destroy` first to take it off the network.
     Del {
         /// The VM's name.
         name: String,

@@ -81,6 +81,11 @@ pub struct State {
     /// the ports the file owns (`reconcile::port_set`).
     #[serde(default)]
     pub port_changes: PortChanges,
+    /// libvirt's guests' sockets whose port was removed by hand (`hvnet
+    /// vm del`) while the guest ran on, with the socket's inode then: not
+    /// given a port again, by this daemon or the next, until bound again.
+    #[serde(default)]
+    pub dismissed_sockets: std::collections::BTreeMap<PathBuf, u64>,
 }
 
 /// Run-time changes by port: each setting changed, with its value as

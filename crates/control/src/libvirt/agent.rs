@@ -12,9 +12,10 @@
 use super::virsh::Virsh;
 use super::{in_directory, remove_left_over, vm_table};
 use crate::ctl::Ctl;
+use crate::state::{read_state, state_dir, write_state};
 use crate::topology::{Libvirt, SOCKETS_ROOT};
 use hvnet_port::SocketMode;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -86,7 +87,11 @@ pub(crate) fn run(cx: Arc<Ctl>, lv: Libvirt) {
     let mut made: HashMap<PathBuf, u64> = HashMap::new();
     // Sockets whose port someone else removed (`hvnet vm del`) while the
     // guest ran on: not given a port again until bound again.
-    let mut dismissed: HashMap<PathBuf, u64> = HashMap::new();
+    // (Kept in the state: a restarted daemon does not make them again.)
+    let mut dismissed: BTreeMap<PathBuf, u64> = read_state(&state_dir(&cx.topology().name))
+        .map(|s| s.dismissed_sockets)
+        .unwrap_or_default();
+    let mut kept = dismissed.clone();
     while !cx.sw.stopping() {
         std::thread::sleep(LOOK);
         let now = Instant::now();
@@ -113,6 +118,10 @@ pub(crate) fn run(cx: Arc<Ctl>, lv: Libvirt) {
             false
         });
         dismissed.retain(|p, ino| sockets.iter().any(|(s, i)| s == p && i == ino));
+        if dismissed != kept {
+            remember_dismissed(&cx, &dismissed);
+            kept = dismissed.clone();
+        }
         lost.retain(|p, _| has_port(p));
         for (path, ino) in &sockets {
             let vm = topo
@@ -233,6 +242,19 @@ pub(crate) fn run(cx: Arc<Ctl>, lv: Libvirt) {
 /// Port `name` removed if it is still the one on `socket` with `mac` (a
 /// look-up takes a while; a guest started again meanwhile may have a port
 /// of that name already).
+/// Writes the dismissed sockets into the topology's state.
+fn remember_dismissed(cx: &Ctl, dismissed: &BTreeMap<PathBuf, u64>) {
+    let _one = cx.changes.lock().expect("changes lock");
+    let dir = state_dir(&cx.topology().name);
+    let Some(mut state) = read_state(&dir) else {
+        return;
+    };
+    state.dismissed_sockets = dismissed.clone();
+    if let Err(e) = write_state(&dir, &state) {
+        tracing::warn!(error = %e, "libvirt: the dismissed sockets not kept in the state");
+    }
+}
+
 fn remove_if(cx: &Ctl, name: &str, socket: &Path, mac: hvnet_wire::MacAddr) {
     let same = cx
         .topology()

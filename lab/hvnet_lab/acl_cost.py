@@ -80,6 +80,19 @@ class HvnetAcl(Hvnet):
         return v["ports"][0]["connections"]
 
 
+class HvnetAclLiberal(HvnetAcl):
+    """The same groups with TCP's windows not checked (`[conntrack]
+    tcp_be_liberal = true`, Linux's `nf_conntrack_tcp_be_liberal = 1`):
+    what window tracking, on by default, costs."""
+    name = "hvnet-acl-liberal"
+
+    def __init__(self, tmp, mtu, **kw):
+        super().__init__(tmp, mtu, **kw)
+        doc = tomllib.loads(self.t.file.read_text())
+        doc["conntrack"]["tcp_be_liberal"] = True
+        self.t.file.write_text(tomli_w.dumps(doc))
+
+
 class BridgeNft(Bridge):
     name = "bridge-nft"
 
@@ -115,7 +128,7 @@ def daemon_ticks(f):
 
 
 def once(f, secs, log):
-    if isinstance(f, (HvnetAcl, BridgeNft)):
+    if isinstance(f, (HvnetAcl, BridgeNft)):  # (HvnetAclLiberal too)
         track(f)
     t0 = daemon_ticks(f)
     r = iperf(f, 1, "64K", secs, None, log)
@@ -133,7 +146,7 @@ def acl_cost(tmp, quick, reps, log):
         raise RuntimeError("acl-cost needs nft (Debian's nftables: scripts/install-deps.sh)")
     secs = 2 if quick else 4
     settings = dict(a={"tso": False, "queues": 1}, b={"lro": False, "queues": 1})
-    chosen = [Hvnet, HvnetAcl, Bridge, BridgeNft]
+    chosen = [Hvnet, HvnetAcl, HvnetAclLiberal, Bridge, BridgeNft]
     with contextlib.ExitStack() as stack:
         up = {}
         for F in chosen:
@@ -149,7 +162,9 @@ def acl_cost(tmp, quick, reps, log):
     m = {name: median([r["cpu_ns"] for r in rs]) for name, rs in runs.items()}
     d = {name: median([r["daemon_ns"] for r in rs]) for name, rs in runs.items() if "daemon_ns" in rs[0]}
     said = (f"hvnet's daemon with groups / without: {d['hvnet-acl'] / d['hvnet']:.2f}x its CPU per frame "
-            f"({d['hvnet-acl']:,.0f} vs {d['hvnet']:,.0f} ns); machine-wide, hvnet with groups / without: "
+            f"({d['hvnet-acl']:,.0f} vs {d['hvnet']:,.0f} ns), TCP windows checked / not "
+            f"(tcp_be_liberal): {d['hvnet-acl'] / d['hvnet-acl-liberal']:.2f}x "
+            f"({d['hvnet-acl']:,.0f} vs {d['hvnet-acl-liberal']:,.0f} ns); machine-wide, hvnet with groups / without: "
             f"{m['hvnet-acl'] / m['hvnet']:.2f}x CPU per frame "
             f"({m['hvnet-acl']:,.0f} vs {m['hvnet']:,.0f} ns); bridge with nftables / without: "
             f"{m['bridge-nft'] / m['bridge']:.2f}x ({m['bridge-nft']:,.0f} vs {m['bridge']:,.0f} ns); "

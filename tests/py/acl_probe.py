@@ -12,6 +12,9 @@
                                         FTP's active mode: listen on LPORT, ask the server
                                         (serve-tcp) on PORT to connect back to it; prints
                                         data-ok or data-timeout
+    acl_probe.py spoof IP PORT SPORT    one TCP segment (ACK, 100 bytes) from this host's
+                                        SPORT to IP:PORT with a sequence number far from any
+                                        window (a raw socket; IPv4): prints sent
 """
 
 import socket
@@ -124,6 +127,34 @@ def connect_back(ip, port, lport):
         print("data-timeout")
 
 
+def spoof(ip, port, sport):
+    import struct
+
+    src = socket.inet_aton(sock_addr_towards(ip))
+    dst = socket.inet_aton(ip)
+    payload = b"x" * 100
+    seq, ack = 0x5A5A5A5A, 0x12345678
+
+    def tcp(csum):
+        return struct.pack("!HHIIBBHHH", sport, port, seq, ack, 5 << 4, 0x18, 502, csum, 0) + payload
+
+    seg = tcp(0)
+    pseudo = src + dst + struct.pack("!BBH", 0, socket.IPPROTO_TCP, len(seg))
+    data = pseudo + seg + b"\0" * (len(seg) % 2)
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)
+    s.sendto(tcp(~total & 0xFFFF), (ip, 0))
+    print("sent")
+
+
+def sock_addr_towards(ip):
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.connect((ip, 9))
+    return u.getsockname()[0]
+
+
 def main():
     cmd, ip, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
     if cmd == "serve-tcp":
@@ -138,6 +169,8 @@ def main():
         stream(ip, port, sys.argv[4])
     elif cmd == "connect-back":
         connect_back(ip, port, int(sys.argv[4]))
+    elif cmd == "spoof":
+        spoof(ip, port, int(sys.argv[4]))
     else:
         sys.exit(f"unknown command {cmd}")
     sys.stdout.flush()

@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -184,6 +185,48 @@ def test_a_rule_change_applies_to_new_connections_at_once_and_to_established_one
         with_tables(t, GROUPS)
         hvlab.hvnet("up", t.file)
         assert probe(t, "a", "connect", "198.18.41.2", 8080) == "ok"
+
+
+def test_a_segment_outside_its_connections_windows_is_dropped_as_invalid(tmp_path):
+    """Window tracking, as Linux's conntrack does it by default: a segment
+    with the 4-tuple of a running connection but a sequence number far
+    outside its windows (spoofed) is dropped as invalid where it enters,
+    and the connection goes on; with `[conntrack] tcp_be_liberal = true`
+    the same segment passes."""
+    with topology(tmp_path) as t:
+        serve(t, "b", "serve-tcp", "0.0.0.0", 8080)
+        progress = tmp_path / "progress"
+        client = t.popen("a", f"{PY} {PROBE} stream 198.18.41.2 8080 {progress}", stdout=subprocess.PIPE, text=True)
+        count = lambda: int(progress.read_text()) if progress.exists() else 0  # noqa: E731
+        hvlab.eventually(lambda: count() > 10, timeout=20)
+        conns = t.sh("a", "ss -Htn state established dst 198.18.41.2:8080").stdout.split()
+        sport = int(next(w for w in conns if w.startswith("198.18.41.1:")).rsplit(":", 1)[1])
+        before = drops(t, "a", "from", "acl_out_invalid")
+        assert probe(t, "a", "spoof", "198.18.41.2", 8080, sport) == "sent"
+        assert hvlab.eventually(lambda: port_view(t, "a")["counters"]["out_of_window"] == 1, timeout=10)
+        assert drops(t, "a", "from", "acl_out_invalid") == before + 1
+        seen = count()
+        hvlab.eventually(lambda: count() > seen + 10, timeout=20)  # the connection goes on
+        assert client.poll() is None
+        # Liberal: the same segment reaches b (the connection closed
+        # first, so that b receives nothing else).
+        with_tables(t, conntrack={"tcp_be_liberal": True})
+        hvlab.hvnet("up", t.file)
+        assert acl(t)["limits"]["tcp_be_liberal"] is True
+        hvlab.stop_procs([client])
+        received = lambda: t.stats("/ports/b/client_stats")["bytes_rx_ok"]  # noqa: E731
+
+        def quiet():
+            was = received()
+            time.sleep(0.5)
+            return received() == was
+
+        assert hvlab.eventually(quiet, timeout=20)
+        got = received()
+        assert probe(t, "a", "spoof", "198.18.41.2", 8080, sport) == "sent"
+        assert hvlab.eventually(lambda: received() >= got + 100, timeout=10)
+        assert port_view(t, "a")["counters"]["out_of_window"] == 1
+        assert drops(t, "a", "from", "acl_out_invalid") == before + 1
 
 
 BAD = [

@@ -146,7 +146,7 @@ pub fn acl(t: &Target, a: AclArgs) -> Result<(), String> {
         );
         let c = &p["counters"];
         println!(
-            "  established {}, related {}, new {}, stateless {}, untracked {}, denied {}, invalid {}, table full {}",
+            "  established {}, related {}, new {}, stateless {}, untracked {}, denied {}, invalid {} ({} out of window), table full {}",
             text(&c["established"]),
             text(&c["related"]),
             text(&c["new"]),
@@ -154,6 +154,7 @@ pub fn acl(t: &Target, a: AclArgs) -> Result<(), String> {
             text(&c["untracked"]),
             c["denied_rule"].as_u64().unwrap_or(0) + c["denied_default"].as_u64().unwrap_or(0),
             text(&c["invalid"]),
+            text(&c["out_of_window"]),
             text(&c["full"]),
         );
     }

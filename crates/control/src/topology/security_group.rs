@@ -16,6 +16,7 @@
 //! [conntrack]
 //! max = 262144            # connections over every port
 //! max_per_port = 65536    # per port
+//! tcp_be_liberal = false  # true: TCP segments are not judged against their windows
 //! ```
 //!
 //! A rule: `direction` ("in": to the VM, "out": from it; required),
@@ -86,6 +87,7 @@ pub(super) struct RuleRepr {
 pub(super) struct ConntrackRepr {
     max: Option<i64>,
     max_per_port: Option<i64>,
+    tcp_be_liberal: Option<bool>,
 }
 
 /// Where a rule's remote end may be.
@@ -439,6 +441,7 @@ pub(super) fn parse_groups(
         };
         limits.max = bound("max", r.max, limits.max)?;
         limits.max_per_port = bound("max_per_port", r.max_per_port, limits.max_per_port)?;
+        limits.tcp_be_liberal = r.tcp_be_liberal.unwrap_or(limits.tcp_be_liberal);
         if limits.max_per_port > limits.max {
             return Err(bad(format!(
                 "max_per_port {} is more than max {}",
@@ -700,9 +703,17 @@ protocol = "icmpv6"
             t.conntrack,
             Limits {
                 max: 1000,
-                max_per_port: 10
+                max_per_port: 10,
+                tcp_be_liberal: false,
             }
         );
+        assert!(
+            limits("tcp_be_liberal = true")
+                .unwrap()
+                .conntrack
+                .tcp_be_liberal
+        );
+        assert!(limits("tcp_be_liberal = 1").is_err());
         let e = limits("max = 10\nmax_per_port = 100").unwrap_err();
         assert!(e.reason.contains("more than max"), "{e}");
         assert_eq!((e.line, e.section), (35, Some(Section::Conntrack)));

@@ -19,6 +19,7 @@
 use super::flow::{Family, Tuple};
 use super::rules::Direction;
 use super::tcp::{self, Step, TcpState};
+use super::window::{Phase, Segment, Windows};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -65,6 +66,8 @@ pub struct Conn {
     pub rule: u16,
     /// Frames each way (original, reply).
     pub frames: [u64; 2],
+    /// A TCP connection's windows (`super::window`).
+    pub window: Windows,
 }
 
 impl Conn {
@@ -120,6 +123,8 @@ pub enum Seen {
     Known,
     /// A known connection, but a TCP segment its state does not take.
     Invalid,
+    /// A known connection, but a TCP segment outside its windows.
+    OutOfWindow,
     /// No such connection.
     Unknown,
 }
@@ -174,6 +179,15 @@ impl Total {
     }
 }
 
+/// Where a TCP state is in the handshake, as window tracking asks.
+fn phase(s: TcpState) -> Phase {
+    match s {
+        TcpState::SynSent | TcpState::SynSent2 => Phase::SynSent,
+        TcpState::SynRecv => Phase::SynRecv,
+        _ => Phase::Later,
+    }
+}
+
 fn datagram_timeout(proto: u8, replied: bool) -> Secs {
     use super::flow::proto::{ICMP as P_ICMP, ICMPV6, TCP, UDP};
     match proto {
@@ -222,9 +236,10 @@ impl Table {
         self.max = max;
     }
 
-    /// A frame of flow `t` (TCP flags `flags`, 0 otherwise) at time
-    /// `now`: updates its connection if there is one.
-    pub fn see(&mut self, t: &Tuple, flags: u8, now: Secs) -> Seen {
+    /// A frame of flow `t` (TCP flags `flags`, 0 otherwise; a TCP
+    /// segment's numbers `seg`, judged against its windows when
+    /// `windows`) at time `now`: updates its connection if there is one.
+    pub fn see(&mut self, t: &Tuple, flags: u8, seg: &Segment, windows: bool, now: Secs) -> Seen {
         let Some(&i) = self.map.get(&Key::of(t)) else {
             return Seen::Unknown;
         };
@@ -240,6 +255,11 @@ impl Table {
         match c.state {
             ConnState::Tcp(s) => match tcp::step(Some(s), reply, flags) {
                 Step::To(n) => {
+                    // Judged before the state moves (Linux's order): a
+                    // segment out of its windows changes nothing.
+                    if windows && !c.window.admits(reply, phase(s), seg, flags) {
+                        return Seen::OutOfWindow;
+                    }
                     c.state = ConnState::Tcp(n);
                     c.expires = tcp_deadline(now, n);
                 }
@@ -271,6 +291,7 @@ impl Table {
         &mut self,
         t: &Tuple,
         flags: u8,
+        seg: &Segment,
         stage: Direction,
         rule: u16,
         now: Secs,
@@ -303,6 +324,7 @@ impl Table {
             stage,
             rule,
             frames: [1, 0],
+            window: Windows::opening(seg, flags),
         };
         let i = match self.free.pop() {
             Some(i) => {
@@ -399,6 +421,14 @@ impl Drop for Table {
 mod tests {
     use super::*;
 
+    const NO_SEG: Segment = Segment {
+        seq: 0,
+        ack: 0,
+        win: 0,
+        len: 0,
+        wscale: None,
+    };
+
     fn udp(sport: u16) -> Tuple {
         Tuple {
             family: Family::V4,
@@ -415,11 +445,15 @@ mod tests {
         let total = Total::new(10);
         let mut t = Table::new(4, total.clone());
         let f = udp(1000);
-        assert_eq!(t.see(&f, 0, 0), Seen::Unknown);
-        t.open(&f, 0, Direction::Out, 0, 0).unwrap();
-        assert_eq!(t.see(&f.reversed(), 0, 1), Seen::Known);
+        assert_eq!(t.see(&f, 0, &NO_SEG, true, 0), Seen::Unknown);
+        t.open(&f, 0, &NO_SEG, Direction::Out, 0, 0).unwrap();
+        assert_eq!(t.see(&f.reversed(), 0, &NO_SEG, true, 1), Seen::Known);
         assert!(t.conns().next().unwrap().replied());
-        assert_eq!(t.see(&f, 0, 1 + UDP_REPLIED), Seen::Unknown, "expired");
+        assert_eq!(
+            t.see(&f, 0, &NO_SEG, true, 1 + UDP_REPLIED),
+            Seen::Unknown,
+            "expired"
+        );
         assert_eq!(t.len(), 0);
         assert_eq!(total.n.load(Ordering::Relaxed), 0);
     }
@@ -429,18 +463,18 @@ mod tests {
         let total = Total::new(100);
         let mut t = Table::new(3, total.clone());
         for p in 0..3 {
-            t.open(&udp(p), 0, Direction::Out, 0, 0).unwrap();
-            t.see(&udp(p).reversed(), 0, 0);
+            t.open(&udp(p), 0, &NO_SEG, Direction::Out, 0, 0).unwrap();
+            t.see(&udp(p).reversed(), 0, &NO_SEG, true, 0);
         }
         assert_eq!(
-            t.open(&udp(9), 0, Direction::Out, 0, 0),
+            t.open(&udp(9), 0, &NO_SEG, Direction::Out, 0, 0),
             Err(Refused::Full),
             "every one replied"
         );
         t.retain(|c| c.orig.sport != 0);
-        t.open(&udp(9), 0, Direction::Out, 0, 0).unwrap();
+        t.open(&udp(9), 0, &NO_SEG, Direction::Out, 0, 0).unwrap();
         // An unreplied one gives its place.
-        t.open(&udp(10), 0, Direction::Out, 0, 0).unwrap();
+        t.open(&udp(10), 0, &NO_SEG, Direction::Out, 0, 0).unwrap();
         assert_eq!(t.len(), 3);
         assert!(!t.holds(&udp(9), 0), "the unreplied one went");
         drop(t);
@@ -452,10 +486,13 @@ mod tests {
         let total = Total::new(2);
         let mut a = Table::new(10, total.clone());
         let mut b = Table::new(10, total.clone());
-        a.open(&udp(1), 0, Direction::Out, 0, 0).unwrap();
-        a.see(&udp(1).reversed(), 0, 0);
-        b.open(&udp(2), 0, Direction::Out, 0, 0).unwrap();
-        b.see(&udp(2).reversed(), 0, 0);
-        assert_eq!(b.open(&udp(3), 0, Direction::Out, 0, 0), Err(Refused::Full));
+        a.open(&udp(1), 0, &NO_SEG, Direction::Out, 0, 0).unwrap();
+        a.see(&udp(1).reversed(), 0, &NO_SEG, true, 0);
+        b.open(&udp(2), 0, &NO_SEG, Direction::Out, 0, 0).unwrap();
+        b.see(&udp(2).reversed(), 0, &NO_SEG, true, 0);
+        assert_eq!(
+            b.open(&udp(3), 0, &NO_SEG, Direction::Out, 0, 0),
+            Err(Refused::Full)
+        );
     }
 }

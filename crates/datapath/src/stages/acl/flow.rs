@@ -6,6 +6,7 @@
 //! read bounds-checked: a short or lying frame gives `None` or a flow
 //! without ports, never a panic.
 
+use super::window::{Segment, MAX_WSCALE};
 use hvnet_wire::layers::{Layers, NetKind};
 
 /// IP protocol numbers the ACL knows by name.
@@ -32,7 +33,7 @@ pub enum Family {
 /// What the transport layer says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum L4 {
-    /// TCP, with its flags byte.
+    /// TCP, with its flags byte and what window tracking reads.
     Tcp {
         /// Source port.
         sport: u16,
@@ -40,6 +41,8 @@ pub enum L4 {
         dport: u16,
         /// The flags byte (FIN 0x01, SYN 0x02, RST 0x04, ACK 0x10).
         flags: u8,
+        /// Sequence, acknowledgement, window, payload length.
+        seg: Segment,
     },
     /// UDP.
     Udp {
@@ -246,13 +249,17 @@ fn transport(frame: &[u8], family: Family, proto: u8, at: usize, end: usize, out
     };
     match proto {
         proto::TCP => match (be16(b, at), be16(b, at + 2)) {
-            (Some(sport), Some(dport)) => L4::Tcp {
-                sport,
-                dport,
+            (Some(sport), Some(dport)) => {
                 // The quoted header of an ICMP error may stop at 8
-                // bytes: its flags do not matter there.
-                flags: b.get(at + 13).copied().unwrap_or(0),
-            },
+                // bytes: its flags and windows do not matter there.
+                let flags = b.get(at + 13).copied().unwrap_or(0);
+                L4::Tcp {
+                    sport,
+                    dport,
+                    flags,
+                    seg: segment(b, at, flags),
+                }
+            }
             _ => L4::Other,
         },
         proto::UDP => match (be16(b, at), be16(b, at + 2)) {
@@ -280,6 +287,50 @@ fn transport(frame: &[u8], family: Family, proto: u8, at: usize, end: usize, out
         }
         _ => L4::Other,
     }
+}
+
+fn be32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+/// What window tracking reads of the TCP header at `at` (the packet
+/// ends where `b` does): zeros where the header is cut short.
+fn segment(b: &[u8], at: usize, flags: u8) -> Segment {
+    let header = b.get(at + 12).map_or(20, |d| usize::from(d >> 4) * 4);
+    let wscale = if flags & 0x02 != 0 {
+        wscale(b.get(at + 20..at + header.max(20)).unwrap_or_default())
+    } else {
+        None
+    };
+    Segment {
+        seq: be32(b, at + 4).unwrap_or(0),
+        ack: be32(b, at + 8).unwrap_or(0),
+        win: be16(b, at + 14).unwrap_or(0),
+        len: u32::try_from(b.len().saturating_sub(at + header)).unwrap_or(u32::MAX),
+        wscale,
+    }
+}
+
+/// The window scale option among a SYN's TCP options, if it has one
+/// (capped at 14, as RFC 7323 says a receiver takes a larger one).
+fn wscale(mut opts: &[u8]) -> Option<u8> {
+    while let Some(&kind) = opts.first() {
+        match kind {
+            0 => return None,
+            1 => opts = &opts[1..],
+            _ => {
+                let len = usize::from(*opts.get(1)?);
+                if len < 2 || len > opts.len() {
+                    return None;
+                }
+                if kind == 3 && len == 3 {
+                    return Some(opts[2].min(MAX_WSCALE));
+                }
+                opts = &opts[len..];
+            }
+        }
+    }
+    None
 }
 
 /// The flow of the packet an ICMP error quotes, starting at `at`: its IP

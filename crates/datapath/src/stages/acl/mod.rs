@@ -38,6 +38,7 @@ pub mod rules;
 pub mod tcp;
 #[cfg(test)]
 mod tests;
+pub mod window;
 
 use crate::counters::DropReason;
 use conntrack::{ConnState, Refused, Secs, Seen, Table, Total};
@@ -55,13 +56,17 @@ pub const DEFAULT_MAX_PER_PORT: usize = 65_536;
 /// `nf_conntrack_max` on a host of a few GiB).
 pub const DEFAULT_MAX: usize = 262_144;
 
-/// The connection tables' bounds.
+/// The connection tables' bounds, and how closely TCP is followed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Limits {
     /// Per port.
     pub max_per_port: usize,
     /// Over every port.
     pub max: usize,
+    /// TCP segments are not judged against their connection's windows
+    /// (Linux's `nf_conntrack_tcp_be_liberal = 1`); default off: they are
+    /// ([`window`]).
+    pub tcp_be_liberal: bool,
 }
 
 impl Default for Limits {
@@ -69,6 +74,7 @@ impl Default for Limits {
         Limits {
             max_per_port: DEFAULT_MAX_PER_PORT,
             max: DEFAULT_MAX,
+            tcp_be_liberal: false,
         }
     }
 }
@@ -130,6 +136,8 @@ pub struct AclCounters {
     pub denied_default: u64,
     /// Frames dropped as invalid.
     pub invalid: u64,
+    /// Of those, TCP segments outside their connection's windows.
+    pub out_of_window: u64,
     /// Connections refused because the table was full.
     pub full: u64,
 }
@@ -139,6 +147,8 @@ struct Inner {
     hits: Vec<u64>,
     table: Table,
     counters: AclCounters,
+    /// TCP segments judged against their windows (not `tcp_be_liberal`).
+    windows: bool,
 }
 
 /// One port's security: its rules, their hit counts, its connection
@@ -171,13 +181,14 @@ fn icmp_request(family: Family, ty: u8) -> bool {
 }
 
 impl PortAcl {
-    fn new(rules: RuleSet, max: usize, total: Arc<Total>, epoch: Instant) -> PortAcl {
+    fn new(rules: RuleSet, limits: Limits, total: Arc<Total>, epoch: Instant) -> PortAcl {
         PortAcl {
             inner: Mutex::new(Inner {
                 hits: vec![0; rules.rules.len()],
                 rules: Arc::new(rules),
-                table: Table::new(max, total),
+                table: Table::new(limits.max_per_port, total),
                 counters: AclCounters::default(),
+                windows: !limits.tcp_be_liberal,
             }),
             epoch,
         }
@@ -221,19 +232,24 @@ impl PortAcl {
             inner.counters.untracked += 1;
             return Ok(());
         }
-        let flags = match f.l4 {
-            L4::Tcp { flags, .. } => flags,
-            _ => 0,
+        let (flags, seg) = match f.l4 {
+            L4::Tcp { flags, seg, .. } => (flags, seg),
+            _ => (0, window::Segment::default()),
         };
         let tuple = f.tuple();
         match (&tuple, f.l4) {
-            (Some(t), _) => match inner.table.see(t, flags, now) {
+            (Some(t), _) => match inner.table.see(t, flags, &seg, inner.windows, now) {
                 Seen::Known => {
                     inner.counters.established += 1;
                     return Ok(());
                 }
                 Seen::Invalid => {
                     inner.counters.invalid += 1;
+                    return Err(Denied::Invalid);
+                }
+                Seen::OutOfWindow => {
+                    inner.counters.invalid += 1;
+                    inner.counters.out_of_window += 1;
                     return Err(Denied::Invalid);
                 }
                 Seen::Unknown => {}
@@ -271,7 +287,7 @@ impl PortAcl {
             }
         }
         let rule_index = u16::try_from(i).unwrap_or(u16::MAX);
-        match inner.table.open(&t, flags, stage, rule_index, now) {
+        match inner.table.open(&t, flags, &seg, stage, rule_index, now) {
             Ok(()) => {
                 inner.counters.new += 1;
                 Ok(())
@@ -327,13 +343,14 @@ impl PortAcl {
         }
     }
 
-    fn set_rules(&self, rules: RuleSet, max: usize) {
+    fn set_rules(&self, rules: RuleSet, limits: Limits) {
         let mut g = self.lock();
         if *g.rules != rules {
             g.hits = vec![0; rules.rules.len()];
             g.rules = Arc::new(rules);
         }
-        g.table.set_max(max);
+        g.table.set_max(limits.max_per_port);
+        g.windows = !limits.tcp_be_liberal;
     }
 
     /// Checks every tracked connection against the rules now (as if its
@@ -409,6 +426,7 @@ fn first_frame(t: &Tuple) -> Flow {
             sport: t.sport,
             dport: t.dport,
             flags: 0x02,
+            seg: window::Segment::default(),
         },
         flow::proto::UDP => L4::Udp {
             sport: t.sport,
@@ -589,14 +607,9 @@ impl Acl {
         ports.retain(|name, _| cfg.ports.contains_key(name));
         for (name, rules) in cfg.ports {
             match ports.get(&name) {
-                Some(p) => p.set_rules(rules, cfg.limits.max_per_port),
+                Some(p) => p.set_rules(rules, cfg.limits),
                 None => {
-                    let p = PortAcl::new(
-                        rules,
-                        cfg.limits.max_per_port,
-                        Arc::clone(&self.total),
-                        self.epoch,
-                    );
+                    let p = PortAcl::new(rules, cfg.limits, Arc::clone(&self.total), self.epoch);
                     ports.insert(name, Arc::new(p));
                 }
             }

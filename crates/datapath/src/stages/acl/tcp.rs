@@ -1,13 +1,11 @@
 //! TCP connection states as Linux's conntrack tracks them
 //! (`net/netfilter/nf_conntrack_proto_tcp.c`: its `tcp_conntracks`
 //! table of transitions by direction, flags and state, and its default
-//! timeouts), without its sequence-window checks — as Linux with
-//! `nf_conntrack_tcp_be_liberal = 1` — and with its default midstream
-//! pickup (`nf_conntrack_tcp_loose = 1`: a bare ACK of an unknown
-//! connection opens it as established, so connections survive a daemon
-//! restart). Open vSwitch's userspace tracker (`lib/conntrack-tcp.c`)
-//! follows pf instead and checks windows; hvnet checks what a security
-//! group needs, the handshake and the close.
+//! timeouts), with its default midstream pickup
+//! (`nf_conntrack_tcp_loose = 1`: a bare ACK of an unknown connection
+//! opens it as established, so connections survive a daemon restart).
+//! Its sequence-window checks are [`super::window`]'s. (Open vSwitch's
+//! userspace tracker, `lib/conntrack-tcp.c`, follows pf instead.)
 
 use serde::Serialize;
 use std::time::Duration;

@@ -269,6 +269,7 @@ fn a_flood_of_half_open_connections_is_bounded_and_others_keep_theirs() {
         limits: Limits {
             max_per_port: 100,
             max: 150,
+            tcp_be_liberal: false,
         },
         ..AclConfig::default()
     };
@@ -347,11 +348,25 @@ fn frames_that_are_not_ip_pass() {
 fn any_flow() -> impl Strategy<Value = Flow> {
     let family = prop_oneof![Just(Family::V4), Just(Family::V6)];
     let l4 = prop_oneof![
-        (1u16..6, 1u16..6, any::<u8>()).prop_map(|(sport, dport, flags)| L4::Tcp {
-            sport,
-            dport,
-            flags
-        }),
+        (
+            1u16..6,
+            1u16..6,
+            any::<u8>(),
+            any::<(u32, u32, u16)>(),
+            0u32..70_000
+        )
+            .prop_map(|(sport, dport, flags, (seq, ack, win), len)| L4::Tcp {
+                sport,
+                dport,
+                flags,
+                seg: crate::acl::window::Segment {
+                    seq,
+                    ack,
+                    win,
+                    len,
+                    wscale: None
+                },
+            }),
         (1u16..6, 1u16..6).prop_map(|(sport, dport)| L4::Udp { sport, dport }),
         (
             prop_oneof![Just(0u8), Just(8), Just(128), Just(129)],
@@ -384,7 +399,7 @@ proptest! {
         frames in proptest::collection::vec((any::<bool>(), any_flow(), 0u32..400), 1..300)
     ) {
         let acl = Acl::new();
-        let mut cfg = AclConfig { limits: Limits { max_per_port: 8, max: 12 }, ..AclConfig::default() };
+        let mut cfg = AclConfig { limits: Limits { max_per_port: 8, max: 12, tcp_be_liberal: false }, ..AclConfig::default() };
         cfg.ports.insert("vm".into(), RuleSet { rules: vec![rule(Out, Action::Allow)], groups: vec![] });
         acl.install(cfg);
         let p = acl.port("vm").unwrap();
@@ -405,4 +420,80 @@ proptest! {
             prop_assert_eq!(acl.total(), v.connections);
         }
     }
+}
+
+/// A TCP segment from `src` to `dst` with its numbers, `len` bytes of
+/// payload and, on a SYN, the window scale option `wscale`.
+#[allow(clippy::too_many_arguments)]
+fn tcp_seg(
+    (src, sport): ([u8; 4], u16),
+    (dst, dport): ([u8; 4], u16),
+    flags: u8,
+    seq: u32,
+    ack: u32,
+    win: u16,
+    len: usize,
+    wscale: Option<u8>,
+) -> Vec<u8> {
+    let mut h = tcp_hdr(sport, dport, flags);
+    h[4..8].copy_from_slice(&seq.to_be_bytes());
+    h[8..12].copy_from_slice(&ack.to_be_bytes());
+    h[14..16].copy_from_slice(&win.to_be_bytes());
+    if let Some(s) = wscale {
+        // NOP, window scale: the header grows to 24 bytes.
+        h.extend_from_slice(&[1, 3, 3, s]);
+        h[12] = 6 << 4;
+    }
+    h.resize(h.len() + len, 0xab);
+    ipv4(src, dst, proto::TCP, &h)
+}
+
+#[test]
+fn a_segment_outside_its_connections_windows_is_invalid_unless_liberal() {
+    let flow = |liberal: bool| {
+        let acl = Acl::new();
+        let mut cfg = AclConfig::default();
+        cfg.limits.tcp_be_liberal = liberal;
+        cfg.ports.insert(
+            "vm".into(),
+            RuleSet {
+                rules: vec![tcp_in(22)],
+                groups: vec!["g".into()],
+            },
+        );
+        acl.install(cfg);
+        let p = acl.port("vm").unwrap();
+        // A (client, ISN 1000, scale 7) opens to B:22 (ISN 9000).
+        let (a, b) = ((A, 5000), (B, 22));
+        let syn = tcp_seg(a, b, 0x02, 1000, 0, 64240, 0, Some(7));
+        let f = Flow::of(&syn, &Layers::parse(&syn).unwrap()).unwrap();
+        let L4::Tcp { seg, .. } = f.l4 else {
+            panic!("{f:?}")
+        };
+        assert_eq!(
+            (seg.seq, seg.win, seg.len, seg.wscale),
+            (1000, 64240, 0, Some(7))
+        );
+        assert_eq!(check(&p, In, &syn, 0), Ok(()));
+        let syn_ack = tcp_seg(b, a, 0x12, 9000, 1001, 65160, 0, Some(7));
+        assert_eq!(check(&p, Out, &syn_ack, 0), Ok(()));
+        assert_eq!(
+            check(&p, In, &tcp_seg(a, b, 0x10, 1001, 9001, 502, 0, None), 0),
+            Ok(())
+        );
+        // Data within the windows, and its acknowledgement.
+        let data = tcp_seg(a, b, 0x18, 1001, 9001, 502, 1448, None);
+        assert_eq!(check(&p, In, &data, 0), Ok(()));
+        assert_eq!(
+            check(&p, Out, &tcp_seg(b, a, 0x10, 9001, 2449, 509, 0, None), 0),
+            Ok(())
+        );
+        // A segment far beyond the window (a spoofed one, or a stream
+        // from another incarnation of the connection).
+        let far = tcp_seg(a, b, 0x18, 1001 + 40_000_000, 9001, 502, 100, None);
+        let r = check(&p, In, &far, 0);
+        (r, p.view(p.epoch).counters.out_of_window)
+    };
+    assert_eq!(flow(false), (Err(Denied::Invalid), 1));
+    assert_eq!(flow(true), (Ok(()), 0));
 }

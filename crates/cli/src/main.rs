@@ -6,6 +6,8 @@ mod acl_cmd;
 mod capture;
 mod capture_cmd;
 mod diagnose_cmd;
+#[cfg(test)]
+mod docs_tests;
 mod pcap_cmd;
 mod switch_cmd;
 mod top;

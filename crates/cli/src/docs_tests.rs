@@ -79,19 +79,37 @@ fn command_lines(b: &Block) -> Vec<(usize, Vec<String>)> {
         if !line.starts_with("hvnet ") || line.contains('…') || line.contains("...") {
             continue;
         }
-        let Some(words) = shlex::split(&line) else {
+        let Some(split) = shlex::split(&line) else {
             out.push((first, vec![line]));
             continue;
         };
-        let mut words: Vec<String> = words
-            .into_iter()
-            .take_while(|w| !matches!(w.as_str(), "|" | "||" | "&&" | ";" | "&"))
-            .filter(|w| !w.starts_with('>') && !w.starts_with("2>"))
-            .collect();
+        let mut words: Vec<String> = Vec::new();
+        let mut redirected = false;
+        for w in split {
+            if matches!(w.as_str(), "|" | "||" | "&&" | ";" | "&") {
+                break;
+            }
+            if let Some(last) = w.strip_suffix(';') {
+                words.push(last.to_string());
+                break;
+            }
+            // A redirection and its file (`> top.csv`, `2>/dev/null`).
+            if std::mem::take(&mut redirected) {
+                continue;
+            }
+            if w.starts_with('>') || w.starts_with("2>") || w.starts_with('<') && w.len() > 1 {
+                redirected = matches!(w.as_str(), ">" | ">>" | "2>");
+                continue;
+            }
+            words.push(w);
+        }
         if let Some(c) = words.iter().position(|w| w.starts_with('#')) {
             words.truncate(c);
         }
-        if words.iter().any(|w| w.starts_with('[') || w.starts_with('<')) {
+        if words
+            .iter()
+            .any(|w| w.starts_with('[') || w.starts_with('<'))
+        {
             continue;
         }
         out.push((first, words));
@@ -113,14 +131,23 @@ fn every_command_line_in_the_readme_and_the_guides_parses() {
                     if !matches!(e.kind(), DisplayHelp | DisplayVersion) {
                         let why = e.to_string();
                         let why = why.lines().next().unwrap_or_default().to_string();
-                        bad.push(format!("{}:{line}: {}: {why}", page.display(), words.join(" ")));
+                        bad.push(format!(
+                            "{}:{line}: {}: {why}",
+                            page.display(),
+                            words.join(" ")
+                        ));
                     }
                 }
             }
         }
     }
     assert!(seen > 50, "only {seen} command lines found");
-    assert!(bad.is_empty(), "{} lines do not parse:\n{}", bad.len(), bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "{} lines do not parse:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
 }
 
 #[test]
@@ -129,7 +156,17 @@ fn every_topology_key_in_the_readme_and_the_guides_is_the_schemas() {
     let mut seen = 0;
     for page in pages() {
         let text = std::fs::read_to_string(&page).expect("a page");
-        for b in blocks(&text).iter().filter(|b| b.lang.starts_with("toml")) {
+        // (A block that says it is another program's file, `# /etc/…`
+        // on its first line, is no topology.)
+        let theirs = |b: &&Block| {
+            let first = b.text.lines().next().unwrap_or_default();
+            first.starts_with("# /") && !first.contains("hvnet")
+        };
+        for b in blocks(&text)
+            .iter()
+            .filter(|b| b.lang.starts_with("toml"))
+            .filter(|b| !theirs(b))
+        {
             seen += 1;
             // A fragment gets a name if it has none; whatever else it
             // lacks is not this test's business, an unknown key is.
@@ -147,5 +184,110 @@ fn every_topology_key_in_the_readme_and_the_guides_is_the_schemas() {
         }
     }
     assert!(seen > 10, "only {seen} TOML blocks found");
-    assert!(bad.is_empty(), "{} blocks name keys the schema does not have:\n{}", bad.len(), bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "{} blocks name keys the schema does not have:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+}
+
+/// Each section of a topology file, a document whose only key in that
+/// section is an unknown one: the schema's refusal lists its keys.
+const SECTIONS: &[(&str, &str)] = &[
+    ("top", "zz_probe = 1\n"),
+    ("[[vm]]", "[[vm]]\nzz_probe = 1\n"),
+    ("[[uplink]]", "[[uplink]]\nzz_probe = 1\n"),
+    (
+        "[uplink.vxlan]",
+        "[[uplink]]\nname = \"u\"\ndevice = \"lo\"\n[uplink.vxlan]\nzz_probe = 1\n",
+    ),
+    ("[[host]]", "[[host]]\nzz_probe = 1\n"),
+    ("[frr]", "[frr]\nzz_probe = 1\n"),
+    ("[switch]", "[switch]\nzz_probe = 1\n"),
+    ("[libvirt]", "[libvirt]\nzz_probe = 1\n"),
+    ("[[security_group]]", "[[security_group]]\nzz_probe = 1\n"),
+    (
+        "rules",
+        "[[security_group]]\nname = \"g\"\nrules = [{ zz_probe = 1 }]\n",
+    ),
+    ("[conntrack]", "[conntrack]\nzz_probe = 1\n"),
+    ("[[mirror]]", "[[mirror]]\nzz_probe = 1\n"),
+    ("[ipfix]", "[ipfix]\nzz_probe = 1\n"),
+    ("[[tenant]]", "[[tenant]]\nzz_probe = 1\n"),
+];
+
+/// The keys the schema takes in a section (from its refusal of an
+/// unknown one).
+fn schema_keys(probe: &str) -> Vec<String> {
+    let doc = format!("name = \"probe\"\n{probe}");
+    let e = hvnet_control::topology::parse(&doc).expect_err("an unknown key is refused");
+    let why = e.to_string();
+    let list = why
+        .split_once("expected one of ")
+        .or_else(|| why.split_once("expected "))
+        .unwrap_or_else(|| panic!("{probe}: {why}"))
+        .1;
+    list.split(", ")
+        .map(|k| k.trim().trim_matches('`').to_string())
+        .filter(|k| !k.is_empty())
+        .collect()
+}
+
+/// The keys a section of the reference page lists: the first column's
+/// `key` (or `key1`, `key2`) of the table rows under its heading (`##`
+/// or `###`), up to the next heading.
+fn page_keys(page: &str, heading: &str) -> Vec<String> {
+    let mut keys = Vec::new();
+    let mut inside = false;
+    for l in page.lines() {
+        if l.starts_with('#') {
+            inside = l.trim_start_matches('#').trim().trim_matches('`') == heading;
+            continue;
+        }
+        if !inside || !l.starts_with("| `") {
+            continue;
+        }
+        let first = l.split('|').nth(1).unwrap_or_default();
+        keys.extend(
+            first
+                .split(',')
+                .map(|k| k.trim().trim_matches('`').to_string())
+                .filter(|k| !k.is_empty()),
+        );
+    }
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+#[test]
+fn the_topology_reference_lists_every_key_of_the_schema_and_no_other() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let page = std::fs::read_to_string(root.join("docs/guide/topology-reference.md"))
+        .expect("docs/guide/topology-reference.md");
+    let mut bad = Vec::new();
+    for (section, probe) in SECTIONS {
+        let heading = if *section == "top" {
+            "Top level"
+        } else {
+            section
+        };
+        let mut schema = schema_keys(probe);
+        schema.sort();
+        let listed = page_keys(&page, heading);
+        for k in schema.iter().filter(|k| !listed.contains(k)) {
+            bad.push(format!("{section}: `{k}` is not on the page"));
+        }
+        for k in listed.iter().filter(|k| !schema.contains(k)) {
+            bad.push(format!(
+                "{section}: `{k}` is on the page but not in the schema"
+            ));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "docs/guide/topology-reference.md:\n{}",
+        bad.join("\n")
+    );
 }

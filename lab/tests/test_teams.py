@@ -1,5 +1,5 @@
 """The teams experiment's readings, without running it: ping's answers
-(pings lost, the longest silence), how a team's frames were spread over
+(pings lost, the longest run unanswered), how a team's frames were spread over
 its members, and Open vSwitch's active bond member."""
 
 from hvnet_lab.teams import busiest_share, ovs_active_member, ping_outage
@@ -37,10 +37,17 @@ member tmn5cf20b4b: enabled
 """
 
 
-def test_ping_outage_is_the_longest_silence_beyond_the_interval():
+def test_ping_outage_is_the_longest_run_of_unanswered_pings():
     r = ping_outage(PING, every=0.01)
     assert (r["sent"], r["answered"], r["lost"]) == (12, 4, 8)
     assert abs(r["outage_ms"] - 80) < 0.01
+
+
+def test_a_vm_that_never_answers_again_is_out_to_the_end():
+    # Answered 1 and 2, then nothing up to the 12th: 10 pings, 100 ms.
+    text = "\n".join(PING.splitlines()[:3]) + "\n12 packets transmitted, 2 received, 83% packet loss\n"
+    r = ping_outage(text, every=0.01)
+    assert r["lost"] == 10 and abs(r["outage_ms"] - 100) < 0.01
 
 
 def test_an_unbroken_ping_has_no_outage():

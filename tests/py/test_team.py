@@ -224,6 +224,9 @@ def test_active_backup_fails_over_and_back_under_a_transfer(tmp_path, ovs):
             tm = team(t)
             assert tm["failovers"] >= 1 and tm["announcements"] >= 2, tm
             assert [m["state"] for m in tm["members"]] == ["down", "active"], tm
+            # Announced again at the next looks (RARP and a gratuitous
+            # ARP, three rounds).
+            assert hvlab.eventually(lambda: team(t)["announcements"] >= 6, timeout=5), team(t)
             assert rx_moves(t, ovs, 1), team(t)
             # Back: with failback the first in order is active again.
             ovs.sh(f"ip link set {ovs.far[0]} up")

@@ -7,14 +7,16 @@
 //! the way in, keeping what a physical switch sends back where it should
 //! not come from ([`rx`]).
 //!
-//! Members fail by carrier (and, with LACP, by their partner going quiet
-//! or leaving the aggregate: [`lacp`]). When a VM's traffic moves to
+//! Members fail by carrier, heard from the kernel as it changes
+//! ([`links`]), and, with LACP, by their partner going quiet or leaving
+//! the aggregate ([`lacp`]). When a VM's traffic moves to
 //! another member the team announces it there ([`notify`]). The member
 //! set's periodic work — carriers, LACP's timers and LACPDUs, aging of the
 //! placements — runs on queue 0's tick ([`Receiver::tick`], every 100 ms)
 //! and whenever the switch asks the team's link.
 
 pub mod lacp;
+mod links;
 pub mod load;
 pub mod notify;
 pub mod policy;
@@ -229,6 +231,27 @@ impl TeamPort {
         if !inner.due(now) {
             return;
         }
+        self.look(inner, now);
+    }
+
+    /// The member set's work now, whenever it was last done, if a member
+    /// whose carrier was up has lost it (the kernel said a member's link
+    /// changed). A member coming back waits for the next look, as
+    /// Linux's bonding waits out its `updelay`: the physical switch's
+    /// port that just came up may not forward yet, and the VMs
+    /// announced on it then would stay unheard.
+    fn refresh_now(&self, now: Instant) {
+        let lost = self
+            .members
+            .iter()
+            .any(|m| m.carrier.load(Relaxed) == CARRIER_UP && m.port.link_state() != LinkState::Up);
+        if lost {
+            let inner = self.inner.lock().expect("team lock");
+            self.look(inner, now);
+        }
+    }
+
+    fn look(&self, mut inner: std::sync::MutexGuard<'_, Inner>, now: Instant) {
         let mut up = Vec::with_capacity(self.members.len());
         for m in &self.members {
             let c = match m.port.link_state() {
@@ -245,6 +268,12 @@ impl TeamPort {
         let out = inner.take_outbox();
         drop(inner);
         self.send_outbox(out);
+    }
+
+    /// The members' interface indexes (what the kernel's link messages
+    /// name).
+    fn ifindexes(&self) -> Vec<u32> {
+        self.members.iter().map(|m| m.port.ifindex()).collect()
     }
 
     /// Sends what the member set's work made (LACPDUs, announcements),

@@ -34,6 +34,9 @@ pub(super) struct TeamReceiver {
     epoll: Epoll,
     /// The member read first next time (each gets a turn at the front).
     next: usize,
+    /// Queue 0's: the kernel's word on the members' links, and their
+    /// indexes.
+    links: Option<(super::links::LinkWatch, Vec<u32>)>,
 }
 
 impl TeamReceiver {
@@ -56,6 +59,19 @@ impl TeamReceiver {
             })
             .collect();
         let n = team.members.len();
+        // Queue 0 does the member set's work: it hears link changes too
+        // (without the socket, the 100 ms look still finds them).
+        let links = (q == 0)
+            .then(super::links::LinkWatch::open)
+            .and_then(|w| {
+                w.map_err(|e| tracing::warn!(error = %e, "team: no link notifications; carriers looked at every 100 ms"))
+                    .ok()
+            })
+            .map(|w| {
+                let ev = EpollEvent::new(EventSet::IN, u64::MAX);
+                let _ = epoll.ctl(ControlOperation::Add, w.fd().as_raw_fd(), ev);
+                (w, team.ifindexes())
+            });
         TeamReceiver {
             team,
             q,
@@ -63,6 +79,7 @@ impl TeamReceiver {
             gone: vec![false; n],
             epoll,
             next: 0,
+            links,
         }
     }
 }
@@ -175,6 +192,11 @@ impl Receiver for TeamReceiver {
         max: usize,
         out: &mut Vec<Result<Packet, RecvError>>,
     ) -> Result<(), RecvError> {
+        if let Some((w, members)) = &mut self.links {
+            if w.changed(members) {
+                self.team.refresh_now(Instant::now());
+            }
+        }
         let (d, _) = self.team.distribution();
         let own = self.team.own_macs();
         let n = self.team.members.len();

@@ -11,6 +11,7 @@ use super::{TeamConfig, TeamPort};
 use crate::status::TeamStatus;
 use crate::status::{TeamDrops, TeamMemberLacp, TeamMemberStatus, TeamPartner, TeamPlacement};
 use hvnet_wire::lacp::Info;
+use hvnet_wire::MacAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
@@ -67,7 +68,16 @@ pub struct Inner {
     failbacks: u64,
     /// Frames to send once the lock is let go.
     outbox: Vec<Outgoing>,
+    /// VMs announced on a new member, with the rounds still to send
+    /// ([`ANNOUNCE_ROUNDS`]).
+    again: Vec<(MacAddr, usize, u8)>,
 }
+
+/// Times a moved VM is announced on its new member: at once, then at
+/// each of the next looks (every [`REFRESH_EVERY`]), as QEMU's
+/// `announce-self` sends rounds and Linux's bonding `num_grat_arp`: a
+/// physical switch whose own port was changing then may miss the first.
+pub const ANNOUNCE_ROUNDS: u8 = 3;
 
 /// A frame the member set's work sends on a member (a LACPDU, an
 /// announcement), held until the team's lock is let go.
@@ -104,6 +114,7 @@ impl Inner {
             failovers: 0,
             failbacks: 0,
             outbox: Vec::new(),
+            again: Vec::new(),
         }
     }
 
@@ -133,6 +144,7 @@ impl Inner {
     /// `up` (each member's carrier) and published if it changed, the VMs
     /// it moved announced on their new members.
     pub(super) fn update(&mut self, team: &TeamPort, up: &[bool], now: Instant) {
+        self.announce_again();
         if let Some(l) = self.lacp.as_mut() {
             for (m, &u) in up.iter().enumerate() {
                 if !u && l.members[m].status != PartnerStatus::Defaulted {
@@ -211,6 +223,8 @@ impl Inner {
                         announcement: true,
                     });
                 }
+                self.again.retain(|(x, _, _)| x != mac);
+                self.again.push((*mac, *m, ANNOUNCE_ROUNDS - 1));
             }
         }
         tracing::info!(
@@ -222,6 +236,27 @@ impl Inner {
         );
         self.current = d.clone();
         team.publish(d);
+    }
+
+    /// The announcements' later rounds, for VMs still where they were
+    /// announced.
+    fn announce_again(&mut self) {
+        let mut again = std::mem::take(&mut self.again);
+        again.retain_mut(|(mac, m, left)| {
+            let Some(p) = self.placements.get(mac).filter(|p| p.now == *m) else {
+                return false;
+            };
+            for frame in announcements(*mac, p) {
+                self.outbox.push(Outgoing {
+                    member: *m,
+                    frame,
+                    announcement: true,
+                });
+            }
+            *left -= 1;
+            *left > 0
+        });
+        self.again = again;
     }
 
     /// `load-based`: a VM moved off a busy member, announced there.

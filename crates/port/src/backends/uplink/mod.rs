@@ -243,6 +243,11 @@ impl UplinkPort {
 
     /// The device's state now (its index, then whether it is up with
     /// carrier), asked of the kernel in this namespace.
+    /// Its interface's index (as it was when opened).
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+
     pub fn link_state(&self) -> LinkState {
         if hvnet_sys::packet::ifindex(&self.device) != Some(self.ifindex) {
             return LinkState::Gone;

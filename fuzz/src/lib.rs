@@ -1215,6 +1215,7 @@ pub fn conntrack(data: &[u8]) {
         limits: Limits {
             max_per_port: 16,
             max: 24,
+            tcp_be_liberal: false,
         },
         ..AclConfig::default()
     };

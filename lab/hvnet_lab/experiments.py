@@ -30,6 +30,7 @@ from . import (cpu_and_rings, evpn_compare, fabric_compare, guest_compare, jumbo
 from . import rates
 from . import uplink_shares
 from . import teams
+from . import host_day
 from . import acl_cost
 from . import capture_cost
 from . import ipfix_cost
@@ -213,6 +214,12 @@ EXPERIMENTS = [
                  "one stream, two VMs (port-id), one VM 4 streams (port-id, lacp); a member's carrier pulled under "
                  "pings every 10 ms: pings lost and time to recover, hvnet active-backup and lacp vs Open vSwitch "
                  "userspace with an active-backup bond in hvnet's place"},
+    {"name": "host-day", "reproduces": "measurement", "run": host_day.host_day,
+     "workload": "a host's day compressed (60 min; 45 s with --quick; HVNET_LAB_HOST_DAY_MINUTES): VMs added and "
+                 "removed, settings and VLANs changed at run time, a security group and a mirror applied and taken "
+                 "away, captures, the switch stopped (SIGTERM) and killed (SIGKILL) and brought up again, while two "
+                 "untouched VMs carry SHA-256-checked transfers: what is left over against the start, memory, "
+                 "balance"},
     {"name": "acl-cost", "reproduces": "measurement", "run": acl_cost.acl_cost,
      "workload": "VM to VM, one TCP stream of wire-sized frames: both VMs in a security group of 100 rules with "
                  "10,000 UDP connections tracked between them, and without groups; the Linux bridge with a "

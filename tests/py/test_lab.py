@@ -268,3 +268,25 @@ def test_ring_exhaustion_on_a_qemu_guests_receive_virtqueue(tmp_path):
     assert all(x["gbps"] > 0 and x["command"].startswith("hvnet exec") for x in samples), samples
     assert "QEMU" in e["figures"][0]["note"]
     assert (links(), netns()) == before
+
+
+@pytest.mark.root
+def test_a_host_day_quick_leaves_nothing_over_and_loses_nothing(tmp_path):
+    """`host-day --quick`: 45 s of VMs added and removed, settings, VLANs,
+    policy, mirrors and captures changed, and the switch stopped and
+    killed and brought up again, while two untouched VMs carry
+    SHA-256-checked transfers: every transfer intact, nothing of the
+    topology's left over against the start, every port balanced, the
+    root namespace as before."""
+    before = (links(), netns())
+    r = hvlab.run([hvlab.hvnet_bin(), "lab", "run", "host-day", "--quick", "--out", str(tmp_path / "lab")],
+                  check=False, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    raw = json.loads((tmp_path / "lab" / "raw.json").read_text())
+    day = raw["host-day"]["samples"][0]
+    assert day["transfers"] >= 1 and day["transfers_bad"] == 0, day
+    assert set(day["left_over"].values()) == {0}, day["left_over"]
+    assert day["unbalanced_ports"] == [], day
+    assert day["per_hour"]["restart"] > 0 and day["per_hour"]["kill"] > 0, day
+    assert all(day["per_hour"][k] > 0 for k in ("vm", "settings", "policy", "capture")), day
+    assert (links(), netns()) == before

@@ -114,8 +114,7 @@ impl State {
     pub fn running_topology(&self) -> Result<crate::topology::Topology, RunningTopologyError> {
         let t = crate::topology::parse(&self.topology_text).map_err(RunningTopologyError::Text)?;
         let mut t = t.with_changes(&self.added_vms, &self.removed_vms)?;
-        crate::reconcile::port_set::overlay(&mut t, &self.port_changes)
-            .map_err(RunningTopologyError::Changed)?;
+        overlay(&mut t, &self.port_changes).map_err(RunningTopologyError::Changed)?;
         Ok(t)
     }
 
@@ -125,6 +124,31 @@ impl State {
         let t = crate::topology::parse(&self.topology_text).map_err(RunningTopologyError::Text)?;
         Ok(t.with_changes(&self.added_vms, &self.removed_vms)?)
     }
+}
+
+/// `topo` with the run-time changes of `changes` made to its ports (a
+/// restarted daemon's topology); a port no longer there is skipped.
+pub fn overlay(topo: &mut crate::topology::Topology, changes: &PortChanges) -> Result<(), String> {
+    use crate::reconcile::merge::VLAN;
+    use hvnet_datapath::PortSettings;
+    for (name, c) in changes {
+        let merged = |s: &PortSettings| -> Result<PortSettings, String> {
+            let mut v = serde_json::json!(s);
+            for (k, x) in c.iter().filter(|(k, _)| *k != VLAN) {
+                v[k] = x.clone();
+            }
+            serde_json::from_value(v).map_err(|e| format!("port {name}: a run-time change: {e}"))
+        };
+        if let Some(vm) = topo.vms.iter_mut().find(|v| v.name == *name) {
+            vm.settings = merged(&vm.settings)?;
+            if let Some(n) = c.get(VLAN).and_then(serde_json::Value::as_u64) {
+                vm.vlan = u16::try_from(n).map_err(|e| format!("port {name}: vlan: {e}"))?;
+            }
+        } else if let Some(u) = topo.uplinks.iter_mut().find(|u| u.name == *name) {
+            u.settings = merged(&u.settings)?;
+        }
+    }
+    Ok(())
 }
 
 /// A guest left running by a daemon that stopped or died.

@@ -367,7 +367,7 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
     let policy = policy_changes(&now, &file);
     let mut next = file.clone();
     next.vms.extend(kept);
-    port_set::overlay(&mut next, &state.port_changes).map_err(CtlError::failed)?;
+    crate::state::overlay(&mut next, &state.port_changes).map_err(CtlError::failed)?;
     cx.sw.set_mirrors(file.mirrors.clone()).map_err(erspan)?;
     if let Err(e) = hvnet_datapath::ipfix::set(&cx.sw, file.ipfix.clone()) {
         tracing::warn!("[ipfix]: cannot open the exporter's socket: {e}");

@@ -10,7 +10,7 @@ use super::merge::{read_changes, setting_error, VLAN};
 use crate::ctl::Ctl;
 use crate::proto::CtlError;
 use crate::rtnl::{LinkChange, Rtnl};
-use crate::state::{read_state, state_dir, write_state, PortChanges};
+use crate::state::{read_state, state_dir, write_state};
 use crate::topology::{Topology, Vm};
 use hvnet_datapath::PortSettings;
 use serde_json::{json, Map, Value};
@@ -179,29 +179,6 @@ pub(super) fn move_vlan(cx: &Ctl, topo: &Topology, vm: &Vm, to: u16) -> Result<(
     Ok(())
 }
 
-/// `topo` with the run-time changes of `changes` made to its ports (a
-/// restarted daemon's topology); a port no longer there is skipped.
-pub(crate) fn overlay(topo: &mut Topology, changes: &PortChanges) -> Result<(), String> {
-    for (name, c) in changes {
-        let merged = |s: &PortSettings| -> Result<PortSettings, String> {
-            let mut v = json!(s);
-            for (k, x) in c.iter().filter(|(k, _)| *k != VLAN) {
-                v[k] = x.clone();
-            }
-            serde_json::from_value(v).map_err(|e| format!("port {name}: a run-time change: {e}"))
-        };
-        if let Some(vm) = topo.vms.iter_mut().find(|v| v.name == *name) {
-            vm.settings = merged(&vm.settings)?;
-            if let Some(n) = c.get(VLAN).and_then(Value::as_u64) {
-                vm.vlan = u16::try_from(n).map_err(|e| format!("port {name}: vlan: {e}"))?;
-            }
-        } else if let Some(u) = topo.uplinks.iter_mut().find(|u| u.name == *name) {
-            u.settings = merged(&u.settings)?;
-        }
-    }
-    Ok(())
-}
-
 /// A port's run-time changes that `hvnet up FILE` keeps for a port the
 /// file owns: only its MTU (the guest's link's too, set inside it).
 pub(crate) fn kept_by_apply(c: &mut Map<String, Value>) {
@@ -211,6 +188,7 @@ pub(crate) fn kept_by_apply(c: &mut Map<String, Value>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::{overlay, PortChanges};
 
     #[test]
     fn run_time_changes_are_made_again_on_the_ports_they_were_made_to() {

@@ -86,6 +86,17 @@ def drops(t, vm, way, reason):
     return t.stats(f"/ports/{vm}/{node}")[f"drop_{reason}"]
 
 
+def stream(t, tmp_path):
+    """a's connection to b's echo server on 8080, a line echoed every 20
+    ms, once it runs: the client and the count of echoes so far."""
+    serve(t, "b", "serve-tcp", "0.0.0.0", 8080)
+    progress = tmp_path / "progress"
+    client = t.popen("a", f"{PY} {PROBE} stream 198.18.41.2 8080 {progress}", stdout=subprocess.PIPE, text=True)
+    count = lambda: int(progress.read_text()) if progress.exists() else 0  # noqa: E731
+    hvlab.eventually(lambda: count() > 10, timeout=20)
+    return client, count
+
+
 def test_tcp_connects_allowed_and_refused_and_replies_of_allowed_ones(tmp_path):
     with topology(tmp_path) as t:
         serve(t, "b", "serve-tcp", "::", 8080)
@@ -162,11 +173,7 @@ def test_ftp_like_related_connections_are_not_tracked(tmp_path):
 
 def test_a_rule_change_applies_to_new_connections_at_once_and_to_established_ones_on_request(tmp_path):
     with topology(tmp_path) as t:
-        serve(t, "b", "serve-tcp", "0.0.0.0", 8080)
-        progress = tmp_path / "progress"
-        client = t.popen("a", f"{PY} {PROBE} stream 198.18.41.2 8080 {progress}", stdout=subprocess.PIPE, text=True)
-        count = lambda: int(progress.read_text()) if progress.exists() else 0  # noqa: E731
-        hvlab.eventually(lambda: count() > 10, timeout=20)
+        client, count = stream(t, tmp_path)
         # 8080 no longer allowed in.
         groups = [GROUPS[0], {"name": "web", "rules": GROUPS[1]["rules"][2:]}]
         with_tables(t, groups)
@@ -194,11 +201,7 @@ def test_a_segment_outside_its_connections_windows_is_dropped_as_invalid(tmp_pat
     and the connection goes on; with `[conntrack] tcp_be_liberal = true`
     the same segment passes."""
     with topology(tmp_path) as t:
-        serve(t, "b", "serve-tcp", "0.0.0.0", 8080)
-        progress = tmp_path / "progress"
-        client = t.popen("a", f"{PY} {PROBE} stream 198.18.41.2 8080 {progress}", stdout=subprocess.PIPE, text=True)
-        count = lambda: int(progress.read_text()) if progress.exists() else 0  # noqa: E731
-        hvlab.eventually(lambda: count() > 10, timeout=20)
+        client, count = stream(t, tmp_path)
         conns = t.sh("a", "ss -Htn state established dst 198.18.41.2:8080").stdout.split()
         sport = int(next(w for w in conns if w.startswith("198.18.41.1:")).rsplit(":", 1)[1])
         before = drops(t, "a", "from", "acl_out_invalid")

@@ -102,9 +102,14 @@ pub(crate) fn set(cx: &Ctl, name: &str, changes: Value) -> Result<Value, CtlErro
     if mtu_changes && !p.is_uplink() && cx.unprivileged {
         return Err(CtlError::refused(format!("the daemon gave up root after bring-up (--drop-privileges): {name}'s MTU is set in its topology file, not at run time")));
     }
+    // A daemon that gave up root cannot write the state (root's): its
+    // changes hold until it stops, and say so.
     let dir = state_dir(&topo.name);
-    let mut state =
-        read_state(&dir).ok_or_else(|| CtlError::failed("the topology's state is gone"))?;
+    let mut state = match (cx.unprivileged, read_state(&dir)) {
+        (true, _) => None,
+        (false, Some(s)) => Some(s),
+        (false, None) => return Err(CtlError::failed("the topology's state is gone")),
+    };
     if mtu_changes && !p.is_uplink() {
         let change = LinkChange {
             mtu: Some(new.mtu),
@@ -138,19 +143,25 @@ pub(crate) fn set(cx: &Ctl, name: &str, changes: Value) -> Result<Value, CtlErro
     // What changed, in the settings' own form (a rate turned off took its
     // burst with it: both recorded).
     let (was, now) = (json!(old), json!(new));
-    let record = state.port_changes.entry(name.to_string()).or_default();
-    for (k, v) in now.as_object().into_iter().flatten() {
-        if changes.get(k).is_some() || was.get(k) != Some(v) {
-            record.insert(k.clone(), v.clone());
+    if let Some(state) = state.as_mut() {
+        let record = state.port_changes.entry(name.to_string()).or_default();
+        for (k, v) in now.as_object().into_iter().flatten() {
+            if changes.get(k).is_some() || was.get(k) != Some(v) {
+                record.insert(k.clone(), v.clone());
+            }
         }
+        if let Some(to) = vlan {
+            record.insert(VLAN.into(), json!(to));
+        }
+        write_state(&dir, state).map_err(CtlError::failed)?;
+    } else {
+        tracing::warn!(port = %name, "the daemon gave up root (--drop-privileges): this change is not kept in the state, and a restarted daemon makes the port as declared");
     }
-    if let Some(to) = vlan {
-        record.insert(VLAN.into(), json!(to));
-    }
-    write_state(&dir, &state).map_err(CtlError::failed)?;
     cx.set_topology(next);
     tracing::info!(port = %name, from = %was, to = %json!(p.settings()), vlan = ?vlan, "settings changed");
-    Ok(crate::views::port_settings(sw, &p))
+    let mut view = crate::views::port_settings(sw, &p);
+    view["kept"] = json!(state.is_some());
+    Ok(view)
 }
 
 /// Moves VM `vm`'s port to access VLAN `to`: the switch first, then what

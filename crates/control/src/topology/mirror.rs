@@ -10,7 +10,7 @@
 //! select_all = false             # every frame
 //! output_port = "mon"            # SPAN: to a VM (a monitor), or an uplink
 //! # output_vlan = 999            # RSPAN: to every port carrying VLAN 999
-//! # erspan = { remote = "198.18.5.2", type = 3, session = 7, max_frame = 1500 }
+//! # erspan = { remote = "198.18.5.2", type = 3, session = 7 }  # max_frame: what fits a 1500-byte path
 //! ```
 //!
 //! Exactly one output. A mirror's output port is its own: nothing else is
@@ -51,15 +51,23 @@ struct ErspanRepr {
     kind: i64,
     #[serde(default)]
     session: i64,
-    #[serde(default = "d_max_frame")]
-    max_frame: i64,
+    max_frame: Option<i64>,
 }
 
 fn d_type() -> i64 {
     2
 }
-fn d_max_frame() -> i64 {
-    1500
+/// The path MTU a session's copies are cut to fit unless told
+/// (`max_frame`): a standard Ethernet path's, so that a full-size frame's
+/// copy is not fragmented on its way.
+const PATH_MTU: usize = 1500;
+
+/// The most of a frame a copy carries in a `PATH_MTU` packet: less the
+/// outer IP header, GRE's (with its sequence number) and ERSPAN's.
+fn fitting_frame(remote: IpAddr, version: u8) -> usize {
+    let ip = if remote.is_ipv4() { 20 } else { 40 };
+    let erspan = if version == 2 { 8 } else { 12 };
+    PATH_MTU - ip - 8 - erspan
 }
 
 pub(super) fn parse_mirrors(
@@ -191,10 +199,13 @@ fn erspan(e: &ErspanRepr) -> Result<ErspanConfig, String> {
         .ok()
         .filter(|s| *s <= 1023)
         .ok_or_else(|| format!("erspan session {}: 0..1023", e.session))?;
-    let max_frame = usize::try_from(e.max_frame)
-        .ok()
-        .filter(|n| (64..=9216).contains(n))
-        .ok_or_else(|| format!("erspan max_frame {}: 64..9216 bytes", e.max_frame))?;
+    let max_frame = match e.max_frame {
+        None => fitting_frame(remote, version),
+        Some(m) => usize::try_from(m)
+            .ok()
+            .filter(|n| (64..=9216).contains(n))
+            .ok_or_else(|| format!("erspan max_frame {m}: 64..9216 bytes"))?,
+    };
     Ok(ErspanConfig {
         remote,
         version,
@@ -228,7 +239,20 @@ mod tests {
         let Output::Erspan(e) = &m[0].output else {
             panic!("not erspan")
         };
-        assert_eq!((e.version, e.session, e.max_frame), (3, 7, 1500));
+        // Cut to fit a 1500-byte path: IPv4, GRE with its sequence
+        // number, type III's header.
+        assert_eq!((e.version, e.session, e.max_frame), (3, 7, 1460));
+        let m = mirror("select_all = true\nerspan = { remote = \"fd00::2\", max_frame = 9000 }")
+            .unwrap();
+        let Output::Erspan(e) = &m[0].output else {
+            panic!("not erspan")
+        };
+        assert_eq!((e.version, e.max_frame), (2, 9000));
+        let m = mirror("select_all = true\nerspan = { remote = \"fd00::2\" }").unwrap();
+        let Output::Erspan(e) = &m[0].output else {
+            panic!("not erspan")
+        };
+        assert_eq!(e.max_frame, 1500 - 40 - 8 - 8);
     }
 
     #[test]

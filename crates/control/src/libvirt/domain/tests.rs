@@ -16,6 +16,16 @@ fn domain(interfaces: &str, metadata: &str) -> String {
     )
 }
 
+/// A switch's `[libvirt]` as a topology gives it.
+fn libvirt() -> crate::topology::Libvirt {
+    crate::topology::Libvirt {
+        sockets: "/run/hvnet-libvirt/t".into(),
+        group: "kvm".into(),
+        gid: 0,
+        uri: "qemu:///system".into(),
+    }
+}
+
 const NIC: &str = r#"<interface type='vhostuser'>
       <mac address='52:54:00:00:00:01'/>
       <source type='unix' path='/run/hvnet-libvirt/lab/web1.sock' mode='server'/>
@@ -185,12 +195,7 @@ fn bandwidth_is_read_in_libvirts_units_and_becomes_the_ports_rates() {
     );
     // 125,000 kB/s is 1 Gbit/s; a burst below one GSO frame is raised to
     // one. The table is what `hvnet vm add` takes.
-    let lv = crate::topology::Libvirt {
-        sockets: "/run/hvnet-libvirt/t".into(),
-        group: "kvm".into(),
-        gid: 0,
-        uri: "qemu:///system".into(),
-    };
+    let lv = libvirt();
     let t = super::super::vm_table(&lv, &d, &d.nics[0]);
     assert!(
         t.contains("rx_rate = \"1000000kbit\"\nrx_burst = \"1024kb\""),
@@ -237,12 +242,7 @@ fn bandwidth_is_read_in_libvirts_units_and_becomes_the_ports_rates() {
 fn the_domain_and_its_interface_go_with_the_port() {
     let d = parse(&domain(NIC, "")).unwrap();
     assert_eq!(d.nics[0].alias.as_deref(), Some("ua-net0"));
-    let lv = crate::topology::Libvirt {
-        sockets: "/run/hvnet-libvirt/t".into(),
-        group: "kvm".into(),
-        gid: 0,
-        uri: "qemu:///system".into(),
-    };
+    let lv = libvirt();
     let t = super::super::vm_table(&lv, &d, &d.nics[0]);
     let vm = &crate::topology::parse(&format!("name = \"t\"\n{t}"))
         .expect("the table parses")

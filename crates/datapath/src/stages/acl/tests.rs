@@ -90,8 +90,16 @@ fn tcp_in(port: u16) -> Rule {
 }
 
 fn acl(rules: Vec<Rule>) -> (Acl, Arc<PortAcl>) {
+    acl_with(rules, Limits::default())
+}
+
+/// [`acl`], with the tables' `limits`.
+fn acl_with(rules: Vec<Rule>, limits: Limits) -> (Acl, Arc<PortAcl>) {
     let acl = Acl::new();
-    let mut cfg = AclConfig::default();
+    let mut cfg = AclConfig {
+        limits,
+        ..AclConfig::default()
+    };
     cfg.ports.insert(
         "vm".into(),
         RuleSet {
@@ -450,19 +458,12 @@ fn tcp_seg(
 
 #[test]
 fn a_segment_outside_its_connections_windows_is_invalid_unless_liberal() {
-    let flow = |liberal: bool| {
-        let acl = Acl::new();
-        let mut cfg = AclConfig::default();
-        cfg.limits.tcp_be_liberal = liberal;
-        cfg.ports.insert(
-            "vm".into(),
-            RuleSet {
-                rules: vec![tcp_in(22)],
-                groups: vec!["g".into()],
-            },
-        );
-        acl.install(cfg);
-        let p = acl.port("vm").unwrap();
+    let flow = |tcp_be_liberal: bool| {
+        let limits = Limits {
+            tcp_be_liberal,
+            ..Limits::default()
+        };
+        let (_acl, p) = acl_with(vec![tcp_in(22)], limits);
         // A (client, ISN 1000, scale 7) opens to B:22 (ISN 9000).
         let (a, b) = ((A, 5000), (B, 22));
         let syn = tcp_seg(a, b, 0x02, 1000, 0, 64240, 0, Some(7));

@@ -93,7 +93,8 @@ class Transfers:
 
     def __exit__(self, *exc):
         self.stop.set()
-        self.thread.join(timeout=900)
+        if self.thread.is_alive():
+            self.thread.join(timeout=900)
 
 
 def daemon_pid(t):
@@ -175,7 +176,8 @@ def host_day(tmp, quick, reps, log):
            dict(name="moved", ipv4=f"{NET}.3/24", queues=1), dict(name="watch", queues=1)]
     counts = {k: 0 for k in KINDS}
     took = {k: [] for k in KINDS}
-    with hvlab.Topology(Path(tmp), vms, prefix="day") as t, Transfers(t, data) as x:
+    with hvlab.Topology(Path(tmp), vms, prefix="day") as t:
+        x = Transfers(t, data).__enter__()
         # The start: the transfers running (their addresses learned).
         hvlab.eventually(lambda: footprint(t)["fdb"] >= 2 + len(vms), timeout=30)
         before = footprint(t)
@@ -186,21 +188,26 @@ def host_day(tmp, quick, reps, log):
         # sixths; the first daemon's memory is read at a sixth of the day
         # and just before its stop (10 and 40 minutes of an hour).
         restarts = [(2 / 3, "restart"), (5 / 6, "kill")]
-        while time.monotonic() - start < secs:
-            at = (time.monotonic() - start) / secs
-            if restarts and at >= restarts[0][0]:
-                kind = restarts.pop(0)[1]
-                if kind == "restart":
-                    late_rss = rss_kib(t)
-            else:
-                kind = EVERY_CYCLE[n % len(EVERY_CYCLE)]
-            s = time.monotonic()
-            cycle(t, kind, n)
-            took[kind].append(time.monotonic() - s)
-            counts[kind] += 1
-            n += 1
-            if early_rss is None and at >= 1 / 6:
-                early_rss = rss_kib(t)
+        try:
+            while time.monotonic() - start < secs:
+                at = (time.monotonic() - start) / secs
+                if restarts and at >= restarts[0][0]:
+                    kind = restarts.pop(0)[1]
+                    if kind == "restart":
+                        late_rss = rss_kib(t)
+                else:
+                    kind = EVERY_CYCLE[n % len(EVERY_CYCLE)]
+                s = time.monotonic()
+                cycle(t, kind, n)
+                took[kind].append(time.monotonic() - s)
+                counts[kind] += 1
+                n += 1
+                if early_rss is None and at >= 1 / 6:
+                    early_rss = rss_kib(t)
+        finally:
+            # The last transfer finishes: nothing is in flight when the
+            # ports' counters are read.
+            x.__exit__(None, None, None)
         hvlab.eventually(lambda: footprint(t) == before, timeout=60, every=1)
         after = footprint(t)
         end_rss = rss_kib(t)

@@ -21,6 +21,17 @@ fn pages() -> Vec<PathBuf> {
     v
 }
 
+/// Every fenced block of the pages, with its page.
+fn page_blocks() -> Vec<(PathBuf, Block)> {
+    pages()
+        .into_iter()
+        .flat_map(|page| {
+            let text = std::fs::read_to_string(&page).expect("a page");
+            blocks(&text).into_iter().map(move |b| (page.clone(), b))
+        })
+        .collect()
+}
+
 /// A fenced block: its info string, its first line's number, its text.
 struct Block {
     lang: String,
@@ -121,22 +132,22 @@ fn command_lines(b: &Block) -> Vec<(usize, Vec<String>)> {
 fn every_command_line_in_the_readme_and_the_guides_parses() {
     let mut bad = Vec::new();
     let mut seen = 0;
-    for page in pages() {
-        let text = std::fs::read_to_string(&page).expect("a page");
-        for b in blocks(&text).iter().filter(|b| !b.lang.starts_with("toml")) {
-            for (line, words) in command_lines(b) {
-                seen += 1;
-                if let Err(e) = Cli::try_parse_from(&words) {
-                    use clap::error::ErrorKind::{DisplayHelp, DisplayVersion};
-                    if !matches!(e.kind(), DisplayHelp | DisplayVersion) {
-                        let why = e.to_string();
-                        let why = why.lines().next().unwrap_or_default().to_string();
-                        bad.push(format!(
-                            "{}:{line}: {}: {why}",
-                            page.display(),
-                            words.join(" ")
-                        ));
-                    }
+    for (page, b) in page_blocks()
+        .iter()
+        .filter(|(_, b)| !b.lang.starts_with("toml"))
+    {
+        for (line, words) in command_lines(b) {
+            seen += 1;
+            if let Err(e) = Cli::try_parse_from(&words) {
+                use clap::error::ErrorKind::{DisplayHelp, DisplayVersion};
+                if !matches!(e.kind(), DisplayHelp | DisplayVersion) {
+                    let why = e.to_string();
+                    let why = why.lines().next().unwrap_or_default().to_string();
+                    bad.push(format!(
+                        "{}:{line}: {}: {why}",
+                        page.display(),
+                        words.join(" ")
+                    ));
                 }
             }
         }
@@ -154,32 +165,28 @@ fn every_command_line_in_the_readme_and_the_guides_parses() {
 fn every_topology_key_in_the_readme_and_the_guides_is_the_schemas() {
     let mut bad = Vec::new();
     let mut seen = 0;
-    for page in pages() {
-        let text = std::fs::read_to_string(&page).expect("a page");
-        // (A block that says it is another program's file, `# /etc/…`
-        // on its first line, is no topology.)
-        let theirs = |b: &&Block| {
-            let first = b.text.lines().next().unwrap_or_default();
-            first.starts_with("# /") && !first.contains("hvnet")
+    // (A block that says it is another program's file, `# /etc/…` on
+    // its first line, is no topology.)
+    let theirs = |b: &Block| {
+        let first = b.text.lines().next().unwrap_or_default();
+        first.starts_with("# /") && !first.contains("hvnet")
+    };
+    for (page, b) in page_blocks()
+        .iter()
+        .filter(|(_, b)| b.lang.starts_with("toml") && !theirs(b))
+    {
+        seen += 1;
+        // A fragment gets a name if it has none; whatever else it lacks
+        // is not this test's business, an unknown key is.
+        let doc = if b.text.lines().any(|l| l.trim_start().starts_with("name =")) {
+            b.text.clone()
+        } else {
+            format!("name = \"docs\"\n{}", b.text)
         };
-        for b in blocks(&text)
-            .iter()
-            .filter(|b| b.lang.starts_with("toml"))
-            .filter(|b| !theirs(b))
-        {
-            seen += 1;
-            // A fragment gets a name if it has none; whatever else it
-            // lacks is not this test's business, an unknown key is.
-            let doc = if b.text.lines().any(|l| l.trim_start().starts_with("name =")) {
-                b.text.clone()
-            } else {
-                format!("name = \"docs\"\n{}", b.text)
-            };
-            if let Err(e) = hvnet_control::topology::parse(&doc) {
-                let why = e.to_string();
-                if why.contains("unknown field") || why.contains("unknown key") {
-                    bad.push(format!("{}:{}: {why}", page.display(), b.line));
-                }
+        if let Err(e) = hvnet_control::topology::parse(&doc) {
+            let why = e.to_string();
+            if why.contains("unknown field") || why.contains("unknown key") {
+                bad.push(format!("{}:{}: {why}", page.display(), b.line));
             }
         }
     }

@@ -112,8 +112,7 @@ impl State {
     /// with the VMs added and removed at run time since, and the run-time
     /// changes of its ports' settings.
     pub fn running_topology(&self) -> Result<crate::topology::Topology, RunningTopologyError> {
-        let t = crate::topology::parse(&self.topology_text).map_err(RunningTopologyError::Text)?;
-        let mut t = t.with_changes(&self.added_vms, &self.removed_vms)?;
+        let mut t = self.declared_topology()?;
         overlay(&mut t, &self.port_changes).map_err(RunningTopologyError::Changed)?;
         Ok(t)
     }

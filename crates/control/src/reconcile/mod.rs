@@ -200,7 +200,7 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
         state
             .port_changes
             .get(name)
-            .is_some_and(|c| c.keys().any(|k| k != "mtu"))
+            .is_some_and(port_set::reverted_by_apply)
     };
     let mut vlan_moves = Vec::new();
     for v in file.vms.iter() {
@@ -284,15 +284,7 @@ pub(crate) fn apply(cx: &Ctl, text: &str) -> Result<Value, CtlError> {
     }
     // libvirt's guests' ports are libvirt's, and containers' ports their
     // CNI plugin's, not the file's: kept.
-    let libvirts = |v: &Vm| {
-        v.container.is_some()
-            || now.libvirt.as_ref().is_some_and(|lv| {
-                v.vhost
-                    .path
-                    .as_deref()
-                    .is_some_and(|p| crate::libvirt::in_directory(lv, p))
-            })
-    };
+    let libvirts = |v: &Vm| port_set::declared_elsewhere(&now, v).is_some();
     let kept: Vec<Vm> = now
         .vms
         .iter()
@@ -503,14 +495,26 @@ fn add_port(cx: &Ctl, topo: &Topology, i: usize, state: &mut State) -> Result<Va
             .expect("netns watch lock")
             .add(&vm.name, ns, &nic);
     }
-    for a in &cx.evpn.lock().expect("evpn lock").advertised {
-        if vm.vlans().carries(a.vlan) {
-            a.vms.add(crate::evpn::local_vm(vm, port.id));
-        }
-    }
+    advertise(cx, vm, port.id, true);
     netqueue_filters(cx, topo, vm, true);
     tracing::info!(vm = %vm.name, port = port.id, "vm added");
     Ok(json!({"vm": vm.name, "port": port.id, "mac": vm.mac.to_string(), "kind": vm.kind.name()}))
+}
+
+/// The EVPN segments of `vm`'s VLANs advertise it (on port `port`), for a
+/// VM added (`joined`), or withdraw it. (The same MAC may be another
+/// tenant's VM in another segment: only its own segments are touched.)
+fn advertise(cx: &Ctl, vm: &Vm, port: usize, joined: bool) {
+    for a in &cx.evpn.lock().expect("evpn lock").advertised {
+        if !vm.vlans().carries(a.vlan) {
+            continue;
+        }
+        if joined {
+            a.vms.add(crate::evpn::local_vm(vm, port));
+        } else {
+            a.vms.remove(vm.mac);
+        }
+    }
 }
 
 /// NetQueue at the uplinks of `vm`'s VLAN, for a VM added (`joined`) or
@@ -589,12 +593,7 @@ fn del_port(cx: &Ctl, topo: &Topology, i: usize, state: &mut State) -> Result<Va
         }
         guest::record(state, &all);
     }
-    // (The same MAC may be another tenant's VM in another segment.)
-    for a in &cx.evpn.lock().expect("evpn lock").advertised {
-        if vm.vlans().carries(a.vlan) {
-            a.vms.remove(vm.mac);
-        }
-    }
+    advertise(cx, vm, port.id, false);
     netqueue_filters(cx, topo, vm, false);
     cx.netns_watch
         .lock()

@@ -15,21 +15,36 @@ use crate::topology::{Topology, Vm};
 use hvnet_datapath::PortSettings;
 use serde_json::{json, Map, Value};
 
-/// Who declared a port: what a setting that was not changed at run time
-/// comes from, when it is not hvnet's default.
-pub(crate) fn declared_by(topo: &Topology, added: &[String], name: &str) -> &'static str {
-    let Some(vm) = topo.vms.iter().find(|v| v.name == name) else {
-        return "file";
-    };
+/// The run-time change `hvnet up FILE` keeps on a port the file owns:
+/// its MTU (the guest's link's too, set inside it).
+const KEPT_BY_APPLY: &str = "mtu";
+
+/// Whose VM `vm` is when it is not a topology's: a CNI plugin's
+/// container's (`cni`) or a libvirt guest's (`libvirt`, its socket in the
+/// `[libvirt]` directory). `hvnet up FILE` leaves such ports alone.
+pub(crate) fn declared_elsewhere(topo: &Topology, vm: &Vm) -> Option<&'static str> {
     if vm.container.is_some() {
-        "cni"
+        Some("cni")
     } else if topo.libvirt.as_ref().is_some_and(|lv| {
         vm.vhost
             .path
             .as_deref()
             .is_some_and(|p| crate::libvirt::in_directory(lv, p))
     }) {
-        "libvirt"
+        Some("libvirt")
+    } else {
+        None
+    }
+}
+
+/// Who declared a port: what a setting that was not changed at run time
+/// comes from, when it is not hvnet's default.
+pub(crate) fn declared_by(topo: &Topology, added: &[String], name: &str) -> &'static str {
+    let Some(vm) = topo.vms.iter().find(|v| v.name == name) else {
+        return "file";
+    };
+    if let Some(who) = declared_elsewhere(topo, vm) {
+        who
     } else if added
         .iter()
         .any(|t| topo.parse_vm_name(t).as_deref() == Some(name))
@@ -177,23 +192,23 @@ pub(super) fn move_vlan(cx: &Ctl, topo: &Topology, vm: &Vm, to: u16) -> Result<(
         ..vm.clone()
     };
     let port = cx.sw.port(&vm.name).map(|p| p.id).unwrap_or_default();
-    for a in &cx.evpn.lock().expect("evpn lock").advertised {
-        if vm.vlans().carries(a.vlan) {
-            a.vms.remove(vm.mac);
-        }
-        if moved.vlans().carries(a.vlan) {
-            a.vms.add(crate::evpn::local_vm(&moved, port));
-        }
-    }
+    super::advertise(cx, vm, port, false);
+    super::advertise(cx, &moved, port, true);
     super::netqueue_filters(cx, topo, vm, false);
     super::netqueue_filters(cx, topo, &moved, true);
     Ok(())
 }
 
 /// A port's run-time changes that `hvnet up FILE` keeps for a port the
-/// file owns: only its MTU (the guest's link's too, set inside it).
+/// file owns: only its MTU ([`KEPT_BY_APPLY`]).
 pub(crate) fn kept_by_apply(c: &mut Map<String, Value>) {
-    c.retain(|k, _| k == "mtu");
+    c.retain(|k, _| k == KEPT_BY_APPLY);
+}
+
+/// Whether `hvnet up FILE` sets back a run-time change of a port the file
+/// owns (one of anything but its MTU).
+pub(crate) fn reverted_by_apply(c: &Map<String, Value>) -> bool {
+    c.keys().any(|k| k != KEPT_BY_APPLY)
 }
 
 #[cfg(test)]

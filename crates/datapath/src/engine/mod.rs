@@ -427,8 +427,7 @@ impl Switch {
         if (old.vlan_mode, &old.vlans, old.native_vlan)
             != (new.vlan_mode, &new.vlans, new.native_vlan)
         {
-            let vlans = new.vlans_of(p.vlan());
-            let n = self.fdb.flush_vlans(p.id, |v| vlans.carries(v));
+            let n = self.forget_uncarried(&p, &new);
             tracing::info!(port = %p.name, flushed = n, "VLANs changed");
         }
         // A switch not started yet (or stepped by a test's harness) starts
@@ -441,6 +440,13 @@ impl Switch {
             }
         }
         Ok(new)
+    }
+
+    /// Forgets what port `p` learned in the VLANs it no longer carries
+    /// with settings `s` (and its access VLAN now); how many entries went.
+    fn forget_uncarried(&self, p: &Port, s: &PortSettings) -> usize {
+        let vlans = s.vlans_of(p.vlan());
+        self.fdb.flush_vlans(p.id, |v| vlans.carries(v))
     }
 
     /// Moves VM port `name` to access VLAN `vlan` at run time (vSphere's
@@ -474,9 +480,7 @@ impl Switch {
         p.set_vlan(vlan);
         self.settings_gen.fetch_add(1, Ordering::Release);
         self.fdb.unpin(old, p.mac, p.id);
-        let settings = p.settings();
-        let carried = settings.vlans_of(vlan);
-        let flushed = self.fdb.flush_vlans(p.id, |v| carried.carries(v));
+        let flushed = self.forget_uncarried(&p, &p.settings());
         self.mdb.forget_port(p.id);
         if pinned {
             self.fdb.add_static(vlan, p.mac, p.id);

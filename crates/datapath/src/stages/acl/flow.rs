@@ -297,7 +297,7 @@ fn be32(b: &[u8], at: usize) -> Option<u32> {
 /// ends where `b` does): zeros where the header is cut short.
 fn segment(b: &[u8], at: usize, flags: u8) -> Segment {
     let header = b.get(at + 12).map_or(20, |d| usize::from(d >> 4) * 4);
-    let wscale = if flags & 0x02 != 0 {
+    let wscale = if flags & hvnet_wire::tcp::flags::SYN != 0 {
         wscale(b.get(at + 20..at + header.max(20)).unwrap_or_default())
     } else {
         None

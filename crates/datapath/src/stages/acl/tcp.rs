@@ -90,10 +90,7 @@ pub enum Step {
     Invalid,
 }
 
-const FIN: u8 = 0x01;
-const SYN: u8 = 0x02;
-const RST: u8 = 0x04;
-const ACK: u8 = 0x10;
+use hvnet_wire::tcp::flags::{ACK, FIN, RST, SYN};
 
 /// The row of the transition table for a flags byte: SYN, SYN-ACK, FIN,
 /// ACK, RST, none (Linux's `get_conntrack_index`, RST first).

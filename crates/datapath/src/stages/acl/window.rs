@@ -13,10 +13,7 @@
 //! `nf_conntrack_tcp_be_liberal = 1`) checks none. Not done: SACK blocks
 //! (the cumulative acknowledgement is used, a bound at least as tight).
 
-const FIN: u8 = 0x01;
-const SYN: u8 = 0x02;
-const RST: u8 = 0x04;
-const ACK: u8 = 0x10;
+use hvnet_wire::tcp::flags::{ACK, FIN, RST, SYN};
 
 /// The least window an acknowledgement may trail the data sent by
 /// (Linux's `MAXACKWINCONST`).

@@ -6,7 +6,7 @@
 use super::lacp::{Lacp, PartnerStatus};
 use super::load::LoadLook;
 use super::notify::announcements;
-use super::policy::{Placements, Teaming};
+use super::policy::{Placement, Placements, Teaming};
 use super::{TeamConfig, TeamPort};
 use crate::status::TeamStatus;
 use crate::status::{TeamDrops, TeamMemberLacp, TeamMemberStatus, TeamPartner, TeamPlacement};
@@ -71,6 +71,16 @@ pub struct Inner {
     /// VMs announced on a new member, with the rounds still to send
     /// ([`ANNOUNCE_ROUNDS`]).
     again: Vec<(MacAddr, usize, u8)>,
+}
+
+/// Puts the frames that announce `mac` (as `p` last saw it) on member
+/// `member` in `outbox`.
+fn announce(outbox: &mut Vec<Outgoing>, mac: MacAddr, p: &Placement, member: usize) {
+    outbox.extend(announcements(mac, p).into_iter().map(|frame| Outgoing {
+        member,
+        frame,
+        announcement: true,
+    }));
 }
 
 /// Times a moved VM is announced on its new member: at once, then at
@@ -216,13 +226,7 @@ impl Inner {
                 let Some(p) = self.placements.get(mac) else {
                     continue;
                 };
-                for frame in announcements(*mac, p) {
-                    self.outbox.push(Outgoing {
-                        member: *m,
-                        frame,
-                        announcement: true,
-                    });
-                }
+                announce(&mut self.outbox, *mac, p, *m);
                 self.again.retain(|(x, _, _)| x != mac);
                 self.again.push((*mac, *m, ANNOUNCE_ROUNDS - 1));
             }
@@ -246,13 +250,7 @@ impl Inner {
             let Some(p) = self.placements.get(mac).filter(|p| p.now == *m) else {
                 return false;
             };
-            for frame in announcements(*mac, p) {
-                self.outbox.push(Outgoing {
-                    member: *m,
-                    frame,
-                    announcement: true,
-                });
-            }
+            announce(&mut self.outbox, *mac, p, *m);
             *left -= 1;
             *left > 0
         });
@@ -276,13 +274,7 @@ impl Inner {
         self.rebalances += 1;
         tracing::info!(team = %team.label, %mac, member = to, "load-based: a VM moved off a busy member");
         if let Some(p) = self.placements.get(&mac) {
-            for frame in announcements(mac, p) {
-                self.outbox.push(Outgoing {
-                    member: to,
-                    frame,
-                    announcement: true,
-                });
-            }
+            announce(&mut self.outbox, mac, p, to);
         }
     }
 

@@ -52,6 +52,20 @@ KEEP_A, KEEP_B = f"{NET}.1", f"{NET}.2"
 GROUP = {"name": "day", "rules": [{"direction": "in", "protocol": "icmp"}, {"direction": "out"}]}
 
 
+def every_cycle():
+    """The kinds each cycle goes round: all four, or those named in
+    `HVNET_LAB_HOST_DAY_KINDS` (comma-separated; to find which one keeps
+    memory, each alone in its own day)."""
+    named = os.environ.get("HVNET_LAB_HOST_DAY_KINDS")
+    if not named:
+        return EVERY_CYCLE
+    kinds = [k.strip() for k in named.split(",") if k.strip()]
+    bad = [k for k in kinds if k not in EVERY_CYCLE]
+    if bad or not kinds:
+        raise ValueError(f"HVNET_LAB_HOST_DAY_KINDS: unknown kind {bad}; allowed: {', '.join(EVERY_CYCLE)}")
+    return kinds
+
+
 def minutes(quick):
     m = os.environ.get("HVNET_LAB_HOST_DAY_MINUTES")
     return float(m) if m else (0.75 if quick else 60.0)
@@ -136,13 +150,25 @@ def balanced(t):
     return off
 
 
+def queue_failures(t):
+    """Queue turns that panicked in the daemon running now (each one
+    restarts its queue, and a port's fifth marks it failed), by port."""
+    out = {}
+    for p in json.loads(t.hv("ports", "--json").stdout):
+        n = json.loads(t.hv("port", p["name"], "--json").stdout).get("thread_failures", 0)
+        if n:
+            out[p["name"]] = n
+    return out
+
+
 def wait_down(t):
     if not hvlab.eventually(lambda: not Path(f"/run/hvnet/{t.name}/ctl.sock").exists(), timeout=60, every=0.05):
         raise RuntimeError("the daemon did not stop")
 
 
-def cycle(t, kind, n):
-    """One lifecycle event of `kind` (the `n`th cycle)."""
+def cycle(t, kind, n, failed):
+    """One lifecycle event of `kind` (the `n`th cycle); a daemon's queue
+    failures added to `failed` before it is stopped."""
     if kind == "vm":
         ip = f"{NET}.{100 + n % 100}"
         t.hv("vm", "add", f"x{n}", f"ipv4={ip}/24", "queues=1")
@@ -163,6 +189,8 @@ def cycle(t, kind, n):
         t.hv("capture", "keep-a", "-c", "20", "-w", f"/tmp/{t.name}-day.pcapng")
         Path(f"/tmp/{t.name}-day.pcapng").unlink(missing_ok=True)
     elif kind in ("restart", "kill"):
+        for p, f in queue_failures(t).items():
+            failed[p] = failed.get(p, 0) + f
         os.kill(daemon_pid(t), signal.SIGTERM if kind == "restart" else signal.SIGKILL)
         wait_down(t) if kind == "restart" else time.sleep(0.2)
         hvlab.hvnet("up", t.file)
@@ -174,6 +202,7 @@ def host_day(tmp, quick, reps, log):
     data.write_bytes(os.urandom(16 << 20))
     vms = [dict(name="keep-a", ipv4=f"{KEEP_A}/24", queues=1), dict(name="keep-b", ipv4=f"{KEEP_B}/24", queues=1),
            dict(name="moved", ipv4=f"{NET}.3/24", queues=1), dict(name="watch", queues=1)]
+    kinds = every_cycle()
     counts = {k: 0 for k in KINDS}
     took = {k: [] for k in KINDS}
     with hvlab.Topology(Path(tmp), vms, prefix="day") as t:
@@ -183,6 +212,8 @@ def host_day(tmp, quick, reps, log):
         before = footprint(t)
         start = time.monotonic()
         early_rss, late_rss = None, None
+        rss = []  # (minutes, KiB) of the first daemon, every half minute
+        failed = {}
         n = 0
         # The switch is stopped at two thirds of the day and killed at five
         # sixths; the first daemon's memory is read at a sixth of the day
@@ -196,14 +227,16 @@ def host_day(tmp, quick, reps, log):
                     if kind == "restart":
                         late_rss = rss_kib(t)
                 else:
-                    kind = EVERY_CYCLE[n % len(EVERY_CYCLE)]
+                    kind = kinds[n % len(kinds)]
                 s = time.monotonic()
-                cycle(t, kind, n)
+                cycle(t, kind, n, failed)
                 took[kind].append(time.monotonic() - s)
                 counts[kind] += 1
                 n += 1
                 if early_rss is None and at >= 1 / 6:
                     early_rss = rss_kib(t)
+                if late_rss is None and (not rss or time.monotonic() - start >= rss[-1][0] * 60 + 30):
+                    rss.append((round((time.monotonic() - start) / 60, 2), rss_kib(t)))
         finally:
             # The last transfer finishes: nothing is in flight when the
             # ports' counters are read.
@@ -212,22 +245,25 @@ def host_day(tmp, quick, reps, log):
         after = footprint(t)
         end_rss = rss_kib(t)
         off = balanced(t)
+        for p, f in queue_failures(t).items():
+            failed[p] = failed.get(p, 0) + f
     left = {k: after[k] - before[k] for k in before}
     hours = secs / 3600
     per_hour = {k: round(v / hours) for k, v in counts.items()}
     r = {"minutes": round(secs / 60, 1), "cycles": n, "transfers": x.done, "transfers_bad": len(x.bad),
-         "left_over": left, "unbalanced_ports": off, "per_hour": per_hour,
+         "left_over": left, "unbalanced_ports": off, "queue_failures": failed, "per_hour": per_hour,
          "rss_early_kib": early_rss, "rss_late_kib": late_rss, "rss_end_kib": end_rss,
          "rss_ratio": round(late_rss / early_rss, 3) if early_rss and late_rss else None,
+         "kinds": kinds, "rss_series_kib": rss,
          **{f"{k}_s": round(sum(v) / len(v), 2) for k, v in took.items() if v}}
     log.append({"command": f"{r['minutes']} min: {n} cycles of {', '.join(KINDS)} while keep-a sends 16 MiB to "
                            "keep-b again and again (SHA-256 checked)", **r})
     print(f"      {n} cycles ({per_hour} per hour); transfers {x.done} intact, {len(x.bad)} not; left over {left}; "
-          f"unbalanced {off}; the first daemon's memory {early_rss} -> {late_rss} KiB", flush=True)
+          f"unbalanced {off}; queues failed {failed or 'none'}; the first daemon's memory {early_rss} -> {late_rss} KiB", flush=True)
     runs = {"host day": [r]}
     said = (f"{r['minutes']} min, {n} cycles; per hour: " + ", ".join(f"{k} {v}" for k, v in per_hour.items())
             + f"; transfers intact {x.done} of {x.done + len(x.bad)}; left over against the start: {left}; ports "
-            f"unbalanced: {off or 'none'}; the first daemon's memory at two thirds of the day "
+            f"unbalanced: {off or 'none'}; queue turns that panicked: {failed or 'none'}; the first daemon's memory at two thirds of the day "
             f"{r['rss_ratio']}x its memory at a sixth ({early_rss} and {late_rss} KiB)")
     note = ("Namespace VMs behind TAPs on this machine's 2 cores. The switch restarts (SIGTERM and SIGKILL) are part "
             "of the day: counters start again with each daemon, so balance is judged in the last one.")

@@ -276,8 +276,8 @@ def test_a_host_day_quick_leaves_nothing_over_and_loses_nothing(tmp_path):
     policy, mirrors and captures changed, and the switch stopped and
     killed and brought up again, while two untouched VMs carry
     SHA-256-checked transfers: every transfer intact, nothing of the
-    topology's left over against the start, every port balanced, the
-    root namespace as before."""
+    topology's left over against the start, every port balanced, no
+    queue's turn failed, the root namespace as before."""
     before = (links(), netns())
     r = hvlab.run([hvlab.hvnet_bin(), "lab", "run", "host-day", "--quick", "--out", str(tmp_path / "lab")],
                   check=False, timeout=600)
@@ -287,6 +287,7 @@ def test_a_host_day_quick_leaves_nothing_over_and_loses_nothing(tmp_path):
     assert day["transfers"] >= 1 and day["transfers_bad"] == 0, day
     assert set(day["left_over"].values()) == {0}, day["left_over"]
     assert day["unbalanced_ports"] == [], day
+    assert day["queue_failures"] == {}, day
     assert day["per_hour"]["restart"] > 0 and day["per_hour"]["kill"] > 0, day
     assert all(day["per_hour"][k] > 0 for k in ("vm", "settings", "policy", "capture")), day
     assert (links(), netns()) == before

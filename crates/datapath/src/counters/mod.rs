@@ -45,6 +45,14 @@ macro_rules! counters {
             pub fn snapshot(&self) -> $snap {
                 $snap { $($f: self.$f.load(Relaxed),)* dropped: self.dropped.snapshot() }
             }
+            /// Adds a snapshot's every counter to these (the counters of
+            /// one that is gone, kept in a total that outlives it).
+            pub fn absorb(&self, o: &$snap) {
+                $(add(&self.$f, o.$f);)*
+                for (a, b) in self.dropped.0.iter().zip(o.dropped.0) {
+                    add(a, b);
+                }
+            }
             /// Counts `n` frames dropped for `reason`, one of this way's.
             #[inline]
             pub fn count_drop(&self, reason: DropReason, n: u64) {

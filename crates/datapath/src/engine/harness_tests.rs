@@ -468,3 +468,34 @@ fn arp_for_an_advertised_ip_is_answered_here_and_a_disconnected_port_is_cut_off(
     assert_eq!(e.dropped[DropReason::PortDown], 1, "{e:?}");
     h.check_accounting().unwrap();
 }
+
+/// The FDB is the switch's, the port table a worker's own copy: a port
+/// added after the worker read its table may be learned (by another
+/// worker) before this one reads the table again. A frame to it must not
+/// be taken for a frame to a known port of the worker's table (it was:
+/// an index past the worker's settings, and the queue's turn panicked).
+#[test]
+fn a_destination_learned_on_a_port_newer_than_the_workers_table_is_flooded() {
+    let s = PortSettings {
+        lro: false,
+        ..PortSettings::default()
+    };
+    let mut h = Harness::new(
+        &[(mac(1), 1, s.clone()), (mac(2), 1, s)],
+        SwitchConfig::default(),
+    );
+    let mut out = Vec::new();
+    assert!(h.send(0, 0, &tcp(1, 2, 0)));
+    h.settle(20, &mut out);
+    // As another worker would learn the newest port: an index the
+    // stepped workers' tables do not have.
+    h.sw.fdb.learn(0, mac(9), 7, std::time::Instant::now());
+    out.clear();
+    assert!(h.send(0, 0, &tcp(1, 9, 1)));
+    h.settle(20, &mut out);
+    assert!(
+        out.iter().any(|(p, _)| *p == 1),
+        "flooded to the ports the worker knows: {out:?}"
+    );
+    h.check_accounting().unwrap();
+}

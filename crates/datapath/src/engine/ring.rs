@@ -105,16 +105,23 @@ pub struct RxRing<T> {
     /// when there are some.
     new_lanes: Mutex<Vec<rtrb::Consumer<Slot<T>>>>,
     lanes_added: AtomicBool,
-    /// Every lane's counters (for snapshots), and the consumer's own.
+    /// Every lane's counters (for snapshots), the consumer's own, and
+    /// those of the lanes that are gone.
     counters: Mutex<Vec<Arc<EgressCounters>>>,
     /// The delivery thread's counters.
     pub delivery: Arc<EgressCounters>,
+    /// What lanes that are gone counted (their producer's port removed,
+    /// its worker's state for this queue made afresh): folded into one
+    /// set, so that a queue's counters stay whole and its list stays as
+    /// long as its live lanes however many senders came and went.
+    retired: Arc<EgressCounters>,
 }
 
 impl<T> RxRing<T> {
     /// Rings of the given sizes (in buffers).
     pub fn new(size1: usize, size2: usize) -> RxRing<T> {
         let delivery = Arc::new(EgressCounters::default());
+        let retired = Arc::new(EgressCounters::default());
         RxRing {
             size1: AtomicUsize::new(size1),
             size2: AtomicUsize::new(size2),
@@ -124,8 +131,9 @@ impl<T> RxRing<T> {
             consumer: OnceLock::new(),
             new_lanes: Mutex::new(Vec::new()),
             lanes_added: AtomicBool::new(false),
-            counters: Mutex::new(vec![Arc::clone(&delivery)]),
+            counters: Mutex::new(vec![Arc::clone(&delivery), Arc::clone(&retired)]),
             delivery,
+            retired,
         }
     }
 
@@ -136,10 +144,19 @@ impl<T> RxRing<T> {
     /// cost next to nothing however many senders reach a queue.
     pub fn lane(&self) -> Lane<T> {
         let counters = Arc::new(EgressCounters::default());
-        self.counters
-            .lock()
-            .expect("counters lock")
-            .push(Arc::clone(&counters));
+        let mut sets = self.counters.lock().expect("counters lock");
+        // A set only this list holds is a gone lane's: nobody counts into
+        // it any more, and no snapshot is reading it (a snapshot holds
+        // the sets it reads), so its counts move to `retired` whole.
+        sets.retain(|c| {
+            let gone = Arc::strong_count(c) == 1;
+            if gone {
+                self.retired.absorb(&c.snapshot());
+            }
+            !gone
+        });
+        sets.push(Arc::clone(&counters));
+        drop(sets);
         Lane {
             producer: None,
             staged: Vec::with_capacity(crate::item::BATCH),
@@ -181,7 +198,15 @@ impl<T> RxRing<T> {
             ring2_size: Level(self.size2.load(Ordering::Relaxed)),
             ring1_used: Level(self.used1.load(Ordering::Relaxed)),
             ring2_used: Level(self.used2.load(Ordering::Relaxed)),
-            lanes: Level(self.counters.lock().expect("counters lock").len() - 1),
+            lanes: Level(
+                self.counters
+                    .lock()
+                    .expect("counters lock")
+                    .iter()
+                    .filter(|c| Arc::strong_count(c) > 1)
+                    .count()
+                    - 2,
+            ),
         }
     }
 
@@ -421,6 +446,7 @@ impl<T> Consumer<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::counters::{add, EgressStats};
 
     #[test]
     fn buffers_for_frames() {
@@ -459,6 +485,37 @@ mod tests {
         let mut rest = Vec::new();
         c.drain(&r, &mut rest);
         assert_eq!(rest.len(), 1);
+    }
+
+    /// Senders come and go (a VM's port added, a ping answered, the port
+    /// removed): the queue keeps what each counted, not a set per sender
+    /// that ever was.
+    #[test]
+    fn gone_lanes_leave_their_counts_and_not_their_sets() {
+        let r: RxRing<u32> = RxRing::new(64, 64);
+        let total = |r: &RxRing<u32>| {
+            let mut s = EgressStats::default();
+            for c in r.counter_sets() {
+                s += c.snapshot();
+            }
+            s
+        };
+        let kept = r.lane();
+        add(&kept.counters.offered, 1);
+        for _ in 0..1000 {
+            let lane = r.lane();
+            add(&lane.counters.offered, 2);
+            lane.counters.count_drop(DropReason::PortDown, 1);
+        }
+        assert_eq!(
+            r.status().lanes,
+            Level(1),
+            "the kept lane: the others are gone"
+        );
+        assert!(r.counter_sets().len() <= 4, "{}", r.counter_sets().len());
+        let t = total(&r);
+        assert_eq!(t.offered, 1 + 2 * 1000);
+        assert_eq!(t.dropped[DropReason::PortDown], 1000);
     }
 
     #[test]

@@ -61,11 +61,12 @@ impl State {
         // reason, not flooded to everyone else (as a vSwitch keeps a
         // disconnected vNIC's MAC where it is). A port whose guest left
         // is not one: its MAC may be on its way elsewhere (a migration),
-        // and floods find it.
+        // and floods find it. The FDB is the switch's and may name a port
+        // added after this worker read its table: not one of its ports yet.
         let to_disconnected = learned.filter(|&p| {
             p != cx.port.id
-                && !settings[p].connected
                 && ports.get(p).is_some_and(|x| x.mac == pkt.dst())
+                && settings.get(p).is_some_and(|s| !s.connected)
         });
         if let Some(p) = to_disconnected {
             cx.count(&c.forwarded, 1);

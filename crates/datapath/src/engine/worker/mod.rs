@@ -249,10 +249,10 @@ pub(crate) fn takes(
     p: usize,
     vlan: u16,
 ) -> bool {
-    ports.get(p).is_some_and(|x| {
+    ports.get(p).zip(settings.get(p)).is_some_and(|(x, s)| {
         x.is_up()
-            && settings[p].connected
-            && settings[p].vlans_of(x.vlan()).carries(vlan)
+            && s.connected
+            && s.vlans_of(x.vlan()).carries(vlan)
             && mirror_output.get(p) != Some(&true)
     })
 }

@@ -203,7 +203,7 @@ fn interface(plan: &Plan) -> InterfaceDescriptionBlock<'static> {
     let kind = if p.is_uplink() { "uplink" } else { "VM port" };
     let points: Vec<_> = plan.points.iter().map(|x| x.name()).collect();
     let mut options = vec![
-        InterfaceDescriptionOption::IfName(Cow::Owned(p.name.clone())),
+        InterfaceDescriptionOption::IfName(Cow::Owned(if_name(&p.name, &p.external_ids))),
         InterfaceDescriptionOption::IfDescription(Cow::Owned(format!(
             "hvnet {kind} {}{} at {}",
             p.name,
@@ -229,6 +229,23 @@ fn interface(plan: &Plan) -> InterfaceDescriptionBlock<'static> {
             plan.snaplen
         },
         options,
+    }
+}
+
+/// The capture's interface name: the port's, and for a libvirt guest's
+/// port its domain and the interface's alias beside it (`vnet3
+/// (web1/ua-net0)`), so that a capture is told apart by the VM it is of,
+/// as an analyser lists it.
+fn if_name(port: &str, ids: &[(String, String)]) -> String {
+    let id = |k: &str| {
+        ids.iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
+    };
+    match (id("domain"), id("interface")) {
+        (Some(d), Some(a)) => format!("{port} ({d}/{a})"),
+        (Some(d), None) => format!("{port} ({d})"),
+        _ => port.to_string(),
     }
 }
 
@@ -282,5 +299,35 @@ fn statistics(s: &Session) -> InterfaceStatisticsBlock<'static> {
                 "isb_ifdrop: copies lost to a full capture buffer (frames were not)",
             )),
         ],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::if_name;
+
+    #[test]
+    fn a_guests_capture_is_named_by_its_port_and_its_domain() {
+        let ids = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(if_name("a", &[]), "a");
+        assert_eq!(
+            if_name(
+                "vnet3",
+                &ids(&[
+                    ("domain", "web1"),
+                    ("domain_uuid", "u"),
+                    ("interface", "ua-net0")
+                ])
+            ),
+            "vnet3 (web1/ua-net0)"
+        );
+        assert_eq!(
+            if_name("vnet3", &ids(&[("domain", "web1")])),
+            "vnet3 (web1)"
+        );
     }
 }

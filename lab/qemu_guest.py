@@ -93,8 +93,10 @@ def initramfs(work: Path, mac: str, ip: str, cmd: str, binaries=(), modules=()) 
 
 
 def argv(sock: str = None, mac: str = "", initrd: Path = None, mem_mb=256, rx_queue_size=256, hotplug_mb=0,
-         tap=None, packed=False) -> list:
-    """QEMU's command line: the NIC on vhost-user socket `sock`, or on TAP
+         tap=None, packed=False, server=False) -> list:
+    """QEMU's command line: the NIC on vhost-user socket `sock` (QEMU
+    connects to the switch's, or with `server` listens on it for the
+    switch to connect, again after the switch goes away), or on TAP
     device `tap` (QEMU's own virtio-net back end, vnet headers on);
     `hotplug_mb`: room for that much memory to be plugged in later
     (pc-dimm), as a hypervisor grows a guest; `packed`: packed virtqueues
@@ -107,7 +109,8 @@ def argv(sock: str = None, mac: str = "", initrd: Path = None, mem_mb=256, rx_qu
             "-append", "console=ttyS0 quiet panic=-1",
             "-object", f"memory-backend-memfd,id=mem,size={mem_mb}M,share=on", "-numa", "node,memdev=mem",
             *(["-netdev", f"tap,id=n0,ifname={tap},script=no,downscript=no"] if tap else
-              ["-chardev", f"socket,id=c0,path={sock}", "-netdev", "vhost-user,id=n0,chardev=c0"]),
+              ["-chardev", f"socket,id=c0,path={sock}" + (",server=on,wait=off" if server else ""),
+               "-netdev", "vhost-user,id=n0,chardev=c0"]),
             # vectors=0: QEMU 7.2 under TCG crashes starting a vhost-user
             # device with MSI-X (REFERENCE.md).
             "-device", f"virtio-net-pci,netdev=n0,mac={mac},romfile=,vectors=0,mrg_rxbuf=on,"

@@ -31,6 +31,7 @@ from . import rates
 from . import uplink_shares
 from . import teams
 from . import host_day
+from . import restart_gap
 from . import acl_cost
 from . import capture_cost
 from . import ipfix_cost
@@ -217,9 +218,16 @@ EXPERIMENTS = [
     {"name": "host-day", "reproduces": "measurement", "run": host_day.host_day,
      "workload": "a host's day compressed (60 min; 45 s with --quick; HVNET_LAB_HOST_DAY_MINUTES): VMs added and "
                  "removed, settings and VLANs changed at run time, a security group and a mirror applied and taken "
-                 "away, captures, the switch stopped (SIGTERM) and killed (SIGKILL) and brought up again, while two "
+                 "away, captures, an uplink team's member pulled and put back, the switch stopped (SIGTERM), "
+                 "upgraded in place (a second build renamed over its binary) and killed (SIGKILL) and brought up "
+                 "again, while two "
                  "untouched VMs carry SHA-256-checked transfers: what is left over against the start, memory, "
                  "balance"},
+    {"name": "restart-gap", "reproduces": "measurement", "run": restart_gap.restart_gap,
+     "workload": "a QEMU guest on a vhost-user port in client mode (the guest listens) and a namespace pinging it "
+                 "every 10 ms through the switch, the switch restarted (hvnet: SIGTERM and `hvnet up`; Open vSwitch "
+                 "with DPDK: `ovs-appctl exit` and ovs-vswitchd again on its database): the longest silence, pings "
+                 "lost, the restart's own time"},
     {"name": "acl-cost", "reproduces": "measurement", "run": acl_cost.acl_cost,
      "workload": "VM to VM, one TCP stream of wire-sized frames: both VMs in a security group of 100 rules with "
                  "10,000 UDP connections tracked between them, and without groups; the Linux bridge with a "

@@ -4,8 +4,9 @@ with nothing leaked or lost. A measurement with no reference beside it.
 
 Two VMs that nothing touches (`keep-a` to `keep-b`) carry SHA-256-checked
 transfers back to back, paced, the whole time. Meanwhile the host's work
-goes round in cycles, each one of the first four kinds in turn, and the
-last two once each (at two thirds and five sixths of the day):
+goes round in cycles, each one of the first five kinds in turn, and the
+last three once each (at two thirds, three quarters and five sixths of
+the day):
 
 - `vm`: namespace VMs added (`hvnet vm add`), pinged, and removed;
 - `settings`: a port's rate set and cleared at run time (`hvnet port P
@@ -14,13 +15,21 @@ last two once each (at two thirds and five sixths of the day):
   mirror made and removed, through `hvnet up FILE` of the edited file;
 - `capture`: a capture of the untouched ports' frames started and
   stopped (`hvnet capture -c`);
+- `team`: the active member of the switch's uplink team (active-backup,
+  two veth members to a Linux bridge with a host behind it) loses its
+  carrier, a VM reaches the host through the other, the member comes
+  back and the team settles;
 - `restart`: the switch stopped with SIGTERM and brought up again (it
   re-attaches to the VMs);
+- `upgrade`: a second build installed over the binary the day runs (a
+  new file renamed into its path, as a package manager does), the switch
+  stopped with SIGTERM and brought up by the new binary;
 - `kill`: the switch killed with SIGKILL and brought up again.
 
-Not in this day yet: libvirt's guests (started, hot-plugged, migrated,
-destroyed), teams losing a member, FRR restarted under an EVPN fabric,
-libvirtd restarted, an in-place upgrade.
+The second build is `HVNET_LAB_NEXT_BIN` if set, else a copy of the
+binary under test (a new file, the same bytes). Not in this day yet:
+libvirt's guests (started, hot-plugged, migrated, destroyed), FRR
+restarted under an EVPN fabric, libvirtd restarted.
 
 At the end, against the start (after the host's work has settled): the
 daemon's descriptors and threads, the namespaces and the host's network
@@ -33,6 +42,7 @@ transfer's digest; every port's counters balanced (frames in = forwarded
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -45,10 +55,11 @@ import hvlab
 from .figures import measured
 
 XFER = Path(__file__).resolve().parents[2] / "tests" / "py" / "xfer.py"
-KINDS = ["vm", "settings", "policy", "capture", "restart", "kill"]
-EVERY_CYCLE = KINDS[:4]
+KINDS = ["vm", "settings", "policy", "capture", "team", "restart", "upgrade", "kill"]
+EVERY_CYCLE = KINDS[:5]
 NET = "198.18.96"
 KEEP_A, KEEP_B = f"{NET}.1", f"{NET}.2"
+WIRE_HOST = f"{NET}.250"
 GROUP = {"name": "day", "rules": [{"direction": "in", "protocol": "icmp"}, {"direction": "out"}]}
 
 
@@ -161,12 +172,84 @@ def queue_failures(t):
     return out
 
 
+class Wire:
+    """The uplink team's far side: two veth pairs, their near ends the
+    team's members, their far ends on a Linux bridge in a namespace of
+    its own with the host's address. Removed on exit, even on failure."""
+
+    def __init__(self):
+        self.ns = hvlab.Netns("dayw")
+        self.members = []  # (near, far)
+
+    def __enter__(self):
+        self.ns.__enter__()
+        try:
+            self.ns.sh(f"ip link add br0 type bridge && ip addr add {WIRE_HOST}/24 dev br0 && ip link set br0 up")
+            for _ in range(2):
+                near, far = hvlab.unique("dwn"), hvlab.unique("dwf")
+                hvlab.run(["ip", "link", "add", near, "type", "veth", "peer", "name", far, "netns", self.ns.name])
+                self.members.append((near, far))
+                hvlab.run(["sysctl", "-qw", f"net.ipv6.conf.{near}.disable_ipv6=1"])
+                hvlab.run(["ip", "link", "set", near, "up"])
+                self.ns.sh(f"ip link set {far} master br0 && ip link set {far} up")
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        for near, _ in self.members:
+            hvlab.run(["ip", "link", "del", near], check=False)
+        self.ns.__exit__(None, None, None)
+        return False
+
+    def uplink(self):
+        return dict(name="up0", devices=[n for n, _ in self.members], teaming="active-backup", queues=1)
+
+    def far(self, near):
+        return next(f for n, f in self.members if n == near)
+
+
+def team_view(t):
+    return json.loads(t.hv("team", "--json").stdout)["teams"][0]
+
+
+def settled(t):
+    return all(m["state"] != "down" for m in team_view(t)["members"])
+
+
+def pull_member(t, wire):
+    """The team's active member loses its carrier (its far end down); a
+    VM reaches the host through the other; the member comes back and the
+    team settles."""
+    active = team_view(t)["active"]
+    wire.ns.sh(f"ip link set {wire.far(active)} down")
+    try:
+        if not hvlab.eventually(lambda: t.sh("moved", f"ping -c 1 -W 1 {WIRE_HOST}", check=False).returncode == 0,
+                                timeout=30):
+            raise RuntimeError(f"the host was not reached with team member {active} pulled")
+    finally:
+        wire.ns.sh(f"ip link set {wire.far(active)} up")
+    if not hvlab.eventually(lambda: settled(t), timeout=30, every=0.05):
+        raise RuntimeError(f"the team did not settle: {team_view(t)}")
+
+
+def install_over(path, build):
+    """A second build installed at `path` as a package manager installs
+    one: written beside it, then renamed over it (the running daemon
+    keeps its old file)."""
+    new = Path(f"{path}.new")
+    shutil.copyfile(build, new)
+    new.chmod(0o755)
+    os.replace(new, path)
+
+
 def wait_down(t):
     if not hvlab.eventually(lambda: not Path(f"/run/hvnet/{t.name}/ctl.sock").exists(), timeout=60, every=0.05):
         raise RuntimeError("the daemon did not stop")
 
 
-def cycle(t, kind, n, failed):
+def cycle(t, kind, n, failed, wire, binary):
     """One lifecycle event of `kind` (the `n`th cycle); a daemon's queue
     failures added to `failed` before it is stopped."""
     if kind == "vm":
@@ -188,12 +271,18 @@ def cycle(t, kind, n, failed):
     elif kind == "capture":
         t.hv("capture", "keep-a", "-c", "20", "-w", f"/tmp/{t.name}-day.pcapng")
         Path(f"/tmp/{t.name}-day.pcapng").unlink(missing_ok=True)
-    elif kind in ("restart", "kill"):
+    elif kind == "team":
+        pull_member(t, wire)
+    elif kind in ("restart", "upgrade", "kill"):
         for p, f in queue_failures(t).items():
             failed[p] = failed.get(p, 0) + f
-        os.kill(daemon_pid(t), signal.SIGTERM if kind == "restart" else signal.SIGKILL)
-        wait_down(t) if kind == "restart" else time.sleep(0.2)
-        hvlab.hvnet("up", t.file)
+        if kind == "upgrade":
+            install_over(binary, os.environ.get("HVNET_LAB_NEXT_BIN") or hvlab.hvnet_bin())
+        os.kill(daemon_pid(t), signal.SIGKILL if kind == "kill" else signal.SIGTERM)
+        time.sleep(0.2) if kind == "kill" else wait_down(t)
+        hvlab.run([str(binary), "up", str(t.file)])
+        if kind == "upgrade" and Path(f"/proc/{daemon_pid(t)}/exe").resolve() != Path(binary).resolve():
+            raise RuntimeError("the switch brought up is not the binary installed")
 
 
 def host_day(tmp, quick, reps, log):
@@ -205,7 +294,15 @@ def host_day(tmp, quick, reps, log):
     kinds = every_cycle()
     counts = {k: 0 for k in KINDS}
     took = {k: [] for k in KINDS}
-    with hvlab.Topology(Path(tmp), vms, prefix="day") as t:
+    # The binary the day runs, at a path of its own: the upgrade installs
+    # over it.
+    binary = Path(tmp) / "bin" / "hvnet"
+    binary.parent.mkdir(exist_ok=True)
+    install_over(binary, hvlab.hvnet_bin())
+    with hvlab.hvnet_binary(str(binary)), Wire() as wire, \
+            hvlab.Topology(Path(tmp), vms, prefix="day", uplinks=[wire.uplink()]) as t:
+        if not hvlab.eventually(lambda: settled(t), timeout=30):
+            raise RuntimeError(f"the uplink team never had both members up: {team_view(t)}")
         x = Transfers(t, data).__enter__()
         # The start: the transfers running (their addresses learned).
         hvlab.eventually(lambda: footprint(t)["fdb"] >= 2 + len(vms), timeout=30)
@@ -215,10 +312,11 @@ def host_day(tmp, quick, reps, log):
         rss = []  # (minutes, KiB) of the first daemon, every half minute
         failed = {}
         n = 0
-        # The switch is stopped at two thirds of the day and killed at five
-        # sixths; the first daemon's memory is read at a sixth of the day
-        # and just before its stop (10 and 40 minutes of an hour).
-        restarts = [(2 / 3, "restart"), (5 / 6, "kill")]
+        # The switch is stopped at two thirds of the day, upgraded at three
+        # quarters and killed at five sixths; the first daemon's memory is
+        # read at a sixth of the day and just before its stop (10 and 40
+        # minutes of an hour).
+        restarts = [(2 / 3, "restart"), (3 / 4, "upgrade"), (5 / 6, "kill")]
         try:
             while time.monotonic() - start < secs:
                 at = (time.monotonic() - start) / secs
@@ -229,7 +327,7 @@ def host_day(tmp, quick, reps, log):
                 else:
                     kind = kinds[n % len(kinds)]
                 s = time.monotonic()
-                cycle(t, kind, n, failed)
+                cycle(t, kind, n, failed, wire, binary)
                 took[kind].append(time.monotonic() - s)
                 counts[kind] += 1
                 n += 1

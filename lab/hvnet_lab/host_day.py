@@ -4,9 +4,9 @@ with nothing leaked or lost. A measurement with no reference beside it.
 
 Two VMs that nothing touches (`keep-a` to `keep-b`) carry SHA-256-checked
 transfers back to back, paced, the whole time. Meanwhile the host's work
-goes round in cycles, each one of the first five kinds in turn, and the
-last three once each (at two thirds, three quarters and five sixths of
-the day):
+goes round in cycles, each one of the first five kinds in turn; a
+libvirt guest's life every few minutes; and the last four once each (at
+half, two thirds, three quarters and five sixths of the day):
 
 - `vm`: namespace VMs added (`hvnet vm add`), pinged, and removed;
 - `settings`: a port's rate set and cleared at run time (`hvnet port P
@@ -21,6 +21,13 @@ the day):
   back and the team settles;
 - `restart`: the switch stopped with SIGTERM and brought up again (it
   re-attaches to the VMs);
+- `libvirt` (every four minutes, once in `--quick`, where libvirt is
+  installed): a QEMU guest
+  started by libvirt (`virsh create`) on a port the switch makes for it,
+  pinging a VM; a second NIC hot-plugged (`virsh attach-device --live`),
+  pinging through it, and unplugged; the guest destroyed;
+- `libvirtd` (once, at half the day, where the day started libvirtd):
+  libvirtd restarted, its guests running on;
 - `upgrade`: a second build installed over the binary the day runs (a
   new file renamed into its path, as a package manager does), the switch
   stopped with SIGTERM and brought up by the new binary;
@@ -28,8 +35,8 @@ the day):
 
 The second build is `HVNET_LAB_NEXT_BIN` if set, else a copy of the
 binary under test (a new file, the same bytes). Not in this day yet:
-libvirt's guests (started, hot-plugged, migrated, destroyed), FRR
-restarted under an EVPN fabric, libvirtd restarted.
+libvirt's guests migrated between two switches, FRR restarted under an
+EVPN fabric.
 
 At the end, against the start (after the host's work has settled): the
 daemon's descriptors and threads, the namespaces and the host's network
@@ -39,6 +46,7 @@ the way in (40 and 10 minutes into an hour); every
 transfer's digest; every port's counters balanced (frames in = forwarded
 + named drops) in the daemon that runs at the end."""
 
+import contextlib
 import hashlib
 import json
 import os
@@ -51,12 +59,16 @@ import time
 from pathlib import Path
 
 import hvlab
+import libvirt_host
+import qemu_guest
 
 from .figures import measured
 
 XFER = Path(__file__).resolve().parents[2] / "tests" / "py" / "xfer.py"
-KINDS = ["vm", "settings", "policy", "capture", "team", "restart", "upgrade", "kill"]
+KINDS = ["vm", "settings", "policy", "capture", "team", "libvirt", "libvirtd", "restart", "upgrade", "kill"]
 EVERY_CYCLE = KINDS[:5]
+LIBVIRT_EVERY = 240  # seconds between libvirt guests' lives in a full day
+SIDE = "198.18.98"  # the hot-plugged NIC's subnet, and the VM it pings
 NET = "198.18.96"
 KEEP_A, KEEP_B = f"{NET}.1", f"{NET}.2"
 WIRE_HOST = f"{NET}.250"
@@ -64,7 +76,7 @@ GROUP = {"name": "day", "rules": [{"direction": "in", "protocol": "icmp"}, {"dir
 
 
 def every_cycle():
-    """The kinds each cycle goes round: all four, or those named in
+    """The kinds each cycle goes round: all five, or those named in
     `HVNET_LAB_HOST_DAY_KINDS` (comma-separated; to find which one keeps
     memory, each alone in its own day)."""
     named = os.environ.get("HVNET_LAB_HOST_DAY_KINDS")
@@ -210,6 +222,97 @@ class Wire:
         return next(f for n, f in self.members if n == near)
 
 
+class Libvirt:
+    """libvirt's daemons (started here where none runs, and stopped) and
+    a directory its QEMU reads the guests' kernel and initramfs from.
+    Each `life` is one guest's, always destroyed."""
+
+    def __init__(self, tmp):
+        self.tmp = Path(tmp)
+        (self.tmp / "libvirt").mkdir(exist_ok=True)
+        self.daemons = libvirt_host.Daemons(self.tmp / "libvirt")
+        self.dir = None
+        self.lives = 0
+
+    def __enter__(self):
+        import pwd
+
+        self.dir = Path(hvlab.run(["mktemp", "-d", "/var/tmp/hvnet-day-XXXXXX"]).stdout.strip())
+        os.chown(self.dir, pwd.getpwnam("libvirt-qemu").pw_uid, -1)
+        self.dir.chmod(0o755)
+        self.kernel = self.dir / "vmlinuz"
+        shutil.copy(next((qemu_guest.kernel() / "boot").glob("vmlinuz-*")), self.kernel)
+        self.kernel.chmod(0o644)
+        try:
+            self.daemons.start()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.daemons.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return False
+
+    def life(self, t):
+        """A guest started on a port the switch makes for it, pinging
+        keep-b; a NIC hot-plugged and pinging `side` through it, then
+        unplugged; the guest destroyed and its ports gone."""
+        self.lives += 1
+        n = self.lives
+        name = hvlab.unique("hvnet-day")
+        mac, mac2 = f"52:54:00:96:{n >> 8 & 255:02x}:{n & 255:02x}", f"52:54:00:98:{n >> 8 & 255:02x}:{n & 255:02x}"
+        cmd = (f"until ping -c 1 -W 1 {KEEP_B} >/dev/null; do :; done; echo NET0-OK; "
+               "while [ ! -e /sys/class/net/eth1 ]; do sleep 0.1; done; "
+               f"ip link set eth1 address {mac2} up; ip addr add {SIDE}.2/24 dev eth1; "
+               f"until ping -c 1 -W 1 {SIDE}.1 >/dev/null; do :; done; echo NET1-OK; sleep 3600")
+        work = self.tmp / name
+        work.mkdir()
+        initrd = self.dir / f"{name}.cpio"
+        shutil.copy(qemu_guest.initramfs(work, mac, f"{NET}.4/24", cmd), initrd)
+        initrd.chmod(0o644)
+        console = self.dir / f"{name}.log"
+        socks = Path(f"/run/hvnet-libvirt/{t.name}")
+        xml = work / "domain.xml"
+        # pci=nomsi: libvirt's vectors=0 override reaches the command
+        # line only, not a hot-plugged NIC (QEMU 7.2 under TCG and MSI-X).
+        xml.write_text(libvirt_host.domain(name, self.kernel, initrd, console,
+                                           libvirt_host.interface(mac, socks / "lg.sock", target="lg-eth0"),
+                                           cmdline="pci=nomsi"))
+        text = lambda: console.read_text(errors="replace") if console.exists() else ""  # noqa: E731
+        ports = lambda: {p["name"] for p in json.loads(t.hv("ports", "--json").stdout)}  # noqa: E731
+        try:
+            r = libvirt_host.virsh("create", str(xml), check=False)
+            if r.returncode != 0:
+                raise RuntimeError(f"virsh create {name}: {r.stderr.strip()}")
+            if not hvlab.eventually(lambda: "NET0-OK" in text(), timeout=300, every=0.5):
+                raise RuntimeError(f"libvirt's guest {name} never reached keep-b:\n{text()[-2000:]}")
+            hot = work / "nic.xml"
+            hot.write_text(libvirt_host.interface(mac2, socks / "lg-1.sock", alias="ua-net1"))
+            r = libvirt_host.virsh("attach-device", name, str(hot), "--live", check=False)
+            if r.returncode != 0:
+                raise RuntimeError(f"virsh attach-device {name}: {r.stderr.strip()}")
+            if not hvlab.eventually(lambda: "NET1-OK" in text(), timeout=120, every=0.5):
+                raise RuntimeError(f"libvirt's guest {name} never reached {SIDE}.1 by its hot-plugged NIC:\n"
+                                   f"{text()[-2000:]}")
+            r = libvirt_host.virsh("detach-device", name, str(hot), "--live", check=False)
+            if r.returncode != 0:
+                raise RuntimeError(f"virsh detach-device {name}: {r.stderr.strip()}")
+            if not hvlab.eventually(lambda: "lg-1" not in ports(), timeout=60, every=0.2):
+                raise RuntimeError("the hot-plugged NIC's port stayed after it was unplugged")
+        finally:
+            libvirt_host.virsh("destroy", name, check=False)
+            initrd.unlink(missing_ok=True)
+            console.unlink(missing_ok=True)
+        if not hvlab.eventually(lambda: not ports() & {"lg-eth0", "lg-1"}, timeout=60, every=0.2):
+            raise RuntimeError("libvirt's guest's port stayed after it was destroyed")
+
+    def restart_libvirtd(self):
+        if self.daemons.ours:
+            self.daemons.restart_libvirtd()
+
+
 def team_view(t):
     return json.loads(t.hv("team", "--json").stdout)["teams"][0]
 
@@ -249,7 +352,7 @@ def wait_down(t):
         raise RuntimeError("the daemon did not stop")
 
 
-def cycle(t, kind, n, failed, wire, binary):
+def cycle(t, kind, n, failed, wire, binary, lv):
     """One lifecycle event of `kind` (the `n`th cycle); a daemon's queue
     failures added to `failed` before it is stopped."""
     if kind == "vm":
@@ -273,6 +376,10 @@ def cycle(t, kind, n, failed, wire, binary):
         Path(f"/tmp/{t.name}-day.pcapng").unlink(missing_ok=True)
     elif kind == "team":
         pull_member(t, wire)
+    elif kind == "libvirt":
+        lv.life(t)
+    elif kind == "libvirtd":
+        lv.restart_libvirtd()
     elif kind in ("restart", "upgrade", "kill"):
         for p, f in queue_failures(t).items():
             failed[p] = failed.get(p, 0) + f
@@ -290,7 +397,9 @@ def host_day(tmp, quick, reps, log):
     data = Path(tmp) / "day-data"
     data.write_bytes(os.urandom(16 << 20))
     vms = [dict(name="keep-a", ipv4=f"{KEEP_A}/24", queues=1), dict(name="keep-b", ipv4=f"{KEEP_B}/24", queues=1),
-           dict(name="moved", ipv4=f"{NET}.3/24", queues=1), dict(name="watch", queues=1)]
+           dict(name="moved", ipv4=f"{NET}.3/24", queues=1), dict(name="watch", queues=1),
+           dict(name="side", ipv4=f"{SIDE}.1/24", queues=1)]
+    with_libvirt = libvirt_host.available()
     kinds = every_cycle()
     counts = {k: 0 for k in KINDS}
     took = {k: [] for k in KINDS}
@@ -300,7 +409,9 @@ def host_day(tmp, quick, reps, log):
     binary.parent.mkdir(exist_ok=True)
     install_over(binary, hvlab.hvnet_bin())
     with hvlab.hvnet_binary(str(binary)), Wire() as wire, \
-            hvlab.Topology(Path(tmp), vms, prefix="day", uplinks=[wire.uplink()]) as t:
+            (Libvirt(tmp) if with_libvirt else contextlib.nullcontext()) as lv, \
+            hvlab.Topology(Path(tmp), vms, prefix="day", uplinks=[wire.uplink()],
+                           libvirt={} if with_libvirt else None) as t:
         if not hvlab.eventually(lambda: settled(t), timeout=30):
             raise RuntimeError(f"the uplink team never had both members up: {team_view(t)}")
         x = Transfers(t, data).__enter__()
@@ -317,6 +428,10 @@ def host_day(tmp, quick, reps, log):
         # read at a sixth of the day and just before its stop (10 and 40
         # minutes of an hour).
         restarts = [(2 / 3, "restart"), (3 / 4, "upgrade"), (5 / 6, "kill")]
+        if lv:
+            restarts.insert(0, (1 / 2, "libvirtd"))
+        # The first guest at a third of a short day (--quick has one).
+        next_guest = min(LIBVIRT_EVERY / 2, secs / 3)
         try:
             while time.monotonic() - start < secs:
                 at = (time.monotonic() - start) / secs
@@ -324,10 +439,13 @@ def host_day(tmp, quick, reps, log):
                     kind = restarts.pop(0)[1]
                     if kind == "restart":
                         late_rss = rss_kib(t)
+                elif lv and time.monotonic() - start >= next_guest:
+                    kind = "libvirt"
+                    next_guest += LIBVIRT_EVERY
                 else:
                     kind = kinds[n % len(kinds)]
                 s = time.monotonic()
-                cycle(t, kind, n, failed, wire, binary)
+                cycle(t, kind, n, failed, wire, binary, lv)
                 took[kind].append(time.monotonic() - s)
                 counts[kind] += 1
                 n += 1

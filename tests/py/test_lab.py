@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import hvlab
+import libvirt_host
 from hvnet_lab import report
 from hvnet_lab.figures import cites_study
 
@@ -274,7 +275,8 @@ def test_ring_exhaustion_on_a_qemu_guests_receive_virtqueue(tmp_path):
 def test_a_host_day_quick_leaves_nothing_over_and_loses_nothing(tmp_path):
     """`host-day --quick`: 45 s of VMs added and removed, settings, VLANs,
     policy, mirrors and captures changed, an uplink team's member pulled,
-    and the switch stopped, upgraded in place and killed and brought up
+    a libvirt guest started, hot-plugged and destroyed and libvirtd
+    restarted, and the switch stopped, upgraded in place and killed and brought up
     again, while two untouched VMs carry
     SHA-256-checked transfers: every transfer intact, nothing of the
     topology's left over against the start, every port balanced, no
@@ -291,4 +293,6 @@ def test_a_host_day_quick_leaves_nothing_over_and_loses_nothing(tmp_path):
     assert day["queue_failures"] == {}, day
     assert all(day["per_hour"][k] > 0 for k in ("restart", "upgrade", "kill")), day
     assert all(day["per_hour"][k] > 0 for k in ("vm", "settings", "policy", "capture", "team")), day
+    if libvirt_host.available():
+        assert day["per_hour"]["libvirt"] > 0 and day["per_hour"]["libvirtd"] > 0, day
     assert (links(), netns()) == before

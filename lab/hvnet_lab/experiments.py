@@ -218,7 +218,8 @@ EXPERIMENTS = [
     {"name": "host-day", "reproduces": "measurement", "run": host_day.host_day,
      "workload": "a host's day compressed (60 min; 45 s with --quick; HVNET_LAB_HOST_DAY_MINUTES): VMs added and "
                  "removed, settings and VLANs changed at run time, a security group and a mirror applied and taken "
-                 "away, captures, an uplink team's member pulled and put back, the switch stopped (SIGTERM), "
+                 "away, captures, an uplink team's member pulled and put back, libvirt guests started, hot-plugged, "
+                 "migrated to a second host and destroyed, libvirtd restarted, the switch stopped (SIGTERM), "
                  "upgraded in place (a second build renamed over its binary) and killed (SIGKILL) and brought up "
                  "again, while two "
                  "untouched VMs carry SHA-256-checked transfers: what is left over against the start, memory, "

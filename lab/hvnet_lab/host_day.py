@@ -25,7 +25,10 @@ half, two thirds, three quarters and five sixths of the day):
   installed): a QEMU guest
   started by libvirt (`virsh create`) on a port the switch makes for it,
   pinging a VM; a second NIC hot-plugged (`virsh attach-device --live`),
-  pinging through it, and unplugged; the guest destroyed;
+  pinging through it, and unplugged; the guest migrated live (`virsh
+  migrate --live`) to a second libvirt host whose own switch's uplink
+  reaches the first's team through the wire's bridge, and reached there;
+  the guest destroyed;
 - `libvirtd` (once, at half the day, where the day started libvirtd):
   libvirtd restarted, its guests running on;
 - `upgrade`: a second build installed over the binary the day runs (a
@@ -35,8 +38,7 @@ half, two thirds, three quarters and five sixths of the day):
 
 The second build is `HVNET_LAB_NEXT_BIN` if set, else a copy of the
 binary under test (a new file, the same bytes). Not in this day yet:
-libvirt's guests migrated between two switches, FRR restarted under an
-EVPN fabric.
+FRR restarted under an EVPN fabric.
 
 At the end, against the start (after the host's work has settled): the
 daemon's descriptors and threads, the namespaces and the host's network
@@ -216,22 +218,35 @@ class Wire:
         return False
 
     def uplink(self):
-        return dict(name="up0", devices=[n for n, _ in self.members], teaming="active-backup", queues=1)
+        return dict(name="up0", devices=[n for n, _ in self.members[:2]], teaming="active-backup", queues=1)
+
+    def second_uplink(self):
+        """One more pair on the bridge, its near end a second switch's
+        uplink (the second host's, for migrations)."""
+        near, far = hvlab.unique("dwn"), hvlab.unique("dwf")
+        hvlab.run(["ip", "link", "add", near, "type", "veth", "peer", "name", far, "netns", self.ns.name])
+        self.members.append((near, far))
+        hvlab.run(["sysctl", "-qw", f"net.ipv6.conf.{near}.disable_ipv6=1"])
+        hvlab.run(["ip", "link", "set", near, "up"])
+        self.ns.sh(f"ip link set {far} master br0 && ip link set {far} up")
+        return dict(name="up0", device=near, queues=1)
 
     def far(self, near):
         return next(f for n, f in self.members if n == near)
 
 
 class Libvirt:
-    """libvirt's daemons (started here where none runs, and stopped) and
-    a directory its QEMU reads the guests' kernel and initramfs from.
-    Each `life` is one guest's, always destroyed."""
+    """libvirt's daemons (started here where none runs, and stopped), a
+    second libvirt host to migrate guests to (`libvirt_host.SecondHost`),
+    and a directory their QEMU reads the guests' kernel and initramfs
+    from. Each `life` is one guest's, always destroyed."""
 
     def __init__(self, tmp):
         self.tmp = Path(tmp)
         (self.tmp / "libvirt").mkdir(exist_ok=True)
         self.daemons = libvirt_host.Daemons(self.tmp / "libvirt")
         self.dir = None
+        self.second = None
         self.lives = 0
 
     def __enter__(self):
@@ -245,20 +260,27 @@ class Libvirt:
         self.kernel.chmod(0o644)
         try:
             self.daemons.start()
+            (self.tmp / "host2").mkdir(exist_ok=True)
+            self.second = libvirt_host.SecondHost(self.tmp / "host2")
         except BaseException:
             self.__exit__(None, None, None)
             raise
         return self
 
     def __exit__(self, *exc):
+        if self.second:
+            self.second.stop()
         self.daemons.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
         return False
 
-    def life(self, t):
+    def life(self, t, t2):
         """A guest started on a port the switch makes for it, pinging
         keep-b; a NIC hot-plugged and pinging `side` through it, then
-        unplugged; the guest destroyed and its ports gone."""
+        unplugged; the guest migrated live to the second host (switch
+        `t2`, whose uplink reaches the first's team through the wire's
+        bridge), keep-b reaching it there; the guest destroyed and its
+        ports gone from both switches."""
         self.lives += 1
         n = self.lives
         name = hvlab.unique("hvnet-day")
@@ -281,7 +303,7 @@ class Libvirt:
                                            libvirt_host.interface(mac, socks / "lg.sock", target="lg-eth0"),
                                            cmdline="pci=nomsi"))
         text = lambda: console.read_text(errors="replace") if console.exists() else ""  # noqa: E731
-        ports = lambda: {p["name"] for p in json.loads(t.hv("ports", "--json").stdout)}  # noqa: E731
+        ports = lambda sw: {p["name"] for p in json.loads(sw.hv("ports", "--json").stdout)}  # noqa: E731
         try:
             r = libvirt_host.virsh("create", str(xml), check=False)
             if r.returncode != 0:
@@ -299,14 +321,33 @@ class Libvirt:
             r = libvirt_host.virsh("detach-device", name, str(hot), "--live", check=False)
             if r.returncode != 0:
                 raise RuntimeError(f"virsh detach-device {name}: {r.stderr.strip()}")
-            if not hvlab.eventually(lambda: "lg-1" not in ports(), timeout=60, every=0.2):
+            if not hvlab.eventually(lambda: "lg-1" not in ports(t), timeout=60, every=0.2):
                 raise RuntimeError("the hot-plugged NIC's port stayed after it was unplugged")
+            there = work / "destination.xml"
+            there.write_text(libvirt_host.virsh("dumpxml", "--migratable", name).stdout
+                             .replace(str(socks), f"/run/hvnet-libvirt/{t2.name}"))
+            r = libvirt_host.migrate(name, self.second, there)
+            if r.returncode != 0:
+                raise RuntimeError(f"virsh migrate {name}: {r.stderr.strip()}")
+            if not hvlab.eventually(lambda: t.sh("keep-b", f"ping -c 1 -W 1 {NET}.4", check=False).returncode == 0,
+                                    timeout=60):
+                seen = {sw.name: [e for e in json.loads(sw.hv("fdb", "--json").stdout) if e.get("mac") == mac]
+                        for sw in (t, t2)}
+                raise RuntimeError(f"keep-b does not reach libvirt's guest {name} on the second host; the "
+                                   f"switches' FDB entries for it: {seen}; the wire's bridge's: "
+                                   f"{self.wire_fdb(mac)}; its ports there: {ports(t2)}")
         finally:
+            self.second.virsh("destroy", name, check=False)
             libvirt_host.virsh("destroy", name, check=False)
             initrd.unlink(missing_ok=True)
             console.unlink(missing_ok=True)
-        if not hvlab.eventually(lambda: not ports() & {"lg-eth0", "lg-1"}, timeout=60, every=0.2):
-            raise RuntimeError("libvirt's guest's port stayed after it was destroyed")
+        for sw in (t, t2):
+            # The destination names the port by its socket (`lg`): a
+            # migrated domain's XML has no `<target dev>`.
+            if not hvlab.eventually(lambda: not ports(sw) & {"lg-eth0", "lg-1", "lg"}, timeout=60, every=0.2):
+                raise RuntimeError(f"libvirt's guest's port stayed on {sw.name} after it was destroyed")
+
+    wire_fdb = None  # set by host_day: the wire's bridge's entries for a MAC
 
     def restart_libvirtd(self):
         if self.daemons.ours:
@@ -352,7 +393,7 @@ def wait_down(t):
         raise RuntimeError("the daemon did not stop")
 
 
-def cycle(t, kind, n, failed, wire, binary, lv):
+def cycle(t, kind, n, failed, wire, binary, lv, t2):
     """One lifecycle event of `kind` (the `n`th cycle); a daemon's queue
     failures added to `failed` before it is stopped."""
     if kind == "vm":
@@ -377,7 +418,7 @@ def cycle(t, kind, n, failed, wire, binary, lv):
     elif kind == "team":
         pull_member(t, wire)
     elif kind == "libvirt":
-        lv.life(t)
+        lv.life(t, t2)
     elif kind == "libvirtd":
         lv.restart_libvirtd()
     elif kind in ("restart", "upgrade", "kill"):
@@ -411,7 +452,11 @@ def host_day(tmp, quick, reps, log):
     with hvlab.hvnet_binary(str(binary)), Wire() as wire, \
             (Libvirt(tmp) if with_libvirt else contextlib.nullcontext()) as lv, \
             hvlab.Topology(Path(tmp), vms, prefix="day", uplinks=[wire.uplink()],
-                           libvirt={} if with_libvirt else None) as t:
+                           libvirt={} if with_libvirt else None) as t, \
+            (hvlab.Topology(Path(tmp), [], prefix="dayb", uplinks=[wire.second_uplink()],
+                            libvirt={"uri": lv.second.uri}) if lv else contextlib.nullcontext()) as t2:
+        if lv:
+            lv.wire_fdb = lambda mac: wire.ns.sh(f"bridge fdb show br br0 | grep -i {mac} || true").stdout.strip()
         if not hvlab.eventually(lambda: settled(t), timeout=30):
             raise RuntimeError(f"the uplink team never had both members up: {team_view(t)}")
         x = Transfers(t, data).__enter__()
@@ -445,7 +490,7 @@ def host_day(tmp, quick, reps, log):
                 else:
                     kind = kinds[n % len(kinds)]
                 s = time.monotonic()
-                cycle(t, kind, n, failed, wire, binary, lv)
+                cycle(t, kind, n, failed, wire, binary, lv, t2)
                 took[kind].append(time.monotonic() - s)
                 counts[kind] += 1
                 n += 1

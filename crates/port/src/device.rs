@@ -18,6 +18,7 @@ use crate::packet::Packet;
 use crate::pool::Pool;
 use crate::status::DeviceStatus;
 use crate::vnet::RecvError;
+use hvnet_wire::MacAddr;
 use std::fmt;
 use std::os::fd::RawFd;
 use std::sync::atomic::AtomicU64;
@@ -47,6 +48,13 @@ pub trait Device: Send + Sync + fmt::Debug {
     /// not when the last reference to it goes (a worker's table may hold
     /// one a while longer). Nothing by default.
     fn close(&self) {}
+
+    /// A VM that sent through this device left the switch (its port
+    /// removed: stopped, or migrated away): whatever the device keeps of
+    /// it goes. A team stops taking its address for one of its own VMs
+    /// (whose frames from the wire would be reflections), so that the
+    /// VM, now behind the wire, is heard again. Nothing by default.
+    fn forget_sender(&self, _mac: MacAddr) {}
 
     /// True for the physical side (an uplink), false for a VM's NIC: the
     /// side whose checksums are verified in software, whose LRO coalesces

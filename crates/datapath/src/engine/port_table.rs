@@ -161,6 +161,13 @@ impl Switch {
         port.dev.close();
         self.fdb.remove_port(port.id);
         self.mdb.forget_port(port.id);
+        // A team that carried its frames takes its address from the wire
+        // again (the VM may be there now: migrated).
+        if !port.is_uplink() {
+            for p in self.ports().iter().filter(|p| p.is_uplink()) {
+                p.dev.forget_sender(port.mac);
+            }
+        }
         tracing::info!(port = %port.name, id = port.id, "port removed");
         Ok(port)
     }

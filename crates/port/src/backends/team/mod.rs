@@ -307,6 +307,13 @@ impl Device for TeamPort {
         "team+af_packet"
     }
 
+    fn forget_sender(&self, mac: MacAddr) {
+        let mut inner = self.inner.lock().expect("team lock");
+        if inner.placements.forget(&mac) {
+            self.change_own(&[], &[mac]);
+        }
+    }
+
     fn name(&self) -> &str {
         &self.label
     }

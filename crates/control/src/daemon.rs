@@ -570,10 +570,27 @@ pub fn daemon(
         .map(|ep| crate::metrics::serve(ep, sw.clone()))
         .transpose()
         .map_err(|e| DaemonError::Other(crate::error::chain(&e)))?;
+    // SIGTERM and SIGINT wake the main loop at once (a restart's gap is
+    // the stop's time), through a thread that waits for them.
     let term = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(sig, term.clone()).map_err(io_err("handle signals"))?;
-    }
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ])
+    .map_err(io_err("handle signals"))?;
+    let signals_handle = signals.handle();
+    let signal_thread = {
+        let (term, main) = (term.clone(), std::thread::current());
+        std::thread::Builder::new()
+            .name("signals".into())
+            .spawn(move || {
+                if signals.forever().next().is_some() {
+                    term.store(true, Ordering::Release);
+                    main.unpark();
+                }
+            })
+            .map_err(io_err("start the signal thread"))?
+    };
     state.ready = true;
     write_state(&dir, &state)?;
     drop(lock);
@@ -606,12 +623,15 @@ pub fn daemon(
     let mut watch = Watch::new(&sw);
     let mut turn = 0u32;
     while !sw.stopping() {
-        if term.load(Ordering::Relaxed) {
+        if term.load(Ordering::Acquire) {
             tracing::info!("signal received: stopping (the VMs keep their NICs and QEMU guests keep running; `hvnet up` re-attaches, `hvnet down` removes them)");
             sw.stop();
             break;
         }
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::park_timeout(Duration::from_millis(100));
+        if term.load(Ordering::Acquire) {
+            continue;
+        }
         reap_guests(&dir, &guests);
         // The slower looks (every port's counters; every namespace VM's
         // namespace) once a second, not ten times: with thousands of
@@ -640,6 +660,8 @@ pub fn daemon(
         let _ = t.join();
     }
     let _ = ctl.join();
+    signals_handle.close();
+    let _ = signal_thread.join();
     if let Some(m) = scrapes {
         let _ = m.join();
     }

@@ -64,6 +64,7 @@ import hvlab
 import libvirt_host
 import qemu_guest
 
+from .fabrics import running
 from .figures import measured
 
 XFER = Path(__file__).resolve().parents[2] / "tests" / "py" / "xfer.py"
@@ -252,13 +253,13 @@ class Libvirt:
     def __enter__(self):
         import pwd
 
-        self.dir = Path(hvlab.run(["mktemp", "-d", "/var/tmp/hvnet-day-XXXXXX"]).stdout.strip())
-        os.chown(self.dir, pwd.getpwnam("libvirt-qemu").pw_uid, -1)
-        self.dir.chmod(0o755)
-        self.kernel = self.dir / "vmlinuz"
-        shutil.copy(next((qemu_guest.kernel() / "boot").glob("vmlinuz-*")), self.kernel)
-        self.kernel.chmod(0o644)
         try:
+            self.dir = Path(hvlab.run(["mktemp", "-d", "/var/tmp/hvnet-day-XXXXXX"]).stdout.strip())
+            os.chown(self.dir, pwd.getpwnam("libvirt-qemu").pw_uid, -1)
+            self.dir.chmod(0o755)
+            self.kernel = self.dir / "vmlinuz"
+            shutil.copy(next((qemu_guest.kernel() / "boot").glob("vmlinuz-*")), self.kernel)
+            self.kernel.chmod(0o644)
             self.daemons.start()
             (self.tmp / "host2").mkdir(exist_ok=True)
             self.second = libvirt_host.SecondHost(self.tmp / "host2")
@@ -268,10 +269,13 @@ class Libvirt:
         return self
 
     def __exit__(self, *exc):
-        if self.second:
-            self.second.stop()
-        self.daemons.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        try:
+            if self.second:
+                self.second.stop()
+        finally:
+            self.daemons.stop()
+            if self.dir:
+                shutil.rmtree(self.dir, ignore_errors=True)
         return False
 
     def life(self, t, t2):
@@ -350,8 +354,7 @@ class Libvirt:
     wire_fdb = None  # set by host_day: the wire's bridge's entries for a MAC
 
     def restart_libvirtd(self):
-        if self.daemons.ours:
-            self.daemons.restart_libvirtd()
+        self.daemons.restart_libvirtd()
 
 
 def team_view(t):
@@ -366,6 +369,8 @@ def pull_member(t, wire):
     """The team's active member loses its carrier (its far end down); a
     VM reaches the host through the other; the member comes back and the
     team settles."""
+    if not hvlab.eventually(lambda: settled(t) and team_view(t)["active"], timeout=30, every=0.05):
+        raise RuntimeError(f"the team is not settled: {team_view(t)}")
     active = team_view(t)["active"]
     wire.ns.sh(f"ip link set {wire.far(active)} down")
     try:
@@ -388,8 +393,8 @@ def install_over(path, build):
     os.replace(new, path)
 
 
-def wait_down(t):
-    if not hvlab.eventually(lambda: not Path(f"/run/hvnet/{t.name}/ctl.sock").exists(), timeout=60, every=0.05):
+def wait_down(pid):
+    if not hvlab.eventually(lambda: not running(pid), timeout=60, every=0.05):
         raise RuntimeError("the daemon did not stop")
 
 
@@ -426,8 +431,9 @@ def cycle(t, kind, n, failed, wire, binary, lv, t2):
             failed[p] = failed.get(p, 0) + f
         if kind == "upgrade":
             install_over(binary, os.environ.get("HVNET_LAB_NEXT_BIN") or hvlab.hvnet_bin())
-        os.kill(daemon_pid(t), signal.SIGKILL if kind == "kill" else signal.SIGTERM)
-        time.sleep(0.2) if kind == "kill" else wait_down(t)
+        pid = daemon_pid(t)
+        os.kill(pid, signal.SIGKILL if kind == "kill" else signal.SIGTERM)
+        wait_down(pid)
         hvlab.run([str(binary), "up", str(t.file)])
         if kind == "upgrade" and Path(f"/proc/{daemon_pid(t)}/exe").resolve() != Path(binary).resolve():
             raise RuntimeError("the switch brought up is not the binary installed")
@@ -473,7 +479,7 @@ def host_day(tmp, quick, reps, log):
         # read at a sixth of the day and just before its stop (10 and 40
         # minutes of an hour).
         restarts = [(2 / 3, "restart"), (3 / 4, "upgrade"), (5 / 6, "kill")]
-        if lv:
+        if lv and lv.daemons.ours:
             restarts.insert(0, (1 / 2, "libvirtd"))
         # The first guest at a third of a short day (--quick has one).
         next_guest = min(LIBVIRT_EVERY / 2, secs / 3)
@@ -498,6 +504,15 @@ def host_day(tmp, quick, reps, log):
                     early_rss = rss_kib(t)
                 if late_rss is None and (not rss or time.monotonic() - start >= rss[-1][0] * 60 + 30):
                     rss.append((round((time.monotonic() - start) / 60, 2), rss_kib(t)))
+            # A day whose last cycle ran past its end (a guest's life is
+            # long in a short day) still has its restarts.
+            for _, kind in restarts:
+                if kind == "restart":
+                    late_rss = rss_kib(t)
+                s = time.monotonic()
+                cycle(t, kind, n, failed, wire, binary, lv, t2)
+                took[kind].append(time.monotonic() - s)
+                counts[kind] += 1
         finally:
             # The last transfer finishes: nothing is in flight when the
             # ports' counters are read.

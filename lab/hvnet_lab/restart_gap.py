@@ -34,7 +34,7 @@ from pathlib import Path
 import hvlab
 import qemu_guest
 
-from .fabrics import OvsDaemons
+from .fabrics import OvsDaemons, running
 from .figures import measured
 from .runners import interleaved
 from .teams import ping_outage
@@ -58,10 +58,9 @@ def hvnet_switch(tmp, sock):
            dict(name="c", ipv4=f"{PEER}/24", queues=1)]
     with hvlab.Topology(tmp, vms, prefix="rg") as t:
         def restart():
-            state = Path(f"/run/hvnet/{t.name}/state.json")
-            os.kill(json.loads(state.read_text())["pid"], signal.SIGTERM)
-            if not hvlab.eventually(lambda: not Path(f"/run/hvnet/{t.name}/ctl.sock").exists(), timeout=60,
-                                    every=0.01):
+            pid = json.loads(Path(f"/run/hvnet/{t.name}/state.json").read_text())["pid"]
+            os.kill(pid, signal.SIGTERM)
+            if not hvlab.eventually(lambda: not running(pid), timeout=60, every=0.01):
                 raise RuntimeError("hvnet did not stop")
             hvlab.hvnet("up", t.file)
 
@@ -99,7 +98,7 @@ def ovs_switch(tmp, sock):
                 pid = ovs.pid("vswitchd")
                 ctl = next(ovs.dir.glob(f"ovs-vswitchd*.{pid}.ctl"))
                 ovs.run("ovs-appctl", "-t", str(ctl), "exit")
-                if not hvlab.eventually(lambda: not Path(f"/proc/{pid}").exists(), timeout=60, every=0.01):
+                if not hvlab.eventually(lambda: not running(pid), timeout=60, every=0.01):
                     raise RuntimeError("ovs-vswitchd did not stop")
                 ovs.run(*vswitchd)
 
@@ -137,7 +136,12 @@ def restart_once(tmp, switch, log):
                 time.sleep(2)
             finally:
                 ping.send_signal(signal.SIGINT)
-                out, _ = ping.communicate(timeout=30)
+                try:
+                    out, _ = ping.communicate(timeout=30)
+                except subprocess.TimeoutExpired:
+                    ping.kill()
+                    ping.communicate()
+                    raise
     finally:
         guest.stop()
     o = ping_outage(out, EVERY)

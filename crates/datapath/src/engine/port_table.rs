@@ -163,8 +163,10 @@ impl Switch {
         self.mdb.forget_port(port.id);
         // A team that carried its frames takes its address from the wire
         // again (the VM may be there now: migrated).
-        if !port.is_uplink() {
-            for p in self.ports().iter().filter(|p| p.is_uplink()) {
+        // (Not while another VM has the address: in another VLAN.)
+        let table = self.ports();
+        if !port.is_uplink() && !table.iter().any(|p| !p.is_uplink() && p.mac == port.mac) {
+            for p in table.iter().filter(|p| p.is_uplink()) {
                 p.dev.forget_sender(port.mac);
             }
         }

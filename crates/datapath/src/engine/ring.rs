@@ -148,12 +148,13 @@ impl<T> RxRing<T> {
         // A set only this list holds is a gone lane's: nobody counts into
         // it any more, and no snapshot is reading it (a snapshot holds
         // the sets it reads), so its counts move to `retired` whole.
-        sets.retain(|c| {
-            let gone = Arc::strong_count(c) == 1;
-            if gone {
-                self.retired.absorb(&c.snapshot());
-            }
-            !gone
+        // (`get_mut` sees every count its lane made before it dropped.)
+        sets.retain_mut(|c| {
+            let Some(gone) = Arc::get_mut(c) else {
+                return true;
+            };
+            self.retired.absorb(&gone.snapshot());
+            false
         });
         sets.push(Arc::clone(&counters));
         drop(sets);

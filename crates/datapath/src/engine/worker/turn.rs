@@ -88,9 +88,24 @@ impl Rxq {
     pub(crate) fn read_table(&mut self) {
         let gen = self.cx.sw.settings_gen.load(Ordering::Acquire);
         if gen != self.st.gen {
-            self.cx.ports = self.cx.sw.ports();
-            self.st.refresh(&self.cx, gen);
+            self.reread(gen);
         }
+    }
+
+    /// The port table and the settings read again, unless this queue's
+    /// own port has left the table: its last frames are switched with
+    /// the table it has (as they would have been a moment earlier), and
+    /// its worker lets it go.
+    fn reread(&mut self, gen: u64) {
+        let table = self.cx.sw.ports();
+        if !table
+            .get(self.cx.port.id)
+            .is_some_and(|p| Arc::ptr_eq(p, &self.cx.port))
+        {
+            return;
+        }
+        self.cx.ports = table;
+        self.st.refresh(&self.cx, gen);
     }
 
     /// Wake-up coalescing (`rx_usecs`, as a NIC moderates its interrupts):
@@ -181,8 +196,7 @@ impl Rxq {
         // it was sent is switched with a table that has the port.
         let gen = self.cx.sw.settings_gen.load(Ordering::Acquire);
         if gen != self.st.gen {
-            self.cx.ports = self.cx.sw.ports();
-            self.st.refresh(&self.cx, gen);
+            self.reread(gen);
         }
         self.st.switch_batch(&self.cx, &mut self.burst, end)
     }

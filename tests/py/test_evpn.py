@@ -316,6 +316,35 @@ def test_a_switch_restart_keeps_the_fabric(fabric):
         ping(vm_ns(f, 0, "a"), ip)
 
 
+def test_frr_that_dies_is_started_again_and_the_fabric_comes_back(fabric):
+    """Host 1's zebra and bgpd killed (a crash, SIGKILL): the switch's
+    daemon, which started them (`[frr]`), starts them again within its
+    look; their BGP sessions come back, the routes zebra took with it
+    are installed again, and the VMs reach across the fabric."""
+    f = fabric
+    h1, h2, lin = f.hvnet[0], f.hvnet[1], f.linux[0]
+    old = h1.frr_pids()
+    for pid in old:
+        os.kill(pid, signal.SIGKILL)
+
+    def again():
+        try:
+            pids = h1.frr_pids()
+        except (OSError, ValueError):
+            return False
+        return set(pids).isdisjoint(old) and all(Path(f"/proc/{p}").exists() for p in pids)
+    ef.wait_until(again, timeout=60)
+    f.wait_established(timeout=120)
+    ef.wait_until(lambda: h1.remote_macs().get(lin.vm_mac) == lin.vtep, timeout=60)
+    reaches = lambda ns, ip: ef.sh(ns, f"ping -c 1 -W 1 {ip}", check=False).returncode == 0  # noqa: E731
+    for ns, ip in ((vm_ns(f, 0, "a"), f"{ef.OVERLAY}.2"), (vm_ns(f, 0, "a"), lin.vm_ip),
+                   (lin.vm_ns, f"{ef.OVERLAY}.1")):
+        # (The routes back a moment after the sessions: BGP's update.)
+        ef.wait_until(lambda: reaches(ns, ip), timeout=60, every=0.2)
+    assert h2.remote_macs().get(next(p["mac"] for p in json.loads(h1.topo.hv("ports", "--json").stdout)
+                                     if p.get("client") == "a")) == h1.vtep
+
+
 def test_a_vm_that_is_removed_is_withdrawn(fabric):
     """VM r's namespace deleted: its NIC goes with it, its port goes down,
     and its MAC and IP leave every host's tables."""

@@ -621,6 +621,15 @@ pub fn daemon(
         ),
     }
     let mut watch = Watch::new(&sw);
+    // FRR, where the topology has `[frr]`, started again if it goes (not
+    // once privileges are dropped: nobody cannot start it).
+    let mut frr_keeper = topo.frr.clone().filter(|_| !drop_privileges).map(|f| {
+        crate::evpn::FrrKeeper::new(
+            &topo.name,
+            f,
+            topo.tenants.iter().find(|t| t.l3.is_some()).cloned(),
+        )
+    });
     let mut turn = 0u32;
     while !sw.stopping() {
         if term.load(Ordering::Acquire) {
@@ -643,6 +652,9 @@ pub fn daemon(
         if turn.is_multiple_of(10) {
             netns_watch.lock().expect("netns watch lock").check();
             crate::reconcile::pending_dels(&pending);
+            if let Some(k) = frr_keeper.as_mut() {
+                k.look(Instant::now());
+            }
         }
     }
     // QEMU guests run on and reconnect to the next daemon; the others

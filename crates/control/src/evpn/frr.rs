@@ -288,6 +288,59 @@ impl FrrRun {
     }
 }
 
+/// How long after a failed start FRR is tried again.
+const RESTART_RETRY: Duration = Duration::from_secs(30);
+
+/// The FRR a switch's daemon started, kept running while the daemon
+/// runs, as FRR's own watchfrr keeps its daemons: a zebra or bgpd that
+/// is gone (crashed, killed, stopped by hand) is started again with the
+/// topology's configuration. BGP then comes back with its sessions, and
+/// the routes zebra took with it are installed again.
+#[derive(Debug)]
+pub struct FrrKeeper {
+    run: FrrRun,
+    frr: Frr,
+    hostname: String,
+    routed: Option<Tenant>,
+    next_try: Instant,
+}
+
+impl FrrKeeper {
+    /// The keeper of the FRR `hvnet up` starts for topology `hostname`.
+    pub fn new(hostname: &str, frr: Frr, routed: Option<Tenant>) -> FrrKeeper {
+        FrrKeeper {
+            run: FrrRun::of(hostname),
+            frr,
+            hostname: hostname.into(),
+            routed,
+            next_try: Instant::now(),
+        }
+    }
+
+    /// FRR started again if it is not running (at most every
+    /// [`RESTART_RETRY`] while starting it fails); true if it was.
+    pub fn look(&mut self, now: Instant) -> bool {
+        if now < self.next_try || self.run.running() {
+            return false;
+        }
+        tracing::warn!(pathspace = %self.run.pathspace, "FRR's zebra or bgpd is gone: starting FRR again");
+        match self
+            .run
+            .start(&self.frr, &self.hostname, self.routed.as_ref())
+        {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(
+                    pathspace = %self.run.pathspace, error = %crate::error::chain(&e),
+                    "FRR could not be started again; trying again in {} s", RESTART_RETRY.as_secs()
+                );
+                self.next_try = now + RESTART_RETRY;
+                false
+            }
+        }
+    }
+}
+
 /// True while process `pid` runs (a zombie has ended: its parent, init
 /// for a daemon, reaps it when it will).
 fn alive(pid: u32) -> bool {

@@ -42,7 +42,7 @@ mod routes;
 mod shadow;
 mod sync;
 
-pub use frr::{bgp_summary, FrrError, FrrRun};
+pub use frr::{bgp_summary, FrrError, FrrKeeper, FrrRun};
 pub use shadow::{shadow_names, ShadowNames};
 
 use crate::error::DaemonError;

@@ -29,6 +29,11 @@ half, two thirds, three quarters and five sixths of the day):
   migrate --live`) to a second libvirt host whose own switch's uplink
   reaches the first's team through the wire's bridge, and reached there;
   the guest destroyed;
+- `frr` (every four minutes, two minutes after the guests, where FRR is
+  installed; not in `--quick`: the system tests kill FRR under a fabric
+  themselves): a second switch in a BGP EVPN fabric with a Linux VTEP
+  (FRR on both) has its FRR killed; the switch's daemon starts it again,
+  the sessions come back and its VM reaches the Linux VTEP's again;
 - `libvirtd` (once, at half the day, where the day started libvirtd):
   libvirtd restarted, its guests running on;
 - `upgrade`: a second build installed over the binary the day runs (a
@@ -37,8 +42,7 @@ half, two thirds, three quarters and five sixths of the day):
 - `kill`: the switch killed with SIGKILL and brought up again.
 
 The second build is `HVNET_LAB_NEXT_BIN` if set, else a copy of the
-binary under test (a new file, the same bytes). Not in this day yet:
-FRR restarted under an EVPN fabric.
+binary under test (a new file, the same bytes).
 
 At the end, against the start (after the host's work has settled): the
 daemon's descriptors and threads, the namespaces and the host's network
@@ -60,6 +64,7 @@ import threading
 import time
 from pathlib import Path
 
+import evpn_fabric as ef
 import hvlab
 import libvirt_host
 import qemu_guest
@@ -68,9 +73,9 @@ from .fabrics import running
 from .figures import measured
 
 XFER = Path(__file__).resolve().parents[2] / "tests" / "py" / "xfer.py"
-KINDS = ["vm", "settings", "policy", "capture", "team", "libvirt", "libvirtd", "restart", "upgrade", "kill"]
+KINDS = ["vm", "settings", "policy", "capture", "team", "libvirt", "frr", "libvirtd", "restart", "upgrade", "kill"]
 EVERY_CYCLE = KINDS[:5]
-LIBVIRT_EVERY = 240  # seconds between libvirt guests' lives in a full day
+RARE_EVERY = 240  # seconds between a libvirt guest's lives, and between FRR's restarts
 SIDE = "198.18.98"  # the hot-plugged NIC's subnet, and the VM it pings
 NET = "198.18.96"
 KEEP_A, KEEP_B = f"{NET}.1", f"{NET}.2"
@@ -141,18 +146,30 @@ def daemon_pid(t):
     return json.loads(Path(f"/run/hvnet/{t.name}/state.json").read_text())["pid"]
 
 
+def is_uplink(port):
+    """A row of `hvnet ports --json` that is an uplink (a team's too)."""
+    return port.get("type", "").startswith(("uplink", "team"))
+
+
 def footprint(t):
-    """What the host holds for the topology now."""
+    """What the host holds for the topology now. The FDB's part: every
+    port's own address, and what it learned on a VM's port or keeps for a
+    port that is gone (what the wire's hosts' addresses learned on the
+    uplink come to depends on who spoke last, not on what was kept)."""
     pid = daemon_pid(t)
     netns = [n.split()[0] for n in hvlab.run(["ip", "netns", "list"]).stdout.splitlines()]
     acl = json.loads(t.hv("acl", "--json").stdout)
+    ports = {p["name"]: p for p in json.loads(t.hv("ports", "--json").stdout)}
+    uplink = lambda name: is_uplink(ports[name])  # noqa: E731
+    fdb = [r for r in json.loads(t.hv("fdb", "--json").stdout)
+           if r["port_name"] not in ports or not uplink(r["port_name"])]
     return {
         "fds": len(os.listdir(f"/proc/{pid}/fd")),
         "threads": len(os.listdir(f"/proc/{pid}/task")),
         "namespaces": len([n for n in netns if n.startswith(t.name)]),
         "host_devices": len(os.listdir("/sys/class/net")),
-        "ports": len(json.loads(t.hv("ports", "--json").stdout)),
-        "fdb": len(json.loads(t.hv("fdb", "--json").stdout)),
+        "ports": len(ports),
+        "fdb": len(fdb),
         "mdb": len(json.loads(t.hv("mdb", "--json").stdout).get("groups", [])),
         "conntrack": sum(p.get("connections", 0) for p in acl.get("ports", [])),
     }
@@ -169,7 +186,7 @@ def balanced(t):
     """Ports whose counters do not balance in the daemon running now."""
     off = []
     for p in json.loads(t.hv("ports", "--json").stdout):
-        kind = "uplinks" if p.get("type", "").startswith("uplink") else "ports"
+        kind = "uplinks" if is_uplink(p) else "ports"
         acc = t.stats(f"/{kind}/{p['name']}/accounting")
         if not (acc["ingress"]["balanced"] and acc["egress"]["balanced"]):
             off.append(p["name"])
@@ -357,6 +374,29 @@ class Libvirt:
         self.daemons.restart_libvirtd()
 
 
+def frr_restart(fabric):
+    """The hvnet host's zebra and bgpd killed; its daemon starts them
+    again, the sessions come back, and its VM and the Linux VTEP's reach
+    each other again."""
+    h, lin = fabric.hvnet[0], fabric.linux[0]
+    old = h.frr_pids()
+    for pid in old:
+        os.kill(pid, signal.SIGKILL)
+
+    def again():
+        try:
+            return set(h.frr_pids()).isdisjoint(old)
+        except (OSError, ValueError):
+            return False
+    if not hvlab.eventually(again, timeout=60, every=0.1):
+        raise RuntimeError("the switch's daemon did not start FRR again")
+    fabric.wait_established(timeout=120)
+    vm = h.topo.ns("ea")
+    if not hvlab.eventually(lambda: ef.sh(vm, f"ping -c 1 -W 1 {lin.vm_ip}", check=False).returncode == 0,
+                            timeout=120, every=0.2):
+        raise RuntimeError("the EVPN fabric's VMs do not reach each other after FRR came back")
+
+
 def team_view(t):
     return json.loads(t.hv("team", "--json").stdout)["teams"][0]
 
@@ -398,7 +438,7 @@ def wait_down(pid):
         raise RuntimeError("the daemon did not stop")
 
 
-def cycle(t, kind, n, failed, wire, binary, lv, t2):
+def cycle(t, kind, n, failed, wire, binary, lv, t2, fabric):
     """One lifecycle event of `kind` (the `n`th cycle); a daemon's queue
     failures added to `failed` before it is stopped."""
     if kind == "vm":
@@ -424,6 +464,8 @@ def cycle(t, kind, n, failed, wire, binary, lv, t2):
         pull_member(t, wire)
     elif kind == "libvirt":
         lv.life(t, t2)
+    elif kind == "frr":
+        frr_restart(fabric)
     elif kind == "libvirtd":
         lv.restart_libvirtd()
     elif kind in ("restart", "upgrade", "kill"):
@@ -447,6 +489,9 @@ def host_day(tmp, quick, reps, log):
            dict(name="moved", ipv4=f"{NET}.3/24", queues=1), dict(name="watch", queues=1),
            dict(name="side", ipv4=f"{SIDE}.1/24", queues=1)]
     with_libvirt = libvirt_host.available()
+    with_frr = not quick and ef.have_frr()
+    evpn_dir = Path(tmp) / "evpn"
+    evpn_dir.mkdir(exist_ok=True)
     kinds = every_cycle()
     counts = {k: 0 for k in KINDS}
     took = {k: [] for k in KINDS}
@@ -460,14 +505,18 @@ def host_day(tmp, quick, reps, log):
             hvlab.Topology(Path(tmp), vms, prefix="day", uplinks=[wire.uplink()],
                            libvirt={} if with_libvirt else None) as t, \
             (hvlab.Topology(Path(tmp), [], prefix="dayb", uplinks=[wire.second_uplink()],
-                            libvirt={"uri": lv.second.uri}) if lv else contextlib.nullcontext()) as t2:
+                            libvirt={"uri": lv.second.uri}) if lv else contextlib.nullcontext()) as t2, \
+            (ef.EvpnFabric(evpn_dir, [[dict(name="ea", ipv4=f"{ef.OVERLAY}.1/24")]])
+             if with_frr else contextlib.nullcontext()) as fabric:
+        if fabric:
+            fabric.wait_established(timeout=120)
         if lv:
             lv.wire_fdb = lambda mac: wire.ns.sh(f"bridge fdb show br br0 | grep -i {mac} || true").stdout.strip()
         if not hvlab.eventually(lambda: settled(t), timeout=30):
             raise RuntimeError(f"the uplink team never had both members up: {team_view(t)}")
         x = Transfers(t, data).__enter__()
         # The start: the transfers running (their addresses learned).
-        hvlab.eventually(lambda: footprint(t)["fdb"] >= 2 + len(vms), timeout=30)
+        hvlab.eventually(lambda: len(json.loads(t.hv("fdb", "--json").stdout)) >= 2 + len(vms), timeout=30)
         before = footprint(t)
         start = time.monotonic()
         early_rss, late_rss = None, None
@@ -482,7 +531,8 @@ def host_day(tmp, quick, reps, log):
         if lv and lv.daemons.ours:
             restarts.insert(0, (1 / 2, "libvirtd"))
         # The first guest at a third of a short day (--quick has one).
-        next_guest = min(LIBVIRT_EVERY / 2, secs / 3)
+        next_guest = min(RARE_EVERY / 2, secs / 3)
+        next_frr = RARE_EVERY
         try:
             while time.monotonic() - start < secs:
                 at = (time.monotonic() - start) / secs
@@ -492,11 +542,14 @@ def host_day(tmp, quick, reps, log):
                         late_rss = rss_kib(t)
                 elif lv and time.monotonic() - start >= next_guest:
                     kind = "libvirt"
-                    next_guest += LIBVIRT_EVERY
+                    next_guest += RARE_EVERY
+                elif fabric and time.monotonic() - start >= next_frr:
+                    kind = "frr"
+                    next_frr += RARE_EVERY
                 else:
                     kind = kinds[n % len(kinds)]
                 s = time.monotonic()
-                cycle(t, kind, n, failed, wire, binary, lv, t2)
+                cycle(t, kind, n, failed, wire, binary, lv, t2, fabric)
                 took[kind].append(time.monotonic() - s)
                 counts[kind] += 1
                 n += 1
@@ -510,7 +563,7 @@ def host_day(tmp, quick, reps, log):
                 if kind == "restart":
                     late_rss = rss_kib(t)
                 s = time.monotonic()
-                cycle(t, kind, n, failed, wire, binary, lv, t2)
+                cycle(t, kind, n, failed, wire, binary, lv, t2, fabric)
                 took[kind].append(time.monotonic() - s)
                 counts[kind] += 1
         finally:

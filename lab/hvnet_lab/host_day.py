@@ -218,12 +218,7 @@ class Wire:
         try:
             self.ns.sh(f"ip link add br0 type bridge && ip addr add {WIRE_HOST}/24 dev br0 && ip link set br0 up")
             for _ in range(2):
-                near, far = hvlab.unique("dwn"), hvlab.unique("dwf")
-                hvlab.run(["ip", "link", "add", near, "type", "veth", "peer", "name", far, "netns", self.ns.name])
-                self.members.append((near, far))
-                hvlab.run(["sysctl", "-qw", f"net.ipv6.conf.{near}.disable_ipv6=1"])
-                hvlab.run(["ip", "link", "set", near, "up"])
-                self.ns.sh(f"ip link set {far} master br0 && ip link set {far} up")
+                self.pair()
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -238,16 +233,21 @@ class Wire:
     def uplink(self):
         return dict(name="up0", devices=[n for n, _ in self.members[:2]], teaming="active-backup", queues=1)
 
-    def second_uplink(self):
-        """One more pair on the bridge, its near end a second switch's
-        uplink (the second host's, for migrations)."""
+    def pair(self):
+        """A veth pair, its far end on the bridge, its near end here and
+        up: the near end's name."""
         near, far = hvlab.unique("dwn"), hvlab.unique("dwf")
         hvlab.run(["ip", "link", "add", near, "type", "veth", "peer", "name", far, "netns", self.ns.name])
         self.members.append((near, far))
         hvlab.run(["sysctl", "-qw", f"net.ipv6.conf.{near}.disable_ipv6=1"])
         hvlab.run(["ip", "link", "set", near, "up"])
         self.ns.sh(f"ip link set {far} master br0 && ip link set {far} up")
-        return dict(name="up0", device=near, queues=1)
+        return near
+
+    def second_uplink(self):
+        """One more pair on the bridge, its near end a second switch's
+        uplink (the second host's, for migrations)."""
+        return dict(name="up0", device=self.pair(), queues=1)
 
     def far(self, near):
         return next(f for n, f in self.members if n == near)

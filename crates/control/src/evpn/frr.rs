@@ -318,7 +318,7 @@ impl FrrKeeper {
     }
 
     /// FRR started again if it is not running (at most every
-    /// [`RESTART_RETRY`] while starting it fails); true if it was.
+    /// 30 s while starting it fails); true if it was.
     pub fn look(&mut self, now: Instant) -> bool {
         if now < self.next_try || self.run.running() {
             return false;

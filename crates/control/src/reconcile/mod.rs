@@ -1,8 +1,8 @@
 //! A running switch changed without a restart, as `ovs-vsctl` changes
-//! Open vSwitch's: VMs added and removed (`hvnet vm add|del`, [`vms`]),
-//! a port's settings set (`hvnet port P set`, [`port_set`]), and the
-//! topology file applied again (`hvnet up FILE`, [`apply`]): its VMs and
-//! uplinks ([`uplinks`]) added and removed, its settings and policy
+//! Open vSwitch's: VMs added and removed (`hvnet vm add|del`, `vms`),
+//! a port's settings set (`hvnet port P set`, `port_set`), and the
+//! topology file applied again (`hvnet up FILE`, `apply`): its VMs and
+//! uplinks (`uplinks`) added and removed, its settings and policy
 //! changed. Each change is written to the topology's state, so that a
 //! restarted daemon re-attaches to what runs and `hvnet down` removes it.
 

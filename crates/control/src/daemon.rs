@@ -623,13 +623,7 @@ pub fn daemon(
     let mut watch = Watch::new(&sw);
     // FRR, where the topology has `[frr]`, started again if it goes (not
     // once privileges are dropped: nobody cannot start it).
-    let mut frr_keeper = topo.frr.clone().filter(|_| !drop_privileges).map(|f| {
-        crate::evpn::FrrKeeper::new(
-            &topo.name,
-            f,
-            topo.tenants.iter().find(|t| t.l3.is_some()).cloned(),
-        )
-    });
+    let mut frr_keeper = crate::evpn::FrrKeeper::of(&topo).filter(|_| !drop_privileges);
     let mut turn = 0u32;
     while !sw.stopping() {
         if term.load(Ordering::Acquire) {

@@ -6,7 +6,7 @@
 //! down`. A host that runs FRR already needs none of this: its own FRR
 //! picks up the shadow devices (see `docs/guide/evpn.md`).
 
-use crate::topology::Frr;
+use crate::topology::{Frr, Topology};
 use hvnet_datapath::route::Tenant;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -291,7 +291,7 @@ impl FrrRun {
 /// How long after a failed start FRR is tried again.
 const RESTART_RETRY: Duration = Duration::from_secs(30);
 
-/// The FRR a switch's daemon started, kept running while the daemon
+/// The FRR a switch's daemon starts, and keeps running while the daemon
 /// runs, as FRR's own watchfrr keeps its daemons: a zebra or bgpd that
 /// is gone (crashed, killed, stopped by hand) is started again with the
 /// topology's configuration. BGP then comes back with its sessions, and
@@ -306,15 +306,22 @@ pub struct FrrKeeper {
 }
 
 impl FrrKeeper {
-    /// The keeper of the FRR `hvnet up` starts for topology `hostname`.
-    pub fn new(hostname: &str, frr: Frr, routed: Option<Tenant>) -> FrrKeeper {
-        FrrKeeper {
-            run: FrrRun::of(hostname),
-            frr,
-            hostname: hostname.into(),
-            routed,
+    /// The FRR `hvnet up` starts for `topo` (its `[frr]`, its routed
+    /// tenant's L3 VNI), if it has one.
+    pub fn of(topo: &Topology) -> Option<FrrKeeper> {
+        Some(FrrKeeper {
+            run: FrrRun::of(&topo.name),
+            frr: topo.frr.clone()?,
+            hostname: topo.name.clone(),
+            routed: topo.tenants.iter().find(|t| t.l3.is_some()).cloned(),
             next_try: Instant::now(),
-        }
+        })
+    }
+
+    /// Starts it (see [`FrrRun::start`]; one that runs already is kept).
+    pub fn start(&self) -> Result<(), FrrError> {
+        self.run
+            .start(&self.frr, &self.hostname, self.routed.as_ref())
     }
 
     /// FRR started again if it is not running (at most every
@@ -324,10 +331,7 @@ impl FrrKeeper {
             return false;
         }
         tracing::warn!(pathspace = %self.run.pathspace, "FRR's zebra or bgpd is gone: starting FRR again");
-        match self
-            .run
-            .start(&self.frr, &self.hostname, self.routed.as_ref())
-        {
+        match self.start() {
             Ok(()) => true,
             Err(e) => {
                 tracing::error!(

@@ -91,14 +91,9 @@ pub fn start(
         segs.syncs.push((u.name.clone(), tx));
         threads.push(t);
     }
-    if let Some(frr) = &topo.frr {
+    if let Some(frr) = FrrKeeper::of(topo) {
         // (error.rs imports nothing of evpn: FRR's error becomes words here.)
-        FrrRun::of(&topo.name)
-            .start(
-                frr,
-                &topo.name,
-                topo.tenants.iter().find(|t| t.l3.is_some()),
-            )
+        frr.start()
             .map_err(|e| DaemonError::Other(crate::error::chain(&e)))?;
     }
     Ok((threads, segs))

@@ -194,10 +194,7 @@ impl Rxq {
         let end = self.st.read_batch(&self.cx, &mut self.burst);
         // Read after the frames: a frame sent to a port added just before
         // it was sent is switched with a table that has the port.
-        let gen = self.cx.sw.settings_gen.load(Ordering::Acquire);
-        if gen != self.st.gen {
-            self.reread(gen);
-        }
+        self.read_table();
         self.st.switch_batch(&self.cx, &mut self.burst, end)
     }
 

@@ -53,6 +53,7 @@ transfer's digest; every port's counters balanced (frames in = forwarded
 + named drops) in the daemon that runs at the end."""
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -252,6 +253,10 @@ class Wire:
     def far(self, near):
         return next(f for n, f in self.members if n == near)
 
+    def fdb(self, mac):
+        """The bridge's entries for `mac` (what a failure says)."""
+        return self.ns.sh(f"bridge fdb show br br0 | grep -i {mac} || true").stdout.strip()
+
 
 class Libvirt:
     """libvirt's daemons (started here where none runs, and stopped), a
@@ -295,7 +300,7 @@ class Libvirt:
                 shutil.rmtree(self.dir, ignore_errors=True)
         return False
 
-    def life(self, t, t2):
+    def life(self, t, t2, wire):
         """A guest started on a port the switch makes for it, pinging
         keep-b; a NIC hot-plugged and pinging `side` through it, then
         unplugged; the guest migrated live to the second host (switch
@@ -356,7 +361,7 @@ class Libvirt:
                         for sw in (t, t2)}
                 raise RuntimeError(f"keep-b does not reach libvirt's guest {name} on the second host; the "
                                    f"switches' FDB entries for it: {seen}; the wire's bridge's: "
-                                   f"{self.wire_fdb(mac)}; its ports there: {ports(t2)}")
+                                   f"{wire.fdb(mac)}; its ports there: {ports(t2)}")
         finally:
             self.second.virsh("destroy", name, check=False)
             libvirt_host.virsh("destroy", name, check=False)
@@ -367,11 +372,6 @@ class Libvirt:
             # migrated domain's XML has no `<target dev>`.
             if not hvlab.eventually(lambda: not ports(sw) & {"lg-eth0", "lg-1", "lg"}, timeout=60, every=0.2):
                 raise RuntimeError(f"libvirt's guest's port stayed on {sw.name} after it was destroyed")
-
-    wire_fdb = None  # set by host_day: the wire's bridge's entries for a MAC
-
-    def restart_libvirtd(self):
-        self.daemons.restart_libvirtd()
 
 
 def frr_restart(fabric):
@@ -438,9 +438,30 @@ def wait_down(pid):
         raise RuntimeError("the daemon did not stop")
 
 
-def cycle(t, kind, n, failed, wire, binary, lv, t2, fabric):
+@dataclasses.dataclass
+class Day:
+    """What the day's events act on: the switch `t`, the wire behind its
+    team, the binary it runs, libvirt and the second switch (or None),
+    the EVPN fabric (or None); and the queue failures counted so far."""
+
+    t: hvlab.Topology
+    wire: Wire
+    binary: Path
+    lv: object
+    t2: object
+    fabric: object
+    failed: dict = dataclasses.field(default_factory=dict)
+
+    def count_failures(self):
+        """The running daemon's queue failures added to the day's."""
+        for p, f in queue_failures(self.t).items():
+            self.failed[p] = self.failed.get(p, 0) + f
+
+
+def cycle(day, kind, n):
     """One lifecycle event of `kind` (the `n`th cycle); a daemon's queue
-    failures added to `failed` before it is stopped."""
+    failures counted before it is stopped."""
+    t = day.t
     if kind == "vm":
         ip = f"{NET}.{100 + n % 100}"
         t.hv("vm", "add", f"x{n}", f"ipv4={ip}/24", "queues=1")
@@ -461,16 +482,16 @@ def cycle(t, kind, n, failed, wire, binary, lv, t2, fabric):
         t.hv("capture", "keep-a", "-c", "20", "-w", f"/tmp/{t.name}-day.pcapng")
         Path(f"/tmp/{t.name}-day.pcapng").unlink(missing_ok=True)
     elif kind == "team":
-        pull_member(t, wire)
+        pull_member(t, day.wire)
     elif kind == "libvirt":
-        lv.life(t, t2)
+        day.lv.life(t, day.t2, day.wire)
     elif kind == "frr":
-        frr_restart(fabric)
+        frr_restart(day.fabric)
     elif kind == "libvirtd":
-        lv.restart_libvirtd()
+        day.lv.daemons.restart_libvirtd()
     elif kind in ("restart", "upgrade", "kill"):
-        for p, f in queue_failures(t).items():
-            failed[p] = failed.get(p, 0) + f
+        day.count_failures()
+        binary = day.binary
         if kind == "upgrade":
             install_over(binary, os.environ.get("HVNET_LAB_NEXT_BIN") or hvlab.hvnet_bin())
         pid = daemon_pid(t)
@@ -510,19 +531,27 @@ def host_day(tmp, quick, reps, log):
              if with_frr else contextlib.nullcontext()) as fabric:
         if fabric:
             fabric.wait_established(timeout=120)
-        if lv:
-            lv.wire_fdb = lambda mac: wire.ns.sh(f"bridge fdb show br br0 | grep -i {mac} || true").stdout.strip()
         if not hvlab.eventually(lambda: settled(t), timeout=30):
             raise RuntimeError(f"the uplink team never had both members up: {team_view(t)}")
         x = Transfers(t, data).__enter__()
         # The start: the transfers running (their addresses learned).
         hvlab.eventually(lambda: len(json.loads(t.hv("fdb", "--json").stdout)) >= 2 + len(vms), timeout=30)
         before = footprint(t)
+        day = Day(t, wire, binary, lv, t2, fabric)
         start = time.monotonic()
         early_rss, late_rss = None, None
         rss = []  # (minutes, KiB) of the first daemon, every half minute
-        failed = {}
         n = 0
+
+        def run(kind):
+            nonlocal late_rss
+            if kind == "restart":
+                late_rss = rss_kib(t)  # the first daemon's, just before its stop
+            s = time.monotonic()
+            cycle(day, kind, n)
+            took[kind].append(time.monotonic() - s)
+            counts[kind] += 1
+
         # The switch is stopped at two thirds of the day, upgraded at three
         # quarters and killed at five sixths; the first daemon's memory is
         # read at a sixth of the day and just before its stop (10 and 40
@@ -538,8 +567,6 @@ def host_day(tmp, quick, reps, log):
                 at = (time.monotonic() - start) / secs
                 if restarts and at >= restarts[0][0]:
                     kind = restarts.pop(0)[1]
-                    if kind == "restart":
-                        late_rss = rss_kib(t)
                 elif lv and time.monotonic() - start >= next_guest:
                     kind = "libvirt"
                     next_guest += RARE_EVERY
@@ -548,10 +575,7 @@ def host_day(tmp, quick, reps, log):
                     next_frr += RARE_EVERY
                 else:
                     kind = kinds[n % len(kinds)]
-                s = time.monotonic()
-                cycle(t, kind, n, failed, wire, binary, lv, t2, fabric)
-                took[kind].append(time.monotonic() - s)
-                counts[kind] += 1
+                run(kind)
                 n += 1
                 if early_rss is None and at >= 1 / 6:
                     early_rss = rss_kib(t)
@@ -560,12 +584,7 @@ def host_day(tmp, quick, reps, log):
             # A day whose last cycle ran past its end (a guest's life is
             # long in a short day) still has its restarts.
             for _, kind in restarts:
-                if kind == "restart":
-                    late_rss = rss_kib(t)
-                s = time.monotonic()
-                cycle(t, kind, n, failed, wire, binary, lv, t2, fabric)
-                took[kind].append(time.monotonic() - s)
-                counts[kind] += 1
+                run(kind)
         finally:
             # The last transfer finishes: nothing is in flight when the
             # ports' counters are read.
@@ -574,8 +593,8 @@ def host_day(tmp, quick, reps, log):
         after = footprint(t)
         end_rss = rss_kib(t)
         off = balanced(t)
-        for p, f in queue_failures(t).items():
-            failed[p] = failed.get(p, 0) + f
+        day.count_failures()
+    failed = day.failed
     left = {k: after[k] - before[k] for k in before}
     hours = secs / 3600
     per_hour = {k: round(v / hours) for k, v in counts.items()}

@@ -266,7 +266,18 @@ class OvsDaemons:
         self.vsctl("--no-wait", "init")
         if config:
             self.vsctl("--no-wait", "set", "Open_vSwitch", ".", *config)
+        self.start_vswitchd(vswitchd)
+
+    def start_vswitchd(self, vswitchd="ovs-vswitchd"):
+        """ovs-vswitchd on the database (again, after it exited: its
+        bridges and ports are kept there)."""
+        d = self.dir
         self.run(vswitchd, self.db, f"--pidfile={d}/vswitchd.pid", "--detach", f"--log-file={d}/vswitchd.log")
+
+    def vswitchd_ctl(self):
+        """ovs-vswitchd's control socket, for `ovs-appctl -t` (named after
+        its binary: ovs-vswitchd-dpdk.PID.ctl for the DPDK build)."""
+        return next(self.dir.glob(f"ovs-vswitchd*.{self.pid('vswitchd')}.ctl"))
 
     def pid(self, daemon):
         """The PID of `daemon` ("vswitchd" or "ovsdb")."""

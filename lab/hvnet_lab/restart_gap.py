@@ -81,8 +81,6 @@ def ovs_switch(tmp, sock):
         # Open vSwitch's userspace datapath completes no checksum.
         c.sh(f"ip addr add {PEER}/24 dev eth0 && ethtool -K eth0 tx off >/dev/null && ip link set eth0 up")
         ovs = OvsDaemons(sw.name)
-        vswitchd = [OVS_DPDK, ovs.db, f"--pidfile={ovs.dir}/vswitchd.pid", "--detach",
-                    f"--log-file={ovs.dir}/vswitchd.log"]
         try:
             ovs.start(config=["other_config:dpdk-init=true", "other_config:pmd-cpu-mask=0x1",
                               "other_config:dpdk-socket-mem=1024", "other_config:dpdk-socket-limit=1024",
@@ -96,11 +94,10 @@ def ovs_switch(tmp, sock):
 
             def restart():
                 pid = ovs.pid("vswitchd")
-                ctl = next(ovs.dir.glob(f"ovs-vswitchd*.{pid}.ctl"))
-                ovs.run("ovs-appctl", "-t", str(ctl), "exit")
+                ovs.run("ovs-appctl", "-t", str(ovs.vswitchd_ctl()), "exit")
                 if not hvlab.eventually(lambda: not running(pid), timeout=60, every=0.01):
                     raise RuntimeError("ovs-vswitchd did not stop")
-                ovs.run(*vswitchd)
+                ovs.start_vswitchd(OVS_DPDK)
 
             yield ["ip", "netns", "exec", c.name], restart
         finally:

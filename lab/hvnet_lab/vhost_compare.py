@@ -198,8 +198,7 @@ def run_ovs(huge, size, seconds, mhz, layout="split"):
             ovs.vsctl("add-port", br, vm, "--", "set", "interface", vm, "type=dpdkvhostuserclient",
                       f"options:vhost-server-path={socks[vm]}")
         pid = ovs.pid("vswitchd")
-        # Named after the binary: ovs-vswitchd-dpdk.PID.ctl.
-        ctl = next(ovs.dir.glob(f"ovs-vswitchd*.{pid}.ctl"))
+        ctl = ovs.vswitchd_ctl()
         appctl = lambda *a: ovs.run("ovs-appctl", "-t", str(ctl), *a).stdout  # noqa: E731
         vq = ",packed_vq=1" if layout == "packed" else ""
         b = Pmd("b", huge, f"net_virtio_user0,path={socks['b']},server=1,mac={MAC_B},queue_size=1024{vq}", "rxonly")

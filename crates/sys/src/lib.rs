@@ -243,6 +243,24 @@ impl FrameQueue {
     }
 }
 
+/// Asks the CPU to start bringing the cache line at `p` into its caches
+/// (`PREFETCHT0`), as DPDK's `rte_prefetch0`: a guest's buffer its front
+/// end just wrote on another core is then on its way while the frames
+/// before it are worked. No effect on what any thread sees; a no-op on
+/// other architectures.
+#[inline(always)]
+pub fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint; it reads nothing into the program,
+    // never faults (an address outside the mappings is ignored), and SSE,
+    // which it needs, is part of every x86_64 CPU.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// Sets or clears O_NONBLOCK on an fd.
 pub fn set_nonblocking(fd: RawFd, on: bool) -> io::Result<()> {
     // SAFETY: F_GETFL takes no argument and only reads the fd's flags.

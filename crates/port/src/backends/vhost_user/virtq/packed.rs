@@ -250,6 +250,28 @@ impl Ring for PackedRing {
         Ok(Some(head))
     }
 
+    /// Reads the descriptor that many slots on (a chain of one each, as
+    /// small frames are) and, if it is available, asks for its buffer's
+    /// line; read without ordering, as a hint (the chain is read again,
+    /// in order, when it is taken).
+    fn prefetch(&self, view: &GuestView<'_>, ahead: u16) {
+        let Some(slot) = self.next_avail.checked_add(ahead) else {
+            return;
+        };
+        let (slot, wrap) = if slot < self.size {
+            (slot, self.avail_wrap)
+        } else if slot - self.size < self.size {
+            (slot - self.size, !self.avail_wrap)
+        } else {
+            return;
+        };
+        if let Ok((addr, len, _, flags)) = read_raw(view, self.desc_at(slot)) {
+            if is_available(flags, wrap) && flags & F_INDIRECT == 0 {
+                view.prefetch(addr, len as usize);
+            }
+        }
+    }
+
     fn descs<'a>(
         &'a self,
         _view: &'a GuestView<'_>,

@@ -62,6 +62,20 @@ impl SplitRing {
         Ok(head)
     }
 
+    /// The head of the chain `ahead` places after the next one, if it is
+    /// known available, without taking it.
+    fn peek_head(&self, view: &GuestView<'_>, ahead: u16) -> Option<u16> {
+        if ahead >= self.known {
+            return None;
+        }
+        let slot = self.next_avail.wrapping_add(ahead) % self.size;
+        let head = u16::from_le(
+            view.read_obj::<u16>(self.avail + 4 + 2 * u64::from(slot))
+                .ok()?,
+        );
+        (head < self.size).then_some(head)
+    }
+
     /// The descriptors of the chain at `head`, checked as they are read.
     fn chain<'v, 'm>(&self, view: &'v GuestView<'m>, head: u16) -> Chain<'v, 'm> {
         Chain {
@@ -135,6 +149,17 @@ impl Ring for SplitRing {
         let head = self.take_head(view)?;
         self.known -= 1;
         Ok(Some(head))
+    }
+
+    /// Reads the head from the available ring and its descriptor (both
+    /// on lines the burst reads anyway), then asks for the buffer's.
+    fn prefetch(&self, view: &GuestView<'_>, ahead: u16) {
+        let Some(head) = self.peek_head(view, ahead) else {
+            return;
+        };
+        if let Ok((addr, len, _, _)) = read_raw(view, self.desc + DESC_SIZE * u64::from(head)) {
+            view.prefetch(addr, len as usize);
+        }
     }
 
     fn descs<'a>(

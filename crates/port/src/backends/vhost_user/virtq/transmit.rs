@@ -19,6 +19,11 @@ use virtio_queue::Queue;
 /// header and the virtio-net header (the large buffer class).
 const MAX_TX_CHAIN: usize = SizeClass::Large.storage();
 
+/// How many chains ahead of the one being copied the read asks for the
+/// buffer ([`Ring::prefetch`]): the front end wrote it on another core, and
+/// its line takes longer to arrive than a frame takes to work.
+const PREFETCH_AHEAD: u16 = 2;
+
 /// What a burst of reads did.
 #[derive(Debug)]
 pub struct ReadBurst {
@@ -134,6 +139,12 @@ fn read_on<R: Ring>(
                 break;
             }
         };
+        if burst.taken == 0 {
+            for k in 0..PREFETCH_AHEAD {
+                ring.prefetch(&view, k);
+            }
+        }
+        ring.prefetch(&view, PREFETCH_AHEAD);
         let copied = copy_chain(&ring, &view, &head, pool, tails);
         if let Err(RecvError::NoBuffer) = copied {
             ring.rewind(mark);

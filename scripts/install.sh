@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs hvnet for use outside the repository: the binary (cargo install),
+# Installs hvnet for use outside the repository: the binary (a release build),
 # its manual pages and bash completion, the systemd unit template, and the
 # CNI plugin hvnet-cni, also where container runtimes look for plugins
 # ($CNI_BIN_DIRS, default /opt/cni/bin and /usr/lib/cni, Debian's podman's).
@@ -19,9 +19,13 @@ if [ "$(id -u)" != 0 ] && [ ! -w "$prefix" ]; then
     echo "install.sh: $prefix is not writable; run as root (or with sudo)" >&2
     exit 1
 fi
-# The repository's build directory, so that a built tree installs at once.
-CARGO_TARGET_DIR="$PWD/target" cargo install --quiet --locked --force --path crates/cli --root "$prefix"
-CARGO_TARGET_DIR="$PWD/target" cargo install --quiet --locked --force --path crates/cni --root "$prefix"
+# Both binaries in one release build in the repository's build directory,
+# as scripts/test.sh builds them, so that a built tree installs at once
+# (`cargo install` of each package alone resolves the shared crates'
+# features apart and built them all again).
+CARGO_TARGET_DIR="$PWD/target" cargo build --quiet --release --locked -p hvnet -p hvnet-cni
+install -D -m 0755 target/release/hvnet "$prefix/bin/hvnet"
+install -D -m 0755 target/release/hvnet-cni "$prefix/bin/hvnet-cni"
 for d in ${CNI_BIN_DIRS:-/opt/cni/bin /usr/lib/cni}; do
     mkdir -p "$d"
     install -m 0755 "$prefix/bin/hvnet-cni" "$d/hvnet-cni"

@@ -22,8 +22,8 @@ step "lints"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 
 step "rust tests (unit, property, doc)"
-# The binary as `cargo install` builds it (the packaging test's install
-# then reuses it), then the tests with the dev-dependencies' features.
+# The binaries as scripts/install.sh builds them (the packaging test's install
+# then reuses them), then the tests with the dev-dependencies' features.
 cargo build --release -p hvnet -p hvnet-cni
 cargo test --workspace --profile citest --all-features
 

@@ -151,9 +151,10 @@ pub trait Ring: Sized {
     /// is none. An error is about the ring, not one chain.
     fn take(&mut self, view: &GuestView<'_>) -> Result<Option<Self::Head>, DescriptorFault>;
 
-    /// Starts fetching the first buffer of the chain `ahead` places after
-    /// the next one, if the guest made it available already (a hint: what
-    /// is wrong with it is found when it is taken).
+    /// Starts fetching the first buffer of the chain `ahead` places on
+    /// from the next one to be taken (0: that one), if the guest made it
+    /// available already (a hint: what is wrong with it is found when it
+    /// is taken).
     fn prefetch(&self, _view: &GuestView<'_>, _ahead: u16) {}
 
     /// The chain's descriptors, checked as they are read.

@@ -62,8 +62,8 @@ impl SplitRing {
         Ok(head)
     }
 
-    /// The head of the chain `ahead` places after the next one, if it is
-    /// known available, without taking it.
+    /// The head of the chain `ahead` places on from the next one to be
+    /// taken, if it is known available, without taking it.
     fn peek_head(&self, view: &GuestView<'_>, ahead: u16) -> Option<u16> {
         if ahead >= self.known {
             return None;

@@ -19,10 +19,10 @@ use virtio_queue::Queue;
 /// header and the virtio-net header (the large buffer class).
 const MAX_TX_CHAIN: usize = SizeClass::Large.storage();
 
-/// How many chains ahead of the one being copied the read asks for the
-/// buffer ([`Ring::prefetch`]): the front end wrote it on another core, and
-/// its line takes longer to arrive than a frame takes to work.
-const PREFETCH_AHEAD: u16 = 2;
+/// How many chains after the one it copies the read asks for the buffer
+/// of ([`Ring::prefetch`]): the front end wrote it on another core, and its
+/// line takes longer to arrive than a frame takes to work.
+const PREFETCH_DISTANCE: u16 = 3;
 
 /// What a burst of reads did.
 #[derive(Debug)]
@@ -139,12 +139,14 @@ fn read_on<R: Ring>(
                 break;
             }
         };
+        // The chain `PREFETCH_DISTANCE` on; at a burst's start, the ones
+        // before it too. (`ahead` counts from the next chain to be taken.)
         if burst.taken == 0 {
-            for k in 0..PREFETCH_AHEAD {
+            for k in 0..PREFETCH_DISTANCE - 1 {
                 ring.prefetch(&view, k);
             }
         }
-        ring.prefetch(&view, PREFETCH_AHEAD);
+        ring.prefetch(&view, PREFETCH_DISTANCE - 1);
         let copied = copy_chain(&ring, &view, &head, pool, tails);
         if let Err(RecvError::NoBuffer) = copied {
             ring.rewind(mark);

@@ -245,9 +245,7 @@ class Lab:
         return len(ok) == 2 and (team != HV_AB or self.team(team)["active"] == self.members[team][0][0])
 
     def bond_show(self):
-        pid = self.ovs.pid("vswitchd")
-        return self.ovs.run("ovs-appctl", "-t", f"{self.ovs.dir}/ovs-vswitchd.{pid}.ctl", "bond/show",
-                            "bond1").stdout
+        return self.ovs.run("ovs-appctl", "-t", str(self.ovs.vswitchd_ctl()), "bond/show", "bond1").stdout
 
 
 # (team, what is drawn): (VMs, streams each)

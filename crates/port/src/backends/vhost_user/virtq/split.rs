@@ -54,10 +54,16 @@ impl SplitRing {
         Ok(n)
     }
 
+    /// Where entry `i` of the available ring is (`i` = the ring's size:
+    /// the driver's `used_event`, just after the entries).
+    fn avail_entry(&self, i: u16) -> u64 {
+        self.avail + 4 + 2 * u64::from(i)
+    }
+
     /// The next head, taken.
     fn take_head(&mut self, view: &GuestView<'_>) -> Result<u16, DescriptorFault> {
         let slot = self.next_avail % self.size;
-        let head = u16::from_le(view.read_obj::<u16>(self.avail + 4 + 2 * u64::from(slot))?);
+        let head = u16::from_le(view.read_obj::<u16>(self.avail_entry(slot))?);
         self.next_avail = self.next_avail.wrapping_add(1);
         Ok(head)
     }
@@ -69,10 +75,7 @@ impl SplitRing {
             return None;
         }
         let slot = self.next_avail.wrapping_add(ahead) % self.size;
-        let head = u16::from_le(
-            view.read_obj::<u16>(self.avail + 4 + 2 * u64::from(slot))
-                .ok()?,
-        );
+        let head = u16::from_le(view.read_obj::<u16>(self.avail_entry(slot)).ok()?);
         (head < self.size).then_some(head)
     }
 
@@ -256,7 +259,7 @@ impl Ring for SplitRing {
         // The used index stored before the guest's field is read.
         fence(Ordering::SeqCst);
         if self.event_idx {
-            let at = self.avail + 4 + 2 * u64::from(self.size);
+            let at = self.avail_entry(self.size);
             let Ok(event) = view.load::<u16>(at, Ordering::Relaxed) else {
                 return true;
             };

@@ -499,3 +499,58 @@ fn a_destination_learned_on_a_port_newer_than_the_workers_table_is_flooded() {
     );
     h.check_accounting().unwrap();
 }
+
+/// Broadcasts (ICMP, no table would hold them) between the segments of a
+/// flow, to receivers with LRO on: each copy arrives unchanged, once at
+/// every other port, and the flow's bytes arrive whole and in order.
+#[test]
+fn broadcasts_pass_lro_receivers_unchanged_beside_a_coalesced_flow() {
+    let s = PortSettings::default();
+    assert!(s.lro);
+    let mut h = Harness::new(
+        &[
+            (mac(1), 1, s.clone()),
+            (mac(2), 1, s.clone()),
+            (mac(3), 1, s),
+        ],
+        SwitchConfig::default(),
+    );
+    let mut broadcast = TcpSpec {
+        src_mac: mac(1).0,
+        dst_mac: [0xff; 6],
+        payload: vec![0x5a; 56],
+        ..TcpSpec::default()
+    }
+    .build();
+    // IP protocol ICMP, header checksum made again.
+    broadcast[23] = 1;
+    broadcast[24..26].fill(0);
+    let c = hvnet_wire::checksum::checksum(&broadcast[14..34]);
+    broadcast[24..26].copy_from_slice(&c.to_be_bytes());
+    let mut out = Vec::new();
+    for seq in 0..30u32 {
+        assert!(h.send(0, 0, &tcp(1, 2, seq)));
+        if seq % 3 == 0 {
+            assert!(h.send(0, 0, &with_hdr(&broadcast)));
+        }
+        if seq % 7 == 0 {
+            h.settle(5, &mut out);
+        }
+    }
+    h.settle(100, &mut out);
+    h.check_accounting().unwrap();
+    for p in [1, 2] {
+        let copies = out
+            .iter()
+            .filter(|(q, f)| *q == p && f[12..] == broadcast[..])
+            .count();
+        assert_eq!(copies, 10, "port {p}'s copies of the broadcast");
+    }
+    let payload: Vec<u8> = out
+        .iter()
+        .filter(|(q, f)| *q == 1 && f[12..] != broadcast[..])
+        .flat_map(|(_, f)| f[12 + 54..].to_vec())
+        .collect();
+    let want: Vec<u8> = (0..30u32).flat_map(|s| vec![s as u8; 100]).collect();
+    assert_eq!(payload, want, "the flow's bytes, whole and in order");
+}

@@ -26,7 +26,7 @@ mod table;
 
 pub use flow::Segment;
 pub use output::{Coalesced, GroOutput};
-pub use parse::MAX_ENCAP_DEPTH;
+pub use parse::{may_coalesce, MAX_ENCAP_DEPTH};
 pub use table::GroTable;
 
 /// Longest header (all layers, VXLAN included) a coalesced frame may have.

@@ -18,6 +18,21 @@ use hvnet_wire::{ipv4, ipv6, tcp, udp, vxlan};
 /// we follow one VXLAN level, which is all the switch produces).
 pub const MAX_ENCAP_DEPTH: usize = 1;
 
+/// False for a frame no table ever holds: not IP, or IP carrying neither
+/// TCP nor UDP (which may hold a tunnel's TCP). [`GroTable::receive`]
+/// passes such a frame on at once, its bytes and place unchanged and held
+/// flows untouched, so a caller may pass it on itself, and keep no table
+/// for a receiver that gets only such frames (a broadcast's copies).
+/// (The table would mark a bad IPv4 header checksum `Bad` rather than
+/// `Unknown`: the same, all-zero, virtio-net header on the way out.)
+///
+/// [`GroTable::receive`]: super::GroTable::receive
+pub fn may_coalesce(layers: &Layers) -> bool {
+    layers
+        .net()
+        .is_some_and(|n| matches!(n.protocol, ip_protocol::TCP | ip_protocol::UDP))
+}
+
 /// Runs the receive callbacks from the network layer down to TCP. `Err`
 /// means the packet is passed up unchanged and held flows are not touched
 /// (Linux's `goto out` paths with no `pp`).

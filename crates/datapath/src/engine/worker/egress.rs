@@ -12,7 +12,7 @@ use crate::engine::worker::{Ctx, State};
 use crate::engine::worker::{Out, OutRun};
 use crate::item::RingItem;
 use crate::stages::lro::GRO_MAX_SEGMENTS;
-use hvnet_offload::gro::{GroConfig, GroOutput, GroTable};
+use hvnet_offload::gro::{may_coalesce, GroConfig, GroOutput, GroTable};
 use hvnet_port::Packet;
 
 pub(crate) const QUEUE: Decl<OutRun> = Decl {
@@ -175,6 +175,10 @@ impl State {
                 format!("to {}: {what} over the MTU", port.name)
             });
         };
+        // What no LRO table would hold goes by as a table would pass it
+        // (at once, held runs untouched): a receiver that gets only such
+        // frames (a broadcast's copies) keeps no table.
+        let offered = lro && may_coalesce(&pkt.meta.layers);
         match pkt.meta.offload.gso {
             Some(g) => {
                 // Segments that would not fit the receiver's MTU (or the
@@ -208,9 +212,9 @@ impl State {
                 cx,
                 dst,
                 q,
-                if lro { "offered to LRO" } else { "written" },
+                if offered { "offered to LRO" } else { "written" },
             ) => {}
-            None if lro => {
+            None if offered => {
                 self.trace_out(cx, "write", || {
                     format!("to {} queue {q}: offered to LRO", port.name)
                 });

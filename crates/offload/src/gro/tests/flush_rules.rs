@@ -359,4 +359,46 @@ proptest::proptest! {
         proptest::prop_assert_eq!(t.stats().frames_out, n);
         proptest::prop_assert_eq!(t.stats().frames_in, n + t.stats().merged);
     }
+
+    /// A frame `may_coalesce` turns away (a TCP segment's IP protocol or
+    /// EtherType rewritten at random) is what the table passes on at
+    /// once: one output, the same bytes, the run it holds untouched — so
+    /// the switch may pass it on without a table.
+    #[test]
+    fn prop_frames_turned_away_pass_the_table_unchanged(
+        proto in proptest::num::u8::ANY,
+        ethertype in proptest::option::of(proptest::num::u16::ANY),
+        good in proptest::bool::ANY,
+    ) {
+        let mut f = TcpSpec { payload: vec![7; 40], ..TcpSpec::default() }.build();
+        f[23] = proto;
+        if let Some(e) = ethertype {
+            f[12..14].copy_from_slice(&e.to_be_bytes());
+        }
+        let Ok(l) = hvnet_wire::Layers::parse(&f) else { return Ok(()) };
+        let away = !may_coalesce(&l);
+        let is_ip = l.net().is_some();
+        proptest::prop_assert_eq!(away, !is_ip || !matches!(proto, 6 | 17));
+        if !away {
+            return Ok(());
+        }
+        let mut t = GroTable::new(GroConfig::default());
+        let held = seg(0, P).build();
+        let hl = hvnet_wire::Layers::parse(&held).unwrap();
+        t.receive(held, OffloadInfo::NONE, &hl, 0, &mut |_| {});
+        proptest::prop_assert_eq!(t.held(), 1);
+        let csum = if good { CsumState::Good } else { CsumState::Unknown };
+        let mut outs = Vec::new();
+        t.receive(f.clone(), OffloadInfo { gso: None, csum }, &l, 0, &mut |o| outs.push(o));
+        proptest::prop_assert_eq!(t.held(), 1);
+        proptest::prop_assert_eq!(outs.len(), 1);
+        match &outs[0] {
+            GroOutput::Single { frame, info } => {
+                proptest::prop_assert_eq!(frame, &f);
+                let same = info.csum == csum || (csum == CsumState::Unknown && info.csum == CsumState::Bad);
+                proptest::prop_assert!(same, "checksum state {:?} from {:?}", info.csum, csum);
+            }
+            GroOutput::Coalesced(_) => proptest::prop_assert!(false, "coalesced"),
+        }
+    }
 }

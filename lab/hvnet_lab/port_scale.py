@@ -148,6 +148,67 @@ def one_bridge(n, settle):
                 hvlab.run(["ip", "netns", "del", ns], check=False)
 
 
+TUNSETIFF = 0x400454CA
+IFF_TAP, IFF_NO_PI = 0x0002, 0x1000
+
+
+def broadcast_frame():
+    """The broadcast hvnet's v0 sends: an ICMP echo (56 bytes of data)
+    from 198.18.0.1 to 198.18.255.255, Ethernet to ff:ff:ff:ff:ff:ff."""
+    def csum(b):
+        s = sum(int.from_bytes(b[i:i + 2], "big") for i in range(0, len(b), 2))
+        while s > 0xffff:
+            s = (s & 0xffff) + (s >> 16)
+        return (~s & 0xffff).to_bytes(2, "big")
+    icmp = bytearray(b"\x08\x00\x00\x00\x00\x01\x00\x01" + bytes(range(56)))
+    icmp[2:4] = csum(icmp)
+    ip = bytearray(b"\x45\x00" + (20 + len(icmp)).to_bytes(2, "big") + b"\x00\x01\x40\x00\x40\x01\x00\x00"
+                   + bytes([198, 18, 0, 1, 198, 18, 255, 255]))
+    ip[10:12] = csum(ip)
+    return b"\xff" * 6 + b"\x02\x00\x00\x00\x00\x01" + b"\x08\x00" + bytes(ip) + bytes(icmp)
+
+
+def one_tap_floor(n, settle):
+    """The floor under any switch that writes each copy into a TAP: `n - 1`
+    namespaces, each behind a TAP this process holds, addressed as the
+    VMs are, and the same broadcasts written into every TAP, one `write`
+    per copy, 2 ms apart, by a loop that does nothing else. Every
+    namespace is deleted, even on failure."""
+    import fcntl
+    import struct
+    base = hvlab.unique("tf")[:9]
+    made, fds = [], []
+    try:
+        for i in range(1, n):
+            ns, dev = f"{base}{i}", f"{base}t{i}"
+            hvlab.run(["ip", "netns", "add", ns])
+            made.append(ns)
+            fd = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC)
+            fds.append(fd)
+            fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH22x", dev.encode(), IFF_TAP | IFF_NO_PI))
+            hvlab.run(["ip", "link", "set", dev, "netns", ns])
+            hvlab.run(["ip", "-n", ns, "-batch", "-"],
+                      input=f"addr add 198.18.{i // 250}.{i % 250 + 1}/16 dev {dev}\nlink set {dev} up\n"
+                            "link set lo up\n")
+        time.sleep(settle)
+        frame = broadcast_frame()
+        sent = [0]
+
+        def send(_cmd):
+            for _ in range(BROADCASTS):
+                t0 = time.monotonic()
+                for fd in fds:
+                    os.write(fd, frame)
+                sent[0] += 1
+                time.sleep(max(0.0, 0.002 - (time.monotonic() - t0)))
+        return send_broadcasts(send, lambda: sent[0], n)
+    finally:
+        for fd in fds:
+            os.close(fd)
+        for ns in made:
+            hvlab.run(["ip", "netns", "del", ns], check=False)
+
+
 def port_scale(tmp, quick, reps, log):
     sizes = [64, 256] if quick else [64, 256, 1000]
     idle_secs = 5 if quick else 10

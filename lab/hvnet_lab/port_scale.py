@@ -8,7 +8,10 @@
   With `HVNET_LAB_BASELINE` another build beside this one (where it takes
   that many VMs). The Linux bridge beside them: as many namespaces, each
   behind a veth on one bridge, the same broadcasts; the whole machine's
-  CPU per copy for every switch (the daemon's alone is only hvnet's).
+  CPU per copy for every switch (the daemon's alone is only hvnet's),
+  and beside them the same broadcasts written into as many TAPs by a
+  loop that does nothing else (the kernel's cost of a copy written into
+  a TAP: the floor under a switch that writes each copy).
 - `port-churn`: two VMs carry an iperf3 stream and a file checked by
   SHA-256 while VMs are added one by one (`hvnet vm add`, each pinged until
   it answers) and removed again (`hvnet vm del`), against the same traffic
@@ -75,6 +78,7 @@ def one_scale(tmp, binary, n, idle_secs):
 
 BROADCASTS = 500
 BRIDGE = "linux-bridge"
+FLOOR = "tap-writes-alone"
 
 
 def machine_busy_s():
@@ -220,6 +224,11 @@ def port_scale(tmp, quick, reps, log):
             log.append({"command": f"Linux bridge: {n} namespaces behind veths, {BROADCASTS} broadcasts from the "
                                    "first", "build": label, "vms": n, **r})
             return r
+        if label == FLOOR:
+            r = one_tap_floor(n, 2 + idle_secs)
+            log.append({"command": f"TAP writes alone: {n - 1} namespaces behind TAPs, {BROADCASTS} broadcasts "
+                                   "written into each TAP by a loop doing nothing else", "build": label, "vms": n, **r})
+            return r
         r = one_scale(tmp, binary, n, idle_secs)
         log.append({"command": f"{label}: hvnet up of {n} namespace VMs (1 queue), {idle_secs} s idle, "
                                f"{BROADCASTS} broadcasts from v0, hvnet down",
@@ -228,10 +237,11 @@ def port_scale(tmp, quick, reps, log):
 
     # The baseline takes at most 64 VMs.
     configs = [(b, n) for n in sizes for b in builds() if b[0] == "hvnet" or n <= 64]
-    switches = configs + [((BRIDGE, None), n) for n in sizes]
+    switches = configs + [((BRIDGE, None), n) for n in sizes] + [((FLOOR, None), n) for n in sizes]
     runs = interleaved(switches, reps, one)
     bridge = {c: rs for c, rs in runs.items() if c[0][0] == BRIDGE}
-    runs = {c: rs for c, rs in runs.items() if c[0][0] != BRIDGE}
+    floor = {c: rs for c, rs in runs.items() if c[0][0] == FLOOR}
+    runs = {c: rs for c, rs in runs.items() if c[0][0] not in (BRIDGE, FLOOR)}
     place = lambda c: (c[0][0], f"{c[1]} VMs")  # noqa: E731
     per = lambda c, k: median([r[k] for r in runs[c]])  # noqa: E731
     said = "; ".join(f"{c[0][0]}, {c[1]} VMs: {per(c, 'threads'):.0f} threads, {per(c, 'idle_pct'):.2f} % of a core "
@@ -253,14 +263,16 @@ def port_scale(tmp, quick, reps, log):
                  "bcast_ns_per_copy", place, "what does flooding to every port cost per copy?", said,
                  note + f" Broadcasts: {BROADCASTS} ICMP echoes to 198.18.255.255 from v0, 2 ms apart."),
     ]
-    both = {**runs, **bridge}
+    both = {**runs, **bridge, **floor}
     per_all = lambda c: median([r["bcast_machine_ns_per_copy"] for r in both[c]])  # noqa: E731
     vs = "; ".join(
         f"{n} ports: hvnet {per_all(h):.0f} ns, the Linux bridge {per_all(b):.0f} ns per copy "
-        f"({per_all(h) / max(per_all(b), 1e-9):.2f}x)"
+        f"({per_all(h) / max(per_all(b), 1e-9):.2f}x), TAP writes alone {per_all(f):.0f} ns "
+        f"(hvnet {per_all(h) / max(per_all(f), 1e-9):.2f}x)"
         for n in sizes
         for h in [next(c for c in runs if c[0][0] == "hvnet" and c[1] == n)]
-        for b in [next(c for c in bridge if c[1] == n)])
+        for b in [next(c for c in bridge if c[1] == n)]
+        for f in [next(c for c in floor if c[1] == n)])
     figs.append(measured(
         "port-scale-broadcast-machine", "The whole machine's CPU per broadcast copy: hvnet and the Linux bridge",
         "ports", "ns per copy", both, "bcast_machine_ns_per_copy", place,
@@ -268,7 +280,10 @@ def port_scale(tmp, quick, reps, log):
         f"{BROADCASTS} ICMP echoes to 198.18.255.255 from the first VM, 2 ms apart, to every other port: hvnet's "
         "namespace VMs behind TAPs, or namespaces behind veths on one Linux bridge (in a namespace of its own, STP "
         "off). The machine's busy CPU from /proc/stat less its rate at rest in the 3 s before; the sender's "
-        "own work and each receiving stack's are in it for both."))
+        "own work and each receiving stack's are in it for both. 'TAP writes alone': the same broadcast written "
+        "into N - 1 TAPs (each in its namespace, addressed as the VMs are) by a Python loop that does nothing "
+        "else, one write per copy, 2 ms apart: what the kernel spends on a copy written into a TAP, the floor "
+        "under a switch that writes each copy into its port's TAP (the loop's own interpreter time in it)."))
     return figs, {f"{c[0][0]} {c[1]}": rs for c, rs in both.items()}
 
 

@@ -139,6 +139,8 @@ pub struct Switch {
     /// What the stages keep switch-wide (flow export's exporter), by
     /// type.
     pub services: services::Services,
+    /// What every queue reads of every port, built once per generation.
+    pub(crate) views: worker::view::Views,
 }
 
 impl Switch {
@@ -186,6 +188,7 @@ impl Switch {
             acl: crate::acl::Acl::new(),
             mirrors: Default::default(),
             services: Default::default(),
+            views: Default::default(),
         })
     }
 

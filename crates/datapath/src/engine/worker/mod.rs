@@ -14,10 +14,11 @@ pub(crate) mod learn;
 mod staging;
 mod tunnel_trace;
 mod turn;
+pub(crate) mod view;
 pub(crate) mod vlan;
 
-use crate::arc::{FeatureArc, Features};
-use crate::capture::{Point, Way};
+use crate::arc::FeatureArc;
+use crate::capture::Way;
 use crate::counters::{add, DropReason};
 use crate::deliver::Scratch;
 use crate::engine::{Port, PortState, Switch};
@@ -33,6 +34,7 @@ use hvnet_wire::MacAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use view::PortsView;
 
 /// A GRO table with no held run for this long is freed.
 const GRO_IDLE: Duration = Duration::from_secs(1);
@@ -186,9 +188,11 @@ pub(crate) struct State {
     /// (`rx_overflow = "backpressure"`), and since when.
     pub(crate) kept: Vec<(usize, usize)>,
     pub(crate) kept_since: Option<Instant>,
-    /// Settings of every port, re-read when the switch's generation moves.
+    /// Every port's settings, security groups, mirrors and egress arc,
+    /// shared by every queue, read again when the switch's generation
+    /// moves.
     pub(crate) gen: u64,
-    pub(crate) settings: Vec<PortSettings>,
+    pub(crate) view: Arc<PortsView>,
     /// Per destination port and queue, made on first use.
     pub(crate) dests: Vec<Vec<Dest>>,
     /// The port each entry of `dests` was made for (an index given to
@@ -210,11 +214,6 @@ pub(crate) struct State {
     /// and the frames it made ready to switch.
     pub(crate) ingress_lro: Option<IngressLro>,
     pub(crate) lro_ready: Vec<Packet>,
-    /// Each port's security groups, if it has any (read with the
-    /// settings).
-    pub(crate) acls: Vec<Option<Arc<crate::acl::PortAcl>>>,
-    /// The port mirrors, resolved (read with the settings).
-    pub(crate) mirrors: crate::stages::mirror::view::MirrorView,
     /// A mirror's copy is on its way (it is not mirrored again).
     pub(crate) mirroring: bool,
     /// The mirrors that copied the frame being switched.
@@ -226,10 +225,8 @@ pub(crate) struct State {
     /// (`tunnel_trace.rs`).
     pub(crate) marks: Vec<hvnet_port::TraceMark>,
     pub(crate) reports_due: Vec<(u64, u16)>,
-    /// This queue's port's ingress arc, and every port's egress arc (built
-    /// with the settings).
+    /// This queue's port's ingress arc (built with the view).
     pub(crate) in_arc: FeatureArc<InRun>,
-    pub(crate) out_arcs: Vec<FeatureArc<OutRun>>,
     /// An ERSPAN copy's headers and bytes.
     pub(crate) erspan_out: Vec<u8>,
     /// The stages' own state at this queue, by type.
@@ -269,7 +266,7 @@ impl Rxq {
             kept: Vec::new(),
             kept_since: None,
             gen: u64::MAX,
-            settings: Vec::new(),
+            view: Arc::default(),
             dests: Vec::new(),
             dest_ports: Vec::new(),
             active: Vec::with_capacity(16),
@@ -282,15 +279,12 @@ impl Rxq {
             now: Instant::now(),
             ingress_lro: None,
             lro_ready: Vec::new(),
-            acls: Vec::new(),
-            mirrors: Default::default(),
             mirroring: false,
             mirrored: 0,
             tracing: None,
             marks: Vec::new(),
             reports_due: Vec::new(),
             in_arc: FeatureArc::default(),
-            out_arcs: Vec::new(),
             erspan_out: Vec::new(),
             locals: Default::default(),
             endpoint: None,
@@ -331,27 +325,15 @@ impl State {
     pub(super) fn refresh(&mut self, cx: &Ctx, gen: u64) {
         self.gen = gen;
         let t = &cx.ports;
-        self.settings.clear();
-        self.settings.extend((0..t.len()).map(|i| {
-            t.get(i)
-                .map_or_else(PortSettings::default, |p| p.effective_settings())
-        }));
-        self.acls.clear();
-        self.acls
-            .extend((0..t.len()).map(|i| t.get(i).and_then(|p| cx.sw.acl.port(&p.name))));
-        self.mirrors = crate::stages::mirror::view::MirrorView::new(&cx.sw.mirrors.list(), t);
-        // A mirror's output port drops what it cannot take: copies never
-        // keep the frames they copy waiting.
-        for (p, s) in self.settings.iter_mut().enumerate() {
-            if self.mirrors.dedicated.get(p) == Some(&true) {
-                s.rx_overflow = crate::settings::RxOverflow::Drop;
-            }
-        }
-        self.endpoint = cx.sw.endpoint_address(cx.port.id);
+        self.view = cx.sw.views.at(&cx.sw, gen, t);
         // A stage's own state is read with the settings: one off the arc
         // keeps nothing (an exporter that was replaced).
         self.locals.clear();
-        self.build_arcs(cx);
+        self.endpoint = cx.sw.endpoint_address(cx.port.id);
+        self.in_arc = self.view.in_arc(cx.port.id);
+        let own = self.view.out_arcs.get(cx.port.id).map(FeatureArc::names);
+        cx.port
+            .set_arcs(self.in_arc.names(), own.unwrap_or_default());
         self.dests.resize_with(t.len(), Vec::new);
         self.dest_ports.resize(t.len(), None);
         for i in 0..t.len() {
@@ -366,48 +348,6 @@ impl State {
                 self.dest_ports[i] = now.cloned();
             }
         }
-    }
-
-    /// Each port's arcs, from what is on at it now.
-    pub(super) fn build_arcs(&mut self, cx: &Ctx) {
-        let t = &cx.ports;
-        let switch_wide = Features {
-            lease_snooping: self.settings.iter().any(|s| s.dhcp_snooping),
-            services: cx.sw.services.installed(),
-            suppression: !cx.sw.endpoints.read().expect("endpoints lock").is_empty(),
-            snooping: cx.sw.mdb.config().enabled,
-            ..Features::default()
-        };
-        let features = |p: usize| {
-            let Some(port) = t.get(p) else {
-                return switch_wide;
-            };
-            let s = &self.settings[p];
-            Features {
-                uplink: port.is_uplink(),
-                capture_in: port.taps.on(Point::In),
-                csum_software: !s.csum,
-                lro_software: s.lro,
-                mirror_output: self.mirrors.dedicated.get(p) == Some(&true),
-                disconnected: !s.connected,
-                policer: port.rates.policing(),
-                forged_check: !s.allow_forged_transmits,
-                guards: crate::guard::any_on(s),
-                acl: self.acls.get(p).is_some_and(Option::is_some),
-                mirror_in: self.mirrors.selects_from(p),
-                mirror_out: self.mirrors.selects_to(p),
-                shares: s.capacity.is_some(),
-                ..switch_wide
-            }
-        };
-        self.in_arc = crate::ingress_arc(&features(cx.port.id));
-        let out: Vec<_> = (0..t.len())
-            .map(|p| crate::egress_arc(&features(p)))
-            .collect();
-        self.out_arcs = out;
-        let own = self.out_arcs.get(cx.port.id).map(FeatureArc::names);
-        cx.port
-            .set_arcs(self.in_arc.names(), own.unwrap_or_default());
     }
 
     /// A line from egress stage `stage` for the frame being switched, if

@@ -5,7 +5,7 @@
 //!
 //! Each queue's state had kept its own copy, rebuilt by each queue at
 //! each change: with a port (and a queue) per VM, ports² copies — about
-//! 0.6 MB per port at 1,000 VMs, most of it the egress arcs — and every
+//! 0.7 MB per port at 1,000 VMs, most of it the egress arcs — and every
 //! queue taking every port's locks again at every change.
 
 use super::{InRun, OutRun};

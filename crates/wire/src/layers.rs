@@ -275,6 +275,13 @@ impl Layers {
     pub fn ethertype(&self) -> EtherType {
         EtherType::from(self.stack.ethertype)
     }
+    /// The IP packet's upper-layer protocol (after IPv6 extension
+    /// headers), if the EtherType is IPv4 or IPv6: [`Layers::net`]'s
+    /// `protocol` without building the rest, for a per-frame check.
+    #[inline]
+    pub fn ip_protocol(&self) -> Option<u8> {
+        matches!(self.stack.net & !NET_FRAGMENT, NET_V4 | NET_V6).then_some(self.stack.protocol)
+    }
     /// Network layer, if the EtherType is IPv4 or IPv6.
     #[inline]
     pub fn net(&self) -> Option<Net> {

@@ -27,10 +27,12 @@ pub const MAX_ENCAP_DEPTH: usize = 1;
 /// `Unknown`: the same, all-zero, virtio-net header on the way out.)
 ///
 /// [`GroTable::receive`]: super::GroTable::receive
+#[inline]
 pub fn may_coalesce(layers: &Layers) -> bool {
-    layers
-        .net()
-        .is_some_and(|n| matches!(n.protocol, ip_protocol::TCP | ip_protocol::UDP))
+    matches!(
+        layers.ip_protocol(),
+        Some(ip_protocol::TCP | ip_protocol::UDP)
+    )
 }
 
 /// Runs the receive callbacks from the network layer down to TCP. `Err`

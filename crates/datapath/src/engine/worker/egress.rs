@@ -57,8 +57,8 @@ impl State {
             q: 0,
             pkt: &mut pkt,
         };
-        for k in 0..self.view.out_arcs[dst].len() {
-            let (name, run) = self.view.out_arcs[dst].stage(k);
+        for k in 0..self.out_arcs[dst].len() {
+            let (name, run) = self.out_arcs[dst].stage(k);
             if let Err(why) = run(self, cx, &mut o) {
                 let q = o.q;
                 self.trace_out(cx, name, || {
@@ -123,7 +123,7 @@ impl State {
     #[inline(always)]
     fn write(&mut self, cx: &Ctx, dst: usize, q: usize, mut pkt: Packet) {
         let port = &cx.ports[dst];
-        let s = &self.view.settings[dst];
+        let s = &self.settings[dst];
         // A guest with LRO takes GSO frames whole and gets MTU-sized ones
         // coalesced; an uplink with TSO "hardware" hands GSO frames to its
         // device whole, and nothing is coalesced toward the wire.

@@ -53,8 +53,7 @@ impl State {
     fn forward(&mut self, cx: &Ctx, mut pkt: Packet, learned: Option<usize>, snooped: Snooped) {
         let c = &cx.port.ingress[cx.q];
         let vlan = pkt.meta.vlan;
-        let (ports, settings, mirror_output) =
-            (&cx.ports, &self.view.settings, &self.view.mirrors.dedicated);
+        let (ports, settings, mirror_output) = (&cx.ports, &self.settings, &self.mirrors.dedicated);
         let link_up =
             |p: usize| crate::engine::worker::takes(ports, settings, mirror_output, p, vlan);
         // To a port's own address while its cable is pulled (`connected =
@@ -161,8 +160,7 @@ impl State {
 
     /// The ports other than this one that take frames of VLAN `vlan` now.
     pub(crate) fn ports_of_vlan(&self, cx: &Ctx, vlan: u16) -> Targets {
-        let (ports, settings, mirror_output) =
-            (&cx.ports, &self.view.settings, &self.view.mirrors.dedicated);
+        let (ports, settings, mirror_output) = (&cx.ports, &self.settings, &self.mirrors.dedicated);
         ports
             .iter()
             .filter(|p| {

@@ -34,7 +34,6 @@ use hvnet_wire::MacAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use view::PortsView;
 
 /// A GRO table with no held run for this long is freed.
 const GRO_IDLE: Duration = Duration::from_secs(1);
@@ -189,10 +188,14 @@ pub(crate) struct State {
     pub(crate) kept: Vec<(usize, usize)>,
     pub(crate) kept_since: Option<Instant>,
     /// Every port's settings, security groups, mirrors and egress arc,
-    /// shared by every queue, read again when the switch's generation
-    /// moves.
+    /// read again when the switch's generation moves: each a field of the
+    /// view every queue shares ([`view`]), held here as its own `Arc`, so
+    /// that reaching an element takes the loads a `Vec` of its own took.
     pub(crate) gen: u64,
-    pub(crate) view: Arc<PortsView>,
+    pub(crate) settings: Arc<[PortSettings]>,
+    pub(crate) acls: Arc<[Option<Arc<crate::acl::PortAcl>>]>,
+    pub(crate) mirrors: Arc<crate::stages::mirror::view::MirrorView>,
+    pub(crate) out_arcs: Arc<[FeatureArc<OutRun>]>,
     /// Per destination port and queue, made on first use.
     pub(crate) dests: Vec<Vec<Dest>>,
     /// The port each entry of `dests` was made for (an index given to
@@ -266,7 +269,10 @@ impl Rxq {
             kept: Vec::new(),
             kept_since: None,
             gen: u64::MAX,
-            view: Arc::default(),
+            settings: Arc::new([]),
+            acls: Arc::new([]),
+            mirrors: Arc::default(),
+            out_arcs: Arc::new([]),
             dests: Vec::new(),
             dest_ports: Vec::new(),
             active: Vec::with_capacity(16),
@@ -325,13 +331,17 @@ impl State {
     pub(super) fn refresh(&mut self, cx: &Ctx, gen: u64) {
         self.gen = gen;
         let t = &cx.ports;
-        self.view = cx.sw.views.at(&cx.sw, gen, t);
+        let view = cx.sw.views.at(&cx.sw, gen, t);
+        self.settings = Arc::clone(&view.settings);
+        self.acls = Arc::clone(&view.acls);
+        self.mirrors = Arc::clone(&view.mirrors);
+        self.out_arcs = Arc::clone(&view.out_arcs);
         // A stage's own state is read with the settings: one off the arc
         // keeps nothing (an exporter that was replaced).
         self.locals.clear();
         self.endpoint = cx.sw.endpoint_address(cx.port.id);
-        self.in_arc = self.view.in_arc(cx.port.id);
-        let own = self.view.out_arcs.get(cx.port.id).map(FeatureArc::names);
+        self.in_arc = view.in_arc(cx.port.id);
+        let own = self.out_arcs.get(cx.port.id).map(FeatureArc::names);
         cx.port
             .set_arcs(self.in_arc.names(), own.unwrap_or_default());
         self.dests.resize_with(t.len(), Vec::new);

@@ -41,7 +41,7 @@ impl State {
     pub(super) fn stage(&mut self, cx: &Ctx, dst: usize, q: usize, item: RingItem) {
         let port = &cx.ports[dst];
         let ring = &port.rxq[q].rings;
-        let s = &self.view.settings[dst];
+        let s = &self.settings[dst];
         let (r1, r2) = ring_buffers(&item, s.mtu);
         let sources = item.sources();
         let (overflow, delivery) = (s.rx_overflow, s.delivery);
@@ -128,7 +128,7 @@ impl State {
     pub(super) fn hand_over(&mut self, cx: &Ctx, dst: usize, q: usize) {
         let port = &cx.ports[dst];
         let ring = &port.rxq[q].rings;
-        let s = &self.view.settings[dst];
+        let s = &self.settings[dst];
         let Dest { lane, tx, .. } = &mut self.dests[dst][q];
         let Some(lane) = lane.as_mut() else {
             return;

@@ -118,7 +118,6 @@ impl Rxq {
         // the next wake-up on).
         let usecs = self
             .st
-            .view
             .settings
             .get(self.cx.port.id)
             .map_or(0, |s| s.rx_usecs);

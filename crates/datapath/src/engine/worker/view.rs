@@ -22,15 +22,15 @@ use std::sync::{Arc, Mutex, Weak};
 pub(crate) struct PortsView {
     /// Each port's effective settings (a mirror's output port drops what
     /// it cannot take: copies never keep the frames they copy waiting).
-    pub(crate) settings: Vec<PortSettings>,
+    pub(crate) settings: Arc<[PortSettings]>,
     /// Each port's security groups, if it has any.
-    pub(crate) acls: Vec<Option<Arc<crate::acl::PortAcl>>>,
+    pub(crate) acls: Arc<[Option<Arc<crate::acl::PortAcl>>]>,
     /// The port mirrors, resolved.
-    pub(crate) mirrors: MirrorView,
+    pub(crate) mirrors: Arc<MirrorView>,
     /// What is on at each port, as the arc builder asks it.
     features: Vec<Features>,
     /// Each port's egress arc.
-    pub(crate) out_arcs: Vec<FeatureArc<OutRun>>,
+    pub(crate) out_arcs: Arc<[FeatureArc<OutRun>]>,
 }
 
 impl PortsView {
@@ -83,9 +83,9 @@ impl PortsView {
             .collect();
         let out_arcs = features.iter().map(crate::egress_arc).collect();
         PortsView {
-            settings,
-            acls,
-            mirrors,
+            settings: settings.into(),
+            acls: acls.into(),
+            mirrors: Arc::new(mirrors),
             features,
             out_arcs,
         }

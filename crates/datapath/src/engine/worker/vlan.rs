@@ -30,7 +30,7 @@ pub(crate) const TAG: Decl<OutRun> = Decl {
 };
 
 fn classify(st: &mut State, cx: &Ctx, b: &mut Burst) {
-    let vlans = st.view.settings[cx.port.id].vlans_of(cx.port.vlan());
+    let vlans = st.settings[cx.port.id].vlans_of(cx.port.vlan());
     for i in b.live() {
         let pkt = &mut b[i];
         match forward::ingress_vlan(&vlans, pkt) {
@@ -52,7 +52,7 @@ fn classify(st: &mut State, cx: &Ctx, b: &mut Burst) {
 
 fn tag(st: &mut State, cx: &Ctx, o: &mut Out<'_>) -> Result<(), DropReason> {
     let port = &cx.ports[o.dst];
-    let tag = forward::egress_tag(&st.view.settings[o.dst].vlans_of(port.vlan()), o.pkt);
+    let tag = forward::egress_tag(&st.settings[o.dst].vlans_of(port.vlan()), o.pkt);
     st.trace_out(cx, "tag", || format!("to {}: tag {tag:?}", port.name));
     if tag == o.pkt.meta.layers.outer_vlan() {
         return Ok(());

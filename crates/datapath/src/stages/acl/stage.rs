@@ -28,7 +28,7 @@ pub(crate) const TO_PORT: Decl<OutRun> = Decl {
 };
 
 fn from_port(st: &mut State, cx: &Ctx, b: &mut Burst) {
-    let Some(acl) = st.view.acls.get(cx.port.id).and_then(Option::clone) else {
+    let Some(acl) = st.acls.get(cx.port.id).and_then(Option::clone) else {
         return;
     };
     let out = Direction::Out;
@@ -56,7 +56,7 @@ fn from_port(st: &mut State, cx: &Ctx, b: &mut Burst) {
 }
 
 fn to_port(st: &mut State, cx: &Ctx, o: &mut Out<'_>) -> Result<(), DropReason> {
-    let Some(acl) = st.view.acls.get(o.dst).and_then(Option::as_ref) else {
+    let Some(acl) = st.acls.get(o.dst).and_then(Option::as_ref) else {
         return Ok(());
     };
     let to = Direction::In;

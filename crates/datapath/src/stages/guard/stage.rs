@@ -52,7 +52,7 @@ pub(crate) const LEASES: Decl<InRun> = Decl {
 
 impl State {
     fn inspect(&self, cx: &Ctx, pkt: &mut Packet) -> Result<(), DropReason> {
-        let settings = &self.view.settings;
+        let settings = &self.settings;
         let port = guard::PortView {
             mac: cx.port.mac,
             settings: &settings[cx.port.id],
@@ -88,7 +88,7 @@ impl State {
             .iter()
             .filter(|p| p.mac == mac && !p.is_uplink())
             .min_by_key(|p| p.vlan() != pkt.meta.vlan);
-        let p = client.filter(|p| self.view.settings[p.id].dhcp_snooping)?;
+        let p = client.filter(|p| self.settings[p.id].dhcp_snooping)?;
         p.learn_lease(ip, self.now + secs);
         cx.sw.settings_gen.fetch_add(1, Ordering::Release);
         Some(ip)

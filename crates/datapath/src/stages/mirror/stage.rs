@@ -56,7 +56,7 @@ impl State {
     /// Copies of a frame from the port, for the mirrors selecting it as
     /// it comes in (its VLAN known): those mirrors.
     fn mirror_in(&mut self, cx: &Ctx, pkt: &mut Packet) -> u64 {
-        let m = self.view.mirrors.selecting_in(cx.port.id, pkt.meta.vlan);
+        let m = self.mirrors.selecting_in(cx.port.id, pkt.meta.vlan);
         if m != 0 {
             self.mirror(cx, m, pkt, false);
         }
@@ -67,7 +67,7 @@ impl State {
     /// that did not copy it yet (as it came in, or to another of a
     /// flood's destinations): a frame is copied once per mirror.
     fn mirror_out(&mut self, cx: &Ctx, dst: usize, pkt: &mut Packet) -> u64 {
-        let m = self.view.mirrors.dst.get(dst).copied().unwrap_or(0) & !self.mirrored;
+        let m = self.mirrors.dst.get(dst).copied().unwrap_or(0) & !self.mirrored;
         self.mirrored |= m;
         if m != 0 {
             self.mirror(cx, m, pkt, true);
@@ -84,14 +84,14 @@ impl State {
             let i = mask.trailing_zeros() as usize;
             mask &= mask - 1;
             let (m, target) = (
-                Arc::clone(&self.view.mirrors.mirrors[i]),
-                self.view.mirrors.targets[i].clone(),
+                Arc::clone(&self.mirrors.mirrors[i]),
+                self.mirrors.targets[i].clone(),
             );
             match target {
                 Target::Port(p) if p != cx.port.id => self.copy_to(cx, &m, p, pkt, pkt.meta.vlan),
                 Target::Port(_) | Target::Nowhere => {}
                 Target::Vlan(vlan) => {
-                    let (settings, outputs) = (&self.view.settings, &self.view.mirrors.dedicated);
+                    let (settings, outputs) = (&self.settings, &self.mirrors.dedicated);
                     let to: Vec<usize> = (cx.ports.iter().map(|p| p.id))
                         .filter(|&p| {
                             p != cx.port.id

@@ -23,7 +23,7 @@ fn admit(st: &mut State, cx: &Ctx, o: &mut Out<'_>) -> Result<(), DropReason> {
     if cx.port.is_uplink() || st.mirroring {
         return Ok(());
     }
-    let src = &st.view.settings[cx.port.id];
+    let src = &st.settings[cx.port.id];
     let claim = Claim {
         shares: src.shares,
         reservation: src.reservation.map_or(0, |r| r.0 / 8),

@@ -198,8 +198,8 @@ impl State {
                 .iter()
                 .filter(|p| {
                     p.is_up()
-                        && self.view.settings[p.id].connected
-                        && self.view.settings[p.id].vlans_of(p.vlan()).carries(vlan)
+                        && self.settings[p.id].connected
+                        && self.settings[p.id].vlans_of(p.vlan()).carries(vlan)
                 })
                 .map(|p| p.id)
                 .collect();
@@ -224,7 +224,7 @@ impl State {
     fn query_vlans(&self, cx: &Ctx) -> Vec<u16> {
         let mut v: Vec<u16> = Vec::new();
         for p in cx.ports.iter() {
-            let s = &self.view.settings[p.id];
+            let s = &self.settings[p.id];
             match s.vlan_mode {
                 VlanMode::Access => v.push(p.vlan()),
                 VlanMode::Trunk => {

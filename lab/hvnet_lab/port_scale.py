@@ -22,15 +22,18 @@
   the baseline build (`HVNET_LAB_BASELINE`), interleaved.
 """
 
+import fcntl
 import hashlib
 import json
 import os
+import struct
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import hvlab
+from hostile_traffic import csum
 
 from .figures import measured
 from .measure import proc_stat
@@ -159,16 +162,11 @@ IFF_TAP, IFF_NO_PI = 0x0002, 0x1000
 def broadcast_frame():
     """The broadcast hvnet's v0 sends: an ICMP echo (56 bytes of data)
     from 198.18.0.1 to 198.18.255.255, Ethernet to ff:ff:ff:ff:ff:ff."""
-    def csum(b):
-        s = sum(int.from_bytes(b[i:i + 2], "big") for i in range(0, len(b), 2))
-        while s > 0xffff:
-            s = (s & 0xffff) + (s >> 16)
-        return (~s & 0xffff).to_bytes(2, "big")
     icmp = bytearray(b"\x08\x00\x00\x00\x00\x01\x00\x01" + bytes(range(56)))
-    icmp[2:4] = csum(icmp)
+    icmp[2:4] = struct.pack("!H", 0xFFFF - csum(bytes(icmp)))
     ip = bytearray(b"\x45\x00" + (20 + len(icmp)).to_bytes(2, "big") + b"\x00\x01\x40\x00\x40\x01\x00\x00"
                    + bytes([198, 18, 0, 1, 198, 18, 255, 255]))
-    ip[10:12] = csum(ip)
+    ip[10:12] = struct.pack("!H", 0xFFFF - csum(bytes(ip)))
     return b"\xff" * 6 + b"\x02\x00\x00\x00\x00\x01" + b"\x08\x00" + bytes(ip) + bytes(icmp)
 
 
@@ -178,8 +176,6 @@ def one_tap_floor(n, settle):
     VMs are, and the same broadcasts written into every TAP, one `write`
     per copy, 2 ms apart, by a loop that does nothing else. Every
     namespace is deleted, even on failure."""
-    import fcntl
-    import struct
     base = hvlab.unique("tf")[:9]
     made, fds = [], []
     try:

@@ -18,7 +18,6 @@ use crate::stages::mirror::view::MirrorView;
 use std::sync::{Arc, Mutex, Weak};
 
 /// Every port of one port table, as the switch was at one generation.
-#[derive(Default)]
 pub(crate) struct PortsView {
     /// Each port's effective settings (a mirror's output port drops what
     /// it cannot take: copies never keep the frames they copy waiting).

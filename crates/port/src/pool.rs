@@ -395,28 +395,17 @@ impl Pool {
 
     /// A buffer of `class`, or `None` when the port's cap is reached and
     /// none is free (the caller stops reading: backpressure, not growth).
+    /// Inlined into its callers, so that the buffer is made where it goes
+    /// rather than returned through memory and read back at once.
+    #[inline]
     pub fn take(&mut self, class: SizeClass) -> Option<Buf> {
-        let (cache, c) = match class {
-            SizeClass::Small => (&mut self.small, &self.home.small),
-            SizeClass::Large => (&mut self.large, &self.home.large),
+        let cache = match class {
+            SizeClass::Small => &mut self.small,
+            SizeClass::Large => &mut self.large,
         };
-        if cache.is_empty() {
-            while cache.len() < REFILL {
-                match c.free.pop() {
-                    Some(b) => cache.push(b),
-                    None => break,
-                }
-            }
-        }
         let data = match cache.pop() {
             Some(d) => d,
-            None => {
-                if c.alive.fetch_add(1, Relaxed) >= c.cap {
-                    c.alive.fetch_sub(1, Relaxed);
-                    return None;
-                }
-                vec![0u8; class.storage()].into_boxed_slice()
-            }
+            None => self.refill(class)?,
         };
         Some(Buf {
             data,
@@ -425,6 +414,30 @@ impl Pool {
             home: Some(Arc::clone(&self.home)),
             pending: None,
         })
+    }
+
+    /// [`Pool::take`] with this thread's cache of `class` empty: refilled
+    /// from the home queue, or a new buffer under the port's cap.
+    #[cold]
+    fn refill(&mut self, class: SizeClass) -> Option<Box<[u8]>> {
+        let (cache, c) = match class {
+            SizeClass::Small => (&mut self.small, &self.home.small),
+            SizeClass::Large => (&mut self.large, &self.home.large),
+        };
+        while cache.len() < REFILL {
+            match c.free.pop() {
+                Some(b) => cache.push(b),
+                None => break,
+            }
+        }
+        if let Some(d) = cache.pop() {
+            return Some(d);
+        }
+        if c.alive.fetch_add(1, Relaxed) >= c.cap {
+            c.alive.fetch_sub(1, Relaxed);
+            return None;
+        }
+        Some(vec![0u8; class.storage()].into_boxed_slice())
     }
 
     /// Keeps a buffer in this thread's cache instead of sending it home

@@ -167,6 +167,7 @@ impl Stack {
 
     /// Packs what a parse found; an error for lengths no frame of 64 KiB
     /// has room for (an IPv6 header chain past 64 KiB).
+    #[inline(always)]
     fn pack(l2: L2, net: Option<Net>, transport: Option<Transport>) -> Result<Stack> {
         let mut vlans = [NO_TAG; MAX_VLAN_TAGS];
         for (p, v) in vlans.iter_mut().zip(&l2.vlans) {
@@ -231,8 +232,36 @@ impl Layers {
     /// [`Layers::parse`] for a receiver whose VXLAN is on UDP port `port`
     /// (a tunnel endpoint's own).
     pub fn parse_on(frame: &[u8], port: u16) -> Result<Layers> {
-        let l = Layers::parse_outer(frame)?;
-        Ok(l.with_vxlan(frame, port))
+        let mut l = Layers::EMPTY;
+        l.parse_into(frame, port)?;
+        Ok(l)
+    }
+
+    /// An empty stack (no header parsed), to parse into.
+    pub const EMPTY: Layers = Layers {
+        stack: Stack {
+            ethertype: 0,
+            vlans: [NO_TAG; MAX_VLAN_TAGS],
+            l2_len: 0,
+            net: 0,
+            net_header_len: 0,
+            net_len: 0,
+            protocol: 0,
+            l4_len: 0,
+        },
+        vxlan: None,
+    };
+
+    /// [`Layers::parse_on`] into this stack, where it stays (a packet's
+    /// metadata parsed in its place: a stack written field by field and
+    /// then moved whole waits for its stores to land, several times a
+    /// frame). On an error the stack is left as it was.
+    #[inline]
+    pub fn parse_into(&mut self, frame: &[u8], port: u16) -> Result<()> {
+        self.stack = Layers::parse_stack(frame)?;
+        self.vxlan = None;
+        self.vxlan = self.vxlan_of(frame, port);
+        Ok(())
     }
 
     /// Link layer.
@@ -312,21 +341,24 @@ impl Layers {
     /// UDP).
     pub fn with_vxlan(mut self, frame: &[u8], port: u16) -> Layers {
         self.vxlan = None;
-        if let Some(off) = self.find_vxlan(frame, port) {
-            // The inner frame ends with the outer IP packet (what follows
-            // is the outer frame's padding).
-            let end = self.net().map_or(frame.len(), |n| n.end);
-            let inner = frame.get(off..end).ok_or(crate::Error::Truncated);
-            self.vxlan = Some(Vxlan {
-                port,
-                inner_offset: match u16::try_from(off) {
-                    Ok(o) => o,
-                    Err(_) => return self,
-                },
-                inner: inner.and_then(Layers::parse_outer).map(|l| l.stack),
-            });
-        }
+        self.vxlan = self.vxlan_of(frame, port);
         self
+    }
+
+    /// The VXLAN inner stack of this frame (whose stack has no VXLAN in
+    /// it yet), if it is VXLAN on `port`.
+    #[inline]
+    fn vxlan_of(&self, frame: &[u8], port: u16) -> Option<Vxlan> {
+        let off = self.find_vxlan(frame, port)?;
+        // The inner frame ends with the outer IP packet (what follows is
+        // the outer frame's padding).
+        let end = self.net().map_or(frame.len(), |n| n.end);
+        let inner = frame.get(off..end).ok_or(crate::Error::Truncated);
+        Some(Vxlan {
+            port,
+            inner_offset: u16::try_from(off).ok()?,
+            inner: inner.and_then(Layers::parse_stack),
+        })
     }
 
     /// The inner frame's offset and header stack, for a VXLAN frame whose
@@ -336,7 +368,9 @@ impl Layers {
         Some((usize::from(v.inner_offset), v.inner().ok()?))
     }
 
-    fn parse_outer(frame: &[u8]) -> Result<Layers> {
+    /// One frame's own header stack (not looking into VXLAN).
+    #[inline(always)]
+    fn parse_stack(frame: &[u8]) -> Result<Stack> {
         let l2 = Frame::new_checked(frame)?.walk_tags()?;
         let off = l2.header_len;
         let net = match l2.ethertype {
@@ -391,10 +425,7 @@ impl Layers {
             }
             _ => None,
         };
-        Ok(Layers {
-            stack: Stack::pack(l2, net, transport)?,
-            vxlan: None,
-        })
+        Stack::pack(l2, net, transport)
     }
 
     /// The stack once an 802.1Q tag of VLAN `vid` was pushed in front of

@@ -153,7 +153,10 @@ fn read_on<R: Ring>(
             burst.end = Err(RecvError::NoBuffer);
             break;
         }
-        out.push(copied.and_then(|(buf, n)| check_head(buf, n)));
+        match copied {
+            Ok((buf, n)) if buf.pending().is_none() => crate::vnet::check_into(out, buf, n),
+            other => out.push(other.and_then(|(buf, n)| check_head(buf, n))),
+        }
         hold |= matches!(out.last(), Some(Ok(p)) if p.buf.pending().is_some());
         if hold {
             held.entries.push(ring.used_entry(&head));

@@ -244,6 +244,7 @@ impl Buf {
     }
     /// The frame. With bytes pending ([`Buf::pending`]) only its head is
     /// in place: readers of the payload fill the buffer first.
+    #[inline]
     pub fn frame(&self) -> &[u8] {
         &self.data[self.start as usize..(self.start + self.len) as usize]
     }
@@ -338,6 +339,7 @@ impl Buf {
     }
     /// The whole storage (headroom and frame area), for a read to fill:
     /// the frame starts at [`HEADROOM`] again.
+    #[inline]
     pub fn storage_mut(&mut self) -> &mut [u8] {
         self.pending = None;
         self.start = HEADROOM as u32;
@@ -345,14 +347,17 @@ impl Buf {
     }
     /// The whole storage, read-only (the headroom holds a decapsulated
     /// frame's outer headers).
+    #[inline]
     pub fn storage(&self) -> &[u8] {
         &self.data
     }
     /// Sets the frame length after a read put `n` frame bytes in place.
+    #[inline]
     pub fn set_len(&mut self, n: usize) {
         self.len = n.min(self.capacity()) as u32;
     }
     /// Frame length.
+    #[inline]
     pub fn len(&self) -> usize {
         self.len as usize
     }

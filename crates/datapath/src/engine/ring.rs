@@ -86,9 +86,9 @@ pub struct Slot<T> {
     /// The frame.
     pub item: T,
     /// Ring-1 buffers it holds.
-    pub r1: u32,
+    pub r1: usize,
     /// Ring-2 buffers it holds.
-    pub r2: u32,
+    pub r2: usize,
 }
 
 /// The shared side of one guest receive queue.
@@ -281,24 +281,39 @@ impl<T> Lane<T> {
         r1: usize,
         r2: usize,
     ) -> Result<(), (T, Full)> {
+        match self.room(ring, r1, r2) {
+            Ok(()) => {
+                self.push(item, r1, r2);
+                Ok(())
+            }
+            Err(full) => Err((item, full)),
+        }
+    }
+
+    /// Whether a frame needing `(r1, r2)` buffers fits beside what is
+    /// staged, or the ring that is full. (Asked before the frame is moved,
+    /// so that a frame that fits moves once, into the lane.)
+    #[inline]
+    pub fn room(&self, ring: &RxRing<T>, r1: usize, r2: usize) -> Result<(), Full> {
         if ring.used1.load(Ordering::Relaxed) + self.pending1 + r1
             > ring.size1.load(Ordering::Relaxed)
         {
-            return Err((item, Full::Ring1));
+            return Err(Full::Ring1);
         }
         if ring.used2.load(Ordering::Relaxed) + self.pending2 + r2
             > ring.size2.load(Ordering::Relaxed)
         {
-            return Err((item, Full::Ring2));
+            return Err(Full::Ring2);
         }
+        Ok(())
+    }
+
+    /// Stages a frame [`Lane::room`] found room for.
+    #[inline]
+    pub fn push(&mut self, item: T, r1: usize, r2: usize) {
         self.pending1 += r1;
         self.pending2 += r2;
-        self.staged.push(Slot {
-            item,
-            r1: r1 as u32,
-            r2: r2 as u32,
-        });
-        Ok(())
+        self.staged.push(Slot { item, r1, r2 });
     }
 
     /// True when the lane must be replaced: its consumer is gone (the
@@ -333,8 +348,8 @@ impl<T> Lane<T> {
     /// [`Lane::take_staged`] that the receiver did not take.
     pub fn restage(&mut self, items: &mut Vec<Slot<T>>) {
         for s in items.iter() {
-            self.pending1 += s.r1 as usize;
-            self.pending2 += s.r2 as usize;
+            self.pending1 += s.r1;
+            self.pending2 += s.r2;
         }
         items.append(&mut self.staged);
         std::mem::swap(items, &mut self.staged);
@@ -361,7 +376,7 @@ impl<T> Lane<T> {
         // and is replaced when ring 1 grows, so everything fits; anything
         // that did not is given back.
         for s in self.staged.drain(..) {
-            ring.release(s.r1 as usize, s.r2 as usize);
+            ring.release(s.r1, s.r2);
         }
         ring.wake();
     }
@@ -534,7 +549,7 @@ mod tests {
                     c.wait(&r2, Duration::from_secs(30));
                 }
                 for s in out.drain(..) {
-                    r2.release(s.r1 as usize, s.r2 as usize);
+                    r2.release(s.r1, s.r2);
                     got.push(s.item);
                 }
             }

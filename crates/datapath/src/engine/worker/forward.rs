@@ -11,7 +11,7 @@ use crate::engine::worker::InRun;
 use crate::engine::worker::{Ctx, State};
 use crate::forward::{self, Action};
 use crate::snoop::{Snooped, Targets};
-use hvnet_port::Packet;
+use hvnet_port::{Packet, RecvError};
 
 pub(crate) const DECL: Decl<InRun> = Decl {
     name: "forward",
@@ -27,22 +27,25 @@ fn forward_burst(st: &mut State, cx: &Ctx, b: &mut Burst) {
     let mut frames = std::mem::take(&mut b.frames);
     let mut snooped = std::mem::take(&mut b.snooped);
     let mut group = snooped.iter_mut().peekable();
-    for (i, f) in frames.drain(..).enumerate() {
+    for i in b.live() {
         // The live frames are the burst's `Ok` entries (a refused or
         // dropped one is an `Err` there, its buffer given back already).
-        let Ok(pkt) = f else {
+        // Taken from their place straight into the call, not drained
+        // whole into a temporary first (read back at once, it waited on
+        // its stores).
+        let Ok(pkt) = std::mem::replace(&mut frames[i], Err(RecvError::Consumed)) else {
             continue;
         };
         st.mirrored = b.mirrored[i];
         st.tracing = b.traced(i);
         while group.next_if(|(j, _)| *j < i).is_some() {}
-        let word = match group.next_if(|(j, _)| *j == i) {
-            Some((_, s)) => std::mem::replace(s, Snooped::Flood),
-            None => Snooped::Flood,
-        };
+        // Snooping's word (most frames have none) by reference: it is
+        // 144 bytes, copied per frame when passed by value.
+        let word = group.next_if(|(j, _)| *j == i).map(|(_, s)| s);
         st.forward(cx, pkt, b.learned[i], word);
     }
     st.tracing = None;
+    frames.clear();
     snooped.clear();
     b.snooped = snooped;
     b.frames = frames;
@@ -50,7 +53,13 @@ fn forward_burst(st: &mut State, cx: &Ctx, b: &mut Burst) {
 
 impl State {
     /// One frame to the port its destination was learned on, or flooded.
-    fn forward(&mut self, cx: &Ctx, mut pkt: Packet, learned: Option<usize>, snooped: Snooped) {
+    fn forward(
+        &mut self,
+        cx: &Ctx,
+        mut pkt: Packet,
+        learned: Option<usize>,
+        snooped: Option<&mut Snooped>,
+    ) {
         let c = &cx.port.ingress[cx.q];
         let vlan = pkt.meta.vlan;
         let (ports, settings, mirror_output) = (&cx.ports, &self.settings, &self.mirrors.dedicated);
@@ -95,12 +104,10 @@ impl State {
             Action::Flood => {
                 pkt.buf.fill_pending();
                 let (targets, flooded) = match snooped {
-                    Snooped::Dropped => return,
-                    Snooped::Flood => (self.ports_of_vlan(cx, vlan), true),
-                    Snooped::To {
-                        ports: mut to,
-                        report,
-                    } => {
+                    Some(Snooped::Dropped) => return,
+                    None | Some(Snooped::Flood) => (self.ports_of_vlan(cx, vlan), true),
+                    Some(Snooped::To { ports, report }) => {
+                        let (mut to, report) = (std::mem::take(ports), *report);
                         to.sort_unstable();
                         to.dedup();
                         to.retain(|p| *p != cx.port.id && link_up(*p));

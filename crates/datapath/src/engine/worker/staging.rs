@@ -38,24 +38,51 @@ impl State {
     /// (run to completion) is written now and the item staged again; one
     /// with a delivery thread is waited on (backpressure) or the item is
     /// dropped and counted.
+    #[inline]
     pub(super) fn stage(&mut self, cx: &Ctx, dst: usize, q: usize, item: RingItem) {
         let port = &cx.ports[dst];
         let ring = &port.rxq[q].rings;
-        let s = &self.settings[dst];
-        let (r1, r2) = ring_buffers(&item, s.mtu);
-        let sources = item.sources();
-        let (overflow, delivery) = (s.rx_overflow, s.delivery);
+        let (r1, r2) = ring_buffers(&item, self.settings[dst].mtu);
         self.mark_active(cx, dst, q);
         let lane = self.lane(cx, dst, q);
+        // The way of every frame the ring has room for: moved once, into
+        // the lane.
+        match lane.room(ring, r1, r2) {
+            Ok(()) if port.is_up() => lane.push(item, r1, r2),
+            room => self.stage_refused(cx, dst, q, item, (r1, r2), room.err()),
+        }
+    }
+
+    /// [`State::stage`] of a frame its lane had no room for (`full`), or
+    /// to a port that is down.
+    #[cold]
+    #[inline(never)]
+    fn stage_refused(
+        &mut self,
+        cx: &Ctx,
+        dst: usize,
+        q: usize,
+        item: RingItem,
+        (r1, r2): (usize, usize),
+        full: Option<Full>,
+    ) {
+        let port = &cx.ports[dst];
+        let ring = &port.rxq[q].rings;
+        let s = &self.settings[dst];
+        let sources = item.sources();
+        let (overflow, delivery) = (s.rx_overflow, s.delivery);
         if !port.is_up() {
+            let lane = self.lane(cx, dst, q);
             lane.counters.count_drop(DropReason::PortDown, sources);
             deliver::Tap::of(port, q).item(Point::Drop, Some(DropReason::PortDown), &item);
             return;
         }
-        let (mut item, mut full) = match lane.stage(ring, item, r1, r2) {
-            Ok(()) => return,
-            Err(refused) => refused,
+        let Some(mut full) = full else {
+            // Room, and the port came up between the two looks: staged.
+            self.lane(cx, dst, q).push(item, r1, r2);
+            return;
         };
+        let mut item = item;
         if delivery == Delivery::Auto && self.lane(cx, dst, q).staged() > 0 {
             self.hand_over(cx, dst, q);
             (item, full) = match self.lane(cx, dst, q).stage(ring, item, r1, r2) {

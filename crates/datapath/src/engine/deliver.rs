@@ -129,7 +129,9 @@ pub(crate) fn deliver_loop(sw: &Switch, port: &Port, q: usize) {
             gen = now_gen;
             s = port.effective_settings();
         }
-        let (r1, r2) = batch.iter().fold((0, 0), |(a, b), x| (a + x.r1, b + x.r2));
+        let (r1, r2) = batch
+            .iter()
+            .fold((0, 0), |(a, b), x| (a + x.r1(), b + x.r2()));
         if s.rx_rate.is_some() {
             // The shaper: the batch waits (in the ring, which holds what
             // arrives meanwhile) until the rate allows it.

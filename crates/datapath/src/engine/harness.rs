@@ -209,7 +209,7 @@ impl Harness {
             let (r1, r2) = self
                 .batch
                 .iter()
-                .fold((0, 0), |(a, b), x| (a + x.r1, b + x.r2));
+                .fold((0, 0), |(a, b), x| (a + x.r1(), b + x.r2()));
             let s = port.settings();
             deliver::deliver_batch(
                 &mut *r.tx,

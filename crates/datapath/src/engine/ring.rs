@@ -85,10 +85,31 @@ pub struct RingStatus {
 pub struct Slot<T> {
     /// The frame.
     pub item: T,
+    /// Ring-1 buffers it holds (low half) and ring-2 buffers (high half),
+    /// in one word: written with one store as the slot is pushed, so that
+    /// moving the slot into the lane reads it back without waiting on two.
+    rings: u64,
+}
+
+impl<T> Slot<T> {
+    /// A slot for `item`, holding `r1` and `r2` ring buffers.
+    #[inline]
+    fn new(item: T, r1: usize, r2: usize) -> Slot<T> {
+        Slot {
+            item,
+            rings: r1 as u32 as u64 | (r2 as u32 as u64) << 32,
+        }
+    }
     /// Ring-1 buffers it holds.
-    pub r1: usize,
+    #[inline]
+    pub fn r1(&self) -> usize {
+        self.rings as u32 as usize
+    }
     /// Ring-2 buffers it holds.
-    pub r2: usize,
+    #[inline]
+    pub fn r2(&self) -> usize {
+        (self.rings >> 32) as usize
+    }
 }
 
 /// The shared side of one guest receive queue.
@@ -313,7 +334,7 @@ impl<T> Lane<T> {
     pub fn push(&mut self, item: T, r1: usize, r2: usize) {
         self.pending1 += r1;
         self.pending2 += r2;
-        self.staged.push(Slot { item, r1, r2 });
+        self.staged.push(Slot::new(item, r1, r2));
     }
 
     /// True when the lane must be replaced: its consumer is gone (the
@@ -348,8 +369,8 @@ impl<T> Lane<T> {
     /// [`Lane::take_staged`] that the receiver did not take.
     pub fn restage(&mut self, items: &mut Vec<Slot<T>>) {
         for s in items.iter() {
-            self.pending1 += s.r1;
-            self.pending2 += s.r2;
+            self.pending1 += s.r1();
+            self.pending2 += s.r2();
         }
         items.append(&mut self.staged);
         std::mem::swap(items, &mut self.staged);
@@ -376,7 +397,7 @@ impl<T> Lane<T> {
         // and is replaced when ring 1 grows, so everything fits; anything
         // that did not is given back.
         for s in self.staged.drain(..) {
-            ring.release(s.r1, s.r2);
+            ring.release(s.r1(), s.r2());
         }
         ring.wake();
     }
@@ -549,7 +570,7 @@ mod tests {
                     c.wait(&r2, Duration::from_secs(30));
                 }
                 for s in out.drain(..) {
-                    r2.release(s.r1, s.r2);
+                    r2.release(s.r1(), s.r2());
                     got.push(s.item);
                 }
             }

@@ -283,10 +283,16 @@ fn copy_chain<R: Ring>(
         _ => total,
     };
     let mut buf = pool.take(class).ok_or(RecvError::NoBuffer)?;
+    // The length first, beside the start `take` wrote: the buffer is
+    // moved whole at once after this, and a move that reads two fields
+    // written apart waits for both stores.
+    buf.set_len(total.saturating_sub(HEADROOM));
     let storage = buf.storage_mut();
     let mut at = 0usize;
     let mut left: smallvec::SmallVec<[(u64, u32); 2]> = smallvec::SmallVec::new();
-    for desc in descs {
+    // By reference: the chain's list is not moved (read back at once, a
+    // move waits on its stores).
+    for desc in &descs {
         let len = desc.len as usize;
         let here = len.min(copy.saturating_sub(at));
         if here > 0 {
@@ -305,7 +311,7 @@ fn copy_chain<R: Ring>(
         }
         at += len;
     }
-    buf.set_len(at.saturating_sub(HEADROOM));
+    debug_assert_eq!(at, total);
     if let (Some(mem), false) = (tails, left.is_empty()) {
         buf.set_pending(guest_tail(mem, left));
     }

@@ -85,6 +85,7 @@ impl OffloadInfo {
 
     /// The virtio-net header a receiver expects for this frame; `hdr_len` is
     /// the length of its headers (Ethernet through L4).
+    #[inline]
     pub fn to_vnet(&self, hdr_len: u16) -> VirtioNetHdr {
         let (flags, csum_start, csum_offset) = match self.csum {
             CsumState::Partial { start, offset } => (virtio_net::flags::NEEDS_CSUM, start, offset),

@@ -240,6 +240,7 @@ fn check_in_place(p: &mut Packet, n: usize) -> Result<(), RecvError> {
 }
 
 /// The virtio-net header as bytes.
+#[inline]
 pub fn vnet_bytes(vnet: &VirtioNetHdr) -> [u8; VNET_HDR_LEN] {
     let mut hdr = [0u8; VNET_HDR_LEN];
     vnet.emit(&mut hdr, VNET_HDR_LEN);

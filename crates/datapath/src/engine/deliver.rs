@@ -296,6 +296,7 @@ fn prepare(pkt: &mut Packet, s: &PortSettings, c: &EgressCounters) {
 
 /// Counts one item by what its transmitter wrote of it (and copies it
 /// for the captures, as written or dropped).
+#[inline]
 fn count(c: &EgressCounters, item: &RingItem, r: Result<Written, SendError>, tap: Tap<'_>) {
     let n = item.sources();
     let w = match r {

@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use vm_memory::bitmap::BS;
 use vm_memory::{
     AtomicAccess, ByteValued, Bytes, GuestMemoryBackend, GuestMemoryRegion, GuestRegionMmap,
-    VolatileSlice,
+    VolatileMemory, VolatileSlice,
 };
 
 type Slice<'m> = VolatileSlice<'m, BS<'m, super::DirtyLog>>;
@@ -102,11 +102,16 @@ impl<'m> GuestView<'m> {
         })
     }
 
-    /// A plain value at `addr` (a descriptor, a used element).
+    /// A plain value at `addr` (a descriptor, a used element): one
+    /// volatile read of the whole value, at any alignment (`vm-memory`'s
+    /// `read_obj` copies it through its byte-slice copy, a loop for a
+    /// 16-byte descriptor read several times a frame).
     #[inline]
     pub fn read_obj<T: ByteValued>(&self, addr: u64) -> Result<T, OutOfRange> {
         let (r, off) = self.region(addr)?;
-        r.read_obj(off).map_err(|_| OutOfRange)
+        r.get_ref::<T>(off)
+            .map(|v| v.load())
+            .map_err(|_| OutOfRange)
     }
 
     /// An atomic load of a ring index or flags (aligned, as the virtio
@@ -240,6 +245,22 @@ mod tests {
             view.load::<u16>(0x2000 - 1, Ordering::Acquire),
             Err(OutOfRange)
         );
+    }
+
+    #[test]
+    fn a_value_is_read_whole_at_any_alignment_and_not_across_regions() {
+        let mem = two_regions();
+        let view = GuestView::new(&mem);
+        let bytes: Vec<u8> = (1..=16).collect();
+        view.write(0x103, &bytes).unwrap();
+        assert_eq!(
+            view.read_obj::<[u8; 16]>(0x103),
+            Ok(<[u8; 16]>::try_from(&bytes[..]).unwrap())
+        );
+        assert_eq!(view.read_obj::<u16>(0x104), Ok(u16::from_le_bytes([2, 3])));
+        // A value that would straddle the two regions is refused, as
+        // `vm-memory`'s own read of a region refuses it.
+        assert_eq!(view.read_obj::<u64>(0x1000 - 4), Err(OutOfRange));
     }
 
     #[test]

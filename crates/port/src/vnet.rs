@@ -191,9 +191,8 @@ pub fn check_into(out: &mut Vec<Result<Packet, RecvError>>, buf: Buf, n: usize) 
     }
 }
 
-/// The one body of [`check`], [`check_parts`] and [`check_into`]: a
-/// packet whose `n` bytes were read into its buffer, its metadata filled
-/// in.
+/// [`check`] and [`check_parts`]: a packet made of `buf`, checked by
+/// [`check_in_place`].
 #[inline(always)]
 fn check_with<E>(buf: Buf, n: usize, fail: impl Fn(Buf, RecvError) -> E) -> Result<Packet, E> {
     let mut p = Packet::parsed(buf, Layers::EMPTY, OffloadInfo::NONE);
@@ -203,6 +202,9 @@ fn check_with<E>(buf: Buf, n: usize, fail: impl Fn(Buf, RecvError) -> E) -> Resu
     }
 }
 
+/// The one body of every check: a packet whose `n` bytes (virtio-net
+/// header and frame) were read into its buffer gets its metadata, or the
+/// reason it is refused.
 #[inline(always)]
 fn check_in_place(p: &mut Packet, n: usize) -> Result<(), RecvError> {
     if n < VNET_HDR_LEN {
@@ -289,6 +291,8 @@ mod tests {
         (buf, n)
     }
 
+    use crate::packet::Meta;
+
     /// What a check gave, comparable: the metadata, or the error's text.
     fn outcome(r: &Result<Packet, RecvError>) -> Result<Meta, String> {
         match r {
@@ -296,7 +300,6 @@ mod tests {
             Err(e) => Err(e.to_string()),
         }
     }
-    use crate::packet::Meta;
 
     proptest! {
         /// The check made in place gives what the check that returns the

@@ -237,7 +237,8 @@ impl Layers {
         Ok(l)
     }
 
-    /// An empty stack (no header parsed), to parse into.
+    /// An empty stack, no header parsed: only a place to parse into
+    /// ([`Layers::parse_into`]), never a frame's stack.
     pub const EMPTY: Layers = Layers {
         stack: Stack {
             ethertype: 0,

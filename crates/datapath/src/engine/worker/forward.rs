@@ -28,11 +28,11 @@ fn forward_burst(st: &mut State, cx: &Ctx, b: &mut Burst) {
     let mut snooped = std::mem::take(&mut b.snooped);
     let mut group = snooped.iter_mut().peekable();
     for i in b.live() {
-        // The live frames are the burst's `Ok` entries (a refused or
-        // dropped one is an `Err` there, its buffer given back already).
-        // Taken from their place straight into the call, not drained
-        // whole into a temporary first (read back at once, it waited on
-        // its stores).
+        // A live frame is an `Ok` entry (a refused or dropped one is an
+        // `Err`, its buffer given back already; those are cleared below).
+        // Taken from its place straight into the call, not drained whole
+        // into a temporary first (read back at once, it waited on its
+        // stores).
         let Ok(pkt) = std::mem::replace(&mut frames[i], Err(RecvError::Consumed)) else {
             continue;
         };

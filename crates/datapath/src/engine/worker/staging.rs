@@ -54,7 +54,8 @@ impl State {
     }
 
     /// [`State::stage`] of a frame its lane had no room for (`full`), or
-    /// to a port that is down.
+    /// to a port that is down (dropped; or staged after all, if it came up
+    /// since and there was room).
     #[cold]
     #[inline(never)]
     fn stage_refused(

@@ -60,7 +60,6 @@ impl OffloadInfo {
 
     /// Reads what a virtio-net header says. Structural validation against
     /// the frame happens at the port boundary, not here.
-    #[inline]
     pub fn from_vnet(h: &VirtioNetHdr) -> OffloadInfo {
         let csum = if h.needs_csum() {
             CsumState::Partial {

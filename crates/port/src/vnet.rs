@@ -213,7 +213,8 @@ fn check_in_place(p: &mut Packet, n: usize) -> Result<(), RecvError> {
     let head = &p.buf.storage()[..VNET_HDR_LEN];
     // Flags and GSO type both 0: the header asks for nothing, and the
     // packet's offload metadata stays as made (most frames; the header's
-    // other fields mean nothing then).
+    // other fields mean nothing then). Read off the bytes: the parsed
+    // header's fields, read back at once, measured 4–5 % more a frame.
     let asks_nothing = head[0] == 0 && head[1] == 0;
     let Ok(vnet) = VirtioNetHdr::parse(head, VNET_HDR_LEN) else {
         return Err(RecvError::BadVnetHeader);

@@ -260,7 +260,6 @@ impl Layers {
     #[inline]
     pub fn parse_into(&mut self, frame: &[u8], port: u16) -> Result<()> {
         self.stack = Layers::parse_stack(frame)?;
-        self.vxlan = None;
         self.vxlan = self.vxlan_of(frame, port);
         Ok(())
     }
@@ -341,13 +340,12 @@ impl Layers {
     /// stack (a new header, not one walked again: the outer stack ends at
     /// UDP).
     pub fn with_vxlan(mut self, frame: &[u8], port: u16) -> Layers {
-        self.vxlan = None;
         self.vxlan = self.vxlan_of(frame, port);
         self
     }
 
-    /// The VXLAN inner stack of this frame (whose stack has no VXLAN in
-    /// it yet), if it is VXLAN on `port`.
+    /// The VXLAN inner stack of this frame, by its own stack (read from
+    /// the outer headers alone), if it is VXLAN on `port`.
     #[inline]
     fn vxlan_of(&self, frame: &[u8], port: u16) -> Option<Vxlan> {
         let off = self.find_vxlan(frame, port)?;

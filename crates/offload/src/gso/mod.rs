@@ -89,25 +89,8 @@ impl SegmentOut<'_> {
 /// offload metadata. This is the port-boundary check: past it, the engines
 /// may trust the offsets. `l` is the frame's header stack, parsed where it
 /// entered (`hvnet_wire::Layers::parse`).
-#[inline]
 pub fn validate_vnet(frame: &[u8], h: &VirtioNetHdr, l: &Layers) -> Result<OffloadInfo, GsoError> {
     let info = OffloadInfo::from_vnet(h);
-    // Most frames ask for nothing: checked here, in the caller, whose
-    // stores the result goes into (a result returned through memory and
-    // read back at once waits for its stores).
-    if info.gso.is_none() && !matches!(info.csum, CsumState::Partial { .. }) {
-        return Ok(info);
-    }
-    validate_offloads(frame, h, l, info)
-}
-
-/// [`validate_vnet`] of a frame that asks for a checksum or segmentation.
-fn validate_offloads(
-    frame: &[u8],
-    h: &VirtioNetHdr,
-    l: &Layers,
-    info: OffloadInfo,
-) -> Result<OffloadInfo, GsoError> {
     if let CsumState::Partial { start, offset } = info.csum {
         if start as usize + offset as usize + 2 > frame.len() {
             return Err(GsoError::BadCsumOffsets);

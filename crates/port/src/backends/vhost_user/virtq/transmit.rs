@@ -155,7 +155,8 @@ fn read_on<R: Ring>(
         }
         match copied {
             Ok((buf, n)) if buf.pending().is_none() => crate::vnet::check_into(out, buf, n),
-            other => out.push(other.and_then(|(buf, n)| check_head(buf, n))),
+            Ok((buf, n)) => out.push(check_pending(buf, n)),
+            Err(e) => out.push(Err(e)),
         }
         hold |= matches!(out.last(), Some(Ok(p)) if p.buf.pending().is_some());
         if hold {
@@ -180,14 +181,11 @@ fn read_on<R: Ring>(
     burst
 }
 
-/// [`check`] of a frame whose payload may be pending: one whose headers
-/// reach past its head (or whose head did not parse: its headers may)
-/// is copied whole and checked again.
+/// [`check`] of a frame whose payload is pending: one whose headers reach
+/// past its head (or whose head did not parse: its headers may) is copied
+/// whole and checked again.
 #[inline(always)]
-fn check_head(buf: Buf, n: usize) -> Result<Packet, RecvError> {
-    if buf.pending().is_none() {
-        return check(buf, n);
-    }
+fn check_pending(buf: Buf, n: usize) -> Result<Packet, RecvError> {
     let mut whole = match check_parts(buf, n) {
         Ok(p) if p.meta.layers.vxlan().is_none() && p.header_len() <= p.buf.held().len() => {
             return Ok(p)

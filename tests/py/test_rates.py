@@ -7,6 +7,7 @@ the time plus the burst — which a slow machine meets as well as a fast
 one; the one floor is of a TCP stream at 10 Mbit/s with the default
 burst, a rate any machine carries."""
 
+import itertools
 import json
 import time
 
@@ -24,11 +25,23 @@ def rx_bytes(t, vm):
     return int(t.sh(vm, "cat /sys/class/net/eth0/statistics/rx_bytes").stdout)
 
 
+# Each run's server port: one no earlier run of the process used.
+PORTS = itertools.count(5201)
+
+
 def through(t, dst, cmd, seconds=3):
-    """Runs iperf3 client `cmd` from `a` for `seconds`; returns (bytes
-    `dst` received meanwhile, wall seconds it took, iperf3's JSON)."""
+    """Runs iperf3 client `cmd` from `a` for `seconds` to a server of its
+    own in `dst` (at B); returns (bytes `dst` received meanwhile, wall
+    seconds it took, iperf3's JSON). A server serves one test at a time
+    and takes the next only a moment after the last has ended (a client
+    that comes sooner is refused, or reset while the last test's data is
+    still queued at a shaper), so each run starts a one-off server on a
+    port of its own and waits until it listens."""
+    port = next(PORTS)
+    t.popen(dst, f"iperf3 -s -1 -B {B} -p {port}", stdout=hvlab.subprocess.DEVNULL, stderr=hvlab.subprocess.DEVNULL)
+    t.wait_listening(dst, port)
     before, start = rx_bytes(t, dst), time.monotonic()
-    out = t.sh("a", f"iperf3 -c {B} -t {seconds} -J {cmd}", timeout=seconds + 60)
+    out = t.sh("a", f"iperf3 -c {B} -p {port} -t {seconds} -J {cmd}", timeout=seconds + 60)
     took = time.monotonic() - start
     return rx_bytes(t, dst) - before, took, json.loads(out.stdout)
 
@@ -46,8 +59,6 @@ def drops(t, path, reason):
 def test_a_policer_limits_what_a_vm_sends_and_changes_at_run_time(tmp_path):
     vms = [dict(name="a", ipv4=A + "/24", tx_rate="20mbit", tx_burst="128kb"), dict(name="b", ipv4=B + "/24")]
     with hvlab.Topology(tmp_path, vms, prefix="rp") as t:
-        t.popen("b", f"iperf3 -s -B {B}", stdout=hvlab.subprocess.DEVNULL, stderr=hvlab.subprocess.DEVNULL)
-        t.wait_listening("b", 5201)
         port = json.loads(t.hv("port", "a", "--json").stdout)
         assert (port["tx_rate"], port["tx_burst"]) == ("20mbit", "128kb"), port
 
@@ -103,8 +114,6 @@ def test_a_policer_limits_what_a_vm_sends_and_changes_at_run_time(tmp_path):
 def test_a_shaper_paces_what_a_vm_receives(tmp_path):
     vms = [dict(name="a", ipv4=A + "/24"), dict(name="b", ipv4=B + "/24", rx_rate="20mbit")]
     with hvlab.Topology(tmp_path, vms, prefix="rs") as t:
-        t.popen("b", f"iperf3 -s -B {B}", stdout=hvlab.subprocess.DEVNULL, stderr=hvlab.subprocess.DEVNULL)
-        t.wait_listening("b", 5201)
         # The default burst: 10 ms of 20 Mbit/s is less than the least,
         # 1,000,000 bytes.
         burst = 1_000_000
@@ -140,8 +149,6 @@ def test_a_cpu_limit_holds_a_ports_worker_time_to_its_share(tmp_path):
     time, which a slow machine meets as well as a fast one."""
     vms = [dict(name="a", ipv4=A + "/24", cpu_limit=5), dict(name="b", ipv4=B + "/24")]
     with hvlab.Topology(tmp_path, vms, prefix="rc") as t:
-        t.popen("b", f"iperf3 -s -B {B}", stdout=hvlab.subprocess.DEVNULL, stderr=hvlab.subprocess.DEVNULL)
-        t.wait_listening("b", 5201)
         assert json.loads(t.hv("port", "a", "--json").stdout)["cpu_limit"] == 5
 
         def flood():
